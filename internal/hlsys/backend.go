@@ -1,0 +1,158 @@
+package hlsys
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/fd"
+)
+
+// Numbering says which ioctl request numbers a node takes.
+type Numbering uint8
+
+const (
+	// Legacy is the 'H' numbering of /dev/hlN nodes (kernels up to 6.5).
+	Legacy Numbering = iota + 1
+	// Accel is the DRM accel numbering of /dev/accel/accelN nodes (6.6+).
+	Accel
+)
+
+func (n Numbering) String() string {
+	switch n {
+	case Legacy:
+		return "legacy 'H' (/dev/hlN)"
+	case Accel:
+		return "DRM accel (/dev/accel/accelN)"
+	}
+	return fmt.Sprintf("numbering(%d)", uint8(n))
+}
+
+// NumberingForNode picks the numbering from a device node path.
+func NumberingForNode(path string) Numbering {
+	if strings.Contains(path, "/accel/") || strings.HasPrefix(path, "accel") {
+		return Accel
+	}
+	return Legacy
+}
+
+// Backend is the seam between the driver binding and a device: the real
+// device node or the emulator. Implementations must be safe for concurrent
+// use; Close must be idempotent.
+type Backend interface {
+	// Ioctl performs one request on the device. arg points to the request's
+	// argument struct, which the device reads and writes in place.
+	Ioctl(req uintptr, arg unsafe.Pointer) error
+	// Mmap maps length bytes of the device file at offset (kernel CBs).
+	Mmap(offset int64, length int) ([]byte, error)
+	// Munmap undoes Mmap.
+	Munmap(b []byte) error
+	// Close releases the device context.
+	Close() error
+	// Numbering is the ioctl numbering the node takes.
+	Numbering() Numbering
+	// Name identifies the node, e.g. "/dev/accel/accel0" or "hlsim0 (emulated)".
+	Name() string
+	// Emulated reports whether this is the emulator.
+	Emulated() bool
+}
+
+// FDBackend is a real habanalabs device node.
+type FDBackend struct {
+	f    *fd.FD
+	path string
+	num  Numbering
+
+	mu   sync.Mutex
+	maps map[*byte]int
+}
+
+// OpenFD opens the compute node at path with O_RDWR|O_CLOEXEC. It returns
+// the raw errno wrapped in *Error (EBUSY: another process owns the device;
+// EAGAIN: release or reset in progress).
+func OpenFD(path string) (*FDBackend, error) {
+	raw, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		errno, _ := err.(unix.Errno)
+		return nil, &Error{Op: "open", Node: path, Errno: errno}
+	}
+	f, err := fd.New(raw)
+	if err != nil {
+		_ = unix.Close(raw)
+		return nil, err
+	}
+	return &FDBackend{f: f, path: path, num: NumberingForNode(path), maps: map[*byte]int{}}, nil
+}
+
+// Ioctl implements Backend. The pointer conversion happens in the Syscall
+// expression, as the unsafe.Pointer rules require.
+func (b *FDBackend) Ioctl(req uintptr, arg unsafe.Pointer) error {
+	raw := b.f.Int()
+	if raw < 0 {
+		return os.ErrClosed
+	}
+	for {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(raw), req, uintptr(arg))
+		runtime.KeepAlive(b.f)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
+}
+
+// Mmap implements Backend.
+func (b *FDBackend) Mmap(offset int64, length int) ([]byte, error) {
+	raw := b.f.Int()
+	if raw < 0 {
+		return nil, os.ErrClosed
+	}
+	m, err := unix.Mmap(raw, offset, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	runtime.KeepAlive(b.f)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.maps[&m[0]] = len(m)
+	b.mu.Unlock()
+	return m, nil
+}
+
+// Munmap implements Backend.
+func (b *FDBackend) Munmap(m []byte) error {
+	if len(m) == 0 {
+		return unix.EINVAL
+	}
+	b.mu.Lock()
+	delete(b.maps, &m[0])
+	b.mu.Unlock()
+	return unix.Munmap(m)
+}
+
+// Close unmaps anything still mapped and closes the node. Idempotent.
+func (b *FDBackend) Close() error {
+	b.mu.Lock()
+	for p, n := range b.maps {
+		_ = unix.Munmap(unsafe.Slice(p, n))
+	}
+	clear(b.maps)
+	b.mu.Unlock()
+	return b.f.Close()
+}
+
+// Numbering implements Backend.
+func (b *FDBackend) Numbering() Numbering { return b.num }
+
+// Name implements Backend.
+func (b *FDBackend) Name() string { return b.path }
+
+// Emulated implements Backend.
+func (b *FDBackend) Emulated() bool { return false }
