@@ -128,11 +128,17 @@ func Memory(b Backend, args *MemArgs) error {
 }
 
 // info runs one INFO op returning into out.
+//
+// out is pinned for the call: pinning moves it to the heap and keeps it
+// there, so the address stored in the struct stays valid even when the
+// backend runs Go code on this goroutine (the emulator), whose stack may
+// grow and move during the call.
 func info(b Backend, op uint32, arg uint32, out unsafe.Pointer, size uintptr, name string) error {
+	var pin runtime.Pinner
+	pin.Pin(out)
+	defer pin.Unpin()
 	a := &InfoArgs{ReturnPointer: uint64(uintptr(out)), ReturnSize: uint32(size), Op: op, Arg: arg}
-	err := Info(b, a)
-	runtime.KeepAlive(out)
-	return wrap(b, name, err)
+	return wrap(b, name, Info(b, a))
 }
 
 // GetHwIPInfo returns HW_IP_INFO, always passing the 304-byte buffer.
@@ -204,6 +210,9 @@ func MemMapDevice(b Backend, handle, hint uint64, flags uint32) (uint64, error) 
 // MemMapHost pins size bytes of host memory at host and maps them into the
 // device MMU (USERPTR). The returned VA includes host's in-page offset; keep
 // it for MemUnmap. host must stay mapped until then.
+//
+// Memory on a goroutine stack must not be mapped (the device keeps using
+// it after the call); the caller's buffer must be heap or mmap memory.
 func MemMapHost(b Backend, host unsafe.Pointer, size, hint uint64, flags uint32) (uint64, error) {
 	a := &MemArgs{U: [3]uint64{uint64(uintptr(host)), hint, size}, Op: MemOpMap, Flags: flags | MemUserPtr}
 	err := Memory(b, a)
@@ -281,15 +290,18 @@ func SubmitCS(b Backend, restore, execute []CSChunk, flags, timeoutSec uint32) (
 		Timeout:          timeoutSec,
 		CSFlags:          flags,
 	}}
+	// The chunk arrays are pinned for the call (see info).
+	var pin runtime.Pinner
+	defer pin.Unpin()
 	if len(restore) > 0 {
+		pin.Pin(&restore[0])
 		a.In.ChunksRestore = uint64(uintptr(unsafe.Pointer(&restore[0])))
 	}
 	if len(execute) > 0 {
+		pin.Pin(&execute[0])
 		a.In.ChunksExecute = uint64(uintptr(unsafe.Pointer(&execute[0])))
 	}
 	err := CommandSubmission(b, a)
-	runtime.KeepAlive(restore)
-	runtime.KeepAlive(execute)
 	return *a.Out(), wrap(b, "CS", err)
 }
 

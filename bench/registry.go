@@ -1,0 +1,261 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/gxfer/gxfer/engine"
+)
+
+// Mem is a memory type, one end of a test.
+type Mem string
+
+// Memory types.
+const (
+	Host  Mem = "host"  // host memory allocated by the engine
+	Gaudi Mem = "gaudi" // Gaudi device memory (HBM)
+)
+
+// ParseMem parses a memory type name: host, or gaudi (also device, hbm).
+func ParseMem(s string) (Mem, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "host", "h":
+		return Host, nil
+	case "gaudi", "device", "hbm", "d":
+		return Gaudi, nil
+	}
+	return "", fmt.Errorf("unknown memory type %q (want host or gaudi)", s)
+}
+
+// Transport is a way of moving bytes that tests run over. A transport
+// that is known but cannot be used in this build or on this machine is
+// registered with the reason in Unavailable.
+type Transport struct {
+	Name        string // "local", "rdma", "tcp"
+	Desc        string // one line
+	Unavailable string // why the transport cannot be used; "" if it can
+}
+
+// Available reports whether tests can run over the transport.
+func (t Transport) Available() bool { return t.Unavailable == "" }
+
+// Env is what tests run against: the engine, the device under test and
+// the transport.
+type Env struct {
+	Engine    *engine.Engine
+	Device    int    // Gaudi index used by tests that touch device memory
+	Transport string // transport name; "" means "local"
+}
+
+func (e *Env) transport() string {
+	if e.Transport == "" {
+		return "local"
+	}
+	return e.Transport
+}
+
+// Workload is one test prepared for one message size: its buffers are
+// allocated once and reused by every iteration.
+type Workload interface {
+	// Submit starts n messages (n copies of the message size) as one
+	// submission and returns the future that resolves when all are done.
+	Submit(ctx context.Context, n int) *engine.Future
+	// Verify checks, once the run is over, that the destination holds the
+	// source's bytes, so that no number is reported for a copy that did not
+	// move them.
+	Verify(ctx context.Context) error
+	// Close releases the buffers.
+	Close() error
+}
+
+// Test is a workload definition: a named transfer between two memory
+// types over a transport.
+type Test struct {
+	Name      string // short name, unique: "h2d"
+	Transport string // transport it runs over: "local"
+	Src, Dst  Mem
+	Desc      string // one line
+
+	// Prepare allocates the buffers for one message size, fills the source
+	// with a pattern and the destination with something else.
+	Prepare func(ctx context.Context, env *Env, size int) (Workload, error)
+}
+
+// NeedsDevice reports whether the test touches Gaudi memory.
+func (t Test) NeedsDevice() bool { return t.Src == Gaudi || t.Dst == Gaudi }
+
+// Check reports why the test cannot run in env, or nil if it can.
+func (t Test) Check(env *Env) error {
+	if env == nil || env.Engine == nil {
+		return errors.New("no engine")
+	}
+	if t.Transport != env.transport() {
+		return fmt.Errorf("test %s runs over transport %s, not %s", t.Name, t.Transport, env.transport())
+	}
+	if t.NeedsDevice() {
+		n := env.Engine.NumDevices()
+		if n == 0 {
+			return fmt.Errorf("test %s needs a Gaudi device and none is open", t.Name)
+		}
+		if env.Device < 0 || env.Device >= n {
+			return fmt.Errorf("test %s: device %d does not exist (%d open: 0..%d)", t.Name, env.Device, n, n-1)
+		}
+	}
+	return nil
+}
+
+// Path describes the test's direction for humans: "host -> gaudi0".
+func (t Test) Path(env *Env) string {
+	return memName(t.Src, env) + " -> " + memName(t.Dst, env)
+}
+
+func memName(m Mem, env *Env) string {
+	if m == Gaudi {
+		return fmt.Sprintf("gaudi%d", env.Device)
+	}
+	return string(m)
+}
+
+var registry struct {
+	mu         sync.Mutex
+	tests      []Test
+	transports []Transport
+}
+
+// Register adds a test. It panics on a duplicate name or a missing
+// Prepare: registration happens at init time.
+func Register(t Test) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if t.Name == "" || t.Prepare == nil || t.Transport == "" {
+		panic("bench: Register: test needs a name, a transport and Prepare")
+	}
+	for _, o := range registry.tests {
+		if o.Name == t.Name {
+			panic("bench: Register: duplicate test " + t.Name)
+		}
+	}
+	registry.tests = append(registry.tests, t)
+}
+
+// RegisterTransport adds a transport (available or not). It panics on a
+// duplicate name.
+func RegisterTransport(t Transport) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	for _, o := range registry.transports {
+		if o.Name == t.Name {
+			panic("bench: RegisterTransport: duplicate transport " + t.Name)
+		}
+	}
+	registry.transports = append(registry.transports, t)
+}
+
+// Tests returns the registered tests in registration order; with a
+// transport name, only that transport's tests.
+func Tests(transport string) []Test {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	var out []Test
+	for _, t := range registry.tests {
+		if transport == "" || t.Transport == transport {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// LookupTest finds a test by name.
+func LookupTest(name string) (Test, bool) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	i := slices.IndexFunc(registry.tests, func(t Test) bool { return t.Name == name })
+	if i < 0 {
+		return Test{}, false
+	}
+	return registry.tests[i], true
+}
+
+// Transports returns the registered transports, available or not.
+func Transports() []Transport {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	return slices.Clone(registry.transports)
+}
+
+// ErrUnavailable is returned (wrapped) by LookupTransport for a transport
+// that exists but cannot be used.
+var ErrUnavailable = errors.New("unavailable")
+
+// LookupTransport finds a usable transport. Unknown names and unavailable
+// transports are errors that say why.
+func LookupTransport(name string) (Transport, error) {
+	for _, t := range Transports() {
+		if t.Name != name {
+			continue
+		}
+		if !t.Available() {
+			return t, fmt.Errorf("transport %s is %w (%s)", name, ErrUnavailable, t.Unavailable)
+		}
+		return t, nil
+	}
+	var names []string
+	for _, t := range Transports() {
+		names = append(names, t.Name)
+	}
+	return Transport{}, fmt.Errorf("unknown transport %q (known: %s)", name, strings.Join(names, ", "))
+}
+
+// TestsFor resolves a comma-separated list of test names for env; an empty
+// list means every registered test of env's transport that can run in env
+// (device tests are left out when no device is open). Named tests that
+// cannot run are errors.
+func TestsFor(env *Env, list string) ([]Test, error) {
+	if strings.TrimSpace(list) == "" {
+		var out []Test
+		for _, t := range Tests(env.transport()) {
+			if t.Check(env) == nil {
+				out = append(out, t)
+			}
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("no test can run over transport %s here", env.transport())
+		}
+		return out, nil
+	}
+	var out []Test
+	seen := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.ToLower(strings.TrimSpace(name))
+		t, ok := LookupTest(name)
+		if !ok {
+			var names []string
+			for _, t := range Tests("") {
+				names = append(names, t.Name)
+			}
+			return nil, fmt.Errorf("unknown test %q (known: %s)", name, strings.Join(names, ", "))
+		}
+		if err := t.Check(env); err != nil {
+			return nil, err
+		}
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// TestFor finds the test of env's transport copying from src to dst.
+func TestFor(env *Env, src, dst Mem) (Test, error) {
+	for _, t := range Tests(env.transport()) {
+		if t.Src == src && t.Dst == dst {
+			return t, t.Check(env)
+		}
+	}
+	return Test{}, fmt.Errorf("no test copies %s -> %s over transport %s", src, dst, env.transport())
+}

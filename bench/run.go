@@ -1,0 +1,475 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/gxfer/gxfer/engine"
+)
+
+// Params are the knobs of a run, in the spirit of ucx_perftest and the
+// perftest tools.
+type Params struct {
+	Sizes []int // message sizes in bytes
+
+	// Iterations is the number of measured messages per size (ucx_perftest
+	// -n). When it is 0, each size runs for Duration instead.
+	Iterations int
+	Duration   time.Duration
+
+	Warmup int // messages run before measuring, per size (-w)
+	Window int // outstanding submissions (-O); default 1
+	Batch  int // messages per submission, sent as one engine batch (-b); default 1
+	Count  int // times each (test, size) is measured; default 1
+
+	// Progress, if set, is called as the run advances (at most every
+	// ProgressEvery while a size is measured).
+	Progress      func(Progress)
+	ProgressEvery time.Duration // default 100 ms
+
+	// OnResult, if set, is called with every result as soon as it is
+	// measured and verified (to stream a table).
+	OnResult func(Result)
+}
+
+// Progress says how far a run is.
+type Progress struct {
+	Done, Total int     // measurements finished and planned
+	Test        string  // test being measured
+	Size        int     // message size being measured
+	Fraction    float64 // of the current measurement, 0..1
+}
+
+// Defaults for the zero Params fields.
+const (
+	DefaultDuration = 300 * time.Millisecond
+	DefaultWarmup   = 10
+)
+
+// DefaultSizes are the sizes of a run without -s: 8 B to 16 MiB.
+var DefaultSizes = []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20}
+
+func (p Params) withDefaults() Params {
+	if len(p.Sizes) == 0 {
+		p.Sizes = slices.Clone(DefaultSizes)
+	}
+	if p.Iterations == 0 && p.Duration == 0 {
+		p.Duration = DefaultDuration
+	}
+	if p.Window == 0 {
+		p.Window = 1
+	}
+	if p.Batch == 0 {
+		p.Batch = 1
+	}
+	if p.Count == 0 {
+		p.Count = 1
+	}
+	if p.ProgressEvery <= 0 {
+		p.ProgressEvery = 100 * time.Millisecond
+	}
+	return p
+}
+
+// Validate reports the first bad parameter. Zero values mean defaults.
+func (p Params) Validate() error {
+	switch {
+	case p.Iterations < 0:
+		return fmt.Errorf("iterations must be positive, got %d", p.Iterations)
+	case p.Duration < 0:
+		return fmt.Errorf("duration must be positive, got %v", p.Duration)
+	case p.Iterations > 0 && p.Duration > 0:
+		return errors.New("iterations and duration are mutually exclusive")
+	case p.Warmup < 0:
+		return fmt.Errorf("warm-up must be 0 or more, got %d", p.Warmup)
+	case p.Window < 0 || p.Window > 1<<16:
+		return fmt.Errorf("window must be 1..65536, got %d", p.Window)
+	case p.Batch < 0 || p.Batch > 1<<16:
+		return fmt.Errorf("batch must be 1..65536, got %d", p.Batch)
+	case p.Count < 0 || p.Count > 1000:
+		return fmt.Errorf("count must be 1..1000, got %d", p.Count)
+	}
+	for _, s := range p.Sizes {
+		if s <= 0 || s > MaxSize {
+			return fmt.Errorf("size %d out of range 1..%d", s, MaxSize)
+		}
+	}
+	return nil
+}
+
+// LatencyKind says what the latency columns measure.
+type LatencyKind string
+
+const (
+	// RoundTrip: window 1 and batch 1, each sample is one copy's time from
+	// submission to observed completion.
+	RoundTrip LatencyKind = "round-trip"
+	// PerOp: with several copies in flight (window or batch above 1), each
+	// sample is the time per copy over the last window of completions (the
+	// time they took divided by the copies they completed), as
+	// ucx_perftest's bandwidth tests report time per operation. The
+	// average is exactly wall time / copies.
+	PerOp LatencyKind = "per-op"
+)
+
+// Describe says what the latency columns of a kind mean.
+func (k LatencyKind) Describe() string {
+	if k == PerOp {
+		return "latency: time per copy over the last window of completions (window or batch > 1), not a round trip"
+	}
+	return "latency: round trip of one copy (submit to complete)"
+}
+
+// LatencyStats summarises latency samples, in microseconds.
+type LatencyStats struct {
+	Median float64 `json:"median_us"`
+	Avg    float64 `json:"avg_us"`
+	P99    float64 `json:"p99_us"`
+	Min    float64 `json:"min_us"`
+	Max    float64 `json:"max_us"`
+}
+
+// Result is one measured (test, size) point.
+type Result struct {
+	Test       string `json:"test"`
+	Transport  string `json:"transport"`
+	Src        Mem    `json:"src"`
+	Dst        Mem    `json:"dst"`
+	Device     string `json:"device"`      // "gaudi0", or "host" for a host-only test
+	DeviceName string `json:"device_name"` // device node, or "hlsim0 (emulated)"
+	Model      string `json:"model,omitempty"`
+	Emulated   bool   `json:"emulated"` // the device is the dma/hlsim emulator
+
+	Size        int   `json:"size"`
+	Run         int   `json:"run"`        // repetition, 0..Count-1
+	Iterations  int64 `json:"iterations"` // messages measured
+	Submissions int64 `json:"submissions"`
+	Warmup      int   `json:"warmup"`
+	Window      int   `json:"window"`
+	Batch       int   `json:"batch"`
+
+	ElapsedSec  float64      `json:"elapsed_s"`
+	LatencyKind LatencyKind  `json:"latency_kind"`
+	Latency     LatencyStats `json:"latency"`
+	// RoundTrip is always the submission round trip (submit to observed
+	// completion of a whole submission), whatever LatencyKind is.
+	RoundTrip LatencyStats `json:"round_trip"`
+	// BandwidthMBs is bytes moved / wall time in MB/s with MB = 2^20 bytes.
+	BandwidthMBs float64 `json:"bandwidth_mb_s"`
+	MsgRate      float64 `json:"msg_rate"` // messages per second
+	Verified     bool    `json:"verified"`
+}
+
+// BytesPerSec is the bandwidth in bytes per second.
+func (r Result) BytesPerSec() float64 { return r.BandwidthMBs * (1 << 20) }
+
+// Run measures every test at every size and returns the report: NewReport
+// then Report.Run. Buffers are allocated once per (test, size) and reused
+// by every iteration; the destination is verified after each measurement,
+// and a verification failure ends the run with an error. On error the
+// report holds what was measured before it.
+func Run(ctx context.Context, env *Env, tests []Test, p Params) (*Report, error) {
+	rep, err := NewReport(env, tests, p)
+	if err != nil {
+		return nil, err
+	}
+	return rep, rep.Run(ctx)
+}
+
+func (rep *Report) measure(ctx context.Context) error {
+	tests, p := rep.run.tests, rep.run.p
+	start := time.Now()
+	defer func() { rep.ElapsedSec = time.Since(start).Seconds() }()
+	total := len(tests) * len(p.Sizes) * p.Count
+	done := 0
+	for _, t := range tests {
+		for _, size := range p.Sizes {
+			for run := range p.Count {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if p.Progress != nil {
+					p.Progress(Progress{Done: done, Total: total, Test: t.Name, Size: size})
+				}
+				res, err := measureOne(ctx, rep.run, t, size, run, func(f float64) {
+					if p.Progress != nil {
+						p.Progress(Progress{Done: done, Total: total, Test: t.Name, Size: size, Fraction: f})
+					}
+				})
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", t.Name, FormatSize(size), err)
+				}
+				rep.Results = append(rep.Results, res)
+				if p.OnResult != nil {
+					p.OnResult(res)
+				}
+				done++
+			}
+		}
+	}
+	if p.Progress != nil {
+		p.Progress(Progress{Done: total, Total: total, Fraction: 1})
+	}
+	return nil
+}
+
+func measureOne(ctx context.Context, rs *runState, t Test, size, run int, frac func(float64)) (res Result, err error) {
+	env, p := rs.env, rs.p
+	w, err := t.Prepare(ctx, env, size)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if cerr := w.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("free buffers: %w", cerr)
+		}
+	}()
+	res = Result{
+		Test: t.Name, Transport: t.Transport, Src: t.Src, Dst: t.Dst,
+		Size: size, Run: run, Warmup: p.Warmup, Window: p.Window, Batch: p.Batch,
+		LatencyKind: RoundTrip,
+	}
+	fillDevice(&res, env, t)
+	if p.Window > 1 || p.Batch > 1 {
+		res.LatencyKind = PerOp
+	}
+	if p.Warmup > 0 {
+		if _, err := loop(ctx, w, p, int64(p.Warmup), 0, nil, nil); err != nil {
+			return res, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	rec := rs.rec
+	rec.kind = res.LatencyKind
+	m, err := loop(ctx, w, p, int64(p.Iterations), p.Duration, rec, frac)
+	if err != nil {
+		return res, err
+	}
+	if err := w.Verify(ctx); err != nil {
+		return res, err
+	}
+	res.Verified = true
+	res.Iterations, res.Submissions = m.msgs, m.subs
+	res.ElapsedSec = m.elapsed.Seconds()
+	res.Latency = rec.lat.stats()
+	res.RoundTrip = rec.rtt.stats()
+	if res.LatencyKind == PerOp && m.msgs > 0 {
+		// The average time per copy is exactly wall time / copies.
+		res.Latency.Avg = m.elapsed.Seconds() * 1e6 / float64(m.msgs)
+	}
+	if m.elapsed > 0 {
+		res.BandwidthMBs = float64(m.msgs) * float64(size) / m.elapsed.Seconds() / (1 << 20)
+		res.MsgRate = float64(m.msgs) / m.elapsed.Seconds()
+	}
+	return res, nil
+}
+
+func fillDevice(res *Result, env *Env, t Test) {
+	if !t.NeedsDevice() {
+		res.Device, res.DeviceName = "host", "host memory only"
+		return
+	}
+	res.Device = fmt.Sprintf("gaudi%d", env.Device)
+	for _, d := range env.Engine.Devices() {
+		if d.Index == env.Device {
+			res.DeviceName, res.Model, res.Emulated = d.Name, d.Model, d.Emulated
+		}
+	}
+}
+
+type measured struct {
+	msgs, subs int64
+	elapsed    time.Duration
+}
+
+type pending struct {
+	f  *engine.Future
+	t0 time.Time
+	n  int
+}
+
+// loop runs limit messages (or, when limit is 0, submits for dur), with
+// up to p.Window submissions of p.Batch messages in flight, and records
+// latencies into rec (nil: not recorded).
+func loop(ctx context.Context, w Workload, p Params, limit int64, dur time.Duration, rec *recorder, frac func(float64)) (m measured, err error) {
+	ring := make([]pending, p.Window)
+	head, n := 0, 0
+	defer func() {
+		// Every submission must end before the buffers can be reused or
+		// freed: wait for what is still in flight, even on error.
+		for ; n > 0; n-- {
+			_ = ring[head].f.Wait(context.Background())
+			head = (head + 1) % len(ring)
+		}
+	}()
+	var submitted int64
+	start := time.Now()
+	now, lastProgress := start, start
+	if rec != nil {
+		rec.begin(start, p.Window)
+	}
+	more := func() bool {
+		if limit > 0 {
+			return submitted < limit
+		}
+		return submitted == 0 || now.Sub(start) < dur
+	}
+	for {
+		for n < len(ring) && more() {
+			k := p.Batch
+			if limit > 0 && limit-submitted < int64(k) {
+				k = int(limit - submitted)
+			}
+			t0 := time.Now()
+			f := w.Submit(ctx, k)
+			ring[(head+n)%len(ring)] = pending{f: f, t0: t0, n: k}
+			n++
+			submitted += int64(k)
+			m.subs++
+		}
+		if n == 0 {
+			break
+		}
+		it := &ring[head]
+		if err := it.f.Wait(ctx); err != nil {
+			return m, err
+		}
+		head, n = (head+1)%len(ring), n-1
+		now = time.Now()
+		if rec != nil {
+			rec.add(it.t0, now, it.n)
+		}
+		m.msgs += int64(it.n)
+		if frac != nil && now.Sub(lastProgress) >= p.ProgressEvery {
+			lastProgress = now
+			if limit > 0 {
+				frac(float64(m.msgs) / float64(limit))
+			} else {
+				frac(min(1, float64(now.Sub(start))/float64(dur)))
+			}
+		}
+	}
+	m.elapsed = now.Sub(start)
+	return m, nil
+}
+
+// recorder keeps the latency samples of one measurement.
+type recorder struct {
+	kind LatencyKind
+	lat  samples // what the latency columns show
+	rtt  samples // submission round trips
+
+	// Per-op time: completion times and cumulative copies of the last
+	// window completions.
+	start time.Time
+	times []time.Time
+	cum   []int64
+	k     int
+	total int64
+}
+
+// begin empties the recorder for a measurement starting at start with
+// window submissions in flight, keeping its memory. kind is set before.
+func (r *recorder) begin(start time.Time, window int) {
+	r.start, r.k, r.total = start, 0, 0
+	r.lat.reset()
+	r.rtt.reset()
+	if cap(r.times) < window {
+		r.times, r.cum = make([]time.Time, window), make([]int64, window)
+	}
+	r.times, r.cum = r.times[:window], r.cum[:window]
+}
+
+// add records a submission of n copies, submitted at t0 and seen complete
+// at now. Per-op samples span the last window completions: with a full
+// window, completions are observed in bursts, and the time between two
+// of them says nothing; the time a whole window took, per copy, does.
+func (r *recorder) add(t0, now time.Time, n int) {
+	rtt := now.Sub(t0)
+	r.rtt.add(rtt, 1)
+	if r.kind == RoundTrip {
+		r.lat.add(rtt, 1)
+		return
+	}
+	r.total += int64(n)
+	i := r.k % len(r.times)
+	baseT, baseCum := r.start, int64(0)
+	if r.k >= len(r.times) {
+		baseT, baseCum = r.times[i], r.cum[i]
+	}
+	r.lat.add(now.Sub(baseT)/time.Duration(r.total-baseCum), n)
+	r.times[i], r.cum[i] = now, r.total
+	r.k++
+}
+
+// maxSamples bounds the memory of a measurement: beyond it, samples are
+// kept by reservoir sampling (uniformly), so quantiles stay unbiased.
+const maxSamples = 1 << 17
+
+// samples holds latency samples; the mean and extremes are exact, the
+// quantiles come from at most maxSamples uniformly kept samples.
+type samples struct {
+	v        []time.Duration
+	seen     int64
+	sum      float64 // weighted sum, ns
+	weight   int64
+	min, max time.Duration
+	rng      *rand.Rand
+}
+
+func (s *samples) reset() {
+	*s = samples{v: s.v[:0], rng: s.rng}
+}
+
+func (s *samples) add(d time.Duration, weight int) {
+	if s.seen == 0 || d < s.min {
+		s.min = d
+	}
+	if d > s.max {
+		s.max = d
+	}
+	s.sum += float64(d) * float64(weight)
+	s.weight += int64(weight)
+	s.seen++
+	if len(s.v) < maxSamples {
+		s.v = append(s.v, d)
+		return
+	}
+	if s.rng == nil {
+		s.rng = rand.New(rand.NewPCG(1, 2))
+	}
+	if j := s.rng.Int64N(s.seen); j < maxSamples {
+		s.v[j] = d
+	}
+}
+
+func (s *samples) stats() LatencyStats {
+	if s.seen == 0 {
+		return LatencyStats{}
+	}
+	slices.Sort(s.v)
+	us := func(d float64) float64 { return d / 1e3 }
+	return LatencyStats{
+		Median: us(quantile(s.v, 0.50)),
+		Avg:    us(s.sum / float64(s.weight)),
+		P99:    us(quantile(s.v, 0.99)),
+		Min:    us(float64(s.min)),
+		Max:    us(float64(s.max)),
+	}
+}
+
+// quantile interpolates linearly between the closest ranks of sorted v.
+func quantile(v []time.Duration, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	pos := q * float64(len(v)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(v)-1)
+	f := pos - float64(lo)
+	return float64(v[lo])*(1-f) + float64(v[hi])*f
+}

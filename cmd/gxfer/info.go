@@ -1,0 +1,353 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gxfer/gxfer/bench"
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/engine"
+)
+
+func infoUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: gxfer info [flags]
+
+Shows the devices gxfer drives (real or emulated, clearly marked), their
+driver generation and ioctl numbering, model, DRAM size and usage, PCI
+address and device node; the memory domains and their capabilities; the
+transports and why one is unavailable; the cache configuration.
+
+Flags:
+`)
+	fs, _, _ := infoFlags()
+	printDefaults(w, fs)
+}
+
+func infoFlags() (*flag.FlagSet, *commonFlags, *bool) {
+	fs := flag.NewFlagSet("info", flag.ContinueOnError)
+	var common commonFlags
+	common.register(fs)
+	asJSON := fs.Bool("json", false, "write JSON instead of text")
+	return fs, &common, asJSON
+}
+
+// infoDoc is what gxfer info reports; -json writes it as is.
+type infoDoc struct {
+	Tool          string          `json:"tool"`
+	Env           infoEnv         `json:"env"`
+	Devices       []infoDevice    `json:"devices"`
+	MemoryDomains []memoryDomain  `json:"memory_domains"`
+	Transports    []transportInfo `json:"transports"`
+	Caches        []cacheInfo     `json:"caches"`
+	Engine        engineInfo      `json:"engine"`
+}
+
+type infoEnv struct {
+	GOOS      string `json:"goos"`
+	GOARCH    string `json:"goarch"`
+	GoVersion string `json:"go_version"`
+	CPUs      int    `json:"cpus"`
+	Kernel    string `json:"kernel"`
+	Devices   string `json:"devices_mode"` // auto, emulated, none
+}
+
+type infoDevice struct {
+	Name             string `json:"name"` // gaudi0
+	Index            int    `json:"index"`
+	Emulated         bool   `json:"emulated"`
+	Emulator         string `json:"emulator,omitempty"` // "dma/hlsim"
+	Model            string `json:"model"`
+	PCIVendorID      string `json:"pci_vendor_id"`
+	PCIDeviceID      string `json:"pci_device_id"`
+	PCIAddress       string `json:"pci_address"` // "" when emulated or unknown
+	DeviceNode       string `json:"device_node"`
+	Driver           string `json:"driver"`
+	KernelRelease    string `json:"kernel_release"`
+	DriverGeneration string `json:"driver_generation"`
+	IoctlNumbering   string `json:"ioctl_numbering"`
+	DMABufExportAPI  string `json:"dmabuf_export_api"`
+	DRAMBase         string `json:"dram_base"`
+	DRAMSize         uint64 `json:"dram_size"`
+	DRAMUsed         uint64 `json:"dram_used"`
+	DRAMFree         uint64 `json:"dram_free"`
+	DRAMPageSize     uint64 `json:"dram_page_size"`
+}
+
+type memoryDomain struct {
+	Name         string `json:"name"` // host, gaudi0
+	Alloc        bool   `json:"alloc"`
+	Register     bool   `json:"register"`
+	DMABufExport bool   `json:"dmabuf_export"`
+	DMABufImport bool   `json:"dmabuf_import"`
+	Emulated     bool   `json:"emulated"`
+	Notes        string `json:"notes"`
+}
+
+type transportInfo struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"` // why it is unavailable
+	Desc      string `json:"desc"`
+}
+
+type cacheInfo struct {
+	Name       string `json:"name"`
+	Scope      string `json:"scope"`
+	Enabled    bool   `json:"enabled"`
+	MaxRegions int    `json:"max_regions"` // 0: unlimited
+	MaxBytes   uint64 `json:"max_bytes"`   // 0: unlimited
+	Desc       string `json:"desc"`
+}
+
+type engineInfo struct {
+	QueueDepth      int    `json:"queue_depth"`
+	QueueFull       string `json:"queue_full"`
+	Workers         int    `json:"workers"`
+	InlineHostMax   int    `json:"inline_host_max"`
+	ParallelCopyMin int    `json:"parallel_copy_min"`
+	CBSize          int    `json:"cb_size"`
+	MaxOpsPerCS     int    `json:"max_ops_per_cs"`
+	ChunkSize       uint64 `json:"chunk_size"`
+	PollSpinNS      int64  `json:"poll_spin_ns"`
+	WaitSpinNS      int64  `json:"wait_spin_ns"`
+	CloseGraceNS    int64  `json:"close_grace_ns"`
+}
+
+func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, common, asJSON := infoFlags()
+	if _, err := parseFlags(fs, args, common); err != nil {
+		return err
+	}
+	cfg, err := common.config(stderr)
+	if err != nil {
+		return err
+	}
+	eng, err := openEngine(cfg)
+	if err != nil {
+		return err
+	}
+	doc := collectInfo(eng, cfg, common.devices)
+	if err := eng.Close(); err != nil {
+		return fmt.Errorf("close engine: %w", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(doc)
+	}
+	return writeInfoText(stdout, doc)
+}
+
+func collectInfo(eng *engine.Engine, cfg engine.Config, mode string) infoDoc {
+	doc := infoDoc{
+		Tool: "gxfer info",
+		Env: infoEnv{
+			GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GoVersion: runtime.Version(),
+			CPUs: runtime.NumCPU(), Kernel: bench.KernelRelease(), Devices: strings.ToLower(mode),
+		},
+		Devices:       []infoDevice{},
+		MemoryDomains: []memoryDomain{},
+	}
+	// Real devices: PCI address and driver come from discovery (sysfs), as
+	// the engine does not report them.
+	nodes := map[string]dma.NodeInfo{}
+	if list, err := dma.Discover(cfg.SysRoot); err == nil {
+		for _, n := range list {
+			nodes[n.Path] = n
+		}
+	}
+	doc.MemoryDomains = append(doc.MemoryDomains, memoryDomain{
+		Name: "host", Alloc: true, Register: true,
+		Notes: "page-aligned memory outside the Go heap (Alloc); caller memory through Register and the registration cache",
+	})
+	for _, d := range eng.Devices() {
+		id := infoDevice{
+			Name: fmt.Sprintf("gaudi%d", d.Index), Index: d.Index, Emulated: d.Emulated, Model: d.Model,
+			PCIVendorID: "0x1da3", PCIDeviceID: fmt.Sprintf("%#04x", d.DeviceID),
+			DeviceNode: d.Name, IoctlNumbering: d.Numbering, DMABufExportAPI: exportAPIText(d.ExportAPI),
+			DRAMBase: fmt.Sprintf("%#x", d.DRAMBase), DRAMSize: d.DRAMSize, DRAMFree: d.DRAMFree, DRAMPageSize: d.PageSize,
+		}
+		if d.DRAMSize >= d.DRAMFree {
+			id.DRAMUsed = d.DRAMSize - d.DRAMFree
+		}
+		accel := strings.Contains(strings.ToLower(d.Numbering), "accel")
+		id.DriverGeneration = "legacy habanalabs char device (kernels up to 6.5): /dev/hlN"
+		if accel {
+			id.DriverGeneration = "DRM accel (kernels 6.6 and later): /dev/accel/accelN"
+		}
+		if d.Emulated {
+			id.Emulator = "dma/hlsim"
+			id.Driver = "habanalabs uAPI emulated by dma/hlsim"
+			id.KernelRelease = cfg.Emulator.Kernel
+		} else {
+			id.Driver = "habanalabs"
+			id.KernelRelease = bench.KernelRelease()
+			if n, ok := nodes[d.Name]; ok {
+				id.PCIAddress = n.PCIAddr
+				if n.Driver != "" {
+					id.Driver = n.Driver
+				}
+			}
+		}
+		doc.Devices = append(doc.Devices, id)
+		notes := "device memory (HBM); DMA-BUF export " + exportAPIText(d.ExportAPI) + "; the habanalabs driver is export-only (no import, no CPU mmap)"
+		if d.Emulated {
+			notes = "EMULATED by dma/hlsim; " + notes
+		}
+		doc.MemoryDomains = append(doc.MemoryDomains, memoryDomain{
+			Name: id.Name, Alloc: true, Register: false, DMABufExport: true, DMABufImport: false, Emulated: d.Emulated, Notes: notes,
+		})
+	}
+	for _, t := range bench.Transports() {
+		doc.Transports = append(doc.Transports, transportInfo{Name: t.Name, Available: t.Available(), Reason: t.Unavailable, Desc: t.Desc})
+	}
+	rc := cfg.RegCache
+	doc.Caches = []cacheInfo{
+		{Name: "registration cache", Scope: "per device", Enabled: !rc.Disabled, MaxRegions: rc.MaxRegions, MaxBytes: rc.MaxBytes,
+			Desc: "host ranges mapped into the device MMU, reused across copies"},
+		{Name: "DMA-BUF export cache", Scope: "per device", Enabled: true,
+			Desc: "device ranges exported as DMA-BUF fds, exported once"},
+		{Name: "memory-type cache", Scope: "per engine and per device", Enabled: true,
+			Desc: "address range -> buffer and memory type"},
+	}
+	full := "wait for room"
+	if cfg.QueueFull == engine.FailWhenFull {
+		full = "fail with ErrQueueFull"
+	}
+	doc.Engine = engineInfo{
+		QueueDepth: cfg.QueueDepth, QueueFull: full, Workers: cfg.Workers,
+		InlineHostMax: cfg.InlineHostMax, ParallelCopyMin: cfg.ParallelCopyMin, CBSize: cfg.CBSize,
+		MaxOpsPerCS: cfg.MaxOpsPerCS, ChunkSize: cfg.ChunkSize,
+		PollSpinNS: cfg.PollSpin.Nanoseconds(), WaitSpinNS: cfg.WaitSpin.Nanoseconds(), CloseGraceNS: cfg.CloseGrace.Nanoseconds(),
+	}
+	return doc
+}
+
+func exportAPIText(api string) string {
+	switch api {
+	case dma.ExportAPIAddr:
+		return "{addr, size, offset} (kernel 6.3 and later)"
+	case dma.ExportAPI61:
+		return "{handle, size} (kernel 6.1 form)"
+	}
+	return api
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func limit(n uint64, unit func(uint64) string) string {
+	if n == 0 {
+		return "unlimited"
+	}
+	return unit(n)
+}
+
+func writeInfoText(w io.Writer, doc infoDoc) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	p := func(format string, args ...any) { fmt.Fprintf(tw, format, args...) }
+	e := doc.Env
+	p("gxfer info | %s %s/%s | %d CPUs | host kernel %s | -devices %s\n", e.GoVersion, e.GOOS, e.GOARCH, e.CPUs, e.Kernel, e.Devices)
+
+	emulated := 0
+	for _, d := range doc.Devices {
+		if d.Emulated {
+			emulated++
+		}
+	}
+	p("\nDevices: %d open", len(doc.Devices))
+	if emulated > 0 {
+		p(" (%d EMULATED by dma/hlsim, not real hardware)", emulated)
+	}
+	p("\n")
+	if len(doc.Devices) == 0 {
+		p("  none (host memory only)\n")
+	}
+	for _, d := range doc.Devices {
+		kind := "real Gaudi"
+		if d.Emulated {
+			kind = "EMULATED (dma/hlsim, not a real Gaudi)"
+		}
+		p("  %s: %s\n", d.Name, kind)
+		p("    model\t%s (PCI %s:%s)\n", d.Model, d.PCIVendorID, d.PCIDeviceID)
+		node := d.DeviceNode
+		if d.Emulated {
+			node += ", no /dev node"
+		}
+		p("    device node\t%s\n", node)
+		pci := d.PCIAddress
+		if d.Emulated {
+			pci = "none (emulated)"
+		} else if pci == "" {
+			pci = "unknown (sysfs pci_addr unreadable)"
+		}
+		p("    PCI address\t%s\n", pci)
+		p("    driver\t%s, kernel %s\n", d.Driver, d.KernelRelease)
+		p("    driver generation\t%s\n", d.DriverGeneration)
+		p("    ioctl numbering\t%s\n", d.IoctlNumbering)
+		p("    DMA-BUF export API\t%s\n", d.DMABufExportAPI)
+		p("    DRAM\t%s at %s: %s used, %s free, page %s\n", bench.FormatBytes(d.DRAMSize), d.DRAMBase,
+			bench.FormatBytes(d.DRAMUsed), bench.FormatBytes(d.DRAMFree), bench.FormatBytes(d.DRAMPageSize))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	p("\nMemory domains:\n")
+	p("  domain\talloc\tregister\tDMA-BUF export\tDMA-BUF import\tnotes\n")
+	for _, m := range doc.MemoryDomains {
+		export := yesNo(m.DMABufExport)
+		if m.DMABufExport {
+			if m.Emulated {
+				export = "yes (emulated)"
+			} else {
+				export = "yes (real)"
+			}
+		}
+		p("  %s\t%s\t%s\t%s\t%s\t%s\n", m.Name, yesNo(m.Alloc), yesNo(m.Register), export, yesNo(m.DMABufImport), m.Notes)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	p("\nTransports:\n")
+	for _, t := range doc.Transports {
+		if t.Available {
+			p("  %s: available (%s)\n", t.Name, t.Desc)
+		} else {
+			p("  %s: unavailable (%s)\n", t.Name, t.Reason)
+		}
+	}
+
+	p("\nCaches:\n")
+	for _, c := range doc.Caches {
+		state := "disabled"
+		if c.Enabled {
+			state = fmt.Sprintf("enabled, max regions %s, max bytes %s",
+				limit(uint64(c.MaxRegions), func(n uint64) string { return fmt.Sprint(n) }), limit(c.MaxBytes, bench.FormatBytes))
+		}
+		p("  %s\t%s\t%s\t(%s)\n", c.Name, c.Scope, state, c.Desc)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	g := doc.Engine
+	p("\nEngine configuration:\n")
+	p("  queues\tdepth %d per (device, direction); when full: %s\n", g.QueueDepth, g.QueueFull)
+	p("  workers\t%d\n", g.Workers)
+	p("  host copies\tup to %s inline in the caller; from %s split across cores\n", bench.FormatBytes(uint64(g.InlineHostMax)), bench.FormatBytes(uint64(g.ParallelCopyMin)))
+	p("  device copies\tcommand buffer %s; up to %d copies per CS; split in %s chunks over the DMA queues\n", bench.FormatBytes(uint64(g.CBSize)), g.MaxOpsPerCS, bench.FormatBytes(g.ChunkSize))
+	p("  completion\tCQ actor spins %dus before parking; Wait spins %dus; Close grace %ds\n", g.PollSpinNS/1000, g.WaitSpinNS/1000, g.CloseGraceNS/1e9)
+	return tw.Flush()
+}

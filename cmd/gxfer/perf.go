@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gxfer/gxfer/bench"
+)
+
+func perfUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: gxfer perf [flags]
+
+Measures copy bandwidth and latency between each pair of memory types
+(h2d, d2h, d2d, h2h) on the device under test, like ucx_perftest and
+ib_write_bw. Without flags it runs every local test that the open devices
+allow (the emulated Gaudi on a plain machine) at 8B, 4KiB, 64KiB, 1MiB and
+16MiB, 0.3 s per size, and prints one table per test: size, iterations,
+latency (median, average, p99, in microseconds), bandwidth (MB/s with
+MB = 2^20 bytes) and message rate. Every header names the device and the
+transport and says whether the device is emulated.
+
+Buffers are allocated once per (test, size) and reused across iterations;
+the destination is verified after each size, and a failed verification is
+an error (exit status 1).
+
+With -O or -b above 1, the latency columns are the time per copy over the
+last window of completions (average: wall time / copies), not a round trip.
+
+Examples:
+  gxfer perf
+  gxfer perf -t h2d,d2h -sweep 4K:64M -time 1s
+  gxfer perf -t d2d -s 1M -n 1000 -O 16 -benchfmt > new.txt
+  gxfer perf -json > run.json
+  gxfer perf -plot perf.svg
+
+Flags:
+`)
+	fs, _ := perfFlags()
+	printDefaults(w, fs)
+}
+
+type perfOpts struct {
+	common              commonFlags
+	tests, mem          string
+	sizes, sweep        string
+	iters               int
+	dur                 time.Duration
+	warmup              int
+	window, batch       int
+	count               int
+	device              int
+	transport           string
+	json, csv, benchfmt bool
+	plot                string
+	quiet               bool
+}
+
+func perfFlags() (*flag.FlagSet, *perfOpts) {
+	o := &perfOpts{}
+	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
+	fs.StringVar(&o.tests, "t", "", "tests, comma-separated: h2d, d2h, d2d, h2h (default: all that the open devices allow)")
+	fs.StringVar(&o.mem, "m", "", "memory types `src,dst` (host or gaudi) instead of -t, as ucx_perftest -m")
+	fs.StringVar(&o.sizes, "s", "", "message sizes, comma-separated, with K, M, G suffixes (binary) (default 8,4K,64K,1M,16M)")
+	fs.StringVar(&o.sweep, "sweep", "", "message sizes `MIN:MAX`: every power of two from MIN to MAX, e.g. 8:16M")
+	fs.IntVar(&o.iters, "n", 0, "measured iterations (messages) per size; excludes -time")
+	fs.DurationVar(&o.dur, "time", bench.DefaultDuration, "measuring time per size; excludes -n")
+	fs.IntVar(&o.warmup, "w", bench.DefaultWarmup, "warm-up iterations per size, not measured")
+	fs.IntVar(&o.window, "O", 1, "outstanding submissions (window)")
+	fs.IntVar(&o.batch, "b", 1, "copies per submission, sent as one engine batch")
+	fs.IntVar(&o.count, "count", 1, "measure each (test, size) this many times (for benchstat)")
+	fs.IntVar(&o.device, "d", 0, "index of the Gaudi device under test")
+	fs.StringVar(&o.transport, "x", "local", "transport: local (rdma and tcp are not implemented in this build)")
+	fs.BoolVar(&o.json, "json", false, "write the report as JSON on stdout instead of tables")
+	fs.BoolVar(&o.csv, "csv", false, "write the results as CSV on stdout instead of tables")
+	fs.BoolVar(&o.benchfmt, "benchfmt", false, "write the results in Go benchmark format on stdout, for benchstat")
+	fs.StringVar(&o.plot, "plot", "", "also draw bandwidth and latency against size into `FILE`.svg or FILE.png")
+	fs.BoolVar(&o.quiet, "q", false, "quiet: no tables and no progress (machine formats and -plot are still written)")
+	o.common.register(fs)
+	return fs, o
+}
+
+// perfPlan is a checked perf command line.
+type perfPlan struct {
+	p        bench.Params
+	format   string // text, json, csv, benchfmt
+	progress bool
+}
+
+// check validates the flags that need no engine.
+func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
+	var pl perfPlan
+	if set["n"] && set["time"] {
+		return pl, usagef("-n and -time are mutually exclusive")
+	}
+	if set["s"] && set["sweep"] {
+		return pl, usagef("-s and -sweep are mutually exclusive")
+	}
+	if set["t"] && set["m"] {
+		return pl, usagef("-t and -m are mutually exclusive")
+	}
+	formats := 0
+	pl.format = "text"
+	for name, on := range map[string]bool{"json": o.json, "csv": o.csv, "benchfmt": o.benchfmt} {
+		if on {
+			formats++
+			pl.format = name
+		}
+	}
+	if formats > 1 {
+		return pl, usagef("-json, -csv and -benchfmt are mutually exclusive")
+	}
+	switch {
+	case set["n"] && o.iters < 1:
+		return pl, usagef("bad -n %d (want 1 or more)", o.iters)
+	case !set["n"] && o.dur <= 0:
+		return pl, usagef("bad -time %v (want a positive duration such as 300ms)", o.dur)
+	case o.warmup < 0:
+		return pl, usagef("bad -w %d (want 0 or more)", o.warmup)
+	case o.window < 1 || o.window > 1<<16:
+		return pl, usagef("bad -O %d (want 1..65536)", o.window)
+	case o.batch < 1 || o.batch > 1<<16:
+		return pl, usagef("bad -b %d (want 1..65536)", o.batch)
+	case o.count < 1 || o.count > 1000:
+		return pl, usagef("bad -count %d (want 1..1000)", o.count)
+	case o.device < 0:
+		return pl, usagef("bad -d %d (want a device index, 0 or more)", o.device)
+	}
+	if _, err := bench.LookupTransport(o.transport); err != nil {
+		return pl, usagef("-x: %v", err)
+	}
+	if set["m"] {
+		if _, _, err := o.memTypes(); err != nil {
+			return pl, err
+		}
+	}
+	if set["t"] {
+		// Names now; whether the open devices allow them once the engine is open.
+		for _, name := range strings.Split(o.tests, ",") {
+			if _, ok := bench.LookupTest(strings.ToLower(strings.TrimSpace(name))); !ok {
+				return pl, usagef("unknown test %q (known: %s)", strings.TrimSpace(name), strings.Join(testNames(), ", "))
+			}
+		}
+	}
+	var sizes []int
+	var err error
+	switch {
+	case set["sweep"]:
+		sizes, err = bench.ParseSweep(o.sweep)
+	case set["s"]:
+		sizes, err = bench.ParseSizes(o.sizes)
+	default:
+		sizes = bench.DefaultSizes
+	}
+	if err != nil {
+		return pl, usagef("%v", err)
+	}
+	if o.plot != "" {
+		if _, err := bench.PlotFormat(o.plot); err != nil {
+			return pl, usagef("-plot: %v", err)
+		}
+		if st, err := os.Stat(filepath.Dir(o.plot)); err != nil || !st.IsDir() {
+			return pl, usagef("-plot: directory %q does not exist", filepath.Dir(o.plot))
+		}
+	}
+	pl.p = bench.Params{
+		Sizes: sizes, Warmup: o.warmup, Window: o.window, Batch: o.batch, Count: o.count,
+	}
+	if set["n"] {
+		pl.p.Iterations = o.iters
+	} else {
+		pl.p.Duration = o.dur
+	}
+	if err := pl.p.Validate(); err != nil {
+		return pl, usagef("%v", err)
+	}
+	return pl, nil
+}
+
+func testNames() []string {
+	var names []string
+	for _, t := range bench.Tests("") {
+		names = append(names, t.Name)
+	}
+	return names
+}
+
+// memTypes parses -m src,dst.
+func (o *perfOpts) memTypes() (src, dst bench.Mem, err error) {
+	a, b, ok := strings.Cut(o.mem, ",")
+	if !ok {
+		return "", "", usagef("bad -m %q (want src,dst memory types, e.g. host,gaudi)", o.mem)
+	}
+	if src, err = bench.ParseMem(a); err != nil {
+		return "", "", usagef("-m: %v", err)
+	}
+	if dst, err = bench.ParseMem(b); err != nil {
+		return "", "", usagef("-m: %v", err)
+	}
+	return src, dst, nil
+}
+
+// selectTests resolves -t or -m for env.
+func (o *perfOpts) selectTests(env *bench.Env) ([]bench.Test, error) {
+	if o.mem != "" {
+		s, d, err := o.memTypes()
+		if err != nil {
+			return nil, err
+		}
+		t, err := bench.TestFor(env, s, d)
+		if err != nil {
+			return nil, usagef("-m: %v", err)
+		}
+		return []bench.Test{t}, nil
+	}
+	tests, err := bench.TestsFor(env, o.tests)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return tests, nil
+}
+
+func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	fs, o := perfFlags()
+	set, err := parseFlags(fs, args, &o.common)
+	if err != nil {
+		return err
+	}
+	cfg, err := o.common.config(stderr)
+	if err != nil {
+		return err
+	}
+	plan, err := o.check(set)
+	if err != nil {
+		return err
+	}
+	eng, err := openEngine(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := eng.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close engine: %w", cerr)
+		}
+	}()
+
+	env := &bench.Env{Engine: eng, Device: o.device, Transport: o.transport}
+	if n := eng.NumDevices(); set["d"] && o.device >= n {
+		return usagef("-d %d: no such device (%d open)", o.device, n)
+	}
+	tests, err := o.selectTests(env)
+	if err != nil {
+		return err
+	}
+
+	p := plan.p
+	var bar *progressBar
+	if !o.quiet && stderrIsTerminal(stderr) {
+		bar = newProgressBar(stderr)
+		p.Progress = bar.update
+	}
+	text := plan.format == "text" && !o.quiet
+	var tw *bench.TextWriter
+	if text {
+		// Stream the tables: each row as soon as it is measured.
+		p.OnResult = func(x bench.Result) {
+			bar.clear()
+			_ = tw.Write(x)
+		}
+	}
+	rep, err := bench.NewReport(env, tests, p)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if text {
+		tw = bench.NewTextWriter(stdout, rep)
+		if err := tw.Banner(); err != nil {
+			return err
+		}
+		if eng.NumDevices() == 0 && o.tests == "" && o.mem == "" {
+			fmt.Fprintln(stdout, "# no Gaudi device open: h2d, d2h and d2d skipped")
+		}
+	}
+	runErr := rep.Run(ctx)
+	bar.clear()
+	if runErr != nil {
+		if errors.Is(runErr, context.Canceled) {
+			return errors.New("interrupted")
+		}
+		return runErr
+	}
+	switch plan.format {
+	case "json":
+		err = rep.WriteJSON(stdout)
+	case "csv":
+		err = rep.WriteCSV(stdout)
+	case "benchfmt":
+		err = rep.WriteBenchfmt(stdout)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", plan.format, err)
+	}
+	if o.plot != "" {
+		if err := rep.SavePlot(o.plot); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		if text {
+			fmt.Fprintf(stdout, "#\n# plot written to %s\n", o.plot)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,306 @@
+package cq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// ErrClosed ends operations still outstanding when an actor is closed.
+var ErrClosed = errors.New("cq: closed")
+
+// CSWaiter is a device's completion source: WAIT_CS on one sequence number.
+// done reports completion; err is the CS's failure (the CS is then retired
+// too). A timeout of 0 polls.
+type CSWaiter interface {
+	WaitCS(seq uint64, timeout time.Duration) (done bool, err error)
+}
+
+// Submission is one outstanding command submission tracked by an actor.
+type Submission struct {
+	Seq uint64
+	// Deadline, if not zero, is when the submission's operations time out.
+	Deadline time.Time
+	// OnDone is called exactly once, on the actor goroutine, when the CS
+	// retires: nil on success, the CS error, or ErrClosed at shutdown. It
+	// must not block.
+	OnDone func(err error)
+	// OnTimeout, if set, is called once on the actor goroutine when the
+	// deadline passes before the CS retires. OnDone still follows later.
+	OnTimeout func()
+}
+
+// ActorConfig tunes a DeviceActor.
+type ActorConfig struct {
+	MaxOutstanding int           // tracked submissions before Track waits (default 256)
+	MaxPoll        int           // WAIT_CS polls per sweep (default 16)
+	Spin           time.Duration // spin-polling window after the last progress (default 50us)
+	BlockTimeout   time.Duration // blocking WAIT_CS on the oldest CS when spinning ends (default 1ms)
+	IdleTimeout    time.Duration // safety-net wakeup while idle (default 100ms)
+	// OnDeadline is called (on the actor goroutine) whenever a submission
+	// misses its deadline, so the owner can check the device's health.
+	OnDeadline func()
+	Logger     zerolog.Logger
+}
+
+func (c *ActorConfig) defaults() {
+	if c.MaxOutstanding <= 0 {
+		c.MaxOutstanding = 256
+	}
+	if c.MaxPoll <= 0 {
+		c.MaxPoll = 16
+	}
+	if c.Spin < 0 {
+		c.Spin = 0
+	} else if c.Spin == 0 {
+		c.Spin = 50 * time.Microsecond
+	}
+	if c.BlockTimeout <= 0 {
+		c.BlockTimeout = time.Millisecond
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 100 * time.Millisecond
+	}
+}
+
+type tracked struct {
+	Submission
+	timedOut bool
+}
+
+// DeviceActor is the one goroutine that reaps a device's command
+// submissions. While work is in flight it polls WAIT_CS (timeout 0) over the
+// outstanding sequence numbers in bounded sweeps, spins for a short window
+// after progress, then blocks in a short WAIT_CS on the oldest; when idle it
+// sleeps on its submission channel with a periodic safety-net timeout.
+type DeviceActor struct {
+	name string
+	w    CSWaiter
+	cfg  ActorConfig
+	log  zerolog.Logger
+
+	in      chan Submission
+	stop    chan struct{}
+	stopped chan struct{}
+	grace   atomic.Int64
+	once    sync.Once
+
+	outstanding atomic.Int64
+	polls       atomic.Uint64
+	blocks      atomic.Uint64
+	retired     atomic.Uint64
+}
+
+// NewDeviceActor starts the actor for one completion source.
+func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
+	cfg.defaults()
+	a := &DeviceActor{
+		name:    name,
+		w:       w,
+		cfg:     cfg,
+		log:     cfg.Logger.With().Str("component", "cq").Str("source", name).Logger(),
+		in:      make(chan Submission, cfg.MaxOutstanding),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go a.run()
+	return a
+}
+
+// Track hands a submitted CS to the actor. It waits while MaxOutstanding
+// submissions are queued, until ctx ends. After Close it returns ErrClosed
+// and the caller still owns s (and must end it).
+func (a *DeviceActor) Track(ctx context.Context, s Submission) error {
+	select {
+	case <-a.stop:
+		return ErrClosed
+	default:
+	}
+	a.outstanding.Add(1)
+	select {
+	case a.in <- s:
+		return nil
+	case <-a.stop:
+		a.outstanding.Add(-1)
+		return ErrClosed
+	case <-ctx.Done():
+		a.outstanding.Add(-1)
+		return ctx.Err()
+	}
+}
+
+// Outstanding is the number of submissions not yet retired.
+func (a *DeviceActor) Outstanding() int { return int(a.outstanding.Load()) }
+
+// ActorStats are an actor's counters.
+type ActorStats struct {
+	Outstanding int
+	Polls       uint64 // non-blocking WAIT_CS calls
+	Blocks      uint64 // blocking WAIT_CS calls
+	Retired     uint64 // submissions retired
+}
+
+// Stats returns the counters.
+func (a *DeviceActor) Stats() ActorStats {
+	return ActorStats{Outstanding: a.Outstanding(), Polls: a.polls.Load(), Blocks: a.blocks.Load(), Retired: a.retired.Load()}
+}
+
+// Close stops accepting submissions, keeps reaping the outstanding ones for
+// up to grace, then ends the rest with ErrClosed and returns once the actor
+// goroutine has exited. Idempotent; always finishes.
+func (a *DeviceActor) Close(grace time.Duration) {
+	a.once.Do(func() {
+		a.grace.Store(int64(grace))
+		close(a.stop)
+	})
+	<-a.stopped
+}
+
+func (a *DeviceActor) run() {
+	defer close(a.stopped)
+	var pending []*tracked
+	lastProgress := time.Now()
+	var stopAt time.Time
+	idle := time.NewTimer(a.cfg.IdleTimeout)
+	defer idle.Stop()
+
+	finish := func(i int, err error) {
+		t := pending[i]
+		a.safeCall(func() { t.OnDone(err) })
+		a.retired.Add(1)
+		a.outstanding.Add(-1)
+		pending[i] = nil
+	}
+	compact := func() {
+		j := 0
+		for _, t := range pending {
+			if t != nil {
+				pending[j] = t
+				j++
+			}
+		}
+		clear(pending[j:])
+		pending = pending[:j]
+	}
+	stopping := func() bool {
+		select {
+		case <-a.stop:
+			if stopAt.IsZero() {
+				stopAt = time.Now().Add(time.Duration(a.grace.Load()))
+			}
+			return true
+		default:
+			return false
+		}
+	}
+
+	for {
+		// Take new submissions without blocking.
+	drain:
+		for len(pending) < a.cfg.MaxOutstanding {
+			select {
+			case s := <-a.in:
+				pending = append(pending, &tracked{Submission: s})
+			default:
+				break drain
+			}
+		}
+		if len(pending) == 0 {
+			if stopping() {
+				return
+			}
+			idle.Reset(a.cfg.IdleTimeout)
+			select {
+			case s := <-a.in:
+				pending = append(pending, &tracked{Submission: s})
+				lastProgress = time.Now()
+			case <-a.stop:
+			case <-idle.C:
+			}
+			continue
+		}
+
+		// One bounded sweep of non-blocking polls.
+		progressed := false
+		n := min(len(pending), a.cfg.MaxPoll)
+		for i := 0; i < n; i++ {
+			done, err := a.w.WaitCS(pending[i].Seq, 0)
+			a.polls.Add(1)
+			if done {
+				finish(i, err)
+				progressed = true
+			}
+		}
+		compact()
+
+		// Deadlines.
+		now := time.Now()
+		missed := false
+		for _, t := range pending {
+			if !t.timedOut && !t.Deadline.IsZero() && now.After(t.Deadline) {
+				t.timedOut = true
+				missed = true
+				if t.OnTimeout != nil {
+					a.safeCall(t.OnTimeout)
+				}
+			}
+		}
+		if missed && a.cfg.OnDeadline != nil {
+			a.safeCall(a.cfg.OnDeadline)
+		}
+
+		if stopping() && now.After(stopAt) {
+			for i := range pending {
+				finish(i, ErrClosed)
+			}
+			pending = pending[:0]
+			// Anything still queued in the channel is ended too.
+			for {
+				select {
+				case s := <-a.in:
+					a.safeCall(func() { s.OnDone(ErrClosed) })
+					a.outstanding.Add(-1)
+				default:
+					return
+				}
+			}
+		}
+
+		if progressed {
+			lastProgress = now
+			continue
+		}
+		if len(pending) == 0 {
+			continue
+		}
+		if now.Sub(lastProgress) < a.cfg.Spin {
+			runtime.Gosched()
+			continue
+		}
+		// Block on the oldest outstanding CS for a short while.
+		done, err := a.w.WaitCS(pending[0].Seq, a.cfg.BlockTimeout)
+		a.blocks.Add(1)
+		if done {
+			finish(0, err)
+			compact()
+			lastProgress = time.Now()
+		}
+	}
+}
+
+// safeCall runs a callback, turning a panic into a logged error so that the
+// actor keeps serving its other submissions.
+func (a *DeviceActor) safeCall(fn func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error().Str("panic", fmt.Sprint(r)).Msg("completion callback panicked")
+		}
+	}()
+	fn()
+}

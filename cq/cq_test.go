@@ -1,0 +1,220 @@
+package cq
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+func TestFutureCounted(t *testing.T) {
+	e1, e2 := errors.New("one"), errors.New("two")
+	tests := []struct {
+		name    string
+		n       int
+		errs    []error
+		wantErr error
+	}{
+		{"single ok", 1, []error{nil}, nil},
+		{"three ok", 3, []error{nil, nil, nil}, nil},
+		{"first error wins", 3, []error{nil, e1, e2}, e1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewBatchFuture(tc.n)
+			require.ErrorIs(t, f.Err(), ErrNotDone)
+			for i, err := range tc.errs {
+				require.False(t, f.IsDone())
+				f.Complete(i, err)
+			}
+			<-f.Done()
+			require.Equal(t, tc.wantErr, f.Err())
+			require.Equal(t, tc.errs, f.Errs())
+			f.Complete(0, e2) // extra completions are ignored
+			require.Equal(t, tc.wantErr, f.Err())
+		})
+	}
+}
+
+func TestFutureWait(t *testing.T) {
+	f := NewFuture(1)
+	f.SetSpin(10 * time.Microsecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, f.Wait(ctx), context.DeadlineExceeded)
+	require.False(t, f.IsDone(), "ending the wait does not end the operation")
+	go f.Complete(0, nil)
+	require.NoError(t, f.Wait(context.Background()))
+	require.NoError(t, Resolved(nil).Wait(context.Background()))
+	require.ErrorIs(t, Resolved(ErrClosed).Wait(context.Background()), ErrClosed)
+}
+
+func TestFutureDoneClosedOnceUnderRace(t *testing.T) {
+	for i := 0; i < 100; i++ {
+		f := NewFuture(8)
+		var wg sync.WaitGroup
+		chans := make(chan (<-chan struct{}), 8)
+		for j := 0; j < 8; j++ {
+			wg.Add(2)
+			go func() { defer wg.Done(); chans <- f.Done() }()
+			go func() { defer wg.Done(); f.Complete(0, nil) }()
+		}
+		wg.Wait()
+		close(chans)
+		for c := range chans {
+			<-c
+		}
+		f.CompleteAll(ErrClosed) // after resolution: no effect
+		require.NoError(t, f.Err())
+	}
+}
+
+// fakeWaiter completes sequence numbers when told to.
+type fakeWaiter struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	res  map[uint64]error // present = retired
+}
+
+func newFakeWaiter() *fakeWaiter {
+	w := &fakeWaiter{res: map[uint64]error{}}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+func (w *fakeWaiter) finish(seq uint64, err error) {
+	w.mu.Lock()
+	w.res[seq] = err
+	w.mu.Unlock()
+	w.cond.Broadcast()
+}
+
+func (w *fakeWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err, ok := w.res[seq]; ok {
+		return true, err
+	}
+	if timeout > 0 {
+		t := time.AfterFunc(timeout, w.cond.Broadcast)
+		defer t.Stop()
+		w.cond.Wait()
+		err, ok := w.res[seq]
+		return ok, err
+	}
+	return false, nil
+}
+
+func TestDeviceActorRetires(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{Spin: -1, BlockTimeout: time.Millisecond})
+	defer a.Close(0)
+	csErr := errors.New("cs failed")
+	const n = 50
+	results := make(chan error, n)
+	for i := uint64(1); i <= n; i++ {
+		require.NoError(t, a.Track(context.Background(), Submission{Seq: i, OnDone: func(err error) { results <- err }}))
+	}
+	for i := uint64(n); i >= 1; i-- { // retire out of order
+		if i == 7 {
+			w.finish(i, csErr)
+		} else {
+			w.finish(i, nil)
+		}
+	}
+	failed := 0
+	for i := 0; i < n; i++ {
+		if err := <-results; err != nil {
+			require.ErrorIs(t, err, csErr)
+			failed++
+		}
+	}
+	require.Equal(t, 1, failed)
+	require.Eventually(t, func() bool { return a.Outstanding() == 0 }, 5*time.Second, time.Millisecond)
+}
+
+func TestDeviceActorDeadline(t *testing.T) {
+	w := newFakeWaiter()
+	var checks atomic.Int32
+	a := NewDeviceActor("fake", w, ActorConfig{OnDeadline: func() { checks.Add(1) }})
+	defer a.Close(0)
+	timedOut := make(chan struct{})
+	done := make(chan error, 1)
+	require.NoError(t, a.Track(context.Background(), Submission{
+		Seq: 1, Deadline: time.Now().Add(time.Millisecond),
+		OnTimeout: func() { close(timedOut) },
+		OnDone:    func(err error) { done <- err },
+	}))
+	<-timedOut
+	require.GreaterOrEqual(t, checks.Load(), int32(1))
+	w.finish(1, nil) // the CS still retires later
+	require.NoError(t, <-done)
+}
+
+func TestDeviceActorCloseEndsOutstanding(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{})
+	done := make(chan error, 3)
+	for i := uint64(1); i <= 3; i++ {
+		require.NoError(t, a.Track(context.Background(), Submission{Seq: i, OnDone: func(err error) { done <- err }}))
+	}
+	w.finish(2, nil)
+	a.Close(5 * time.Millisecond)
+	a.Close(0)
+	got := map[error]int{}
+	for i := 0; i < 3; i++ {
+		got[<-done]++
+	}
+	require.Equal(t, 1, got[nil])
+	require.Equal(t, 2, got[ErrClosed])
+	require.ErrorIs(t, a.Track(context.Background(), Submission{Seq: 9, OnDone: func(error) {}}), ErrClosed)
+}
+
+func TestDeviceActorCallbackPanic(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{})
+	defer a.Close(0)
+	ok := make(chan struct{})
+	require.NoError(t, a.Track(context.Background(), Submission{Seq: 1, OnDone: func(error) { panic("boom") }}))
+	require.NoError(t, a.Track(context.Background(), Submission{Seq: 2, OnDone: func(error) { close(ok) }}))
+	w.finish(1, nil)
+	w.finish(2, nil)
+	<-ok
+}
+
+func TestHostActor(t *testing.T) {
+	h := NewHostActor(4)
+	f := NewBatchFuture(100)
+	var thens atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			var err error
+			if i == 42 {
+				err = ErrClosed
+			}
+			h.Post(HostCompletion{F: f, Idx: i, Err: err, Then: func() { thens.Add(1) }})
+		}(i)
+	}
+	wg.Wait()
+
+	<-f.Done()
+	require.ErrorIs(t, f.Err(), ErrClosed)
+	require.ErrorIs(t, f.Errs()[42], ErrClosed)
+	require.Equal(t, int32(100), thens.Load())
+	h.Close()
+	h.Close()
+	g := NewFuture(1)
+	h.Post(HostCompletion{F: g}) // after Close: applied inline
+	require.True(t, g.IsDone())
+}

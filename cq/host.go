@@ -1,0 +1,91 @@
+package cq
+
+import (
+	"sync"
+)
+
+// HostCompletion reports the end of one host-side operation.
+type HostCompletion struct {
+	F   *Future
+	Idx int
+	Err error
+	// Then, if set, runs on the actor before the future is completed (e.g.
+	// to release references). It must not block.
+	Then func()
+}
+
+// HostActor is the completion goroutine of host copies: workers post
+// completion records and the actor resolves futures in batches, so that a
+// future's waiters are woken from one place.
+type HostActor struct {
+	in   chan HostCompletion
+	mu   sync.RWMutex
+	shut bool
+	done chan struct{}
+	once sync.Once
+}
+
+// NewHostActor starts a host actor whose inbox holds depth records.
+func NewHostActor(depth int) *HostActor {
+	if depth < 1 {
+		depth = 1024
+	}
+	h := &HostActor{in: make(chan HostCompletion, depth), done: make(chan struct{})}
+	go h.run()
+	return h
+}
+
+// Post hands over a completion. It waits while the inbox is full. After
+// Close the completion is applied on the caller's goroutine instead.
+func (h *HostActor) Post(c HostCompletion) {
+	h.mu.RLock()
+	if h.shut {
+		h.mu.RUnlock()
+		apply(c)
+		return
+	}
+	h.in <- c
+	h.mu.RUnlock()
+}
+
+func apply(c HostCompletion) {
+	if c.Then != nil {
+		c.Then()
+	}
+	c.F.Complete(c.Idx, c.Err)
+}
+
+func (h *HostActor) run() {
+	defer close(h.done)
+	batch := make([]HostCompletion, 0, 64)
+	for c := range h.in {
+		batch = append(batch[:0], c)
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case c, ok := <-h.in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, c)
+			default:
+				break more
+			}
+		}
+		for _, c := range batch {
+			apply(c)
+		}
+		clear(batch)
+	}
+}
+
+// Close applies everything posted so far and stops the actor. Idempotent.
+func (h *HostActor) Close() {
+	h.once.Do(func() {
+		h.mu.Lock()
+		h.shut = true
+		close(h.in)
+		h.mu.Unlock()
+	})
+	<-h.done
+}

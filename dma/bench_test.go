@@ -1,0 +1,86 @@
+package dma
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+var sinkN int
+
+// BenchmarkEncodeLinDMA measures encoding one 24-byte LIN_DMA packet.
+func BenchmarkEncodeLinDMA(b *testing.B) {
+	for _, m := range []Model{ModelGaudi1, ModelGaudi2} {
+		b.Run("model="+m.String(), func(b *testing.B) {
+			var buf [LinDMASize]byte
+			dst, src := uint64(0x1001_0000_0000), uint64(0x7f00_0000_1000)
+			for b.Loop() {
+				sinkN += EncodeLinDMA(buf[:], m, dst, src, 4096, MB)
+				dst += 4096
+			}
+		})
+	}
+}
+
+// BenchmarkCSRoundTrip measures one emulated CS round trip: Submit of a CB
+// holding one 4 KiB host-to-device LIN_DMA, then Wait until it completes.
+func BenchmarkCSRoundTrip(b *testing.B) {
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2} {
+		b.Run("model="+m.String(), func(b *testing.B) {
+			sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 64 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sim.Close()
+			d, err := OpenBackend(sim.Name(), sim.Open, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Close()
+			mem, err := d.AllocDevice(4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			host, err := AllocHostPages(4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer FreeHostPages(host)
+			hm, err := d.MapHostBytes(host)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cb, err := d.NewCB(4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := cb.AddLinDMA(mem.Addr(), hm.DeviceAddr(), 4096); err != nil {
+				b.Fatal(err)
+			}
+			if d.Model() != ModelGaudi1 {
+				if err := cb.AddNOP(EB | MB); err != nil {
+					b.Fatal(err)
+				}
+			}
+			chunks := []hlsys.CSChunk{cb.Chunk(d.H2DQueues()[0])}
+			b.SetBytes(4096)
+			for b.Loop() {
+				seq, err := d.Submit(chunks)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for {
+					st, err := d.Wait(seq, time.Second)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if st == CSCompleted {
+						break
+					}
+				}
+			}
+		})
+	}
+}

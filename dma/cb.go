@@ -1,0 +1,255 @@
+package dma
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// CB is a command buffer: packets the device executes from one queue.
+//
+// Gaudi1 uses a kernel CB (CB CREATE, mmapped for filling); a chunk names
+// it by handle. Gaudi2/3 use a user CB: pages from AllocHostPages mapped
+// into the device MMU with MapHost; a chunk names it by device VA with
+// CSChunkFlagsUserAllocCB (every Gaudi2 queue is "user CB only").
+//
+// A CB is filled and submitted by one goroutine at a time, and must not be
+// changed, Reset or closed while a CS that uses it is in flight.
+type CB struct {
+	d     *Device
+	id    uint64
+	model Model
+	buf   []byte // packet area, len == capacity
+	n     int    // bytes used
+
+	// Gaudi1 kernel CB
+	handle uint64
+	mapped []byte // the whole mmap
+	// Gaudi2/3 user CB
+	pages []byte
+	va    uint64
+
+	done bool // guarded by d.mu
+}
+
+// NewCB creates a command buffer that holds capacity bytes of packets
+// (at most hlsys.MaxCBSize).
+func (d *Device) NewCB(capacity int) (*CB, error) {
+	op := fmt.Sprintf("create %d-byte command buffer on %s", capacity, d.Name())
+	if capacity < NOPSize || capacity > hlsys.MaxCBSize {
+		return nil, newErr(op, ErrInvalid, fmt.Sprintf("capacity must be in [%d, %d]", NOPSize, hlsys.MaxCBSize), nil)
+	}
+	if err := d.enter(op); err != nil {
+		return nil, err
+	}
+	defer d.leave()
+	cb, err := d.newCB(capacity)
+	if err != nil {
+		return nil, wrapErr(op, err)
+	}
+	cb.id = d.track(cb)
+	return cb, nil
+}
+
+func (d *Device) newCB(capacity int) (*CB, error) {
+	cb := &CB{d: d, model: d.model}
+	if !d.model.userCB() {
+		h, err := hlsys.CBCreate(d.b, uint32(capacity), 0)
+		if err != nil {
+			return nil, err
+		}
+		pg := os.Getpagesize()
+		length := (capacity + pg - 1) / pg * pg // the driver insists on exactly this length
+		m, err := d.b.Mmap(int64(h), length)
+		if err != nil {
+			if derr := hlsys.CBDestroy(d.b, h); derr != nil {
+				d.log.Warn().Err(derr).Msg("destroy CB after failed mmap")
+			}
+			return nil, fmt.Errorf("mmap CB: %w", err)
+		}
+		cb.handle, cb.mapped, cb.buf = h, m, m[:capacity:capacity]
+		return cb, nil
+	}
+	pages, err := AllocHostPages(uint64(capacity))
+	if err != nil {
+		return nil, err
+	}
+	va, err := hlsys.MemMapHost(d.b, pointerOf(pages), uint64(capacity), 0, 0)
+	if err != nil {
+		_ = FreeHostPages(pages)
+		return nil, err
+	}
+	cb.pages, cb.va, cb.buf = pages, va, pages[:capacity:capacity]
+	return cb, nil
+}
+
+// Reset empties the buffer.
+func (cb *CB) Reset() { cb.n = 0 }
+
+// Len is the number of bytes of packets in the buffer.
+func (cb *CB) Len() int { return cb.n }
+
+// Cap is the capacity in bytes.
+func (cb *CB) Cap() int { return len(cb.buf) }
+
+// Remaining is Cap() - Len().
+func (cb *CB) Remaining() int { return len(cb.buf) - cb.n }
+
+// Bytes returns the packets written so far (aliasing the buffer).
+func (cb *CB) Bytes() []byte { return cb.buf[:cb.n] }
+
+// linDMACount is the number of LIN_DMA packets needed for size bytes.
+func linDMACount(size uint64) uint64 {
+	return (size + hlsys.LinDMAMaxTSize - 1) / hlsys.LinDMAMaxTSize
+}
+
+func (cb *CB) checkRange(op string, dst, size uint64) error {
+	if size == 0 {
+		return newErr(op, ErrInvalid, "size 0", nil)
+	}
+	if dst+size < dst {
+		return newErr(op, ErrInvalid, "destination range wraps", nil)
+	}
+	if cb.model == ModelGaudi1 && dst+size-1 > hlsys.Gaudi1DstAddrMask {
+		return newErr(op, ErrInvalid, "Gaudi1 destination addresses have 56 bits", nil)
+	}
+	return nil
+}
+
+// AddLinDMA appends LIN_DMA packets copying size bytes from src to dst
+// (device-side addresses: DeviceMem.Addr, HostMapping.DeviceAddr), split
+// into as many packets as the 32-bit transfer size needs (each at most
+// hlsys.LinDMAMaxTSize bytes). Every packet has MB set. If the packets do
+// not fit, nothing is appended and the error wraps ErrCBFull.
+func (cb *CB) AddLinDMA(dst, src, size uint64) error {
+	const op = "add LIN_DMA"
+	if err := cb.checkRange(op, dst, size); err != nil {
+		return err
+	}
+	if src+size < src {
+		return newErr(op, ErrInvalid, "source range wraps", nil)
+	}
+	if need := linDMACount(size) * LinDMASize; need > uint64(cb.Remaining()) {
+		return newErr(op, ErrCBFull, fmt.Sprintf("need %d bytes, %d left", need, cb.Remaining()), nil)
+	}
+	ctl := linDMACtl(cb.model, MB, false)
+	for size > 0 {
+		n := min(size, hlsys.LinDMAMaxTSize)
+		cb.n += putLinDMA(cb.buf[cb.n:], cb.model, dst, src, uint32(n), ctl)
+		dst, src, size = dst+n, src+n, size-n
+	}
+	return nil
+}
+
+// AddMemset appends LIN_DMA memset packets filling size bytes at dst with
+// the 64-bit pattern value (see EncodeMemset), split like AddLinDMA.
+func (cb *CB) AddMemset(dst, value, size uint64) error {
+	const op = "add LIN_DMA memset"
+	if err := cb.checkRange(op, dst, size); err != nil {
+		return err
+	}
+	if need := linDMACount(size) * LinDMASize; need > uint64(cb.Remaining()) {
+		return newErr(op, ErrCBFull, fmt.Sprintf("need %d bytes, %d left", need, cb.Remaining()), nil)
+	}
+	ctl := linDMACtl(cb.model, MB, true)
+	for size > 0 {
+		n := min(size, hlsys.LinDMAMaxTSize)
+		cb.n += putLinDMA(cb.buf[cb.n:], cb.model, dst, value, uint32(n), ctl)
+		dst, size = dst+n, size-n
+	}
+	return nil
+}
+
+// AddNOP appends a NOP. On Gaudi2 a trailing AddNOP(EB|MB) after the last
+// LIN_DMA makes the completion wait for the DMA engine (gaudi-uapi §7.3).
+func (cb *CB) AddNOP(flags PacketFlags) error {
+	if cb.Remaining() < NOPSize {
+		return newErr("add NOP", ErrCBFull, "", nil)
+	}
+	cb.n += EncodeNOP(cb.buf[cb.n:], flags)
+	return nil
+}
+
+// Chunk returns the CS chunk that executes the buffer's packets on queue.
+func (cb *CB) Chunk(queue uint32) hlsys.CSChunk {
+	c := hlsys.CSChunk{QueueIndex: queue, CBSize: uint32(cb.n)}
+	if cb.model.userCB() {
+		c.CBHandle = cb.va
+		c.Flags = hlsys.CSChunkFlagsUserAllocCB
+	} else {
+		c.CBHandle = cb.handle
+	}
+	return c
+}
+
+// Close releases the buffer (Gaudi1: munmap + CB DESTROY; Gaudi2/3: UNMAP
+// + free the pages). A second Close (or Close after Device.Close) returns
+// nil.
+func (cb *CB) Close() error {
+	if cb == nil || cb.d == nil {
+		return nil
+	}
+	d := cb.d
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	if d.closed {
+		return nil
+	}
+	return cb.release()
+}
+
+func (cb *CB) release() error {
+	d := cb.d
+	d.mu.Lock()
+	if cb.done {
+		d.mu.Unlock()
+		return nil
+	}
+	cb.done = true
+	delete(d.live, cb.id)
+	for i, p := range d.cbPool {
+		if p == cb {
+			d.cbPool = append(d.cbPool[:i], d.cbPool[i+1:]...)
+			break
+		}
+	}
+	d.mu.Unlock()
+	return cb.destroy()
+}
+
+// destroy frees the buffer's device and host resources (no tracking).
+func (cb *CB) destroy() error {
+	d := cb.d
+	op := "destroy command buffer on " + d.Name()
+	cb.buf, cb.n = nil, 0
+	if !cb.model.userCB() {
+		var errs []error
+		if err := d.b.Munmap(cb.mapped); err != nil {
+			errs = append(errs, err)
+		}
+		cb.mapped = nil
+		if err := hlsys.CBDestroy(d.b, cb.handle); err != nil {
+			errs = append(errs, err)
+		}
+		return joinWrap(op, errs)
+	}
+	if err := hlsys.MemUnmap(d.b, cb.va); err != nil {
+		// The pages stay pinned by the device; do not return them to the
+		// system. The context teardown releases the pin.
+		return wrapErr(op, err)
+	}
+	err := FreeHostPages(cb.pages)
+	cb.pages = nil
+	return err
+}
+
+func joinWrap(op string, errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return wrapErr(op, errs[0])
+	}
+	return newErr(op, errnoKind(errs[0]), "", fmt.Errorf("%w; %w", errs[0], errs[1]))
+}

@@ -1,0 +1,455 @@
+package dma
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// Defaults for Options.
+const (
+	DefaultOpenRetries   = 10
+	DefaultOpenBackoff   = 10 * time.Millisecond
+	MaxOpenBackoff       = time.Second
+	DefaultSubmitRetries = 1000
+	DefaultSubmitBackoff = 10 * time.Microsecond
+	MaxSubmitBackoff     = 10 * time.Millisecond
+)
+
+// Export API names returned by Device.ExportAPI.
+const (
+	// ExportAPI61 is the kernel 6.1 EXPORT_DMABUF_FD form {handle, size}:
+	// Gaudi2 exports a whole allocation by its ALLOC handle, Gaudi1 a
+	// physical DRAM range.
+	ExportAPI61 = "6.1 handle"
+	// ExportAPIAddr is the 6.3+ form {addr, size, offset}: Gaudi2 passes the
+	// exact device VA returned by MAP plus a page-aligned offset, Gaudi1 a
+	// physical DRAM address with offset 0.
+	ExportAPIAddr = "addr+offset"
+)
+
+// Options configures Open and NewDevice. The zero value is usable.
+type Options struct {
+	// Logger receives warnings (open and submit retries) and debug
+	// messages. The zero value logs nothing.
+	Logger zerolog.Logger
+	// OpenRetries bounds the retries of an open that fails with EAGAIN
+	// (previous context still being released, reset, DRAM scrub).
+	// 0 means DefaultOpenRetries; negative means no retry.
+	OpenRetries int
+	// OpenBackoff is the first retry delay; it doubles up to MaxOpenBackoff.
+	// 0 means DefaultOpenBackoff.
+	OpenBackoff time.Duration
+	// SubmitRetries bounds the retries of a CS submission that fails with
+	// EAGAIN (completion slot or queue full) or EINTR. 0 means
+	// DefaultSubmitRetries; negative means no retry.
+	SubmitRetries int
+	// SubmitBackoff is the first submit retry delay; it doubles up to
+	// MaxSubmitBackoff. 0 means DefaultSubmitBackoff.
+	SubmitBackoff time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.OpenRetries == 0 {
+		o.OpenRetries = DefaultOpenRetries
+	}
+	if o.OpenRetries < 0 {
+		o.OpenRetries = 0
+	}
+	if o.OpenBackoff <= 0 {
+		o.OpenBackoff = DefaultOpenBackoff
+	}
+	if o.SubmitRetries == 0 {
+		o.SubmitRetries = DefaultSubmitRetries
+	}
+	if o.SubmitRetries < 0 {
+		o.SubmitRetries = 0
+	}
+	if o.SubmitBackoff <= 0 {
+		o.SubmitBackoff = DefaultSubmitBackoff
+	}
+	return o
+}
+
+// Open opens the compute node of a discovered device (O_RDWR|O_CLOEXEC)
+// and returns the Device built on it by NewDevice.
+//
+// The driver allows one compute context per device. EBUSY gives an error
+// wrapping ErrDeviceBusy that names the node and says another process owns
+// it. EAGAIN (the previous context is still being released, or a reset or
+// DRAM scrub is running) is retried with exponential backoff (see Options),
+// then reported as an error wrapping ErrDeviceBusy and unix.EAGAIN. EPERM
+// means the driver marked the device as malfunctioning (ErrMalfunction).
+func Open(node NodeInfo, opts Options) (*Device, error) {
+	if node.Path == "" {
+		return nil, newErr("open", ErrInvalid, "NodeInfo has no Path", nil)
+	}
+	return OpenBackend(node.Path, func() (hlsys.Backend, error) {
+		b, err := hlsys.OpenFD(node.Path)
+		if err != nil {
+			return nil, err
+		}
+		return b, nil
+	}, opts)
+}
+
+// OpenBackend is Open for any backend: open is called (and retried on
+// EAGAIN) to obtain the backend, and its errors are mapped as Open
+// describes. name labels the device in errors. Use it with the emulator:
+//
+//	dev, err := dma.OpenBackend("hlsim0", sim.Open, dma.Options{})
+func OpenBackend(name string, open func() (hlsys.Backend, error), opts Options) (*Device, error) {
+	opts = opts.withDefaults()
+	log := opts.Logger
+	backoff := opts.OpenBackoff
+	op := "open " + name
+	for attempt := 0; ; attempt++ {
+		b, err := open()
+		if err == nil {
+			if b == nil {
+				return nil, newErr(op, ErrInvalid, "open returned no backend", nil)
+			}
+			return NewDevice(b, opts)
+		}
+		switch {
+		case errors.Is(err, unix.EBUSY):
+			return nil, newErr(op, ErrDeviceBusy,
+				"another process owns "+name+" (the driver allows one compute context per device)", err)
+		case errors.Is(err, unix.EAGAIN):
+			if attempt < opts.OpenRetries {
+				log.Warn().Str("node", name).Int("attempt", attempt+1).Dur("backoff", backoff).
+					Msg("device busy releasing the previous context or resetting; retrying open")
+				time.Sleep(backoff)
+				backoff = min(2*backoff, MaxOpenBackoff)
+				continue
+			}
+			return nil, newErr(op, ErrDeviceBusy, fmt.Sprintf(
+				"%s still releasing the previous context or resetting after %d retries", name, attempt), err)
+		case errors.Is(err, unix.EPERM):
+			return nil, newErr(op, ErrMalfunction, "the driver refuses to open "+name+" because the device is in malfunction", err)
+		}
+		return nil, newErr(op, errnoKind(err), "", err)
+	}
+}
+
+// resource is something a Device created and releases in Close.
+type resource interface {
+	release() error
+}
+
+// Device is an open Gaudi compute context. It is safe for concurrent use:
+// several goroutines may allocate, map, build command buffers, Submit and
+// Wait at the same time. Close waits for calls in progress to return.
+type Device struct {
+	b         hlsys.Backend
+	opts      Options
+	log       zerolog.Logger
+	info      hlsys.HwIPInfo
+	model     Model
+	exportAPI string
+	release   string // kernel release string, "" if unknown
+	allocPage uint64 // Gaudi2/3: DRAM allocation granularity
+	hostPage  uint64
+
+	// gate is read-held by every call that uses the backend (including the
+	// blocking Wait: readers do not block each other) and write-held by
+	// Close, so Close never races an ioctl on a closed backend.
+	gate   sync.RWMutex
+	closed bool // guarded by gate
+
+	// mu guards the tracking state below and the state fields of every
+	// resource (done flags, export counts). It is never held across an
+	// ioctl.
+	mu     sync.Mutex
+	live   map[uint64]resource
+	nextID uint64
+	cbPool []*CB
+
+	dram *rangeAlloc // Gaudi1 physical DRAM allocator
+
+	rr            atomic.Uint32
+	submitted     atomic.Uint64
+	submitRetries atomic.Uint64
+	waits         atomic.Uint64
+}
+
+// NewDevice builds a Device on an open backend and takes ownership of it:
+// the backend is closed if NewDevice fails, and by Device.Close otherwise.
+//
+// It reads HW_IP_INFO (304-byte buffer), identifies the model from the PCI
+// device id, requires DEVICE_STATUS to be OPERATIONAL and picks the DMA-BUF
+// export API: accel (DRM) numbering means the {addr, size, offset} form;
+// legacy numbering means that form on kernel releases >= 6.3 and the 6.1
+// {handle, size} form before. The release comes from the backend's
+// KernelRelease() method if it has one (the emulator), else from uname.
+func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
+	if b == nil {
+		return nil, newErr("new device", ErrInvalid, "nil backend", nil)
+	}
+	defer func() {
+		if err != nil {
+			_ = b.Close()
+		}
+	}()
+	opts = opts.withDefaults()
+	op := "open " + b.Name()
+
+	info, err := hlsys.GetHwIPInfo(b)
+	if err != nil {
+		return nil, wrapErr(op+": read HW_IP_INFO", err)
+	}
+	model, err := ModelFromDeviceID(info.DeviceID)
+	if err != nil {
+		return nil, fmt.Errorf("dma: %s: %w", op, err)
+	}
+	status, err := hlsys.GetDeviceStatus(b)
+	if err != nil {
+		return nil, wrapErr(op+": read DEVICE_STATUS", err)
+	}
+	if status != hlsys.DeviceStatusOperational {
+		var cause error
+		if status == hlsys.DeviceStatusMalfunction || status == hlsys.DeviceStatusNeedsReset {
+			cause = ErrMalfunction
+		}
+		return nil, newErr(op, ErrNotOperational, "device status "+statusName(status), cause)
+	}
+
+	d := &Device{
+		b:        b,
+		opts:     opts,
+		info:     info,
+		model:    model,
+		hostPage: uint64(os.Getpagesize()),
+		live:     map[uint64]resource{},
+	}
+	d.log = opts.Logger.With().Str("device", b.Name()).Str("model", model.String()).Logger()
+	d.release = kernelRelease(b)
+	d.exportAPI = chooseExportAPI(b.Numbering(), d.release)
+	if b.Numbering() == hlsys.Legacy {
+		if _, _, ok := parseRelease(d.release); !ok {
+			d.log.Warn().Str("release", d.release).Msg("cannot parse the kernel release; assuming the 6.1 DMA-BUF export API")
+		}
+	}
+	if model.hasDeviceMMU() {
+		d.allocPage = info.DeviceMemAllocDefaultPageSize
+		if d.allocPage == 0 {
+			d.allocPage = info.DramPageSize
+		}
+		if d.allocPage == 0 {
+			d.allocPage = d.hostPage
+		}
+	} else {
+		d.dram = newRangeAlloc(info.DramBaseAddress, info.DramSize, gaudi1Align)
+	}
+	d.log.Debug().Str("numbering", b.Numbering().String()).Str("export", d.exportAPI).
+		Uint64("dram_base", info.DramBaseAddress).Uint64("dram_size", info.DramSize).
+		Uint64("page", d.allocPage).Bool("emulated", b.Emulated()).Msg("device open")
+	return d, nil
+}
+
+func statusName(s uint32) string {
+	switch s {
+	case hlsys.DeviceStatusOperational:
+		return "OPERATIONAL"
+	case hlsys.DeviceStatusInReset:
+		return "IN_RESET"
+	case hlsys.DeviceStatusMalfunction:
+		return "MALFUNCTION"
+	case hlsys.DeviceStatusNeedsReset:
+		return "NEEDS_RESET"
+	case hlsys.DeviceStatusInDeviceCreation:
+		return "IN_DEVICE_CREATION"
+	case hlsys.DeviceStatusInResetAfterDeviceRelease:
+		return "IN_RESET_AFTER_DEVICE_RELEASE"
+	}
+	return strconv.FormatUint(uint64(s), 10)
+}
+
+// kernelRelease returns the release string of the kernel behind b.
+func kernelRelease(b hlsys.Backend) string {
+	if kr, ok := b.(interface{ KernelRelease() string }); ok {
+		return kr.KernelRelease()
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// parseRelease extracts major.minor from a release like "6.1.0-18-amd64".
+func parseRelease(rel string) (major, minor int, ok bool) {
+	parts := strings.SplitN(rel, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err := strconv.Atoi(parts[0])
+	if err != nil {
+		return 0, 0, false
+	}
+	digits := parts[1]
+	if i := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		digits = digits[:i]
+	}
+	minor, err = strconv.Atoi(digits)
+	if err != nil {
+		return 0, 0, false
+	}
+	return major, minor, true
+}
+
+// releaseAtLeast reports whether rel is at least major.minor (false if
+// rel cannot be parsed).
+func releaseAtLeast(rel string, major, minor int) bool {
+	ma, mi, ok := parseRelease(rel)
+	if !ok {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+func chooseExportAPI(n hlsys.Numbering, release string) string {
+	if n == hlsys.Accel || releaseAtLeast(release, 6, 3) {
+		return ExportAPIAddr
+	}
+	return ExportAPI61
+}
+
+// Model returns the Gaudi generation.
+func (d *Device) Model() Model { return d.model }
+
+// Info returns the HW_IP_INFO read at open.
+func (d *Device) Info() hlsys.HwIPInfo { return d.info }
+
+// Name names the node, e.g. "/dev/accel/accel0" or "hlsim0 (emulated)".
+func (d *Device) Name() string { return d.b.Name() }
+
+// Emulated reports whether the device is the emulator.
+func (d *Device) Emulated() bool { return d.b.Emulated() }
+
+// Backend returns the backend the Device owns. Do not close it.
+func (d *Device) Backend() hlsys.Backend { return d.b }
+
+// Numbering returns the ioctl numbering of the node.
+func (d *Device) Numbering() hlsys.Numbering { return d.b.Numbering() }
+
+// ExportAPI returns ExportAPI61 ("6.1 handle") or ExportAPIAddr
+// ("addr+offset").
+func (d *Device) ExportAPI() string { return d.exportAPI }
+
+// KernelRelease returns the kernel release used to pick the export API.
+func (d *Device) KernelRelease() string { return d.release }
+
+// Stats are counters of a Device.
+type Stats struct {
+	Submitted     uint64 // CSs submitted successfully
+	SubmitRetries uint64 // EAGAIN/EINTR retries of CS submissions
+	Waits         uint64 // WAIT_CS calls
+	Live          int    // resources (memory, mappings, CBs, DMA-BUFs) not yet released
+}
+
+// Stats returns the device's counters.
+func (d *Device) Stats() Stats {
+	d.mu.Lock()
+	live := len(d.live)
+	d.mu.Unlock()
+	return Stats{
+		Submitted:     d.submitted.Load(),
+		SubmitRetries: d.submitRetries.Load(),
+		Waits:         d.waits.Load(),
+		Live:          live,
+	}
+}
+
+// Status returns DEVICE_STATUS (hlsys.DeviceStatus* values).
+func (d *Device) Status() (uint32, error) {
+	if err := d.enter("device status"); err != nil {
+		return 0, err
+	}
+	defer d.leave()
+	s, err := hlsys.GetDeviceStatus(d.b)
+	return s, wrapErr("device status", err)
+}
+
+// DramUsage returns DRAM_USAGE.
+func (d *Device) DramUsage() (hlsys.DramUsage, error) {
+	if err := d.enter("DRAM usage"); err != nil {
+		return hlsys.DramUsage{}, err
+	}
+	defer d.leave()
+	u, err := hlsys.GetDramUsage(d.b)
+	return u, wrapErr("DRAM usage", err)
+}
+
+// enter read-locks the gate for a call that uses the backend; it fails
+// with ErrClosed once Close has started.
+func (d *Device) enter(op string) error {
+	d.gate.RLock()
+	if d.closed {
+		d.gate.RUnlock()
+		return newErr(op, ErrClosed, "", nil)
+	}
+	return nil
+}
+
+func (d *Device) leave() { d.gate.RUnlock() }
+
+// track registers a live resource and returns its id. Ids grow, so Close
+// releases in reverse creation order (a DMA-BUF before its memory).
+func (d *Device) track(r resource) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nextID++
+	d.live[d.nextID] = r
+	return d.nextID
+}
+
+// Close releases everything the Device created that is still live, in
+// reverse order of creation (DMA-BUF exports, command buffers, host
+// mappings, device memory: unmapped before freed), then closes the
+// backend. It waits for calls in progress to return. Errors are joined; a
+// second Close returns nil.
+func (d *Device) Close() error {
+	d.gate.Lock()
+	defer d.gate.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+
+	type entry struct {
+		id uint64
+		r  resource
+	}
+	d.mu.Lock()
+	live := make([]entry, 0, len(d.live))
+	for id, r := range d.live {
+		live = append(live, entry{id, r})
+	}
+	d.mu.Unlock()
+	slices.SortFunc(live, func(a, b entry) int { return cmp.Compare(b.id, a.id) }) // newest first
+
+	var errs []error
+	for _, e := range live {
+		if err := e.r.release(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := d.b.Close(); err != nil {
+		errs = append(errs, wrapErr("close "+d.b.Name(), err))
+	}
+	d.log.Debug().Int("released", len(live)).Msg("device closed")
+	return errors.Join(errs...)
+}

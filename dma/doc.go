@@ -1,0 +1,65 @@
+// Package dma drives an Intel Gaudi device for data movement: discovery,
+// exclusive open, device memory, host memory mapping, DMA-BUF export,
+// LIN_DMA command buffers, command submission and completion.
+//
+// Everything goes through internal/hlsys, so a Device works the same on a
+// real node (/dev/accel/accelN on kernels >= 6.6, /dev/hlN before) and on
+// the emulator in package dma/hlsim, which reports itself as emulated
+// (Device.Emulated, and "(emulated)" in Device.Name).
+//
+// # Flow
+//
+//	nodes, _ := dma.Discover("")                  // sysfs: habanalabs nodes only
+//	dev, _ := dma.Open(nodes[0], dma.Options{})   // one compute context per device
+//	defer dev.Close()                             // releases everything still live
+//	mem, _ := dev.AllocDevice(n)                  // Gaudi2: ALLOC + MAP -> device VA
+//	buf, _ := dma.AllocHostPages(n)               // pinned-to-be host memory off the Go heap
+//	hm, _ := dev.MapHostBytes(buf)                // USERPTR MAP -> device VA of the host buffer
+//	_ = dev.CopySync(mem.Addr(), hm.DeviceAddr(), n)
+//
+// For asynchronous use build CBs (NewCB, AddLinDMA, AddNOP), Submit their
+// chunks and Wait on the returned sequence numbers.
+//
+// # Models
+//
+// Gaudi (Gaudi1) has no MMU in front of DRAM: DeviceMem addresses are
+// physical, carved from [dram_base_address, +dram_size) by this package
+// (first fit, 4 KiB granularity) with ALLOC/FREE issued for the driver's
+// accounting only. Its external DMA queues (DMA_0_x host-to-device,
+// DMA_1_x device-to-host) take kernel command buffers (CB CREATE + mmap),
+// and its LIN_DMA packets need the lin and RB bits.
+//
+// Gaudi2 maps DRAM through the device MMU: ALLOC (rounded to the DRAM page
+// size) returns a handle, MAP a device VA; memory is unmapped before it is
+// freed. Every queue takes user command buffers, which live in host pages
+// mapped with USERPTR; PDMA_0_x and PDMA_1_x are the host-to-device and
+// device-to-host queues.
+//
+// Gaudi3 needs Intel's out-of-tree driver. Memory is handled like Gaudi2;
+// its queue ids are unknown here, so CopySync reports ErrNotSupported.
+//
+// # DMA-BUF
+//
+// Two kernel APIs exist and Device.ExportAPI says which one is used: the
+// 6.1 form exports a whole Gaudi2 allocation by handle (or a Gaudi1
+// physical range), the 6.3+ form takes the exact device VA plus a
+// page-aligned offset. A DMABuf keeps its DeviceMem from being freed. The
+// exporter has no mmap: DMA-BUF fds are for NICs and other processes,
+// never for the CPU.
+//
+// # Concurrency and lifetime
+//
+// A Device may be used from many goroutines. Tracking state is guarded by
+// a mutex that is never held across an ioctl; a read-write gate lets Close
+// wait for calls in progress (including Wait) and then release, in reverse
+// order of creation, every DMA-BUF, CB, host mapping and allocation still
+// live before it closes the backend. Release methods (Free, Unmap, Close)
+// are idempotent. A CB belongs to one goroutine at a time.
+//
+// # Errors
+//
+// Errors are *Error values that wrap a sentinel (ErrInvalid, ErrNoMemory,
+// ErrDeviceBusy, ErrCSTimedOut, ...) and the underlying *hlsys.Error, so
+// both errors.Is(err, dma.ErrNoMemory) and errors.Is(err, unix.ENOMEM)
+// work.
+package dma

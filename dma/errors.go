@@ -1,0 +1,121 @@
+package dma
+
+import (
+	"errors"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sentinel errors. Every error returned by this package that has one of
+// these causes wraps it, and also wraps the underlying hlsys error (and so
+// the errno) when there is one: use errors.Is(err, dma.ErrNoMemory) or
+// errors.Is(err, unix.ENOMEM).
+var (
+	// ErrInvalid: a bad argument (zero size, misaligned offset, a range
+	// outside its allocation, a packet the driver rejected, ...).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrDeviceBusy: the device could not be opened because another
+	// context owns it (EBUSY) or is still being released (EAGAIN).
+	ErrDeviceBusy = errors.New("device busy")
+	// ErrNoMemory: out of device memory (or of the Gaudi1 DRAM range).
+	ErrNoMemory = errors.New("out of device memory")
+	// ErrBusy: the object is still in use (a DeviceMem with an open DMA-BUF
+	// export, or a CS queue that stayed full through every retry).
+	ErrBusy = errors.New("resource busy")
+	// ErrCSTimedOut: the device's CS timeout (TDR) expired for a CS.
+	ErrCSTimedOut = errors.New("command submission timed out")
+	// ErrCSAborted: a CS was aborted (device reset, context teardown).
+	ErrCSAborted = errors.New("command submission aborted")
+	// ErrCBFull: the packets do not fit in the command buffer.
+	ErrCBFull = errors.New("command buffer full")
+	// ErrNotSupported: the device, model or kernel API cannot do this.
+	ErrNotSupported = errors.New("not supported")
+	// ErrClosed: the Device (or the object) is closed. It is os.ErrClosed.
+	ErrClosed = os.ErrClosed
+	// ErrUnsupportedDevice: the PCI device id is not a Gaudi this package
+	// drives (e.g. Goya).
+	ErrUnsupportedDevice = errors.New("unsupported device")
+	// ErrNotOperational: DEVICE_STATUS is not OPERATIONAL.
+	ErrNotOperational = errors.New("device not operational")
+	// ErrMalfunction: the driver reports the device in malfunction (open
+	// returned EPERM, or DEVICE_STATUS is MALFUNCTION / NEEDS_RESET).
+	ErrMalfunction = errors.New("device malfunction")
+)
+
+// Error is a failed dma operation. It wraps Kind (one of the sentinels, or
+// nil) and Err (the cause, usually an *hlsys.Error carrying the errno), so
+// errors.Is matches either.
+type Error struct {
+	Op     string // what was being done, e.g. "alloc device memory (4096 bytes)"
+	Kind   error  // sentinel, may be nil
+	Detail string // extra explanation, may be empty
+	Err    error  // cause, may be nil
+}
+
+func (e *Error) Error() string {
+	parts := make([]string, 0, 4)
+	parts = append(parts, "dma: "+e.Op)
+	if e.Kind != nil {
+		parts = append(parts, e.Kind.Error())
+	}
+	if e.Detail != "" {
+		parts = append(parts, e.Detail)
+	}
+	if e.Err != nil {
+		parts = append(parts, e.Err.Error())
+	}
+	return strings.Join(parts, ": ")
+}
+
+// Unwrap returns Kind and Err.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, 0, 2)
+	if e.Kind != nil {
+		errs = append(errs, e.Kind)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+func newErr(op string, kind error, detail string, err error) *Error {
+	return &Error{Op: op, Kind: kind, Detail: detail, Err: err}
+}
+
+// errnoKind maps the errno inside err to a sentinel for operations without
+// a more specific mapping. It returns nil when there is none.
+func errnoKind(err error) error {
+	var errno unix.Errno
+	if !errors.As(err, &errno) {
+		return nil
+	}
+	switch errno {
+	case unix.EINVAL, unix.EFAULT, unix.E2BIG:
+		return ErrInvalid
+	case unix.ENOMEM:
+		return ErrNoMemory
+	case unix.EBUSY, unix.EAGAIN:
+		return ErrBusy
+	case unix.ENOTTY, unix.EOPNOTSUPP, unix.ENOSYS:
+		return ErrNotSupported
+	case unix.ETIMEDOUT:
+		return ErrCSTimedOut
+	case unix.ENODEV:
+		return ErrNotOperational
+	}
+	return nil
+}
+
+// wrapErr wraps a backend error with the generic errno mapping.
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, os.ErrClosed) {
+		return newErr(op, nil, "", err)
+	}
+	return newErr(op, errnoKind(err), "", err)
+}

@@ -1,0 +1,69 @@
+package dma_test
+
+import (
+	"fmt"
+
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/dma/hlsim"
+)
+
+// Example copies host -> device -> host on the emulated Gaudi2. On a real
+// machine, dma.Discover("") and dma.Open(nodes[0], opts) replace the
+// emulator lines.
+func Example() {
+	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sim.Close()
+
+	dev, err := dma.OpenBackend(sim.Name(), sim.Open, dma.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close() // releases anything still allocated or mapped
+	fmt.Println(dev.Model(), "emulated:", dev.Emulated())
+
+	const n = 1 << 20
+	mem, err := dev.AllocDevice(n)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer mem.Free()
+
+	// Host buffers for DMA live outside the Go heap and are mapped into the
+	// device MMU.
+	src, _ := dma.AllocHostPages(n)
+	dst, _ := dma.AllocHostPages(n)
+	defer dma.FreeHostPages(src)
+	defer dma.FreeHostPages(dst)
+	hsrc, err := dev.MapHostBytes(src)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer hsrc.Unmap()
+	hdst, err := dev.MapHostBytes(dst)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer hdst.Unmap()
+
+	copy(src, "hello, gaudi")
+	if err := dev.CopySync(mem.Addr(), hsrc.DeviceAddr(), n); err != nil { // host -> device
+		fmt.Println(err)
+		return
+	}
+	if err := dev.CopySync(hdst.DeviceAddr(), mem.Addr(), n); err != nil { // device -> host
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(string(dst[:12]))
+	// Output:
+	// Gaudi2 emulated: true
+	// hello, gaudi
+}

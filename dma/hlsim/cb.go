@@ -1,0 +1,179 @@
+package hlsim
+
+import (
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// cbuf is a kernel command buffer: emulator-owned anonymous memory that
+// the user fills through Mmap and the emulator reads directly.
+type cbuf struct {
+	id         uint64
+	size       uint32 // requested size
+	mem        []byte // page-rounded; also the user's mmap
+	userMapped bool
+	destroyed  bool
+	inUse      atomic.Int32 // jobs of CSs in flight that use it (usage_cnt)
+	vaMap      *mapping     // CB_FLAGS_MAP: its device VA mapping
+}
+
+func (cb *cbuf) handle() uint64 { return (cb.id | hlsys.MmapTypeCB) << 12 }
+
+func (cb *cbuf) release() {
+	if cb.mem != nil {
+		_ = unix.Munmap(cb.mem)
+		cb.mem = nil
+	}
+}
+
+// cbID extracts the CB id from a handle / mmap offset; ok is false when
+// the handle is not of the CB mmap type.
+func cbID(handle uint64) (uint64, bool) {
+	if handle&(pageSize-1) != 0 {
+		return 0, false
+	}
+	pg := handle >> 12
+	if pg&hlsys.MmapTypeCB == 0 {
+		return 0, false
+	}
+	return pg &^ hlsys.MmapTypeCB, true
+}
+
+// lookupCB returns the live CB behind handle (memMu held).
+func (c *hctx) lookupCB(handle uint64) *cbuf {
+	id, ok := cbID(handle)
+	if !ok {
+		return nil
+	}
+	return c.cbs[id]
+}
+
+// cbIoctl serves HL_IOCTL_CB.
+func (c *hctx) cbIoctl(a *hlsys.CBArgs) error {
+	if c.d.status.Load() != hlsys.DeviceStatusOperational {
+		return unix.EBUSY
+	}
+	switch a.Op {
+	case hlsys.CBOpCreate, hlsys.CBOpDestroy, hlsys.CBOpInfo:
+	default:
+		return unix.EINVAL
+	}
+	c.memMu.Lock()
+	defer c.memMu.Unlock()
+	if c.memDead {
+		return unix.ENODEV
+	}
+	switch a.Op {
+	case hlsys.CBOpCreate:
+		return c.cbCreate(a)
+	case hlsys.CBOpDestroy:
+		cb := c.lookupCB(a.Handle)
+		if cb == nil {
+			return unix.EINVAL
+		}
+		delete(c.cbs, cb.id)
+		cb.destroyed = true
+		if cb.vaMap != nil {
+			c.pmmu.remove(cb.vaMap)
+			cb.vaMap = nil
+		}
+		if !cb.userMapped {
+			cb.release()
+		}
+		return nil
+	default: // INFO
+		cb := c.lookupCB(a.Handle)
+		if cb == nil {
+			return unix.EINVAL
+		}
+		if a.Flags&hlsys.CBFlagsGetDeviceVA != 0 {
+			if cb.vaMap == nil {
+				c.log.Debug().Uint64("handle", a.Handle).Msg("CB INFO: CB is not mapped to the device MMU")
+				return unix.EINVAL
+			}
+			*a = hlsys.CBArgs{Handle: cb.vaMap.ret}
+			return nil
+		}
+		*a = hlsys.CBArgs{Handle: uint64(uint32(cb.inUse.Load()))}
+		return nil
+	}
+}
+
+func (c *hctx) cbCreate(a *hlsys.CBArgs) error {
+	size := a.CBSize
+	if size < 8 || size > hlsys.MaxCBSize {
+		c.log.Debug().Uint32("size", size).Msg("CB CREATE: size out of [8, HL_MAX_CB_SIZE]")
+		return unix.EINVAL
+	}
+	mapCB := a.Flags&hlsys.CBFlagsMap != 0
+	if mapCB && !c.d.amap.gaudi2 {
+		c.log.Debug().Msg("CB CREATE: mapping a CB to the device MMU is not supported on Gaudi")
+		return unix.EINVAL
+	}
+	n := (uint64(size) + pageSize - 1) &^ (pageSize - 1)
+	mem, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return unix.ENOMEM
+	}
+	cb := &cbuf{id: c.nextCB, size: size, mem: mem}
+	if mapCB {
+		va, err := c.pmmu.alloc(n, 0, false)
+		if err != nil {
+			cb.release()
+			return err
+		}
+		cb.vaMap = &mapping{va: va, size: n, span: n, ret: va, kind: mapLocal, mem: mem}
+		c.pmmu.insert(cb.vaMap)
+	}
+	c.nextCB++
+	c.cbs[cb.id] = cb
+	*a = hlsys.CBArgs{Handle: cb.handle()}
+	return nil
+}
+
+// Mmap implements hlsys.Backend for kernel CBs: offset is the CB handle and
+// length must be exactly the CB size rounded up to a page. One live
+// mapping per CB. The returned bytes are the CB itself.
+func (c *hctx) Mmap(offset int64, length int) ([]byte, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	c.memMu.Lock()
+	defer c.memMu.Unlock()
+	if c.memDead {
+		return nil, unix.ENODEV
+	}
+	cb := c.lookupCB(uint64(offset))
+	if cb == nil || cb.userMapped || length != len(cb.mem) {
+		return nil, unix.EINVAL
+	}
+	cb.userMapped = true
+	c.cbMmaps[&cb.mem[0]] = cb
+	return cb.mem[:length:length], nil
+}
+
+// Munmap implements hlsys.Backend. After Close it is a no-op (Close
+// released the CB memory).
+func (c *hctx) Munmap(b []byte) error {
+	if len(b) == 0 {
+		return unix.EINVAL
+	}
+	c.memMu.Lock()
+	defer c.memMu.Unlock()
+	if c.memDead {
+		return nil
+	}
+	cb := c.cbMmaps[&b[0]]
+	if cb == nil || len(b) != len(cb.mem) {
+		return unix.EINVAL
+	}
+	delete(c.cbMmaps, &b[0])
+	cb.userMapped = false
+	if cb.destroyed {
+		cb.release()
+	}
+	return nil
+}

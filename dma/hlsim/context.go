@@ -1,0 +1,262 @@
+package hlsim
+
+import (
+	"encoding/binary"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// Context states.
+const (
+	ctxOpen   = iota
+	ctxClosed // Close was called: ioctls return os.ErrClosed, like a closed fd
+	ctxGone   // the device was closed: ioctls return ENODEV
+)
+
+// numQueues is the number of emulated queues on both models: Gaudi1
+// DMA_0_0..3 and DMA_1_0..3, Gaudi2 PDMA_0_0..3 and PDMA_1_0..3.
+const numQueues = 8
+
+// hctx is an open compute context: what the driver calls hl_fpriv plus
+// hl_ctx. It implements hlsys.Backend.
+//
+// Lock order: csMu, then memMu, then the per-CS mutex; evMu and the
+// device's faultMu are leaves. d.mu is never taken while holding a
+// context lock, except by teardown after all context locks are released.
+type hctx struct {
+	d     *Device
+	log   zerolog.Logger
+	state atomic.Uint32
+
+	csMu    sync.Mutex
+	closed  bool
+	nextSeq uint64 // next CS sequence number (starts at 1)
+	slots   []*cs  // completion slots, indexed by seq & (MaxPendingCS-1)
+
+	evMu    sync.Mutex
+	eventfd int    // registered eventfd (our dup), or -1
+	events  uint64 // notifier events since the last GET_EVENTS
+
+	// memMu guards the MMU tables, allocations and CBs, and the lifetime
+	// of the memory they refer to: engines hold it for reading while they
+	// translate and move one packet's bytes, so memory is never unmapped
+	// under a running DMA.
+	memMu      sync.RWMutex
+	memDead    bool
+	dmmu       *vaSpace // Gaudi2 DRAM VA range, nil on Gaudi1
+	pmmu       *vaSpace // host mappings, 4 KiB pages
+	pmmuHuge   *vaSpace // host mappings, 2 MiB pages
+	allocs     map[uint64]*allocation
+	nextHandle uint64
+	dramUsed   uint64
+	cbs        map[uint64]*cbuf
+	nextCB     uint64
+	cbMmaps    map[*byte]*cbuf // user mmaps of CBs, by first byte
+
+	engines [numQueues]*engine
+	quit    chan struct{}
+	engWG   sync.WaitGroup
+
+	waiting atomic.Int32 // WAIT_CS calls blocked on a CS (tests)
+
+	// drainCond is signalled when the last job of an aborted CS leaves
+	// its engine.
+	drainMu   sync.Mutex
+	drainCond sync.Cond
+
+	// Timer callbacks (TDR, delayed completion) in progress.
+	bgMu     sync.Mutex
+	bgCond   sync.Cond
+	bgN      int
+	bgClosed bool
+
+	closeOnce sync.Once
+}
+
+func newCtx(d *Device) *hctx {
+	c := &hctx{
+		d:          d,
+		log:        d.log,
+		nextSeq:    1,
+		slots:      make([]*cs, d.cfg.MaxPendingCS),
+		eventfd:    -1,
+		allocs:     map[uint64]*allocation{},
+		nextHandle: 1,
+		cbs:        map[uint64]*cbuf{},
+		nextCB:     1,
+		cbMmaps:    map[*byte]*cbuf{},
+		quit:       make(chan struct{}),
+	}
+	c.bgCond.L = &c.bgMu
+	c.drainCond.L = &c.drainMu
+	a := &d.amap
+	if a.gaudi2 {
+		c.dmmu = newVASpace(a.dramBase, a.dmmuEnd-a.dramBase, a.dramPage)
+	}
+	c.pmmu = newVASpace(a.pmmuBase, a.pmmuHuge-a.pmmuBase, pageSize)
+	c.pmmuHuge = newVASpace(a.pmmuHuge, a.pmmuEnd-a.pmmuHuge, hugePageSize)
+	for i := range c.engines {
+		e := newEngine(c, i)
+		c.engines[i] = e
+		c.engWG.Add(1)
+		go e.run()
+	}
+	return c
+}
+
+// usable returns the error for an ioctl on a closed context.
+func (c *hctx) usable() error {
+	switch c.state.Load() {
+	case ctxClosed:
+		return os.ErrClosed
+	case ctxGone:
+		return unix.ENODEV
+	}
+	return nil
+}
+
+// Ioctl implements hlsys.Backend. The request must use this node's
+// numbering: a legacy 'H' request on an accel node (or the reverse) is
+// refused with ENOTTY, as are unknown requests. arg points at the ioctl's
+// argument struct; user pointers inside it are reached with
+// process_vm_readv/writev.
+func (c *hctx) Ioctl(req uintptr, arg unsafe.Pointer) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	n, nr, ok := hlsys.Decode(req)
+	if !ok || n != c.d.num {
+		return unix.ENOTTY
+	}
+	if arg == nil {
+		return unix.EFAULT
+	}
+	switch nr {
+	case hlsys.IoctlInfo:
+		return c.info((*hlsys.InfoArgs)(arg))
+	case hlsys.IoctlCB:
+		return c.cbIoctl((*hlsys.CBArgs)(arg))
+	case hlsys.IoctlCS:
+		return c.csIoctl((*hlsys.CSArgs)(arg))
+	case hlsys.IoctlWaitCS:
+		return c.waitIoctl((*hlsys.WaitCSArgs)(arg))
+	case hlsys.IoctlMemory:
+		return c.memIoctl((*hlsys.MemArgs)(arg))
+	case hlsys.IoctlDebug:
+		return unix.EOPNOTSUPP // the DEBUG (profiler) ioctl is not emulated
+	}
+	return unix.ENOTTY
+}
+
+// Close releases the context: CSs in flight end ABORTED (blocked WAIT_CS
+// calls return -EIO), the engine goroutines stop, every allocation,
+// mapping and CB of the context is released and the registered eventfd
+// is closed. DMA-BUF fds already exported stay valid (they hold the
+// memory). Close is idempotent; afterwards every call returns
+// os.ErrClosed.
+func (c *hctx) Close() error {
+	c.teardown(false)
+	return nil
+}
+
+func (c *hctx) teardown(gone bool) {
+	c.closeOnce.Do(func() {
+		if gone {
+			c.state.Store(ctxGone)
+		} else {
+			c.state.Store(ctxClosed)
+		}
+		c.csMu.Lock()
+		c.closed = true
+		c.csMu.Unlock()
+
+		c.abortAll(nil)
+		close(c.quit)
+		c.engWG.Wait()
+		c.waitBG()
+
+		c.memMu.Lock()
+		c.memDead = true
+		c.releaseMemory()
+		c.memMu.Unlock()
+
+		c.evMu.Lock()
+		if c.eventfd >= 0 {
+			_ = unix.Close(c.eventfd)
+			c.eventfd = -1
+		}
+		c.evMu.Unlock()
+
+		d := c.d
+		d.mu.Lock()
+		if d.ctx == c {
+			d.ctx = nil
+			d.lastClose = time.Now()
+		}
+		d.mu.Unlock()
+		c.log.Debug().Bool("device_closed", gone).Msg("compute context released")
+	})
+}
+
+// Numbering implements hlsys.Backend.
+func (c *hctx) Numbering() hlsys.Numbering { return c.d.num }
+
+// Name implements hlsys.Backend: "hlsimN (emulated)".
+func (c *hctx) Name() string { return c.d.name + " (emulated)" }
+
+// Emulated implements hlsys.Backend.
+func (c *hctx) Emulated() bool { return true }
+
+// KernelRelease is the emulated kernel release; the driver layer picks the
+// DMA-BUF export form from it.
+func (c *hctx) KernelRelease() string { return c.d.cfg.Kernel }
+
+// notify records notifier events and signals the registered eventfd.
+func (c *hctx) notify(bits uint64) {
+	c.evMu.Lock()
+	defer c.evMu.Unlock()
+	c.events |= bits
+	if c.eventfd >= 0 {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		_, _ = unix.Write(c.eventfd, one[:])
+	}
+}
+
+// enterBG registers a timer callback; it returns false once the context
+// is being torn down.
+func (c *hctx) enterBG() bool {
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if c.bgClosed {
+		return false
+	}
+	c.bgN++
+	return true
+}
+
+func (c *hctx) exitBG() {
+	c.bgMu.Lock()
+	c.bgN--
+	if c.bgN == 0 {
+		c.bgCond.Broadcast()
+	}
+	c.bgMu.Unlock()
+}
+
+func (c *hctx) waitBG() {
+	c.bgMu.Lock()
+	c.bgClosed = true
+	for c.bgN > 0 {
+		c.bgCond.Wait()
+	}
+	c.bgMu.Unlock()
+}

@@ -1,0 +1,531 @@
+package hlsim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// Model is the emulated Gaudi generation.
+type Model int
+
+// Emulated models. The zero value of Config.Model selects ModelGaudi2.
+const (
+	// ModelGaudi1 is the first Gaudi (PCI id 0x1000): physical DRAM
+	// addresses, kernel CBs on the external DMA queues 0-7, a CB parser at
+	// submission.
+	ModelGaudi1 Model = iota + 1
+	// ModelGaudi2 (PCI id 0x1020): DRAM behind the device MMU, user CBs
+	// (device VA + USER_ALLOC_CB) on the PDMA queues 0-7, no parser.
+	ModelGaudi2
+)
+
+// String returns "Gaudi" or "Gaudi2".
+func (m Model) String() string {
+	switch m {
+	case ModelGaudi1:
+		return "Gaudi"
+	case ModelGaudi2:
+		return "Gaudi2"
+	}
+	return fmt.Sprintf("Model(%d)", int(m))
+}
+
+// Defaults and limits of Config.
+const (
+	DefaultDRAMSize     = 4 << 30
+	DefaultDRAMPageSize = 2 << 20
+	DefaultKernel       = "6.8"
+	DefaultMaxPendingCS = 64
+	DefaultCSTimeout    = 30 * time.Second
+
+	// MaxDRAMSize bounds Config.DRAMSize so the emulated address map stays
+	// free of overlaps (the DRAM is sparse; only touched pages cost memory).
+	MaxDRAMSize = 256 << 30
+)
+
+// Config describes one emulated ASIC and its driver. The zero value is a
+// Gaudi2 with 4 GiB of DRAM on a 6.8 kernel.
+type Config struct {
+	Model        Model  // default ModelGaudi2
+	DRAMSize     uint64 // user DRAM, default 4 GiB; rounded down to DRAMPageSize
+	DRAMPageSize uint64 // dram_page_size and default ALLOC page; default 2 MiB; a multiple of 4 KiB
+	Index        int    // N in "hlsimN"
+
+	// Kernel is the emulated kernel uAPI generation: "6.1" (up to "6.2")
+	// means legacy 'H' request numbers and the {handle, size} DMA-BUF
+	// export; "6.3".."6.5" legacy numbers and the {addr, size, offset}
+	// export; "6.6" and later (default "6.8") DRM accel numbers and the
+	// {addr, size, offset} export. Releases before 6.1 are refused.
+	Kernel string
+
+	// MaxPendingCS is the number of CS completion slots (a power of two,
+	// default 64): CS returns EAGAIN while slot seq&(MaxPendingCS-1) still
+	// holds a CS in flight.
+	MaxPendingCS int
+
+	// CSTimeout is the TDR (the driver's timeout_locked), default 30 s. A
+	// CS still in flight after it ends TIMEDOUT. CS_FLAGS_CUSTOM_TIMEOUT
+	// overrides it per CS (in seconds).
+	CSTimeout time.Duration
+
+	// NoResetOnLockup keeps the device running after a TDR timeout (the
+	// driver's reset_on_lockup=0). By default, as in the driver, a timeout
+	// resets the device, which aborts every other CS in flight, unless the
+	// timed-out CS had CS_FLAGS_SKIP_RESET_ON_TIMEOUT.
+	NoResetOnLockup bool
+
+	// Logger receives the emulator's logs (validation failures at debug
+	// level, engine faults and TDR at warn). Default: disabled.
+	Logger zerolog.Logger
+}
+
+// Stats are cumulative counters of a Device, over all its contexts.
+type Stats struct {
+	CSSubmitted uint64 // CSs accepted by the CS ioctl
+	CSCompleted uint64 // ended COMPLETED
+	CSAborted   uint64 // ended ABORTED (reset, context close, AbortNextCS, engine fault)
+	CSTimedOut  uint64 // ended TIMEDOUT (TDR)
+
+	PacketsExecuted uint64        // packets run by the engines
+	BytesMoved      uint64        // LIN_DMA bytes copied or set
+	DMABusy         time.Duration // time engines spent executing CBs, summed over engines
+
+	EngineFaults uint64 // jobs that failed in an engine (MMU fault, bad packet)
+	Resets       uint64 // device resets (Reset, TDR)
+}
+
+// Device is one emulated ASIC plus its driver instance. Its methods are
+// safe for concurrent use.
+type Device struct {
+	cfg       Config
+	log       zerolog.Logger
+	name      string
+	num       hlsys.Numbering
+	exportNew bool // {addr, size, offset} export (kernel >= 6.3)
+	newInfo   bool // 304-byte HW_IP_INFO, 40-byte HW_IDLE (kernel >= 6.3)
+	leases    bool // write-lease probe of exported memfds works (see exportsLive)
+	amap      addrMap
+
+	mu        sync.Mutex // guards closed, ctx, open stats
+	closed    bool
+	ctx       *hctx
+	opens     uint64
+	lastOpen  time.Time
+	lastClose time.Time
+	status    atomic.Uint32 // hlsys.DeviceStatus*
+
+	resetMu sync.Mutex // serializes resets
+
+	faultMu   sync.Mutex
+	hangN     int
+	abortN    int
+	delayN    int
+	delayTime time.Duration
+
+	// Device-wide memory (not per context): Gaudi1 physical DRAM arena and
+	// the SRAM of both models. Read and written by engines under the
+	// context's memMu read lock; released in Close after the context.
+	arenaFD int // Gaudi1: memfd of the DRAM arena, -1 otherwise
+	arena   []byte
+	sram    []byte
+
+	st struct {
+		submitted, completed, aborted, timedout atomic.Uint64
+		packets, bytes, faults, resets          atomic.Uint64
+		busy                                    atomic.Int64
+	}
+}
+
+// New creates an emulated device. It fails when the configuration is
+// invalid or when the kernel refuses what the emulator needs
+// (process_vm_readv on itself, memfd_create).
+func New(cfg Config) (_ *Device, err error) {
+	if cfg.Model == 0 {
+		cfg.Model = ModelGaudi2
+	}
+	if cfg.Model != ModelGaudi1 && cfg.Model != ModelGaudi2 {
+		return nil, fmt.Errorf("hlsim: unknown model %v", cfg.Model)
+	}
+	if cfg.DRAMPageSize == 0 {
+		cfg.DRAMPageSize = DefaultDRAMPageSize
+	}
+	if cfg.DRAMPageSize%pageSize != 0 {
+		return nil, fmt.Errorf("hlsim: DRAMPageSize %#x is not a multiple of 4 KiB", cfg.DRAMPageSize)
+	}
+	if cfg.DRAMSize == 0 {
+		cfg.DRAMSize = DefaultDRAMSize
+	}
+	if cfg.DRAMSize > MaxDRAMSize {
+		return nil, fmt.Errorf("hlsim: DRAMSize %#x above the emulator's limit %#x", cfg.DRAMSize, uint64(MaxDRAMSize))
+	}
+	cfg.DRAMSize -= cfg.DRAMSize % cfg.DRAMPageSize
+	if cfg.DRAMSize == 0 {
+		return nil, errors.New("hlsim: DRAMSize smaller than one DRAM page")
+	}
+	if cfg.Kernel == "" {
+		cfg.Kernel = DefaultKernel
+	}
+	major, minor, ok := parseKernel(cfg.Kernel)
+	if !ok {
+		return nil, fmt.Errorf("hlsim: cannot parse kernel release %q", cfg.Kernel)
+	}
+	if !atLeast(major, minor, 6, 1) {
+		return nil, fmt.Errorf("hlsim: kernel %q: only 6.1 and later uAPI generations are emulated", cfg.Kernel)
+	}
+	if cfg.MaxPendingCS == 0 {
+		cfg.MaxPendingCS = DefaultMaxPendingCS
+	}
+	if cfg.MaxPendingCS < 1 || cfg.MaxPendingCS&(cfg.MaxPendingCS-1) != 0 {
+		return nil, fmt.Errorf("hlsim: MaxPendingCS %d is not a power of two", cfg.MaxPendingCS)
+	}
+	if cfg.CSTimeout <= 0 {
+		cfg.CSTimeout = DefaultCSTimeout
+	}
+	if cfg.Index < 0 {
+		return nil, fmt.Errorf("hlsim: negative Index %d", cfg.Index)
+	}
+	if err := probeHostAccess(); err != nil {
+		return nil, fmt.Errorf("hlsim: host memory access (process_vm_readv on self) unavailable: %w", err)
+	}
+
+	d := &Device{
+		cfg:       cfg,
+		name:      "hlsim" + strconv.Itoa(cfg.Index),
+		num:       hlsys.Legacy,
+		exportNew: atLeast(major, minor, 6, 3),
+		newInfo:   atLeast(major, minor, 6, 3),
+		arenaFD:   -1,
+	}
+	if atLeast(major, minor, 6, 6) {
+		d.num = hlsys.Accel
+	}
+	d.log = cfg.Logger.With().Str("device", d.name).Str("model", cfg.Model.String()).Logger()
+	d.amap = newAddrMap(cfg)
+	d.leases = probeLeases()
+	defer func() {
+		if err != nil {
+			d.releaseDeviceMemory()
+		}
+	}()
+	if d.sram, err = anonMap(int(d.amap.sramSize)); err != nil {
+		return nil, fmt.Errorf("hlsim: SRAM: %w", err)
+	}
+	if cfg.Model == ModelGaudi1 {
+		d.arenaFD, d.arena, err = newMemfd(d.name+"-dram", cfg.DRAMSize)
+		if err != nil {
+			return nil, fmt.Errorf("hlsim: DRAM arena: %w", err)
+		}
+	}
+	d.status.Store(hlsys.DeviceStatusOperational)
+	d.log.Debug().Str("kernel", cfg.Kernel).Str("numbering", d.num.String()).
+		Uint64("dram_size", cfg.DRAMSize).Bool("export_leases", d.leases).Msg("emulated device created")
+	return d, nil
+}
+
+// Name returns "hlsimN".
+func (d *Device) Name() string { return d.name }
+
+// Model returns the emulated model.
+func (d *Device) Model() Model { return d.cfg.Model }
+
+// KernelRelease returns the emulated kernel release (Config.Kernel).
+func (d *Device) KernelRelease() string { return d.cfg.Kernel }
+
+// Numbering returns the ioctl numbering of the emulated compute node.
+func (d *Device) Numbering() hlsys.Numbering { return d.num }
+
+// Open opens the compute node. Only one context may be open at a time, as
+// with the driver: a second Open fails with an *hlsys.Error wrapping
+// unix.EBUSY until the first context is closed; while that context is
+// being released or the device is resetting it fails with EAGAIN, after
+// Close with ENODEV.
+func (d *Device) Open() (hlsys.Backend, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fail := func(e unix.Errno) error { return &hlsys.Error{Op: "open", Node: d.name, Errno: e} }
+	switch {
+	case d.closed:
+		return nil, fail(unix.ENODEV)
+	case d.ctx != nil && d.ctx.state.Load() != ctxOpen:
+		return nil, fail(unix.EAGAIN) // the previous context is being released
+	case d.ctx != nil:
+		return nil, fail(unix.EBUSY)
+	case d.status.Load() != hlsys.DeviceStatusOperational:
+		return nil, fail(unix.EAGAIN)
+	}
+	c := newCtx(d)
+	d.ctx = c
+	d.opens++
+	d.lastOpen = time.Now()
+	d.log.Debug().Uint64("open", d.opens).Msg("compute context opened")
+	return c, nil
+}
+
+// Close tears the device down: an open context is released (its CSs are
+// aborted, its goroutines stopped, its memory freed) and answers ENODEV
+// to every later ioctl. DMA-BUF fds already exported stay valid. Close is
+// idempotent.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	c := d.ctx
+	d.mu.Unlock()
+	if c != nil {
+		c.teardown(true)
+	}
+	d.resetMu.Lock() // wait for a reset in progress
+	d.status.Store(hlsys.DeviceStatusMalfunction)
+	d.releaseDeviceMemory()
+	d.resetMu.Unlock()
+	d.log.Debug().Msg("emulated device closed")
+	return nil
+}
+
+func (d *Device) releaseDeviceMemory() {
+	if d.sram != nil {
+		_ = unix.Munmap(d.sram)
+		d.sram = nil
+	}
+	if d.arena != nil {
+		_ = unix.Munmap(d.arena)
+		d.arena = nil
+	}
+	if d.arenaFD >= 0 {
+		_ = unix.Close(d.arenaFD)
+		d.arenaFD = -1
+	}
+}
+
+// DelayNextCS makes the next n submitted CSs complete only delay after
+// their packets have executed (the TDR still applies). It replaces an
+// earlier DelayNextCS; n <= 0 cancels it.
+func (d *Device) DelayNextCS(n int, delay time.Duration) {
+	d.faultMu.Lock()
+	d.delayN, d.delayTime = max(n, 0), delay
+	d.faultMu.Unlock()
+}
+
+// HangNextCS makes the next n submitted CSs never complete by themselves:
+// their packets are not executed (the queue goes on with later work) and
+// the TDR ends them TIMEDOUT after the CS timeout, then resets the device
+// unless Config.NoResetOnLockup or the CS had SKIP_RESET_ON_TIMEOUT. It
+// replaces an earlier HangNextCS; n <= 0 cancels it.
+func (d *Device) HangNextCS(n int) {
+	d.faultMu.Lock()
+	d.hangN = max(n, 0)
+	d.faultMu.Unlock()
+}
+
+// AbortNextCS makes the next n submitted CSs end ABORTED (WAIT_CS -EIO)
+// without executing their packets. It replaces an earlier AbortNextCS;
+// n <= 0 cancels it.
+func (d *Device) AbortNextCS(n int) {
+	d.faultMu.Lock()
+	d.abortN = max(n, 0)
+	d.faultMu.Unlock()
+}
+
+// injected returns the faults for the next CS and consumes them.
+func (d *Device) injected() (hang, abort bool, delay time.Duration) {
+	d.faultMu.Lock()
+	defer d.faultMu.Unlock()
+	if d.hangN > 0 {
+		d.hangN--
+		hang = true
+	}
+	if d.abortN > 0 {
+		d.abortN--
+		abort = true
+	}
+	if d.delayN > 0 {
+		d.delayN--
+		delay = d.delayTime
+	}
+	return hang, abort, delay
+}
+
+// Reset resets the device now. The status reads IN_RESET while every CS in
+// flight is aborted: engines drop queued jobs and stop a running one at
+// the next packet boundary. The status is OPERATIONAL again before the
+// waiters are woken (WAIT_CS -EIO + ABORTED; TIMEDOUT for a CS whose TDR
+// caused the reset), so a woken waiter may submit again at once. The open
+// context survives with its memory, mappings, CBs and sequence numbers
+// (the driver's hard reset would kill the owning process instead); it sees
+// NOTIFIER_DEVICE_RESET and its eventfd is signalled.
+func (d *Device) Reset() { d.reset(nil, "requested") }
+
+// reset resets the device. With only != nil, the reset applies only if
+// that context is still the open one (a TDR of a closing context).
+func (d *Device) reset(only *hctx, reason string) {
+	d.resetMu.Lock()
+	defer d.resetMu.Unlock()
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	c := d.ctx
+	if only != nil && c != only {
+		d.mu.Unlock()
+		return
+	}
+	d.status.Store(hlsys.DeviceStatusInReset)
+	d.mu.Unlock()
+
+	d.log.Warn().Str("reason", reason).Msg("device reset")
+	d.st.resets.Add(1)
+	operational := func() {
+		d.mu.Lock()
+		if !d.closed {
+			d.status.Store(hlsys.DeviceStatusOperational)
+		}
+		d.mu.Unlock()
+	}
+	if c == nil {
+		operational()
+		return
+	}
+	c.notify(hlsys.NotifierDeviceReset)
+	c.abortAll(operational)
+}
+
+// Stats returns a snapshot of the counters.
+func (d *Device) Stats() Stats {
+	return Stats{
+		CSSubmitted:     d.st.submitted.Load(),
+		CSCompleted:     d.st.completed.Load(),
+		CSAborted:       d.st.aborted.Load(),
+		CSTimedOut:      d.st.timedout.Load(),
+		PacketsExecuted: d.st.packets.Load(),
+		BytesMoved:      d.st.bytes.Load(),
+		DMABusy:         time.Duration(d.st.busy.Load()),
+		EngineFaults:    d.st.faults.Load(),
+		Resets:          d.st.resets.Load(),
+	}
+}
+
+func parseKernel(s string) (major, minor int, ok bool) {
+	parts := strings.SplitN(strings.TrimSpace(s), ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	// Allow "6.8.0-rc1": only the leading digits of minor matter.
+	m := parts[1]
+	if i := strings.IndexFunc(m, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		m = m[:i]
+	}
+	minor, err2 := strconv.Atoi(m)
+	if err1 != nil || err2 != nil || major < 0 || minor < 0 {
+		return 0, 0, false
+	}
+	return major, minor, true
+}
+
+func atLeast(major, minor, wantMajor, wantMinor int) bool {
+	return major > wantMajor || (major == wantMajor && minor >= wantMinor)
+}
+
+// newMemfd creates a sparse memfd of size bytes and maps it shared.
+func newMemfd(name string, size uint64) (int, []byte, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		_ = unix.Close(fd)
+		return -1, nil, fmt.Errorf("ftruncate: %w", err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
+	if err != nil {
+		_ = unix.Close(fd)
+		return -1, nil, fmt.Errorf("mmap: %w", err)
+	}
+	return fd, mem, nil
+}
+
+// anonMap maps size bytes of zeroed, emulator-owned memory.
+func anonMap(size int) ([]byte, error) {
+	return unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+}
+
+// probeLeases checks that a write lease on a private O_RDWR reopen of a
+// memfd tells whether other O_RDWR opens (exported DMA-BUF fds) exist.
+func probeLeases() bool {
+	fd, err := unix.MemfdCreate("hlsim-lease-probe", unix.MFD_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	ref, err := reopenFD(fd)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(ref)
+	if writeLeaseBusy(ref) != errNotBusy {
+		return false
+	}
+	exp, err := reopenFD(fd)
+	if err != nil {
+		return false
+	}
+	busy := writeLeaseBusy(ref)
+	_ = unix.Close(exp)
+	return busy == errBusy && writeLeaseBusy(ref) == errNotBusy
+}
+
+var (
+	errBusy    = errors.New("busy")
+	errNotBusy = errors.New("not busy")
+)
+
+// writeLeaseBusy takes and drops a write lease on fd: the kernel grants it
+// only when no other open file description of the inode has it open for
+// reading or writing.
+func writeLeaseBusy(fd int) error {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_WRLCK)
+	switch {
+	case err == nil:
+		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_UNLCK)
+		return errNotBusy
+	case errors.Is(err, unix.EAGAIN):
+		return errBusy
+	}
+	return err
+}
+
+// reopenFD opens a new open file description of fd's file (O_RDWR |
+// O_CLOEXEC), as an exported DMA-BUF fd.
+func reopenFD(fd int) (int, error) {
+	return unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDWR|unix.O_CLOEXEC, 0)
+}
+
+// monotonicNow is CLOCK_MONOTONIC in ns, the clock of ktime_get().
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
+}
+
+var selfPID = os.Getpid()
+
+// sliceAddr is the process address of b's first byte (overlap checks only).
+func sliceAddr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

@@ -1,0 +1,152 @@
+// Package hlsim emulates an Intel Gaudi (Gaudi1) or Gaudi2 and its
+// habanalabs driver behind the same ioctl contract as the real device
+// node, so that everything above internal/hlsys (package dma and up) runs
+// unchanged in CI and on machines without the hardware. It is labelled as
+// emulated everywhere: the backend's Name is "hlsimN (emulated)", its
+// Emulated method reports true and HW_IP_INFO's card name is
+// "hlsim-emulated".
+//
+// # Contract
+//
+//	dev, _ := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2})
+//	defer dev.Close()
+//	b, _ := dev.Open()            // hlsys.Backend; a second Open: EBUSY
+//	defer b.Close()
+//	info, _ := hlsys.GetHwIPInfo(b)
+//
+// The backend answers the typed functions of internal/hlsys exactly like a
+// /dev/accel/accelN (kernel >= 6.6) or /dev/hlN (older) node: Ioctl
+// decodes the request with hlsys.Decode and refuses a request of the
+// other numbering (ENOTTY), reads and writes the argument struct in place
+// and reaches user pointers inside it (INFO return buffers, CS chunk
+// arrays, USERPTR host memory, host memory reached by DMA, Gaudi2 user
+// CBs) with process_vm_readv/writev on the own process, the way the kernel
+// uses copy_from_user: a bad pointer yields EFAULT (or a failed CS), never
+// a crash, and no uint64 is ever turned into an unsafe.Pointer. Failing
+// ioctls return a bare unix.Errno (hlsys wraps it in *hlsys.Error); the
+// WAIT_CS output is written before -ETIMEDOUT/-EIO is returned, as the
+// driver's dispatcher copies it out on failure.
+//
+// # What is modeled
+//
+//   - INFO: HW_IP_INFO (256 bytes on 6.1, 304 from 6.3; min(return_size,
+//     size) is copied), DRAM_USAGE, HW_IDLE, DEVICE_STATUS, RESET_COUNT,
+//     OPEN_STATS, DEV_MEM_ALLOC_PAGE_SIZES, REGISTER/UNREGISTER_EVENTFD,
+//     GET_EVENTS. Other ops of the header return EOPNOTSUPP, unknown ops
+//     EINVAL; during a reset only the ops the driver serves then answer
+//     (others EBUSY).
+//   - MEMORY: Gaudi2 ALLOC (idr handle >= 1, size rounded up to the page,
+//     ENOMEM beyond the DRAM), MAP of a handle (DMMU VA aligned to the DRAM
+//     page), FREE (EINVAL while mapped or exported), UNMAP (exact VA only).
+//     Gaudi1 ALLOC/FREE are accounting (handle 0; FREE takes the size),
+//     MAP of a device handle is EINVAL and DRAM addresses are physical.
+//     Both: MAP with USERPTR (the range must be mapped in the process, else
+//     EFAULT; the VA keeps the in-page offset; 2 MiB-aligned ranges use
+//     2 MiB pages), EXPORT_DMABUF_FD in the 6.1 {handle, size} and the 6.3+
+//     {addr, size, offset} forms. MAP_BLOCK and TS_ALLOC: EOPNOTSUPP.
+//   - CB: CREATE (8..HL_MAX_CB_SIZE, at least a page; handle = mmap
+//     offset), DESTROY, INFO (usage count, or the device VA of a CB created
+//     with CB_FLAGS_MAP on Gaudi2), Mmap of exactly the page-rounded size,
+//     once per CB.
+//   - CS: validated like the driver (1..512 chunks; queues 0-7 only, the
+//     PCI DMA queues of both models; Gaudi1 takes kernel CB handles and
+//     parses them at submission, rejecting bad packets with EINVAL/EPERM;
+//     Gaudi2 takes user CB device VAs with USER_ALLOC_CB, checked against
+//     the MMU ranges and fetched through the MMU when the job runs).
+//     Sequence numbers start at 1; EAGAIN while the completion slot
+//     seq&(MaxPendingCS-1) is busy. TIMESTAMP, CUSTOM_TIMEOUT and
+//     SKIP_RESET_ON_TIMEOUT are honoured; restore chunks, signal/wait,
+//     staged, encapsulated-signal and engine-core CSs return EOPNOTSUPP.
+//   - Engines: one goroutine per queue runs its jobs in order; jobs of one
+//     CS on different queues run concurrently; the CS ends when all its
+//     jobs have. LIN_DMA (copy with memmove semantics, or memset of the
+//     64-bit value in src_addr; Gaudi1 masks dst to 56 bits) and NOP are
+//     executed. Any other packet, a truncated packet, an unmapped byte or a
+//     host page that went away fails the job: the CS ends ABORTED (WAIT_CS
+//     -EIO) and the context gets a notifier event (UNDEFINED_OPCODE for
+//     packets, GENERAL_HW_ERR and, from 6.3, PAGE_FAULT for MMU faults).
+//     The device keeps running (the driver would often reset).
+//   - WAIT_CS per sequence number with the driver's table: COMPLETED
+//     (+TIMESTAMP_VLD), COMPLETED+GONE beyond the slot window, BUSY when
+//     timeout_us elapses (0 polls; values wrap at 32 bits like
+//     usecs_to_jiffies; MAX_SCHEDULE_TIMEOUT waits without limit),
+//     -ETIMEDOUT+TIMEDOUT, -EIO+ABORTED, EINVAL for 0 or an unsubmitted
+//     seq. MULTI_CS and interrupt waits are not emulated (EPERM where the
+//     ASIC lacks them, EOPNOTSUPP otherwise).
+//   - TDR: a CS in flight after Config.CSTimeout (or its custom timeout)
+//     ends TIMEDOUT, the context gets CS_TIMEOUT, and unless
+//     Config.NoResetOnLockup or SKIP_RESET_ON_TIMEOUT the device resets.
+//   - Exclusive open (EBUSY), device close (ENODEV on later ioctls), the
+//     status seen during a reset (IN_RESET; Open returns EAGAIN, CS and
+//     MEMORY EBUSY).
+//   - Fault injection: DelayNextCS, HangNextCS, AbortNextCS, Reset.
+//
+// # Address map
+//
+// Gaudi2: DRAM VAs (DMMU) from dram_base_address 0x1001_0000_0000_0000
+// (16 TiB of VA), host VAs (PMMU) from 0xFFF0_0000_0000_0000 (4 KiB pages)
+// and 0xFFF0_8000_0000_0000 (2 MiB pages). Gaudi1: physical DRAM
+// [0x6_2000_0000, +dram_size), host VAs from 2^48 (4 KiB) and 2^48+2^47
+// (2 MiB). SRAM (both, physical, reachable by LIN_DMA): 0x7F_F000_0000,
+// 24 MiB (Gaudi1) or 48 MiB (Gaudi2). Page tables are sorted,
+// non-overlapping ranges per VA space, searched by binary search; a DMA
+// range is translated piece by piece and fails if any byte is unmapped.
+// VAs are handed out next-fit, so a freed VA is not reused at once (stale
+// device addresses fault instead of aliasing new memory).
+//
+// # Memory and DMA-BUF
+//
+// Gaudi2 DRAM: every ALLOC gets its own sparse memfd, mapped shared into
+// the emulator; the DMMU translates to that mapping. An export is a new
+// open file description (O_RDWR|O_CLOEXEC, via /proc/self/fd) of that
+// memfd, returned as a real fd: the emulated dma-buf holds the whole
+// allocation, file offset k being allocation byte k, whatever
+// {offset, size} window was exported (a real dma-buf starts at the
+// window). Gaudi1 DRAM is one sparse memfd arena for the device (it
+// outlives contexts, like physical DRAM); its exports are opens of the
+// arena, file offset k being physical address dram_base_address+k.
+// Production code never maps these fds (the driver has no mmap op); tests
+// may, to check aliasing. Exported fds belong to the caller and stay
+// valid after the context and the device are closed.
+//
+// Export pinning: the driver refuses UNMAP of a VA (and FREE of a handle)
+// while a dma-buf exported from it lives. The emulator cannot see an fd
+// close, so it asks the kernel: a write lease on the emulator's private
+// O_RDWR reopen of the memfd is granted only when no other open file
+// description exists (no exported fd, dup, fd passed to another process,
+// or mmap of one). UNMAP/FREE therefore fail with EINVAL exactly while an
+// export is alive. The granularity is the allocation: an allocation
+// mapped twice and exported from both VAs unpins both VAs only when all
+// its exports are gone. If leases are unavailable (fs.leases-enable=0),
+// an export pins until the context closes.
+//
+// Kernel CBs are emulator-owned anonymous memory; Mmap returns that memory
+// itself (so a CB is usable only while its context is open: Close unmaps
+// it, as the real backend's Close does).
+//
+// # Reset and close
+//
+// Reset (explicit, or after a TDR) aborts every CS in flight: engines drop
+// queued jobs and stop a running job at the next packet boundary; the
+// status reads IN_RESET meanwhile and is OPERATIONAL again before the
+// waiters are woken (-EIO, ABORTED; TIMEDOUT for the CS that timed out).
+// The context survives with its memory, mappings, CBs and sequence
+// numbers: this models a compute reset that keeps the context, where the
+// driver's hard reset would kill the owning process. Closing the context,
+// or the device, aborts in-flight CSs the same way, wakes blocked WAIT_CS
+// calls, stops every goroutine (engines, TDR and delay timers) and
+// releases every fd, mapping and CB of the context; nothing waits on user
+// memory. Close is synchronous: Open answers EAGAIN only while a Close is
+// in progress.
+//
+// # Not modeled
+//
+// Timing of real DMA engines (an emulated copy runs at memcpy speed; Stats
+// reports the busy time), internal and compute queues, sync objects and
+// monitors, user interrupts, MSG/WREG packets, the ARC scheduler mode,
+// multi-CS waits, context switch (restore chunks), the control node,
+// Gaudi3, the release delay after close (Gaudi2 resets on release; here
+// a reopen after Close succeeds at once), the SHARED and CONTIGUOUS ALLOC
+// flags (accepted, no effect) and the writability check of pinned host
+// pages.
+package hlsim

@@ -1,0 +1,344 @@
+package hlsim
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// waitAsync runs WaitForCS on another goroutine.
+func waitAsync(b hlsys.Backend, seq, timeoutUs uint64) <-chan waitResult {
+	ch := make(chan waitResult, 1)
+	go func() {
+		out, err := hlsys.WaitForCS(b, seq, timeoutUs)
+		ch <- waitResult{out, err}
+	}()
+	return ch
+}
+
+// blockedWaiters waits until n WAIT_CS calls are blocked in the context.
+func blockedWaiters(t *testing.T, b hlsys.Backend, n int32) {
+	t.Helper()
+	c := b.(*hctx)
+	deadline := time.Now().Add(safety)
+	for c.waiting.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatal("waiters did not block")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+type waitResult struct {
+	out hlsys.WaitCSOut
+	err error
+}
+
+func recvWait(t *testing.T, ch <-chan waitResult) waitResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(safety):
+		t.Fatal("WAIT_CS did not return")
+		return waitResult{}
+	}
+}
+
+// copyCB returns a 4 KiB copy between fresh host buffers and the buffers.
+func (r *rig) copyCB() (cb, src, dst []byte) {
+	src, sva := r.host(4096)
+	dst, dva := r.host(4096)
+	copy(src, pattern(4096, 11))
+	return linDMA(r.g1, dva, sva, 4096), src, dst
+}
+
+func TestDelayNextCS(t *testing.T) {
+	for _, m := range models {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m})
+			cb, src, dst := r.copyCB()
+			r.d.DelayNextCS(1, 30*time.Millisecond)
+			seq, err := r.submit(0, 0, r.chunk(0, cb))
+			require.NoError(t, err)
+			out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+			require.Equal(t, src, dst, "a delayed CS executes before completing")
+
+			// Only one CS was delayed; DelayNextCS(0, ...) cancels.
+			r.d.DelayNextCS(5, time.Hour)
+			r.d.DelayNextCS(0, 0)
+			r.mustRun(nop())
+		})
+	}
+}
+
+func TestAbortNextCS(t *testing.T) {
+	for _, m := range models {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m})
+			cb, _, dst := r.copyCB()
+			r.d.AbortNextCS(1)
+			out, err := r.run(cb)
+			isErrno(t, err, unix.EIO)
+			require.Equal(t, uint32(hlsys.WaitCSStatusAborted), out.Status)
+			require.Equal(t, make([]byte, 4096), dst, "an aborted CS moves nothing")
+			r.mustRun(cb)
+			st := r.d.Stats()
+			require.Equal(t, uint64(1), st.CSAborted)
+			require.Equal(t, uint64(1), st.CSCompleted)
+			require.Equal(t, uint64(2), st.CSSubmitted)
+		})
+	}
+}
+
+func TestHangNextCSResets(t *testing.T) {
+	for _, m := range models {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m, CSTimeout: 50 * time.Millisecond})
+			efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+			require.NoError(t, err)
+			defer unix.Close(efd)
+			require.NoError(t, hlsys.RegisterEventFD(r.b, efd))
+
+			// Another CS in flight with a long custom timeout: the reset
+			// caused by the hung CS aborts it.
+			r.d.DelayNextCS(1, time.Hour)
+			other, err := r.submit(hlsys.CSFlagsCustomTimeout, 3600, r.chunk(4, nop()))
+			require.NoError(t, err)
+			otherDone := waitAsync(r.b, other, uint64(safety.Microseconds()))
+
+			r.d.HangNextCS(1)
+			cb, _, dst := r.copyCB()
+			seq, err := r.submit(0, 0, r.chunk(0, cb))
+			require.NoError(t, err)
+			out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+			isErrno(t, err, unix.ETIMEDOUT)
+			require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
+			require.Equal(t, make([]byte, 4096), dst, "a hung CS never ran")
+
+			res := recvWait(t, otherDone)
+			isErrno(t, res.err, unix.EIO)
+			require.Equal(t, uint32(hlsys.WaitCSStatusAborted), res.out.Status)
+
+			var v [8]byte
+			_, err = unix.Read(efd, v[:])
+			require.NoError(t, err)
+			require.NotZero(t, binary.NativeEndian.Uint64(v[:]))
+			ev, err := hlsys.GetEvents(r.b)
+			require.NoError(t, err)
+			require.Equal(t, uint64(hlsys.NotifierCSTimeout|hlsys.NotifierDeviceReset), ev)
+			st := r.d.Stats()
+			require.Equal(t, uint64(1), st.Resets)
+			require.Equal(t, uint64(1), st.CSTimedOut)
+			require.Equal(t, uint64(1), st.CSAborted)
+
+			// The context survives the reset with its mappings.
+			status, err := hlsys.GetDeviceStatus(r.b)
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.DeviceStatusOperational), status)
+			r.mustRun(cb)
+			require.Equal(t, pattern(4096, 11), dst)
+		})
+	}
+}
+
+func TestHangWithoutReset(t *testing.T) {
+	cases := map[string]struct {
+		cfg   Config
+		flags uint32
+	}{
+		"SKIP_RESET_ON_TIMEOUT": {Config{CSTimeout: 50 * time.Millisecond}, hlsys.CSFlagsSkipResetOnTimeout},
+		"NoResetOnLockup":       {Config{CSTimeout: 50 * time.Millisecond, NoResetOnLockup: true}, 0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t, tc.cfg)
+			r.d.DelayNextCS(1, time.Hour)
+			other, err := r.submit(hlsys.CSFlagsCustomTimeout, 3600, r.chunk(4, nop()))
+			require.NoError(t, err)
+
+			r.d.HangNextCS(1)
+			seq, err := r.submit(tc.flags, 0, r.chunk(0, nop()))
+			require.NoError(t, err)
+			out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+			isErrno(t, err, unix.ETIMEDOUT)
+			require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
+
+			out, err = hlsys.WaitForCS(r.b, other, 0)
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.WaitCSStatusBusy), out.Status, "no reset: the other CS is still in flight")
+			require.Zero(t, r.d.Stats().Resets)
+			ev, err := hlsys.GetEvents(r.b)
+			require.NoError(t, err)
+			require.Equal(t, uint64(hlsys.NotifierCSTimeout), ev)
+		})
+	}
+}
+
+func TestCustomTimeout(t *testing.T) {
+	r := newRig(t, Config{CSTimeout: time.Hour})
+	r.d.HangNextCS(1)
+	// CUSTOM_TIMEOUT of 0 seconds: the TDR fires at once.
+	seq, err := r.submit(hlsys.CSFlagsCustomTimeout|hlsys.CSFlagsSkipResetOnTimeout, 0, r.chunk(0, nop()))
+	require.NoError(t, err)
+	out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+	isErrno(t, err, unix.ETIMEDOUT)
+	require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
+}
+
+func TestReset(t *testing.T) {
+	for _, m := range models {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m})
+			cb, src, dst := r.copyCB()
+			r.d.DelayNextCS(2, time.Hour)
+			s1, err := r.submit(0, 0, r.chunk(0, nop()))
+			require.NoError(t, err)
+			s2, err := r.submit(0, 0, r.chunk(5, nop()))
+			require.NoError(t, err)
+			w1 := waitAsync(r.b, s1, uint64(safety.Microseconds()))
+			blockedWaiters(t, r.b, 1)
+			r.d.Reset()
+			res := recvWait(t, w1)
+			isErrno(t, res.err, unix.EIO)
+			require.Equal(t, uint32(hlsys.WaitCSStatusAborted), res.out.Status)
+			out, err := hlsys.WaitForCS(r.b, s2, 0)
+			isErrno(t, err, unix.EIO)
+			require.Equal(t, uint32(hlsys.WaitCSStatusAborted), out.Status)
+
+			status, err := hlsys.GetDeviceStatus(r.b)
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.DeviceStatusOperational), status)
+			var rc [8]byte
+			a := hlsys.InfoArgs{ReturnPointer: addrOf(rc[:]), ReturnSize: 8, Op: hlsys.InfoResetCount}
+			require.NoError(t, hlsys.Info(r.b, &a))
+			require.Equal(t, uint32(1), binary.LittleEndian.Uint32(rc[:]))
+
+			// Memory mappings and CBs survive; sequence numbers go on.
+			seq, err := r.submit(0, 0, r.chunk(0, cb))
+			require.NoError(t, err)
+			require.Equal(t, s2+1, seq)
+			_, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+			require.NoError(t, err)
+			require.Equal(t, src, dst)
+		})
+	}
+}
+
+// TestCloseWithWorkInFlight: closing the context with CSs in flight and a
+// blocked WAIT_CS neither hangs nor leaks (TestMain checks goroutines and
+// fds); the waiter gets -EIO, later calls os.ErrClosed, and the device
+// opens again.
+func TestCloseWithWorkInFlight(t *testing.T) {
+	for _, m := range models {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m})
+			efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+			require.NoError(t, err)
+			defer unix.Close(efd)
+			require.NoError(t, hlsys.RegisterEventFD(r.b, efd))
+			r.dram(8 << 20)
+			_, err = hlsys.CBCreate(r.b, 4096, 0)
+			require.NoError(t, err)
+
+			r.d.DelayNextCS(1, time.Hour)
+			s1, err := r.submit(0, 0, r.chunk(0, nop()))
+			require.NoError(t, err)
+			r.d.HangNextCS(1)
+			s2, err := r.submit(0, 0, r.chunk(1, nop()))
+			require.NoError(t, err)
+			w1 := waitAsync(r.b, s1, 1<<63-1) // without limit
+			w2 := waitAsync(r.b, s2, uint64(safety.Microseconds()))
+			blockedWaiters(t, r.b, 2)
+
+			require.NoError(t, r.b.Close())
+			for _, w := range []<-chan waitResult{w1, w2} {
+				res := recvWait(t, w)
+				isErrno(t, res.err, unix.EIO)
+				require.Equal(t, uint32(hlsys.WaitCSStatusAborted), res.out.Status)
+			}
+			_, err = hlsys.WaitForCS(r.b, s1, 0)
+			require.ErrorIs(t, err, os.ErrClosed)
+			_, err = r.b.Mmap(int64(hlsys.MmapTypeCB<<12|1<<12), 4096)
+			require.ErrorIs(t, err, os.ErrClosed)
+
+			b2, err := r.d.Open()
+			require.NoError(t, err)
+			defer b2.Close()
+			u, err := hlsys.GetDramUsage(b2)
+			require.NoError(t, err)
+			require.Zero(t, u.CtxDramMem, "the closed context's memory was released")
+		})
+	}
+}
+
+func TestDeviceCloseWithWorkInFlight(t *testing.T) {
+	r := newRig(t, Config{})
+	r.d.DelayNextCS(1, time.Hour)
+	seq, err := r.submit(0, 0, r.chunk(0, nop()))
+	require.NoError(t, err)
+	w := waitAsync(r.b, seq, uint64(safety.Microseconds()))
+	blockedWaiters(t, r.b, 1)
+	require.NoError(t, r.d.Close())
+	res := recvWait(t, w)
+	isErrno(t, res.err, unix.EIO)
+	_, err = hlsys.WaitForCS(r.b, seq, 0)
+	require.True(t, errors.Is(err, unix.ENODEV))
+	require.NoError(t, r.b.Close())
+}
+
+// TestFaultInjectionConcurrent calls the injectors while work runs (for
+// the race detector; outcomes vary, nothing may hang or leak).
+func TestFaultInjectionConcurrent(t *testing.T) {
+	r := newRig(t, Config{CSTimeout: 20 * time.Millisecond, MaxPendingCS: 16})
+	chunk := r.chunk(0, nop())
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			switch i % 4 {
+			case 0:
+				r.d.DelayNextCS(1, time.Millisecond)
+			case 1:
+				r.d.AbortNextCS(1)
+			case 2:
+				r.d.HangNextCS(1)
+			case 3:
+				r.d.Reset()
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		out, err := hlsys.SubmitCS(r.b, nil, []hlsys.CSChunk{chunk}, 0, 0)
+		if err != nil {
+			require.True(t, errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY), "%v", err)
+			time.Sleep(100 * time.Microsecond)
+			continue
+		}
+		res, err := hlsys.WaitForCS(r.b, out.Seq, uint64(safety.Microseconds()))
+		if err != nil {
+			require.True(t, errors.Is(err, unix.EIO) || errors.Is(err, unix.ETIMEDOUT), "%v", err)
+			require.NotEqual(t, uint32(hlsys.WaitCSStatusCompleted), res.Status)
+		}
+	}
+	close(stop)
+	<-done
+	st := r.d.Stats()
+	require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut)
+}

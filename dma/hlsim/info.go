@@ -1,0 +1,224 @@
+package hlsim
+
+import (
+	"encoding/binary"
+	"os"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// INFO ops the emulator knows by number but does not answer.
+const (
+	infoDeviceUtilization    = 6
+	infoHwEventsAggregate    = 7
+	infoClkRate              = 8
+	infoTimeSync             = 10
+	infoCSCounters           = 11
+	infoDevMemAllocPageSizes = 26
+	infoLastKnownOp61        = 32 // ENGINE_STATUS, the last op of the 6.1 header
+	infoLastKnownOpNew       = 40 // DEV_SIGNED
+)
+
+// Notifier bits of the newest header (not in hlsys).
+const notifierPageFault = 1 << 8
+
+// Emulated identification.
+const (
+	cardName      = "hlsim-emulated"
+	cpucpVersion  = "hlsim emulator: no firmware, no hardware"
+	sizeofHwIdle  = 24 // 6.1 hl_info_hw_idle; 40 in the newest header
+	sizeofHwIdleN = 40
+)
+
+// info serves HL_IOCTL_INFO.
+func (c *hctx) info(a *hlsys.InfoArgs) error {
+	op := a.Op
+	if c.d.status.Load() != hlsys.DeviceStatusOperational && !infoWhenNotOperational(op) {
+		return unix.EBUSY
+	}
+	switch op {
+	case hlsys.InfoHwIPInfo:
+		hw := c.hwIPInfo()
+		size := uintptr(hlsys.HwIPInfoSizeNew)
+		if !c.d.newInfo {
+			size = hlsys.HwIPInfoSize61
+		}
+		return c.infoOut(a, unsafe.Slice((*byte)(unsafe.Pointer(&hw)), size))
+	case hlsys.InfoDramUsage:
+		c.memMu.RLock()
+		used := c.dramUsed
+		c.memMu.RUnlock()
+		u := hlsys.DramUsage{DramFreeMem: c.d.cfg.DRAMSize - used, CtxDramMem: used}
+		return c.infoOut(a, unsafe.Slice((*byte)(unsafe.Pointer(&u)), unsafe.Sizeof(u)))
+	case hlsys.InfoHwIdle:
+		var b [sizeofHwIdleN]byte
+		busy := c.busyEngines()
+		if busy == 0 {
+			binary.LittleEndian.PutUint32(b[0:], 1)
+		}
+		binary.LittleEndian.PutUint32(b[4:], busy)
+		n := sizeofHwIdle
+		if c.d.newInfo {
+			n = sizeofHwIdleN
+		}
+		return c.infoOut(a, b[:n])
+	case hlsys.InfoDeviceStatus:
+		s := hlsys.DeviceStatus{Status: c.d.status.Load()}
+		return c.infoOut(a, unsafe.Slice((*byte)(unsafe.Pointer(&s)), unsafe.Sizeof(s)))
+	case hlsys.InfoResetCount:
+		var b [8]byte
+		binary.LittleEndian.PutUint32(b[0:], uint32(c.d.st.resets.Load()))
+		return c.infoOut(a, b[:])
+	case hlsys.InfoOpenStats:
+		var b [24]byte
+		c.d.mu.Lock()
+		binary.LittleEndian.PutUint64(b[0:], c.d.opens)
+		if !c.d.lastClose.IsZero() && c.d.lastClose.After(c.d.lastOpen) {
+			binary.LittleEndian.PutUint64(b[8:], uint64(c.d.lastClose.Sub(c.d.lastOpen).Milliseconds()))
+		}
+		if c.d.ctx != nil {
+			b[16] = 1
+			if c.d.ctx.state.Load() != ctxOpen {
+				b[17] = 1 // compute_ctx_in_release
+			}
+		}
+		c.d.mu.Unlock()
+		return c.infoOut(a, b[:])
+	case infoDevMemAllocPageSizes:
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], c.pageSizeMask())
+		return c.infoOut(a, b[:])
+	case hlsys.InfoRegisterEventFD:
+		return c.registerEventFD(int(int32(a.Arg)))
+	case hlsys.InfoUnregisterEventFD:
+		c.evMu.Lock()
+		defer c.evMu.Unlock()
+		if c.eventfd < 0 {
+			return unix.EINVAL
+		}
+		_ = unix.Close(c.eventfd)
+		c.eventfd = -1
+		return nil
+	case hlsys.InfoGetEvents:
+		if a.ReturnPointer == 0 || a.ReturnSize == 0 {
+			return unix.EINVAL
+		}
+		c.evMu.Lock()
+		defer c.evMu.Unlock()
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], c.events)
+		if err := writeHost(a.ReturnPointer, b[:min(int(a.ReturnSize), len(b))]); err != nil {
+			return unix.EFAULT
+		}
+		c.events = 0
+		return nil
+	}
+	last := uint32(infoLastKnownOp61)
+	if c.d.newInfo {
+		last = infoLastKnownOpNew
+	}
+	if op <= last {
+		return unix.EOPNOTSUPP // a real driver answers it; the emulator does not model it
+	}
+	return unix.EINVAL
+}
+
+// infoWhenNotOperational lists the ops the driver answers during a reset.
+func infoWhenNotOperational(op uint32) bool {
+	switch op {
+	case hlsys.InfoHwIPInfo, hlsys.InfoDeviceStatus, hlsys.InfoResetCount, hlsys.InfoHwEvents,
+		infoHwEventsAggregate, infoCSCounters, hlsys.InfoOpenStats, infoDevMemAllocPageSizes,
+		hlsys.InfoGetEvents, hlsys.InfoDramUsage, hlsys.InfoRegisterEventFD, hlsys.InfoUnregisterEventFD:
+		return true
+	}
+	return false
+}
+
+// infoOut copies min(return_size, len(b)) bytes to return_pointer.
+func (c *hctx) infoOut(a *hlsys.InfoArgs, b []byte) error {
+	if a.ReturnPointer == 0 || a.ReturnSize == 0 {
+		return unix.EINVAL
+	}
+	if err := writeHost(a.ReturnPointer, b[:min(int(a.ReturnSize), len(b))]); err != nil {
+		return unix.EFAULT
+	}
+	return nil
+}
+
+func (c *hctx) hwIPInfo() hlsys.HwIPInfo {
+	d := c.d
+	a := &d.amap
+	hw := hlsys.HwIPInfo{
+		SramBaseAddress:               a.sramBase,
+		DramBaseAddress:               a.dramBase,
+		DramSize:                      a.dramSize,
+		SramSize:                      uint32(a.sramSize),
+		ModuleID:                      uint32(d.cfg.Index),
+		DramEnabled:                   1,
+		DramPageSize:                  a.dramPage,
+		DeviceMemAllocDefaultPageSize: a.dramPage,
+	}
+	if a.gaudi2 {
+		hw.DeviceID = hlsys.DeviceIDGaudi2
+		hw.RevisionID = 1
+	} else {
+		hw.DeviceID = hlsys.DeviceIDGaudi
+	}
+	copy(hw.CardName[:len(hw.CardName)-1], cardName)
+	copy(hw.CpucpVersion[:len(hw.CpucpVersion)-1], cpucpVersion)
+	return hw
+}
+
+// pageSizeMask is DEV_MEM_ALLOC_PAGE_SIZES: bit k set means ALLOC takes
+// page_size 2^k. Gaudi2 takes powers of two from 4 KiB to 1 GiB (and the
+// default page when page_size is 0); Gaudi1 ALLOC ignores page sizes.
+func (c *hctx) pageSizeMask() uint64 {
+	if !c.d.amap.gaudi2 {
+		return 0
+	}
+	var m uint64
+	for k := 12; k <= 30; k++ {
+		m |= 1 << k
+	}
+	return m
+}
+
+// registerEventFD keeps a dup of the user's eventfd (the driver takes a
+// reference on the eventfd context the same way).
+func (c *hctx) registerEventFD(fd int) error {
+	if fd < 0 {
+		return unix.EBADF
+	}
+	c.evMu.Lock()
+	defer c.evMu.Unlock()
+	if c.eventfd >= 0 {
+		return unix.EINVAL
+	}
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return unix.EBADF
+	}
+	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(dup))
+	if err != nil || !strings.Contains(target, "[eventfd]") {
+		_ = unix.Close(dup)
+		return unix.EINVAL
+	}
+	c.eventfd = dup
+	return nil
+}
+
+// busyEngines is a bitmask of queues with work queued or running.
+func (c *hctx) busyEngines() uint32 {
+	var m uint32
+	for i, e := range c.engines {
+		if e.busy() {
+			m |= 1 << i
+		}
+	}
+	return m
+}

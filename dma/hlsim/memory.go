@@ -1,0 +1,354 @@
+package hlsim
+
+import (
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// allocation is a Gaudi2 device memory allocation (an ALLOC handle). Each
+// has its own sparse memfd, mapped shared into the emulator: the DMMU
+// translates to that mapping, and a DMA-BUF export is a fresh open of the
+// memfd.
+type allocation struct {
+	handle   uint64
+	size     uint64 // rounded up to the page size
+	memfd    int
+	ref      int // private O_RDWR reopen for the export lease probe; -1 until the first export
+	mem      []byte
+	maps     int  // live MAPs of the handle
+	exported bool // a DMA-BUF of it was exported
+}
+
+func (al *allocation) release() {
+	if al.mem != nil {
+		_ = unix.Munmap(al.mem)
+		al.mem = nil
+	}
+	if al.memfd >= 0 {
+		_ = unix.Close(al.memfd)
+		al.memfd = -1
+	}
+	if al.ref >= 0 {
+		_ = unix.Close(al.ref)
+		al.ref = -1
+	}
+}
+
+// memIoctl serves HL_IOCTL_MEMORY.
+func (c *hctx) memIoctl(a *hlsys.MemArgs) error {
+	if c.d.status.Load() != hlsys.DeviceStatusOperational {
+		return unix.EBUSY
+	}
+	switch a.Op {
+	case hlsys.MemOpAlloc, hlsys.MemOpFree, hlsys.MemOpMap, hlsys.MemOpUnmap, hlsys.MemOpExportDMABuf:
+	case hlsys.MemOpMapBlock, hlsys.MemOpTSAlloc:
+		return unix.EOPNOTSUPP // HW blocks and timestamp buffers are not emulated
+	default:
+		return unix.EINVAL
+	}
+	c.memMu.Lock()
+	defer c.memMu.Unlock()
+	if c.memDead {
+		if err := c.usable(); err != nil {
+			return err
+		}
+		return unix.ENODEV
+	}
+	switch a.Op {
+	case hlsys.MemOpAlloc:
+		return c.memAlloc(a)
+	case hlsys.MemOpFree:
+		return c.memFree(a)
+	case hlsys.MemOpMap:
+		if a.Flags&hlsys.MemUserPtr != 0 {
+			return c.mapHost(a)
+		}
+		return c.mapDevice(a)
+	case hlsys.MemOpUnmap:
+		return c.unmap(a)
+	default:
+		return c.export(a)
+	}
+}
+
+// setOut clears the union and stores the 64-bit output, as the driver
+// does (memset, then out.handle / out.device_virt_addr / out.fd).
+func setOut(a *hlsys.MemArgs, v uint64) {
+	*a = hlsys.MemArgs{}
+	a.U[0] = v
+}
+
+func (c *hctx) memAlloc(a *hlsys.MemArgs) error {
+	size, psize := a.U[0], a.U[1]
+	if size == 0 {
+		c.log.Debug().Msg("ALLOC: size 0")
+		return unix.EINVAL
+	}
+	dramSize := c.d.amap.dramSize
+	if !c.d.amap.gaudi2 {
+		// No MMU in front of DRAM: accounting only, handle 0.
+		if size > dramSize-c.dramUsed {
+			return unix.ENOMEM
+		}
+		c.dramUsed += size
+		setOut(a, 0)
+		return nil
+	}
+	if psize == 0 {
+		psize = c.d.amap.dramPage
+	} else if psize&(psize-1) != 0 || psize < pageSize || psize > 1<<30 {
+		c.log.Debug().Uint64("page_size", psize).Msg("ALLOC: page size not a supported power of 2")
+		return unix.EINVAL
+	}
+	n := (size + psize - 1) / psize * psize
+	if n < size || n > dramSize-c.dramUsed {
+		return unix.ENOMEM
+	}
+	name := c.d.name + "-dram-" + strconv.FormatUint(c.nextHandle, 10)
+	fd, mem, err := newMemfd(name, n)
+	if err != nil {
+		c.log.Warn().Err(err).Uint64("size", n).Msg("ALLOC: backing memfd")
+		return unix.ENOMEM
+	}
+	al := &allocation{handle: c.nextHandle, size: n, memfd: fd, ref: -1, mem: mem}
+	c.nextHandle++
+	c.allocs[al.handle] = al
+	c.dramUsed += n
+	setOut(a, al.handle)
+	return nil
+}
+
+func (c *hctx) memFree(a *hlsys.MemArgs) error {
+	if !c.d.amap.gaudi2 {
+		size := a.U[0] // Gaudi1 FREE takes the size at offset 0
+		if size == 0 || size > c.dramUsed {
+			c.log.Debug().Uint64("size", size).Uint64("used", c.dramUsed).Msg("FREE: size does not match the accounted DRAM")
+			return unix.EINVAL
+		}
+		c.dramUsed -= size
+		return nil
+	}
+	al := c.allocs[a.U[0]]
+	switch {
+	case al == nil:
+		return unix.EINVAL
+	case al.maps > 0:
+		c.log.Debug().Uint64("handle", al.handle).Msg("FREE: handle is mapped")
+		return unix.EINVAL
+	case c.exportsLive(al):
+		c.log.Debug().Uint64("handle", al.handle).Msg("FREE: handle is exported")
+		return unix.EINVAL
+	}
+	delete(c.allocs, al.handle)
+	c.dramUsed -= al.size
+	al.release()
+	return nil
+}
+
+func (c *hctx) mapHost(a *hlsys.MemArgs) error {
+	host, hint, size := a.U[0], a.U[1], a.U[2]
+	if size == 0 || host+size < host {
+		return unix.EINVAL
+	}
+	if err := hostRangeMapped(host, size); err != nil {
+		c.log.Debug().Uint64("host", host).Uint64("size", size).Msg("MAP USERPTR: range not mapped")
+		return unix.EFAULT
+	}
+	start := host &^ (pageSize - 1)
+	end := (host + size + pageSize - 1) &^ (pageSize - 1)
+	space, span := c.pmmu, end-start
+	if host%hugePageSize == 0 && size%hugePageSize == 0 {
+		space, span = c.pmmuHuge, size
+	}
+	va, err := space.alloc(span, hint, a.Flags&hlsys.MemForceHint != 0)
+	if err != nil {
+		return err
+	}
+	m := &mapping{va: va, size: span, span: span, ret: va + (host - start), kind: mapHost, host: start}
+	space.insert(m)
+	setOut(a, m.ret)
+	return nil
+}
+
+func (c *hctx) mapDevice(a *hlsys.MemArgs) error {
+	if !c.d.amap.gaudi2 {
+		c.log.Debug().Msg("MAP: Gaudi has no device MMU for DRAM")
+		return unix.EINVAL
+	}
+	hint, handle := a.U[0], a.U[1]
+	al := c.allocs[handle]
+	if al == nil {
+		return unix.EINVAL
+	}
+	page := c.d.amap.dramPage
+	span := (al.size + page - 1) / page * page
+	va, err := c.dmmu.alloc(span, hint, a.Flags&hlsys.MemForceHint != 0)
+	if err != nil {
+		return err
+	}
+	m := &mapping{va: va, size: al.size, span: span, ret: va, kind: mapDRAM, mem: al.mem, alloc: al}
+	c.dmmu.insert(m)
+	al.maps++
+	setOut(a, va)
+	return nil
+}
+
+// lookupExact finds the user mapping whose MAP returned exactly va.
+func (c *hctx) lookupExact(va uint64) (*mapping, *vaSpace) {
+	for _, s := range []*vaSpace{c.dmmu, c.pmmu, c.pmmuHuge} {
+		if s == nil || !s.contains(va) {
+			continue
+		}
+		if m := s.find(va); m != nil && m.ret == va && m.kind != mapLocal {
+			return m, s
+		}
+	}
+	return nil, nil
+}
+
+func (c *hctx) unmap(a *hlsys.MemArgs) error {
+	va := a.U[0]
+	m, space := c.lookupExact(va)
+	if m == nil {
+		c.log.Debug().Uint64("va", va).Msg("UNMAP: not a VA returned by MAP")
+		return unix.EINVAL
+	}
+	if m.kind == mapDRAM && m.exported && c.exportsLive(m.alloc) {
+		c.log.Debug().Uint64("va", va).Msg("UNMAP: a DMA-BUF exported from this VA is still open")
+		return unix.EINVAL
+	}
+	space.remove(m)
+	if m.alloc != nil {
+		m.alloc.maps--
+	}
+	return nil
+}
+
+// export serves EXPORT_DMABUF_FD. The fd is a new open file description
+// (O_RDWR | O_CLOEXEC) of a memfd: on Gaudi2 the allocation's memfd (file
+// offset k is allocation byte k, whatever range was exported), on Gaudi1
+// the DRAM arena (file offset k is physical address dram_base_address+k).
+func (c *hctx) export(a *hlsys.MemArgs) error {
+	if a.Flags != hlsys.DMABufFlags {
+		c.log.Debug().Uint32("flags", a.Flags).Msg("EXPORT_DMABUF_FD: flags must be O_RDWR|O_CLOEXEC")
+		return unix.EINVAL
+	}
+	var fd int
+	if c.d.amap.gaudi2 {
+		var (
+			al *allocation
+			m  *mapping
+		)
+		if c.d.exportNew {
+			addr, size, off := a.U[0], a.U[1], a.U[2]
+			if addr%pageSize != 0 || off%pageSize != 0 || size < pageSize {
+				return unix.EINVAL
+			}
+			if c.dmmu.contains(addr) {
+				if mm := c.dmmu.find(addr); mm != nil && mm.ret == addr && mm.kind == mapDRAM {
+					m, al = mm, mm.alloc
+				}
+			}
+			if al == nil {
+				c.log.Debug().Uint64("addr", addr).Msg("EXPORT_DMABUF_FD: not a DRAM VA returned by MAP")
+				return unix.EINVAL
+			}
+			if off+size < off || off+size > al.size {
+				return unix.EINVAL
+			}
+		} else {
+			// 6.1: the handle; the whole allocation is exported, size ignored.
+			if al = c.allocs[a.U[0]]; al == nil {
+				return unix.EINVAL
+			}
+		}
+		var err error
+		if fd, err = c.exportAlloc(al); err != nil {
+			return err
+		}
+		if m != nil {
+			m.exported = true
+		}
+	} else {
+		addr, size := a.U[0], a.U[1]
+		if c.d.exportNew && a.U[2] != 0 {
+			return unix.EINVAL
+		}
+		base, end := c.d.amap.dramBase, c.d.amap.dramBase+c.d.amap.dramSize
+		if addr%pageSize != 0 || size < pageSize || addr < base || addr+size < addr || addr+size > end {
+			c.log.Debug().Uint64("addr", addr).Uint64("size", size).Msg("EXPORT_DMABUF_FD: not a DRAM range")
+			return unix.EINVAL
+		}
+		var err error
+		if fd, err = reopenFD(c.d.arenaFD); err != nil {
+			return errnoOf(err)
+		}
+	}
+	setOut(a, uint64(uint32(int32(fd))))
+	return nil
+}
+
+func (c *hctx) exportAlloc(al *allocation) (int, error) {
+	if c.d.leases && al.ref < 0 {
+		ref, err := reopenFD(al.memfd)
+		if err != nil {
+			return -1, errnoOf(err)
+		}
+		al.ref = ref
+	}
+	fd, err := reopenFD(al.memfd)
+	if err != nil {
+		return -1, errnoOf(err)
+	}
+	al.exported = true
+	return fd, nil
+}
+
+// exportsLive reports whether a DMA-BUF exported from al may still be open.
+// The emulator cannot see an fd close, but a write lease on its private
+// reopen of the memfd is granted only when no other open file description
+// of the memfd exists (an exported fd, a dup of it, a process it was sent
+// to, or an mmap of it). Without leases, an export pins al until the
+// context closes.
+func (c *hctx) exportsLive(al *allocation) bool {
+	if !al.exported {
+		return false
+	}
+	if !c.d.leases || al.ref < 0 {
+		return true
+	}
+	return writeLeaseBusy(al.ref) != errNotBusy
+}
+
+// releaseMemory frees everything the context holds (memMu held, engines
+// stopped).
+func (c *hctx) releaseMemory() {
+	for _, al := range c.allocs {
+		al.release()
+	}
+	clear(c.allocs)
+	for _, cb := range c.cbs {
+		cb.release()
+	}
+	clear(c.cbs)
+	for _, cb := range c.cbMmaps {
+		cb.release()
+	}
+	clear(c.cbMmaps)
+	for _, s := range []*vaSpace{c.dmmu, c.pmmu, c.pmmuHuge} {
+		if s != nil {
+			s.maps = nil
+		}
+	}
+	c.dramUsed = 0
+}
+
+func errnoOf(err error) error {
+	if e, ok := err.(unix.Errno); ok {
+		return e
+	}
+	return unix.EIO
+}

@@ -1,0 +1,417 @@
+package dma
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// gaudi1Align is the alignment and size granularity of Gaudi1 DRAM
+// allocations. 4 KiB is the host PAGE_SIZE, which the DMA-BUF exporter
+// requires of export addresses; the DMA engines need far less. (Gaudi1's
+// dram_page_size, 2 MiB, only matters to the driver's own MMU-less
+// accounting, which takes any size.)
+const gaudi1Align = 4096
+
+func alignUp(v, a uint64) (uint64, bool) {
+	if a == 0 {
+		return v, true
+	}
+	r := v % a
+	if r == 0 {
+		return v, true
+	}
+	if v > math.MaxUint64-(a-r) {
+		return 0, false
+	}
+	return v + a - r, true
+}
+
+// DeviceMem is an allocation of device DRAM.
+type DeviceMem struct {
+	d         *Device
+	id        uint64
+	addr      uint64
+	size      uint64
+	allocSize uint64
+	handle    uint64
+
+	// guarded by d.mu
+	exports int
+	freed   bool
+}
+
+// Addr is the address to put in packets: the device VA returned by MAP
+// on Gaudi2/3, the physical DRAM address on Gaudi1.
+func (m *DeviceMem) Addr() uint64 { return m.addr }
+
+// Size is the size that was requested.
+func (m *DeviceMem) Size() uint64 { return m.size }
+
+// AllocSize is the size actually allocated (rounded up to the DRAM page
+// size on Gaudi2/3, to 4 KiB on Gaudi1).
+func (m *DeviceMem) AllocSize() uint64 { return m.allocSize }
+
+// Handle is the ALLOC handle (Gaudi2/3); 0 on Gaudi1.
+func (m *DeviceMem) Handle() uint64 { return m.handle }
+
+// Device returns the device the memory belongs to.
+func (m *DeviceMem) Device() *Device { return m.d }
+
+// AllocDevice allocates size bytes of device DRAM.
+//
+// Gaudi2/3: MEMORY ALLOC (size rounded up to the allocation page size from
+// HW_IP_INFO) then MAP, which gives the device VA. Gaudi1 has no MMU in
+// front of DRAM: the range is carved from [dram_base_address,
+// +dram_size) by a first-fit allocator with 4 KiB alignment, and ALLOC /
+// FREE are issued for the driver's accounting only.
+//
+// Size 0 gives ErrInvalid; running out of memory an error wrapping
+// ErrNoMemory.
+func (d *Device) AllocDevice(size uint64) (*DeviceMem, error) {
+	op := fmt.Sprintf("alloc %d bytes of device memory on %s", size, d.Name())
+	if size == 0 {
+		return nil, newErr(op, ErrInvalid, "size 0", nil)
+	}
+	if err := d.enter(op); err != nil {
+		return nil, err
+	}
+	defer d.leave()
+
+	m := &DeviceMem{d: d, size: size}
+	if d.model.hasDeviceMMU() {
+		n, ok := alignUp(size, d.allocPage)
+		if !ok {
+			return nil, newErr(op, ErrNoMemory, "size too large", nil)
+		}
+		h, err := hlsys.MemAlloc(d.b, n, 0, 0)
+		if err != nil {
+			return nil, newErr(op, errnoKind(err), "", err)
+		}
+		va, err := hlsys.MemMapDevice(d.b, h, 0, 0)
+		if err != nil {
+			if ferr := hlsys.MemFree(d.b, h); ferr != nil {
+				d.log.Warn().Err(ferr).Uint64("handle", h).Msg("free after failed map")
+			}
+			return nil, newErr(op, errnoKind(err), "map", err)
+		}
+		m.addr, m.allocSize, m.handle = va, n, h
+	} else {
+		n, ok := alignUp(size, gaudi1Align)
+		if !ok {
+			return nil, newErr(op, ErrNoMemory, "size too large", nil)
+		}
+		addr, ok := d.dram.alloc(n)
+		if !ok {
+			return nil, newErr(op, ErrNoMemory, fmt.Sprintf(
+				"no free range of %d bytes in DRAM [%#x, %#x)", n, d.dram.base, d.dram.limit), nil)
+		}
+		if _, err := hlsys.MemAlloc(d.b, n, 0, 0); err != nil { // accounting only
+			d.dram.free(addr, n)
+			return nil, newErr(op, errnoKind(err), "", err)
+		}
+		m.addr, m.allocSize = addr, n
+	}
+	m.id = d.track(m)
+	return m, nil
+}
+
+// Free releases the memory: UNMAP then FREE on Gaudi2/3, accounting FREE
+// and return of the range on Gaudi1. It refuses with an error wrapping
+// ErrBusy while a DMA-BUF export of the memory is open. A second Free (or
+// Free after Device.Close) returns nil.
+func (m *DeviceMem) Free() error {
+	if m == nil {
+		return nil
+	}
+	d := m.d
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	if d.closed {
+		return nil // Close released it
+	}
+	return m.release()
+}
+
+func (m *DeviceMem) release() error {
+	d := m.d
+	op := fmt.Sprintf("free device memory %#x (%d bytes) on %s", m.addr, m.allocSize, d.Name())
+	d.mu.Lock()
+	if m.freed {
+		d.mu.Unlock()
+		return nil
+	}
+	if m.exports > 0 {
+		n := m.exports
+		d.mu.Unlock()
+		return newErr(op, ErrBusy, fmt.Sprintf("%d DMA-BUF export(s) still open; close them first", n), nil)
+	}
+	m.freed = true
+	delete(d.live, m.id)
+	d.mu.Unlock()
+
+	if !d.model.hasDeviceMMU() {
+		err := hlsys.MemFree(d.b, m.allocSize) // Gaudi1: FREE takes the size
+		d.dram.free(m.addr, m.allocSize)
+		return wrapErr(op, err)
+	}
+	if err := hlsys.MemUnmap(d.b, m.addr); err != nil {
+		// FREE of a mapped handle fails; the context teardown reclaims it.
+		return wrapErr(op+": unmap", err)
+	}
+	return wrapErr(op, hlsys.MemFree(d.b, m.handle))
+}
+
+// HostMapping is host memory pinned and mapped into the device MMU.
+type HostMapping struct {
+	d    *Device
+	id   uint64
+	p    unsafe.Pointer // keeps Go memory alive while mapped
+	va   uint64
+	size uint64
+
+	done bool // guarded by d.mu
+}
+
+// DeviceAddr is the device VA of the host memory, including the in-page
+// offset of the host address. Put it in packets.
+func (h *HostMapping) DeviceAddr() uint64 { return h.va }
+
+// HostAddr is the host address that was mapped.
+func (h *HostMapping) HostAddr() uintptr { return uintptr(h.p) }
+
+// Size is the mapped size in bytes.
+func (h *HostMapping) Size() uint64 { return h.size }
+
+// MapHost pins size bytes of host memory at p and maps them into the
+// device MMU (MEMORY MAP with USERPTR). The memory must be writable and
+// must stay valid until Unmap; memory from AllocHostPages (outside the Go
+// heap) is the right kind. p need not be page aligned: the returned VA
+// carries the in-page offset.
+func (d *Device) MapHost(p unsafe.Pointer, size uint64) (*HostMapping, error) {
+	op := fmt.Sprintf("map %d bytes of host memory at %p on %s", size, p, d.Name())
+	if p == nil || size == 0 {
+		return nil, newErr(op, ErrInvalid, "nil pointer or size 0", nil)
+	}
+	if err := d.enter(op); err != nil {
+		return nil, err
+	}
+	defer d.leave()
+	va, err := hlsys.MemMapHost(d.b, p, size, 0, 0)
+	if err != nil {
+		return nil, wrapErr(op, err)
+	}
+	h := &HostMapping{d: d, p: p, va: va, size: size}
+	h.id = d.track(h)
+	return h, nil
+}
+
+// MapHostBytes is MapHost for a byte slice.
+func (d *Device) MapHostBytes(b []byte) (*HostMapping, error) {
+	if len(b) == 0 {
+		return nil, newErr("map host memory on "+d.Name(), ErrInvalid, "empty slice", nil)
+	}
+	return d.MapHost(unsafe.Pointer(unsafe.SliceData(b)), uint64(len(b)))
+}
+
+// Unmap unmaps and unpins the memory (MEMORY UNMAP with the VA that MAP
+// returned). A second Unmap (or Unmap after Device.Close) returns nil.
+func (h *HostMapping) Unmap() error {
+	if h == nil {
+		return nil
+	}
+	d := h.d
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	if d.closed {
+		return nil
+	}
+	return h.release()
+}
+
+func (h *HostMapping) release() error {
+	d := h.d
+	d.mu.Lock()
+	if h.done {
+		d.mu.Unlock()
+		return nil
+	}
+	h.done = true
+	delete(d.live, h.id)
+	d.mu.Unlock()
+	err := hlsys.MemUnmap(d.b, h.va)
+	return wrapErr(fmt.Sprintf("unmap host memory %#x on %s", h.va, d.Name()), err)
+}
+
+// AllocHostPages returns size bytes of page-aligned, zeroed anonymous
+// memory outside the Go heap, suitable for MapHost (pinned DMA buffers,
+// user command buffers). Release it with FreeHostPages, after unmapping it
+// from every device.
+func AllocHostPages(size uint64) ([]byte, error) {
+	if size == 0 {
+		return nil, newErr("alloc host pages", ErrInvalid, "size 0", nil)
+	}
+	n, ok := alignUp(size, uint64(os.Getpagesize()))
+	if !ok || n > math.MaxInt {
+		return nil, newErr("alloc host pages", ErrInvalid, fmt.Sprintf("size %d too large", size), nil)
+	}
+	b, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, newErr(fmt.Sprintf("alloc %d bytes of host pages", n), errnoKind(err), "", err)
+	}
+	return b[:size], nil
+}
+
+// FreeHostPages unmaps memory returned by AllocHostPages. Pass the slice
+// AllocHostPages returned (its capacity covers the whole mapping).
+func FreeHostPages(b []byte) error {
+	if cap(b) == 0 {
+		return nil
+	}
+	if err := unix.Munmap(b[:cap(b)]); err != nil {
+		return newErr("free host pages", ErrInvalid, "not a slice returned by AllocHostPages", err)
+	}
+	return nil
+}
+
+// AddrKind says what memory an address in a packet refers to.
+type AddrKind int
+
+const (
+	// AddrUnknown: the address is not in any range this Device knows.
+	AddrUnknown AddrKind = iota
+	// AddrHost: host memory mapped with MapHost.
+	AddrHost
+	// AddrDevice: device memory (an AllocDevice range; on Gaudi1 also any
+	// address in the user DRAM or SRAM range).
+	AddrDevice
+)
+
+func (k AddrKind) String() string {
+	switch k {
+	case AddrHost:
+		return "host"
+	case AddrDevice:
+		return "device"
+	}
+	return "unknown"
+}
+
+// AddrKind classifies a device-side address by the live allocations and
+// host mappings of d (a linear scan). Host VAs and device VAs are never
+// told apart by their value alone.
+func (d *Device) AddrKind(addr uint64) AddrKind {
+	d.mu.Lock()
+	for _, r := range d.live {
+		switch v := r.(type) {
+		case *DeviceMem:
+			if addr >= v.addr && addr-v.addr < v.allocSize {
+				d.mu.Unlock()
+				return AddrDevice
+			}
+		case *HostMapping:
+			if addr >= v.va && addr-v.va < v.size {
+				d.mu.Unlock()
+				return AddrHost
+			}
+		}
+	}
+	d.mu.Unlock()
+	if d.model == ModelGaudi1 {
+		in := func(base, size uint64) bool { return addr >= base && addr-base < size }
+		if in(d.info.DramBaseAddress, d.info.DramSize) || in(d.info.SramBaseAddress, uint64(d.info.SramSize)) {
+			return AddrDevice
+		}
+	}
+	return AddrUnknown
+}
+
+// rangeAlloc is a first-fit allocator over [base, limit) used for Gaudi1's
+// physical DRAM. All sizes and addresses are multiples of align.
+type rangeAlloc struct {
+	mu    sync.Mutex
+	align uint64
+	base  uint64
+	limit uint64
+	spans []extent // free spans, sorted by start, never adjacent or overlapping
+}
+
+type extent struct{ start, end uint64 }
+
+func newRangeAlloc(base, size, align uint64) *rangeAlloc {
+	a := &rangeAlloc{align: align}
+	start, ok := alignUp(base, align)
+	end := base + size
+	if end < base {
+		end = math.MaxUint64
+	}
+	end -= end % align
+	if ok && start < end {
+		a.base, a.limit = start, end
+		a.spans = []extent{{start, end}}
+	}
+	return a
+}
+
+// alloc returns the lowest free address of a range of n bytes.
+func (a *rangeAlloc) alloc(n uint64) (uint64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.spans {
+		e := &a.spans[i]
+		if e.end-e.start < n {
+			continue
+		}
+		addr := e.start
+		e.start += n
+		if e.start == e.end {
+			a.spans = append(a.spans[:i], a.spans[i+1:]...)
+		}
+		return addr, true
+	}
+	return 0, false
+}
+
+// free returns [addr, addr+n) and merges it with its neighbours.
+func (a *rangeAlloc) free(addr, n uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	end := addr + n
+	i := 0
+	for i < len(a.spans) && a.spans[i].start < addr {
+		i++
+	}
+	// Merge with the previous and/or next extent.
+	prev := i > 0 && a.spans[i-1].end == addr
+	next := i < len(a.spans) && a.spans[i].start == end
+	switch {
+	case prev && next:
+		a.spans[i-1].end = a.spans[i].end
+		a.spans = append(a.spans[:i], a.spans[i+1:]...)
+	case prev:
+		a.spans[i-1].end = end
+	case next:
+		a.spans[i].start = addr
+	default:
+		a.spans = append(a.spans, extent{})
+		copy(a.spans[i+1:], a.spans[i:])
+		a.spans[i] = extent{addr, end}
+	}
+}
+
+// freeBytes is the total free size.
+func (a *rangeAlloc) freeBytes() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var n uint64
+	for _, e := range a.spans {
+		n += e.end - e.start
+	}
+	return n
+}

@@ -1,0 +1,305 @@
+package dma
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+func pointerOf(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+var (
+	gaudiH2DQueues = []uint32{0, 1, 2, 3} // Gaudi1 DMA_0_0..3 / Gaudi2 PDMA_0_0..3
+	gaudiD2HQueues = []uint32{4, 5, 6, 7} // Gaudi1 DMA_1_0..3 / Gaudi2 PDMA_1_0..3
+)
+
+// H2DQueues returns the queues used for host-to-device copies: Gaudi1
+// DMA_0_0..3 (ids 0-3, external PCI DMA, kernel CBs), Gaudi2 PDMA_0_0..3
+// (ids 0-3, user CBs). Gaudi3 queue ids are unknown here: nil.
+func (d *Device) H2DQueues() []uint32 {
+	if d.model == ModelGaudi3 {
+		return nil
+	}
+	return append([]uint32(nil), gaudiH2DQueues...)
+}
+
+// D2HQueues returns the queues used for device-to-host copies: Gaudi1
+// DMA_1_0..3 (ids 4-7), Gaudi2 PDMA_1_0..3 (ids 4-7). Gaudi3: nil.
+func (d *Device) D2HQueues() []uint32 {
+	if d.model == ModelGaudi3 {
+		return nil
+	}
+	return append([]uint32(nil), gaudiD2HQueues...)
+}
+
+// D2DQueues returns the queues used for device-to-device copies and device
+// memsets: the H2D set (the PCI DMA engines reach DRAM as well; the
+// driver's own DRAM scrub uses DMA_0_0 on Gaudi1). Gaudi2's EDMA queues
+// would be faster for large DRAM-to-DRAM copies but need engine setup this
+// package does not do.
+func (d *Device) D2DQueues() []uint32 { return d.H2DQueues() }
+
+// pickQueue spreads CSs round robin over the four streams of a set.
+func (d *Device) pickQueue(set []uint32) uint32 {
+	return set[int(d.rr.Add(1))%len(set)]
+}
+
+// Submit submits one CS executing chunks and returns its sequence number.
+// EAGAIN (completion slot or queue full) and EINTR are retried with
+// exponential backoff (Options.SubmitRetries, SubmitBackoff); retries are
+// counted in Stats and logged at Warn. A queue that stays full gives an
+// error wrapping ErrBusy and unix.EAGAIN; a CS the driver rejects (bad
+// queue, bad CB, parser refusal) an error wrapping ErrInvalid.
+func (d *Device) Submit(chunks []hlsys.CSChunk) (seq uint64, err error) {
+	op := fmt.Sprintf("submit CS of %d chunk(s) on %s", len(chunks), d.Name())
+	if len(chunks) == 0 || len(chunks) > hlsys.MaxJobsPerCS {
+		return 0, newErr(op, ErrInvalid, fmt.Sprintf("need 1 to %d chunks", hlsys.MaxJobsPerCS), nil)
+	}
+	if err := d.enter(op); err != nil {
+		return 0, err
+	}
+	defer d.leave()
+	backoff := d.opts.SubmitBackoff
+	for attempt := 0; ; attempt++ {
+		out, err := hlsys.SubmitCS(d.b, nil, chunks, 0, 0)
+		if err == nil && out.Status != hlsys.CSStatusSuccess {
+			err = newErr(op, ErrInvalid, fmt.Sprintf("CS status %d", out.Status), nil)
+		}
+		if err == nil {
+			if attempt > 0 {
+				d.log.Warn().Int("retries", attempt).Uint64("seq", out.Seq).Msg("CS submission retried (queue or completion slot full)")
+			}
+			d.submitted.Add(1)
+			return out.Seq, nil
+		}
+		retryable := errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR)
+		if retryable && attempt < d.opts.SubmitRetries {
+			d.submitRetries.Add(1)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, MaxSubmitBackoff)
+			continue
+		}
+		if attempt > 0 {
+			d.log.Warn().Int("retries", attempt).Err(err).Msg("CS submission failed after retries")
+		}
+		switch {
+		case retryable:
+			return 0, newErr(op, ErrBusy, fmt.Sprintf("queue still full after %d retries", attempt), err)
+		case errors.Is(err, unix.EPERM):
+			return 0, newErr(op, ErrInvalid, "packet rejected by the driver's CB parser", err)
+		}
+		return 0, wrapErr(op, err)
+	}
+}
+
+// CSStatus is the state of a CS as reported by Wait.
+type CSStatus int
+
+const (
+	// CSUnknown is returned with errors that say nothing about the CS.
+	CSUnknown CSStatus = iota
+	// CSCompleted: the CS finished (also when its fence was long retired).
+	CSCompleted
+	// CSBusy: the CS is still running after the timeout.
+	CSBusy
+	// CSTimedOut: the device's CS timeout expired (error wraps ErrCSTimedOut).
+	CSTimedOut
+	// CSAborted: the CS was aborted (error wraps ErrCSAborted).
+	CSAborted
+)
+
+func (s CSStatus) String() string {
+	switch s {
+	case CSCompleted:
+		return "completed"
+	case CSBusy:
+		return "busy"
+	case CSTimedOut:
+		return "timed out"
+	case CSAborted:
+		return "aborted"
+	}
+	return "unknown"
+}
+
+// MaxWaitPerCall is the longest timeout passed to one WAIT_CS: the driver
+// converts timeout_us through an unsigned int, so longer values would be
+// truncated. Wait splits longer timeouts into several calls.
+const MaxWaitPerCall = 4000 * time.Second
+
+// Wait waits up to timeout for CS seq (0 polls). It returns (CSCompleted,
+// nil) when the CS is done, (CSBusy, nil) when it is still running at the
+// timeout, an error wrapping ErrCSTimedOut when the device's CS timeout
+// fired (-ETIMEDOUT), ErrCSAborted when the CS was aborted (-EIO), and the
+// wrapped errno otherwise (errors.Is(err, unix.EINVAL) for an unknown seq).
+// Wait does not block other calls on the Device; Close waits for it.
+func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
+	op := fmt.Sprintf("wait for CS %d on %s", seq, d.Name())
+	if seq == 0 {
+		return CSUnknown, newErr(op, ErrInvalid, "seq 0 is never valid", nil)
+	}
+	if err := d.enter(op); err != nil {
+		return CSUnknown, err
+	}
+	defer d.leave()
+	remaining := max(timeout, 0)
+	intr := 0
+	for {
+		chunk := min(remaining, MaxWaitPerCall)
+		d.waits.Add(1)
+		out, err := hlsys.WaitForCS(d.b, seq, uint64(chunk/time.Microsecond))
+		if errors.Is(err, unix.EINTR) && intr < 100 {
+			intr++
+			continue
+		}
+		st, err := waitResult(op, out, err)
+		if st == CSBusy && remaining > chunk {
+			remaining -= chunk
+			continue
+		}
+		return st, err
+	}
+}
+
+func waitResult(op string, out hlsys.WaitCSOut, err error) (CSStatus, error) {
+	switch {
+	case err == nil:
+		switch out.Status {
+		case hlsys.WaitCSStatusCompleted:
+			return CSCompleted, nil
+		case hlsys.WaitCSStatusBusy:
+			return CSBusy, nil
+		case hlsys.WaitCSStatusTimedOut:
+			return CSTimedOut, newErr(op, ErrCSTimedOut, "", nil)
+		case hlsys.WaitCSStatusAborted:
+			return CSAborted, newErr(op, ErrCSAborted, "", nil)
+		}
+		return CSUnknown, newErr(op, nil, fmt.Sprintf("unknown WAIT_CS status %d", out.Status), nil)
+	case errors.Is(err, unix.ETIMEDOUT):
+		return CSTimedOut, newErr(op, ErrCSTimedOut, "the device's CS timeout expired", err)
+	case errors.Is(err, unix.EIO):
+		return CSAborted, newErr(op, ErrCSAborted, "", err)
+	}
+	return CSUnknown, wrapErr(op, err)
+}
+
+// copyCBSize is the capacity of the pooled CBs used by CopySync: enough
+// for 100 LIN_DMA packets (200 GiB) plus the trailing NOP.
+const (
+	copyCBSize = 4096
+	cbPoolMax  = 4
+)
+
+func (d *Device) getCB(capacity int) (*CB, error) {
+	d.mu.Lock()
+	for i, cb := range d.cbPool {
+		if cb.Cap() >= capacity {
+			d.cbPool = append(d.cbPool[:i], d.cbPool[i+1:]...)
+			d.mu.Unlock()
+			cb.Reset()
+			return cb, nil
+		}
+	}
+	d.mu.Unlock()
+	return d.NewCB(max(capacity, copyCBSize))
+}
+
+func (d *Device) putCB(cb *CB) {
+	d.mu.Lock()
+	if !cb.done && len(d.cbPool) < cbPoolMax {
+		d.cbPool = append(d.cbPool, cb)
+		d.mu.Unlock()
+		return
+	}
+	d.mu.Unlock()
+	_ = cb.Close()
+}
+
+// queueFor picks the queue set for a copy from the kinds of its addresses.
+func (d *Device) queueFor(dst, src uint64) []uint32 {
+	sk, dk := d.AddrKind(src), d.AddrKind(dst)
+	switch {
+	case sk == AddrHost:
+		return d.H2DQueues()
+	case dk == AddrHost:
+		return d.D2HQueues()
+	case sk == AddrDevice || dk == AddrDevice:
+		return d.D2DQueues()
+	}
+	return d.H2DQueues()
+}
+
+// CopySync copies size bytes from src to dst (device-side addresses:
+// DeviceMem.Addr() + offset, HostMapping.DeviceAddr() + offset) and waits
+// until the copy is complete. The queue is chosen from the address kinds
+// (AddrKind): H2D when src is mapped host memory, D2H when dst is, D2D
+// otherwise. On Gaudi2 a trailing NOP with EB|MB follows the LIN_DMAs. It
+// waits as long as the CS runs; the device's CS timeout bounds that.
+func (d *Device) CopySync(dst, src, size uint64) error {
+	return d.runSync(fmt.Sprintf("copy %d bytes %#x -> %#x", size, src, dst), d.queueFor(dst, src), func(cb *CB) error {
+		return cb.AddLinDMA(dst, src, size)
+	}, size)
+}
+
+// MemsetSync fills size bytes at dst with the 64-bit pattern value (see
+// EncodeMemset) and waits for completion. Device memory is filled from the
+// D2D queues, mapped host memory from the D2H queues.
+func (d *Device) MemsetSync(dst, value, size uint64) error {
+	qs := d.D2DQueues()
+	if d.AddrKind(dst) == AddrHost {
+		qs = d.D2HQueues()
+	}
+	return d.runSync(fmt.Sprintf("memset %d bytes at %#x", size, dst), qs, func(cb *CB) error {
+		return cb.AddMemset(dst, value, size)
+	}, size)
+}
+
+func (d *Device) runSync(op string, queues []uint32, fill func(*CB) error, size uint64) error {
+	op += " on " + d.Name()
+	if size == 0 {
+		return newErr(op, ErrInvalid, "size 0", nil)
+	}
+	if len(queues) == 0 {
+		return newErr(op, ErrNotSupported, "no known DMA queues for "+d.model.String(), nil)
+	}
+	need := linDMACount(size)*LinDMASize + NOPSize
+	if need > hlsys.MaxCBSize {
+		return newErr(op, ErrInvalid, "size too large for one command buffer", nil)
+	}
+	cb, err := d.getCB(int(need))
+	if err != nil {
+		return err
+	}
+	if err := fill(cb); err != nil {
+		d.putCB(cb)
+		return err
+	}
+	if d.model.userCB() {
+		if err := cb.AddNOP(EB | MB); err != nil {
+			d.putCB(cb)
+			return err
+		}
+	}
+	seq, err := d.Submit([]hlsys.CSChunk{cb.Chunk(d.pickQueue(queues))})
+	if err != nil {
+		d.putCB(cb)
+		return err
+	}
+	for {
+		st, err := d.Wait(seq, 10*time.Second)
+		if st == CSBusy {
+			continue
+		}
+		if st == CSCompleted || errors.Is(err, ErrCSAborted) || errors.Is(err, ErrCSTimedOut) {
+			d.putCB(cb) // the CS is over; the CB may be reused
+		}
+		// Otherwise (e.g. the device closed under us) the CB's state is
+		// unknown: leave it to Device.Close.
+		return err
+	}
+}

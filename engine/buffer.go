@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/memcache"
+)
+
+// Location says where a buffer lives: Host or Gaudi(i).
+type Location struct {
+	gaudi bool
+	dev   int
+}
+
+// Host is host memory.
+var Host = Location{}
+
+// Gaudi is the memory (HBM) of Gaudi device i.
+func Gaudi(i int) Location { return Location{gaudi: true, dev: i} }
+
+// IsGaudi reports whether l is device memory.
+func (l Location) IsGaudi() bool { return l.gaudi }
+
+// Device is the device index of Gaudi memory (-1 for host memory).
+func (l Location) Device() int {
+	if !l.gaudi {
+		return -1
+	}
+	return l.dev
+}
+
+func (l Location) String() string {
+	if l.gaudi {
+		return fmt.Sprintf("gaudi%d", l.dev)
+	}
+	return "host"
+}
+
+const freedBit = uint64(1) << 63
+
+// Buffer is a range of memory the engine can move data to and from: host
+// memory it allocated (page aligned, outside the Go heap), caller memory it
+// registered, or Gaudi device memory. A Buffer is safe for concurrent use.
+type Buffer struct {
+	eng  *Engine
+	id   uint64
+	loc  Location
+	size uint64
+
+	// host memory
+	ptr   unsafe.Pointer // base address
+	pages []byte         // engine-allocated pages, size bytes (nil for registered memory)
+	alloc []byte         // the whole allocation as AllocHostPages returned it
+	user  []byte         // caller's registered memory, kept reachable
+
+	// device memory
+	gd   *gdev
+	dmem *dma.DeviceMem
+
+	// state counts operations in flight; freedBit marks a freed buffer.
+	state    atomic.Uint64
+	released atomic.Bool
+}
+
+// Location returns where the buffer lives.
+func (b *Buffer) Location() Location { return b.loc }
+
+// Size returns the buffer's size in bytes.
+func (b *Buffer) Size() int { return int(b.size) }
+
+// Addr returns the buffer's address: a host virtual address, or the device
+// address (device VA on Gaudi2, physical on Gaudi1) for Gaudi memory.
+func (b *Buffer) Addr() uint64 {
+	if b.loc.gaudi {
+		return b.dmem.Addr()
+	}
+	return uint64(uintptr(b.ptr))
+}
+
+// Bytes returns host memory as a slice (nil for Gaudi memory, which the
+// CPU cannot access). The slice is valid until Free.
+func (b *Buffer) Bytes() []byte {
+	if b.loc.gaudi {
+		return nil
+	}
+	if b.user != nil {
+		return b.user
+	}
+	return b.pages
+}
+
+// Slice returns the n bytes at offset off. An invalid range yields a Slice
+// whose use fails with ErrInvalid.
+func (b *Buffer) Slice(off, n int) Slice {
+	s := Slice{buf: b, off: uint64(off), n: uint64(n)}
+	switch {
+	case b == nil:
+		s.err = newErr(ErrInvalid, "nil buffer", nil)
+	case off < 0 || n < 0:
+		s.err = newErr(ErrInvalid, fmt.Sprintf("negative offset or length (%d, %d)", off, n), nil)
+	case uint64(off) > b.size || uint64(n) > b.size-uint64(off):
+		s.err = newErr(ErrInvalid, fmt.Sprintf("range [%d, %d) outside buffer of %d bytes", off, off+n, b.size), nil)
+	}
+	return s
+}
+
+// All returns the whole buffer as a Slice.
+func (b *Buffer) All() Slice { return b.Slice(0, int(b.Size())) }
+
+// acquire counts an operation in flight; it fails once the buffer is freed.
+func (b *Buffer) acquire() error {
+	for {
+		s := b.state.Load()
+		if s&freedBit != 0 {
+			return newErr(ErrFreed, fmt.Sprintf("buffer %d (%s)", b.id, b.loc), nil)
+		}
+		if b.state.CompareAndSwap(s, s+1) {
+			return nil
+		}
+	}
+}
+
+// release ends an operation; the last one out of a freed buffer frees it.
+func (b *Buffer) release() {
+	if b.state.Add(^uint64(0)) == freedBit {
+		b.destroy()
+	}
+}
+
+// Free releases the buffer. Operations in flight keep the memory alive
+// until they complete; new operations fail with ErrFreed. Idempotent.
+func (b *Buffer) Free() error {
+	for {
+		s := b.state.Load()
+		if s&freedBit != 0 {
+			return nil
+		}
+		if b.state.CompareAndSwap(s, s|freedBit) {
+			if s == 0 {
+				return b.destroy()
+			}
+			return nil
+		}
+	}
+}
+
+// Deregister is Free for registered caller memory: after it returns (and
+// in-flight operations complete), the engine no longer touches the memory.
+func (b *Buffer) Deregister() error { return b.Free() }
+
+func (b *Buffer) destroy() error {
+	if !b.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	return b.eng.destroyBuffer(b)
+}
+
+// Slice is a byte range of a Buffer, the unit of every transfer.
+type Slice struct {
+	buf *Buffer
+	off uint64
+	n   uint64
+	err error
+}
+
+// Buffer returns the slice's buffer.
+func (s Slice) Buffer() *Buffer { return s.buf }
+
+// Offset returns the slice's offset in its buffer.
+func (s Slice) Offset() int { return int(s.off) }
+
+// Len returns the slice's length.
+func (s Slice) Len() int { return int(s.n) }
+
+// Err reports a range error made when the slice was built.
+func (s Slice) Err() error { return s.err }
+
+// hostAddr is the host address of the slice's first byte.
+func (s Slice) hostAddr() uint64 { return uint64(uintptr(s.buf.ptr)) + s.off }
+
+// hostBytes is the slice's host memory.
+func (s Slice) hostBytes() []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(s.buf.ptr, s.off)), s.n)
+}
+
+// memType maps a location to the memory-type cache's type.
+func (l Location) memType() memcache.MemType {
+	if l.gaudi {
+		return memcache.MemGaudi
+	}
+	return memcache.MemHost
+}

@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"runtime"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// DeviceMode says which Gaudi devices New opens.
+type DeviceMode uint8
+
+const (
+	// DevicesAuto opens every Gaudi found, or EmulatedCount emulated ones
+	// when none is found. The default.
+	DevicesAuto DeviceMode = iota
+	// DevicesEmulated opens EmulatedCount emulated devices only.
+	DevicesEmulated
+	// DevicesNone opens no device: host memory only.
+	DevicesNone
+)
+
+// QueueFullMode says what a submission does when its queue is full.
+type QueueFullMode uint8
+
+const (
+	// WaitForRoom waits until there is room or the context ends.
+	WaitForRoom QueueFullMode = iota
+	// FailWhenFull fails the submission at once with ErrQueueFull.
+	FailWhenFull
+)
+
+// EmulatorConfig configures emulated devices (package dma/hlsim).
+type EmulatorConfig struct {
+	Model     string        // "gaudi2" (default) or "gaudi1"
+	DRAMSize  uint64        // default 4 GiB (sparse)
+	Kernel    string        // emulated uAPI generation, default "6.8"
+	CSTimeout time.Duration // emulated TDR, default 30 s
+}
+
+// RegCacheConfig configures the registration caches.
+type RegCacheConfig struct {
+	Disabled   bool   // register and deregister around every operation
+	MaxRegions int    // 0: unlimited
+	MaxBytes   uint64 // 0: unlimited
+}
+
+// Config configures an Engine. The zero value is usable.
+type Config struct {
+	// Logger receives the engine's logs; default zerolog.Nop().
+	Logger zerolog.Logger
+
+	Devices       DeviceMode
+	EmulatedCount int // emulated devices to open (default 1)
+	Emulator      EmulatorConfig
+	SysRoot       string // root of /sys and /dev for discovery (tests); default "/"
+
+	QueueDepth int           // per (device, direction) queue; default 4096
+	QueueFull  QueueFullMode // default WaitForRoom
+	Workers    int           // worker pool size; default 4*GOMAXPROCS + 3 per device
+
+	// OpTimeout, if set, is the default deadline of every operation.
+	OpTimeout time.Duration
+
+	InlineHostMax   int    // host copies up to this size run in the caller; default 64 KiB
+	ParallelCopyMin int    // host copies from this size are split across cores; default 4 MiB
+	CBSize          int    // command buffer size; default 64 KiB
+	MaxOpsPerCS     int    // copies coalesced into one CS; default 1024
+	ChunkSize       uint64 // device copies are split in chunks of this size over the DMA queues; default 4 MiB
+
+	PollSpin   time.Duration // CQ actor spin window; default 50 us (negative: none)
+	WaitSpin   time.Duration // Future.Wait spin before blocking; default 20 us
+	CloseGrace time.Duration // how long Close lets in-flight work finish; default 2 s
+
+	RegCache RegCacheConfig
+}
+
+func (c Config) withDefaults() Config {
+	if c.EmulatedCount <= 0 {
+		c.EmulatedCount = 1
+	}
+	if c.Emulator.Model == "" {
+		c.Emulator.Model = "gaudi2"
+	}
+	if c.QueueDepth <= 0 {
+		c.QueueDepth = 4096
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4*runtime.GOMAXPROCS(0) + 8
+	}
+	if c.InlineHostMax == 0 {
+		c.InlineHostMax = 64 << 10
+	}
+	if c.ParallelCopyMin <= 0 {
+		c.ParallelCopyMin = 4 << 20
+	}
+	if c.CBSize <= 0 {
+		c.CBSize = 64 << 10
+	}
+	if c.MaxOpsPerCS <= 0 {
+		c.MaxOpsPerCS = 1024
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = 4 << 20
+	}
+	if c.WaitSpin == 0 {
+		c.WaitSpin = 20 * time.Microsecond
+	}
+	if c.CloseGrace <= 0 {
+		c.CloseGrace = 2 * time.Second
+	}
+	return c
+}

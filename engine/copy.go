@@ -1,0 +1,289 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gxfer/gxfer/cq"
+)
+
+// Future is the result of an asynchronous operation; see package cq.
+// Done() is closed exactly once; Err() is the result once done; Wait(ctx)
+// bounds only the wait. Buffers are the caller's again once Done is closed.
+type Future = cq.Future
+
+// OpOption adjusts one operation.
+type OpOption func(*opConfig)
+
+type opConfig struct{ deadline time.Time }
+
+// Timeout gives the operation a deadline d from now (overrides
+// Config.OpTimeout). An operation not complete by then ends with
+// ErrTimeout.
+func Timeout(d time.Duration) OpOption {
+	return func(c *opConfig) { c.deadline = time.Now().Add(d) }
+}
+
+// Deadline gives the operation an absolute deadline.
+func Deadline(t time.Time) OpOption { return func(c *opConfig) { c.deadline = t } }
+
+func (e *Engine) opConfig(opts []OpOption) opConfig {
+	var c opConfig
+	if e.cfg.OpTimeout > 0 {
+		c.deadline = time.Now().Add(e.cfg.OpTimeout)
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// validate checks one copy's arguments.
+func (e *Engine) validate(dst, src Slice) error {
+	for _, s := range []Slice{dst, src} {
+		if s.err != nil {
+			return s.err
+		}
+		if s.buf == nil {
+			return newErr(ErrInvalid, "empty slice", nil)
+		}
+		if s.buf.eng != e {
+			return newErr(ErrForeign, fmt.Sprintf("buffer %d", s.buf.id), nil)
+		}
+	}
+	if src.n == 0 {
+		return newErr(ErrInvalid, "zero-length copy", nil)
+	}
+	if dst.n != src.n {
+		return newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil)
+	}
+	if dst.buf.loc.gaudi && overlaps(dst, src) {
+		return newErr(ErrInvalid, "overlapping ranges of one device buffer", nil)
+	}
+	for _, s := range []Slice{dst, src} {
+		if s.buf.loc.gaudi {
+			if _, err := e.device(s.buf.loc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkCtx(ctx context.Context) error {
+	if ctx == nil {
+		return newErr(ErrInvalid, "nil context", nil)
+	}
+	return ctx.Err()
+}
+
+// acquire counts the copy against both buffers (failing on freed ones).
+func acquirePair(dst, src Slice) error {
+	if err := dst.buf.acquire(); err != nil {
+		return err
+	}
+	if err := src.buf.acquire(); err != nil {
+		dst.buf.release()
+		return err
+	}
+	return nil
+}
+
+// route says which device queue handles a copy; nil for host-only copies.
+// Copies between two devices return the source device and dirD2D.
+func (e *Engine) route(o *op) (*gdev, int) {
+	dg, sg := o.dst.buf.loc.gaudi, o.src.buf.loc.gaudi
+	switch {
+	case dg && sg:
+		return e.devs[o.src.buf.loc.dev], dirD2D
+	case dg:
+		return e.devs[o.dst.buf.loc.dev], dirH2D
+	case sg:
+		return e.devs[o.src.buf.loc.dev], dirD2H
+	}
+	return nil, -1
+}
+
+func crossDevice(o *op) bool {
+	return o.dst.buf.loc.gaudi && o.src.buf.loc.gaudi && o.dst.buf.loc.dev != o.src.buf.loc.dev
+}
+
+// Copy copies src to dst asynchronously, for every pair of host and Gaudi
+// memory. Small host-to-host copies complete in the caller and return an
+// already resolved future. Bad arguments resolve the future at once with
+// a typed error and submit nothing. ctx bounds only the submission (waiting
+// for queue room); the copy itself ends by its deadline option, if any.
+func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Future {
+	if err := checkCtx(ctx); err != nil {
+		return cq.Resolved(err)
+	}
+	if e.closed.Load() {
+		return cq.Resolved(ErrClosed)
+	}
+	if err := e.validate(dst, src); err != nil {
+		return cq.Resolved(err)
+	}
+	if err := acquirePair(dst, src); err != nil {
+		return cq.Resolved(err)
+	}
+	e.st.submitted.Add(1)
+	if !dst.buf.loc.gaudi && !src.buf.loc.gaudi && int(src.n) <= e.cfg.InlineHostMax {
+		copy(dst.hostBytes(), src.hostBytes())
+		dst.buf.release()
+		src.buf.release()
+		e.st.recordInline(src.n)
+		return e.resolved
+	}
+	oc := e.opConfig(opts)
+	j := &job{ops: []op{{dst: dst, src: src}}, fut: cq.NewFuture(1), start: time.Now(), deadline: oc.deadline}
+	j.fut.SetSpin(e.cfg.WaitSpin)
+	if err := e.submitJob(ctx, j); err != nil {
+		e.st.submitted.Add(^uint64(0))
+		dst.buf.release()
+		src.buf.release()
+		return cq.Resolved(err)
+	}
+	return j.fut
+}
+
+// submitJob routes a job whose ops all share one route.
+func (e *Engine) submitJob(ctx context.Context, j *job) error {
+	o := &j.ops[0]
+	if crossDevice(o) {
+		return e.crossDeviceCopy(j)
+	}
+	g, dir := e.route(o)
+	if g == nil {
+		return e.host.enqueue(ctx, j)
+	}
+	return g.enqueue(ctx, dir, j)
+}
+
+// CopySync is the synchronous twin of Copy: it returns when the copy is
+// done. ctx bounds the wait, but the copy is waited for even when ctx ends
+// (the buffers are in use until then), and ctx's error is returned.
+func (e *Engine) CopySync(ctx context.Context, dst, src Slice, opts ...OpOption) error {
+	f := e.Copy(ctx, dst, src, opts...)
+	if err := f.Wait(ctx); err != nil && !f.IsDone() {
+		<-f.Done()
+		return err
+	}
+	return f.Err()
+}
+
+// finishOp releases an op's buffer references, records it and completes
+// its future entry.
+func (e *Engine) finishOp(j *job, o *op, err error) {
+	e.finishOpResources(j, o, err)
+	j.fut.Complete(o.idx, err)
+}
+
+func (e *Engine) finishOpResources(j *job, o *op, err error) {
+	o.dst.buf.release()
+	o.src.buf.release()
+	e.st.record(j.start, o.n(), err)
+}
+
+// Batch collects copies to submit as one unit: host-to-host copies run in
+// Submit, device copies are coalesced into as few command submissions as
+// the limits allow. Copies in a batch are unordered with respect to each
+// other. A Batch may be reused after Submit (Reset is implied).
+type Batch struct {
+	e   *Engine
+	ops []op
+}
+
+// NewBatch returns an empty batch.
+func (e *Engine) NewBatch() *Batch { return &Batch{e: e} }
+
+// Copy adds a copy and returns its index in the batch's per-op status.
+func (b *Batch) Copy(dst, src Slice) int {
+	b.ops = append(b.ops, op{dst: dst, src: src, idx: len(b.ops)})
+	return len(b.ops) - 1
+}
+
+// Len is the number of copies in the batch.
+func (b *Batch) Len() int { return len(b.ops) }
+
+// Reset empties the batch.
+func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0] }
+
+// Submit validates every copy and submits them all, or none: if any copy is
+// invalid the future resolves at once with that error (Errs tells which)
+// and nothing is submitted. The future's Errs gives per-copy status.
+func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
+	e := b.e
+	defer b.Reset()
+	if err := checkCtx(ctx); err != nil {
+		return cq.Resolved(err)
+	}
+	if e.closed.Load() {
+		return cq.Resolved(ErrClosed)
+	}
+	n := len(b.ops)
+	if n == 0 {
+		return e.resolved
+	}
+	f := cq.NewBatchFuture(n)
+	f.SetSpin(e.cfg.WaitSpin)
+	for i := range b.ops {
+		if err := e.validate(b.ops[i].dst, b.ops[i].src); err != nil {
+			return batchInvalid(n, i, err)
+		}
+	}
+	for i := range b.ops {
+		if err := acquirePair(b.ops[i].dst, b.ops[i].src); err != nil {
+			for k := 0; k < i; k++ {
+				b.ops[k].dst.buf.release()
+				b.ops[k].src.buf.release()
+			}
+			return batchInvalid(n, i, err)
+		}
+	}
+	e.st.submitted.Add(uint64(n))
+	oc := e.opConfig(opts)
+	now := time.Now()
+	var dev *job
+	var cross []op
+	for i := range b.ops {
+		o := b.ops[i]
+		switch {
+		case !o.dst.buf.loc.gaudi && !o.src.buf.loc.gaudi:
+			e.hostCopy(o.dst, o.src)
+			o.dst.buf.release()
+			o.src.buf.release()
+			e.st.recordInline(o.n())
+			f.Complete(o.idx, nil)
+		case crossDevice(&o):
+			cross = append(cross, o)
+		default:
+			if dev == nil {
+				dev = &job{fut: f, start: now, deadline: oc.deadline}
+			}
+			dev.ops = append(dev.ops, o)
+		}
+	}
+	for _, o := range cross {
+		j := &job{ops: []op{o}, fut: f, start: now, deadline: oc.deadline}
+		if err := e.crossDeviceCopy(j); err != nil {
+			e.finishOp(j, &j.ops[0], err)
+		}
+	}
+	if dev != nil {
+		g, dir := e.route(&dev.ops[0])
+		if err := g.enqueue(ctx, dir, dev); err != nil {
+			for i := range dev.ops {
+				e.finishOp(dev, &dev.ops[i], err)
+			}
+		}
+	}
+	return f
+}
+
+func batchInvalid(n, idx int, err error) *Future {
+	f := cq.NewBatchFuture(n)
+	f.Complete(idx, err)
+	f.CompleteAll(newErr(ErrInvalid, fmt.Sprintf("batch not submitted: copy %d is invalid", idx), nil))
+	return f
+}

@@ -1,0 +1,361 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/panjf2000/ants/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/memcache"
+)
+
+// Engine moves data between host memory and Gaudi devices. It owns its
+// devices, worker pool, queues and completion actors; Close releases all of
+// them. An Engine is safe for concurrent use.
+type Engine struct {
+	cfg Config
+	log zerolog.Logger
+
+	pool  *ants.Pool // drain tasks: never wait on other tasks
+	stage *ants.Pool // device-to-device staging tasks: wait on drains
+	host  *hostPath
+	devs  []*gdev
+	sims  []*hlsim.Device
+	types *memcache.TypeCache // host ranges -> *Buffer
+
+	mu      sync.Mutex
+	buffers map[uint64]*Buffer
+	nextID  atomic.Uint64
+	closed  atomic.Bool
+	once    sync.Once
+	closeEr error
+
+	resolved *cq.Future // shared already-successful future for inline ops
+	st       stats
+
+	hookProcess atomic.Pointer[func()] // tests: runs in workers before processing
+}
+
+// New opens the devices Config asks for and starts the engine.
+func New(cfg Config) (_ *Engine, err error) {
+	cfg = cfg.withDefaults()
+	e := &Engine{
+		cfg:      cfg,
+		log:      cfg.Logger.With().Str("component", "engine").Logger(),
+		types:    memcache.NewTypeCache(),
+		buffers:  map[uint64]*Buffer{},
+		resolved: cq.Resolved(nil),
+	}
+	defer func() {
+		if err != nil {
+			_ = e.Close()
+		}
+	}()
+	e.pool, err = ants.NewPool(cfg.Workers, ants.WithPanicHandler(e.onPanic), ants.WithLogger(antsLogger{e.log}))
+	if err != nil {
+		return nil, fmt.Errorf("gxfer: worker pool: %w", err)
+	}
+	e.stage, err = ants.NewPool(max(4, cfg.Workers/2), ants.WithPanicHandler(e.onPanic), ants.WithLogger(antsLogger{e.log}))
+	if err != nil {
+		return nil, fmt.Errorf("gxfer: staging pool: %w", err)
+	}
+	e.host = newHostPath(e)
+	if err := e.openDevices(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+type antsLogger struct{ l zerolog.Logger }
+
+func (a antsLogger) Printf(format string, args ...any) { a.l.Debug().Msgf(format, args...) }
+
+// onPanic is the pool's panic handler: a worker that panics fails the
+// operations it was handling (each task records them in a panicGuard).
+func (e *Engine) onPanic(p any) {
+	e.log.Error().Str("panic", fmt.Sprint(p)).Msg("worker panicked")
+	e.st.panics.Add(1)
+}
+
+func (e *Engine) openDevices() error {
+	opts := dma.Options{Logger: e.cfg.Logger}
+	if e.cfg.Devices == DevicesAuto {
+		nodes, err := dma.Discover(e.cfg.SysRoot)
+		if err != nil {
+			e.log.Warn().Err(err).Msg("device discovery failed")
+		}
+		for _, n := range nodes {
+			d, err := dma.Open(n, opts)
+			if err != nil {
+				return fmt.Errorf("gxfer: open %s: %w", n.Path, err)
+			}
+			e.addDevice(d, nil)
+		}
+	}
+	if e.cfg.Devices == DevicesNone || (e.cfg.Devices == DevicesAuto && len(e.devs) > 0) {
+		return nil
+	}
+	model := hlsim.ModelGaudi2
+	switch strings.ToLower(e.cfg.Emulator.Model) {
+	case "gaudi2", "":
+	case "gaudi1", "gaudi":
+		model = hlsim.ModelGaudi1
+	default:
+		return newErr(ErrInvalid, "unknown emulated model "+e.cfg.Emulator.Model, nil)
+	}
+	for i := 0; i < e.cfg.EmulatedCount; i++ {
+		sim, err := hlsim.New(hlsim.Config{
+			Model:     model,
+			DRAMSize:  e.cfg.Emulator.DRAMSize,
+			Index:     i,
+			Kernel:    e.cfg.Emulator.Kernel,
+			CSTimeout: e.cfg.Emulator.CSTimeout,
+			Logger:    e.cfg.Logger,
+		})
+		if err != nil {
+			return fmt.Errorf("gxfer: emulated device %d: %w", i, err)
+		}
+		e.sims = append(e.sims, sim)
+		b, err := sim.Open()
+		if err != nil {
+			return fmt.Errorf("gxfer: open emulated device %d: %w", i, err)
+		}
+		d, err := dma.NewDevice(b, opts)
+		if err != nil {
+			return fmt.Errorf("gxfer: emulated device %d: %w", i, err)
+		}
+		e.addDevice(d, sim)
+	}
+	return nil
+}
+
+// NumDevices is the number of Gaudi devices the engine drives.
+func (e *Engine) NumDevices() int { return len(e.devs) }
+
+// DeviceInfo describes one device the engine drives.
+type DeviceInfo struct {
+	Index     int
+	Name      string // device node, or "hlsimN (emulated)"
+	Model     string
+	Emulated  bool
+	Numbering string
+	ExportAPI string
+	DRAMBase  uint64
+	DRAMSize  uint64
+	DRAMFree  uint64
+	PageSize  uint64
+	DeviceID  uint32
+}
+
+// Devices describes the devices the engine drives.
+func (e *Engine) Devices() []DeviceInfo {
+	out := make([]DeviceInfo, 0, len(e.devs))
+	for _, g := range e.devs {
+		info := g.dev.Info()
+		di := DeviceInfo{
+			Index: g.idx, Name: g.dev.Name(), Model: g.dev.Model().String(), Emulated: g.dev.Emulated(),
+			Numbering: g.dev.Numbering().String(), ExportAPI: g.dev.ExportAPI(),
+			DRAMBase: info.DramBaseAddress, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
+		}
+		if u, err := g.dev.DramUsage(); err == nil {
+			di.DRAMFree = u.DramFreeMem
+		}
+		out = append(out, di)
+	}
+	return out
+}
+
+func (e *Engine) device(l Location) (*gdev, error) {
+	if l.dev < 0 || l.dev >= len(e.devs) {
+		return nil, newErr(ErrNoDevice, fmt.Sprintf("gaudi%d (engine has %d)", l.dev, len(e.devs)), nil)
+	}
+	return e.devs[l.dev], nil
+}
+
+// Alloc allocates size bytes at loc: page-aligned host memory outside the
+// Go heap (Host), or device memory (Gaudi(i)).
+func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if size <= 0 {
+		return nil, newErr(ErrInvalid, fmt.Sprintf("size %d", size), nil)
+	}
+	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: loc, size: uint64(size)}
+	if loc.gaudi {
+		g, err := e.device(loc)
+		if err != nil {
+			return nil, err
+		}
+		m, err := g.dev.AllocDevice(uint64(size))
+		if err != nil {
+			return nil, fmt.Errorf("gxfer: alloc %d bytes on gaudi%d: %w", size, loc.dev, err)
+		}
+		b.gd, b.dmem = g, m
+		if err := g.types.Insert(m.Addr(), uint64(size), memcache.MemGaudi, g.idx, b); err != nil {
+			_ = m.Free()
+			return nil, err
+		}
+	} else {
+		pages, err := dma.AllocHostPages(uint64(size))
+		if err != nil {
+			return nil, fmt.Errorf("gxfer: alloc %d host bytes: %w", size, err)
+		}
+		b.pages, b.alloc = pages[:size:size], pages
+		b.ptr = unsafe.Pointer(&pages[0])
+		if err := e.types.Insert(b.Addr(), uint64(size), memcache.MemHost, -1, b); err != nil {
+			_ = dma.FreeHostPages(pages)
+			return nil, err
+		}
+	}
+	e.track(b)
+	return b, nil
+}
+
+// Register makes caller memory usable in transfers. The memory must stay
+// alive and unchanged in address until Deregister (Go cannot tell the
+// engine when memory is freed). Mappings into devices are made on first
+// use through the registration cache.
+func (e *Engine) Register(mem []byte) (*Buffer, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if len(mem) == 0 {
+		return nil, newErr(ErrInvalid, "empty memory", nil)
+	}
+	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: Host, size: uint64(len(mem)), user: mem, ptr: unsafe.Pointer(&mem[0])}
+	if err := e.types.Insert(b.Addr(), b.size, memcache.MemHost, -1, b); err != nil {
+		return nil, newErr(ErrInvalid, "memory overlaps a registered buffer", err)
+	}
+	e.track(b)
+	return b, nil
+}
+
+func (e *Engine) track(b *Buffer) {
+	e.mu.Lock()
+	e.buffers[b.id] = b
+	e.mu.Unlock()
+}
+
+// Lookup finds the host buffer holding [addr, addr+n) (the memory-type
+// cache), and returns it as a Slice.
+func (e *Engine) Lookup(addr uint64, n int) (Slice, error) {
+	ent, ok := e.types.Lookup(addr, uint64(n))
+	if !ok {
+		return Slice{}, newErr(ErrInvalid, fmt.Sprintf("no buffer holds host range %#x+%d", addr, n), nil)
+	}
+	b := ent.Owner.(*Buffer)
+	return b.Slice(int(addr-b.Addr()), n), nil
+}
+
+// LookupDevice finds the device buffer of Gaudi(dev) holding [addr, addr+n).
+func (e *Engine) LookupDevice(dev int, addr uint64, n int) (Slice, error) {
+	g, err := e.device(Gaudi(dev))
+	if err != nil {
+		return Slice{}, err
+	}
+	ent, ok := g.types.Lookup(addr, uint64(n))
+	if !ok {
+		return Slice{}, newErr(ErrInvalid, fmt.Sprintf("no buffer holds gaudi%d range %#x+%d", dev, addr, n), nil)
+	}
+	b := ent.Owner.(*Buffer)
+	return b.Slice(int(addr-b.Addr()), n), nil
+}
+
+// hostPointer returns the pointer for host range [addr, addr+n) of a live
+// buffer, derived from the buffer's own pointer.
+func (e *Engine) hostPointer(addr, n uint64) (unsafe.Pointer, error) {
+	ent, ok := e.types.Lookup(addr, n)
+	if !ok {
+		return nil, newErr(ErrInvalid, fmt.Sprintf("host range %#x+%d is not a buffer", addr, n), nil)
+	}
+	b := ent.Owner.(*Buffer)
+	return unsafe.Add(b.ptr, addr-b.Addr()), nil
+}
+
+func (e *Engine) destroyBuffer(b *Buffer) error {
+	e.mu.Lock()
+	delete(e.buffers, b.id)
+	e.mu.Unlock()
+	var errs []error
+	if b.loc.gaudi {
+		b.gd.types.Remove(b.dmem.Addr(), b.size)
+		b.gd.exports.Invalidate(b.dmem.Addr(), b.size)
+		errs = append(errs, b.dmem.Free())
+	} else {
+		for _, g := range e.devs {
+			g.hostMaps.Invalidate(b.Addr(), b.size)
+		}
+		e.types.Remove(b.Addr(), b.size)
+		if b.pages != nil {
+			errs = append(errs, dma.FreeHostPages(b.alloc))
+		}
+		b.user = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Close ends every pending operation (queued ones with ErrClosed; those on
+// a device get up to Config.CloseGrace to finish), stops every goroutine
+// and releases every buffer, mapping, fd and device. Idempotent.
+func (e *Engine) Close() error {
+	e.once.Do(func() {
+		e.closed.Store(true)
+		var errs []error
+		// Stop intake and fail what is still queued.
+		for _, g := range e.devs {
+			g.closeQueues()
+		}
+		if e.host != nil {
+			e.host.closeQueue()
+		}
+		if e.stage != nil {
+			if err := e.stage.ReleaseTimeout(e.cfg.CloseGrace + time.Second); err != nil {
+				e.log.Warn().Err(err).Msg("staging workers did not stop in time")
+			}
+		}
+		if e.pool != nil {
+			if err := e.pool.ReleaseTimeout(e.cfg.CloseGrace + time.Second); err != nil {
+				e.log.Warn().Err(err).Msg("workers did not stop in time")
+			}
+		}
+		for _, g := range e.devs {
+			g.failQueued(ErrClosed)
+			g.actor.Close(e.cfg.CloseGrace)
+		}
+		if e.host != nil {
+			e.host.failQueued(ErrClosed)
+			e.host.actor.Close()
+		}
+		// Release buffers that are still alive.
+		e.mu.Lock()
+		live := make([]*Buffer, 0, len(e.buffers))
+		for _, b := range e.buffers {
+			live = append(live, b)
+		}
+		e.mu.Unlock()
+		for _, b := range live {
+			b.state.Store(freedBit)
+			if err := b.destroy(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, g := range e.devs {
+			errs = append(errs, g.close())
+		}
+		for _, s := range e.sims {
+			errs = append(errs, s.Close())
+		}
+		e.closeEr = errors.Join(errs...)
+	})
+	return e.closeEr
+}

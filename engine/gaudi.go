@@ -1,0 +1,558 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"sync/atomic"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/hlsys"
+	"github.com/gxfer/gxfer/memcache"
+	"github.com/gxfer/gxfer/queue"
+)
+
+// Directions of device copies; each (device, direction) has its own queue.
+const (
+	dirH2D = iota
+	dirD2H
+	dirD2D
+	numDirs
+)
+
+var dirNames = [numDirs]string{"h2d", "d2h", "d2d"}
+
+// job is one submission: a single copy or a batch's copies.
+type job struct {
+	ops      []op
+	fut      *cq.Future
+	start    time.Time
+	deadline time.Time
+}
+
+// op is one copy.
+type op struct {
+	dst, src Slice
+	idx      int // index in the job's future (per-op status)
+}
+
+// gdev is the engine's side of one Gaudi device.
+type gdev struct {
+	e     *Engine
+	idx   int
+	dev   *dma.Device
+	sim   *hlsim.Device
+	log   zerolog.Logger
+	actor *cq.DeviceActor
+
+	queues [numDirs]*queue.Queue[*job]
+	sched  [numDirs]atomic.Bool
+
+	hostMaps *memcache.Cache     // host range -> *dma.HostMapping
+	exports  *memcache.Cache     // device range -> *dma.DMABuf
+	types    *memcache.TypeCache // device range -> *Buffer
+
+	cbs  chan *dma.CB
+	rr   atomic.Uint32
+	regs atomic.Uint64 // host mappings performed
+}
+
+type csWaiter struct{ d *dma.Device }
+
+func (w csWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
+	st, err := w.d.Wait(seq, timeout)
+	if err != nil {
+		return true, err
+	}
+	return st == dma.CSCompleted, nil
+}
+
+type hostMapper struct{ g *gdev }
+
+func (h hostMapper) Register(addr, length uint64, _ memcache.Access) (any, error) {
+	p, err := h.g.e.hostPointer(addr, length)
+	if err != nil {
+		return nil, err
+	}
+	h.g.regs.Add(1)
+	return h.g.dev.MapHost(p, length)
+}
+
+func (h hostMapper) Deregister(_, _ uint64, v any) error { return v.(*dma.HostMapping).Unmap() }
+
+type exporter struct{ g *gdev }
+
+func (x exporter) Register(addr, length uint64, _ memcache.Access) (any, error) {
+	ent, ok := x.g.types.Lookup(addr, length)
+	if !ok {
+		return nil, newErr(ErrInvalid, "not a device buffer", nil)
+	}
+	b := ent.Owner.(*Buffer)
+	return x.g.dev.ExportDMABuf(b.dmem, 0, b.dmem.AllocSize())
+}
+
+func (x exporter) Deregister(_, _ uint64, v any) error { return v.(*dma.DMABuf).Close() }
+
+func (e *Engine) addDevice(d *dma.Device, sim *hlsim.Device) {
+	g := &gdev{e: e, idx: len(e.devs), dev: d, sim: sim, types: memcache.NewTypeCache(), cbs: make(chan *dma.CB, 64)}
+	g.log = e.log.With().Int("dev", g.idx).Str("node", d.Name()).Logger()
+	mode := queue.Wait
+	if e.cfg.QueueFull == FailWhenFull {
+		mode = queue.FailFast
+	}
+	for i := range g.queues {
+		g.queues[i] = queue.New[*job](e.cfg.QueueDepth, mode)
+	}
+	g.hostMaps, _ = memcache.New(memcache.Config{
+		Registrar: hostMapper{g}, MaxRegions: e.cfg.RegCache.MaxRegions, MaxBytes: e.cfg.RegCache.MaxBytes,
+		Logger: g.log,
+	})
+	g.exports, _ = memcache.New(memcache.Config{Registrar: exporter{g}, Logger: g.log})
+	g.actor = cq.NewDeviceActor(d.Name(), csWaiter{d}, cq.ActorConfig{
+		Spin:       e.cfg.PollSpin,
+		OnDeadline: g.checkHealth,
+		Logger:     e.cfg.Logger,
+	})
+	e.devs = append(e.devs, g)
+}
+
+func (g *gdev) checkHealth() {
+	st, err := g.dev.Status()
+	if err != nil || st != hlsys.DeviceStatusOperational {
+		g.log.Warn().Err(err).Uint32("status", st).Msg("operation deadline missed; device not operational")
+		return
+	}
+	g.log.Warn().Msg("operation deadline missed; device reports operational")
+}
+
+// enqueue pushes a job to a direction's queue and makes sure a worker drains it.
+func (g *gdev) enqueue(ctx context.Context, dir int, j *job) error {
+	if err := g.queues[dir].Push(ctx, j); err != nil {
+		if errors.Is(err, queue.ErrFull) {
+			g.e.st.queueFull.Add(1)
+			return newErr(ErrQueueFull, fmt.Sprintf("gaudi%d %s", g.idx, dirNames[dir]), nil)
+		}
+		if errors.Is(err, queue.ErrClosed) {
+			return ErrClosed
+		}
+		g.e.st.queueFull.Add(1)
+		return err
+	}
+	g.schedule(dir)
+	return nil
+}
+
+func (g *gdev) schedule(dir int) {
+	if g.sched[dir].CompareAndSwap(false, true) {
+		if err := g.e.pool.Submit(func() { g.drain(dir) }); err != nil {
+			g.sched[dir].Store(false)
+			g.log.Debug().Err(err).Msg("worker pool refused drain task")
+		}
+	}
+}
+
+// drain is a worker task: it empties a queue in batches and submits them.
+func (g *gdev) drain(dir int) {
+	buf := make([]*job, 64)
+	var cur []*job
+	defer func() {
+		if r := recover(); r != nil {
+			for _, j := range cur {
+				j.fut.CompleteAll(newErr(ErrPanic, fmt.Sprint(r), nil))
+			}
+			g.sched[dir].Store(false)
+			panic(r) // the pool's handler logs it
+		}
+	}()
+	for {
+		n := g.queues[dir].PopBatch(buf)
+		if n == 0 {
+			g.sched[dir].Store(false)
+			if g.queues[dir].Len() > 0 && g.sched[dir].CompareAndSwap(false, true) {
+				continue
+			}
+			return
+		}
+		cur = buf[:n]
+		g.process(dir, cur)
+		cur = nil
+		clear(buf[:n])
+	}
+}
+
+// csItem is one op inside a command submission.
+type csItem struct {
+	j    *job
+	o    *op
+	done bool
+}
+
+// csRec is one command submission under construction or in flight.
+type csRec struct {
+	g        *gdev
+	streams  []uint32
+	cbs      []*dma.CB
+	items    []csItem
+	regions  []*memcache.Region
+	deadline time.Time
+	packets  int
+	bytes    uint64
+}
+
+func (g *gdev) streams(dir int) []uint32 {
+	switch dir {
+	case dirH2D:
+		return g.dev.H2DQueues()
+	case dirD2H:
+		return g.dev.D2HQueues()
+	}
+	return g.dev.D2DQueues()
+}
+
+// ref names one op of a job.
+type ref struct {
+	j *job
+	o *op
+}
+
+// process turns queued jobs into command submissions. Ops that belong to
+// another (device, direction) — batches mix them — are handed to that
+// device's processing from this worker.
+func (g *gdev) process(dir int, jobs []*job) {
+	if h := g.e.hookProcess.Load(); h != nil {
+		(*h)()
+	}
+	var mine []ref
+	var others map[routeKey][]ref
+	for _, j := range jobs {
+		for i := range j.ops {
+			o := &j.ops[i]
+			rg, rdir := g.e.route(o)
+			if rg == g && rdir == dir {
+				mine = append(mine, ref{j, o})
+				continue
+			}
+			if others == nil {
+				others = map[routeKey][]ref{}
+			}
+			k := routeKey{rg, rdir}
+			others[k] = append(others[k], ref{j, o})
+		}
+	}
+	g.processRefs(dir, mine)
+	for k, refs := range others {
+		k.g.processRefs(k.dir, refs)
+	}
+}
+
+type routeKey struct {
+	g   *gdev
+	dir int
+}
+
+func (g *gdev) processRefs(dir int, refs []ref) {
+	if len(refs) == 0 {
+		return
+	}
+	streams := g.streams(dir)
+	rec := &csRec{g: g, streams: streams, cbs: make([]*dma.CB, len(streams))}
+	for _, rf := range refs {
+		j, o := rf.j, rf.o
+		if !j.deadline.IsZero() && time.Now().After(j.deadline) {
+			g.e.finishOp(j, o, newErr(ErrTimeout, "deadline passed while queued", nil))
+			continue
+		}
+		dst, src, regs, err := g.resolve(o)
+		if err != nil {
+			g.e.finishOp(j, o, err)
+			continue
+		}
+		chunks := int((o.n() + g.e.cfg.ChunkSize - 1) / g.e.cfg.ChunkSize)
+		if len(rec.items) >= g.e.cfg.MaxOpsPerCS || !rec.fits(chunks) {
+			rec.submit()
+			rec = &csRec{g: g, streams: streams, cbs: make([]*dma.CB, len(streams))}
+		}
+		if err := rec.add(dst, src, o.n()); err != nil {
+			// The CBs may hold part of this op: drop the whole CS.
+			for _, r := range regs {
+				g.hostMaps.Put(r)
+			}
+			g.e.finishOp(j, o, err)
+			rec.finish(err)
+			rec = &csRec{g: g, streams: streams, cbs: make([]*dma.CB, len(streams))}
+			continue
+		}
+		rec.regions = append(rec.regions, regs...)
+		rec.items = append(rec.items, csItem{j: j, o: o})
+		if !j.deadline.IsZero() && (rec.deadline.IsZero() || j.deadline.Before(rec.deadline)) {
+			rec.deadline = j.deadline
+		}
+	}
+	rec.submit()
+}
+
+func (o *op) n() uint64 { return o.src.n }
+
+// resolve turns an op's slices into device addresses, mapping host memory
+// into the device MMU through the registration cache.
+func (g *gdev) resolve(o *op) (dst, src uint64, regs []*memcache.Region, err error) {
+	addr := func(s Slice) (uint64, error) {
+		if s.buf.loc.gaudi {
+			return s.buf.dmem.Addr() + s.off, nil
+		}
+		b := s.buf
+		r, err := g.hostMaps.Get(b.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
+		if err != nil {
+			return 0, newErr(ErrDevice, fmt.Sprintf("map host memory into gaudi%d", g.idx), err)
+		}
+		regs = append(regs, r)
+		m := r.Value().(*dma.HostMapping)
+		return m.DeviceAddr() + (s.hostAddr() - uint64(m.HostAddr())), nil
+	}
+	if dst, err = addr(o.dst); err == nil {
+		src, err = addr(o.src)
+	}
+	if err != nil {
+		for _, r := range regs {
+			g.hostMaps.Put(r)
+		}
+		return 0, 0, nil, err
+	}
+	return dst, src, regs, nil
+}
+
+func (r *csRec) reserve() int {
+	if r.g.dev.Model() == dma.ModelGaudi1 {
+		return 0
+	}
+	return hlsys.NOPPacketSize
+}
+
+// fits reports whether chunks more LIN_DMA packets fit in this CS.
+func (r *csRec) fits(chunks int) bool {
+	free := 0
+	for _, cb := range r.cbs {
+		if cb == nil {
+			free += (r.g.e.cfg.CBSize - hlsys.NOPPacketSize) / hlsys.LinDMAPacketSize
+		} else {
+			free += (cb.Remaining() - r.reserve()) / hlsys.LinDMAPacketSize
+		}
+	}
+	return free >= chunks
+}
+
+func (r *csRec) cb(s int) (*dma.CB, error) {
+	if r.cbs[s] != nil {
+		return r.cbs[s], nil
+	}
+	var cb *dma.CB
+	select {
+	case cb = <-r.g.cbs:
+		cb.Reset()
+	default:
+		var err error
+		if cb, err = r.g.dev.NewCB(r.g.e.cfg.CBSize); err != nil {
+			return nil, newErr(ErrDevice, "command buffer", err)
+		}
+	}
+	r.cbs[s] = cb
+	return cb, nil
+}
+
+// add appends a copy, split into chunks spread over the DMA queues.
+func (r *csRec) add(dst, src, n uint64) error {
+	chunk := r.g.e.cfg.ChunkSize
+	for off := uint64(0); off < n; off += chunk {
+		m := min(chunk, n-off)
+		s := int(r.g.rr.Add(1)) % len(r.streams)
+		cb, err := r.cb(s)
+		if err != nil {
+			return err
+		}
+		if cb.Remaining()-r.reserve() < hlsys.LinDMAPacketSize {
+			// Fall back to any stream with room.
+			found := false
+			for t := range r.streams {
+				if c, err := r.cb(t); err == nil && c.Remaining()-r.reserve() >= hlsys.LinDMAPacketSize {
+					cb, found = c, true
+					break
+				}
+			}
+			if !found {
+				return newErr(ErrDevice, "command buffers full", dma.ErrCBFull)
+			}
+		}
+		if err := cb.AddLinDMA(dst+off, src+off, m); err != nil {
+			return newErr(ErrDevice, "encode LIN_DMA", err)
+		}
+		r.packets++
+	}
+	r.bytes += n
+	return nil
+}
+
+// submit sends the CS and hands it to the device's completion actor.
+func (r *csRec) submit() {
+	g := r.g
+	if len(r.items) == 0 {
+		r.releaseCBs()
+		return
+	}
+	chunks := make([]hlsys.CSChunk, 0, len(r.cbs))
+	for s, cb := range r.cbs {
+		if cb == nil || cb.Len() == 0 {
+			continue
+		}
+		if g.dev.Model() != dma.ModelGaudi1 {
+			if err := cb.AddNOP(dma.EB | dma.MB); err != nil {
+				r.finish(newErr(ErrDevice, "encode NOP", err))
+				return
+			}
+		}
+		chunks = append(chunks, cb.Chunk(r.streams[s]))
+	}
+	seq, err := g.dev.Submit(chunks)
+	if err != nil {
+		r.finish(newErr(ErrDevice, fmt.Sprintf("submit CS on gaudi%d", g.idx), err))
+		return
+	}
+	g.e.st.cs.Add(1)
+	g.e.st.packets.Add(uint64(r.packets))
+	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.packets).Int("cbs", len(chunks)).Msg("CS submitted")
+	err = g.actor.Track(context.Background(), cq.Submission{Seq: seq, Deadline: r.deadline, OnDone: r.finish, OnTimeout: r.timeout})
+	if err != nil {
+		// The actor is closing: wait for the CS here so that nothing it
+		// uses is released early.
+		_, werr := g.dev.Wait(seq, g.e.cfg.CloseGrace)
+		if werr == nil {
+			werr = ErrClosed
+		}
+		r.finish(werr)
+	}
+}
+
+func (r *csRec) releaseCBs() {
+	for i, cb := range r.cbs {
+		if cb == nil {
+			continue
+		}
+		if r.g.e.closed.Load() {
+			_ = cb.Close()
+		} else {
+			select {
+			case r.g.cbs <- cb:
+			default:
+				_ = cb.Close()
+			}
+		}
+		r.cbs[i] = nil
+	}
+}
+
+// timeout ends the CS's operations with ErrTimeout; the CS stays tracked
+// and its resources are released when it really retires.
+func (r *csRec) timeout() {
+	for i := range r.items {
+		it := &r.items[i]
+		if !it.done {
+			it.done = true
+			r.g.e.st.failed.Add(1)
+			it.j.fut.Complete(it.o.idx, newErr(ErrTimeout, fmt.Sprintf("gaudi%d", r.g.idx), nil))
+		}
+	}
+}
+
+// finish retires the CS: releases command buffers, host mappings and
+// buffer references, then completes the operations.
+func (r *csRec) finish(err error) {
+	if err != nil {
+		err = mapDeviceErr(err)
+	}
+	r.releaseCBs()
+	for _, reg := range r.regions {
+		r.g.hostMaps.Put(reg)
+	}
+	r.regions = nil
+	for i := range r.items {
+		it := &r.items[i]
+		if it.done {
+			it.o.dst.buf.release()
+			it.o.src.buf.release()
+			if r.g.e.cfg.RegCache.Disabled {
+				r.g.uncache(it.o)
+			}
+			continue
+		}
+		it.done = true
+		if r.g.e.cfg.RegCache.Disabled {
+			r.g.uncache(it.o)
+		}
+		r.g.e.finishOp(it.j, it.o, err)
+	}
+}
+
+// uncache drops host mappings after use when the registration cache is off.
+func (g *gdev) uncache(o *op) {
+	for _, s := range []Slice{o.dst, o.src} {
+		if !s.buf.loc.gaudi {
+			g.hostMaps.Invalidate(s.buf.Addr(), s.buf.size)
+		}
+	}
+}
+
+func mapDeviceErr(err error) error {
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrTimeout), errors.Is(err, ErrAborted), errors.Is(err, ErrDevice):
+		return err
+	case errors.Is(err, dma.ErrCSTimedOut):
+		return newErr(ErrTimeout, "command submission timed out on the device", err)
+	case errors.Is(err, dma.ErrCSAborted):
+		return newErr(ErrAborted, "", err)
+	}
+	return newErr(ErrDevice, "", err)
+}
+
+func (g *gdev) closeQueues() {
+	for _, q := range g.queues {
+		q.Close()
+	}
+}
+
+func (g *gdev) failQueued(err error) {
+	buf := make([]*job, 64)
+	for _, q := range g.queues {
+		for {
+			n := q.PopBatch(buf)
+			if n == 0 {
+				break
+			}
+			for _, j := range buf[:n] {
+				for i := range j.ops {
+					g.e.finishOp(j, &j.ops[i], err)
+				}
+			}
+		}
+	}
+}
+
+func (g *gdev) close() error {
+	var errs []error
+	errs = append(errs, g.hostMaps.Close(), g.exports.Close())
+	for {
+		select {
+		case cb := <-g.cbs:
+			errs = append(errs, cb.Close())
+			continue
+		default:
+		}
+		break
+	}
+	errs = append(errs, g.dev.Close())
+	return errors.Join(errs...)
+}

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/queue"
+)
+
+// hostPath runs host-to-host copies too large to run inline: workers copy
+// (large copies split across cores) and the host actor completes futures.
+type hostPath struct {
+	e     *Engine
+	q     *queue.Queue[*job]
+	sched atomic.Bool
+	actor *cq.HostActor
+}
+
+func newHostPath(e *Engine) *hostPath {
+	mode := queue.Wait
+	if e.cfg.QueueFull == FailWhenFull {
+		mode = queue.FailFast
+	}
+	return &hostPath{e: e, q: queue.New[*job](e.cfg.QueueDepth, mode), actor: cq.NewHostActor(e.cfg.QueueDepth)}
+}
+
+func (h *hostPath) enqueue(ctx context.Context, j *job) error {
+	if err := h.q.Push(ctx, j); err != nil {
+		if errors.Is(err, queue.ErrFull) {
+			h.e.st.queueFull.Add(1)
+			return newErr(ErrQueueFull, "host", nil)
+		}
+		if errors.Is(err, queue.ErrClosed) {
+			return ErrClosed
+		}
+		h.e.st.queueFull.Add(1)
+		return err
+	}
+	if h.sched.CompareAndSwap(false, true) {
+		if err := h.e.pool.Submit(h.drain); err != nil {
+			h.sched.Store(false)
+		}
+	}
+	return nil
+}
+
+func (h *hostPath) drain() {
+	buf := make([]*job, 16)
+	var cur *job
+	defer func() {
+		if r := recover(); r != nil {
+			if cur != nil {
+				cur.fut.CompleteAll(newErr(ErrPanic, fmt.Sprint(r), nil))
+			}
+			h.sched.Store(false)
+			panic(r)
+		}
+	}()
+	for {
+		n := h.q.PopBatch(buf)
+		if n == 0 {
+			h.sched.Store(false)
+			if h.q.Len() > 0 && h.sched.CompareAndSwap(false, true) {
+				continue
+			}
+			return
+		}
+		for _, j := range buf[:n] {
+			cur = j
+			for i := range j.ops {
+				o := &j.ops[i]
+				h.e.hostCopy(o.dst, o.src)
+				jj, oo := j, o
+				h.actor.Post(cq.HostCompletion{F: j.fut, Idx: o.idx, Then: func() { h.e.finishOpResources(jj, oo, nil) }})
+			}
+		}
+		cur = nil
+		clear(buf[:n])
+	}
+}
+
+// hostCopy copies src to dst (memmove semantics). Large non-overlapping
+// copies are split across the cores.
+func (e *Engine) hostCopy(dst, src Slice) {
+	d, s := dst.hostBytes(), src.hostBytes()
+	parts := runtime.GOMAXPROCS(0)
+	if len(d) < e.cfg.ParallelCopyMin || parts < 2 || overlaps(dst, src) {
+		copy(d, s)
+		return
+	}
+	per := (len(d)/parts + 4095) &^ 4095
+	var wg sync.WaitGroup
+	for off := per; off < len(d); off += per {
+		end := min(off+per, len(d))
+		wg.Add(1)
+		dd, ss := d[off:end], s[off:end]
+		// Plain goroutines, not pool tasks: a pool task waiting on other
+		// pool tasks could starve the pool.
+		go func() { defer wg.Done(); copy(dd, ss) }()
+	}
+	copy(d[:min(per, len(d))], s[:min(per, len(d))])
+	wg.Wait()
+}
+
+func overlaps(a, b Slice) bool {
+	if a.buf != b.buf {
+		return false
+	}
+	return a.off < b.off+b.n && b.off < a.off+a.n
+}
+
+func (h *hostPath) closeQueue() { h.q.Close() }
+
+func (h *hostPath) failQueued(err error) {
+	buf := make([]*job, 64)
+	for {
+		n := h.q.PopBatch(buf)
+		if n == 0 {
+			return
+		}
+		for _, j := range buf[:n] {
+			for i := range j.ops {
+				h.e.finishOp(j, &j.ops[i], err)
+			}
+		}
+	}
+}

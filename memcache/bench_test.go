@@ -1,0 +1,171 @@
+package memcache
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+	"testing"
+)
+
+// nopRegistrar registers nothing, so benchmarks measure the cache alone.
+type nopRegistrar struct{}
+
+func (nopRegistrar) Register(uint64, uint64, Access) (any, error) { return nil, nil }
+func (nopRegistrar) Deregister(uint64, uint64, any) error         { return nil }
+
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"1k", 1_000}, {"10k", 10_000}, {"100k", 100_000}}
+
+const benchBase = 0x7f00_0000_0000
+
+// populate returns a cache holding n idle one-page regions separated by
+// one-page gaps, and an address inside each region, in random order.
+func populate(b *testing.B, n int) (*Cache, []uint64) {
+	b.Helper()
+	c, err := New(Config{Registrar: nopRegistrar{}, Align: 4096})
+	if err != nil {
+		b.Fatal(err)
+	}
+	addrs := make([]uint64, n)
+	for i := range addrs {
+		a := benchBase + uint64(i)*2*4096
+		r, err := c.Get(a, 4096, AccessRead|AccessWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Put(r)
+		addrs[i] = a + 512
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	runtime.GC() // collect the index versions built above before timing
+	return c, addrs
+}
+
+// hitPatterns are the access patterns of the hit benchmarks: "random" picks
+// uniformly among all regions, so at 100k regions nearly every hit misses
+// the CPU caches (index leaf and region); "hot" cycles through 256 regions
+// spread over the whole index, so it measures the lookup itself.
+var hitPatterns = []struct {
+	name string
+	pick func(addrs []uint64) []uint64
+}{
+	{"random", func(addrs []uint64) []uint64 { return addrs }},
+	{"hot", func(addrs []uint64) []uint64 { return addrs[:min(256, len(addrs))] }},
+}
+
+// BenchmarkHit measures a Get that hits plus its Put in a cache holding 1k,
+// 10k or 100k regions.
+func BenchmarkHit(b *testing.B) {
+	for _, s := range benchSizes {
+		for _, p := range hitPatterns {
+			b.Run("regions="+s.name+"/pattern="+p.name, func(b *testing.B) {
+				c, all := populate(b, s.n)
+				defer c.Close()
+				addrs := p.pick(all)
+				i := 0
+				for b.Loop() {
+					r, err := c.Get(addrs[i], 256, AccessRead)
+					if err != nil {
+						b.Fatal(err)
+					}
+					c.Put(r)
+					if i++; i == len(addrs) {
+						i = 0
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/hit")
+				if st := c.Stats(); st.Misses != uint64(s.n) {
+					b.Fatalf("%d misses", st.Misses-uint64(s.n))
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkHitParallel is BenchmarkHit from GOMAXPROCS goroutines at once,
+// each walking the addresses from its own starting point; ns/hit is wall
+// time per hit across all of them.
+func BenchmarkHitParallel(b *testing.B) {
+	for _, s := range benchSizes {
+		for _, p := range hitPatterns {
+			b.Run("regions="+s.name+"/pattern="+p.name, func(b *testing.B) {
+				c, all := populate(b, s.n)
+				defer c.Close()
+				addrs := p.pick(all)
+				var seed atomic.Uint64
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := rand.New(rand.NewPCG(seed.Add(1), 0)).IntN(len(addrs))
+					for pb.Next() {
+						r, err := c.Get(addrs[i], 256, AccessRead)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						c.Put(r)
+						if i++; i == len(addrs) {
+							i = 0
+						}
+					}
+				})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/hit")
+			})
+		}
+	}
+}
+
+// BenchmarkMiss measures a miss that registers a new region (with a no-op
+// registrar) and indexes it, plus the Put and the Invalidate that
+// deregisters it again, in a cache holding 1k, 10k or 100k other regions.
+func BenchmarkMiss(b *testing.B) {
+	for _, s := range benchSizes {
+		b.Run("regions="+s.name, func(b *testing.B) {
+			c, addrs := populate(b, s.n)
+			defer c.Close()
+			i := 0
+			for b.Loop() {
+				a := addrs[i] + 4096 // in the gap after a region
+				r, err := c.Get(a, 256, AccessRead)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Put(r)
+				c.Invalidate(a, 256)
+				if i++; i == len(addrs) {
+					i = 0
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/miss")
+		})
+	}
+}
+
+// BenchmarkTypeCacheLookup measures TypeCache.Lookup of random entries.
+func BenchmarkTypeCacheLookup(b *testing.B) {
+	for _, s := range benchSizes {
+		b.Run("entries="+s.name, func(b *testing.B) {
+			tc := NewTypeCache()
+			addrs := make([]uint64, s.n)
+			for i := range addrs {
+				a := benchBase + uint64(i)*0x20000
+				if err := tc.Insert(a, 0x10000, MemGaudi, i%8, nil); err != nil {
+					b.Fatal(err)
+				}
+				addrs[i] = a + 0x100
+			}
+			rand.New(rand.NewPCG(3, 4)).Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+			i := 0
+			for b.Loop() {
+				if _, ok := tc.Lookup(addrs[i], 64); !ok {
+					b.Fatal("not found")
+				}
+				if i++; i == len(addrs) {
+					i = 0
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/lookup")
+		})
+	}
+}

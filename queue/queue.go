@@ -1,0 +1,141 @@
+// Package queue provides the bounded multi-producer submission queues of the
+// engine: one per (device, direction). A full queue either makes the
+// submitter wait (up to its context's deadline) or fails at once with
+// ErrFull; nothing grows without bound.
+//
+// Consumers drain a queue in batches (PopBatch), which is how the engine
+// coalesces many queued copies into one command submission.
+package queue
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+)
+
+// ErrFull is returned by Push in FailFast mode when the queue is full.
+var ErrFull = errors.New("queue: full")
+
+// ErrClosed is returned by Push after Close.
+var ErrClosed = errors.New("queue: closed")
+
+// Mode says what Push does when the queue is full.
+type Mode uint8
+
+const (
+	// Wait blocks until there is room or the context ends.
+	Wait Mode = iota
+	// FailFast returns ErrFull at once.
+	FailFast
+)
+
+// Queue is a bounded MPMC FIFO of T. The zero value is not usable; use New.
+type Queue[T any] struct {
+	ch     chan T
+	mode   Mode
+	closed chan struct{}
+	once   atomic.Bool
+
+	pushed   atomic.Uint64
+	fullHits atomic.Uint64
+}
+
+// New returns a queue holding at most capacity items.
+func New[T any](capacity int, mode Mode) *Queue[T] {
+	if capacity < 1 {
+		capacity = 1
+	}
+	return &Queue[T]{ch: make(chan T, capacity), mode: mode, closed: make(chan struct{})}
+}
+
+// Push appends v. When the queue is full it waits for room until ctx ends
+// (Wait mode, returning ctx.Err()) or fails with ErrFull (FailFast mode).
+// After Close it returns ErrClosed. Safe for concurrent use.
+func (q *Queue[T]) Push(ctx context.Context, v T) error {
+	select {
+	case <-q.closed:
+		return ErrClosed
+	default:
+	}
+	select {
+	case q.ch <- v:
+		q.pushed.Add(1)
+		return nil
+	default:
+	}
+	q.fullHits.Add(1)
+	if q.mode == FailFast {
+		return ErrFull
+	}
+	select {
+	case q.ch <- v:
+		q.pushed.Add(1)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-q.closed:
+		return ErrClosed
+	}
+}
+
+// TryPush appends v without waiting; it reports whether it did.
+func (q *Queue[T]) TryPush(v T) bool {
+	select {
+	case <-q.closed:
+		return false
+	default:
+	}
+	select {
+	case q.ch <- v:
+		q.pushed.Add(1)
+		return true
+	default:
+		q.fullHits.Add(1)
+		return false
+	}
+}
+
+// PopBatch moves up to len(buf) queued items into buf without waiting and
+// returns how many it moved.
+func (q *Queue[T]) PopBatch(buf []T) int {
+	n := 0
+	for n < len(buf) {
+		select {
+		case v := <-q.ch:
+			buf[n] = v
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+// Chan exposes the receive side for consumers that block on new work.
+func (q *Queue[T]) Chan() <-chan T { return q.ch }
+
+// Len is the number of queued items.
+func (q *Queue[T]) Len() int { return len(q.ch) }
+
+// Cap is the capacity.
+func (q *Queue[T]) Cap() int { return cap(q.ch) }
+
+// Close makes later pushes fail with ErrClosed and wakes waiting pushers.
+// Queued items stay for the consumer to drain. Idempotent.
+func (q *Queue[T]) Close() {
+	if q.once.CompareAndSwap(false, true) {
+		close(q.closed)
+	}
+}
+
+// Stats are the queue's counters.
+type Stats struct {
+	Pushed   uint64 // items accepted
+	FullHits uint64 // pushes that found the queue full
+	Len, Cap int
+}
+
+// Stats returns the counters.
+func (q *Queue[T]) Stats() Stats {
+	return Stats{Pushed: q.pushed.Load(), FullHits: q.fullHits.Load(), Len: len(q.ch), Cap: cap(q.ch)}
+}
