@@ -99,6 +99,7 @@ func (e *Engine) openDevices() error {
 				return fmt.Errorf("gxfer: open %s: %w", n.Path, err)
 			}
 			e.addDevice(d, nil)
+			e.devs[len(e.devs)-1].node = n
 		}
 	}
 	if e.cfg.Devices == DevicesNone || (e.cfg.Devices == DevicesAuto && len(e.devs) > 0) {
@@ -134,9 +135,13 @@ func (e *Engine) openDevices() error {
 			return fmt.Errorf("gxfer: emulated device %d: %w", i, err)
 		}
 		e.addDevice(d, sim)
+		e.devs[len(e.devs)-1].node = dma.NodeInfo{Index: i, Path: d.Name(), DeviceType: d.Model().String(), Driver: "hlsim", Emulated: true}
 	}
 	return nil
 }
+
+// Config returns the engine's configuration with every default applied.
+func (e *Engine) Config() Config { return e.cfg }
 
 // NumDevices is the number of Gaudi devices the engine drives.
 func (e *Engine) NumDevices() int { return len(e.devs) }
@@ -154,6 +159,13 @@ type DeviceInfo struct {
 	DRAMFree  uint64
 	PageSize  uint64
 	DeviceID  uint32
+	// From discovery (empty for emulated devices where not applicable).
+	Node          string // device node path, or the emulator's name
+	ControlNode   string
+	PCIAddr       string
+	DeviceType    string // sysfs device_type
+	Driver        string // "habanalabs", or "hlsim" for the emulator
+	KernelRelease string // the uAPI generation the driver layer assumed
 }
 
 // Devices describes the devices the engine drives.
@@ -165,6 +177,8 @@ func (e *Engine) Devices() []DeviceInfo {
 			Index: g.idx, Name: g.dev.Name(), Model: g.dev.Model().String(), Emulated: g.dev.Emulated(),
 			Numbering: g.dev.Numbering().String(), ExportAPI: g.dev.ExportAPI(),
 			DRAMBase: info.DramBaseAddress, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
+			Node: g.node.Path, ControlNode: g.node.ControlPath, PCIAddr: g.node.PCIAddr, DeviceType: g.node.DeviceType,
+			Driver: g.node.Driver, KernelRelease: g.dev.KernelRelease(),
 		}
 		if u, err := g.dev.DramUsage(); err == nil {
 			di.DRAMFree = u.DramFreeMem

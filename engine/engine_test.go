@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -433,4 +434,76 @@ func TestBatch(t *testing.T) {
 	require.NoError(t, e.CopySync(ctx, out.Slice(256<<10, 256<<10), d1.Slice(0, 256<<10)))
 	require.Equal(t, h.Bytes()[:256<<10], out.Bytes()[256<<10:512<<10])
 	require.Equal(t, h.Bytes()[:256<<10], out.Bytes()[:256<<10])
+}
+
+func TestExportDMABufOncePerAllocation(t *testing.T) {
+	e := newEngine(t, Config{})
+	d, err := e.Alloc(3<<20, Gaudi(0))
+	require.NoError(t, err)
+	h, err := e.Alloc(4096, Host)
+	require.NoError(t, err)
+	_, err = h.ExportDMABuf()
+	require.ErrorIs(t, err, ErrNotSupported)
+
+	x1, err := d.ExportDMABuf()
+	require.NoError(t, err)
+	x2, err := d.ExportDMABuf()
+	require.NoError(t, err)
+	require.Equal(t, x1.FD().Int(), x2.FD().Int(), "one export, shared by every importer")
+	require.GreaterOrEqual(t, x1.Size(), uint64(3<<20))
+	st := e.Stats().Devices[0].ExportCache
+	require.Equal(t, uint64(1), st.Registrations)
+
+	require.NoError(t, d.Free(), "Free is deferred while exported")
+	_, err = d.ExportDMABuf()
+	require.ErrorIs(t, err, ErrFreed)
+	x1.Release()
+	x1.Release()
+	require.Equal(t, uint64(0), e.Stats().Devices[0].ExportCache.Deregistrations)
+	x2.Release()
+	st = e.Stats().Devices[0].ExportCache
+	require.Equal(t, uint64(1), st.Deregistrations, "the export is closed once the buffer is gone")
+}
+
+// TestRegistrationCacheRepeatedTransfers: the same 64 buffers copied host to
+// Gaudi many times map each host buffer once with the cache, and once per
+// copy without it.
+func TestRegistrationCacheRepeatedTransfers(t *testing.T) {
+	for _, disabled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("disabled=%v", disabled), func(t *testing.T) {
+			e := newEngine(t, Config{RegCache: RegCacheConfig{Disabled: disabled}})
+			const nbuf, rounds, size = 64, 50, 4096
+			hs, d := repeatedSetup(t, e, nbuf, size)
+			ctx := context.Background()
+			for r := 0; r < rounds; r++ {
+				require.NoError(t, repeatedRound(ctx, e, hs, d, size))
+			}
+			regs := e.Stats().Devices[0].HostMappings
+			if disabled {
+				require.Equal(t, uint64(nbuf*rounds), regs)
+			} else {
+				require.Equal(t, uint64(nbuf), regs, "one registration per distinct buffer")
+			}
+		})
+	}
+}
+
+func repeatedSetup(t testing.TB, e *Engine, nbuf, size int) ([]*Buffer, *Buffer) {
+	hs := make([]*Buffer, nbuf)
+	for i := range hs {
+		var err error
+		hs[i], err = e.Alloc(size, Host)
+		require.NoError(t, err)
+	}
+	d, err := e.Alloc(nbuf*size, Gaudi(0))
+	require.NoError(t, err)
+	return hs, d
+}
+
+func repeatedRound(ctx context.Context, e *Engine, hs []*Buffer, d *Buffer, size int) error {
+	b := e.NewBatch()
+	for i, h := range hs {
+		b.Copy(d.Slice(i*size, size), h.All())
+	}
+	return b.Submit(ctx).Wait(ctx)
 }

@@ -48,6 +48,7 @@ type gdev struct {
 	idx   int
 	dev   *dma.Device
 	sim   *hlsim.Device
+	node  dma.NodeInfo
 	log   zerolog.Logger
 	actor *cq.DeviceActor
 

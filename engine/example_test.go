@@ -1,0 +1,55 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gxfer/gxfer/engine"
+)
+
+// Copy host memory to a Gaudi (the emulated one when none is present) and
+// back, asynchronously and synchronously.
+func Example() {
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesEmulated, Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer eng.Close()
+	host, _ := eng.Alloc(1<<20, engine.Host)
+	hbm, _ := eng.Alloc(1<<20, engine.Gaudi(0))
+	back, _ := eng.Alloc(1<<20, engine.Host)
+	copy(host.Bytes(), "hello, gaudi")
+
+	ctx := context.Background()
+	f := eng.Copy(ctx, hbm.All(), host.All()) // returns at once
+	<-f.Done()                                // closed exactly once
+	fmt.Println("h2d:", f.Err())
+	fmt.Println("d2h:", eng.CopySync(ctx, back.All(), hbm.All()))
+	fmt.Println(string(back.Bytes()[:12]), eng.Devices()[0].Emulated)
+	// Output:
+	// h2d: <nil>
+	// d2h: <nil>
+	// hello, gaudi true
+}
+
+// A batch submits many copies as one unit with per-copy status.
+func ExampleBatch() {
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesEmulated, Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer eng.Close()
+	host, _ := eng.Alloc(64<<10, engine.Host)
+	hbm, _ := eng.Alloc(64<<10, engine.Gaudi(0))
+	b := eng.NewBatch()
+	for i := 0; i < 16; i++ {
+		b.Copy(hbm.Slice(i*4096, 4096), host.Slice(i*4096, 4096))
+	}
+	b.Copy(hbm.Slice(0, 8), host.Slice(0, 16)) // invalid: nothing is submitted
+	f := b.Submit(context.Background())
+	<-f.Done()
+	fmt.Println(f.Errs()[16] != nil, len(f.Errs()))
+	// Output: true 17
+}

@@ -1,0 +1,60 @@
+package engine
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/fd"
+	"github.com/gxfer/gxfer/memcache"
+)
+
+// DMABuf is a reference to the DMA-BUF export of a Gaudi buffer. The engine
+// exports each allocation once (through its export cache) and hands the
+// same fd to every importer (an RDMA NIC's ibv_reg_dmabuf_mr, another
+// process over a unix socket). The fd stays owned by the engine: dup it to
+// keep it beyond Release. The habanalabs driver has no mmap for DMA-BUFs, so
+// the CPU cannot map it.
+type DMABuf struct {
+	b        *Buffer
+	r        *memcache.Region
+	released atomic.Bool
+}
+
+// ExportDMABuf returns the buffer's DMA-BUF export, creating it on first
+// use. The buffer stays allocated while references are held (Free is
+// deferred until every DMABuf is released).
+func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
+	if !b.loc.gaudi {
+		return nil, newErr(ErrNotSupported, "only Gaudi memory is exported as a DMA-BUF (host memory is shared as a memfd)", nil)
+	}
+	if err := b.acquire(); err != nil {
+		return nil, err
+	}
+	r, err := b.gd.exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
+	if err != nil {
+		b.release()
+		return nil, fmt.Errorf("gxfer: export gaudi%d buffer %d: %w", b.gd.idx, b.id, err)
+	}
+	return &DMABuf{b: b, r: r}, nil
+}
+
+func (d *DMABuf) export() *dma.DMABuf { return d.r.Value().(*dma.DMABuf) }
+
+// FD is the DMA-BUF file descriptor (owned by the engine).
+func (d *DMABuf) FD() *fd.FD { return d.export().FD() }
+
+// Offset is the byte offset of the buffer's first byte in the DMA-BUF.
+func (d *DMABuf) Offset() uint64 { return d.export().Offset() }
+
+// Size is the exported size (the allocation, rounded to the device page).
+func (d *DMABuf) Size() uint64 { return d.export().Size() }
+
+// Release drops the reference. Idempotent.
+func (d *DMABuf) Release() {
+	if !d.released.CompareAndSwap(false, true) {
+		return
+	}
+	d.b.gd.exports.Put(d.r)
+	d.b.release()
+}
