@@ -67,4 +67,3 @@ func Main(m *testing.M) {
 	}
 	os.Exit(code)
 }
-
