@@ -109,8 +109,8 @@ func TestNumbering(t *testing.T) {
 			if tc.num == hlsys.Legacy {
 				other = hlsys.Accel
 			}
-			var st hlsys.DeviceStatus
-			a := hlsys.InfoArgs{ReturnPointer: uint64(uintptr(unsafe.Pointer(&st))), ReturnSize: 8, Op: hlsys.InfoDeviceStatus}
+			st := outBuf(t, 8)
+			a := hlsys.InfoArgs{ReturnPointer: addrOf(st), ReturnSize: 8, Op: hlsys.InfoDeviceStatus}
 			// The other numbering is never served, for every ioctl.
 			for nr := hlsys.IoctlInfo; nr <= hlsys.IoctlDebug; nr++ {
 				var buf [64]byte
@@ -158,14 +158,15 @@ func TestHwIPInfo(t *testing.T) {
 
 				// A 256-byte buffer (the 6.1 struct) works; a canary after
 				// it proves min(return_size, size) is honoured.
-				buf := bytes.Repeat([]byte{0xAA}, 400)
+				buf := outBuf(t, 400)
+				copy(buf, bytes.Repeat([]byte{0xAA}, 400))
 				a := hlsys.InfoArgs{ReturnPointer: addrOf(buf), ReturnSize: 256, Op: hlsys.InfoHwIPInfo}
 				require.NoError(t, hlsys.Info(r.b, &a))
 				require.Equal(t, info.DeviceID, binary.LittleEndian.Uint32(buf[32:]))
 				require.Equal(t, bytes.Repeat([]byte{0xAA}, 144), buf[256:])
 
 				// A large buffer: 6.1 fills 256 bytes, newer kernels 304.
-				buf = bytes.Repeat([]byte{0xAA}, 400)
+				copy(buf, bytes.Repeat([]byte{0xAA}, 400))
 				a = hlsys.InfoArgs{ReturnPointer: addrOf(buf), ReturnSize: 400, Op: hlsys.InfoHwIPInfo}
 				require.NoError(t, hlsys.Info(r.b, &a))
 				want := 304
@@ -203,34 +204,34 @@ func TestInfoOps(t *testing.T) {
 			require.Equal(t, used, u.CtxDramMem)
 			require.Equal(t, uint64(1<<30)-used, u.DramFreeMem)
 
-			var idle [40]byte
-			a := hlsys.InfoArgs{ReturnPointer: addrOf(idle[:]), ReturnSize: 40, Op: hlsys.InfoHwIdle}
+			idle := outBuf(t, 40)
+			a := hlsys.InfoArgs{ReturnPointer: addrOf(idle), ReturnSize: 40, Op: hlsys.InfoHwIdle}
 			require.NoError(t, hlsys.Info(r.b, &a))
-			require.Equal(t, uint32(1), binary.LittleEndian.Uint32(idle[:]))
+			require.Equal(t, uint32(1), binary.LittleEndian.Uint32(idle))
 
-			var sizes [8]byte
-			a = hlsys.InfoArgs{ReturnPointer: addrOf(sizes[:]), ReturnSize: 8, Op: 26}
+			sizes := outBuf(t, 8)
+			a = hlsys.InfoArgs{ReturnPointer: addrOf(sizes), ReturnSize: 8, Op: 26}
 			require.NoError(t, hlsys.Info(r.b, &a))
 			if m == ModelGaudi2 {
-				mask := binary.LittleEndian.Uint64(sizes[:])
+				mask := binary.LittleEndian.Uint64(sizes)
 				require.NotZero(t, mask&(1<<12))
 				require.NotZero(t, mask&(1<<21))
 			}
 
-			var open [24]byte
-			a = hlsys.InfoArgs{ReturnPointer: addrOf(open[:]), ReturnSize: 24, Op: hlsys.InfoOpenStats}
+			open := outBuf(t, 24)
+			a = hlsys.InfoArgs{ReturnPointer: addrOf(open), ReturnSize: 24, Op: hlsys.InfoOpenStats}
 			require.NoError(t, hlsys.Info(r.b, &a))
-			require.Equal(t, uint64(1), binary.LittleEndian.Uint64(open[:]))
+			require.Equal(t, uint64(1), binary.LittleEndian.Uint64(open))
 			require.Equal(t, byte(1), open[16])
 
-			var rc [8]byte
-			a = hlsys.InfoArgs{ReturnPointer: addrOf(rc[:]), ReturnSize: 8, Op: hlsys.InfoResetCount}
+			rc := outBuf(t, 8)
+			a = hlsys.InfoArgs{ReturnPointer: addrOf(rc), ReturnSize: 8, Op: hlsys.InfoResetCount}
 			require.NoError(t, hlsys.Info(r.b, &a))
-			require.Zero(t, binary.LittleEndian.Uint32(rc[:]))
+			require.Zero(t, binary.LittleEndian.Uint32(rc))
 
-			a = hlsys.InfoArgs{ReturnPointer: addrOf(rc[:]), ReturnSize: 8, Op: 8} // CLK_RATE: known, not emulated
+			a = hlsys.InfoArgs{ReturnPointer: addrOf(rc), ReturnSize: 8, Op: 8} // CLK_RATE: known, not emulated
 			require.ErrorIs(t, hlsys.Info(r.b, &a), unix.EOPNOTSUPP)
-			a = hlsys.InfoArgs{ReturnPointer: addrOf(rc[:]), ReturnSize: 8, Op: 1000}
+			a = hlsys.InfoArgs{ReturnPointer: addrOf(rc), ReturnSize: 8, Op: 1000}
 			require.ErrorIs(t, hlsys.Info(r.b, &a), unix.EINVAL)
 		})
 	}
@@ -293,8 +294,7 @@ func TestStatusDuringReset(t *testing.T) {
 	isErrno(t, err, unix.EBUSY)
 	_, err = hlsys.SubmitCS(r.b, nil, []hlsys.CSChunk{{}}, 0, 0)
 	isErrno(t, err, unix.EBUSY)
-	var a [8]byte
-	ia := hlsys.InfoArgs{ReturnPointer: addrOf(a[:]), ReturnSize: 8, Op: 8}
+	ia := hlsys.InfoArgs{ReturnPointer: addrOf(outBuf(t, 8)), ReturnSize: 8, Op: 8}
 	require.ErrorIs(t, hlsys.Info(r.b, &ia), unix.EBUSY)
 
 	require.NoError(t, r.b.Close())

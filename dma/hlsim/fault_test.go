@@ -218,10 +218,10 @@ func TestReset(t *testing.T) {
 			status, err := hlsys.GetDeviceStatus(r.b)
 			require.NoError(t, err)
 			require.Equal(t, uint32(hlsys.DeviceStatusOperational), status)
-			var rc [8]byte
-			a := hlsys.InfoArgs{ReturnPointer: addrOf(rc[:]), ReturnSize: 8, Op: hlsys.InfoResetCount}
+			rc := outBuf(t, 8)
+			a := hlsys.InfoArgs{ReturnPointer: addrOf(rc), ReturnSize: 8, Op: hlsys.InfoResetCount}
 			require.NoError(t, hlsys.Info(r.b, &a))
-			require.Equal(t, uint32(1), binary.LittleEndian.Uint32(rc[:]))
+			require.Equal(t, uint32(1), binary.LittleEndian.Uint32(rc))
 
 			// Memory mappings and CBs survive; sequence numbers go on.
 			seq, err := r.submit(0, 0, r.chunk(0, cb))

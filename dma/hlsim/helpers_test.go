@@ -187,6 +187,14 @@ func isErrno(t testing.TB, err error, errno unix.Errno) {
 	require.Truef(t, errors.Is(err, errno), "want %v, got %v", errno, err)
 }
 
+// outBuf returns n bytes of mmap memory for an ioctl's user buffer: a
+// uint64 address in an ioctl struct must not point into a goroutine
+// stack, which may move while the (in-process) emulator runs.
+func outBuf(t testing.TB, n int) []byte {
+	t.Helper()
+	return hostMem(t, (n+4095)&^4095)[:n]
+}
+
 // addrOf is the address of b's first byte as the uint64 the uAPI takes.
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
 

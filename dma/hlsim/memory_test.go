@@ -176,6 +176,9 @@ func TestMapHostGoHeap(t *testing.T) {
 		t.Run(m.String(), func(t *testing.T) {
 			r := newRig(t, Config{Model: m})
 			heap := make([]byte, 20000)
+			var pin runtime.Pinner // keeps heap off the goroutine stack
+			pin.Pin(&heap[0])
+			defer pin.Unpin()
 			p := heap[333:]
 			const n = 9000
 			copy(p, pattern(n, 5))

@@ -282,7 +282,8 @@ func CBDeviceVA(b Backend, handle uint64) (uint64, error) {
 
 // SubmitCS submits a command submission of execute chunks (and optional
 // restore chunks). It does not retry: EAGAIN (completion slot or queue full)
-// and EINTR are returned for the caller to retry.
+// and EINTR are returned for the caller to retry. On error the returned
+// CSOut is zero.
 func SubmitCS(b Backend, restore, execute []CSChunk, flags, timeoutSec uint32) (CSOut, error) {
 	a := &CSArgs{In: CSIn{
 		NumChunksRestore: uint32(len(restore)),
@@ -301,8 +302,12 @@ func SubmitCS(b Backend, restore, execute []CSChunk, flags, timeoutSec uint32) (
 		pin.Pin(&execute[0])
 		a.In.ChunksExecute = uint64(uintptr(unsafe.Pointer(&execute[0])))
 	}
-	err := CommandSubmission(b, a)
-	return *a.Out(), wrap(b, "CS", err)
+	if err := CommandSubmission(b, a); err != nil {
+		// On failure the driver may leave the input in place (EAGAIN), so
+		// the output view holds no meaningful values.
+		return CSOut{}, wrap(b, "CS", err)
+	}
+	return *a.Out(), nil
 }
 
 // WaitForCS waits up to timeoutUs (0 polls) for CS seq. The output is
