@@ -1,0 +1,274 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/fd"
+)
+
+// Transport moves whole frames between two peers. ipc.Conn (a unix
+// SOCK_SEQPACKET socket that carries fds) and [StreamTransport] (any byte
+// stream, e.g. TCP) implement it.
+//
+// Send transmits one frame and the given descriptors atomically; it does
+// not take ownership of fds (the kernel duplicates them into the message;
+// the caller still closes its own). Transports that cannot carry fds fail
+// with ErrFDsNotSupported when fds is not empty. Send may be called from
+// several goroutines; each frame is sent whole.
+//
+// Recv receives one frame into buf and returns its length and the
+// descriptors that came with it, which the caller then owns. A frame
+// larger than buf is an error (nothing of it is returned and no fd is
+// leaked). Recv is called by one goroutine at a time.
+//
+// Close unblocks pending Send and Recv calls; it is idempotent.
+//
+// Transports that also implement SetReadDeadline(time.Time) error (and
+// SetWriteDeadline) get read timeouts and context cancellation from
+// [Conn].
+type Transport interface {
+	Send(frame []byte, fds []*fd.FD) error
+	Recv(buf []byte) (n int, fds []*fd.FD, err error)
+	Close() error
+}
+
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
+
+// ConnConfig configures a [Conn].
+type ConnConfig struct {
+	// MaxFrame bounds frames received and sent, header included (0 means
+	// MaxFrame). The receive buffer is this large.
+	MaxFrame int
+	// ReadTimeout, if > 0, bounds each Recv (when the transport supports
+	// deadlines). A context deadline that comes first wins.
+	ReadTimeout time.Duration
+	// WriteTimeout, if > 0, bounds each Send (when the transport supports
+	// write deadlines).
+	WriteTimeout time.Duration
+}
+
+// Frame is one received frame. Payload aliases the Conn's receive buffer
+// and is valid until the next Recv; FDs belong to the receiver, which must
+// close them (or hand them on): see [Frame.CloseFDs].
+type Frame struct {
+	Header  Header
+	Payload []byte
+	FDs     []*fd.FD
+}
+
+// Decode decodes the frame's payload into m, which must be of the frame's
+// type (see [Message.DecodePayload]).
+func (f *Frame) Decode(m Message) error { return m.DecodePayload(f.Header, f.Payload) }
+
+// Message decodes the frame's payload into a new message of its type.
+func (f *Frame) Message() (Message, error) {
+	m := NewMessage(f.Header.Type)
+	if m == nil {
+		return nil, malformed("unknown message type %d", f.Header.Type)
+	}
+	if err := m.DecodePayload(f.Header, f.Payload); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// CloseFDs closes every descriptor of the frame and forgets them. Call it
+// unless the descriptors were taken.
+func (f *Frame) CloseFDs() error {
+	err := closeFDs(f.FDs)
+	f.FDs = nil
+	return err
+}
+
+func closeFDs(fds []*fd.FD) error {
+	var errs []error
+	for _, f := range fds {
+		if err := f.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Conn reads and writes whole frames over a Transport. One goroutine
+// receives (Recv); any number send (Send serialises them). Close may be
+// called at any time from any goroutine and unblocks both.
+type Conn struct {
+	t        Transport
+	maxFrame int
+	rto, wto time.Duration
+	rdl      readDeadliner  // nil if the transport has no deadlines
+	wdl      writeDeadliner // idem
+
+	rmu     sync.Mutex
+	rbuf    []byte
+	rdlZero bool // the transport's read deadline is known to be unset
+
+	wmu  sync.Mutex
+	wbuf []byte
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewConn returns a Conn over t. The Conn owns t: Conn.Close closes it.
+func NewConn(t Transport, cfg ConnConfig) *Conn {
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = MaxFrame
+	}
+	cfg.MaxFrame = max(cfg.MaxFrame, HeaderSize)
+	c := &Conn{t: t, maxFrame: cfg.MaxFrame, rto: cfg.ReadTimeout, wto: cfg.WriteTimeout,
+		rbuf: make([]byte, cfg.MaxFrame), wbuf: make([]byte, 0, 512)}
+	c.rdl, _ = t.(readDeadliner)
+	c.wdl, _ = t.(writeDeadliner)
+	return c
+}
+
+// Transport returns the underlying transport.
+func (c *Conn) Transport() Transport { return c.t }
+
+// MaxFrame returns the frame limit.
+func (c *Conn) MaxFrame() int { return c.maxFrame }
+
+// maxKeptWriteBuf is the largest encode buffer a Conn keeps between sends.
+const maxKeptWriteBuf = 64 << 10
+
+// Send encodes m into one frame and sends it with fds, which must number
+// m.Type().FDs() (one for ImportReply, none otherwise). Send does not take
+// ownership of fds. Concurrent Sends are serialised.
+func (c *Conn) Send(m Message, fds ...*fd.FD) error {
+	if len(fds) != m.Type().FDs() {
+		return invalid("%v with %d fds (want %d)", m.Type(), len(fds), m.Type().FDs())
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	b, err := AppendFrame(c.wbuf[:0], m)
+	if cap(b) <= maxKeptWriteBuf {
+		c.wbuf = b[:0]
+	}
+	if err != nil {
+		return err
+	}
+	if len(b) > c.maxFrame {
+		return &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("%v: %d-byte frame exceeds the %d-byte limit", m.Type(), len(b), c.maxFrame)}
+	}
+	if c.wto > 0 && c.wdl != nil {
+		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
+			return c.sendErr(err)
+		}
+	}
+	if err := c.t.Send(b, fds); err != nil {
+		return c.sendErr(err)
+	}
+	return nil
+}
+
+func (c *Conn) sendErr(err error) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return fmt.Errorf("wire: send: %w", err)
+}
+
+// aLongTimeAgo is a deadline in the past, used to interrupt a read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// Recv receives one frame. It validates the header (magic, version, type,
+// reserved fields, length against MaxFrame) and that the frame carries as
+// many fds as its header announces; on any error the received fds are
+// closed. It does not decode the payload: use [Frame.Decode] or
+// [Frame.Message].
+//
+// ctx cancels the wait (and its deadline bounds it) when the transport
+// supports read deadlines; otherwise only Close interrupts Recv. A
+// canceled Recv returns ctx's error (context.DeadlineExceeded when ctx's
+// deadline passed); one that exceeded ReadTimeout an error matching
+// os.ErrDeadlineExceeded. Recv must not be called concurrently.
+func (c *Conn) Recv(ctx context.Context) (Frame, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.closed.Load() {
+		return Frame{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return Frame{}, err
+	}
+	ctxBound := false // the transport deadline is ctx's
+	if c.rdl != nil {
+		var d time.Time
+		if c.rto > 0 {
+			d = time.Now().Add(c.rto)
+		}
+		if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
+			d, ctxBound = cd, true
+		}
+		if !d.IsZero() || !c.rdlZero {
+			// A failure here means the transport is closed or broken;
+			// its Recv below reports that.
+			err := c.rdl.SetReadDeadline(d)
+			c.rdlZero = err == nil && d.IsZero()
+		}
+		if ctx.Done() != nil {
+			fired := make(chan struct{})
+			stop := context.AfterFunc(ctx, func() {
+				_ = c.rdl.SetReadDeadline(aLongTimeAgo)
+				close(fired)
+			})
+			defer func() {
+				if !stop() {
+					<-fired
+					c.rdlZero = false
+				}
+			}()
+		}
+	}
+	n, fds, err := c.t.Recv(c.rbuf)
+	if err != nil {
+		_ = closeFDs(fds)
+		if ctxBound && errors.Is(err, os.ErrDeadlineExceeded) && !c.closed.Load() {
+			// ctx's deadline passed (its own timer may not have fired yet).
+			return Frame{}, fmt.Errorf("wire: recv: %w (%w)", context.DeadlineExceeded, err)
+		}
+		return Frame{}, c.recvErr(ctx, err)
+	}
+	h, p, err := DecodeFrame(c.rbuf[:n], c.maxFrame)
+	if err == nil && int(h.NumFDs) != len(fds) {
+		err = malformed("%v: header announces %d fds, %d received", h.Type, h.NumFDs, len(fds))
+	}
+	if err != nil {
+		_ = closeFDs(fds)
+		return Frame{}, err
+	}
+	return Frame{Header: h, Payload: p, FDs: fds}, nil
+}
+
+func (c *Conn) recvErr(ctx context.Context, err error) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("wire: recv: %w", context.Cause(ctx))
+	}
+	return fmt.Errorf("wire: recv: %w", err)
+}
+
+// Close closes the transport, unblocking Recv and Send. It is idempotent:
+// later calls return the first call's result.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.closeErr = c.t.Close()
+	})
+	return c.closeErr
+}

@@ -1,0 +1,306 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/fd"
+)
+
+// pipeConns returns two Conns over the two ends of a net.Pipe.
+func pipeConns(t *testing.T, cfg ConnConfig) (*Conn, *Conn) {
+	a, b := net.Pipe()
+	ca, cb := NewConn(NewStreamTransport(a), cfg), NewConn(NewStreamTransport(b), cfg)
+	t.Cleanup(func() {
+		_ = ca.Close()
+		_ = cb.Close()
+	})
+	return ca, cb
+}
+
+func TestConnStreamRoundTrip(t *testing.T) {
+	ca, cb := pipeConns(t, ConnConfig{})
+	msgs := sampleMessages()
+	errc := make(chan error, 1)
+	go func() {
+		for _, m := range msgs {
+			if m.Type().FDs() != 0 {
+				continue // a stream cannot carry fds
+			}
+			if err := ca.Send(m); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for _, m := range msgs {
+		if m.Type().FDs() != 0 {
+			continue
+		}
+		f, err := cb.Recv(context.Background())
+		require.NoError(t, err)
+		got, err := f.Message()
+		require.NoError(t, err)
+		require.True(t, reflect.DeepEqual(m, got), "got %#v want %#v", got, m)
+	}
+	require.NoError(t, <-errc)
+}
+
+func TestConnConcurrentWriters(t *testing.T) {
+	ca, cb := pipeConns(t, ConnConfig{})
+	const writers, per = 8, 200
+	var wg sync.WaitGroup
+	errc := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if err := ca.Send(&Completion{RequestID: uint64(w*per + i + 1), Status: Status(w)}); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	seen := make(map[uint64]bool)
+	var c Completion
+	for range writers * per {
+		f, err := cb.Recv(context.Background())
+		require.NoError(t, err)
+		require.NoError(t, f.Decode(&c))
+		require.Equal(t, Status((c.RequestID-1)/per), c.Status)
+		require.False(t, seen[c.RequestID])
+		seen[c.RequestID] = true
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		require.NoError(t, err)
+	}
+}
+
+func TestConnRecvCancel(t *testing.T) {
+	_, cb := pipeConns(t, ConnConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cb.Recv(ctx)
+		errc <- err
+	}()
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+	// The cancellation deadline does not leak into the next Recv: it is
+	// still usable and sees a frame sent later.
+	ca2, cb2 := pipeConns(t, ConnConfig{})
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	_, err := cb2.Recv(ctx2)
+	require.ErrorIs(t, err, context.Canceled)
+	go func() { errc <- ca2.Send(&Bye{}) }()
+	f, err := cb2.Recv(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, TypeBye, f.Header.Type)
+	require.NoError(t, <-errc)
+}
+
+func TestConnRecvCancelThenReuse(t *testing.T) {
+	ca, cb := pipeConns(t, ConnConfig{})
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := cb.Recv(ctx)
+			errc <- err
+		}()
+		cancel()
+		require.ErrorIs(t, <-errc, context.Canceled)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- ca.Send(&Invalidate{AllocID: 1, Generation: 2}) }()
+	f, err := cb.Recv(context.Background())
+	require.NoError(t, err)
+	var inv Invalidate
+	require.NoError(t, f.Decode(&inv))
+	require.Equal(t, Invalidate{AllocID: 1, Generation: 2}, inv)
+	require.NoError(t, <-errc)
+}
+
+func TestConnReadTimeout(t *testing.T) {
+	_, cb := pipeConns(t, ConnConfig{ReadTimeout: time.Millisecond})
+	_, err := cb.Recv(context.Background())
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	_, cb2 := pipeConns(t, ConnConfig{})
+	_, err = cb2.Recv(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestConnCloseUnblocks(t *testing.T) {
+	// A Recv blocked in the transport is unblocked by Close.
+	_, cb := pipeConns(t, ConnConfig{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cb.Recv(context.Background())
+		errc <- err
+	}()
+	require.NoError(t, cb.Close())
+	require.ErrorIs(t, <-errc, ErrClosed)
+	require.NoError(t, cb.Close(), "Close is idempotent")
+	_, err := cb.Recv(context.Background())
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, cb.Send(&Bye{}), ErrClosed)
+
+	// A Send blocked in the transport (net.Pipe: nobody reads) too.
+	ca, _ := pipeConns(t, ConnConfig{})
+	go func() { errc <- ca.Send(&Bye{}) }()
+	require.NoError(t, ca.Close())
+	require.ErrorIs(t, <-errc, ErrClosed)
+}
+
+func TestConnPeerClosed(t *testing.T) {
+	ca, cb := pipeConns(t, ConnConfig{})
+	require.NoError(t, ca.Close())
+	_, err := cb.Recv(context.Background())
+	require.ErrorIs(t, err, io.EOF)
+}
+
+func TestConnSendChecks(t *testing.T) {
+	ca, _ := pipeConns(t, ConnConfig{MaxFrame: 256})
+	// Wrong fd count for the type.
+	require.ErrorIs(t, ca.Send(&ImportReply{RequestID: 1, Kind: FDMemfd, Size: 1}), ErrInvalid)
+	dummy, err := fd.New(int(os.Stdin.Fd()))
+	require.NoError(t, err)
+	defer dummy.Disown()
+	require.ErrorIs(t, ca.Send(&Bye{}, dummy), ErrInvalid)
+	// A stream transport refuses fds.
+	require.ErrorIs(t, ca.Send(&ImportReply{RequestID: 1, Kind: FDMemfd, Size: 1}, dummy), ErrFDsNotSupported)
+	// Larger than MaxFrame.
+	require.ErrorIs(t, ca.Send(&Data{RequestID: 1, Bytes: make([]byte, 300)}), ErrTooLarge)
+	// Encoding errors pass through.
+	require.ErrorIs(t, ca.Send(&Error{}), ErrInvalid)
+}
+
+// rawTransport lets a test inject arbitrary frames and fds into a Conn.
+type rawTransport struct {
+	frames [][]byte
+	fds    [][]*fd.FD
+}
+
+func (r *rawTransport) Send([]byte, []*fd.FD) error { return nil }
+func (r *rawTransport) Close() error                { return nil }
+func (r *rawTransport) Recv(buf []byte) (int, []*fd.FD, error) {
+	if len(r.frames) == 0 {
+		return 0, nil, io.EOF
+	}
+	f, fds := r.frames[0], r.fds[0]
+	r.frames, r.fds = r.frames[1:], r.fds[1:]
+	return copy(buf, f), fds, nil
+}
+
+func TestConnRecvValidatesAndClosesFDs(t *testing.T) {
+	newFD := func() *fd.FD {
+		r, w, err := os.Pipe()
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+		f, err := fd.New(int(r.Fd()))
+		require.NoError(t, err)
+		// os.File must not close it too.
+		_, err = r.SyscallConn()
+		require.NoError(t, err)
+		nf, err := f.Dup()
+		require.NoError(t, err)
+		_ = r.Close()
+		f.Disown()
+		return nf
+	}
+	reply, err := AppendFrame(nil, &ImportReply{RequestID: 1, Kind: FDMemfd, Size: 1})
+	require.NoError(t, err)
+	bye, err := AppendFrame(nil, &Bye{})
+	require.NoError(t, err)
+
+	a, b, c := newFD(), newFD(), newFD()
+	rt := &rawTransport{
+		frames: [][]byte{reply, bye, reply[:10], reply},
+		fds:    [][]*fd.FD{{a, b}, {c}, nil, nil},
+	}
+	conn := NewConn(rt, ConnConfig{})
+	_, err = conn.Recv(context.Background()) // 2 fds, header says 1
+	require.ErrorIs(t, err, ErrMalformed)
+	require.Equal(t, -1, a.Int())
+	require.Equal(t, -1, b.Int())
+	_, err = conn.Recv(context.Background()) // Bye with an fd
+	require.ErrorIs(t, err, ErrMalformed)
+	require.Equal(t, -1, c.Int())
+	_, err = conn.Recv(context.Background()) // truncated
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = conn.Recv(context.Background()) // header says 1 fd, none came
+	require.ErrorIs(t, err, ErrMalformed)
+	_, err = conn.Recv(context.Background())
+	require.ErrorIs(t, err, io.EOF)
+	require.NoError(t, conn.Close())
+}
+
+func TestStreamTransportBroken(t *testing.T) {
+	a, b := net.Pipe()
+	st := NewStreamTransport(b)
+	defer st.Close()
+	defer a.Close()
+	go func() {
+		_, _ = a.Write([]byte{0xff, 0xff, 0, 0}) // 65535-byte frame
+	}()
+	buf := make([]byte, 100)
+	_, _, err := st.Recv(buf)
+	require.ErrorIs(t, err, ErrTooLarge)
+	_, _, err2 := st.Recv(buf)
+	require.Equal(t, err, err2, "a desynchronised stream stays broken")
+
+	c, d := net.Pipe()
+	st2 := NewStreamTransport(d)
+	defer st2.Close()
+	go func() {
+		_, _ = c.Write([]byte{0, 0, 0, 0})
+		_ = c.Close()
+	}()
+	_, _, err = st2.Recv(buf)
+	require.ErrorIs(t, err, ErrMalformed)
+
+	e, f := net.Pipe()
+	st3 := NewStreamTransport(f)
+	defer st3.Close()
+	go func() {
+		_, _ = e.Write([]byte{10, 0, 0, 0, 1, 2})
+		_ = e.Close()
+	}()
+	_, _, err = st3.Recv(buf)
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	require.ErrorIs(t, st3.Send(nil, nil), ErrInvalid)
+}
+
+func TestStreamTransportLargeFrame(t *testing.T) {
+	ca, cb := pipeConns(t, ConnConfig{MaxFrame: 4 << 20})
+	data := make([]byte, 3<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- ca.Send(&Data{RequestID: 5, Offset: 9, Bytes: data}) }()
+	f, err := cb.Recv(context.Background())
+	require.NoError(t, err)
+	var d Data
+	require.NoError(t, f.Decode(&d))
+	require.Equal(t, uint64(9), d.Offset)
+	require.True(t, errors.Is(<-errc, nil))
+	require.Equal(t, data, d.Bytes)
+}

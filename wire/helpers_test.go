@@ -1,0 +1,87 @@
+package wire
+
+import (
+	"encoding/binary"
+	"strings"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// testKey returns a valid, signed host key.
+func testKey() RemoteKey {
+	k := RemoteKey{
+		Owner:      EngineID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+		OwnerPID:   4242,
+		OwnerPIDNS: 4026531836,
+		AllocID:    7,
+		Generation: 3,
+		MemType:    MemHost,
+		Device:     -1,
+		Flags:      KeyRead | KeyWrite,
+		Base:       0x7f00_0000_0000,
+		Length:     1 << 20,
+		RKey:       0,
+		Len:        1 << 20,
+	}
+	if err := Sign(&k, testSecret); err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// testGaudiKey returns a valid, signed device key with a narrowed view.
+func testGaudiKey() RemoteKey {
+	k := testKey()
+	k.MemType, k.Device, k.Flags = MemGaudi, 1, KeyRead
+	k.Base, k.Length, k.RKey = 0x1001_0000_0000, 64<<20, 0xabcdef
+	k.Ext = [8]byte{9, 9}
+	k.Offset, k.Len = 4096, 8192
+	if err := Sign(&k, testSecret); err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// sampleMessages returns one or more valid instances of every message type.
+func sampleMessages() []Message {
+	k, g := testKey(), testGaudiKey()
+	hello := Hello{MinVersion: 1, MaxVersion: 1, Caps: CapFDPassing | CapSharedHost | 1<<40, PID: 100, PIDNamespace: 4026531836,
+		UID: 1000, EngineID: EngineID{0xee}, Name: "trainer-0"}
+	return []Message{
+		&hello,
+		&Hello{MinVersion: 1, MaxVersion: 1, Name: strings.Repeat("n", MaxNameLen)},
+		&HelloAck{Hello: hello, Version: 1, Accepted: CapFDPassing},
+		&Error{RequestID: 9, Code: StatusOutOfRange, Message: "offset 12 beyond view"},
+		&Error{Code: StatusVersion},
+		&Error{RequestID: 1, Code: Status(999), Message: strings.Repeat("e", MaxErrorLen)},
+		&k,
+		&g,
+		&Put{Request{RequestID: 1, Key: k, Offset: 16, Length: 4096, Local: Local{Kind: LocalInline}}},
+		&Put{Request{RequestID: 2, Key: g, Offset: 0, Length: 8192, Local: Local{Kind: LocalKey, Key: k, Offset: 4096}}},
+		&Get{Request{RequestID: 3, Key: g, Offset: 4096, Length: 4096, Local: Local{Kind: LocalKey, Key: k, Offset: 0}}},
+		&Get{Request{RequestID: 1 << 63, Key: k, Offset: 0, Length: 1, Local: Local{Kind: LocalInline}}},
+		&Completion{RequestID: 3, Status: StatusOK},
+		&Completion{RequestID: 4, Status: StatusStale},
+		&Invalidate{AllocID: 7, Generation: 3},
+		&ImportRequest{RequestID: 5, Key: k},
+		&ImportReply{RequestID: 5, AllocID: 7, Generation: 3, Kind: FDMemfd, Size: 1 << 20},
+		&ImportReply{RequestID: 6, AllocID: 8, Generation: 1, Kind: FDDMABuf, FileOffset: 1 << 30, Size: 4096},
+		&Bye{},
+		&Data{RequestID: 1, Offset: 4096, Bytes: []byte("payload bytes")},
+	}
+}
+
+// frame builds a raw frame with the given header fields and payload.
+func rawFrame(h Header, payload []byte) []byte {
+	if h.Version == 0 {
+		h.Version = Version
+	}
+	h.Length = uint32(len(payload))
+	return append(h.Append(nil), payload...)
+}
+
+func putU32(b []byte, off int, v uint32) []byte {
+	b = append([]byte(nil), b...)
+	binary.LittleEndian.PutUint32(b[off:], v)
+	return b
+}

@@ -1,0 +1,139 @@
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/fd"
+)
+
+// StreamTransport carries frames over a byte stream (TCP, a unix stream
+// socket, net.Pipe): each frame is preceded by its length as a
+// little-endian uint32. It cannot carry file descriptors.
+//
+// A write that fails breaks the sending side the same way (part of the
+// frame may be out). A read that fails part-way through a frame (an error, a deadline that
+// expires mid-frame, a frame larger than the receive buffer, a zero
+// length) leaves the stream out of step: the transport is then broken and
+// every later Recv returns the same error. A deadline that expires before
+// the first byte of a frame leaves it usable.
+type StreamTransport struct {
+	c net.Conn
+
+	wmu     sync.Mutex
+	wbuf    []byte
+	wbroken error
+
+	rmu    sync.Mutex
+	rhdr   [4]byte
+	broken error
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ Transport = (*StreamTransport)(nil)
+
+// NewStreamTransport returns a transport over c, which it owns.
+func NewStreamTransport(c net.Conn) *StreamTransport {
+	return &StreamTransport{c: c, wbuf: make([]byte, 0, 512)}
+}
+
+// streamCopyMax is the largest frame copied behind its length prefix into
+// one write; larger frames go out with writev.
+const streamCopyMax = 16 << 10
+
+// Send writes the length prefix and the frame. fds must be empty.
+func (s *StreamTransport) Send(frame []byte, fds []*fd.FD) error {
+	if len(fds) != 0 {
+		return ErrFDsNotSupported
+	}
+	if len(frame) == 0 || uint64(len(frame)) > math.MaxUint32 {
+		return invalid("stream frame of %d bytes", len(frame))
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wbroken != nil {
+		return s.wbroken
+	}
+	var (
+		n   int64
+		err error
+	)
+	if len(frame) <= streamCopyMax {
+		b := binary.LittleEndian.AppendUint32(s.wbuf[:0], uint32(len(frame)))
+		b = append(b, frame...)
+		s.wbuf = b[:0]
+		var m int
+		m, err = s.c.Write(b)
+		n = int64(m)
+	} else {
+		var pfx [4]byte
+		binary.LittleEndian.PutUint32(pfx[:], uint32(len(frame)))
+		bufs := net.Buffers{pfx[:], frame}
+		n, err = bufs.WriteTo(s.c)
+	}
+	if err != nil && n == 0 {
+		return err // nothing went out: the stream is intact
+	}
+	if err != nil {
+		// Part of the frame may be out: the peer can no longer find the
+		// next frame boundary.
+		s.wbroken = fmt.Errorf("wire: stream: write failed, stream broken: %w", err)
+		return s.wbroken
+	}
+	return nil
+}
+
+// Recv reads one length-prefixed frame into buf.
+func (s *StreamTransport) Recv(buf []byte) (int, []*fd.FD, error) {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if s.broken != nil {
+		return 0, nil, s.broken
+	}
+	n, err := io.ReadFull(s.c, s.rhdr[:])
+	if err != nil {
+		if n == 0 {
+			return 0, nil, err // clean: EOF or a deadline between frames
+		}
+		return 0, nil, s.breakWith(fmt.Errorf("wire: stream: truncated length prefix: %w", err))
+	}
+	l := binary.LittleEndian.Uint32(s.rhdr[:])
+	switch {
+	case l == 0:
+		return 0, nil, s.breakWith(malformed("stream: zero-length frame"))
+	case uint64(l) > uint64(len(buf)):
+		return 0, nil, s.breakWith(&detailError{kind: ErrTooLarge, msg: fmt.Sprintf("stream: %d-byte frame, buffer holds %d", l, len(buf))})
+	}
+	if _, err := io.ReadFull(s.c, buf[:l]); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, s.breakWith(fmt.Errorf("wire: stream: truncated frame: %w", err))
+	}
+	return int(l), nil, nil
+}
+
+func (s *StreamTransport) breakWith(err error) error {
+	s.broken = err
+	return err
+}
+
+// SetReadDeadline sets the underlying connection's read deadline.
+func (s *StreamTransport) SetReadDeadline(t time.Time) error { return s.c.SetReadDeadline(t) }
+
+// SetWriteDeadline sets the underlying connection's write deadline.
+func (s *StreamTransport) SetWriteDeadline(t time.Time) error { return s.c.SetWriteDeadline(t) }
+
+// Close closes the connection; later calls return the first result.
+func (s *StreamTransport) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.c.Close() })
+	return s.closeErr
+}
