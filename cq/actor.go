@@ -31,9 +31,11 @@ type Submission struct {
 	// retires: nil on success, the CS error, or ErrClosed at shutdown. It
 	// must not block.
 	OnDone func(err error)
-	// OnTimeout, if set, is called once on the actor goroutine when the
-	// deadline passes before the CS retires. OnDone still follows later.
-	OnTimeout func()
+	// OnTimeout, if set, is called on the actor goroutine when the deadline
+	// passes before the CS retires (the CS is polled once more first). It
+	// returns the next deadline to watch (zero for none): a submission may
+	// carry operations with different deadlines. OnDone still follows.
+	OnTimeout func(now time.Time) (next time.Time)
 }
 
 // ActorConfig tunes a DeviceActor.
@@ -71,7 +73,6 @@ func (c *ActorConfig) defaults() {
 
 type tracked struct {
 	Submission
-	timedOut bool
 }
 
 // DeviceActor is the one goroutine that reaps a device's command
@@ -86,6 +87,8 @@ type DeviceActor struct {
 	log  zerolog.Logger
 
 	in      chan Submission
+	exitMu  sync.RWMutex
+	exited  bool
 	stop    chan struct{}
 	stopped chan struct{}
 	grace   atomic.Int64
@@ -117,6 +120,13 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 // submissions are queued, until ctx ends. After Close it returns ErrClosed
 // and the caller still owns s (and must end it).
 func (a *DeviceActor) Track(ctx context.Context, s Submission) error {
+	// The read lock makes Track and the actor's exit mutually exclusive:
+	// a submission is either refused or seen by the actor's final drain.
+	a.exitMu.RLock()
+	defer a.exitMu.RUnlock()
+	if a.exited {
+		return ErrClosed
+	}
 	select {
 	case <-a.stop:
 		return ErrClosed
@@ -167,6 +177,7 @@ func (a *DeviceActor) run() {
 	var pending []*tracked
 	lastProgress := time.Now()
 	var stopAt time.Time
+	cursor := 0
 	idle := time.NewTimer(a.cfg.IdleTimeout)
 	defer idle.Stop()
 
@@ -213,6 +224,7 @@ func (a *DeviceActor) run() {
 		}
 		if len(pending) == 0 {
 			if stopping() {
+				a.exit()
 				return
 			}
 			idle.Reset(a.cfg.IdleTimeout)
@@ -226,10 +238,18 @@ func (a *DeviceActor) run() {
 			continue
 		}
 
-		// One bounded sweep of non-blocking polls.
+		// One bounded sweep of non-blocking polls; the window rotates so
+		// that every outstanding CS is polled, not only the oldest.
 		progressed := false
 		n := min(len(pending), a.cfg.MaxPoll)
-		for i := 0; i < n; i++ {
+		if cursor >= len(pending) {
+			cursor = 0
+		}
+		for k := 0; k < n; k++ {
+			i := (cursor + k) % len(pending)
+			if pending[i] == nil {
+				continue
+			}
 			done, err := a.w.WaitCS(pending[i].Seq, 0)
 			a.polls.Add(1)
 			if done {
@@ -237,20 +257,32 @@ func (a *DeviceActor) run() {
 				progressed = true
 			}
 		}
+		cursor += n
 		compact()
 
-		// Deadlines.
+		// Deadlines: a CS past its deadline is polled once more before its
+		// operations are timed out.
 		now := time.Now()
 		missed := false
-		for _, t := range pending {
-			if !t.timedOut && !t.Deadline.IsZero() && now.After(t.Deadline) {
-				t.timedOut = true
-				missed = true
-				if t.OnTimeout != nil {
-					a.safeCall(t.OnTimeout)
-				}
+		for i, t := range pending {
+			if t.Deadline.IsZero() || !now.After(t.Deadline) {
+				continue
 			}
+			done, err := a.w.WaitCS(t.Seq, 0)
+			a.polls.Add(1)
+			if done {
+				finish(i, err)
+				progressed = true
+				continue
+			}
+			missed = true
+			next := time.Time{}
+			if t.OnTimeout != nil {
+				a.safeCall(func() { next = t.OnTimeout(now) })
+			}
+			t.Deadline = next
 		}
+		compact()
 		if missed && a.cfg.OnDeadline != nil {
 			a.safeCall(a.cfg.OnDeadline)
 		}
@@ -260,16 +292,8 @@ func (a *DeviceActor) run() {
 				finish(i, ErrClosed)
 			}
 			pending = pending[:0]
-			// Anything still queued in the channel is ended too.
-			for {
-				select {
-				case s := <-a.in:
-					a.safeCall(func() { s.OnDone(ErrClosed) })
-					a.outstanding.Add(-1)
-				default:
-					return
-				}
-			}
+			a.exit()
+			return
 		}
 
 		if progressed {
@@ -290,6 +314,23 @@ func (a *DeviceActor) run() {
 			finish(0, err)
 			compact()
 			lastProgress = time.Now()
+		}
+	}
+}
+
+// exit refuses further submissions and ends the ones still queued.
+func (a *DeviceActor) exit() {
+	a.exitMu.Lock()
+	a.exited = true
+	a.exitMu.Unlock()
+	for {
+		select {
+		case s := <-a.in:
+			a.safeCall(func() { s.OnDone(ErrClosed) })
+			a.retired.Add(1)
+			a.outstanding.Add(-1)
+		default:
+			return
 		}
 	}
 }

@@ -150,7 +150,7 @@ func TestDeviceActorDeadline(t *testing.T) {
 	done := make(chan error, 1)
 	require.NoError(t, a.Track(context.Background(), Submission{
 		Seq: 1, Deadline: time.Now().Add(time.Millisecond),
-		OnTimeout: func() { close(timedOut) },
+		OnTimeout: func(time.Time) time.Time { close(timedOut); return time.Time{} },
 		OnDone:    func(err error) { done <- err },
 	}))
 	<-timedOut
@@ -217,4 +217,78 @@ func TestHostActor(t *testing.T) {
 	g := NewFuture(1)
 	h.Post(HostCompletion{F: g}) // after Close: applied inline
 	require.True(t, g.IsDone())
+}
+
+// TestDeviceActorPollsBeyondWindow: a CS behind MaxPoll stuck ones is still
+// reaped promptly (the poll window rotates) and is polled once before its
+// deadline fires.
+func TestDeviceActorPollsBeyondWindow(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{MaxPoll: 4, Spin: -1, BlockTimeout: time.Millisecond})
+	defer a.Close(0)
+	for i := uint64(1); i <= 8; i++ {
+		require.NoError(t, a.Track(context.Background(), Submission{Seq: i, OnDone: func(error) {}}))
+	}
+	done := make(chan error, 1)
+	timedOut := make(chan struct{}, 1)
+	w.finish(9, nil) // already done when tracked
+	require.NoError(t, a.Track(context.Background(), Submission{
+		Seq: 9, Deadline: time.Now().Add(time.Hour),
+		OnDone:    func(err error) { done <- err },
+		OnTimeout: func(time.Time) time.Time { timedOut <- struct{}{}; return time.Time{} },
+	}))
+	require.NoError(t, <-done)
+	require.Empty(t, timedOut)
+	for i := uint64(1); i <= 8; i++ {
+		w.finish(i, nil)
+	}
+}
+
+// TestDeviceActorRearmsDeadline: OnTimeout's returned deadline is watched.
+func TestDeviceActorRearmsDeadline(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{})
+	defer a.Close(0)
+	calls := make(chan time.Time, 4)
+	n := 0
+	require.NoError(t, a.Track(context.Background(), Submission{
+		Seq: 1, Deadline: time.Now().Add(time.Millisecond),
+		OnDone: func(error) {},
+		OnTimeout: func(now time.Time) time.Time {
+			calls <- now
+			n++
+			if n == 1 {
+				return now.Add(5 * time.Millisecond)
+			}
+			return time.Time{}
+		},
+	}))
+	first, second := <-calls, <-calls
+	require.GreaterOrEqual(t, second.Sub(first), 5*time.Millisecond)
+	w.finish(1, nil)
+}
+
+// TestDeviceActorTrackCloseRace: every accepted submission is ended, even
+// when Track races Close.
+func TestDeviceActorTrackCloseRace(t *testing.T) {
+	for round := 0; round < 200; round++ {
+		w := newFakeWaiter()
+		a := NewDeviceActor("fake", w, ActorConfig{MaxOutstanding: 4})
+		var accepted, ended atomic.Int32
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				for i := 0; i < 4; i++ {
+					if a.Track(context.Background(), Submission{Seq: uint64(100*g + i + 1), OnDone: func(error) { ended.Add(1) }}) == nil {
+						accepted.Add(1)
+					}
+				}
+			}(g)
+		}
+		a.Close(0)
+		wg.Wait()
+		require.Equal(t, accepted.Load(), ended.Load(), "round %d", round)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
 )
 
@@ -52,9 +53,12 @@ type Buffer struct {
 
 	// host memory
 	ptr   unsafe.Pointer // base address
-	pages []byte         // engine-allocated pages, size bytes (nil for registered memory)
-	alloc []byte         // the whole allocation as AllocHostPages returned it
+	pages []byte         // engine-allocated memory, size bytes (nil for registered memory)
 	user  []byte         // caller's registered memory, kept reachable
+	shm   *ipc.Shared    // engine-allocated host memory: a sealed memfd
+	// onDestroy releases what backs internal buffers (imported mappings).
+	onDestroy func() error
+	exported  atomic.Bool
 
 	// device memory
 	gd   *gdev

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
 // DeviceMode says which Gaudi devices New opens.
@@ -57,7 +59,7 @@ type Config struct {
 
 	QueueDepth int           // per (device, direction) queue; default 4096
 	QueueFull  QueueFullMode // default WaitForRoom
-	Workers    int           // worker pool size; default 4*GOMAXPROCS + 3 per device
+	Workers    int           // worker pool size; default 4*GOMAXPROCS + 8 (at least 3 per device + 1)
 
 	// OpTimeout, if set, is the default deadline of every operation.
 	OpTimeout time.Duration
@@ -73,6 +75,9 @@ type Config struct {
 	CloseGrace time.Duration // how long Close lets in-flight work finish; default 2 s
 
 	RegCache RegCacheConfig
+	// IPCCache bounds the peers' buffers mapped into this process (the IPC
+	// handle cache); 0 means the ipc package defaults.
+	IPCCache RegCacheConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -103,6 +108,7 @@ func (c Config) withDefaults() Config {
 	if c.ChunkSize == 0 {
 		c.ChunkSize = 4 << 20
 	}
+	c.ChunkSize = min(c.ChunkSize, hlsys.LinDMAMaxTSize)
 	if c.WaitSpin == 0 {
 		c.WaitSpin = 20 * time.Microsecond
 	}

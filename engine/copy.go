@@ -39,34 +39,40 @@ func (e *Engine) opConfig(opts []OpOption) opConfig {
 	return c
 }
 
+// validateSlice checks one slice used in a transfer.
+func (e *Engine) validateSlice(s Slice) error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.buf == nil {
+		return newErr(ErrInvalid, "empty slice", nil)
+	}
+	if s.buf.eng != e {
+		return newErr(ErrForeign, fmt.Sprintf("buffer %d", s.buf.id), nil)
+	}
+	if s.n == 0 {
+		return newErr(ErrInvalid, "zero-length transfer", nil)
+	}
+	if s.buf.loc.gaudi {
+		if _, err := e.device(s.buf.loc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // validate checks one copy's arguments.
 func (e *Engine) validate(dst, src Slice) error {
 	for _, s := range []Slice{dst, src} {
-		if s.err != nil {
-			return s.err
+		if err := e.validateSlice(s); err != nil {
+			return err
 		}
-		if s.buf == nil {
-			return newErr(ErrInvalid, "empty slice", nil)
-		}
-		if s.buf.eng != e {
-			return newErr(ErrForeign, fmt.Sprintf("buffer %d", s.buf.id), nil)
-		}
-	}
-	if src.n == 0 {
-		return newErr(ErrInvalid, "zero-length copy", nil)
 	}
 	if dst.n != src.n {
 		return newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil)
 	}
 	if dst.buf.loc.gaudi && overlaps(dst, src) {
 		return newErr(ErrInvalid, "overlapping ranges of one device buffer", nil)
-	}
-	for _, s := range []Slice{dst, src} {
-		if s.buf.loc.gaudi {
-			if _, err := e.device(s.buf.loc); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }
@@ -147,12 +153,11 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 	return j.fut
 }
 
-// submitJob routes a job whose ops all share one route.
+// submitJob routes a job by its first op (a batch's device job may mix
+// routes; the worker sorts them out). Copies between two devices go to the
+// source device's queue and are staged from there.
 func (e *Engine) submitJob(ctx context.Context, j *job) error {
 	o := &j.ops[0]
-	if crossDevice(o) {
-		return e.crossDeviceCopy(j)
-	}
 	g, dir := e.route(o)
 	if g == nil {
 		return e.host.enqueue(ctx, j)
@@ -173,16 +178,41 @@ func (e *Engine) CopySync(ctx context.Context, dst, src Slice, opts ...OpOption)
 }
 
 // finishOp releases an op's buffer references, records it and completes
-// its future entry.
+// its future entry. Every op ends through finishOp exactly once, or
+// through opDone (at its deadline) and later opRelease (when the hardware
+// is done with it).
 func (e *Engine) finishOp(j *job, o *op, err error) {
-	e.finishOpResources(j, o, err)
+	o.handed = true
+	e.opRelease(j, o)
+	e.opDone(j, o, err)
+}
+
+// opRelease drops the op's buffer references (internal jobs hold none:
+// their caller does).
+func (e *Engine) opRelease(j *job, o *op) {
+	if j.internal {
+		return
+	}
+	o.dst.buf.release()
+	o.src.buf.release()
+}
+
+// opDone records the op and completes its future entry.
+func (e *Engine) opDone(j *job, o *op, err error) {
+	if !j.internal {
+		e.st.record(j.start, o.n(), err)
+	}
 	j.fut.Complete(o.idx, err)
 }
 
-func (e *Engine) finishOpResources(j *job, o *op, err error) {
-	o.dst.buf.release()
-	o.src.buf.release()
-	e.st.record(j.start, o.n(), err)
+// copyInternal submits a copy on behalf of an operation that already holds
+// both buffers (staging): no reference is taken and nothing is counted.
+func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *Future {
+	j := &job{ops: []op{{dst: dst, src: src}}, fut: cq.NewFuture(1), start: time.Now(), deadline: deadline, internal: true}
+	if err := e.submitJob(context.Background(), j); err != nil {
+		return cq.Resolved(err)
+	}
+	return j.fut
 }
 
 // Batch collects copies to submit as one unit: host-to-host copies run in
@@ -241,49 +271,50 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 			return batchInvalid(n, i, err)
 		}
 	}
-	e.st.submitted.Add(uint64(n))
 	oc := e.opConfig(opts)
 	now := time.Now()
+	// Every device copy (including between devices) goes in one job, pushed
+	// to one queue: the only step that can fail happens before anything
+	// runs, so a batch is never submitted half-way.
 	var dev *job
-	var cross []op
+	var host []op
 	for i := range b.ops {
 		o := b.ops[i]
-		switch {
-		case !o.dst.buf.loc.gaudi && !o.src.buf.loc.gaudi:
-			e.hostCopy(o.dst, o.src)
-			o.dst.buf.release()
-			o.src.buf.release()
-			e.st.recordInline(o.n())
-			f.Complete(o.idx, nil)
-		case crossDevice(&o):
-			cross = append(cross, o)
-		default:
-			if dev == nil {
-				dev = &job{fut: f, start: now, deadline: oc.deadline}
-			}
-			dev.ops = append(dev.ops, o)
+		if !o.dst.buf.loc.gaudi && !o.src.buf.loc.gaudi {
+			host = append(host, o)
+			continue
 		}
-	}
-	for _, o := range cross {
-		j := &job{ops: []op{o}, fut: f, start: now, deadline: oc.deadline}
-		if err := e.crossDeviceCopy(j); err != nil {
-			e.finishOp(j, &j.ops[0], err)
+		if dev == nil {
+			dev = &job{fut: f, start: now, deadline: oc.deadline}
 		}
+		dev.ops = append(dev.ops, o)
 	}
 	if dev != nil {
 		g, dir := e.route(&dev.ops[0])
 		if err := g.enqueue(ctx, dir, dev); err != nil {
-			for i := range dev.ops {
-				e.finishOp(dev, &dev.ops[i], err)
+			for i := range b.ops {
+				b.ops[i].dst.buf.release()
+				b.ops[i].src.buf.release()
 			}
+			return batchInvalid(n, 0, err)
 		}
+	}
+	e.st.submitted.Add(uint64(n))
+	for _, o := range host {
+		e.hostCopy(o.dst, o.src)
+		o.dst.buf.release()
+		o.src.buf.release()
+		e.st.recordInline(o.n())
+		f.Complete(o.idx, nil)
 	}
 	return f
 }
 
+// batchInvalid is the future of a batch that was not submitted because of
+// op idx.
 func batchInvalid(n, idx int, err error) *Future {
 	f := cq.NewBatchFuture(n)
 	f.Complete(idx, err)
-	f.CompleteAll(newErr(ErrInvalid, fmt.Sprintf("batch not submitted: copy %d is invalid", idx), nil))
+	f.CompleteAll(fmt.Errorf("gxfer: batch not submitted: copy %d failed: %w", idx, err))
 	return f
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
 )
 
@@ -25,8 +26,13 @@ type Engine struct {
 	cfg Config
 	log zerolog.Logger
 
-	pool  *ants.Pool // drain tasks: never wait on other tasks
-	stage *ants.Pool // device-to-device staging tasks: wait on drains
+	pool *ants.Pool // drain tasks: never wait on other tasks
+
+	// Tasks that wait on other work (staging between devices, requests to
+	// peers) run as goroutines bounded by semaphores taken inside them.
+	async    sync.WaitGroup
+	stageSem chan struct{}
+	rmaSem   chan struct{}
 	host  *hostPath
 	devs  []*gdev
 	sims  []*hlsim.Device
@@ -43,6 +49,12 @@ type Engine struct {
 	st       stats
 
 	hookProcess atomic.Pointer[func()] // tests: runs in workers before processing
+
+	ident     identity
+	imports   *ipc.HandleCache[*imported]
+	epMu      sync.Mutex
+	endpoints map[*Endpoint]struct{}
+	listeners map[*Listener]struct{}
 }
 
 // New opens the devices Config asks for and starts the engine.
@@ -54,24 +66,34 @@ func New(cfg Config) (_ *Engine, err error) {
 		types:    memcache.NewTypeCache(),
 		buffers:  map[uint64]*Buffer{},
 		resolved: cq.Resolved(nil),
+		endpoints: map[*Endpoint]struct{}{},
+		listeners: map[*Listener]struct{}{},
 	}
 	defer func() {
 		if err != nil {
 			_ = e.Close()
 		}
 	}()
+	if e.ident, err = newIdentity(); err != nil {
+		return nil, err
+	}
+	e.imports = ipc.NewHandleCache(ipc.CacheConfig[*imported]{
+		MaxRegions: cfg.IPCCache.MaxRegions, MaxBytes: cfg.IPCCache.MaxBytes, Logger: e.log,
+		Release: func(im *imported) error { return im.buf.Free() },
+	})
 	e.pool, err = ants.NewPool(cfg.Workers, ants.WithPanicHandler(e.onPanic), ants.WithLogger(antsLogger{e.log}))
 	if err != nil {
 		return nil, fmt.Errorf("gxfer: worker pool: %w", err)
 	}
-	e.stage, err = ants.NewPool(max(4, cfg.Workers/2), ants.WithPanicHandler(e.onPanic), ants.WithLogger(antsLogger{e.log}))
-	if err != nil {
-		return nil, fmt.Errorf("gxfer: staging pool: %w", err)
-	}
+	e.stageSem = make(chan struct{}, 8)
+	e.rmaSem = make(chan struct{}, 64)
 	e.host = newHostPath(e)
 	if err := e.openDevices(); err != nil {
 		return nil, err
 	}
+	// At most one drain per (device, direction) and one for host copies
+	// run at a time: the pool must hold them all.
+	e.pool.Tune(max(cfg.Workers, numDirs*len(e.devs)+1))
 	return e, nil
 }
 
@@ -79,8 +101,8 @@ type antsLogger struct{ l zerolog.Logger }
 
 func (a antsLogger) Printf(format string, args ...any) { a.l.Debug().Msgf(format, args...) }
 
-// onPanic is the pool's panic handler: a worker that panics fails the
-// operations it was handling (each task records them in a panicGuard).
+// onPanic logs and counts a worker panic. Workers recover their own panics
+// (failing the operations they held); this is also the pool's handler.
 func (e *Engine) onPanic(p any) {
 	e.log.Error().Str("panic", fmt.Sprint(p)).Msg("worker panicked")
 	e.st.panics.Add(1)
@@ -220,14 +242,15 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 			return nil, err
 		}
 	} else {
-		pages, err := dma.AllocHostPages(uint64(size))
+		shm, err := ipc.NewShared(size, fmt.Sprintf("gxfer-%d", b.id))
 		if err != nil {
 			return nil, fmt.Errorf("gxfer: alloc %d host bytes: %w", size, err)
 		}
-		b.pages, b.alloc = pages[:size:size], pages
-		b.ptr = unsafe.Pointer(&pages[0])
+		b.shm = shm
+		b.pages = shm.Bytes()[:size:size]
+		b.ptr = unsafe.Pointer(&b.pages[0])
 		if err := e.types.Insert(b.Addr(), uint64(size), memcache.MemHost, -1, b); err != nil {
-			_ = dma.FreeHostPages(pages)
+			_ = shm.Close()
 			return nil, err
 		}
 	}
@@ -310,10 +333,16 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 			g.hostMaps.Invalidate(b.Addr(), b.size)
 		}
 		e.types.Remove(b.Addr(), b.size)
-		if b.pages != nil {
-			errs = append(errs, dma.FreeHostPages(b.alloc))
+		if b.shm != nil {
+			errs = append(errs, b.shm.Close())
 		}
 		b.user = nil
+	}
+	if b.onDestroy != nil {
+		errs = append(errs, b.onDestroy())
+	}
+	if b.exported.Load() {
+		e.broadcastInvalidate(b)
 	}
 	return errors.Join(errs...)
 }
@@ -323,19 +352,33 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 // and releases every buffer, mapping, fd and device. Idempotent.
 func (e *Engine) Close() error {
 	e.once.Do(func() {
+		e.epMu.Lock()
 		e.closed.Store(true)
+		var ls []*Listener
+		for l := range e.listeners {
+			ls = append(ls, l)
+		}
+		var eps []*Endpoint
+		for ep := range e.endpoints {
+			eps = append(eps, ep)
+		}
+		e.epMu.Unlock()
 		var errs []error
+		for _, l := range ls {
+			errs = append(errs, l.Close())
+		}
+		for _, ep := range eps {
+			_ = ep.Close()
+		}
+		if e.imports != nil {
+			errs = append(errs, e.imports.Close())
+		}
 		// Stop intake and fail what is still queued.
 		for _, g := range e.devs {
 			g.closeQueues()
 		}
 		if e.host != nil {
 			e.host.closeQueue()
-		}
-		if e.stage != nil {
-			if err := e.stage.ReleaseTimeout(e.cfg.CloseGrace + time.Second); err != nil {
-				e.log.Warn().Err(err).Msg("staging workers did not stop in time")
-			}
 		}
 		if e.pool != nil {
 			if err := e.pool.ReleaseTimeout(e.cfg.CloseGrace + time.Second); err != nil {
@@ -349,6 +392,12 @@ func (e *Engine) Close() error {
 		if e.host != nil {
 			e.host.failQueued(ErrClosed)
 			e.host.actor.Close()
+		}
+		// Staging and peer-request tasks end once their inner copies have.
+		e.async.Wait()
+		// Stop the devices before anything they may still touch is freed.
+		for _, g := range e.devs {
+			errs = append(errs, g.closeDevice())
 		}
 		// Release buffers that are still alive.
 		e.mu.Lock()
@@ -364,7 +413,7 @@ func (e *Engine) Close() error {
 			}
 		}
 		for _, g := range e.devs {
-			errs = append(errs, g.close())
+			errs = append(errs, g.closeCaches())
 		}
 		for _, s := range e.sims {
 			errs = append(errs, s.Close())

@@ -13,10 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gxfer/gxfer/internal/testutil"
 )
 
-func TestMain(m *testing.M) { testutil.Main(m) }
 
 func newEngine(t testing.TB, cfg Config) *Engine {
 	t.Helper()

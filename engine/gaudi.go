@@ -34,12 +34,14 @@ type job struct {
 	fut      *cq.Future
 	start    time.Time
 	deadline time.Time
+	internal bool // submitted by the engine for an op that holds the buffers
 }
 
 // op is one copy.
 type op struct {
 	dst, src Slice
-	idx      int // index in the job's future (per-op status)
+	idx      int  // index in the job's future (per-op status)
+	handed   bool // owned by a CS or a staging task, or finished (worker-local)
 }
 
 // gdev is the engine's side of one Gaudi device.
@@ -159,16 +161,26 @@ func (g *gdev) schedule(dir int) {
 }
 
 // drain is a worker task: it empties a queue in batches and submits them.
+// A panic fails the ops of the popped jobs that no CS or staging task owns
+// yet (releasing their buffers), and the queue is rescheduled.
 func (g *gdev) drain(dir int) {
 	buf := make([]*job, 64)
 	var cur []*job
 	defer func() {
 		if r := recover(); r != nil {
+			g.e.onPanic(r)
+			perr := newErr(ErrPanic, fmt.Sprint(r), nil)
 			for _, j := range cur {
-				j.fut.CompleteAll(newErr(ErrPanic, fmt.Sprint(r), nil))
+				for i := range j.ops {
+					if !j.ops[i].handed {
+						g.e.finishOp(j, &j.ops[i], perr)
+					}
+				}
 			}
 			g.sched[dir].Store(false)
-			panic(r) // the pool's handler logs it
+			if g.queues[dir].Len() > 0 {
+				g.schedule(dir)
+			}
 		}
 	}()
 	for {
@@ -201,7 +213,6 @@ type csRec struct {
 	cbs      []*dma.CB
 	items    []csItem
 	regions  []*memcache.Region
-	deadline time.Time
 	packets  int
 	bytes    uint64
 }
@@ -262,11 +273,35 @@ func (g *gdev) processRefs(dir int, refs []ref) {
 		return
 	}
 	streams := g.streams(dir)
-	rec := &csRec{g: g, streams: streams, cbs: make([]*dma.CB, len(streams))}
+	newRec := func() *csRec { return &csRec{g: g, streams: streams, cbs: make([]*dma.CB, len(streams))} }
+	rec := newRec()
+	// An empty CS holds this many LIN_DMA packets.
+	capacity := len(streams) * ((g.e.cfg.CBSize - hlsys.NOPPacketSize) / hlsys.LinDMAPacketSize)
 	for _, rf := range refs {
 		j, o := rf.j, rf.o
+		if crossDevice(o) {
+			g.e.stage(j, o)
+			continue
+		}
 		if !j.deadline.IsZero() && time.Now().After(j.deadline) {
 			g.e.finishOp(j, o, newErr(ErrTimeout, "deadline passed while queued", nil))
+			continue
+		}
+		chunks := int((o.n() + g.e.cfg.ChunkSize - 1) / g.e.cfg.ChunkSize)
+		if chunks > capacity {
+			g.e.finishOp(j, o, newErr(ErrInvalid, fmt.Sprintf(
+				"a %d-byte copy needs %d packets, more than one command submission holds (%d); raise Config.ChunkSize or CBSize",
+				o.n(), chunks, capacity), nil))
+			continue
+		}
+		if len(rec.items) >= g.e.cfg.MaxOpsPerCS || !rec.fits(chunks) {
+			rec.submit()
+			rec = newRec()
+		}
+		// Get every command buffer first: then adding packets cannot fail
+		// half-way through an op.
+		if err := rec.allCBs(); err != nil {
+			g.e.finishOp(j, o, err)
 			continue
 		}
 		dst, src, regs, err := g.resolve(o)
@@ -274,28 +309,44 @@ func (g *gdev) processRefs(dir int, refs []ref) {
 			g.e.finishOp(j, o, err)
 			continue
 		}
-		chunks := int((o.n() + g.e.cfg.ChunkSize - 1) / g.e.cfg.ChunkSize)
-		if len(rec.items) >= g.e.cfg.MaxOpsPerCS || !rec.fits(chunks) {
-			rec.submit()
-			rec = &csRec{g: g, streams: streams, cbs: make([]*dma.CB, len(streams))}
-		}
 		if err := rec.add(dst, src, o.n()); err != nil {
-			// The CBs may hold part of this op: drop the whole CS.
+			// Only an encoding bug gets here; the CBs may hold part of
+			// this op, so the whole CS is dropped.
 			for _, r := range regs {
 				g.hostMaps.Put(r)
 			}
 			g.e.finishOp(j, o, err)
 			rec.finish(err)
-			rec = &csRec{g: g, streams: streams, cbs: make([]*dma.CB, len(streams))}
+			rec = newRec()
 			continue
 		}
+		o.handed = true
 		rec.regions = append(rec.regions, regs...)
 		rec.items = append(rec.items, csItem{j: j, o: o})
-		if !j.deadline.IsZero() && (rec.deadline.IsZero() || j.deadline.Before(rec.deadline)) {
-			rec.deadline = j.deadline
-		}
 	}
 	rec.submit()
+}
+
+// allCBs makes sure the CS has a command buffer on every stream.
+func (r *csRec) allCBs() error {
+	for s := range r.cbs {
+		if _, err := r.cb(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nextDeadline is the earliest deadline of the ops not yet ended.
+func (r *csRec) nextDeadline() time.Time {
+	var d time.Time
+	for i := range r.items {
+		it := &r.items[i]
+		if !it.done && !it.j.deadline.IsZero() && (d.IsZero() || it.j.deadline.Before(d)) {
+			d = it.j.deadline
+		}
+	}
+	return d
 }
 
 func (o *op) n() uint64 { return o.src.n }
@@ -426,7 +477,7 @@ func (r *csRec) submit() {
 	g.e.st.cs.Add(1)
 	g.e.st.packets.Add(uint64(r.packets))
 	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.packets).Int("cbs", len(chunks)).Msg("CS submitted")
-	err = g.actor.Track(context.Background(), cq.Submission{Seq: seq, Deadline: r.deadline, OnDone: r.finish, OnTimeout: r.timeout})
+	err = g.actor.Track(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.finish, OnTimeout: r.timeout})
 	if err != nil {
 		// The actor is closing: wait for the CS here so that nothing it
 		// uses is released early.
@@ -456,17 +507,18 @@ func (r *csRec) releaseCBs() {
 	}
 }
 
-// timeout ends the CS's operations with ErrTimeout; the CS stays tracked
-// and its resources are released when it really retires.
-func (r *csRec) timeout() {
+// timeout ends the CS's operations whose deadline passed with ErrTimeout
+// and returns the next deadline. The CS stays tracked: buffers, mappings
+// and command buffers are released only when it really retires.
+func (r *csRec) timeout(now time.Time) time.Time {
 	for i := range r.items {
 		it := &r.items[i]
-		if !it.done {
+		if !it.done && !it.j.deadline.IsZero() && !now.Before(it.j.deadline) {
 			it.done = true
-			r.g.e.st.failed.Add(1)
-			it.j.fut.Complete(it.o.idx, newErr(ErrTimeout, fmt.Sprintf("gaudi%d", r.g.idx), nil))
+			r.g.e.opDone(it.j, it.o, newErr(ErrTimeout, fmt.Sprintf("gaudi%d: the device has not finished the copy", r.g.idx), nil))
 		}
 	}
+	return r.nextDeadline()
 }
 
 // finish retires the CS: releases command buffers, host mappings and
@@ -482,19 +534,14 @@ func (r *csRec) finish(err error) {
 	r.regions = nil
 	for i := range r.items {
 		it := &r.items[i]
-		if it.done {
-			it.o.dst.buf.release()
-			it.o.src.buf.release()
-			if r.g.e.cfg.RegCache.Disabled {
-				r.g.uncache(it.o)
-			}
-			continue
-		}
-		it.done = true
 		if r.g.e.cfg.RegCache.Disabled {
 			r.g.uncache(it.o)
 		}
-		r.g.e.finishOp(it.j, it.o, err)
+		r.g.e.opRelease(it.j, it.o)
+		if !it.done {
+			it.done = true
+			r.g.e.opDone(it.j, it.o, err)
+		}
 	}
 }
 
@@ -542,7 +589,13 @@ func (g *gdev) failQueued(err error) {
 	}
 }
 
-func (g *gdev) close() error {
+// closeDevice closes the device context first, so that nothing the
+// hardware may still touch is released before it stops.
+func (g *gdev) closeDevice() error { return g.dev.Close() }
+
+// closeCaches releases the caches and pooled command buffers (after the
+// device is closed; their releases are then no-ops on the driver side).
+func (g *gdev) closeCaches() error {
 	var errs []error
 	errs = append(errs, g.hostMaps.Close(), g.exports.Close())
 	for {
@@ -554,6 +607,5 @@ func (g *gdev) close() error {
 		}
 		break
 	}
-	errs = append(errs, g.dev.Close())
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/queue"
@@ -51,14 +52,24 @@ func (h *hostPath) enqueue(ctx context.Context, j *job) error {
 
 func (h *hostPath) drain() {
 	buf := make([]*job, 16)
-	var cur *job
+	var cur []*job
 	defer func() {
 		if r := recover(); r != nil {
-			if cur != nil {
-				cur.fut.CompleteAll(newErr(ErrPanic, fmt.Sprint(r), nil))
+			h.e.onPanic(r)
+			perr := newErr(ErrPanic, fmt.Sprint(r), nil)
+			for _, j := range cur {
+				for i := range j.ops {
+					if !j.ops[i].handed {
+						h.e.finishOp(j, &j.ops[i], perr)
+					}
+				}
 			}
 			h.sched.Store(false)
-			panic(r)
+			if h.q.Len() > 0 && h.sched.CompareAndSwap(false, true) {
+				if err := h.e.pool.Submit(h.drain); err != nil {
+					h.sched.Store(false)
+				}
+			}
 		}
 	}()
 	for {
@@ -70,13 +81,27 @@ func (h *hostPath) drain() {
 			}
 			return
 		}
-		for _, j := range buf[:n] {
-			cur = j
+		cur = buf[:n]
+		for _, j := range cur {
 			for i := range j.ops {
 				o := &j.ops[i]
-				h.e.hostCopy(o.dst, o.src)
+				var err error
+				if !j.deadline.IsZero() && time.Now().After(j.deadline) {
+					err = newErr(ErrTimeout, "deadline passed while queued", nil)
+				} else {
+					if hook := h.e.hookProcess.Load(); hook != nil {
+						(*hook)()
+					}
+					h.e.hostCopy(o.dst, o.src)
+				}
+				o.handed = true
 				jj, oo := j, o
-				h.actor.Post(cq.HostCompletion{F: j.fut, Idx: o.idx, Then: func() { h.e.finishOpResources(jj, oo, nil) }})
+				h.actor.Post(cq.HostCompletion{F: j.fut, Idx: o.idx, Err: err, Then: func() {
+					h.e.opRelease(jj, oo)
+					if !jj.internal {
+						h.e.st.record(jj.start, oo.n(), err)
+					}
+				}})
 			}
 		}
 		cur = nil

@@ -3,22 +3,36 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 )
 
 // stageChunk is the bounce-buffer size for copies between two devices.
 const stageChunk = 4 << 20
 
-// crossDeviceCopy copies between two Gaudi devices through two pinned host
-// bounce buffers: the device-to-host DMA of chunk k+1 overlaps the
-// host-to-device DMA of chunk k. It runs as a worker task.
-func (e *Engine) crossDeviceCopy(j *job) error {
-	return e.stage.Submit(func() {
-		o := &j.ops[0]
-		e.finishOp(j, o, e.stageCopy(o))
-	})
+// stage hands a copy between two devices to a staging task: two pinned
+// host bounce buffers, the device-to-host DMA of chunk k+1 overlapping the
+// host-to-device DMA of chunk k. Tasks are goroutines bounded by a
+// semaphore taken inside them, so the worker handing them over never
+// blocks.
+func (e *Engine) stage(j *job, o *op) {
+	o.handed = true
+	e.async.Add(1)
+	go func() {
+		defer e.async.Done()
+		e.stageSem <- struct{}{}
+		defer func() { <-e.stageSem }()
+		defer func() {
+			if r := recover(); r != nil {
+				e.onPanic(r)
+				e.finishOp(j, o, newErr(ErrPanic, fmt.Sprint(r), nil))
+			}
+		}()
+		e.finishOp(j, o, e.stageCopy(o, j.deadline))
+	}()
 }
 
-func (e *Engine) stageCopy(o *op) (err error) {
+func (e *Engine) stageCopy(o *op, deadline time.Time) (err error) {
 	n := o.n()
 	bsz := min(n, stageChunk)
 	var bounce [2]*Buffer
@@ -47,12 +61,12 @@ func (e *Engine) stageCopy(o *op) (err error) {
 				break
 			}
 		}
-		down := e.Copy(ctx, bounce[k].Slice(0, m), o.src.buf.Slice(int(o.src.off+off), m))
+		down := e.copyInternal(bounce[k].Slice(0, m), o.src.buf.Slice(int(o.src.off+off), m), deadline)
 		if err := down.Wait(ctx); err != nil {
 			errs = append(errs, err)
 			break
 		}
-		pend[k] = e.Copy(ctx, o.dst.buf.Slice(int(o.dst.off+off), m), bounce[k].Slice(0, m))
+		pend[k] = e.copyInternal(o.dst.buf.Slice(int(o.dst.off+off), m), bounce[k].Slice(0, m), deadline)
 		k ^= 1
 	}
 	for _, f := range pend {

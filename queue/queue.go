@@ -10,6 +10,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 )
 
@@ -35,6 +36,9 @@ type Queue[T any] struct {
 	mode   Mode
 	closed chan struct{}
 	once   atomic.Bool
+	// gate: pushes hold it shared while they send; Close takes it
+	// exclusively after closing, so no push lands after Close returns.
+	gate sync.RWMutex
 
 	pushed   atomic.Uint64
 	fullHits atomic.Uint64
@@ -52,6 +56,8 @@ func New[T any](capacity int, mode Mode) *Queue[T] {
 // (Wait mode, returning ctx.Err()) or fails with ErrFull (FailFast mode).
 // After Close it returns ErrClosed. Safe for concurrent use.
 func (q *Queue[T]) Push(ctx context.Context, v T) error {
+	q.gate.RLock()
+	defer q.gate.RUnlock()
 	select {
 	case <-q.closed:
 		return ErrClosed
@@ -80,6 +86,8 @@ func (q *Queue[T]) Push(ctx context.Context, v T) error {
 
 // TryPush appends v without waiting; it reports whether it did.
 func (q *Queue[T]) TryPush(v T) bool {
+	q.gate.RLock()
+	defer q.gate.RUnlock()
 	select {
 	case <-q.closed:
 		return false
@@ -121,11 +129,15 @@ func (q *Queue[T]) Len() int { return len(q.ch) }
 func (q *Queue[T]) Cap() int { return cap(q.ch) }
 
 // Close makes later pushes fail with ErrClosed and wakes waiting pushers.
-// Queued items stay for the consumer to drain. Idempotent.
+// When it returns, no push is in progress and none will succeed, so a
+// consumer's final drain sees every accepted item. Queued items stay for
+// the consumer to drain. Idempotent.
 func (q *Queue[T]) Close() {
 	if q.once.CompareAndSwap(false, true) {
 		close(q.closed)
 	}
+	q.gate.Lock()
+	q.gate.Unlock() //nolint:staticcheck // a barrier: waits for pushes in progress
 }
 
 // Stats are the queue's counters.

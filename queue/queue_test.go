@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,4 +121,30 @@ func BenchmarkPushPop(b *testing.B) {
 		q.PopBatch(buf)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*64), "ns/item")
+}
+
+// TestNoPushAfterClose: once Close returns, a final drain sees every item
+// any Push reported as accepted.
+func TestNoPushAfterClose(t *testing.T) {
+	for round := 0; round < 200; round++ {
+		q := New[int](8, Wait)
+		var accepted atomic.Int64
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 4; i++ {
+					if q.TryPush(i) {
+						accepted.Add(1)
+					}
+				}
+			}()
+		}
+		q.Close()
+		drained := int64(q.PopBatch(make([]int, 64)))
+		wg.Wait()
+		require.Zero(t, q.Len(), "nothing was pushed after Close returned")
+		require.Equal(t, accepted.Load(), drained)
+	}
 }

@@ -1,0 +1,714 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/internal/fd"
+	"github.com/gxfer/gxfer/ipc"
+	"github.com/gxfer/gxfer/memcache"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// ErrPeer: a peer failed (disconnected, died, sent malformed frames) or
+// refused a request. The message names the peer.
+var ErrPeer = errors.New("gxfer: peer error")
+
+const (
+	ipcMaxFrame      = 192 << 10 // below the default SOCK_SEQPACKET send buffer
+	handshakeTimeout = 5 * time.Second
+	importTimeout    = 10 * time.Second
+	maxServing       = 64 // concurrent requests served per endpoint
+)
+
+// imported is a peer's host buffer mapped into this process, wrapped in an
+// internal Buffer so that device DMA can reach it.
+type imported struct {
+	m   *ipc.Mapping
+	buf *Buffer
+}
+
+// Listener accepts endpoints from peers on a unix socket. Accepted
+// endpoints are served whether or not Accept is called.
+type Listener struct {
+	e        *Engine
+	l        *ipc.Listener
+	accepted chan *Endpoint
+	done     chan struct{}
+	once     sync.Once
+}
+
+// Listen accepts peers at addr. network is "unix" (a SOCK_SEQPACKET socket
+// created 0600; peers of another uid are refused). TCP arrives with the TCP
+// transport.
+func (e *Engine) Listen(network, addr string) (*Listener, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if network != "unix" {
+		return nil, newErr(ErrNotSupported, "network "+network+" (only \"unix\" in this build)", nil)
+	}
+	il, err := ipc.Listen(addr, ipc.Config{Logger: e.log})
+	if err != nil {
+		return nil, fmt.Errorf("gxfer: listen %s: %w", addr, err)
+	}
+	l := &Listener{e: e, l: il, accepted: make(chan *Endpoint, 64), done: make(chan struct{})}
+	e.epMu.Lock()
+	e.listeners[l] = struct{}{}
+	e.epMu.Unlock()
+	go l.loop()
+	return l, nil
+}
+
+// Addr is the socket path.
+func (l *Listener) Addr() string { return l.l.Path() }
+
+func (l *Listener) loop() {
+	defer close(l.done)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := l.l.Accept(context.Background())
+		if err != nil {
+			if errors.Is(err, ipc.ErrPeerRefused) {
+				l.e.log.Warn().Err(err).Msg("peer refused")
+				continue
+			}
+			return // closed
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ep, err := l.e.handshakeServer(c)
+			if err != nil {
+				l.e.log.Warn().Err(err).Msg("handshake failed")
+				return
+			}
+			select {
+			case l.accepted <- ep:
+			default: // nobody is accepting: the endpoint is served anyway
+			}
+		}()
+	}
+}
+
+// Accept returns the next endpoint a peer opened.
+func (l *Listener) Accept(ctx context.Context) (*Endpoint, error) {
+	select {
+	case ep := <-l.accepted:
+		return ep, nil
+	case <-l.done:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops accepting; endpoints already open stay open. Idempotent.
+func (l *Listener) Close() error {
+	var err error
+	l.once.Do(func() {
+		err = l.l.Close()
+		<-l.done
+		l.e.epMu.Lock()
+		delete(l.e.listeners, l)
+		l.e.epMu.Unlock()
+	})
+	return err
+}
+
+// Dial opens an endpoint to the engine listening at addr ("unix", a socket
+// path).
+func (e *Engine) Dial(ctx context.Context, network, addr string) (*Endpoint, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if network != "unix" {
+		return nil, newErr(ErrNotSupported, "network "+network+" (only \"unix\" in this build)", nil)
+	}
+	c, err := ipc.Dial(ctx, addr, ipc.Config{Logger: e.log})
+	if err != nil {
+		return nil, fmt.Errorf("gxfer: dial %s: %w", addr, err)
+	}
+	wc := wire.NewConn(c, wire.ConnConfig{MaxFrame: ipcMaxFrame})
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	local := e.ident.hello
+	if err := wc.Send(&local); err != nil {
+		_ = wc.Close()
+		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+	}
+	f, err := wc.Recv(hctx)
+	if err != nil {
+		_ = wc.Close()
+		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+	}
+	var ack wire.HelloAck
+	if err := f.Decode(&ack); err != nil {
+		_ = f.CloseFDs()
+		_ = wc.Close()
+		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+	}
+	if err := wire.CheckAck(local, ack); err != nil {
+		_ = wc.Close()
+		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+	}
+	return e.newEndpoint(wc, ack.Hello)
+}
+
+func (e *Engine) handshakeServer(c *ipc.Conn) (*Endpoint, error) {
+	wc := wire.NewConn(c, wire.ConnConfig{MaxFrame: ipcMaxFrame})
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	f, err := wc.Recv(ctx)
+	if err != nil {
+		_ = wc.Close()
+		return nil, err
+	}
+	var hello wire.Hello
+	if err := f.Decode(&hello); err != nil {
+		_ = f.CloseFDs()
+		_ = wc.Close()
+		return nil, err
+	}
+	ack, err := wire.Negotiate(e.ident.hello, hello)
+	if err != nil {
+		_ = wc.Send(wire.NewError(0, wire.StatusVersion, err.Error()))
+		_ = wc.Close()
+		return nil, err
+	}
+	if err := wc.Send(&ack); err != nil {
+		_ = wc.Close()
+		return nil, err
+	}
+	return e.newEndpoint(wc, hello)
+}
+
+// Endpoint is a connection to a peer engine: Put and Get move data between
+// local buffers and the peer's exported buffers.
+type Endpoint struct {
+	e    *Engine
+	c    *wire.Conn
+	peer wire.Hello
+	pid  ipc.PeerID
+	name string
+
+	mu      sync.Mutex
+	pending map[uint64]chan reply
+	nextID  atomic.Uint64
+	failed  error
+	done    chan struct{}
+	once    sync.Once
+	serving sync.WaitGroup
+	sem     chan struct{}
+	reader  chan struct{}
+}
+
+type reply struct {
+	f   wire.Frame
+	err error
+}
+
+func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello) (*Endpoint, error) {
+	ep := &Endpoint{
+		e: e, c: c, peer: peer,
+		pid:     ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace},
+		name:    fmt.Sprintf("peer %q (pid %d)", peer.Name, peer.PID),
+		pending: map[uint64]chan reply{},
+		done:    make(chan struct{}),
+		sem:     make(chan struct{}, maxServing),
+		reader:  make(chan struct{}),
+	}
+	e.epMu.Lock()
+	if e.closed.Load() {
+		e.epMu.Unlock()
+		_ = c.Close()
+		return nil, ErrClosed
+	}
+	e.endpoints[ep] = struct{}{}
+	e.epMu.Unlock()
+	go ep.readLoop()
+	return ep, nil
+}
+
+// Peer names the peer (its program name and pid).
+func (ep *Endpoint) Peer() string { return ep.name }
+
+// Done is closed when the endpoint has failed or been closed.
+func (ep *Endpoint) Done() <-chan struct{} { return ep.done }
+
+// Err is why the endpoint ended (nil while it is up).
+func (ep *Endpoint) Err() error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.failed
+}
+
+// Close ends the endpoint: pending operations fail, the peer's imported
+// regions are released. Idempotent.
+func (ep *Endpoint) Close() error {
+	_ = ep.c.Send(&wire.Bye{})
+	ep.fail(newErr(ErrClosed, "endpoint closed", nil))
+	<-ep.reader
+	ep.serving.Wait()
+	return nil
+}
+
+// fail ends the endpoint once with err.
+func (ep *Endpoint) fail(err error) {
+	ep.once.Do(func() {
+		ep.mu.Lock()
+		ep.failed = err
+		pend := ep.pending
+		ep.pending = map[uint64]chan reply{}
+		ep.mu.Unlock()
+		_ = ep.c.Close()
+		for _, ch := range pend {
+			ch <- reply{err: err}
+		}
+		ep.e.imports.PurgePeer(ep.pid)
+		ep.e.epMu.Lock()
+		delete(ep.e.endpoints, ep)
+		ep.e.epMu.Unlock()
+		close(ep.done)
+		if !errors.Is(err, ErrClosed) {
+			ep.e.log.Warn().Err(err).Str("peer", ep.name).Msg("endpoint failed")
+		}
+	})
+}
+
+func (ep *Endpoint) peerErr(what string, cause error) error {
+	return newErr(ErrPeer, ep.name+": "+what, cause)
+}
+
+// roundTrip sends a request and waits for its reply frame (the caller
+// owns the frame's fds).
+func (ep *Endpoint) roundTrip(ctx context.Context, id uint64, m wire.Message) (wire.Frame, error) {
+	ch := make(chan reply, 1)
+	ep.mu.Lock()
+	if ep.failed != nil {
+		err := ep.failed
+		ep.mu.Unlock()
+		return wire.Frame{}, err
+	}
+	ep.pending[id] = ch
+	ep.mu.Unlock()
+	if err := ep.c.Send(m); err != nil {
+		ep.mu.Lock()
+		delete(ep.pending, id)
+		ep.mu.Unlock()
+		return wire.Frame{}, ep.peerErr("send", err)
+	}
+	select {
+	case r := <-ch:
+		return r.f, r.err
+	case <-ctx.Done():
+		ep.mu.Lock()
+		delete(ep.pending, id)
+		ep.mu.Unlock()
+		select { // a reply that raced in
+		case r := <-ch:
+			_ = r.f.CloseFDs()
+		default:
+		}
+		return wire.Frame{}, ctx.Err()
+	}
+}
+
+func (ep *Endpoint) readLoop() {
+	defer close(ep.reader)
+	for {
+		f, err := ep.c.Recv(context.Background())
+		if err != nil {
+			ep.fail(ep.peerErr("connection lost", err))
+			return
+		}
+		if err := ep.dispatch(f); err != nil {
+			_ = f.CloseFDs()
+			ep.e.log.Error().Err(err).Str("peer", ep.name).Msg("malformed frame; closing the connection")
+			ep.fail(ep.peerErr("malformed frame", err))
+			return
+		}
+	}
+}
+
+func (ep *Endpoint) dispatch(f wire.Frame) error {
+	switch f.Header.Type {
+	case wire.TypeCompletion, wire.TypeError, wire.TypeImportReply:
+		ep.mu.Lock()
+		ch, ok := ep.pending[f.Header.RequestID]
+		delete(ep.pending, f.Header.RequestID)
+		ep.mu.Unlock()
+		if !ok {
+			return f.CloseFDs() // a reply to a request we gave up on
+		}
+		// The payload aliases the connection's read buffer, which the next
+		// Recv overwrites: the waiter gets its own copy.
+		f.Payload = append([]byte(nil), f.Payload...)
+		ch <- reply{f: f}
+		return nil
+	}
+	m, err := f.Message()
+	if err != nil {
+		return err
+	}
+	switch m := m.(type) {
+	case *wire.ImportRequest:
+		ep.serveImport(m)
+	case *wire.Put:
+		ep.serve(true, m.Request)
+	case *wire.Get:
+		ep.serve(false, m.Request)
+	case *wire.Invalidate:
+		ep.e.imports.Invalidate(ep.pid, m.AllocID, m.Generation)
+	case *wire.Bye:
+		ep.fail(ep.peerErr("peer closed the endpoint", nil))
+	default:
+		return fmt.Errorf("unexpected %v", f.Header.Type)
+	}
+	return nil
+}
+
+// lookupKey checks a key a peer presented and returns the slice it names
+// (off, n within the key's view). Every check the owner makes is here.
+func (e *Engine) lookupKey(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (Slice, wire.Status, string) {
+	if k.Owner != e.ident.hello.EngineID {
+		return Slice{}, wire.StatusBadKey, "key belongs to another engine"
+	}
+	if err := e.ident.signer.Verify(k); err != nil {
+		return Slice{}, wire.StatusBadKey, "key signature does not verify"
+	}
+	if !k.Allows(need) {
+		return Slice{}, wire.StatusAccess, "key does not grant this access"
+	}
+	start, err := k.Span(off, n)
+	if err != nil {
+		return Slice{}, wire.StatusOutOfRange, err.Error()
+	}
+	e.mu.Lock()
+	b := e.buffers[k.AllocID]
+	e.mu.Unlock()
+	if b == nil || k.Generation != e.ident.epoch || b.state.Load()&freedBit != 0 || b.size != k.Length {
+		return Slice{}, wire.StatusStale, "buffer no longer exported"
+	}
+	return b.Slice(int(start), int(n)), wire.StatusOK, ""
+}
+
+// serveImport hands a peer the memfd of one of our host buffers.
+func (ep *Endpoint) serveImport(m *wire.ImportRequest) {
+	s, st, msg := ep.e.lookupKey(&m.Key, 0, m.Key.Len, wire.KeyRead)
+	if st == wire.StatusOK && s.buf.shm == nil {
+		st, msg = wire.StatusNotSupported, "not shareable host memory"
+	}
+	if st != wire.StatusOK {
+		_ = ep.c.Send(wire.NewError(m.RequestID, st, msg))
+		return
+	}
+	b := s.buf
+	if err := b.acquire(); err != nil { // keep the memfd open while it is sent
+		_ = ep.c.Send(wire.NewError(m.RequestID, wire.StatusStale, "buffer no longer exported"))
+		return
+	}
+	defer b.release()
+	rep := &wire.ImportReply{RequestID: m.RequestID, AllocID: b.id, Generation: ep.e.ident.epoch,
+		Kind: wire.FDMemfd, Size: b.size}
+	if err := ep.c.Send(rep, b.shm.FD()); err != nil {
+		ep.e.log.Debug().Err(err).Msg("import reply not sent")
+	}
+}
+
+// serve performs a peer's Put or Get on one of our buffers, off the reader
+// goroutine: it imports the requester's memory and copies (with the device
+// DMA engine when our side is Gaudi memory).
+func (ep *Endpoint) serve(put bool, r wire.Request) {
+	select {
+	case ep.sem <- struct{}{}:
+	case <-ep.done:
+		return
+	}
+	ep.serving.Add(1)
+	go func() {
+		defer ep.serving.Done()
+		defer func() { <-ep.sem }()
+		st, msg := ep.serveRequest(put, r)
+		var err error
+		if st == wire.StatusOK {
+			err = ep.c.Send(&wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK})
+		} else {
+			err = ep.c.Send(wire.NewError(r.RequestID, st, msg))
+		}
+		if err != nil {
+			ep.e.log.Debug().Err(err).Msg("reply not sent")
+		}
+	}()
+}
+
+func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string) {
+	need := wire.KeyRead
+	if put {
+		need = wire.KeyWrite
+	}
+	mine, st, msg := ep.e.lookupKey(&r.Key, r.Offset, r.Length, need)
+	if st != wire.StatusOK {
+		return st, msg
+	}
+	if r.Local.Kind != wire.LocalKey || r.Local.Key.MemType != wire.MemHost {
+		return wire.StatusNotSupported, "the requester's memory must be shared host memory"
+	}
+	if r.Local.Key.Owner != ep.peer.EngineID {
+		return wire.StatusBadKey, "the requester's key is not its own"
+	}
+	start, err := r.Local.Key.Span(r.Local.Offset, r.Length)
+	if err != nil {
+		return wire.StatusOutOfRange, err.Error()
+	}
+	h, err := ep.importKey(r.Local.Key)
+	if err != nil {
+		return wire.StatusNoResources, err.Error()
+	}
+	defer ep.e.imports.Put(h)
+	theirs := h.Value().buf.Slice(int(start), int(r.Length))
+	ctx := context.Background()
+	if put {
+		err = ep.e.CopySync(ctx, mine, theirs)
+	} else {
+		err = ep.e.CopySync(ctx, theirs, mine)
+	}
+	if err != nil {
+		return wire.StatusInternal, err.Error()
+	}
+	return wire.StatusOK, ""
+}
+
+// importKey maps a peer's shared host buffer through the IPC handle cache.
+func (ep *Endpoint) importKey(k wire.RemoteKey) (*ipc.Handle[*imported], error) {
+	key := ipc.Key{Peer: ep.pid, AllocID: k.AllocID, Generation: k.Generation}
+	return ep.e.imports.Get(key, func(ipc.Key) (*imported, uint64, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), importTimeout)
+		defer cancel()
+		id := ep.nextID.Add(1)
+		full := k
+		full.Offset, full.Len = 0, k.Length
+		f, err := ep.roundTrip(ctx, id, &wire.ImportRequest{RequestID: id, Key: full})
+		if err != nil {
+			return nil, 0, err
+		}
+		defer f.CloseFDs()
+		m, err := f.Message()
+		if err != nil {
+			return nil, 0, ep.peerErr("import reply", err)
+		}
+		switch m := m.(type) {
+		case *wire.Error:
+			return nil, 0, ep.peerErr("import refused", m)
+		case *wire.ImportReply:
+			if len(f.FDs) != 1 || m.Kind != wire.FDMemfd || m.Size != k.Length || m.AllocID != k.AllocID {
+				return nil, 0, ep.peerErr("import reply does not match the request", nil)
+			}
+			return ep.e.mapImport(f.FDs[0], m.Size)
+		}
+		return nil, 0, ep.peerErr("unexpected reply to an import", nil)
+	})
+}
+
+func (e *Engine) mapImport(f *fd.FD, size uint64) (*imported, uint64, error) {
+	m, err := ipc.MapShared(f, int(size))
+	if err != nil {
+		return nil, 0, err
+	}
+	mem := m.Bytes()
+	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: Host, size: size, user: mem, ptr: unsafe.Pointer(&mem[0]), onDestroy: m.Close}
+	if err := e.types.Insert(b.Addr(), size, memcache.MemHost, -1, b); err != nil {
+		_ = m.Close()
+		return nil, 0, err
+	}
+	e.track(b)
+	return &imported{m: m, buf: b}, size, nil
+}
+
+// broadcastInvalidate tells every peer that an exported buffer is gone.
+func (e *Engine) broadcastInvalidate(b *Buffer) {
+	e.epMu.Lock()
+	eps := make([]*Endpoint, 0, len(e.endpoints))
+	for ep := range e.endpoints {
+		eps = append(eps, ep)
+	}
+	e.epMu.Unlock()
+	for _, ep := range eps {
+		_ = ep.c.Send(&wire.Invalidate{AllocID: b.id, Generation: e.ident.epoch})
+	}
+}
+
+// Put copies local into the peer's buffer named by remote (same length).
+// Into the peer's host memory the copy is made here, into its shared memfd
+// (mapped once through the IPC handle cache): a memmove for local host
+// memory, a device DMA for local Gaudi memory. Into the peer's Gaudi memory
+// the peer performs the DMA from our shared memory.
+func (ep *Endpoint) Put(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) *Future {
+	return ep.rma(ctx, true, local, remote, opts)
+}
+
+// Get copies the peer's buffer named by remote into local.
+func (ep *Endpoint) Get(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) *Future {
+	return ep.rma(ctx, false, local, remote, opts)
+}
+
+// PutSync and GetSync are the synchronous twins.
+func (ep *Endpoint) PutSync(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) error {
+	return waitSync(ctx, ep.Put(ctx, local, remote, opts...))
+}
+
+// GetSync is the synchronous twin of Get.
+func (ep *Endpoint) GetSync(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) error {
+	return waitSync(ctx, ep.Get(ctx, local, remote, opts...))
+}
+
+func waitSync(ctx context.Context, f *Future) error {
+	if err := f.Wait(ctx); err != nil && !f.IsDone() {
+		<-f.Done()
+		return err
+	}
+	return f.Err()
+}
+
+func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {
+	e := ep.e
+	if err := checkCtx(ctx); err != nil {
+		return cq.Resolved(err)
+	}
+	if e.closed.Load() {
+		return cq.Resolved(ErrClosed)
+	}
+	if err := ep.Err(); err != nil {
+		return cq.Resolved(err)
+	}
+	if err := e.validateSlice(local); err != nil {
+		return cq.Resolved(err)
+	}
+	if remote.err != nil {
+		return cq.Resolved(remote.err)
+	}
+	if err := remote.k.Check(0, remote.k.Len); err != nil {
+		return cq.Resolved(newErr(ErrInvalid, "remote key view", err))
+	}
+	if remote.k.Len != local.n {
+		return cq.Resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.n, remote.k.Len), nil))
+	}
+	if remote.k.Owner != ep.peer.EngineID {
+		return cq.Resolved(newErr(ErrInvalid, "remote key belongs to another engine than "+ep.name, nil))
+	}
+	if remote.k.MemType == wire.MemHost {
+		h, err := ep.importKey(remote.k)
+		if err != nil {
+			return cq.Resolved(ep.peerErr("import", err))
+		}
+		theirs := h.Value().buf.Slice(int(remote.k.Offset), int(remote.k.Len))
+		var f *Future
+		if put {
+			f = e.Copy(ctx, theirs, local, opts...)
+		} else {
+			f = e.Copy(ctx, local, theirs, opts...)
+		}
+		if f.IsDone() {
+			e.imports.Put(h)
+			return f
+		}
+		e.async.Add(1)
+		go func() { defer e.async.Done(); <-f.Done(); e.imports.Put(h) }()
+		return f
+	}
+	// The peer's Gaudi memory: the peer does the DMA from our shared memory.
+	if err := local.buf.acquire(); err != nil {
+		return cq.Resolved(err)
+	}
+	f := cq.NewFuture(1)
+	f.SetSpin(e.cfg.WaitSpin)
+	oc := e.opConfig(opts)
+	e.async.Add(1)
+	go func() {
+		defer e.async.Done()
+		e.rmaSem <- struct{}{}
+		defer func() { <-e.rmaSem }()
+		defer local.buf.release()
+		f.Complete(0, ep.remoteDMA(put, local, remote.k, oc.deadline))
+	}()
+	return f
+}
+
+// remoteDMA asks the peer to copy between its memory and ours; local
+// memory that is not shared (Gaudi, registered) goes through a shared
+// bounce buffer.
+func (ep *Endpoint) remoteDMA(put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
+	e := ep.e
+	ctx := context.Background()
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	shared := local
+	if local.buf.loc.gaudi || local.buf.shm == nil {
+		bounce, err := e.Alloc(int(local.n), Host)
+		if err != nil {
+			return err
+		}
+		defer bounce.Free()
+		shared = bounce.All()
+		if put {
+			if err := e.CopySync(ctx, shared, local); err != nil {
+				return err
+			}
+		}
+	}
+	lk, err := shared.buf.Export()
+	if err != nil {
+		return err
+	}
+	id := ep.nextID.Add(1)
+	req := wire.Request{RequestID: id, Key: k, Offset: 0, Length: local.n,
+		Local: wire.Local{Kind: wire.LocalKey, Key: lk.k, Offset: shared.off}}
+	var m wire.Message = &wire.Get{Request: req}
+	if put {
+		m = &wire.Put{Request: req}
+	}
+	f, err := ep.roundTrip(ctx, id, m)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return newErr(ErrTimeout, ep.name, err)
+		}
+		return err
+	}
+	defer f.CloseFDs()
+	msg, err := f.Message()
+	if err != nil {
+		return ep.peerErr("reply", err)
+	}
+	switch msg := msg.(type) {
+	case *wire.Completion:
+		if msg.Status != wire.StatusOK {
+			return ep.peerErr("request failed", fmt.Errorf("status %v", msg.Status))
+		}
+	case *wire.Error:
+		kind := ErrPeer
+		switch msg.Code {
+		case wire.StatusOutOfRange, wire.StatusBadKey, wire.StatusAccess:
+			kind = ErrInvalid
+		}
+		return newErr(kind, ep.name+" refused the request", msg)
+	default:
+		return ep.peerErr("unexpected reply", nil)
+	}
+	if !put && shared.buf != local.buf {
+		return e.CopySync(context.Background(), local, shared)
+	}
+	return nil
+}

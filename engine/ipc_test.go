@@ -1,0 +1,301 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/testutil"
+	"github.com/gxfer/gxfer/wire"
+)
+
+const childEnv = "GXFER_ENGINE_TEST_CHILD"
+
+// TestMain runs the peer role when the test binary is re-executed as a
+// child process, and the tests otherwise.
+func TestMain(m *testing.M) {
+	if path := os.Getenv(childEnv); path != "" {
+		os.Exit(runPeer(path))
+	}
+	testutil.Main(m)
+}
+
+// peerSize is the size of every buffer the peer exports.
+const peerSize = 64<<20 + 4096
+
+// runPeer is the child: an engine listening at path that exports a host
+// and a Gaudi buffer, prints their keys, and obeys commands on stdin.
+func runPeer(path string) int {
+	e, err := New(Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: 512 << 20}})
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	defer e.Close()
+	l, err := e.Listen("unix", path)
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	defer l.Close()
+	h, _ := e.Alloc(peerSize, Host)
+	d, _ := e.Alloc(peerSize, Gaudi(0))
+	printKeys := func() {
+		hk, err1 := h.Export()
+		dk, err2 := d.Export()
+		if err := errors.Join(err1, err2); err != nil {
+			fmt.Println("ERR", err)
+			return
+		}
+		fmt.Println("KEYS", hex.EncodeToString(hk.Bytes()), hex.EncodeToString(dk.Bytes()))
+	}
+	printKeys()
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		switch in.Text() {
+		case "realloc": // free the host buffer and allocate a new one
+			_ = h.Free()
+			h, _ = e.Alloc(peerSize, Host)
+			printKeys()
+		case "slow": // make the device slow so transfers are in flight
+			e.devs[0].sim.DelayNextCS(1000, 200*time.Millisecond)
+			fmt.Println("OK")
+		}
+	}
+	return 0
+}
+
+type peerProc struct {
+	cmd   *exec.Cmd
+	stdin *os.File
+	out   *bufio.Scanner
+	path  string
+	host  RemoteKey
+	dev   RemoteKey
+}
+
+func startPeer(t *testing.T) *peerProc {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "peer.sock")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+path)
+	cmd.Stderr = os.Stderr
+	pr, pw, err := os.Pipe()
+	require.NoError(t, err)
+	cmd.Stdin = pr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	pr.Close()
+	p := &peerProc{cmd: cmd, stdin: pw, out: bufio.NewScanner(stdout), path: path}
+	p.readKeys(t)
+	t.Cleanup(func() {
+		p.stdin.Close()
+		_ = p.cmd.Wait()
+	})
+	return p
+}
+
+func (p *peerProc) readKeys(t *testing.T) {
+	t.Helper()
+	require.True(t, p.out.Scan(), "peer exited")
+	f := strings.Fields(p.out.Text())
+	require.Equal(t, "KEYS", f[0], p.out.Text())
+	for i, k := range []*RemoteKey{&p.host, &p.dev} {
+		b, err := hex.DecodeString(f[i+1])
+		require.NoError(t, err)
+		*k, err = ParseRemoteKey(b)
+		require.NoError(t, err)
+	}
+}
+
+func (p *peerProc) command(t *testing.T, c string) {
+	_, err := fmt.Fprintln(p.stdin, c)
+	require.NoError(t, err)
+}
+
+func TestIPCPutGetEveryPair(t *testing.T) {
+	p := startPeer(t)
+	e := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 512 << 20}})
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	require.NoError(t, err)
+	require.Contains(t, ep.Peer(), "pid")
+	sizes := []int{1, 8, 4097, 1<<20 + 5, 64 << 20}
+	if testing.Short() {
+		sizes = sizes[:4]
+	}
+	src, _ := e.Alloc(64<<20, Host)
+	back, _ := e.Alloc(64<<20, Host)
+	fill(src.Bytes(), 77)
+	for _, local := range []Location{Host, Gaudi(0)} {
+		lb, err := e.Alloc(64<<20+4096, local)
+		require.NoError(t, err)
+		for _, remote := range []RemoteKey{p.host, p.dev} {
+			for _, n := range sizes {
+				name := fmt.Sprintf("%s->%s/%d", local, remote.Location(), n)
+				off := 4096 - n%4096
+				if off+n > 64<<20+4096 {
+					off = 0
+				}
+				require.NoError(t, e.CopySync(ctx, lb.Slice(off, n), src.Slice(0, n)), name)
+				require.NoError(t, ep.PutSync(ctx, lb.Slice(off, n), remote.Slice(3, n)), name)
+				out, err := e.Alloc(n+4096, local)
+				require.NoError(t, err)
+				require.NoError(t, ep.GetSync(ctx, out.Slice(4096-n%4096, n), remote.Slice(3, n)), name)
+				clear(back.Bytes()[:n])
+				require.NoError(t, e.CopySync(ctx, back.Slice(0, n), out.Slice(4096-n%4096, n)), name)
+				require.True(t, bytes.Equal(src.Bytes()[:n], back.Bytes()[:n]), "%s: data differs", name)
+				require.NoError(t, out.Free())
+			}
+		}
+		require.NoError(t, lb.Free())
+	}
+	st := e.imports.Stats()
+	require.Equal(t, uint64(1), st.Misses, "the peer's host buffer is imported once")
+	require.NoError(t, ep.Close())
+}
+
+func TestIPCRefusals(t *testing.T) {
+	p := startPeer(t)
+	e := newEngine(t, Config{})
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	require.NoError(t, err)
+	h, _ := e.Alloc(4096, Host)
+
+	// A range outside the key is refused locally...
+	require.ErrorIs(t, ep.PutSync(ctx, h.All(), p.dev.Slice(peerSize-10, 4096)), ErrInvalid)
+	// An edited view (the view is not signed) is caught before sending...
+	edited := p.dev
+	edited.k.Offset, edited.k.Len = peerSize-10, 4096
+	require.ErrorIs(t, ep.PutSync(ctx, h.All(), edited), ErrInvalid)
+	// ...and a request beyond the view is refused by the owner.
+	lk, err := h.Export()
+	require.NoError(t, err)
+	for _, off := range []uint64{4096, 1 << 62} {
+		id := ep.nextID.Add(1)
+		req := wire.Request{RequestID: id, Key: p.dev.Slice(0, 8192).k, Offset: off, Length: 8192,
+			Local: wire.Local{Kind: wire.LocalKey, Key: lk.k}}
+		f, err := ep.roundTrip(ctx, id, &wire.Put{Request: req})
+		require.NoError(t, err)
+		m, err := f.Message()
+		require.NoError(t, err)
+		require.IsType(t, &wire.Error{}, m)
+		require.Equal(t, wire.StatusOutOfRange, m.(*wire.Error).Code)
+	}
+	// A forged key (signed fields changed) is refused by the owner.
+	for _, k := range []RemoteKey{p.dev, p.host} {
+		forged := k
+		forged.k.Base += 4096
+		forged = forged.Slice(0, 4096)
+		err := ep.PutSync(ctx, h.All(), forged)
+		require.Error(t, err)
+		require.True(t, errors.Is(err, ErrInvalid) || errors.Is(err, ErrPeer), "%v", err)
+	}
+	// Registered memory is not shareable.
+	reg, _ := e.Register(make([]byte, 4096))
+	_, err = reg.Export()
+	require.ErrorIs(t, err, ErrNotSupported)
+	// The endpoint still works.
+	require.NoError(t, ep.PutSync(ctx, h.All(), p.dev.Slice(0, 4096)))
+}
+
+func TestIPCInvalidation(t *testing.T) {
+	p := startPeer(t)
+	e := newEngine(t, Config{})
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	require.NoError(t, err)
+	h, _ := e.Alloc(4096, Host)
+	fill(h.Bytes(), 1)
+	old := p.host
+	require.NoError(t, ep.PutSync(ctx, h.All(), old.Slice(0, 4096)))
+	p.command(t, "realloc")
+	p.readKeys(t)
+	require.Eventually(t, func() bool { return e.imports.Stats().Invalidations == 1 }, 5*time.Second, time.Millisecond,
+		"the exporter's free invalidates the importer's cached mapping")
+	err = ep.PutSync(ctx, h.All(), old.Slice(0, 4096))
+	require.ErrorIs(t, err, ErrPeer, "a stale key is refused")
+	fill(h.Bytes(), 2)
+	require.NoError(t, ep.PutSync(ctx, h.All(), p.host.Slice(0, 4096)))
+	back, _ := e.Alloc(4096, Host)
+	require.NoError(t, ep.GetSync(ctx, back.All(), p.host.Slice(0, 4096)))
+	require.Equal(t, h.Bytes(), back.Bytes())
+}
+
+func countMaps(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	return bytes.Count(b, []byte("memfd:gxfer"))
+}
+
+func TestIPCPeerKilled(t *testing.T) {
+	fdsBefore := testutil.OpenFDs()
+	mapsBefore := countMaps(t)
+	p := startPeer(t)
+	e, err := New(Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: 512 << 20}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	require.NoError(t, err)
+	h, _ := e.Alloc(1<<20, Host)
+	require.NoError(t, ep.PutSync(ctx, h.All(), p.host.Slice(0, 1<<20)))
+	p.command(t, "slow")
+	require.True(t, p.out.Scan())
+	var futs []*Future
+	for i := 0; i < 16; i++ {
+		futs = append(futs, ep.Put(ctx, h.All(), p.dev.Slice(i<<20, 1<<20)))
+	}
+	t0 := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	defer func() { t.Logf("futures resolved %v after the kill", time.Since(t0)) }()
+	for i, f := range futs {
+		<-f.Done()
+		t.Logf("future %d: %v at %v", i, f.Err(), time.Since(t0))
+		require.ErrorIs(t, f.Err(), ErrPeer, "future %d", i)
+		require.Contains(t, f.Err().Error(), "pid")
+	}
+	<-ep.Done()
+	require.ErrorIs(t, ep.Err(), ErrPeer)
+	require.Zero(t, e.imports.Stats().Regions, "the dead peer's imported regions are released")
+	// The engine keeps working.
+	d, _ := e.Alloc(1<<20, Gaudi(0))
+	require.NoError(t, e.CopySync(ctx, d.All(), h.All()))
+	require.NoError(t, e.Close())
+	p.stdin.Close()
+	_ = p.cmd.Wait()
+	require.Empty(t, testutil.LeakedFDs(fdsBefore))
+	require.Equal(t, mapsBefore, countMaps(t))
+}
+
+func TestRemoteKeyParse(t *testing.T) {
+	_, err := ParseRemoteKey([]byte("short"))
+	require.ErrorIs(t, err, ErrInvalid)
+	e := newEngine(t, Config{Devices: DevicesNone})
+	h, _ := e.Alloc(100, Host)
+	k, err := h.Export()
+	require.NoError(t, err)
+	k2, err := ParseRemoteKey(k.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, 100, k2.Len())
+	require.Equal(t, Host, k2.Location())
+	require.ErrorIs(t, k2.Slice(90, 20).Err(), ErrInvalid)
+	require.Equal(t, 10, k2.Slice(90, 10).Len())
+	var wk wire.RemoteKey
+	require.NoError(t, wk.UnmarshalBinary(k.Bytes()))
+	require.NoError(t, e.ident.signer.Verify(&wk))
+}

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gxfer/gxfer/ipc"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// identity is what an engine tells its peers about itself, and the secret
+// its remote keys are signed with.
+type identity struct {
+	hello  wire.Hello
+	epoch  uint64 // generation of every allocation of this engine instance
+	signer *wire.Signer
+}
+
+func newIdentity() (identity, error) {
+	var id identity
+	if _, err := rand.Read(id.hello.EngineID[:]); err != nil {
+		return id, fmt.Errorf("gxfer: engine id: %w", err)
+	}
+	secret, err := wire.NewSecret()
+	if err != nil {
+		return id, err
+	}
+	if id.signer, err = wire.NewSigner(secret); err != nil {
+		return id, err
+	}
+	pidns, err := ipc.PIDNamespace()
+	if err != nil {
+		return id, err
+	}
+	id.epoch = uint64(time.Now().UnixNano())
+	id.hello = wire.Hello{
+		MinVersion: wire.MinVersion, MaxVersion: wire.MaxVersion,
+		Caps:         wire.CapFDPassing | wire.CapSharedHost,
+		PID:          uint32(os.Getpid()),
+		PIDNamespace: pidns,
+		UID:          uint32(os.Getuid()),
+		EngineID:     id.hello.EngineID,
+		Name:         filepath.Base(os.Args[0]),
+	}
+	return id, nil
+}
+
+// RemoteKey describes a buffer another engine exported: the bytes of
+// Buffer.Export, parsed. It grants access to its view only; the owner
+// checks every request against it and refuses forged or edited keys.
+type RemoteKey struct {
+	k   wire.RemoteKey
+	err error
+}
+
+// ParseRemoteKey parses the bytes of an exported key (untrusted input).
+func ParseRemoteKey(b []byte) (RemoteKey, error) {
+	var k wire.RemoteKey
+	if err := k.UnmarshalBinary(b); err != nil {
+		return RemoteKey{}, newErr(ErrInvalid, "remote key", err)
+	}
+	return RemoteKey{k: k}, nil
+}
+
+// Bytes encodes the key for sending to a peer.
+func (k RemoteKey) Bytes() []byte {
+	b, _ := k.k.MarshalBinary()
+	return b
+}
+
+// Len is the length of the key's view.
+func (k RemoteKey) Len() int { return int(k.k.Len) }
+
+// Location is where the memory lives at its owner.
+func (k RemoteKey) Location() Location {
+	if k.k.MemType == wire.MemGaudi {
+		return Gaudi(k.k.Device)
+	}
+	return Host
+}
+
+// Err reports a range error made by Slice.
+func (k RemoteKey) Err() error { return k.err }
+
+// Slice narrows the key to n bytes at off within its view. A bad range
+// yields a key whose use fails with ErrInvalid.
+func (k RemoteKey) Slice(off, n int) RemoteKey {
+	if k.err != nil {
+		return k
+	}
+	if off < 0 || n < 0 {
+		return RemoteKey{k: k.k, err: newErr(ErrInvalid, fmt.Sprintf("negative offset or length (%d, %d)", off, n), nil)}
+	}
+	s, err := k.k.Slice(uint64(off), uint64(n))
+	if err != nil {
+		return RemoteKey{k: k.k, err: newErr(ErrInvalid, "remote key range", err)}
+	}
+	return RemoteKey{k: s}
+}
+
+// Export returns a remote key for the buffer that peers connected to this
+// engine can use with Endpoint.Put and Get. Host memory must come from
+// Alloc (it is a sealed memfd the peer maps); Gaudi memory is reached
+// through requests to this engine, which performs the DMA. Registered
+// caller memory cannot be shared.
+func (b *Buffer) Export() (RemoteKey, error) {
+	if err := b.acquire(); err != nil {
+		return RemoteKey{}, err
+	}
+	defer b.release()
+	e := b.eng
+	k := wire.RemoteKey{
+		Owner: e.ident.hello.EngineID, OwnerPID: e.ident.hello.PID, OwnerPIDNS: e.ident.hello.PIDNamespace,
+		AllocID: b.id, Generation: e.ident.epoch, MemType: wire.MemHost, Device: -1,
+		Flags: wire.KeyRead | wire.KeyWrite, Base: b.Addr(), Length: b.size, Offset: 0, Len: b.size,
+	}
+	switch {
+	case b.loc.gaudi:
+		k.MemType, k.Device = wire.MemGaudi, b.loc.dev
+	case b.shm == nil:
+		return RemoteKey{}, newErr(ErrNotSupported, "registered memory cannot be shared; allocate it with Alloc(Host)", nil)
+	}
+	if err := e.ident.signer.Sign(&k); err != nil {
+		return RemoteKey{}, err
+	}
+	b.exported.Store(true)
+	return RemoteKey{k: k}, nil
+}
