@@ -3,6 +3,8 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/gxfer/gxfer/engine"
 )
@@ -52,4 +54,44 @@ func ExampleBatch() {
 	<-f.Done()
 	fmt.Println(f.Errs()[16] != nil, len(f.Errs()))
 	// Output: true 17
+}
+
+// Two engines connected over a unix socket: the listener exports a buffer,
+// the dialer puts into it and reads it back. (In real use they are two
+// processes; see examples/ipc.)
+func ExampleEndpoint() {
+	cfg := engine.Config{Devices: engine.DevicesNone}
+	owner, _ := engine.New(cfg)
+	defer owner.Close()
+	user, _ := engine.New(cfg)
+	defer user.Close()
+
+	dir, _ := os.MkdirTemp("", "gxfer-example")
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "owner.sock")
+	ln, err := owner.Listen("unix", sock)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ln.Close()
+	shared, _ := owner.Alloc(4096, engine.Host)
+	key, _ := shared.Export() // bytes to hand to the peer
+	keyBytes := key.Bytes()   // ... sent out of band ...
+	remote, _ := engine.ParseRemoteKey(keyBytes)
+
+	ctx := context.Background()
+	ep, err := user.Dial(ctx, "unix", sock)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ep.Close()
+	msg, _ := user.Alloc(5, engine.Host)
+	copy(msg.Bytes(), "hello")
+	fmt.Println(ep.PutSync(ctx, msg.All(), remote.Slice(100, 5)))
+	fmt.Println(string(shared.Bytes()[100:105]))
+	// Output:
+	// <nil>
+	// hello
 }

@@ -86,7 +86,7 @@ type peerProc struct {
 	dev   RemoteKey
 }
 
-func startPeer(t *testing.T) *peerProc {
+func startPeer(t testing.TB) *peerProc {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "peer.sock")
@@ -109,7 +109,7 @@ func startPeer(t *testing.T) *peerProc {
 	return p
 }
 
-func (p *peerProc) readKeys(t *testing.T) {
+func (p *peerProc) readKeys(t testing.TB) {
 	t.Helper()
 	require.True(t, p.out.Scan(), "peer exited")
 	f := strings.Fields(p.out.Text())
@@ -298,4 +298,31 @@ func TestRemoteKeyParse(t *testing.T) {
 	var wk wire.RemoteKey
 	require.NoError(t, wk.UnmarshalBinary(k.Bytes()))
 	require.NoError(t, e.ident.signer.Verify(&wk))
+}
+
+// BenchmarkIPCPut4K: 4 KiB puts into a peer process's host buffer, with the
+// import cached (the mapping is made once) and uncached (invalidated after
+// every put, so each one imports the memfd again: a request, an fd pass
+// and an mmap).
+func BenchmarkIPCPut4K(b *testing.B) {
+	for _, cached := range []bool{true, false} {
+		b.Run(fmt.Sprintf("cached=%v", cached), func(b *testing.B) {
+			p := startPeer(b)
+			e := newEngine(b, Config{Devices: DevicesNone})
+			ctx := context.Background()
+			ep, err := e.Dial(ctx, "unix", p.path)
+			require.NoError(b, err)
+			h, _ := e.Alloc(4096, Host)
+			k := p.host.Slice(0, 4096)
+			for b.Loop() {
+				if err := ep.PutSync(ctx, h.All(), k); err != nil {
+					b.Fatal(err)
+				}
+				if !cached {
+					e.imports.Invalidate(ep.pid, k.k.AllocID, k.k.Generation)
+				}
+			}
+			b.ReportMetric(float64(e.imports.Stats().Misses), "imports")
+		})
+	}
 }

@@ -1,0 +1,156 @@
+// Command ipc moves data between two processes on one node: the parent
+// starts a copy of itself as the peer, which exports a host buffer and a
+// Gaudi buffer; the parent puts data into both and gets it back. Host
+// memory travels as a shared memfd mapped once (IPC handle cache); the
+// peer's Gaudi memory is written by the peer's own DMA engine.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/gxfer/gxfer/engine"
+)
+
+const peerEnv = "GXFER_EXAMPLE_IPC_PEER"
+
+func main() {
+	var err error
+	if sock := os.Getenv(peerEnv); sock != "" {
+		err = peer(sock, os.Stdin, os.Stdout)
+	} else {
+		err = run(os.Stdout, os.Args[0], nil)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ipc:", err)
+		os.Exit(1)
+	}
+}
+
+func config() engine.Config {
+	return engine.Config{Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}}
+}
+
+// peer listens at sock, exports two buffers and prints their keys; it
+// serves until its stdin closes.
+func peer(sock string, in io.Reader, out io.Writer) error {
+	eng, err := engine.New(config())
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	ln, err := eng.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	host, err := eng.Alloc(1<<20, engine.Host)
+	if err != nil {
+		return err
+	}
+	hbm, err := eng.Alloc(1<<20, engine.Gaudi(0))
+	if err != nil {
+		return err
+	}
+	hk, err := host.Export()
+	if err != nil {
+		return err
+	}
+	dk, err := hbm.Export()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "KEYS", hex.EncodeToString(hk.Bytes()), hex.EncodeToString(dk.Bytes()))
+	_, _ = io.Copy(io.Discard, in) // serve until the parent closes our stdin
+	return nil
+}
+
+// run starts the peer (exe with env set, plus args) and talks to it.
+func run(w io.Writer, exe string, args []string) error {
+	dir, err := os.MkdirTemp("", "gxfer-ipc")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "peer.sock")
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), peerEnv+"="+sock)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		return fmt.Errorf("peer exited before exporting")
+	}
+	f := strings.Fields(sc.Text())
+	if len(f) != 3 || f[0] != "KEYS" {
+		return fmt.Errorf("peer said %q", sc.Text())
+	}
+	var keys [2]engine.RemoteKey
+	for i := range keys {
+		b, err := hex.DecodeString(f[i+1])
+		if err != nil {
+			return err
+		}
+		if keys[i], err = engine.ParseRemoteKey(b); err != nil {
+			return err
+		}
+	}
+
+	eng, err := engine.New(config())
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	ctx := context.Background()
+	ep, err := eng.Dial(ctx, "unix", sock)
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	fmt.Fprintf(w, "connected to %s\n", ep.Peer())
+	src, err := eng.Alloc(64<<10, engine.Host)
+	if err != nil {
+		return err
+	}
+	back, err := eng.Alloc(64<<10, engine.Host)
+	if err != nil {
+		return err
+	}
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i * 13)
+	}
+	for _, k := range keys {
+		remote := k.Slice(4096, 64<<10)
+		if err := ep.PutSync(ctx, src.All(), remote); err != nil {
+			return fmt.Errorf("put to peer %s memory: %w", k.Location(), err)
+		}
+		clear(back.Bytes())
+		if err := ep.GetSync(ctx, back.All(), remote); err != nil {
+			return fmt.Errorf("get from peer %s memory: %w", k.Location(), err)
+		}
+		if !bytes.Equal(src.Bytes(), back.Bytes()) {
+			return fmt.Errorf("peer %s memory: data differs", k.Location())
+		}
+		fmt.Fprintf(w, "put and got 64 KiB of the peer's %s memory: verified\n", k.Location())
+	}
+	return nil
+}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	if sock := os.Getenv(peerEnv); sock != "" { // the re-executed peer
+		if err := peer(sock, os.Stdin, os.Stdout); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	testutil.Main(m)
+}
+
+func TestRun(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(&out, os.Args[0], []string{"-test.run=^$"}))
+	require.Contains(t, out.String(), "peer's host memory: verified")
+	require.Contains(t, out.String(), "peer's gaudi0 memory: verified")
+}
