@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -59,6 +60,8 @@ type Buffer struct {
 	// onDestroy releases what backs internal buffers (imported mappings).
 	onDestroy func() error
 	exported  atomic.Bool
+	impMu     sync.Mutex
+	importers map[*Endpoint]struct{} // peers that mapped it (host, exported)
 
 	// device memory
 	gd   *gdev

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -25,6 +26,8 @@ const (
 	handshakeTimeout = 5 * time.Second
 	importTimeout    = 10 * time.Second
 	maxServing       = 64 // concurrent requests served per endpoint
+	maxHandshakes    = 16 // concurrent handshakes per listener
+	sendTimeout      = 5 * time.Second
 )
 
 // imported is a peer's host buffer mapped into this process, wrapped in an
@@ -42,6 +45,9 @@ type Listener struct {
 	accepted chan *Endpoint
 	done     chan struct{}
 	once     sync.Once
+	ctx      context.Context // canceled by Close: ends handshakes in progress
+	cancel   context.CancelFunc
+	hs       chan struct{} // handshake slots
 }
 
 // Listen accepts peers at addr. network is "unix" (a SOCK_SEQPACKET socket
@@ -58,7 +64,8 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gxfer: listen %s: %w", addr, err)
 	}
-	l := &Listener{e: e, l: il, accepted: make(chan *Endpoint, 64), done: make(chan struct{})}
+	l := &Listener{e: e, l: il, accepted: make(chan *Endpoint, 64), done: make(chan struct{}), hs: make(chan struct{}, maxHandshakes)}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
 	e.epMu.Lock()
 	e.listeners[l] = struct{}{}
 	e.epMu.Unlock()
@@ -82,10 +89,18 @@ func (l *Listener) loop() {
 			}
 			return // closed
 		}
+		select {
+		case l.hs <- struct{}{}:
+		default:
+			l.e.log.Warn().Msg("too many handshakes in progress; connection refused")
+			_ = c.Close()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ep, err := l.e.handshakeServer(c)
+			defer func() { <-l.hs }()
+			ep, err := l.e.handshakeServer(l.ctx, c)
 			if err != nil {
 				l.e.log.Warn().Err(err).Msg("handshake failed")
 				return
@@ -114,6 +129,7 @@ func (l *Listener) Accept(ctx context.Context) (*Endpoint, error) {
 func (l *Listener) Close() error {
 	var err error
 	l.once.Do(func() {
+		l.cancel()
 		err = l.l.Close()
 		<-l.done
 		l.e.epMu.Lock()
@@ -139,7 +155,7 @@ func (e *Engine) Dial(ctx context.Context, network, addr string) (*Endpoint, err
 	if err != nil {
 		return nil, fmt.Errorf("gxfer: dial %s: %w", addr, err)
 	}
-	wc := wire.NewConn(c, wire.ConnConfig{MaxFrame: ipcMaxFrame})
+	wc := wire.NewConn(c, wire.ConnConfig{MaxFrame: ipcMaxFrame, WriteTimeout: sendTimeout})
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
 	local := e.ident.hello
@@ -162,12 +178,30 @@ func (e *Engine) Dial(ctx context.Context, network, addr string) (*Endpoint, err
 		_ = wc.Close()
 		return nil, newErr(ErrPeer, "handshake with "+addr, err)
 	}
+	if err := checkIdentity(ack.Hello, c.Peer()); err != nil {
+		_ = wc.Close()
+		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+	}
 	return e.newEndpoint(wc, ack.Hello)
 }
 
-func (e *Engine) handshakeServer(c *ipc.Conn) (*Endpoint, error) {
-	wc := wire.NewConn(c, wire.ConnConfig{MaxFrame: ipcMaxFrame})
-	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+// checkIdentity refuses a peer whose Hello claims another process than the
+// kernel reports for the socket (SO_PEERCRED): peers are keyed by pid in
+// the IPC handle cache, so a false claim would let one peer stand in for
+// another.
+func checkIdentity(h wire.Hello, cred ipc.Cred) error {
+	if cred.PID == 0 {
+		return errors.New("peer's pid is not visible in our pid namespace")
+	}
+	if h.PID != cred.PID || h.UID != cred.UID {
+		return fmt.Errorf("peer claims pid %d uid %d but the socket says pid %d uid %d", h.PID, h.UID, cred.PID, cred.UID)
+	}
+	return nil
+}
+
+func (e *Engine) handshakeServer(parent context.Context, c *ipc.Conn) (*Endpoint, error) {
+	wc := wire.NewConn(c, wire.ConnConfig{MaxFrame: ipcMaxFrame, WriteTimeout: sendTimeout})
+	ctx, cancel := context.WithTimeout(parent, handshakeTimeout)
 	defer cancel()
 	f, err := wc.Recv(ctx)
 	if err != nil {
@@ -177,6 +211,11 @@ func (e *Engine) handshakeServer(c *ipc.Conn) (*Endpoint, error) {
 	var hello wire.Hello
 	if err := f.Decode(&hello); err != nil {
 		_ = f.CloseFDs()
+		_ = wc.Close()
+		return nil, err
+	}
+	if err := checkIdentity(hello, c.Peer()); err != nil {
+		_ = wc.Send(wire.NewError(0, wire.StatusRefused, err.Error()))
 		_ = wc.Close()
 		return nil, err
 	}
@@ -221,7 +260,7 @@ type reply struct {
 func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello) (*Endpoint, error) {
 	ep := &Endpoint{
 		e: e, c: c, peer: peer,
-		pid:     ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace},
+		pid:     ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8])},
 		name:    fmt.Sprintf("peer %q (pid %d)", peer.Name, peer.PID),
 		pending: map[uint64]chan reply{},
 		done:    make(chan struct{}),
@@ -256,8 +295,15 @@ func (ep *Endpoint) Err() error {
 // Close ends the endpoint: pending operations fail, the peer's imported
 // regions are released. Idempotent.
 func (ep *Endpoint) Close() error {
-	_ = ep.c.Send(&wire.Bye{})
+	// Say goodbye, but never wait long for a peer that does not read.
+	sent := make(chan struct{})
+	go func() { _ = ep.c.Send(&wire.Bye{}); close(sent) }()
+	select {
+	case <-sent:
+	case <-time.After(200 * time.Millisecond):
+	}
 	ep.fail(newErr(ErrClosed, "endpoint closed", nil))
+	<-sent
 	<-ep.reader
 	ep.serving.Wait()
 	return nil
@@ -313,12 +359,12 @@ func (ep *Endpoint) roundTrip(ctx context.Context, id uint64, m wire.Message) (w
 		return r.f, r.err
 	case <-ctx.Done():
 		ep.mu.Lock()
+		_, still := ep.pending[id]
 		delete(ep.pending, id)
 		ep.mu.Unlock()
-		select { // a reply that raced in
-		case r := <-ch:
+		if !still { // the reader took the reply: it is being delivered
+			r := <-ch
 			_ = r.f.CloseFDs()
-		default:
 		}
 		return wire.Frame{}, ctx.Err()
 	}
@@ -397,7 +443,7 @@ func (e *Engine) lookupKey(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags)
 	e.mu.Lock()
 	b := e.buffers[k.AllocID]
 	e.mu.Unlock()
-	if b == nil || k.Generation != e.ident.epoch || b.state.Load()&freedBit != 0 || b.size != k.Length {
+	if b == nil || k.Generation != e.ident.epoch || b.state.Load()&freedBit != 0 || b.size != k.Length || !b.exported.Load() {
 		return Slice{}, wire.StatusStale, "buffer no longer exported"
 	}
 	return b.Slice(int(start), int(n)), wire.StatusOK, ""
@@ -405,7 +451,8 @@ func (e *Engine) lookupKey(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags)
 
 // serveImport hands a peer the memfd of one of our host buffers.
 func (ep *Endpoint) serveImport(m *wire.ImportRequest) {
-	s, st, msg := ep.e.lookupKey(&m.Key, 0, m.Key.Len, wire.KeyRead)
+	// The memfd is handed over read-write: only a read-write key imports.
+	s, st, msg := ep.e.lookupKey(&m.Key, 0, m.Key.Len, wire.KeyRead|wire.KeyWrite)
 	if st == wire.StatusOK && s.buf.shm == nil {
 		st, msg = wire.StatusNotSupported, "not shareable host memory"
 	}
@@ -419,6 +466,7 @@ func (ep *Endpoint) serveImport(m *wire.ImportRequest) {
 		return
 	}
 	defer b.release()
+	b.addImporter(ep)
 	rep := &wire.ImportReply{RequestID: m.RequestID, AllocID: b.id, Generation: ep.e.ident.epoch,
 		Kind: wire.FDMemfd, Size: b.size}
 	if err := ep.c.Send(rep, b.shm.FD()); err != nil {
@@ -432,11 +480,14 @@ func (ep *Endpoint) serveImport(m *wire.ImportRequest) {
 func (ep *Endpoint) serve(put bool, r wire.Request) {
 	select {
 	case ep.sem <- struct{}{}:
-	case <-ep.done:
+	default: // the reader never blocks: refuse beyond the limit
+		_ = ep.c.Send(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))
 		return
 	}
 	ep.serving.Add(1)
+	ep.e.async.Add(1)
 	go func() {
+		defer ep.e.async.Done()
 		defer ep.serving.Done()
 		defer func() { <-ep.sem }()
 		st, msg := ep.serveRequest(put, r)
@@ -471,13 +522,14 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 	if err != nil {
 		return wire.StatusOutOfRange, err.Error()
 	}
-	h, err := ep.importKey(r.Local.Key)
+	ctx, cancel := context.WithTimeout(context.Background(), importTimeout)
+	defer cancel()
+	h, err := ep.importKey(ctx, r.Local.Key)
 	if err != nil {
 		return wire.StatusNoResources, err.Error()
 	}
 	defer ep.e.imports.Put(h)
 	theirs := h.Value().buf.Slice(int(start), int(r.Length))
-	ctx := context.Background()
 	if put {
 		err = ep.e.CopySync(ctx, mine, theirs)
 	} else {
@@ -490,11 +542,9 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 }
 
 // importKey maps a peer's shared host buffer through the IPC handle cache.
-func (ep *Endpoint) importKey(k wire.RemoteKey) (*ipc.Handle[*imported], error) {
+func (ep *Endpoint) importKey(ctx context.Context, k wire.RemoteKey) (*ipc.Handle[*imported], error) {
 	key := ipc.Key{Peer: ep.pid, AllocID: k.AllocID, Generation: k.Generation}
 	return ep.e.imports.Get(key, func(ipc.Key) (*imported, uint64, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), importTimeout)
-		defer cancel()
 		id := ep.nextID.Add(1)
 		full := k
 		full.Offset, full.Len = 0, k.Length
@@ -509,9 +559,10 @@ func (ep *Endpoint) importKey(k wire.RemoteKey) (*ipc.Handle[*imported], error) 
 		}
 		switch m := m.(type) {
 		case *wire.Error:
-			return nil, 0, ep.peerErr("import refused", m)
+			return nil, 0, ep.refusal("import refused", m)
 		case *wire.ImportReply:
-			if len(f.FDs) != 1 || m.Kind != wire.FDMemfd || m.Size != k.Length || m.AllocID != k.AllocID {
+			if len(f.FDs) != 1 || m.Kind != wire.FDMemfd || m.Size != k.Length || m.AllocID != k.AllocID ||
+				m.Generation != k.Generation || m.FileOffset != 0 {
 				return nil, 0, ep.peerErr("import reply does not match the request", nil)
 			}
 			return ep.e.mapImport(f.FDs[0], m.Size)
@@ -535,17 +586,63 @@ func (e *Engine) mapImport(f *fd.FD, size uint64) (*imported, uint64, error) {
 	return &imported{m: m, buf: b}, size, nil
 }
 
-// broadcastInvalidate tells every peer that an exported buffer is gone.
+// broadcastInvalidate tells the peers that imported an exported buffer
+// that it is gone. It never blocks its caller (which may be a completion
+// actor): the sends run on their own goroutine, bounded by the write
+// timeout.
 func (e *Engine) broadcastInvalidate(b *Buffer) {
-	e.epMu.Lock()
-	eps := make([]*Endpoint, 0, len(e.endpoints))
-	for ep := range e.endpoints {
-		eps = append(eps, ep)
+	b.impMu.Lock()
+	eps := b.importers
+	b.importers = nil
+	b.impMu.Unlock()
+	if len(eps) == 0 {
+		return
 	}
-	e.epMu.Unlock()
-	for _, ep := range eps {
-		_ = ep.c.Send(&wire.Invalidate{AllocID: b.id, Generation: e.ident.epoch})
+	msg := &wire.Invalidate{AllocID: b.id, Generation: e.ident.epoch}
+	e.async.Add(1)
+	go func() {
+		defer e.async.Done()
+		for ep := range eps {
+			if ep.Err() == nil {
+				_ = ep.c.Send(msg)
+			}
+		}
+	}()
+}
+
+// addImporter records a peer that mapped the buffer, to be told when it is
+// freed.
+func (b *Buffer) addImporter(ep *Endpoint) {
+	b.impMu.Lock()
+	if b.importers == nil {
+		b.importers = map[*Endpoint]struct{}{}
 	}
+	b.importers[ep] = struct{}{}
+	b.impMu.Unlock()
+}
+
+// refusal maps an owner's refusal to an error kind.
+func (ep *Endpoint) refusal(what string, m *wire.Error) error {
+	switch m.Code {
+	case wire.StatusOutOfRange, wire.StatusBadKey, wire.StatusAccess, wire.StatusStale:
+		return newErr(ErrInvalid, ep.name+": "+what, m)
+	}
+	return ep.peerErr(what, m)
+}
+
+// importErr maps an import failure to an error kind.
+func (ep *Endpoint) importErr(err error) error {
+	switch {
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrPeer), errors.Is(err, ErrTimeout):
+		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		return newErr(ErrTimeout, ep.name+": import", err)
+	case errors.Is(err, ipc.ErrClosed):
+		return newErr(ErrClosed, "import", err)
+	case errors.Is(err, ipc.ErrStale):
+		return newErr(ErrInvalid, ep.name+": stale key", err)
+	}
+	return ep.peerErr("import", err)
 }
 
 // Put copies local into the peer's buffer named by remote (same length).
@@ -607,9 +704,17 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		return cq.Resolved(newErr(ErrInvalid, "remote key belongs to another engine than "+ep.name, nil))
 	}
 	if remote.k.MemType == wire.MemHost {
-		h, err := ep.importKey(remote.k)
+		if put && !remote.k.Allows(wire.KeyWrite) || !put && !remote.k.Allows(wire.KeyRead) {
+			return cq.Resolved(newErr(ErrInvalid, "remote key does not grant this access", nil))
+		}
+		ictx, cancel := context.WithTimeout(ctx, importTimeout)
+		if oc := e.opConfig(opts); !oc.deadline.IsZero() {
+			ictx, cancel = context.WithDeadline(ictx, oc.deadline)
+		}
+		h, err := ep.importKey(ictx, remote.k)
+		cancel()
 		if err != nil {
-			return cq.Resolved(ep.peerErr("import", err))
+			return cq.Resolved(ep.importErr(err))
 		}
 		theirs := h.Value().buf.Slice(int(remote.k.Offset), int(remote.k.Len))
 		var f *Future
@@ -655,8 +760,12 @@ func (ep *Endpoint) remoteDMA(put bool, local Slice, k wire.RemoteKey, deadline 
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	// The peer imports the memory it copies from or to: always a scratch
+	// buffer of exactly this size, never the caller's buffer (a key to it
+	// would grant the peer the whole buffer, read-write, for as long as it
+	// stays mapped).
 	shared := local
-	if local.buf.loc.gaudi || local.buf.shm == nil {
+	{
 		bounce, err := e.Alloc(int(local.n), Host)
 		if err != nil {
 			return err
@@ -698,16 +807,11 @@ func (ep *Endpoint) remoteDMA(put bool, local Slice, k wire.RemoteKey, deadline 
 			return ep.peerErr("request failed", fmt.Errorf("status %v", msg.Status))
 		}
 	case *wire.Error:
-		kind := ErrPeer
-		switch msg.Code {
-		case wire.StatusOutOfRange, wire.StatusBadKey, wire.StatusAccess:
-			kind = ErrInvalid
-		}
-		return newErr(kind, ep.name+" refused the request", msg)
+		return ep.refusal("request refused", msg)
 	default:
 		return ep.peerErr("unexpected reply", nil)
 	}
-	if !put && shared.buf != local.buf {
+	if !put {
 		return e.CopySync(context.Background(), local, shared)
 	}
 	return nil

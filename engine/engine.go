@@ -33,10 +33,10 @@ type Engine struct {
 	async    sync.WaitGroup
 	stageSem chan struct{}
 	rmaSem   chan struct{}
-	host  *hostPath
-	devs  []*gdev
-	sims  []*hlsim.Device
-	types *memcache.TypeCache // host ranges -> *Buffer
+	host     *hostPath
+	devs     []*gdev
+	sims     []*hlsim.Device
+	types    *memcache.TypeCache // host ranges -> *Buffer
 
 	mu      sync.Mutex
 	buffers map[uint64]*Buffer
@@ -61,11 +61,11 @@ type Engine struct {
 func New(cfg Config) (_ *Engine, err error) {
 	cfg = cfg.withDefaults()
 	e := &Engine{
-		cfg:      cfg,
-		log:      cfg.Logger.With().Str("component", "engine").Logger(),
-		types:    memcache.NewTypeCache(),
-		buffers:  map[uint64]*Buffer{},
-		resolved: cq.Resolved(nil),
+		cfg:       cfg,
+		log:       cfg.Logger.With().Str("component", "engine").Logger(),
+		types:     memcache.NewTypeCache(),
+		buffers:   map[uint64]*Buffer{},
+		resolved:  cq.Resolved(nil),
 		endpoints: map[*Endpoint]struct{}{},
 		listeners: map[*Listener]struct{}{},
 	}

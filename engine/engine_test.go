@@ -12,9 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
 )
-
 
 func newEngine(t testing.TB, cfg Config) *Engine {
 	t.Helper()

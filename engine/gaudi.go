@@ -208,13 +208,13 @@ type csItem struct {
 
 // csRec is one command submission under construction or in flight.
 type csRec struct {
-	g        *gdev
-	streams  []uint32
-	cbs      []*dma.CB
-	items    []csItem
-	regions  []*memcache.Region
-	packets  int
-	bytes    uint64
+	g       *gdev
+	streams []uint32
+	cbs     []*dma.CB
+	items   []csItem
+	regions []*memcache.Region
+	packets int
+	bytes   uint64
 }
 
 func (g *gdev) streams(dir int) []uint32 {

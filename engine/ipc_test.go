@@ -229,7 +229,7 @@ func TestIPCInvalidation(t *testing.T) {
 	require.Eventually(t, func() bool { return e.imports.Stats().Invalidations == 1 }, 5*time.Second, time.Millisecond,
 		"the exporter's free invalidates the importer's cached mapping")
 	err = ep.PutSync(ctx, h.All(), old.Slice(0, 4096))
-	require.ErrorIs(t, err, ErrPeer, "a stale key is refused")
+	require.ErrorIs(t, err, ErrInvalid, "a stale key is refused")
 	fill(h.Bytes(), 2)
 	require.NoError(t, ep.PutSync(ctx, h.All(), p.host.Slice(0, 4096)))
 	back, _ := e.Alloc(4096, Host)

@@ -14,6 +14,9 @@ import (
 type PeerID struct {
 	PID   uint32
 	PIDNS uint64
+	// Instance tells apart peers that share a process (two engines in one
+	// process number their allocations independently); 0 if unused.
+	Instance uint64
 }
 
 // Key names one imported allocation: the peer's AllocID and Generation
