@@ -13,6 +13,8 @@ const notImplemented = "transport not implemented in this build"
 
 func init() {
 	RegisterTransport(Transport{Name: "local", Desc: "copies inside this process: memmove, Gaudi LIN_DMA (h2d, d2h, d2d)"})
+	RegisterTransport(Transport{Name: "ipc", Label: "ipc (unix socket, shared memfd)",
+		Desc: "unix socket + memfd/DMA-BUF fd passing, same host"})
 	RegisterTransport(Transport{Name: "rdma", Desc: "RDMA write/read to a peer (DMA-BUF from Gaudi memory)", Unavailable: notImplemented})
 	RegisterTransport(Transport{Name: "tcp", Desc: "TCP data path to a peer", Unavailable: notImplemented})
 

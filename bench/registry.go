@@ -35,9 +35,21 @@ func ParseMem(s string) (Mem, error) {
 // that is known but cannot be used in this build or on this machine is
 // registered with the reason in Unavailable.
 type Transport struct {
-	Name        string // "local", "rdma", "tcp"
+	Name        string // "local", "ipc", "rdma", "tcp"
+	Label       string // how table headers name it; "" means Name
 	Desc        string // one line
 	Unavailable string // why the transport cannot be used; "" if it can
+}
+
+// TransportLabel is how table headers name a transport: "ipc (unix
+// socket, shared memfd)".
+func TransportLabel(name string) string {
+	for _, t := range Transports() {
+		if t.Name == name && t.Label != "" {
+			return t.Label
+		}
+	}
+	return name
 }
 
 // Available reports whether tests can run over the transport.
@@ -49,6 +61,28 @@ type Env struct {
 	Engine    *engine.Engine
 	Device    int    // Gaudi index used by tests that touch device memory
 	Transport string // transport name; "" means "local"
+
+	// Peer is the server of the tests over a peer transport (ipc): nil for
+	// local tests. See DialPeer.
+	Peer *Peer
+	// Local and Remote are the memory types of the peer tests: this
+	// process's buffer and the peer's (ucx_perftest -m send,recv). Empty
+	// means host.
+	Local, Remote Mem
+}
+
+func (e *Env) local() Mem {
+	if e.Local == "" {
+		return Host
+	}
+	return e.Local
+}
+
+func (e *Env) remote() Mem {
+	if e.Remote == "" {
+		return Host
+	}
+	return e.Remote
 }
 
 func (e *Env) transport() string {
@@ -72,21 +106,75 @@ type Workload interface {
 	Close() error
 }
 
+// PeerEnd says which end of a peer test is the peer's memory.
+type PeerEnd string
+
+const (
+	NoPeer  PeerEnd = ""    // a local test: both ends are this process's
+	PeerDst PeerEnd = "dst" // puts: the destination is the peer's memory
+	PeerSrc PeerEnd = "src" // gets: the source is the peer's memory
+)
+
 // Test is a workload definition: a named transfer between two memory
 // types over a transport.
 type Test struct {
 	Name      string // short name, unique: "h2d"
 	Transport string // transport it runs over: "local"
-	Src, Dst  Mem
-	Desc      string // one line
+	// Src and Dst are the memory types of the ends. For a peer test they
+	// are bound from Env.Local and Env.Remote by TestsFor.
+	Src, Dst Mem
+	Desc     string // one line
+	// Peer is the end of a peer test that lives in the peer process.
+	Peer PeerEnd
+	// Latency marks a latency test: it always runs with one operation in
+	// flight (window and batch 1), whatever the run's parameters.
+	Latency bool
 
 	// Prepare allocates the buffers for one message size, fills the source
 	// with a pattern and the destination with something else.
 	Prepare func(ctx context.Context, env *Env, size int) (Workload, error)
 }
 
-// NeedsDevice reports whether the test touches Gaudi memory.
-func (t Test) NeedsDevice() bool { return t.Src == Gaudi || t.Dst == Gaudi }
+// NeedsDevice reports whether the test touches this process's Gaudi
+// memory (the peer's memory is the peer's business).
+func (t Test) NeedsDevice() bool {
+	return (t.Src == Gaudi && t.Peer != PeerSrc) || (t.Dst == Gaudi && t.Peer != PeerDst)
+}
+
+// NeedsPeerDevice reports whether the test touches the peer's Gaudi memory.
+func (t Test) NeedsPeerDevice() bool {
+	return (t.Src == Gaudi && t.Peer == PeerSrc) || (t.Dst == Gaudi && t.Peer == PeerDst)
+}
+
+// LocalMem and RemoteMem are the memory types of a peer test's ends.
+func (t Test) LocalMem() Mem {
+	if t.Peer == PeerSrc {
+		return t.Dst
+	}
+	return t.Src
+}
+
+// RemoteMem is the memory type of the peer's end (Host for a local test).
+func (t Test) RemoteMem() Mem {
+	switch t.Peer {
+	case PeerSrc:
+		return t.Src
+	case PeerDst:
+		return t.Dst
+	}
+	return Host
+}
+
+// bind sets a peer test's memory types from env.
+func (t Test) bind(env *Env) Test {
+	switch t.Peer {
+	case PeerDst:
+		t.Src, t.Dst = env.local(), env.remote()
+	case PeerSrc:
+		t.Src, t.Dst = env.remote(), env.local()
+	}
+	return t
+}
 
 // Check reports why the test cannot run in env, or nil if it can.
 func (t Test) Check(env *Env) error {
@@ -94,7 +182,20 @@ func (t Test) Check(env *Env) error {
 		return errors.New("no engine")
 	}
 	if t.Transport != env.transport() {
+		if t.Peer != NoPeer && env.transport() == "local" {
+			return fmt.Errorf("test %s needs a peer: start 'gxfer perf -server -x unix:PATH' and give the client -x unix:PATH", t.Name)
+		}
 		return fmt.Errorf("test %s runs over transport %s, not %s", t.Name, t.Transport, env.transport())
+	}
+	if t.Peer != NoPeer {
+		if env.Peer == nil {
+			return fmt.Errorf("test %s needs a peer and none is connected", t.Name)
+		}
+		if t.NeedsPeerDevice() {
+			if err := env.Peer.checkDevice(); err != nil {
+				return fmt.Errorf("test %s: %w", t.Name, err)
+			}
+		}
 	}
 	if t.NeedsDevice() {
 		n := env.Engine.NumDevices()
@@ -108,9 +209,24 @@ func (t Test) Check(env *Env) error {
 	return nil
 }
 
-// Path describes the test's direction for humans: "host -> gaudi0".
+// Path describes the test's direction for humans: "host -> gaudi0", or
+// "host -> peer gaudi0" for a peer test.
 func (t Test) Path(env *Env) string {
-	return memName(t.Src, env) + " -> " + memName(t.Dst, env)
+	src, dst := memName(t.Src, env), memName(t.Dst, env)
+	switch t.Peer {
+	case PeerSrc:
+		src = "peer " + peerMemName(t.Src, env)
+	case PeerDst:
+		dst = "peer " + peerMemName(t.Dst, env)
+	}
+	return src + " -> " + dst
+}
+
+func peerMemName(m Mem, env *Env) string {
+	if m == Gaudi && env != nil && env.Peer != nil {
+		return fmt.Sprintf("gaudi%d", env.Peer.Device)
+	}
+	return string(m)
 }
 
 func memName(m Mem, env *Env) string {
@@ -218,6 +334,7 @@ func TestsFor(env *Env, list string) ([]Test, error) {
 	if strings.TrimSpace(list) == "" {
 		var out []Test
 		for _, t := range Tests(env.transport()) {
+			t = t.bind(env)
 			if t.Check(env) == nil {
 				out = append(out, t)
 			}
@@ -239,6 +356,7 @@ func TestsFor(env *Env, list string) ([]Test, error) {
 			}
 			return nil, fmt.Errorf("unknown test %q (known: %s)", name, strings.Join(names, ", "))
 		}
+		t = t.bind(env)
 		if err := t.Check(env); err != nil {
 			return nil, err
 		}
@@ -253,7 +371,7 @@ func TestsFor(env *Env, list string) ([]Test, error) {
 // TestFor finds the test of env's transport copying from src to dst.
 func TestFor(env *Env, src, dst Mem) (Test, error) {
 	for _, t := range Tests(env.transport()) {
-		if t.Src == src && t.Dst == dst {
+		if t.Peer == NoPeer && t.Src == src && t.Dst == dst {
 			return t, t.Check(env)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -25,8 +26,10 @@ type Environment struct {
 	GoVersion  string      `json:"go_version"`
 	CPUs       int         `json:"cpus"`
 	GOMAXPROCS int         `json:"gomaxprocs"`
-	CPU        string      `json:"cpu,omitempty"`    // model name
-	Kernel     string      `json:"kernel,omitempty"` // uname release of the host
+	CPU        string      `json:"cpu,omitempty"`      // model name
+	Kernel     string      `json:"kernel,omitempty"`   // uname release of the host
+	Affinity   string      `json:"affinity,omitempty"` // CPUs the process may run on ("1", "0-1"), as set by taskset
+	Clock      string      `json:"clock,omitempty"`    // what times operations: "tsc" (calibrated) or "monotonic"
 	Devices    []DeviceEnv `json:"devices"`
 }
 
@@ -50,6 +53,10 @@ type RunParams struct {
 	Window      int     `json:"window"`
 	Batch       int     `json:"batch"`
 	Count       int     `json:"count"`
+	// Peer tests: the server and the memory types of the two ends.
+	Peer   string `json:"peer,omitempty"`
+	Local  Mem    `json:"local,omitempty"`
+	Remote Mem    `json:"remote,omitempty"`
 }
 
 // TestInfo describes a test of the run.
@@ -75,11 +82,13 @@ type Report struct {
 	Started    time.Time   `json:"started"`
 	ElapsedSec float64     `json:"elapsed_s"`
 	Env        Environment `json:"env"`
-	Params     RunParams   `json:"params"`
-	Units      Units       `json:"units"`
-	Notes      []string    `json:"notes"`
-	Tests      []TestInfo  `json:"tests"`
-	Results    []Result    `json:"results"`
+	// PeerEnv is the server's environment, for runs over a peer transport.
+	PeerEnv *Environment `json:"peer_env,omitempty"`
+	Params  RunParams    `json:"params"`
+	Units   Units        `json:"units"`
+	Notes   []string     `json:"notes"`
+	Tests   []TestInfo   `json:"tests"`
+	Results []Result     `json:"results"`
 
 	run *runState // set by NewReport
 }
@@ -109,6 +118,13 @@ func newReport(env *Env, tests []Test, p Params) *Report {
 		Notes:   reportNotes,
 		Results: []Result{},
 	}
+	if env.Peer != nil {
+		pe := env.Peer.Env
+		rep.PeerEnv = &pe
+		rep.Params.Peer, rep.Params.Local, rep.Params.Remote = env.Peer.String(), env.local(), env.remote()
+		rep.Notes = append(slices.Clone(rep.Notes),
+			"peer tests reuse the same local and peer buffers every iteration, as ucx_perftest does (small sizes stay cache-resident)")
+	}
 	for _, t := range tests {
 		rep.Tests = append(rep.Tests, TestInfo{Name: t.Name, Transport: t.Transport, Src: t.Src, Dst: t.Dst, Path: t.Path(env), Desc: t.Desc})
 	}
@@ -120,7 +136,7 @@ func CurrentEnvironment(env *Env) Environment {
 	e := Environment{
 		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GoVersion: runtime.Version(),
 		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		CPU: cpuModel(), Kernel: KernelRelease(), Devices: []DeviceEnv{},
+		CPU: cpuModel(), Kernel: KernelRelease(), Affinity: affinity(), Clock: harnessClock().source(), Devices: []DeviceEnv{},
 	}
 	if env != nil && env.Engine != nil {
 		for _, d := range env.Engine.Devices() {
@@ -137,6 +153,31 @@ func KernelRelease() string {
 		return ""
 	}
 	return unix.ByteSliceToString(u.Release[:])
+}
+
+// affinity lists the CPUs this process may run on, as ranges: "1", "0-1".
+func affinity() string {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return ""
+	}
+	var parts []string
+	for lo := 0; lo < 1024; lo++ {
+		if !set.IsSet(lo) {
+			continue
+		}
+		hi := lo
+		for hi+1 < 1024 && set.IsSet(hi+1) {
+			hi++
+		}
+		if hi == lo {
+			parts = append(parts, strconv.Itoa(lo))
+		} else {
+			parts = append(parts, strconv.Itoa(lo)+"-"+strconv.Itoa(hi))
+		}
+		lo = hi
+	}
+	return strings.Join(parts, ",")
 }
 
 func cpuModel() string {
@@ -168,6 +209,9 @@ func NewReport(env *Env, tests []Test, p Params) (*Report, error) {
 		if err := t.Check(env); err != nil {
 			return nil, err
 		}
+		if t.Peer != NoPeer && p.Batch > 1 {
+			return nil, fmt.Errorf("batches (-b %d) are not supported by test %s: an endpoint has no batch API", p.Batch, t.Name)
+		}
 	}
 	rep := newReport(env, tests, p)
 	rep.run = &runState{env: env, tests: tests, p: p, rec: &recorder{}}
@@ -193,7 +237,7 @@ func (r *Report) Run(ctx context.Context) error {
 // Emulated reports whether any device the results used is emulated.
 func (r *Report) Emulated() bool {
 	for _, res := range r.Results {
-		if res.Emulated {
+		if res.Emulated || res.PeerEmulated {
 			return true
 		}
 	}
@@ -224,6 +268,7 @@ var CSVHeader = []string{
 	"latency_kind", "median_us", "avg_us", "p99_us", "min_us", "max_us",
 	"rtt_median_us", "rtt_p99_us", "bandwidth_mb_s", "msg_rate", "elapsed_s", "verified",
 	"goos", "goarch", "cpus",
+	"peer", "local", "remote", "peer_device", "peer_emulated",
 }
 
 // WriteCSV writes one header row and one row per result. Bandwidth is in
@@ -242,6 +287,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 			string(x.LatencyKind), f(x.Latency.Median), f(x.Latency.Avg), f(x.Latency.P99), f(x.Latency.Min), f(x.Latency.Max),
 			f(x.RoundTrip.Median), f(x.RoundTrip.P99), f(x.BandwidthMBs), f(x.MsgRate), f(x.ElapsedSec), strconv.FormatBool(x.Verified),
 			r.Env.GOOS, r.Env.GOARCH, strconv.Itoa(r.Env.CPUs),
+			x.Peer, string(x.Local), string(x.Remote), x.PeerDevice, strconv.FormatBool(x.PeerEmulated),
 		}
 		if err := cw.Write(row); err != nil {
 			return err
@@ -255,6 +301,9 @@ func (r *Report) WriteCSV(w io.Writer) error {
 // parts benchstat can pivot on (-col /size, -row /test).
 func BenchmarkName(x Result, gomaxprocs int) string {
 	name := fmt.Sprintf("BenchmarkGxfer/test=%s/size=%s/dev=%s", x.Test, FormatSize(x.Size), x.Device)
+	if x.PeerDevice != "" {
+		name += "/peer=" + x.PeerDevice
+	}
 	if gomaxprocs > 1 {
 		name += "-" + strconv.Itoa(gomaxprocs)
 	}
@@ -288,6 +337,16 @@ func (r *Report) WriteBenchfmt(w io.Writer) error {
 	}
 	if len(devs) == 0 {
 		devs = []string{"none"}
+	}
+	if r.PeerEnv != nil {
+		fmt.Fprintf(bw, "gxfer-peer: %s\n", strings.ReplaceAll(r.Params.Peer, " ", "_"))
+		for _, d := range r.PeerEnv.Devices {
+			kind := "real"
+			if d.Emulated {
+				kind, emulated = "emulated", true
+			}
+			devs = append(devs, fmt.Sprintf("peer-gaudi%d=%s(%s)", d.Index, d.Model, kind))
+		}
 	}
 	fmt.Fprintf(bw, "gxfer-devices: %s\ngxfer-emulated: %t\n", strings.Join(devs, ","), emulated)
 	if r.Env.Kernel != "" {
@@ -358,20 +417,27 @@ func (t *TextWriter) Banner() error {
 		t.printf(" (%s)", e.CPU)
 	}
 	t.printf(", GOMAXPROCS %d", e.GOMAXPROCS)
+	if e.Affinity != "" {
+		t.printf(", CPUs allowed %s", e.Affinity)
+	}
 	if e.Kernel != "" {
 		t.printf(" | kernel %s", e.Kernel)
 	}
-	t.printf("\n# devices:")
-	if len(e.Devices) == 0 {
-		t.printf(" none (host memory only)")
+	if e.Clock != "" {
+		t.printf(" | clock %s", e.Clock)
 	}
-	for i, d := range e.Devices {
-		if i > 0 {
-			t.printf(",")
+	t.devices("devices", e.Devices)
+	if pe := t.r.PeerEnv; pe != nil {
+		t.printf("\n# peer %s | GOMAXPROCS %d", p.Peer, pe.GOMAXPROCS)
+		if pe.Affinity != "" {
+			t.printf(", CPUs allowed %s", pe.Affinity)
 		}
-		t.printf(" gaudi%d %s %s", d.Index, d.Model, deviceKind(d.Emulated, d.Name))
+		t.devices("peer devices", pe.Devices)
 	}
-	t.printf("\n# transport %s | ", p.Transport)
+	t.printf("\n# transport %s | ", TransportLabel(p.Transport))
+	if p.Peer != "" {
+		t.printf("memory local %s, remote %s | ", p.Local, p.Remote)
+	}
 	if p.Iterations > 0 {
 		t.printf("%d iterations per size", p.Iterations)
 	} else {
@@ -383,6 +449,19 @@ func (t *TextWriter) Banner() error {
 	}
 	t.printf("\n")
 	return t.err
+}
+
+func (t *TextWriter) devices(label string, ds []DeviceEnv) {
+	t.printf("\n# %s:", label)
+	if len(ds) == 0 {
+		t.printf(" none (host memory only)")
+	}
+	for i, d := range ds {
+		if i > 0 {
+			t.printf(",")
+		}
+		t.printf(" gaudi%d %s %s", d.Index, d.Model, deviceKind(d.Emulated, d.Name))
+	}
 }
 
 func deviceKind(emulated bool, name string) string {
@@ -407,9 +486,29 @@ func (t *TextWriter) header(x Result) {
 	if ti.Desc != "" {
 		t.printf(" (%s)", ti.Desc)
 	}
-	t.printf("\n# transport: %s | device: %s\n", x.Transport, dev)
+	if x.Peer == "" {
+		t.printf("\n# transport: %s | device: %s\n", x.Transport, dev)
+	} else {
+		if x.Device == "host" {
+			dev = "host"
+		}
+		pdev := "host"
+		if x.PeerDevice != "host" {
+			pdev = fmt.Sprintf("%s %s %s (the peer's engine does the DMA)", x.PeerDevice, x.PeerModel, deviceKind(x.PeerEmulated, x.PeerDeviceName))
+		}
+		emu := "no"
+		if x.Emulated || x.PeerEmulated {
+			emu = "yes"
+		}
+		t.printf("\n# transport: %s | peer %s | local device: %s | peer device: %s | emulated: %s\n",
+			TransportLabel(x.Transport), x.Peer, dev, pdev, emu)
+	}
 	t.printf("# window %d, batch %d | %s | bandwidth in MB/s, MB = 2^20 bytes\n", x.Window, x.Batch, x.LatencyKind.Describe())
-	t.printf("# buffers allocated once per size and reused across iterations; destination verified after each size\n")
+	if x.Peer != "" {
+		t.printf("# the same local and peer buffers are reused every iteration (as ucx_perftest); destination verified after each size\n")
+	} else {
+		t.printf("# buffers allocated once per size and reused across iterations; destination verified after each size\n")
+	}
 	cols := []string{"size", "iterations", "median(us)", "avg(us)", "p99(us)", "MB/s", "msg/s"}
 	if t.multi {
 		cols = append([]string{"run"}, cols...)

@@ -115,12 +115,20 @@ const (
 	// ucx_perftest's bandwidth tests report time per operation. The
 	// average is exactly wall time / copies.
 	PerOp LatencyKind = "per-op"
+	// OneWay: ping-pong tests (put_lat between host buffers); each sample
+	// is half of one round trip, as ucx_perftest reports put_lat. The
+	// bandwidth is then size / one-way latency and the message rate counts
+	// both directions, as ucx_perftest's.
+	OneWay LatencyKind = "one-way"
 )
 
 // Describe says what the latency columns of a kind mean.
 func (k LatencyKind) Describe() string {
-	if k == PerOp {
+	switch k {
+	case PerOp:
 		return "latency: time per copy over the last window of completions (window or batch > 1), not a round trip"
+	case OneWay:
+		return "latency: one-way, half a ping-pong round trip (as ucx_perftest put_lat); MB/s = size / one-way latency"
 	}
 	return "latency: round trip of one copy (submit to complete)"
 }
@@ -144,6 +152,16 @@ type Result struct {
 	DeviceName string `json:"device_name"` // device node, or "hlsim0 (emulated)"
 	Model      string `json:"model,omitempty"`
 	Emulated   bool   `json:"emulated"` // the device is the dma/hlsim emulator
+
+	// Peer tests (transport ipc): the server, the memory types of the two
+	// ends, and the server's device when its end is Gaudi memory.
+	Peer           string `json:"peer,omitempty"` // "unix:/tmp/gx.sock (pid 123)"
+	Local          Mem    `json:"local,omitempty"`
+	Remote         Mem    `json:"remote,omitempty"`
+	PeerDevice     string `json:"peer_device,omitempty"` // "gaudi0", or "host"
+	PeerDeviceName string `json:"peer_device_name,omitempty"`
+	PeerModel      string `json:"peer_model,omitempty"`
+	PeerEmulated   bool   `json:"peer_emulated,omitempty"`
 
 	Size        int   `json:"size"`
 	Run         int   `json:"run"`        // repetition, 0..Count-1
@@ -229,23 +247,37 @@ func measureOne(ctx context.Context, rs *runState, t Test, size, run int, frac f
 			err = fmt.Errorf("free buffers: %w", cerr)
 		}
 	}()
+	if t.Latency {
+		// Latency tests keep one operation in flight.
+		p.Window, p.Batch = 1, 1
+	}
 	res = Result{
 		Test: t.Name, Transport: t.Transport, Src: t.Src, Dst: t.Dst,
 		Size: size, Run: run, Warmup: p.Warmup, Window: p.Window, Batch: p.Batch,
 		LatencyKind: RoundTrip,
 	}
 	fillDevice(&res, env, t)
-	if p.Window > 1 || p.Batch > 1 {
+	rt, pingPong := w.(roundTripper)
+	switch {
+	case pingPong:
+		res.LatencyKind = OneWay
+	case p.Window > 1 || p.Batch > 1:
 		res.LatencyKind = PerOp
 	}
+	run1 := func(limit int64, dur time.Duration, rec *recorder, frac func(float64)) (measured, error) {
+		if pingPong {
+			return pingLoop(ctx, rt, p, limit, dur, rec, frac)
+		}
+		return loop(ctx, w, p, limit, dur, rec, frac)
+	}
 	if p.Warmup > 0 {
-		if _, err := loop(ctx, w, p, int64(p.Warmup), 0, nil, nil); err != nil {
+		if _, err := run1(int64(p.Warmup), 0, nil, nil); err != nil {
 			return res, fmt.Errorf("warm-up: %w", err)
 		}
 	}
 	rec := rs.rec
 	rec.kind = res.LatencyKind
-	m, err := loop(ctx, w, p, int64(p.Iterations), p.Duration, rec, frac)
+	m, err := run1(int64(p.Iterations), p.Duration, rec, frac)
 	if err != nil {
 		return res, err
 	}
@@ -262,13 +294,27 @@ func measureOne(ctx context.Context, rs *runState, t Test, size, run int, frac f
 		res.Latency.Avg = m.elapsed.Seconds() * 1e6 / float64(m.msgs)
 	}
 	if m.elapsed > 0 {
-		res.BandwidthMBs = float64(m.msgs) * float64(size) / m.elapsed.Seconds() / (1 << 20)
-		res.MsgRate = float64(m.msgs) / m.elapsed.Seconds()
+		msgs := float64(m.msgs)
+		if res.LatencyKind == OneWay {
+			msgs *= 2 // a round trip is two messages, one each way
+		}
+		res.BandwidthMBs = msgs * float64(size) / m.elapsed.Seconds() / (1 << 20)
+		res.MsgRate = msgs / m.elapsed.Seconds()
 	}
 	return res, nil
 }
 
 func fillDevice(res *Result, env *Env, t Test) {
+	if t.Peer != NoPeer && env.Peer != nil {
+		res.Peer, res.Local, res.Remote = env.Peer.String(), t.LocalMem(), t.RemoteMem()
+		res.PeerDevice = "host"
+		if t.NeedsPeerDevice() {
+			res.PeerDevice = fmt.Sprintf("gaudi%d", env.Peer.Device)
+			if d, ok := env.Peer.DeviceInfo(); ok {
+				res.PeerDeviceName, res.PeerModel, res.PeerEmulated = d.Name, d.Model, d.Emulated
+			}
+		}
+	}
 	if !t.NeedsDevice() {
 		res.Device, res.DeviceName = "host", "host memory only"
 		return
@@ -288,7 +334,7 @@ type measured struct {
 
 type pending struct {
 	f  *engine.Future
-	t0 time.Time
+	t0 int64 // clock ticks
 	n  int
 }
 
@@ -306,17 +352,19 @@ func loop(ctx context.Context, w Workload, p Params, limit int64, dur time.Durat
 			head = (head + 1) % len(ring)
 		}
 	}()
+	c := harnessClock()
 	var submitted int64
-	start := time.Now()
+	durT, everyT := c.ticks(dur), c.ticks(p.ProgressEvery)
+	start := c.now()
 	now, lastProgress := start, start
 	if rec != nil {
-		rec.begin(start, p.Window)
+		rec.begin(c, start, p.Window)
 	}
 	more := func() bool {
 		if limit > 0 {
 			return submitted < limit
 		}
-		return submitted == 0 || now.Sub(start) < dur
+		return submitted == 0 || now-start < durT
 	}
 	for {
 		for n < len(ring) && more() {
@@ -324,7 +372,7 @@ func loop(ctx context.Context, w Workload, p Params, limit int64, dur time.Durat
 			if limit > 0 && limit-submitted < int64(k) {
 				k = int(limit - submitted)
 			}
-			t0 := time.Now()
+			t0 := c.now()
 			f := w.Submit(ctx, k)
 			ring[(head+n)%len(ring)] = pending{f: f, t0: t0, n: k}
 			n++
@@ -339,21 +387,66 @@ func loop(ctx context.Context, w Workload, p Params, limit int64, dur time.Durat
 			return m, err
 		}
 		head, n = (head+1)%len(ring), n-1
-		now = time.Now()
+		now = c.now()
 		if rec != nil {
 			rec.add(it.t0, now, it.n)
 		}
 		m.msgs += int64(it.n)
-		if frac != nil && now.Sub(lastProgress) >= p.ProgressEvery {
+		if frac != nil && now-lastProgress >= everyT {
 			lastProgress = now
 			if limit > 0 {
 				frac(float64(m.msgs) / float64(limit))
 			} else {
-				frac(min(1, float64(now.Sub(start))/float64(dur)))
+				frac(min(1, float64(now-start)/float64(durT)))
 			}
 		}
 	}
-	m.elapsed = now.Sub(start)
+	m.elapsed = c.dur(now - start)
+	return m, nil
+}
+
+// roundTripper is a workload the runner times round by round (ping-pong):
+// RoundTrip runs one round and returns when its answer has arrived.
+type roundTripper interface {
+	RoundTrip(ctx context.Context) error
+}
+
+// pingLoop runs limit rounds (or, when limit is 0, rounds for dur), timing
+// each one alone.
+func pingLoop(ctx context.Context, w roundTripper, p Params, limit int64, dur time.Duration, rec *recorder, frac func(float64)) (m measured, err error) {
+	c := harnessClock()
+	durT, everyT := c.ticks(dur), c.ticks(p.ProgressEvery)
+	start := c.now()
+	now, lastProgress := start, start
+	if rec != nil {
+		rec.begin(c, start, 1)
+	}
+	for (limit > 0 && m.msgs < limit) || (limit == 0 && (m.msgs == 0 || now-start < durT)) {
+		if m.msgs&1023 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return m, err
+			}
+		}
+		t0 := c.now()
+		if err := w.RoundTrip(ctx); err != nil {
+			return m, err
+		}
+		now = c.now()
+		if rec != nil {
+			rec.add(t0, now, 1)
+		}
+		m.msgs++
+		if frac != nil && now-lastProgress >= everyT {
+			lastProgress = now
+			if limit > 0 {
+				frac(float64(m.msgs) / float64(limit))
+			} else {
+				frac(min(1, float64(now-start)/float64(durT)))
+			}
+		}
+	}
+	m.subs = m.msgs
+	m.elapsed = c.dur(now - start)
 	return m, nil
 }
 
@@ -362,37 +455,44 @@ type recorder struct {
 	kind LatencyKind
 	lat  samples // what the latency columns show
 	rtt  samples // submission round trips
+	c    *clock
 
-	// Per-op time: completion times and cumulative copies of the last
-	// window completions.
-	start time.Time
-	times []time.Time
+	// Per-op time: completion times (clock ticks) and cumulative copies of
+	// the last window completions.
+	start int64
+	times []int64
 	cum   []int64
 	k     int
 	total int64
 }
 
-// begin empties the recorder for a measurement starting at start with
-// window submissions in flight, keeping its memory. kind is set before.
-func (r *recorder) begin(start time.Time, window int) {
-	r.start, r.k, r.total = start, 0, 0
+// begin empties the recorder for a measurement starting at start (clock
+// ticks) with window submissions in flight, keeping its memory. kind is
+// set before.
+func (r *recorder) begin(c *clock, start int64, window int) {
+	r.c, r.start, r.k, r.total = c, start, 0, 0
 	r.lat.reset()
 	r.rtt.reset()
 	if cap(r.times) < window {
-		r.times, r.cum = make([]time.Time, window), make([]int64, window)
+		r.times, r.cum = make([]int64, window), make([]int64, window)
 	}
 	r.times, r.cum = r.times[:window], r.cum[:window]
 }
 
 // add records a submission of n copies, submitted at t0 and seen complete
-// at now. Per-op samples span the last window completions: with a full
-// window, completions are observed in bursts, and the time between two
-// of them says nothing; the time a whole window took, per copy, does.
-func (r *recorder) add(t0, now time.Time, n int) {
-	rtt := now.Sub(t0)
+// at now (clock ticks). Per-op samples span the last window completions:
+// with a full window, completions are observed in bursts, and the time
+// between two of them says nothing; the time a whole window took, per
+// copy, does.
+func (r *recorder) add(t0, now int64, n int) {
+	rtt := r.c.dur(now - t0)
 	r.rtt.add(rtt, 1)
-	if r.kind == RoundTrip {
+	switch r.kind {
+	case RoundTrip:
 		r.lat.add(rtt, 1)
+		return
+	case OneWay:
+		r.lat.add(rtt/2, 1)
 		return
 	}
 	r.total += int64(n)
@@ -401,7 +501,7 @@ func (r *recorder) add(t0, now time.Time, n int) {
 	if r.k >= len(r.times) {
 		baseT, baseCum = r.times[i], r.cum[i]
 	}
-	r.lat.add(now.Sub(baseT)/time.Duration(r.total-baseCum), n)
+	r.lat.add(r.c.dur(now-baseT)/time.Duration(r.total-baseCum), n)
 	r.times[i], r.cum[i] = now, r.total
 	r.k++
 }

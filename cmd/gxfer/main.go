@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -77,7 +78,7 @@ func lookupCommand(name string) (command, bool) {
 // run is the whole program: main calls it with the process's arguments and
 // streams; tests call it in-process. It returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return runContext(ctx, args, stdout, stderr)
 }

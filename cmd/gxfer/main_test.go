@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"image/png"
@@ -10,13 +12,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/bench"
+	"github.com/gxfer/gxfer/engine"
 	"github.com/gxfer/gxfer/internal/testutil"
 )
 
@@ -242,7 +248,7 @@ func TestHelp(t *testing.T) {
 		assert.Contains(t, out, "Usage:")
 	}
 	_, out, _ := gxfer(t, "help", "perf")
-	for _, f := range []string{"-t", "-s", "-sweep", "-n", "-time", "-w", "-O", "-b", "-d", "-x", "-json", "-csv", "-benchfmt", "-plot", "-q", "-emulated", "-model", "-devices"} {
+	for _, f := range []string{"-t", "-s", "-sweep", "-n", "-time", "-w", "-O", "-b", "-d", "-x", "-server", "-once", "-json", "-csv", "-benchfmt", "-plot", "-q", "-emulated", "-model", "-devices"} {
 		assert.Regexp(t, "\n  "+regexp.QuoteMeta(f)+"[\t\n ]", out, f)
 	}
 }
@@ -259,6 +265,7 @@ func TestInfoText(t *testing.T) {
 		"PCI address", "none (emulated)",
 		"device node", "DRAM",
 		"Memory domains:",
+		"ipc: available (unix socket + memfd/DMA-BUF fd passing, same host)",
 		"rdma: unavailable (transport not implemented in this build)",
 		"tcp: unavailable (transport not implemented in this build)",
 		"local: available",
@@ -297,6 +304,8 @@ func TestInfoJSON(t *testing.T) {
 		tr[x.Name] = x
 	}
 	assert.True(t, tr["local"].Available)
+	assert.True(t, tr["ipc"].Available)
+	assert.Equal(t, "unix socket + memfd/DMA-BUF fd passing, same host", tr["ipc"].Desc)
 	assert.False(t, tr["rdma"].Available)
 	assert.Equal(t, "transport not implemented in this build", tr["rdma"].Reason)
 	assert.False(t, tr["tcp"].Available)
@@ -332,6 +341,31 @@ func TestBinary(t *testing.T) {
 	assert.Contains(t, stdout.String(), "EMULATED")
 	assert.Empty(t, stderr.String(), "stderr is a pipe: no progress bar")
 
+	// Client and server as two processes: the client maps the server's
+	// memfds, the server the client's.
+	sock := filepath.Join(t.TempDir(), "gx.sock")
+	srv := exec.Command(bin, "perf", "-server", "-x", "unix:"+sock, "-once", "-devices", "none")
+	srvOut, err := srv.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, srv.Start())
+	lines := bufio.NewScanner(srvOut)
+	for lines.Scan() && !strings.Contains(lines.Text(), "listening on") {
+	}
+	go io.Copy(io.Discard, srvOut)
+	cmd = exec.Command(bin, "perf", "-devices", "none", "-x", "unix:"+sock, "-s", "8,64K", "-n", "20", "-json")
+	stdout.Reset()
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	require.NoError(t, srv.Wait(), "a -once server exits 0 after its client")
+	var rep bench.Report
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep))
+	assert.Len(t, rep.Results, 8)
+	assert.Equal(t, "unix:"+sock+" (pid "+strconv.Itoa(srv.Process.Pid)+")", rep.Params.Peer)
+	for _, r := range rep.Results {
+		assert.True(t, r.Verified)
+	}
+
 	cmd = exec.Command(bin, "perf", "-x", "rdma")
 	stderr.Reset()
 	cmd.Stderr = &stderr
@@ -340,4 +374,169 @@ func TestBinary(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 2, ee.ExitCode())
 	assert.Equal(t, 1, strings.Count(stderr.String(), "\n"))
+}
+
+// startServer runs 'gxfer perf -server' in-process until ctx ends (or
+// after one client with -once) and returns the socket path and the exit
+// status channel.
+func startServer(t *testing.T, ctx context.Context, extra ...string) (string, <-chan int, *syncBuffer) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "gx.sock")
+	out := &syncBuffer{}
+	code := make(chan int, 1)
+	args := append([]string{"perf", "-server", "-x", "unix:" + path}, extra...)
+	go func() { code <- runContext(ctx, args, out, out) }()
+	require.Eventually(t, func() bool {
+		return strings.Contains(out.String(), "listening on unix:"+path)
+	}, 10*time.Second, 5*time.Millisecond, "the server did not start: %s", out)
+	return path, code, out
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader in two
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestPerfIPCClientServerJSON(t *testing.T) {
+	path, srvCode, srvOut := startServer(t, context.Background(), "-once", "-devices", "none")
+	code, out, errs := gxfer(t, "perf", "-devices", "none", "-x", "unix:"+path, "-s", "8,4K,128K", "-n", "20", "-w", "2", "-O", "4", "-json")
+	require.Equal(t, 0, code, errs)
+	require.Equal(t, 0, <-srvCode, srvOut.String())
+	assert.Contains(t, srvOut.String(), "done (")
+
+	var rep bench.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	assert.Equal(t, "ipc", rep.Params.Transport)
+	assert.Contains(t, rep.Params.Peer, "unix:"+path+" (pid ")
+	require.NotNil(t, rep.PeerEnv)
+	seen := map[string][]int{}
+	for _, r := range rep.Results {
+		seen[r.Test] = append(seen[r.Test], r.Size)
+		assert.True(t, r.Verified)
+		assert.EqualValues(t, 20, r.Iterations)
+		assert.Positive(t, r.BandwidthMBs)
+		assert.Equal(t, bench.Host, r.Local)
+		assert.Equal(t, bench.Host, r.Remote)
+		assert.False(t, r.Emulated || r.PeerEmulated)
+		switch r.Test {
+		case "put_lat":
+			assert.Equal(t, bench.OneWay, r.LatencyKind)
+		case "get_lat":
+			assert.Equal(t, bench.RoundTrip, r.LatencyKind)
+			assert.Equal(t, 1, r.Window)
+		default:
+			assert.Equal(t, 4, r.Window)
+		}
+	}
+	sizes := []int{8, 4096, 128 << 10}
+	assert.Equal(t, map[string][]int{"put_lat": sizes, "put_bw": sizes, "get_lat": sizes, "get_bw": sizes}, seen)
+}
+
+func TestPerfIPCText(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	path, srvCode, srvOut := startServer(t, ctx)
+	assert.Contains(t, srvOut.String(), "# transport ipc (unix socket, shared memfd) | listening on unix:"+path)
+	assert.Contains(t, srvOut.String(), "EMULATED")
+
+	// Remote Gaudi: the server's engine does the DMA; every header says so.
+	code, out, errs := gxfer(t, "perf", "-x", "unix:"+path, "-t", "put_bw,get_lat", "-m", "host,gaudi", "-s", "8,64K", "-n", "5")
+	require.Equal(t, 0, code, errs)
+	headers := regexp.MustCompile(`(?m)^# transport: ipc \(unix socket, shared memfd\) \| peer unix:\S+ \(pid \d+\) \| local device: host \| peer device: gaudi0 Gaudi2 \[EMULATED: dma/hlsim, [^]]+\] \(the peer's engine does the DMA\) \| emulated: yes$`).FindAllString(out, -1)
+	assert.Len(t, headers, 2, out)
+	assert.Contains(t, out, "# test put_bw: host -> peer gaudi0")
+	assert.Contains(t, out, "# test get_lat: peer gaudi0 -> host")
+	assert.Contains(t, out, "# peer devices: gaudi0 Gaudi2 [EMULATED")
+	assert.Contains(t, out, "memory local host, remote gaudi")
+	assert.Regexp(t, `(?m)^\s+64KiB\s+5\s`, out)
+
+	// Host memory at both ends: nothing emulated in the path.
+	code, out, errs = gxfer(t, "perf", "-x", "unix:"+path, "-t", "put_lat", "-s", "8", "-n", "50")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "| local device: host | peer device: host | emulated: no\n")
+	assert.Contains(t, out, "one-way, half a ping-pong round trip")
+
+	// The server serves one client after another until interrupted.
+	cancel()
+	require.Equal(t, 0, <-srvCode, srvOut.String())
+	_, err := os.Stat(path)
+	assert.True(t, os.IsNotExist(err), "the socket is removed")
+}
+
+func TestPerfIPCSecondClientRefused(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	path, srvCode, srvOut := startServer(t, ctx, "-once", "-devices", "none")
+	// A first client holds the server...
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	first, err := bench.DialPeer(ctx, eng, path)
+	require.NoError(t, err)
+	// ...so the second is refused: a runtime error, one line.
+	code, out, errs := gxfer(t, "perf", "-devices", "none", "-x", "unix:"+path, "-s", "8", "-n", "5")
+	assert.Equal(t, 1, code)
+	assert.Empty(t, out)
+	assert.Equal(t, 1, strings.Count(errs, "\n"), errs)
+	assert.Contains(t, errs, "busy with client pid")
+	require.NoError(t, first.Close())
+	require.Equal(t, 0, <-srvCode, srvOut.String())
+	assert.Contains(t, srvOut.String(), "refused client pid")
+
+	// Nobody listening: a clear runtime error.
+	code, _, errs = gxfer(t, "perf", "-devices", "none", "-x", "unix:"+path, "-s", "8", "-n", "5")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "is 'gxfer perf -server -x unix:"+path+"' running?")
+	assert.Equal(t, 1, strings.Count(errs, "\n"), errs)
+}
+
+func TestPerfIPCUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"perf", "-once"}, "-once needs -server"},
+		{[]string{"perf", "-server"}, "-server needs -x unix:PATH"},
+		{[]string{"perf", "-server", "-x", "local"}, "-server needs -x unix:PATH"},
+		{[]string{"perf", "-server", "-x", "unix:/tmp/x.sock", "-s", "8"}, "-s has no meaning with -server"},
+		{[]string{"perf", "-server", "-x", "unix:/tmp/x.sock", "-json"}, "-json has no meaning with -server"},
+		{[]string{"perf", "-server", "-x", "unix:/tmp/x.sock", "-d", "-2"}, "bad -d"},
+		{[]string{"perf", "-x", "unix:"}, "empty socket path"},
+		{[]string{"perf", "-x", "ipc"}, "needs the server's socket"},
+		{[]string{"perf", "-x", "unix:/" + strings.Repeat("x", 110)}, "too long"},
+		{[]string{"perf", "-x", "unix:/tmp/x.sock", "-b", "2"}, "batches are not supported over ipc"},
+		{[]string{"perf", "-t", "put_bw"}, "needs a peer"},
+		{[]string{"perf", "-t", "put_lat", "-devices", "none"}, "needs a peer"},
+		{[]string{"perf", "-x", "unix:/tmp/x.sock", "-m", "host"}, "bad -m"},
+		{[]string{"perf", "-x", "unix:/tmp/x.sock", "-t", "nope"}, "unknown test"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errs := gxfer(t, tc.args...)
+			assert.Equal(t, 2, code, errs)
+			assert.Empty(t, out)
+			assert.Equal(t, 1, strings.Count(errs, "\n"), "one line: %q", errs)
+			assert.Contains(t, errs, tc.want)
+		})
+	}
+	// Usage errors that need the server's answer are still usage errors.
+	path, srvCode, _ := startServer(t, context.Background(), "-once", "-devices", "none")
+	code, out, errs := gxfer(t, "perf", "-devices", "none", "-x", "unix:"+path, "-m", "host,gaudi", "-t", "put_bw")
+	assert.Equal(t, 2, code, errs)
+	assert.Empty(t, out)
+	assert.Contains(t, errs, "has no Gaudi device open")
+	assert.Equal(t, 1, strings.Count(errs, "\n"), "one line: %q", errs)
+	assert.Equal(t, 0, <-srvCode)
 }

@@ -8,10 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
 	"github.com/gxfer/gxfer/bench"
+	"github.com/gxfer/gxfer/engine"
 )
 
 func perfUsage(w io.Writer) {
@@ -33,12 +35,40 @@ an error (exit status 1).
 With -O or -b above 1, the latency columns are the time per copy over the
 last window of completions (average: wall time / copies), not a round trip.
 
+Client/server mode (transport ipc: unix socket, shared memfd, same host),
+like ucx_perftest and ib_write_bw: start a server, then a client with the
+same -x. The server serves one client at a time (a second concurrent one
+is refused) until interrupted, or exits after one client with -once.
+
+  gxfer perf -server -x unix:/tmp/gx.sock [-once] [-d N]
+  gxfer perf -x unix:/tmp/gx.sock [-t put_lat,put_bw,get_lat,get_bw] [-m local,remote] [-s sizes] [-O window]
+
+Tests over ipc:
+  put_lat  ping-pong: the client Puts into the server's buffer, the server
+           polls its memory (the last aligned 8 bytes carry a sequence
+           number) and Puts back; latency = round trip / 2, as
+           ucx_perftest put_lat (sizes of 8 bytes and more). With Gaudi
+           memory at either end, where the CPU cannot poll: the Put's
+           completion round trip.
+  put_bw   Puts into the server's buffer with -O outstanding.
+  get_lat  Get round trip, one at a time.
+  get_bw   Gets from the server's buffer with -O outstanding.
+-m local,remote gives the memory types of the client's and the server's
+buffers (host or gaudi; default host,host); with remote gaudi the server's
+engine does the DMA. Latency tests run with one operation in flight
+whatever -O says; -b is not supported over ipc. As ucx_perftest, the same
+buffers are used every iteration (small sizes stay in the cache). The
+server verifies its buffer after each size of a put test, the client its
+own after each get test.
+
 Examples:
   gxfer perf
   gxfer perf -t h2d,d2h -sweep 4K:64M -time 1s
   gxfer perf -t d2d -s 1M -n 1000 -O 16 -benchfmt > new.txt
   gxfer perf -json > run.json
   gxfer perf -plot perf.svg
+  taskset -c 0 gxfer perf -server -x unix:/tmp/gx.sock -once &
+  taskset -c 1 gxfer perf -x unix:/tmp/gx.sock -t put_lat,put_bw -s 8,4K,1M
 
 Flags:
 `)
@@ -57,16 +87,18 @@ type perfOpts struct {
 	count               int
 	device              int
 	transport           string
+	server, once        bool
 	json, csv, benchfmt bool
 	plot                string
 	quiet               bool
+	cpuprofile          string
 }
 
 func perfFlags() (*flag.FlagSet, *perfOpts) {
 	o := &perfOpts{}
 	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
-	fs.StringVar(&o.tests, "t", "", "tests, comma-separated: h2d, d2h, d2d, h2h (default: all that the open devices allow)")
-	fs.StringVar(&o.mem, "m", "", "memory types `src,dst` (host or gaudi) instead of -t, as ucx_perftest -m")
+	fs.StringVar(&o.tests, "t", "", "tests, comma-separated: h2d, d2h, d2d, h2h; over ipc put_lat, put_bw, get_lat, get_bw (default: all that can run)")
+	fs.StringVar(&o.mem, "m", "", "memory types `src,dst` (host or gaudi) instead of -t, as ucx_perftest -m; over ipc: local,remote")
 	fs.StringVar(&o.sizes, "s", "", "message sizes, comma-separated, with K, M, G suffixes (binary) (default 8,4K,64K,1M,16M)")
 	fs.StringVar(&o.sweep, "sweep", "", "message sizes `MIN:MAX`: every power of two from MIN to MAX, e.g. 8:16M")
 	fs.IntVar(&o.iters, "n", 0, "measured iterations (messages) per size; excludes -time")
@@ -76,34 +108,67 @@ func perfFlags() (*flag.FlagSet, *perfOpts) {
 	fs.IntVar(&o.batch, "b", 1, "copies per submission, sent as one engine batch")
 	fs.IntVar(&o.count, "count", 1, "measure each (test, size) this many times (for benchstat)")
 	fs.IntVar(&o.device, "d", 0, "index of the Gaudi device under test")
-	fs.StringVar(&o.transport, "x", "local", "transport: local (rdma and tcp are not implemented in this build)")
+	fs.StringVar(&o.transport, "x", "local", "transport: local, or unix:PATH for ipc to a perf server at PATH (rdma and tcp are not implemented in this build)")
+	fs.BoolVar(&o.server, "server", false, "serve ipc clients at -x unix:PATH (one at a time) until interrupted")
+	fs.BoolVar(&o.once, "once", false, "with -server: exit after one client")
 	fs.BoolVar(&o.json, "json", false, "write the report as JSON on stdout instead of tables")
 	fs.BoolVar(&o.csv, "csv", false, "write the results as CSV on stdout instead of tables")
 	fs.BoolVar(&o.benchfmt, "benchfmt", false, "write the results in Go benchmark format on stdout, for benchstat")
 	fs.StringVar(&o.plot, "plot", "", "also draw bandwidth and latency against size into `FILE`.svg or FILE.png")
 	fs.BoolVar(&o.quiet, "q", false, "quiet: no tables and no progress (machine formats and -plot are still written)")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to `FILE` (go tool pprof)")
 	o.common.register(fs)
 	return fs, o
 }
 
 // perfPlan is a checked perf command line.
 type perfPlan struct {
-	p        bench.Params
-	format   string // text, json, csv, benchfmt
-	progress bool
+	p         bench.Params
+	format    string // text, json, csv, benchfmt
+	progress  bool
+	transport string // local, ipc
+	addr      string // the server's socket (ipc)
 }
+
+// clientOnly are the flags a server has no use for: the client chooses.
+var clientOnly = []string{"t", "m", "s", "sweep", "n", "time", "w", "O", "b", "count", "json", "csv", "benchfmt", "plot"}
 
 // check validates the flags that need no engine.
 func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
 	var pl perfPlan
+	name, addr, err := bench.ParseTransport(o.transport)
+	if err != nil {
+		return pl, usagef("-x: %v", err)
+	}
+	pl.transport, pl.addr = name, addr
+	if o.once && !o.server {
+		return pl, usagef("-once needs -server")
+	}
+	if o.server {
+		if name != "ipc" {
+			return pl, usagef("-server needs -x unix:PATH, the socket to listen on")
+		}
+		for _, f := range clientOnly {
+			if set[f] {
+				return pl, usagef("-%s has no meaning with -server (the client chooses)", f)
+			}
+		}
+		if o.device < 0 {
+			return pl, usagef("bad -d %d (want a device index, 0 or more)", o.device)
+		}
+		return pl, nil
+	}
 	if set["n"] && set["time"] {
 		return pl, usagef("-n and -time are mutually exclusive")
 	}
 	if set["s"] && set["sweep"] {
 		return pl, usagef("-s and -sweep are mutually exclusive")
 	}
-	if set["t"] && set["m"] {
-		return pl, usagef("-t and -m are mutually exclusive")
+	if set["t"] && set["m"] && name == "local" {
+		return pl, usagef("-t and -m are mutually exclusive (except over ipc, where -m gives the local and remote memory types)")
+	}
+	if name == "ipc" && o.batch > 1 {
+		return pl, usagef("-b %d: batches are not supported over ipc (an endpoint has no batch API)", o.batch)
 	}
 	formats := 0
 	pl.format = "text"
@@ -132,9 +197,6 @@ func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
 	case o.device < 0:
 		return pl, usagef("bad -d %d (want a device index, 0 or more)", o.device)
 	}
-	if _, err := bench.LookupTransport(o.transport); err != nil {
-		return pl, usagef("-x: %v", err)
-	}
 	if set["m"] {
 		if _, _, err := o.memTypes(); err != nil {
 			return pl, err
@@ -149,7 +211,6 @@ func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
 		}
 	}
 	var sizes []int
-	var err error
 	switch {
 	case set["sweep"]:
 		sizes, err = bench.ParseSweep(o.sweep)
@@ -208,6 +269,20 @@ func (o *perfOpts) memTypes() (src, dst bench.Mem, err error) {
 
 // selectTests resolves -t or -m for env.
 func (o *perfOpts) selectTests(env *bench.Env) ([]bench.Test, error) {
+	if env.Peer != nil {
+		if o.mem != "" {
+			l, r, err := o.memTypes()
+			if err != nil {
+				return nil, err
+			}
+			env.Local, env.Remote = l, r
+		}
+		tests, err := bench.TestsFor(env, o.tests)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		return tests, nil
+	}
 	if o.mem != "" {
 		s, d, err := o.memTypes()
 		if err != nil {
@@ -240,6 +315,22 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err != nil {
 		return err
 	}
+	if o.cpuprofile != "" {
+		f, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return usagef("-cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("-cpuprofile: %w", cerr)
+			}
+		}()
+	}
 	eng, err := openEngine(cfg)
 	if err != nil {
 		return err
@@ -250,9 +341,27 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		}
 	}()
 
-	env := &bench.Env{Engine: eng, Device: o.device, Transport: o.transport}
 	if n := eng.NumDevices(); set["d"] && o.device >= n {
 		return usagef("-d %d: no such device (%d open)", o.device, n)
+	}
+	if o.server {
+		return runServer(ctx, o, plan, eng, stdout)
+	}
+	env := &bench.Env{Engine: eng, Device: o.device, Transport: plan.transport}
+	if plan.transport == "ipc" {
+		peer, err := bench.DialPeer(ctx, eng, plan.addr)
+		if err != nil {
+			if ctx.Err() != nil {
+				return errors.New("interrupted")
+			}
+			return err
+		}
+		defer func() {
+			if cerr := peer.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("close the connection to the server: %w", cerr)
+			}
+		}()
+		env.Peer = peer
 	}
 	tests, err := o.selectTests(env)
 	if err != nil {
@@ -283,7 +392,7 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		if err := tw.Banner(); err != nil {
 			return err
 		}
-		if eng.NumDevices() == 0 && o.tests == "" && o.mem == "" {
+		if eng.NumDevices() == 0 && o.tests == "" && o.mem == "" && env.Peer == nil {
 			fmt.Fprintln(stdout, "# no Gaudi device open: h2d, d2h and d2d skipped")
 		}
 	}
@@ -313,6 +422,53 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		if text {
 			fmt.Fprintf(stdout, "#\n# plot written to %s\n", o.plot)
 		}
+	}
+	return nil
+}
+
+// runServer is gxfer perf -server: it serves ipc clients until
+// interrupted, or one client with -once.
+func runServer(ctx context.Context, o *perfOpts, plan perfPlan, eng *engine.Engine, stdout io.Writer) error {
+	var log io.Writer
+	if !o.quiet {
+		log = stdout
+	}
+	srv, err := bench.Listen(eng, bench.ServerConfig{Path: plan.addr, Device: o.device, Once: o.once, Log: log})
+	if err != nil {
+		return err
+	}
+	if !o.quiet {
+		e := bench.CurrentEnvironment(&bench.Env{Engine: eng})
+		fmt.Fprintf(stdout, "# gxfer perf server | %s %s/%s | %d CPUs, GOMAXPROCS %d", e.GoVersion, e.GOOS, e.GOARCH, e.CPUs, e.GOMAXPROCS)
+		if e.Affinity != "" {
+			fmt.Fprintf(stdout, ", CPUs allowed %s", e.Affinity)
+		}
+		fmt.Fprintf(stdout, " | pid %d\n# devices:", os.Getpid())
+		if len(e.Devices) == 0 {
+			fmt.Fprint(stdout, " none (host memory only; clients cannot use remote gaudi)")
+		}
+		for i, d := range e.Devices {
+			if i > 0 {
+				fmt.Fprint(stdout, ",")
+			}
+			kind := "[real: " + d.Name + "]"
+			if d.Emulated {
+				kind = "[EMULATED: dma/hlsim, " + d.Name + "]"
+			}
+			fmt.Fprintf(stdout, " gaudi%d %s %s", d.Index, d.Model, kind)
+		}
+		if len(e.Devices) > 0 {
+			fmt.Fprintf(stdout, " | gaudi buffers on gaudi%d", o.device)
+		}
+		mode := "one client at a time, until interrupted"
+		if o.once {
+			mode = "one client, then exit (-once)"
+		}
+		fmt.Fprintf(stdout, "\n# transport %s | listening on %s (control socket %s%s) | %s\n",
+			bench.TransportLabel("ipc"), srv.Addr(), plan.addr, bench.CtlSuffix, mode)
+	}
+	if err := srv.Serve(ctx); err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
 	return nil
 }
