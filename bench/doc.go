@@ -19,6 +19,17 @@
 // is written as text tables, JSON, CSV, the Go benchmark format (for
 // benchstat) or a plot (SVG or PNG, gonum.org/v1/plot).
 //
+// Peer tests run over the ipc transport (a unix socket and shared memfds,
+// same host) against a perf server in another process, like ucx_perftest's
+// client and server: Listen and Server.Serve on one side, DialPeer on the
+// other, and the tests put_lat (a ping-pong polled in host memory, latency
+// = round trip / 2), put_bw, get_lat and get_bw. The two sides agree on
+// buffers over a control socket next to the engine socket (PATH.ctl), one
+// JSON object per line; the server serves one client at a time. The
+// harness times operations with the TSC where it is invariant (as
+// ucx_perftest does), since a clock read of the monotonic clock costs
+// about as much as a small Put.
+//
 // Every result names its device and whether it is the emulator
-// (dma/hlsim).
+// (dma/hlsim); a peer test names the peer's device too.
 package bench

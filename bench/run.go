@@ -288,7 +288,7 @@ func measureOne(ctx context.Context, rs *runState, t Test, size, run int, frac f
 	res.Iterations, res.Submissions = m.msgs, m.subs
 	res.ElapsedSec = m.elapsed.Seconds()
 	res.Latency = rec.lat.stats()
-	res.RoundTrip = rec.rtt.stats()
+	res.RoundTrip = rec.rttStats(res.Latency)
 	if res.LatencyKind == PerOp && m.msgs > 0 {
 		// The average time per copy is exactly wall time / copies.
 		res.Latency.Avg = m.elapsed.Seconds() * 1e6 / float64(m.msgs)
@@ -486,15 +486,15 @@ func (r *recorder) begin(c *clock, start int64, window int) {
 // copy, does.
 func (r *recorder) add(t0, now int64, n int) {
 	rtt := r.c.dur(now - t0)
-	r.rtt.add(rtt, 1)
 	switch r.kind {
 	case RoundTrip:
-		r.lat.add(rtt, 1)
+		r.lat.add(rtt, 1) // the round trips are the latency samples: see rttStats
 		return
 	case OneWay:
 		r.lat.add(rtt/2, 1)
 		return
 	}
+	r.rtt.add(rtt, 1)
 	r.total += int64(n)
 	i := r.k % len(r.times)
 	baseT, baseCum := r.start, int64(0)
@@ -504,6 +504,19 @@ func (r *recorder) add(t0, now int64, n int) {
 	r.lat.add(r.c.dur(now-baseT)/time.Duration(r.total-baseCum), n)
 	r.times[i], r.cum[i] = now, r.total
 	r.k++
+}
+
+// rttStats summarises the submission round trips. Round-trip and one-way
+// measurements keep one set of samples, the latency's, to halve the
+// recording work per operation.
+func (r *recorder) rttStats(lat LatencyStats) LatencyStats {
+	switch r.kind {
+	case RoundTrip:
+		return lat
+	case OneWay:
+		return LatencyStats{Median: 2 * lat.Median, Avg: 2 * lat.Avg, P99: 2 * lat.P99, Min: 2 * lat.Min, Max: 2 * lat.Max}
+	}
+	return r.rtt.stats()
 }
 
 // maxSamples bounds the memory of a measurement: beyond it, samples are

@@ -1,0 +1,235 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The perf server's control channel, the side channel of the peer tests
+// (like ucx_perftest's TCP socket): a unix stream socket at the engine
+// socket's path + ".ctl", carrying one JSON object per line. The client
+// asks, the server answers each request with one reply; a reply with an
+// error field is a refusal. The server serves one client at a time.
+
+// CtlSuffix is appended to the engine socket's path to name the control
+// socket.
+const CtlSuffix = ".ctl"
+
+const (
+	ctlVersion    = 1
+	ctlMaxLine    = 1 << 20
+	ctlTimeout    = 60 * time.Second // one request, including a server-side fill or check of 1 GiB
+	helloTimeout  = 10 * time.Second
+	attachTimeout = 10 * time.Second
+)
+
+// Control operations.
+const (
+	opHello       = "hello"        // -> server environment; busy servers refuse
+	opAttach      = "attach"       // the client dialed the engine socket: the server picks up the endpoint
+	opAlloc       = "alloc"        // allocate, fill and export a buffer
+	opFree        = "free"         // free a buffer
+	opVerify      = "verify"       // check a buffer's contents against the pattern
+	opPingPong    = "pingpong"     // start the ping-pong responder
+	opPingPongEnd = "pingpong_end" // wait for the responder (stopped by the client's stop sequence) and check
+	opBye         = "bye"          // the client is done
+)
+
+// ctlMsg is a request or a reply: one JSON line.
+type ctlMsg struct {
+	Op      string `json:"op,omitempty"`
+	Version int    `json:"version,omitempty"`
+	Error   string `json:"error,omitempty"` // replies: why the request was refused
+
+	// hello reply
+	PID    int          `json:"pid,omitempty"`
+	Env    *Environment `json:"env,omitempty"`
+	Device int          `json:"device,omitempty"` // the server's Gaudi for gaudi buffers
+
+	// buffers
+	Buf        uint64 `json:"buf,omitempty"` // server buffer id
+	Mem        Mem    `json:"mem,omitempty"`
+	Size       int    `json:"size,omitempty"`
+	Seed       byte   `json:"seed,omitempty"`
+	Complement bool   `json:"complement,omitempty"` // fill with the pattern's complement
+	Key        []byte `json:"key,omitempty"`        // an exported remote key
+	HasSeq     bool   `json:"has_seq,omitempty"`    // the buffer carries a ping-pong sequence at SeqOff
+	SeqOff     int    `json:"seq_off,omitempty"`
+	Seq        uint64 `json:"seq,omitempty"`    // the sequence the buffer must hold
+	Rounds     uint64 `json:"rounds,omitempty"` // ping-pong rounds the server answered
+}
+
+// ctlConn is one end of a control connection.
+type ctlConn struct {
+	c  *net.UnixConn
+	r  *bufio.Reader
+	w  *bufio.Writer
+	to string // who is at the other end, for errors
+}
+
+func newCtlConn(c *net.UnixConn, to string) *ctlConn {
+	return &ctlConn{c: c, r: bufio.NewReaderSize(c, 4096), w: bufio.NewWriter(c), to: to}
+}
+
+func (c *ctlConn) Close() error { return c.c.Close() }
+
+// send writes one message within timeout (0: no limit).
+func (c *ctlConn) send(m *ctlMsg, timeout time.Duration) error {
+	var d time.Time
+	if timeout > 0 {
+		d = time.Now().Add(timeout)
+	}
+	if err := c.c.SetWriteDeadline(d); err != nil {
+		return err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if _, err := c.w.Write(b); err != nil {
+		return fmt.Errorf("send to %s: %w", c.to, err)
+	}
+	if err := c.w.Flush(); err != nil {
+		return fmt.Errorf("send to %s: %w", c.to, err)
+	}
+	return nil
+}
+
+// recv reads one message within timeout (0: no limit). A line longer
+// than ctlMaxLine or that is not a JSON object is an error.
+func (c *ctlConn) recv(timeout time.Duration) (*ctlMsg, error) {
+	var d time.Time
+	if timeout > 0 {
+		d = time.Now().Add(timeout)
+	}
+	if err := c.c.SetReadDeadline(d); err != nil {
+		return nil, err
+	}
+	var line []byte
+	for {
+		part, err := c.r.ReadSlice('\n')
+		line = append(line, part...)
+		if len(line) > ctlMaxLine {
+			return nil, fmt.Errorf("from %s: control message longer than %d bytes", c.to, ctlMaxLine)
+		}
+		if err == nil {
+			break
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if errors.Is(err, io.EOF) && len(line) == 0 {
+			return nil, io.EOF
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if timeout == 0 {
+				return nil, fmt.Errorf("connection to %s aborted", c.to)
+			}
+			return nil, fmt.Errorf("no answer from %s within %v", c.to, timeout)
+		}
+		return nil, fmt.Errorf("receive from %s: %w", c.to, err)
+	}
+	var m ctlMsg
+	if err := json.Unmarshal(line, &m); err != nil {
+		return nil, fmt.Errorf("from %s: malformed control message: %w", c.to, err)
+	}
+	return &m, nil
+}
+
+// call sends a request and returns its reply; a refusal is an error.
+// ctx ends the wait early (the connection is then unusable).
+func (c *ctlConn) call(ctx context.Context, m *ctlMsg, timeout time.Duration) (*ctlMsg, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := c.send(m, timeout); err != nil {
+		return nil, ctxOr(ctx, err)
+	}
+	r, err := c.recv(timeout)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = fmt.Errorf("%s closed the control connection", c.to)
+		}
+		return nil, ctxOr(ctx, fmt.Errorf("%s: %w", m.Op, err))
+	}
+	if r.Error != "" {
+		return r, fmt.Errorf("%s refused %s: %s", c.to, m.Op, r.Error)
+	}
+	return r, nil
+}
+
+func ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// peerUcred returns the credentials of the process at the other end of a
+// unix socket.
+func peerUcred(c *net.UnixConn) (*unix.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
+}
+
+// maxSocketPath is the longest socket path (sun_path holds 108 bytes with
+// the terminating NUL); the control socket's path is longer by CtlSuffix.
+const maxSocketPath = 107 - len(CtlSuffix)
+
+func checkSocketPath(path string) error {
+	switch {
+	case path == "":
+		return errors.New("empty socket path")
+	case path[0] == '@':
+		return fmt.Errorf("abstract socket %q not supported (no file permissions)", path)
+	case len(path) > maxSocketPath:
+		return fmt.Errorf("socket path of %d bytes is too long (max %d, the control socket adds %q)", len(path), maxSocketPath, CtlSuffix)
+	}
+	return nil
+}
+
+// ParseTransport parses the -x value of gxfer perf: "local", or
+// "unix:PATH" for the ipc transport to the server listening at PATH. It
+// returns the transport name and the address ("" for local). Known but
+// unavailable transports are errors matching ErrUnavailable.
+func ParseTransport(s string) (name, addr string, err error) {
+	if rest, ok := strings.CutPrefix(s, "unix:"); ok {
+		if err := checkSocketPath(rest); err != nil {
+			return "", "", fmt.Errorf("bad -x %q: %w", s, err)
+		}
+		if _, err := LookupTransport("ipc"); err != nil {
+			return "", "", err
+		}
+		return "ipc", rest, nil
+	}
+	if s == "ipc" {
+		return "", "", errors.New("transport ipc needs the server's socket: -x unix:PATH")
+	}
+	if _, err := LookupTransport(s); err != nil {
+		return "", "", err
+	}
+	return s, "", nil
+}

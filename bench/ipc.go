@@ -1,0 +1,495 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/engine"
+)
+
+// The peer tests over the ipc transport: this process (the client) moves
+// data to and from the buffers of a perf server (Serve) through an engine
+// Endpoint, and the two agree on buffers over the control channel.
+
+func init() {
+	for _, t := range []Test{
+		{Name: "put_lat", Peer: PeerDst, Latency: true,
+			Desc: "ping-pong: Put into the peer's buffer, the peer polls its memory and Puts back; latency = round trip / 2, like ucx_perftest put_lat (with Gaudi memory at either end: the Put's completion round trip)"},
+		{Name: "put_bw", Peer: PeerDst,
+			Desc: "Puts into the peer's buffer, -O outstanding, the same buffers every iteration (like ucx_perftest put_bw)"},
+		{Name: "get_lat", Peer: PeerSrc, Latency: true,
+			Desc: "Get round trip: one Get from the peer's buffer at a time, submit to completion"},
+		{Name: "get_bw", Peer: PeerSrc,
+			Desc: "Gets from the peer's buffer, -O outstanding, the same buffers every iteration"},
+	} {
+		t.Transport, t.Src, t.Dst = "ipc", Host, Host
+		t.Prepare = prepareIPC(t.Name, t.Peer == PeerDst)
+		Register(t)
+	}
+}
+
+// Peer is a connection to a perf server: an engine endpoint for the data
+// and the control channel for everything else.
+type Peer struct {
+	Addr   string      // "unix:PATH"
+	PID    int         // the server's pid
+	Env    Environment // the server's environment and devices
+	Device int         // the server's Gaudi that holds its Gaudi buffers
+
+	eng *engine.Engine
+	ep  *engine.Endpoint
+	mu  sync.Mutex // one control request at a time
+	ctl *ctlConn
+}
+
+// DialPeer connects to the perf server listening at path (the engine
+// socket; the control socket is path + CtlSuffix). A server busy with
+// another client refuses.
+func DialPeer(ctx context.Context, eng *engine.Engine, path string) (_ *Peer, err error) {
+	p := &Peer{Addr: "unix:" + path, eng: eng}
+	if err := checkSocketPath(path); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", path+CtlSuffix)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the perf server at unix:%s: %w (is 'gxfer perf -server -x unix:%s' running?)", path, unwrapOp(err), path)
+	}
+	uc := c.(*net.UnixConn)
+	p.ctl = newCtlConn(uc, "the perf server at unix:"+path)
+	defer func() {
+		if err != nil {
+			_ = p.Close()
+		}
+	}()
+	if cred, err := peerUcred(uc); err != nil {
+		return nil, fmt.Errorf("perf server at unix:%s: peer credentials: %w", path, err)
+	} else if int(cred.Uid) != os.Getuid() {
+		return nil, fmt.Errorf("perf server at unix:%s runs as uid %d, not %d: refused", path, cred.Uid, os.Getuid())
+	}
+	r, err := p.ctl.call(ctx, &ctlMsg{Op: opHello, Version: ctlVersion, PID: os.Getpid()}, helloTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if r.Version != ctlVersion || r.Env == nil {
+		return nil, fmt.Errorf("perf server at unix:%s speaks control version %d, want %d", path, r.Version, ctlVersion)
+	}
+	p.PID, p.Env, p.Device = r.PID, *r.Env, r.Device
+	if p.ep, err = eng.Dial(ctx, "unix", path); err != nil {
+		return nil, err
+	}
+	if _, err := p.call(ctx, &ctlMsg{Op: opAttach}, attachTimeout); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// unwrapOp drops the *net.OpError wrapping ("dial unix /x.ctl: connect:
+// no such file or directory" -> the cause) since the caller names the path.
+func unwrapOp(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err
+	}
+	return err
+}
+
+// Endpoint is the engine endpoint to the server.
+func (p *Peer) Endpoint() *engine.Endpoint { return p.ep }
+
+// String names the server: "unix:/tmp/s (pid 123)".
+func (p *Peer) String() string { return fmt.Sprintf("%s (pid %d)", p.Addr, p.PID) }
+
+// Close says goodbye and closes the endpoint and the control connection.
+func (p *Peer) Close() error {
+	var errs []error
+	if p.ctl != nil && p.ep != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := p.call(ctx, &ctlMsg{Op: opBye}, 5*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+	}
+	if p.ep != nil {
+		errs = append(errs, p.ep.Close())
+	}
+	if p.ctl != nil {
+		if err := p.ctl.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Peer) call(ctx context.Context, m *ctlMsg, timeout time.Duration) (*ctlMsg, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ctl.call(ctx, m, timeout)
+}
+
+// DeviceInfo describes the server's Gaudi used for its Gaudi buffers.
+func (p *Peer) DeviceInfo() (DeviceEnv, bool) {
+	for _, d := range p.Env.Devices {
+		if d.Index == p.Device {
+			return d, true
+		}
+	}
+	return DeviceEnv{}, false
+}
+
+func (p *Peer) checkDevice() error {
+	if len(p.Env.Devices) == 0 {
+		return fmt.Errorf("the peer %s has no Gaudi device open", p)
+	}
+	if _, ok := p.DeviceInfo(); !ok {
+		return fmt.Errorf("the peer %s has no Gaudi device %d", p, p.Device)
+	}
+	return nil
+}
+
+// alloc has the server allocate a buffer, fill it and export it.
+func (p *Peer) alloc(ctx context.Context, mem Mem, size int, seed byte, complement bool) (uint64, engine.RemoteKey, error) {
+	r, err := p.call(ctx, &ctlMsg{Op: opAlloc, Mem: mem, Size: size, Seed: seed, Complement: complement}, ctlTimeout)
+	if err != nil {
+		return 0, engine.RemoteKey{}, err
+	}
+	k, err := engine.ParseRemoteKey(r.Key)
+	if err != nil {
+		return 0, engine.RemoteKey{}, fmt.Errorf("key from %s: %w", p, err)
+	}
+	if k.Len() != size {
+		return 0, engine.RemoteKey{}, fmt.Errorf("key from %s is for %d bytes, want %d", p, k.Len(), size)
+	}
+	return r.Buf, k, nil
+}
+
+func (p *Peer) free(ctx context.Context, id uint64) error {
+	_, err := p.call(ctx, &ctlMsg{Op: opFree, Buf: id}, ctlTimeout)
+	return err
+}
+
+// verify has the server check its buffer against the pattern.
+func (p *Peer) verify(ctx context.Context, id uint64, seed byte) error {
+	_, err := p.call(ctx, &ctlMsg{Op: opVerify, Buf: id, Seed: seed}, ctlTimeout)
+	return err
+}
+
+// preImport maps the server's host buffer into this process now, as
+// ucx_perftest unpacks its remote keys before measuring: a Get of a few
+// bytes into a scratch buffer goes through the IPC handle cache, which
+// keeps the mapping for the measured operations.
+func (p *Peer) preImport(ctx context.Context, rk engine.RemoteKey) (err error) {
+	if rk.Location().IsGaudi() {
+		return nil // the peer's engine moves its Gaudi memory: nothing to map here
+	}
+	n := min(8, rk.Len())
+	scratch, err := p.eng.Alloc(n, engine.Host)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, scratch.Free()) }()
+	if err := p.ep.GetSync(ctx, scratch.All(), rk.Slice(0, n)); err != nil {
+		return fmt.Errorf("map the peer's buffer: %w", err)
+	}
+	return nil
+}
+
+// seedFor derives a pattern seed from the test and size, so that a
+// stale buffer of another test or size cannot pass verification.
+func seedFor(name string, size int, salt byte) byte {
+	s := byte(size*7) ^ salt
+	for _, c := range []byte(name) {
+		s = s*31 + c
+	}
+	return s
+}
+
+func prepareIPC(name string, put bool) func(ctx context.Context, env *Env, size int) (Workload, error) {
+	return func(ctx context.Context, env *Env, size int) (Workload, error) {
+		if env.Peer == nil {
+			return nil, errors.New("no peer")
+		}
+		if name == "put_lat" && env.local() == Host && env.remote() == Host {
+			return newPingPong(ctx, env, size)
+		}
+		return newRMA(ctx, env, size, put, seedFor(name, size, 0x5a))
+	}
+}
+
+// rmaWork runs Puts or Gets between one local buffer and one buffer of
+// the peer, both allocated once per size and reused by every iteration.
+type rmaWork struct {
+	p     *Peer
+	eng   *engine.Engine
+	put   bool
+	seed  byte
+	local *engine.Buffer
+	ls    engine.Slice
+	rid   uint64 // the server's buffer
+	rk    engine.RemoteKey
+	rlive bool
+}
+
+func newRMA(ctx context.Context, env *Env, size int, put bool, seed byte) (_ Workload, err error) {
+	w := &rmaWork{p: env.Peer, eng: env.Engine, put: put, seed: seed}
+	defer func() {
+		if err != nil {
+			_ = w.Close()
+		}
+	}()
+	if w.local, err = w.eng.Alloc(size, location(env.local(), env)); err != nil {
+		return nil, fmt.Errorf("allocate %s local buffer: %w", FormatSize(size), err)
+	}
+	w.ls = w.local.All()
+	// The source holds the pattern, the destination its complement.
+	if err := fillBuffer(ctx, w.eng, w.local, seed, !put); err != nil {
+		return nil, fmt.Errorf("fill local buffer: %w", err)
+	}
+	if w.rid, w.rk, err = w.p.alloc(ctx, env.remote(), size, seed, put); err != nil {
+		return nil, err
+	}
+	w.rlive = true
+	if err := w.p.preImport(ctx, w.rk); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Submit implements Workload.
+func (w *rmaWork) Submit(ctx context.Context, n int) *engine.Future {
+	if n != 1 {
+		return cq.Resolved(fmt.Errorf("%w: batches of peer operations", engine.ErrNotSupported))
+	}
+	if w.put {
+		return w.p.ep.Put(ctx, w.ls, w.rk)
+	}
+	return w.p.ep.Get(ctx, w.ls, w.rk)
+}
+
+// Verify implements Workload: the destination, here or at the peer, holds
+// the source's pattern.
+func (w *rmaWork) Verify(ctx context.Context) error {
+	if w.put {
+		return w.p.verify(ctx, w.rid, w.seed)
+	}
+	return checkBuffer(ctx, w.eng, w.local, w.seed, span{}, "local destination")
+}
+
+// Close implements Workload.
+func (w *rmaWork) Close() error {
+	var errs []error
+	if w.local != nil {
+		errs = append(errs, w.local.Free())
+	}
+	if w.rlive {
+		ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
+		errs = append(errs, w.p.free(ctx, w.rid))
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+// stopSeq is the sequence number that ends the server's ping-pong
+// responder.
+const stopSeq = ^uint64(0)
+
+// pingTimeout bounds one ping-pong round: a peer that does not answer
+// within it has failed.
+var pingTimeout = 10 * time.Second
+
+// pingPong is put_lat between host buffers, like ucx_perftest's: the
+// client Puts its send buffer into the server's receive buffer; the last
+// aligned 8 bytes carry the round's sequence number. The server polls its
+// receive buffer, and on the expected number Puts its send buffer (same
+// sequence) into the client's receive buffer, which the client polls.
+// Both sides spin on atomic loads: no wakeup is involved.
+type pingPong struct {
+	p      *Peer
+	eng    *engine.Engine
+	ep     *engine.Endpoint
+	size   int
+	seqOff int
+
+	send, recv   *engine.Buffer // this side's
+	sendS        engine.Slice
+	sendSeq      *uint64
+	recvSeq      *uint64
+	rid          uint64 // the server's receive buffer
+	rk           engine.RemoteKey
+	rlive        bool
+	running      bool // the server's responder is running
+	seq          uint64
+	seedC, seedS byte // patterns of the client's and the server's send buffers
+}
+
+func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error) {
+	if size < 8 {
+		return nil, fmt.Errorf("put_lat needs messages of at least 8 bytes (they carry the ping-pong sequence number), got %d", size)
+	}
+	w := &pingPong{p: env.Peer, eng: env.Engine, ep: env.Peer.ep, size: size, seqOff: (size - 8) &^ 7,
+		seedC: seedFor("put_lat", size, 0x11), seedS: seedFor("put_lat", size, 0x22)}
+	defer func() {
+		if err != nil {
+			_ = w.Close()
+		}
+	}()
+	if w.send, err = w.eng.Alloc(size, engine.Host); err != nil {
+		return nil, fmt.Errorf("allocate %s send buffer: %w", FormatSize(size), err)
+	}
+	if w.recv, err = w.eng.Alloc(size, engine.Host); err != nil {
+		return nil, fmt.Errorf("allocate %s receive buffer: %w", FormatSize(size), err)
+	}
+	fillPattern(w.send.Bytes(), w.seedC, false)
+	fillPattern(w.recv.Bytes(), w.seedS, true)
+	w.sendS = w.send.All()
+	w.sendSeq = (*uint64)(unsafe.Pointer(&w.send.Bytes()[w.seqOff]))
+	w.recvSeq = (*uint64)(unsafe.Pointer(&w.recv.Bytes()[w.seqOff]))
+	atomic.StoreUint64(w.sendSeq, 0)
+	atomic.StoreUint64(w.recvSeq, 0)
+	if w.rid, w.rk, err = w.p.alloc(ctx, Host, size, w.seedC, true); err != nil {
+		return nil, err
+	}
+	w.rlive = true
+	if err := w.p.preImport(ctx, w.rk); err != nil {
+		return nil, err
+	}
+	key, err := w.recv.Export()
+	if err != nil {
+		return nil, fmt.Errorf("export the receive buffer: %w", err)
+	}
+	if _, err := w.p.call(ctx, &ctlMsg{Op: opPingPong, Buf: w.rid, Key: key.Bytes(), Size: size, Seed: w.seedS,
+		HasSeq: true, SeqOff: w.seqOff}, ctlTimeout); err != nil {
+		return nil, err
+	}
+	w.running = true
+	return w, nil
+}
+
+// Submit implements Workload; the runner calls RoundTrip instead.
+func (w *pingPong) Submit(ctx context.Context, n int) *engine.Future {
+	if n != 1 {
+		return cq.Resolved(fmt.Errorf("%w: batches of ping-pong rounds", engine.ErrNotSupported))
+	}
+	return cq.Resolved(w.RoundTrip(ctx))
+}
+
+// RoundTrip runs one ping-pong round: Put, then spin until the peer's
+// answer lands in the receive buffer.
+func (w *pingPong) RoundTrip(ctx context.Context) error {
+	w.seq++
+	want := w.seq
+	// The send buffer is this goroutine's (the Put reads it here, or on a
+	// worker after a queue handoff): a plain store, no locked instruction
+	// on the critical path. Only the polled receive buffer needs atomics.
+	*w.sendSeq = want
+	// A Put into the peer's host memory small enough to run inline is done
+	// on return. A larger one runs on the engine's workers: wait for it
+	// before spinning, since with one P (a process pinned to one CPU) the
+	// spin would keep them from running.
+	if err := waitFuture(ctx, w.ep.Put(ctx, w.sendS, w.rk)); err != nil {
+		return err
+	}
+	var t0 time.Time
+	for spins := 1; atomic.LoadUint64(w.recvSeq) != want; spins++ {
+		if spins&0xfff != 0 {
+			continue
+		}
+		if err := spinCheck(&t0, spins); err != nil {
+			return fmt.Errorf("ping-pong round %d: no answer from %s: %w", want, w.p, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-w.ep.Done():
+			return fmt.Errorf("ping-pong round %d: %w", want, w.ep.Err())
+		default:
+		}
+	}
+	return nil
+}
+
+// waitFuture returns f's result, waiting only when it is not done yet.
+func waitFuture(ctx context.Context, f *engine.Future) error {
+	if !f.IsDone() {
+		if err := f.Wait(ctx); err != nil && !f.IsDone() {
+			<-f.Done() // the buffers are in use until it is done
+			return err
+		}
+	}
+	return f.Err()
+}
+
+// spinCheck runs every 4096 spins of a polling loop: it fails once the
+// loop has waited pingTimeout, and after the first 64K spins yields the
+// P now and then, so that goroutines of this process (the engine's) can
+// run even when it has a single P.
+func spinCheck(t0 *time.Time, spins int) error {
+	if t0.IsZero() {
+		*t0 = time.Now()
+		return nil
+	}
+	if time.Since(*t0) > pingTimeout {
+		return fmt.Errorf("nothing within %v", pingTimeout)
+	}
+	if spins >= 1<<16 {
+		runtime.Gosched()
+	}
+	return nil
+}
+
+// stop ends the server's responder and returns its verdict on the bytes
+// it received.
+func (w *pingPong) stop(ctx context.Context) error {
+	if !w.running {
+		return nil
+	}
+	w.running = false
+	*w.sendSeq = stopSeq
+	perr := w.ep.PutSync(ctx, w.sendS, w.rk)
+	r, err := w.p.call(ctx, &ctlMsg{Op: opPingPongEnd, Seq: w.seq}, ctlTimeout)
+	if err := errors.Join(perr, err); err != nil {
+		return err
+	}
+	if r.Rounds != w.seq {
+		return fmt.Errorf("the peer answered %d ping-pong rounds, want %d", r.Rounds, w.seq)
+	}
+	return nil
+}
+
+// Verify implements Workload: the server checked the bytes it received;
+// the client checks the answer it received last.
+func (w *pingPong) Verify(ctx context.Context) error {
+	if err := w.stop(ctx); err != nil {
+		return err
+	}
+	if got := atomic.LoadUint64(w.recvSeq); got != w.seq {
+		return fmt.Errorf("verification failed: the last answer carries sequence %d, want %d", got, w.seq)
+	}
+	return checkPattern(w.recv.Bytes(), w.seedS, span{w.seqOff, 8}, "local receive buffer")
+}
+
+// Close implements Workload.
+func (w *pingPong) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
+	defer cancel()
+	errs := []error{w.stop(ctx)}
+	for _, b := range []*engine.Buffer{w.send, w.recv} {
+		if b != nil {
+			errs = append(errs, b.Free())
+		}
+	}
+	if w.rlive {
+		errs = append(errs, w.p.free(ctx, w.rid))
+	}
+	return errors.Join(errs...)
+}
