@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# testbed/rxe/ci.sh - gxfer's RDMA CI, for .ci/run to call (root, Debian 12).
+#
+#  1. installs the host packages it needs (apt, only those missing);
+#  2. checks internal/verbs' ABI declarations against <infiniband/verbs.h>
+#     (go test -tags verbsabi ./internal/verbs/abicheck/) and that the verbs
+#     and rdma packages build without cgo;
+#  3. for each kernel (Debian 6.1 with vgem; 6.12 bookworm-backports with
+#     udmabuf): builds the Soft-RoCE QEMU VM (cached under $RXEVM_DIR) and
+#     runs the internal/verbs and rdma tests inside it, for real on rxe0,
+#     with -race, plus every benchmark once (so they cannot rot).
+# Tests inside the VM must not skip for lack of a device or of the expected
+# DMA-BUF exporter (GXFER_REQUIRE_RDMA, GXFER_REQUIRE_DMABUF_EXPORTER).
+# Exits non-zero on any failure. Logs: $RXEVM_DIR/ci-<kernel>.log.
+#
+# env: RXEVM_DIR   VM build cache and logs (default /tmp/gxfer-rxevm)
+#      GXFER_CI_KERNELS  kernels to test (default "stable backports")
+#      GXFER_CI_RACE     1 (default): go test -race in the VM; 0: without
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+HERE=$PWD/testbed/rxe
+export PATH="$PATH:/usr/local/go/bin"
+export RXEVM_DIR=${RXEVM_DIR:-/tmp/gxfer-rxevm}
+mkdir -p "$RXEVM_DIR"
+t0=$(date +%s)
+step() { printf '=== [rxe-ci %4ds] %s\n' $(($(date +%s) - t0)) "$*"; }
+
+step "host packages"
+need=()
+for p in qemu-system-x86 busybox-static kmod cpio xz-utils zstd libibverbs-dev gcc libc6-dev; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+	echo "apt-get install ${need[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+step "ABI: internal/verbs/abi.h against <infiniband/verbs.h>; builds without cgo"
+go vet -tags verbsabi ./internal/verbs/... ./rdma/...
+go test -count=1 -tags verbsabi ./internal/verbs/abicheck/
+CGO_ENABLED=0 go build ./internal/verbs/ ./rdma/
+
+race=-race
+[ "${GXFER_CI_RACE:-1}" = 1 ] || race=
+for k in ${GXFER_CI_KERNELS:-stable backports}; do
+	case $k in
+	stable) out=$RXEVM_DIR/out exporter=vgem ;;
+	backports) out=$RXEVM_DIR/out-bpo exporter=udmabuf ;;
+	*) echo "rxe-ci: unknown kernel $k" >&2; exit 2 ;;
+	esac
+	step "VM, $k kernel ($out)"
+	RXEVM_KERNEL=$k RXEVM_OUT=$out RXEVM_SKIP_APT=1 "$HERE/make-vm.sh"
+	log=$RXEVM_DIR/ci-$k.log
+	step "tests in the VM, kernel $(cat "$out/kernel-version") (log: $log)"
+	rc=0
+	RXEVM_OUT=$out GXFER_REQUIRE_RDMA=1 GXFER_REQUIRE_DMABUF_EXPORTER=$exporter \
+		go test -count=1 -p 1 $race -timeout 15m -exec "$HERE/go-exec-in-vm.sh" \
+		-v -bench . -benchtime 1x ./internal/verbs/ ./rdma/ >"$log" 2>&1 || rc=$?
+	grep -E '^(--- (FAIL|SKIP)|ok |FAIL|panic:)|    --- (FAIL|SKIP)|DMABufSupport|RegisterDMABuf|WARNING: DATA RACE' "$log" || true
+	if [ $rc != 0 ]; then
+		echo "rxe-ci: tests failed on the $k kernel (status $rc); last 60 lines of $log:"
+		tail -60 "$log"
+		exit $rc
+	fi
+done
+step "RDMA CI passed"
