@@ -34,6 +34,7 @@ type Future struct {
 	mu      sync.Mutex
 	ch      chan struct{}
 	err     error
+	final   error   // err as of resolution; read without the lock once done
 	errs    []error // per-op status (batches), nil otherwise
 	spin    time.Duration
 }
@@ -54,7 +55,7 @@ func NewBatchFuture(n int) *Future {
 
 // Resolved returns an already completed future with err.
 func Resolved(err error) *Future {
-	f := &Future{err: err, ch: closedChan}
+	f := &Future{err: err, final: err, ch: closedChan}
 	f.done.Store(true)
 	return f
 }
@@ -110,6 +111,7 @@ func (f *Future) resolve() {
 		f.mu.Unlock()
 		return
 	}
+	f.final = f.err
 	f.done.Store(true)
 	if f.ch == nil {
 		f.ch = closedChan
@@ -141,9 +143,7 @@ func (f *Future) Err() error {
 	if !f.done.Load() {
 		return ErrNotDone
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.err
+	return f.final // written before done was set, never after
 }
 
 // Errs returns the per-operation status of a batch future (nil entries

@@ -241,15 +241,16 @@ type Endpoint struct {
 	pid  ipc.PeerID
 	name string
 
-	mu      sync.Mutex
-	pending map[uint64]chan reply
-	nextID  atomic.Uint64
-	failed  error
-	done    chan struct{}
-	once    sync.Once
-	serving sync.WaitGroup
-	sem     chan struct{}
-	reader  chan struct{}
+	mu        sync.Mutex
+	pending   map[uint64]chan reply
+	nextID    atomic.Uint64
+	failed    error
+	hasFailed atomic.Bool
+	done      chan struct{}
+	once      sync.Once
+	serving   sync.WaitGroup
+	sem       chan struct{}
+	reader    chan struct{}
 }
 
 type reply struct {
@@ -287,6 +288,9 @@ func (ep *Endpoint) Done() <-chan struct{} { return ep.done }
 
 // Err is why the endpoint ended (nil while it is up).
 func (ep *Endpoint) Err() error {
+	if !ep.hasFailed.Load() {
+		return nil
+	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	return ep.failed
@@ -314,6 +318,7 @@ func (ep *Endpoint) fail(err error) {
 	ep.once.Do(func() {
 		ep.mu.Lock()
 		ep.failed = err
+		ep.hasFailed.Store(true)
 		pend := ep.pending
 		ep.pending = map[uint64]chan reply{}
 		ep.mu.Unlock()
@@ -522,9 +527,8 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 	if err != nil {
 		return wire.StatusOutOfRange, err.Error()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), importTimeout)
-	defer cancel()
-	h, err := ep.importKey(ctx, r.Local.Key)
+	ctx := context.Background()
+	h, err := ep.importKey(ctx, time.Time{}, r.Local.Key)
 	if err != nil {
 		return wire.StatusNoResources, err.Error()
 	}
@@ -542,9 +546,19 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 }
 
 // importKey maps a peer's shared host buffer through the IPC handle cache.
-func (ep *Endpoint) importKey(ctx context.Context, k wire.RemoteKey) (*ipc.Handle[*imported], error) {
+//
+// ctx and deadline bound an import (a round trip to the peer); a cache hit
+// costs no context or timer.
+func (ep *Endpoint) importKey(ctx context.Context, deadline time.Time, k wire.RemoteKey) (*ipc.Handle[*imported], error) {
 	key := ipc.Key{Peer: ep.pid, AllocID: k.AllocID, Generation: k.Generation}
 	return ep.e.imports.Get(key, func(ipc.Key) (*imported, uint64, error) {
+		ctx, cancel := context.WithTimeout(ctx, importTimeout)
+		defer cancel()
+		if !deadline.IsZero() {
+			var cancel2 context.CancelFunc
+			ctx, cancel2 = context.WithDeadline(ctx, deadline)
+			defer cancel2()
+		}
 		id := ep.nextID.Add(1)
 		full := k
 		full.Offset, full.Len = 0, k.Length
@@ -707,12 +721,11 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		if put && !remote.k.Allows(wire.KeyWrite) || !put && !remote.k.Allows(wire.KeyRead) {
 			return cq.Resolved(newErr(ErrInvalid, "remote key does not grant this access", nil))
 		}
-		ictx, cancel := context.WithTimeout(ctx, importTimeout)
-		if oc := e.opConfig(opts); !oc.deadline.IsZero() {
-			ictx, cancel = context.WithDeadline(ictx, oc.deadline)
+		var deadline time.Time
+		if len(opts) > 0 || e.cfg.OpTimeout > 0 {
+			deadline = e.opConfig(opts).deadline
 		}
-		h, err := ep.importKey(ictx, remote.k)
-		cancel()
+		h, err := ep.importKey(ctx, deadline, remote.k)
 		if err != nil {
 			return cq.Resolved(ep.importErr(err))
 		}
@@ -731,7 +744,14 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		go func() { defer e.async.Done(); <-f.Done(); e.imports.Put(h) }()
 		return f
 	}
-	// The peer's Gaudi memory: the peer does the DMA from our shared memory.
+	return ep.rmaDevice(put, local, remote.k, opts)
+}
+
+// rmaDevice runs a Put or Get on the peer's Gaudi memory: the peer does
+// the DMA from or to shared memory of ours. (A separate function so that
+// the key escapes to the heap only on this path.)
+func (ep *Endpoint) rmaDevice(put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
+	e := ep.e
 	if err := local.buf.acquire(); err != nil {
 		return cq.Resolved(err)
 	}
@@ -744,7 +764,7 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		e.rmaSem <- struct{}{}
 		defer func() { <-e.rmaSem }()
 		defer local.buf.release()
-		f.Complete(0, ep.remoteDMA(put, local, remote.k, oc.deadline))
+		f.Complete(0, ep.remoteDMA(put, local, k, oc.deadline))
 	}()
 	return f
 }
