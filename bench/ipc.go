@@ -237,6 +237,19 @@ type rmaWork struct {
 	rid   uint64 // the server's buffer
 	rk    engine.RemoteKey
 	rlive bool
+	bind  *engine.Binding // host to host: checked and imported once
+}
+
+// resolvedOK is returned for operations that completed in the caller.
+var resolvedOK = cq.Resolved(nil)
+
+// bind returns a Binding for host-to-host transfers, nil otherwise (Gaudi
+// memory on either side goes through Put/Get).
+func bind(ctx context.Context, ep *engine.Endpoint, local engine.Slice, rk engine.RemoteKey) (*engine.Binding, error) {
+	if local.Buffer().Location().IsGaudi() || rk.Location().IsGaudi() {
+		return nil, nil
+	}
+	return ep.Bind(ctx, local, rk)
 }
 
 func newRMA(ctx context.Context, env *Env, size int, put bool, seed byte) (_ Workload, err error) {
@@ -261,6 +274,9 @@ func newRMA(ctx context.Context, env *Env, size int, put bool, seed byte) (_ Wor
 	if err := w.p.preImport(ctx, w.rk); err != nil {
 		return nil, err
 	}
+	if w.bind, err = bind(ctx, w.p.ep, w.ls, w.rk); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 
@@ -268,6 +284,18 @@ func newRMA(ctx context.Context, env *Env, size int, put bool, seed byte) (_ Wor
 func (w *rmaWork) Submit(ctx context.Context, n int) *engine.Future {
 	if n != 1 {
 		return cq.Resolved(fmt.Errorf("%w: batches of peer operations", engine.ErrNotSupported))
+	}
+	if w.bind != nil {
+		var err error
+		if w.put {
+			err = w.bind.Put()
+		} else {
+			err = w.bind.Get()
+		}
+		if err != nil {
+			return cq.Resolved(err)
+		}
+		return resolvedOK
 	}
 	if w.put {
 		return w.p.ep.Put(ctx, w.ls, w.rk)
@@ -287,6 +315,9 @@ func (w *rmaWork) Verify(ctx context.Context) error {
 // Close implements Workload.
 func (w *rmaWork) Close() error {
 	var errs []error
+	if w.bind != nil {
+		errs = append(errs, w.bind.Close())
+	}
 	if w.local != nil {
 		errs = append(errs, w.local.Free())
 	}
@@ -328,7 +359,8 @@ type pingPong struct {
 	rlive        bool
 	running      bool // the server's responder is running
 	seq          uint64
-	seedC, seedS byte // patterns of the client's and the server's send buffers
+	seedC, seedS byte            // patterns of the client's and the server's send buffers
+	bind         *engine.Binding // host to host: checked and imported once
 }
 
 func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error) {
@@ -360,6 +392,9 @@ func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error
 	}
 	w.rlive = true
 	if err := w.p.preImport(ctx, w.rk); err != nil {
+		return nil, err
+	}
+	if w.bind, err = bind(ctx, w.ep, w.sendS, w.rk); err != nil {
 		return nil, err
 	}
 	key, err := w.recv.Export()
@@ -395,7 +430,11 @@ func (w *pingPong) RoundTrip(ctx context.Context) error {
 	// on return. A larger one runs on the engine's workers: wait for it
 	// before spinning, since with one P (a process pinned to one CPU) the
 	// spin would keep them from running.
-	if err := waitFuture(ctx, w.ep.Put(ctx, w.sendS, w.rk)); err != nil {
+	if w.bind != nil {
+		if err := w.bind.Put(); err != nil {
+			return err
+		}
+	} else if err := waitFuture(ctx, w.ep.Put(ctx, w.sendS, w.rk)); err != nil {
 		return err
 	}
 	var t0 time.Time
@@ -483,6 +522,9 @@ func (w *pingPong) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
 	defer cancel()
 	errs := []error{w.stop(ctx)}
+	if w.bind != nil {
+		errs = append(errs, w.bind.Close())
+	}
 	for _, b := range []*engine.Buffer{w.send, w.recv} {
 		if b != nil {
 			errs = append(errs, b.Free())

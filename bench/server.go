@@ -428,6 +428,7 @@ type responder struct {
 	recv   *engine.Buffer
 	send   *engine.Buffer
 	key    engine.RemoteKey
+	bind   *engine.Binding // host to host: checked and imported once
 	seqOff int
 	seed   byte   // of the bytes the client sends
 	rounds uint64 // rounds answered; read once done is closed
@@ -437,10 +438,15 @@ type responder struct {
 }
 
 func (r *responder) free() error {
-	if r.send == nil {
-		return nil
+	var err error
+	if r.bind != nil {
+		err = r.bind.Close()
+		r.bind = nil
 	}
-	err := r.send.Free()
+	if r.send == nil {
+		return err
+	}
+	err = errors.Join(err, r.send.Free())
 	r.send = nil
 	return err
 }
@@ -481,6 +487,9 @@ func (ss *session) startPingPong(ctx context.Context, m *ctlMsg) *ctlMsg {
 		err = ss.ep.GetSync(ctx, scratch.All(), key.Slice(0, 8))
 		err = errors.Join(err, scratch.Free())
 	}
+	if err == nil {
+		r.bind, err = bind(ctx, ss.ep, send.All(), key)
+	}
 	if err != nil {
 		_ = r.free()
 		return refusal("map the client's buffer: %v", err)
@@ -516,7 +525,12 @@ func (r *responder) run() {
 			*sendSeq = next // this goroutine's buffer: a plain store (see pingPong.RoundTrip)
 			// Inline Puts are done on return; a larger one is waited for
 			// at once (see pingPong.RoundTrip).
-			if r.err = waitFuture(ctx, ep.Put(ctx, sendS, r.key)); r.err != nil {
+			if r.bind != nil {
+				r.err = r.bind.Put()
+			} else {
+				r.err = waitFuture(ctx, ep.Put(ctx, sendS, r.key))
+			}
+			if r.err != nil {
 				return
 			}
 			r.rounds = next // read after done is closed

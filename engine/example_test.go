@@ -95,3 +95,45 @@ func ExampleEndpoint() {
 	// <nil>
 	// hello
 }
+
+// A Binding checks and imports once; each Put is then a copy into the
+// peer's memory (for many small messages to one place).
+func ExampleEndpoint_Bind() {
+	cfg := engine.Config{Devices: engine.DevicesNone}
+	owner, _ := engine.New(cfg)
+	defer owner.Close()
+	user, _ := engine.New(cfg)
+	defer user.Close()
+	dir, _ := os.MkdirTemp("", "gxfer-example")
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "owner.sock")
+	ln, err := owner.Listen("unix", sock)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ln.Close()
+	inbox, _ := owner.Alloc(8, engine.Host)
+	key, _ := inbox.Export()
+
+	ctx := context.Background()
+	ep, err := user.Dial(ctx, "unix", sock)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ep.Close()
+	msg, _ := user.Alloc(8, engine.Host)
+	b, err := ep.Bind(ctx, msg.All(), key)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.Close()
+	for i := byte(1); i <= 3; i++ {
+		msg.Bytes()[0] = i
+		_ = b.Put()
+	}
+	fmt.Println(inbox.Bytes()[0])
+	// Output: 3
+}

@@ -326,3 +326,64 @@ func BenchmarkIPCPut4K(b *testing.B) {
 		})
 	}
 }
+
+func TestIPCBinding(t *testing.T) {
+	p := startPeer(t)
+	e := newEngine(t, Config{})
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	require.NoError(t, err)
+	h, _ := e.Alloc(4096, Host)
+	back, _ := e.Alloc(4096, Host)
+	d, _ := e.Alloc(4096, Gaudi(0))
+	_, err = ep.Bind(ctx, d.All(), p.host.Slice(0, 4096))
+	require.ErrorIs(t, err, ErrNotSupported)
+	_, err = ep.Bind(ctx, h.All(), p.host.Slice(0, 100))
+	require.ErrorIs(t, err, ErrInvalid)
+
+	put, err := ep.Bind(ctx, h.All(), p.host.Slice(8, 4096))
+	require.NoError(t, err)
+	get, err := ep.Bind(ctx, back.All(), p.host.Slice(8, 4096))
+	require.NoError(t, err)
+	for i := 0; i < 100; i++ {
+		fill(h.Bytes(), uint64(i))
+		require.NoError(t, put.Put())
+		require.NoError(t, get.Get())
+		require.Equal(t, h.Bytes(), back.Bytes())
+	}
+	require.NoError(t, h.Free(), "Free is deferred while bound")
+	require.NoError(t, put.Put())
+	require.NoError(t, put.Close())
+	require.NoError(t, put.Close())
+	require.ErrorIs(t, put.Put(), ErrClosed)
+
+	// The exporter frees the buffer: the binding goes stale.
+	p.command(t, "realloc")
+	p.readKeys(t)
+	require.Eventually(t, func() bool { return get.Get() != nil }, 5*time.Second, time.Millisecond)
+	require.ErrorIs(t, get.Get(), ErrInvalid)
+	require.NoError(t, get.Close())
+}
+
+// BenchmarkIPCBindingPut: 8-byte and 4 KiB puts into a peer's host buffer
+// through a Binding.
+func BenchmarkIPCBindingPut(b *testing.B) {
+	p := startPeer(b)
+	e := newEngine(b, Config{Devices: DevicesNone})
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	require.NoError(b, err)
+	for _, n := range []int{8, 4096} {
+		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
+			h, _ := e.Alloc(n, Host)
+			bd, err := ep.Bind(ctx, h.All(), p.host.Slice(0, n))
+			require.NoError(b, err)
+			defer bd.Close()
+			for b.Loop() {
+				if err := bd.Put(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -127,6 +127,8 @@ type Handle[V any] struct {
 	val  V
 	size uint64
 
+	gone atomic.Bool // left the index (invalidated, purged, replaced): readable without c.mu
+
 	// guarded by c.mu
 	refs       int
 	state      entryState
@@ -141,6 +143,10 @@ type Handle[V any] struct {
 
 // Value returns the imported value.
 func (h *Handle[V]) Value() V { return h.val }
+
+// Gone reports whether the entry left the cache's index (the exporter
+// freed the buffer, or the peer went away): a holder should stop using it.
+func (h *Handle[V]) Gone() bool { return h.gone.Load() }
 
 // Key returns the key the value was imported for.
 func (h *Handle[V]) Key() Key { return h.key }
@@ -313,6 +319,7 @@ func (c *HandleCache[V]) removeLocked(h *Handle[V], why error, victims []*Handle
 	}
 	delete(c.index, slot{h.key.Peer, h.key.AllocID})
 	h.indexed, h.removedErr = false, why
+	h.gone.Store(true)
 	if h.prev != nil {
 		c.lruRemove(h)
 	}

@@ -25,4 +25,5 @@ func TestRun(t *testing.T) {
 	require.NoError(t, run(&out, os.Args[0], []string{"-test.run=^$"}))
 	require.Contains(t, out.String(), "peer's host memory: verified")
 	require.Contains(t, out.String(), "peer's gaudi0 memory: verified")
+	require.Contains(t, out.String(), "1000 bound 8-byte puts: verified")
 }
