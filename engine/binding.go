@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
@@ -23,6 +24,7 @@ type Binding struct {
 
 	mu     sync.RWMutex // Put/Get hold it shared; Close exclusively
 	closed bool
+	ops    atomic.Uint64 // added to the engine's Stats at Close (one atomic per op here)
 }
 
 // Bind prepares transfers between local and remote (same length, host
@@ -92,7 +94,7 @@ func (b *Binding) Put() error {
 		return err
 	}
 	copy(b.theirs, b.mine)
-	b.ep.e.st.recordInline(uint64(len(b.mine)))
+	b.ops.Add(1)
 	return nil
 }
 
@@ -104,12 +106,12 @@ func (b *Binding) Get() error {
 		return err
 	}
 	copy(b.mine, b.theirs)
-	b.ep.e.st.recordInline(uint64(len(b.mine)))
+	b.ops.Add(1)
 	return nil
 }
 
-// Close releases the binding (after in-progress Puts and Gets return).
-// Idempotent.
+// Close releases the binding (after in-progress Puts and Gets return) and
+// adds its operations to the engine's Stats. Idempotent.
 func (b *Binding) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -117,6 +119,13 @@ func (b *Binding) Close() error {
 		return nil
 	}
 	b.closed = true
+	if n := b.ops.Load(); n > 0 {
+		st := &b.ep.e.st
+		st.submitted.Add(n)
+		st.completed.Add(n)
+		st.inline.Add(n)
+		st.bytes.Add(n * uint64(len(b.mine)))
+	}
 	b.lbuf.release()
 	b.rbuf.release()
 	b.ep.e.imports.Put(b.h)
