@@ -169,12 +169,7 @@ func (e *Engine) submitJob(ctx context.Context, j *job) error {
 // done. ctx bounds the wait, but the copy is waited for even when ctx ends
 // (the buffers are in use until then), and ctx's error is returned.
 func (e *Engine) CopySync(ctx context.Context, dst, src Slice, opts ...OpOption) error {
-	f := e.Copy(ctx, dst, src, opts...)
-	if err := f.Wait(ctx); err != nil && !f.IsDone() {
-		<-f.Done()
-		return err
-	}
-	return f.Err()
+	return waitSync(ctx, e.Copy(ctx, dst, src, opts...))
 }
 
 // finishOp releases an op's buffer references, records it and completes

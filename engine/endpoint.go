@@ -683,6 +683,8 @@ func (ep *Endpoint) GetSync(ctx context.Context, local Slice, remote RemoteKey, 
 	return waitSync(ctx, ep.Get(ctx, local, remote, opts...))
 }
 
+// waitSync waits for f; when ctx ends first it still waits for the
+// operation (its buffers are in use until then) and returns ctx's error.
 func waitSync(ctx context.Context, f *Future) error {
 	if err := f.Wait(ctx); err != nil && !f.IsDone() {
 		<-f.Done()

@@ -105,12 +105,8 @@ func (x exporter) Deregister(_, _ uint64, v any) error { return v.(*dma.DMABuf).
 func (e *Engine) addDevice(d *dma.Device, sim *hlsim.Device) {
 	g := &gdev{e: e, idx: len(e.devs), dev: d, sim: sim, types: memcache.NewTypeCache(), cbs: make(chan *dma.CB, 64)}
 	g.log = e.log.With().Int("dev", g.idx).Str("node", d.Name()).Logger()
-	mode := queue.Wait
-	if e.cfg.QueueFull == FailWhenFull {
-		mode = queue.FailFast
-	}
 	for i := range g.queues {
-		g.queues[i] = queue.New[*job](e.cfg.QueueDepth, mode)
+		g.queues[i] = queue.New[*job](e.cfg.QueueDepth, e.cfg.queueMode())
 	}
 	g.hostMaps, _ = memcache.New(memcache.Config{
 		Registrar: hostMapper{g}, MaxRegions: e.cfg.RegCache.MaxRegions, MaxBytes: e.cfg.RegCache.MaxBytes,
@@ -136,19 +132,37 @@ func (g *gdev) checkHealth() {
 
 // enqueue pushes a job to a direction's queue and makes sure a worker drains it.
 func (g *gdev) enqueue(ctx context.Context, dir int, j *job) error {
-	if err := g.queues[dir].Push(ctx, j); err != nil {
-		if errors.Is(err, queue.ErrFull) {
-			g.e.st.queueFull.Add(1)
-			return newErr(ErrQueueFull, fmt.Sprintf("gaudi%d %s", g.idx, dirNames[dir]), nil)
-		}
-		if errors.Is(err, queue.ErrClosed) {
-			return ErrClosed
-		}
-		g.e.st.queueFull.Add(1)
+	if err := g.e.push(ctx, g.queues[dir], j, fmt.Sprintf("gaudi%d %s", g.idx, dirNames[dir])); err != nil {
 		return err
 	}
 	g.schedule(dir)
 	return nil
+}
+
+// push queues a job, mapping the queue's errors to the engine's: a full
+// queue (or a context that ended while waiting for room) is counted as a
+// queue-full event.
+func (e *Engine) push(ctx context.Context, q *queue.Queue[*job], j *job, name string) error {
+	err := q.Push(ctx, j)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, queue.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, queue.ErrFull):
+		e.st.queueFull.Add(1)
+		return newErr(ErrQueueFull, name, nil)
+	}
+	e.st.queueFull.Add(1)
+	return err
+}
+
+// queueMode is the queue behaviour Config.QueueFull asks for.
+func (c Config) queueMode() queue.Mode {
+	if c.QueueFull == FailWhenFull {
+		return queue.FailFast
+	}
+	return queue.Wait
 }
 
 func (g *gdev) schedule(dir int) {

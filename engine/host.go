@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -23,23 +22,11 @@ type hostPath struct {
 }
 
 func newHostPath(e *Engine) *hostPath {
-	mode := queue.Wait
-	if e.cfg.QueueFull == FailWhenFull {
-		mode = queue.FailFast
-	}
-	return &hostPath{e: e, q: queue.New[*job](e.cfg.QueueDepth, mode), actor: cq.NewHostActor(e.cfg.QueueDepth)}
+	return &hostPath{e: e, q: queue.New[*job](e.cfg.QueueDepth, e.cfg.queueMode()), actor: cq.NewHostActor(e.cfg.QueueDepth)}
 }
 
 func (h *hostPath) enqueue(ctx context.Context, j *job) error {
-	if err := h.q.Push(ctx, j); err != nil {
-		if errors.Is(err, queue.ErrFull) {
-			h.e.st.queueFull.Add(1)
-			return newErr(ErrQueueFull, "host", nil)
-		}
-		if errors.Is(err, queue.ErrClosed) {
-			return ErrClosed
-		}
-		h.e.st.queueFull.Add(1)
+	if err := h.e.push(ctx, h.q, j, "host"); err != nil {
 		return err
 	}
 	if h.sched.CompareAndSwap(false, true) {
