@@ -768,6 +768,28 @@ func (qp *QP) Query(mask QPAttrMask) (QPAttr, error) {
 	return a, nil
 }
 
+// checkSGEs refuses a WR with more SGEs than the QP takes.
+func checkSGEs(op string, i, n, max int) error {
+	if n > max {
+		return errnoErr(fmt.Sprintf("%s: WR %d has %d SGEs, QP takes %d", op, i, n, max), syscall.EINVAL)
+	}
+	return nil
+}
+
+// putSGEs copies sges into the arena at cs[si:] and returns the C list
+// pointer (nil when there are none) and the next free index.
+func putSGEs(cs []C.struct_gxv_sge, si int, sges []SGE) (*C.struct_gxv_sge, int) {
+	if len(sges) == 0 {
+		return nil, si
+	}
+	first := &cs[si]
+	for _, s := range sges {
+		cs[si] = C.struct_gxv_sge{addr: C.uint64_t(s.Addr), length: C.uint32_t(s.Length), lkey: C.uint32_t(s.LKey)}
+		si++
+	}
+	return first, si
+}
+
 // PostSend posts wrs as chains of work requests built in the QP's C arena:
 // one cgo call per up to 256 WRs. It returns how many were posted; on error
 // the WR at that index and all after it were not.
@@ -777,8 +799,8 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 		return 0, ErrClosed
 	}
 	for i := range wrs {
-		if len(wrs[i].SGE) > a.maxSGE {
-			return 0, errnoErr(fmt.Sprintf("post_send: WR %d has %d SGEs, QP takes %d", i, len(wrs[i].SGE), a.maxSGE), syscall.EINVAL)
+		if err := checkSGEs("post_send", i, len(wrs[i].SGE), a.maxSGE); err != nil {
+			return 0, err
 		}
 	}
 	a.mu.Lock()
@@ -804,14 +826,7 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 				c.next = nil
 			}
 			c.num_sge = C.int(len(w.SGE))
-			c.sg_list = nil
-			if len(w.SGE) > 0 {
-				c.sg_list = &cs[si]
-			}
-			for _, s := range w.SGE {
-				cs[si] = C.struct_gxv_sge{addr: C.uint64_t(s.Addr), length: C.uint32_t(s.Length), lkey: C.uint32_t(s.LKey)}
-				si++
-			}
+			c.sg_list, si = putSGEs(cs, si, w.SGE)
 			c.opcode = C.uint32_t(w.Opcode)
 			c.send_flags = C.uint32_t(w.Flags)
 			c.imm_data = C.uint32_t(hton32(w.Imm))
@@ -833,8 +848,8 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 		return 0, ErrClosed
 	}
 	for i := range wrs {
-		if len(wrs[i].SGE) > a.maxSGE {
-			return 0, errnoErr(fmt.Sprintf("post_recv: WR %d has %d SGEs, QP takes %d", i, len(wrs[i].SGE), a.maxSGE), syscall.EINVAL)
+		if err := checkSGEs("post_recv", i, len(wrs[i].SGE), a.maxSGE); err != nil {
+			return 0, err
 		}
 	}
 	a.mu.Lock()
@@ -860,14 +875,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 				c.next = nil
 			}
 			c.num_sge = C.int(len(w.SGE))
-			c.sg_list = nil
-			if len(w.SGE) > 0 {
-				c.sg_list = &cs[si]
-			}
-			for _, s := range w.SGE {
-				cs[si] = C.struct_gxv_sge{addr: C.uint64_t(s.Addr), length: C.uint32_t(s.Length), lkey: C.uint32_t(s.LKey)}
-				si++
-			}
+			c.sg_list, si = putSGEs(cs, si, w.SGE)
 		}
 		if r := int64(C.gxv_post_recv(qp.p, &cw[0])); r != 0 {
 			return posted + int(uint32(r)), errnoErr("ibv_post_recv", syscall.Errno(r>>32))
