@@ -61,6 +61,9 @@ type Frame struct {
 	Header  Header
 	Payload []byte
 	FDs     []*fd.FD
+	// Routed is set for a Data frame whose bytes RecvRouted already
+	// delivered to its sink (Payload is then empty).
+	Routed bool
 }
 
 // Decode decodes the frame's payload into m, which must be of the frame's
@@ -196,6 +199,15 @@ var aLongTimeAgo = time.Unix(1, 0)
 // deadline passed); one that exceeded ReadTimeout an error matching
 // os.ErrDeadlineExceeded. Recv must not be called concurrently.
 func (c *Conn) Recv(ctx context.Context) (Frame, error) {
+	return c.recv(ctx, func(buf []byte) (int, bool, []*fd.FD, error) {
+		n, fds, err := c.t.Recv(buf)
+		return n, false, fds, err
+	})
+}
+
+// recv is Recv with the transport read given by read (which reports
+// whether the frame's payload was routed elsewhere).
+func (c *Conn) recv(ctx context.Context, read func(buf []byte) (int, bool, []*fd.FD, error)) (Frame, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.closed.Load() {
@@ -233,7 +245,7 @@ func (c *Conn) Recv(ctx context.Context) (Frame, error) {
 			}()
 		}
 	}
-	n, fds, err := c.t.Recv(c.rbuf)
+	n, routed, fds, err := read(c.rbuf)
 	if err != nil {
 		_ = closeFDs(fds)
 		if ctxBound && errors.Is(err, os.ErrDeadlineExceeded) && !c.closed.Load() {
@@ -241,6 +253,13 @@ func (c *Conn) Recv(ctx context.Context) (Frame, error) {
 			return Frame{}, fmt.Errorf("wire: recv: %w (%w)", context.DeadlineExceeded, err)
 		}
 		return Frame{}, c.recvErr(ctx, err)
+	}
+	if routed {
+		h, err := ParseHeader(c.rbuf[:n], n+MaxDataPayload)
+		if err != nil { // validated by the router already
+			return Frame{}, err
+		}
+		return Frame{Header: h, Routed: true}, nil
 	}
 	h, p, err := DecodeFrame(c.rbuf[:n], c.maxFrame)
 	if err == nil && int(h.NumFDs) != len(fds) {

@@ -48,14 +48,16 @@ const (
 	TypeImportReply   Type = 10 // [ImportReply]
 	TypeBye           Type = 11 // [Bye]
 	TypeData          Type = 12 // [Data]
+	TypeHeartbeat     Type = 13 // [Heartbeat]
 
-	typeMax = TypeData
+	typeMax = TypeHeartbeat
 )
 
 var typeNames = [...]string{
 	TypeHello: "Hello", TypeHelloAck: "HelloAck", TypeError: "Error", TypeRemoteKey: "RemoteKey",
 	TypePut: "Put", TypeGet: "Get", TypeCompletion: "Completion", TypeInvalidate: "Invalidate",
 	TypeImportRequest: "ImportRequest", TypeImportReply: "ImportReply", TypeBye: "Bye", TypeData: "Data",
+	TypeHeartbeat: "Heartbeat",
 }
 
 func (t Type) String() string {
@@ -179,7 +181,8 @@ func DecodeFrame(frame []byte, maxFrame int) (Header, []byte, error) {
 
 // Message is one of the protocol's messages: [*Hello], [*HelloAck],
 // [*Error], [*RemoteKey], [*Put], [*Get], [*Completion], [*Invalidate],
-// [*ImportRequest], [*ImportReply], [*Bye], [*Data]. The set is closed.
+// [*ImportRequest], [*ImportReply], [*Bye], [*Data], [*Heartbeat]. The set
+// is closed.
 type Message interface {
 	// Type is the message type.
 	Type() Type
@@ -245,6 +248,8 @@ func NewMessage(t Type) Message {
 		return new(Bye)
 	case TypeData:
 		return new(Data)
+	case TypeHeartbeat:
+		return new(Heartbeat)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ const (
 	CapDMABuf     Caps = 1 << 2 // Gaudi memory can be exported as DMA-BUF fds
 	CapRDMA       Caps = 1 << 3 // RDMA keys (RemoteKey.RKey) are usable
 	CapInlineData Caps = 1 << 4 // Put/Get data may travel in Data frames (TCP path)
+	CapHeartbeat  Caps = 1 << 5 // the sender sends Heartbeats when idle and expects them
 )
 
 // Status is the result code of a request, carried by Completion and Error.
@@ -671,5 +672,30 @@ func (m *Data) DecodePayload(h Header, p []byte) error {
 	d := dec{b: p}
 	off := d.u64()
 	*m = Data{RequestID: h.RequestID, Offset: off, Bytes: p[8:len(p):len(p)]}
+	return nil
+}
+
+// ---------------------------------------------------------------- Heartbeat
+
+// Heartbeat is sent on a connection that has been idle for a while, so
+// that the peer can tell a silent peer (stopped, partitioned) from an idle
+// one. It has no reply.
+type Heartbeat struct{}
+
+// Type returns TypeHeartbeat.
+func (m *Heartbeat) Type() Type        { return TypeHeartbeat }
+func (m *Heartbeat) requestID() uint64 { return 0 }
+
+// AppendPayload appends nothing: Heartbeat has an empty payload.
+func (m *Heartbeat) AppendPayload(b []byte) ([]byte, error) { return b, nil }
+
+// DecodePayload decodes a Heartbeat.
+func (m *Heartbeat) DecodePayload(h Header, p []byte) error {
+	if err := checkHeader(h, TypeHeartbeat, p); err != nil {
+		return err
+	}
+	if len(p) != 0 {
+		return malformed("Heartbeat: %d trailing bytes", len(p))
+	}
 	return nil
 }

@@ -1,0 +1,236 @@
+package wire
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/fd"
+)
+
+// MaxDataPayload is the largest Data payload a stream receiver accepts
+// when it routes Data frames (see [Conn.RecvRouted]); senders on stream
+// transports cut larger transfers into frames of at most this size.
+const MaxDataPayload = 4 << 20
+
+// dataHeadSize is the part of a Data frame before its bytes: the header
+// and the offset.
+const dataHeadSize = HeaderSize + 8
+
+// DataSink chooses where the bytes of a Data frame go, given the frame's
+// request id, offset and length (all untrusted: the sink validates them).
+// It returns a slice of exactly n bytes, or nil to have the bytes read and
+// dropped (a request the receiver gave up on). An error stops the
+// connection: the stream cannot be resynchronised.
+type DataSink func(reqID, offset uint64, n int) ([]byte, error)
+
+// routedStream is implemented by transports that can read a Data payload
+// straight into memory chosen by a sink and send one from the caller's
+// memory without copying it: [StreamTransport].
+type routedStream interface {
+	writeFramed(pre, body []byte) error
+	RecvRouted(buf []byte, route func(head []byte, n int) ([]byte, error)) (n int, routed bool, err error)
+}
+
+// writeFramed writes pre, which already holds whole length-prefixed frames
+// and the prefix and head of a last frame, then body, the rest of that last
+// frame, without copying body. Like Send, a partial write breaks the
+// stream.
+func (s *StreamTransport) writeFramed(pre, body []byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wbroken != nil {
+		return s.wbroken
+	}
+	var (
+		n   int64
+		err error
+	)
+	if len(body) <= 512 {
+		// Small: one copy, one write.
+		b := append(append(s.wbuf[:0], pre...), body...)
+		s.wbuf = b[:0]
+		var m int
+		m, err = s.c.Write(b)
+		n = int64(m)
+	} else {
+		bufs := net.Buffers{pre, body}
+		n, err = bufs.WriteTo(s.c)
+	}
+	if err != nil && n == 0 {
+		return err
+	}
+	if err != nil {
+		s.wbroken = fmt.Errorf("wire: stream: write failed, stream broken: %w", err)
+		return s.wbroken
+	}
+	return nil
+}
+
+// RecvRouted reads one frame like Recv, except a Data frame's payload:
+// route is given the frame's first dataHeadSize bytes (header and offset,
+// in buf) and the payload length, and returns where the payload goes (nil:
+// read and drop it). It returns the bytes of the frame held in buf (all of
+// a frame that was not routed; the head of one that was) and whether the
+// frame was routed.
+func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) ([]byte, error)) (int, bool, error) {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if s.broken != nil {
+		return 0, false, s.broken
+	}
+	n, err := io.ReadFull(s.c, s.rhdr[:])
+	if err != nil {
+		if n == 0 {
+			return 0, false, err
+		}
+		return 0, false, s.breakWith(fmt.Errorf("wire: stream: truncated length prefix: %w", err))
+	}
+	l := binary.LittleEndian.Uint32(s.rhdr[:])
+	if l == 0 {
+		return 0, false, s.breakWith(malformed("stream: zero-length frame"))
+	}
+	head := min(int(l), dataHeadSize, len(buf))
+	if _, err := io.ReadFull(s.c, buf[:head]); err != nil {
+		return 0, false, s.breakWith(truncated(err))
+	}
+	if head == dataHeadSize && l > dataHeadSize && Type(buf[6]) == TypeData {
+		dst, err := route(buf[:dataHeadSize], int(l)-dataHeadSize)
+		if err != nil {
+			return 0, false, s.breakWith(err)
+		}
+		if dst == nil {
+			_, err = io.CopyN(io.Discard, s.c, int64(l)-dataHeadSize)
+		} else {
+			_, err = io.ReadFull(s.c, dst)
+		}
+		if err != nil {
+			return 0, false, s.breakWith(truncated(err))
+		}
+		return dataHeadSize, true, nil
+	}
+	if uint64(l) > uint64(len(buf)) {
+		return 0, false, s.breakWith(&detailError{kind: ErrTooLarge, msg: fmt.Sprintf("stream: %d-byte frame, buffer holds %d", l, len(buf))})
+	}
+	if _, err := io.ReadFull(s.c, buf[head:l]); err != nil {
+		return 0, false, s.breakWith(truncated(err))
+	}
+	return int(l), false, nil
+}
+
+func truncated(err error) error {
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("wire: stream: truncated frame: %w", err)
+}
+
+// SendData sends a Data frame for request reqID carrying p at offset off,
+// without copying p on transports that support it (stream transports);
+// others get an ordinary frame. len(p) must be 1..MaxDataPayload.
+func (c *Conn) SendData(reqID, off uint64, p []byte) error {
+	return c.sendWithData(nil, reqID, off, p)
+}
+
+// SendWithData sends m and then a Data frame (reqID, off, p) in one write:
+// a request and the first bytes of its data leave together.
+func (c *Conn) SendWithData(m Message, reqID, off uint64, p []byte) error {
+	return c.sendWithData(m, reqID, off, p)
+}
+
+func (c *Conn) sendWithData(m Message, reqID, off uint64, p []byte) error {
+	if len(p) == 0 || len(p) > MaxDataPayload {
+		return invalid("Data: %d bytes (1..%d)", len(p), MaxDataPayload)
+	}
+	rs, ok := c.t.(routedStream)
+	if !ok {
+		if m != nil {
+			if err := c.Send(m); err != nil {
+				return err
+			}
+		}
+		return c.Send(&Data{RequestID: reqID, Offset: off, Bytes: p})
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	b := c.wbuf[:0]
+	if m != nil {
+		// The request's frame and the Data frame leave in one write.
+		b = binary.LittleEndian.AppendUint32(b, 0)
+		var err error
+		if b, err = AppendFrame(b, m); err != nil {
+			c.keepWriteBuf(b)
+			return err
+		}
+		if len(b)-4 > c.maxFrame {
+			c.keepWriteBuf(b)
+			return &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("%v: %d-byte frame exceeds the %d-byte limit", m.Type(), len(b)-4, c.maxFrame)}
+		}
+		binary.LittleEndian.PutUint32(b, uint32(len(b)-4))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+len(p)))
+	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + len(p)), RequestID: reqID}.Append(b)
+	b = appendU64(b, off)
+	c.keepWriteBuf(b)
+	if c.wto > 0 && c.wdl != nil {
+		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
+			return c.sendErr(err)
+		}
+	}
+	if err := rs.writeFramed(b, p); err != nil {
+		return c.sendErr(err)
+	}
+	return nil
+}
+
+func (c *Conn) keepWriteBuf(b []byte) {
+	if cap(b) <= maxKeptWriteBuf {
+		c.wbuf = b[:0]
+	}
+}
+
+// RecvRouted is Recv for connections that carry Data frames: on a stream
+// transport the bytes of each Data frame go straight to the memory sink
+// chooses (no copy through the receive buffer), and the frame is returned
+// as a Header of TypeData with Routed set (the bytes are where sink put
+// them; Payload is empty). Other transports fall back to Recv, and their
+// Data frames come back as ordinary frames. A Data payload may be up to
+// MaxDataPayload bytes whatever MaxFrame is.
+func (c *Conn) RecvRouted(ctx context.Context, sink DataSink) (Frame, error) {
+	rs, ok := c.t.(routedStream)
+	if !ok {
+		return c.Recv(ctx)
+	}
+	return c.recv(ctx, func(buf []byte) (int, bool, []*fd.FD, error) {
+		n, routed, err := rs.RecvRouted(buf, func(head []byte, n int) ([]byte, error) {
+			h, err := ParseHeader(head, dataHeadSize+MaxDataPayload)
+			if err != nil {
+				return nil, err
+			}
+			if h.NumFDs != 0 || uint64(h.Length) != 8+uint64(n) {
+				return nil, malformed("Data: bad header (fds %d, length %d for %d bytes)", h.NumFDs, h.Length, n)
+			}
+			dst, err := sink(h.RequestID, binary.LittleEndian.Uint64(head[HeaderSize:]), n)
+			if err != nil {
+				return nil, err
+			}
+			if dst != nil && len(dst) != n {
+				return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", len(dst), n)
+			}
+			if c.rto > 0 && c.rdl != nil {
+				// The sink may have waited for memory: the peer is not
+				// to blame for that time.
+				_ = c.rdl.SetReadDeadline(time.Now().Add(c.rto))
+			}
+			return dst, nil
+		})
+		return n, routed, nil, err
+	})
+}
