@@ -74,6 +74,16 @@ type Config struct {
 	WaitSpin   time.Duration // Future.Wait spin before blocking; default 20 us
 	CloseGrace time.Duration // how long Close lets in-flight work finish; default 2 s
 
+	// Transport is what Dial("tcp", ...) uses unless WithTransport says
+	// otherwise: TransportAuto (default: RDMA when both sides have a usable
+	// device, else TCP), TransportTCP or TransportRDMA.
+	Transport TransportKind
+	// PeerTimeout is how long a peer may stay silent (no frame, not even
+	// a heartbeat: every endpoint sends one each PeerTimeout/4) before its
+	// endpoint fails and its operations end with ErrPeer. Default 10 s;
+	// negative: never.
+	PeerTimeout time.Duration
+
 	RegCache RegCacheConfig
 	// IPCCache bounds the peers' buffers mapped into this process (the IPC
 	// handle cache); 0 means the ipc package defaults.
@@ -111,6 +121,9 @@ func (c Config) withDefaults() Config {
 	c.ChunkSize = min(c.ChunkSize, hlsys.LinDMAMaxTSize)
 	if c.WaitSpin == 0 {
 		c.WaitSpin = 20 * time.Microsecond
+	}
+	if c.PeerTimeout == 0 {
+		c.PeerTimeout = 10 * time.Second
 	}
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = 2 * time.Second

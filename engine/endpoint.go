@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,11 +39,15 @@ type imported struct {
 	buf *Buffer
 }
 
-// Listener accepts endpoints from peers on a unix socket. Accepted
-// endpoints are served whether or not Accept is called.
+// Listener accepts endpoints from peers, on a unix socket (same node) or
+// a TCP port. Accepted endpoints are served whether or not Accept is
+// called.
 type Listener struct {
 	e        *Engine
-	l        *ipc.Listener
+	kind     TransportKind
+	addr     string
+	accept   func() (wire.Transport, *ipc.Cred, string, error)
+	closeL   func() error
 	accepted chan *Endpoint
 	done     chan struct{}
 	once     sync.Once
@@ -50,21 +56,49 @@ type Listener struct {
 	hs       chan struct{} // handshake slots
 }
 
-// Listen accepts peers at addr. network is "unix" (a SOCK_SEQPACKET socket
-// created 0600; peers of another uid are refused). TCP arrives with the TCP
-// transport.
+// Listen accepts peers at addr. network is "unix" (addr is the path of a
+// SOCK_SEQPACKET socket created 0600; peers of another uid are refused) or
+// "tcp", "tcp4", "tcp6" (addr is host:port; port 0 picks one, see Addr).
 func (e *Engine) Listen(network, addr string) (*Listener, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
-	if network != "unix" {
-		return nil, newErr(ErrNotSupported, "network "+network+" (only \"unix\" in this build)", nil)
+	l := &Listener{e: e, accepted: make(chan *Endpoint, 64), done: make(chan struct{}), hs: make(chan struct{}, maxHandshakes)}
+	switch network {
+	case "unix":
+		il, err := ipc.Listen(addr, ipc.Config{Logger: e.log})
+		if err != nil {
+			return nil, fmt.Errorf("gxfer: listen %s: %w", addr, err)
+		}
+		l.kind, l.addr, l.closeL = TransportIPC, il.Path(), il.Close
+		l.accept = func() (wire.Transport, *ipc.Cred, string, error) {
+			c, err := il.Accept(context.Background())
+			if err != nil {
+				return nil, nil, "", err
+			}
+			cred := c.Peer()
+			return c, &cred, "", nil
+		}
+	case "tcp", "tcp4", "tcp6":
+		if _, err := e.chooseTransport(nil); err != nil {
+			return nil, err
+		}
+		nl, err := net.Listen(network, addr)
+		if err != nil {
+			return nil, fmt.Errorf("gxfer: listen %s: %w", addr, err)
+		}
+		l.kind, l.addr, l.closeL = TransportTCP, nl.Addr().String(), nl.Close
+		l.accept = func() (wire.Transport, *ipc.Cred, string, error) {
+			c, err := nl.Accept()
+			if err != nil {
+				return nil, nil, "", err
+			}
+			tuneTCP(c)
+			return wire.NewStreamTransport(c), nil, c.RemoteAddr().String(), nil
+		}
+	default:
+		return nil, newErr(ErrNotSupported, "network "+network+" (\"unix\" or \"tcp\")", nil)
 	}
-	il, err := ipc.Listen(addr, ipc.Config{Logger: e.log})
-	if err != nil {
-		return nil, fmt.Errorf("gxfer: listen %s: %w", addr, err)
-	}
-	l := &Listener{e: e, l: il, accepted: make(chan *Endpoint, 64), done: make(chan struct{}), hs: make(chan struct{}, maxHandshakes)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	e.epMu.Lock()
 	e.listeners[l] = struct{}{}
@@ -73,19 +107,32 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 	return l, nil
 }
 
-// Addr is the socket path.
-func (l *Listener) Addr() string { return l.l.Path() }
+// Addr is the socket path ("unix") or the host:port bound ("tcp").
+func (l *Listener) Addr() string { return l.addr }
+
+// Transport is the transport of the endpoints the listener accepts.
+func (l *Listener) Transport() TransportKind { return l.kind }
 
 func (l *Listener) loop() {
 	defer close(l.done)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		c, err := l.l.Accept(context.Background())
+		t, cred, raddr, err := l.accept()
 		if err != nil {
 			if errors.Is(err, ipc.ErrPeerRefused) {
 				l.e.log.Warn().Err(err).Msg("peer refused")
 				continue
+			}
+			if l.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, ipc.ErrClosed) {
+				// Out of fds, a connection reset before accept...:
+				// keep serving.
+				l.e.log.Warn().Err(err).Msg("accept failed")
+				select {
+				case <-time.After(10 * time.Millisecond):
+					continue
+				case <-l.ctx.Done():
+				}
 			}
 			return // closed
 		}
@@ -93,14 +140,14 @@ func (l *Listener) loop() {
 		case l.hs <- struct{}{}:
 		default:
 			l.e.log.Warn().Msg("too many handshakes in progress; connection refused")
-			_ = c.Close()
+			_ = t.Close()
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-l.hs }()
-			ep, err := l.e.handshakeServer(l.ctx, c)
+			ep, err := l.e.handshakeServer(l.ctx, l.kind, t, cred, raddr)
 			if err != nil {
 				l.e.log.Warn().Err(err).Msg("handshake failed")
 				return
@@ -130,7 +177,7 @@ func (l *Listener) Close() error {
 	var err error
 	l.once.Do(func() {
 		l.cancel()
-		err = l.l.Close()
+		err = l.closeL()
 		<-l.done
 		l.e.epMu.Lock()
 		delete(l.e.listeners, l)
@@ -139,50 +186,105 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// Dial opens an endpoint to the engine listening at addr ("unix", a socket
-// path).
-func (e *Engine) Dial(ctx context.Context, network, addr string) (*Endpoint, error) {
+// Dial opens an endpoint to the engine listening at addr: network "unix"
+// (a socket path on this node) or "tcp", "tcp4", "tcp6" (host:port; the
+// transport is Config.Transport unless WithTransport says otherwise).
+func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOption) (*Endpoint, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
-	if network != "unix" {
-		return nil, newErr(ErrNotSupported, "network "+network+" (only \"unix\" in this build)", nil)
+	var (
+		t    wire.Transport
+		kind TransportKind
+		cred *ipc.Cred
+	)
+	switch network {
+	case "unix":
+		c, err := ipc.Dial(ctx, addr, ipc.Config{Logger: e.log})
+		if err != nil {
+			return nil, fmt.Errorf("gxfer: dial %s: %w", addr, err)
+		}
+		pc := c.Peer()
+		t, kind, cred = c, TransportIPC, &pc
+	case "tcp", "tcp4", "tcp6":
+		var err error
+		if kind, err = e.chooseTransport(opts); err != nil {
+			return nil, err
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, fmt.Errorf("gxfer: dial %s: %w", addr, err)
+		}
+		tuneTCP(c)
+		t = wire.NewStreamTransport(c)
+	default:
+		return nil, newErr(ErrNotSupported, "network "+network+" (\"unix\" or \"tcp\")", nil)
 	}
-	c, err := ipc.Dial(ctx, addr, ipc.Config{Logger: e.log})
-	if err != nil {
-		return nil, fmt.Errorf("gxfer: dial %s: %w", addr, err)
-	}
-	wc := wire.NewConn(c, wire.ConnConfig{MaxFrame: ipcMaxFrame, WriteTimeout: sendTimeout})
+	wc := wire.NewConn(t, e.connConfig(kind))
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	local := e.ident.hello
-	if err := wc.Send(&local); err != nil {
+	local := e.helloFor(kind)
+	fail := func(err error) (*Endpoint, error) {
 		_ = wc.Close()
 		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+	}
+	if err := wc.Send(&local); err != nil {
+		return fail(err)
 	}
 	f, err := wc.Recv(hctx)
 	if err != nil {
-		_ = wc.Close()
-		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+		return fail(err)
 	}
 	var ack wire.HelloAck
 	if err := f.Decode(&ack); err != nil {
 		_ = f.CloseFDs()
-		_ = wc.Close()
-		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+		if f.Header.Type == wire.TypeError {
+			var m wire.Error
+			if f.Decode(&m) == nil {
+				return fail(&m)
+			}
+		}
+		return fail(err)
 	}
 	if err := wire.CheckAck(local, ack); err != nil {
-		_ = wc.Close()
-		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+		return fail(err)
 	}
-	if err := checkIdentity(ack.Hello, c.Peer()); err != nil {
-		_ = wc.Close()
-		return nil, newErr(ErrPeer, "handshake with "+addr, err)
+	if cred != nil {
+		if err := checkIdentity(ack.Hello, *cred); err != nil {
+			return fail(err)
+		}
 	}
-	return e.newEndpoint(wc, ack.Hello)
+	return e.newEndpoint(wc, ack.Hello, kind, addr, true)
+}
+
+// helloFor is this engine's Hello on a transport: fd passing and shared
+// host memory on a unix socket, data frames over TCP; heartbeats on both.
+func (e *Engine) helloFor(kind TransportKind) wire.Hello {
+	h := e.ident.hello
+	h.Caps |= wire.CapHeartbeat
+	if kind == TransportTCP {
+		h.Caps = wire.CapInlineData | wire.CapHeartbeat
+	}
+	return h
+}
+
+// connConfig is the framing of a transport: a peer silent for PeerTimeout
+// (not even a heartbeat) ends the endpoint.
+func (e *Engine) connConfig(kind TransportKind) wire.ConnConfig {
+	cfg := wire.ConnConfig{MaxFrame: ipcMaxFrame, WriteTimeout: sendTimeout}
+	if kind == TransportTCP {
+		cfg.MaxFrame = tcpMaxFrame
+		// A send blocked this long means the peer stopped reading.
+		cfg.WriteTimeout = max(sendTimeout, e.cfg.PeerTimeout)
+	}
+	if e.cfg.PeerTimeout > 0 {
+		cfg.ReadTimeout = e.cfg.PeerTimeout
+	}
+	return cfg
 }
 
 // checkIdentity refuses a peer whose Hello claims another process than the
@@ -199,8 +301,8 @@ func checkIdentity(h wire.Hello, cred ipc.Cred) error {
 	return nil
 }
 
-func (e *Engine) handshakeServer(parent context.Context, c *ipc.Conn) (*Endpoint, error) {
-	wc := wire.NewConn(c, wire.ConnConfig{MaxFrame: ipcMaxFrame, WriteTimeout: sendTimeout})
+func (e *Engine) handshakeServer(parent context.Context, kind TransportKind, t wire.Transport, cred *ipc.Cred, raddr string) (*Endpoint, error) {
+	wc := wire.NewConn(t, e.connConfig(kind))
 	ctx, cancel := context.WithTimeout(parent, handshakeTimeout)
 	defer cancel()
 	f, err := wc.Recv(ctx)
@@ -214,12 +316,14 @@ func (e *Engine) handshakeServer(parent context.Context, c *ipc.Conn) (*Endpoint
 		_ = wc.Close()
 		return nil, err
 	}
-	if err := checkIdentity(hello, c.Peer()); err != nil {
-		_ = wc.Send(wire.NewError(0, wire.StatusRefused, err.Error()))
-		_ = wc.Close()
-		return nil, err
+	if cred != nil {
+		if err := checkIdentity(hello, *cred); err != nil {
+			_ = wc.Send(wire.NewError(0, wire.StatusRefused, err.Error()))
+			_ = wc.Close()
+			return nil, err
+		}
 	}
-	ack, err := wire.Negotiate(e.ident.hello, hello)
+	ack, err := wire.Negotiate(e.helloFor(kind), hello)
 	if err != nil {
 		_ = wc.Send(wire.NewError(0, wire.StatusVersion, err.Error()))
 		_ = wc.Close()
@@ -229,7 +333,7 @@ func (e *Engine) handshakeServer(parent context.Context, c *ipc.Conn) (*Endpoint
 		_ = wc.Close()
 		return nil, err
 	}
-	return e.newEndpoint(wc, hello)
+	return e.newEndpoint(wc, hello, kind, raddr, false)
 }
 
 // Endpoint is a connection to a peer engine: Put and Get move data between
@@ -237,13 +341,16 @@ func (e *Engine) handshakeServer(parent context.Context, c *ipc.Conn) (*Endpoint
 type Endpoint struct {
 	e    *Engine
 	c    *wire.Conn
+	kind TransportKind
 	peer wire.Hello
 	pid  ipc.PeerID
 	name string
 
 	mu        sync.Mutex
-	pending   map[uint64]chan reply
+	pending   map[uint64]func(reply) // called once, never under mu
+	inbound   map[uint64]*inbound    // TCP: transfers landing
 	nextID    atomic.Uint64
+	idParity  uint64 // the parity of our request ids: 1 dialer, 0 acceptor
 	failed    error
 	hasFailed atomic.Bool
 	done      chan struct{}
@@ -251,6 +358,11 @@ type Endpoint struct {
 	serving   sync.WaitGroup
 	sem       chan struct{}
 	reader    chan struct{}
+	cur       routed           // reader only: the Data frame being landed
+	replies   chan wire.Message // the reader's frames, sent by writer
+	writerEnd chan struct{}
+
+	puts, gets, served, bytesOut, bytesIn atomic.Uint64
 }
 
 type reply struct {
@@ -258,15 +370,25 @@ type reply struct {
 	err error
 }
 
-func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello) (*Endpoint, error) {
+func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, addr string, dialer bool) (*Endpoint, error) {
+	name := fmt.Sprintf("peer %q (pid %d)", peer.Name, peer.PID)
+	if kind == TransportTCP {
+		name = fmt.Sprintf("peer %q (pid %d at %s)", peer.Name, peer.PID, addr)
+	}
 	ep := &Endpoint{
-		e: e, c: c, peer: peer,
-		pid:     ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8])},
-		name:    fmt.Sprintf("peer %q (pid %d)", peer.Name, peer.PID),
-		pending: map[uint64]chan reply{},
-		done:    make(chan struct{}),
-		sem:     make(chan struct{}, maxServing),
-		reader:  make(chan struct{}),
+		e: e, c: c, peer: peer, kind: kind, name: name,
+		pid:       ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8])},
+		pending:   map[uint64]func(reply){},
+		inbound:   map[uint64]*inbound{},
+		done:      make(chan struct{}),
+		sem:       make(chan struct{}, maxServing),
+		reader:    make(chan struct{}),
+		replies:   make(chan wire.Message, maxInbound+maxServing+16),
+		writerEnd: make(chan struct{}),
+	}
+	if dialer {
+		ep.idParity = 1
+		ep.nextID.Store(1)
 	}
 	e.epMu.Lock()
 	if e.closed.Load() {
@@ -276,8 +398,32 @@ func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello) (*Endpoint, error) {
 	}
 	e.endpoints[ep] = struct{}{}
 	e.epMu.Unlock()
+	var every time.Duration
+	if e.cfg.PeerTimeout > 0 {
+		every = e.cfg.PeerTimeout / 4
+	}
+	go ep.writer(every)
 	go ep.readLoop()
 	return ep, nil
+}
+
+// Transport says how the endpoint reaches its peer.
+func (ep *Endpoint) Transport() TransportKind { return ep.kind }
+
+// EndpointStats counts an endpoint's traffic.
+type EndpointStats struct {
+	Transport TransportKind
+	Puts      uint64 // Puts requested by this side
+	Gets      uint64 // Gets requested by this side
+	Served    uint64 // the peer's requests this side completed (TCP)
+	BytesOut  uint64 // bytes sent in Data frames (TCP)
+	BytesIn   uint64 // bytes received in Data frames (TCP)
+}
+
+// Stats returns the endpoint's counters.
+func (ep *Endpoint) Stats() EndpointStats {
+	return EndpointStats{Transport: ep.kind, Puts: ep.puts.Load(), Gets: ep.gets.Load(), Served: ep.served.Load(),
+		BytesOut: ep.bytesOut.Load(), BytesIn: ep.bytesIn.Load()}
 }
 
 // Peer names the peer (its program name and pid).
@@ -309,6 +455,7 @@ func (ep *Endpoint) Close() error {
 	ep.fail(newErr(ErrClosed, "endpoint closed", nil))
 	<-sent
 	<-ep.reader
+	<-ep.writerEnd
 	ep.serving.Wait()
 	return nil
 }
@@ -320,11 +467,11 @@ func (ep *Endpoint) fail(err error) {
 		ep.failed = err
 		ep.hasFailed.Store(true)
 		pend := ep.pending
-		ep.pending = map[uint64]chan reply{}
+		ep.pending = map[uint64]func(reply){}
 		ep.mu.Unlock()
 		_ = ep.c.Close()
-		for _, ch := range pend {
-			ch <- reply{err: err}
+		for _, fn := range pend {
+			fn(reply{err: err})
 		}
 		ep.e.imports.PurgePeer(ep.pid)
 		ep.e.epMu.Lock()
@@ -351,7 +498,7 @@ func (ep *Endpoint) roundTrip(ctx context.Context, id uint64, m wire.Message) (w
 		ep.mu.Unlock()
 		return wire.Frame{}, err
 	}
-	ep.pending[id] = ch
+	ep.pending[id] = func(r reply) { ch <- r }
 	ep.mu.Unlock()
 	if err := ep.c.Send(m); err != nil {
 		ep.mu.Lock()
@@ -377,11 +524,40 @@ func (ep *Endpoint) roundTrip(ctx context.Context, id uint64, m wire.Message) (w
 
 func (ep *Endpoint) readLoop() {
 	defer close(ep.reader)
+	defer func() {
+		err := ep.Err()
+		if err == nil {
+			err = newErr(ErrClosed, "endpoint closed", nil)
+		}
+		ep.abortRouting()
+		ep.cancelInbound(err)
+	}()
+	ctx := context.Background()
 	for {
-		f, err := ep.c.Recv(context.Background())
+		var (
+			f   wire.Frame
+			err error
+		)
+		if ep.kind == TransportTCP {
+			f, err = ep.c.RecvRouted(ctx, ep.route)
+		} else {
+			f, err = ep.c.Recv(ctx)
+		}
 		if err != nil {
-			ep.fail(ep.peerErr("connection lost", err))
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded) && ep.Err() == nil:
+				ep.fail(newErr(ErrPeer, fmt.Sprintf("%s: silent for %v (no frame, not even a heartbeat)", ep.name, ep.e.cfg.PeerTimeout), ErrTimeout))
+			case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrTooLarge):
+				ep.e.log.Error().Err(err).Str("peer", ep.name).Msg("malformed frame; closing the connection")
+				ep.fail(ep.peerErr("malformed frame", err))
+			default:
+				ep.fail(ep.peerErr("connection lost", err))
+			}
 			return
+		}
+		if f.Routed {
+			ep.landed()
+			continue
 		}
 		if err := ep.dispatch(f); err != nil {
 			_ = f.CloseFDs()
@@ -396,7 +572,7 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 	switch f.Header.Type {
 	case wire.TypeCompletion, wire.TypeError, wire.TypeImportReply:
 		ep.mu.Lock()
-		ch, ok := ep.pending[f.Header.RequestID]
+		fn, ok := ep.pending[f.Header.RequestID]
 		delete(ep.pending, f.Header.RequestID)
 		ep.mu.Unlock()
 		if !ok {
@@ -405,7 +581,7 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 		// The payload aliases the connection's read buffer, which the next
 		// Recv overwrites: the waiter gets its own copy.
 		f.Payload = append([]byte(nil), f.Payload...)
-		ch <- reply{f: f}
+		fn(reply{f: f})
 		return nil
 	}
 	m, err := f.Message()
@@ -414,19 +590,39 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 	}
 	switch m := m.(type) {
 	case *wire.ImportRequest:
+		if ep.kind != TransportIPC {
+			return errors.New("ImportRequest on a transport without fd passing")
+		}
 		ep.serveImport(m)
 	case *wire.Put:
-		ep.serve(true, m.Request)
+		return ep.serveAny(true, m.Request)
 	case *wire.Get:
-		ep.serve(false, m.Request)
+		return ep.serveAny(false, m.Request)
 	case *wire.Invalidate:
 		ep.e.imports.Invalidate(ep.pid, m.AllocID, m.Generation)
+	case *wire.Heartbeat:
 	case *wire.Bye:
 		ep.fail(ep.peerErr("peer closed the endpoint", nil))
 	default:
 		return fmt.Errorf("unexpected %v", f.Header.Type)
 	}
 	return nil
+}
+
+// serveAny routes a peer's request by where its data travels: in Data
+// frames on this connection (TCP) or through the requester's exported
+// shared memory (unix socket).
+func (ep *Endpoint) serveAny(put bool, r wire.Request) error {
+	switch {
+	case ep.kind == TransportTCP && r.Local.Kind == wire.LocalInline && put:
+		return ep.servePutTCP(r)
+	case ep.kind == TransportTCP && r.Local.Kind == wire.LocalInline:
+		return ep.serveGetTCP(r)
+	case ep.kind == TransportIPC && r.Local.Kind == wire.LocalKey:
+		ep.serve(put, r)
+		return nil
+	}
+	return fmt.Errorf("request with local kind %d on the %v transport", r.Local.Kind, ep.kind)
 }
 
 // lookupKey checks a key a peer presented and returns the slice it names
@@ -559,7 +755,7 @@ func (ep *Endpoint) importKey(ctx context.Context, deadline time.Time, k wire.Re
 			ctx, cancel2 = context.WithDeadline(ctx, deadline)
 			defer cancel2()
 		}
-		id := ep.nextID.Add(1)
+		id := ep.newID()
 		full := k
 		full.Offset, full.Len = 0, k.Length
 		f, err := ep.roundTrip(ctx, id, &wire.ImportRequest{RequestID: id, Key: full})
@@ -719,10 +915,13 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	if remote.k.Owner != ep.peer.EngineID {
 		return cq.Resolved(newErr(ErrInvalid, "remote key belongs to another engine than "+ep.name, nil))
 	}
+	if put && !remote.k.Allows(wire.KeyWrite) || !put && !remote.k.Allows(wire.KeyRead) {
+		return cq.Resolved(newErr(ErrInvalid, "remote key does not grant this access", nil))
+	}
+	if ep.kind == TransportTCP {
+		return ep.rmaTCP(put, local, remote.k, opts)
+	}
 	if remote.k.MemType == wire.MemHost {
-		if put && !remote.k.Allows(wire.KeyWrite) || !put && !remote.k.Allows(wire.KeyRead) {
-			return cq.Resolved(newErr(ErrInvalid, "remote key does not grant this access", nil))
-		}
 		var deadline time.Time
 		if len(opts) > 0 || e.cfg.OpTimeout > 0 {
 			deadline = e.opConfig(opts).deadline
@@ -804,7 +1003,7 @@ func (ep *Endpoint) remoteDMA(put bool, local Slice, k wire.RemoteKey, deadline 
 	if err != nil {
 		return err
 	}
-	id := ep.nextID.Add(1)
+	id := ep.newID()
 	req := wire.Request{RequestID: id, Key: k, Offset: 0, Length: local.n,
 		Local: wire.Local{Kind: wire.LocalKey, Key: lk.k, Offset: shared.off}}
 	var m wire.Message = &wire.Get{Request: req}

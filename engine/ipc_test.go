@@ -21,13 +21,16 @@ import (
 	"github.com/gxfer/gxfer/wire"
 )
 
-const childEnv = "GXFER_ENGINE_TEST_CHILD"
+const (
+	childEnv    = "GXFER_ENGINE_TEST_CHILD" // the address the peer listens at
+	childNetEnv = "GXFER_ENGINE_TEST_NET"   // its network: "unix" (default) or "tcp"
+)
 
 // TestMain runs the peer role when the test binary is re-executed as a
 // child process, and the tests otherwise.
 func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
-		os.Exit(runPeer(path))
+		os.Exit(runPeer(os.Getenv(childNetEnv), path))
 	}
 	testutil.Main(m)
 }
@@ -37,19 +40,23 @@ const peerSize = 64<<20 + 4096
 
 // runPeer is the child: an engine listening at path that exports a host
 // and a Gaudi buffer, prints their keys, and obeys commands on stdin.
-func runPeer(path string) int {
+func runPeer(network, path string) int {
+	if network == "" {
+		network = "unix"
+	}
 	e, err := New(Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: 512 << 20}})
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
 	}
 	defer e.Close()
-	l, err := e.Listen("unix", path)
+	l, err := e.Listen(network, path)
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
 	}
 	defer l.Close()
+	fmt.Println("ADDR", l.Addr())
 	h, _ := e.Alloc(peerSize, Host)
 	d, _ := e.Alloc(peerSize, Gaudi(0))
 	printKeys := func() {
@@ -88,10 +95,16 @@ type peerProc struct {
 
 func startPeer(t testing.TB) *peerProc {
 	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "peer.sock")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+path)
+	return startPeerAt(t, "unix", filepath.Join(t.TempDir(), "peer.sock"))
+}
+
+// startPeerAt starts the peer listening on network at addr; prefix, if
+// given, runs it through a wrapper (ip netns exec NS).
+func startPeerAt(t testing.TB, network, addr string, prefix ...string) *peerProc {
+	t.Helper()
+	args := append(append([]string(nil), prefix...), os.Args[0], "-test.run=^$")
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), childEnv+"="+addr, childNetEnv+"="+network)
 	cmd.Stderr = os.Stderr
 	pr, pw, err := os.Pipe()
 	require.NoError(t, err)
@@ -100,7 +113,11 @@ func startPeer(t testing.TB) *peerProc {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	pr.Close()
-	p := &peerProc{cmd: cmd, stdin: pw, out: bufio.NewScanner(stdout), path: path}
+	p := &peerProc{cmd: cmd, stdin: pw, out: bufio.NewScanner(stdout)}
+	require.True(t, p.out.Scan(), "peer exited")
+	a, ok := strings.CutPrefix(p.out.Text(), "ADDR ")
+	require.True(t, ok, p.out.Text())
+	p.path = a
 	p.readKeys(t)
 	t.Cleanup(func() {
 		p.stdin.Close()
@@ -130,10 +147,20 @@ func (p *peerProc) command(t *testing.T, c string) {
 func TestIPCPutGetEveryPair(t *testing.T) {
 	p := startPeer(t)
 	e := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 512 << 20}})
-	ctx := context.Background()
-	ep, err := e.Dial(ctx, "unix", p.path)
+	ep, err := e.Dial(context.Background(), "unix", p.path)
 	require.NoError(t, err)
 	require.Contains(t, ep.Peer(), "pid")
+	require.Equal(t, TransportIPC, ep.Transport())
+	putGetEveryPair(t, e, ep, p)
+	st := e.imports.Stats()
+	require.Equal(t, uint64(1), st.Misses, "the peer's host buffer is imported once")
+	require.NoError(t, ep.Close())
+}
+
+// putGetEveryPair puts and gets every size between every local memory
+// type and both of the peer's buffers, and verifies every byte.
+func putGetEveryPair(t *testing.T, e *Engine, ep *Endpoint, p *peerProc) {
+	ctx := context.Background()
 	sizes := []int{1, 8, 4097, 1<<20 + 5, 64 << 20}
 	if testing.Short() {
 		sizes = sizes[:4]
@@ -164,9 +191,8 @@ func TestIPCPutGetEveryPair(t *testing.T) {
 		}
 		require.NoError(t, lb.Free())
 	}
-	st := e.imports.Stats()
-	require.Equal(t, uint64(1), st.Misses, "the peer's host buffer is imported once")
-	require.NoError(t, ep.Close())
+	require.NoError(t, src.Free())
+	require.NoError(t, back.Free())
 }
 
 func TestIPCRefusals(t *testing.T) {
@@ -187,7 +213,7 @@ func TestIPCRefusals(t *testing.T) {
 	lk, err := h.Export()
 	require.NoError(t, err)
 	for _, off := range []uint64{4096, 1 << 62} {
-		id := ep.nextID.Add(1)
+		id := ep.newID()
 		req := wire.Request{RequestID: id, Key: p.dev.Slice(0, 8192).k, Offset: off, Length: 8192,
 			Local: wire.Local{Kind: wire.LocalKey, Key: lk.k}}
 		f, err := ep.roundTrip(ctx, id, &wire.Put{Request: req})

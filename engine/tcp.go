@@ -1,0 +1,736 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// The TCP data path. A Put sends its request and then the bytes in Data
+// frames on the same connection; the owner's reader reads each frame's
+// bytes straight into the target (host memory) or into a staging buffer
+// that its DMA engine then copies to Gaudi memory, and answers with a
+// Completion once every byte has landed. A Get is answered with Data
+// frames and then a Completion; the requester lands them the same way.
+// Nothing is copied through an intermediate buffer on the host path.
+//
+// Request ids are split between the two sides (the dialer's are odd, the
+// acceptor's even), so a Data frame names unambiguously whose request it
+// belongs to. The reader never writes to the socket (a reader blocked on
+// a full send buffer while its peer does the same would deadlock both):
+// its replies go through the endpoint's writer goroutine.
+
+const (
+	tcpChunk     = 1 << 20  // bytes per Data frame
+	tcpInlineMax = 64 << 10 // host Puts up to this size are sent by the caller
+	tcpMaxFrame  = 64 << 10 // control frames
+	maxInbound   = 4096     // transfers a peer may have in progress toward us
+	stageBuffers = 8        // per pool (inbound, outbound), tcpChunk each
+)
+
+// TransportKind names how an endpoint reaches its peer.
+type TransportKind uint8
+
+// Transports.
+const (
+	// TransportAuto lets Dial choose: RDMA when both sides have a usable
+	// device, else TCP.
+	TransportAuto TransportKind = iota
+	// TransportTCP moves data in Data frames over TCP.
+	TransportTCP
+	// TransportRDMA moves data with RDMA writes and reads.
+	TransportRDMA
+	// TransportIPC is a unix socket on one node: shared memory and fd
+	// passing (Listen/Dial "unix").
+	TransportIPC
+)
+
+func (k TransportKind) String() string {
+	switch k {
+	case TransportAuto:
+		return "auto"
+	case TransportTCP:
+		return "tcp"
+	case TransportRDMA:
+		return "rdma"
+	case TransportIPC:
+		return "ipc"
+	}
+	return fmt.Sprintf("TransportKind(%d)", uint8(k))
+}
+
+// DialOption configures Dial.
+type DialOption func(*dialConfig)
+
+type dialConfig struct{ transport TransportKind }
+
+// WithTransport forces the transport of a "tcp" Dial (overrides
+// Config.Transport).
+func WithTransport(k TransportKind) DialOption {
+	return func(c *dialConfig) { c.transport = k }
+}
+
+// rdmaUnavailable says why RDMA endpoints cannot be used.
+const rdmaUnavailable = "RDMA endpoints are not part of this build yet (package rdma provides the verbs layer)"
+
+// chooseTransport resolves the transport of a network Dial.
+func (e *Engine) chooseTransport(opts []DialOption) (TransportKind, error) {
+	dc := dialConfig{transport: e.cfg.Transport}
+	for _, o := range opts {
+		o(&dc)
+	}
+	switch dc.transport {
+	case TransportAuto, TransportTCP:
+		return TransportTCP, nil
+	case TransportRDMA:
+		return 0, newErr(ErrNotSupported, "transport rdma: "+rdmaUnavailable, nil)
+	}
+	return 0, newErr(ErrInvalid, "transport "+dc.transport.String()+" cannot be dialed over the network", nil)
+}
+
+// tuneTCP sets what the data path wants of a TCP connection: no Nagle
+// delay (small messages are batched by the engine's queues, not the
+// kernel), and keepalive probes as a second line behind heartbeats.
+func tuneTCP(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3})
+	}
+}
+
+// stagePool hands out host staging buffers of tcpChunk bytes, allocated
+// on first use and kept until the engine closes. get blocks while all are
+// in use: that is the back-pressure of a peer sending faster than the
+// device takes the bytes.
+type stagePool struct {
+	e    *Engine
+	free chan *Buffer
+	made atomic.Int32
+	max  int32
+}
+
+func newStagePool(e *Engine, n int) *stagePool {
+	return &stagePool{e: e, free: make(chan *Buffer, n), max: int32(n)}
+}
+
+func (p *stagePool) get(done <-chan struct{}) (*Buffer, error) {
+	select {
+	case b := <-p.free:
+		return b, nil
+	default:
+	}
+	for {
+		m := p.made.Load()
+		if m >= p.max {
+			break
+		}
+		if p.made.CompareAndSwap(m, m+1) {
+			b, err := p.e.Alloc(tcpChunk, Host)
+			if err != nil {
+				p.made.Add(-1)
+				return nil, err
+			}
+			return b, nil
+		}
+	}
+	select {
+	case b := <-p.free:
+		return b, nil
+	case <-done:
+		return nil, ErrClosed
+	}
+}
+
+func (p *stagePool) put(b *Buffer) { p.free <- b }
+
+// inbound is a transfer whose bytes arrive on the connection: a peer's Put
+// into our memory, or the answer to one of our Gets. The reader lands the
+// bytes; it finishes (onDone, once) when every byte has landed and every
+// staging DMA is complete, or when it was canceled and nothing is in
+// flight any more.
+type inbound struct {
+	id      uint64
+	dst     Slice // zero for a transfer whose bytes are dropped
+	discard bool
+	n       uint64
+
+	mu       sync.Mutex
+	got      uint64
+	routing  bool // the reader is reading bytes into dst
+	dmas     int  // staging DMAs in flight
+	canceled bool
+	done     bool
+	err      error
+	onDone   func(error)
+}
+
+// finishLocked reports whether the transfer just finished (the caller
+// then calls onDone with err, outside the lock).
+func (in *inbound) finishLocked() bool {
+	if in.done || in.routing || in.dmas > 0 || (in.got < in.n && !in.canceled) {
+		return false
+	}
+	in.done = true
+	return true
+}
+
+func (in *inbound) cancel(err error) {
+	in.mu.Lock()
+	in.canceled = true
+	if in.err == nil {
+		in.err = err
+	}
+	fin := in.finishLocked()
+	in.mu.Unlock()
+	if fin {
+		in.onDone(in.err)
+	}
+}
+
+// routed is what the reader's sink chose for the Data frame being read.
+type routed struct {
+	in    *inbound
+	off   uint64
+	n     uint64
+	stage *Buffer
+}
+
+// ours reports whether request id was issued by this side.
+func (ep *Endpoint) ours(id uint64) bool { return id&1 == ep.idParity }
+
+// newID issues a request id of this side's parity.
+func (ep *Endpoint) newID() uint64 { return ep.nextID.Add(2) }
+
+// route is the reader's DataSink.
+func (ep *Endpoint) route(id, off uint64, n int) ([]byte, error) {
+	ep.cur = routed{}
+	ep.mu.Lock()
+	in := ep.inbound[id]
+	ep.mu.Unlock()
+	if in == nil {
+		if ep.ours(id) && id <= ep.nextID.Load() {
+			return nil, nil // a Get we gave up on: drop the bytes
+		}
+		return nil, fmt.Errorf("%w: data for request %d, which is not in progress", wire.ErrMalformed, id)
+	}
+	in.mu.Lock()
+	if off != in.got || uint64(n) > in.n-in.got {
+		in.mu.Unlock()
+		return nil, fmt.Errorf("%w: request %d: data at [%d, +%d) out of order or beyond its %d bytes (%d landed)", wire.ErrMalformed, id, off, n, in.n, in.got)
+	}
+	if in.discard || in.canceled {
+		in.got += uint64(n)
+		full := in.got == in.n
+		in.mu.Unlock()
+		if full && in.discard {
+			ep.removeInbound(id)
+		}
+		return nil, nil
+	}
+	in.routing = true
+	in.mu.Unlock()
+	ep.cur = routed{in: in, off: off, n: uint64(n)}
+	if !in.dst.buf.loc.gaudi {
+		return in.dst.hostBytes()[off : off+uint64(n)], nil
+	}
+	stage, err := ep.e.inStage.get(ep.done)
+	if err != nil {
+		return nil, err
+	}
+	ep.cur.stage = stage
+	return stage.Bytes()[:n], nil
+}
+
+// landed finishes the Data frame route chose, once its bytes are read.
+func (ep *Endpoint) landed() {
+	cur := ep.cur
+	ep.cur = routed{}
+	in := cur.in
+	if in == nil {
+		return
+	}
+	ep.bytesIn.Add(cur.n)
+	in.mu.Lock()
+	in.routing = false
+	in.got += cur.n
+	dma := cur.stage != nil && !in.canceled
+	if dma {
+		in.dmas++
+	}
+	full := in.got == in.n
+	fin := in.finishLocked()
+	in.mu.Unlock()
+	if full {
+		ep.removeInbound(in.id)
+	}
+	if cur.stage != nil && !dma {
+		ep.e.inStage.put(cur.stage)
+	}
+	if dma {
+		e := ep.e
+		f := e.copyInternal(in.dst.buf.Slice(int(in.dst.off+cur.off), int(cur.n)), cur.stage.Slice(0, int(cur.n)), time.Time{})
+		e.async.Add(1)
+		go func() {
+			defer e.async.Done()
+			<-f.Done()
+			e.inStage.put(cur.stage)
+			in.mu.Lock()
+			in.dmas--
+			if err := f.Err(); err != nil && in.err == nil {
+				in.err = err
+			}
+			fin := in.finishLocked()
+			in.mu.Unlock()
+			if fin {
+				in.onDone(in.err)
+			}
+		}()
+	}
+	if fin {
+		in.onDone(in.err)
+	}
+}
+
+// abortRouting undoes a route whose read failed (the connection broke).
+func (ep *Endpoint) abortRouting() {
+	cur := ep.cur
+	ep.cur = routed{}
+	if cur.stage != nil {
+		ep.e.inStage.put(cur.stage)
+	}
+	if in := cur.in; in != nil {
+		in.mu.Lock()
+		in.routing = false
+		in.mu.Unlock()
+	}
+}
+
+func (ep *Endpoint) addInbound(in *inbound) error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.failed != nil {
+		return ep.failed
+	}
+	if len(ep.inbound) >= maxInbound {
+		return fmt.Errorf("more than %d transfers in progress", maxInbound)
+	}
+	if _, dup := ep.inbound[in.id]; dup {
+		return fmt.Errorf("request id %d reused while in progress", in.id)
+	}
+	ep.inbound[in.id] = in
+	return nil
+}
+
+func (ep *Endpoint) removeInbound(id uint64) {
+	ep.mu.Lock()
+	delete(ep.inbound, id)
+	ep.mu.Unlock()
+}
+
+// cancelInbound cancels every transfer still landing (the connection is
+// gone).
+func (ep *Endpoint) cancelInbound(err error) {
+	ep.mu.Lock()
+	ins := make([]*inbound, 0, len(ep.inbound))
+	for _, in := range ep.inbound {
+		ins = append(ins, in)
+	}
+	clear(ep.inbound)
+	ep.mu.Unlock()
+	for _, in := range ins {
+		in.cancel(err)
+	}
+}
+
+// queueReply hands a frame the reader wants sent to the writer goroutine.
+func (ep *Endpoint) queueReply(m wire.Message) error {
+	select {
+	case ep.replies <- m:
+		return nil
+	default:
+		return errors.New("peer is not reading its replies")
+	}
+}
+
+// writer sends the reader's replies and the heartbeats.
+func (ep *Endpoint) writer(every time.Duration) {
+	defer close(ep.writerEnd)
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	hb := &wire.Heartbeat{}
+	for {
+		select {
+		case m := <-ep.replies:
+			if err := ep.c.Send(m); err != nil {
+				ep.e.log.Debug().Err(err).Str("peer", ep.name).Msg("reply not sent")
+			}
+		case <-tick:
+			_ = ep.c.Send(hb)
+		case <-ep.done:
+			return
+		}
+	}
+}
+
+// servePutTCP starts landing a peer's Put (its bytes follow on the
+// connection). It answers a refusal at once; the bytes are then dropped.
+func (ep *Endpoint) servePutTCP(r wire.Request) error {
+	if ep.ours(r.RequestID) {
+		return fmt.Errorf("Put with request id %d of our parity", r.RequestID)
+	}
+	in := &inbound{id: r.RequestID, n: r.Length}
+	mine, st, msg := ep.e.lookupKey(&r.Key, r.Offset, r.Length, wire.KeyWrite)
+	if st == wire.StatusOK {
+		if err := mine.buf.acquire(); err != nil {
+			st, msg = wire.StatusStale, "buffer no longer exported"
+		}
+	}
+	if st != wire.StatusOK {
+		in.discard = true
+		in.onDone = func(error) {}
+		if err := ep.queueReply(wire.NewError(r.RequestID, st, msg)); err != nil {
+			return err
+		}
+	} else {
+		in.dst = mine
+		in.onDone = func(err error) {
+			mine.buf.release()
+			var rep wire.Message = &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
+			if err != nil {
+				rep = wire.NewError(r.RequestID, wire.StatusInternal, err.Error())
+			} else {
+				ep.served.Add(1)
+			}
+			if ep.Err() == nil {
+				_ = ep.queueReply(rep)
+			}
+		}
+	}
+	if r.Length == 0 {
+		in.mu.Lock()
+		fin := in.finishLocked()
+		in.mu.Unlock()
+		if fin {
+			in.onDone(nil)
+		}
+		return nil
+	}
+	if err := ep.addInbound(in); err != nil {
+		in.cancel(err)
+		return err
+	}
+	return nil
+}
+
+// serveGetTCP answers a peer's Get with Data frames and a Completion, on
+// a goroutine of its own.
+func (ep *Endpoint) serveGetTCP(r wire.Request) error {
+	if ep.ours(r.RequestID) {
+		return fmt.Errorf("Get with request id %d of our parity", r.RequestID)
+	}
+	select {
+	case ep.sem <- struct{}{}:
+	default:
+		return ep.queueReply(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))
+	}
+	ep.serving.Add(1)
+	go func() {
+		defer ep.serving.Done()
+		defer func() { <-ep.sem }()
+		mine, st, msg := ep.e.lookupKey(&r.Key, r.Offset, r.Length, wire.KeyRead)
+		if st == wire.StatusOK {
+			if err := mine.buf.acquire(); err != nil {
+				st, msg = wire.StatusStale, "buffer no longer exported"
+			}
+		}
+		if st != wire.StatusOK {
+			_ = ep.c.Send(wire.NewError(r.RequestID, st, msg))
+			return
+		}
+		err := ep.sendSlice(r.RequestID, mine, nil, time.Time{})
+		mine.buf.release()
+		switch {
+		case err == nil:
+			ep.served.Add(1)
+			_ = ep.c.Send(&wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK})
+		case errors.Is(err, errSourceFailed):
+			_ = ep.c.Send(wire.NewError(r.RequestID, wire.StatusInternal, err.Error()))
+		default:
+			ep.fail(ep.sendErr(err)) // the stream is broken or the peer gone
+		}
+	}()
+	return nil
+}
+
+// errSourceFailed marks a sendSlice failure in reading the source (a
+// device DMA), after which the connection is still in step.
+var errSourceFailed = errors.New("reading the source failed")
+
+// sendSlice sends s as Data frames of request id (the first one behind
+// first, when given). Host memory goes out from where it is; Gaudi memory
+// through two staging buffers, the DMA of chunk k+1 overlapping the send
+// of chunk k.
+func (ep *Endpoint) sendSlice(id uint64, s Slice, first wire.Message, deadline time.Time) error {
+	n := s.n
+	if n == 0 {
+		if first != nil {
+			return ep.c.Send(first)
+		}
+		return nil
+	}
+	send := func(off uint64, p []byte) error {
+		var err error
+		if off == 0 && first != nil {
+			err = ep.c.SendWithData(first, id, 0, p)
+		} else {
+			err = ep.c.SendData(id, off, p)
+		}
+		if err == nil {
+			ep.bytesOut.Add(uint64(len(p)))
+		}
+		return err
+	}
+	if !s.buf.loc.gaudi {
+		b := s.hostBytes()
+		for off := uint64(0); off < n; off += tcpChunk {
+			if err := send(off, b[off:min(off+tcpChunk, n)]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	e := ep.e
+	var stage [2]*Buffer
+	var fut [2]*cq.Future
+	defer func() {
+		for k, b := range stage {
+			if b != nil {
+				if fut[k] != nil {
+					<-fut[k].Done()
+				}
+				e.outStage.put(b)
+			}
+		}
+	}()
+	for k := range stage {
+		if uint64(k)*tcpChunk >= n {
+			break
+		}
+		b, err := e.outStage.get(ep.done)
+		if err != nil {
+			return err
+		}
+		stage[k] = b
+	}
+	fetch := func(k int, off uint64) {
+		m := int(min(tcpChunk, n-off))
+		fut[k] = e.copyInternal(stage[k].Slice(0, m), s.buf.Slice(int(s.off+off), m), deadline)
+	}
+	// A DMA that fails does not stop the stream: the receiver expects n
+	// bytes, so the rest goes out as zeros and the failure is reported
+	// (a failed transfer leaves its destination undefined).
+	var srcErr error
+	fetch(0, 0)
+	for i, off := 0, uint64(0); off < n; i, off = i+1, off+tcpChunk {
+		k := i & 1
+		m := min(tcpChunk, n-off)
+		if fut[k] != nil {
+			if err := fut[k].Wait(context.Background()); err != nil && srcErr == nil {
+				srcErr = fmt.Errorf("%w: %w", errSourceFailed, err)
+			}
+			fut[k] = nil
+		}
+		if srcErr != nil {
+			clear(stage[k].Bytes()[:m])
+		}
+		if next := off + tcpChunk; next < n && srcErr == nil {
+			fetch(k^1, next)
+		}
+		if err := send(off, stage[k].Bytes()[:m]); err != nil {
+			return err
+		}
+	}
+	return srcErr
+}
+
+// tcpOp is a Put or Get this side requested over TCP. It completes when
+// its two parts are done: the reply and, for a Put, the sending of its
+// bytes, for a Get, the landing of the answer's bytes.
+type tcpOp struct {
+	ep    *Endpoint
+	id    uint64
+	local Slice
+	f     *cq.Future
+	in    *inbound // Get
+	parts atomic.Int32
+	mu    sync.Mutex
+	err   error
+	timer *time.Timer
+}
+
+func (o *tcpOp) partDone(err error) {
+	if err != nil {
+		o.mu.Lock()
+		if o.err == nil {
+			o.err = err
+		}
+		o.mu.Unlock()
+	}
+	if o.parts.Add(-1) != 0 {
+		return
+	}
+	if o.timer != nil {
+		o.timer.Stop()
+	}
+	o.local.buf.release()
+	o.mu.Lock()
+	err = o.err
+	o.mu.Unlock()
+	o.f.Complete(0, err)
+}
+
+// onReply takes the owner's answer (or the endpoint's failure).
+func (o *tcpOp) onReply(r reply) {
+	err := r.err
+	if err == nil {
+		err = o.ep.replyErr(r.f)
+	}
+	if err != nil && o.in != nil {
+		o.ep.removeInbound(o.id)
+		o.in.cancel(err)
+	}
+	o.partDone(err)
+}
+
+// replyErr interprets a Completion or Error frame.
+func (ep *Endpoint) replyErr(f wire.Frame) error {
+	msg, err := f.Message()
+	if err != nil {
+		return ep.peerErr("reply", err)
+	}
+	switch msg := msg.(type) {
+	case *wire.Completion:
+		if msg.Status != wire.StatusOK {
+			return ep.peerErr("request failed", fmt.Errorf("status %v", msg.Status))
+		}
+		return nil
+	case *wire.Error:
+		return ep.refusal("request refused", msg)
+	}
+	return ep.peerErr("unexpected reply", nil)
+}
+
+// timeout fails the operation at its deadline; bytes still in flight are
+// waited for (the buffer is in use until then) or dropped.
+func (o *tcpOp) timeout() {
+	ep := o.ep
+	ep.mu.Lock()
+	_, waiting := ep.pending[o.id]
+	delete(ep.pending, o.id)
+	ep.mu.Unlock()
+	if !waiting {
+		return // the reply came first
+	}
+	err := newErr(ErrTimeout, ep.name+": request "+fmt.Sprint(o.id), nil)
+	if o.in != nil {
+		ep.removeInbound(o.id)
+		o.in.cancel(err)
+	}
+	o.partDone(err)
+}
+
+// rmaTCP runs a Put or Get over the TCP data path.
+func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
+	e := ep.e
+	if err := local.buf.acquire(); err != nil {
+		return cq.Resolved(err)
+	}
+	o := &tcpOp{ep: ep, id: ep.newID(), local: local, f: cq.NewFuture(1)}
+	o.f.SetSpin(e.cfg.WaitSpin)
+	o.parts.Store(2)
+	req := wire.Request{RequestID: o.id, Key: k, Length: local.n, Local: wire.Local{Kind: wire.LocalInline}}
+	if !put {
+		o.in = &inbound{id: o.id, dst: local, n: local.n, onDone: o.partDone}
+	}
+	ep.mu.Lock()
+	if ep.failed != nil {
+		err := ep.failed
+		ep.mu.Unlock()
+		local.buf.release()
+		return cq.Resolved(err)
+	}
+	ep.pending[o.id] = o.onReply
+	if o.in != nil && local.n > 0 {
+		ep.inbound[o.id] = o.in
+	}
+	ep.mu.Unlock()
+	if oc := e.opConfig(opts); !oc.deadline.IsZero() {
+		o.timer = time.AfterFunc(time.Until(oc.deadline), o.timeout)
+	}
+	if put {
+		ep.puts.Add(1)
+		send := func() {
+			err := ep.sendSlice(o.id, local, &wire.Put{Request: req}, time.Time{})
+			if err != nil && !errors.Is(err, errSourceFailed) {
+				// The stream is broken or the peer gone: no reply will
+				// come, and the endpoint's failure answers every request.
+				err = ep.sendErr(err)
+				ep.fail(err)
+			}
+			o.partDone(err)
+		}
+		if !local.buf.loc.gaudi && local.n <= tcpInlineMax {
+			send()
+			return o.f
+		}
+		e.async.Add(1)
+		go func() {
+			defer e.async.Done()
+			send()
+		}()
+		return o.f
+	}
+	ep.gets.Add(1)
+	if local.n == 0 {
+		o.partDone(nil) // nothing will land
+	}
+	if err := ep.c.Send(&wire.Get{Request: req}); err != nil {
+		// No reply will come: take the pending entry back, if the
+		// endpoint's failure has not already.
+		ep.mu.Lock()
+		_, still := ep.pending[o.id]
+		delete(ep.pending, o.id)
+		ep.mu.Unlock()
+		if still {
+			o.onReply(reply{err: ep.sendErr(err)})
+		}
+	}
+	return o.f
+}
+
+// sendErr maps a failure to send on the connection.
+func (ep *Endpoint) sendErr(err error) error {
+	if err == nil || errors.Is(err, ErrPeer) || errors.Is(err, ErrClosed) {
+		return err
+	}
+	if errors.Is(err, errSourceFailed) {
+		return err
+	}
+	if errors.Is(err, wire.ErrClosed) {
+		if f := ep.Err(); f != nil {
+			return f
+		}
+	}
+	return ep.peerErr("send", err)
+}

@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/wire"
+)
+
+func TestTCPPutGetEveryPair(t *testing.T) {
+	p := startPeerAt(t, "tcp", "127.0.0.1:0")
+	e := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 512 << 20}})
+	ep, err := e.Dial(context.Background(), "tcp", p.path)
+	require.NoError(t, err)
+	require.Equal(t, TransportTCP, ep.Transport())
+	require.Contains(t, ep.Peer(), "127.0.0.1")
+	putGetEveryPair(t, e, ep, p)
+	st := ep.Stats()
+	require.Equal(t, TransportTCP, st.Transport)
+	require.NotZero(t, st.BytesOut)
+	require.NotZero(t, st.BytesIn)
+	require.NoError(t, ep.Close())
+}
+
+// fakePeer speaks the protocol by hand over TCP, to send what a real
+// engine never would.
+type fakePeer struct {
+	c *wire.Conn
+}
+
+func fakeHello() wire.Hello {
+	h := wire.Hello{MinVersion: wire.MinVersion, MaxVersion: wire.MaxVersion,
+		Caps: wire.CapInlineData | wire.CapHeartbeat, PID: 1, Name: "fake"}
+	h.EngineID[0] = 0xfa
+	return h
+}
+
+// dialFake connects to an engine's TCP listener and completes the
+// handshake (the fake is the dialer: its request ids are odd).
+func dialFake(t *testing.T, addr string) *fakePeer {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	c := wire.NewConn(wire.NewStreamTransport(nc), wire.ConnConfig{MaxFrame: tcpMaxFrame})
+	t.Cleanup(func() { _ = c.Close() })
+	h := fakeHello()
+	require.NoError(t, c.Send(&h))
+	f, err := c.Recv(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, wire.TypeHelloAck, f.Header.Type)
+	return &fakePeer{c: c}
+}
+
+// closedByPeer reads until the engine closes the connection.
+func (p *fakePeer) closedByPeer(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		if _, err := p.c.Recv(ctx); err != nil {
+			require.NotErrorIs(t, err, context.DeadlineExceeded, "the engine kept the connection open")
+			return
+		}
+	}
+}
+
+func TestTCPMalformedFrames(t *testing.T) {
+	e := newEngine(t, Config{})
+	l, err := e.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	buf, _ := e.Alloc(1<<20, Host)
+	key, err := buf.Export()
+	require.NoError(t, err)
+	put := func(id, n uint64, kind wire.LocalKind) *wire.Put {
+		return &wire.Put{Request: wire.Request{RequestID: id, Key: key.k, Length: n, Local: wire.Local{Kind: kind, Key: key.k}}}
+	}
+	tests := []struct {
+		name string
+		send func(c *wire.Conn) error
+	}{
+		{"garbage", func(c *wire.Conn) error {
+			return c.Transport().Send([]byte("this is not a frame at all, not even close"), nil)
+		}},
+		{"data for a request never made", func(c *wire.Conn) error { return c.SendData(7, 0, []byte("x")) }},
+		{"data for a request id of the engine's parity", func(c *wire.Conn) error { return c.SendData(1<<40, 0, []byte("x")) }},
+		{"data out of order", func(c *wire.Conn) error {
+			return errors.Join(c.Send(put(3, 4096, wire.LocalInline)), c.SendData(3, 100, []byte("x")))
+		}},
+		{"data beyond the request", func(c *wire.Conn) error {
+			return c.SendWithData(put(3, 2, wire.LocalInline), 3, 0, []byte("xyz"))
+		}},
+		{"put of the engine's parity", func(c *wire.Conn) error { return c.Send(put(4, 8, wire.LocalInline)) }},
+		{"put by shared key over tcp", func(c *wire.Conn) error { return c.Send(put(5, 8, wire.LocalKey)) }},
+		{"import request over tcp", func(c *wire.Conn) error {
+			return c.Send(&wire.ImportRequest{RequestID: 5, Key: key.k})
+		}},
+		{"control frame too large", func(c *wire.Conn) error {
+			fr := wire.Header{Version: wire.Version, Type: wire.TypeError, Length: tcpMaxFrame, RequestID: 1}.Append(nil)
+			return c.Transport().Send(append(fr, make([]byte, tcpMaxFrame)...), nil)
+		}},
+	}
+	ctx := context.Background()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := dialFake(t, l.Addr())
+			require.NoError(t, tc.send(p.c))
+			p.closedByPeer(t)
+			// The engine goes on serving: a real peer puts and gets.
+			e2 := newEngine(t, Config{Devices: DevicesNone})
+			ep, err := e2.Dial(ctx, "tcp", l.Addr())
+			require.NoError(t, err)
+			h, _ := e2.Alloc(4096, Host)
+			fill(h.Bytes(), 9)
+			require.NoError(t, ep.PutSync(ctx, h.All(), key.Slice(0, 4096)))
+			require.Equal(t, h.Bytes(), buf.Bytes()[:4096])
+			require.NoError(t, ep.Close())
+		})
+	}
+	// A refused Put (edited key) is answered, its bytes dropped, and the
+	// connection stays in step.
+	p := dialFake(t, l.Addr())
+	bad := put(9, 8, wire.LocalInline)
+	bad.Key.Length++ // no longer verifies
+	require.NoError(t, p.c.SendWithData(bad, 9, 0, []byte("12345678")))
+	f, err := p.c.Recv(ctx)
+	require.NoError(t, err)
+	m, err := f.Message()
+	require.NoError(t, err)
+	require.Equal(t, wire.StatusBadKey, m.(*wire.Error).Code)
+	require.NoError(t, p.c.SendWithData(put(11, 8, wire.LocalInline), 11, 0, []byte("abcdefgh")))
+	f, err = p.c.Recv(ctx)
+	require.NoError(t, err)
+	require.Equal(t, wire.TypeCompletion, f.Header.Type)
+	require.Equal(t, []byte("abcdefgh"), buf.Bytes()[:8])
+}
+
+// TestTCPMalformedFromListener: the side that dials gets garbage from the
+// peer it reached; its endpoint fails with ErrPeer and its operations end.
+func TestTCPMalformedFromListener(t *testing.T) {
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer nl.Close()
+	go func() {
+		nc, err := nl.Accept()
+		if err != nil {
+			return
+		}
+		c := wire.NewConn(wire.NewStreamTransport(nc), wire.ConnConfig{MaxFrame: tcpMaxFrame})
+		defer c.Close()
+		f, err := c.Recv(context.Background())
+		if err != nil {
+			return
+		}
+		var h wire.Hello
+		if f.Decode(&h) != nil {
+			return
+		}
+		ack, err := wire.Negotiate(fakeHello(), h)
+		if err != nil {
+			return
+		}
+		_ = c.Send(&ack)
+		_ = c.SendData(2, 0, []byte("unasked")) // data for a Get never made
+		_, _ = c.Recv(context.Background())   // until the engine hangs up
+	}()
+	e := newEngine(t, Config{})
+	ep, err := e.Dial(context.Background(), "tcp", nl.Addr().String())
+	require.NoError(t, err)
+	<-ep.Done()
+	require.ErrorIs(t, ep.Err(), ErrPeer)
+	require.Contains(t, ep.Err().Error(), "malformed")
+}
+
+// TestTCPBackpressure: a receiver whose device is slow slows the sender;
+// neither side buffers more than its staging pool and the sockets hold.
+func TestTCPBackpressure(t *testing.T) {
+	const total = 128 << 20
+	recv := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 1 << 30}})
+	send := newEngine(t, Config{Devices: DevicesNone})
+	l, err := recv.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dst, err := recv.Alloc(total, Gaudi(0))
+	require.NoError(t, err)
+	key, err := dst.Export()
+	require.NoError(t, err)
+	ctx := context.Background()
+	ep, err := send.Dial(ctx, "tcp", l.Addr())
+	require.NoError(t, err)
+	src, _ := send.Alloc(total, Host)
+	fill(src.Bytes(), 3)
+
+	recv.devs[0].sim.DelayNextCS(1000, 3*time.Second)
+	f := ep.Put(ctx, src.All(), key)
+	time.Sleep(1500 * time.Millisecond)
+	// What can be out of the sender: the receiver's staging buffers, the
+	// chunk being read, and what the two sockets' buffers hold at most.
+	bound := uint64(stageBuffers+2)*tcpChunk + sysctlMax(t, "tcp_rmem") + sysctlMax(t, "tcp_wmem")
+	sent := ep.Stats().BytesOut
+	t.Logf("sent %d MiB of %d MiB while the receiver's device stalled (bound %d MiB)", sent>>20, total>>20, bound>>20)
+	require.LessOrEqual(t, sent, bound)
+	require.LessOrEqual(t, int(recv.inStage.made.Load()), stageBuffers)
+	require.False(t, f.IsDone())
+	recv.devs[0].sim.DelayNextCS(0, 0)
+	require.NoError(t, f.Wait(ctx))
+	back, _ := recv.Alloc(total, Host)
+	require.NoError(t, recv.CopySync(ctx, back.All(), dst.All()))
+	require.True(t, bytes.Equal(src.Bytes(), back.Bytes()))
+}
+
+func sysctlMax(t *testing.T, name string) uint64 {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/" + name)
+	require.NoError(t, err)
+	f := strings.Fields(string(b))
+	v, err := strconv.ParseUint(f[len(f)-1], 10, 64)
+	require.NoError(t, err)
+	return v
+}
