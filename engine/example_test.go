@@ -137,3 +137,38 @@ func ExampleEndpoint_Bind() {
 	fmt.Println(inbox.Bytes()[0])
 	// Output: 3
 }
+
+// Endpoints over TCP reach engines on other nodes; the owner's Gaudi
+// memory is written by its DMA engine from the bytes that arrive.
+func ExampleEngine_Dial_tcp() {
+	owner, _ := engine.New(engine.Config{EmulatedCount: 1})
+	defer owner.Close()
+	user, _ := engine.New(engine.Config{Devices: engine.DevicesNone})
+	defer user.Close()
+
+	ln, err := owner.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ln.Close()
+	hbm, _ := owner.Alloc(4096, engine.Gaudi(0))
+	key, _ := hbm.Export()
+	remote, _ := engine.ParseRemoteKey(key.Bytes()) // sent out of band
+
+	ctx := context.Background()
+	ep, err := user.Dial(ctx, "tcp", ln.Addr())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ep.Close()
+	msg, _ := user.Alloc(5, engine.Host)
+	copy(msg.Bytes(), "hello")
+	fmt.Println(ep.Transport(), ep.PutSync(ctx, msg.All(), remote.Slice(100, 5)))
+	back, _ := user.Alloc(5, engine.Host)
+	fmt.Println(ep.GetSync(ctx, back.All(), remote.Slice(100, 5)), string(back.Bytes()))
+	// Output:
+	// tcp <nil>
+	// <nil> hello
+}
