@@ -83,6 +83,11 @@ type Config struct {
 	// endpoint fails and its operations end with ErrPeer. Default 10 s;
 	// negative: never.
 	PeerTimeout time.Duration
+	// TCPReadSpin, if > 0, makes TCP endpoints poll their socket this long
+	// before parking the reader: lower latency when a core is free for
+	// it, worse when cores are short (each spinning reader holds one).
+	// Default 0: no spinning.
+	TCPReadSpin time.Duration
 
 	RegCache RegCacheConfig
 	// IPCCache bounds the peers' buffers mapped into this process (the IPC

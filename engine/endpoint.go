@@ -93,8 +93,7 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 			if err != nil {
 				return nil, nil, "", err
 			}
-			tuneTCP(c)
-			return wire.NewStreamTransport(c), nil, c.RemoteAddr().String(), nil
+			return e.tcpTransport(c), nil, c.RemoteAddr().String(), nil
 		}
 	default:
 		return nil, newErr(ErrNotSupported, "network "+network+" (\"unix\" or \"tcp\")", nil)
@@ -219,8 +218,7 @@ func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOpt
 		if err != nil {
 			return nil, fmt.Errorf("gxfer: dial %s: %w", addr, err)
 		}
-		tuneTCP(c)
-		t = wire.NewStreamTransport(c)
+		t = e.tcpTransport(c)
 	default:
 		return nil, newErr(ErrNotSupported, "network "+network+" (\"unix\" or \"tcp\")", nil)
 	}

@@ -95,14 +95,18 @@ func (e *Engine) chooseTransport(opts []DialOption) (TransportKind, error) {
 	return 0, newErr(ErrInvalid, "transport "+dc.transport.String()+" cannot be dialed over the network", nil)
 }
 
-// tuneTCP sets what the data path wants of a TCP connection: no Nagle
-// delay (small messages are batched by the engine's queues, not the
-// kernel), and keepalive probes as a second line behind heartbeats.
-func tuneTCP(c net.Conn) {
+// tcpTransport frames a TCP connection for the data path: no Nagle delay
+// (small messages are batched by the engine's queues, not the kernel),
+// keepalive probes as a second line behind heartbeats, and, when
+// Config.TCPReadSpin is set, reads that poll the socket that long before
+// parking (a peer's answer within the window is taken without a goroutine
+// wakeup, at the price of a core).
+func (e *Engine) tcpTransport(c net.Conn) *wire.StreamTransport {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3})
 	}
+	return wire.NewStreamTransport(wire.SpinConn(c, e.cfg.TCPReadSpin))
 }
 
 // stagePool hands out host staging buffers of tcpChunk bytes, allocated

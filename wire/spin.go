@@ -1,0 +1,78 @@
+package wire
+
+import (
+	"io"
+	"net"
+	"syscall"
+	"time"
+)
+
+// spinConn reads from a socket by polling it for up to spin before
+// parking in the Go netpoller: a peer's answer that comes within the
+// window is read without the wakeup latency of a parked goroutine (the
+// cost of a busy-polling receiver, as RDMA and UCX's TCP transport poll).
+type spinConn struct {
+	net.Conn
+	rc   syscall.RawConn
+	spin time.Duration
+}
+
+// SpinConn wraps c so that reads poll the socket for up to spin before
+// waiting; it returns c itself when spin <= 0 or c has no raw socket.
+// Deadlines still apply to the wait.
+func SpinConn(c net.Conn, spin time.Duration) net.Conn {
+	sc, ok := c.(syscall.Conn)
+	if !ok || spin <= 0 {
+		return c
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &spinConn{Conn: c, rc: rc, spin: spin}
+}
+
+func (s *spinConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var (
+		n     int
+		err   error
+		until time.Time
+	)
+	rerr := s.rc.Read(func(fd uintptr) bool {
+		for {
+			n, err = syscall.Read(int(fd), p)
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				now := time.Now()
+				if until.IsZero() {
+					until = now.Add(s.spin)
+				}
+				if now.Before(until) {
+					continue
+				}
+				until = now.Add(s.spin) // spin again after the next wakeup
+				return false
+			}
+			return true
+		}
+	})
+	if rerr != nil {
+		return 0, rerr
+	}
+	if err != nil {
+		if n < 0 {
+			n = 0
+		}
+		return n, &net.OpError{Op: "read", Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: err}
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
