@@ -88,6 +88,10 @@ type Config struct {
 	// it, worse when cores are short (each spinning reader holds one).
 	// Default 0: no spinning.
 	TCPReadSpin time.Duration
+	// TCPLanes is the number of connections a TCP endpoint Dial opens;
+	// transfers of 4 MiB and more are split over them (default 2; 1: one
+	// connection).
+	TCPLanes int
 
 	RegCache RegCacheConfig
 	// IPCCache bounds the peers' buffers mapped into this process (the IPC
@@ -126,6 +130,9 @@ func (c Config) withDefaults() Config {
 	c.ChunkSize = min(c.ChunkSize, hlsys.LinDMAMaxTSize)
 	if c.WaitSpin == 0 {
 		c.WaitSpin = 20 * time.Microsecond
+	}
+	if c.TCPLanes <= 0 {
+		c.TCPLanes = 2
 	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = 10 * time.Second

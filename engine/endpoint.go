@@ -151,6 +151,9 @@ func (l *Listener) loop() {
 				l.e.log.Warn().Err(err).Msg("handshake failed")
 				return
 			}
+			if ep.peer.Caps&wire.CapLane != 0 {
+				return // a lane of an endpoint already accepted: served only
+			}
 			select {
 			case l.accepted <- ep:
 			default: // nobody is accepting: the endpoint is served anyway
@@ -189,6 +192,18 @@ func (l *Listener) Close() error {
 // (a socket path on this node) or "tcp", "tcp4", "tcp6" (host:port; the
 // transport is Config.Transport unless WithTransport says otherwise).
 func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOption) (*Endpoint, error) {
+	ep, err := e.dial(ctx, network, addr, opts, false)
+	if err != nil || ep.kind != TransportTCP {
+		return ep, err
+	}
+	e.openLanes(ctx, network, addr, opts, ep)
+	return ep, nil
+}
+
+// dial opens one connection and performs the handshake; a lane is an
+// extra connection of an endpoint (its peer serves it but does not hand
+// it to Accept).
+func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOption, lane bool) (*Endpoint, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
@@ -226,6 +241,9 @@ func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOpt
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
 	local := e.helloFor(kind)
+	if lane {
+		local.Caps |= wire.CapLane
+	}
 	fail := func(err error) (*Endpoint, error) {
 		_ = wc.Close()
 		return nil, newErr(ErrPeer, "handshake with "+addr, err)
@@ -361,6 +379,9 @@ type Endpoint struct {
 	writerEnd chan struct{}
 
 	puts, gets, served, bytesOut, bytesIn atomic.Uint64
+
+	lanes  []*Endpoint // TCP: extra connections for large transfers (set once, by Dial)
+	parent *Endpoint   // a lane's endpoint
 }
 
 type reply struct {
@@ -416,12 +437,18 @@ type EndpointStats struct {
 	Served    uint64 // the peer's requests this side completed (TCP)
 	BytesOut  uint64 // bytes sent in Data frames (TCP)
 	BytesIn   uint64 // bytes received in Data frames (TCP)
+	Lanes     int    // connections (TCP: Config.TCPLanes when dialed, 1 when accepted)
 }
 
 // Stats returns the endpoint's counters.
 func (ep *Endpoint) Stats() EndpointStats {
-	return EndpointStats{Transport: ep.kind, Puts: ep.puts.Load(), Gets: ep.gets.Load(), Served: ep.served.Load(),
-		BytesOut: ep.bytesOut.Load(), BytesIn: ep.bytesIn.Load()}
+	st := EndpointStats{Transport: ep.kind, Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1 + len(ep.lanes)}
+	for _, l := range append([]*Endpoint{ep}, ep.lanes...) {
+		st.Served += l.served.Load()
+		st.BytesOut += l.bytesOut.Load()
+		st.BytesIn += l.bytesIn.Load()
+	}
+	return st
 }
 
 // Peer names the peer (its program name and pid).
@@ -455,11 +482,25 @@ func (ep *Endpoint) Close() error {
 	<-ep.reader
 	<-ep.writerEnd
 	ep.serving.Wait()
+	for _, l := range ep.lanes {
+		_ = l.Close()
+	}
 	return nil
 }
 
-// fail ends the endpoint once with err.
+// fail ends the endpoint once with err, and its lanes (or the endpoint
+// it is a lane of) with it.
 func (ep *Endpoint) fail(err error) {
+	ep.failOnce(err)
+	for _, l := range ep.lanes {
+		l.failOnce(err)
+	}
+	if ep.parent != nil {
+		ep.parent.fail(err)
+	}
+}
+
+func (ep *Endpoint) failOnce(err error) {
 	ep.once.Do(func() {
 		ep.mu.Lock()
 		ep.failed = err
@@ -916,8 +957,16 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	if put && !remote.k.Allows(wire.KeyWrite) || !put && !remote.k.Allows(wire.KeyRead) {
 		return cq.Resolved(newErr(ErrInvalid, "remote key does not grant this access", nil))
 	}
+	if put {
+		ep.puts.Add(1)
+	} else {
+		ep.gets.Add(1)
+	}
 	if ep.kind == TransportTCP {
-		return ep.rmaTCP(put, local, remote.k, opts)
+		if len(ep.lanes) > 0 && local.n >= laneMin {
+			return ep.rmaLanes(put, local, remote.k, opts)
+		}
+		return ep.rmaTCP(put, local, remote.k, opts, nil)
 	}
 	if remote.k.MemType == wire.MemHost {
 		var deadline time.Time

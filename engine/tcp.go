@@ -655,13 +655,20 @@ func (o *tcpOp) timeout() {
 }
 
 // rmaTCP runs a Put or Get over the TCP data path.
-func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
+//
+// The operation completes f (one Complete call) when given: a part of a
+// transfer split over the endpoint's lanes. It returns f.
+func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOption, f *Future) *Future {
 	e := ep.e
-	if err := local.buf.acquire(); err != nil {
-		return cq.Resolved(err)
+	if f == nil {
+		f = cq.NewFuture(1)
+		f.SetSpin(e.cfg.WaitSpin)
 	}
-	o := &tcpOp{ep: ep, id: ep.newID(), local: local, f: cq.NewFuture(1)}
-	o.f.SetSpin(e.cfg.WaitSpin)
+	if err := local.buf.acquire(); err != nil {
+		f.Complete(0, err)
+		return f
+	}
+	o := &tcpOp{ep: ep, id: ep.newID(), local: local, f: f}
 	o.parts.Store(2)
 	req := wire.Request{RequestID: o.id, Key: k, Length: local.n, Local: wire.Local{Kind: wire.LocalInline}}
 	if !put {
@@ -672,7 +679,8 @@ func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOpt
 		err := ep.failed
 		ep.mu.Unlock()
 		local.buf.release()
-		return cq.Resolved(err)
+		f.Complete(0, err)
+		return f
 	}
 	ep.pending[o.id] = o.onReply
 	if o.in != nil && local.n > 0 {
@@ -683,7 +691,6 @@ func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOpt
 		o.timer = time.AfterFunc(time.Until(oc.deadline), o.timeout)
 	}
 	if put {
-		ep.puts.Add(1)
 		send := func() {
 			err := ep.sendSlice(o.id, local, &wire.Put{Request: req}, time.Time{})
 			if err != nil && !errors.Is(err, errSourceFailed) {
@@ -705,7 +712,6 @@ func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOpt
 		}()
 		return o.f
 	}
-	ep.gets.Add(1)
 	if local.n == 0 {
 		o.partDone(nil) // nothing will land
 	}

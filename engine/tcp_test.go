@@ -224,3 +224,58 @@ func sysctlMax(t *testing.T, name string) uint64 {
 	require.NoError(t, err)
 	return v
 }
+
+func TestTCPLanes(t *testing.T) {
+	owner := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 256 << 20}})
+	user := newEngine(t, Config{TCPLanes: 3, Emulator: EmulatorConfig{DRAMSize: 256 << 20}})
+	l, err := owner.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx := context.Background()
+	ep, err := user.Dial(ctx, "tcp", l.Addr())
+	require.NoError(t, err)
+	require.Equal(t, 3, ep.Stats().Lanes)
+	acc, err := l.Accept(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, acc.Stats().Lanes)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = l.Accept(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "lanes are not handed to Accept")
+
+	const size = 16<<20 + 3
+	src, _ := user.Alloc(size, Host)
+	fill(src.Bytes(), 11)
+	back, _ := user.Alloc(size, Host)
+	for _, loc := range []Location{Host, Gaudi(0)} {
+		remote, err := owner.Alloc(size, loc)
+		require.NoError(t, err)
+		rk, err := remote.Export()
+		require.NoError(t, err)
+		for _, n := range []int{laneMin, size} {
+			mid, _ := user.Alloc(n, Gaudi(0))
+			require.NoError(t, ep.PutSync(ctx, src.Slice(0, n), rk.Slice(0, n)), "%v %d", loc, n)
+			require.NoError(t, ep.GetSync(ctx, mid.All(), rk.Slice(0, n)), "%v %d", loc, n)
+			clear(back.Bytes())
+			require.NoError(t, user.CopySync(ctx, back.Slice(0, n), mid.All()))
+			require.True(t, bytes.Equal(src.Bytes()[:n], back.Bytes()[:n]), "%v %d: data differs", loc, n)
+			require.NoError(t, mid.Free())
+		}
+	}
+	for i, lane := range append([]*Endpoint{ep}, ep.lanes...) {
+		require.NotZero(t, lane.bytesOut.Load(), "lane %d carried no data", i)
+	}
+	// A lane that fails fails its endpoint, and the endpoint its lanes.
+	_ = ep.lanes[1].c.Close()
+	<-ep.Done()
+	require.ErrorIs(t, ep.Err(), ErrPeer)
+	<-ep.lanes[0].Done()
+	require.ErrorIs(t, ep.PutSync(ctx, src.Slice(0, 8), key8(t, owner)), ErrPeer)
+	require.NoError(t, ep.Close())
+}
+
+func key8(t *testing.T, e *Engine) RemoteKey {
+	b, _ := e.Alloc(8, Host)
+	k, err := b.Export()
+	require.NoError(t, err)
+	return k
+}

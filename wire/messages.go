@@ -24,6 +24,7 @@ const (
 	CapRDMA       Caps = 1 << 3 // RDMA keys (RemoteKey.RKey) are usable
 	CapInlineData Caps = 1 << 4 // Put/Get data may travel in Data frames (TCP path)
 	CapHeartbeat  Caps = 1 << 5 // the sender sends Heartbeats when idle and expects them
+	CapLane       Caps = 1 << 6 // (in a dialer's Hello) an extra connection of an endpoint, for large transfers
 )
 
 // Status is the result code of a request, carried by Completion and Error.
