@@ -152,6 +152,24 @@ func (p *stagePool) get(done <-chan struct{}) (*Buffer, error) {
 	}
 }
 
+// tryGet is get without waiting (nil when none is free).
+func (p *stagePool) tryGet() *Buffer {
+	select {
+	case b := <-p.free:
+		return b
+	default:
+	}
+	if m := p.made.Load(); m < p.max && p.made.CompareAndSwap(m, m+1) {
+		b, err := p.e.Alloc(tcpChunk, Host)
+		if err != nil {
+			p.made.Add(-1)
+			return nil
+		}
+		return b
+	}
+	return nil
+}
+
 func (p *stagePool) put(b *Buffer) { p.free <- b }
 
 // inbound is a transfer whose bytes arrive on the connection: a peer's Put
@@ -527,15 +545,15 @@ func (ep *Endpoint) sendSlice(id uint64, s Slice, first wire.Message, deadline t
 			}
 		}
 	}()
-	for k := range stage {
-		if uint64(k)*tcpChunk >= n {
-			break
-		}
-		b, err := e.outStage.get(ep.done)
-		if err != nil {
-			return err
-		}
-		stage[k] = b
+	// One buffer is waited for, a second taken only if free: senders
+	// that each hold one and wait for another would deadlock.
+	b, err := e.outStage.get(ep.done)
+	if err != nil {
+		return err
+	}
+	stage[0] = b
+	if n > tcpChunk {
+		stage[1] = e.outStage.tryGet()
 	}
 	fetch := func(k int, off uint64) {
 		m := int(min(tcpChunk, n-off))
@@ -548,6 +566,9 @@ func (ep *Endpoint) sendSlice(id uint64, s Slice, first wire.Message, deadline t
 	fetch(0, 0)
 	for i, off := 0, uint64(0); off < n; i, off = i+1, off+tcpChunk {
 		k := i & 1
+		if stage[1] == nil {
+			k = 0
+		}
 		m := min(tcpChunk, n-off)
 		if fut[k] != nil {
 			if err := fut[k].Wait(context.Background()); err != nil && srcErr == nil {
@@ -558,11 +579,15 @@ func (ep *Endpoint) sendSlice(id uint64, s Slice, first wire.Message, deadline t
 		if srcErr != nil {
 			clear(stage[k].Bytes()[:m])
 		}
-		if next := off + tcpChunk; next < n && srcErr == nil {
-			fetch(k^1, next)
+		next := off + tcpChunk
+		if stage[1] != nil && next < n && srcErr == nil {
+			fetch(k^1, next) // overlaps the send below
 		}
 		if err := send(off, stage[k].Bytes()[:m]); err != nil {
 			return err
+		}
+		if stage[1] == nil && next < n && srcErr == nil {
+			fetch(0, next)
 		}
 	}
 	return srcErr
