@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/gxfer/gxfer/wire"
@@ -108,4 +109,37 @@ func BenchmarkHandleCacheHit(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkHandleCacheHitMany is a Get+Put hit among many cached imports
+// (of two peers), cycling over them: the hit path's shards then hold
+// several entries each.
+func BenchmarkHandleCacheHitMany(b *testing.B) {
+	for _, n := range []int{64, 1024} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			c := NewHandleCache(CacheConfig[int]{})
+			defer c.Close()
+			imp := func(Key) (int, uint64, error) { return 1, 4096, nil }
+			keys := make([]Key, n)
+			for i := range keys {
+				keys[i] = Key{Peer: PeerID{PID: uint32(1 + i%2), PIDNS: 2}, AllocID: uint64(i), Generation: 1}
+				h, err := c.Get(keys[i], imp)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Put(h)
+			}
+			i := 0
+			for b.Loop() {
+				h, err := c.Get(keys[i], imp)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Put(h)
+				if i++; i == n {
+					i = 0
+				}
+			}
+		})
+	}
 }

@@ -1,8 +1,10 @@
 package ipc
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -84,30 +86,93 @@ type CacheConfig[V any] struct {
 //     MaxBytes: the cache is bounded, unlike UCX's IPC cache whose
 //     unbounded growth was reported for years.
 //
-// A HandleCache is safe for concurrent use. The zero value is not usable:
-// call NewHandleCache.
+// A HandleCache is safe for concurrent use. A hit takes no lock: Get
+// finds ready entries in an atomically published, copy-on-write snapshot
+// (sharded) and takes its reference with a compare-and-swap on the
+// entry's count, and Put drops it with another (the lock is taken only to
+// release an entry that left the cache, or to evict once an over-limit
+// cache has something evictable). The LRU order is a stamp per entry,
+// taken at the Put that leaves it unreferenced; eviction takes the
+// oldest unreferenced entries first. The zero value is not usable: call
+// NewHandleCache.
 type HandleCache[V any] struct {
 	cfg        CacheConfig[V]
 	maxRegions int
 	maxBytes   uint64
 
-	mu     sync.Mutex
-	index  map[slot]*Handle[V]
-	lru    Handle[V] // sentinel: lru.next is the least recently used
-	closed bool
+	// ready mirrors the index's ready entries for Get's lock-free hit
+	// path: shards of immutable slices, replaced (copied) with mu held
+	// when an entry becomes ready or leaves the index.
+	ready [readyShards]atomic.Pointer[[]*Handle[V]]
+	tick  atomic.Uint64 // LRU stamps (Handle.lastPut)
+	over  atomic.Bool   // the last eviction left the cache over a limit: every entry was in use
+
+	mu      sync.Mutex
+	index   map[slot]*Handle[V]
+	zombies map[*Handle[V]]struct{} // out of the index but still referenced
+	closed  bool
 
 	regions int
 	bytes   uint64
-	inUse   int
 
-	hits, misses, importErrors, evictions, invalidations, purges uint64
-	replaced, staleRefused, releases, badPuts                    uint64
-	releaseErrors                                                atomic.Uint64
+	misses, importErrors, evictions, invalidations, purges uint64
+	replaced, staleRefused, releases                       uint64
+	hits, badPuts, releaseErrors                           atomic.Uint64
 }
 
 type slot struct {
 	peer  PeerID
 	alloc uint64
+}
+
+// readyShards is the number of shards of HandleCache.ready: a hit scans
+// one shard's few entries, and publishing or withdrawing an entry copies
+// one shard, about 1/readyShards of the cached entries. (A slice scan by
+// a multiplicative hash: hashing the 32-byte slot for a Go map costs more
+// than the rest of a hit.)
+const readyShards = 256
+
+func (s slot) shard() int {
+	h := (s.alloc ^ uint64(s.peer.PID)<<32 ^ s.peer.PIDNS ^ s.peer.Instance*0xff51afd7ed558ccd) * 0x9e3779b97f4a7c15
+	return int(h >> 56) // top 8 bits: 0..255
+}
+
+// lookupReady returns the ready entry of s, without the lock.
+func (c *HandleCache[V]) lookupReady(s slot) *Handle[V] {
+	if p := c.ready[s.shard()].Load(); p != nil {
+		for _, h := range *p {
+			if h.key.AllocID == s.alloc && h.key.Peer == s.peer {
+				return h
+			}
+		}
+	}
+	return nil
+}
+
+// setReadyLocked publishes h as the ready entry of s (h != nil), or
+// withdraws old if it is s's (h == nil).
+func (c *HandleCache[V]) setReadyLocked(s slot, h, old *Handle[V]) {
+	p := &c.ready[s.shard()]
+	var cur []*Handle[V]
+	if l := p.Load(); l != nil {
+		cur = *l
+	}
+	next := make([]*Handle[V], 0, len(cur)+1)
+	found := false
+	for _, e := range cur {
+		if e.key.AllocID == s.alloc && e.key.Peer == s.peer {
+			found = found || e == old
+			continue // replaced or withdrawn
+		}
+		next = append(next, e)
+	}
+	if h == nil && !found {
+		return
+	}
+	if h != nil {
+		next = append(next, h)
+	}
+	p.Store(&next)
 }
 
 type entryState uint8
@@ -129,8 +194,14 @@ type Handle[V any] struct {
 
 	gone atomic.Bool // left the index (invalidated, purged, replaced): readable without c.mu
 
+	// refs counts the references; deadRef is set (with c.mu held) when the
+	// entry leaves the index, after which no reference can be taken. The
+	// one who sees it go to deadRef alone (the remover, or the last Put)
+	// releases the value.
+	refs    atomic.Uint64
+	lastPut atomic.Uint64 // c.tick at the last Put that left it unreferenced: the LRU order
+
 	// guarded by c.mu
-	refs       int
 	state      entryState
 	hasValue   bool // the import succeeded: Release is owed
 	released   bool
@@ -138,7 +209,40 @@ type Handle[V any] struct {
 	err        error         // state failed
 	removedErr error         // why the entry left the index
 	done       chan struct{} // closed when loading ends
-	prev, next *Handle[V]    // LRU links, when in the list
+}
+
+// deadRef marks, in Handle.refs, an entry that left the index.
+const deadRef = 1 << 63
+
+// tryAcquire takes a reference unless the entry left the index.
+func (h *Handle[V]) tryAcquire() bool {
+	for {
+		x := h.refs.Load()
+		if x&deadRef != 0 {
+			return false
+		}
+		if h.refs.CompareAndSwap(x, x+1) {
+			return true
+		}
+	}
+}
+
+// unref drops a reference and returns the new refs (deadRef included);
+// ok is false if there was none. The last reference stamps lastPut from
+// tick (nil: no stamp).
+func (h *Handle[V]) unref(tick *atomic.Uint64) (refs uint64, ok bool) {
+	for {
+		x := h.refs.Load()
+		if x&^deadRef == 0 {
+			return x, false
+		}
+		if x&^deadRef == 1 && tick != nil {
+			h.lastPut.Store(tick.Add(1))
+		}
+		if h.refs.CompareAndSwap(x, x-1) {
+			return x - 1, true
+		}
+	}
 }
 
 // Value returns the imported value.
@@ -170,14 +274,14 @@ func (e *ImportError) Unwrap() error { return e.Err }
 
 // NewHandleCache returns an empty cache.
 func NewHandleCache[V any](cfg CacheConfig[V]) *HandleCache[V] {
-	c := &HandleCache[V]{cfg: cfg, maxRegions: cfg.MaxRegions, maxBytes: cfg.MaxBytes, index: map[slot]*Handle[V]{}}
+	c := &HandleCache[V]{cfg: cfg, maxRegions: cfg.MaxRegions, maxBytes: cfg.MaxBytes, index: map[slot]*Handle[V]{},
+		zombies: map[*Handle[V]]struct{}{}}
 	if c.maxRegions == 0 {
 		c.maxRegions = DefaultMaxRegions
 	}
 	if c.maxBytes == 0 {
 		c.maxBytes = DefaultMaxBytes
 	}
-	c.lru.prev, c.lru.next = &c.lru, &c.lru
 	return c
 }
 
@@ -189,6 +293,11 @@ func (c *HandleCache[V]) Get(k Key, imp Importer[V]) (*Handle[V], error) {
 		return nil, fmt.Errorf("%w: nil Importer", ErrInvalid)
 	}
 	s := slot{k.Peer, k.AllocID}
+	// The hit path: a ready entry of this generation, without the lock.
+	if h := c.lookupReady(s); h != nil && h.key.Generation == k.Generation && h.tryAcquire() {
+		c.hits.Add(1)
+		return h, nil
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -198,7 +307,7 @@ func (c *HandleCache[V]) Get(k Key, imp Importer[V]) (*Handle[V], error) {
 	if h := c.index[s]; h != nil {
 		switch {
 		case h.key.Generation == k.Generation:
-			c.hits++
+			c.hits.Add(1)
 			c.acquireLocked(h)
 			if h.state == ready {
 				c.mu.Unlock()
@@ -273,40 +382,35 @@ func (c *HandleCache[V]) finishImport(h *Handle[V], v V, size uint64, err error)
 		return h.err
 	}
 	h.state = ready
+	c.setReadyLocked(slot{h.key.Peer, h.key.AllocID}, h, nil)
 	victims = c.evictLocked(victims)
 	return nil
 }
 
-// acquireLocked takes a reference.
+// acquireLocked takes a reference of an indexed entry (never dead).
 func (c *HandleCache[V]) acquireLocked(h *Handle[V]) {
-	if h.refs == 0 {
-		c.inUse++
-		if h.prev != nil {
-			c.lruRemove(h)
-		}
-	}
-	h.refs++
+	h.refs.Add(1)
 }
 
-// unrefLocked drops a reference; at zero the entry goes to the LRU list
-// (indexed) or is retired (not indexed). Retired entries are appended to
-// victims for release.
+// unrefLocked drops a reference; the last one of an entry out of the
+// index retires it (appended to victims for release).
 func (c *HandleCache[V]) unrefLocked(h *Handle[V], victims []*Handle[V]) []*Handle[V] {
-	if h.refs <= 0 {
-		c.badPuts++
-		return victims
-	}
-	h.refs--
-	if h.refs > 0 {
-		return victims
-	}
-	c.inUse--
+	r, ok := h.unref(&c.tick)
 	switch {
-	case !h.hasValue:
-	case !h.indexed:
+	case !ok:
+		c.badPuts.Add(1)
+	case r == deadRef:
+		victims = c.retireDeadLocked(h, victims)
+	}
+	return victims
+}
+
+// retireDeadLocked retires an entry that left the index and lost its
+// last reference (its value, if the import succeeded).
+func (c *HandleCache[V]) retireDeadLocked(h *Handle[V], victims []*Handle[V]) []*Handle[V] {
+	delete(c.zombies, h)
+	if h.hasValue {
 		victims = c.retireLocked(h, victims)
-	case h.state == ready:
-		c.lruPush(h)
 	}
 	return victims
 }
@@ -317,15 +421,15 @@ func (c *HandleCache[V]) removeLocked(h *Handle[V], why error, victims []*Handle
 	if !h.indexed {
 		return victims
 	}
-	delete(c.index, slot{h.key.Peer, h.key.AllocID})
+	s := slot{h.key.Peer, h.key.AllocID}
+	delete(c.index, s)
+	c.setReadyLocked(s, nil, h)
 	h.indexed, h.removedErr = false, why
 	h.gone.Store(true)
-	if h.prev != nil {
-		c.lruRemove(h)
+	if old := h.refs.Or(deadRef); old&^deadRef == 0 {
+		return c.retireDeadLocked(h, victims)
 	}
-	if h.refs == 0 && h.hasValue {
-		victims = c.retireLocked(h, victims)
-	}
+	c.zombies[h] = struct{}{}
 	return victims
 }
 
@@ -340,29 +444,44 @@ func (c *HandleCache[V]) retireLocked(h *Handle[V], victims []*Handle[V]) []*Han
 	return append(victims, h)
 }
 
-// evictLocked evicts LRU entries while the cache is over a limit.
+// overLocked reports whether the cache is over a limit.
+func (c *HandleCache[V]) overLocked() bool {
+	return (c.maxRegions >= 0 && c.regions > c.maxRegions) || c.bytes > c.maxBytes
+}
+
+// evictLocked evicts unreferenced entries, least recently Put first,
+// while the cache is over a limit.
 func (c *HandleCache[V]) evictLocked(victims []*Handle[V]) []*Handle[V] {
-	for (c.maxRegions >= 0 && c.regions > c.maxRegions) || c.bytes > c.maxBytes {
-		h := c.lru.next
-		if h == &c.lru {
-			break // everything left is in use
+	if !c.overLocked() {
+		c.over.Store(false)
+		return victims
+	}
+	// Set before the scan: a Put that unreferences an entry after the scan
+	// sees it and evicts (once this is done with the lock).
+	c.over.Store(true)
+	type cand struct {
+		h *Handle[V]
+		t uint64
+	}
+	var cands []cand
+	for _, h := range c.index {
+		if h.state == ready && h.refs.Load() == 0 {
+			cands = append(cands, cand{h, h.lastPut.Load()})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.t, b.t) })
+	for _, e := range cands {
+		if !c.overLocked() {
+			break
+		}
+		if !e.h.refs.CompareAndSwap(0, deadRef) {
+			continue // a Get took it meanwhile
 		}
 		c.evictions++
-		victims = c.removeLocked(h, ErrStale, victims)
+		victims = c.removeLocked(e.h, ErrStale, victims)
 	}
+	c.over.Store(c.overLocked()) // what is left is in use: Put evicts when it is not
 	return victims
-}
-
-func (c *HandleCache[V]) lruPush(h *Handle[V]) {
-	h.prev, h.next = c.lru.prev, &c.lru
-	c.lru.prev.next = h
-	c.lru.prev = h
-}
-
-func (c *HandleCache[V]) lruRemove(h *Handle[V]) {
-	h.prev.next = h.next
-	h.next.prev = h.prev
-	h.prev, h.next = nil, nil
 }
 
 // release calls Release for retired values, without the lock.
@@ -389,18 +508,24 @@ func (c *HandleCache[V]) Put(h *Handle[V]) {
 		return
 	}
 	if h.c != c {
-		c.mu.Lock()
-		c.badPuts++
-		c.mu.Unlock()
+		c.badPuts.Add(1)
 		return
 	}
-	c.mu.Lock()
-	victims := c.unrefLocked(h, nil)
-	if h.prev != nil { // back in the LRU list: the limits may now be enforceable
-		victims = c.evictLocked(victims)
+	r, ok := h.unref(&c.tick)
+	switch {
+	case !ok:
+		c.badPuts.Add(1)
+	case r == deadRef: // the last reference of an entry that left the cache
+		c.mu.Lock()
+		victims := c.retireDeadLocked(h, nil)
+		c.mu.Unlock()
+		c.release(victims)
+	case r == 0 && c.over.Load(): // evictable again: the limits may now be enforceable
+		c.mu.Lock()
+		victims := c.evictLocked(nil)
+		c.mu.Unlock()
+		c.release(victims)
 	}
-	c.mu.Unlock()
-	c.release(victims)
 }
 
 // Invalidate removes the entry for (peer, allocID) if its generation is
@@ -474,10 +599,21 @@ type CacheStats struct {
 func (c *HandleCache[V]) Stats() CacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	inUse := 0
+	for _, h := range c.index {
+		if h.refs.Load()&^deadRef != 0 {
+			inUse++
+		}
+	}
+	for h := range c.zombies {
+		if h.refs.Load()&^deadRef != 0 {
+			inUse++
+		}
+	}
 	return CacheStats{
-		Hits: c.hits, Misses: c.misses, ImportErrors: c.importErrors, Evictions: c.evictions,
+		Hits: c.hits.Load(), Misses: c.misses, ImportErrors: c.importErrors, Evictions: c.evictions,
 		Invalidations: c.invalidations, Purges: c.purges, Replaced: c.replaced, StaleRefused: c.staleRefused,
-		Releases: c.releases, ReleaseErrors: c.releaseErrors.Load(), BadPuts: c.badPuts,
-		Regions: c.regions, Bytes: c.bytes, InUse: c.inUse, Cached: len(c.index),
+		Releases: c.releases, ReleaseErrors: c.releaseErrors.Load(), BadPuts: c.badPuts.Load(),
+		Regions: c.regions, Bytes: c.bytes, InUse: inUse, Cached: len(c.index),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -801,4 +802,127 @@ func TestHandleCacheConcurrent(t *testing.T) {
 			require.NotZero(t, st.Hits)
 		})
 	}
+}
+
+// TestHandleCacheHitWithoutLock: a hit and the Put that follows it take
+// no lock (the lock is held here while they run), and neither does a Put
+// of an entry that stays cached; a miss does.
+func TestHandleCacheHitWithoutLock(t *testing.T) {
+	f := newFakeImporter()
+	c := newTestCache(f, 0, 0)
+	k := key(p1, 1, 1)
+	h, err := c.Get(k, f.imp)
+	require.NoError(t, err)
+	c.Put(h)
+
+	c.mu.Lock()
+	done := make(chan error, 1)
+	go func() {
+		h, err := c.Get(k, f.imp)
+		if err == nil {
+			c.Put(h)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(time.Minute): // a hang guard, not a performance check
+		t.Fatal("a hit waited for the cache's lock")
+	}
+	miss := make(chan error, 1)
+	go func() {
+		h, err := c.Get(key(p1, 2, 1), f.imp)
+		if err == nil {
+			c.Put(h)
+		}
+		miss <- err
+	}()
+	for range 1000 {
+		runtime.Gosched() // let the miss run into the lock
+	}
+	require.Empty(t, miss, "a miss takes the lock")
+	c.mu.Unlock()
+	require.NoError(t, <-miss)
+	st := c.Stats()
+	require.Equal(t, uint64(1), st.Hits)
+	require.Equal(t, uint64(2), st.Misses)
+	require.Equal(t, 0, st.InUse)
+	require.NoError(t, c.Close())
+	f.check(t)
+}
+
+// TestHandleCacheManyKeys: more entries than the hit path has shards, so
+// that shards hold several: hits, generation changes, invalidations and
+// purges find and withdraw the right ones.
+func TestHandleCacheManyKeys(t *testing.T) {
+	f := newFakeImporter()
+	c := newTestCache(f, -1, math.MaxUint64)
+	const n = 3 * readyShards
+	ids := map[Key]int{}
+	get := func(k Key, want string) {
+		t.Helper()
+		misses := c.Stats().Misses
+		h, err := c.Get(k, f.imp)
+		require.NoError(t, err, k)
+		got := hit
+		if c.Stats().Misses > misses {
+			got = miss
+			ids[k] = h.Value().id
+		}
+		require.Equal(t, want, got, k)
+		require.Equal(t, ids[k], h.Value().id, k)
+		require.Equal(t, k, h.Value().key)
+		c.Put(h)
+	}
+	for _, p := range []PeerID{p1, p2} {
+		for a := range uint64(n) {
+			get(key(p, a, 1), miss)
+		}
+	}
+	for _, p := range []PeerID{p1, p2} {
+		for a := range uint64(n) {
+			get(key(p, a, 1), hit)
+		}
+	}
+	// Newer generations of the even allocations, invalidation of every
+	// third one of p1, and p2 purged.
+	for a := uint64(0); a < n; a += 2 {
+		get(key(p1, a, 2), miss)
+	}
+	for a := uint64(0); a < n; a += 3 {
+		c.Invalidate(p1, a, 2)
+	}
+	c.PurgePeer(p2)
+	for a := range uint64(n) {
+		gen := uint64(1)
+		if a%2 == 0 {
+			gen = 2
+		}
+		want := hit
+		if a%3 == 0 {
+			want = miss
+		}
+		get(key(p1, a, gen), want)
+		if gen == 2 {
+			_, err := c.Get(key(p1, a, 1), f.imp)
+			require.ErrorIs(t, err, ErrStale)
+		}
+	}
+	for a := range uint64(n) {
+		get(key(p2, a, 1), miss)
+	}
+	st := c.Stats()
+	require.Equal(t, 2*n, st.Cached)
+	require.Equal(t, 0, st.InUse)
+	require.NoError(t, c.Close())
+	for i := range c.ready {
+		if l := c.ready[i].Load(); l != nil {
+			require.Empty(t, *l, "shard %d: nothing is left to hit after Close", i)
+		}
+	}
+	f.mu.Lock()
+	require.Equal(t, f.imports, f.releases)
+	f.mu.Unlock()
+	f.check(t)
 }
