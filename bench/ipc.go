@@ -244,12 +244,17 @@ type rmaWork struct {
 var resolvedOK = cq.Resolved(nil)
 
 // bind returns a Binding for host-to-host transfers, nil otherwise (Gaudi
-// memory on either side goes through Put/Get).
+// memory on either side, or an endpoint that cannot bind, goes through
+// Put/Get).
 func bind(ctx context.Context, ep *engine.Endpoint, local engine.Slice, rk engine.RemoteKey) (*engine.Binding, error) {
 	if local.Buffer().Location().IsGaudi() || rk.Location().IsGaudi() {
 		return nil, nil
 	}
-	return ep.Bind(ctx, local, rk)
+	b, err := ep.Bind(ctx, local, rk)
+	if errors.Is(err, engine.ErrNotSupported) {
+		return nil, nil
+	}
+	return b, err
 }
 
 func newRMA(ctx context.Context, env *Env, size int, put bool, seed byte) (_ Workload, err error) {
@@ -301,6 +306,20 @@ func (w *rmaWork) Submit(ctx context.Context, n int) *engine.Future {
 		return w.p.ep.Put(ctx, w.ls, w.rk)
 	}
 	return w.p.ep.Get(ctx, w.ls, w.rk)
+}
+
+// CanStream implements streamer: host-to-host operations run through a
+// Binding, in the caller.
+func (w *rmaWork) CanStream() bool { return w.bind != nil }
+
+// Stream implements streamer: n Puts (or Gets) back to back through the
+// binding, each a copy of the whole message into (out of) the peer's
+// memory.
+func (w *rmaWork) Stream(ctx context.Context, n int) error {
+	if w.put {
+		return w.bind.PutN(n)
+	}
+	return w.bind.GetN(n)
 }
 
 // Verify implements Workload: the destination, here or at the peer, holds

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -159,6 +160,10 @@ func TestIPCRunHost(t *testing.T) {
 		default:
 			require.Equal(t, PerOp, r.LatencyKind)
 			require.Equal(t, 4, r.Window)
+			// Host to host, bandwidth tests stream through a Binding: one
+			// submission per chunk of back-to-back operations.
+			k := int64(streamChunk(r.Size))
+			require.Equal(t, (r.Iterations+k-1)/k, r.Submissions, name)
 		}
 	}
 	require.NotNil(t, rep.PeerEnv)
@@ -421,4 +426,119 @@ func TestClock(t *testing.T) {
 	d, wall := c.dur(c.now()-t0), time.Since(w0)
 	require.InDelta(t, float64(wall), float64(d), float64(wall)/100+float64(100*time.Microsecond), "clock %v, wall %v (%s)", d, wall, c.source())
 	require.InDelta(t, float64(time.Second), float64(c.dur(c.ticks(time.Second))), 1e3)
+}
+
+// fakeStreamer records what streamLoop asks of it.
+type fakeStreamer struct {
+	calls, ops int
+	failAt     int // the call that fails (1-based); 0: none
+	cancel     func()
+}
+
+func (f *fakeStreamer) CanStream() bool { return true }
+
+func (f *fakeStreamer) Stream(_ context.Context, n int) error {
+	f.calls++
+	if n <= 0 {
+		return fmt.Errorf("Stream(%d)", n)
+	}
+	if f.calls == f.failAt {
+		return errors.New("boom")
+	}
+	if f.cancel != nil && f.calls == 2 {
+		f.cancel()
+	}
+	f.ops += n
+	return nil
+}
+
+func TestStreamChunk(t *testing.T) {
+	for size, want := range map[int]int{1: 1024, 8: 1024, 4 << 10: 64, 64 << 10: 4, 1 << 20: 1, 16 << 20: 1, 100 << 10: 2} {
+		require.Equal(t, want, streamChunk(size), "size %d", size)
+	}
+}
+
+func TestStreamLoop(t *testing.T) {
+	ctx := context.Background()
+	p := Params{}.withDefaults()
+	for _, size := range []int{8, 4 << 10, 100 << 10, 1 << 20} {
+		for _, limit := range []int64{1, 63, 64, 1000, 2500} {
+			f := &fakeStreamer{}
+			rec := &recorder{kind: PerOp}
+			var fracs []float64
+			m, err := streamLoop(ctx, f, p, size, limit, 0, rec, func(x float64) { fracs = append(fracs, x) })
+			require.NoError(t, err)
+			k := int64(streamChunk(size))
+			require.Equal(t, limit, m.msgs, "exactly the operations asked for")
+			require.EqualValues(t, limit, f.ops)
+			require.Equal(t, (limit+k-1)/k, m.subs)
+			require.EqualValues(t, m.subs, f.calls)
+			require.Equal(t, m.subs, rec.lat.seen, "one latency sample per chunk")
+			require.Equal(t, limit, rec.lat.weight, "samples weighted by the operations they cover")
+			for _, x := range fracs {
+				require.True(t, x > 0 && x <= 1, "progress %v", x)
+			}
+		}
+	}
+	// Timed: at least one chunk, whole chunks.
+	f := &fakeStreamer{}
+	m, err := streamLoop(ctx, f, p, 8, 0, time.Millisecond, nil, nil)
+	require.NoError(t, err)
+	require.Positive(t, m.msgs)
+	require.Zero(t, m.msgs%int64(streamChunk(8)))
+	require.EqualValues(t, m.msgs, f.ops)
+	// An error ends the loop with what was done before.
+	f = &fakeStreamer{failAt: 3}
+	m, err = streamLoop(ctx, f, p, 4<<10, 1000, 0, nil, nil)
+	require.ErrorContains(t, err, "boom")
+	require.EqualValues(t, 2*streamChunk(4<<10), m.msgs)
+	// So does a cancelled context.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f = &fakeStreamer{cancel: cancel}
+	_, err = streamLoop(cctx, f, p, 8, 0, time.Hour, nil, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 2, f.calls)
+}
+
+// TestBindingPutNGetN: PutN and GetN move the bytes into and out of the
+// perf server's buffer, count every operation, and refuse a closed
+// binding.
+func TestBindingPutNGetN(t *testing.T) {
+	eng, p := startPeer(t, engine.DevicesNone)
+	ctx := context.Background()
+	for _, size := range []int{8, 4 << 10, 1 << 20} {
+		id, rk, err := p.alloc(ctx, Host, size, 3, true)
+		require.NoError(t, err)
+		src, err := eng.Alloc(size, engine.Host)
+		require.NoError(t, err)
+		dst, err := eng.Alloc(size, engine.Host)
+		require.NoError(t, err)
+		fillPattern(src.Bytes(), 3, false)
+		fillPattern(dst.Bytes(), 3, true)
+
+		put, err := p.ep.Bind(ctx, src.All(), rk)
+		require.NoError(t, err)
+		get, err := p.ep.Bind(ctx, dst.All(), rk)
+		require.NoError(t, err)
+		require.NoError(t, put.PutN(0), "nothing to do")
+		require.NoError(t, put.PutN(-1), "nothing to do")
+		require.NoError(t, get.GetN(0))
+		require.ErrorContains(t, p.verify(ctx, id, 3), "verification failed", "no Put ran yet")
+		before := eng.Stats()
+		require.NoError(t, put.PutN(5))
+		require.NoError(t, p.verify(ctx, id, 3))
+		require.NoError(t, get.GetN(3))
+		require.NoError(t, checkPattern(dst.Bytes(), 3, span{}, "local destination"))
+		require.NoError(t, put.Close())
+		require.NoError(t, get.Close())
+		after := eng.Stats()
+		require.EqualValues(t, 8, after.Inline-before.Inline, "every operation counts")
+		require.EqualValues(t, 8*size, after.Bytes-before.Bytes)
+		require.ErrorIs(t, put.PutN(1), engine.ErrClosed)
+		require.ErrorIs(t, get.GetN(1), engine.ErrClosed)
+		require.NoError(t, src.Free())
+		require.NoError(t, dst.Free())
+		require.NoError(t, p.free(ctx, id))
+	}
 }

@@ -126,7 +126,7 @@ const (
 func (k LatencyKind) Describe() string {
 	switch k {
 	case PerOp:
-		return "latency: time per copy over the last window of completions (window or batch > 1), not a round trip"
+		return "latency: time per copy over the last window of completions (window or batch > 1; peer host bandwidth tests: over each run of back-to-back puts or gets between two clock reads), not a round trip"
 	case OneWay:
 		return "latency: one-way, half a ping-pong round trip (as ucx_perftest put_lat); MB/s = size / one-way latency"
 	}
@@ -258,15 +258,20 @@ func measureOne(ctx context.Context, rs *runState, t Test, size, run int, frac f
 	}
 	fillDevice(&res, env, t)
 	rt, pingPong := w.(roundTripper)
+	st, streamed := w.(streamer)
+	streamed = streamed && !t.Latency && !pingPong && p.Batch == 1 && st.CanStream()
 	switch {
 	case pingPong:
 		res.LatencyKind = OneWay
-	case p.Window > 1 || p.Batch > 1:
+	case streamed || p.Window > 1 || p.Batch > 1:
 		res.LatencyKind = PerOp
 	}
 	run1 := func(limit int64, dur time.Duration, rec *recorder, frac func(float64)) (measured, error) {
-		if pingPong {
+		switch {
+		case pingPong:
 			return pingLoop(ctx, rt, p, limit, dur, rec, frac)
+		case streamed:
+			return streamLoop(ctx, st, p, size, limit, dur, rec, frac)
 		}
 		return loop(ctx, w, p, limit, dur, rec, frac)
 	}
@@ -392,6 +397,70 @@ func loop(ctx context.Context, w Workload, p Params, limit int64, dur time.Durat
 			rec.add(it.t0, now, it.n)
 		}
 		m.msgs += int64(it.n)
+		if frac != nil && now-lastProgress >= everyT {
+			lastProgress = now
+			if limit > 0 {
+				frac(float64(m.msgs) / float64(limit))
+			} else {
+				frac(min(1, float64(now-start)/float64(durT)))
+			}
+		}
+	}
+	m.elapsed = c.dur(now - start)
+	return m, nil
+}
+
+// streamer is a workload whose operations complete in the caller (Puts
+// or Gets through an engine Binding): a bandwidth test runs them back to
+// back with Stream, as ucx_perftest's put_bw posts its puts, with no
+// future and no clock read per operation.
+type streamer interface {
+	// CanStream reports whether Stream can run this workload's operations.
+	CanStream() bool
+	// Stream runs n operations and returns when all are done.
+	Stream(ctx context.Context, n int) error
+}
+
+// streamChunk is how many operations of size bytes streamLoop runs
+// between two clock reads: about 256 KiB of data, at most 1024 operations
+// (some microseconds), so that the clock and the recorder weigh nothing
+// on a small put and a timed run overshoots its duration by little.
+func streamChunk(size int) int {
+	return max(1, min(1024, (256<<10)/max(size, 1)))
+}
+
+// streamLoop runs limit operations of w (or, when limit is 0, operations
+// for dur) in chunks of streamChunk(size), reading the clock once per
+// chunk. Each latency sample is the time per operation over one chunk,
+// everything included (the clock and the recorder of the previous chunk
+// too): the samples' weighted mean is exactly wall time / operations.
+func streamLoop(ctx context.Context, w streamer, p Params, size int, limit int64, dur time.Duration, rec *recorder, frac func(float64)) (m measured, err error) {
+	c := harnessClock()
+	k := int64(streamChunk(size))
+	durT, everyT := c.ticks(dur), c.ticks(p.ProgressEvery)
+	start := c.now()
+	now, lastProgress := start, start
+	if rec != nil {
+		rec.begin(c, start, 1)
+	}
+	for (limit > 0 && m.msgs < limit) || (limit == 0 && (m.msgs == 0 || now-start < durT)) {
+		if err := ctx.Err(); err != nil {
+			return m, err
+		}
+		n := k
+		if limit > 0 {
+			n = min(n, limit-m.msgs)
+		}
+		t0 := now
+		if err := w.Stream(ctx, int(n)); err != nil {
+			return m, err
+		}
+		now = c.now()
+		if rec != nil {
+			rec.add(t0, now, int(n))
+		}
+		m.msgs += n
+		m.subs++
 		if frac != nil && now-lastProgress >= everyT {
 			lastProgress = now
 			if limit > 0 {

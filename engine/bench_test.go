@@ -113,3 +113,52 @@ func BenchmarkRepeatedTransfer(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkIPCBindingPutN: puts into a peer process's host buffer through
+// a Binding, one Put call each (put) against PutN in runs of 256 (putN,
+// the loop of gxfer perf's put_bw); ns/op and MB/s are per put.
+//
+//	go test -run '^$' -bench IPCBindingPutN ./engine/
+func BenchmarkIPCBindingPutN(b *testing.B) {
+	p := startPeer(b)
+	e := newEngine(b, Config{Devices: DevicesNone})
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{8, 4 << 10, 64 << 10} {
+		h, _ := e.Alloc(n, Host)
+		fill(h.Bytes(), uint64(n))
+		bd, err := ep.Bind(ctx, h.All(), p.host.Slice(0, n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("size=%d/put", n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				if err := bd.Put(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("size=%d/putN", n), func(b *testing.B) {
+			const run = 256
+			b.SetBytes(int64(n))
+			left := b.N
+			for left > 0 {
+				k := min(left, run)
+				if err := bd.PutN(k); err != nil {
+					b.Fatal(err)
+				}
+				left -= k
+			}
+		})
+		if err := bd.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Free(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -46,6 +46,9 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 	if err := remote.k.Check(0, remote.k.Len); err != nil {
 		return nil, newErr(ErrInvalid, "remote key view", err)
 	}
+	if ep.kind != TransportIPC {
+		return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint); this one is "+ep.kind.String(), nil)
+	}
 	if local.buf.loc.gaudi || remote.k.MemType != wire.MemHost {
 		return nil, newErr(ErrNotSupported, "bindings are between host buffers (use Put/Get for Gaudi memory)", nil)
 	}
@@ -107,6 +110,47 @@ func (b *Binding) Get() error {
 	}
 	copy(b.mine, b.theirs)
 	b.ops.Add(1)
+	return nil
+}
+
+// PutN runs n Puts back to back: each copies the whole local slice into
+// the peer's, as n calls of Put would, but the binding is checked and its
+// lock taken once for all of them, and Stats count them with one atomic
+// (the loop of a bandwidth test, like UCT's put_bw posting its puts). A
+// binding closed or whose peer memory goes away meanwhile is noticed at
+// the next call. n <= 0 does nothing.
+func (b *Binding) PutN(n int) error {
+	if n <= 0 {
+		return nil
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if err := b.check(); err != nil {
+		return err
+	}
+	dst, src := b.theirs, b.mine
+	for range n {
+		copy(dst, src)
+	}
+	b.ops.Add(uint64(n))
+	return nil
+}
+
+// GetN runs n Gets back to back (see PutN).
+func (b *Binding) GetN(n int) error {
+	if n <= 0 {
+		return nil
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if err := b.check(); err != nil {
+		return err
+	}
+	dst, src := b.mine, b.theirs
+	for range n {
+		copy(dst, src)
+	}
+	b.ops.Add(uint64(n))
 	return nil
 }
 
