@@ -635,6 +635,17 @@ func (o *tcpOp) onReply(r reply) {
 	if err == nil {
 		err = o.ep.replyErr(r.f)
 	}
+	if err == nil && o.in != nil {
+		// The owner sends every byte before its Completion, on the same
+		// stream: the reader has read them all by now.
+		o.in.mu.Lock()
+		short := o.in.got < o.in.n
+		o.in.mu.Unlock()
+		if short {
+			err = o.ep.peerErr(fmt.Sprintf("request %d completed before all its data arrived", o.id), nil)
+			o.ep.fail(err)
+		}
+	}
 	if err != nil && o.in != nil {
 		o.ep.removeInbound(o.id)
 		o.in.cancel(err)

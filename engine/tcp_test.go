@@ -323,3 +323,56 @@ func TestTCPManyStagedTransfers(t *testing.T) {
 	}
 	require.True(t, bytes.Equal(src.Bytes(), hb.Bytes()))
 }
+
+// TestTCPCompletionBeforeData: an owner that completes a Get without
+// sending its bytes fails the endpoint (the Get does not wait forever).
+func TestTCPCompletionBeforeData(t *testing.T) {
+	owner := newEngine(t, Config{Devices: DevicesNone})
+	b, _ := owner.Alloc(4096, Host)
+	key, err := b.Export()
+	require.NoError(t, err)
+	nl, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer nl.Close()
+	go func() {
+		nc, err := nl.Accept()
+		if err != nil {
+			return
+		}
+		c := wire.NewConn(wire.NewStreamTransport(nc), wire.ConnConfig{MaxFrame: tcpMaxFrame})
+		defer c.Close()
+		f, err := c.Recv(context.Background())
+		if err != nil {
+			return
+		}
+		var h wire.Hello
+		if f.Decode(&h) != nil {
+			return
+		}
+		hello := fakeHello()
+		hello.EngineID = owner.ident.hello.EngineID // the key's owner
+		ack, err := wire.Negotiate(hello, h)
+		if err != nil {
+			return
+		}
+		_ = c.Send(&ack)
+		for {
+			f, err := c.Recv(context.Background())
+			if err != nil {
+				return
+			}
+			if f.Header.Type == wire.TypeGet {
+				_ = c.Send(&wire.Completion{RequestID: f.Header.RequestID, Status: wire.StatusOK})
+			}
+		}
+	}()
+	e := newEngine(t, Config{Devices: DevicesNone, TCPLanes: 1})
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "tcp", nl.Addr().String())
+	require.NoError(t, err)
+	h, _ := e.Alloc(4096, Host)
+	err = ep.GetSync(ctx, h.All(), key)
+	require.ErrorIs(t, err, ErrPeer)
+	require.Contains(t, err.Error(), "before all its data")
+	<-ep.Done()
+}
