@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,8 +17,10 @@ import (
 )
 
 // The perf server's control channel, the side channel of the peer tests
-// (like ucx_perftest's TCP socket): a unix stream socket at the engine
-// socket's path + ".ctl", carrying one JSON object per line. The client
+// (like ucx_perftest's TCP socket): over ipc a unix stream socket at the
+// engine socket's path + ".ctl", over tcp the TCP port the client names
+// (the engine then listens on an ephemeral port of the same host, given
+// in the hello reply); one JSON object per line. The client
 // asks, the server answers each request with one reply; a reply with an
 // error field is a refusal. The server serves one client at a time.
 
@@ -55,6 +58,7 @@ type ctlMsg struct {
 	PID    int          `json:"pid,omitempty"`
 	Env    *Environment `json:"env,omitempty"`
 	Device int          `json:"device,omitempty"` // the server's Gaudi for gaudi buffers
+	Port   int          `json:"port,omitempty"`   // tcp: the server engine's port, on the control channel's host
 
 	// buffers
 	Buf        uint64 `json:"buf,omitempty"` // server buffer id
@@ -71,13 +75,13 @@ type ctlMsg struct {
 
 // ctlConn is one end of a control connection.
 type ctlConn struct {
-	c  *net.UnixConn
+	c  net.Conn
 	r  *bufio.Reader
 	w  *bufio.Writer
 	to string // who is at the other end, for errors
 }
 
-func newCtlConn(c *net.UnixConn, to string) *ctlConn {
+func newCtlConn(c net.Conn, to string) *ctlConn {
 	return &ctlConn{c: c, r: bufio.NewReaderSize(c, 4096), w: bufio.NewWriter(c), to: to}
 }
 
@@ -211,10 +215,12 @@ func checkSocketPath(path string) error {
 	return nil
 }
 
-// ParseTransport parses the -x value of gxfer perf: "local", or
-// "unix:PATH" for the ipc transport to the server listening at PATH. It
-// returns the transport name and the address ("" for local). Known but
-// unavailable transports are errors matching ErrUnavailable.
+// ParseTransport parses the -x value of gxfer perf: "local", "unix:PATH"
+// for the ipc transport to the server listening at PATH, or
+// "tcp:HOST:PORT" for the tcp transport to the server whose control
+// channel is at HOST:PORT. It returns the transport name and the address
+// ("" for local; PATH; HOST:PORT). Known but unavailable transports are
+// errors matching ErrUnavailable.
 func ParseTransport(s string) (name, addr string, err error) {
 	if rest, ok := strings.CutPrefix(s, "unix:"); ok {
 		if err := checkSocketPath(rest); err != nil {
@@ -225,11 +231,67 @@ func ParseTransport(s string) (name, addr string, err error) {
 		}
 		return "ipc", rest, nil
 	}
-	if s == "ipc" {
+	if rest, ok := strings.CutPrefix(s, "tcp:"); ok {
+		if err := checkHostPort(rest); err != nil {
+			return "", "", fmt.Errorf("bad -x %q: %w", s, err)
+		}
+		if _, err := LookupTransport("tcp"); err != nil {
+			return "", "", err
+		}
+		return "tcp", rest, nil
+	}
+	switch s {
+	case "ipc":
 		return "", "", errors.New("transport ipc needs the server's socket: -x unix:PATH")
+	case "tcp":
+		return "", "", errors.New("transport tcp needs the server's address: -x tcp:HOST:PORT")
 	}
 	if _, err := LookupTransport(s); err != nil {
 		return "", "", err
 	}
 	return s, "", nil
+}
+
+// checkHostPort checks a tcp address, HOST:PORT ([V6ADDR]:PORT): a port
+// number 0..65535 is required (0, an ephemeral port, is for servers
+// only, see CheckDialAddr); an empty host (":PORT") means every
+// interface for a server and this host for a client.
+func checkHostPort(hp string) error {
+	if hp == "" {
+		return errors.New("want tcp:HOST:PORT")
+	}
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			if ae.Err == "missing port in address" {
+				return fmt.Errorf("missing port in %q (want tcp:HOST:PORT)", hp)
+			}
+			return fmt.Errorf("%s in %q (want tcp:HOST:PORT; IPv6 as [ADDR]:PORT)", ae.Err, hp)
+		}
+		return err
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("bad host %q", host)
+	}
+	if port == "" {
+		return fmt.Errorf("missing port in %q (want tcp:HOST:PORT)", hp)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("bad port %q (want a number 0..65535)", port)
+	}
+	return nil
+}
+
+// CheckDialAddr checks the address a client dials: HOST:PORT with a
+// port above 0.
+func CheckDialAddr(hp string) error {
+	if err := checkHostPort(hp); err != nil {
+		return err
+	}
+	if _, port, _ := net.SplitHostPort(hp); port == "0" {
+		return errors.New("port 0 is for servers (an ephemeral port): give the server's port")
+	}
+	return nil
 }

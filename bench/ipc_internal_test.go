@@ -390,6 +390,8 @@ func TestListenStaleAndLiveSockets(t *testing.T) {
 func TestParseTransport(t *testing.T) {
 	for in, want := range map[string][2]string{
 		"local": {"local", ""}, "unix:/tmp/s": {"ipc", "/tmp/s"}, "unix:rel/s": {"ipc", "rel/s"},
+		"tcp:127.0.0.1:5000": {"tcp", "127.0.0.1:5000"}, "tcp:[::1]:80": {"tcp", "[::1]:80"},
+		"tcp:host.example:0": {"tcp", "host.example:0"}, "tcp::5000": {"tcp", ":5000"},
 	} {
 		name, addr, err := ParseTransport(in)
 		require.NoError(t, err, in)
@@ -397,7 +399,10 @@ func TestParseTransport(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		"unix:": "empty socket path", "ipc": "needs the server's socket", "rdma": "unavailable",
-		"tcp": "unavailable", "pigeon": "unknown transport", "unix:@abstract": "abstract",
+		"tcp": "needs the server's address: -x tcp:HOST:PORT", "pigeon": "unknown transport", "unix:@abstract": "abstract",
+		"tcp:": "want tcp:HOST:PORT", "tcp:127.0.0.1": "missing port", "tcp:host:": "missing port",
+		"tcp:host:http": "bad port", "tcp:host:70000": "bad port", "tcp:host:-1": "bad port",
+		"tcp:::1:5000": "too many colons", "tcp:[::1": "missing ']'",
 	} {
 		_, _, err := ParseTransport(in)
 		require.ErrorContains(t, err, want, in)

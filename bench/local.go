@@ -16,7 +16,8 @@ func init() {
 	RegisterTransport(Transport{Name: "ipc", Label: "ipc (unix socket, shared memfd)",
 		Desc: "unix socket + memfd/DMA-BUF fd passing, same host"})
 	RegisterTransport(Transport{Name: "rdma", Desc: "RDMA write/read to a peer (DMA-BUF from Gaudi memory)", Unavailable: notImplemented})
-	RegisterTransport(Transport{Name: "tcp", Desc: "TCP data path to a peer", Unavailable: notImplemented})
+	RegisterTransport(Transport{Name: "tcp", Label: "tcp (engine Data frames over TCP, TCP_NODELAY)",
+		Desc: "TCP data path to a peer on any host: Put/Get bytes in Data frames, large transfers over several connections"})
 
 	for _, t := range []struct {
 		name     string

@@ -62,8 +62,8 @@ type Env struct {
 	Device    int    // Gaudi index used by tests that touch device memory
 	Transport string // transport name; "" means "local"
 
-	// Peer is the server of the tests over a peer transport (ipc): nil for
-	// local tests. See DialPeer.
+	// Peer is the server of the tests over a peer transport (ipc, tcp):
+	// nil for local tests. See DialPeer.
 	Peer *Peer
 	// Local and Remote are the memory types of the peer tests: this
 	// process's buffer and the peer's (ucx_perftest -m send,recv). Empty
@@ -120,6 +120,9 @@ const (
 type Test struct {
 	Name      string // short name, unique: "h2d"
 	Transport string // transport it runs over: "local"
+	// AlsoOver lists further transports the test runs over (the peer
+	// tests run over ipc and tcp); TestsFor sets Transport to the run's.
+	AlsoOver []string
 	// Src and Dst are the memory types of the ends. For a peer test they
 	// are bound from Env.Local and Env.Remote by TestsFor.
 	Src, Dst Mem
@@ -165,8 +168,16 @@ func (t Test) RemoteMem() Mem {
 	return Host
 }
 
-// bind sets a peer test's memory types from env.
+// RunsOver reports whether the test runs over the named transport.
+func (t Test) RunsOver(transport string) bool {
+	return t.Transport == transport || slices.Contains(t.AlsoOver, transport)
+}
+
+// bind sets a peer test's memory types, and its transport, from env.
 func (t Test) bind(env *Env) Test {
+	if tr := env.transport(); tr != t.Transport && t.RunsOver(tr) {
+		t.Transport = tr
+	}
 	switch t.Peer {
 	case PeerDst:
 		t.Src, t.Dst = env.local(), env.remote()
@@ -181,9 +192,9 @@ func (t Test) Check(env *Env) error {
 	if env == nil || env.Engine == nil {
 		return errors.New("no engine")
 	}
-	if t.Transport != env.transport() {
+	if !t.RunsOver(env.transport()) {
 		if t.Peer != NoPeer && env.transport() == "local" {
-			return fmt.Errorf("test %s needs a peer: start 'gxfer perf -server -x unix:PATH' and give the client -x unix:PATH", t.Name)
+			return fmt.Errorf("test %s needs a peer: start 'gxfer perf -server -x unix:PATH' (or -x tcp:HOST:PORT) and give the client the same -x", t.Name)
 		}
 		return fmt.Errorf("test %s runs over transport %s, not %s", t.Name, t.Transport, env.transport())
 	}
@@ -278,7 +289,7 @@ func Tests(transport string) []Test {
 	defer registry.mu.Unlock()
 	var out []Test
 	for _, t := range registry.tests {
-		if transport == "" || t.Transport == transport {
+		if transport == "" || t.RunsOver(transport) {
 			out = append(out, t)
 		}
 	}

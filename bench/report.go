@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/engine"
 )
 
 // Environment records where a run happened.
@@ -124,6 +126,10 @@ func newReport(env *Env, tests []Test, p Params) *Report {
 		rep.Params.Peer, rep.Params.Local, rep.Params.Remote = env.Peer.String(), env.local(), env.remote()
 		rep.Notes = append(slices.Clone(rep.Notes),
 			"peer tests reuse the same local and peer buffers every iteration, as ucx_perftest does (small sizes stay cache-resident)")
+		if ep := env.Peer.ep; ep != nil && ep.Transport() == engine.TransportTCP {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("tcp: the endpoint to %s has %d connection(s); transfers of 4 MiB and more are split over them; put_lat polls memory that the engine's socket reader lands bytes in (latency = round trip / 2)",
+				env.Peer.EngineAddr, ep.Stats().Lanes))
+		}
 	}
 	for _, t := range tests {
 		rep.Tests = append(rep.Tests, TestInfo{Name: t.Name, Transport: t.Transport, Src: t.Src, Dst: t.Dst, Path: t.Path(env), Desc: t.Desc})

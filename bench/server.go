@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,13 @@ import (
 type ServerConfig struct {
 	// Path is the engine socket; the control socket is Path + CtlSuffix.
 	Path string
+	// TCP, if set, makes the server serve over the tcp transport instead
+	// of ipc (Path is then unused): the control channel listens at TCP
+	// (HOST:PORT; port 0 picks one, see Addr) and the engine on an
+	// ephemeral port of the same host, which the hello reply gives the
+	// client. Anyone who can reach the port may connect: unlike the unix
+	// sockets (0600, peer uid checked), there is no credential check.
+	TCP string
 	// Device is the Gaudi that holds the server's Gaudi buffers.
 	Device int
 	// Once: serve one client, then Serve returns.
@@ -31,14 +39,15 @@ type ServerConfig struct {
 	Log io.Writer
 }
 
-// Server is the peer of the ipc tests, like ucx_perftest without a host
-// argument: it listens, and for each client (one at a time) allocates,
+// Server is the peer of the ipc and tcp tests, like ucx_perftest without
+// a host argument: it listens, and for each client (one at a time) allocates,
 // fills, exports and verifies buffers on request, and answers ping-pongs.
 type Server struct {
 	eng *engine.Engine
 	cfg ServerConfig
 	ln  *engine.Listener
-	ctl *net.UnixListener
+	ctl net.Listener
+	tcp bool
 
 	mu     sync.Mutex
 	active *session // the client being served
@@ -52,14 +61,18 @@ type Server struct {
 }
 
 // Listen starts a perf server on eng: it creates the engine socket and the
-// control socket. A stale socket file (nothing listening) is replaced; a
-// live one is an error.
+// control socket (ipc; a stale socket file, nothing listening, is
+// replaced, a live one is an error), or with cfg.TCP the control channel's
+// TCP listener and the engine's, on an ephemeral port of the same host.
 func Listen(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
-	if err := checkSocketPath(cfg.Path); err != nil {
-		return nil, fmt.Errorf("perf server: %w", err)
-	}
 	if n := eng.NumDevices(); n > 0 && (cfg.Device < 0 || cfg.Device >= n) {
 		return nil, fmt.Errorf("perf server: device %d does not exist (%d open)", cfg.Device, n)
+	}
+	if cfg.TCP != "" {
+		return listenTCP(eng, cfg)
+	}
+	if err := checkSocketPath(cfg.Path); err != nil {
+		return nil, fmt.Errorf("perf server: %w", err)
 	}
 	for _, p := range []string{cfg.Path, cfg.Path + CtlSuffix} {
 		if err := removeStale(p); err != nil {
@@ -88,6 +101,29 @@ func Listen(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
 	return s, nil
 }
 
+// listenTCP starts a perf server over tcp: the control channel at
+// cfg.TCP, the engine on an ephemeral port of the address bound.
+func listenTCP(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
+	if err := checkHostPort(cfg.TCP); err != nil {
+		return nil, fmt.Errorf("perf server: tcp:%s: %w", cfg.TCP, err)
+	}
+	l, err := net.Listen("tcp", cfg.TCP)
+	if err != nil {
+		return nil, fmt.Errorf("perf server: listen tcp:%s: %w", cfg.TCP, unwrapOp(err))
+	}
+	defer func() {
+		if err != nil {
+			_ = l.Close()
+		}
+	}()
+	s := &Server{eng: eng, cfg: cfg, ctl: l, tcp: true}
+	ip := l.Addr().(*net.TCPAddr).IP.String()
+	if s.ln, err = eng.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
+		return nil, fmt.Errorf("perf server: engine: %w", err)
+	}
+	return s, nil
+}
+
 // removeStale removes a socket file nobody listens on. Anything else at
 // path is left alone (and Listen then fails with a clear error).
 func removeStale(path string) error {
@@ -109,8 +145,36 @@ func removeStale(path string) error {
 	return nil
 }
 
-// Addr is the address clients give to -x: "unix:PATH".
-func (s *Server) Addr() string { return "unix:" + s.cfg.Path }
+// Addr is the address clients give to -x: "unix:PATH", or
+// "tcp:HOST:PORT" with the port bound.
+func (s *Server) Addr() string {
+	if s.tcp {
+		return "tcp:" + s.ctl.Addr().String()
+	}
+	return "unix:" + s.cfg.Path
+}
+
+// EngineAddr is the engine's listening address: the socket path, or the
+// HOST:PORT bound (tcp).
+func (s *Server) EngineAddr() string { return s.ln.Addr() }
+
+// Transport is the transport the server serves: "ipc" or "tcp".
+func (s *Server) Transport() string {
+	if s.tcp {
+		return "tcp"
+	}
+	return "ipc"
+}
+
+// enginePort is the engine's TCP port.
+func (s *Server) enginePort() int {
+	_, port, err := net.SplitHostPort(s.ln.Addr())
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(port)
+	return n
+}
 
 func (s *Server) logf(format string, args ...any) {
 	if s.cfg.Log == nil {
@@ -133,7 +197,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		err error
 	}
 	for {
-		c, err := s.ctl.AcceptUnix()
+		c, err := s.ctl.Accept()
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
@@ -149,14 +213,20 @@ func (s *Server) Serve(ctx context.Context) error {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		cred, err := peerUcred(c)
-		if err == nil && int(cred.Uid) != os.Getuid() {
-			err = fmt.Errorf("uid %d is not ours", cred.Uid)
-		}
-		if err != nil {
-			s.logf("# refused a control connection: %v", err)
-			_ = c.Close()
-			continue
+		// Over ipc the client's pid and uid come from the socket; over tcp
+		// the pid from its hello, and anyone who can connect is served.
+		pid, who := 0, "client at "+c.RemoteAddr().String()
+		if uc, ok := c.(*net.UnixConn); ok {
+			cred, err := peerUcred(uc)
+			if err == nil && int(cred.Uid) != os.Getuid() {
+				err = fmt.Errorf("uid %d is not ours", cred.Uid)
+			}
+			if err != nil {
+				s.logf("# refused a control connection: %v", err)
+				_ = c.Close()
+				continue
+			}
+			pid, who = int(cred.Pid), fmt.Sprintf("client pid %d", cred.Pid)
 		}
 		s.mu.Lock()
 		if s.closed {
@@ -165,16 +235,16 @@ func (s *Server) Serve(ctx context.Context) error {
 			break
 		}
 		if busy := s.active; busy != nil || (s.cfg.Once && s.served) {
-			s.mu.Unlock()
 			why := "it serves one client and is done"
 			if busy != nil {
-				why = fmt.Sprintf("busy with client pid %d (one client at a time)", busy.pid)
+				why = fmt.Sprintf("busy with %s (one client at a time)", busy.who) // who is written under s.mu
 			}
+			s.mu.Unlock()
 			s.wg.Add(1)
-			go func() { defer s.wg.Done(); s.refuse(c, int(cred.Pid), why) }()
+			go func() { defer s.wg.Done(); s.refuse(c, who, why) }()
 			continue
 		}
-		sess := &session{s: s, c: newCtlConn(c, fmt.Sprintf("client pid %d", cred.Pid)), pid: int(cred.Pid), bufs: map[uint64]*srvBuf{}}
+		sess := &session{s: s, c: newCtlConn(c, who), pid: pid, who: who, bufs: map[uint64]*srvBuf{}}
 		s.active, s.served = sess, true
 		s.mu.Unlock()
 		s.wg.Add(1)
@@ -185,9 +255,9 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.active = nil
 			s.mu.Unlock()
 			if err != nil {
-				s.logf("# client pid %d: %v", sess.pid, err)
+				s.logf("# %s: %v", sess.who, err)
 			} else {
-				s.logf("# client pid %d done (%d requests)", sess.pid, sess.requests)
+				s.logf("# %s done (%d requests)", sess.who, sess.requests)
 			}
 			if s.cfg.Once {
 				once.Lock()
@@ -207,14 +277,14 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 // refuse answers a client's hello with why the server cannot serve it.
-func (s *Server) refuse(c *net.UnixConn, pid int, why string) {
-	cc := newCtlConn(c, fmt.Sprintf("client pid %d", pid))
+func (s *Server) refuse(c net.Conn, who, why string) {
+	cc := newCtlConn(c, who)
 	defer cc.Close()
 	if _, err := cc.recv(refuseTimeout); err != nil {
 		return
 	}
 	_ = cc.send(&ctlMsg{Version: ctlVersion, Error: "server " + why}, refuseTimeout)
-	s.logf("# refused client pid %d: %s", pid, why)
+	s.logf("# refused %s: %s", who, why)
 }
 
 // Close stops listening, removes the socket files and ends the session
@@ -241,7 +311,8 @@ func (s *Server) Close() error {
 type session struct {
 	s        *Server
 	c        *ctlConn
-	pid      int
+	pid      int    // the client's (over tcp: from its hello)
+	who      string // "client pid 123", "client pid 123 at 10.0.0.2:41000"
 	ep       *engine.Endpoint
 	bufs     map[uint64]*srvBuf
 	nextID   uint64
@@ -260,7 +331,7 @@ func (ss *session) run(ctx context.Context) (err error) {
 	stop := context.AfterFunc(ctx, ss.abort)
 	defer stop()
 	defer func() { err = errors.Join(err, ss.cleanup()) }()
-	ss.s.logf("# client pid %d connected", ss.pid)
+	ss.s.logf("# %s connected", ss.who)
 	for {
 		m, err := ss.c.recv(0)
 		if err != nil {
@@ -320,8 +391,23 @@ func (ss *session) handle(ctx context.Context, m *ctlMsg) *ctlMsg {
 		if m.Version != ctlVersion {
 			return refusal("control version %d not supported (want %d)", m.Version, ctlVersion)
 		}
+		r := &ctlMsg{Version: ctlVersion, PID: os.Getpid(), Device: ss.s.cfg.Device}
+		if ss.s.tcp {
+			if m.PID <= 0 {
+				return refusal("hello without the client's pid")
+			}
+			if ss.pid == 0 {
+				ss.pid = m.PID
+				ss.s.mu.Lock()
+				ss.who = fmt.Sprintf("client pid %d at %s", m.PID, ss.c.c.RemoteAddr())
+				ss.s.mu.Unlock()
+				ss.c.to = ss.who
+			}
+			r.Port = ss.s.enginePort()
+		}
 		env := CurrentEnvironment(&Env{Engine: eng})
-		return &ctlMsg{Version: ctlVersion, PID: os.Getpid(), Env: &env, Device: ss.s.cfg.Device}
+		r.Env = &env
+		return r
 	case opAttach:
 		if ss.ep != nil {
 			return refusal("already attached")
@@ -400,25 +486,44 @@ func (ss *session) handle(ctx context.Context, m *ctlMsg) *ctlMsg {
 }
 
 // accept picks up the engine endpoint the client opened: the next one
-// from the client's pid.
+// from the client's pid (over tcp: from the client's pid at the host its
+// control connection comes from).
 func (ss *session) accept(ctx context.Context) (*engine.Endpoint, error) {
 	actx, cancel := context.WithTimeout(ctx, attachTimeout)
 	defer cancel()
-	want := fmt.Sprintf("(pid %d)", ss.pid)
 	for {
 		ep, err := ss.s.ln.Accept(actx)
 		if err != nil {
-			return nil, fmt.Errorf("no engine endpoint from pid %d: %v", ss.pid, err)
+			return nil, fmt.Errorf("no engine endpoint from %s: %v", ss.who, err)
 		}
 		select {
 		case <-ep.Done():
 			continue // a previous client's, already closed
 		default:
 		}
-		if strings.HasSuffix(ep.Peer(), want) {
+		if ss.ours(ep.Peer()) {
 			return ep, nil
 		}
 	}
+}
+
+// ours reports whether an endpoint's peer ("peer "gxfer" (pid 123)", over
+// tcp "peer "gxfer" (pid 123 at 10.0.0.2:41000)") is this session's client.
+func (ss *session) ours(peer string) bool {
+	if !ss.s.tcp {
+		return strings.HasSuffix(peer, fmt.Sprintf("(pid %d)", ss.pid))
+	}
+	want := fmt.Sprintf("(pid %d at ", ss.pid)
+	i := strings.LastIndex(peer, want)
+	if i < 0 || !strings.HasSuffix(peer, ")") {
+		return false
+	}
+	host, _, err := net.SplitHostPort(peer[i+len(want) : len(peer)-1])
+	if err != nil {
+		return false
+	}
+	ta, ok := ss.c.c.RemoteAddr().(*net.TCPAddr)
+	return ok && ta.IP.Equal(net.ParseIP(host))
 }
 
 // responder answers ping-pong rounds: it spins on its receive buffer's
@@ -515,20 +620,52 @@ func (r *responder) run() {
 	recvSeq, sendSeq := r.seqPtr(r.recv), r.seqPtr(r.send)
 	sendS := r.send.All()
 	ctx := context.Background()
+	wait := newLandWait(ep)
 	next := uint64(1)
 	var lastCheck time.Time
 	var lastRounds uint64
+	// pending is the last answer's Put when it is a future (tcp): not
+	// waited for before polling for the next round (it completes when the
+	// client has it), only before the send buffer is written again.
+	var pending *engine.Future
+	settle := func() bool {
+		if pending == nil {
+			return true
+		}
+		for spins := 1; !pending.IsDone(); spins++ {
+			wait.idle(spins)
+			if spins&0xfff == 0 && r.abort.Load() {
+				<-pending.Done()
+				break
+			}
+		}
+		r.err = pending.Err()
+		pending = nil
+		return r.err == nil
+	}
+	defer func() {
+		if err := r.err; pending != nil {
+			settle()
+			if err != nil {
+				r.err = err
+			}
+		}
+	}()
 	idle := 0
 	for {
 		v := atomic.LoadUint64(recvSeq)
 		if v == next {
+			if !settle() {
+				return
+			}
 			*sendSeq = next // this goroutine's buffer: a plain store (see pingPong.RoundTrip)
-			// Inline Puts are done on return; a larger one is waited for
-			// at once (see pingPong.RoundTrip).
 			if r.bind != nil {
+				// Done on return.
 				r.err = r.bind.Put()
+			} else if f := ep.Put(ctx, sendS, r.key); f.IsDone() {
+				r.err = f.Err()
 			} else {
-				r.err = waitFuture(ctx, ep.Put(ctx, sendS, r.key))
+				pending = f
 			}
 			if r.err != nil {
 				return
@@ -541,7 +678,15 @@ func (r *responder) run() {
 		if v == stopSeq {
 			return
 		}
-		if idle++; idle&0xfff != 0 {
+		idle++
+		if r.bind == nil { // tcp: see landWait
+			if pending == nil || !pending.IsDone() {
+				wait.idle(idle)
+			} else if !settle() {
+				return
+			}
+		}
+		if idle&0xfff != 0 {
 			continue
 		}
 		if r.abort.Load() {

@@ -209,7 +209,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"perf", "-m", "host"}, "bad -m"},
 		{[]string{"perf", "-m", "host,ssd"}, "unknown memory type"},
 		{[]string{"perf", "-x", "rdma"}, "transport rdma is unavailable (transport not implemented in this build)"},
-		{[]string{"perf", "-x", "tcp"}, "transport tcp is unavailable (transport not implemented in this build)"},
+		{[]string{"perf", "-x", "tcp"}, "transport tcp needs the server's address: -x tcp:HOST:PORT"},
 		{[]string{"perf", "-x", "smoke"}, "unknown transport"},
 		{[]string{"perf", "-d", "3", "-s", "8", "-n", "1"}, "-d 3: no such device"},
 		{[]string{"perf", "-d", "-1"}, "bad -d"},
@@ -267,7 +267,7 @@ func TestInfoText(t *testing.T) {
 		"Memory domains:",
 		"ipc: available (unix socket + memfd/DMA-BUF fd passing, same host)",
 		"rdma: unavailable (transport not implemented in this build)",
-		"tcp: unavailable (transport not implemented in this build)",
+		"tcp: available (TCP data path to a peer on any host",
 		"local: available",
 		"registration cache",
 		"DMA-BUF export cache",
@@ -308,7 +308,8 @@ func TestInfoJSON(t *testing.T) {
 	assert.Equal(t, "unix socket + memfd/DMA-BUF fd passing, same host", tr["ipc"].Desc)
 	assert.False(t, tr["rdma"].Available)
 	assert.Equal(t, "transport not implemented in this build", tr["rdma"].Reason)
-	assert.False(t, tr["tcp"].Available)
+	assert.True(t, tr["tcp"].Available)
+	assert.Empty(t, tr["tcp"].Reason)
 	assert.Equal(t, 4096, doc.Engine.QueueDepth)
 	assert.Len(t, doc.Caches, 3)
 
@@ -509,8 +510,8 @@ func TestPerfIPCUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"perf", "-once"}, "-once needs -server"},
-		{[]string{"perf", "-server"}, "-server needs -x unix:PATH"},
-		{[]string{"perf", "-server", "-x", "local"}, "-server needs -x unix:PATH"},
+		{[]string{"perf", "-server"}, "-server needs -x unix:PATH or -x tcp:HOST:PORT"},
+		{[]string{"perf", "-server", "-x", "local"}, "-server needs -x unix:PATH or -x tcp:HOST:PORT"},
 		{[]string{"perf", "-server", "-x", "unix:/tmp/x.sock", "-s", "8"}, "-s has no meaning with -server"},
 		{[]string{"perf", "-server", "-x", "unix:/tmp/x.sock", "-json"}, "-json has no meaning with -server"},
 		{[]string{"perf", "-server", "-x", "unix:/tmp/x.sock", "-d", "-2"}, "bad -d"},

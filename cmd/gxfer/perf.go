@@ -35,15 +35,30 @@ an error (exit status 1).
 With -O or -b above 1, the latency columns are the time per copy over the
 last window of completions (average: wall time / copies), not a round trip.
 
-Client/server mode (transport ipc: unix socket, shared memfd, same host),
-like ucx_perftest and ib_write_bw: start a server, then a client with the
-same -x. The server serves one client at a time (a second concurrent one
-is refused) until interrupted, or exits after one client with -once.
+Client/server mode, like ucx_perftest and ib_write_bw: start a server,
+then a client with the same -x. The server serves one client at a time
+(a second concurrent one is refused) until interrupted, or exits after
+one client with -once. Two transports:
+
+  ipc  -x unix:PATH      same host: unix sockets (0600, the peer's uid is
+                         checked), shared memfd
+  tcp  -x tcp:HOST:PORT  any host: the engine's TCP data path (Data
+                         frames; transfers of 4 MiB and more split over 2
+                         connections). The control channel is HOST:PORT;
+                         the server's engine listens on an ephemeral port
+                         of the same host (the client learns it on the
+                         control channel and dials the host it reached).
+                         The TCP perf server accepts any client that can
+                         reach it (no credentials are checked): run it on
+                         a trusted network only, with -once when in doubt.
+                         Server port 0 picks a free port (printed).
 
   gxfer perf -server -x unix:/tmp/gx.sock [-once] [-d N]
   gxfer perf -x unix:/tmp/gx.sock [-t put_lat,put_bw,get_lat,get_bw] [-m local,remote] [-s sizes] [-O window]
+  gxfer perf -server -x tcp:10.0.0.1:13337 [-once]
+  gxfer perf -x tcp:10.0.0.1:13337 -t put_lat,put_bw,get_lat,get_bw
 
-Tests over ipc:
+Tests over ipc and tcp:
   put_lat  ping-pong: the client Puts into the server's buffer, the server
            polls its memory (the last aligned 8 bytes carry a sequence
            number) and Puts back; latency = round trip / 2, as
@@ -56,8 +71,14 @@ Tests over ipc:
 -m local,remote gives the memory types of the client's and the server's
 buffers (host or gaudi; default host,host); with remote gaudi the server's
 engine does the DMA. Latency tests run with one operation in flight
-whatever -O says; -b is not supported over ipc. As ucx_perftest, the same
-buffers are used every iteration (small sizes stay in the cache). The
+whatever -O says; -b is not supported over ipc or tcp. Over tcp, put_lat
+polls memory that the engine's socket reader lands the peer's bytes in:
+the poller parks 1 us between looks so that the reader can run (a spinning
+poller would starve it). Transfers of 4 MiB and more go over 2
+connections, so a large put_lat's sequence word can land before the rest
+of the message; the round still ends only once the Put has completed. As
+ucx_perftest, the same buffers are used every iteration (small sizes stay
+in the cache). The
 server verifies its buffer after each size of a put test, the client its
 own after each get test.
 
@@ -69,6 +90,7 @@ Examples:
   gxfer perf -plot perf.svg
   taskset -c 0 gxfer perf -server -x unix:/tmp/gx.sock -once &
   taskset -c 1 gxfer perf -x unix:/tmp/gx.sock -t put_lat,put_bw -s 8,4K,1M
+  bash bench/tcp-compare.sh   # tcp between two network namespaces vs iperf3 and ucx_perftest
 
 Flags:
 `)
@@ -92,13 +114,15 @@ type perfOpts struct {
 	plot                string
 	quiet               bool
 	cpuprofile          string
+	tcpSpin             time.Duration
+	tcpLanes            int
 }
 
 func perfFlags() (*flag.FlagSet, *perfOpts) {
 	o := &perfOpts{}
 	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
-	fs.StringVar(&o.tests, "t", "", "tests, comma-separated: h2d, d2h, d2d, h2h; over ipc put_lat, put_bw, get_lat, get_bw (default: all that can run)")
-	fs.StringVar(&o.mem, "m", "", "memory types `src,dst` (host or gaudi) instead of -t, as ucx_perftest -m; over ipc: local,remote")
+	fs.StringVar(&o.tests, "t", "", "tests, comma-separated: h2d, d2h, d2d, h2h; over ipc and tcp put_lat, put_bw, get_lat, get_bw (default: all that can run)")
+	fs.StringVar(&o.mem, "m", "", "memory types `src,dst` (host or gaudi) instead of -t, as ucx_perftest -m; over ipc and tcp: local,remote")
 	fs.StringVar(&o.sizes, "s", "", "message sizes, comma-separated, with K, M, G suffixes (binary) (default 8,4K,64K,1M,16M)")
 	fs.StringVar(&o.sweep, "sweep", "", "message sizes `MIN:MAX`: every power of two from MIN to MAX, e.g. 8:16M")
 	fs.IntVar(&o.iters, "n", 0, "measured iterations (messages) per size; excludes -time")
@@ -108,14 +132,16 @@ func perfFlags() (*flag.FlagSet, *perfOpts) {
 	fs.IntVar(&o.batch, "b", 1, "copies per submission, sent as one engine batch")
 	fs.IntVar(&o.count, "count", 1, "measure each (test, size) this many times (for benchstat)")
 	fs.IntVar(&o.device, "d", 0, "index of the Gaudi device under test")
-	fs.StringVar(&o.transport, "x", "local", "transport: local, or unix:PATH for ipc to a perf server at PATH (rdma and tcp are not implemented in this build)")
-	fs.BoolVar(&o.server, "server", false, "serve ipc clients at -x unix:PATH (one at a time) until interrupted")
+	fs.StringVar(&o.transport, "x", "local", "transport: local; unix:PATH for ipc to a perf server at PATH; tcp:HOST:PORT for tcp to a perf server at HOST:PORT (rdma is not available in this build)")
+	fs.BoolVar(&o.server, "server", false, "serve clients at -x unix:PATH or -x tcp:HOST:PORT (one at a time) until interrupted")
 	fs.BoolVar(&o.once, "once", false, "with -server: exit after one client")
 	fs.BoolVar(&o.json, "json", false, "write the report as JSON on stdout instead of tables")
 	fs.BoolVar(&o.csv, "csv", false, "write the results as CSV on stdout instead of tables")
 	fs.BoolVar(&o.benchfmt, "benchfmt", false, "write the results in Go benchmark format on stdout, for benchstat")
 	fs.StringVar(&o.plot, "plot", "", "also draw bandwidth and latency against size into `FILE`.svg or FILE.png")
 	fs.BoolVar(&o.quiet, "q", false, "quiet: no tables and no progress (machine formats and -plot are still written)")
+	fs.DurationVar(&o.tcpSpin, "tcp-spin", 0, "over tcp: poll the socket this long before parking the reader (engine Config.TCPReadSpin; costs a core while it spins)")
+	fs.IntVar(&o.tcpLanes, "tcp-lanes", 0, "over tcp (client): connections per endpoint; transfers of 4 MiB and more are split over them (engine Config.TCPLanes; default 2)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to `FILE` (go tool pprof)")
 	o.common.register(fs)
 	return fs, o
@@ -126,8 +152,8 @@ type perfPlan struct {
 	p         bench.Params
 	format    string // text, json, csv, benchfmt
 	progress  bool
-	transport string // local, ipc
-	addr      string // the server's socket (ipc)
+	transport string // local, ipc, tcp
+	addr      string // the server's socket (ipc) or HOST:PORT (tcp)
 }
 
 // clientOnly are the flags a server has no use for: the client chooses.
@@ -145,8 +171,8 @@ func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
 		return pl, usagef("-once needs -server")
 	}
 	if o.server {
-		if name != "ipc" {
-			return pl, usagef("-server needs -x unix:PATH, the socket to listen on")
+		if name != "ipc" && name != "tcp" {
+			return pl, usagef("-server needs -x unix:PATH or -x tcp:HOST:PORT, where to listen")
 		}
 		for _, f := range clientOnly {
 			if set[f] {
@@ -164,11 +190,16 @@ func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
 	if set["s"] && set["sweep"] {
 		return pl, usagef("-s and -sweep are mutually exclusive")
 	}
-	if set["t"] && set["m"] && name == "local" {
-		return pl, usagef("-t and -m are mutually exclusive (except over ipc, where -m gives the local and remote memory types)")
+	if name == "tcp" {
+		if err := bench.CheckDialAddr(addr); err != nil {
+			return pl, usagef("-x: bad -x %q: %v", o.transport, err)
+		}
 	}
-	if name == "ipc" && o.batch > 1 {
-		return pl, usagef("-b %d: batches are not supported over ipc (an endpoint has no batch API)", o.batch)
+	if set["t"] && set["m"] && name == "local" {
+		return pl, usagef("-t and -m are mutually exclusive (except over ipc and tcp, where -m gives the local and remote memory types)")
+	}
+	if name != "local" && o.batch > 1 {
+		return pl, usagef("-b %d: batches are not supported over %s (an endpoint has no batch API)", o.batch, name)
 	}
 	formats := 0
 	pl.format = "text"
@@ -315,6 +346,26 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err != nil {
 		return err
 	}
+	if set["tcp-spin"] {
+		if plan.transport != "tcp" {
+			return usagef("-tcp-spin needs -x tcp:HOST:PORT")
+		}
+		if o.tcpSpin < 0 || o.tcpSpin > time.Second {
+			return usagef("bad -tcp-spin %v (want 0..1s)", o.tcpSpin)
+		}
+		cfg.TCPReadSpin = o.tcpSpin
+	}
+	if set["tcp-lanes"] {
+		switch {
+		case plan.transport != "tcp":
+			return usagef("-tcp-lanes needs -x tcp:HOST:PORT")
+		case o.server:
+			return usagef("-tcp-lanes has no meaning with -server (the client's Dial opens the connections)")
+		case o.tcpLanes < 1 || o.tcpLanes > 16:
+			return usagef("bad -tcp-lanes %d (want 1..16)", o.tcpLanes)
+		}
+		cfg.TCPLanes = o.tcpLanes
+	}
 	if o.cpuprofile != "" {
 		f, err := os.Create(o.cpuprofile)
 		if err != nil {
@@ -348,8 +399,13 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return runServer(ctx, o, plan, eng, stdout)
 	}
 	env := &bench.Env{Engine: eng, Device: o.device, Transport: plan.transport}
-	if plan.transport == "ipc" {
-		peer, err := bench.DialPeer(ctx, eng, plan.addr)
+	if plan.transport == "ipc" || plan.transport == "tcp" {
+		var peer *bench.Peer
+		if plan.transport == "tcp" {
+			peer, err = bench.DialPeerTCP(ctx, eng, plan.addr)
+		} else {
+			peer, err = bench.DialPeer(ctx, eng, plan.addr)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return errors.New("interrupted")
@@ -426,14 +482,18 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	return nil
 }
 
-// runServer is gxfer perf -server: it serves ipc clients until
+// runServer is gxfer perf -server: it serves ipc or tcp clients until
 // interrupted, or one client with -once.
 func runServer(ctx context.Context, o *perfOpts, plan perfPlan, eng *engine.Engine, stdout io.Writer) error {
 	var log io.Writer
 	if !o.quiet {
 		log = stdout
 	}
-	srv, err := bench.Listen(eng, bench.ServerConfig{Path: plan.addr, Device: o.device, Once: o.once, Log: log})
+	cfg := bench.ServerConfig{Path: plan.addr, Device: o.device, Once: o.once, Log: log}
+	if plan.transport == "tcp" {
+		cfg.Path, cfg.TCP = "", plan.addr
+	}
+	srv, err := bench.Listen(eng, cfg)
 	if err != nil {
 		return err
 	}
@@ -464,8 +524,13 @@ func runServer(ctx context.Context, o *perfOpts, plan perfPlan, eng *engine.Engi
 		if o.once {
 			mode = "one client, then exit (-once)"
 		}
-		fmt.Fprintf(stdout, "\n# transport %s | listening on %s (control socket %s%s) | %s\n",
-			bench.TransportLabel("ipc"), srv.Addr(), plan.addr, bench.CtlSuffix, mode)
+		if plan.transport == "tcp" {
+			fmt.Fprintf(stdout, "\n# transport %s | listening on %s (control channel; engine at %s) | any client that can reach it is served | %s\n",
+				bench.TransportLabel("tcp"), srv.Addr(), srv.EngineAddr(), mode)
+		} else {
+			fmt.Fprintf(stdout, "\n# transport %s | listening on %s (control socket %s%s) | %s\n",
+				bench.TransportLabel("ipc"), srv.Addr(), plan.addr, bench.CtlSuffix, mode)
+		}
 	}
 	if err := srv.Serve(ctx); err != nil {
 		return fmt.Errorf("server: %w", err)
