@@ -3,6 +3,7 @@ package wire
 import (
 	"io"
 	"net"
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -32,9 +33,17 @@ func SpinConn(c net.Conn, spin time.Duration) net.Conn {
 	return &spinConn{Conn: c, rc: rc, spin: spin}
 }
 
+// spinMaxRead: only reads this small spin (a frame's header or a small
+// message: the wait a latency-bound exchange is made of). A bulk read
+// parks at once; spinning through a stream's gaps costs it bandwidth.
+const spinMaxRead = 64 << 10
+
 func (s *spinConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if len(p) > spinMaxRead {
+		return s.Conn.Read(p)
 	}
 	var (
 		n     int
@@ -53,6 +62,10 @@ func (s *spinConn) Read(p []byte) (int, error) {
 					until = now.Add(s.spin)
 				}
 				if now.Before(until) {
+					// Let the process's other goroutines run (the one
+					// polling for the data this reader lands, a writer):
+					// with one P, a spin that never yields starves them.
+					runtime.Gosched()
 					continue
 				}
 				until = now.Add(s.spin) // spin again after the next wakeup
