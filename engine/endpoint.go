@@ -375,7 +375,9 @@ type Endpoint struct {
 	sem       chan struct{}
 	reader    chan struct{}
 	cur       routed           // reader only: the Data frame being landed
-	replies   chan wire.Message // the reader's frames, sent by writer
+	replyMu   sync.Mutex
+	replyQ    []wire.Message // the reader's frames, sent by writer or carried by a Put
+	replySig  chan struct{}
 	writerEnd chan struct{}
 
 	puts, gets, served, bytesOut, bytesIn atomic.Uint64
@@ -402,7 +404,7 @@ func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, 
 		done:      make(chan struct{}),
 		sem:       make(chan struct{}, maxServing),
 		reader:    make(chan struct{}),
-		replies:   make(chan wire.Message, maxInbound+maxServing+16),
+		replySig:  make(chan struct{}, 1),
 		writerEnd: make(chan struct{}),
 	}
 	if dialer {

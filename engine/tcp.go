@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -371,14 +372,30 @@ func (ep *Endpoint) cancelInbound(err error) {
 	}
 }
 
-// queueReply hands a frame the reader wants sent to the writer goroutine.
+// queueReply hands a frame the reader wants sent to the writer goroutine
+// (or to the next Put or Get this side sends, which carries it along).
 func (ep *Endpoint) queueReply(m wire.Message) error {
-	select {
-	case ep.replies <- m:
-		return nil
-	default:
+	ep.replyMu.Lock()
+	if len(ep.replyQ) >= maxInbound+maxServing {
+		ep.replyMu.Unlock()
 		return errors.New("peer is not reading its replies")
 	}
+	ep.replyQ = append(ep.replyQ, m)
+	ep.replyMu.Unlock()
+	select {
+	case ep.replySig <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// takeReplies removes the queued replies (nil if none).
+func (ep *Endpoint) takeReplies() []wire.Message {
+	ep.replyMu.Lock()
+	q := ep.replyQ
+	ep.replyQ = nil
+	ep.replyMu.Unlock()
+	return q
 }
 
 // writer sends the reader's replies and the heartbeats.
@@ -393,9 +410,14 @@ func (ep *Endpoint) writer(every time.Duration) {
 	hb := &wire.Heartbeat{}
 	for {
 		select {
-		case m := <-ep.replies:
-			if err := ep.c.Send(m); err != nil {
-				ep.e.log.Debug().Err(err).Str("peer", ep.name).Msg("reply not sent")
+		case <-ep.replySig:
+			// Let a goroutine that is about to send (the code answering
+			// the data just landed) go first and carry the replies.
+			runtime.Gosched()
+			for _, m := range ep.takeReplies() {
+				if err := ep.c.Send(m); err != nil {
+					ep.e.log.Debug().Err(err).Str("peer", ep.name).Msg("reply not sent")
+				}
 			}
 		case <-tick:
 			_ = ep.c.Send(hb)
@@ -514,7 +536,7 @@ func (ep *Endpoint) sendSlice(id uint64, s Slice, first wire.Message, deadline t
 	send := func(off uint64, p []byte) error {
 		var err error
 		if off == 0 && first != nil {
-			err = ep.c.SendWithData(first, id, 0, p)
+			err = ep.c.SendWithData(append(ep.takeReplies(), first), id, 0, p)
 		} else {
 			err = ep.c.SendData(id, off, p)
 		}

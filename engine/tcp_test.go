@@ -96,7 +96,7 @@ func TestTCPMalformedFrames(t *testing.T) {
 			return errors.Join(c.Send(put(3, 4096, wire.LocalInline)), c.SendData(3, 100, []byte("x")))
 		}},
 		{"data beyond the request", func(c *wire.Conn) error {
-			return c.SendWithData(put(3, 2, wire.LocalInline), 3, 0, []byte("xyz"))
+			return c.SendWithData([]wire.Message{put(3, 2, wire.LocalInline)}, 3, 0, []byte("xyz"))
 		}},
 		{"put of the engine's parity", func(c *wire.Conn) error { return c.Send(put(4, 8, wire.LocalInline)) }},
 		{"put by shared key over tcp", func(c *wire.Conn) error { return c.Send(put(5, 8, wire.LocalKey)) }},
@@ -130,13 +130,13 @@ func TestTCPMalformedFrames(t *testing.T) {
 	p := dialFake(t, l.Addr())
 	bad := put(9, 8, wire.LocalInline)
 	bad.Key.Length++ // no longer verifies
-	require.NoError(t, p.c.SendWithData(bad, 9, 0, []byte("12345678")))
+	require.NoError(t, p.c.SendWithData([]wire.Message{bad}, 9, 0, []byte("12345678")))
 	f, err := p.c.Recv(ctx)
 	require.NoError(t, err)
 	m, err := f.Message()
 	require.NoError(t, err)
 	require.Equal(t, wire.StatusBadKey, m.(*wire.Error).Code)
-	require.NoError(t, p.c.SendWithData(put(11, 8, wire.LocalInline), 11, 0, []byte("abcdefgh")))
+	require.NoError(t, p.c.SendWithData([]wire.Message{put(11, 8, wire.LocalInline)}, 11, 0, []byte("abcdefgh")))
 	f, err = p.c.Recv(ctx)
 	require.NoError(t, err)
 	require.Equal(t, wire.TypeCompletion, f.Header.Type)

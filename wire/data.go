@@ -83,7 +83,7 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 	if s.broken != nil {
 		return 0, false, s.broken
 	}
-	n, err := io.ReadFull(s.c, s.rhdr[:])
+	n, err := s.readFull(s.rhdr[:])
 	if err != nil {
 		if n == 0 {
 			return 0, false, err
@@ -95,7 +95,7 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 		return 0, false, s.breakWith(malformed("stream: zero-length frame"))
 	}
 	head := min(int(l), dataHeadSize, len(buf))
-	if _, err := io.ReadFull(s.c, buf[:head]); err != nil {
+	if _, err := s.readFull(buf[:head]); err != nil {
 		return 0, false, s.breakWith(truncated(err))
 	}
 	if head == dataHeadSize && l > dataHeadSize && Type(buf[6]) == TypeData {
@@ -104,9 +104,9 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 			return 0, false, s.breakWith(err)
 		}
 		if dst == nil {
-			_, err = io.CopyN(io.Discard, s.c, int64(l)-dataHeadSize)
+			err = s.discard(int64(l) - dataHeadSize)
 		} else {
-			_, err = io.ReadFull(s.c, dst)
+			_, err = s.readFull(dst)
 		}
 		if err != nil {
 			return 0, false, s.breakWith(truncated(err))
@@ -116,7 +116,7 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 	if uint64(l) > uint64(len(buf)) {
 		return 0, false, s.breakWith(&detailError{kind: ErrTooLarge, msg: fmt.Sprintf("stream: %d-byte frame, buffer holds %d", l, len(buf))})
 	}
-	if _, err := io.ReadFull(s.c, buf[head:l]); err != nil {
+	if _, err := s.readFull(buf[head:l]); err != nil {
 		return 0, false, s.breakWith(truncated(err))
 	}
 	return int(l), false, nil
@@ -136,19 +136,21 @@ func (c *Conn) SendData(reqID, off uint64, p []byte) error {
 	return c.sendWithData(nil, reqID, off, p)
 }
 
-// SendWithData sends m and then a Data frame (reqID, off, p) in one write:
-// a request and the first bytes of its data leave together.
-func (c *Conn) SendWithData(m Message, reqID, off uint64, p []byte) error {
-	return c.sendWithData(m, reqID, off, p)
+// SendWithData sends msgs (frames without fds, e.g. replies and a
+// request) and then a Data frame (reqID, off, p), in one write on stream
+// transports: a request and the first bytes of its data leave together,
+// and replies that were waiting ride along.
+func (c *Conn) SendWithData(msgs []Message, reqID, off uint64, p []byte) error {
+	return c.sendWithData(msgs, reqID, off, p)
 }
 
-func (c *Conn) sendWithData(m Message, reqID, off uint64, p []byte) error {
+func (c *Conn) sendWithData(msgs []Message, reqID, off uint64, p []byte) error {
 	if len(p) == 0 || len(p) > MaxDataPayload {
 		return invalid("Data: %d bytes (1..%d)", len(p), MaxDataPayload)
 	}
 	rs, ok := c.t.(routedStream)
 	if !ok {
-		if m != nil {
+		for _, m := range msgs {
 			if err := c.Send(m); err != nil {
 				return err
 			}
@@ -161,19 +163,24 @@ func (c *Conn) sendWithData(m Message, reqID, off uint64, p []byte) error {
 		return ErrClosed
 	}
 	b := c.wbuf[:0]
-	if m != nil {
-		// The request's frame and the Data frame leave in one write.
+	for _, m := range msgs {
+		// Each frame behind its length prefix, all in one write.
+		if m.Type().FDs() != 0 {
+			c.keepWriteBuf(b)
+			return invalid("%v cannot ride with data (it carries fds)", m.Type())
+		}
+		start := len(b)
 		b = binary.LittleEndian.AppendUint32(b, 0)
 		var err error
 		if b, err = AppendFrame(b, m); err != nil {
 			c.keepWriteBuf(b)
 			return err
 		}
-		if len(b)-4 > c.maxFrame {
+		if len(b)-start-4 > c.maxFrame {
 			c.keepWriteBuf(b)
-			return &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("%v: %d-byte frame exceeds the %d-byte limit", m.Type(), len(b)-4, c.maxFrame)}
+			return &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("%v: %d-byte frame exceeds the %d-byte limit", m.Type(), len(b)-start-4, c.maxFrame)}
 		}
-		binary.LittleEndian.PutUint32(b, uint32(len(b)-4))
+		binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+len(p)))
 	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + len(p)), RequestID: reqID}.Append(b)

@@ -26,7 +26,7 @@ func TestRoutedData(t *testing.T) {
 			ca.SendData(1, 0, small),
 			ca.Send(&Heartbeat{}),
 			ca.SendData(2, 4096, big),
-			ca.SendWithData(put, 9, 0, small),
+			ca.SendWithData([]Message{&Completion{RequestID: 4}, put}, 9, 0, small),
 			ca.SendData(3, 0, big[:1000]), // dropped by the sink
 			ca.Send(&Bye{}),
 		)
@@ -43,7 +43,7 @@ func TestRoutedData(t *testing.T) {
 		}
 		return dst[id][:n], nil
 	}
-	for range 7 {
+	for range 8 {
 		f, err := cb.RecvRouted(context.Background(), sink)
 		require.NoError(t, err)
 		if f.Routed {
@@ -58,7 +58,7 @@ func TestRoutedData(t *testing.T) {
 		}
 	}
 	require.NoError(t, <-errc)
-	require.Equal(t, []string{"data", "Heartbeat", "data", "Put", "data", "data", "Bye"}, got)
+	require.Equal(t, []string{"data", "Heartbeat", "data", "Completion", "Put", "data", "data", "Bye"}, got)
 	require.Equal(t, small, dst[1])
 	require.Equal(t, big, dst[2])
 	require.Equal(t, small, dst[9])
@@ -131,6 +131,8 @@ func TestSendDataChecks(t *testing.T) {
 	ca, _ := pipeConns(t, ConnConfig{})
 	require.ErrorIs(t, ca.SendData(1, 0, nil), ErrInvalid)
 	require.ErrorIs(t, ca.SendData(1, 0, make([]byte, MaxDataPayload+1)), ErrInvalid)
+	reply := &ImportReply{RequestID: 5, AllocID: 7, Generation: 3, Kind: FDMemfd, Size: 1 << 20}
+	require.ErrorIs(t, ca.SendWithData([]Message{reply}, 1, 0, []byte{1}), ErrInvalid)
 	_ = ca.Close()
 	require.ErrorIs(t, ca.SendData(1, 0, []byte{1}), ErrClosed)
 }

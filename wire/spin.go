@@ -88,4 +88,3 @@ func (s *spinConn) Read(p []byte) (int, error) {
 	}
 	return n, nil
 }
-

@@ -32,6 +32,9 @@ type StreamTransport struct {
 
 	rmu    sync.Mutex
 	rhdr   [4]byte
+	rbuf   []byte // bytes read ahead: rbuf[rpos:rend]
+	rpos   int
+	rend   int
 	broken error
 
 	closeOnce sync.Once
@@ -98,7 +101,7 @@ func (s *StreamTransport) Recv(buf []byte) (int, []*fd.FD, error) {
 	if s.broken != nil {
 		return 0, nil, s.broken
 	}
-	n, err := io.ReadFull(s.c, s.rhdr[:])
+	n, err := s.readFull(s.rhdr[:])
 	if err != nil {
 		if n == 0 {
 			return 0, nil, err // clean: EOF or a deadline between frames
@@ -112,7 +115,7 @@ func (s *StreamTransport) Recv(buf []byte) (int, []*fd.FD, error) {
 	case uint64(l) > uint64(len(buf)):
 		return 0, nil, s.breakWith(&detailError{kind: ErrTooLarge, msg: fmt.Sprintf("stream: %d-byte frame, buffer holds %d", l, len(buf))})
 	}
-	if _, err := io.ReadFull(s.c, buf[:l]); err != nil {
+	if _, err := s.readFull(buf[:l]); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
@@ -136,4 +139,67 @@ func (s *StreamTransport) SetWriteDeadline(t time.Time) error { return s.c.SetWr
 func (s *StreamTransport) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.c.Close() })
 	return s.closeErr
+}
+
+// streamReadAhead is the read-ahead buffer: one read syscall takes in the
+// frames a small exchange is made of (a request, its data, a reply);
+// payloads of half of it or more are read straight into their place.
+const streamReadAhead = 64 << 10
+
+// readFull is io.ReadFull through the read-ahead buffer.
+func (s *StreamTransport) readFull(p []byte) (int, error) {
+	n := copy(p, s.rbuf[s.rpos:s.rend])
+	s.rpos += n
+	for n < len(p) {
+		rest := p[n:]
+		if len(rest) >= streamReadAhead/2 {
+			m, err := s.c.Read(rest)
+			n += m
+			if err != nil && n < len(p) {
+				return n, fullErr(n, err)
+			}
+			continue
+		}
+		if s.rbuf == nil {
+			s.rbuf = make([]byte, streamReadAhead)
+		}
+		m, err := s.c.Read(s.rbuf)
+		c := copy(rest, s.rbuf[:m])
+		s.rpos, s.rend = c, m
+		n += c
+		if err != nil && n < len(p) {
+			return n, fullErr(n, err)
+		}
+	}
+	return n, nil
+}
+
+// discard reads and drops n bytes.
+func (s *StreamTransport) discard(n int64) error {
+	c := min(n, int64(s.rend-s.rpos))
+	s.rpos += int(c)
+	n -= c
+	if n == 0 {
+		return nil
+	}
+	if s.rbuf == nil {
+		s.rbuf = make([]byte, streamReadAhead)
+	}
+	for n > 0 {
+		m, err := s.c.Read(s.rbuf[:min(n, int64(len(s.rbuf)))])
+		n -= int64(m)
+		if err != nil && n > 0 {
+			return fullErr(1, err)
+		}
+	}
+	s.rpos, s.rend = 0, 0
+	return nil
+}
+
+// fullErr is io.ReadFull's error for a read that stopped after n bytes.
+func fullErr(n int, err error) error {
+	if errors.Is(err, io.EOF) && n > 0 {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
