@@ -9,6 +9,7 @@ import (
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
+	"github.com/gxfer/gxfer/rdma"
 )
 
 // Location says where a buffer lives: Host or Gaudi(i).
@@ -66,6 +67,13 @@ type Buffer struct {
 	// device memory
 	gd   *gdev
 	dmem *dma.DeviceMem
+
+	// RDMA memory regions (rmu): the exported host buffer's cached region,
+	// a Gaudi buffer's DMA-BUF region or why it could not be registered.
+	rmu    sync.Mutex
+	xref   rdma.MRRef
+	gmr    *gaudiRegion
+	gmrErr error
 
 	// state counts operations in flight; freedBit marks a freed buffer.
 	state    atomic.Uint64

@@ -83,10 +83,14 @@ type Config struct {
 	// endpoint fails and its operations end with ErrPeer. Default 10 s;
 	// negative: never.
 	PeerTimeout time.Duration
-	// TCPReadSpin, if > 0, makes TCP endpoints poll their socket this long
-	// before parking the reader: lower latency when a core is free for
-	// it, worse when cores are short (each spinning reader holds one).
-	// Default 0: no spinning.
+	// RDMA selects the RDMA device endpoints use (or disables RDMA).
+	RDMA RDMAConfig
+	// TCPReadSpin is how long a TCP endpoint's reader polls its socket
+	// (yielding between polls) for the next frame before parking in the
+	// netpoller, when it waits for a small read: a peer's answer within
+	// the window is taken without a sleeping thread's wakeup (8 B put
+	// latency over veth here: 75 us parked, 10 us spinning). Default
+	// 50 us; negative: never spin.
 	TCPReadSpin time.Duration
 	// TCPLanes is the number of connections a TCP endpoint Dial opens;
 	// transfers of 4 MiB and more are split over them (default 2; 1: one
@@ -130,6 +134,9 @@ func (c Config) withDefaults() Config {
 	c.ChunkSize = min(c.ChunkSize, hlsys.LinDMAMaxTSize)
 	if c.WaitSpin == 0 {
 		c.WaitSpin = 20 * time.Microsecond
+	}
+	if c.TCPReadSpin == 0 {
+		c.TCPReadSpin = 50 * time.Microsecond
 	}
 	if c.TCPLanes <= 0 {
 		c.TCPLanes = 2

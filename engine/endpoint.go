@@ -54,6 +54,8 @@ type Listener struct {
 	ctx      context.Context // canceled by Close: ends handshakes in progress
 	cancel   context.CancelFunc
 	hs       chan struct{} // handshake slots
+	// offerRDMA: TCP peers that offer RDMA get RDMA endpoints.
+	offerRDMA bool
 }
 
 // Listen accepts peers at addr. network is "unix" (addr is the path of a
@@ -80,9 +82,11 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 			return c, &cred, "", nil
 		}
 	case "tcp", "tcp4", "tcp6":
-		if _, err := e.chooseTransport(nil); err != nil {
+		want, err := e.chooseTransport(nil)
+		if err != nil {
 			return nil, err
 		}
+		l.offerRDMA = want != TransportTCP
 		nl, err := net.Listen(network, addr)
 		if err != nil {
 			return nil, fmt.Errorf("gxfer: listen %s: %w", addr, err)
@@ -146,7 +150,7 @@ func (l *Listener) loop() {
 		go func() {
 			defer wg.Done()
 			defer func() { <-l.hs }()
-			ep, err := l.e.handshakeServer(l.ctx, l.kind, t, cred, raddr)
+			ep, err := l.e.handshakeServer(l.ctx, l.kind, l.offerRDMA, t, cred, raddr)
 			if err != nil {
 				l.e.log.Warn().Err(err).Msg("handshake failed")
 				return
@@ -193,7 +197,7 @@ func (l *Listener) Close() error {
 // transport is Config.Transport unless WithTransport says otherwise).
 func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOption) (*Endpoint, error) {
 	ep, err := e.dial(ctx, network, addr, opts, false)
-	if err != nil || ep.kind != TransportTCP {
+	if err != nil || ep.kind != TransportTCP || ep.rd != nil {
 		return ep, err
 	}
 	e.openLanes(ctx, network, addr, opts, ep)
@@ -213,6 +217,7 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 	var (
 		t    wire.Transport
 		kind TransportKind
+		want TransportKind // tcp: TransportAuto, TCP or RDMA
 		cred *ipc.Cred
 	)
 	switch network {
@@ -225,9 +230,10 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 		t, kind, cred = c, TransportIPC, &pc
 	case "tcp", "tcp4", "tcp6":
 		var err error
-		if kind, err = e.chooseTransport(opts); err != nil {
+		if want, err = e.chooseTransport(opts); err != nil {
 			return nil, err
 		}
+		kind = TransportTCP // the control channel; the data path may be RDMA
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
@@ -240,7 +246,7 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 	wc := wire.NewConn(t, e.connConfig(kind))
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	local := e.helloFor(kind)
+	local := e.helloFor(kind, kind == TransportTCP && want != TransportTCP && !lane)
 	if lane {
 		local.Caps |= wire.CapLane
 	}
@@ -274,16 +280,31 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 			return fail(err)
 		}
 	}
-	return e.newEndpoint(wc, ack.Hello, kind, addr, true)
+	var rd *rdmaConn
+	switch {
+	case kind == TransportTCP && ack.Accepted&wire.CapRDMA != 0:
+		if rd, err = e.rdmaConnect(hctx, wc, true); err != nil {
+			return fail(err)
+		}
+	case want == TransportRDMA:
+		_ = wc.Close()
+		return nil, newErr(ErrNotSupported, fmt.Sprintf("transport rdma: peer %q (pid %d at %s) does not offer RDMA (no usable RDMA device there, or RDMA disabled)",
+			ack.Name, ack.PID, addr), nil)
+	}
+	return e.newEndpoint(wc, ack.Hello, kind, addr, true, rd)
 }
 
 // helloFor is this engine's Hello on a transport: fd passing and shared
-// host memory on a unix socket, data frames over TCP; heartbeats on both.
-func (e *Engine) helloFor(kind TransportKind) wire.Hello {
+// host memory on a unix socket, data frames over TCP (and RDMA when
+// offered); heartbeats on both.
+func (e *Engine) helloFor(kind TransportKind, offerRDMA bool) wire.Hello {
 	h := e.ident.hello
 	h.Caps |= wire.CapHeartbeat
 	if kind == TransportTCP {
 		h.Caps = wire.CapInlineData | wire.CapHeartbeat
+		if offerRDMA && e.rdma != nil {
+			h.Caps |= wire.CapRDMA
+		}
 	}
 	return h
 }
@@ -317,7 +338,7 @@ func checkIdentity(h wire.Hello, cred ipc.Cred) error {
 	return nil
 }
 
-func (e *Engine) handshakeServer(parent context.Context, kind TransportKind, t wire.Transport, cred *ipc.Cred, raddr string) (*Endpoint, error) {
+func (e *Engine) handshakeServer(parent context.Context, kind TransportKind, offerRDMA bool, t wire.Transport, cred *ipc.Cred, raddr string) (*Endpoint, error) {
 	wc := wire.NewConn(t, e.connConfig(kind))
 	ctx, cancel := context.WithTimeout(parent, handshakeTimeout)
 	defer cancel()
@@ -339,7 +360,7 @@ func (e *Engine) handshakeServer(parent context.Context, kind TransportKind, t w
 			return nil, err
 		}
 	}
-	ack, err := wire.Negotiate(e.helloFor(kind), hello)
+	ack, err := wire.Negotiate(e.helloFor(kind, offerRDMA && hello.Caps&wire.CapLane == 0), hello)
 	if err != nil {
 		_ = wc.Send(wire.NewError(0, wire.StatusVersion, err.Error()))
 		_ = wc.Close()
@@ -349,7 +370,14 @@ func (e *Engine) handshakeServer(parent context.Context, kind TransportKind, t w
 		_ = wc.Close()
 		return nil, err
 	}
-	return e.newEndpoint(wc, hello, kind, raddr, false)
+	var rd *rdmaConn
+	if ack.Accepted&wire.CapRDMA != 0 {
+		if rd, err = e.rdmaConnect(ctx, wc, false); err != nil {
+			_ = wc.Close()
+			return nil, err
+		}
+	}
+	return e.newEndpoint(wc, hello, kind, raddr, false, rd)
 }
 
 // Endpoint is a connection to a peer engine: Put and Get move data between
@@ -374,7 +402,7 @@ type Endpoint struct {
 	serving   sync.WaitGroup
 	sem       chan struct{}
 	reader    chan struct{}
-	cur       routed           // reader only: the Data frame being landed
+	cur       routed // reader only: the Data frame being landed
 	replyMu   sync.Mutex
 	replyQ    []wire.Message // the reader's frames, sent by writer or carried by a Put
 	replySig  chan struct{}
@@ -384,6 +412,8 @@ type Endpoint struct {
 
 	lanes  []*Endpoint // TCP: extra connections for large transfers (set once, by Dial)
 	parent *Endpoint   // a lane's endpoint
+
+	rd *rdmaConn // RDMA endpoints: the queue pair (the control channel is TCP)
 }
 
 type reply struct {
@@ -391,7 +421,7 @@ type reply struct {
 	err error
 }
 
-func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, addr string, dialer bool) (*Endpoint, error) {
+func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, addr string, dialer bool, rd *rdmaConn) (*Endpoint, error) {
 	name := fmt.Sprintf("peer %q (pid %d)", peer.Name, peer.PID)
 	if kind == TransportTCP {
 		name = fmt.Sprintf("peer %q (pid %d at %s)", peer.Name, peer.PID, addr)
@@ -406,6 +436,7 @@ func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, 
 		reader:    make(chan struct{}),
 		replySig:  make(chan struct{}, 1),
 		writerEnd: make(chan struct{}),
+		rd:        rd,
 	}
 	if dialer {
 		ep.idParity = 1
@@ -415,6 +446,9 @@ func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, 
 	if e.closed.Load() {
 		e.epMu.Unlock()
 		_ = c.Close()
+		if rd != nil {
+			rd.close()
+		}
 		return nil, ErrClosed
 	}
 	e.endpoints[ep] = struct{}{}
@@ -429,7 +463,12 @@ func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, 
 }
 
 // Transport says how the endpoint reaches its peer.
-func (ep *Endpoint) Transport() TransportKind { return ep.kind }
+func (ep *Endpoint) Transport() TransportKind {
+	if ep.rd != nil {
+		return TransportRDMA
+	}
+	return ep.kind
+}
 
 // EndpointStats counts an endpoint's traffic.
 type EndpointStats struct {
@@ -440,11 +479,21 @@ type EndpointStats struct {
 	BytesOut  uint64 // bytes sent in Data frames (TCP)
 	BytesIn   uint64 // bytes received in Data frames (TCP)
 	Lanes     int    // connections (TCP: Config.TCPLanes when dialed, 1 when accepted)
+
+	// RDMA: which path each Put and Get this side requested took.
+	ZeroCopy  uint64 // RDMA write/read straight between the two buffers
+	Staged    uint64 // local Gaudi memory staged through pinned host buffers (no DMA-BUF region), pipelined
+	Delegated uint64 // the peer's memory has no rkey: the peer moved the data with RDMA against our registered region
+	// ServedRDMA counts the peer's delegated requests this side performed.
+	ServedRDMA uint64
 }
 
 // Stats returns the endpoint's counters.
 func (ep *Endpoint) Stats() EndpointStats {
-	st := EndpointStats{Transport: ep.kind, Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1 + len(ep.lanes)}
+	st := EndpointStats{Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1 + len(ep.lanes)}
+	if rd := ep.rd; rd != nil {
+		st.ZeroCopy, st.Staged, st.Delegated, st.ServedRDMA = rd.zeroCopy.Load(), rd.staged.Load(), rd.delegated.Load(), rd.servedRDMA.Load()
+	}
 	for _, l := range append([]*Endpoint{ep}, ep.lanes...) {
 		st.Served += l.served.Load()
 		st.BytesOut += l.bytesOut.Load()
@@ -511,6 +560,10 @@ func (ep *Endpoint) failOnce(err error) {
 		ep.pending = map[uint64]func(reply){}
 		ep.mu.Unlock()
 		_ = ep.c.Close()
+		if ep.rd != nil {
+			// Flush what is in flight: its completions fail with err.
+			_ = ep.rd.qp.SetError()
+		}
 		for _, fn := range pend {
 			fn(reply{err: err})
 		}
@@ -572,6 +625,9 @@ func (ep *Endpoint) readLoop() {
 		}
 		ep.abortRouting()
 		ep.cancelInbound(err)
+		if ep.rd != nil {
+			ep.rd.close()
+		}
 	}()
 	ctx := context.Background()
 	for {
@@ -662,6 +718,8 @@ func (ep *Endpoint) serveAny(put bool, r wire.Request) error {
 	case ep.kind == TransportIPC && r.Local.Kind == wire.LocalKey:
 		ep.serve(put, r)
 		return nil
+	case ep.rd != nil && r.Local.Kind == wire.LocalRDMA:
+		return ep.serveRDMA(put, r)
 	}
 	return fmt.Errorf("request with local kind %d on the %v transport", r.Local.Kind, ep.kind)
 }
@@ -900,7 +958,12 @@ func (ep *Endpoint) importErr(err error) error {
 // Into the peer's host memory the copy is made here, into its shared memfd
 // (mapped once through the IPC handle cache): a memmove for local host
 // memory, a device DMA for local Gaudi memory. Into the peer's Gaudi memory
-// the peer performs the DMA from our shared memory.
+// the peer performs the DMA from our shared memory. Over TCP the bytes
+// travel in Data frames; over RDMA see the top of rdma_ep.go (an RDMA
+// write when the key carries an rkey, else the peer moves the data with
+// RDMA against a registered region of ours). On an RDMA endpoint, Put
+// waits while the queue pair has its maximum of work requests in flight,
+// and the Timeout option bounds only the requests the peer performs.
 func (ep *Endpoint) Put(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) *Future {
 	return ep.rma(ctx, true, local, remote, opts)
 }
@@ -963,6 +1026,9 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		ep.puts.Add(1)
 	} else {
 		ep.gets.Add(1)
+	}
+	if ep.rd != nil {
+		return ep.rmaRDMA(put, local, remote.k, opts)
 	}
 	if ep.kind == TransportTCP {
 		if len(ep.lanes) > 0 && local.n >= laneMin {

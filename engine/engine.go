@@ -57,6 +57,11 @@ type Engine struct {
 	epMu      sync.Mutex
 	endpoints map[*Endpoint]struct{}
 	listeners map[*Listener]struct{}
+
+	rdma         *rdmaCtx // nil: no RDMA (rdmaWhy says why)
+	rdmaWhy      string
+	rdmaStage    *stagePool // host staging of Gaudi memory for RDMA
+	rdmaStageSem chan struct{}
 }
 
 // New opens the devices Config asks for and starts the engine.
@@ -94,6 +99,7 @@ func New(cfg Config) (_ *Engine, err error) {
 	if err := e.openDevices(); err != nil {
 		return nil, err
 	}
+	e.openRDMA()
 	// At most one drain per (device, direction) and one for host copies
 	// run at a time: the pool must hold them all.
 	e.pool.Tune(max(cfg.Workers, numDirs*len(e.devs)+1))
@@ -327,6 +333,7 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 	delete(e.buffers, b.id)
 	e.mu.Unlock()
 	var errs []error
+	errs = append(errs, e.releaseRDMA(b))
 	if b.loc.gaudi {
 		b.gd.types.Remove(b.dmem.Addr(), b.size)
 		b.gd.exports.Invalidate(b.dmem.Addr(), b.size)
@@ -417,6 +424,9 @@ func (e *Engine) Close() error {
 		}
 		for _, g := range e.devs {
 			errs = append(errs, g.closeCaches())
+		}
+		if e.rdma != nil {
+			errs = append(errs, e.rdma.close())
 		}
 		for _, s := range e.sims {
 			errs = append(errs, s.Close())

@@ -157,7 +157,7 @@ func ExampleEngine_Dial_tcp() {
 	remote, _ := engine.ParseRemoteKey(key.Bytes()) // sent out of band
 
 	ctx := context.Background()
-	ep, err := user.Dial(ctx, "tcp", ln.Addr())
+	ep, err := user.Dial(ctx, "tcp", ln.Addr(), engine.WithTransport(engine.TransportTCP))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -95,7 +95,7 @@ func (n *netnsPair) dialB(t *testing.T, e *Engine, p *peerProc) *Endpoint {
 		ep  *Endpoint
 		err error
 	)
-	n.inB(t, func() { ep, err = e.Dial(context.Background(), "tcp", p.path) })
+	n.inB(t, func() { ep, err = e.Dial(context.Background(), "tcp", p.path, WithTransport(TransportTCP)) })
 	require.NoError(t, err)
 	require.Contains(t, ep.Peer(), n.addrA)
 	return ep

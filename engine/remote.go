@@ -106,6 +106,13 @@ func (k RemoteKey) Slice(off, n int) RemoteKey {
 // Alloc (it is a sealed memfd the peer maps); Gaudi memory is reached
 // through requests to this engine, which performs the DMA. Registered
 // caller memory cannot be shared.
+//
+// With RDMA (Engine.RDMA), the key carries an rkey: host memory is
+// registered through the MR cache with remote read and write (kept
+// registered until Free), Gaudi memory through its DMA-BUF where the NIC
+// supports it. The rkey covers the whole allocation rounded to pages: an
+// RDMA peer holding a key narrowed by RemoteKey.Slice can still reach the
+// rest of the allocation (the NIC checks the region, not the view).
 func (b *Buffer) Export() (RemoteKey, error) {
 	if err := b.acquire(); err != nil {
 		return RemoteKey{}, err
@@ -123,6 +130,7 @@ func (b *Buffer) Export() (RemoteKey, error) {
 	case b.shm == nil:
 		return RemoteKey{}, newErr(ErrNotSupported, "registered memory cannot be shared; allocate it with Alloc(Host)", nil)
 	}
+	k.RKey = e.exportRKey(b)
 	if err := e.ident.signer.Sign(&k); err != nil {
 		return RemoteKey{}, err
 	}

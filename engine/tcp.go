@@ -78,30 +78,36 @@ func WithTransport(k TransportKind) DialOption {
 	return func(c *dialConfig) { c.transport = k }
 }
 
-// rdmaUnavailable says why RDMA endpoints cannot be used.
-const rdmaUnavailable = "RDMA endpoints are not part of this build yet (package rdma provides the verbs layer)"
-
-// chooseTransport resolves the transport of a network Dial.
+// chooseTransport resolves what a network Dial (or Listen) asks for:
+// TransportTCP, TransportRDMA (forced: this engine has a usable device) or
+// TransportAuto (RDMA if the peer offers it too, else TCP).
 func (e *Engine) chooseTransport(opts []DialOption) (TransportKind, error) {
 	dc := dialConfig{transport: e.cfg.Transport}
 	for _, o := range opts {
 		o(&dc)
 	}
 	switch dc.transport {
-	case TransportAuto, TransportTCP:
+	case TransportTCP:
 		return TransportTCP, nil
+	case TransportAuto:
+		if e.rdma == nil {
+			return TransportTCP, nil
+		}
+		return TransportAuto, nil
 	case TransportRDMA:
-		return 0, newErr(ErrNotSupported, "transport rdma: "+rdmaUnavailable, nil)
+		if e.rdma == nil {
+			return 0, newErr(ErrNotSupported, "transport rdma: "+e.rdmaWhy, nil)
+		}
+		return TransportRDMA, nil
 	}
 	return 0, newErr(ErrInvalid, "transport "+dc.transport.String()+" cannot be dialed over the network", nil)
 }
 
 // tcpTransport frames a TCP connection for the data path: no Nagle delay
 // (small messages are batched by the engine's queues, not the kernel),
-// keepalive probes as a second line behind heartbeats, and, when
-// Config.TCPReadSpin is set, reads that poll the socket that long before
-// parking (a peer's answer within the window is taken without a goroutine
-// wakeup, at the price of a core).
+// keepalive probes as a second line behind heartbeats, and reads that
+// poll the socket for Config.TCPReadSpin before parking (a peer's answer
+// within the window is taken without a goroutine wakeup).
 func (e *Engine) tcpTransport(c net.Conn) *wire.StreamTransport {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
@@ -421,6 +427,7 @@ func (ep *Endpoint) writer(every time.Duration) {
 			}
 		case <-tick:
 			_ = ep.c.Send(hb)
+			ep.checkQP()
 		case <-ep.done:
 			return
 		}

@@ -19,7 +19,7 @@ import (
 func TestTCPPutGetEveryPair(t *testing.T) {
 	p := startPeerAt(t, "tcp", "127.0.0.1:0")
 	e := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 512 << 20}})
-	ep, err := e.Dial(context.Background(), "tcp", p.path)
+	ep, err := e.Dial(context.Background(), "tcp", p.path, WithTransport(TransportTCP))
 	require.NoError(t, err)
 	require.Equal(t, TransportTCP, ep.Transport())
 	require.Contains(t, ep.Peer(), "127.0.0.1")
@@ -116,7 +116,7 @@ func TestTCPMalformedFrames(t *testing.T) {
 			p.closedByPeer(t)
 			// The engine goes on serving: a real peer puts and gets.
 			e2 := newEngine(t, Config{Devices: DevicesNone})
-			ep, err := e2.Dial(ctx, "tcp", l.Addr())
+			ep, err := e2.Dial(ctx, "tcp", l.Addr(), WithTransport(TransportTCP))
 			require.NoError(t, err)
 			h, _ := e2.Alloc(4096, Host)
 			fill(h.Bytes(), 9)
@@ -170,10 +170,10 @@ func TestTCPMalformedFromListener(t *testing.T) {
 		}
 		_ = c.Send(&ack)
 		_ = c.SendData(2, 0, []byte("unasked")) // data for a Get never made
-		_, _ = c.Recv(context.Background())   // until the engine hangs up
+		_, _ = c.Recv(context.Background())     // until the engine hangs up
 	}()
 	e := newEngine(t, Config{})
-	ep, err := e.Dial(context.Background(), "tcp", nl.Addr().String())
+	ep, err := e.Dial(context.Background(), "tcp", nl.Addr().String(), WithTransport(TransportTCP))
 	require.NoError(t, err)
 	<-ep.Done()
 	require.ErrorIs(t, ep.Err(), ErrPeer)
@@ -193,7 +193,7 @@ func TestTCPBackpressure(t *testing.T) {
 	key, err := dst.Export()
 	require.NoError(t, err)
 	ctx := context.Background()
-	ep, err := send.Dial(ctx, "tcp", l.Addr())
+	ep, err := send.Dial(ctx, "tcp", l.Addr(), WithTransport(TransportTCP))
 	require.NoError(t, err)
 	src, _ := send.Alloc(total, Host)
 	fill(src.Bytes(), 3)
@@ -231,7 +231,7 @@ func TestTCPLanes(t *testing.T) {
 	l, err := owner.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx := context.Background()
-	ep, err := user.Dial(ctx, "tcp", l.Addr())
+	ep, err := user.Dial(ctx, "tcp", l.Addr(), WithTransport(TransportTCP))
 	require.NoError(t, err)
 	require.Equal(t, 3, ep.Stats().Lanes)
 	acc, err := l.Accept(ctx)
@@ -290,7 +290,7 @@ func TestTCPManyStagedTransfers(t *testing.T) {
 	l, err := owner.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx := context.Background()
-	ep, err := user.Dial(ctx, "tcp", l.Addr())
+	ep, err := user.Dial(ctx, "tcp", l.Addr(), WithTransport(TransportTCP))
 	require.NoError(t, err)
 	const n, part = 32, 3<<20 + 5
 	src, _ := owner.Alloc(n*part, Host)
@@ -368,7 +368,7 @@ func TestTCPCompletionBeforeData(t *testing.T) {
 	}()
 	e := newEngine(t, Config{Devices: DevicesNone, TCPLanes: 1})
 	ctx := context.Background()
-	ep, err := e.Dial(ctx, "tcp", nl.Addr().String())
+	ep, err := e.Dial(ctx, "tcp", nl.Addr().String(), WithTransport(TransportTCP))
 	require.NoError(t, err)
 	h, _ := e.Alloc(4096, Host)
 	err = ep.GetSync(ctx, h.All(), key)

@@ -49,15 +49,16 @@ const (
 	TypeBye           Type = 11 // [Bye]
 	TypeData          Type = 12 // [Data]
 	TypeHeartbeat     Type = 13 // [Heartbeat]
+	TypeRDMAConnect   Type = 14 // [RDMAConnect]
 
-	typeMax = TypeHeartbeat
+	typeMax = TypeRDMAConnect
 )
 
 var typeNames = [...]string{
 	TypeHello: "Hello", TypeHelloAck: "HelloAck", TypeError: "Error", TypeRemoteKey: "RemoteKey",
 	TypePut: "Put", TypeGet: "Get", TypeCompletion: "Completion", TypeInvalidate: "Invalidate",
 	TypeImportRequest: "ImportRequest", TypeImportReply: "ImportReply", TypeBye: "Bye", TypeData: "Data",
-	TypeHeartbeat: "Heartbeat",
+	TypeHeartbeat: "Heartbeat", TypeRDMAConnect: "RDMAConnect",
 }
 
 func (t Type) String() string {
@@ -181,7 +182,8 @@ func DecodeFrame(frame []byte, maxFrame int) (Header, []byte, error) {
 
 // Message is one of the protocol's messages: [*Hello], [*HelloAck],
 // [*Error], [*RemoteKey], [*Put], [*Get], [*Completion], [*Invalidate],
-// [*ImportRequest], [*ImportReply], [*Bye], [*Data], [*Heartbeat]. The set
+// [*ImportRequest], [*ImportReply], [*Bye], [*Data], [*Heartbeat],
+// [*RDMAConnect]. The set
 // is closed.
 type Message interface {
 	// Type is the message type.
@@ -250,6 +252,8 @@ func NewMessage(t Type) Message {
 		return new(Data)
 	case TypeHeartbeat:
 		return new(Heartbeat)
+	case TypeRDMAConnect:
+		return new(RDMAConnect)
 	}
 	return nil
 }

@@ -60,6 +60,8 @@ func sampleMessages() []Message {
 		&Put{Request{RequestID: 2, Key: g, Offset: 0, Length: 8192, Local: Local{Kind: LocalKey, Key: k, Offset: 4096}}},
 		&Get{Request{RequestID: 3, Key: g, Offset: 4096, Length: 4096, Local: Local{Kind: LocalKey, Key: k, Offset: 0}}},
 		&Get{Request{RequestID: 1 << 63, Key: k, Offset: 0, Length: 1, Local: Local{Kind: LocalInline}}},
+		&Put{Request{RequestID: 7, Key: g, Offset: 0, Length: 8192, Local: Local{Kind: LocalRDMA, Addr: 0x7f12_3456_7000, RKey: 0x1234}}},
+		&Get{Request{RequestID: 8, Key: g, Offset: 4096, Length: 1, Local: Local{Kind: LocalRDMA, Addr: 1<<64 - 4096, RKey: 0}}},
 		&Completion{RequestID: 3, Status: StatusOK},
 		&Completion{RequestID: 4, Status: StatusStale},
 		&Invalidate{AllocID: 7, Generation: 3},
@@ -69,6 +71,8 @@ func sampleMessages() []Message {
 		&Bye{},
 		&Heartbeat{},
 		&Data{RequestID: 1, Offset: 4096, Bytes: []byte("payload bytes")},
+		&RDMAConnect{QPN: 0x11, PSN: 0xabcdef, MTU: 5, GID: [16]byte{0xfe, 0x80, 15: 1}},
+		&RDMAConnect{QPN: 1<<24 - 1, LID: 7, MTU: 1},
 	}
 }
 

@@ -325,6 +325,14 @@ const (
 	// handle cache) and moves the data itself: a memmove for host memory,
 	// a DMA when either side is Gaudi memory.
 	LocalKey LocalKind = 2
+	// LocalRDMA: the requester's side is Length bytes at Addr of a memory
+	// region it registered with its RDMA device (remote read and write
+	// allowed, RKey), on an endpoint whose queue pairs are connected (both
+	// sides accepted CapRDMA). The owner moves the data itself with RDMA
+	// reads (Put) or writes (Get) against that region, staging through its
+	// own host memory where its side is Gaudi memory, then answers. The
+	// requester's NIC enforces the region's bounds.
+	LocalRDMA LocalKind = 3
 )
 
 // Local is the requester's description of its own side of a Put or Get.
@@ -332,6 +340,8 @@ type Local struct {
 	Kind   LocalKind
 	Key    RemoteKey // LocalKey only: the requester's buffer
 	Offset uint64    // LocalKey only: where in Key's view the data starts
+	Addr   uint64    // LocalRDMA only: the region's address of the first byte
+	RKey   uint32    // LocalRDMA only: the region's remote key
 }
 
 // Request is the body shared by Put and Get: Length bytes at Offset in
@@ -365,10 +375,26 @@ func (r *Request) appendPayload(b []byte, t Type) ([]byte, error) {
 			return b, fmt.Errorf("%v: local %w", t, err)
 		}
 		b = appendU64(b, r.Local.Offset)
+	case LocalRDMA:
+		if err := checkLocalRDMA(r.Local.Addr, r.Length); err != nil {
+			return b, invalid("%v: local %v", t, err)
+		}
+		b = appendU64(b, r.Local.Addr)
+		b = appendU32(b, r.Local.RKey)
+		b = appendU32(b, 0)
 	default:
 		return b, invalid("%v: unknown local kind %d", t, r.Local.Kind)
 	}
 	return b, nil
+}
+
+// checkLocalRDMA validates the requester's region of a LocalRDMA request:
+// it must not wrap around the address space.
+func checkLocalRDMA(addr, n uint64) error {
+	if addr > math.MaxUint64-n {
+		return fmt.Errorf("RDMA region [%#x, +%d) wraps", addr, n)
+	}
+	return nil
 }
 
 func (r *Request) decodePayload(h Header, p []byte, t Type) error {
@@ -393,6 +419,15 @@ func (r *Request) decodePayload(h Header, p []byte, t Type) error {
 			return fmt.Errorf("%v: local %w", t, err)
 		}
 		n.Local.Offset = d.u64()
+	case LocalRDMA:
+		n.Local.Addr = d.u64()
+		n.Local.RKey = d.u32()
+		if !d.zeros(4) {
+			return malformed("%v: reserved field set", t)
+		}
+		if err := checkLocalRDMA(n.Local.Addr, n.Length); err != nil && !d.short {
+			return malformed("%v: local %v", t, err)
+		}
 	default:
 		if !d.short {
 			return malformed("%v: unknown local kind %d", t, n.Local.Kind)
@@ -416,7 +451,8 @@ func (m *Put) requestID() uint64 { return m.RequestID }
 
 // AppendPayload appends the Put payload: Key (KeySize), Offset, Length,
 // local kind u8, 7 reserved bytes, and for LocalKey the local key and
-// offset.
+// offset, for LocalRDMA the address u64, the rkey u32 and 4 reserved
+// bytes.
 func (m *Put) AppendPayload(b []byte) ([]byte, error) { return m.appendPayload(b, TypePut) }
 
 // DecodePayload decodes a Put.

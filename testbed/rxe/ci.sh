@@ -8,7 +8,8 @@
 #  3. for each kernel (Debian 6.1 with vgem; 6.12 bookworm-backports with
 #     udmabuf): builds the Soft-RoCE QEMU VM (cached under $RXEVM_DIR) and
 #     runs the internal/verbs and rdma tests inside it, for real on rxe0,
-#     with -race, plus every benchmark once (so they cannot rot).
+#     with -race, plus every benchmark once (so they cannot rot), then the
+#     engine's RDMA endpoint tests (go test -run RDMA ./engine/).
 # Tests inside the VM must not skip for lack of a device or of the expected
 # DMA-BUF exporter (GXFER_REQUIRE_RDMA, GXFER_REQUIRE_DMABUF_EXPORTER).
 # Exits non-zero on any failure. Logs: $RXEVM_DIR/ci-<kernel>.log.
@@ -61,6 +62,21 @@ for k in ${GXFER_CI_KERNELS:-stable backports}; do
 	if [ $rc != 0 ]; then
 		echo "rxe-ci: tests failed on the $k kernel (status $rc); last 60 lines of $log:"
 		tail -60 "$log"
+		exit $rc
+	fi
+	# The engine's RDMA endpoints (two engines, or a re-executed peer
+	# process, on rxe0): only the RDMA tests (and benchmarks, once), the
+	# rest runs on the host.
+	elog=$RXEVM_DIR/ci-$k-engine.log
+	step "engine RDMA tests in the VM (log: $elog)"
+	rc=0
+	RXEVM_OUT=$out GXFER_REQUIRE_RDMA=1 \
+		go test -count=1 -p 1 $race -timeout 15m -exec "$HERE/go-exec-in-vm.sh" \
+		-v -run 'RDMA' -bench 'RDMA' -benchtime 1x ./engine/ >"$elog" 2>&1 || rc=$?
+	grep -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)|    --- (FAIL|SKIP)|WARNING: DATA RACE' "$elog" || true
+	if [ $rc != 0 ]; then
+		echo "rxe-ci: engine RDMA tests failed on the $k kernel (status $rc); last 80 lines of $elog:"
+		tail -80 "$elog"
 		exit $rc
 	fi
 done

@@ -1,0 +1,570 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/rdma"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// The RDMA data path. The control channel stays the TCP connection
+// (requests, completions, heartbeats); after the Hello exchange each side
+// creates an RC queue pair and the two swap their endpoints in
+// RDMAConnect messages (the dialer first).
+//
+// A Put into (Get from) a peer buffer whose key carries an rkey is one
+// RDMA write (read) from (into) local memory, completed by the CQ: the
+// peer's CPU takes no part. Local host memory is registered through the
+// engine's MR cache; local Gaudi memory through its DMA-BUF where the NIC
+// can (ibv_reg_dmabuf_mr), else it is staged through pinned host buffers
+// by the Gaudi DMA engine, pipelined (the DMA of chunk k+1 overlaps the
+// RDMA of chunk k). A peer buffer without an rkey (its Gaudi memory, when
+// its NIC cannot register DMA-BUFs) is reached by a request on the control
+// channel naming a registered host region of the requester (LocalRDMA):
+// the owner validates it like every request and moves the data with RDMA
+// reads or writes against that region through its own staging, then
+// answers.
+
+// rdmaConn is an endpoint's queue pair.
+type rdmaConn struct {
+	r       *rdmaCtx
+	qp      *rdma.QP
+	credits chan struct{} // work requests in flight (send queue depth)
+	once    sync.Once
+
+	zeroCopy, staged, delegated, servedRDMA atomic.Uint64
+}
+
+func (r *rdmaCtx) newConn() (*rdmaConn, error) {
+	qp, err := r.pd.NewQP(rdma.QPConfig{
+		SendCQ: r.cq, MaxSend: rdmaMaxSend, MaxRecv: 1, MaxSendSGE: 1, MaxRecvSGE: 1,
+		Port: r.port, GIDIndex: r.gidIndex,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.qps.Add(1)
+	return &rdmaConn{r: r, qp: qp, credits: make(chan struct{}, rdmaMaxSend)}, nil
+}
+
+// close destroys the queue pair once its outstanding work requests have
+// completed (flushed).
+func (rd *rdmaConn) close() {
+	rd.once.Do(func() {
+		_ = rd.qp.Close()
+		rd.r.qps.Done()
+	})
+}
+
+func toWireEndpoint(ep rdma.Endpoint) wire.RDMAConnect {
+	return wire.RDMAConnect{QPN: ep.QPN, PSN: ep.PSN, LID: ep.LID, MTU: uint8(ep.MTU), GID: ep.GID}
+}
+
+func fromWireEndpoint(m *wire.RDMAConnect) rdma.Endpoint {
+	return rdma.Endpoint{QPN: m.QPN, PSN: m.PSN, LID: m.LID, MTU: rdma.MTU(m.MTU), GID: m.GID}
+}
+
+// rdmaConnect brings up the endpoint's queue pair over the control
+// connection, right after the Hello exchange: the dialer sends its
+// RDMAConnect, the acceptor connects to it and answers with its own.
+func (e *Engine) rdmaConnect(ctx context.Context, wc *wire.Conn, dialer bool) (_ *rdmaConn, err error) {
+	rd, err := e.rdma.newConn()
+	if err != nil {
+		if !dialer {
+			_ = wc.Send(wire.NewError(0, wire.StatusNoResources, "RDMA queue pair: "+err.Error()))
+		}
+		return nil, fmt.Errorf("RDMA queue pair: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			rd.close()
+		}
+	}()
+	mine := toWireEndpoint(rd.qp.Endpoint())
+	if dialer {
+		if err := wc.Send(&mine); err != nil {
+			return nil, err
+		}
+	}
+	f, err := wc.Recv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var peer wire.RDMAConnect
+	if err := f.Decode(&peer); err != nil {
+		_ = f.CloseFDs()
+		if f.Header.Type == wire.TypeError {
+			var m wire.Error
+			if f.Decode(&m) == nil {
+				return nil, &m
+			}
+		}
+		return nil, err
+	}
+	if err := rd.qp.Connect(fromWireEndpoint(&peer)); err != nil {
+		if !dialer {
+			_ = wc.Send(wire.NewError(0, wire.StatusNoResources, err.Error()))
+		}
+		return nil, err
+	}
+	if !dialer {
+		if err := wc.Send(&mine); err != nil {
+			return nil, err
+		}
+	}
+	return rd, nil
+}
+
+// rdmaPost posts wrs, taking a send-queue credit for each (waiting while
+// the queue is full). It returns how many were posted.
+func (ep *Endpoint) rdmaPost(wrs []rdma.WR) (int, error) {
+	rd := ep.rd
+	for i := range wrs {
+		select {
+		case rd.credits <- struct{}{}:
+		default:
+			select {
+			case rd.credits <- struct{}{}:
+			case <-ep.done:
+				for range i {
+					<-rd.credits
+				}
+				return 0, ep.Err()
+			}
+		}
+	}
+	n, err := rd.qp.Post(wrs)
+	for range len(wrs) - n {
+		<-rd.credits
+	}
+	if err != nil {
+		if f := ep.Err(); f != nil {
+			return n, f
+		}
+		switch {
+		case errors.Is(err, rdma.ErrClosed):
+			err = newErr(ErrClosed, ep.name+": RDMA queue pair closed", err)
+		case errors.Is(err, rdma.ErrQueueFull):
+			err = newErr(ErrQueueFull, ep.name+": RDMA", err)
+		default:
+			err = ep.peerErr("RDMA post", err)
+		}
+	}
+	return n, err
+}
+
+// rdmaFailed is the error of a failed work request: the queue pair is in
+// the error state, so the endpoint fails (once) with ErrPeer naming the
+// peer, and every operation still in flight on it ends with that error.
+func (ep *Endpoint) rdmaFailed(op rdma.OpKind, err error) error {
+	if f := ep.Err(); f != nil {
+		return f
+	}
+	ep.fail(ep.peerErr(op.String()+" failed", err))
+	return ep.Err()
+}
+
+// checkQP fails the endpoint if its queue pair is in the error state
+// (with nothing in flight, no completion would tell): operations waiting
+// on the peer then end at once. Called at every heartbeat.
+func (ep *Endpoint) checkQP() {
+	if ep.rd == nil || ep.Err() != nil {
+		return
+	}
+	if st, err := ep.rd.qp.State(); err == nil && st == rdma.QPStateError {
+		ep.fail(ep.peerErr("RDMA queue pair in the error state", nil))
+	}
+}
+
+// rdmaOp is an operation of one or more work requests between local
+// registered memory and a peer region; the CQ goroutine completes it.
+type rdmaOp struct {
+	ep    *Endpoint
+	f     *cq.Future
+	local Slice
+	ref   rdma.MRRef // local host memory's region (zero for a DMA-BUF region)
+	left  atomic.Int32
+	mu    sync.Mutex
+	err   error
+}
+
+func (o *rdmaOp) setErr(err error) {
+	o.mu.Lock()
+	if o.err == nil {
+		o.err = err
+	}
+	o.mu.Unlock()
+}
+
+// Complete runs on the CQ goroutine.
+func (o *rdmaOp) Complete(c rdma.Completion) {
+	<-o.ep.rd.credits
+	if c.Err != nil {
+		o.setErr(o.ep.rdmaFailed(c.Op, c.Err))
+	}
+	if o.left.Add(-1) == 0 {
+		o.finish()
+	}
+}
+
+func (o *rdmaOp) finish() {
+	if !o.ref.IsZero() {
+		o.ep.e.rdma.mrs.Put(o.ref)
+	}
+	o.local.buf.release()
+	o.mu.Lock()
+	err := o.err
+	o.mu.Unlock()
+	o.f.Complete(0, err)
+}
+
+// rdmaDirect writes local to remote (toRemote) or reads remote into local
+// with RDMA, straight from and into local's memory: host memory through
+// the MR cache, Gaudi memory through its DMA-BUF region (the caller has
+// checked it exists).
+func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAddr) *Future {
+	e := ep.e
+	if err := local.buf.acquire(); err != nil {
+		return cq.Resolved(err)
+	}
+	o := &rdmaOp{ep: ep, local: local, f: cq.NewFuture(1)}
+	o.f.SetSpin(e.cfg.WaitSpin)
+	var seg func(off, m uint64) rdma.Seg
+	if local.buf.loc.gaudi {
+		mr, err := e.rdma.gaudiMR(local.buf)
+		if err != nil {
+			local.buf.release()
+			return cq.Resolved(err)
+		}
+		seg = func(off, m uint64) rdma.Seg { return mr.Seg(local.off+off, m) }
+	} else {
+		addr := local.hostAddr()
+		ref, err := e.rdma.mrs.Get(addr, local.n, rdma.AccessDefault)
+		if err != nil {
+			local.buf.release()
+			return cq.Resolved(newErr(ErrNotSupported, "RDMA registration of local memory", err))
+		}
+		o.ref = ref
+		seg = func(off, m uint64) rdma.Seg { return ref.Seg(addr+off, m) }
+	}
+	op := rdma.OpRead
+	if toRemote {
+		op = rdma.OpWrite
+	}
+	nwr := int((local.n + rdmaMaxWR - 1) / rdmaMaxWR)
+	wrs := make([]rdma.WR, nwr)
+	for i := range wrs {
+		off := uint64(i) * rdmaMaxWR
+		m := min(rdmaMaxWR, local.n-off)
+		wrs[i] = rdma.WR{Op: op, Local: []rdma.Seg{seg(off, m)}, Remote: rdma.RemoteAddr{Addr: remote.Addr + off, RKey: remote.RKey}, Done: o}
+	}
+	o.left.Store(int32(nwr))
+	posted, err := ep.rdmaPost(wrs)
+	if err != nil {
+		o.setErr(err)
+		if o.left.Add(-int32(nwr-posted)) == 0 {
+			o.finish()
+		}
+	}
+	return o.f
+}
+
+// rdmaOne posts one work request; the channel yields its result.
+func (ep *Endpoint) rdmaOne(op rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr) chan error {
+	ch := make(chan error, 1)
+	done := rdma.CompleterFunc(func(c rdma.Completion) {
+		<-ep.rd.credits
+		if c.Err != nil {
+			ch <- ep.rdmaFailed(c.Op, c.Err)
+			return
+		}
+		ch <- nil
+	})
+	if _, err := ep.rdmaPost([]rdma.WR{{Op: op, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}); err != nil {
+		ch <- err
+	}
+	return ch
+}
+
+// rdmaStaged moves Gaudi memory g to the peer region at remote (toRemote:
+// DMA into a pinned host chunk, RDMA write) or the region into g (RDMA
+// read into a host chunk, DMA to the device), through two staging buffers
+// so that the DMA of one chunk overlaps the RDMA of the other.
+func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (err error) {
+	e := ep.e
+	r := e.rdma
+	n := g.n
+	var (
+		stage [2]*Buffer
+		ref   [2]rdma.MRRef
+		dmaF  [2]*Future
+		net   [2]chan error
+	)
+	ctx := context.Background()
+	waitNet := func(k int) error {
+		if net[k] == nil {
+			return nil
+		}
+		err := <-net[k]
+		net[k] = nil
+		return err
+	}
+	waitDMA := func(k int) error {
+		if dmaF[k] == nil {
+			return nil
+		}
+		err := dmaF[k].Wait(ctx)
+		dmaF[k] = nil
+		return err
+	}
+	// Each transfer takes two staging buffers: bound the transfers so that
+	// none waits for a second buffer while others hold them all.
+	select {
+	case e.rdmaStageSem <- struct{}{}:
+	case <-ep.done:
+		return ep.Err()
+	}
+	defer func() { <-e.rdmaStageSem }()
+	defer func() {
+		for k := range stage {
+			if e1 := waitNet(k); err == nil {
+				err = e1
+			}
+			if e2 := waitDMA(k); err == nil {
+				err = e2
+			}
+			if stage[k] != nil {
+				if !ref[k].IsZero() {
+					r.mrs.Put(ref[k])
+				}
+				e.rdmaStage.put(stage[k])
+			}
+		}
+	}()
+	for k := range stage {
+		if uint64(k)*rdmaChunk >= n {
+			break
+		}
+		b, err := e.rdmaStage.get(ep.done)
+		if err != nil {
+			if f := ep.Err(); f != nil {
+				return f
+			}
+			return err
+		}
+		stage[k] = b
+		if ref[k], err = r.mrs.Get(b.Addr(), rdmaChunk, rdma.AccessDefault); err != nil {
+			return newErr(ErrNotSupported, "RDMA registration of a staging buffer", err)
+		}
+	}
+	seg := func(k int, m uint64) rdma.Seg { return ref[k].Seg(stage[k].Addr(), m) }
+	at := func(off uint64) rdma.RemoteAddr { return rdma.RemoteAddr{Addr: remote.Addr + off, RKey: remote.RKey} }
+	dev := func(off, m uint64) Slice { return g.buf.Slice(int(g.off+off), int(m)) }
+	chunk := func(off uint64) uint64 { return min(rdmaChunk, n-off) }
+	if toRemote {
+		fetch := func(k int, off uint64) {
+			dmaF[k] = e.copyInternal(stage[k].Slice(0, int(chunk(off))), dev(off, chunk(off)), time.Time{})
+		}
+		fetch(0, 0)
+		for i, off := 0, uint64(0); off < n; i, off = i+1, off+rdmaChunk {
+			k := i & 1
+			if err := waitDMA(k); err != nil {
+				return err
+			}
+			if next := off + rdmaChunk; next < n {
+				if err := waitNet(k ^ 1); err != nil {
+					return err
+				}
+				fetch(k^1, next)
+			}
+			net[k] = ep.rdmaOne(rdma.OpWrite, seg(k, chunk(off)), at(off))
+		}
+		return nil
+	}
+	read := func(k int, off uint64) { net[k] = ep.rdmaOne(rdma.OpRead, seg(k, chunk(off)), at(off)) }
+	read(0, 0)
+	for i, off := 0, uint64(0); off < n; i, off = i+1, off+rdmaChunk {
+		k := i & 1
+		if err := waitNet(k); err != nil {
+			return err
+		}
+		if next := off + rdmaChunk; next < n {
+			if err := waitDMA(k ^ 1); err != nil {
+				return err
+			}
+			read(k^1, next)
+		}
+		dmaF[k] = e.copyInternal(dev(off, chunk(off)), stage[k].Slice(0, int(chunk(off))), time.Time{})
+	}
+	return nil
+}
+
+// rdmaMove is rdmaDirect or rdmaStaged, whichever local's memory needs,
+// as a future.
+func (ep *Endpoint) rdmaMove(toRemote bool, local Slice, remote rdma.RemoteAddr) (*Future, bool) {
+	if local.buf.loc.gaudi {
+		if _, err := ep.e.rdma.gaudiMR(local.buf); err != nil {
+			return ep.goAsync(local, func() error { return ep.rdmaStaged(toRemote, local, remote) }), true
+		}
+	}
+	return ep.rdmaDirect(toRemote, local, remote), false
+}
+
+// goAsync runs fn on a goroutine (holding local's buffer) and resolves
+// the future with its result.
+func (ep *Endpoint) goAsync(local Slice, fn func() error) *Future {
+	e := ep.e
+	if err := local.buf.acquire(); err != nil {
+		return cq.Resolved(err)
+	}
+	f := cq.NewFuture(1)
+	f.SetSpin(e.cfg.WaitSpin)
+	e.async.Add(1)
+	go func() {
+		defer e.async.Done()
+		e.rmaSem <- struct{}{}
+		defer func() { <-e.rmaSem }()
+		defer local.buf.release()
+		f.Complete(0, fn())
+	}()
+	return f
+}
+
+// rmaRDMA runs a Put or Get on an RDMA endpoint.
+func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
+	if k.RKey != 0 {
+		start, err := k.Span(0, k.Len)
+		if err != nil {
+			return cq.Resolved(newErr(ErrInvalid, "remote key view", err))
+		}
+		f, staged := ep.rdmaMove(put, local, rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey})
+		if staged {
+			ep.rd.staged.Add(1)
+		} else {
+			ep.rd.zeroCopy.Add(1)
+		}
+		return f
+	}
+	ep.rd.delegated.Add(1)
+	deadline := ep.e.opConfig(opts).deadline
+	return ep.goAsync(local, func() error { return ep.rdmaDelegate(put, local, k, deadline) })
+}
+
+// rdmaDelegate asks the owner of k to move the data itself, with RDMA
+// against a registered host region of ours: local's own memory (host), or
+// a host bounce buffer (Gaudi).
+func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
+	e := ep.e
+	ctx := context.Background()
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	region := local
+	if local.buf.loc.gaudi {
+		bounce, err := e.Alloc(int(local.n), Host)
+		if err != nil {
+			return err
+		}
+		defer bounce.Free()
+		region = bounce.All()
+		if put {
+			if err := e.CopySync(ctx, region, local); err != nil {
+				return err
+			}
+		}
+	}
+	addr := region.hostAddr()
+	ref, err := e.rdma.mrs.Get(addr, region.n, rdma.AccessDefault)
+	if err != nil {
+		return newErr(ErrNotSupported, "RDMA registration of local memory", err)
+	}
+	defer e.rdma.mrs.Put(ref)
+	id := ep.newID()
+	req := wire.Request{RequestID: id, Key: k, Length: local.n,
+		Local: wire.Local{Kind: wire.LocalRDMA, Addr: addr, RKey: ref.RKey()}}
+	var m wire.Message = &wire.Get{Request: req}
+	if put {
+		m = &wire.Put{Request: req}
+	}
+	f, err := ep.roundTrip(ctx, id, m)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return newErr(ErrTimeout, ep.name, err)
+		}
+		return err
+	}
+	defer f.CloseFDs()
+	if err := ep.replyErr(f); err != nil {
+		return err
+	}
+	if !put && local.buf.loc.gaudi {
+		return e.CopySync(context.Background(), local, region)
+	}
+	return nil
+}
+
+// serveRDMA performs a peer's LocalRDMA request on one of our buffers, off
+// the reader goroutine, and answers it.
+func (ep *Endpoint) serveRDMA(put bool, r wire.Request) error {
+	if ep.ours(r.RequestID) {
+		return fmt.Errorf("request id %d of our parity", r.RequestID)
+	}
+	select {
+	case ep.sem <- struct{}{}:
+	default:
+		return ep.queueReply(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))
+	}
+	ep.serving.Add(1)
+	ep.e.async.Add(1)
+	go func() {
+		defer ep.e.async.Done()
+		defer ep.serving.Done()
+		defer func() { <-ep.sem }()
+		var rep wire.Message = &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
+		if st, msg := ep.serveRDMARequest(put, r); st != wire.StatusOK {
+			rep = wire.NewError(r.RequestID, st, msg)
+		} else {
+			ep.served.Add(1)
+			ep.rd.servedRDMA.Add(1)
+		}
+		if ep.Err() == nil {
+			if err := ep.c.Send(rep); err != nil {
+				ep.e.log.Debug().Err(err).Msg("reply not sent")
+			}
+		}
+	}()
+	return nil
+}
+
+func (ep *Endpoint) serveRDMARequest(put bool, r wire.Request) (wire.Status, string) {
+	need := wire.KeyRead
+	if put {
+		need = wire.KeyWrite
+	}
+	mine, st, msg := ep.e.lookupKey(&r.Key, r.Offset, r.Length, need)
+	if st != wire.StatusOK {
+		return st, msg
+	}
+	if r.Length == 0 {
+		return wire.StatusOK, ""
+	}
+	if err := mine.buf.acquire(); err != nil {
+		return wire.StatusStale, "buffer no longer exported"
+	}
+	defer mine.buf.release()
+	// A Put reads the requester's region into our memory; a Get writes it.
+	f, _ := ep.rdmaMove(!put, mine, rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey})
+	<-f.Done()
+	if err := f.Err(); err != nil {
+		return wire.StatusInternal, err.Error()
+	}
+	return wire.StatusOK, ""
+}
