@@ -97,7 +97,7 @@ func TestRegistry(t *testing.T) {
 	assert.NoError(t, err)
 	tr, err := bench.LookupTransport("rdma")
 	assert.ErrorIs(t, err, bench.ErrUnavailable)
-	assert.Equal(t, "transport not implemented in this build", tr.Unavailable)
+	assert.Equal(t, "gxfer perf has no RDMA mode yet (engine endpoints use RDMA: see gxfer info's Endpoints)", tr.Unavailable)
 	tr, err = bench.LookupTransport("tcp")
 	assert.NoError(t, err)
 	assert.True(t, tr.Available())

@@ -44,6 +44,7 @@ type infoDoc struct {
 	Devices       []infoDevice    `json:"devices"`
 	MemoryDomains []memoryDomain  `json:"memory_domains"`
 	Transports    []transportInfo `json:"transports"`
+	Endpoints     endpointInfo    `json:"endpoints"`
 	Caches        []cacheInfo     `json:"caches"`
 	Engine        engineInfo      `json:"engine"`
 }
@@ -103,6 +104,14 @@ type cacheInfo struct {
 	MaxRegions int    `json:"max_regions"` // 0: unlimited
 	MaxBytes   uint64 `json:"max_bytes"`   // 0: unlimited
 	Desc       string `json:"desc"`
+}
+
+// endpointInfo is what engine endpoints (Listen/Dial) use.
+type endpointInfo struct {
+	TCP       string          `json:"tcp"`       // how "tcp" endpoints move data
+	TCPLanes  int             `json:"tcp_lanes"` // connections per dialed TCP endpoint
+	Selection string          `json:"selection"` // what Dial("tcp") picks
+	RDMA      engine.RDMAInfo `json:"rdma"`
 }
 
 type engineInfo struct {
@@ -206,6 +215,17 @@ func collectInfo(eng *engine.Engine, cfg engine.Config, mode string) infoDoc {
 	}
 	for _, t := range bench.Transports() {
 		doc.Transports = append(doc.Transports, transportInfo{Name: t.Name, Available: t.Available(), Reason: t.Unavailable, Desc: t.Desc})
+	}
+	ec := eng.Config()
+	doc.Endpoints = endpointInfo{
+		TCP:      "Data frames on the connection, landed straight into host memory, Gaudi memory through pipelined staging; heartbeats",
+		TCPLanes: ec.TCPLanes,
+		RDMA:     eng.RDMA(),
+	}
+	if doc.Endpoints.RDMA.Available {
+		doc.Endpoints.Selection = "rdma when the peer has a usable RDMA device too, else tcp (Config.Transport / WithTransport force either)"
+	} else {
+		doc.Endpoints.Selection = "tcp: this engine has no usable RDMA device (" + doc.Endpoints.RDMA.Reason + ")"
 	}
 	rc := cfg.RegCache
 	doc.Caches = []cacheInfo{
@@ -328,6 +348,17 @@ func writeInfoText(w io.Writer, doc infoDoc) error {
 			p("  %s: unavailable (%s)\n", t.Name, t.Reason)
 		}
 	}
+
+	ep := doc.Endpoints
+	p("\nEndpoints (engine Listen/Dial):\n")
+	p("  unix: same node; host memory shared (memfd), Gaudi memory moved by its owner's DMA engine\n")
+	p("  tcp: %s; %d connection(s) per dialed endpoint\n", ep.TCP, ep.TCPLanes)
+	if r := ep.RDMA; r.Available {
+		p("  rdma: %s port %d, %s, GID[%d] %s, MTU %d; Gaudi memory: DMA-BUF %s\n", r.Device, r.Port, r.LinkLayer, r.GIDIndex, r.GID, r.MTU, r.DMABuf)
+	} else {
+		p("  rdma: unavailable (%s)\n", r.Reason)
+	}
+	p("  Dial(\"tcp\") picks: %s\n", ep.Selection)
 
 	p("\nCaches:\n")
 	for _, c := range doc.Caches {

@@ -208,7 +208,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"perf", "-t", "h2d", "-m", "host,gaudi"}, "mutually exclusive"},
 		{[]string{"perf", "-m", "host"}, "bad -m"},
 		{[]string{"perf", "-m", "host,ssd"}, "unknown memory type"},
-		{[]string{"perf", "-x", "rdma"}, "transport rdma is unavailable (transport not implemented in this build)"},
+		{[]string{"perf", "-x", "rdma"}, "transport rdma is unavailable (gxfer perf has no RDMA mode yet"},
 		{[]string{"perf", "-x", "tcp"}, "transport tcp needs the server's address: -x tcp:HOST:PORT"},
 		{[]string{"perf", "-x", "smoke"}, "unknown transport"},
 		{[]string{"perf", "-d", "3", "-s", "8", "-n", "1"}, "-d 3: no such device"},
@@ -266,7 +266,10 @@ func TestInfoText(t *testing.T) {
 		"device node", "DRAM",
 		"Memory domains:",
 		"ipc: available (unix socket + memfd/DMA-BUF fd passing, same host)",
-		"rdma: unavailable (transport not implemented in this build)",
+		"rdma: unavailable (gxfer perf has no RDMA mode yet",
+		"Endpoints (engine Listen/Dial):",
+		"tcp: Data frames on the connection",
+		"Dial(\"tcp\") picks: ",
 		"tcp: available (TCP data path to a peer on any host",
 		"local: available",
 		"registration cache",
@@ -307,7 +310,9 @@ func TestInfoJSON(t *testing.T) {
 	assert.True(t, tr["ipc"].Available)
 	assert.Equal(t, "unix socket + memfd/DMA-BUF fd passing, same host", tr["ipc"].Desc)
 	assert.False(t, tr["rdma"].Available)
-	assert.Equal(t, "transport not implemented in this build", tr["rdma"].Reason)
+	assert.Equal(t, "gxfer perf has no RDMA mode yet (engine endpoints use RDMA: see gxfer info's Endpoints)", tr["rdma"].Reason)
+	assert.Equal(t, 2, doc.Endpoints.TCPLanes)
+	assert.NotEmpty(t, doc.Endpoints.Selection)
 	assert.True(t, tr["tcp"].Available)
 	assert.Empty(t, tr["tcp"].Reason)
 	assert.Equal(t, 4096, doc.Engine.QueueDepth)

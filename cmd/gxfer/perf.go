@@ -140,7 +140,7 @@ func perfFlags() (*flag.FlagSet, *perfOpts) {
 	fs.BoolVar(&o.benchfmt, "benchfmt", false, "write the results in Go benchmark format on stdout, for benchstat")
 	fs.StringVar(&o.plot, "plot", "", "also draw bandwidth and latency against size into `FILE`.svg or FILE.png")
 	fs.BoolVar(&o.quiet, "q", false, "quiet: no tables and no progress (machine formats and -plot are still written)")
-	fs.DurationVar(&o.tcpSpin, "tcp-spin", 0, "over tcp: poll the socket this long before parking the reader (engine Config.TCPReadSpin; costs a core while it spins)")
+	fs.DurationVar(&o.tcpSpin, "tcp-spin", 0, "over tcp: poll the socket this long before parking the reader (engine Config.TCPReadSpin, default 50us; negative: never; costs a core while it spins)")
 	fs.IntVar(&o.tcpLanes, "tcp-lanes", 0, "over tcp (client): connections per endpoint; transfers of 4 MiB and more are split over them (engine Config.TCPLanes; default 2)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to `FILE` (go tool pprof)")
 	o.common.register(fs)
@@ -350,8 +350,8 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		if plan.transport != "tcp" {
 			return usagef("-tcp-spin needs -x tcp:HOST:PORT")
 		}
-		if o.tcpSpin < 0 || o.tcpSpin > time.Second {
-			return usagef("bad -tcp-spin %v (want 0..1s)", o.tcpSpin)
+		if o.tcpSpin > time.Second {
+			return usagef("bad -tcp-spin %v (want at most 1s; negative: never spin)", o.tcpSpin)
 		}
 		cfg.TCPReadSpin = o.tcpSpin
 	}
