@@ -8,7 +8,6 @@ import (
 	"github.com/gxfer/gxfer/engine"
 )
 
-
 func init() {
 	RegisterTransport(Transport{Name: "local", Desc: "copies inside this process: memmove, Gaudi LIN_DMA (h2d, d2h, d2d)"})
 	RegisterTransport(Transport{Name: "ipc", Label: "ipc (unix socket, shared memfd)",
