@@ -1085,6 +1085,23 @@ func (ep *Endpoint) rmaDevice(put bool, local Slice, k wire.RemoteKey, opts []Op
 	return f
 }
 
+// request sends a Put or Get the peer performs and waits for its answer.
+func (ep *Endpoint) request(ctx context.Context, put bool, req wire.Request) error {
+	var m wire.Message = &wire.Get{Request: req}
+	if put {
+		m = &wire.Put{Request: req}
+	}
+	f, err := ep.roundTrip(ctx, req.RequestID, m)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return newErr(ErrTimeout, ep.name, err)
+		}
+		return err
+	}
+	defer f.CloseFDs()
+	return ep.replyErr(f)
+}
+
 // remoteDMA asks the peer to copy between its memory and ours; local
 // memory that is not shared (Gaudi, registered) goes through a shared
 // bounce buffer.
@@ -1121,31 +1138,8 @@ func (ep *Endpoint) remoteDMA(put bool, local Slice, k wire.RemoteKey, deadline 
 	id := ep.newID()
 	req := wire.Request{RequestID: id, Key: k, Offset: 0, Length: local.n,
 		Local: wire.Local{Kind: wire.LocalKey, Key: lk.k, Offset: shared.off}}
-	var m wire.Message = &wire.Get{Request: req}
-	if put {
-		m = &wire.Put{Request: req}
-	}
-	f, err := ep.roundTrip(ctx, id, m)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return newErr(ErrTimeout, ep.name, err)
-		}
+	if err := ep.request(ctx, put, req); err != nil {
 		return err
-	}
-	defer f.CloseFDs()
-	msg, err := f.Message()
-	if err != nil {
-		return ep.peerErr("reply", err)
-	}
-	switch msg := msg.(type) {
-	case *wire.Completion:
-		if msg.Status != wire.StatusOK {
-			return ep.peerErr("request failed", fmt.Errorf("status %v", msg.Status))
-		}
-	case *wire.Error:
-		return ep.refusal("request refused", msg)
-	default:
-		return ep.peerErr("unexpected reply", nil)
 	}
 	if !put {
 		return e.CopySync(context.Background(), local, shared)

@@ -487,22 +487,9 @@ func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey, deadli
 		return newErr(ErrNotSupported, "RDMA registration of local memory", err)
 	}
 	defer e.rdma.mrs.Put(ref)
-	id := ep.newID()
-	req := wire.Request{RequestID: id, Key: k, Length: local.n,
+	req := wire.Request{RequestID: ep.newID(), Key: k, Length: local.n,
 		Local: wire.Local{Kind: wire.LocalRDMA, Addr: addr, RKey: ref.RKey()}}
-	var m wire.Message = &wire.Get{Request: req}
-	if put {
-		m = &wire.Put{Request: req}
-	}
-	f, err := ep.roundTrip(ctx, id, m)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return newErr(ErrTimeout, ep.name, err)
-		}
-		return err
-	}
-	defer f.CloseFDs()
-	if err := ep.replyErr(f); err != nil {
+	if err := ep.request(ctx, put, req); err != nil {
 		return err
 	}
 	if !put && local.buf.loc.gaudi {
