@@ -445,7 +445,7 @@ type pingPong struct {
 	seq          uint64
 	seedC, seedS byte            // patterns of the client's and the server's send buffers
 	bind         *engine.Binding // host to host: checked and imported once
-	wait         landWait
+	wait         *landWait
 }
 
 func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error) {
@@ -453,7 +453,7 @@ func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error
 		return nil, fmt.Errorf("put_lat needs messages of at least 8 bytes (they carry the ping-pong sequence number), got %d", size)
 	}
 	w := &pingPong{p: env.Peer, eng: env.Engine, ep: env.Peer.ep, size: size, seqOff: (size - 8) &^ 7,
-		seedC: seedFor("put_lat", size, 0x11), seedS: seedFor("put_lat", size, 0x22), wait: newLandWait(env.Peer.ep)}
+		seedC: seedFor("put_lat", size, 0x11), seedS: seedFor("put_lat", size, 0x22), wait: newLandWait(env.Peer.eng, env.Peer.ep)}
 	defer func() {
 		if err != nil {
 			_ = w.Close()
@@ -587,15 +587,38 @@ func (w *pingPong) check(ctx context.Context, t0 *time.Time, spins int, want uin
 // not poll the network, and with more Ps it takes the core the reader's
 // thread needs: measured 2.4 to 5 ms per round on 2 CPUs against 0.1 ms
 // parked.)
-type landWait struct{ park bool }
+//
+// While the engine's reader polls its socket (Config.TCPReadSpin after
+// each frame, yielding between polls) this side yields between looks
+// instead of parking, so the two take turns on the thread and neither
+// sleeps; past that window it parks again (a yield alone would never let
+// the scheduler poll the network for a parked reader).
+type landWait struct {
+	park  bool
+	yield time.Duration // how long after the last progress to yield
+	since time.Time
+}
 
-func newLandWait(ep *engine.Endpoint) landWait {
-	return landWait{park: ep.Transport() == engine.TransportTCP}
+func newLandWait(eng *engine.Engine, ep *engine.Endpoint) *landWait {
+	l := &landWait{park: ep.Transport() == engine.TransportTCP}
+	if l.park {
+		l.yield = max(eng.Config().TCPReadSpin, 0)
+	}
+	return l
 }
 
 // idle is called after the spins-th poll that found nothing new.
-func (l landWait) idle(spins int) {
+func (l *landWait) idle(spins int) {
 	switch {
+	case l.park && l.yield > 0:
+		if spins == 1 {
+			l.since = time.Now()
+		}
+		if time.Since(l.since) < l.yield {
+			runtime.Gosched()
+			return
+		}
+		time.Sleep(time.Microsecond)
 	case l.park:
 		time.Sleep(time.Microsecond)
 	case spins&0xff == 0:

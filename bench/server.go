@@ -620,7 +620,7 @@ func (r *responder) run() {
 	recvSeq, sendSeq := r.seqPtr(r.recv), r.seqPtr(r.send)
 	sendS := r.send.All()
 	ctx := context.Background()
-	wait := newLandWait(ep)
+	wait := newLandWait(r.ss.s.eng, ep)
 	next := uint64(1)
 	var lastCheck time.Time
 	var lastRounds uint64
