@@ -17,6 +17,7 @@ import (
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
+	"github.com/gxfer/gxfer/wire"
 )
 
 // Engine moves data between host memory and Gaudi devices. It owns its
@@ -52,11 +53,12 @@ type Engine struct {
 
 	hookProcess atomic.Pointer[func()] // tests: runs in workers before processing
 
-	ident     identity
-	imports   *ipc.HandleCache[*imported]
-	epMu      sync.Mutex
-	endpoints map[*Endpoint]struct{}
-	listeners map[*Listener]struct{}
+	ident        identity
+	lastVerified atomic.Pointer[wire.RemoteKey] // see verifyKey
+	imports      *ipc.HandleCache[*imported]
+	epMu         sync.Mutex
+	endpoints    map[*Endpoint]struct{}
+	listeners    map[*Listener]struct{}
 
 	rdma         *rdmaCtx // nil: no RDMA (rdmaWhy says why)
 	rdmaWhy      string

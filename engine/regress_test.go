@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/wire"
 )
 
 // R5: the actor only polls the oldest MaxPoll (16) CSs; a CS behind 16 slow
@@ -286,4 +288,30 @@ func TestRegressBatchHalfSubmitted(t *testing.T) {
 	t.Logf("batch err=%v errs=%v", bf.Err(), bf.Errs())
 	require.True(t, errors.Is(bf.Err(), ErrQueueFull))
 	require.False(t, bytes.Equal(h.Bytes()[:4096], out.Bytes()[:4096]), "host copy of a batch that failed with ErrQueueFull was already performed")
+}
+
+// TestVerifyKeyCache: the last verified key is remembered, but only a key
+// with exactly the same signed bytes skips the MAC; an edited copy of it
+// (same MAC, other fields) is still refused.
+func TestVerifyKeyCache(t *testing.T) {
+	e := newEngine(t, Config{Devices: DevicesNone})
+	b, _ := e.Alloc(4096, Host)
+	k, err := b.Export()
+	require.NoError(t, err)
+	good := k.k
+	require.NoError(t, e.verifyKey(&good))
+	view := good
+	view.Offset, view.Len = 100, 8 // the view is not signed
+	require.NoError(t, e.verifyKey(&view))
+	for _, edit := range []func(*wire.RemoteKey){
+		func(k *wire.RemoteKey) { k.AllocID++ },
+		func(k *wire.RemoteKey) { k.Length *= 2 },
+		func(k *wire.RemoteKey) { k.Flags |= wire.KeyWrite << 4 },
+		func(k *wire.RemoteKey) { k.MAC[0] ^= 1 },
+	} {
+		forged := good
+		edit(&forged)
+		require.Error(t, e.verifyKey(&forged))
+		require.NoError(t, e.verifyKey(&good))
+	}
 }
