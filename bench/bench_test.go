@@ -95,9 +95,30 @@ func TestRegistry(t *testing.T) {
 
 	_, err := bench.LookupTransport("local")
 	assert.NoError(t, err)
+	// rdma's availability is the engine's RDMA context's (NoteRDMA).
+	bench.NoteRDMA(engine.RDMAInfo{Reason: "no RDMA device: test"})
 	tr, err := bench.LookupTransport("rdma")
 	assert.ErrorIs(t, err, bench.ErrUnavailable)
-	assert.Equal(t, "gxfer perf has no RDMA mode yet (engine endpoints use RDMA: see gxfer info's Endpoints)", tr.Unavailable)
+	assert.Equal(t, "no RDMA device: test", tr.Unavailable)
+	assert.ErrorContains(t, err, "transport rdma is unavailable (no RDMA device: test)")
+	bench.NoteRDMA(engine.RDMAInfo{Available: true, Device: "rxe0", Port: 1, LinkLayer: "Ethernet (RoCE)", GID: "fe80::1", MTU: 4096})
+	tr, err = bench.LookupTransport("rdma")
+	assert.NoError(t, err)
+	assert.True(t, tr.Available())
+	assert.Equal(t, "rxe0 port 1, Ethernet (RoCE), GID[0] fe80::1, MTU 4096", bench.RDMADevice(engine.RDMAInfo{Available: true, Device: "rxe0", Port: 1, LinkLayer: "Ethernet (RoCE)", GID: "fe80::1", MTU: 4096}))
+	func() {
+		eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+		require.NoError(t, err)
+		defer eng.Close()
+		bench.NoteRDMA(eng.RDMA())
+		tr, err = bench.LookupTransport("rdma")
+		if info := eng.RDMA(); info.Available {
+			assert.NoError(t, err)
+		} else {
+			assert.ErrorIs(t, err, bench.ErrUnavailable)
+			assert.Equal(t, info.Reason, tr.Unavailable)
+		}
+	}()
 	tr, err = bench.LookupTransport("tcp")
 	assert.NoError(t, err)
 	assert.True(t, tr.Available())

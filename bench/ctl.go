@@ -58,7 +58,10 @@ type ctlMsg struct {
 	PID    int          `json:"pid,omitempty"`
 	Env    *Environment `json:"env,omitempty"`
 	Device int          `json:"device,omitempty"` // the server's Gaudi for gaudi buffers
-	Port   int          `json:"port,omitempty"`   // tcp: the server engine's port, on the control channel's host
+	Port   int          `json:"port,omitempty"`   // tcp, rdma: the server engine's port, on the control channel's host
+	// Transport is the transport the server serves (hello reply: "tcp"
+	// or "rdma"; empty from servers that predate rdma: tcp).
+	Transport string `json:"transport,omitempty"`
 
 	// buffers
 	Buf        uint64 `json:"buf,omitempty"` // server buffer id
@@ -216,11 +219,13 @@ func checkSocketPath(path string) error {
 }
 
 // ParseTransport parses the -x value of gxfer perf: "local", "unix:PATH"
-// for the ipc transport to the server listening at PATH, or
+// for the ipc transport to the server listening at PATH,
 // "tcp:HOST:PORT" for the tcp transport to the server whose control
-// channel is at HOST:PORT. It returns the transport name and the address
-// ("" for local; PATH; HOST:PORT). Known but unavailable transports are
-// errors matching ErrUnavailable.
+// channel is at HOST:PORT, or "rdma:HOST:PORT" for the same over RDMA
+// (the control channel stays TCP). It returns the transport name and the
+// address ("" for local; PATH; HOST:PORT). Known but unavailable
+// transports are errors matching ErrUnavailable; rdma's availability is
+// not checked here (see NoteRDMA).
 func ParseTransport(s string) (name, addr string, err error) {
 	if rest, ok := strings.CutPrefix(s, "unix:"); ok {
 		if err := checkSocketPath(rest); err != nil {
@@ -240,11 +245,22 @@ func ParseTransport(s string) (name, addr string, err error) {
 		}
 		return "tcp", rest, nil
 	}
+	// rdma:HOST:PORT: the address is checked here; whether this machine
+	// can use RDMA is the engine's to say (NoteRDMA, then
+	// LookupTransport("rdma")), once it is open.
+	if rest, ok := strings.CutPrefix(s, "rdma:"); ok {
+		if err := checkHostPort(rest); err != nil {
+			return "", "", fmt.Errorf("bad -x %q: %s", s, strings.ReplaceAll(err.Error(), "tcp:HOST:PORT", "rdma:HOST:PORT"))
+		}
+		return "rdma", rest, nil
+	}
 	switch s {
 	case "ipc":
 		return "", "", errors.New("transport ipc needs the server's socket: -x unix:PATH")
 	case "tcp":
 		return "", "", errors.New("transport tcp needs the server's address: -x tcp:HOST:PORT")
+	case "rdma":
+		return "", "", errors.New("transport rdma needs the server's address: -x rdma:HOST:PORT (the control channel; the data moves by RDMA)")
 	}
 	if _, err := LookupTransport(s); err != nil {
 		return "", "", err

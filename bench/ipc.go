@@ -34,7 +34,7 @@ func init() {
 		{Name: "get_bw", Peer: PeerSrc,
 			Desc: "Gets from the peer's buffer, -O outstanding, the same buffers every iteration"},
 	} {
-		t.Transport, t.AlsoOver, t.Src, t.Dst = "ipc", []string{"tcp"}, Host, Host
+		t.Transport, t.AlsoOver, t.Src, t.Dst = "ipc", []string{"tcp", "rdma"}, Host, Host
 		t.Prepare = prepareIPC(t.Name, t.Peer == PeerDst)
 		Register(t)
 	}
@@ -43,7 +43,7 @@ func init() {
 // Peer is a connection to a perf server: an engine endpoint for the data
 // and the control channel for everything else.
 type Peer struct {
-	Addr   string      // "unix:PATH" or "tcp:HOST:PORT" (the control channel)
+	Addr   string      // "unix:PATH", "tcp:HOST:PORT" or "rdma:HOST:PORT" (the control channel)
 	PID    int         // the server's pid
 	Env    Environment // the server's environment and devices
 	Device int         // the server's Gaudi that holds its Gaudi buffers
@@ -99,17 +99,33 @@ func DialPeer(ctx context.Context, eng *engine.Engine, path string) (_ *Peer, er
 // at addr (HOST:PORT), over the tcp transport: the server's hello names
 // its engine's port, and the engine endpoint is dialed at the host the
 // control channel reached. A server busy with another client refuses.
-func DialPeerTCP(ctx context.Context, eng *engine.Engine, addr string) (_ *Peer, err error) {
-	p := &Peer{Addr: "tcp:" + addr, eng: eng}
+func DialPeerTCP(ctx context.Context, eng *engine.Engine, addr string) (*Peer, error) {
+	return dialPeerNet(ctx, eng, addr, "tcp")
+}
+
+// DialPeerRDMA is DialPeerTCP over the rdma transport: the control
+// channel and the engine's connection setup are TCP, and the engine
+// endpoint is dialed with engine.TransportRDMA, so that its Puts and Gets
+// are RDMA writes and reads. eng must have an RDMA device (eng.RDMA()),
+// and so must the server's engine.
+func DialPeerRDMA(ctx context.Context, eng *engine.Engine, addr string) (*Peer, error) {
+	if info := eng.RDMA(); !info.Available {
+		return nil, fmt.Errorf("transport rdma: %s", info.Reason)
+	}
+	return dialPeerNet(ctx, eng, addr, "rdma")
+}
+
+func dialPeerNet(ctx context.Context, eng *engine.Engine, addr, transport string) (_ *Peer, err error) {
+	p := &Peer{Addr: transport + ":" + addr, eng: eng}
 	if err := CheckDialAddr(addr); err != nil {
-		return nil, fmt.Errorf("bad perf server address tcp:%s: %w", addr, err)
+		return nil, fmt.Errorf("bad perf server address %s:%s: %w", transport, addr, err)
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("connect to the perf server at tcp:%s: %w (is 'gxfer perf -server -x tcp:%s' running?)", addr, unwrapOp(err), addr)
+		return nil, fmt.Errorf("connect to the perf server at %s:%s: %w (is 'gxfer perf -server -x %s:%s' running?)", transport, addr, unwrapOp(err), transport, addr)
 	}
-	p.ctl = newCtlConn(c, "the perf server at tcp:"+addr)
+	p.ctl = newCtlConn(c, "the perf server at "+transport+":"+addr)
 	defer func() {
 		if err != nil {
 			_ = p.Close()
@@ -120,12 +136,27 @@ func DialPeerTCP(ctx context.Context, eng *engine.Engine, addr string) (_ *Peer,
 		return nil, err
 	}
 	if r.Port <= 0 || r.Port > 65535 {
-		return nil, fmt.Errorf("perf server at tcp:%s gave no engine port (is it serving over tcp?)", addr)
+		return nil, fmt.Errorf("perf server at %s:%s gave no engine port (is it serving over tcp or rdma?)", transport, addr)
+	}
+	serves := r.Transport
+	if serves == "" {
+		serves = "tcp"
+	}
+	if serves != transport {
+		return nil, fmt.Errorf("perf server at %s:%s serves %s, not %s (give the client -x %s:%s, or start the server with -x %s:...)",
+			transport, addr, serves, transport, serves, addr, transport)
+	}
+	kind := engine.TransportTCP
+	if transport == "rdma" {
+		kind = engine.TransportRDMA
 	}
 	host := c.RemoteAddr().(*net.TCPAddr).IP.String()
 	p.EngineAddr = net.JoinHostPort(host, strconv.Itoa(r.Port))
-	if p.ep, err = eng.Dial(ctx, "tcp", p.EngineAddr, engine.WithTransport(engine.TransportTCP)); err != nil {
-		return nil, fmt.Errorf("perf server at tcp:%s: engine at %s: %w", addr, p.EngineAddr, err)
+	if p.ep, err = eng.Dial(ctx, "tcp", p.EngineAddr, engine.WithTransport(kind)); err != nil {
+		return nil, fmt.Errorf("perf server at %s:%s: engine at %s: %w", transport, addr, p.EngineAddr, err)
+	}
+	if got := p.ep.Transport(); got != kind {
+		return nil, fmt.Errorf("perf server at %s:%s: the engine endpoint is %s, want %s", transport, addr, got, kind)
 	}
 	if _, err := p.call(ctx, &ctlMsg{Op: opAttach}, attachTimeout); err != nil {
 		return nil, err
@@ -160,13 +191,16 @@ func unwrapOp(err error) error {
 // Endpoint is the engine endpoint to the server.
 func (p *Peer) Endpoint() *engine.Endpoint { return p.ep }
 
-// Transport is the transport of the engine endpoint: "ipc" or "tcp".
+// Transport is the transport of the engine endpoint: "ipc", "tcp" or
+// "rdma".
 func (p *Peer) Transport() string {
 	if p.ep != nil {
 		return p.ep.Transport().String()
 	}
-	if strings.HasPrefix(p.Addr, "tcp:") {
-		return "tcp"
+	for _, t := range []string{"tcp", "rdma"} {
+		if strings.HasPrefix(p.Addr, t+":") {
+			return t
+		}
 	}
 	return "ipc"
 }
@@ -593,16 +627,37 @@ func (w *pingPong) check(ctx context.Context, t0 *time.Time, spins int, want uin
 // instead of parking, so the two take turns on the thread and neither
 // sleeps; past that window it parks again (a yield alone would never let
 // the scheduler poll the network for a parked reader).
+//
+// Over rdma the NIC writes the peer's bytes straight into the memory: no
+// goroutine of this process lands them and no socket read is waited for,
+// so this side spins on the memory as over ipc. The only goroutine it
+// needs to let run is the engine's completion queue's, which completes
+// this side's own Put: when that one polls (Config.RDMA.CQBusyPoll or
+// CQSpin) it is runnable and a yield lets it run, every 64 looks when the
+// process has a single P (each yield runs the scheduler, which reads the
+// clock, slow under QEMU TCG; on rxe a yield every look measured the same
+// within noise); when it sleeps in the netpoller (the default) an idle
+// P's thread wakes it, or with a single P a short park lets the scheduler
+// poll the network.
 type landWait struct {
 	park  bool
 	yield time.Duration // how long after the last progress to yield
 	since time.Time
+	mask  int  // spinning: yield (or nap) when spins&mask == 0
+	nap   bool // spinning: park for a microsecond instead of yielding
 }
 
 func newLandWait(eng *engine.Engine, ep *engine.Endpoint) *landWait {
-	l := &landWait{park: ep.Transport() == engine.TransportTCP}
+	l := &landWait{park: ep.Transport() == engine.TransportTCP, mask: 0xff}
 	if l.park {
 		l.yield = max(eng.Config().TCPReadSpin, 0)
+	}
+	if ep.Transport() == engine.TransportRDMA && runtime.GOMAXPROCS(0) == 1 {
+		if c := eng.Config().RDMA; c.CQBusyPoll || c.CQSpin > 0 {
+			l.mask = 0x3f
+		} else {
+			l.mask, l.nap = 0x3f, true
+		}
 	}
 	return l
 }
@@ -621,8 +676,12 @@ func (l *landWait) idle(spins int) {
 		time.Sleep(time.Microsecond)
 	case l.park:
 		time.Sleep(time.Microsecond)
-	case spins&0xff == 0:
-		runtime.Gosched()
+	case spins&l.mask == 0:
+		if l.nap {
+			time.Sleep(time.Microsecond)
+		} else {
+			runtime.Gosched()
+		}
 	}
 }
 

@@ -392,13 +392,15 @@ func TestParseTransport(t *testing.T) {
 		"local": {"local", ""}, "unix:/tmp/s": {"ipc", "/tmp/s"}, "unix:rel/s": {"ipc", "rel/s"},
 		"tcp:127.0.0.1:5000": {"tcp", "127.0.0.1:5000"}, "tcp:[::1]:80": {"tcp", "[::1]:80"},
 		"tcp:host.example:0": {"tcp", "host.example:0"}, "tcp::5000": {"tcp", ":5000"},
+		"rdma:127.0.0.1:5000": {"rdma", "127.0.0.1:5000"}, "rdma:[::1]:0": {"rdma", "[::1]:0"},
 	} {
 		name, addr, err := ParseTransport(in)
 		require.NoError(t, err, in)
 		require.Equal(t, want, [2]string{name, addr}, in)
 	}
 	for in, want := range map[string]string{
-		"unix:": "empty socket path", "ipc": "needs the server's socket", "rdma": "unavailable",
+		"unix:": "empty socket path", "ipc": "needs the server's socket", "rdma": "needs the server's address: -x rdma:HOST:PORT",
+		"rdma:": "want rdma:HOST:PORT", "rdma:127.0.0.1": "missing port", "rdma:host:http": "bad port",
 		"tcp": "needs the server's address: -x tcp:HOST:PORT", "pigeon": "unknown transport", "unix:@abstract": "abstract",
 		"tcp:": "want tcp:HOST:PORT", "tcp:127.0.0.1": "missing port", "tcp:host:": "missing port",
 		"tcp:host:http": "bad port", "tcp:host:70000": "bad port", "tcp:host:-1": "bad port",

@@ -12,7 +12,8 @@ func init() {
 	RegisterTransport(Transport{Name: "local", Desc: "copies inside this process: memmove, Gaudi LIN_DMA (h2d, d2h, d2d)"})
 	RegisterTransport(Transport{Name: "ipc", Label: "ipc (unix socket, shared memfd)",
 		Desc: "unix socket + memfd/DMA-BUF fd passing, same host"})
-	RegisterTransport(Transport{Name: "rdma", Desc: "RDMA write/read to a peer (DMA-BUF from Gaudi memory)", Unavailable: "gxfer perf has no RDMA mode yet (engine endpoints use RDMA: see gxfer info's Endpoints)"})
+	RegisterTransport(Transport{Name: "rdma", Label: "rdma (RC RDMA write/read, control channel over TCP)",
+		Desc: "RDMA write/read to a peer on any host (engine endpoint dialed with TransportRDMA; DMA-BUF from Gaudi memory where the NIC takes it)", Unavailable: rdmaNoEngine})
 	RegisterTransport(Transport{Name: "tcp", Label: "tcp (engine Data frames over TCP, TCP_NODELAY)",
 		Desc: "TCP data path to a peer on any host: Put/Get bytes in Data frames, large transfers over several connections"})
 

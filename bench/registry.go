@@ -62,7 +62,7 @@ type Env struct {
 	Device    int    // Gaudi index used by tests that touch device memory
 	Transport string // transport name; "" means "local"
 
-	// Peer is the server of the tests over a peer transport (ipc, tcp):
+	// Peer is the server of the tests over a peer transport (ipc, tcp, rdma):
 	// nil for local tests. See DialPeer.
 	Peer *Peer
 	// Local and Remote are the memory types of the peer tests: this
@@ -194,7 +194,7 @@ func (t Test) Check(env *Env) error {
 	}
 	if !t.RunsOver(env.transport()) {
 		if t.Peer != NoPeer && env.transport() == "local" {
-			return fmt.Errorf("test %s needs a peer: start 'gxfer perf -server -x unix:PATH' (or -x tcp:HOST:PORT) and give the client the same -x", t.Name)
+			return fmt.Errorf("test %s needs a peer: start 'gxfer perf -server -x unix:PATH' (or -x tcp:HOST:PORT, -x rdma:HOST:PORT) and give the client the same -x", t.Name)
 		}
 		return fmt.Errorf("test %s runs over transport %s, not %s", t.Name, t.Transport, env.transport())
 	}
@@ -312,6 +312,51 @@ func Transports() []Transport {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	return slices.Clone(registry.transports)
+}
+
+// rdmaNoEngine is the rdma transport's reason until NoteRDMA has been
+// told what an engine found.
+const rdmaNoEngine = "no engine open yet: whether RDMA can be used is the engine's RDMA device (Engine.RDMA)"
+
+// NoteRDMA makes the rdma transport available, or unavailable with the
+// engine's reason, according to an engine's RDMA context (eng.RDMA()):
+// call it once the engine is open, before LookupTransport("rdma").
+func NoteRDMA(info engine.RDMAInfo) {
+	why := ""
+	if !info.Available {
+		why = info.Reason
+		if why == "" {
+			why = "the engine has no RDMA device"
+		}
+	}
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	for i := range registry.transports {
+		if registry.transports[i].Name == "rdma" {
+			registry.transports[i].Unavailable = why
+		}
+	}
+}
+
+// RDMADevice describes an engine's RDMA device in one line ("rxe0 port 1,
+// Ethernet (RoCE), GID[0] fe80::..., MTU 4096"), or "" without one.
+func RDMADevice(info engine.RDMAInfo) string {
+	if !info.Available {
+		return ""
+	}
+	return fmt.Sprintf("%s port %d, %s, GID[%d] %s, MTU %d", info.Device, info.Port, info.LinkLayer, info.GIDIndex, info.GID, info.MTU)
+}
+
+// CQModeString names an RDMA completion queue mode: "event (sleeps in
+// the netpoller)", "spin 50us, then event", "busy-poll".
+func CQModeString(c engine.RDMAConfig) string {
+	switch {
+	case c.CQBusyPoll:
+		return "busy-poll"
+	case c.CQSpin > 0:
+		return fmt.Sprintf("spin %v, then event", c.CQSpin)
+	}
+	return "event (sleeps in the netpoller)"
 }
 
 // ErrUnavailable is returned (wrapped) by LookupTransport for a transport

@@ -33,6 +33,9 @@ type Environment struct {
 	Affinity   string      `json:"affinity,omitempty"` // CPUs the process may run on ("1", "0-1"), as set by taskset
 	Clock      string      `json:"clock,omitempty"`    // what times operations: "tsc" (calibrated) or "monotonic"
 	Devices    []DeviceEnv `json:"devices"`
+	// RDMADevice is the engine's RDMA device, for runs over rdma:
+	// "rxe0 port 1, Ethernet (RoCE), GID[0] fe80::..., MTU 4096".
+	RDMADevice string `json:"rdma_device,omitempty"`
 }
 
 // DeviceEnv describes one device the engine had open.
@@ -130,6 +133,11 @@ func newReport(env *Env, tests []Test, p Params) *Report {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("tcp: the endpoint to %s has %d connection(s); transfers of 4 MiB and more are split over them; put_lat polls memory that the engine's socket reader lands bytes in (latency = round trip / 2)",
 				env.Peer.EngineAddr, ep.Stats().Lanes))
 		}
+		if ep := env.Peer.ep; ep != nil && ep.Transport() == engine.TransportRDMA {
+			c := env.Engine.Config().RDMA
+			rep.Notes = append(rep.Notes, fmt.Sprintf("rdma: the endpoint to %s moves data by RDMA write/read on %s (connection set up and control over TCP); completion queue %s; put_lat polls memory the NIC writes (latency = round trip / 2)",
+				env.Peer.EngineAddr, RDMADevice(env.Engine.RDMA()), CQModeString(c)))
+		}
 	}
 	for _, t := range tests {
 		rep.Tests = append(rep.Tests, TestInfo{Name: t.Name, Transport: t.Transport, Src: t.Src, Dst: t.Dst, Path: t.Path(env), Desc: t.Desc})
@@ -147,6 +155,9 @@ func CurrentEnvironment(env *Env) Environment {
 	if env != nil && env.Engine != nil {
 		for _, d := range env.Engine.Devices() {
 			e.Devices = append(e.Devices, DeviceEnv{Index: d.Index, Name: d.Name, Model: d.Model, Emulated: d.Emulated, DRAMSize: d.DRAMSize})
+		}
+		if env.transport() == "rdma" {
+			e.RDMADevice = RDMADevice(env.Engine.RDMA())
 		}
 	}
 	return e
@@ -441,6 +452,13 @@ func (t *TextWriter) Banner() error {
 		t.devices("peer devices", pe.Devices)
 	}
 	t.printf("\n# transport %s | ", TransportLabel(p.Transport))
+	if p.Transport == "rdma" {
+		t.printf("rdma device %s", orUnknown(e.RDMADevice))
+		if pe := t.r.PeerEnv; pe != nil {
+			t.printf(", peer's %s", orUnknown(pe.RDMADevice))
+		}
+		t.printf(" | ")
+	}
 	if p.Peer != "" {
 		t.printf("memory local %s, remote %s | ", p.Local, p.Remote)
 	}
@@ -508,6 +526,13 @@ func (t *TextWriter) header(x Result) {
 		}
 		t.printf("\n# transport: %s | peer %s | local device: %s | peer device: %s | emulated: %s\n",
 			TransportLabel(x.Transport), x.Peer, dev, pdev, emu)
+		if x.Transport == "rdma" {
+			pr := ""
+			if pe := t.r.PeerEnv; pe != nil {
+				pr = pe.RDMADevice
+			}
+			t.printf("# rdma device: %s | peer's: %s\n", orUnknown(t.r.Env.RDMADevice), orUnknown(pr))
+		}
 	}
 	t.printf("# window %d, batch %d | %s | bandwidth in MB/s, MB = 2^20 bytes\n", x.Window, x.Batch, x.LatencyKind.Describe())
 	if x.Peer != "" {
@@ -560,4 +585,11 @@ func usec(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 3, 64)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }

@@ -30,6 +30,11 @@ type ServerConfig struct {
 	// client. Anyone who can reach the port may connect: unlike the unix
 	// sockets (0600, peer uid checked), there is no credential check.
 	TCP string
+	// RDMA, with TCP, serves the rdma transport: the control channel and
+	// the engine's connection setup as over tcp, and clients' endpoints
+	// must be RDMA ones (the engine needs an RDMA device and the default
+	// Config.Transport, TransportAuto, so that its listener offers RDMA).
+	RDMA bool
 	// Device is the Gaudi that holds the server's Gaudi buffers.
 	Device int
 	// Once: serve one client, then Serve returns.
@@ -43,11 +48,12 @@ type ServerConfig struct {
 // a host argument: it listens, and for each client (one at a time) allocates,
 // fills, exports and verifies buffers on request, and answers ping-pongs.
 type Server struct {
-	eng *engine.Engine
-	cfg ServerConfig
-	ln  *engine.Listener
-	ctl net.Listener
-	tcp bool
+	eng  *engine.Engine
+	cfg  ServerConfig
+	ln   *engine.Listener
+	ctl  net.Listener
+	tcp  bool
+	rdma bool
 
 	mu     sync.Mutex
 	active *session // the client being served
@@ -67,6 +73,9 @@ type Server struct {
 func Listen(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
 	if n := eng.NumDevices(); n > 0 && (cfg.Device < 0 || cfg.Device >= n) {
 		return nil, fmt.Errorf("perf server: device %d does not exist (%d open)", cfg.Device, n)
+	}
+	if cfg.RDMA && cfg.TCP == "" {
+		return nil, errors.New("perf server: rdma needs the control channel's address (ServerConfig.TCP)")
 	}
 	if cfg.TCP != "" {
 		return listenTCP(eng, cfg)
@@ -104,19 +113,29 @@ func Listen(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
 // listenTCP starts a perf server over tcp: the control channel at
 // cfg.TCP, the engine on an ephemeral port of the address bound.
 func listenTCP(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
+	scheme := "tcp"
+	if cfg.RDMA {
+		scheme = "rdma"
+		if info := eng.RDMA(); !info.Available {
+			return nil, fmt.Errorf("perf server: transport rdma: %s", info.Reason)
+		}
+		if k := eng.Config().Transport; k == engine.TransportTCP {
+			return nil, errors.New("perf server: transport rdma: the engine is configured for tcp only (Config.Transport)")
+		}
+	}
 	if err := checkHostPort(cfg.TCP); err != nil {
-		return nil, fmt.Errorf("perf server: tcp:%s: %w", cfg.TCP, err)
+		return nil, fmt.Errorf("perf server: %s:%s: %w", scheme, cfg.TCP, err)
 	}
 	l, err := net.Listen("tcp", cfg.TCP)
 	if err != nil {
-		return nil, fmt.Errorf("perf server: listen tcp:%s: %w", cfg.TCP, unwrapOp(err))
+		return nil, fmt.Errorf("perf server: listen %s:%s: %w", scheme, cfg.TCP, unwrapOp(err))
 	}
 	defer func() {
 		if err != nil {
 			_ = l.Close()
 		}
 	}()
-	s := &Server{eng: eng, cfg: cfg, ctl: l, tcp: true}
+	s := &Server{eng: eng, cfg: cfg, ctl: l, tcp: true, rdma: cfg.RDMA}
 	ip := l.Addr().(*net.TCPAddr).IP.String()
 	if s.ln, err = eng.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
 		return nil, fmt.Errorf("perf server: engine: %w", err)
@@ -146,10 +165,10 @@ func removeStale(path string) error {
 }
 
 // Addr is the address clients give to -x: "unix:PATH", or
-// "tcp:HOST:PORT" with the port bound.
+// "tcp:HOST:PORT" ("rdma:HOST:PORT") with the port bound.
 func (s *Server) Addr() string {
 	if s.tcp {
-		return "tcp:" + s.ctl.Addr().String()
+		return s.Transport() + ":" + s.ctl.Addr().String()
 	}
 	return "unix:" + s.cfg.Path
 }
@@ -158,8 +177,11 @@ func (s *Server) Addr() string {
 // HOST:PORT bound (tcp).
 func (s *Server) EngineAddr() string { return s.ln.Addr() }
 
-// Transport is the transport the server serves: "ipc" or "tcp".
+// Transport is the transport the server serves: "ipc", "tcp" or "rdma".
 func (s *Server) Transport() string {
+	if s.rdma {
+		return "rdma"
+	}
 	if s.tcp {
 		return "tcp"
 	}
@@ -404,8 +426,9 @@ func (ss *session) handle(ctx context.Context, m *ctlMsg) *ctlMsg {
 				ss.c.to = ss.who
 			}
 			r.Port = ss.s.enginePort()
+			r.Transport = ss.s.Transport()
 		}
-		env := CurrentEnvironment(&Env{Engine: eng})
+		env := CurrentEnvironment(&Env{Engine: eng, Transport: ss.s.Transport()})
 		r.Env = &env
 		return r
 	case opAttach:
@@ -502,6 +525,10 @@ func (ss *session) accept(ctx context.Context) (*engine.Endpoint, error) {
 		default:
 		}
 		if ss.ours(ep.Peer()) {
+			if want := ss.s.Transport(); ss.s.tcp && ep.Transport().String() != want {
+				_ = ep.Close()
+				return nil, fmt.Errorf("the engine endpoint from %s is %s, this server serves %s", ss.who, ep.Transport(), want)
+			}
 			return ep, nil
 		}
 	}

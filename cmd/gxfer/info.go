@@ -213,6 +213,7 @@ func collectInfo(eng *engine.Engine, cfg engine.Config, mode string) infoDoc {
 			Name: id.Name, Alloc: true, Register: false, DMABufExport: true, DMABufImport: false, Emulated: d.Emulated, Notes: notes,
 		})
 	}
+	bench.NoteRDMA(eng.RDMA()) // perf's rdma transport is available when the engine has RDMA
 	for _, t := range bench.Transports() {
 		doc.Transports = append(doc.Transports, transportInfo{Name: t.Name, Available: t.Available(), Reason: t.Unavailable, Desc: t.Desc})
 	}

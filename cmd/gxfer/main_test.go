@@ -208,7 +208,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"perf", "-t", "h2d", "-m", "host,gaudi"}, "mutually exclusive"},
 		{[]string{"perf", "-m", "host"}, "bad -m"},
 		{[]string{"perf", "-m", "host,ssd"}, "unknown memory type"},
-		{[]string{"perf", "-x", "rdma"}, "transport rdma is unavailable (gxfer perf has no RDMA mode yet"},
+		{[]string{"perf", "-x", "rdma"}, "transport rdma needs the server's address: -x rdma:HOST:PORT"},
 		{[]string{"perf", "-x", "tcp"}, "transport tcp needs the server's address: -x tcp:HOST:PORT"},
 		{[]string{"perf", "-x", "smoke"}, "unknown transport"},
 		{[]string{"perf", "-d", "3", "-s", "8", "-n", "1"}, "-d 3: no such device"},
@@ -266,7 +266,7 @@ func TestInfoText(t *testing.T) {
 		"device node", "DRAM",
 		"Memory domains:",
 		"ipc: available (unix socket + memfd/DMA-BUF fd passing, same host)",
-		"rdma: unavailable (gxfer perf has no RDMA mode yet",
+		"rdma: unavailable (RDMA unavailable",
 		"Endpoints (engine Listen/Dial):",
 		"tcp: Data frames on the connection",
 		"Dial(\"tcp\") picks: ",
@@ -310,7 +310,7 @@ func TestInfoJSON(t *testing.T) {
 	assert.True(t, tr["ipc"].Available)
 	assert.Equal(t, "unix socket + memfd/DMA-BUF fd passing, same host", tr["ipc"].Desc)
 	assert.False(t, tr["rdma"].Available)
-	assert.Equal(t, "gxfer perf has no RDMA mode yet (engine endpoints use RDMA: see gxfer info's Endpoints)", tr["rdma"].Reason)
+	assert.Equal(t, doc.Endpoints.RDMA.Reason, tr["rdma"].Reason, "the engine's reason")
 	assert.Equal(t, 2, doc.Endpoints.TCPLanes)
 	assert.NotEmpty(t, doc.Endpoints.Selection)
 	assert.True(t, tr["tcp"].Available)
@@ -515,8 +515,8 @@ func TestPerfIPCUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"perf", "-once"}, "-once needs -server"},
-		{[]string{"perf", "-server"}, "-server needs -x unix:PATH or -x tcp:HOST:PORT"},
-		{[]string{"perf", "-server", "-x", "local"}, "-server needs -x unix:PATH or -x tcp:HOST:PORT"},
+		{[]string{"perf", "-server"}, "-server needs -x unix:PATH, -x tcp:HOST:PORT or -x rdma:HOST:PORT"},
+		{[]string{"perf", "-server", "-x", "local"}, "-server needs -x unix:PATH, -x tcp:HOST:PORT or -x rdma:HOST:PORT"},
 		{[]string{"perf", "-server", "-x", "unix:/tmp/x.sock", "-s", "8"}, "-s has no meaning with -server"},
 		{[]string{"perf", "-server", "-x", "unix:/tmp/x.sock", "-json"}, "-json has no meaning with -server"},
 		{[]string{"perf", "-server", "-x", "unix:/tmp/x.sock", "-d", "-2"}, "bad -d"},

@@ -38,7 +38,7 @@ last window of completions (average: wall time / copies), not a round trip.
 Client/server mode, like ucx_perftest and ib_write_bw: start a server,
 then a client with the same -x. The server serves one client at a time
 (a second concurrent one is refused) until interrupted, or exits after
-one client with -once. Two transports:
+one client with -once. Three transports:
 
   ipc  -x unix:PATH      same host: unix sockets (0600, the peer's uid is
                          checked), shared memfd
@@ -52,13 +52,23 @@ one client with -once. Two transports:
                          reach it (no credentials are checked): run it on
                          a trusted network only, with -once when in doubt.
                          Server port 0 picks a free port (printed).
+  rdma -x rdma:HOST:PORT the tcp mode, with the engine endpoint dialed
+                         with TransportRDMA: Puts and Gets are RDMA writes
+                         and reads on the engine's RDMA device (see gxfer
+                         info); connection setup and the control channel
+                         stay TCP. Both engines need an RDMA device (else
+                         a one-line error giving the engine's reason, exit
+                         status 2). -rdma-cq chooses how the engine's
+                         completion queue waits.
 
   gxfer perf -server -x unix:/tmp/gx.sock [-once] [-d N]
   gxfer perf -x unix:/tmp/gx.sock [-t put_lat,put_bw,get_lat,get_bw] [-m local,remote] [-s sizes] [-O window]
   gxfer perf -server -x tcp:10.0.0.1:13337 [-once]
   gxfer perf -x tcp:10.0.0.1:13337 -t put_lat,put_bw,get_lat,get_bw
+  gxfer perf -server -x rdma:10.0.0.1:13337 [-once]
+  gxfer perf -x rdma:10.0.0.1:13337 -t put_lat,put_bw -rdma-cq busy
 
-Tests over ipc and tcp:
+Tests over ipc, tcp and rdma:
   put_lat  ping-pong: the client Puts into the server's buffer, the server
            polls its memory (the last aligned 8 bytes carry a sequence
            number) and Puts back; latency = round trip / 2, as
@@ -76,7 +86,14 @@ polls memory that the engine's socket reader lands the peer's bytes in:
 the poller parks 1 us between looks so that the reader can run (a spinning
 poller would starve it). Transfers of 4 MiB and more go over 2
 connections, so a large put_lat's sequence word can land before the rest
-of the message; the round still ends only once the Put has completed. As
+of the message; the round still ends only once the Put has completed.
+Over rdma the NIC writes the peer's bytes into the polled memory itself:
+put_lat spins on it as ipc does (a round ends once the answer has landed
+and the Put's completion has come back through the completion queue).
+On few cores the lowest rdma put_lat is with GOMAXPROCS=1 and -rdma-cq
+busy on both sides (one thread per process polls the memory and the
+completion queue, as perftest's does); busy with more Ps keeps a second
+core busy per process. As
 ucx_perftest, the same buffers are used every iteration (small sizes stay
 in the cache). The
 server verifies its buffer after each size of a put test, the client its
@@ -116,6 +133,7 @@ type perfOpts struct {
 	cpuprofile          string
 	tcpSpin             time.Duration
 	tcpLanes            int
+	rdmaCQ              string
 }
 
 func perfFlags() (*flag.FlagSet, *perfOpts) {
@@ -132,8 +150,8 @@ func perfFlags() (*flag.FlagSet, *perfOpts) {
 	fs.IntVar(&o.batch, "b", 1, "copies per submission, sent as one engine batch")
 	fs.IntVar(&o.count, "count", 1, "measure each (test, size) this many times (for benchstat)")
 	fs.IntVar(&o.device, "d", 0, "index of the Gaudi device under test")
-	fs.StringVar(&o.transport, "x", "local", "transport: local; unix:PATH for ipc to a perf server at PATH; tcp:HOST:PORT for tcp to a perf server at HOST:PORT (rdma is not available in this build)")
-	fs.BoolVar(&o.server, "server", false, "serve clients at -x unix:PATH or -x tcp:HOST:PORT (one at a time) until interrupted")
+	fs.StringVar(&o.transport, "x", "local", "transport: local; unix:PATH for ipc to a perf server at PATH; tcp:HOST:PORT for tcp to a perf server at HOST:PORT; rdma:HOST:PORT for the same with RDMA data transfers (needs an RDMA device)")
+	fs.BoolVar(&o.server, "server", false, "serve clients at -x unix:PATH, -x tcp:HOST:PORT or -x rdma:HOST:PORT (one at a time) until interrupted")
 	fs.BoolVar(&o.once, "once", false, "with -server: exit after one client")
 	fs.BoolVar(&o.json, "json", false, "write the report as JSON on stdout instead of tables")
 	fs.BoolVar(&o.csv, "csv", false, "write the results as CSV on stdout instead of tables")
@@ -142,6 +160,7 @@ func perfFlags() (*flag.FlagSet, *perfOpts) {
 	fs.BoolVar(&o.quiet, "q", false, "quiet: no tables and no progress (machine formats and -plot are still written)")
 	fs.DurationVar(&o.tcpSpin, "tcp-spin", 0, "over tcp: poll the socket this long before parking the reader (engine Config.TCPReadSpin, default 50us; negative: never; costs a core while it spins)")
 	fs.IntVar(&o.tcpLanes, "tcp-lanes", 0, "over tcp (client): connections per endpoint; transfers of 4 MiB and more are split over them (engine Config.TCPLanes; default 2)")
+	fs.StringVar(&o.rdmaCQ, "rdma-cq", "event", "over rdma: how the engine's completion queue waits: event (sleep in the netpoller), spin (poll 50us after each completion, then sleep), spin:DURATION, or busy (poll always: lowest latency, a core busy) (engine Config.RDMA.CQSpin, CQBusyPoll)")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to `FILE` (go tool pprof)")
 	o.common.register(fs)
 	return fs, o
@@ -152,8 +171,8 @@ type perfPlan struct {
 	p         bench.Params
 	format    string // text, json, csv, benchfmt
 	progress  bool
-	transport string // local, ipc, tcp
-	addr      string // the server's socket (ipc) or HOST:PORT (tcp)
+	transport string // local, ipc, tcp, rdma
+	addr      string // the server's socket (ipc) or HOST:PORT (tcp, rdma)
 }
 
 // clientOnly are the flags a server has no use for: the client chooses.
@@ -171,8 +190,8 @@ func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
 		return pl, usagef("-once needs -server")
 	}
 	if o.server {
-		if name != "ipc" && name != "tcp" {
-			return pl, usagef("-server needs -x unix:PATH or -x tcp:HOST:PORT, where to listen")
+		if name != "ipc" && name != "tcp" && name != "rdma" {
+			return pl, usagef("-server needs -x unix:PATH, -x tcp:HOST:PORT or -x rdma:HOST:PORT, where to listen")
 		}
 		for _, f := range clientOnly {
 			if set[f] {
@@ -190,13 +209,13 @@ func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
 	if set["s"] && set["sweep"] {
 		return pl, usagef("-s and -sweep are mutually exclusive")
 	}
-	if name == "tcp" {
+	if name == "tcp" || name == "rdma" {
 		if err := bench.CheckDialAddr(addr); err != nil {
 			return pl, usagef("-x: bad -x %q: %v", o.transport, err)
 		}
 	}
 	if set["t"] && set["m"] && name == "local" {
-		return pl, usagef("-t and -m are mutually exclusive (except over ipc and tcp, where -m gives the local and remote memory types)")
+		return pl, usagef("-t and -m are mutually exclusive (except over ipc, tcp and rdma, where -m gives the local and remote memory types)")
 	}
 	if name != "local" && o.batch > 1 {
 		return pl, usagef("-b %d: batches are not supported over %s (an endpoint has no batch API)", o.batch, name)
@@ -366,6 +385,16 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		}
 		cfg.TCPLanes = o.tcpLanes
 	}
+	if set["rdma-cq"] {
+		if plan.transport != "rdma" {
+			return usagef("-rdma-cq needs -x rdma:HOST:PORT")
+		}
+		spin, busy, err := parseRDMACQ(o.rdmaCQ)
+		if err != nil {
+			return err
+		}
+		cfg.RDMA.CQSpin, cfg.RDMA.CQBusyPoll = spin, busy
+	}
 	if o.cpuprofile != "" {
 		f, err := os.Create(o.cpuprofile)
 		if err != nil {
@@ -395,15 +424,25 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if n := eng.NumDevices(); set["d"] && o.device >= n {
 		return usagef("-d %d: no such device (%d open)", o.device, n)
 	}
+	// Whether rdma can be used is the engine's RDMA device's to say.
+	bench.NoteRDMA(eng.RDMA())
+	if plan.transport == "rdma" {
+		if _, err := bench.LookupTransport("rdma"); err != nil {
+			return usagef("-x %s: %v", o.transport, err)
+		}
+	}
 	if o.server {
 		return runServer(ctx, o, plan, eng, stdout)
 	}
 	env := &bench.Env{Engine: eng, Device: o.device, Transport: plan.transport}
-	if plan.transport == "ipc" || plan.transport == "tcp" {
+	if plan.transport == "ipc" || plan.transport == "tcp" || plan.transport == "rdma" {
 		var peer *bench.Peer
-		if plan.transport == "tcp" {
+		switch plan.transport {
+		case "tcp":
 			peer, err = bench.DialPeerTCP(ctx, eng, plan.addr)
-		} else {
+		case "rdma":
+			peer, err = bench.DialPeerRDMA(ctx, eng, plan.addr)
+		default:
 			peer, err = bench.DialPeer(ctx, eng, plan.addr)
 		}
 		if err != nil {
@@ -490,8 +529,8 @@ func runServer(ctx context.Context, o *perfOpts, plan perfPlan, eng *engine.Engi
 		log = stdout
 	}
 	cfg := bench.ServerConfig{Path: plan.addr, Device: o.device, Once: o.once, Log: log}
-	if plan.transport == "tcp" {
-		cfg.Path, cfg.TCP = "", plan.addr
+	if plan.transport == "tcp" || plan.transport == "rdma" {
+		cfg.Path, cfg.TCP, cfg.RDMA = "", plan.addr, plan.transport == "rdma"
 	}
 	srv, err := bench.Listen(eng, cfg)
 	if err != nil {
@@ -524,10 +563,16 @@ func runServer(ctx context.Context, o *perfOpts, plan perfPlan, eng *engine.Engi
 		if o.once {
 			mode = "one client, then exit (-once)"
 		}
-		if plan.transport == "tcp" {
+		switch plan.transport {
+		case "rdma":
+			fmt.Fprintf(stdout, "\n# transport %s | rdma device %s | completion queue %s", bench.TransportLabel("rdma"),
+				bench.RDMADevice(eng.RDMA()), bench.CQModeString(eng.Config().RDMA))
+			fmt.Fprintf(stdout, "\n# listening on %s (control channel; engine at %s) | any client that can reach it is served | %s\n",
+				srv.Addr(), srv.EngineAddr(), mode)
+		case "tcp":
 			fmt.Fprintf(stdout, "\n# transport %s | listening on %s (control channel; engine at %s) | any client that can reach it is served | %s\n",
 				bench.TransportLabel("tcp"), srv.Addr(), srv.EngineAddr(), mode)
-		} else {
+		default:
 			fmt.Fprintf(stdout, "\n# transport %s | listening on %s (control socket %s%s) | %s\n",
 				bench.TransportLabel("ipc"), srv.Addr(), plan.addr, bench.CtlSuffix, mode)
 		}
@@ -536,4 +581,24 @@ func runServer(ctx context.Context, o *perfOpts, plan perfPlan, eng *engine.Engi
 		return fmt.Errorf("server: %w", err)
 	}
 	return nil
+}
+
+// parseRDMACQ parses -rdma-cq: event, spin (50us), spin:DURATION or busy.
+func parseRDMACQ(v string) (spin time.Duration, busy bool, err error) {
+	switch v {
+	case "event":
+		return 0, false, nil
+	case "busy":
+		return 0, true, nil
+	case "spin":
+		return 50 * time.Microsecond, false, nil
+	}
+	if d, ok := strings.CutPrefix(v, "spin:"); ok {
+		spin, err := time.ParseDuration(d)
+		if err != nil || spin <= 0 || spin > time.Second {
+			return 0, false, usagef("bad -rdma-cq %q (want spin:DURATION with 0 < DURATION <= 1s, e.g. spin:100us)", v)
+		}
+		return spin, false, nil
+	}
+	return 0, false, usagef("bad -rdma-cq %q (want event, spin, spin:DURATION or busy)", v)
 }

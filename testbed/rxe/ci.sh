@@ -9,7 +9,8 @@
 #     udmabuf): builds the Soft-RoCE QEMU VM (cached under $RXEVM_DIR) and
 #     runs the internal/verbs and rdma tests inside it, for real on rxe0,
 #     with -race, plus every benchmark once (so they cannot rot), then the
-#     engine's RDMA endpoint tests (go test -run RDMA ./engine/).
+#     engine's RDMA endpoint tests (go test -run RDMA ./engine/), then
+#     gxfer perf's rdma client/server tests (go test -run RDMA ./cmd/gxfer/).
 # Tests inside the VM must not skip for lack of a device or of the expected
 # DMA-BUF exporter (GXFER_REQUIRE_RDMA, GXFER_REQUIRE_DMABUF_EXPORTER).
 # Exits non-zero on any failure. Logs: $RXEVM_DIR/ci-<kernel>.log.
@@ -77,6 +78,20 @@ for k in ${GXFER_CI_KERNELS:-stable backports}; do
 	if [ $rc != 0 ]; then
 		echo "rxe-ci: engine RDMA tests failed on the $k kernel (status $rc); last 80 lines of $elog:"
 		tail -80 "$elog"
+		exit $rc
+	fi
+	# gxfer perf over rdma: a client and a server (two engines in one test
+	# process) on rxe0, tiny sizes and -time; plus the -x rdma usage errors.
+	plog=$RXEVM_DIR/ci-$k-perf.log
+	step "gxfer perf -x rdma tests in the VM (log: $plog)"
+	rc=0
+	RXEVM_OUT=$out GXFER_REQUIRE_RDMA=1 \
+		go test -count=1 -p 1 $race -timeout 15m -exec "$HERE/go-exec-in-vm.sh" \
+		-v -run 'RDMA' ./cmd/gxfer/ >"$plog" 2>&1 || rc=$?
+	grep -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)|    --- (FAIL|SKIP)|WARNING: DATA RACE|rdma_test.go:[0-9]+: (put|get)_' "$plog" || true
+	if [ $rc != 0 ]; then
+		echo "rxe-ci: gxfer perf rdma tests failed on the $k kernel (status $rc); last 80 lines of $plog:"
+		tail -80 "$plog"
 		exit $rc
 	fi
 done
