@@ -865,11 +865,8 @@ func (ep *Endpoint) importKey(ctx context.Context, deadline time.Time, k wire.Re
 	return ep.e.imports.Get(key, func(ipc.Key) (*imported, uint64, error) {
 		ctx, cancel := context.WithTimeout(ctx, importTimeout)
 		defer cancel()
-		if !deadline.IsZero() {
-			var cancel2 context.CancelFunc
-			ctx, cancel2 = context.WithDeadline(ctx, deadline)
-			defer cancel2()
-		}
+		ctx, cancel2 := withDeadline(ctx, deadline)
+		defer cancel2()
 		id := ep.newID()
 		full := k
 		full.Offset, full.Len = 0, k.Length
@@ -1101,6 +1098,14 @@ func (ep *Endpoint) rmaDevice(put bool, local Slice, k wire.RemoteKey, opts []Op
 	return f
 }
 
+// withDeadline is ctx bounded by deadline when it is set.
+func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if deadline.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
+}
+
 // request sends a Put or Get the peer performs and waits for its answer.
 func (ep *Endpoint) request(ctx context.Context, put bool, req wire.Request) error {
 	var m wire.Message = &wire.Get{Request: req}
@@ -1123,12 +1128,8 @@ func (ep *Endpoint) request(ctx context.Context, put bool, req wire.Request) err
 // bounce buffer.
 func (ep *Endpoint) remoteDMA(put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
 	e := ep.e
-	ctx := context.Background()
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+	ctx, cancel := withDeadline(context.Background(), deadline)
+	defer cancel()
 	// The peer imports the memory it copies from or to: always a scratch
 	// buffer of exactly this size, never the caller's buffer (a key to it
 	// would grant the peer the whole buffer, read-write, for as long as it

@@ -461,12 +461,8 @@ func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOp
 // a host bounce buffer (Gaudi).
 func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
 	e := ep.e
-	ctx := context.Background()
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
+	ctx, cancel := withDeadline(context.Background(), deadline)
+	defer cancel()
 	region := local
 	if local.buf.loc.gaudi {
 		bounce, err := e.Alloc(int(local.n), Host)

@@ -32,15 +32,16 @@ type DataSink func(reqID, offset uint64, n int) ([]byte, error)
 // straight into memory chosen by a sink and send one from the caller's
 // memory without copying it: [StreamTransport].
 type routedStream interface {
-	writeFramed(pre, body []byte) error
+	writeFramed(pre, body []byte, copyMax int) error
 	RecvRouted(buf []byte, route func(head []byte, n int) ([]byte, error)) (n int, routed bool, err error)
 }
 
 // writeFramed writes pre, which already holds whole length-prefixed frames
 // and the prefix and head of a last frame, then body, the rest of that last
-// frame, without copying body. Like Send, a partial write breaks the
-// stream.
-func (s *StreamTransport) writeFramed(pre, body []byte) error {
+// frame: copied behind pre into one write when it is at most copyMax
+// bytes, else with writev. A write that fails part-way breaks the stream
+// (the peer can no longer find the next frame boundary).
+func (s *StreamTransport) writeFramed(pre, body []byte, copyMax int) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.wbroken != nil {
@@ -50,8 +51,7 @@ func (s *StreamTransport) writeFramed(pre, body []byte) error {
 		n   int64
 		err error
 	)
-	if len(body) <= 512 {
-		// Small: one copy, one write.
+	if len(body) <= copyMax {
 		b := append(append(s.wbuf[:0], pre...), body...)
 		s.wbuf = b[:0]
 		var m int
@@ -62,7 +62,7 @@ func (s *StreamTransport) writeFramed(pre, body []byte) error {
 		n, err = bufs.WriteTo(s.c)
 	}
 	if err != nil && n == 0 {
-		return err
+		return err // nothing went out: the stream is intact
 	}
 	if err != nil {
 		s.wbroken = fmt.Errorf("wire: stream: write failed, stream broken: %w", err)
@@ -71,8 +71,8 @@ func (s *StreamTransport) writeFramed(pre, body []byte) error {
 	return nil
 }
 
-// RecvRouted reads one frame like Recv, except a Data frame's payload:
-// route is given the frame's first dataHeadSize bytes (header and offset,
+// RecvRouted reads one length-prefixed frame into buf, except a Data
+// frame's payload when route is not nil: route is given the frame's first dataHeadSize bytes (header and offset,
 // in buf) and the payload length, and returns where the payload goes (nil:
 // read and drop it). It returns the bytes of the frame held in buf (all of
 // a frame that was not routed; the head of one that was) and whether the
@@ -94,11 +94,14 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 	if l == 0 {
 		return 0, false, s.breakWith(malformed("stream: zero-length frame"))
 	}
+	if route == nil && uint64(l) > uint64(len(buf)) {
+		return 0, false, s.breakWith(tooLarge(l, len(buf)))
+	}
 	head := min(int(l), dataHeadSize, len(buf))
 	if _, err := s.readFull(buf[:head]); err != nil {
 		return 0, false, s.breakWith(truncated(err))
 	}
-	if head == dataHeadSize && l > dataHeadSize && Type(buf[6]) == TypeData {
+	if route != nil && head == dataHeadSize && l > dataHeadSize && Type(buf[6]) == TypeData {
 		dst, err := route(buf[:dataHeadSize], int(l)-dataHeadSize)
 		if err != nil {
 			return 0, false, s.breakWith(err)
@@ -114,12 +117,16 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 		return dataHeadSize, true, nil
 	}
 	if uint64(l) > uint64(len(buf)) {
-		return 0, false, s.breakWith(&detailError{kind: ErrTooLarge, msg: fmt.Sprintf("stream: %d-byte frame, buffer holds %d", l, len(buf))})
+		return 0, false, s.breakWith(tooLarge(l, len(buf)))
 	}
 	if _, err := s.readFull(buf[head:l]); err != nil {
 		return 0, false, s.breakWith(truncated(err))
 	}
 	return int(l), false, nil
+}
+
+func tooLarge(l uint32, have int) error {
+	return &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("stream: %d-byte frame, buffer holds %d", l, have)}
 }
 
 func truncated(err error) error {
@@ -191,7 +198,7 @@ func (c *Conn) sendWithData(msgs []Message, reqID, off uint64, p []byte) error {
 			return c.sendErr(err)
 		}
 	}
-	if err := rs.writeFramed(b, p); err != nil {
+	if err := rs.writeFramed(b, p, 512); err != nil {
 		return c.sendErr(err)
 	}
 	return nil

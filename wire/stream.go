@@ -3,7 +3,6 @@ package wire
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net"
@@ -60,68 +59,15 @@ func (s *StreamTransport) Send(frame []byte, fds []*fd.FD) error {
 	if len(frame) == 0 || uint64(len(frame)) > math.MaxUint32 {
 		return invalid("stream frame of %d bytes", len(frame))
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if s.wbroken != nil {
-		return s.wbroken
-	}
-	var (
-		n   int64
-		err error
-	)
-	if len(frame) <= streamCopyMax {
-		b := binary.LittleEndian.AppendUint32(s.wbuf[:0], uint32(len(frame)))
-		b = append(b, frame...)
-		s.wbuf = b[:0]
-		var m int
-		m, err = s.c.Write(b)
-		n = int64(m)
-	} else {
-		var pfx [4]byte
-		binary.LittleEndian.PutUint32(pfx[:], uint32(len(frame)))
-		bufs := net.Buffers{pfx[:], frame}
-		n, err = bufs.WriteTo(s.c)
-	}
-	if err != nil && n == 0 {
-		return err // nothing went out: the stream is intact
-	}
-	if err != nil {
-		// Part of the frame may be out: the peer can no longer find the
-		// next frame boundary.
-		s.wbroken = fmt.Errorf("wire: stream: write failed, stream broken: %w", err)
-		return s.wbroken
-	}
-	return nil
+	var pfx [4]byte
+	binary.LittleEndian.PutUint32(pfx[:], uint32(len(frame)))
+	return s.writeFramed(pfx[:], frame, streamCopyMax)
 }
 
 // Recv reads one length-prefixed frame into buf.
 func (s *StreamTransport) Recv(buf []byte) (int, []*fd.FD, error) {
-	s.rmu.Lock()
-	defer s.rmu.Unlock()
-	if s.broken != nil {
-		return 0, nil, s.broken
-	}
-	n, err := s.readFull(s.rhdr[:])
-	if err != nil {
-		if n == 0 {
-			return 0, nil, err // clean: EOF or a deadline between frames
-		}
-		return 0, nil, s.breakWith(fmt.Errorf("wire: stream: truncated length prefix: %w", err))
-	}
-	l := binary.LittleEndian.Uint32(s.rhdr[:])
-	switch {
-	case l == 0:
-		return 0, nil, s.breakWith(malformed("stream: zero-length frame"))
-	case uint64(l) > uint64(len(buf)):
-		return 0, nil, s.breakWith(&detailError{kind: ErrTooLarge, msg: fmt.Sprintf("stream: %d-byte frame, buffer holds %d", l, len(buf))})
-	}
-	if _, err := s.readFull(buf[:l]); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return 0, nil, s.breakWith(fmt.Errorf("wire: stream: truncated frame: %w", err))
-	}
-	return int(l), nil, nil
+	n, _, err := s.RecvRouted(buf, nil)
+	return n, nil, err
 }
 
 func (s *StreamTransport) breakWith(err error) error {
