@@ -101,6 +101,8 @@ type CQStats struct {
 	Stray       uint64 // completions whose wr_id was not in flight (dropped)
 	Errors      uint64 // poll/arm/event errors
 	Panics      uint64 // Completers that panicked (recovered)
+	External    uint64 // completions delivered by TryProgress callers
+	Naps        uint64 // timed sleeps instead of arming, while callers poll
 	InFlight    int    // work requests posted and not yet completed
 	BusyPoll    bool
 	Manual      bool
@@ -108,6 +110,7 @@ type CQStats struct {
 
 type cqCounters struct {
 	polls, empty, completions, events, arms, timeouts, stray, errors, panics atomic.Uint64
+	extDelivered, naps                                                       atomic.Uint64
 }
 
 // CQ is a completion queue and the goroutine that drains it.
@@ -127,17 +130,21 @@ type CQ struct {
 	stopMu  sync.Mutex
 	stopped bool
 	stop    atomic.Bool
+	stopCh  chan struct{} // closed by Close (wakes a napping goroutine)
 	exited  chan struct{}
 
-	// Manual mode: Progress callers take turns; they own the fields below.
+	// Whoever polls holds progressMu (the run goroutine, Progress and
+	// TryProgress callers take turns); it guards wc, recs and oks.
 	progressMu sync.Mutex
+	wc         []verbs.WC
+	recs       []slotRec
+	oks        []bool
 
 	// owned by the run goroutine (Close reads them after it exits)
-	wc      []verbs.WC
-	recs    []slotRec
-	oks     []bool
 	unacked int
 	armed   bool
+	lastExt uint64        // st.extDelivered at the last look
+	nap     time.Duration // the next nap (0: napMin)
 
 	st cqCounters
 }
@@ -157,7 +164,7 @@ func (d *Device) NewCQ(cfg CQConfig) (_ *CQ, err error) {
 		return nil, fmt.Errorf("%w: CQ size %d > device max %d", ErrInvalid, cfg.Size, d.attr.MaxCQE)
 	}
 	c := &CQ{
-		d: d, cfg: cfg, exited: make(chan struct{}),
+		d: d, cfg: cfg, exited: make(chan struct{}), stopCh: make(chan struct{}),
 		wc: make([]verbs.WC, cfg.Batch), recs: make([]slotRec, cfg.Batch), oks: make([]bool, cfg.Batch),
 	}
 	defer func() {
@@ -241,6 +248,7 @@ func (c *CQ) Stats() CQStats {
 		Polls: c.st.polls.Load(), EmptyPolls: c.st.empty.Load(), Completions: c.st.completions.Load(),
 		Events: c.st.events.Load(), Arms: c.st.arms.Load(), Timeouts: c.st.timeouts.Load(),
 		Stray: c.st.stray.Load(), Errors: c.st.errors.Load(), Panics: c.st.panics.Load(),
+		External: c.st.extDelivered.Load(), Naps: c.st.naps.Load(),
 		InFlight: c.slots.inUse(), BusyPoll: c.cfg.BusyPoll, Manual: c.cfg.Manual,
 	}
 }
@@ -258,6 +266,28 @@ func (c *CQ) Progress() int {
 		return 0
 	}
 	return c.poll()
+}
+
+// TryProgress polls one batch of completions and delivers them on the
+// calling goroutine, in any mode, unless another goroutine is polling the
+// CQ at that moment (it then returns 0, false at once). It returns how
+// many it delivered, and whether it polled. A goroutine that waits for its own completion calls it in its
+// wait loop (a Binding's Put does), so that the completion is taken by the
+// waiter itself, without a goroutine switch; the CQ's goroutine, if any,
+// still delivers whatever it polls first.
+func (c *CQ) TryProgress() (int, bool) {
+	if !c.progressMu.TryLock() {
+		return 0, false
+	}
+	defer c.progressMu.Unlock()
+	if c.stop.Load() {
+		return 0, true
+	}
+	n := c.poll()
+	if n > 0 {
+		c.st.extDelivered.Add(uint64(n))
+	}
+	return n, true
 }
 
 // Close stops the CQ's goroutine and destroys the CQ and its channel. It
@@ -284,6 +314,7 @@ func (c *CQ) close(force bool) error {
 	c.stopMu.Lock()
 	c.stopped = true
 	c.stop.Store(true)
+	close(c.stopCh)
 	if c.f != nil {
 		_ = c.f.SetReadDeadline(time.Unix(1, 0)) // wake the goroutine
 	}
@@ -306,7 +337,10 @@ func (c *CQ) run() {
 	defer close(c.exited)
 	var last time.Time
 	for !c.stop.Load() {
-		if c.poll() > 0 {
+		c.progressMu.Lock()
+		n := c.poll()
+		c.progressMu.Unlock()
+		if n > 0 {
 			if c.cfg.Spin > 0 {
 				last = time.Now()
 			}
@@ -321,6 +355,9 @@ func (c *CQ) run() {
 			continue
 		}
 		if !c.armed {
+			if c.napWhileCallersPoll() {
+				continue
+			}
 			if err := c.v.ReqNotify(false); err != nil {
 				c.st.errors.Add(1)
 				time.Sleep(time.Millisecond)
@@ -332,6 +369,42 @@ func (c *CQ) run() {
 		}
 		c.wait()
 	}
+}
+
+// Naps of the CQ's goroutine while TryProgress callers take the
+// completions: they grow from napMin to napMax.
+const (
+	napMin = 250 * time.Microsecond
+	napMax = 2 * time.Millisecond
+)
+
+// napWhileCallersPoll: when TryProgress callers delivered completions
+// since the last look (a Binding waiting for its own), an armed CQ would
+// only wake this goroutine at each completion to find it taken (a thread
+// woken, an event read, a re-arm: on a busy machine, CPU the callers and
+// the NIC's software need). The goroutine then sleeps a short, growing
+// while instead of arming, and polls again; once callers stop polling
+// (nothing delivered by them for a whole nap), it arms as usual. What it
+// may delay is a completion nobody else polls for: by napMax at most.
+func (c *CQ) napWhileCallersPoll() bool {
+	ext := c.st.extDelivered.Load()
+	if ext == c.lastExt {
+		c.nap = 0
+		return false
+	}
+	c.lastExt = ext
+	if c.nap == 0 {
+		c.nap = napMin
+	}
+	t := time.NewTimer(c.nap)
+	select {
+	case <-t.C:
+	case <-c.stopCh:
+		t.Stop()
+	}
+	c.nap = min(2*c.nap, napMax)
+	c.st.naps.Add(1)
+	return true
 }
 
 // wait sleeps until the channel has an event (consumed here), the
@@ -374,7 +447,8 @@ func (c *CQ) wait() {
 	}
 }
 
-// poll drains up to Batch completions with one cgo call and dispatches them.
+// poll drains up to Batch completions with one cgo call and dispatches
+// them. The caller holds progressMu.
 func (c *CQ) poll() int {
 	n, err := c.v.Poll(c.wc)
 	c.st.polls.Add(1)

@@ -598,3 +598,59 @@ func TestRepostFromCompleter(t *testing.T) {
 		})
 	}
 }
+
+// TestTryProgress: a caller takes its own completions from a CQ that has
+// a goroutine (event mode); while callers do, the goroutine naps instead
+// of arming (no event per completion), and it arms again once they stop.
+func TestTryProgress(t *testing.T) {
+	e := newEnv(t, rdma.CQConfig{})
+	a, _ := e.pair(t)
+	m := e.mem(t, 8192)
+	fill(m.b[:4096], 5)
+	wr := rdma.WR{Op: rdma.OpWrite, Local: []rdma.Seg{m.mr.Seg(0, 4096)}, Remote: m.mr.Remote().At(4096)}
+	before := e.cq.Stats()
+	const n = 200
+	for i := 0; i < n; i++ {
+		col := newCollector(1)
+		w := wr
+		w.Done = col
+		_, err := a.Post([]rdma.WR{w})
+		require.NoError(t, err)
+		deadline := time.Now().Add(30 * time.Second)
+		for len(col) == 0 && time.Now().Before(deadline) {
+			e.cq.TryProgress()
+		}
+		require.NoError(t, (<-col).Err)
+	}
+	assert.Equal(t, m.b[:4096], m.b[4096:])
+	st := e.cq.Stats()
+	t.Logf("%d writes, each waited for by TryProgress: %+v", n, st)
+	assert.Greater(t, st.External-before.External, uint64(n/2), "most completions taken by the caller")
+	assert.Less(t, st.Events-before.Events, uint64(n/4), "an event per completion would wake the goroutine for nothing")
+	assert.NotZero(t, st.Naps-before.Naps)
+
+	// Callers gone: the goroutine arms and delivers on events again.
+	time.Sleep(20 * time.Millisecond)
+	mid := e.cq.Stats()
+	for i := 0; i < 10; i++ {
+		_, err := a.Do(testCtx(t), wr)
+		require.NoError(t, err)
+	}
+	end := e.cq.Stats()
+	assert.NotZero(t, end.Events-mid.Events, "events again once no caller polls: %+v", end)
+	assert.Equal(t, mid.External, end.External)
+}
+
+// TestTryProgressBusy: TryProgress does not wait for a poller holding the
+// CQ (it reports that it did not poll).
+func TestTryProgressBusy(t *testing.T) {
+	e := newEnv(t, rdma.CQConfig{Manual: true})
+	n, polled := e.cq.TryProgress()
+	assert.Zero(t, n)
+	assert.True(t, polled)
+	rdma.HoldCQ(e.cq, func() {
+		n, polled := e.cq.TryProgress()
+		assert.Zero(t, n)
+		assert.False(t, polled)
+	})
+}
