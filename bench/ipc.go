@@ -421,6 +421,10 @@ func (w *rmaWork) Stream(ctx context.Context, n int) error {
 	return w.bind.GetN(n)
 }
 
+// Flush implements flusher: the binding's operations still in flight
+// (RDMA) are done on return.
+func (w *rmaWork) Flush() error { return w.bind.Flush() }
+
 // Verify implements Workload: the destination, here or at the peer, holds
 // the source's pattern.
 func (w *rmaWork) Verify(ctx context.Context) error {
@@ -553,6 +557,11 @@ func (w *pingPong) RoundTrip(ctx context.Context) error {
 	if err := w.bind.Put(); err != nil {
 		return err
 	}
+	return w.poll(ctx, want)
+}
+
+// poll spins until the answer of round want has landed.
+func (w *pingPong) poll(ctx context.Context, want uint64) error {
 	var t0 time.Time
 	for spins := 1; atomic.LoadUint64(w.recvSeq) != want; spins++ {
 		if spins&0xfff != 0 {

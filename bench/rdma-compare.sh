@@ -11,7 +11,8 @@
 # usage: bash bench/rdma-compare.sh   (root: it boots the VM; ~2-4 min)
 # env: ROUNDS (default 3), BW_ITERS, LAT_ITERS (perftest -n, default 2000),
 #   GTIME (gxfer -time, default 3s), WINDOW (gxfer put_bw -O, default 128),
-#   MODES (default "event spin busy busy1"), RXEVM_OUT, RXEVM_DIR.
+#   MODES (default "event spin busy busy1"; a 1 suffix: GOMAXPROCS=1),
+#   TESTS (default "bw lat"), RXEVM_OUT, RXEVM_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TB=$PWD/testbed/rxe
@@ -23,4 +24,4 @@ trap 'rm -rf "$T"' EXIT
 go build -o "$T/gxfer" ./cmd/gxfer
 "$TB/run-in-vm.sh" -t 2400 -f "$T/gxfer" -f "$TB/perf-in-vm.sh" \
 	env ROUNDS="${ROUNDS:-3}" BW_ITERS="${BW_ITERS:-2000}" LAT_ITERS="${LAT_ITERS:-2000}" \
-	GTIME="${GTIME:-3s}" WINDOW="${WINDOW:-128}" MODES="${MODES:-event spin busy busy1}" sh ./perf-in-vm.sh
+	GTIME="${GTIME:-3s}" WINDOW="${WINDOW:-128}" MODES="${MODES:-event spin busy busy1}" TESTS="${TESTS:-bw lat}" sh ./perf-in-vm.sh

@@ -421,6 +421,13 @@ type streamer interface {
 	Stream(ctx context.Context, n int) error
 }
 
+// flusher is a streamer whose Stream may return with operations still in
+// flight (an RDMA binding's posted writes): Flush waits for them, and the
+// measurement ends after it.
+type flusher interface {
+	Flush() error
+}
+
 // streamChunk is how many operations of size bytes streamLoop runs
 // between two clock reads: about 256 KiB of data, at most 1024 operations
 // (some microseconds), so that the clock and the recorder weigh nothing
@@ -469,6 +476,12 @@ func streamLoop(ctx context.Context, w streamer, p Params, size int, limit int64
 				frac(min(1, float64(now-start)/float64(durT)))
 			}
 		}
+	}
+	if f, ok := w.(flusher); ok {
+		if err := f.Flush(); err != nil {
+			return m, err
+		}
+		now = c.now()
 	}
 	m.elapsed = c.dur(now - start)
 	return m, nil

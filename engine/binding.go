@@ -11,24 +11,33 @@ import (
 )
 
 // Binding prepares repeated transfers between one local host slice and one
-// slice of a peer's host buffer: the arguments are checked, the peer's
-// memory imported and both buffers referenced once, so each Put or Get is
-// only a copy into or out of the peer's mapped memory (the shape of a UCT
-// endpoint with an unpacked remote key). Use it for small messages in a
-// loop; Endpoint.Put/Get are the general, asynchronous operations.
+// slice of a peer's buffer: the arguments are checked and the buffers
+// referenced once (the shape of a UCT endpoint with an unpacked remote
+// key). Use it for small messages in a loop, or to stream puts; Endpoint
+// Put/Get are the general, asynchronous operations.
+//
+// On a "unix" endpoint the peer's host memory is imported once, and each
+// Put or Get is only a copy into or out of its mapping. On an RDMA
+// endpoint the local slice is registered and the work request built once:
+// each Put is one RDMA write (Get one read), whose completion the caller
+// takes from the completion queue itself; PutN and GetN post chains of
+// them, keeping up to 128 in flight, and Flush waits for those.
 type Binding struct {
 	ep           *Endpoint
+	n            uint64 // bytes per operation
 	mine, theirs []byte
 	lbuf, rbuf   *Buffer
 	h            *ipc.Handle[*imported]
+	rd           *rdmaBind // RDMA endpoints (mine, theirs, rbuf and h unused)
 
 	mu     sync.RWMutex // Put/Get hold it shared; Close exclusively
 	closed bool
 	ops    atomic.Uint64 // added to the engine's Stats at Close (one atomic per op here)
 }
 
-// Bind prepares transfers between local and remote (same length, host
-// memory on both sides).
+// Bind prepares transfers between local and remote (same length; local
+// host memory; the peer's host memory over "unix", any peer memory whose
+// key carries an rkey over RDMA).
 func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*Binding, error) {
 	e := ep.e
 	if err := checkCtx(ctx); err != nil {
@@ -46,10 +55,10 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 	if err := remote.k.Check(0, remote.k.Len); err != nil {
 		return nil, newErr(ErrInvalid, "remote key view", err)
 	}
-	if ep.kind != TransportIPC {
-		return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint); this one is "+ep.kind.String(), nil)
+	if ep.kind != TransportIPC && ep.rd == nil {
+		return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is "+ep.Transport().String(), nil)
 	}
-	if local.buf.loc.gaudi || remote.k.MemType != wire.MemHost {
+	if ep.rd == nil && (local.buf.loc.gaudi || remote.k.MemType != wire.MemHost) {
 		return nil, newErr(ErrNotSupported, "bindings are between host buffers (use Put/Get for Gaudi memory)", nil)
 	}
 	if remote.k.Len != local.n {
@@ -61,6 +70,9 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 	if !remote.k.Allows(wire.KeyRead | wire.KeyWrite) {
 		return nil, newErr(ErrInvalid, "remote key does not grant read and write access", nil)
 	}
+	if ep.rd != nil {
+		return ep.bindRDMA(local, &remote.k)
+	}
 	h, err := ep.importKey(ctx, e.opConfig(nil).deadline, remote.k)
 	if err != nil {
 		return nil, ep.importErr(err)
@@ -70,7 +82,7 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 		e.imports.Put(h)
 		return nil, err
 	}
-	return &Binding{ep: ep, mine: local.hostBytes(), theirs: theirs.hostBytes(), lbuf: local.buf, rbuf: theirs.buf, h: h}, nil
+	return &Binding{ep: ep, n: local.n, mine: local.hostBytes(), theirs: theirs.hostBytes(), lbuf: local.buf, rbuf: theirs.buf, h: h}, nil
 }
 
 // check refuses a closed binding or one whose peer memory is gone (the
@@ -78,6 +90,9 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 func (b *Binding) check() error {
 	if b.closed {
 		return newErr(ErrClosed, "binding closed", nil)
+	}
+	if b.rd != nil {
+		return nil // the endpoint's and the work requests' errors: rdmaBind.do
 	}
 	if b.h.Gone() {
 		if err := b.ep.Err(); err != nil {
@@ -96,6 +111,9 @@ func (b *Binding) Put() error {
 	if err := b.check(); err != nil {
 		return err
 	}
+	if b.rd != nil {
+		return b.rdmaDo(true, 1, true)
+	}
 	copy(b.theirs, b.mine)
 	b.ops.Add(1)
 	return nil
@@ -108,6 +126,9 @@ func (b *Binding) Get() error {
 	if err := b.check(); err != nil {
 		return err
 	}
+	if b.rd != nil {
+		return b.rdmaDo(false, 1, true)
+	}
 	copy(b.mine, b.theirs)
 	b.ops.Add(1)
 	return nil
@@ -118,7 +139,10 @@ func (b *Binding) Get() error {
 // lock taken once for all of them, and Stats count them with one atomic
 // (the loop of a bandwidth test, like UCT's put_bw posting its puts). A
 // binding closed or whose peer memory goes away meanwhile is noticed at
-// the next call. n <= 0 does nothing.
+// the next call. n <= 0 does nothing. On an RDMA endpoint PutN returns
+// once the n writes are posted, up to 128 of them still in flight (the
+// next call, Put, Get, Flush or Close waits for them; an error of theirs
+// is returned by the call that sees it).
 func (b *Binding) PutN(n int) error { return b.copyN(n, true) }
 
 // GetN runs n Gets back to back (see PutN).
@@ -133,6 +157,9 @@ func (b *Binding) copyN(n int, put bool) error {
 	if err := b.check(); err != nil {
 		return err
 	}
+	if b.rd != nil {
+		return b.rdmaDo(put, n, false)
+	}
 	dst, src := b.theirs, b.mine
 	if !put {
 		dst, src = src, dst
@@ -144,8 +171,34 @@ func (b *Binding) copyN(n int, put bool) error {
 	return nil
 }
 
-// Close releases the binding (after in-progress Puts and Gets return) and
-// adds its operations to the engine's Stats. Idempotent.
+// Flush returns once every operation of the binding has completed (on an
+// RDMA endpoint, the writes and reads PutN and GetN left in flight; over
+// "unix" they are done on return already), with the first error among
+// them.
+func (b *Binding) Flush() error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if err := b.check(); err != nil || b.rd == nil {
+		return err
+	}
+	b.rd.mu.Lock()
+	defer b.rd.mu.Unlock()
+	return b.rd.waitFor(0)
+}
+
+// rdmaDo runs n operations on an RDMA binding (b.mu held shared).
+func (b *Binding) rdmaDo(put bool, n int, wait bool) error {
+	b.rd.mu.Lock()
+	err := b.rd.do(put, n, wait)
+	b.rd.mu.Unlock()
+	b.ops.Add(uint64(n))
+	return err
+}
+
+// Close releases the binding (after in-progress Puts and Gets return; on
+// an RDMA endpoint, once the operations in flight have completed) and
+// adds its operations to the engine's Stats. Idempotent. Its error is an
+// operation's left in flight.
 func (b *Binding) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -153,14 +206,25 @@ func (b *Binding) Close() error {
 		return nil
 	}
 	b.closed = true
+	var err error
+	if b.rd != nil {
+		b.rd.mu.Lock()
+		err = b.rd.close()
+		b.rd.mu.Unlock()
+	}
 	if n := b.ops.Load(); n > 0 {
 		st := &b.ep.e.st
 		st.submitted.Add(n)
 		st.completed.Add(n)
-		st.inline.Add(n)
-		st.bytes.Add(n * uint64(len(b.mine)))
+		if b.rd == nil {
+			st.inline.Add(n) // copies done by the caller
+		}
+		st.bytes.Add(n * b.n)
 	}
 	b.lbuf.release()
+	if b.rd != nil {
+		return err
+	}
 	b.rbuf.release()
 	b.ep.e.imports.Put(b.h)
 	return nil

@@ -172,3 +172,47 @@ func ExampleEngine_Dial_tcp() {
 	// tcp <nil>
 	// <nil> hello
 }
+
+// Over RDMA a Binding prepares the registration, the peer's address and
+// the work request once: PutN streams writes (up to 128 in flight) and
+// Flush waits for them. (Not run here: it needs an RDMA device, and
+// examples/rdma runs the same in the Soft-RoCE VM.)
+func ExampleBinding_PutN() {
+	cfg := engine.Config{Devices: engine.DevicesNone}
+	owner, _ := engine.New(cfg)
+	defer owner.Close()
+	user, _ := engine.New(cfg)
+	defer user.Close()
+	ln, err := owner.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ln.Close()
+	inbox, _ := owner.Alloc(64<<10, engine.Host)
+	key, _ := inbox.Export()
+
+	ctx := context.Background()
+	ep, err := user.Dial(ctx, "tcp", ln.Addr(), engine.WithTransport(engine.TransportRDMA))
+	if err != nil {
+		fmt.Println(err) // no RDMA device: the reason
+		return
+	}
+	defer ep.Close()
+	msg, _ := user.Alloc(64<<10, engine.Host)
+	b, err := ep.Bind(ctx, msg.All(), key)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.Close()
+	if err := b.PutN(1000); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := b.Flush(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(ep.Stats().ZeroCopy)
+}

@@ -24,6 +24,7 @@ const (
 	rdmaCQSize       = 16384   // completions in flight over every endpoint
 	rdmaMaxSend      = 128     // work requests in flight per endpoint
 	rdmaMaxWR        = 1 << 30 // bytes per work request
+	rdmaMaxInline    = 64      // inline data of a write (QPConfig.MaxInline)
 	rdmaChunk        = tcpChunk
 	rdmaStageBuffers = 16
 )

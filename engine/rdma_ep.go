@@ -33,24 +33,32 @@ import (
 
 // rdmaConn is an endpoint's queue pair.
 type rdmaConn struct {
-	r       *rdmaCtx
-	qp      *rdma.QP
-	credits chan struct{} // work requests in flight (send queue depth)
-	once    sync.Once
+	r         *rdmaCtx
+	qp        *rdma.QP
+	maxInline int           // bytes a write may carry in its work request
+	credits   chan struct{} // work requests in flight (send queue depth)
+	once      sync.Once
 
 	zeroCopy, staged, delegated, servedRDMA atomic.Uint64
 }
 
+// newConn creates a queue pair taking rdmaMaxInline bytes of inline data
+// in its writes (small writes then need no DMA read of their source), or
+// none where the device refuses that.
 func (r *rdmaCtx) newConn() (*rdmaConn, error) {
-	qp, err := r.pd.NewQP(rdma.QPConfig{
+	cfg := rdma.QPConfig{
 		SendCQ: r.cq, MaxSend: rdmaMaxSend, MaxRecv: 1, MaxSendSGE: 1, MaxRecvSGE: 1,
-		Port: r.port, GIDIndex: r.gidIndex,
-	})
+		Port: r.port, GIDIndex: r.gidIndex, MaxInline: rdmaMaxInline,
+	}
+	qp, err := r.pd.NewQP(cfg)
 	if err != nil {
-		return nil, err
+		cfg.MaxInline = 0
+		if qp, err = r.pd.NewQP(cfg); err != nil {
+			return nil, err
+		}
 	}
 	r.qps.Add(1)
-	return &rdmaConn{r: r, qp: qp, credits: make(chan struct{}, rdmaMaxSend)}, nil
+	return &rdmaConn{r: r, qp: qp, maxInline: cfg.MaxInline, credits: make(chan struct{}, rdmaMaxSend)}, nil
 }
 
 // close destroys the queue pair once its outstanding work requests have
@@ -245,7 +253,7 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 		seg = func(off, m uint64) rdma.Seg { return mr.Seg(local.off+off, m) }
 	} else {
 		addr := local.hostAddr()
-		ref, err := e.rdma.mrs.Get(addr, local.n, rdma.AccessDefault)
+		ref, err := e.rdma.mrs.Get(addr, local.n, rdma.AccessLocalWrite)
 		if err != nil {
 			local.buf.release()
 			return cq.Resolved(newErr(ErrNotSupported, "RDMA registration of local memory", err))
@@ -262,7 +270,8 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 	for i := range wrs {
 		off := uint64(i) * rdmaMaxWR
 		m := min(rdmaMaxWR, local.n-off)
-		wrs[i] = rdma.WR{Op: op, Local: []rdma.Seg{seg(off, m)}, Remote: rdma.RemoteAddr{Addr: remote.Addr + off, RKey: remote.RKey}, Done: o}
+		wrs[i] = rdma.WR{Op: op, Local: []rdma.Seg{seg(off, m)}, Remote: rdma.RemoteAddr{Addr: remote.Addr + off, RKey: remote.RKey}, Done: o,
+			Inline: toRemote && !local.buf.loc.gaudi && m <= uint64(ep.rd.maxInline)}
 	}
 	o.left.Store(int32(nwr))
 	posted, err := ep.rdmaPost(wrs)
@@ -359,7 +368,7 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (
 			return err
 		}
 		stage[k] = b
-		if ref[k], err = r.mrs.Get(b.Addr(), rdmaChunk, rdma.AccessDefault); err != nil {
+		if ref[k], err = r.mrs.Get(b.Addr(), rdmaChunk, rdma.AccessLocalWrite); err != nil {
 			return newErr(ErrNotSupported, "RDMA registration of a staging buffer", err)
 		}
 	}
@@ -477,14 +486,16 @@ func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey, deadli
 			}
 		}
 	}
-	addr := region.hostAddr()
-	ref, err := e.rdma.mrs.Get(addr, region.n, rdma.AccessDefault)
+	// The owner reaches this region by RDMA with the rkey it is sent: a
+	// registration of its own, not the cache's, deregistered once the
+	// request is over, so that the peer's access ends with it.
+	mr, err := e.rdma.pd.Register(region.hostBytes(), rdma.AccessDefault)
 	if err != nil {
 		return newErr(ErrNotSupported, "RDMA registration of local memory", err)
 	}
-	defer e.rdma.mrs.Put(ref)
+	defer mr.Close()
 	req := wire.Request{RequestID: ep.newID(), Key: k, Length: local.n,
-		Local: wire.Local{Kind: wire.LocalRDMA, Addr: addr, RKey: ref.RKey()}}
+		Local: wire.Local{Kind: wire.LocalRDMA, Addr: mr.Addr(), RKey: mr.RKey()}}
 	if err := ep.request(ctx, put, req); err != nil {
 		return err
 	}

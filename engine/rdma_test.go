@@ -510,3 +510,131 @@ func benchRDMAPut(b *testing.B, cqMode string) {
 		})
 	}
 }
+
+// TestRDMABinding: a Binding on an RDMA endpoint puts and gets with one
+// write or read each (inline for small puts), PutN/GetN keep chains in
+// flight that Flush waits for, and what cannot be bound is refused.
+func TestRDMABinding(t *testing.T) {
+	needRDMA(t)
+	owner, req, ep, _ := rdmaPair(t)
+	ctx := context.Background()
+	require.Equal(t, rdmaMaxInline, ep.rd.maxInline, "rxe takes inline writes")
+	for _, n := range []int{1, 8, rdmaMaxInline, rdmaMaxInline + 1, 4097, 1 << 20} {
+		name := fmt.Sprint(n)
+		theirs, _ := owner.Alloc(n+64, Host)
+		tk, err := theirs.Export()
+		require.NoError(t, err)
+		mine, _ := req.Alloc(n, Host)
+		b, err := ep.Bind(ctx, mine.All(), tk.Slice(64, n))
+		require.NoError(t, err, name)
+		require.Equal(t, n <= rdmaMaxInline, b.rd.inline, name)
+		fill(mine.Bytes(), uint64(n))
+		require.NoError(t, b.Put(), name)
+		require.True(t, bytes.Equal(mine.Bytes(), theirs.Bytes()[64:]), "%s: put", name)
+		require.Equal(t, make([]byte, 64), theirs.Bytes()[:64], "%s: nothing before the key's view", name)
+		fill(theirs.Bytes()[64:], uint64(n)+1)
+		require.NoError(t, b.Get(), name)
+		require.True(t, bytes.Equal(mine.Bytes(), theirs.Bytes()[64:]), "%s: get", name)
+
+		// 300 writes (more than the window) then 300 reads, each stream
+		// flushed; the last write's bytes are the ones in place.
+		fill(mine.Bytes(), uint64(n)+2)
+		require.NoError(t, b.PutN(300), name)
+		require.NoError(t, b.Flush(), name)
+		require.Zero(t, b.rd.posted-b.rd.completed.Load(), name)
+		require.True(t, bytes.Equal(mine.Bytes(), theirs.Bytes()[64:]), "%s: PutN", name)
+		fill(theirs.Bytes()[64:], uint64(n)+3)
+		require.NoError(t, b.GetN(300), name)
+		require.NoError(t, b.Flush(), name)
+		require.True(t, bytes.Equal(mine.Bytes(), theirs.Bytes()[64:]), "%s: GetN", name)
+		// Close waits for what is in flight.
+		require.NoError(t, b.PutN(200), name)
+		require.NoError(t, b.Close(), name)
+		require.Zero(t, b.rd.posted-b.rd.completed.Load(), name)
+		require.NoError(t, b.Close(), "a second Close")
+		require.ErrorIs(t, b.Put(), ErrClosed)
+		require.ErrorIs(t, b.Flush(), ErrClosed)
+		require.NoError(t, theirs.Free())
+		require.NoError(t, mine.Free())
+	}
+	st := ep.Stats()
+	require.Equal(t, uint64(6*(2+300+300+200)), st.ZeroCopy)
+	require.Zero(t, st.BytesOut+st.BytesIn, "no data on the TCP connection")
+
+	theirs, _ := owner.Alloc(4096, Host)
+	tk, _ := theirs.Export()
+	dev, _ := owner.Alloc(4096, Gaudi(0))
+	dk, _ := dev.Export()
+	mine, _ := req.Alloc(4096, Host)
+	mdev, _ := req.Alloc(4096, Gaudi(0))
+	for _, c := range []struct {
+		name   string
+		local  Slice
+		remote RemoteKey
+		want   error
+	}{
+		{"local Gaudi memory", mdev.All(), tk, ErrNotSupported},
+		{"no rkey (the peer's Gaudi memory on rxe)", mine.All(), dk, ErrNotSupported},
+		{"length mismatch", mine.Slice(0, 100), tk, ErrInvalid},
+		{"freed local buffer", Slice{}, tk, ErrInvalid},
+	} {
+		_, err := ep.Bind(ctx, c.local, c.remote)
+		require.ErrorIs(t, err, c.want, c.name)
+	}
+
+	// A failed work request fails the binding's operations and its
+	// endpoint; Close still returns.
+	b, err := ep.Bind(ctx, mine.All(), tk)
+	require.NoError(t, err)
+	require.NoError(t, b.Put())
+	require.NoError(t, ep.rd.qp.SetError())
+	err = b.PutN(50)
+	if err == nil {
+		err = b.Flush()
+	}
+	require.ErrorIs(t, err, ErrPeer)
+	require.ErrorIs(t, b.Put(), ErrPeer)
+	require.ErrorIs(t, b.Close(), ErrPeer)
+	require.Zero(t, b.rd.posted-b.rd.completed.Load())
+}
+
+// TestRDMARegionAccess: what a peer can reach by RDMA is what was exported
+// and, for a delegated request, the requester's region while the request
+// lasts. Memory registered for local use (a direct Put's source, a
+// binding's, a staging buffer) takes no remote access, and the region a
+// delegated request exposes is deregistered when the request is over.
+func TestRDMARegionAccess(t *testing.T) {
+	needRDMA(t)
+	owner, req, ep, _ := rdmaPair(t)
+	ctx := context.Background()
+	theirs, _ := owner.Alloc(1<<20, Host)
+	tk, err := theirs.Export()
+	require.NoError(t, err)
+	dev, _ := owner.Alloc(1<<20, Gaudi(0))
+	dk, err := dev.Export()
+	require.NoError(t, err)
+	require.Zero(t, dk.k.RKey, "Soft-RoCE: the peer's Gaudi memory is reached by delegation")
+
+	mine, _ := req.Alloc(1<<20, Host)
+	fill(mine.Bytes(), 17)
+	require.NoError(t, ep.PutSync(ctx, mine.All(), tk))
+	ref, err := req.rdma.mrs.Get(mine.Addr(), 1<<20, rdma.AccessLocalWrite)
+	require.NoError(t, err)
+	require.Zero(t, ref.Access()&(rdma.AccessRemoteWrite|rdma.AccessRemoteRead), "a direct Put's source is registered for local access only: %v", ref.Access())
+	req.rdma.mrs.Put(ref)
+
+	// Delegated: the owner RDMAs against a registration of ours made for
+	// the request, gone after it.
+	mrsBefore, devBefore := req.rdma.mrs.Stats().Regions, req.rdma.dev.Counts().MRs
+	other, _ := req.Alloc(1<<20, Host)
+	fill(other.Bytes(), 18)
+	require.NoError(t, ep.PutSync(ctx, other.All(), dk))
+	clear(other.Bytes())
+	require.NoError(t, ep.GetSync(ctx, other.All(), dk))
+	want := make([]byte, 1<<20)
+	fill(want, 18)
+	require.True(t, bytes.Equal(want, other.Bytes()))
+	require.Equal(t, uint64(2), ep.Stats().Delegated)
+	require.Equal(t, mrsBefore, req.rdma.mrs.Stats().Regions, "the delegated region is not cached")
+	require.Equal(t, devBefore, req.rdma.dev.Counts().MRs, "the delegated region is deregistered after its request")
+}

@@ -10,7 +10,8 @@
 #     runs the internal/verbs and rdma tests inside it, for real on rxe0,
 #     with -race, plus every benchmark once (so they cannot rot), then the
 #     engine's RDMA endpoint tests (go test -run RDMA ./engine/), then
-#     gxfer perf's rdma client/server tests (go test -run RDMA ./cmd/gxfer/).
+#     gxfer perf's rdma client/server tests and the rdma example
+#     (go test -run RDMA ./cmd/gxfer/ ./examples/rdma/).
 # Tests inside the VM must not skip for lack of a device or of the expected
 # DMA-BUF exporter (GXFER_REQUIRE_RDMA, GXFER_REQUIRE_DMABUF_EXPORTER).
 # Exits non-zero on any failure. Logs: $RXEVM_DIR/ci-<kernel>.log.
@@ -81,13 +82,14 @@ for k in ${GXFER_CI_KERNELS:-stable backports}; do
 		exit $rc
 	fi
 	# gxfer perf over rdma: a client and a server (two engines in one test
-	# process) on rxe0, tiny sizes and -time; plus the -x rdma usage errors.
+	# process) on rxe0, tiny sizes and -time; plus the -x rdma usage errors;
+	# and the examples/rdma program.
 	plog=$RXEVM_DIR/ci-$k-perf.log
 	step "gxfer perf -x rdma tests in the VM (log: $plog)"
 	rc=0
 	RXEVM_OUT=$out GXFER_REQUIRE_RDMA=1 \
 		go test -count=1 -p 1 $race -timeout 15m -exec "$HERE/go-exec-in-vm.sh" \
-		-v -run 'RDMA' ./cmd/gxfer/ >"$plog" 2>&1 || rc=$?
+		-v -run 'RDMA' ./cmd/gxfer/ ./examples/rdma/ >"$plog" 2>&1 || rc=$?
 	grep -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)|    --- (FAIL|SKIP)|WARNING: DATA RACE|rdma_test.go:[0-9]+: (put|get)_' "$plog" || true
 	if [ $rc != 0 ]; then
 		echo "rxe-ci: gxfer perf rdma tests failed on the $k kernel (status $rc); last 80 lines of $plog:"

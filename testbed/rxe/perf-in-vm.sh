@@ -8,7 +8,8 @@
 #                                gxfer perf -t put_lat -s 8   vs ib_write_lat -s 8
 # gxfer runs in each completion-queue mode of $MODES (-rdma-cq event, spin,
 # busy; "busy1" is busy with GOMAXPROCS=1: one thread per process, which
-# polls both the memory and the completion queue, as perftest's does). For
+# polls both the memory and the completion queue, as perftest's does; any
+# mode with a 1 suffix runs so, e.g. event1). For
 # put_lat both sides use the mode; for put_bw only the client (the server's
 # CPU takes no part: its completion queue sleeps, event). Rounds interleave
 # perftest and gxfer so that both see the same conditions (the host may be
@@ -16,10 +17,11 @@
 # medians. Bandwidth ratio = gxfer MB/s / perftest MB/s (both MB = 2^20);
 # latency ratio = gxfer / perftest (median against t_typical, mean against
 # t_avg).
-# env: ROUNDS, BW_ITERS, LAT_ITERS, GTIME (gxfer -time), WINDOW, MODES.
+# env: ROUNDS, BW_ITERS, LAT_ITERS, GTIME (gxfer -time), WINDOW, MODES,
+#   TESTS (default "bw lat": both comparisons).
 set -u
 ROUNDS=${ROUNDS:-3} BW_ITERS=${BW_ITERS:-2000} LAT_ITERS=${LAT_ITERS:-2000}
-GTIME=${GTIME:-3s} WINDOW=${WINDOW:-128} MODES=${MODES:-event spin busy busy1}
+GTIME=${GTIME:-3s} WINDOW=${WINDOW:-128} MODES=${MODES:-event spin busy busy1} TESTS=${TESTS:-bw lat}
 echo "kernel $(uname -r), $(nproc) vCPU (TCG), device rxe0, GID 0; $ROUNDS rounds; gxfer -time $GTIME, put_bw -O $WINDOW; modes: $MODES"
 
 pair() { # tool args...: server in the background, client via 127.0.0.1; prints the result line
@@ -38,9 +40,9 @@ gperf() {
 	mode=$1 smode=$2 test=$3 size=$4; shift 4
 	port=$((port + 1))
 	cq=$mode gmp=
-	case $mode in busy1) cq=busy gmp=1 ;; esac
+	case $mode in *1) cq=${mode%1} gmp=1 ;; esac
 	scq=$smode sgmp=
-	case $smode in busy1) scq=busy sgmp=1 ;; esac
+	case $smode in *1) scq=${smode%1} sgmp=1 ;; esac
 	env ${sgmp:+GOMAXPROCS=$sgmp} ./gxfer perf -server -once -devices none -x "rdma:127.0.0.1:$port" -rdma-cq "$scq" >/tmp/gsrv.txt 2>&1 &
 	spid=$!
 	i=0
@@ -62,6 +64,8 @@ field() { echo "$1" | cut -d, -f"$(col "$2")"; }
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
 	echo "=== round $r"
+	case " $TESTS " in *" bw "*) ;; *) skipbw=1 ;; esac
+	[ -n "${skipbw:-}" ] || {
 	bw=$(pair ib_write_bw -s 65536 -n "$BW_ITERS" --report_gbits) || exit 1
 	echo "ib_write_bw -s 65536 -n $BW_ITERS:$bw"
 	# Gb/s (10^9 bit/s) -> MB/s (2^20 bytes), gxfer's unit
@@ -75,6 +79,8 @@ while [ "$r" -le "$ROUNDS" ]; do
 		echo "gxfer perf -x rdma -rdma-cq $m -t put_bw -s 64K -O $WINDOW: $v MB/s ($(field "$row" iterations) iterations, verified $(field "$row" verified))"
 		echo "$r bw-$m $v" >>/tmp/res.txt
 	done
+	}
+	case " $TESTS " in *" lat "*) ;; *) r=$((r + 1)); continue ;; esac
 	lat=$(pair ib_write_lat -s 8 -n "$LAT_ITERS") || exit 1
 	echo "ib_write_lat -s 8 -n $LAT_ITERS:$lat"
 	echo "$lat" | awk -v r="$r" '{print r, "perftest-lat-typical", $5; print r, "perftest-lat-avg", $6}' >>/tmp/res.txt
