@@ -197,6 +197,7 @@ type rdmaOp struct {
 	f     *cq.Future
 	local Slice
 	ref   rdma.MRRef // local host memory's region (zero for a DMA-BUF region)
+	timer *time.Timer // the deadline's (nil without one)
 	left  atomic.Int32
 	mu    sync.Mutex
 	err   error
@@ -222,6 +223,9 @@ func (o *rdmaOp) Complete(c rdma.Completion) {
 }
 
 func (o *rdmaOp) finish() {
+	if o.timer != nil {
+		o.timer.Stop()
+	}
 	if !o.ref.IsZero() {
 		o.ep.e.rdma.mrs.Put(o.ref)
 	}
@@ -236,7 +240,7 @@ func (o *rdmaOp) finish() {
 // with RDMA, straight from and into local's memory: host memory through
 // the MR cache, Gaudi memory through its DMA-BUF region (the caller has
 // checked it exists).
-func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAddr) *Future {
+func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAddr, deadline time.Time) *Future {
 	e := ep.e
 	if err := local.buf.acquire(); err != nil {
 		return cq.Resolved(err)
@@ -274,6 +278,7 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 			Inline: toRemote && !local.buf.loc.gaudi && m <= uint64(ep.rd.maxInline)}
 	}
 	o.left.Store(int32(nwr))
+	o.timer = ep.deadlineTimer(o.f, deadline)
 	posted, err := ep.rdmaPost(wrs)
 	if err != nil {
 		o.setErr(err)
@@ -416,27 +421,45 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (
 
 // rdmaMove is rdmaDirect or rdmaStaged, whichever local's memory needs,
 // as a future.
-func (ep *Endpoint) rdmaMove(toRemote bool, local Slice, remote rdma.RemoteAddr) (*Future, bool) {
+func (ep *Endpoint) rdmaMove(toRemote bool, local Slice, remote rdma.RemoteAddr, deadline time.Time) (*Future, bool) {
 	if local.buf.loc.gaudi {
 		if _, err := ep.e.rdma.gaudiMR(local.buf); err != nil {
-			return ep.goAsync(local, func() error { return ep.rdmaStaged(toRemote, local, remote) }), true
+			return ep.goAsync(local, deadline, func() error { return ep.rdmaStaged(toRemote, local, remote) }), true
 		}
 	}
-	return ep.rdmaDirect(toRemote, local, remote), false
+	return ep.rdmaDirect(toRemote, local, remote, deadline), false
+}
+
+// deadlineTimer ends f with ErrTimeout at deadline (nil timer without
+// one). The operation goes on: its buffers stay referenced until the NIC
+// and the DMA engine are done with them, and the destination's content is
+// undefined (see ErrTimeout).
+func (ep *Endpoint) deadlineTimer(f *Future, deadline time.Time) *time.Timer {
+	if deadline.IsZero() {
+		return nil
+	}
+	return time.AfterFunc(time.Until(deadline), func() {
+		f.CompleteAll(newErr(ErrTimeout, ep.name+": RDMA operation", nil))
+	})
 }
 
 // goAsync runs fn on a goroutine (holding local's buffer) and resolves
-// the future with its result.
-func (ep *Endpoint) goAsync(local Slice, fn func() error) *Future {
+// the future with its result, or with ErrTimeout at deadline (fn goes on,
+// holding the buffer).
+func (ep *Endpoint) goAsync(local Slice, deadline time.Time, fn func() error) *Future {
 	e := ep.e
 	if err := local.buf.acquire(); err != nil {
 		return cq.Resolved(err)
 	}
 	f := cq.NewFuture(1)
 	f.SetSpin(e.cfg.WaitSpin)
+	timer := ep.deadlineTimer(f, deadline)
 	e.async.Add(1)
 	go func() {
 		defer e.async.Done()
+		if timer != nil {
+			defer timer.Stop()
+		}
 		e.rmaSem <- struct{}{}
 		defer func() { <-e.rmaSem }()
 		defer local.buf.release()
@@ -447,12 +470,13 @@ func (ep *Endpoint) goAsync(local Slice, fn func() error) *Future {
 
 // rmaRDMA runs a Put or Get on an RDMA endpoint.
 func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
+	deadline := ep.e.opConfig(opts).deadline
 	if k.RKey != 0 {
 		start, err := k.Span(0, k.Len)
 		if err != nil {
 			return cq.Resolved(newErr(ErrInvalid, "remote key view", err))
 		}
-		f, staged := ep.rdmaMove(put, local, rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey})
+		f, staged := ep.rdmaMove(put, local, rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey}, deadline)
 		if staged {
 			ep.rd.staged.Add(1)
 		} else {
@@ -461,8 +485,7 @@ func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOp
 		return f
 	}
 	ep.rd.delegated.Add(1)
-	deadline := ep.e.opConfig(opts).deadline
-	return ep.goAsync(local, func() error { return ep.rdmaDelegate(put, local, k, deadline) })
+	return ep.goAsync(local, time.Time{}, func() error { return ep.rdmaDelegate(put, local, k, deadline) })
 }
 
 // rdmaDelegate asks the owner of k to move the data itself, with RDMA
@@ -555,7 +578,7 @@ func (ep *Endpoint) serveRDMARequest(put bool, r wire.Request) (wire.Status, str
 	}
 	defer mine.buf.release()
 	// A Put reads the requester's region into our memory; a Get writes it.
-	f, _ := ep.rdmaMove(!put, mine, rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey})
+	f, _ := ep.rdmaMove(!put, mine, rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey}, time.Time{})
 	<-f.Done()
 	if err := f.Err(); err != nil {
 		return wire.StatusInternal, err.Error()

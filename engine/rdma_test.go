@@ -298,7 +298,7 @@ func TestRDMAOutOfRange(t *testing.T) {
 	// Beyond the registered region, the NIC refuses: the work request
 	// fails with a remote access error, and so does the endpoint (its
 	// queue pair is in the error state).
-	f := ep.rdmaDirect(true, h.All(), rdma.RemoteAddr{Addr: hk.k.Base + 64<<20, RKey: hk.k.RKey})
+	f := ep.rdmaDirect(true, h.All(), rdma.RemoteAddr{Addr: hk.k.Base + 64<<20, RKey: hk.k.RKey}, time.Time{})
 	<-f.Done()
 	require.ErrorIs(t, f.Err(), ErrPeer)
 	require.ErrorIs(t, f.Err(), rdma.ErrRemoteAccess)
@@ -637,4 +637,36 @@ func TestRDMARegionAccess(t *testing.T) {
 	require.Equal(t, uint64(2), ep.Stats().Delegated)
 	require.Equal(t, mrsBefore, req.rdma.mrs.Stats().Regions, "the delegated region is not cached")
 	require.Equal(t, devBefore, req.rdma.dev.Counts().MRs, "the delegated region is deregistered after its request")
+}
+
+// TestRDMATimeout: the Timeout option bounds direct and staged RDMA
+// operations: the future ends with ErrTimeout at the deadline while the
+// transfer goes on holding its buffers (freed, their memory goes when it is
+// done), and the endpoint keeps working.
+func TestRDMATimeout(t *testing.T) {
+	needRDMA(t)
+	owner, req, ep, _ := rdmaPair(t)
+	ctx := context.Background()
+	const n = 64 << 20 // hundreds of milliseconds on Soft-RoCE under emulation
+	theirs, _ := owner.Alloc(n, Host)
+	tk, err := theirs.Export()
+	require.NoError(t, err)
+	for _, loc := range []Location{Host, Gaudi(0)} {
+		mine, err := req.Alloc(n, loc)
+		require.NoError(t, err, loc.String())
+		f := ep.Put(ctx, mine.All(), tk, Timeout(time.Microsecond))
+		<-f.Done()
+		require.ErrorIs(t, f.Err(), ErrTimeout, loc.String())
+		require.NoError(t, ep.Err(), "a timed-out operation does not fail its endpoint")
+		require.NoError(t, mine.Free(), "freed with the transfer in flight")
+	}
+	// Generous deadlines do not fire. (Another destination: the timed-out
+	// transfers may still be writing theirs.)
+	other, _ := owner.Alloc(1<<20, Host)
+	ok, err := other.Export()
+	require.NoError(t, err)
+	mine, _ := req.Alloc(1<<20, Host)
+	fill(mine.Bytes(), 23)
+	require.NoError(t, ep.PutSync(ctx, mine.All(), ok, Timeout(time.Minute)))
+	require.True(t, bytes.Equal(mine.Bytes(), other.Bytes()))
 }
