@@ -485,16 +485,19 @@ func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOp
 		return f
 	}
 	ep.rd.delegated.Add(1)
-	return ep.goAsync(local, time.Time{}, func() error { return ep.rdmaDelegate(put, local, k, deadline) })
+	// The deadline ends the future, not the request: the region the owner
+	// is moving data against stays registered until it answers (or the
+	// endpoint fails), so that a late transfer meets memory it may still
+	// reach instead of an access error that would fail the endpoint.
+	return ep.goAsync(local, deadline, func() error { return ep.rdmaDelegate(put, local, k) })
 }
 
 // rdmaDelegate asks the owner of k to move the data itself, with RDMA
 // against a registered host region of ours: local's own memory (host), or
-// a host bounce buffer (Gaudi).
-func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
+// a host bounce buffer (Gaudi). It returns once the owner has answered.
+func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey) error {
 	e := ep.e
-	ctx, cancel := withDeadline(context.Background(), deadline)
-	defer cancel()
+	ctx := context.Background()
 	region := local
 	if local.buf.loc.gaudi {
 		bounce, err := e.Alloc(int(local.n), Host)

@@ -660,6 +660,23 @@ func TestRDMATimeout(t *testing.T) {
 		require.NoError(t, ep.Err(), "a timed-out operation does not fail its endpoint")
 		require.NoError(t, mine.Free(), "freed with the transfer in flight")
 	}
+	// Delegated (into the peer's Gaudi memory): the future ends at the
+	// deadline; the region the owner moves data against stays registered
+	// until it answers, so the late transfer does not fail the endpoint.
+	dev, _ := owner.Alloc(n, Gaudi(0))
+	dk, err := dev.Export()
+	require.NoError(t, err)
+	require.Zero(t, dk.k.RKey)
+	src, _ := req.Alloc(n, Host)
+	f := ep.Put(ctx, src.All(), dk, Timeout(time.Microsecond))
+	<-f.Done()
+	require.ErrorIs(t, f.Err(), ErrTimeout)
+	require.NoError(t, src.Free())
+	req.async.Wait() // the delegated request, answered
+	require.NoError(t, ep.Err(), "the late delegated transfer did not fail the endpoint")
+	small, _ := req.Alloc(4096, Host)
+	require.NoError(t, ep.PutSync(ctx, small.All(), dk.Slice(0, 4096)))
+
 	// Generous deadlines do not fire. (Another destination: the timed-out
 	// transfers may still be writing theirs.)
 	other, _ := owner.Alloc(1<<20, Host)
