@@ -196,7 +196,7 @@ type rdmaOp struct {
 	ep    *Endpoint
 	f     *cq.Future
 	local Slice
-	ref   rdma.MRRef // local host memory's region (zero for a DMA-BUF region)
+	ref   rdma.MRRef  // local host memory's region (zero for a DMA-BUF region)
 	timer *time.Timer // the deadline's (nil without one)
 	left  atomic.Int32
 	mu    sync.Mutex
