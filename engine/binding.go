@@ -21,7 +21,10 @@ import (
 // endpoint the local slice is registered and the work request built once:
 // each Put is one RDMA write (Get one read), whose completion the caller
 // takes from the completion queue itself; PutN and GetN post chains of
-// them, keeping up to 128 in flight, and Flush waits for those.
+// them, keeping up to 128 in flight, and Flush waits for those. (While
+// bindings take completions themselves, the engine's completion queue
+// goroutine polls on a timer instead of sleeping on events: when they stop,
+// another operation's completion may wait up to 2 ms for it.)
 type Binding struct {
 	ep           *Endpoint
 	n            uint64 // bytes per operation
