@@ -1127,39 +1127,47 @@ func (ep *Endpoint) request(ctx context.Context, put bool, req wire.Request) err
 // memory that is not shared (Gaudi, registered) goes through a shared
 // bounce buffer.
 func (ep *Endpoint) remoteDMA(put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
-	e := ep.e
 	ctx, cancel := withDeadline(context.Background(), deadline)
 	defer cancel()
 	// The peer imports the memory it copies from or to: always a scratch
 	// buffer of exactly this size, never the caller's buffer (a key to it
 	// would grant the peer the whole buffer, read-write, for as long as it
 	// stays mapped).
-	shared := local
-	{
-		bounce, err := e.Alloc(int(local.n), Host)
+	return ep.e.throughHost(ctx, put, local, true, func(shared Slice) error {
+		lk, err := shared.buf.Export()
 		if err != nil {
 			return err
 		}
-		defer bounce.Free()
-		shared = bounce.All()
-		if put {
-			if err := e.CopySync(ctx, shared, local); err != nil {
-				return err
-			}
-		}
+		req := wire.Request{RequestID: ep.newID(), Key: k, Offset: 0, Length: local.n,
+			Local: wire.Local{Kind: wire.LocalKey, Key: lk.k, Offset: shared.off}}
+		return ep.request(ctx, put, req)
+	})
+}
+
+// throughHost runs fn on the host memory standing in for local: a bounce
+// buffer of local's size when bounce is set, else local itself. A Put's
+// data is copied into the bounce buffer before fn, a Get's out of it after
+// (once fn succeeded).
+func (e *Engine) throughHost(ctx context.Context, put bool, local Slice, bounce bool, fn func(region Slice) error) error {
+	if !bounce {
+		return fn(local)
 	}
-	lk, err := shared.buf.Export()
+	b, err := e.Alloc(int(local.n), Host)
 	if err != nil {
 		return err
 	}
-	id := ep.newID()
-	req := wire.Request{RequestID: id, Key: k, Offset: 0, Length: local.n,
-		Local: wire.Local{Kind: wire.LocalKey, Key: lk.k, Offset: shared.off}}
-	if err := ep.request(ctx, put, req); err != nil {
+	defer b.Free()
+	region := b.All()
+	if put {
+		if err := e.CopySync(ctx, region, local); err != nil {
+			return err
+		}
+	}
+	if err := fn(region); err != nil {
 		return err
 	}
 	if !put {
-		return e.CopySync(context.Background(), local, shared)
+		return e.CopySync(context.Background(), local, region)
 	}
 	return nil
 }

@@ -498,37 +498,19 @@ func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOp
 func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey) error {
 	e := ep.e
 	ctx := context.Background()
-	region := local
-	if local.buf.loc.gaudi {
-		bounce, err := e.Alloc(int(local.n), Host)
+	return e.throughHost(ctx, put, local, local.buf.loc.gaudi, func(region Slice) error {
+		// The owner reaches this region by RDMA with the rkey it is sent: a
+		// registration of its own, not the cache's, deregistered once the
+		// request is over, so that the peer's access ends with it.
+		mr, err := e.rdma.pd.Register(region.hostBytes(), rdma.AccessDefault)
 		if err != nil {
-			return err
+			return newErr(ErrNotSupported, "RDMA registration of local memory", err)
 		}
-		defer bounce.Free()
-		region = bounce.All()
-		if put {
-			if err := e.CopySync(ctx, region, local); err != nil {
-				return err
-			}
-		}
-	}
-	// The owner reaches this region by RDMA with the rkey it is sent: a
-	// registration of its own, not the cache's, deregistered once the
-	// request is over, so that the peer's access ends with it.
-	mr, err := e.rdma.pd.Register(region.hostBytes(), rdma.AccessDefault)
-	if err != nil {
-		return newErr(ErrNotSupported, "RDMA registration of local memory", err)
-	}
-	defer mr.Close()
-	req := wire.Request{RequestID: ep.newID(), Key: k, Length: local.n,
-		Local: wire.Local{Kind: wire.LocalRDMA, Addr: mr.Addr(), RKey: mr.RKey()}}
-	if err := ep.request(ctx, put, req); err != nil {
-		return err
-	}
-	if !put && local.buf.loc.gaudi {
-		return e.CopySync(context.Background(), local, region)
-	}
-	return nil
+		defer mr.Close()
+		req := wire.Request{RequestID: ep.newID(), Key: k, Length: local.n,
+			Local: wire.Local{Kind: wire.LocalRDMA, Addr: mr.Addr(), RKey: mr.RKey()}}
+		return ep.request(ctx, put, req)
+	})
 }
 
 // serveRDMA performs a peer's LocalRDMA request on one of our buffers, off
