@@ -388,14 +388,62 @@ func TestBinary(t *testing.T) {
 func startServer(t *testing.T, ctx context.Context, extra ...string) (string, <-chan int, *syncBuffer) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gx.sock")
+	ready := regexp.MustCompile(regexp.QuoteMeta("listening on unix:" + path))
+	_, code, out := startPerfServer(t, ctx, "unix:"+path, ready, extra...)
+	return path, code, out
+}
+
+// startPerfServer runs 'gxfer perf -server -x X' in-process with the extra
+// flags and waits until its output matches ready. It returns ready's first
+// submatch (the whole match without one), the exit status channel and the
+// output.
+func startPerfServer(t *testing.T, ctx context.Context, x string, ready *regexp.Regexp, extra ...string) (string, <-chan int, *syncBuffer) {
+	t.Helper()
 	out := &syncBuffer{}
 	code := make(chan int, 1)
-	args := append([]string{"perf", "-server", "-x", "unix:" + path}, extra...)
+	args := append([]string{"perf", "-server", "-x", x}, extra...)
 	go func() { code <- runContext(ctx, args, out, out) }()
-	require.Eventually(t, func() bool {
-		return strings.Contains(out.String(), "listening on unix:"+path)
-	}, 10*time.Second, 5*time.Millisecond, "the server did not start: %s", out)
-	return path, code, out
+	var got string
+	ok := assert.Eventually(t, func() bool {
+		m := ready.FindStringSubmatch(out.String())
+		if m != nil {
+			got = m[min(1, len(m)-1)]
+		}
+		return m != nil
+	}, 20*time.Second, 5*time.Millisecond, "the server did not start: %s", out)
+	if !ok {
+		select {
+		case c := <-code:
+			t.Fatalf("the server exited with status %d: %s", c, out)
+		default:
+			t.FailNow()
+		}
+	}
+	return got, code, out
+}
+
+// usageCase is a command line and what its one-line usage error says.
+type usageCase struct {
+	args []string
+	want string
+}
+
+// checkUsageErrors runs each case: exit status 2, nothing on stdout, one
+// line on stderr that contains want (and starts with prefix, if set).
+func checkUsageErrors(t *testing.T, prefix string, cases []usageCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errs := gxfer(t, tc.args...)
+			assert.Equal(t, 2, code, errs)
+			assert.Empty(t, out)
+			assert.Equal(t, 1, strings.Count(errs, "\n"), "one line: %q", errs)
+			assert.Contains(t, errs, tc.want)
+			if prefix != "" {
+				assert.True(t, strings.HasPrefix(errs, prefix), errs)
+			}
+		})
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader in two
@@ -510,10 +558,7 @@ func TestPerfIPCSecondClientRefused(t *testing.T) {
 }
 
 func TestPerfIPCUsageErrors(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkUsageErrors(t, "", []usageCase{
 		{[]string{"perf", "-once"}, "-once needs -server"},
 		{[]string{"perf", "-server"}, "-server needs -x unix:PATH, -x tcp:HOST:PORT or -x rdma:HOST:PORT"},
 		{[]string{"perf", "-server", "-x", "local"}, "-server needs -x unix:PATH, -x tcp:HOST:PORT or -x rdma:HOST:PORT"},
@@ -528,15 +573,7 @@ func TestPerfIPCUsageErrors(t *testing.T) {
 		{[]string{"perf", "-t", "put_lat", "-devices", "none"}, "needs a peer"},
 		{[]string{"perf", "-x", "unix:/tmp/x.sock", "-m", "host"}, "bad -m"},
 		{[]string{"perf", "-x", "unix:/tmp/x.sock", "-t", "nope"}, "unknown test"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, out, errs := gxfer(t, tc.args...)
-			assert.Equal(t, 2, code, errs)
-			assert.Empty(t, out)
-			assert.Equal(t, 1, strings.Count(errs, "\n"), "one line: %q", errs)
-			assert.Contains(t, errs, tc.want)
-		})
-	}
+	})
 	// Usage errors that need the server's answer are still usage errors.
 	path, srvCode, _ := startServer(t, context.Background(), "-once", "-devices", "none")
 	code, out, errs := gxfer(t, "perf", "-devices", "none", "-x", "unix:"+path, "-m", "host,gaudi", "-t", "put_bw")

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,38 +43,15 @@ func needRDMA(t *testing.T) engine.RDMAInfo {
 	return info
 }
 
-// startRDMAServer runs 'gxfer perf -server -x rdma:127.0.0.1:0' in-process
-// and returns the control channel's HOST:PORT and the exit status channel.
+// startRDMAServer runs 'gxfer perf -server -x rdma:127.0.0.1:0' in-process and returns
+// the control channel's HOST:PORT, the exit status channel and the output.
 func startRDMAServer(t *testing.T, ctx context.Context, extra ...string) (string, <-chan int, *syncBuffer) {
 	t.Helper()
-	out := &syncBuffer{}
-	code := make(chan int, 1)
-	args := append([]string{"perf", "-server", "-x", "rdma:127.0.0.1:0"}, extra...)
-	go func() { code <- runContext(ctx, args, out, out) }()
-	var addr string
-	ok := assert.Eventually(t, func() bool {
-		m := rdmaListening.FindStringSubmatch(out.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	}, 20*time.Second, 5*time.Millisecond, "the server did not start: %s", out)
-	if !ok {
-		select {
-		case c := <-code:
-			t.Fatalf("the server exited with status %d: %s", c, out)
-		default:
-			t.FailNow()
-		}
-	}
-	return addr, code, out
+	return startPerfServer(t, ctx, "rdma:127.0.0.1:0", rdmaListening, extra...)
 }
 
 func TestPerfRDMAUsageErrors(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkUsageErrors(t, "gxfer perf: ", []usageCase{
 		{[]string{"perf", "-x", "rdma"}, "needs the server's address: -x rdma:HOST:PORT"},
 		{[]string{"perf", "-x", "rdma:"}, "want rdma:HOST:PORT"},
 		{[]string{"perf", "-x", "rdma:127.0.0.1"}, "missing port"},
@@ -91,16 +67,7 @@ func TestPerfRDMAUsageErrors(t *testing.T) {
 		{[]string{"perf", "-x", "rdma:127.0.0.1:5000", "-rdma-cq", "spin:2s"}, "bad -rdma-cq"},
 		{[]string{"perf", "-x", "tcp:127.0.0.1:5000", "-rdma-cq", "busy"}, "-rdma-cq needs -x rdma:HOST:PORT"},
 		{[]string{"perf", "-x", "rdma:127.0.0.1:5000", "-tcp-lanes", "1"}, "-tcp-lanes needs -x tcp:HOST:PORT"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, out, errs := gxfer(t, tc.args...)
-			assert.Equal(t, 2, code, errs)
-			assert.Empty(t, out)
-			assert.Equal(t, 1, strings.Count(errs, "\n"), "one line: %q", errs)
-			assert.Contains(t, errs, tc.want)
-			assert.True(t, strings.HasPrefix(errs, "gxfer perf: "), errs)
-		})
-	}
+	})
 }
 
 // TestPerfRDMANoDevice: without an RDMA device, the client and the server

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,24 +22,11 @@ import (
 
 var tcpListening = regexp.MustCompile(`listening on tcp:(\S+) \(control channel; engine at (\S+)\)`)
 
-// startTCPServer runs 'gxfer perf -server -x tcp:127.0.0.1:0' in-process
-// until ctx ends (or after one client with -once) and returns the
-// control channel's HOST:PORT and the exit status channel.
+// startTCPServer runs 'gxfer perf -server -x tcp:127.0.0.1:0' in-process and returns
+// the control channel's HOST:PORT, the exit status channel and the output.
 func startTCPServer(t *testing.T, ctx context.Context, extra ...string) (string, <-chan int, *syncBuffer) {
 	t.Helper()
-	out := &syncBuffer{}
-	code := make(chan int, 1)
-	args := append([]string{"perf", "-server", "-x", "tcp:127.0.0.1:0"}, extra...)
-	go func() { code <- runContext(ctx, args, out, out) }()
-	var addr string
-	require.Eventually(t, func() bool {
-		m := tcpListening.FindStringSubmatch(out.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	}, 10*time.Second, 5*time.Millisecond, "the server did not start: %s", out)
-	return addr, code, out
+	return startPerfServer(t, ctx, "tcp:127.0.0.1:0", tcpListening, extra...)
 }
 
 func TestPerfTCPClientServerJSON(t *testing.T) {
@@ -155,10 +141,7 @@ func TestPerfTCPSecondClientRefused(t *testing.T) {
 }
 
 func TestPerfTCPUsageErrors(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkUsageErrors(t, "gxfer perf: ", []usageCase{
 		{[]string{"perf", "-x", "tcp"}, "needs the server's address: -x tcp:HOST:PORT"},
 		{[]string{"perf", "-x", "tcp:"}, "want tcp:HOST:PORT"},
 		{[]string{"perf", "-x", "tcp:127.0.0.1"}, "missing port"},
@@ -176,16 +159,7 @@ func TestPerfTCPUsageErrors(t *testing.T) {
 		{[]string{"perf", "-x", "tcp:127.0.0.1:5000", "-tcp-lanes", "0"}, "bad -tcp-lanes"},
 		{[]string{"perf", "-server", "-x", "tcp:127.0.0.1:5000", "-tcp-lanes", "1"}, "-tcp-lanes has no meaning with -server"},
 		{[]string{"perf", "-x", "unix:/tmp/x.sock", "-tcp-lanes", "1"}, "-tcp-lanes needs -x tcp:HOST:PORT"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, out, errs := gxfer(t, tc.args...)
-			assert.Equal(t, 2, code, errs)
-			assert.Empty(t, out)
-			assert.Equal(t, 1, strings.Count(errs, "\n"), "one line: %q", errs)
-			assert.Contains(t, errs, tc.want)
-			assert.True(t, strings.HasPrefix(errs, "gxfer perf: "), errs)
-		})
-	}
+	})
 }
 
 // TestBinaryTCP runs the client and the server as two processes over
