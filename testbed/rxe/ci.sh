@@ -46,6 +46,24 @@ CGO_ENABLED=0 go build ./internal/verbs/ ./rdma/
 
 race=-race
 [ "${GXFER_CI_RACE:-1}" = 1 ] || race=
+# vmtest WHAT LOG SHOW TAIL ARGS...: go test ARGS inside the VM of $out,
+# verbose, output in LOG; prints LOG's lines matching SHOW and, on failure,
+# its last TAIL lines, then exits with go test's status.
+vmtest() {
+	what=$1 log=$2 show=$3 lines=$4
+	shift 4
+	step "$what in the VM (log: $log)"
+	rc=0
+	go test -count=1 -p 1 $race -timeout 15m -exec "$HERE/go-exec-in-vm.sh" -v "$@" >"$log" 2>&1 || rc=$?
+	grep -E "$show" "$log" || true
+	if [ $rc != 0 ]; then
+		echo "rxe-ci: $what failed on the $k kernel (status $rc); last $lines lines of $log:"
+		tail -"$lines" "$log"
+		exit $rc
+	fi
+}
+failures='^(--- (FAIL|SKIP)|ok |FAIL|panic:)|    --- (FAIL|SKIP)|WARNING: DATA RACE'
+results='^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)|    --- (FAIL|SKIP)|WARNING: DATA RACE'
 for k in ${GXFER_CI_KERNELS:-stable backports}; do
 	case $k in
 	stable) out=$RXEVM_DIR/out exporter=vgem ;;
@@ -54,47 +72,20 @@ for k in ${GXFER_CI_KERNELS:-stable backports}; do
 	esac
 	step "VM, $k kernel ($out)"
 	RXEVM_KERNEL=$k RXEVM_OUT=$out RXEVM_SKIP_APT=1 "$HERE/make-vm.sh"
-	log=$RXEVM_DIR/ci-$k.log
-	step "tests in the VM, kernel $(cat "$out/kernel-version") (log: $log)"
-	rc=0
-	RXEVM_OUT=$out GXFER_REQUIRE_RDMA=1 GXFER_REQUIRE_DMABUF_EXPORTER=$exporter \
-		go test -count=1 -p 1 $race -timeout 15m -exec "$HERE/go-exec-in-vm.sh" \
-		-v -bench . -benchtime 1x ./internal/verbs/ ./rdma/ >"$log" 2>&1 || rc=$?
-	grep -E '^(--- (FAIL|SKIP)|ok |FAIL|panic:)|    --- (FAIL|SKIP)|DMABufSupport|RegisterDMABuf|WARNING: DATA RACE' "$log" || true
-	if [ $rc != 0 ]; then
-		echo "rxe-ci: tests failed on the $k kernel (status $rc); last 60 lines of $log:"
-		tail -60 "$log"
-		exit $rc
-	fi
+	export RXEVM_OUT=$out GXFER_REQUIRE_RDMA=1 GXFER_REQUIRE_DMABUF_EXPORTER=$exporter
+	vmtest "tests, kernel $(cat "$out/kernel-version")," "$RXEVM_DIR/ci-$k.log" \
+		"$failures|DMABufSupport|RegisterDMABuf" 60 \
+		-bench . -benchtime 1x ./internal/verbs/ ./rdma/
 	# The engine's RDMA endpoints (two engines, or a re-executed peer
 	# process, on rxe0): only the RDMA tests (and benchmarks, once), the
 	# rest runs on the host.
-	elog=$RXEVM_DIR/ci-$k-engine.log
-	step "engine RDMA tests in the VM (log: $elog)"
-	rc=0
-	RXEVM_OUT=$out GXFER_REQUIRE_RDMA=1 \
-		go test -count=1 -p 1 $race -timeout 15m -exec "$HERE/go-exec-in-vm.sh" \
-		-v -run 'RDMA' -bench 'RDMA' -benchtime 1x ./engine/ >"$elog" 2>&1 || rc=$?
-	grep -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)|    --- (FAIL|SKIP)|WARNING: DATA RACE' "$elog" || true
-	if [ $rc != 0 ]; then
-		echo "rxe-ci: engine RDMA tests failed on the $k kernel (status $rc); last 80 lines of $elog:"
-		tail -80 "$elog"
-		exit $rc
-	fi
+	vmtest "engine RDMA tests" "$RXEVM_DIR/ci-$k-engine.log" "$results" 80 \
+		-run 'RDMA' -bench 'RDMA' -benchtime 1x ./engine/
 	# gxfer perf over rdma: a client and a server (two engines in one test
 	# process) on rxe0, tiny sizes and -time; plus the -x rdma usage errors;
 	# and the examples/rdma program.
-	plog=$RXEVM_DIR/ci-$k-perf.log
-	step "gxfer perf -x rdma tests in the VM (log: $plog)"
-	rc=0
-	RXEVM_OUT=$out GXFER_REQUIRE_RDMA=1 \
-		go test -count=1 -p 1 $race -timeout 15m -exec "$HERE/go-exec-in-vm.sh" \
-		-v -run 'RDMA' ./cmd/gxfer/ ./examples/rdma/ >"$plog" 2>&1 || rc=$?
-	grep -E '^(--- (PASS|FAIL|SKIP)|ok |FAIL|panic:)|    --- (FAIL|SKIP)|WARNING: DATA RACE|rdma_test.go:[0-9]+: (put|get)_' "$plog" || true
-	if [ $rc != 0 ]; then
-		echo "rxe-ci: gxfer perf rdma tests failed on the $k kernel (status $rc); last 80 lines of $plog:"
-		tail -80 "$plog"
-		exit $rc
-	fi
+	vmtest "gxfer perf -x rdma tests" "$RXEVM_DIR/ci-$k-perf.log" \
+		"$results|rdma_test.go:[0-9]+: (put|get)_" 80 \
+		-run 'RDMA' ./cmd/gxfer/ ./examples/rdma/
 done
 step "RDMA CI passed"
