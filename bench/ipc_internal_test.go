@@ -21,17 +21,29 @@ import (
 // connects a client engine to it.
 func startPeer(tb testing.TB, mode engine.DeviceMode) (*engine.Engine, *Peer) {
 	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "s.sock")
+	eng, p, _ := startPeerWith(tb, mode, ServerConfig{Path: path}, func(ctx context.Context, eng *engine.Engine, _ *Server) (*Peer, error) {
+		return DialPeer(ctx, eng, path)
+	})
+	return eng, p
+}
+
+// startPeerWith starts a perf server configured by cfg, with its own
+// engine (mode) in this process, and connects a client engine to it with
+// dial; Cleanup closes everything.
+func startPeerWith(tb testing.TB, mode engine.DeviceMode, cfg ServerConfig,
+	dial func(context.Context, *engine.Engine, *Server) (*Peer, error)) (*engine.Engine, *Peer, *Server) {
+	tb.Helper()
 	srvEng, err := engine.New(engine.Config{Devices: mode, Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}})
 	require.NoError(tb, err)
-	path := filepath.Join(tb.TempDir(), "s.sock")
-	srv, err := Listen(srvEng, ServerConfig{Path: path})
+	srv, err := Listen(srvEng, cfg)
 	require.NoError(tb, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
 	eng, err := engine.New(engine.Config{Devices: mode, Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}})
 	require.NoError(tb, err)
-	p, err := DialPeer(context.Background(), eng, path)
+	p, err := dial(context.Background(), eng, srv)
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
 		require.NoError(tb, p.Close())
@@ -40,7 +52,7 @@ func startPeer(tb testing.TB, mode engine.DeviceMode) (*engine.Engine, *Peer) {
 		require.NoError(tb, eng.Close())
 		require.NoError(tb, srvEng.Close())
 	})
-	return eng, p
+	return eng, p, srv
 }
 
 // BenchmarkIPCPut measures the client side of put_bw: one Put into the

@@ -18,26 +18,10 @@ import (
 // to it.
 func startTCPPeer(tb testing.TB, mode engine.DeviceMode, cfg ServerConfig) (*engine.Engine, *Peer, *Server) {
 	tb.Helper()
-	srvEng, err := engine.New(engine.Config{Devices: mode, Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}})
-	require.NoError(tb, err)
 	cfg.TCP = "127.0.0.1:0"
-	srv, err := Listen(srvEng, cfg)
-	require.NoError(tb, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	eng, err := engine.New(engine.Config{Devices: mode, Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}})
-	require.NoError(tb, err)
-	p, err := DialPeerTCP(context.Background(), eng, strings.TrimPrefix(srv.Addr(), "tcp:"))
-	require.NoError(tb, err)
-	tb.Cleanup(func() {
-		require.NoError(tb, p.Close())
-		cancel()
-		require.NoError(tb, <-done)
-		require.NoError(tb, eng.Close())
-		require.NoError(tb, srvEng.Close())
+	return startPeerWith(tb, mode, cfg, func(ctx context.Context, eng *engine.Engine, srv *Server) (*Peer, error) {
+		return DialPeerTCP(ctx, eng, strings.TrimPrefix(srv.Addr(), "tcp:"))
 	})
-	return eng, p, srv
 }
 
 func TestTCPRunHost(t *testing.T) {
