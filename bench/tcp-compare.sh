@@ -62,35 +62,14 @@ mkdir -p "$OUT"
 die() { echo "tcp-compare: $*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (it creates network namespaces): run it with sudo"
-for tool in taskset python3 go ip; do
-	command -v "$tool" >/dev/null || die "$tool not found"
-done
-ncpu=$(nproc)
-for c in "$CORE_SERVER" "$CORE_CLIENT"; do
-	[ "$c" -lt "$ncpu" ] || die "core $c does not exist ($ncpu CPUs)"
-done
-
+. "$here/compare-lib.sh"
+need_tools taskset python3 go ip
+check_cores
 need=()
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ucx_perftest >/dev/null || need+=(ucx-utils)
-if [ ${#need[@]} -gt 0 ]; then
-	echo "# installing ${need[*]} from Debian (apt-get)" >&2
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y "${need[@]}" >"$OUT/apt.log" 2>&1 ||
-		{ apt-get update >>"$OUT/apt.log" 2>&1 && apt-get install -y "${need[@]}" >>"$OUT/apt.log" 2>&1; } ||
-		die "apt-get install ${need[*]} failed (see $OUT/apt.log)"
-fi
-
-if [ -n "${GXFER_BIN:-}" ]; then
-	[ -x "$GXFER_BIN" ] || die "GXFER_BIN=$GXFER_BIN is not an executable"
-	cp "$GXFER_BIN" "$OUT/gxfer"
-	GXFER_FROM="$GXFER_BIN"
-else
-	echo "# building gxfer" >&2
-	(cd "$repo" && go build -o "$OUT/gxfer" ./cmd/gxfer) || die "go build failed"
-	GXFER_FROM="go build of $repo at $(cd "$repo" && git describe --always --dirty 2>/dev/null || echo '?')"
-fi
-export GXFER_FROM
+apt_install ${need[@]+"${need[@]}"}
+gxfer_binary
 
 # The namespaces and the veth pair: names of at most 15 bytes, with this
 # shell's pid so that concurrent runs do not collide.

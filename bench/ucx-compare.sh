@@ -44,33 +44,11 @@ mkdir -p "$OUT"
 
 die() { echo "ucx-compare: $*" >&2; exit 1; }
 
-for tool in taskset python3 go; do
-	command -v "$tool" >/dev/null || die "$tool not found"
-done
-ncpu=$(nproc)
-for c in "$CORE_SERVER" "$CORE_CLIENT"; do
-	[ "$c" -lt "$ncpu" ] || die "core $c does not exist ($ncpu CPUs)"
-done
-
-if ! command -v ucx_perftest >/dev/null; then
-	echo "# ucx_perftest not found: installing ucx-utils from Debian" >&2
-	sudo=""
-	[ "$(id -u)" -eq 0 ] || sudo="sudo"
-	$sudo apt-get install -y ucx-utils >"$OUT/apt.log" 2>&1 ||
-		{ $sudo apt-get update >>"$OUT/apt.log" 2>&1 && $sudo apt-get install -y ucx-utils >>"$OUT/apt.log" 2>&1; } ||
-		die "apt-get install ucx-utils failed (see $OUT/apt.log)"
-fi
-
-if [ -n "${GXFER_BIN:-}" ]; then
-	[ -x "$GXFER_BIN" ] || die "GXFER_BIN=$GXFER_BIN is not an executable"
-	cp "$GXFER_BIN" "$OUT/gxfer"
-	GXFER_FROM="$GXFER_BIN"
-else
-	echo "# building gxfer" >&2
-	(cd "$repo" && go build -o "$OUT/gxfer" ./cmd/gxfer) || die "go build failed"
-	GXFER_FROM="go build of $repo at $(cd "$repo" && git describe --always --dirty 2>/dev/null || echo '?')"
-fi
-export GXFER_FROM
+. "$here/compare-lib.sh"
+need_tools taskset python3 go
+check_cores
+command -v ucx_perftest >/dev/null || apt_install ucx-utils
+gxfer_binary
 
 exec python3 - "$OUT" "$REPS" "$RUN_SEC" "$CORE_SERVER" "$CORE_CLIENT" "$GXFER_WINDOW" "$SIZES" <<'PY'
 import json, os, random, statistics, subprocess, sys, time
