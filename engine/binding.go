@@ -186,7 +186,7 @@ func (b *Binding) Flush() error {
 	}
 	b.rd.mu.Lock()
 	defer b.rd.mu.Unlock()
-	return b.rd.waitFor(0)
+	return b.rd.flush()
 }
 
 // rdmaDo runs n operations on an RDMA binding (b.mu held shared).

@@ -27,6 +27,7 @@ type rdmaBind struct {
 	remote rdma.RemoteAddr
 	inline bool // Puts small enough to be copied into the work request
 	spin   time.Duration
+	oneP   bool // GOMAXPROCS was 1 at Bind
 
 	mu       sync.Mutex // one operation at a time
 	chain    []rdma.WR  // rdmaBindWindow copies of the work request
@@ -70,6 +71,7 @@ func (ep *Endpoint) bindRDMA(local Slice, k *wire.RemoteKey) (*Binding, error) {
 		remote: rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey},
 		inline: local.n <= uint64(ep.rd.maxInline),
 		spin:   e.cfg.WaitSpin,
+		oneP:   runtime.GOMAXPROCS(0) == 1,
 		sig:    make(chan struct{}, 1),
 	}
 	return &Binding{ep: ep, lbuf: local.buf, n: local.n, rd: rb}, nil
@@ -117,14 +119,14 @@ func (rb *rdmaBind) post(put bool, k int) error {
 		}
 		rb.chainPut = put
 	}
-	n, err := rb.ep.rdmaPost(rb.chain[:k])
+	n, err := rb.ep.rdmaPost(rb.chain[:k], rb.cq)
 	rb.posted += uint64(n)
 	return err
 }
 
 // waitFor waits until all but at most left of the posted work requests
-// have completed (mu held): it polls the CQ itself for the spin time, then
-// sleeps until the CQ's goroutine delivers.
+// have completed (mu and a CQ hold held): it polls the CQ itself for the
+// spin time, then sleeps until the CQ's goroutine delivers.
 func (rb *rdmaBind) waitFor(left uint64) error {
 	want := rb.posted - min(left, rb.posted)
 	if rb.completed.Load() >= want {
@@ -136,10 +138,11 @@ func (rb *rdmaBind) waitFor(left uint64) error {
 		if n > 0 {
 			continue
 		}
-		if !polled {
+		if !polled && rb.oneP {
 			// The CQ's goroutine is polling: it may be preempted on
 			// this P, holding the CQ. (Yielding costs a clock read in
-			// the scheduler: only when needed.)
+			// the scheduler, and with more Ps it wakes an idle one:
+			// only when needed.)
 			runtime.Gosched()
 		}
 		if spins&255 != 255 {
@@ -152,9 +155,14 @@ func (rb *rdmaBind) waitFor(left uint64) error {
 		}
 	}
 	// Every posted work request completes, the QP's Close flushing them
-	// if need be: no other wake-up is needed.
-	for rb.completed.Load() < want {
-		<-rb.sig
+	// if need be: no other wake-up is needed. Released, the CQ's
+	// goroutine delivers them (see rdma.CQ.Hold).
+	if rb.completed.Load() < want {
+		rb.cq.Release()
+		for rb.completed.Load() < want {
+			<-rb.sig
+		}
+		rb.cq.Hold()
 	}
 	return rb.failed()
 }
@@ -172,6 +180,11 @@ func (rb *rdmaBind) do(put bool, n int, wait bool) error {
 	if err := rb.ep.Err(); err != nil {
 		return err
 	}
+	// The completions of these posts are taken here (waitFor), not by
+	// the CQ's goroutine, which no post then wakes; released with some
+	// in flight (PutN), it takes them over.
+	rb.cq.Hold()
+	defer rb.cq.Release()
 	for n > 0 {
 		inFlight := rb.posted - rb.completed.Load()
 		if inFlight >= rdmaBindWindow {
@@ -193,9 +206,16 @@ func (rb *rdmaBind) do(put bool, n int, wait bool) error {
 	return nil
 }
 
+// flush waits for every work request in flight (mu held).
+func (rb *rdmaBind) flush() error {
+	rb.cq.Hold()
+	defer rb.cq.Release()
+	return rb.waitFor(0)
+}
+
 // close waits for the work requests in flight and releases the region.
 func (rb *rdmaBind) close() error {
-	err := rb.waitFor(0)
+	err := rb.flush()
 	rb.ep.e.rdma.mrs.Put(rb.ref)
 	return err
 }

@@ -130,16 +130,28 @@ func (e *Engine) rdmaConnect(ctx context.Context, wc *wire.Conn, dialer bool) (_
 }
 
 // rdmaPost posts wrs, taking a send-queue credit for each (waiting while
-// the queue is full). It returns how many were posted.
-func (ep *Endpoint) rdmaPost(wrs []rdma.WR) (int, error) {
+// the queue is full). It returns how many were posted. A caller holding
+// the CQ (rdma.CQ.Hold) passes it as held: the hold is let go while it
+// waits for credits, which only completions return.
+func (ep *Endpoint) rdmaPost(wrs []rdma.WR, held *rdma.CQ) (int, error) {
 	rd := ep.rd
 	for i := range wrs {
 		select {
 		case rd.credits <- struct{}{}:
 		default:
+			if held != nil {
+				held.Release()
+			}
+			got := false
 			select {
 			case rd.credits <- struct{}{}:
+				got = true
 			case <-ep.done:
+			}
+			if held != nil {
+				held.Hold()
+			}
+			if !got {
 				for range i {
 					<-rd.credits
 				}
@@ -279,7 +291,7 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 	}
 	o.left.Store(int32(nwr))
 	o.timer = ep.deadlineTimer(o.f, deadline)
-	posted, err := ep.rdmaPost(wrs)
+	posted, err := ep.rdmaPost(wrs, nil)
 	if err != nil {
 		o.setErr(err)
 		if o.left.Add(-int32(nwr-posted)) == 0 {
@@ -300,7 +312,7 @@ func (ep *Endpoint) rdmaOne(op rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr
 		}
 		ch <- nil
 	})
-	if _, err := ep.rdmaPost([]rdma.WR{{Op: op, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}); err != nil {
+	if _, err := ep.rdmaPost([]rdma.WR{{Op: op, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}, nil); err != nil {
 		ch <- err
 	}
 	return ch

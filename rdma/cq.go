@@ -102,7 +102,7 @@ type CQStats struct {
 	Errors      uint64 // poll/arm/event errors
 	Panics      uint64 // Completers that panicked (recovered)
 	External    uint64 // completions delivered by TryProgress callers
-	Naps        uint64 // timed sleeps instead of arming, while callers poll
+	Parks       uint64 // sleeps without arming while Hold callers poll
 	InFlight    int    // work requests posted and not yet completed
 	BusyPoll    bool
 	Manual      bool
@@ -110,7 +110,7 @@ type CQStats struct {
 
 type cqCounters struct {
 	polls, empty, completions, events, arms, timeouts, stray, errors, panics atomic.Uint64
-	extDelivered, naps                                                       atomic.Uint64
+	extDelivered, parks                                                      atomic.Uint64
 }
 
 // CQ is a completion queue and the goroutine that drains it.
@@ -130,7 +130,10 @@ type CQ struct {
 	stopMu  sync.Mutex
 	stopped bool
 	stop    atomic.Bool
-	stopCh  chan struct{} // closed by Close (wakes a napping goroutine)
+	stopCh  chan struct{} // closed by Close (wakes a parked goroutine)
+	wakeCh  chan struct{} // wakes a parked goroutine (capacity 1)
+	holds   atomic.Int32  // Hold callers
+	oneP    bool          // GOMAXPROCS was 1 at NewCQ (see yield)
 	exited  chan struct{}
 
 	// Whoever polls holds progressMu (the run goroutine, Progress and
@@ -143,8 +146,6 @@ type CQ struct {
 	// owned by the run goroutine (Close reads them after it exits)
 	unacked int
 	armed   bool
-	lastExt uint64        // st.extDelivered at the last look
-	nap     time.Duration // the next nap (0: napMin)
 
 	st cqCounters
 }
@@ -164,8 +165,9 @@ func (d *Device) NewCQ(cfg CQConfig) (_ *CQ, err error) {
 		return nil, fmt.Errorf("%w: CQ size %d > device max %d", ErrInvalid, cfg.Size, d.attr.MaxCQE)
 	}
 	c := &CQ{
-		d: d, cfg: cfg, exited: make(chan struct{}), stopCh: make(chan struct{}),
-		wc: make([]verbs.WC, cfg.Batch), recs: make([]slotRec, cfg.Batch), oks: make([]bool, cfg.Batch),
+		d: d, cfg: cfg, exited: make(chan struct{}), stopCh: make(chan struct{}), wakeCh: make(chan struct{}, 1),
+		oneP: runtime.GOMAXPROCS(0) == 1,
+		wc:   make([]verbs.WC, cfg.Batch), recs: make([]slotRec, cfg.Batch), oks: make([]bool, cfg.Batch),
 	}
 	defer func() {
 		if err != nil {
@@ -248,7 +250,7 @@ func (c *CQ) Stats() CQStats {
 		Polls: c.st.polls.Load(), EmptyPolls: c.st.empty.Load(), Completions: c.st.completions.Load(),
 		Events: c.st.events.Load(), Arms: c.st.arms.Load(), Timeouts: c.st.timeouts.Load(),
 		Stray: c.st.stray.Load(), Errors: c.st.errors.Load(), Panics: c.st.panics.Load(),
-		External: c.st.extDelivered.Load(), Naps: c.st.naps.Load(),
+		External: c.st.extDelivered.Load(), Parks: c.st.parks.Load(),
 		InFlight: c.slots.inUse(), BusyPoll: c.cfg.BusyPoll, Manual: c.cfg.Manual,
 	}
 }
@@ -288,6 +290,43 @@ func (c *CQ) TryProgress() (int, bool) {
 		c.st.extDelivered.Add(uint64(n))
 	}
 	return n, true
+}
+
+// Hold declares that the caller will take the completions of what it
+// posts itself, with TryProgress, until it calls Release (a Binding's Put
+// holds from its post until its completion). While any caller holds, the
+// CQ's goroutine neither arms the CQ nor sleeps on its completion channel:
+// it parks, so the completions the holders take wake no thread. Whatever
+// a holder polls is delivered, its own completions or not. Every Hold needs
+// its Release; a holder must not block waiting for a completion it does not
+// poll for (release first). Without a goroutine (Manual, BusyPoll) Hold
+// changes nothing.
+func (c *CQ) Hold() { c.holds.Add(1) }
+
+// Release ends a Hold. The last holder to release wakes the goroutine when
+// work requests are still in flight, so that it takes them over.
+func (c *CQ) Release() {
+	switch h := c.holds.Add(-1); {
+	case h < 0:
+		panic("rdma: CQ.Release without Hold")
+	case h == 0 && c.slots.inUse() > 0:
+		c.wake()
+	}
+}
+
+// posted is called after work requests were posted: with no holder, a
+// parked goroutine must wake to take their completions.
+func (c *CQ) posted() {
+	if c.holds.Load() == 0 {
+		c.wake()
+	}
+}
+
+func (c *CQ) wake() {
+	select {
+	case c.wakeCh <- struct{}{}:
+	default:
+	}
 }
 
 // Close stops the CQ's goroutine and destroys the CQ and its channel. It
@@ -347,17 +386,18 @@ func (c *CQ) run() {
 			continue
 		}
 		if c.cfg.BusyPoll {
-			runtime.Gosched()
+			c.yield()
 			continue
 		}
 		if c.cfg.Spin > 0 && time.Since(last) < c.cfg.Spin {
-			runtime.Gosched()
+			c.yield()
+			continue
+		}
+		if c.holds.Load() > 0 {
+			c.park()
 			continue
 		}
 		if !c.armed {
-			if c.napWhileCallersPoll() {
-				continue
-			}
 			if err := c.v.ReqNotify(false); err != nil {
 				c.st.errors.Add(1)
 				time.Sleep(time.Millisecond)
@@ -371,40 +411,37 @@ func (c *CQ) run() {
 	}
 }
 
-// Naps of the CQ's goroutine while TryProgress callers take the
-// completions: they grow from napMin to napMax.
-const (
-	napMin = 250 * time.Microsecond
-	napMax = 2 * time.Millisecond
-)
+// yield lets other goroutines run between the polls of a spinning
+// goroutine, when the process has a single P. With more, they run on the
+// others, and a yield would only wake an idle P's thread to spin
+// (runtime.Gosched wakes one): a core taken from the callers, the peer or
+// the NIC's software. (Async preemption still bounds a spinning
+// goroutine's turn.)
+func (c *CQ) yield() {
+	if c.oneP {
+		runtime.Gosched()
+	}
+}
 
-// napWhileCallersPoll: when TryProgress callers delivered completions
-// since the last look (a Binding waiting for its own), an armed CQ would
-// only wake this goroutine at each completion to find it taken (a thread
-// woken, an event read, a re-arm: on a busy machine, CPU the callers and
-// the NIC's software need). The goroutine then sleeps a short, growing
-// while instead of arming, and polls again; once callers stop polling
-// (nothing delivered by them for a whole nap), it arms as usual. What it
-// may delay is a completion nobody else polls for: by napMax at most.
-func (c *CQ) napWhileCallersPoll() bool {
-	ext := c.st.extDelivered.Load()
-	if ext == c.lastExt {
-		c.nap = 0
-		return false
+// park sleeps while callers hold the CQ (see Hold): until the last one
+// releases with work requests in flight, a work request is posted with
+// no holder, Close, or the safety-net timeout. The CQ is not armed, so
+// the completions the holders take raise no events; if it was armed
+// before, the one event that may still come wakes nobody (it is read
+// with the next wait).
+func (c *CQ) park() {
+	c.st.parks.Add(1)
+	if c.holds.Load() == 0 { // released meanwhile
+		return
 	}
-	c.lastExt = ext
-	if c.nap == 0 {
-		c.nap = napMin
-	}
-	t := time.NewTimer(c.nap)
+	t := time.NewTimer(c.cfg.IdleTimeout)
 	select {
-	case <-t.C:
+	case <-c.wakeCh:
 	case <-c.stopCh:
-		t.Stop()
+	case <-t.C:
+		c.st.timeouts.Add(1)
 	}
-	c.nap = min(2*c.nap, napMax)
-	c.st.naps.Add(1)
-	return true
+	t.Stop()
 }
 
 // wait sleeps until the channel has an event (consumed here), the

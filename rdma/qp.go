@@ -425,8 +425,12 @@ func (qp *QP) Post(wrs []WR) (int, error) {
 	qp.sWR = vw[:0]
 	if err != nil {
 		qp.unpost(qp.sendCQ, ids[posted:n], &qp.sendOut)
+		if posted > 0 {
+			qp.sendCQ.posted()
+		}
 		return posted, fmt.Errorf("rdma: post send on QP %d: %w", qp.local.QPN, err)
 	}
+	qp.sendCQ.posted()
 	return n, nil
 }
 
@@ -481,8 +485,12 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	qp.rWR = vw[:0]
 	if err != nil {
 		qp.unpost(qp.recvCQ, ids[posted:n], &qp.recvOut)
+		if posted > 0 {
+			qp.recvCQ.posted()
+		}
 		return posted, fmt.Errorf("rdma: post receive on QP %d: %w", qp.local.QPN, err)
 	}
+	qp.recvCQ.posted()
 	return n, nil
 }
 

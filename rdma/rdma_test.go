@@ -2,6 +2,7 @@ package rdma_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -599,9 +600,10 @@ func TestRepostFromCompleter(t *testing.T) {
 	}
 }
 
-// TestTryProgress: a caller takes its own completions from a CQ that has
-// a goroutine (event mode); while callers do, the goroutine naps instead
-// of arming (no event per completion), and it arms again once they stop.
+// TestTryProgress: a caller holding the CQ takes its own completions from
+// a CQ that has a goroutine (event mode); meanwhile the goroutine parks
+// instead of arming (no event per completion), and once the caller
+// releases it arms and delivers on events again.
 func TestTryProgress(t *testing.T) {
 	e := newEnv(t, rdma.CQConfig{})
 	a, _ := e.pair(t)
@@ -610,6 +612,7 @@ func TestTryProgress(t *testing.T) {
 	wr := rdma.WR{Op: rdma.OpWrite, Local: []rdma.Seg{m.mr.Seg(0, 4096)}, Remote: m.mr.Remote().At(4096)}
 	before := e.cq.Stats()
 	const n = 200
+	e.cq.Hold()
 	for i := 0; i < n; i++ {
 		col := newCollector(1)
 		w := wr
@@ -622,23 +625,129 @@ func TestTryProgress(t *testing.T) {
 		}
 		require.NoError(t, (<-col).Err)
 	}
+	e.cq.Release()
 	assert.Equal(t, m.b[:4096], m.b[4096:])
 	st := e.cq.Stats()
 	t.Logf("%d writes, each waited for by TryProgress: %+v", n, st)
 	assert.Greater(t, st.External-before.External, uint64(n/2), "most completions taken by the caller")
 	assert.Less(t, st.Events-before.Events, uint64(n/4), "an event per completion would wake the goroutine for nothing")
-	assert.NotZero(t, st.Naps-before.Naps)
+	assert.NotZero(t, st.Parks-before.Parks)
 
-	// Callers gone: the goroutine arms and delivers on events again.
-	time.Sleep(20 * time.Millisecond)
+	// Released: the goroutine arms and delivers on events again.
 	mid := e.cq.Stats()
 	for i := 0; i < 10; i++ {
 		_, err := a.Do(testCtx(t), wr)
 		require.NoError(t, err)
 	}
 	end := e.cq.Stats()
-	assert.NotZero(t, end.Events-mid.Events, "events again once no caller polls: %+v", end)
+	assert.NotZero(t, end.Events-mid.Events, "events again once nobody holds: %+v", end)
 	assert.Equal(t, mid.External, end.External)
+}
+
+// TestHold: what a holder leaves in flight when it releases is delivered
+// by the CQ's goroutine, and so is a work request posted by someone else
+// while it holds; Release without Hold panics.
+func TestHold(t *testing.T) {
+	// No safety-net wake-up within the test: only Release and posts wake
+	// the goroutine.
+	e := newEnv(t, rdma.CQConfig{IdleTimeout: time.Hour})
+	a, _ := e.pair(t)
+	m := e.mem(t, 8192)
+	wr := rdma.WR{Op: rdma.OpWrite, Local: []rdma.Seg{m.mr.Seg(0, 4096)}, Remote: m.mr.Remote().At(4096)}
+	post := func() collector {
+		col := newCollector(1)
+		w := wr
+		w.Done = col
+		_, err := a.Post([]rdma.WR{w})
+		require.NoError(t, err)
+		return col
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Second)
+	defer cancel()
+	// hold holds the CQ and waits until its goroutine has parked: one
+	// write taken by the caller raises the event the armed CQ had asked
+	// for, after which the goroutine parks.
+	hold := func() {
+		parks := e.cq.Stats().Parks
+		e.cq.Hold()
+		col := post()
+		for len(col) == 0 && ctx.Err() == nil {
+			e.cq.TryProgress()
+		}
+		require.NoError(t, (<-col).Err)
+		for e.cq.Stats().Parks == parks && ctx.Err() == nil {
+			time.Sleep(100 * time.Microsecond)
+		}
+		require.NoError(t, ctx.Err(), "the CQ's goroutine never parked")
+	}
+	for _, tc := range []struct {
+		name string
+		run  func()
+	}{
+		{"released without polling", func() {
+			hold()
+			col := post()
+			time.Sleep(5 * time.Millisecond)
+			assert.Empty(t, col, "delivered while held and not polled: the goroutine did not park")
+			e.cq.Release()
+			select {
+			case c := <-col:
+				require.NoError(t, c.Err)
+			case <-ctx.Done():
+				t.Fatal("a completion left in flight by a holder was never delivered")
+			}
+		}},
+		{"posted by another, then released", func() {
+			hold()
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.Do(ctx, wr) // no hold of its own
+				done <- err
+			}()
+			for e.cq.Stats().InFlight == 0 && ctx.Err() == nil {
+				time.Sleep(100 * time.Microsecond)
+			}
+			e.cq.Release() // in flight: the goroutine takes it over
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-ctx.Done():
+				t.Fatal("a work request posted while another held the CQ never completed")
+			}
+		}},
+		{"posted after a release with nothing in flight", func() {
+			hold()
+			e.cq.Release()          // the goroutine stays parked
+			_, err := a.Do(ctx, wr) // its post wakes it
+			require.NoError(t, err)
+		}},
+		{"posted by another, delivered by the holder", func() {
+			hold()
+			done := make(chan error, 1)
+			go func() {
+				_, err := a.Do(ctx, wr)
+				done <- err
+			}()
+			var err error
+		wait:
+			for {
+				select {
+				case err = <-done:
+					break wait
+				case <-ctx.Done():
+					t.Fatal("not delivered by the holder's TryProgress")
+				default:
+					e.cq.TryProgress()
+				}
+			}
+			e.cq.Release()
+			require.NoError(t, err)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.run() })
+	}
+	assert.Zero(t, e.cq.Stats().InFlight)
+	assert.PanicsWithValue(t, "rdma: CQ.Release without Hold", e.cq.Release)
 }
 
 // TestTryProgressBusy: TryProgress does not wait for a poller holding the
