@@ -545,6 +545,7 @@ func (w *pingPong) Submit(ctx context.Context, n int) *engine.Future {
 func (w *pingPong) RoundTrip(ctx context.Context) error {
 	w.seq++
 	want := w.seq
+	w.wait.round(want)
 	// The send buffer is this goroutine's (the Put reads it here, or on a
 	// worker after a queue handoff): a plain store, no locked instruction
 	// on the critical path. Only the polled receive buffer needs atomics.
@@ -605,7 +606,7 @@ func (w *pingPong) roundTripFuture(ctx context.Context, want uint64) error {
 // check runs every 4096 polls of a round: timeout, cancellation and the
 // endpoint's failure end it.
 func (w *pingPong) check(ctx context.Context, t0 *time.Time, spins int, want uint64) error {
-	if err := spinCheck(t0, spins); err != nil {
+	if err := spinCheck(t0, spins, w.wait.oneP); err != nil {
 		return fmt.Errorf("ping-pong round %d: no answer from %s: %w", want, w.p, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -649,15 +650,22 @@ func (w *pingPong) check(ctx context.Context, t0 *time.Time, spins int, want uin
 // P's thread wakes it, or with a single P a short park lets the scheduler
 // poll the network.
 type landWait struct {
-	park  bool
-	yield time.Duration // how long after the last progress to yield
-	since time.Time
-	mask  int  // spinning: yield (or nap) when spins&mask == 0
-	nap   bool // spinning: park for a microsecond instead of yielding
+	// oneP: this process has a single P. Only then do the long polling
+	// loops yield now and then (spinCheck), so that the engine's
+	// goroutines can run: with more Ps they run on another, and a yield
+	// would wake an idle P's thread for nothing (runtime.Gosched wakes
+	// one), which takes a core from the peer or the NIC's software.
+	oneP    bool
+	park    bool
+	yield   time.Duration // how long after the last progress to yield
+	since   time.Time
+	yielded time.Time // the last yield of round
+	mask    int       // spinning: yield (or nap) when spins&mask == 0
+	nap     bool      // spinning: park for a microsecond instead of yielding
 }
 
 func newLandWait(eng *engine.Engine, ep *engine.Endpoint) *landWait {
-	l := &landWait{park: ep.Transport() == engine.TransportTCP, mask: 0xff}
+	l := &landWait{park: ep.Transport() == engine.TransportTCP, mask: 0xff, oneP: runtime.GOMAXPROCS(0) == 1}
 	if l.park {
 		l.yield = max(eng.Config().TCPReadSpin, 0)
 	}
@@ -670,6 +678,27 @@ func newLandWait(eng *engine.Engine, ep *engine.Endpoint) *landWait {
 	}
 	return l
 }
+
+// round is called at each ping-pong round. A polling loop that never
+// enters the scheduler is preempted by the runtime's monitor every 10 ms,
+// and when that lands during a cgo call (an RDMA post) the monitor also
+// takes the P away and then watches at its shortest period (20 µs) for a
+// millisecond or more: about 3000 thread wake-ups a second measured in
+// the rxe VM, CPU the peer and the NIC's software need. One yield every
+// yieldEvery keeps that from happening, at the cost of one wake-up of an
+// idle P's thread.
+func (l *landWait) round(n uint64) {
+	if n&63 != 0 {
+		return
+	}
+	if now := time.Now(); now.Sub(l.yielded) >= yieldEvery {
+		l.yielded = now
+		runtime.Gosched()
+	}
+}
+
+// yieldEvery is how often a ping-pong side yields (see landWait.round).
+const yieldEvery = 2 * time.Millisecond
 
 // idle is called after the spins-th poll that found nothing new.
 func (l *landWait) idle(spins int) {
@@ -706,10 +735,10 @@ func waitFuture(ctx context.Context, f *engine.Future) error {
 }
 
 // spinCheck runs every 4096 spins of a polling loop: it fails once the
-// loop has waited pingTimeout, and after the first 64K spins yields the
-// P now and then, so that goroutines of this process (the engine's) can
-// run even when it has a single P.
-func spinCheck(t0 *time.Time, spins int) error {
+// loop has waited pingTimeout, and, when the process has a single P
+// (oneP), after the first 64K spins yields the P now and then, so that
+// goroutines of this process (the engine's) can run.
+func spinCheck(t0 *time.Time, spins int, oneP bool) error {
 	if t0.IsZero() {
 		*t0 = time.Now()
 		return nil
@@ -717,7 +746,7 @@ func spinCheck(t0 *time.Time, spins int) error {
 	if time.Since(*t0) > pingTimeout {
 		return fmt.Errorf("nothing within %v", pingTimeout)
 	}
-	if spins >= 1<<16 {
+	if oneP && spins >= 1<<16 {
 		runtime.Gosched()
 	}
 	return nil

@@ -698,6 +698,7 @@ func (r *responder) run() {
 				return
 			}
 			r.rounds = next // read after done is closed
+			wait.round(next)
 			next++
 			idle = 0
 			continue
@@ -727,8 +728,8 @@ func (r *responder) run() {
 			r.err = fmt.Errorf("no ping-pong round from the client for %v (waiting for round %d)", idleTimeout, next)
 			return
 		}
-		if idle >= 1<<16 {
-			runtime.Gosched() // let the engine's goroutines run when this process has one P
+		if wait.oneP && idle >= 1<<16 {
+			runtime.Gosched() // let the engine's goroutines run (see landWait.oneP)
 		}
 		select {
 		case <-ep.Done():
