@@ -31,7 +31,7 @@ type Environment struct {
 	CPU        string      `json:"cpu,omitempty"`      // model name
 	Kernel     string      `json:"kernel,omitempty"`   // uname release of the host
 	Affinity   string      `json:"affinity,omitempty"` // CPUs the process may run on ("1", "0-1"), as set by taskset
-	Clock      string      `json:"clock,omitempty"`    // what times operations: "tsc" (calibrated) or "monotonic"
+	Clock      string      `json:"clock,omitempty"`    // what times operations: "tsc" (calibrated), "tsc (forced)" (-clock tsc) or "monotonic"
 	Devices    []DeviceEnv `json:"devices"`
 	// RDMADevice is the engine's RDMA device, for runs over rdma:
 	// "rxe0 port 1, Ethernet (RoCE), GID[0] fe80::..., MTU 4096".
@@ -105,11 +105,11 @@ var reportNotes = []string{
 	"bandwidth is bytes moved / wall time of the measurement",
 }
 
-func newReport(env *Env, tests []Test, p Params) *Report {
+func newReport(env *Env, tests []Test, p Params, clockSrc string) *Report {
 	rep := &Report{
 		Tool:    "gxfer perf",
 		Started: time.Now().UTC().Truncate(time.Millisecond),
-		Env:     CurrentEnvironment(env),
+		Env:     environment(env, clockSrc),
 		Params: RunParams{
 			Transport: env.transport(), Device: env.Device, Sizes: p.Sizes,
 			Iterations: p.Iterations, DurationSec: p.Duration.Seconds(),
@@ -145,12 +145,19 @@ func newReport(env *Env, tests []Test, p Params) *Report {
 	return rep
 }
 
-// CurrentEnvironment describes this process and env's devices.
+// CurrentEnvironment describes this process and env's devices, with the
+// clock of ClockAuto.
 func CurrentEnvironment(env *Env) Environment {
+	return environment(env, harnessClock().source())
+}
+
+// environment describes this process and env's devices; clockSrc names
+// what times operations.
+func environment(env *Env, clockSrc string) Environment {
 	e := Environment{
 		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GoVersion: runtime.Version(),
 		CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		CPU: cpuModel(), Kernel: KernelRelease(), Affinity: affinity(), Clock: harnessClock().source(), Devices: []DeviceEnv{},
+		CPU: cpuModel(), Kernel: KernelRelease(), Affinity: affinity(), Clock: clockSrc, Devices: []DeviceEnv{},
 	}
 	if env != nil && env.Engine != nil {
 		for _, d := range env.Engine.Devices() {
@@ -230,7 +237,13 @@ func NewReport(env *Env, tests []Test, p Params) (*Report, error) {
 			return nil, fmt.Errorf("batches (-b %d) are not supported by test %s: an endpoint has no batch API", p.Batch, t.Name)
 		}
 	}
-	rep := newReport(env, tests, p)
+	// The clock is calibrated here, once per process and mode, not in
+	// the first measurement.
+	clockSrc, err := ClockSource(p.Clock)
+	if err != nil {
+		return nil, fmt.Errorf("clock %s: %w", p.Clock, err)
+	}
+	rep := newReport(env, tests, p, clockSrc)
 	rep.run = &runState{env: env, tests: tests, p: p, rec: &recorder{}}
 	return rep, nil
 }

@@ -27,6 +27,10 @@ type Params struct {
 	Batch  int // messages per submission, sent as one engine batch (-b); default 1
 	Count  int // times each (test, size) is measured; default 1
 
+	// Clock selects what times operations (ClockAuto, the zero value:
+	// the TSC where it is invariant, else the monotonic clock).
+	Clock ClockMode
+
 	// Progress, if set, is called as the run advances (at most every
 	// ProgressEvery while a size is measured).
 	Progress      func(Progress)
@@ -357,7 +361,10 @@ func loop(ctx context.Context, w Workload, p Params, limit int64, dur time.Durat
 			head = (head + 1) % len(ring)
 		}
 	}()
-	c := harnessClock()
+	c, err := clockFor(p.Clock)
+	if err != nil {
+		return m, err
+	}
 	var submitted int64
 	durT, everyT := c.ticks(dur), c.ticks(p.ProgressEvery)
 	start := c.now()
@@ -442,7 +449,10 @@ func streamChunk(size int) int {
 // everything included (the clock and the recorder of the previous chunk
 // too): the samples' weighted mean is exactly wall time / operations.
 func streamLoop(ctx context.Context, w streamer, p Params, size int, limit int64, dur time.Duration, rec *recorder, frac func(float64)) (m measured, err error) {
-	c := harnessClock()
+	c, err := clockFor(p.Clock)
+	if err != nil {
+		return m, err
+	}
 	k := int64(streamChunk(size))
 	durT, everyT := c.ticks(dur), c.ticks(p.ProgressEvery)
 	start := c.now()
@@ -496,7 +506,10 @@ type roundTripper interface {
 // pingLoop runs limit rounds (or, when limit is 0, rounds for dur), timing
 // each one alone.
 func pingLoop(ctx context.Context, w roundTripper, p Params, limit int64, dur time.Duration, rec *recorder, frac func(float64)) (m measured, err error) {
-	c := harnessClock()
+	c, err := clockFor(p.Clock)
+	if err != nil {
+		return m, err
+	}
 	durT, everyT := c.ticks(dur), c.ticks(p.ProgressEvery)
 	start := c.now()
 	now, lastProgress := start, start

@@ -134,6 +134,7 @@ type perfOpts struct {
 	tcpSpin             time.Duration
 	tcpLanes            int
 	rdmaCQ              string
+	clock               string
 }
 
 func perfFlags() (*flag.FlagSet, *perfOpts) {
@@ -161,6 +162,7 @@ func perfFlags() (*flag.FlagSet, *perfOpts) {
 	fs.DurationVar(&o.tcpSpin, "tcp-spin", 0, "over tcp: poll the socket this long before parking the reader (engine Config.TCPReadSpin, default 50us; negative: never; costs a core while it spins)")
 	fs.IntVar(&o.tcpLanes, "tcp-lanes", 0, "over tcp (client): connections per endpoint; transfers of 4 MiB and more are split over them (engine Config.TCPLanes; default 2)")
 	fs.StringVar(&o.rdmaCQ, "rdma-cq", "event", "over rdma: how the engine's completion queue waits: event (sleep in the netpoller), spin (poll 50us after each completion, then sleep), spin:DURATION, or busy (poll always: lowest latency, a core busy) (engine Config.RDMA.CQSpin, CQBusyPoll)")
+	fs.StringVar(&o.clock, "clock", "auto", "what times operations: auto (the TSC where it is invariant, else the monotonic clock), tsc (the TSC even without the invariant flags, as perftest does; an error unless two calibrations against the monotonic clock agree within 1%), or monotonic")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to `FILE` (go tool pprof)")
 	o.common.register(fs)
 	return fs, o
@@ -176,7 +178,7 @@ type perfPlan struct {
 }
 
 // clientOnly are the flags a server has no use for: the client chooses.
-var clientOnly = []string{"t", "m", "s", "sweep", "n", "time", "w", "O", "b", "count", "json", "csv", "benchfmt", "plot"}
+var clientOnly = []string{"t", "m", "s", "sweep", "n", "time", "w", "O", "b", "count", "json", "csv", "benchfmt", "plot", "clock"}
 
 // check validates the flags that need no engine.
 func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
@@ -280,8 +282,12 @@ func (o *perfOpts) check(set map[string]bool) (perfPlan, error) {
 			return pl, usagef("-plot: directory %q does not exist", filepath.Dir(o.plot))
 		}
 	}
+	clock, err := bench.ParseClockMode(o.clock)
+	if err != nil {
+		return pl, usagef("bad -clock %q (want auto, tsc or monotonic)", o.clock)
+	}
 	pl.p = bench.Params{
-		Sizes: sizes, Warmup: o.warmup, Window: o.window, Batch: o.batch, Count: o.count,
+		Sizes: sizes, Warmup: o.warmup, Window: o.window, Batch: o.batch, Count: o.count, Clock: clock,
 	}
 	if set["n"] {
 		pl.p.Iterations = o.iters
@@ -394,6 +400,12 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 			return err
 		}
 		cfg.RDMA.CQSpin, cfg.RDMA.CQBusyPoll = spin, busy
+	}
+	if !o.server {
+		// Calibrate now (once per process): -clock tsc can fail.
+		if _, err := bench.ClockSource(plan.p.Clock); err != nil {
+			return fmt.Errorf("-clock %s: %w", o.clock, err)
+		}
 	}
 	if o.cpuprofile != "" {
 		f, err := os.Create(o.cpuprofile)
