@@ -119,7 +119,7 @@ func (rb *rdmaBind) post(put bool, k int) error {
 		}
 		rb.chainPut = put
 	}
-	n, err := rb.ep.rdmaPost(rb.chain[:k], rb.cq)
+	n, err := rb.ep.rdmaPost(rb.ep.rd, rb.chain[:k], rb.cq)
 	rb.posted += uint64(n)
 	return err
 }

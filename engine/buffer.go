@@ -10,6 +10,7 @@ import (
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/rdma"
+	"github.com/gxfer/gxfer/wire"
 )
 
 // Location says where a buffer lives: Host or Gaudi(i).
@@ -68,10 +69,11 @@ type Buffer struct {
 	gd   *gdev
 	dmem *dma.DeviceMem
 
-	// RDMA memory regions (rmu): the exported host buffer's cached region,
-	// a Gaudi buffer's DMA-BUF region or why it could not be registered.
+	// RDMA memory regions (rmu): the exported host buffer's cached region
+	// on each NIC, a Gaudi buffer's DMA-BUF region or why it could not be
+	// registered.
 	rmu    sync.Mutex
-	xref   rdma.MRRef
+	xref   [wire.MaxNICs]rdma.MRRef
 	gmr    *gaudiRegion
 	gmrErr error
 

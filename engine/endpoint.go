@@ -486,6 +486,10 @@ type EndpointStats struct {
 	Delegated uint64 // the peer's memory has no rkey: the peer moved the data with RDMA against our registered region
 	// ServedRDMA counts the peer's delegated requests this side performed.
 	ServedRDMA uint64
+	// NICWRs counts the work requests this side posted on each of the
+	// endpoint's queue pairs, one per NIC both sides have (large transfers
+	// are sliced over them).
+	NICWRs []uint64
 }
 
 // Stats returns the endpoint's counters.
@@ -493,6 +497,9 @@ func (ep *Endpoint) Stats() EndpointStats {
 	st := EndpointStats{Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1 + len(ep.lanes)}
 	if rd := ep.rd; rd != nil {
 		st.ZeroCopy, st.Staged, st.Delegated, st.ServedRDMA = rd.zeroCopy.Load(), rd.staged.Load(), rd.delegated.Load(), rd.servedRDMA.Load()
+		for _, n := range rd.nics {
+			st.NICWRs = append(st.NICWRs, n.wrs.Load())
+		}
 	}
 	for _, l := range append([]*Endpoint{ep}, ep.lanes...) {
 		st.Served += l.served.Load()
@@ -562,7 +569,7 @@ func (ep *Endpoint) failOnce(err error) {
 		_ = ep.c.Close()
 		if ep.rd != nil {
 			// Flush what is in flight: its completions fail with err.
-			_ = ep.rd.qp.SetError()
+			ep.rd.setError()
 		}
 		for _, fn := range pend {
 			fn(reply{err: err})

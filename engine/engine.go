@@ -60,7 +60,8 @@ type Engine struct {
 	endpoints    map[*Endpoint]struct{}
 	listeners    map[*Listener]struct{}
 
-	rdma         *rdmaCtx // nil: no RDMA (rdmaWhy says why)
+	rdma         *rdmaCtx   // nil: no RDMA (rdmaWhy says why); else nics[0]
+	nics         []*rdmaCtx // every NIC's context
 	rdmaWhy      string
 	rdmaStage    *stagePool // host staging of Gaudi memory for RDMA
 	rdmaStageSem chan struct{}
@@ -69,6 +70,9 @@ type Engine struct {
 // New opens the devices Config asks for and starts the engine.
 func New(cfg Config) (_ *Engine, err error) {
 	cfg = cfg.withDefaults()
+	if c := cfg.RDMA; len(c.Devices) > 0 && (c.Device != "" || len(c.Devices) > wire.MaxNICs) {
+		return nil, newErr(ErrInvalid, fmt.Sprintf("Config.RDMA: Devices %q with Device %q (at most %d devices, and not both)", c.Devices, c.Device, wire.MaxNICs), nil)
+	}
 	e := &Engine{
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str("component", "engine").Logger(),
@@ -427,8 +431,8 @@ func (e *Engine) Close() error {
 		for _, g := range e.devs {
 			errs = append(errs, g.closeCaches())
 		}
-		if e.rdma != nil {
-			errs = append(errs, e.rdma.close())
+		for _, n := range e.nics {
+			errs = append(errs, n.close())
 		}
 		for _, s := range e.sims {
 			errs = append(errs, s.Close())

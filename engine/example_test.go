@@ -216,3 +216,46 @@ func ExampleBinding_PutN() {
 	}
 	fmt.Println(ep.Stats().ZeroCopy)
 }
+
+// Two NICs per node: this engine's rxe0 and rxe2 reach the peer's rxe1
+// and rxe3 (NIC i to NIC i). The endpoint has a queue pair on each, the
+// peer's keys carry an rkey for each, and a Put of 1 MiB or more between
+// host memory is sliced over both. (Compiled, not run: it needs the
+// devices; examples/rdma -nics runs it in the Soft-RoCE VM.)
+func ExampleRDMAConfig_devices() {
+	owner, err := engine.New(engine.Config{Devices: engine.DevicesNone, RDMA: engine.RDMAConfig{Devices: []string{"rxe1", "rxe3"}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer owner.Close()
+	user, err := engine.New(engine.Config{Devices: engine.DevicesNone, RDMA: engine.RDMAConfig{Devices: []string{"rxe0", "rxe2"}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer user.Close()
+	fmt.Println(user.RDMA().NICs)
+	ln, err := owner.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ln.Close()
+	dst, _ := owner.Alloc(16<<20, engine.Host)
+	key, _ := dst.Export()
+
+	ctx := context.Background()
+	ep, err := user.Dial(ctx, "tcp", ln.Addr(), engine.WithTransport(engine.TransportRDMA))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ep.Close()
+	src, _ := user.Alloc(16<<20, engine.Host)
+	if err := ep.PutSync(ctx, src.All(), key); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(ep.Stats().NICWRs) // work requests posted on each NIC
+}

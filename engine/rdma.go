@@ -12,13 +12,17 @@ import (
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/rdma"
+	"github.com/gxfer/gxfer/wire"
 )
 
-// The engine's RDMA context: one device (the NIC closest to gaudi0 when
-// the Gaudi has a PCI address, else the first device by name with an
-// active port), one protection domain, one completion queue whose
-// goroutine sleeps in the Go netpoller, and a registration cache of host
-// memory regions. Every RDMA endpoint has its own RC queue pair on it.
+// The engine's RDMA contexts: one per NIC it uses (the NICs closest to
+// gaudi0 when the Gaudi has a PCI address, up to wire.MaxNICs of them tied
+// for closest; else the first device by name with an active port; or the
+// devices Config.RDMA names), each with its protection domain, a
+// completion queue whose goroutine sleeps in the Go netpoller, and a
+// registration cache of host memory regions. Every RDMA endpoint has an RC
+// queue pair on each NIC both sides have (NIC i to the peer's NIC i);
+// large transfers between host memory are sliced over them.
 
 const (
 	rdmaCQSize       = 16384   // completions in flight over every endpoint
@@ -27,17 +31,31 @@ const (
 	rdmaMaxInline    = 64      // inline data of a write (QPConfig.MaxInline)
 	rdmaChunk        = tcpChunk
 	rdmaStageBuffers = 16
+	// Transfers of at least rdmaSliceMin bytes are split over the NICs,
+	// in slices aligned to rdmaSliceAlign (as Mooncake slices).
+	rdmaSliceMin   = RDMASliceMin
+	rdmaSliceAlign = 64 << 10
 )
+
+// RDMASliceMin is the size from which a transfer between host memory is
+// split over every NIC the endpoint has (RDMAInfo.NICs).
+const RDMASliceMin = 1 << 20
 
 // RDMAConfig configures the RDMA context New opens.
 type RDMAConfig struct {
 	// Disabled opens no RDMA device: Dial("tcp") then always uses TCP.
 	Disabled bool
 	// Device forces this RDMA device (e.g. "mlx5_0", "rxe0"). Default: the
-	// NIC closest to gaudi0 on the PCI tree (rdma.ClosestNICs) when the
-	// Gaudi has a PCI address, else every device by name; the first with
-	// an active port is used.
+	// NICs closest to gaudi0 on the PCI tree (rdma.ClosestNICs: the
+	// closest and those tied with it, up to wire.MaxNICs) when the Gaudi
+	// has a PCI address, else the first device by name with an active
+	// port.
 	Device string
+	// Devices forces these devices, in this order (at most wire.MaxNICs;
+	// exclusive with Device): transfers are sliced over those that open.
+	// A peer's NIC i is reached through this side's NIC i, so both sides
+	// should list NICs on the same networks in the same order.
+	Devices []string
 	// Port forces this port (default: the device's first active port).
 	Port int
 	// GIDIndex is the source GID index of the queue pairs (default 0; on
@@ -54,6 +72,7 @@ type RDMAConfig struct {
 }
 
 type rdmaCtx struct {
+	nic      int // index among the engine's NICs
 	dev      *rdma.Device
 	pd       *rdma.PD
 	cq       *rdma.CQ
@@ -94,6 +113,10 @@ type RDMAInfo struct {
 	DMABufAttempts uint64 // ibv_reg_dmabuf_mr calls on Gaudi buffers
 	DMABufMRs      uint64 // of which succeeded
 	CachedMRs      int    // host memory regions in the registration cache
+	// NICs are every device the engine uses, Device first: endpoints have
+	// a queue pair on each NIC both sides have, and large host-memory
+	// transfers are sliced over them.
+	NICs []string
 }
 
 // RDMA describes the engine's RDMA context, or why there is none.
@@ -109,6 +132,12 @@ func (e *Engine) RDMA() RDMAInfo {
 	}
 	if err := r.dmabufUnsupported(); err != nil {
 		info.DMABuf = err.Error()
+	}
+	for _, n := range e.nics {
+		info.NICs = append(info.NICs, n.dev.Name())
+		if n != r {
+			info.CachedMRs += n.mrs.Stats().Regions
+		}
 	}
 	return info
 }
@@ -136,39 +165,55 @@ func (e *Engine) openRDMA() {
 		return
 	}
 	var why []string
-	for _, name := range e.rdmaCandidates(names) {
+	cands, want := e.rdmaCandidates(names)
+	for _, name := range cands {
+		if len(e.nics) == want {
+			break
+		}
 		r, err := openRDMACtx(name, e.cfg)
 		if err != nil {
 			why = append(why, name+": "+err.Error())
 			continue
 		}
-		e.rdma = r
-		e.rdmaStage = newStagePool(e, rdmaStageBuffers)
-		e.rdmaStageSem = make(chan struct{}, rdmaStageBuffers/2)
-		e.log.Debug().Str("device", name).Int("port", r.port).Msg("RDMA context open")
+		r.nic = len(e.nics)
+		e.nics = append(e.nics, r)
+		e.log.Debug().Str("device", name).Int("port", r.port).Int("nic", r.nic).Msg("RDMA context open")
+	}
+	if len(e.nics) == 0 {
+		if len(why) == 0 {
+			why = append(why, "no device")
+		}
+		e.rdmaWhy = "no usable RDMA device: " + strings.Join(why, "; ")
 		return
 	}
-	if len(why) == 0 {
-		why = append(why, "no device")
+	if len(why) > 0 {
+		e.log.Debug().Strs("skipped", why).Msg("RDMA devices not used")
 	}
-	e.rdmaWhy = "no usable RDMA device: " + strings.Join(why, "; ")
+	e.rdma = e.nics[0]
+	e.rdmaStage = newStagePool(e, rdmaStageBuffers)
+	e.rdmaStageSem = make(chan struct{}, rdmaStageBuffers/2)
 }
 
-// rdmaCandidates orders the devices to try: the forced one; else the NICs
-// closest to gaudi0 first, then the others by name.
-func (e *Engine) rdmaCandidates(names []string) []string {
-	if e.cfg.RDMA.Device != "" {
-		return []string{e.cfg.RDMA.Device}
+// rdmaCandidates orders the devices to try and says how many to keep:
+// the forced ones (all of Devices, or Device); else the NICs closest to
+// gaudi0 first, keeping as many as are tied for closest, then the others
+// by name; without a Gaudi PCI address, every device by name, keeping one.
+func (e *Engine) rdmaCandidates(names []string) ([]string, int) {
+	switch c := e.cfg.RDMA; {
+	case len(c.Devices) > 0:
+		return c.Devices, len(c.Devices)
+	case c.Device != "":
+		return []string{c.Device}, 1
 	}
 	names = slices.Clone(names)
 	slices.Sort(names)
 	if len(e.devs) == 0 || e.devs[0].node.PCIAddr == "" {
-		return names
+		return names, 1
 	}
 	nics, err := rdma.ClosestNICs(e.cfg.SysRoot, e.devs[0].node.PCIAddr)
 	if err != nil {
 		e.log.Debug().Err(err).Msg("NIC placement unknown; devices tried by name")
-		return names
+		return names, 1
 	}
 	var out []string
 	for _, n := range nics {
@@ -176,12 +221,13 @@ func (e *Engine) rdmaCandidates(names []string) []string {
 			out = append(out, n.Name)
 		}
 	}
+	want := max(1, min(len(out), wire.MaxNICs))
 	for _, n := range names {
 		if !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}
-	return out
+	return out, want
 }
 
 func openRDMACtx(name string, cfg Config) (_ *rdmaCtx, err error) {
@@ -299,34 +345,39 @@ func (r *rdmaCtx) gaudiMR(b *Buffer) (*rdma.MR, error) {
 	return mr, nil
 }
 
-// exportRKey is the rkey of an exported buffer's memory region (0 when
-// the buffer is reached through requests to this engine): host memory is
-// registered through the cache, with remote read and write, and the
-// reference kept until the buffer is freed; Gaudi memory needs a DMA-BUF
-// region.
-func (e *Engine) exportRKey(b *Buffer) uint32 {
+// exportRKeys sets k's rkeys for an exported buffer's memory regions on
+// each NIC (0 where the buffer is reached through requests to this
+// engine): host memory is registered through each NIC's cache, with
+// remote read and write, and the references kept until the buffer is
+// freed; Gaudi memory needs a DMA-BUF region (on the first NIC only).
+func (e *Engine) exportRKeys(b *Buffer, k *wire.RemoteKey) {
 	r := e.rdma
 	if r == nil {
-		return 0
+		return
 	}
 	if b.loc.gaudi {
-		mr, err := r.gaudiMR(b)
-		if err != nil {
-			return 0
+		if mr, err := r.gaudiMR(b); err == nil {
+			k.RKey = mr.RKey()
 		}
-		return mr.RKey()
+		return
 	}
 	b.rmu.Lock()
 	defer b.rmu.Unlock()
-	if b.xref.IsZero() {
-		ref, err := r.mrs.Get(b.Addr(), b.size, rdma.AccessDefault)
-		if err != nil {
-			e.log.Warn().Err(err).Uint64("buffer", b.id).Msg("exported without an RDMA key: registration failed")
-			return 0
+	for i, n := range e.nics {
+		if b.xref[i].IsZero() {
+			ref, err := n.mrs.Get(b.Addr(), b.size, rdma.AccessDefault)
+			if err != nil {
+				e.log.Warn().Err(err).Uint64("buffer", b.id).Str("device", n.dev.Name()).Msg("exported without an RDMA key on this NIC: registration failed")
+				continue
+			}
+			b.xref[i] = ref
 		}
-		b.xref = ref
+		if i == 0 {
+			k.RKey = b.xref[0].RKey()
+		} else {
+			k.NICRKeys[i-1] = b.xref[i].RKey()
+		}
 	}
-	return b.xref.RKey()
 }
 
 // releaseRDMA drops a buffer's memory regions before its memory goes.
@@ -343,12 +394,14 @@ func (e *Engine) releaseRDMA(b *Buffer) error {
 		b.gd.exports.Put(b.gmr.x)
 		b.gmr = nil
 	}
-	if !b.xref.IsZero() {
-		r.mrs.Put(b.xref)
-		b.xref = rdma.MRRef{}
-	}
-	if !b.loc.gaudi {
-		r.mrs.Invalidate(b.Addr(), b.size)
+	for i, n := range e.nics {
+		if !b.xref[i].IsZero() {
+			n.mrs.Put(b.xref[i])
+			b.xref[i] = rdma.MRRef{}
+		}
+		if !b.loc.gaudi {
+			n.mrs.Invalidate(b.Addr(), b.size)
+		}
 	}
 	return err
 }

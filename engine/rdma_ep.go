@@ -31,14 +31,17 @@ import (
 // reads or writes against that region through its own staging, then
 // answers.
 
-// rdmaConn is an endpoint's queue pair.
+// rdmaConn is an endpoint's queue pair on one NIC. The endpoint holds
+// the one on its first NIC, whose nics lists every one (itself first).
 type rdmaConn struct {
 	r         *rdmaCtx
 	qp        *rdma.QP
 	maxInline int           // bytes a write may carry in its work request
 	credits   chan struct{} // work requests in flight (send queue depth)
 	once      sync.Once
+	nics      []*rdmaConn // on the first NIC's: the endpoint's queue pairs, by NIC
 
+	wrs                                     atomic.Uint64 // work requests posted on this NIC
 	zeroCopy, staged, delegated, servedRDMA atomic.Uint64
 }
 
@@ -62,79 +65,147 @@ func (r *rdmaCtx) newConn() (*rdmaConn, error) {
 }
 
 // close destroys the queue pair once its outstanding work requests have
-// completed (flushed).
+// completed (flushed), and the endpoint's others on the first NIC's.
 func (rd *rdmaConn) close() {
+	for _, o := range rd.nics[1:] {
+		o.close()
+	}
 	rd.once.Do(func() {
 		_ = rd.qp.Close()
 		rd.r.qps.Done()
 	})
 }
 
-func toWireEndpoint(ep rdma.Endpoint) wire.RDMAConnect {
-	return wire.RDMAConnect{QPN: ep.QPN, PSN: ep.PSN, LID: ep.LID, MTU: uint8(ep.MTU), GID: ep.GID}
+// setError moves every queue pair of the endpoint to the error state:
+// what is in flight completes with flush errors.
+func (rd *rdmaConn) setError() {
+	for _, o := range rd.nics {
+		_ = o.qp.SetError()
+	}
+}
+
+func toWireEndpoint(ep rdma.Endpoint, nic, nics int) wire.RDMAConnect {
+	return wire.RDMAConnect{QPN: ep.QPN, PSN: ep.PSN, LID: ep.LID, MTU: uint8(ep.MTU), NIC: uint8(nic), NICs: uint8(nics), GID: ep.GID}
 }
 
 func fromWireEndpoint(m *wire.RDMAConnect) rdma.Endpoint {
 	return rdma.Endpoint{QPN: m.QPN, PSN: m.PSN, LID: m.LID, MTU: rdma.MTU(m.MTU), GID: m.GID}
 }
 
-// rdmaConnect brings up the endpoint's queue pair over the control
-// connection, right after the Hello exchange: the dialer sends its
-// RDMAConnect, the acceptor connects to it and answers with its own.
+// rdmaConnect brings up the endpoint's queue pairs over the control
+// connection, right after the Hello exchange: the dialer sends an
+// RDMAConnect for each of its NICs, the acceptor connects a queue pair on
+// each NIC both sides have to the dialer's of the same index and answers
+// with those, and the dialer connects the same ones (closing the rest).
+// It returns the first NIC's, which lists them all.
 func (e *Engine) rdmaConnect(ctx context.Context, wc *wire.Conn, dialer bool) (_ *rdmaConn, err error) {
-	rd, err := e.rdma.newConn()
-	if err != nil {
+	refuse := func(err error) error {
 		if !dialer {
 			_ = wc.Send(wire.NewError(0, wire.StatusNoResources, "RDMA queue pair: "+err.Error()))
 		}
-		return nil, fmt.Errorf("RDMA queue pair: %w", err)
+		return fmt.Errorf("RDMA queue pair: %w", err)
 	}
+	var conns []*rdmaConn
 	defer func() {
 		if err != nil {
-			rd.close()
+			for _, c := range conns {
+				c.close()
+			}
 		}
 	}()
-	mine := toWireEndpoint(rd.qp.Endpoint())
+	// open creates queue pairs on the first n NICs.
+	open := func(n int) error {
+		for _, r := range e.nics[:n] {
+			c, err := r.newConn()
+			if err != nil {
+				return err
+			}
+			c.nics = []*rdmaConn{c}
+			conns = append(conns, c)
+		}
+		return nil
+	}
+	send := func() error {
+		for i, c := range conns {
+			m := toWireEndpoint(c.qp.Endpoint(), i, len(conns))
+			if err := wc.Send(&m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if dialer {
-		if err := wc.Send(&mine); err != nil {
+		if err := open(len(e.nics)); err != nil {
+			return nil, refuse(err)
+		}
+		if err := send(); err != nil {
 			return nil, err
 		}
 	}
-	f, err := wc.Recv(ctx)
+	peer, err := recvRDMAConnects(ctx, wc)
 	if err != nil {
 		return nil, err
 	}
-	var peer wire.RDMAConnect
-	if err := f.Decode(&peer); err != nil {
-		_ = f.CloseFDs()
-		if f.Header.Type == wire.TypeError {
-			var m wire.Error
-			if f.Decode(&m) == nil {
-				return nil, &m
-			}
+	if dialer {
+		if len(peer) > len(conns) {
+			return nil, fmt.Errorf("RDMA: the peer answered for %d NICs, %d offered", len(peer), len(conns))
 		}
-		return nil, err
+		for _, c := range conns[len(peer):] {
+			c.close()
+		}
+		conns = conns[:len(peer)]
+	} else if err := open(min(len(peer), len(e.nics))); err != nil {
+		return nil, refuse(err)
 	}
-	if err := rd.qp.Connect(fromWireEndpoint(&peer)); err != nil {
-		if !dialer {
-			_ = wc.Send(wire.NewError(0, wire.StatusNoResources, err.Error()))
+	for i, c := range conns {
+		if err := c.qp.Connect(fromWireEndpoint(&peer[i])); err != nil {
+			return nil, refuse(err)
 		}
-		return nil, err
 	}
 	if !dialer {
-		if err := wc.Send(&mine); err != nil {
+		if err := send(); err != nil {
 			return nil, err
 		}
 	}
-	return rd, nil
+	conns[0].nics = conns
+	return conns[0], nil
 }
 
-// rdmaPost posts wrs, taking a send-queue credit for each (waiting while
-// the queue is full). It returns how many were posted. A caller holding
+// recvRDMAConnects receives the peer's RDMAConnect messages: one per NIC,
+// in order, all naming the same count (or the peer's error).
+func recvRDMAConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, error) {
+	var out []wire.RDMAConnect
+	for {
+		f, err := wc.Recv(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var m wire.RDMAConnect
+		if err := f.Decode(&m); err != nil {
+			_ = f.CloseFDs()
+			if f.Header.Type == wire.TypeError {
+				var em wire.Error
+				if f.Decode(&em) == nil {
+					return nil, &em
+				}
+			}
+			return nil, err
+		}
+		if int(m.NIC) != len(out) || (len(out) > 0 && m.NICs != out[0].NICs) {
+			return nil, fmt.Errorf("RDMA: the peer's RDMAConnect for NIC %d of %d came after %d", m.NIC, m.NICs, len(out))
+		}
+		out = append(out, m)
+		if len(out) == int(m.NICs) {
+			return out, nil
+		}
+	}
+}
+
+// rdmaPost posts wrs on the queue pair rd, taking a send-queue credit for
+// each (waiting while the queue is full). It returns how many were posted. A caller holding
 // the CQ (rdma.CQ.Hold) passes it as held: the hold is let go while it
 // waits for credits, which only completions return.
-func (ep *Endpoint) rdmaPost(wrs []rdma.WR, held *rdma.CQ) (int, error) {
-	rd := ep.rd
+func (ep *Endpoint) rdmaPost(rd *rdmaConn, wrs []rdma.WR, held *rdma.CQ) (int, error) {
 	for i := range wrs {
 		select {
 		case rd.credits <- struct{}{}:
@@ -160,6 +231,7 @@ func (ep *Endpoint) rdmaPost(wrs []rdma.WR, held *rdma.CQ) (int, error) {
 		}
 	}
 	n, err := rd.qp.Post(wrs)
+	rd.wrs.Add(uint64(n))
 	for range len(wrs) - n {
 		<-rd.credits
 	}
@@ -197,22 +269,34 @@ func (ep *Endpoint) checkQP() {
 	if ep.rd == nil || ep.Err() != nil {
 		return
 	}
-	if st, err := ep.rd.qp.State(); err == nil && st == rdma.QPStateError {
-		ep.fail(ep.peerErr("RDMA queue pair in the error state", nil))
+	for _, rd := range ep.rd.nics {
+		if st, err := rd.qp.State(); err == nil && st == rdma.QPStateError {
+			ep.fail(ep.peerErr(fmt.Sprintf("RDMA queue pair on %s in the error state", rd.r.dev.Name()), nil))
+			return
+		}
 	}
 }
 
-// rdmaOp is an operation of one or more work requests between local
-// registered memory and a peer region; the CQ goroutine completes it.
+// rdmaOp is the part of a transfer carried by one NIC's queue pair: one
+// or more work requests between local registered memory and a peer
+// region; the CQ completes it. Its transfer's future resolves when every
+// part has finished.
 type rdmaOp struct {
-	ep    *Endpoint
-	f     *cq.Future
+	x     *rdmaXfer
+	rd    *rdmaConn
 	local Slice
-	ref   rdma.MRRef  // local host memory's region (zero for a DMA-BUF region)
-	timer *time.Timer // the deadline's (nil without one)
+	ref   rdma.MRRef // local host memory's region (zero for a DMA-BUF region)
 	left  atomic.Int32
 	mu    sync.Mutex
 	err   error
+}
+
+// rdmaXfer is a transfer of one or more parts (rdmaOp).
+type rdmaXfer struct {
+	ep    *Endpoint
+	f     *cq.Future  // NewFuture(parts)
+	timer *time.Timer // the deadline's (nil without one)
+	parts atomic.Int32
 }
 
 func (o *rdmaOp) setErr(err error) {
@@ -223,11 +307,11 @@ func (o *rdmaOp) setErr(err error) {
 	o.mu.Unlock()
 }
 
-// Complete runs on the CQ goroutine.
+// Complete runs on whichever goroutine polled the CQ.
 func (o *rdmaOp) Complete(c rdma.Completion) {
-	<-o.ep.rd.credits
+	<-o.rd.credits
 	if c.Err != nil {
-		o.setErr(o.ep.rdmaFailed(c.Op, c.Err))
+		o.setErr(o.x.ep.rdmaFailed(c.Op, c.Err))
 	}
 	if o.left.Add(-1) == 0 {
 		o.finish()
@@ -235,44 +319,84 @@ func (o *rdmaOp) Complete(c rdma.Completion) {
 }
 
 func (o *rdmaOp) finish() {
-	if o.timer != nil {
-		o.timer.Stop()
-	}
 	if !o.ref.IsZero() {
-		o.ep.e.rdma.mrs.Put(o.ref)
+		o.rd.r.mrs.Put(o.ref)
 	}
 	o.local.buf.release()
 	o.mu.Lock()
 	err := o.err
 	o.mu.Unlock()
-	o.f.Complete(0, err)
+	if o.x.parts.Add(-1) == 0 && o.x.timer != nil {
+		o.x.timer.Stop()
+	}
+	o.x.f.Complete(0, err)
 }
 
 // rdmaDirect writes local to remote (toRemote) or reads remote into local
 // with RDMA, straight from and into local's memory: host memory through
 // the MR cache, Gaudi memory through its DMA-BUF region (the caller has
-// checked it exists).
-func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAddr, deadline time.Time) *Future {
-	e := ep.e
-	if err := local.buf.acquire(); err != nil {
-		return cq.Resolved(err)
+// checked it exists). remote.RKey is the peer region's on its first NIC;
+// nicRKeys[i], when not 0, the same region's on its NIC i+1: a transfer
+// of host memory of at least rdmaSliceMin bytes is then split over the
+// NICs both sides have, in slices aligned to rdmaSliceAlign.
+func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time) *Future {
+	rkeys := []uint32{remote.RKey}
+	if !local.buf.loc.gaudi && local.n >= rdmaSliceMin {
+		for i, k := range nicRKeys {
+			if k == 0 || i+1 >= len(ep.rd.nics) {
+				break
+			}
+			rkeys = append(rkeys, k)
+		}
 	}
-	o := &rdmaOp{ep: ep, local: local, f: cq.NewFuture(1)}
-	o.f.SetSpin(e.cfg.WaitSpin)
+	parts := []rdma.Slice{{Len: local.n}}
+	if len(rkeys) > 1 {
+		var err error
+		if parts, err = rdma.SplitTransfer(local.n, len(rkeys), rdmaSliceAlign); err != nil {
+			return cq.Resolved(newErr(ErrInvalid, "RDMA slices", err))
+		}
+	}
+	x := &rdmaXfer{ep: ep, f: cq.NewFuture(len(parts))}
+	x.f.SetSpin(ep.e.cfg.WaitSpin)
+	x.parts.Store(int32(len(parts)))
+	x.timer = ep.deadlineTimer(x.f, deadline)
+	for _, sl := range parts {
+		part := local.buf.Slice(int(local.off+sl.Off), int(sl.Len))
+		ep.rdmaPart(x, ep.rd.nics[sl.NIC], toRemote, part, rdma.RemoteAddr{Addr: remote.Addr + sl.Off, RKey: rkeys[sl.NIC]})
+	}
+	return x.f
+}
+
+// rdmaPart posts one part of x on the queue pair rd; its result reaches
+// x's future.
+func (ep *Endpoint) rdmaPart(x *rdmaXfer, rd *rdmaConn, toRemote bool, local Slice, remote rdma.RemoteAddr) {
+	fail := func(err error) {
+		if x.parts.Add(-1) == 0 && x.timer != nil {
+			x.timer.Stop()
+		}
+		x.f.Complete(0, err)
+	}
+	if err := local.buf.acquire(); err != nil {
+		fail(err)
+		return
+	}
+	o := &rdmaOp{x: x, rd: rd, local: local}
 	var seg func(off, m uint64) rdma.Seg
 	if local.buf.loc.gaudi {
-		mr, err := e.rdma.gaudiMR(local.buf)
+		mr, err := rd.r.gaudiMR(local.buf)
 		if err != nil {
 			local.buf.release()
-			return cq.Resolved(err)
+			fail(err)
+			return
 		}
 		seg = func(off, m uint64) rdma.Seg { return mr.Seg(local.off+off, m) }
 	} else {
 		addr := local.hostAddr()
-		ref, err := e.rdma.mrs.Get(addr, local.n, rdma.AccessLocalWrite)
+		ref, err := rd.r.mrs.Get(addr, local.n, rdma.AccessLocalWrite)
 		if err != nil {
 			local.buf.release()
-			return cq.Resolved(newErr(ErrNotSupported, "RDMA registration of local memory", err))
+			fail(newErr(ErrNotSupported, "RDMA registration of local memory", err))
+			return
 		}
 		o.ref = ref
 		seg = func(off, m uint64) rdma.Seg { return ref.Seg(addr+off, m) }
@@ -287,18 +411,16 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 		off := uint64(i) * rdmaMaxWR
 		m := min(rdmaMaxWR, local.n-off)
 		wrs[i] = rdma.WR{Op: op, Local: []rdma.Seg{seg(off, m)}, Remote: rdma.RemoteAddr{Addr: remote.Addr + off, RKey: remote.RKey}, Done: o,
-			Inline: toRemote && !local.buf.loc.gaudi && m <= uint64(ep.rd.maxInline)}
+			Inline: toRemote && !local.buf.loc.gaudi && m <= uint64(rd.maxInline)}
 	}
 	o.left.Store(int32(nwr))
-	o.timer = ep.deadlineTimer(o.f, deadline)
-	posted, err := ep.rdmaPost(wrs, nil)
+	posted, err := ep.rdmaPost(rd, wrs, nil)
 	if err != nil {
 		o.setErr(err)
 		if o.left.Add(-int32(nwr-posted)) == 0 {
 			o.finish()
 		}
 	}
-	return o.f
 }
 
 // rdmaOne posts one work request; the channel yields its result.
@@ -312,7 +434,7 @@ func (ep *Endpoint) rdmaOne(op rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr
 		}
 		ch <- nil
 	})
-	if _, err := ep.rdmaPost([]rdma.WR{{Op: op, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}, nil); err != nil {
+	if _, err := ep.rdmaPost(ep.rd, []rdma.WR{{Op: op, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}, nil); err != nil {
 		ch <- err
 	}
 	return ch
@@ -433,13 +555,14 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (
 
 // rdmaMove is rdmaDirect or rdmaStaged, whichever local's memory needs,
 // as a future.
-func (ep *Endpoint) rdmaMove(toRemote bool, local Slice, remote rdma.RemoteAddr, deadline time.Time) (*Future, bool) {
+// (nicRKeys: see rdmaDirect.)
+func (ep *Endpoint) rdmaMove(toRemote bool, local Slice, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time) (*Future, bool) {
 	if local.buf.loc.gaudi {
 		if _, err := ep.e.rdma.gaudiMR(local.buf); err != nil {
 			return ep.goAsync(local, deadline, func() error { return ep.rdmaStaged(toRemote, local, remote) }), true
 		}
 	}
-	return ep.rdmaDirect(toRemote, local, remote, deadline), false
+	return ep.rdmaDirect(toRemote, local, remote, nicRKeys, deadline), false
 }
 
 // deadlineTimer ends f with ErrTimeout at deadline (nil timer without
@@ -488,7 +611,7 @@ func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOp
 		if err != nil {
 			return cq.Resolved(newErr(ErrInvalid, "remote key view", err))
 		}
-		f, staged := ep.rdmaMove(put, local, rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey}, deadline)
+		f, staged := ep.rdmaMove(put, local, rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey}, k.NICRKeys[:], deadline)
 		if staged {
 			ep.rd.staged.Add(1)
 		} else {
@@ -575,7 +698,7 @@ func (ep *Endpoint) serveRDMARequest(put bool, r wire.Request) (wire.Status, str
 	}
 	defer mine.buf.release()
 	// A Put reads the requester's region into our memory; a Get writes it.
-	f, _ := ep.rdmaMove(!put, mine, rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey}, time.Time{})
+	f, _ := ep.rdmaMove(!put, mine, rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey}, nil, time.Time{})
 	<-f.Done()
 	if err := f.Err(); err != nil {
 		return wire.StatusInternal, err.Error()

@@ -14,8 +14,8 @@ import (
 
 // TestRDMACandidatesOrder: the device tried first is the NIC closest to
 // gaudi0 on the PCI tree, then the others (soft devices without a PCI
-// parent last), unless Config.RDMA.Device forces one. A sysfs fixture,
-// no device needed.
+// parent last), unless Config.RDMA.Device(s) forces them; NICs tied for
+// closest are all kept. A sysfs fixture, no device needed.
 func TestRDMACandidatesOrder(t *testing.T) {
 	root := t.TempDir()
 	link := func(target, rel string) {
@@ -48,13 +48,30 @@ func TestRDMACandidatesOrder(t *testing.T) {
 	link("../../devices/virtual/infiniband/rxe0", "sys/class/infiniband/rxe0")
 
 	e := &Engine{cfg: Config{SysRoot: root}, devs: []*gdev{{node: dma.NodeInfo{PCIAddr: "0000:33:00.0"}}}}
-	names := []string{"rxe0", "mlx5_0", "mlx5_1"}
-	require.Equal(t, []string{"mlx5_1", "mlx5_0", "rxe0"}, e.rdmaCandidates(names))
-	// A device the sysfs tree does not show still comes, by name, last.
-	require.Equal(t, []string{"mlx5_1", "mlx5_0", "rxe0", "siw0"}, e.rdmaCandidates(append(names, "siw0")))
-	// Without a Gaudi PCI address (emulated devices): by name.
-	e.devs[0].node.PCIAddr = ""
-	require.Equal(t, []string{"mlx5_0", "mlx5_1", "rxe0"}, e.rdmaCandidates(names))
-	e.cfg.RDMA.Device = "rxe0"
-	require.Equal(t, []string{"rxe0"}, e.rdmaCandidates(names))
+	for _, tc := range []struct {
+		name   string
+		setup  func()
+		names  []string
+		want   []string
+		useNum int // how many of them to open
+	}{
+		{"closest first", nil, []string{"rxe0", "mlx5_0", "mlx5_1"}, []string{"mlx5_1", "mlx5_0", "rxe0"}, 1},
+		// A device the sysfs tree does not show still comes, by name, last.
+		{"unknown device last", nil, []string{"rxe0", "mlx5_0", "mlx5_1", "siw0"}, []string{"mlx5_1", "mlx5_0", "rxe0", "siw0"}, 1},
+		// Two NICs tied for closest: both are used (transfers are sliced
+		// over them).
+		{"tied NICs", func() { nic("mlx5_2", "pci0000:30/0000:30:01.0/0000:31:00.0/0000:32:02.0/0000:35:00.0") },
+			[]string{"rxe0", "mlx5_0", "mlx5_1", "mlx5_2"}, []string{"mlx5_1", "mlx5_2", "mlx5_0", "rxe0"}, 2},
+		// Without a Gaudi PCI address (emulated devices): by name, one.
+		{"no PCI address", func() { e.devs[0].node.PCIAddr = "" }, []string{"rxe0", "mlx5_0", "mlx5_1"}, []string{"mlx5_0", "mlx5_1", "rxe0"}, 1},
+		{"Device", func() { e.cfg.RDMA.Device = "rxe0" }, []string{"rxe0", "mlx5_0"}, []string{"rxe0"}, 1},
+		{"Devices", func() { e.cfg.RDMA.Device, e.cfg.RDMA.Devices = "", []string{"rxe1", "rxe0"} }, []string{"rxe0", "rxe1"}, []string{"rxe1", "rxe0"}, 2},
+	} {
+		if tc.setup != nil {
+			tc.setup()
+		}
+		got, n := e.rdmaCandidates(tc.names)
+		require.Equal(t, tc.want, got, tc.name)
+		require.Equal(t, tc.useNum, n, tc.name)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -298,7 +299,7 @@ func TestRDMAOutOfRange(t *testing.T) {
 	// Beyond the registered region, the NIC refuses: the work request
 	// fails with a remote access error, and so does the endpoint (its
 	// queue pair is in the error state).
-	f := ep.rdmaDirect(true, h.All(), rdma.RemoteAddr{Addr: hk.k.Base + 64<<20, RKey: hk.k.RKey}, time.Time{})
+	f := ep.rdmaDirect(true, h.All(), rdma.RemoteAddr{Addr: hk.k.Base + 64<<20, RKey: hk.k.RKey}, nil, time.Time{})
 	<-f.Done()
 	require.ErrorIs(t, f.Err(), ErrPeer)
 	require.ErrorIs(t, f.Err(), rdma.ErrRemoteAccess)
@@ -732,4 +733,110 @@ func BenchmarkRDMABinding(b *testing.B) {
 		})
 		require.NoError(b, bd.Close())
 	}
+}
+
+// needNICs skips unless the devices of GXFER_RDMA_NICS (a comma list
+// such as "rxe0,rxe2/rxe1,rxe3": this side's NICs / the peer's, NIC i of
+// one reaching NIC i of the other) exist: the VM of testbed/rxe/ci.sh
+// makes them with -n veth2 (two veth pairs, a Soft-RoCE device on each
+// end).
+func needNICs(t *testing.T) (mine, peer []string) {
+	t.Helper()
+	needRDMA(t)
+	spec := os.Getenv("GXFER_RDMA_NICS")
+	a, b, ok := strings.Cut(spec, "/")
+	if !ok {
+		if os.Getenv("GXFER_REQUIRE_NICS") == "1" {
+			t.Fatalf("GXFER_REQUIRE_NICS=1 but GXFER_RDMA_NICS is %q", spec)
+		}
+		t.Skip(`needs two NICs per side: GXFER_RDMA_NICS="rxe0,rxe2/rxe1,rxe3" (testbed/rxe/ci.sh runs it in a VM booted with -n veth2)`)
+	}
+	return strings.Split(a, ","), strings.Split(b, ",")
+}
+
+// TestRDMANICs: with two NICs per side, an endpoint has a queue pair on
+// each, keys carry both rkeys, and host transfers of rdmaSliceMin bytes or
+// more are split over the NICs (every byte verified, both NICs' work
+// request counts moving), smaller ones and those with a peer of one NIC
+// use the first only. Close leaves nothing behind on any device.
+func TestRDMANICs(t *testing.T) {
+	mine, theirs := needNICs(t)
+	base := verbs.Live()
+	cfg := func(devs []string) Config {
+		c := rdmaTestConfig()
+		c.RDMA.Device, c.RDMA.Devices = "", devs
+		return c
+	}
+	owner, err := New(cfg(theirs))
+	require.NoError(t, err)
+	req, err := New(cfg(mine))
+	require.NoError(t, err)
+	single, err := New(cfg(mine[:1]))
+	require.NoError(t, err)
+	require.Equal(t, theirs, owner.RDMA().NICs)
+	require.Equal(t, mine, req.RDMA().NICs)
+	l, err := owner.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ep, err := req.Dial(ctx, "tcp", l.Addr())
+	require.NoError(t, err)
+	require.Len(t, ep.Stats().NICWRs, len(mine))
+	ep1, err := single.Dial(ctx, "tcp", l.Addr())
+	require.NoError(t, err)
+	require.Len(t, ep1.Stats().NICWRs, 1, "a peer with one NIC: one queue pair")
+
+	dst, err := owner.Alloc(16<<20, Host)
+	require.NoError(t, err)
+	k, err := dst.Export()
+	require.NoError(t, err)
+	require.NotZero(t, k.k.RKey)
+	require.NotZero(t, k.k.NICRKeys[0], "the key carries the second NIC's rkey")
+	for _, tc := range []struct {
+		name   string
+		ep     *Endpoint
+		n      int
+		sliced bool
+	}{
+		{"64 KiB: first NIC", ep, 64 << 10, false},
+		{"1 MiB: sliced", ep, rdmaSliceMin, true},
+		{"5 MiB + 123: sliced", ep, 5<<20 + 123, true},
+		{"16 MiB: sliced", ep, 16 << 20, true},
+		{"16 MiB, peer of one NIC", ep1, 16 << 20, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, err := tc.ep.e.Alloc(tc.n, Host)
+			require.NoError(t, err)
+			defer src.Free()
+			fill(src.Bytes(), uint64(tc.n))
+			before := tc.ep.Stats().NICWRs
+			require.NoError(t, tc.ep.PutSync(ctx, src.All(), k.Slice(0, tc.n)))
+			require.True(t, bytes.Equal(src.Bytes(), dst.Bytes()[:tc.n]), "put bytes differ")
+			back, err := tc.ep.e.Alloc(tc.n, Host)
+			require.NoError(t, err)
+			defer back.Free()
+			require.NoError(t, tc.ep.GetSync(ctx, back.All(), k.Slice(0, tc.n)))
+			require.True(t, bytes.Equal(src.Bytes(), back.Bytes()), "get bytes differ")
+			after := tc.ep.Stats().NICWRs
+			require.Greater(t, after[0], before[0])
+			for i := 1; i < len(after); i++ {
+				if tc.sliced {
+					require.Greater(t, after[i], before[i], "NIC %d carried no slice", i)
+				} else {
+					require.Equal(t, before[i], after[i], "NIC %d used for an unsliced transfer", i)
+				}
+			}
+			t.Logf("work requests per NIC: %v -> %v", before, after)
+		})
+	}
+	require.NoError(t, dst.Free())
+	require.NoError(t, single.Close())
+	require.NoError(t, req.Close())
+	require.NoError(t, owner.Close())
+	for _, e := range []*Engine{owner, req, single} {
+		for _, n := range e.nics {
+			require.Equal(t, rdma.Counts{}, n.dev.Counts(), n.dev.Name())
+		}
+	}
+	require.Equal(t, base, verbs.Live(), "verbs objects left after Close")
 }

@@ -130,7 +130,7 @@ func (b *Buffer) Export() (RemoteKey, error) {
 	case b.shm == nil:
 		return RemoteKey{}, newErr(ErrNotSupported, "registered memory cannot be shared; allocate it with Alloc(Host)", nil)
 	}
-	k.RKey = e.exportRKey(b)
+	e.exportRKeys(b, &k)
 	if err := e.ident.signer.Sign(&k); err != nil {
 		return RemoteKey{}, err
 	}

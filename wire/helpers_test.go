@@ -34,7 +34,7 @@ func testGaudiKey() RemoteKey {
 	k := testKey()
 	k.MemType, k.Device, k.Flags = MemGaudi, 1, KeyRead
 	k.Base, k.Length, k.RKey = 0x1001_0000_0000, 64<<20, 0xabcdef
-	k.Ext = [8]byte{9, 9}
+	k.NICRKeys = [2]uint32{0x1234, 0x5678}
 	k.Offset, k.Len = 4096, 8192
 	if err := Sign(&k, testSecret); err != nil {
 		panic(err)
@@ -71,8 +71,8 @@ func sampleMessages() []Message {
 		&Bye{},
 		&Heartbeat{},
 		&Data{RequestID: 1, Offset: 4096, Bytes: []byte("payload bytes")},
-		&RDMAConnect{QPN: 0x11, PSN: 0xabcdef, MTU: 5, GID: [16]byte{0xfe, 0x80, 15: 1}},
-		&RDMAConnect{QPN: 1<<24 - 1, LID: 7, MTU: 1},
+		&RDMAConnect{QPN: 0x11, PSN: 0xabcdef, MTU: 5, NICs: 1, GID: [16]byte{0xfe, 0x80, 15: 1}},
+		&RDMAConnect{QPN: 1<<24 - 1, LID: 7, MTU: 1, NIC: 2, NICs: 3},
 	}
 }
 

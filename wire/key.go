@@ -14,7 +14,7 @@ import (
 
 // KeyVersion is the RemoteKey encoding version; keys of other versions are
 // refused with ErrMalformed.
-const KeyVersion = 1
+const KeyVersion = 2
 
 // KeySize is the size of an encoded RemoteKey.
 const KeySize = 112
@@ -67,6 +67,10 @@ const (
 	keyFlagsKnown = KeyRead | KeyWrite
 )
 
+// MaxNICs is the most NICs a key carries an rkey for (RKey and
+// NICRKeys).
+const MaxNICs = 3
+
 // MaxDevice is the highest device index a key can carry.
 const MaxDevice = 0xFFFE
 
@@ -91,7 +95,8 @@ const MaxDevice = 0xFFFE
 //	 48    8 Generation
 //	 56    8 Base         owner's address of the allocation (host VA or device VA)
 //	 64    8 Length       allocation length
-//	 72    8 Ext          owner-defined extension, opaque to holders
+//	 72    4 NICRKeys[0] rkey of the allocation on the owner's second NIC (0 if none)
+//	 76    4 NICRKeys[1] rkey on the owner's third NIC (0 if none)
 //	 80   16 MAC          HMAC-SHA256(secret, bytes 0..79), truncated
 //	 96    8 Offset       view start, relative to Base (not signed)
 //	104    8 Len          view length (not signed)
@@ -119,11 +124,27 @@ type RemoteKey struct {
 	Base       uint64
 	Length     uint64
 	RKey       uint32
-	Ext        [8]byte
-	MAC        [MACSize]byte
+	// NICRKeys are the allocation's rkeys on the owner's second and third
+	// NICs (0 where it is not registered), for transfers sliced over
+	// several NICs: a peer's queue pair connected to the owner's NIC i+1
+	// uses NICRKeys[i], one connected to its first NIC uses RKey.
+	NICRKeys [MaxNICs - 1]uint32
+	MAC      [MACSize]byte
 
 	Offset uint64 // view start within the allocation
 	Len    uint64 // view length
+}
+
+// NICRKey is the rkey of the allocation on the owner's NIC i (0 is its
+// first NIC: RKey), 0 where it has none.
+func (k *RemoteKey) NICRKey(i int) uint32 {
+	switch {
+	case i == 0:
+		return k.RKey
+	case i > 0 && i < MaxNICs:
+		return k.NICRKeys[i-1]
+	}
+	return 0
 }
 
 // Type returns TypeRemoteKey: a RemoteKey is also a message, with which an
@@ -187,7 +208,10 @@ func (k *RemoteKey) appendSigned(b []byte) []byte {
 	b = appendU64(b, k.Generation)
 	b = appendU64(b, k.Base)
 	b = appendU64(b, k.Length)
-	return append(b, k.Ext[:]...)
+	for _, r := range k.NICRKeys {
+		b = appendU32(b, r)
+	}
+	return b
 }
 
 // AppendBinary appends the KeySize-byte encoding of k to b. It fails with
@@ -256,7 +280,9 @@ func (k *RemoteKey) decode(d *dec) error {
 	nk.Generation = binary.LittleEndian.Uint64(p[48:])
 	nk.Base = binary.LittleEndian.Uint64(p[56:])
 	nk.Length = binary.LittleEndian.Uint64(p[64:])
-	copy(nk.Ext[:], p[72:80])
+	for i := range nk.NICRKeys {
+		nk.NICRKeys[i] = binary.LittleEndian.Uint32(p[72+4*i:])
+	}
 	copy(nk.MAC[:], p[keyMAC:keyView])
 	nk.Offset = binary.LittleEndian.Uint64(p[keyView:])
 	nk.Len = binary.LittleEndian.Uint64(p[keyView+8:])

@@ -161,7 +161,8 @@ func TestMalformed(t *testing.T) {
 		}(), math.MaxInt32, ErrMalformed},
 		{"error ok status", rawFrame(Header{Type: TypeError, RequestID: 1}, make([]byte, 8)), 0, ErrMalformed},
 		{"key short", keyFrame[:len(keyFrame)-1], 0, ErrMalformed},
-		{"key version", keyAt(keyFrame, 0, 2), 0, ErrMalformed},
+		{"key version", keyAt(keyFrame, 0, KeyVersion+1), 0, ErrMalformed},
+		{"key version 1", keyAt(keyFrame, 0, 1), 0, ErrMalformed},
 		{"key memtype", keyAt(keyFrame, 1, 3), 0, ErrMalformed},
 		{"key flags", keyAt(keyFrame, 2, 0x80), 0, ErrMalformed},
 		{"key no flags", keyAt(keyFrame, 2, 0), 0, ErrMalformed},
@@ -205,7 +206,7 @@ func TestForgedKey(t *testing.T) {
 		"owner":      func(k *RemoteKey) { k.Owner[0] ^= 1 },
 		"pid":        func(k *RemoteKey) { k.OwnerPID++ },
 		"rkey":       func(k *RemoteKey) { k.RKey++ },
-		"ext":        func(k *RemoteKey) { k.Ext[7] = 1 },
+		"lane rkey":  func(k *RemoteKey) { k.NICRKeys[1]++ },
 		"mac":        func(k *RemoteKey) { k.MAC[15] ^= 1 },
 		"memtype":    func(k *RemoteKey) { k.MemType, k.Device = MemGaudi, 0 },
 	} {

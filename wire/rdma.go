@@ -12,16 +12,23 @@ import "fmt"
 // (24 bits each), port LID, path MTU (the verbs enum, 1..5 for 256..4096
 // bytes) and port GID (required on RoCE; may be zero on InfiniBand when
 // the LID routes).
+//
+// A side with several NICs sends one RDMAConnect per NIC, in order, each
+// naming its index (NIC) and how many it sends (NICs, 1 to MaxNICs): the
+// dialer sends one for each of its NICs, the acceptor answers with as
+// many as both sides have, and queue pair i connects the two sides' NIC i.
 type RDMAConnect struct {
-	QPN uint32
-	PSN uint32
-	LID uint16
-	MTU uint8
-	GID [16]byte
+	QPN  uint32
+	PSN  uint32
+	LID  uint16
+	MTU  uint8
+	NIC  uint8
+	NICs uint8
+	GID  [16]byte
 }
 
 // RDMAConnectSize is the payload size of an RDMAConnect.
-const RDMAConnectSize = 4 + 4 + 2 + 1 + 1 + 16
+const RDMAConnectSize = 4 + 4 + 2 + 1 + 1 + 1 + 1 + 16
 
 const rdma24 = 1<<24 - 1
 
@@ -39,12 +46,14 @@ func (m *RDMAConnect) check() error {
 		return fmt.Errorf("MTU %d", m.MTU)
 	case m.GID == [16]byte{} && m.LID == 0:
 		return fmt.Errorf("neither GID nor LID")
+	case m.NICs < 1 || m.NICs > MaxNICs || m.NIC >= m.NICs:
+		return fmt.Errorf("NIC %d of %d", m.NIC, m.NICs)
 	}
 	return nil
 }
 
 // AppendPayload appends the RDMAConnect payload: QPN u32, PSN u32, LID
-// u16, MTU u8, 1 reserved byte, GID (16 bytes).
+// u16, MTU u8, 1 reserved byte, NIC u8, NICs u8, GID (16 bytes).
 func (m *RDMAConnect) AppendPayload(b []byte) ([]byte, error) {
 	if err := m.check(); err != nil {
 		return b, invalid("RDMAConnect: %v", err)
@@ -52,7 +61,7 @@ func (m *RDMAConnect) AppendPayload(b []byte) ([]byte, error) {
 	b = appendU32(b, m.QPN)
 	b = appendU32(b, m.PSN)
 	b = appendU16(b, m.LID)
-	b = append(b, m.MTU, 0)
+	b = append(b, m.MTU, 0, m.NIC, m.NICs)
 	return append(b, m.GID[:]...), nil
 }
 
@@ -66,6 +75,7 @@ func (m *RDMAConnect) DecodePayload(h Header, p []byte) error {
 	if !d.zeros(1) {
 		return malformed("RDMAConnect: reserved field set")
 	}
+	n.NIC, n.NICs = d.u8(), d.u8()
 	copy(n.GID[:], d.take(16))
 	if err := d.done(TypeRDMAConnect); err != nil {
 		return err

@@ -8,7 +8,7 @@ import (
 )
 
 func TestRDMAConnectValidation(t *testing.T) {
-	good := RDMAConnect{QPN: 0x11, PSN: 0x22, MTU: 3, GID: [16]byte{0xfe, 0x80}}
+	good := RDMAConnect{QPN: 0x11, PSN: 0x22, MTU: 3, NIC: 1, NICs: 2, GID: [16]byte{0xfe, 0x80}}
 	frame, err := AppendFrame(nil, &good)
 	require.NoError(t, err)
 	require.Len(t, frame, HeaderSize+RDMAConnectSize)
@@ -17,12 +17,15 @@ func TestRDMAConnectValidation(t *testing.T) {
 	require.Equal(t, &good, m)
 
 	for name, bad := range map[string]RDMAConnect{
-		"zero QPN":      {QPN: 0, MTU: 3, LID: 1},
-		"QPN > 24 bits": {QPN: 1 << 24, MTU: 3, LID: 1},
-		"PSN > 24 bits": {QPN: 1, PSN: 1 << 24, MTU: 3, LID: 1},
-		"MTU 0":         {QPN: 1, MTU: 0, LID: 1},
-		"MTU 6":         {QPN: 1, MTU: 6, LID: 1},
-		"no address":    {QPN: 1, MTU: 3},
+		"zero QPN":      {QPN: 0, MTU: 3, LID: 1, NICs: 1},
+		"QPN > 24 bits": {QPN: 1 << 24, MTU: 3, LID: 1, NICs: 1},
+		"PSN > 24 bits": {QPN: 1, PSN: 1 << 24, MTU: 3, LID: 1, NICs: 1},
+		"MTU 0":         {QPN: 1, MTU: 0, LID: 1, NICs: 1},
+		"MTU 6":         {QPN: 1, MTU: 6, LID: 1, NICs: 1},
+		"no address":    {QPN: 1, MTU: 3, NICs: 1},
+		"no NICs":       {QPN: 1, MTU: 3, LID: 1},
+		"NICs > max":    {QPN: 1, MTU: 3, LID: 1, NICs: MaxNICs + 1},
+		"NIC >= NICs":   {QPN: 1, MTU: 3, LID: 1, NIC: 2, NICs: 2},
 	} {
 		_, err := AppendFrame(nil, &bad)
 		require.ErrorIs(t, err, ErrInvalid, name)
@@ -30,7 +33,7 @@ func TestRDMAConnectValidation(t *testing.T) {
 		p := binary.LittleEndian.AppendUint32(nil, bad.QPN)
 		p = binary.LittleEndian.AppendUint32(p, bad.PSN)
 		p = binary.LittleEndian.AppendUint16(p, bad.LID)
-		p = append(p, bad.MTU, 0)
+		p = append(p, bad.MTU, 0, bad.NIC, bad.NICs)
 		p = append(p, bad.GID[:]...)
 		var got RDMAConnect
 		require.ErrorIs(t, got.DecodePayload(Header{Version: Version, Type: TypeRDMAConnect, Length: uint32(len(p))}, p), ErrMalformed, name)

@@ -356,6 +356,10 @@ func writeInfoText(w io.Writer, doc infoDoc) error {
 	p("  tcp: %s; %d connection(s) per dialed endpoint\n", ep.TCP, ep.TCPLanes)
 	if r := ep.RDMA; r.Available {
 		p("  rdma: %s port %d, %s, GID[%d] %s, MTU %d; Gaudi memory: DMA-BUF %s\n", r.Device, r.Port, r.LinkLayer, r.GIDIndex, r.GID, r.MTU, r.DMABuf)
+		if len(r.NICs) > 1 {
+			p("  rdma NICs: %s (a queue pair on each NIC both sides have; host transfers of %d KiB or more sliced over them)\n",
+				strings.Join(r.NICs, ", "), engine.RDMASliceMin>>10)
+		}
 	} else {
 		p("  rdma: unavailable (%s)\n", r.Reason)
 	}

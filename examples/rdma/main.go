@@ -6,13 +6,19 @@
 //
 //   - Put and Get between host memory: one RDMA write or read, straight
 //     between the buffers; the peer's CPU takes no part.
+//
 //   - Into the peer's Gaudi memory: zero copy where its NIC registers
 //     DMA-BUFs, else the owner moves the data through pinned host buffers
 //     (Soft-RoCE); the endpoint's stats say which path each op took.
+//
 //   - A Binding for many small messages to one place: the registration,
 //     the peer's address and the work request are prepared once, and each
 //     Put is one post whose completion the caller takes itself; PutN posts
 //     chains of writes, keeping the send queue full, and Flush waits.
+//
+//   - Several NICs per side (-nics): the endpoint has a queue pair on each,
+//     and transfers between host memory of 1 MiB or more are sliced over
+//     them.
 //
 // Both engines run in this process on 127.0.0.1; the RDMA device is the
 // first with an active port (-device to choose). Without one it says why
@@ -39,8 +45,19 @@ var errNoRDMA = errors.New("RDMA unavailable")
 func main() {
 	device := flag.String("device", "", "RDMA device (default: the first with an active port)")
 	gid := flag.Int("gid", 0, "GID index")
+	nics := flag.String("nics", "", `NICs of each engine, "A0,A1/B0,B1": the dialing engine's, then the listening one's (NIC i of one reaching NIC i of the other); instead of -device`)
 	flag.Parse()
-	if err := run(os.Stdout, engine.RDMAConfig{Device: *device, GIDIndex: *gid}); err != nil {
+	user, owner := engine.RDMAConfig{Device: *device, GIDIndex: *gid}, engine.RDMAConfig{Device: *device, GIDIndex: *gid}
+	if *nics != "" {
+		a, b, ok := strings.Cut(*nics, "/")
+		if !ok || *device != "" {
+			fmt.Fprintln(os.Stderr, `rdma: -nics takes "A0,A1/B0,B1", without -device`)
+			os.Exit(2)
+		}
+		user.Device, user.Devices = "", strings.Split(a, ",")
+		owner.Device, owner.Devices = "", strings.Split(b, ",")
+	}
+	if err := run(os.Stdout, user, owner); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma:", err)
 		if errors.Is(err, errNoRDMA) {
 			os.Exit(2)
@@ -49,8 +66,9 @@ func main() {
 	}
 }
 
-func run(out io.Writer, rc engine.RDMAConfig) error {
-	cfg := engine.Config{Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}, RDMA: rc}
+// run runs the example: an engine on userRC dials one on ownerRC.
+func run(out io.Writer, userRC, ownerRC engine.RDMAConfig) error {
+	cfg := engine.Config{Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}, RDMA: ownerRC}
 	owner, err := engine.New(cfg)
 	if err != nil {
 		return err
@@ -59,6 +77,7 @@ func run(out io.Writer, rc engine.RDMAConfig) error {
 	if info := owner.RDMA(); !info.Available {
 		return fmt.Errorf("%w: %s", errNoRDMA, strings.TrimPrefix(info.Reason, "RDMA unavailable: "))
 	}
+	cfg.RDMA = userRC
 	user, err := engine.New(cfg)
 	if err != nil {
 		return err
@@ -124,6 +143,10 @@ func run(out io.Writer, rc engine.RDMAConfig) error {
 	st := ep.Stats()
 	fmt.Fprintf(out, "paths: %d zero copy, %d delegated to the owner; %d bytes on the TCP connection\n",
 		st.ZeroCopy, st.Delegated, st.BytesOut+st.BytesIn)
+	if len(st.NICWRs) > 1 {
+		fmt.Fprintf(out, "NICs %s: work requests posted on each: %v (the host transfers were sliced)\n",
+			strings.Join(info.NICs, ", "), st.NICWRs)
+	}
 
 	// A binding: 8-byte messages into the first 8 bytes of the peer's
 	// host buffer.

@@ -81,6 +81,11 @@ for k in ${GXFER_CI_KERNELS:-stable backports}; do
 	# rest runs on the host.
 	vmtest "engine RDMA tests" "$RXEVM_DIR/ci-$k-engine.log" "$results" 80 \
 		-run 'RDMA' -bench 'RDMA' -benchtime 1x ./engine/
+	# Two NICs per side (-n veth2: rxe0 and rxe2 reach rxe1 and rxe3):
+	# transfers sliced over both.
+	RXEVM_NETDEV=veth2 GXFER_RDMA_NICS=rxe0,rxe2/rxe1,rxe3 GXFER_REQUIRE_NICS=1 \
+		vmtest "RDMA tests over two NICs" "$RXEVM_DIR/ci-$k-nics.log" "$results|work requests per NIC" 80 \
+		-run 'TestRDMANICs|TestRunRDMA' ./engine/ ./examples/rdma/
 	# gxfer perf over rdma: a client and a server (two engines in one test
 	# process) on rxe0, tiny sizes and -time; plus the -x rdma usage errors;
 	# and the examples/rdma program.
