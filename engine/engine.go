@@ -60,11 +60,14 @@ type Engine struct {
 	endpoints    map[*Endpoint]struct{}
 	listeners    map[*Listener]struct{}
 
-	rdma         *rdmaCtx   // nil: no RDMA (rdmaWhy says why); else nics[0]
-	nics         []*rdmaCtx // every NIC's context
-	rdmaWhy      string
-	rdmaStage    *stagePool // host staging of Gaudi memory for RDMA
-	rdmaStageSem chan struct{}
+	rdma *rdmaCtx   // nil: no RDMA (rdmaWhy says why); else nics[0]
+	nics []*rdmaCtx // every NIC's context
+	// serveRDMAHook (tests) runs before each delegated RDMA request this
+	// engine serves.
+	serveRDMAHook func()
+	rdmaWhy       string
+	rdmaStage     *stagePool // host staging of Gaudi memory for RDMA
+	rdmaStageSem  chan struct{}
 }
 
 // New opens the devices Config asks for and starts the engine.

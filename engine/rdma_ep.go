@@ -623,16 +623,27 @@ func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOp
 	// The deadline ends the future, not the request: the region the owner
 	// is moving data against stays registered until it answers (or the
 	// endpoint fails), so that a late transfer meets memory it may still
-	// reach instead of an access error that would fail the endpoint.
-	return ep.goAsync(local, deadline, func() error { return ep.rdmaDelegate(put, local, k) })
+	// reach instead of an access error that would fail the endpoint. An
+	// owner silent for PeerTimeout past the deadline fails the endpoint
+	// (rdmaDelegate).
+	return ep.goAsync(local, deadline, func() error { return ep.rdmaDelegate(put, local, k, deadline) })
 }
 
 // rdmaDelegate asks the owner of k to move the data itself, with RDMA
 // against a registered host region of ours: local's own memory (host), or
 // a host bounce buffer (Gaudi). It returns once the owner has answered.
-func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey) error {
+// With a deadline, an owner that has not answered PeerTimeout after it
+// (alive, its heartbeats coming, but stuck) fails the endpoint: its queue
+// pairs in the error state, the peer can no longer reach the region,
+// which is then deregistered; the request does not hold it for ever.
+func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
 	e := ep.e
 	ctx := context.Background()
+	if pt := e.cfg.PeerTimeout; !deadline.IsZero() && pt > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(pt))
+		defer cancel()
+	}
 	return e.throughHost(ctx, put, local, local.buf.loc.gaudi, func(region Slice) error {
 		// The owner reaches this region by RDMA with the rkey it is sent: a
 		// registration of its own, not the cache's, deregistered once the
@@ -644,7 +655,11 @@ func (ep *Endpoint) rdmaDelegate(put bool, local Slice, k wire.RemoteKey) error 
 		defer mr.Close()
 		req := wire.Request{RequestID: ep.newID(), Key: k, Length: local.n,
 			Local: wire.Local{Kind: wire.LocalRDMA, Addr: mr.Addr(), RKey: mr.RKey()}}
-		return ep.request(ctx, put, req)
+		err = ep.request(ctx, put, req)
+		if errors.Is(err, ErrTimeout) {
+			ep.fail(ep.peerErr(fmt.Sprintf("no answer to delegated RDMA request %d within its deadline and PeerTimeout (%v)", req.RequestID, e.cfg.PeerTimeout), nil))
+		}
+		return err
 	})
 }
 
@@ -665,6 +680,9 @@ func (ep *Endpoint) serveRDMA(put bool, r wire.Request) error {
 		defer ep.e.async.Done()
 		defer ep.serving.Done()
 		defer func() { <-ep.sem }()
+		if h := ep.e.serveRDMAHook; h != nil {
+			h() // tests: a stuck owner
+		}
 		var rep wire.Message = &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
 		if st, msg := ep.serveRDMARequest(put, r); st != wire.StatusOK {
 			rep = wire.NewError(r.RequestID, st, msg)

@@ -840,3 +840,50 @@ func TestRDMANICs(t *testing.T) {
 	}
 	require.Equal(t, base, verbs.Live(), "verbs objects left after Close")
 }
+
+// TestRDMADelegateStuckOwner: an owner that never answers a delegated
+// request (alive: its heartbeats keep coming) fails the endpoint
+// PeerTimeout after the request's deadline, and the region it could have
+// moved data against is deregistered then, not held for ever.
+func TestRDMADelegateStuckOwner(t *testing.T) {
+	needRDMA(t)
+	release := make(chan struct{})
+	ocfg := rdmaTestConfig()
+	ocfg.PeerTimeout = time.Second // heartbeats every 250 ms
+	owner := newEngine(t, ocfg)
+	owner.serveRDMAHook = func() { <-release }
+	defer close(release) // before the engines' Close (cleanups run after)
+	rcfg := rdmaTestConfig()
+	rcfg.PeerTimeout = time.Second
+	req := newEngine(t, rcfg)
+	l, err := owner.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx := context.Background()
+	ep, err := req.Dial(ctx, "tcp", l.Addr())
+	require.NoError(t, err)
+	require.Equal(t, TransportRDMA, ep.Transport())
+
+	dev, _ := owner.Alloc(1<<20, Gaudi(0))
+	dk, err := dev.Export()
+	require.NoError(t, err)
+	require.Zero(t, dk.k.RKey, "Gaudi memory without a DMA-BUF region: delegated")
+	src, _ := req.Alloc(1<<20, Host)
+	mrs := req.rdma.dev.Counts().MRs
+	t0 := time.Now()
+	f := ep.Put(ctx, src.All(), dk, Timeout(50*time.Millisecond))
+	<-f.Done()
+	require.ErrorIs(t, f.Err(), ErrTimeout)
+	require.Equal(t, mrs+1, req.rdma.dev.Counts().MRs, "the region stays registered past the deadline")
+	require.NoError(t, ep.Err())
+	select {
+	case <-ep.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the endpoint did not fail")
+	}
+	el := time.Since(t0)
+	require.ErrorIs(t, ep.Err(), ErrPeer)
+	require.Contains(t, ep.Err().Error(), "no answer to delegated RDMA request")
+	req.async.Wait() // the request's goroutine has ended
+	require.Equal(t, mrs, req.rdma.dev.Counts().MRs, "the region is deregistered")
+	t.Logf("endpoint failed %v after the Put (deadline 50ms, PeerTimeout 1s): %v", el.Round(time.Millisecond), ep.Err())
+}
