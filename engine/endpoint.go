@@ -262,14 +262,7 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 		return fail(err)
 	}
 	var ack wire.HelloAck
-	if err := f.Decode(&ack); err != nil {
-		_ = f.CloseFDs()
-		if f.Header.Type == wire.TypeError {
-			var m wire.Error
-			if f.Decode(&m) == nil {
-				return fail(&m)
-			}
-		}
+	if err := decodeOrPeerError(&f, &ack); err != nil {
 		return fail(err)
 	}
 	if err := wire.CheckAck(local, ack); err != nil {
@@ -1103,6 +1096,24 @@ func (ep *Endpoint) rmaDevice(put bool, local Slice, k wire.RemoteKey, opts []Op
 		f.Complete(0, ep.remoteDMA(put, local, k, oc.deadline))
 	}()
 	return f
+}
+
+// decodeOrPeerError decodes f into m; a frame that is not one is
+// dropped (its fds closed), and the error is the peer's own when it sent
+// an Error instead.
+func decodeOrPeerError(f *wire.Frame, m wire.Message) error {
+	err := f.Decode(m)
+	if err == nil {
+		return nil
+	}
+	_ = f.CloseFDs()
+	if f.Header.Type == wire.TypeError {
+		var pe wire.Error
+		if f.Decode(&pe) == nil {
+			return &pe
+		}
+	}
+	return err
 }
 
 // withDeadline is ctx bounded by deadline when it is set.

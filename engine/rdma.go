@@ -52,9 +52,11 @@ type RDMAConfig struct {
 	// port.
 	Device string
 	// Devices forces these devices, in this order (at most wire.MaxNICs;
-	// exclusive with Device): transfers are sliced over those that open.
-	// A peer's NIC i is reached through this side's NIC i, so both sides
-	// should list NICs on the same networks in the same order.
+	// exclusive with Device): transfers are sliced over them. A peer's
+	// NIC i is reached through this side's NIC i, so both sides should
+	// list NICs on the same networks in the same order; past a device
+	// that does not open, the rest are not used (the first one that
+	// opens is, alone, if the first does not).
 	Devices []string
 	// Port forces this port (default: the device's first active port).
 	Port int
@@ -72,7 +74,6 @@ type RDMAConfig struct {
 }
 
 type rdmaCtx struct {
-	nic      int // index among the engine's NICs
 	dev      *rdma.Device
 	pd       *rdma.PD
 	cq       *rdma.CQ
@@ -173,11 +174,14 @@ func (e *Engine) openRDMA() {
 		r, err := openRDMACtx(name, e.cfg)
 		if err != nil {
 			why = append(why, name+": "+err.Error())
+			// NIC i reaches the peer's NIC i: past a device that did not
+			// open, the order no longer matches; keep what opened, or
+			// look for one device.
+			want = max(len(e.nics), 1)
 			continue
 		}
-		r.nic = len(e.nics)
 		e.nics = append(e.nics, r)
-		e.log.Debug().Str("device", name).Int("port", r.port).Int("nic", r.nic).Msg("RDMA context open")
+		e.log.Debug().Str("device", name).Int("port", r.port).Int("nic", len(e.nics)-1).Msg("RDMA context open")
 	}
 	if len(e.nics) == 0 {
 		if len(why) == 0 {

@@ -181,14 +181,7 @@ func recvRDMAConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, e
 			return nil, err
 		}
 		var m wire.RDMAConnect
-		if err := f.Decode(&m); err != nil {
-			_ = f.CloseFDs()
-			if f.Header.Type == wire.TypeError {
-				var em wire.Error
-				if f.Decode(&em) == nil {
-					return nil, &em
-				}
-			}
+		if err := decodeOrPeerError(&f, &m); err != nil {
 			return nil, err
 		}
 		if int(m.NIC) != len(out) || (len(out) > 0 && m.NICs != out[0].NICs) {
@@ -202,9 +195,10 @@ func recvRDMAConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, e
 }
 
 // rdmaPost posts wrs on the queue pair rd, taking a send-queue credit for
-// each (waiting while the queue is full). It returns how many were posted. A caller holding
-// the CQ (rdma.CQ.Hold) passes it as held: the hold is let go while it
-// waits for credits, which only completions return.
+// each (waiting while the queue is full). It returns how many were
+// posted. A caller holding the CQ (rdma.CQ.Hold) passes it as held: the
+// hold is let go while it waits for credits, which only completions
+// return.
 func (ep *Endpoint) rdmaPost(rd *rdmaConn, wrs []rdma.WR, held *rdma.CQ) (int, error) {
 	for i := range wrs {
 		select {
@@ -326,10 +320,16 @@ func (o *rdmaOp) finish() {
 	o.mu.Lock()
 	err := o.err
 	o.mu.Unlock()
-	if o.x.parts.Add(-1) == 0 && o.x.timer != nil {
-		o.x.timer.Stop()
+	o.x.partDone(err)
+}
+
+// partDone ends one part of the transfer; the last stops the deadline's
+// timer.
+func (x *rdmaXfer) partDone(err error) {
+	if x.parts.Add(-1) == 0 && x.timer != nil {
+		x.timer.Stop()
 	}
-	o.x.f.Complete(0, err)
+	x.f.Complete(0, err)
 }
 
 // rdmaDirect writes local to remote (toRemote) or reads remote into local
@@ -370,14 +370,8 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 // rdmaPart posts one part of x on the queue pair rd; its result reaches
 // x's future.
 func (ep *Endpoint) rdmaPart(x *rdmaXfer, rd *rdmaConn, toRemote bool, local Slice, remote rdma.RemoteAddr) {
-	fail := func(err error) {
-		if x.parts.Add(-1) == 0 && x.timer != nil {
-			x.timer.Stop()
-		}
-		x.f.Complete(0, err)
-	}
 	if err := local.buf.acquire(); err != nil {
-		fail(err)
+		x.partDone(err)
 		return
 	}
 	o := &rdmaOp{x: x, rd: rd, local: local}
@@ -386,7 +380,7 @@ func (ep *Endpoint) rdmaPart(x *rdmaXfer, rd *rdmaConn, toRemote bool, local Sli
 		mr, err := rd.r.gaudiMR(local.buf)
 		if err != nil {
 			local.buf.release()
-			fail(err)
+			x.partDone(err)
 			return
 		}
 		seg = func(off, m uint64) rdma.Seg { return mr.Seg(local.off+off, m) }
@@ -395,7 +389,7 @@ func (ep *Endpoint) rdmaPart(x *rdmaXfer, rd *rdmaConn, toRemote bool, local Sli
 		ref, err := rd.r.mrs.Get(addr, local.n, rdma.AccessLocalWrite)
 		if err != nil {
 			local.buf.release()
-			fail(newErr(ErrNotSupported, "RDMA registration of local memory", err))
+			x.partDone(newErr(ErrNotSupported, "RDMA registration of local memory", err))
 			return
 		}
 		o.ref = ref

@@ -53,12 +53,19 @@ func newRDMAEngine(t testing.TB) *Engine {
 func rdmaPair(t testing.TB) (owner, req *Engine, ep *Endpoint, l *Listener) {
 	t.Helper()
 	owner, req = newRDMAEngine(t), newRDMAEngine(t)
+	ep, l = dialRDMA(t, owner, req)
+	return owner, req, ep, l
+}
+
+// dialRDMA dials owner from req over RDMA.
+func dialRDMA(t testing.TB, owner, req *Engine) (*Endpoint, *Listener) {
+	t.Helper()
 	l, err := owner.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	ep, err = req.Dial(context.Background(), "tcp", l.Addr())
+	ep, err := req.Dial(context.Background(), "tcp", l.Addr())
 	require.NoError(t, err)
 	require.Equal(t, TransportRDMA, ep.Transport())
-	return owner, req, ep, l
+	return ep, l
 }
 
 // TestRDMADisabled runs everywhere: without a usable device, Auto stays
@@ -415,12 +422,8 @@ func TestRDMACloseReleasesEverything(t *testing.T) {
 	require.NoError(t, err)
 	req, err := New(rdmaTestConfig())
 	require.NoError(t, err)
-	l, err := owner.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	ctx := context.Background()
-	ep, err := req.Dial(ctx, "tcp", l.Addr())
-	require.NoError(t, err)
-	require.Equal(t, TransportRDMA, ep.Transport())
+	ep, l := dialRDMA(t, owner, req)
 	for _, loc := range []Location{Host, Gaudi(0)} {
 		theirs, _ := owner.Alloc(3<<20, loc)
 		k, err := theirs.Export()
@@ -775,6 +778,14 @@ func TestRDMANICs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, theirs, owner.RDMA().NICs)
 	require.Equal(t, mine, req.RDMA().NICs)
+	// Past a device that does not open, NIC i would not reach the peer's
+	// NIC i: the rest are not used.
+	for _, devs := range [][]string{{mine[0], "nosuch0", mine[1]}, {"nosuch0", mine[0], mine[1]}} {
+		e, err := New(cfg(devs))
+		require.NoError(t, err)
+		require.Equal(t, mine[:1], e.RDMA().NICs, "%v", devs)
+		require.NoError(t, e.Close())
+	}
 	l, err := owner.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -856,12 +867,8 @@ func TestRDMADelegateStuckOwner(t *testing.T) {
 	rcfg := rdmaTestConfig()
 	rcfg.PeerTimeout = time.Second
 	req := newEngine(t, rcfg)
-	l, err := owner.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	ctx := context.Background()
-	ep, err := req.Dial(ctx, "tcp", l.Addr())
-	require.NoError(t, err)
-	require.Equal(t, TransportRDMA, ep.Transport())
+	ep, _ := dialRDMA(t, owner, req)
 
 	dev, _ := owner.Alloc(1<<20, Gaudi(0))
 	dk, err := dev.Export()
