@@ -24,4 +24,4 @@ trap 'rm -rf "$T"' EXIT
 go build -o "$T/gxfer" ./cmd/gxfer
 "$TB/run-in-vm.sh" -t 2400 -f "$T/gxfer" -f "$TB/perf-in-vm.sh" \
 	env ROUNDS="${ROUNDS:-3}" BW_ITERS="${BW_ITERS:-2000}" LAT_ITERS="${LAT_ITERS:-2000}" \
-	GTIME="${GTIME:-3s}" WINDOW="${WINDOW:-128}" MODES="${MODES:-event spin busy busy1}" TESTS="${TESTS:-bw lat}" sh ./perf-in-vm.sh
+	GTIME="${GTIME:-3s}" WINDOW="${WINDOW:-128}" MODES="${MODES:-event spin busy busy1}" TESTS="${TESTS:-bw lat}" LATPIN="${LATPIN:-1}" sh ./perf-in-vm.sh
