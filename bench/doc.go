@@ -28,7 +28,10 @@
 // JSON object per line; the server serves one client at a time. The
 // harness times operations with the TSC where it is invariant (as
 // ucx_perftest does), since a clock read of the monotonic clock costs
-// about as much as a small Put.
+// about as much as a small Put. Params.Clock (gxfer perf -clock) forces
+// the TSC where the CPU does not report it invariant but two calibrations
+// agree (perftest always uses it; in a TCG VM a monotonic read costs
+// 3.6 us), or the monotonic clock.
 //
 // Every result names its device and whether it is the emulator
 // (dma/hlsim); a peer test names the peer's device too.
