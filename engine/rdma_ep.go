@@ -340,7 +340,10 @@ func (x *rdmaXfer) partDone(err error) {
 // of host memory of at least rdmaSliceMin bytes is then split over the
 // NICs both sides have, in slices aligned to rdmaSliceAlign.
 func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time) *Future {
-	rkeys := []uint32{remote.RKey}
+	// On the stack: no allocation for a transfer of one part.
+	var rkeyBuf [wire.MaxNICs]uint32
+	var partBuf [wire.MaxNICs]rdma.Slice
+	rkeys := append(rkeyBuf[:0], remote.RKey)
 	if !local.buf.loc.gaudi && local.n >= rdmaSliceMin {
 		for i, k := range nicRKeys {
 			if k == 0 || i+1 >= len(ep.rd.nics) {
@@ -349,10 +352,10 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 			rkeys = append(rkeys, k)
 		}
 	}
-	parts := []rdma.Slice{{Len: local.n}}
+	parts := append(partBuf[:0], rdma.Slice{Len: local.n})
 	if len(rkeys) > 1 {
 		var err error
-		if parts, err = rdma.SplitTransfer(local.n, len(rkeys), rdmaSliceAlign); err != nil {
+		if parts, err = rdma.AppendSplit(partBuf[:0], local.n, len(rkeys), rdmaSliceAlign); err != nil {
 			return cq.Resolved(newErr(ErrInvalid, "RDMA slices", err))
 		}
 	}

@@ -135,18 +135,6 @@ type RemoteKey struct {
 	Len    uint64 // view length
 }
 
-// NICRKey is the rkey of the allocation on the owner's NIC i (0 is its
-// first NIC: RKey), 0 where it has none.
-func (k *RemoteKey) NICRKey(i int) uint32 {
-	switch {
-	case i == 0:
-		return k.RKey
-	case i > 0 && i < MaxNICs:
-		return k.NICRKeys[i-1]
-	}
-	return 0
-}
-
 // Type returns TypeRemoteKey: a RemoteKey is also a message, with which an
 // engine hands a key to a peer.
 func (k *RemoteKey) Type() Type        { return TypeRemoteKey }
