@@ -306,3 +306,25 @@ func (c *clock) source() string {
 	}
 	return "monotonic"
 }
+
+// Clock is the harness's clock for other measuring programs
+// (bench/rdmafloor times its rounds with it, as gxfer perf does).
+type Clock struct{ c *clock }
+
+// NewClock prepares the clock of mode m (see ClockSource).
+func NewClock(m ClockMode) (Clock, error) {
+	c, err := clockFor(m)
+	if err != nil {
+		return Clock{}, err
+	}
+	return Clock{c}, nil
+}
+
+// Now reads the clock, in ticks (TSC cycles, or nanoseconds).
+func (c Clock) Now() int64 { return c.c.now() }
+
+// Duration converts ticks to a duration.
+func (c Clock) Duration(ticks int64) time.Duration { return c.c.dur(ticks) }
+
+// Source names the clock as reports do: "tsc", "tsc (forced)" or "monotonic".
+func (c Clock) Source() string { return c.c.source() }

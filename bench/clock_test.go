@@ -234,3 +234,22 @@ func TestReportClock(t *testing.T) {
 	_, err = NewReport(env, tests, Params{Sizes: []int{8}, Clock: "hpet"})
 	require.ErrorContains(t, err, "unknown clock mode")
 }
+
+// TestExportedClock: the exported Clock ticks forward, converts ticks to a
+// duration that matches the monotonic clock's, and refuses an unknown mode.
+func TestExportedClock(t *testing.T) {
+	for _, m := range []ClockMode{ClockAuto, ClockMonotonic} {
+		t.Run(m.String(), func(t *testing.T) {
+			c, err := NewClock(m)
+			require.NoError(t, err)
+			require.NotEmpty(t, c.Source())
+			t0, w0 := c.Now(), time.Now()
+			time.Sleep(20 * time.Millisecond)
+			d, w := c.Duration(c.Now()-t0), time.Since(w0)
+			require.Greater(t, d, 15*time.Millisecond)
+			require.InDelta(t, float64(w), float64(d), float64(w)/10, "clock %s: %v against %v", c.Source(), d, w)
+		})
+	}
+	_, err := NewClock("rdtsc")
+	require.Error(t, err)
+}

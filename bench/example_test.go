@@ -42,3 +42,21 @@ func Example() {
 	// h2d 4KiB gaudi0 emulated: true
 	// iterations: 200 verified: true moved bytes: true
 }
+
+// Time something with the harness's clock, as bench/rdmafloor times its
+// rounds: the TSC where it is usable, else the monotonic clock.
+func ExampleNewClock() {
+	clk, err := bench.NewClock(bench.ClockAuto)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	t0 := clk.Now()
+	sum := 0
+	for i := range 1000 {
+		sum += i
+	}
+	d := clk.Duration(clk.Now() - t0)
+	fmt.Println(sum, d >= 0)
+	// Output: 499500 true
+}

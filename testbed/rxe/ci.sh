@@ -88,9 +88,9 @@ for k in ${GXFER_CI_KERNELS:-stable backports}; do
 		-run 'TestRDMANICs|TestRunRDMA' ./engine/ ./examples/rdma/
 	# gxfer perf over rdma: a client and a server (two engines in one test
 	# process) on rxe0, tiny sizes and -time; plus the -x rdma usage errors;
-	# and the examples/rdma program.
+	# the examples/rdma program; and bench/rdmafloor's ping-pong.
 	vmtest "gxfer perf -x rdma tests" "$RXEVM_DIR/ci-$k-perf.log" \
 		"$results|rdma_test.go:[0-9]+: (put|get)_" 80 \
-		-run 'RDMA' ./cmd/gxfer/ ./examples/rdma/
+		-run 'RDMA' ./cmd/gxfer/ ./examples/rdma/ ./bench/rdmafloor/
 done
 step "RDMA CI passed"

@@ -16,7 +16,10 @@
 # shared); ratios are computed per round and the summary prints their
 # medians. Bandwidth ratio = gxfer MB/s / perftest MB/s (both MB = 2^20);
 # latency ratio = gxfer / perftest (median against t_typical, mean against
-# t_avg).
+# t_avg). When ./rdmafloor is there (rdma-compare.sh copies it in), each
+# latency round also runs it: the same ping-pong written in Go straight
+# over the verbs binding (bench/rdmafloor), the floor of any Go program
+# here; the summary gives its ratio to perftest and gxfer's to it.
 # env: ROUNDS, BW_ITERS, LAT_ITERS, GTIME (gxfer -time), WINDOW, MODES,
 #   TESTS (default "bw lat": both comparisons), LATPIN (default 1: the
 #   latency test's clients on CPU 0, servers on CPU 1; 0: unpinned).
@@ -98,6 +101,11 @@ while [ "$r" -le "$ROUNDS" ]; do
 	lat=$(pair ib_write_lat -s 8 -n "$LAT_ITERS") || exit 1
 	echo "ib_write_lat -s 8 -n $LAT_ITERS:$lat"
 	echo "$lat" | awk -v r="$r" '{print r, "perftest-lat-typical", $5; print r, "perftest-lat-avg", $6}' >>/tmp/res.txt
+	if [ -x ./rdmafloor ]; then
+		fl=$(pair ./rdmafloor -s 8 -n "$LAT_ITERS") || exit 1
+		echo "rdmafloor -s 8 -n $LAT_ITERS:$fl"
+		echo "$fl" | awk -v r="$r" '{print r, "floor-lat-typical", $5; print r, "floor-lat-avg", $6}' >>/tmp/res.txt
+	fi
 	for m in $MODES; do
 		# -clock tsc: perftest times with the TSC (get_cycles), so both
 		# sides pay the same clock cost; the guest's time.Now (HPET, no
@@ -123,19 +131,29 @@ function median(a, n,   i, j, t) {
 }
 function ok(x) { return x ~ /^[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$/ && x + 0 > 0 }
 function med(name,   r, k, x) { k = 0; for (r = 1; r <= R; r++) if (ok(v[r, name])) x[++k] = v[r, name]; return median(x, k) }
-function row(label, n, base, unit, goal,   r, k, x, q) {
+function row(label, n, base, unit, goal) { row2("gxfer", label, n, base, unit, goal) }
+function row2(who, label, n, base, unit, goal,   r, k, x, q) {
 	k = 0
 	for (r = 1; r <= R; r++) if (ok(v[r, n]) && ok(v[r, base])) { x[++k] = v[r, n]; q[k] = v[r, n] / v[r, base] }
-	printf "  gxfer %-22s %10.3f %-5s ratio %.2fx (%s; %d rounds)\n", label, median(x, k), unit, median(q, k), goal, k
+	if (k == 0) return
+	printf "  %-9s %-22s %10.3f %-5s ratio %.2fx (%s; %d rounds)\n", who, label, median(x, k), unit, median(q, k), goal, k
 }
 { v[$1, $2] = $3; if ($1 > R) R = $1 }
 END {
 	n = split(modes, M, " ")
-	printf "put bandwidth, 64 KiB: ib_write_bw BW average %.3f MB/s (MB = 2^20)\n", med("perftest-bw")
-	for (i = 1; i <= n; i++) row("put_bw -rdma-cq " M[i], "bw-" M[i], "perftest-bw", "MB/s", "goal >= 0.95x")
-	printf "put latency, 8 B, half a round trip: ib_write_lat t_typical %.2f us, t_avg %.2f us\n", med("perftest-lat-typical"), med("perftest-lat-avg")
+	if (med("perftest-bw") > 0) {
+		printf "put bandwidth, 64 KiB: ib_write_bw BW average %.3f MB/s (MB = 2^20)\n", med("perftest-bw")
+		for (i = 1; i <= n; i++) row("put_bw -rdma-cq " M[i], "bw-" M[i], "perftest-bw", "MB/s", "goal >= 0.95x")
+	}
+	if (med("perftest-lat-typical") > 0) printf "put latency, 8 B, half a round trip: ib_write_lat t_typical %.2f us, t_avg %.2f us\n", med("perftest-lat-typical"), med("perftest-lat-avg")
+	row2("rdmafloor", "t_typical", "floor-lat-typical", "perftest-lat-typical", "us", "Go floor vs t_typical")
+	row2("rdmafloor", "t_avg", "floor-lat-avg", "perftest-lat-avg", "us", "Go floor vs t_avg")
 	for (i = 1; i <= n; i++) {
 		row("put_lat " M[i] " median", "lat-" M[i] "-median", "perftest-lat-typical", "us", "vs t_typical, goal <= 1.1x")
 		row("put_lat " M[i] " mean", "lat-" M[i] "-avg", "perftest-lat-avg", "us", "vs t_avg, goal <= 1.1x")
+	}
+	for (i = 1; i <= n; i++) {
+		row("put_lat " M[i] " median", "lat-" M[i] "-median", "floor-lat-typical", "us", "vs rdmafloor t_typical")
+		row("put_lat " M[i] " mean", "lat-" M[i] "-avg", "floor-lat-avg", "us", "vs rdmafloor t_avg")
 	}
 }' /tmp/res.txt
