@@ -37,7 +37,8 @@ type rdmaBind struct {
 	completed atomic.Uint64 // by Complete
 	sig       chan struct{} // a completion arrived (capacity 1)
 	errMu     sync.Mutex
-	err       error // the first failed work request's
+	err       error       // the first failed work request's
+	hasErr    atomic.Bool // err is set (read without errMu on every op)
 }
 
 // rdmaBindWindow is how many work requests a binding keeps in flight in
@@ -79,12 +80,13 @@ func (ep *Endpoint) bindRDMA(local Slice, k *wire.RemoteKey) (*Binding, error) {
 
 // Complete implements rdma.Completer (on whichever goroutine polled it).
 func (rb *rdmaBind) Complete(c rdma.Completion) {
-	<-rb.ep.rd.credits
+	rb.ep.rd.credits.put(1)
 	if c.Err != nil {
 		err := rb.ep.rdmaFailed(c.Op, c.Err)
 		rb.errMu.Lock()
 		if rb.err == nil {
 			rb.err = err
+			rb.hasErr.Store(true)
 		}
 		rb.errMu.Unlock()
 	}
@@ -96,6 +98,9 @@ func (rb *rdmaBind) Complete(c rdma.Completion) {
 }
 
 func (rb *rdmaBind) failed() error {
+	if !rb.hasErr.Load() {
+		return nil
+	}
 	rb.errMu.Lock()
 	defer rb.errMu.Unlock()
 	return rb.err

@@ -36,8 +36,8 @@ import (
 type rdmaConn struct {
 	r         *rdmaCtx
 	qp        *rdma.QP
-	maxInline int           // bytes a write may carry in its work request
-	credits   chan struct{} // work requests in flight (send queue depth)
+	maxInline int         // bytes a write may carry in its work request
+	credits   sendCredits // work requests in flight (send queue depth)
 	once      sync.Once
 	nics      []*rdmaConn // on the first NIC's: the endpoint's queue pairs, by NIC
 
@@ -61,7 +61,77 @@ func (r *rdmaCtx) newConn() (*rdmaConn, error) {
 		}
 	}
 	r.qps.Add(1)
-	return &rdmaConn{r: r, qp: qp, maxInline: cfg.MaxInline, credits: make(chan struct{}, rdmaMaxSend)}, nil
+	return &rdmaConn{r: r, qp: qp, maxInline: cfg.MaxInline, credits: newSendCredits(rdmaMaxSend)}, nil
+}
+
+// sendCredits counts the work requests in flight on a queue pair's send
+// queue, up to its depth. It is an atomic count rather than a buffered
+// channel because a credit is taken by every post and returned by every
+// completion: in the QEMU TCG guest a channel send and receive cost
+// 405 ns against 28 ns for an atomic add (measured by a loop of each).
+type sendCredits struct {
+	used    atomic.Int64
+	max     int64
+	waiters atomic.Int32
+	wake    chan struct{} // capacity 1: a credit came back while someone waited
+}
+
+func newSendCredits(n int) sendCredits {
+	return sendCredits{max: int64(n), wake: make(chan struct{}, 1)}
+}
+
+// tryTake takes a credit if one is free.
+func (c *sendCredits) tryTake() bool {
+	for {
+		u := c.used.Load()
+		if u >= c.max {
+			return false
+		}
+		if c.used.CompareAndSwap(u, u+1) {
+			return true
+		}
+	}
+}
+
+// take takes a credit, waiting for one until done is closed (false).
+func (c *sendCredits) take(done <-chan struct{}) bool {
+	if c.tryTake() {
+		return true
+	}
+	c.waiters.Add(1)
+	defer c.waiters.Add(-1)
+	for {
+		if c.tryTake() {
+			// Two credits may have come back with one wake-up sent (the
+			// channel holds one): pass it on to the next waiter.
+			if c.waiters.Load() > 1 && c.used.Load() < c.max {
+				c.signal()
+			}
+			return true
+		}
+		select {
+		case <-c.wake:
+		case <-done:
+			return false
+		}
+	}
+}
+
+// put returns n credits.
+func (c *sendCredits) put(n int) {
+	if c.used.Add(-int64(n)) < 0 {
+		panic("engine: more send credits returned than taken")
+	}
+	if c.waiters.Load() > 0 {
+		c.signal()
+	}
+}
+
+func (c *sendCredits) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 // close destroys the queue pair once its outstanding work requests have
@@ -201,33 +271,25 @@ func recvRDMAConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, e
 // return.
 func (ep *Endpoint) rdmaPost(rd *rdmaConn, wrs []rdma.WR, held *rdma.CQ) (int, error) {
 	for i := range wrs {
-		select {
-		case rd.credits <- struct{}{}:
-		default:
-			if held != nil {
-				held.Release()
-			}
-			got := false
-			select {
-			case rd.credits <- struct{}{}:
-				got = true
-			case <-ep.done:
-			}
-			if held != nil {
-				held.Hold()
-			}
-			if !got {
-				for range i {
-					<-rd.credits
-				}
-				return 0, ep.Err()
-			}
+		if rd.credits.tryTake() {
+			continue
+		}
+		if held != nil {
+			held.Release()
+		}
+		got := rd.credits.take(ep.done)
+		if held != nil {
+			held.Hold()
+		}
+		if !got {
+			rd.credits.put(i)
+			return 0, ep.Err()
 		}
 	}
 	n, err := rd.qp.Post(wrs)
 	rd.wrs.Add(uint64(n))
-	for range len(wrs) - n {
-		<-rd.credits
+	if n < len(wrs) {
+		rd.credits.put(len(wrs) - n)
 	}
 	if err != nil {
 		if f := ep.Err(); f != nil {
@@ -303,7 +365,7 @@ func (o *rdmaOp) setErr(err error) {
 
 // Complete runs on whichever goroutine polled the CQ.
 func (o *rdmaOp) Complete(c rdma.Completion) {
-	<-o.rd.credits
+	o.rd.credits.put(1)
 	if c.Err != nil {
 		o.setErr(o.x.ep.rdmaFailed(c.Op, c.Err))
 	}
@@ -424,7 +486,7 @@ func (ep *Endpoint) rdmaPart(x *rdmaXfer, rd *rdmaConn, toRemote bool, local Sli
 func (ep *Endpoint) rdmaOne(op rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr) chan error {
 	ch := make(chan error, 1)
 	done := rdma.CompleterFunc(func(c rdma.Completion) {
-		<-ep.rd.credits
+		ep.rd.credits.put(1)
 		if c.Err != nil {
 			ch <- ep.rdmaFailed(c.Op, c.Err)
 			return

@@ -1,6 +1,9 @@
 package rdma
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // A work request's wr_id is its slot index in the CQ's table shifted left
 // 16 bits, ORed with the slot's 16-bit generation. A completion whose
@@ -26,7 +29,8 @@ type slot struct {
 type slotTable struct {
 	mu    sync.Mutex
 	slots []slot
-	free  []uint32 // stack of free indices
+	free  []uint32     // stack of free indices
+	used  atomic.Int64 // slots in flight (changed under mu, read without)
 }
 
 func newSlotTable(n int) *slotTable {
@@ -60,6 +64,7 @@ func (t *slotTable) alloc(recs []slotRec, ids []uint64) bool {
 		s.slotRec = recs[i]
 		ids[i] = wrID(idx, s.gen)
 	}
+	t.used.Add(int64(len(recs)))
 	return true
 }
 
@@ -87,6 +92,7 @@ func (t *slotTable) takeLocked(id uint64) (slotRec, bool) {
 	s.slotRec = slotRec{}
 	s.used = false
 	t.free = append(t.free, idx)
+	t.used.Add(-1)
 	return r, true
 }
 
@@ -102,14 +108,11 @@ func (t *slotTable) sweep(qp *QP) []slotRec {
 			s.slotRec = slotRec{}
 			s.used = false
 			t.free = append(t.free, uint32(i))
+			t.used.Add(-1)
 		}
 	}
 	return out
 }
 
 // inUse is the number of slots in flight.
-func (t *slotTable) inUse() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.slots) - len(t.free)
-}
+func (t *slotTable) inUse() int { return int(t.used.Load()) }
