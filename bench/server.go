@@ -721,21 +721,24 @@ func (r *responder) run() {
 			r.err = errors.New("aborted")
 			return
 		}
+		select {
+		case <-ep.Done():
+			r.err = fmt.Errorf("endpoint: %w", ep.Err())
+			return
+		default:
+		}
+		if wait.oneP && idle >= 1<<16 {
+			runtime.Gosched() // let the engine's goroutines run (see landWait.oneP)
+		}
+		if idle&clockSpins != 0 { // see spinCheck
+			continue
+		}
 		now := time.Now()
 		if next != lastRounds || lastCheck.IsZero() {
 			lastRounds, lastCheck = next, now
 		} else if now.Sub(lastCheck) > idleTimeout {
 			r.err = fmt.Errorf("no ping-pong round from the client for %v (waiting for round %d)", idleTimeout, next)
 			return
-		}
-		if wait.oneP && idle >= 1<<16 {
-			runtime.Gosched() // let the engine's goroutines run (see landWait.oneP)
-		}
-		select {
-		case <-ep.Done():
-			r.err = fmt.Errorf("endpoint: %w", ep.Err())
-			return
-		default:
 		}
 	}
 }
