@@ -22,7 +22,9 @@ import (
 // completion queue whose goroutine sleeps in the Go netpoller, and a
 // registration cache of host memory regions. Every RDMA endpoint has an RC
 // queue pair on each NIC both sides have (NIC i to the peer's NIC i);
-// large transfers between host memory are sliced over them.
+// large transfers between host memory are sliced over them, and the
+// chunks of a large transfer staged through host memory (Gaudi memory
+// without a DMA-BUF region) take turns on them.
 
 const (
 	rdmaCQSize       = 16384   // completions in flight over every endpoint
@@ -38,7 +40,8 @@ const (
 )
 
 // RDMASliceMin is the size from which a transfer between host memory is
-// split over every NIC the endpoint has (RDMAInfo.NICs).
+// split over every NIC the endpoint has (RDMAInfo.NICs), and from which
+// the host chunks of a staged transfer of Gaudi memory take turns on them.
 const RDMASliceMin = 1 << 20
 
 // RDMAConfig configures the RDMA context New opens.

@@ -406,13 +406,8 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 	var rkeyBuf [wire.MaxNICs]uint32
 	var partBuf [wire.MaxNICs]rdma.Slice
 	rkeys := append(rkeyBuf[:0], remote.RKey)
-	if !local.buf.loc.gaudi && local.n >= rdmaSliceMin {
-		for i, k := range nicRKeys {
-			if k == 0 || i+1 >= len(ep.rd.nics) {
-				break
-			}
-			rkeys = append(rkeys, k)
-		}
+	if !local.buf.loc.gaudi {
+		rkeys = ep.nicRKeys(rkeys, local.n, nicRKeys)
 	}
 	parts := append(partBuf[:0], rdma.Slice{Len: local.n})
 	if len(rkeys) > 1 {
@@ -430,6 +425,23 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 		ep.rdmaPart(x, ep.rd.nics[sl.NIC], toRemote, part, rdma.RemoteAddr{Addr: remote.Addr + sl.Off, RKey: rkeys[sl.NIC]})
 	}
 	return x.f
+}
+
+// nicRKeys appends to rkeys (the peer region's rkey on its first NIC) the
+// region's rkeys on the further NICs that a transfer of n bytes spreads
+// over: none below rdmaSliceMin, else those both sides have (nicRKeys[i]
+// is the rkey on the peer's NIC i+1, 0 where it has none).
+func (ep *Endpoint) nicRKeys(rkeys []uint32, n uint64, nicRKeys []uint32) []uint32 {
+	if n < rdmaSliceMin {
+		return rkeys
+	}
+	for i, k := range nicRKeys {
+		if k == 0 || i+1 >= len(ep.rd.nics) {
+			break
+		}
+		rkeys = append(rkeys, k)
+	}
+	return rkeys
 }
 
 // rdmaPart posts one part of x on the queue pair rd; its result reaches
@@ -482,18 +494,19 @@ func (ep *Endpoint) rdmaPart(x *rdmaXfer, rd *rdmaConn, toRemote bool, local Sli
 	}
 }
 
-// rdmaOne posts one work request; the channel yields its result.
-func (ep *Endpoint) rdmaOne(op rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr) chan error {
+// rdmaOne posts one work request on the queue pair rd; the channel yields
+// its result.
+func (ep *Endpoint) rdmaOne(rd *rdmaConn, op rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr) chan error {
 	ch := make(chan error, 1)
 	done := rdma.CompleterFunc(func(c rdma.Completion) {
-		ep.rd.credits.put(1)
+		rd.credits.put(1)
 		if c.Err != nil {
 			ch <- ep.rdmaFailed(c.Op, c.Err)
 			return
 		}
 		ch <- nil
 	})
-	if _, err := ep.rdmaPost(ep.rd, []rdma.WR{{Op: op, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}, nil); err != nil {
+	if _, err := ep.rdmaPost(rd, []rdma.WR{{Op: op, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}, nil); err != nil {
 		ch <- err
 	}
 	return ch
@@ -502,17 +515,20 @@ func (ep *Endpoint) rdmaOne(op rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr
 // rdmaStaged moves Gaudi memory g to the peer region at remote (toRemote:
 // DMA into a pinned host chunk, RDMA write) or the region into g (RDMA
 // read into a host chunk, DMA to the device), through two staging buffers
-// so that the DMA of one chunk overlaps the RDMA of the other.
-func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (err error) {
+// so that the DMA of one chunk overlaps the RDMA of the other. Chunk i
+// goes over NIC i mod k, for the k NICs a transfer of its size spreads
+// over (see nicRKeys).
+func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr, nicRKeys []uint32) (err error) {
 	e := ep.e
-	r := e.rdma
 	n := g.n
 	var (
-		stage [2]*Buffer
-		ref   [2]rdma.MRRef
-		dmaF  [2]*Future
-		net   [2]chan error
+		stage   [2]*Buffer
+		ref     [2][wire.MaxNICs]rdma.MRRef // a staging buffer's region on each NIC, made on first use
+		dmaF    [2]*Future
+		net     [2]chan error
+		rkeyBuf [wire.MaxNICs]uint32
 	)
+	rkeys := ep.nicRKeys(append(rkeyBuf[:0], remote.RKey), n, nicRKeys)
 	ctx := context.Background()
 	waitNet := func(k int) error {
 		if net[k] == nil {
@@ -547,8 +563,10 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (
 				err = e2
 			}
 			if stage[k] != nil {
-				if !ref[k].IsZero() {
-					r.mrs.Put(ref[k])
+				for nic, rf := range ref[k] {
+					if !rf.IsZero() {
+						ep.rd.nics[nic].r.mrs.Put(rf)
+					}
 				}
 				e.rdmaStage.put(stage[k])
 			}
@@ -566,12 +584,21 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (
 			return err
 		}
 		stage[k] = b
-		if ref[k], err = r.mrs.Get(b.Addr(), rdmaChunk, rdma.AccessLocalWrite); err != nil {
-			return newErr(ErrNotSupported, "RDMA registration of a staging buffer", err)
-		}
 	}
-	seg := func(k int, m uint64) rdma.Seg { return ref[k].Seg(stage[k].Addr(), m) }
-	at := func(off uint64) rdma.RemoteAddr { return rdma.RemoteAddr{Addr: remote.Addr + off, RKey: remote.RKey} }
+	// one posts chunk i (at off, in staging buffer k) over its NIC.
+	one := func(op rdma.OpKind, i, k int, off uint64) (chan error, error) {
+		nic := i % len(rkeys)
+		rd := ep.rd.nics[nic]
+		if ref[k][nic].IsZero() {
+			rf, err := rd.r.mrs.Get(stage[k].Addr(), rdmaChunk, rdma.AccessLocalWrite)
+			if err != nil {
+				return nil, newErr(ErrNotSupported, "RDMA registration of a staging buffer", err)
+			}
+			ref[k][nic] = rf
+		}
+		seg := ref[k][nic].Seg(stage[k].Addr(), min(rdmaChunk, n-off))
+		return ep.rdmaOne(rd, op, seg, rdma.RemoteAddr{Addr: remote.Addr + off, RKey: rkeys[nic]}), nil
+	}
 	dev := func(off, m uint64) Slice { return g.buf.Slice(int(g.off+off), int(m)) }
 	chunk := func(off uint64) uint64 { return min(rdmaChunk, n-off) }
 	if toRemote {
@@ -590,12 +617,15 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (
 				}
 				fetch(k^1, next)
 			}
-			net[k] = ep.rdmaOne(rdma.OpWrite, seg(k, chunk(off)), at(off))
+			if net[k], err = one(rdma.OpWrite, i, k, off); err != nil {
+				return err
+			}
 		}
 		return nil
 	}
-	read := func(k int, off uint64) { net[k] = ep.rdmaOne(rdma.OpRead, seg(k, chunk(off)), at(off)) }
-	read(0, 0)
+	if net[0], err = one(rdma.OpRead, 0, 0, 0); err != nil {
+		return err
+	}
 	for i, off := 0, uint64(0); off < n; i, off = i+1, off+rdmaChunk {
 		k := i & 1
 		if err := waitNet(k); err != nil {
@@ -605,7 +635,9 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (
 			if err := waitDMA(k ^ 1); err != nil {
 				return err
 			}
-			read(k^1, next)
+			if net[k^1], err = one(rdma.OpRead, i+1, k^1, next); err != nil {
+				return err
+			}
 		}
 		dmaF[k] = e.copyInternal(dev(off, chunk(off)), stage[k].Slice(0, int(chunk(off))), time.Time{})
 	}
@@ -618,7 +650,7 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr) (
 func (ep *Endpoint) rdmaMove(toRemote bool, local Slice, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time) (*Future, bool) {
 	if local.buf.loc.gaudi {
 		if _, err := ep.e.rdma.gaudiMR(local.buf); err != nil {
-			return ep.goAsync(local, deadline, func() error { return ep.rdmaStaged(toRemote, local, remote) }), true
+			return ep.goAsync(local, deadline, func() error { return ep.rdmaStaged(toRemote, local, remote, nicRKeys) }), true
 		}
 	}
 	return ep.rdmaDirect(toRemote, local, remote, nicRKeys, deadline), false

@@ -807,26 +807,51 @@ func TestRDMANICs(t *testing.T) {
 		name   string
 		ep     *Endpoint
 		n      int
+		gaudi  bool // from and into (emulated) Gaudi memory: staged through host chunks
 		sliced bool
 	}{
-		{"64 KiB: first NIC", ep, 64 << 10, false},
-		{"1 MiB: sliced", ep, rdmaSliceMin, true},
-		{"5 MiB + 123: sliced", ep, 5<<20 + 123, true},
-		{"16 MiB: sliced", ep, 16 << 20, true},
-		{"16 MiB, peer of one NIC", ep1, 16 << 20, false},
+		{"64 KiB: first NIC", ep, 64 << 10, false, false},
+		{"1 MiB: sliced", ep, rdmaSliceMin, false, true},
+		{"5 MiB + 123: sliced", ep, 5<<20 + 123, false, true},
+		{"16 MiB: sliced", ep, 16 << 20, false, true},
+		{"16 MiB, peer of one NIC", ep1, 16 << 20, false, false},
+		{"Gaudi 512 KiB: one chunk, first NIC", ep, 512 << 10, true, false},
+		{"Gaudi 5 MiB + 123: chunks over both NICs", ep, 5<<20 + 123, true, true},
+		{"Gaudi 5 MiB, peer of one NIC", ep1, 5 << 20, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src, err := tc.ep.e.Alloc(tc.n, Host)
+			e := tc.ep.e
+			src, err := e.Alloc(tc.n, Host)
 			require.NoError(t, err)
 			defer src.Free()
-			fill(src.Bytes(), uint64(tc.n))
-			before := tc.ep.Stats().NICWRs
-			require.NoError(t, tc.ep.PutSync(ctx, src.All(), k.Slice(0, tc.n)))
+			seed := uint64(tc.n) << 1 // a pattern no earlier case left in dst
+			if tc.gaudi {
+				seed |= 1
+			}
+			fill(src.Bytes(), seed)
+			from, into := src, (*Buffer)(nil)
+			if tc.gaudi {
+				from, err = e.Alloc(tc.n, Gaudi(0))
+				require.NoError(t, err)
+				defer from.Free()
+				require.NoError(t, e.CopySync(ctx, from.All(), src.All()))
+				into, err = e.Alloc(tc.n, Gaudi(0))
+				require.NoError(t, err)
+				defer into.Free()
+			}
+			before, staged := tc.ep.Stats().NICWRs, tc.ep.Stats().Staged
+			require.NoError(t, tc.ep.PutSync(ctx, from.All(), k.Slice(0, tc.n)))
 			require.True(t, bytes.Equal(src.Bytes(), dst.Bytes()[:tc.n]), "put bytes differ")
-			back, err := tc.ep.e.Alloc(tc.n, Host)
+			back, err := e.Alloc(tc.n, Host)
 			require.NoError(t, err)
 			defer back.Free()
-			require.NoError(t, tc.ep.GetSync(ctx, back.All(), k.Slice(0, tc.n)))
+			if tc.gaudi {
+				require.NoError(t, tc.ep.GetSync(ctx, into.All(), k.Slice(0, tc.n)))
+				require.NoError(t, e.CopySync(ctx, back.All(), into.All()))
+				require.Equal(t, staged+2, tc.ep.Stats().Staged, "staged through host memory")
+			} else {
+				require.NoError(t, tc.ep.GetSync(ctx, back.All(), k.Slice(0, tc.n)))
+			}
 			require.True(t, bytes.Equal(src.Bytes(), back.Bytes()), "get bytes differ")
 			after := tc.ep.Stats().NICWRs
 			require.Greater(t, after[0], before[0])
