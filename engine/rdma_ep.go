@@ -93,11 +93,9 @@ func (c *sendCredits) tryTake() bool {
 	}
 }
 
-// take takes a credit, waiting for one until done is closed (false).
+// take takes a credit, waiting for one until done is closed (false): the
+// slow path, for a caller whose tryTake failed.
 func (c *sendCredits) take(done <-chan struct{}) bool {
-	if c.tryTake() {
-		return true
-	}
 	c.waiters.Add(1)
 	defer c.waiters.Add(-1)
 	for {
