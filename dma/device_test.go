@@ -580,8 +580,12 @@ func TestCopySyncQueuesAndCB(t *testing.T) {
 					require.Equal(t, uint32(LinDMASize), c.CBSize)
 				}
 			}
-			require.Equal(t, []uint32{0, 1, 2, 3}, d.H2DQueues())
-			require.Equal(t, []uint32{4, 5, 6, 7}, d.D2HQueues())
+			h2d, d2h := []uint32{0, 1, 2, 3}, []uint32{4, 5, 6, 7} // Gaudi1 DMA_0_x, DMA_1_x
+			if m == ModelGaudi2 {
+				h2d, d2h = []uint32{0, 1}, []uint32{4} // PDMA_0_0, PDMA_0_1; PDMA_1_0
+			}
+			require.Equal(t, h2d, d.H2DQueues())
+			require.Equal(t, d2h, d.D2HQueues())
 		})
 	}
 	d, _ := openFake(t, ModelGaudi3, hlsys.Accel, "6.8")

@@ -31,9 +31,12 @@
 //
 // Gaudi2 maps DRAM through the device MMU: ALLOC (rounded to the DRAM page
 // size) returns a handle, MAP a device VA; memory is unmapped before it is
-// freed. Every queue takes user command buffers, which live in host pages
-// mapped with USERPTR; PDMA_0_x and PDMA_1_x are the host-to-device and
-// device-to-host queues.
+// freed. Its queues take user command buffers, which live in host pages
+// mapped with USERPTR. Of the PCI DMA queues the driver opens only
+// PDMA_0_0, PDMA_0_1 and PDMA_1_0 (ids 0, 1, 4) to users; the others belong
+// to the ARC firmware and a CS on them fails with EINVAL. Host-to-device
+// and device-to-device copies go to PDMA_0_0/PDMA_0_1, device-to-host
+// copies to PDMA_1_0 (the table and the driver citations are in model.go).
 //
 // Gaudi3 needs Intel's out-of-tree driver. Memory is handled like Gaudi2;
 // its queue ids are unknown here, so CopySync reports ErrNotSupported.

@@ -16,7 +16,9 @@ const (
 	// queues.
 	ModelGaudi1 Model = iota + 1
 	// ModelGaudi2 has DRAM behind the device MMU (ALLOC + MAP give a device
-	// VA) and takes user command buffers on every queue.
+	// VA) and takes user command buffers (a device VA) on its queues; of
+	// the PCI DMA queues only PDMA_0_0, PDMA_0_1 and PDMA_1_0 are open to
+	// users (see queueTable).
 	ModelGaudi2
 	// ModelGaudi3 is driven like Gaudi2 for memory. It needs Intel's
 	// out-of-tree driver; its queue ids are not known to this package, so
@@ -66,3 +68,55 @@ func ModelFromDeviceID(id uint32) (Model, error) {
 	}
 	return 0, newErr("identify device", ErrUnsupportedDevice, detail, nil)
 }
+
+// queueTable is the one place that knows which DMA queues this package
+// submits to, per model and direction. Device.H2DQueues, D2HQueues and
+// D2DQueues (and through them the engine) read it; nothing else holds a
+// queue id.
+//
+// Gaudi1 (drivers/accel/habanalabs/gaudi/gaudi.c): gaudi_queue_type marks
+// DMA_0_0..DMA_0_3 (ids 0-3) and DMA_1_0..DMA_1_3 (ids 4-7) QUEUE_TYPE_EXT,
+// and gaudi_set_fixed_properties gives every external queue driver_only = 0
+// and cb_alloc_flags = CB_ALLOC_KERNEL: all eight streams take a kernel CB
+// handle, whose packets gaudi_cs_parser checks. The split (DMA_0 down, DMA_1
+// up) is hl-thunk's convention (gaudi_get_dma_down_qid/up_qid) and keeps the
+// two directions on two engines.
+//
+// Gaudi2 (drivers/accel/habanalabs/gaudi2/gaudi2.c): every queue is
+// QUEUE_TYPE_HW with CB_ALLOC_USER, but gaudi2_cs_parser, for a user CB,
+// calls gaudi2_validate_cb_address, which fails with EINVAL ("h/w queue %d
+// is disabled") unless gaudi2_is_queue_enabled accepts the id, and of the
+// PDMA ids that function accepts only GAUDI2_QUEUE_ID_PDMA_0_0,
+// GAUDI2_QUEUE_ID_PDMA_0_1 and GAUDI2_QUEUE_ID_PDMA_1_0 (0, 1, 4). The other
+// PDMA streams are reserved for the ARC firmware (gaudi2_init_qman_common
+// enables only some CPs of each PDMA QMAN). The ids are streams (QMAN PQs):
+// 0 and 1 are two streams of engine PDMA_0, 4 the only user stream of
+// engine PDMA_1. A PDMA engine moves data in any direction (the LIN_DMA's
+// addresses decide), so the split is ours: host-to-device and
+// device-to-device on PDMA_0 (two streams, so two CSs can be queued on it),
+// device-to-host alone on PDMA_1, so that the two PCIe directions run on
+// two engines at the same time and a large upload never queues in front of
+// a download.
+//
+// Gaudi3: Intel's out-of-tree driver is not modelled here (its user DMA
+// path is not a CS on PCI DMA queues; see shared/reference/gaudi3.md): no
+// queues, so the DMA helpers report ErrNotSupported.
+type queueTable struct {
+	h2d, d2h, d2d []uint32
+}
+
+var modelQueues = map[Model]queueTable{
+	ModelGaudi1: {
+		h2d: []uint32{0, 1, 2, 3}, // GAUDI_QUEUE_ID_DMA_0_0..3
+		d2h: []uint32{4, 5, 6, 7}, // GAUDI_QUEUE_ID_DMA_1_0..3
+		d2d: []uint32{0, 1, 2, 3}, // shares DMA_0 with host-to-device
+	},
+	ModelGaudi2: {
+		h2d: []uint32{0, 1}, // GAUDI2_QUEUE_ID_PDMA_0_0, PDMA_0_1
+		d2h: []uint32{4},    // GAUDI2_QUEUE_ID_PDMA_1_0
+		d2d: []uint32{0, 1}, // PDMA_0 (EDMA would need engine setup this package does not do)
+	},
+}
+
+// queues returns the model's queue table (zero for Gaudi3).
+func (m Model) queues() queueTable { return modelQueues[m] }

@@ -3,6 +3,7 @@ package dma
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -13,38 +14,25 @@ import (
 
 func pointerOf(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
 
-var (
-	gaudiH2DQueues = []uint32{0, 1, 2, 3} // Gaudi1 DMA_0_0..3 / Gaudi2 PDMA_0_0..3
-	gaudiD2HQueues = []uint32{4, 5, 6, 7} // Gaudi1 DMA_1_0..3 / Gaudi2 PDMA_1_0..3
-)
-
 // H2DQueues returns the queues used for host-to-device copies: Gaudi1
-// DMA_0_0..3 (ids 0-3, external PCI DMA, kernel CBs), Gaudi2 PDMA_0_0..3
-// (ids 0-3, user CBs). Gaudi3 queue ids are unknown here: nil.
-func (d *Device) H2DQueues() []uint32 {
-	if d.model == ModelGaudi3 {
-		return nil
-	}
-	return append([]uint32(nil), gaudiH2DQueues...)
-}
+// DMA_0_0..3 (ids 0-3, external PCI DMA, kernel CBs), Gaudi2 PDMA_0_0 and
+// PDMA_0_1 (ids 0 and 1, user CBs). Gaudi3 queue ids are unknown here: nil.
+// The per-model table and the driver rules behind it are in model.go
+// (queueTable).
+func (d *Device) H2DQueues() []uint32 { return slices.Clone(d.model.queues().h2d) }
 
 // D2HQueues returns the queues used for device-to-host copies: Gaudi1
-// DMA_1_0..3 (ids 4-7), Gaudi2 PDMA_1_0..3 (ids 4-7). Gaudi3: nil.
-func (d *Device) D2HQueues() []uint32 {
-	if d.model == ModelGaudi3 {
-		return nil
-	}
-	return append([]uint32(nil), gaudiD2HQueues...)
-}
+// DMA_1_0..3 (ids 4-7), Gaudi2 PDMA_1_0 (id 4: PDMA_1's only stream open to
+// users). Gaudi3: nil.
+func (d *Device) D2HQueues() []uint32 { return slices.Clone(d.model.queues().d2h) }
 
 // D2DQueues returns the queues used for device-to-device copies and device
-// memsets: the H2D set (the PCI DMA engines reach DRAM as well; the
-// driver's own DRAM scrub uses DMA_0_0 on Gaudi1). Gaudi2's EDMA queues
-// would be faster for large DRAM-to-DRAM copies but need engine setup this
-// package does not do.
-func (d *Device) D2DQueues() []uint32 { return d.H2DQueues() }
+// memsets: the H2D set (the PCI DMA engines reach DRAM as well). Gaudi2's
+// EDMA queues would be faster for large DRAM-to-DRAM copies but need
+// engine setup this package does not do.
+func (d *Device) D2DQueues() []uint32 { return slices.Clone(d.model.queues().d2d) }
 
-// pickQueue spreads CSs round robin over the four streams of a set.
+// pickQueue spreads CSs round robin over the streams of a set.
 func (d *Device) pickQueue(set []uint32) uint32 {
 	return set[int(d.rr.Add(1))%len(set)]
 }
