@@ -82,6 +82,9 @@ type fakeWaiter struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	res  map[uint64]error // present = retired
+	// armed (tests of the fake) runs with mu held once a blocking WaitCS
+	// has armed its timer, before it waits.
+	armed func()
 }
 
 func newFakeWaiter() *fakeWaiter {
@@ -103,14 +106,52 @@ func (w *fakeWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
 	if err, ok := w.res[seq]; ok {
 		return true, err
 	}
-	if timeout > 0 {
-		t := time.AfterFunc(timeout, w.cond.Broadcast)
-		defer t.Stop()
-		w.cond.Wait()
-		err, ok := w.res[seq]
-		return ok, err
+	if timeout <= 0 {
+		return false, nil
 	}
-	return false, nil
+	// The timer marks expiry under mu: a timer that fires before this
+	// goroutine waits is seen by the loop's check, not lost.
+	expired := false
+	t := time.AfterFunc(timeout, func() {
+		w.mu.Lock()
+		expired = true
+		w.mu.Unlock()
+		w.cond.Broadcast()
+	})
+	defer t.Stop()
+	if w.armed != nil {
+		w.armed()
+	}
+	for {
+		if err, ok := w.res[seq]; ok {
+			return true, err
+		}
+		if expired {
+			return false, nil
+		}
+		w.cond.Wait()
+	}
+}
+
+// TestFakeWaiterTimerBeforeWait: a blocking WaitCS whose timer fires before
+// it waits still returns (it used to Broadcast with nobody waiting and
+// then wait for ever: a lost wake-up that hung the actor tests).
+func TestFakeWaiterTimerBeforeWait(t *testing.T) {
+	w := newFakeWaiter()
+	w.armed = func() { time.Sleep(5 * time.Millisecond) } // the 1 µs timer fires here
+	ret := make(chan bool, 1)
+	go func() {
+		done, _ := w.WaitCS(1, time.Microsecond)
+		ret <- done
+	}()
+	select {
+	case done := <-ret:
+		require.False(t, done)
+	case <-time.After(10 * time.Second):
+		w.finish(1, nil) // unblock the lost waiter before failing
+		<-ret
+		t.Fatal("WaitCS missed its timeout: lost wake-up")
+	}
 }
 
 func TestDeviceActorRetires(t *testing.T) {
