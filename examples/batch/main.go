@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,13 +13,16 @@ import (
 )
 
 func main() {
-	if err := run(os.Stdout, engine.Config{}); err != nil {
+	if err := run(os.Stdout, engine.Config{}, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "batch:", err)
 		os.Exit(1)
 	}
 }
 
-func run(w io.Writer, cfg engine.Config) error {
+// run scatters 256 blocks to device memory in one batch, gathers them back
+// in another and verifies every byte. tamper, if set (tests), runs between
+// the two with the device buffer.
+func run(w io.Writer, cfg engine.Config, tamper func(*engine.Engine, *engine.Buffer) error) error {
 	eng, err := engine.New(cfg)
 	if err != nil {
 		return err
@@ -63,19 +67,35 @@ func run(w io.Writer, cfg engine.Config) error {
 	}
 	st := eng.Stats()
 	fmt.Fprintf(w, "%d copies in %d command submission(s), %d packets, %d failed\n", blocks, st.CommandSubmissions, st.Packets, failed)
-	// Gather back and check one block.
-	back, err := eng.Alloc(block, engine.Host)
+	if tamper != nil {
+		if err := tamper(eng, hbm); err != nil {
+			return err
+		}
+	}
+	// Gather every block back to its place, in one batch, and check all.
+	back, err := eng.Alloc(blocks*block, engine.Host)
 	if err != nil {
 		return err
 	}
-	if err := eng.CopySync(ctx, back.All(), hbm.Slice(((5*37)%blocks)*block, block)); err != nil {
+	for i := 0; i < blocks; i++ {
+		slot := (i * 37) % blocks
+		b.Copy(back.Slice(i*block, block), hbm.Slice(slot*block, block))
+	}
+	if err := b.Submit(ctx).Wait(ctx); err != nil {
 		return err
 	}
-	for i, v := range back.Bytes() {
-		if v != byte(5*block+i) {
-			return fmt.Errorf("block 5 byte %d: got %d", i, v)
+	got, want := back.Bytes(), host.Bytes()
+	for i := 0; i < blocks; i++ {
+		g, h := got[i*block:(i+1)*block], want[i*block:(i+1)*block]
+		if bytes.Equal(g, h) {
+			continue
+		}
+		for k := range g {
+			if g[k] != h[k] {
+				return fmt.Errorf("block %d byte %d: got %d, want %d", i, k, g[k], h[k])
+			}
 		}
 	}
-	fmt.Fprintln(w, "block 5 verified")
+	fmt.Fprintf(w, "all %d blocks verified\n", blocks)
 	return nil
 }

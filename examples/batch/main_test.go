@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,9 +14,38 @@ import (
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
+func emulated() engine.Config {
+	return engine.Config{Devices: engine.DevicesEmulated, Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}}
+}
+
 func TestRun(t *testing.T) {
 	var out bytes.Buffer
-	require.NoError(t, run(&out, engine.Config{Devices: engine.DevicesEmulated, Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}}))
+	require.NoError(t, run(&out, emulated(), nil))
 	require.Contains(t, out.String(), "emulated")
-	require.Contains(t, out.String(), "block 5 verified")
+	require.Contains(t, out.String(), "all 256 blocks verified")
+}
+
+// TestRunCatchesAnyBadBlock: a block spoiled on the device is reported,
+// whichever it is (the example used to check block 5 only).
+func TestRunCatchesAnyBadBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		block int
+	}{{"first", 0}, {"middle", 100}, {"last", 255}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const block = 16 << 10
+			spoil := func(eng *engine.Engine, hbm *engine.Buffer) error {
+				zero, err := eng.Alloc(block, engine.Host)
+				if err != nil {
+					return err
+				}
+				defer zero.Free()
+				slot := (tc.block * 37) % 256
+				return eng.CopySync(context.Background(), hbm.Slice(slot*block, block), zero.All())
+			}
+			err := run(&bytes.Buffer{}, emulated(), spoil)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), fmt.Sprintf("block %d byte", tc.block))
+		})
+	}
 }
