@@ -35,7 +35,10 @@ type confTarget struct {
 func confTargets() []confTarget {
 	var ts []confTarget
 	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2} {
-		for _, k := range []string{"6.1", "6.8"} {
+		// 6.1: legacy numbers, {handle, size} export; 6.5: legacy numbers,
+		// {addr, size, offset} export whose offset the driver ignores;
+		// 6.8: DRM accel numbers, offset honoured.
+		for _, k := range []string{"6.1", "6.5", "6.8"} {
 			ts = append(ts, confTarget{
 				name: fmt.Sprintf("hlsim-%v-kernel%s", m, k),
 				newSim: func(t *testing.T, mod func(*hlsim.Config)) *hlsim.Device {
@@ -382,14 +385,7 @@ func confDMABuf(t *testing.T, tg confTarget) {
 	require.NoError(t, c.CopySync(m.Addr(), h.va(0), n))
 
 	type exp struct{ off, size uint64 }
-	cases := []exp{{0, n}}
-	if c.ExportAPI() == ExportAPIAddr {
-		cases = append(cases, exp{8192, 3 * 4096})
-	} else if c.Model() == ModelGaudi2 {
-		_, err := c.ExportDMABuf(m, 4096, 4096)
-		require.ErrorIs(t, err, ErrNotSupported, "6.1 API: partial export of a Gaudi2 allocation")
-	}
-	for _, e := range cases {
+	for _, e := range []exp{{0, n}, {8192, 3 * 4096}, {4096 + 33, 1000}} {
 		b, err := c.ExportDMABuf(m, e.off, e.size)
 		require.NoError(t, err, "export %+v", e)
 		raw := b.FD().Int()
@@ -400,14 +396,22 @@ func confDMABuf(t *testing.T, tg confTarget) {
 		acc, err := unix.FcntlInt(uintptr(raw), unix.F_GETFL, 0)
 		require.NoError(t, err)
 		require.Equal(t, unix.O_RDWR, acc&unix.O_ACCMODE, "O_RDWR")
-		require.Equal(t, e.off, b.Offset())
+		// The wanted range is [Offset, Offset+Len) of the DMA-BUF, which
+		// covers [MemOffset, MemOffset+Size) of the allocation.
+		require.Equal(t, e.off, b.MemOffset()+b.Offset())
+		require.Equal(t, e.size, b.Len())
+		require.LessOrEqual(t, b.Offset()+b.Len(), b.Size())
+		require.LessOrEqual(t, b.MemOffset()+b.Size(), m.AllocSize())
+		if c.Model() != ModelGaudi1 && !c.ExportOffsetHonored() {
+			require.Zero(t, b.MemOffset(), "no kernel offset before 6.7")
+		}
 		if c.sim != nil {
 			// Emulator only: its DMA-BUF is readable, so check that it aliases
 			// the device range. (A real habanalabs DMA-BUF has no read or mmap.)
 			// The emulator's fd is the whole backing memfd: on Gaudi2 file
 			// offset k is allocation byte k, on Gaudi1 physical address
-			// dram_base_address+k.
-			fileOff := int64(e.off)
+			// dram_base_address+k (a real DMA-BUF starts at MemOffset).
+			fileOff := int64(b.MemOffset() + b.Offset())
 			if c.Model() == ModelGaudi1 {
 				fileOff = int64(m.Addr() + e.off - c.Info().DramBaseAddress)
 			}

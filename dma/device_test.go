@@ -354,7 +354,10 @@ func TestExportArgs(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, hlsys.MemArgs{U: [3]uint64{m.Addr(), 8192, 4096}, Op: hlsys.MemOpExportDMABuf, Flags: flags}, lastMem(f))
 		require.GreaterOrEqual(t, b.FD().Int(), 0)
-		require.Equal(t, uint64(4096), b.Offset())
+		require.True(t, d.ExportOffsetHonored(), "accel numbering: 6.7+")
+		require.Equal(t, uint64(4096), b.MemOffset(), "the kernel applies the offset")
+		require.Zero(t, b.Offset())
+		require.Equal(t, uint64(8192), b.Len())
 		require.Equal(t, uint64(8192), b.Size())
 		require.Same(t, m, b.Mem())
 
@@ -371,7 +374,7 @@ func TestExportArgs(t *testing.T) {
 		d, _ := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
 		m, err := d.AllocDevice(4096)
 		require.NoError(t, err)
-		for _, c := range [][2]uint64{{0, 0}, {1, 4096}, {0, 100}, {0, 49 << 20}, {48 << 20, 4096}, {^uint64(0) - 4095, 8192}} {
+		for _, c := range [][2]uint64{{0, 0}, {0, 49 << 20}, {48 << 20, 4096}, {^uint64(0) - 4095, 8192}} {
 			_, err := d.ExportDMABuf(m, c[0], c[1])
 			require.ErrorIs(t, err, ErrInvalid, "offset %d size %d", c[0], c[1])
 		}
@@ -386,10 +389,12 @@ func TestExportArgs(t *testing.T) {
 		require.Equal(t, ExportAPI61, d.ExportAPI())
 		m, err := d.AllocDevice(4096)
 		require.NoError(t, err)
-		_, err = d.ExportDMABuf(m, 0, 2048)
-		require.ErrorIs(t, err, ErrNotSupported)
-		_, err = d.ExportDMABuf(m, 4096, 4096)
-		require.ErrorIs(t, err, ErrNotSupported)
+		require.False(t, d.ExportOffsetHonored())
+		part, err := d.ExportDMABuf(m, 4096, 2048) // a part: the whole allocation, the offset carried
+		require.NoError(t, err)
+		require.Equal(t, hlsys.MemArgs{U: [3]uint64{m.Handle(), 48 << 20}, Op: hlsys.MemOpExportDMABuf, Flags: flags}, lastMem(f))
+		require.Equal(t, [4]uint64{0, 4096, 2048, 48 << 20}, [4]uint64{part.MemOffset(), part.Offset(), part.Len(), part.Size()})
+		require.NoError(t, part.Close())
 		b, err := d.ExportDMABuf(m, 0, 4096)
 		require.NoError(t, err)
 		require.Equal(t, hlsys.MemArgs{U: [3]uint64{m.Handle(), 48 << 20}, Op: hlsys.MemOpExportDMABuf, Flags: flags}, lastMem(f))

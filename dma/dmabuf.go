@@ -12,6 +12,13 @@ import (
 // another process can import. The habanalabs exporter has no mmap op, so
 // the CPU cannot map it; never mmap it.
 //
+// The DMA-BUF may cover more than the range asked for (page rounding, and
+// on kernels 6.3-6.6 the start of the allocation; see ExportDMABuf). The
+// wanted range is always [Offset(), Offset()+Len()) of the DMA-BUF: that
+// is the offset and length to give an importer (ibv_reg_dmabuf_mr's offset
+// and length). MemOffset and Size say exactly which bytes of the
+// allocation the DMA-BUF exposes.
+//
 // While a DMABuf is open its DeviceMem cannot be freed, and the device
 // context lives on in the kernel until every copy of the fd is closed.
 type DMABuf struct {
@@ -19,8 +26,10 @@ type DMABuf struct {
 	id     uint64
 	f      *fd.FD
 	mem    *DeviceMem
-	offset uint64
-	size   uint64
+	memOff uint64 // the DMA-BUF's byte 0 is mem byte memOff
+	offset uint64 // the wanted range starts at DMA-BUF byte offset
+	length uint64 // the wanted range's length
+	size   uint64 // the DMA-BUF's size
 
 	done bool // guarded by d.mu
 }
@@ -30,28 +39,62 @@ type DMABuf struct {
 // over SCM_RIGHTS while the DMABuf is open.
 func (b *DMABuf) FD() *fd.FD { return b.f }
 
-// Offset is the offset of the export in its DeviceMem.
+// Offset is where the wanted range starts inside the DMA-BUF: the offset
+// an importer must use (ibv_reg_dmabuf_mr's offset; an IPC peer's file
+// offset). It is not 0 when the kernel's own offset could not be used.
 func (b *DMABuf) Offset() uint64 { return b.offset }
 
-// Size is the exported size.
+// Len is the length of the wanted range (the size passed to ExportDMABuf).
+func (b *DMABuf) Len() uint64 { return b.length }
+
+// Size is the size of the DMA-BUF itself (a multiple of the host page size,
+// or the whole allocation with the 6.1 API). Offset()+Len() <= Size().
 func (b *DMABuf) Size() uint64 { return b.size }
+
+// MemOffset is the offset in Mem() of the DMA-BUF's first byte: the
+// DMA-BUF exposes [MemOffset, MemOffset+Size) of the allocation.
+func (b *DMABuf) MemOffset() uint64 { return b.memOff }
 
 // Mem is the exported device memory.
 func (b *DMABuf) Mem() *DeviceMem { return b.mem }
 
-// ExportDMABuf exports [offset, offset+size) of m as a DMA-BUF, with the
-// API picked at open (ExportAPI):
+// ExportOffsetHonored reports whether the kernel applies EXPORT_DMABUF_FD's
+// offset when it builds the DMA-BUF (Gaudi2/3). Only the {addr, size,
+// offset} form has an offset, and drivers before "accel/habanalabs: add
+// missing offset handling for dma-buf" (kernel 6.7) validate it but build
+// the scatter list from the start of the allocation, so an importer would
+// see the wrong bytes. gxfer cannot read the driver's version; it uses the
+// ioctl numbering, which changed in the same release: DRM accel numbers
+// (6.7 and later) mean the offset is honoured, legacy numbers with the
+// {addr, size, offset} form (6.3-6.6) mean it is not. The 6.1 form has no
+// offset at all. When this is false, ExportDMABuf exports from the start
+// of the allocation and carries the offset in DMABuf.Offset instead.
+func (d *Device) ExportOffsetHonored() bool {
+	return d.exportAPI == ExportAPIAddr && d.b.Numbering() == hlsys.Accel
+}
+
+// ExportDMABuf exports the range [offset, offset+size) of m as a DMA-BUF,
+// with the API picked at open (ExportAPI). The driver takes only page
+// aligned addresses and offsets, and (since "accel/habanalabs: export
+// dma-buf only if size/offset multiples of PAGE_SIZE", also backported to
+// stable kernels) a size that is a multiple of the page size: the exported
+// range is the wanted one widened to host page boundaries, which is what
+// an importer maps anyway (the driver's own reason for the rule). The
+// widened range must stay inside the allocation (AllocSize), else the
+// error wraps ErrInvalid. Any offset and size inside the allocation work;
+// the DMABuf reports where the wanted range is (Offset, Len):
 //
-//   - "addr+offset": Gaudi2/3 pass addr = m.Addr() (exactly the VA MAP
-//     returned) and offset; offset must be page aligned and size at least
-//     one page. Gaudi1 passes the physical address m.Addr()+offset with
-//     offset 0 (page aligned as well). Kernels before the dma-buf offset fix
-//     (about 6.7) validate a non-zero offset but ignore it; a warning is
-//     logged in that case.
-//   - "6.1 handle": Gaudi2/3 export the whole allocation by its handle, so
-//     offset must be 0 and size m.Size() or m.AllocSize() (else
-//     ErrNotSupported); the DMABuf then covers AllocSize. Gaudi1 passes the
-//     physical address and size.
+//   - Gaudi1 (no device MMU) passes the physical address of the first
+//     page, with offset 0, in either API.
+//   - Gaudi2/3, "addr+offset" API, ExportOffsetHonored (kernels 6.7+):
+//     addr = m.Addr() (exactly the VA MAP returned) and the page-aligned
+//     part of offset; Offset() is the remainder inside the first page.
+//   - Gaudi2/3, "addr+offset" API on 6.3-6.6: those drivers ignore the
+//     offset when they build the scatter list, so the export always starts
+//     at the allocation (kernel offset 0) and covers it up to the end of
+//     the wanted range; Offset() = offset.
+//   - Gaudi2/3, "6.1 handle" API: the whole allocation is exported by its
+//     handle (the driver ignores the size); Offset() = offset.
 //
 // The file flags are always O_RDWR|O_CLOEXEC.
 func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error) {
@@ -71,22 +114,9 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 	if offset > m.allocSize || size > m.allocSize-offset {
 		return nil, newErr(op, ErrInvalid, fmt.Sprintf("range outside the allocation of %d bytes", m.allocSize), nil)
 	}
-	pg := d.hostPage
-	if d.exportAPI == ExportAPIAddr || !d.model.hasDeviceMMU() {
-		if offset%pg != 0 || (m.addr+offset)%pg != 0 {
-			return nil, newErr(op, ErrInvalid, fmt.Sprintf("offset and address must be %d-byte aligned", pg), nil)
-		}
-		if size < pg {
-			return nil, newErr(op, ErrInvalid, fmt.Sprintf("size must be at least one page (%d bytes)", pg), nil)
-		}
-	}
-	expSize := size
-	if d.exportAPI == ExportAPI61 && d.model.hasDeviceMMU() {
-		if offset != 0 || (size != m.size && size != m.allocSize) {
-			return nil, newErr(op, ErrNotSupported,
-				"the 6.1 export API exports whole allocations only (offset 0, size Size() or AllocSize())", nil)
-		}
-		expSize = m.allocSize
+	pl, err := d.planExport(m, offset, size)
+	if err != nil {
+		return nil, newErr(op, ErrInvalid, err.Error(), nil)
 	}
 
 	if err := d.enter(op); err != nil {
@@ -101,23 +131,16 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 	m.exports++ // blocks Free while the export is being made
 	d.mu.Unlock()
 
-	var (
-		f   *fd.FD
-		err error
-	)
+	var f *fd.FD
 	switch {
-	case d.exportAPI == ExportAPIAddr && d.model.hasDeviceMMU():
-		if offset != 0 && !d.b.Emulated() && !releaseAtLeast(d.release, 6, 7) {
-			d.log.Warn().Str("release", d.release).Uint64("offset", offset).
-				Msg("kernels before ~6.7 ignore the DMA-BUF offset; the importer may see the range from offset 0")
-		}
-		f, err = hlsys.MemExportDMABuf(d.b, m.addr, size, offset)
+	case !d.model.hasDeviceMMU() && d.exportAPI == ExportAPIAddr:
+		f, err = hlsys.MemExportDMABuf(d.b, m.addr+pl.memOff, pl.size, 0)
+	case !d.model.hasDeviceMMU():
+		f, err = hlsys.MemExportDMABuf61(d.b, m.addr+pl.memOff, pl.size)
 	case d.exportAPI == ExportAPIAddr:
-		f, err = hlsys.MemExportDMABuf(d.b, m.addr+offset, size, 0)
-	case d.model.hasDeviceMMU():
-		f, err = hlsys.MemExportDMABuf61(d.b, m.handle, m.allocSize)
+		f, err = hlsys.MemExportDMABuf(d.b, m.addr, pl.size, pl.memOff)
 	default:
-		f, err = hlsys.MemExportDMABuf61(d.b, m.addr+offset, size)
+		f, err = hlsys.MemExportDMABuf61(d.b, m.handle, pl.size)
 	}
 	if err != nil {
 		d.mu.Lock()
@@ -125,9 +148,45 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 		d.mu.Unlock()
 		return nil, wrapErr(op, err)
 	}
-	b := &DMABuf{d: d, f: f, mem: m, offset: offset, size: expSize}
+	if pl.memOff != offset {
+		d.log.Debug().Uint64("offset", offset).Uint64("size", size).Uint64("export_start", pl.memOff).
+			Uint64("export_size", pl.size).Msg("DMA-BUF exported from an earlier start; the offset is carried")
+	}
+	b := &DMABuf{d: d, f: f, mem: m, memOff: pl.memOff, offset: offset - pl.memOff, length: size, size: pl.size}
 	b.id = d.track(b)
 	return b, nil
+}
+
+// exportPlan is the range of an allocation a DMA-BUF export covers.
+type exportPlan struct {
+	memOff uint64 // first exported byte, in the allocation
+	size   uint64 // exported bytes
+}
+
+// planExport picks the exported range for the wanted [offset, offset+size)
+// of m (already checked to lie inside the allocation).
+func (d *Device) planExport(m *DeviceMem, offset, size uint64) (exportPlan, error) {
+	pg := d.hostPage
+	end := offset + size
+	if d.model.hasDeviceMMU() && d.exportAPI == ExportAPI61 {
+		// The whole allocation, by handle; nothing to align.
+		return exportPlan{0, m.allocSize}, nil
+	}
+	// Gaudi1: a physical address, Gaudi2/3: the VA MAP returned; either
+	// way the allocation must start on a page, or its first page would
+	// include memory that is not the allocation's.
+	if m.addr%pg != 0 {
+		return exportPlan{}, fmt.Errorf("allocation at %#x is not %d-byte aligned", m.addr, pg)
+	}
+	start := offset - offset%pg // the page holding the first wanted byte
+	if d.model.hasDeviceMMU() && !d.ExportOffsetHonored() {
+		start = 0 // 6.3-6.6: never rely on the kernel's offset
+	}
+	stop, ok := alignUp(end, pg)
+	if !ok || stop > m.allocSize {
+		return exportPlan{}, fmt.Errorf("the range rounded to %d-byte pages passes the end of the allocation (%d bytes); the driver exports whole pages only", pg, m.allocSize)
+	}
+	return exportPlan{start, stop - start}, nil
 }
 
 func addrOf(m *DeviceMem) uint64 {

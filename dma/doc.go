@@ -46,9 +46,16 @@
 // Two kernel APIs exist and Device.ExportAPI says which one is used: the
 // 6.1 form exports a whole Gaudi2 allocation by handle (or a Gaudi1
 // physical range), the 6.3+ form takes the exact device VA plus a
-// page-aligned offset. A DMABuf keeps its DeviceMem from being freed. The
-// exporter has no mmap: DMA-BUF fds are for NICs and other processes,
-// never for the CPU.
+// page-aligned offset. Drivers before 6.7 validate that offset but ignore
+// it when they build the DMA-BUF, so on 6.3-6.6 (legacy numbering) gxfer
+// never passes one: it exports from the start of the allocation and
+// carries the offset itself (Device.ExportOffsetHonored). Sizes are
+// rounded up to whole pages, as newer drivers require. A DMABuf reports
+// where the wanted range sits in it (Offset, Len: what an importer such as
+// ibv_reg_dmabuf_mr must be given) and which part of the allocation it
+// exposes (MemOffset, Size). A DMABuf keeps its DeviceMem from being
+// freed. The exporter has no mmap: DMA-BUF fds are for NICs and other
+// processes, never for the CPU.
 //
 // # Concurrency and lifetime
 //
