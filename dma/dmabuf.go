@@ -55,6 +55,17 @@ func (b *DMABuf) Size() uint64 { return b.size }
 // DMA-BUF exposes [MemOffset, MemOffset+Size) of the allocation.
 func (b *DMABuf) MemOffset() uint64 { return b.memOff }
 
+// OffsetOf returns the DMA-BUF offset of byte memOff of the allocation,
+// and false if that byte is not in the DMA-BUF. Importers of a part of the
+// allocation (an MR over one buffer) must use it rather than assume the
+// DMA-BUF starts where they asked.
+func (b *DMABuf) OffsetOf(memOff uint64) (uint64, bool) {
+	if memOff < b.memOff || memOff-b.memOff >= b.size {
+		return 0, false
+	}
+	return memOff - b.memOff, true
+}
+
 // Mem is the exported device memory.
 func (b *DMABuf) Mem() *DeviceMem { return b.mem }
 

@@ -36,6 +36,11 @@ func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
 		b.release()
 		return nil, fmt.Errorf("gxfer: export gaudi%d buffer %d: %w", b.gd.idx, b.id, err)
 	}
+	if _, err := dmabufOffset(b, r.Value().(*dma.DMABuf)); err != nil {
+		b.gd.exports.Put(r)
+		b.release()
+		return nil, err
+	}
 	return &DMABuf{b: b, r: r}, nil
 }
 
@@ -44,8 +49,25 @@ func (d *DMABuf) export() *dma.DMABuf { return d.r.Value().(*dma.DMABuf) }
 // FD is the DMA-BUF file descriptor (owned by the engine).
 func (d *DMABuf) FD() *fd.FD { return d.export().FD() }
 
-// Offset is the byte offset of the buffer's first byte in the DMA-BUF.
-func (d *DMABuf) Offset() uint64 { return d.export().Offset() }
+// Offset is the byte offset of the buffer's first byte in the DMA-BUF:
+// the offset an importer passes (ibv_reg_dmabuf_mr's offset). On kernels
+// 6.3-6.6 the driver cannot export from an offset, so the DMA-BUF may
+// start before the buffer; always use Offset, never assume 0.
+func (d *DMABuf) Offset() uint64 {
+	off, _ := dmabufOffset(d.b, d.export()) // the export covers the buffer (checked in ExportDMABuf)
+	return off
+}
+
+// dmabufOffset is the offset of b's first byte in db, an export of b's
+// allocation; an error if db does not cover b.
+func dmabufOffset(b *Buffer, db *dma.DMABuf) (uint64, error) {
+	off, ok := db.OffsetOf(b.Addr() - db.Mem().Addr())
+	if !ok || b.size > db.Size()-off {
+		return 0, newErr(ErrDevice, fmt.Sprintf("the DMA-BUF of gaudi%d buffer %d (%d bytes from allocation byte %d) does not cover the buffer",
+			b.gd.idx, b.id, db.Size(), db.MemOffset()), nil)
+	}
+	return off, nil
+}
 
 // Size is the exported size (the allocation, rounded to the device page).
 func (d *DMABuf) Size() uint64 { return d.export().Size() }

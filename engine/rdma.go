@@ -311,7 +311,8 @@ type gaudiRegion struct {
 // gaudiMR returns the buffer's DMA-BUF memory region (remote read and
 // write), registering it on first use: the allocation is exported as a
 // DMA-BUF (once, through the device's export cache) and registered with
-// ibv_reg_dmabuf_mr at offset = the buffer's offset in the DMA-BUF and
+// ibv_reg_dmabuf_mr at offset = the buffer's offset in the DMA-BUF (which
+// package dma carries when the kernel cannot apply an export offset) and
 // iova = its device address, so remote keys and work requests use device
 // addresses. An error means "stage through host memory": the probe said
 // the device cannot (EOPNOTSUPP on Soft-RoCE), or the registration failed.
@@ -333,8 +334,14 @@ func (r *rdmaCtx) gaudiMR(b *Buffer) (*rdma.MR, error) {
 		return nil, b.gmrErr
 	}
 	db := x.Value().(*dma.DMABuf)
+	off, err := dmabufOffset(b, db)
+	if err != nil {
+		b.gd.exports.Put(x)
+		b.gmrErr = err
+		return nil, err
+	}
 	r.dmabufAttempts.Add(1)
-	mr, err := r.pd.RegisterDMABuf(db.FD().Int(), db.Offset(), b.size, b.Addr(), rdma.AccessDefault)
+	mr, err := r.pd.RegisterDMABuf(db.FD().Int(), off, b.size, b.Addr(), rdma.AccessDefault)
 	if err != nil {
 		b.gd.exports.Put(x)
 		b.gmrErr = fmt.Errorf("gxfer: ibv_reg_dmabuf_mr of gaudi%d buffer %d: %w", b.gd.idx, b.id, err)

@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// TestDMABufOffsetBothKernelGenerations: a Gaudi buffer's DMA-BUF (what
+// ibv_reg_dmabuf_mr and IPC peers get) on an emulated 6.5 kernel, whose
+// driver ignores the export offset, and on 6.8: Offset is where the
+// buffer's bytes are, and dmabufOffset (used for the MR) refuses a DMA-BUF
+// that does not cover the buffer instead of registering wrong bytes.
+func TestDMABufOffsetBothKernelGenerations(t *testing.T) {
+	for _, kernel := range []string{"6.5", "6.8"} {
+		t.Run("kernel"+kernel, func(t *testing.T) {
+			e := newEngine(t, Config{Emulator: EmulatorConfig{Kernel: kernel}})
+			const n = 1 << 20
+			src, err := e.Alloc(n, Host)
+			require.NoError(t, err)
+			fill(src.Bytes(), 3)
+			g, err := e.Alloc(n, Gaudi(0))
+			require.NoError(t, err)
+			require.NoError(t, e.CopySync(context.Background(), g.All(), src.All()))
+
+			x, err := g.ExportDMABuf()
+			require.NoError(t, err)
+			db := x.export()
+			require.LessOrEqual(t, x.Offset()+n, x.Size())
+			// The emulator's fd is the allocation's memfd (file offset k is
+			// allocation byte k); a real DMA-BUF starts at MemOffset.
+			got := make([]byte, n)
+			k, err := unix.Pread(x.FD().Int(), got, int64(db.MemOffset()+x.Offset()))
+			require.NoError(t, err)
+			require.Equal(t, n, k)
+			require.True(t, bytes.Equal(src.Bytes(), got), "the DMA-BUF holds the buffer at Offset")
+			x.Release()
+
+			// A DMA-BUF of a later part of the allocation: on 6.5 it starts at
+			// the allocation (offset carried), on 6.8 at the part.
+			dev := e.devs[0].dev
+			part, err := dev.ExportDMABuf(g.dmem, 4096, 8192)
+			require.NoError(t, err)
+			_, err = dmabufOffset(g, part)
+			require.ErrorIs(t, err, ErrDevice, "a DMA-BUF that does not hold the whole buffer is refused")
+			if kernel == "6.5" {
+				require.Zero(t, part.MemOffset())
+				require.Equal(t, uint64(4096), part.Offset())
+			} else {
+				require.Equal(t, uint64(4096), part.MemOffset())
+				require.Zero(t, part.Offset())
+			}
+			require.NoError(t, part.Close())
+			require.NoError(t, g.Free())
+			require.NoError(t, src.Free())
+		})
+	}
+}
