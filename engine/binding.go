@@ -117,6 +117,11 @@ func (b *Binding) Put() error {
 	if b.rd != nil {
 		return b.rdmaDo(true, 1, true)
 	}
+	if !b.ep.e.enter() { // Close unmaps nothing while the copy runs
+		return ErrClosed
+	}
+	defer b.ep.e.exit()
+	b.ep.e.gateHook()
 	copy(b.theirs, b.mine)
 	b.ops.Add(1)
 	return nil
@@ -132,6 +137,11 @@ func (b *Binding) Get() error {
 	if b.rd != nil {
 		return b.rdmaDo(false, 1, true)
 	}
+	if !b.ep.e.enter() {
+		return ErrClosed
+	}
+	defer b.ep.e.exit()
+	b.ep.e.gateHook()
 	copy(b.mine, b.theirs)
 	b.ops.Add(1)
 	return nil
@@ -163,6 +173,11 @@ func (b *Binding) copyN(n int, put bool) error {
 	if b.rd != nil {
 		return b.rdmaDo(put, n, false)
 	}
+	if !b.ep.e.enter() {
+		return ErrClosed
+	}
+	defer b.ep.e.exit()
+	b.ep.e.gateHook()
 	dst, src := b.theirs, b.mine
 	if !put {
 		dst, src = src, dst

@@ -124,9 +124,10 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 	if err := checkCtx(ctx); err != nil {
 		return cq.Resolved(err)
 	}
-	if e.closed.Load() {
+	if !e.enter() { // Close unmaps nothing while the call is in
 		return cq.Resolved(ErrClosed)
 	}
+	defer e.exit()
 	if err := e.validate(dst, src); err != nil {
 		return cq.Resolved(err)
 	}
@@ -135,6 +136,7 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 	}
 	e.st.submitted.Add(1)
 	if !dst.buf.loc.gaudi && !src.buf.loc.gaudi && int(src.n) <= e.cfg.InlineHostMax {
+		e.gateHook()
 		copy(dst.hostBytes(), src.hostBytes())
 		dst.buf.release()
 		src.buf.release()
@@ -243,9 +245,10 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 	if err := checkCtx(ctx); err != nil {
 		return cq.Resolved(err)
 	}
-	if e.closed.Load() {
+	if !e.enter() { // Close unmaps nothing while the call is in
 		return cq.Resolved(ErrClosed)
 	}
+	defer e.exit()
 	n := len(b.ops)
 	if n == 0 {
 		return e.resolved
@@ -296,6 +299,7 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 	}
 	e.st.submitted.Add(uint64(n))
 	for _, o := range host {
+		e.gateHook()
 		e.hostCopy(o.dst, o.src)
 		o.dst.buf.release()
 		o.src.buf.release()

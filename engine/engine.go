@@ -52,6 +52,9 @@ type Engine struct {
 	st       stats
 
 	hookProcess atomic.Pointer[func()] // tests: runs in workers before processing
+	gate        closeGate              // calls Close waits for before it unmaps (gate.go)
+	hookGate    atomic.Pointer[func()] // tests: runs in an admitted call before its copy
+	hookDrain   atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls
 
 	ident        identity
 	lastVerified atomic.Pointer[wire.RemoteKey] // see verifyKey
@@ -368,7 +371,11 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 
 // Close ends every pending operation (queued ones with ErrClosed; those on
 // a device get up to Config.CloseGrace to finish), stops every goroutine
-// and releases every buffer, mapping, fd and device. Idempotent.
+// and releases every buffer, mapping, fd and device. Copies that run on
+// the caller's goroutine (small host-to-host Copy, a Batch's host copies,
+// Binding Put and Get over "unix") and host workers' copies finish before
+// any memory is released; those that start once Close has begun fail with
+// ErrClosed. Idempotent.
 func (e *Engine) Close() error {
 	e.once.Do(func() {
 		e.epMu.Lock()
@@ -418,6 +425,8 @@ func (e *Engine) Close() error {
 		for _, g := range e.devs {
 			errs = append(errs, g.closeDevice())
 		}
+		// No copy on a caller's goroutine may still touch a buffer.
+		e.drainGate()
 		// Release buffers that are still alive.
 		e.mu.Lock()
 		live := make([]*Buffer, 0, len(e.buffers))

@@ -79,7 +79,7 @@ func (h *hostPath) drain() {
 					if hook := h.e.hookProcess.Load(); hook != nil {
 						(*hook)()
 					}
-					h.e.hostCopy(o.dst, o.src)
+					err = h.e.gatedHostCopy(o.dst, o.src)
 				}
 				o.handed = true
 				jj, oo := j, o
@@ -94,6 +94,18 @@ func (h *hostPath) drain() {
 		cur = nil
 		clear(buf[:n])
 	}
+}
+
+// gatedHostCopy is hostCopy inside the close gate (a worker may outlive
+// Close's wait for the pool): ErrClosed once Close has begun.
+func (e *Engine) gatedHostCopy(dst, src Slice) error {
+	if !e.enter() {
+		return ErrClosed
+	}
+	defer e.exit()
+	e.gateHook()
+	e.hostCopy(dst, src)
+	return nil
 }
 
 // hostCopy copies src to dst (memmove semantics). Large non-overlapping
