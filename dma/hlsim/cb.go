@@ -12,7 +12,7 @@ import (
 // the user fills through Mmap and the emulator reads directly.
 type cbuf struct {
 	id         uint64
-	size       uint32 // requested size
+	size       uint32 // cb->size: the requested size, at least PAGE_SIZE
 	mem        []byte // page-rounded; also the user's mmap
 	userMapped bool
 	destroyed  bool
@@ -53,7 +53,7 @@ func (c *hctx) lookupCB(handle uint64) *cbuf {
 
 // cbIoctl serves HL_IOCTL_CB.
 func (c *hctx) cbIoctl(a *hlsys.CBArgs) error {
-	if c.d.status.Load() != hlsys.DeviceStatusOperational {
+	if !c.d.operational() {
 		return unix.EBUSY
 	}
 	switch a.Op {
@@ -104,10 +104,13 @@ func (c *hctx) cbIoctl(a *hlsys.CBArgs) error {
 
 func (c *hctx) cbCreate(a *hlsys.CBArgs) error {
 	size := a.CBSize
-	if size < 8 || size > hlsys.MaxCBSize {
-		c.log.Debug().Uint32("size", size).Msg("CB CREATE: size out of [8, HL_MAX_CB_SIZE]")
+	if size > hlsys.MaxCBSize {
+		c.log.Debug().Uint32("size", size).Msg("CB CREATE: size above HL_MAX_CB_SIZE")
 		return unix.EINVAL
 	}
+	// hl_cb_mmap_mem_alloc: "Minimum allocation must be PAGE SIZE" (a
+	// size of 0 included); the CB's size is then what a chunk may use.
+	size = max(size, pageSize)
 	mapCB := a.Flags&hlsys.CBFlagsMap != 0
 	if mapCB && !c.d.amap.gaudi2 {
 		c.log.Debug().Msg("CB CREATE: mapping a CB to the device MMU is not supported on Gaudi")
@@ -120,7 +123,7 @@ func (c *hctx) cbCreate(a *hlsys.CBArgs) error {
 	}
 	cb := &cbuf{id: c.nextCB, size: size, mem: mem}
 	if mapCB {
-		va, err := c.pmmu.alloc(n, 0, false)
+		va, err := c.pmmu.alloc(n, 0, pageSize, false)
 		if err != nil {
 			cb.release()
 			return err

@@ -14,10 +14,8 @@ func TestCB(t *testing.T) {
 		t.Run(m.String(), func(t *testing.T) {
 			r := newRig(t, Config{Model: m})
 			b := r.b
-			for _, size := range []uint32{0, 7, hlsys.MaxCBSize + 1} {
-				_, err := hlsys.CBCreate(b, size, 0)
-				isErrno(t, err, unix.EINVAL)
-			}
+			_, err := hlsys.CBCreate(b, hlsys.MaxCBSize+1, 0)
+			isErrno(t, err, unix.EINVAL)
 			h, err := hlsys.CBCreate(b, 100, 0)
 			require.NoError(t, err)
 			require.Equal(t, hlsys.MmapTypeCB<<12|1<<12, h, "handle = (id | MMAP_TYPE_CB) << PAGE_SHIFT, id from 1")

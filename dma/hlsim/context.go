@@ -21,10 +21,6 @@ const (
 	ctxGone   // the device was closed: ioctls return ENODEV
 )
 
-// numQueues is the number of emulated queues on both models: Gaudi1
-// DMA_0_0..3 and DMA_1_0..3, Gaudi2 PDMA_0_0..3 and PDMA_1_0..3.
-const numQueues = 8
-
 // hctx is an open compute context: what the driver calls hl_fpriv plus
 // hl_ctx. It implements hlsys.Backend.
 //
@@ -61,9 +57,12 @@ type hctx struct {
 	nextCB     uint64
 	cbMmaps    map[*byte]*cbuf // user mmaps of CBs, by first byte
 
-	engines [numQueues]*engine
+	engines map[uint32]*engine // by queue id, started on first use (csMu)
 	quit    chan struct{}
 	engWG   sync.WaitGroup
+
+	outMu    sync.Mutex
+	outcomes []outcome // CS outcome store, oldest first
 
 	waiting atomic.Int32 // WAIT_CS calls blocked on a CS (tests)
 
@@ -93,6 +92,7 @@ func newCtx(d *Device) *hctx {
 		cbs:        map[uint64]*cbuf{},
 		nextCB:     1,
 		cbMmaps:    map[*byte]*cbuf{},
+		engines:    map[uint32]*engine{},
 		quit:       make(chan struct{}),
 	}
 	c.bgCond.L = &c.bgMu
@@ -103,12 +103,6 @@ func newCtx(d *Device) *hctx {
 	}
 	c.pmmu = newVASpace(a.pmmuBase, a.pmmuHuge-a.pmmuBase, pageSize)
 	c.pmmuHuge = newVASpace(a.pmmuHuge, a.pmmuEnd-a.pmmuHuge, hugePageSize)
-	for i := range c.engines {
-		e := newEngine(c, i)
-		c.engines[i] = e
-		c.engWG.Add(1)
-		go e.run()
-	}
 	return c
 }
 

@@ -32,12 +32,27 @@ const (
 const (
 	waitFlagsInterrupt         = hlsys.WaitCSFlagsInterrupt
 	waitFlagsMultiCS           = hlsys.WaitCSFlagsMultiCS
-	waitFlagsInterruptKernelCQ = 0x10
-	waitFlagsRegisterInterrupt = 0x20
 
 	// waitForever is MAX_SCHEDULE_TIMEOUT: the driver waits without limit.
 	waitForever = 1<<63 - 1
+
+	// statusRejected is the internal end status of a CS the driver refused
+	// after it got a sequence number (its fence error is -EBUSY, "not
+	// submitted"): WAIT_CS reports it COMPLETED.
+	statusRejected = 0xFF
+
+	// outcomeHistory is HL_CS_OUTCOME_HISTORY_LEN: the per-context store of
+	// ended CSs with CS_FLAGS_TIMESTAMP that WAIT_CS consults for a
+	// sequence number whose fence is gone.
+	outcomeHistory = 256
 )
+
+// outcome is a stored hl_cs_outcome.
+type outcome struct {
+	seq    uint64
+	status uint32 // WAIT_CS status, or statusRejected
+	tsNs   int64
+}
 
 // cs is one command submission in flight or completed (its fence).
 type cs struct {
@@ -74,39 +89,53 @@ type job struct {
 	cs   *cs
 	cb   []byte // Gaudi1: the CB as parsed at submission (the driver's patched CB)
 	kcb  *cbuf  // Gaudi1: the kernel CB (usage count)
-	va   uint64 // Gaudi2: device VA of the user CB, fetched through the MMU at execution
-	size uint32
+	va    uint64 // Gaudi2: device VA of the user CB, fetched through the MMU at execution
+	size  uint32
+	queue uint32
 }
 
-// csIoctl serves HL_IOCTL_CS.
+// csIoctl serves HL_IOCTL_CS in the order of hl_cs_ioctl: the sanity
+// checks (no sequence number consumed), the chunk array copy, the
+// sequence number (EAGAIN while its completion slot is busy), then the
+// per-chunk validation and parsing: a CS refused from there on has
+// consumed its sequence number, whose fence completes at once (WAIT_CS on
+// it reports COMPLETED, as the driver's -EBUSY fence error does), and the
+// output holds seq ULLONG_MAX and the negative errno as status, as
+// hl_cs_ioctl writes it.
 func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 	in := a.In
 	flags := in.CSFlags
+	fail := func(e unix.Errno) error {
+		if e != unix.EAGAIN {
+			*a = hlsys.CSArgs{}
+			*a.Out() = hlsys.CSOut{Seq: ^uint64(0), Status: uint32(-int32(e))}
+		}
+		return e
+	}
 	switch {
-	case c.d.status.Load() != hlsys.DeviceStatusOperational:
-		return unix.EBUSY
 	case in.Pad != 0:
-		return unix.EINVAL
+		return fail(unix.EINVAL)
+	case !c.d.operational():
+		return fail(unix.EBUSY)
 	case popcount(flags&csTypeFlags) > 1:
 		c.log.Debug().Uint32("flags", flags).Msg("CS: type flags are mutually exclusive")
-		return unix.EINVAL
+		return fail(unix.EINVAL)
 	case flags&(csTypeFlags|csFlagsStaged|csFlagsEncapSignals) != 0:
 		c.log.Debug().Uint32("flags", flags).Msg("CS: signal/wait, staged and engine CSs are not emulated")
-		return unix.EOPNOTSUPP
+		return fail(unix.EOPNOTSUPP)
+	case in.NumChunksExecute == 0:
+		c.log.Debug().Msg("CS: execute CS with 0 chunks")
+		return fail(unix.EINVAL)
 	case in.NumChunksRestore != 0:
 		c.log.Debug().Msg("CS: restore chunks (context switch) are not emulated")
-		return unix.EOPNOTSUPP
-	case in.NumChunksExecute == 0 || in.NumChunksExecute > hlsys.MaxJobsPerCS:
-		c.log.Debug().Uint32("chunks", in.NumChunksExecute).Msg("CS: number of chunks out of [1, 512]")
-		return unix.EINVAL
+		return fail(unix.EOPNOTSUPP)
+	case in.NumChunksExecute > hlsys.MaxJobsPerCS:
+		c.log.Debug().Uint32("chunks", in.NumChunksExecute).Msg("CS: more than 512 chunks")
+		return fail(unix.EINVAL)
 	}
 	chunks := make([]hlsys.CSChunk, in.NumChunksExecute)
 	if err := readStruct(unsafe.Pointer(&chunks[0]), uintptr(len(chunks))*unsafe.Sizeof(chunks[0]), in.ChunksExecute); err != nil {
-		return unix.EFAULT
-	}
-	jobs, queues, err := c.buildJobs(chunks)
-	if err != nil {
-		return err
+		return fail(unix.EFAULT)
 	}
 	timeout := c.d.cfg.CSTimeout
 	if flags&hlsys.CSFlagsCustomTimeout != 0 {
@@ -126,18 +155,38 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 		}
 		return unix.ENODEV
 	}
-	if c.d.status.Load() != hlsys.DeviceStatusOperational {
-		c.csMu.Unlock()
-		return unix.EBUSY
-	}
+	// allocate_cs: the completion slot of the next sequence number.
 	slot := c.nextSeq & uint64(len(c.slots)-1)
-	if old := c.slots[slot]; old != nil && !old.isDone() {
+	old := c.slots[slot]
+	if old != nil && !old.isDone() {
 		c.csMu.Unlock()
-		return unix.EAGAIN
+		return fail(unix.EAGAIN)
 	}
 	s.seq = c.nextSeq
 	c.nextSeq++
 	c.slots[slot] = s
+
+	jobs, err := c.buildJobs(chunks)
+	if err == nil && c.d.beforeSchedule != nil {
+		c.d.beforeSchedule()
+	}
+	switch {
+	case err == unix.EOPNOTSUPP:
+		// An emulator limitation, not a driver refusal: undo the sequence
+		// number so the CS leaves no trace.
+		c.nextSeq--
+		c.slots[slot] = old
+		c.csMu.Unlock()
+		return fail(unix.EOPNOTSUPP)
+	case err == nil && !c.d.operational():
+		// hl_hw_queue_schedule_cs: "device is %s, CS rejected!".
+		err = unix.EPERM
+	}
+	if err != nil {
+		c.csMu.Unlock()
+		c.reject(s)
+		return fail(errnoOf(err).(unix.Errno))
+	}
 	hang, abort, delay := c.d.injected()
 	s.delay = delay
 	c.d.st.submitted.Add(1)
@@ -154,12 +203,12 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 	s.mu.Unlock()
 	if !hang && !abort {
 		s.jobsLeft.Store(int32(len(jobs)))
-		for i, j := range jobs {
+		for _, j := range jobs {
 			j.cs = s
 			if j.kcb != nil {
 				j.kcb.inUse.Add(1)
 			}
-			c.engines[queues[i]].push(j)
+			c.engineFor(j.queue).push(j)
 		}
 	}
 	c.csMu.Unlock()
@@ -172,66 +221,119 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 	return nil
 }
 
-// buildJobs validates the chunks like the driver (queue index, CB
-// ownership type, CB size; the Gaudi1 parser) and builds the jobs.
-func (c *hctx) buildJobs(chunks []hlsys.CSChunk) ([]*job, []int, error) {
+// reject ends a CS the driver refused after giving it a sequence number:
+// its fence completes with the driver's "not submitted" error.
+func (c *hctx) reject(s *cs) {
+	s.mu.Lock()
+	s.ended = true
+	s.status = statusRejected
+	s.mu.Unlock()
+	c.recordOutcome(s)
+	close(s.done)
+}
+
+// engineFor returns the engine of queue q, starting it on first use
+// (csMu held, context not closed).
+func (c *hctx) engineFor(q uint32) *engine {
+	e := c.engines[q]
+	if e == nil {
+		e = newEngine(c, int(q))
+		c.engines[q] = e
+		c.engWG.Add(1)
+		go e.run()
+	}
+	return e
+}
+
+// buildJobs validates the chunks the way cs_ioctl_default does for each
+// (validate_queue_index, get_cb_from_cs_chunk, the ASIC's cs_parser), then
+// refuses a CS of internal queues only, and builds the jobs. It returns a
+// bare unix.Errno; EOPNOTSUPP marks a CS the driver would take on a queue
+// the emulator does not model.
+func (c *hctx) buildJobs(chunks []hlsys.CSChunk) ([]*job, error) {
 	jobs := make([]*job, len(chunks))
-	queues := make([]int, len(chunks))
-	gaudi2 := c.d.amap.gaudi2
-	if !gaudi2 {
+	a := &c.d.amap
+	if !a.gaudi2 {
 		c.memMu.RLock()
 		defer c.memMu.RUnlock()
 		if c.memDead {
-			return nil, nil, unix.ENODEV
+			return nil, unix.ENODEV
 		}
 	}
+	external, other := false, false
 	for i := range chunks {
 		ch := &chunks[i]
 		q := ch.QueueIndex
-		if q >= numQueues {
-			c.log.Debug().Uint32("queue", q).Msg("CS: queue is not an emulated PCI DMA queue (0-7)")
-			return nil, nil, unix.EINVAL
+		kind := a.queueKindOf(q)
+		switch kind {
+		case qInvalid:
+			c.log.Debug().Uint32("queue", q).Msg("CS: queue index is invalid")
+			return nil, unix.EINVAL
+		case qDriverOnly:
+			c.log.Debug().Uint32("queue", q).Msg("CS: queue is restricted for the kernel driver")
+			return nil, unix.EINVAL
 		}
-		userCB := ch.Flags&hlsys.CSChunkFlagsUserAllocCB != 0
-		if ch.CBSize < 8 || ch.CBSize > hlsys.MaxCBSize || ch.CBSize%8 != 0 {
-			c.log.Debug().Uint32("cb_size", ch.CBSize).Msg("CS: CB size must be a multiple of 8 in [8, HL_MAX_CB_SIZE]")
-			return nil, nil, unix.EINVAL
-		}
-		j := &job{size: ch.CBSize}
-		if gaudi2 {
-			// Every Gaudi2 queue is CB_ALLOC_USER: a device VA, checked
-			// to lie in an MMU range; the bytes are fetched at execution.
-			if !userCB {
-				c.log.Debug().Msg("CS: Gaudi2 queues need USER_ALLOC_CB and a CB device VA")
-				return nil, nil, unix.EINVAL
+		j := &job{size: ch.CBSize, queue: q}
+		if a.gaudi2 {
+			// Every Gaudi2 queue is QUEUE_TYPE_HW with CB_ALLOC_USER: the
+			// chunk must say USER_ALLOC_CB and carry a CB address; the
+			// parser checks the queue is enabled, then the address range.
+			// cb_size is not checked (user CBs are not bound by
+			// HL_MAX_CB_SIZE).
+			if ch.Flags&hlsys.CSChunkFlagsUserAllocCB == 0 {
+				c.log.Debug().Uint32("queue", q).Msg("CS: queue doesn't support kernel CB")
+				return nil, unix.EINVAL
 			}
-			if !c.d.amap.inMMURange(ch.CBHandle, uint64(ch.CBSize)) {
-				c.log.Debug().Uint64("cb", ch.CBHandle).Msg("CS: CB address outside the DMMU/PMMU ranges")
-				return nil, nil, unix.EINVAL
+			if kind == qDisabled {
+				c.log.Debug().Uint32("queue", q).Msg("CS: h/w queue is disabled")
+				return nil, unix.EINVAL
+			}
+			if !a.cbAddressValid(ch.CBHandle, uint64(ch.CBSize)) {
+				c.log.Debug().Uint64("cb", ch.CBHandle).Uint32("size", ch.CBSize).Msg("CS: CB address for internal QMAN is not valid")
+				return nil, unix.EFAULT
 			}
 			j.va = ch.CBHandle
-		} else {
-			// Gaudi1 external queues are CB_ALLOC_KERNEL: a kernel CB
-			// handle, parsed and copied at submission.
-			if userCB {
-				c.log.Debug().Msg("CS: Gaudi external queues take kernel CB handles, not USER_ALLOC_CB")
-				return nil, nil, unix.EINVAL
-			}
-			cb := c.lookupCB(ch.CBHandle)
-			if cb == nil || ch.CBSize > cb.size {
-				c.log.Debug().Uint64("cb", ch.CBHandle).Msg("CS: no such CB, or cb_size larger than the CB")
-				return nil, nil, unix.EINVAL
-			}
-			bytes := append([]byte(nil), cb.mem[:ch.CBSize]...)
-			if err := gaudi1Parse(bytes); err != nil {
-				c.log.Debug().Err(err).Msg("CS: CB rejected by the parser")
-				return nil, nil, parseErrno(err)
-			}
-			j.cb, j.kcb = bytes, cb
+			external = true
+			other = other || kind == qOther
+			jobs[i] = j
+			continue
 		}
-		jobs[i], queues[i] = j, int(q)
+		if kind == qOther {
+			// Gaudi1 internal queue: USER_ALLOC_CB is "don't care", the CB
+			// is a device address checked against SRAM, DRAM and PMMU.
+			if !a.cbAddressValid(ch.CBHandle, uint64(ch.CBSize)) {
+				c.log.Debug().Uint64("cb", ch.CBHandle).Msg("CS: CB address for internal QMAN is not valid")
+				return nil, unix.EFAULT
+			}
+			other = true
+			jobs[i] = j
+			continue
+		}
+		// Gaudi1 external queue: a kernel CB handle whatever the chunk
+		// flags say, 8 <= cb_size <= the CB's size, parsed now.
+		cb := c.lookupCB(ch.CBHandle)
+		if cb == nil || ch.CBSize < 8 || ch.CBSize > cb.size {
+			c.log.Debug().Uint64("cb", ch.CBHandle).Uint32("size", ch.CBSize).Msg("CS: CB handle invalid or CB size invalid")
+			return nil, unix.EINVAL
+		}
+		bytes := append([]byte(nil), cb.mem[:ch.CBSize]...)
+		if err := gaudi1Parse(bytes); err != nil {
+			c.log.Debug().Err(err).Msg("CS: CB rejected by the parser")
+			return nil, parseErrno(err)
+		}
+		j.cb, j.kcb = bytes, cb
+		external = true
+		jobs[i] = j
 	}
-	return jobs, queues, nil
+	if !external {
+		c.log.Debug().Msg("CS: contains only internal queues jobs and needs completion")
+		return nil, unix.EINVAL
+	}
+	if other {
+		c.log.Debug().Msg("CS: a queue the driver takes but the emulator does not model")
+		return nil, unix.EOPNOTSUPP
+	}
+	return jobs, nil
 }
 
 // jobDone is called by an engine when a job has run (or was dropped).
@@ -307,6 +409,7 @@ func (c *hctx) finish(s *cs, status uint32) {
 	}
 	s.held = nil
 	s.mu.Unlock()
+	c.recordOutcome(s)
 	switch status {
 	case hlsys.WaitCSStatusCompleted:
 		c.d.st.completed.Add(1)
@@ -371,11 +474,52 @@ func (c *hctx) abortAll(between func()) {
 	}
 }
 
-// waitIoctl serves HL_IOCTL_WAIT_CS for one sequence number.
+// recordOutcome stores the outcome of an ended CS that had
+// CS_FLAGS_TIMESTAMP (hl_push_cs_outcome from cs_do_release): when the
+// store is full the oldest outcome is lost.
+func (c *hctx) recordOutcome(s *cs) {
+	if !s.timestamp {
+		return
+	}
+	s.mu.Lock()
+	o := outcome{seq: s.seq, status: s.status}
+	if s.status == hlsys.WaitCSStatusCompleted {
+		o.tsNs = s.doneNs
+	}
+	s.mu.Unlock()
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	if len(c.outcomes) == outcomeHistory {
+		copy(c.outcomes, c.outcomes[1:])
+		c.outcomes = c.outcomes[:outcomeHistory-1]
+	}
+	c.outcomes = append(c.outcomes, o)
+}
+
+// popOutcome removes and returns the stored outcome of seq
+// (hl_pop_cs_outcome).
+func (c *hctx) popOutcome(seq uint64) (outcome, bool) {
+	c.outMu.Lock()
+	defer c.outMu.Unlock()
+	for i, o := range c.outcomes {
+		if o.seq == seq {
+			c.outcomes = append(c.outcomes[:i], c.outcomes[i+1:]...)
+			return o, true
+		}
+	}
+	return outcome{}, false
+}
+
+// waitIoctl serves HL_IOCTL_WAIT_CS in the order of hl_wait_ioctl: EBUSY
+// while the device is not operational, then the interrupt and multi-CS
+// forms (not emulated), then one sequence number (hl_cs_wait_ioctl).
 func (c *hctx) waitIoctl(a *hlsys.WaitCSArgs) error {
 	in := a.In
 	out := a.Out()
-	if in.Flags&(waitFlagsInterrupt|waitFlagsInterruptKernelCQ|waitFlagsRegisterInterrupt) != 0 {
+	if !c.d.operational() {
+		return unix.EBUSY
+	}
+	if in.Flags&waitFlagsInterrupt != 0 {
 		if !c.d.amap.gaudi2 {
 			return unix.EPERM // Gaudi has no user interrupts
 		}
@@ -390,26 +534,32 @@ func (c *hctx) waitIoctl(a *hlsys.WaitCSArgs) error {
 	seq := in.Seq
 	*a = hlsys.WaitCSArgs{} // the driver clears the args before filling the output
 
+	// hl_ctx_get_fence: EINVAL beyond the last sequence number, no fence
+	// (gone) below the window of completion slots, else the slot's fence,
+	// which is NULL for a slot never used (sequence number 0).
 	c.csMu.Lock()
-	if seq == 0 || seq >= c.nextSeq {
+	if seq >= c.nextSeq {
 		c.csMu.Unlock()
 		c.log.Debug().Uint64("seq", seq).Msg("WAIT_CS: sequence number never submitted")
 		return unix.EINVAL
 	}
-	if seq+uint64(len(c.slots)) < c.nextSeq {
-		// Older than the window of completion slots: the fence is gone;
-		// such a CS has necessarily ended (its slot was reused).
-		c.csMu.Unlock()
-		out.Status = hlsys.WaitCSStatusCompleted
-		out.Flags = hlsys.WaitCSStatusFlagGone
-		return nil
+	var s *cs
+	if seq+uint64(len(c.slots)) >= c.nextSeq {
+		if f := c.slots[seq&uint64(len(c.slots)-1)]; f != nil && f.seq == seq {
+			s = f
+		}
 	}
-	s := c.slots[seq&uint64(len(c.slots)-1)]
 	c.csMu.Unlock()
-	if s == nil || s.seq != seq { // cannot happen: a seq in the window owns its slot
-		out.Status = hlsys.WaitCSStatusCompleted
-		out.Flags = hlsys.WaitCSStatusFlagGone
-		return nil
+
+	if s == nil {
+		// The fence is gone: the outcome store may still know it.
+		o, ok := c.popOutcome(seq)
+		if !ok {
+			out.Status = hlsys.WaitCSStatusCompleted
+			out.Flags = hlsys.WaitCSStatusFlagGone
+			return nil
+		}
+		return reportEnd(out, o.status, o.tsNs)
 	}
 
 	if !s.isDone() {
@@ -435,21 +585,33 @@ func (c *hctx) waitIoctl(a *hlsys.WaitCSArgs) error {
 			}
 		}
 	}
-	switch s.status {
-	case hlsys.WaitCSStatusCompleted:
-		out.Status = hlsys.WaitCSStatusCompleted
-		if s.timestamp {
-			out.Flags |= hlsys.WaitCSStatusFlagTimestampVld
-			out.TimestampNsec = s.doneNs
-		}
-		return nil
+	var ts int64
+	if s.timestamp && s.status == hlsys.WaitCSStatusCompleted {
+		ts = s.doneNs
+	}
+	return reportEnd(out, s.status, ts)
+}
+
+// reportEnd fills the WAIT_CS output for an ended CS the way
+// hl_wait_for_fence and hl_cs_wait_ioctl do: -ETIMEDOUT and -EIO fence
+// errors fail the ioctl with TIMEDOUT / ABORTED; anything else (success,
+// or a CS refused after its sequence number was given) is COMPLETED, with
+// TIMESTAMP_VLD when a completion time was recorded.
+func reportEnd(out *hlsys.WaitCSOut, status uint32, tsNs int64) error {
+	switch status {
 	case hlsys.WaitCSStatusTimedOut:
 		out.Status = hlsys.WaitCSStatusTimedOut
 		return unix.ETIMEDOUT
-	default:
+	case hlsys.WaitCSStatusAborted:
 		out.Status = hlsys.WaitCSStatusAborted
 		return unix.EIO
 	}
+	out.Status = hlsys.WaitCSStatusCompleted
+	if tsNs != 0 {
+		out.Flags |= hlsys.WaitCSStatusFlagTimestampVld
+		out.TimestampNsec = tsNs
+	}
+	return nil
 }
 
 func popcount(x uint32) int {

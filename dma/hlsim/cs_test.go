@@ -14,6 +14,9 @@ import (
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
+// TestCSValidationGaudi2 covers the CS rules of the Gaudi2 driver (RULES.md
+// "CS" rows): errors before allocate_cs leave the sequence number alone,
+// errors from the per-chunk validation consume one.
 func TestCSValidationGaudi2(t *testing.T) {
 	r := newRig(t, Config{Model: ModelGaudi2})
 	good := r.chunk(0, nop())
@@ -24,30 +27,46 @@ func TestCSValidationGaudi2(t *testing.T) {
 		return []hlsys.CSChunk{c}
 	}
 	cases := []struct {
-		name   string
-		chunks []hlsys.CSChunk
-		flags  uint32
-		errno  unix.Errno
+		name     string
+		chunks   []hlsys.CSChunk
+		flags    uint32
+		errno    unix.Errno
+		consumes bool // the refused CS used up a sequence number
 	}{
-		{"no chunks", nil, 0, unix.EINVAL},
-		{"513 chunks", make([]hlsys.CSChunk, 513), 0, unix.EINVAL},
-		{"no USER_ALLOC_CB", with(func(c *hlsys.CSChunk) { c.Flags = 0 }), 0, unix.EINVAL},
-		{"kernel CB handle", with(func(c *hlsys.CSChunk) { c.CBHandle = hlsys.MmapTypeCB<<12 | 1<<12 }), 0, unix.EINVAL},
-		{"raw host pointer", with(func(c *hlsys.CSChunk) { c.CBHandle = addrOf(hostPtr) }), 0, unix.EINVAL},
-		{"queue 8 (EDMA)", with(func(c *hlsys.CSChunk) { c.QueueIndex = 8 }), 0, unix.EINVAL},
-		{"queue 260 (CPU_PQ)", with(func(c *hlsys.CSChunk) { c.QueueIndex = hlsys.Gaudi2QueueCPUPQ }), 0, unix.EINVAL},
-		{"cb size 0", with(func(c *hlsys.CSChunk) { c.CBSize = 0 }), 0, unix.EINVAL},
-		{"cb size 12", with(func(c *hlsys.CSChunk) { c.CBSize = 12 }), 0, unix.EINVAL},
-		{"cb size > max", with(func(c *hlsys.CSChunk) { c.CBSize = hlsys.MaxCBSize + 8 }), 0, unix.EINVAL},
-		{"signal CS", []hlsys.CSChunk{good}, hlsys.CSFlagsSignal, unix.EOPNOTSUPP},
-		{"signal|wait", []hlsys.CSChunk{good}, hlsys.CSFlagsSignal | hlsys.CSFlagsWait, unix.EINVAL},
-		{"staged", []hlsys.CSChunk{good}, 0x40, unix.EOPNOTSUPP},
+		{"no chunks", nil, 0, unix.EINVAL, false},
+		{"513 chunks", make([]hlsys.CSChunk, 513), 0, unix.EINVAL, false},
+		{"signal CS", []hlsys.CSChunk{good}, hlsys.CSFlagsSignal, unix.EOPNOTSUPP, false},
+		{"signal|wait", []hlsys.CSChunk{good}, hlsys.CSFlagsSignal | hlsys.CSFlagsWait, unix.EINVAL, false},
+		{"staged", []hlsys.CSChunk{good}, 0x40, unix.EOPNOTSUPP, false},
+		{"queue 261 (>= max_queues)", with(func(c *hlsys.CSChunk) { c.QueueIndex = 261 }), 0, unix.EINVAL, true},
+		{"queue 260 (CPU_PQ)", with(func(c *hlsys.CSChunk) { c.QueueIndex = hlsys.Gaudi2QueueCPUPQ }), 0, unix.EINVAL, true},
+		{"no USER_ALLOC_CB", with(func(c *hlsys.CSChunk) { c.Flags = 0 }), 0, unix.EINVAL, true},
+		{"queue 2 (disabled)", with(func(c *hlsys.CSChunk) { c.QueueIndex = 2 }), 0, unix.EINVAL, true},
+		{"queue 7 (disabled)", with(func(c *hlsys.CSChunk) { c.QueueIndex = 7 }), 0, unix.EINVAL, true},
+		{"kernel CB handle", with(func(c *hlsys.CSChunk) { c.CBHandle = hlsys.MmapTypeCB<<12 | 1<<12 }), 0, unix.EFAULT, true},
+		{"raw host pointer", with(func(c *hlsys.CSChunk) { c.CBHandle = addrOf(hostPtr) }), 0, unix.EFAULT, true},
+		{"cb size 0", with(func(c *hlsys.CSChunk) { c.CBSize = 0 }), 0, unix.EFAULT, true},
+		{"MME queue 16 (not emulated)", with(func(c *hlsys.CSChunk) { c.QueueIndex = 16 }), 0, unix.EOPNOTSUPP, false},
 	}
+	consumed := uint64(0)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := hlsys.SubmitCS(r.b, nil, tc.chunks, tc.flags, 0)
+			a := hlsys.CSArgs{}
+			if len(tc.chunks) > 0 {
+				arr := outBuf(t, len(tc.chunks)*int(unsafe.Sizeof(tc.chunks[0])))
+				copy(arr, unsafe.Slice((*byte)(unsafe.Pointer(&tc.chunks[0])), len(arr)))
+				a.In.ChunksExecute = addrOf(arr)
+			}
+			a.In.NumChunksExecute = uint32(len(tc.chunks))
+			a.In.CSFlags = tc.flags
+			err := hlsys.CommandSubmission(r.b, &a)
 			isErrno(t, err, tc.errno)
+			// hl_cs_ioctl's output on failure: seq ULLONG_MAX, status -errno.
+			require.Equal(t, hlsys.CSOut{Seq: ^uint64(0), Status: uint32(-int32(tc.errno))}, *a.Out())
 		})
+		if tc.consumes {
+			consumed++
+		}
 	}
 	t.Run("restore chunks", func(t *testing.T) {
 		_, err := hlsys.SubmitCS(r.b, []hlsys.CSChunk{good}, []hlsys.CSChunk{good}, 0, 0)
@@ -61,13 +80,40 @@ func TestCSValidationGaudi2(t *testing.T) {
 		a := hlsys.CSArgs{In: hlsys.CSIn{ChunksExecute: addrOf(hostPtr), NumChunksExecute: 1, Pad: 1}}
 		require.ErrorIs(t, hlsys.CommandSubmission(r.b, &a), unix.EINVAL)
 	})
-	// Nothing above consumed a sequence number.
 	out, err := hlsys.SubmitCS(r.b, nil, []hlsys.CSChunk{good}, 0, 0)
 	require.NoError(t, err)
-	require.Equal(t, uint64(1), out.Seq)
+	require.Equal(t, 1+consumed, out.Seq, "each refusal after allocate_cs used a sequence number")
 	require.Equal(t, uint32(hlsys.CSStatusSuccess), out.Status)
+	// The fence of a refused CS completes at once: WAIT_CS reports it
+	// COMPLETED (its -EBUSY error is neither -ETIMEDOUT nor -EIO).
+	w, err := hlsys.WaitForCS(r.b, out.Seq-1, 0)
+	require.NoError(t, err)
+	require.Equal(t, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusCompleted}, w)
+
+	// The driver does not check a user CB's size beyond the address
+	// range: 12 bytes are accepted and fail when the QMAN meets the
+	// truncated packet (the emulator's choice; RULES.md), a CB larger
+	// than HL_MAX_CB_SIZE is accepted and runs when its bytes are mapped.
+	seq, err := r.submit(0, 0, with(func(c *hlsys.CSChunk) { c.CBSize = 12 })...)
+	require.NoError(t, err)
+	_, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+	isErrno(t, err, unix.EIO)
+	big := hostMem(t, 4<<20)
+	for i := 0; i+8 <= len(big); i += 8 {
+		copy(big[i:], nop())
+	}
+	bva, err := hlsys.MemMapHost(r.b, unsafe.Pointer(&big[0]), uint64(len(big)), 0, 0)
+	require.NoError(t, err)
+	seq, err = r.submit(0, 0, hlsys.CSChunk{CBHandle: bva, CBSize: hlsys.MaxCBSize + 8, Flags: hlsys.CSChunkFlagsUserAllocCB})
+	require.NoError(t, err)
+	w, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), w.Status)
 }
 
+// TestCSValidationGaudi1 covers the Gaudi1 CS rules: external queues take
+// kernel CB handles whatever the chunk flags say, internal queues a device
+// address; the parser's refusals.
 func TestCSValidationGaudi1(t *testing.T) {
 	r := newRig(t, Config{Model: ModelGaudi1})
 	good := r.chunk(0, nop())
@@ -76,14 +122,18 @@ func TestCSValidationGaudi1(t *testing.T) {
 		f(&c)
 		return []hlsys.CSChunk{c}
 	}
+	_, hva := r.host(4096)
+	internalCB := hlsys.CSChunk{CBHandle: hva, QueueIndex: 9, CBSize: 8}
 	cases := []struct {
 		name   string
 		chunks []hlsys.CSChunk
 		errno  unix.Errno
 	}{
-		{"USER_ALLOC_CB", with(func(c *hlsys.CSChunk) { c.Flags = hlsys.CSChunkFlagsUserAllocCB }), unix.EINVAL},
+		{"queue 113 (>= max_queues)", with(func(c *hlsys.CSChunk) { c.QueueIndex = 113 }), unix.EINVAL},
 		{"queue 8 (CPU_PQ)", with(func(c *hlsys.CSChunk) { c.QueueIndex = hlsys.Gaudi1QueueCPUPQ }), unix.EINVAL},
-		{"queue 9 (internal)", with(func(c *hlsys.CSChunk) { c.QueueIndex = 9 }), unix.EINVAL},
+		{"internal queue, CB handle as address", with(func(c *hlsys.CSChunk) { c.QueueIndex = 9 }), unix.EFAULT},
+		{"internal queues only", []hlsys.CSChunk{internalCB}, unix.EINVAL},
+		{"internal queue with an external one (not emulated)", []hlsys.CSChunk{good, internalCB}, unix.EOPNOTSUPP},
 		{"no such CB", with(func(c *hlsys.CSChunk) { c.CBHandle += 100 << 12 }), unix.EINVAL},
 		{"not a CB handle", with(func(c *hlsys.CSChunk) { c.CBHandle = 0x1000 }), unix.EINVAL},
 		{"cb size > CB", with(func(c *hlsys.CSChunk) { c.CBSize = 4096 + 8 }), unix.EINVAL},
@@ -95,18 +145,20 @@ func TestCSValidationGaudi1(t *testing.T) {
 			isErrno(t, err, tc.errno)
 		})
 	}
+	// USER_ALLOC_CB is "don't care" on an external queue: the handle is
+	// still a kernel CB.
+	seq, err := r.submit(0, 0, with(func(c *hlsys.CSChunk) { c.Flags = hlsys.CSChunkFlagsUserAllocCB })...)
+	require.NoError(t, err)
+	_, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+	require.NoError(t, err)
+
 	// The parser runs at submission.
-	_, hva := r.host(4096)
 	dram := r.dram(4096)
-	noLin := linDMACtl(ctlLinDMA|ctlRB|ctlMB, dram, hva, 64)
-	noRB := linDMACtl(ctlLinDMA|ctlLin|ctlMB, dram, hva, 64)
 	parser := []struct {
 		name  string
 		cb    []byte
 		errno unix.Errno
 	}{
-		{"LIN_DMA without lin", noLin, unix.EINVAL},
-		{"LIN_DMA without RB", noRB, unix.EINVAL},
 		{"MSG_PROT", cat(nop(), pkt8(ctlMsgProt), pkt8(0)), unix.EPERM},
 		{"CP_DMA", cat(pkt8(ctlCPDMA), pkt8(0)), unix.EPERM},
 		{"STOP", pkt8(ctlStop), unix.EPERM},
@@ -322,7 +374,7 @@ func TestMultiQueueCS(t *testing.T) {
 			var dsts [][]byte
 			src, sva := r.host(65536)
 			copy(src, pattern(65536, 8))
-			for q := uint32(0); q < numQueues; q++ {
+			for _, q := range r.d.EmulatedQueues() {
 				d, dva := r.host(65536)
 				dsts = append(dsts, d)
 				chunks = append(chunks, r.chunk(q, linDMA(g1, dva, sva, 65536)))
@@ -342,9 +394,9 @@ func TestMultiQueueCS(t *testing.T) {
 			c, cva := r.host(4096)
 			copy(a, pattern(4096, 6))
 			copy(bb, pattern(4096, 7))
-			s1, err := r.submit(0, 0, r.chunk(2, linDMA(g1, bva, ava, 4096)))
+			s1, err := r.submit(0, 0, r.chunk(1, linDMA(g1, bva, ava, 4096)))
 			require.NoError(t, err)
-			s2, err := r.submit(0, 0, r.chunk(2, linDMA(g1, cva, bva, 4096)))
+			s2, err := r.submit(0, 0, r.chunk(1, linDMA(g1, cva, bva, 4096)))
 			require.NoError(t, err)
 			_, err = hlsys.WaitForCS(r.b, s2, uint64(safety.Microseconds()))
 			require.NoError(t, err)
@@ -360,8 +412,11 @@ func TestWaitCS(t *testing.T) {
 		t.Run(m.String(), func(t *testing.T) {
 			r := newRig(t, Config{Model: m, MaxPendingCS: 4})
 			b := r.b
-			_, err := hlsys.WaitForCS(b, 0, 0)
-			isErrno(t, err, unix.EINVAL)
+			// Sequence number 0 has no fence: COMPLETED + GONE
+			// (hl_ctx_get_fence returns NULL for its never-used slot).
+			out, err := hlsys.WaitForCS(b, 0, 0)
+			require.NoError(t, err)
+			require.Equal(t, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusCompleted, Flags: hlsys.WaitCSStatusFlagGone}, out)
 			_, err = hlsys.WaitForCS(b, 1, 0)
 			isErrno(t, err, unix.EINVAL)
 
@@ -369,7 +424,7 @@ func TestWaitCS(t *testing.T) {
 			seq, err := r.submit(hlsys.CSFlagsTimestamp, 0, r.chunk(0, nop()))
 			require.NoError(t, err)
 			require.Equal(t, uint64(1), seq)
-			out, err := hlsys.WaitForCS(b, seq, uint64(safety.Microseconds()))
+			out, err = hlsys.WaitForCS(b, seq, uint64(safety.Microseconds()))
 			require.NoError(t, err)
 			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
 			require.Equal(t, uint32(hlsys.WaitCSStatusFlagTimestampVld), out.Flags)
@@ -407,7 +462,15 @@ func TestWaitCS(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, seq+4, next)
 
-			// GONE: seq 1 is older than the 4-slot window now.
+			// Seq 1 is older than the 4-slot window now, but it had
+			// CS_FLAGS_TIMESTAMP: its outcome was stored, and the first
+			// wait pops it (COMPLETED with the timestamp, no GONE); the
+			// next one finds nothing and reports GONE.
+			out, err = hlsys.WaitForCS(b, 1, 0)
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+			require.Equal(t, uint32(hlsys.WaitCSStatusFlagTimestampVld), out.Flags)
+			require.Positive(t, out.TimestampNsec)
 			out, err = hlsys.WaitForCS(b, 1, 0)
 			require.NoError(t, err)
 			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
@@ -470,12 +533,13 @@ func TestConcurrentSubmitters(t *testing.T) {
 				chunk    hlsys.CSChunk
 			}
 			jobs := make([]job, workers)
+			qs := r.d.EmulatedQueues()[:4] // Gaudi1: DMA_0_x; Gaudi2: PDMA 0_0, 0_1, 1_0 and an EDMA queue
 			for w := range jobs {
 				src, sva := r.host(n)
 				dst, dva := r.host(n)
 				copy(src, pattern(n, byte(w)))
 				dram := r.dram(n)
-				jobs[w] = job{src, dst, r.chunk(uint32(w%numQueues), cat(linDMA(r.g1, dram, sva, n), linDMA(r.g1, dva, dram, n)))}
+				jobs[w] = job{src, dst, r.chunk(qs[w%len(qs)], cat(linDMA(r.g1, dram, sva, n), linDMA(r.g1, dva, dram, n)))}
 			}
 			var wg sync.WaitGroup
 			errs := make(chan error, workers)

@@ -65,9 +65,12 @@ type Config struct {
 
 	// Kernel is the emulated kernel uAPI generation: "6.1" (up to "6.2")
 	// means legacy 'H' request numbers and the {handle, size} DMA-BUF
-	// export; "6.3".."6.5" legacy numbers and the {addr, size, offset}
-	// export; "6.6" and later (default "6.8") DRM accel numbers and the
-	// {addr, size, offset} export. Releases before 6.1 are refused.
+	// export; "6.3".."6.6" legacy numbers and the {addr, size, offset}
+	// export as those kernels implement it (offset validated but ignored
+	// when the importer's SG table is built, size at least one page);
+	// "6.7" and later (default "6.8") DRM accel numbers and the fixed
+	// export (offset honoured, size a multiple of the page size). See
+	// RULES.md. Releases before 6.1 are refused.
 	Kernel string
 
 	// MaxPendingCS is the number of CS completion slots (a power of two,
@@ -114,9 +117,19 @@ type Device struct {
 	name      string
 	num       hlsys.Numbering
 	exportNew bool // {addr, size, offset} export (kernel >= 6.3)
+	exportFix bool // export honours the offset, size a page multiple (kernel >= 6.7)
 	newInfo   bool // 304-byte HW_IP_INFO, 40-byte HW_IDLE (kernel >= 6.3)
 	leases    bool // write-lease probe of exported memfds works (see exportsLive)
 	amap      addrMap
+
+	expMu   sync.Mutex
+	exports map[int]exportRec // importer views of exported fds, by fd number (DMABufView)
+
+	// beforeSchedule, when set (tests), runs after a CS passed validation
+	// and got its sequence number, just before it is scheduled: the window
+	// in which hl_hw_queue_schedule_cs sees a device that went
+	// non-operational.
+	beforeSchedule func()
 
 	mu        sync.Mutex // guards closed, ctx, open stats
 	closed    bool
@@ -207,9 +220,13 @@ func New(cfg Config) (_ *Device, err error) {
 		exportNew: atLeast(major, minor, 6, 3),
 		newInfo:   atLeast(major, minor, 6, 3),
 		arenaFD:   -1,
+		exports:   map[int]exportRec{},
 	}
-	if atLeast(major, minor, 6, 6) {
+	// Accel registration and the DRM ioctl numbers arrived together with
+	// the dma-buf offset fix in the 6.7 merge window.
+	if atLeast(major, minor, 6, 7) {
 		d.num = hlsys.Accel
+		d.exportFix = true
 	}
 	d.log = cfg.Logger.With().Str("device", d.name).Str("model", cfg.Model.String()).Logger()
 	d.amap = newAddrMap(cfg)
@@ -249,21 +266,28 @@ func (d *Device) Numbering() hlsys.Numbering { return d.num }
 // Open opens the compute node. Only one context may be open at a time, as
 // with the driver: a second Open fails with an *hlsys.Error wrapping
 // unix.EBUSY until the first context is closed; while that context is
-// being released or the device is resetting it fails with EAGAIN, after
-// Close with ENODEV.
+// being released or the device is resetting it fails with EAGAIN, while
+// the device is in malfunction (SetStatus) with EPERM, after Close with
+// ENODEV.
 func (d *Device) Open() (hlsys.Backend, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fail := func(e unix.Errno) error { return &hlsys.Error{Op: "open", Node: d.name, Errno: e} }
-	switch {
+	// The order of hl_device_open: device state first (in reset: EAGAIN,
+	// malfunction or needs-reset: EPERM), then a context in release
+	// (EAGAIN), then an active compute context (EBUSY, "another user is
+	// working on it").
+	switch st := d.status.Load(); {
 	case d.closed:
 		return nil, fail(unix.ENODEV)
+	case st == hlsys.DeviceStatusInReset || st == hlsys.DeviceStatusInResetAfterDeviceRelease:
+		return nil, fail(unix.EAGAIN)
+	case st != hlsys.DeviceStatusOperational:
+		return nil, fail(unix.EPERM)
 	case d.ctx != nil && d.ctx.state.Load() != ctxOpen:
 		return nil, fail(unix.EAGAIN) // the previous context is being released
 	case d.ctx != nil:
 		return nil, fail(unix.EBUSY)
-	case d.status.Load() != hlsys.DeviceStatusOperational:
-		return nil, fail(unix.EAGAIN)
 	}
 	c := newCtx(d)
 	d.ctx = c
@@ -405,6 +429,32 @@ func (d *Device) reset(only *hctx, reason string) {
 	c.abortAll(operational)
 }
 
+// ForceStatus makes the device report status (an hlsys.DeviceStatus*
+// value) until Reset or another ForceStatus: fault injection for the
+// states the emulator does not reach by itself (NEEDS_RESET after a TDR
+// with reset_on_lockup=0, MALFUNCTION after a failed reset). Every ioctl
+// then reacts as the driver does in that state (hl_device_operational).
+// DeviceStatusOperational restores normal operation. It has no effect
+// after Close.
+func (d *Device) ForceStatus(status uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.closed {
+		d.status.Store(status)
+	}
+}
+
+// operational is hl_device_operational: OPERATIONAL and
+// IN_DEVICE_CREATION are operational; IN_RESET,
+// IN_RESET_AFTER_DEVICE_RELEASE, MALFUNCTION and NEEDS_RESET are not.
+func (d *Device) operational() bool {
+	switch d.status.Load() {
+	case hlsys.DeviceStatusOperational, hlsys.DeviceStatusInDeviceCreation:
+		return true
+	}
+	return false
+}
+
 // Stats returns a snapshot of the counters.
 func (d *Device) Stats() Stats {
 	return Stats{
@@ -473,7 +523,7 @@ func probeLeases() bool {
 		return false
 	}
 	defer unix.Close(fd)
-	ref, err := reopenFD(fd)
+	ref, err := reopenFD(fd, unix.O_RDWR|unix.O_CLOEXEC)
 	if err != nil {
 		return false
 	}
@@ -481,7 +531,7 @@ func probeLeases() bool {
 	if writeLeaseBusy(ref) != errNotBusy {
 		return false
 	}
-	exp, err := reopenFD(fd)
+	exp, err := reopenFD(fd, unix.O_RDWR|unix.O_CLOEXEC)
 	if err != nil {
 		return false
 	}
@@ -508,12 +558,6 @@ func writeLeaseBusy(fd int) error {
 		return errBusy
 	}
 	return err
-}
-
-// reopenFD opens a new open file description of fd's file (O_RDWR |
-// O_CLOEXEC), as an exported DMA-BUF fd.
-func reopenFD(fd int) (int, error) {
-	return unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDWR|unix.O_CLOEXEC, 0)
 }
 
 // monotonicNow is CLOCK_MONOTONIC in ns, the clock of ktime_get().

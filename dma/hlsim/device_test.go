@@ -97,7 +97,8 @@ func TestNumbering(t *testing.T) {
 		{"6.1", hlsys.Legacy},
 		{"6.4", hlsys.Legacy},
 		{"6.5.0-rc2", hlsys.Legacy},
-		{"6.6", hlsys.Accel},
+		{"6.6", hlsys.Legacy},
+		{"6.7", hlsys.Accel},
 		{"6.8", hlsys.Accel},
 		{"7.0", hlsys.Accel},
 	}

@@ -196,6 +196,11 @@ func (e *engine) linDMA(p []byte, off int) error {
 		if ctl&g1LinDMAUnmodeled != 0 {
 			return &packetError{off: off, op: opLinDMA, msg: "transpose/dtype/compression", notEmulated: true}
 		}
+		if ctl&hlsys.LinDMALin == 0 {
+			// The parser lets it through; what the DMA engine does with a
+			// non-linear descriptor is not in the driver source.
+			return &packetError{off: off, op: opLinDMA, msg: "lin=0 (non-linear transfer)", notEmulated: true}
+		}
 		dst &= hlsys.Gaudi1DstAddrMask
 	}
 	if tsize == 0 {

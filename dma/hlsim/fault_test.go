@@ -203,7 +203,7 @@ func TestReset(t *testing.T) {
 			r.d.DelayNextCS(2, time.Hour)
 			s1, err := r.submit(0, 0, r.chunk(0, nop()))
 			require.NoError(t, err)
-			s2, err := r.submit(0, 0, r.chunk(5, nop()))
+			s2, err := r.submit(0, 0, r.chunk(4, nop()))
 			require.NoError(t, err)
 			w1 := waitAsync(r.b, s1, uint64(safety.Microseconds()))
 			blockedWaiters(t, r.b, 1)

@@ -1,8 +1,12 @@
 package hlsim
 
 import (
+	"bufio"
 	"errors"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -108,4 +112,59 @@ func readHostRaw(dst []byte, addr uint64) error {
 	riov := [1]unix.RemoteIovec{{Base: uintptr(addr), Len: len(dst)}}
 	_, err := unix.ProcessVMReadv(selfPID, liov[:], riov[:], 0)
 	return err
+}
+
+// hugeTLBBacked reports whether [start, end) is 2 MiB aligned, a multiple
+// of 2 MiB, and backed by hugetlbfs pages of at least 2 MiB in every
+// mapping it crosses (/proc/self/smaps KernelPageSize): the case in which
+// the pinned pages' DMA addresses are 2 MiB aligned and the driver maps
+// them with huge PMMU pages. Transparent huge pages are not counted:
+// whether they are huge when the driver pins them is up to the kernel.
+func hugeTLBBacked(start, end uint64) bool {
+	if start%hugePageSize != 0 || (end-start)%hugePageSize != 0 || end <= start {
+		return false
+	}
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	covered := start // [start, covered) is known to be hugetlb-backed
+	var lo, hi uint64
+	inRange := false
+	for sc.Scan() {
+		line := sc.Text()
+		if l, h, ok := parseMapsRange(line); ok {
+			lo, hi = l, h
+			inRange = lo < end && hi > start
+			if lo >= end {
+				break
+			}
+			continue
+		}
+		if !inRange || !strings.HasPrefix(line, "KernelPageSize:") {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(line, "KernelPageSize:"), "kB")), 10, 64)
+		if err != nil || kb*1024 < hugePageSize || lo > covered {
+			return false
+		}
+		covered = max(covered, hi)
+	}
+	return covered >= end
+}
+
+// parseMapsRange parses the "lo-hi " head of a /proc/self/{maps,smaps}
+// mapping line.
+func parseMapsRange(line string) (lo, hi uint64, ok bool) {
+	dash := strings.IndexByte(line, '-')
+	sp := strings.IndexByte(line, ' ')
+	if dash <= 0 || sp <= dash {
+		return 0, 0, false
+	}
+	lo, err1 := strconv.ParseUint(line[:dash], 16, 64)
+	hi, err2 := strconv.ParseUint(line[dash+1:sp], 16, 64)
+	return lo, hi, err1 == nil && err2 == nil
 }

@@ -38,7 +38,7 @@ const (
 // info serves HL_IOCTL_INFO.
 func (c *hctx) info(a *hlsys.InfoArgs) error {
 	op := a.Op
-	if c.d.status.Load() != hlsys.DeviceStatusOperational && !infoWhenNotOperational(op) {
+	if !c.d.operational() && !infoWhenNotOperational(op) {
 		return unix.EBUSY
 	}
 	switch op {
@@ -57,8 +57,8 @@ func (c *hctx) info(a *hlsys.InfoArgs) error {
 		return c.infoOut(a, unsafe.Slice((*byte)(unsafe.Pointer(&u)), unsafe.Sizeof(u)))
 	case hlsys.InfoHwIdle:
 		var b [sizeofHwIdleN]byte
-		busy := c.busyEngines()
-		if busy == 0 {
+		busy, anyBusy := c.busyEngines()
+		if !anyBusy {
 			binary.LittleEndian.PutUint32(b[0:], 1)
 		}
 		binary.LittleEndian.PutUint32(b[4:], busy)
@@ -212,13 +212,18 @@ func (c *hctx) registerEventFD(fd int) error {
 	return nil
 }
 
-// busyEngines is a bitmask of queues with work queued or running.
-func (c *hctx) busyEngines() uint32 {
-	var m uint32
-	for i, e := range c.engines {
+// busyEngines is a bitmask of queues (ids below 32) with work queued or
+// running; is_idle also accounts for the queues above.
+func (c *hctx) busyEngines() (mask uint32, any bool) {
+	c.csMu.Lock()
+	defer c.csMu.Unlock()
+	for q, e := range c.engines {
 		if e.busy() {
-			m |= 1 << i
+			any = true
+			if q < 32 {
+				mask |= 1 << q
+			}
 		}
 	}
-	return m
+	return mask, any
 }

@@ -39,7 +39,7 @@ func (al *allocation) release() {
 
 // memIoctl serves HL_IOCTL_MEMORY.
 func (c *hctx) memIoctl(a *hlsys.MemArgs) error {
-	if c.d.status.Load() != hlsys.DeviceStatusOperational {
+	if !c.d.operational() {
 		return unix.EBUSY
 	}
 	switch a.Op {
@@ -148,9 +148,13 @@ func (c *hctx) memFree(a *hlsys.MemArgs) error {
 	return nil
 }
 
+// mapHost serves MAP with USERPTR (map_device_va, hl_pin_host_memory,
+// init_phys_pg_pack_from_userptr, get_va_block).
 func (c *hctx) mapHost(a *hlsys.MemArgs) error {
 	host, hint, size := a.U[0], a.U[1], a.U[2]
-	if size == 0 || host+size < host {
+	end := (host + size + pageSize - 1) &^ (pageSize - 1)
+	if size == 0 || host+size < host || end < host+size {
+		c.log.Debug().Uint64("host", host).Uint64("size", size).Msg("MAP USERPTR: size 0 or the range overflows")
 		return unix.EINVAL
 	}
 	if err := hostRangeMapped(host, size); err != nil {
@@ -158,16 +162,28 @@ func (c *hctx) mapHost(a *hlsys.MemArgs) error {
 		return unix.EFAULT
 	}
 	start := host &^ (pageSize - 1)
-	end := (host + size + pageSize - 1) &^ (pageSize - 1)
-	space, span := c.pmmu, end-start
-	if host%hugePageSize == 0 && size%hugePageSize == 0 {
-		space, span = c.pmmuHuge, size
+	span, off := end-start, host-start
+	// The driver maps with 2 MiB PMMU pages only when every DMA segment
+	// of the pinned pages is 2 MiB aligned and a multiple of 2 MiB. The
+	// emulator cannot see DMA addresses; it takes hugetlbfs backing of a
+	// 2 MiB-aligned range of whole 2 MiB pages as that case.
+	space, align := c.pmmu, uint64(pageSize)
+	switch {
+	case hugeTLBBacked(start, end):
+		space, align = c.pmmuHuge, hugePageSize
+	case host%hugePageSize == 0:
+		align = hugePageSize // a 2 MiB-aligned host VA gets a 2 MiB-aligned device VA
 	}
-	va, err := space.alloc(span, hint, a.Flags&hlsys.MemForceHint != 0)
+	force := a.Flags&hlsys.MemForceHint != 0
+	if hint != 0 && off != 0 && force {
+		c.log.Debug().Uint64("hint", hint).Msg("MAP USERPTR: hint cannot be respected because source memory is not aligned")
+		return unix.EINVAL
+	}
+	va, err := space.alloc(span, hint, align, force)
 	if err != nil {
 		return err
 	}
-	m := &mapping{va: va, size: span, span: span, ret: va + (host - start), kind: mapHost, host: start}
+	m := &mapping{va: va, size: span, span: span, ret: va + off, kind: mapHost, host: start}
 	space.insert(m)
 	setOut(a, m.ret)
 	return nil
@@ -185,7 +201,7 @@ func (c *hctx) mapDevice(a *hlsys.MemArgs) error {
 	}
 	page := c.d.amap.dramPage
 	span := (al.size + page - 1) / page * page
-	va, err := c.dmmu.alloc(span, hint, a.Flags&hlsys.MemForceHint != 0)
+	va, err := c.dmmu.alloc(span, hint, page, a.Flags&hlsys.MemForceHint != 0)
 	if err != nil {
 		return err
 	}
@@ -225,86 +241,6 @@ func (c *hctx) unmap(a *hlsys.MemArgs) error {
 		m.alloc.maps--
 	}
 	return nil
-}
-
-// export serves EXPORT_DMABUF_FD. The fd is a new open file description
-// (O_RDWR | O_CLOEXEC) of a memfd: on Gaudi2 the allocation's memfd (file
-// offset k is allocation byte k, whatever range was exported), on Gaudi1
-// the DRAM arena (file offset k is physical address dram_base_address+k).
-func (c *hctx) export(a *hlsys.MemArgs) error {
-	if a.Flags != hlsys.DMABufFlags {
-		c.log.Debug().Uint32("flags", a.Flags).Msg("EXPORT_DMABUF_FD: flags must be O_RDWR|O_CLOEXEC")
-		return unix.EINVAL
-	}
-	var fd int
-	if c.d.amap.gaudi2 {
-		var (
-			al *allocation
-			m  *mapping
-		)
-		if c.d.exportNew {
-			addr, size, off := a.U[0], a.U[1], a.U[2]
-			if addr%pageSize != 0 || off%pageSize != 0 || size < pageSize {
-				return unix.EINVAL
-			}
-			if c.dmmu.contains(addr) {
-				if mm := c.dmmu.find(addr); mm != nil && mm.ret == addr && mm.kind == mapDRAM {
-					m, al = mm, mm.alloc
-				}
-			}
-			if al == nil {
-				c.log.Debug().Uint64("addr", addr).Msg("EXPORT_DMABUF_FD: not a DRAM VA returned by MAP")
-				return unix.EINVAL
-			}
-			if off+size < off || off+size > al.size {
-				return unix.EINVAL
-			}
-		} else {
-			// 6.1: the handle; the whole allocation is exported, size ignored.
-			if al = c.allocs[a.U[0]]; al == nil {
-				return unix.EINVAL
-			}
-		}
-		var err error
-		if fd, err = c.exportAlloc(al); err != nil {
-			return err
-		}
-		if m != nil {
-			m.exported = true
-		}
-	} else {
-		addr, size := a.U[0], a.U[1]
-		if c.d.exportNew && a.U[2] != 0 {
-			return unix.EINVAL
-		}
-		base, end := c.d.amap.dramBase, c.d.amap.dramBase+c.d.amap.dramSize
-		if addr%pageSize != 0 || size < pageSize || addr < base || addr+size < addr || addr+size > end {
-			c.log.Debug().Uint64("addr", addr).Uint64("size", size).Msg("EXPORT_DMABUF_FD: not a DRAM range")
-			return unix.EINVAL
-		}
-		var err error
-		if fd, err = reopenFD(c.d.arenaFD); err != nil {
-			return errnoOf(err)
-		}
-	}
-	setOut(a, uint64(uint32(int32(fd))))
-	return nil
-}
-
-func (c *hctx) exportAlloc(al *allocation) (int, error) {
-	if c.d.leases && al.ref < 0 {
-		ref, err := reopenFD(al.memfd)
-		if err != nil {
-			return -1, errnoOf(err)
-		}
-		al.ref = ref
-	}
-	fd, err := reopenFD(al.memfd)
-	if err != nil {
-		return -1, errnoOf(err)
-	}
-	al.exported = true
-	return fd, nil
 }
 
 // exportsLive reports whether a DMA-BUF exported from al may still be open.

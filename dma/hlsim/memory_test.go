@@ -259,9 +259,24 @@ func TestExportDMABuf(t *testing.T) {
 			require.Equal(t, []byte{8, 7, 6, 5, 4, 3, 2, 1, 8, 7, 6, 5, 4, 3, 2, 1}, mm[:16])
 			require.NoError(t, unix.Munmap(mm))
 
-			// Wrong flags.
-			a := hlsys.MemArgs{U: [3]uint64{addr, n, 0}, Op: hlsys.MemOpExportDMABuf, Flags: unix.O_RDWR}
-			require.ErrorIs(t, hlsys.Memory(b, &a), unix.EINVAL)
+			// Other file flags are taken as dma_buf_export takes them:
+			// the access mode and O_CLOEXEC of the new fd.
+			for _, fl := range []uint32{unix.O_RDWR, unix.O_RDONLY | unix.O_CLOEXEC} {
+				u := [3]uint64{addr, n, 0}
+				if !newAPI && c.model == ModelGaudi2 {
+					u = [3]uint64{handle, n}
+				}
+				a := hlsys.MemArgs{U: u, Op: hlsys.MemOpExportDMABuf, Flags: fl}
+				require.NoError(t, hlsys.Memory(b, &a))
+				efd := int(int32(a.U[0]))
+				got, err := unix.FcntlInt(uintptr(efd), unix.F_GETFL, 0)
+				require.NoError(t, err)
+				require.Equal(t, int(fl)&unix.O_ACCMODE, got&unix.O_ACCMODE)
+				fdfl, err := unix.FcntlInt(uintptr(efd), unix.F_GETFD, 0)
+				require.NoError(t, err)
+				require.Equal(t, fl&unix.O_CLOEXEC != 0, fdfl&unix.FD_CLOEXEC != 0)
+				require.NoError(t, unix.Close(efd))
+			}
 			// Host memory is never exportable.
 			_, err = hlsys.MemExportDMABuf(b, hva, 4096, 0)
 			isErrno(t, err, unix.EINVAL)

@@ -65,15 +65,27 @@ func newAddrMap(cfg Config) addrMap {
 	return a
 }
 
-// inMMURange reports whether [va, va+n) lies inside one MMU range (the
-// Gaudi2 CS parser's check of a user CB address).
-func (a *addrMap) inMMURange(va, n uint64) bool {
+// cbAddressValid is the parser's check of a user CB address
+// (gaudi2_validate_cb_address, gaudi_parse_cb_no_ext_queue): [va, va+n)
+// must lie inside the user SRAM, the DRAM (Gaudi1: physical; Gaudi2: the
+// DMMU range), or a host MMU range, with n > 0 (hl_mem_area_inside_range
+// wants end > start). The Gaudi2 physical DRAM range the driver also
+// accepts is not part of the emulated address map.
+func (a *addrMap) cbAddressValid(va, n uint64) bool {
 	end := va + n
-	if end < va {
+	if end <= va {
 		return false
 	}
 	in := func(lo, hi uint64) bool { return va >= lo && end <= hi }
-	return in(a.pmmuBase, a.pmmuHuge) || in(a.pmmuHuge, a.pmmuEnd) || (a.gaudi2 && in(a.dramBase, a.dmmuEnd))
+	switch {
+	case in(a.sramBase, a.sramBase+a.sramSize):
+		return true
+	case a.gaudi2 && in(a.dramBase, a.dmmuEnd):
+		return true
+	case !a.gaudi2 && in(a.dramBase, a.dramBase+a.dramSize):
+		return true
+	}
+	return in(a.pmmuBase, a.pmmuHuge) || in(a.pmmuHuge, a.pmmuEnd)
 }
 
 type mapKind uint8
@@ -122,10 +134,10 @@ func (s *vaSpace) find(a uint64) *mapping {
 	return nil
 }
 
-// alignUp rounds a up to the space's alignment, relative to its start.
-func (s *vaSpace) alignUp(a uint64) uint64 {
+// alignUp rounds a up to align, relative to the space's start.
+func (s *vaSpace) alignUp(a, align uint64) uint64 {
 	off := a - s.start
-	return s.start + (off+s.align-1)/s.align*s.align
+	return s.start + (off+align-1)/align*align
 }
 
 // isFree reports whether [a, a+n) is inside the space and unused.
@@ -137,23 +149,31 @@ func (s *vaSpace) isFree(a, n uint64) bool {
 	return i == len(s.maps) || s.maps[i].va >= a+n
 }
 
-// alloc reserves n bytes (a multiple of the alignment): at hint when it is
-// aligned and free, else next-fit from the cursor. With force, an
-// unusable hint fails.
-func (s *vaSpace) alloc(n, hint uint64, force bool) (uint64, error) {
+// alloc reserves n bytes at an address aligned to align (a multiple of
+// the space's page), as get_va_block does: a hint is taken when it is
+// aligned and the free block holding it extends at least one byte past
+// hint+n (the driver compares hint+size with the block's inclusive end);
+// otherwise, or without a hint, the emulator picks next-fit from its
+// cursor (the driver picks the smallest fitting block: VA placement is
+// not modeled). With force, a hint that cannot be honoured fails (ENOMEM,
+// as the driver's "no available va block").
+func (s *vaSpace) alloc(n, hint, align uint64, force bool) (uint64, error) {
+	if align < s.align {
+		align = s.align
+	}
 	if hint != 0 {
-		if (hint-s.start)%s.align == 0 && s.isFree(hint, n) {
+		if (hint-s.start)%align == 0 && s.isFree(hint, n+1) {
 			return hint, nil
 		}
 		if force {
 			return 0, unix.ENOMEM
 		}
 	}
-	if a, ok := s.fit(s.next, s.end, n); ok {
+	if a, ok := s.fit(s.next, s.end, n, align); ok {
 		s.next = a + n
 		return a, nil
 	}
-	if a, ok := s.fit(s.start, s.next, n); ok {
+	if a, ok := s.fit(s.start, s.next, n, align); ok {
 		s.next = a + n
 		return a, nil
 	}
@@ -162,11 +182,11 @@ func (s *vaSpace) alloc(n, hint uint64, force bool) (uint64, error) {
 
 // fit finds the first free aligned block of n bytes that starts in
 // [from, limit).
-func (s *vaSpace) fit(from, limit, n uint64) (uint64, bool) {
+func (s *vaSpace) fit(from, limit, n, align uint64) (uint64, bool) {
 	if from < s.start {
 		from = s.start
 	}
-	a := s.alignUp(from)
+	a := s.alignUp(from, align)
 	i := sort.Search(len(s.maps), func(i int) bool { return s.maps[i].va+s.maps[i].span > a })
 	for {
 		if a < from || a >= limit || a+n < a || a+n > s.end {
@@ -175,7 +195,7 @@ func (s *vaSpace) fit(from, limit, n uint64) (uint64, bool) {
 		if i == len(s.maps) || a+n <= s.maps[i].va {
 			return a, true
 		}
-		a = s.alignUp(s.maps[i].va + s.maps[i].span)
+		a = s.alignUp(s.maps[i].va+s.maps[i].span, align)
 		i++
 	}
 }

@@ -75,8 +75,9 @@ func parseErrno(err error) error {
 // gaudi1Parse validates a CB of a Gaudi1 external queue the way the
 // driver's parser does (gaudi_validate_cb): packets must be known and lie
 // inside the CB (EINVAL); MSG_PROT, CP_DMA, STOP, WREG_BULK and
-// LOAD_AND_EXE with dst=1 are refused (EPERM). As the emulator's contract
-// adds, a LIN_DMA without lin=1 and RB=1 is refused (EINVAL).
+// LOAD_AND_EXE with dst=1 are refused (EPERM). In MMU mode the parser
+// does not look inside a LIN_DMA: its lin and RB bits are not checked
+// (the engine refuses lin=0 at execution, see engine.linDMA).
 func gaudi1Parse(cb []byte) error {
 	for off := 0; off < len(cb); {
 		if len(cb)-off < 8 {
@@ -98,11 +99,7 @@ func gaudi1Parse(cb []byte) error {
 			if binary.LittleEndian.Uint32(cb[off:])&1 != 0 {
 				return &parseError{unix.EPERM, off, "LOAD_AND_EXE with dst=1"}
 			}
-		case opLinDMA:
-			if ctl&hlsys.LinDMALin == 0 || ctl&hlsys.CtlRB == 0 {
-				return &parseError{unix.EINVAL, off, "LIN_DMA needs lin=1 and RB=1"}
-			}
-		case opWReg32, opMsgLong, opMsgShort, opRepeat, opFence, opNOP, opArbPoint:
+		case opLinDMA, opWReg32, opMsgLong, opMsgShort, opRepeat, opFence, opNOP, opArbPoint:
 		default:
 			return &parseError{unix.EINVAL, off, fmt.Sprintf("invalid packet header %#x", op)}
 		}
