@@ -30,8 +30,8 @@ const (
 
 // WAIT_CS input flags.
 const (
-	waitFlagsInterrupt         = hlsys.WaitCSFlagsInterrupt
-	waitFlagsMultiCS           = hlsys.WaitCSFlagsMultiCS
+	waitFlagsInterrupt = hlsys.WaitCSFlagsInterrupt
+	waitFlagsMultiCS   = hlsys.WaitCSFlagsMultiCS
 
 	// waitForever is MAX_SCHEDULE_TIMEOUT: the driver waits without limit.
 	waitForever = 1<<63 - 1
@@ -86,9 +86,9 @@ func (s *cs) isDone() bool {
 
 // job is one chunk of a CS, run by its queue's engine.
 type job struct {
-	cs   *cs
-	cb   []byte // Gaudi1: the CB as parsed at submission (the driver's patched CB)
-	kcb  *cbuf  // Gaudi1: the kernel CB (usage count)
+	cs    *cs
+	cb    []byte // Gaudi1: the CB as parsed at submission (the driver's patched CB)
+	kcb   *cbuf  // Gaudi1: the kernel CB (usage count)
 	va    uint64 // Gaudi2: device VA of the user CB, fetched through the MMU at execution
 	size  uint32
 	queue uint32
