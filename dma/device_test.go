@@ -166,7 +166,7 @@ func TestExportAPIChoice(t *testing.T) {
 		want    string
 	}{
 		{hlsys.Accel, "6.8.0-45-generic", ExportAPIAddr},
-		{hlsys.Accel, "6.1", ExportAPIAddr}, // accel nodes imply >= 6.6
+		{hlsys.Accel, "6.1", ExportAPIAddr}, // accel nodes imply >= 6.7
 		{hlsys.Legacy, "6.1.0-18-amd64", ExportAPI61},
 		{hlsys.Legacy, "5.15.0-91-generic", ExportAPI61},
 		{hlsys.Legacy, "6.2.16", ExportAPI61},

@@ -29,12 +29,13 @@ type NodeInfo struct {
 
 // Discover lists the Gaudi compute nodes under root ("" means "/").
 //
-// On kernels >= 6.6 the nodes are /dev/accel/accelN. The accel index space
-// is shared with other accel drivers (ivpu, qaic, ...), so a node is kept
-// only if /sys/class/accel/accelN/device/driver links to a driver named
-// "habanalabs". pci_addr and device_type are read from
+// On kernels >= 6.7 (where habanalabs registers as a DRM accel device and
+// takes DRM ioctl numbers) the nodes are /dev/accel/accelN. The accel
+// index space is shared with other accel drivers (ivpu, qaic, ...), so a
+// node is kept only if /sys/class/accel/accelN/device/driver links to a
+// driver named "habanalabs". pci_addr and device_type are read from
 // /sys/class/accel/accelN/. If no habanalabs accel node exists, the legacy
-// /dev/hlN nodes of older kernels are listed, with attributes from
+// /dev/hlN nodes of older kernels (up to 6.6) are listed, with attributes from
 // /sys/class/habanalabs/hlN/. Control nodes (accel_controlDN, hl_controlDN)
 // are reported in ControlPath, never as compute nodes.
 //

@@ -3,7 +3,7 @@
 // LIN_DMA command buffers, command submission and completion.
 //
 // Everything goes through internal/hlsys, so a Device works the same on a
-// real node (/dev/accel/accelN on kernels >= 6.6, /dev/hlN before) and on
+// real node (/dev/accel/accelN on kernels >= 6.7, /dev/hlN before) and on
 // the emulator in package dma/hlsim, which reports itself as emulated
 // (Device.Emulated, and "(emulated)" in Device.Name).
 //

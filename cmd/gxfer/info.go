@@ -179,16 +179,16 @@ func collectInfo(eng *engine.Engine, cfg engine.Config, mode string) infoDoc {
 		id := infoDevice{
 			Name: fmt.Sprintf("gaudi%d", d.Index), Index: d.Index, Emulated: d.Emulated, Model: d.Model,
 			PCIVendorID: "0x1da3", PCIDeviceID: fmt.Sprintf("%#04x", d.DeviceID),
-			DeviceNode: d.Name, IoctlNumbering: d.Numbering, DMABufExportAPI: exportAPIText(d.ExportAPI),
+			DeviceNode: d.Name, IoctlNumbering: d.Numbering, DMABufExportAPI: exportAPIText(d.ExportAPI, d.Numbering),
 			DRAMBase: fmt.Sprintf("%#x", d.DRAMBase), DRAMSize: d.DRAMSize, DRAMFree: d.DRAMFree, DRAMPageSize: d.PageSize,
 		}
 		if d.DRAMSize >= d.DRAMFree {
 			id.DRAMUsed = d.DRAMSize - d.DRAMFree
 		}
 		accel := strings.Contains(strings.ToLower(d.Numbering), "accel")
-		id.DriverGeneration = "legacy habanalabs char device (kernels up to 6.5): /dev/hlN"
+		id.DriverGeneration = "legacy habanalabs char device (kernels up to 6.6): /dev/hlN"
 		if accel {
-			id.DriverGeneration = "DRM accel (kernels 6.6 and later): /dev/accel/accelN"
+			id.DriverGeneration = "DRM accel (kernels 6.7 and later): /dev/accel/accelN"
 		}
 		if d.Emulated {
 			id.Emulator = "dma/hlsim"
@@ -205,7 +205,7 @@ func collectInfo(eng *engine.Engine, cfg engine.Config, mode string) infoDoc {
 			}
 		}
 		doc.Devices = append(doc.Devices, id)
-		notes := "device memory (HBM); DMA-BUF export " + exportAPIText(d.ExportAPI) + "; the habanalabs driver is export-only (no import, no CPU mmap)"
+		notes := "device memory (HBM); DMA-BUF export " + exportAPIText(d.ExportAPI, d.Numbering) + "; the habanalabs driver is export-only (no import, no CPU mmap)"
 		if d.Emulated {
 			notes = "EMULATED by dma/hlsim; " + notes
 		}
@@ -250,10 +250,16 @@ func collectInfo(eng *engine.Engine, cfg engine.Config, mode string) infoDoc {
 	return doc
 }
 
-func exportAPIText(api string) string {
+// exportAPIText describes the DMA-BUF export form. With legacy numbering
+// the {addr, size, offset} form is a 6.3-6.6 driver, which ignores the
+// offset (dma.Device.ExportOffsetHonored).
+func exportAPIText(api, numbering string) string {
 	switch api {
 	case dma.ExportAPIAddr:
-		return "{addr, size, offset} (kernel 6.3 and later)"
+		if !strings.Contains(strings.ToLower(numbering), "accel") {
+			return "{addr, size, offset} (kernels 6.3-6.6: the driver ignores the offset, so gxfer exports from the allocation start and carries it)"
+		}
+		return "{addr, size, offset} (kernel 6.7 and later)"
 	case dma.ExportAPI61:
 		return "{handle, size} (kernel 6.1 form)"
 	}
