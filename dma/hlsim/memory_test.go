@@ -158,12 +158,15 @@ func TestMapHost(t *testing.T) {
 			_, err = hlsys.MemMapHost(b, unsafe.Pointer(&hole[0]), 2*4096, 0, 0)
 			isErrno(t, err, unix.EFAULT)
 
-			// 2 MiB aligned ranges use huge pages: a 2 MiB aligned VA.
+			// A 2 MiB aligned host VA gets a 2 MiB aligned device VA; the
+			// pages stay 4 KiB ones unless the DMA addresses are 2 MiB
+			// aligned (TestRulesMapHost).
 			big := hostMem(t, 6<<20)
 			off := (2<<20 - int(addrOf(big)%(2<<20))) % (2 << 20)
 			vah, err := hlsys.MemMapHost(b, unsafe.Pointer(&big[off]), 2<<20, 0, 0)
 			require.NoError(t, err)
 			require.Zero(t, vah%(2<<20))
+			require.True(t, r.d.amap.pmmuBase <= vah && vah < r.d.amap.pmmuHuge, "4 KiB PMMU range")
 			require.NoError(t, hlsys.MemUnmap(b, vah))
 		})
 	}
