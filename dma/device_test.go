@@ -536,7 +536,7 @@ func TestSubmitRetries(t *testing.T) {
 	require.ErrorIs(t, err, unix.EINVAL)
 	f.submit = func([]hlsys.CSChunk) (uint64, error) { return 0, unix.EPERM }
 	_, err = d.Submit(chunk)
-	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, ErrNotOperational, "Gaudi2 has no packet parser: EPERM is the device state (see TestCSRefusalByDeviceState)")
 	require.ErrorIs(t, err, unix.EPERM)
 
 	_, err = d.Submit(nil)

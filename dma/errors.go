@@ -37,7 +37,9 @@ var (
 	// ErrUnsupportedDevice: the PCI device id is not a Gaudi this package
 	// drives (e.g. Goya).
 	ErrUnsupportedDevice = errors.New("unsupported device")
-	// ErrNotOperational: DEVICE_STATUS is not OPERATIONAL.
+	// ErrNotOperational: DEVICE_STATUS is not OPERATIONAL (at open), or
+	// the driver refused a CS or a wait because the device was not
+	// operational (reset in progress, malfunction).
 	ErrNotOperational = errors.New("device not operational")
 	// ErrMalfunction: the driver reports the device in malfunction (open
 	// returned EPERM, or DEVICE_STATUS is MALFUNCTION / NEEDS_RESET).

@@ -47,6 +47,11 @@ func (m Model) hasDeviceMMU() bool { return m != ModelGaudi1 }
 // (a device VA plus CSChunkFlagsUserAllocCB) instead of kernel CB handles.
 func (m Model) userCB() bool { return m != ModelGaudi1 }
 
+// parsesCB reports whether the driver parses the model's user packets
+// (gaudi_cs_parser on Gaudi1's external queues, which refuses some with
+// EPERM). Gaudi2's parser only checks the queue and the CB address.
+func (m Model) parsesCB() bool { return m == ModelGaudi1 }
+
 // ModelFromDeviceID maps the PCI device id that HW_IP_INFO reports to a
 // Model: 0x1000 and 0x1010 (Gaudi, Gaudi secured) -> ModelGaudi1, 0x1020 ->
 // ModelGaudi2, 0x1060 -> ModelGaudi3. The out-of-tree board variants

@@ -42,7 +42,10 @@ func (d *Device) pickQueue(set []uint32) uint32 {
 // exponential backoff (Options.SubmitRetries, SubmitBackoff); retries are
 // counted in Stats and logged at Warn. A queue that stays full gives an
 // error wrapping ErrBusy and unix.EAGAIN; a CS the driver rejects (bad
-// queue, bad CB, parser refusal) an error wrapping ErrInvalid.
+// queue, bad CB, Gaudi1 parser refusal) an error wrapping ErrInvalid; a CS
+// refused because the device is not operational (resetting, in
+// malfunction) an error wrapping ErrNotOperational (see csRefused for how
+// EPERM and EBUSY are told apart).
 func (d *Device) Submit(chunks []hlsys.CSChunk) (seq uint64, err error) {
 	op := fmt.Sprintf("submit CS of %d chunk(s) on %s", len(chunks), d.Name())
 	if len(chunks) == 0 || len(chunks) > hlsys.MaxJobsPerCS {
@@ -78,11 +81,66 @@ func (d *Device) Submit(chunks []hlsys.CSChunk) (seq uint64, err error) {
 		switch {
 		case retryable:
 			return 0, newErr(op, ErrBusy, fmt.Sprintf("queue still full after %d retries", attempt), err)
-		case errors.Is(err, unix.EPERM):
-			return 0, newErr(op, ErrInvalid, "packet rejected by the driver's CB parser", err)
+		case errors.Is(err, unix.EPERM), errors.Is(err, unix.EBUSY):
+			return 0, d.csRefused(op, err)
 		}
 		return 0, wrapErr(op, err)
 	}
+}
+
+// csRefused maps EPERM and EBUSY from the CS ioctl by the device's state,
+// read with INFO DEVICE_STATUS (which the driver answers in any state):
+//
+//   - The driver returns EBUSY when the device is not operational as the
+//     CS arrives (hl_cs_sanity_checks, command_submission.c) and EPERM
+//     when it stops being operational before the CS is scheduled
+//     (hl_hw_queue_schedule_cs, hw_queue.c: "device is %s, CS rejected!").
+//     Either way, with DEVICE_STATUS not operational (hl_device_operational:
+//     anything but OPERATIONAL and IN_DEVICE_CREATION) the error wraps
+//     ErrNotOperational (and ErrMalfunction for MALFUNCTION/NEEDS_RESET).
+//   - EPERM on an operational device is the Gaudi1 CB parser refusing a
+//     packet (gaudi_cs_parser): ErrInvalid. Gaudi2/3 have no packet parser
+//     (gaudi2_cs_parser only checks the queue and the CB address, with
+//     EINVAL/EFAULT), so there EPERM can only be the device state at
+//     scheduling time, since recovered: ErrNotOperational.
+//   - EBUSY on an operational device stays ErrBusy.
+func (d *Device) csRefused(op string, err error) error {
+	if e := d.notOperational(op, "the driver refused the CS", err); e != nil {
+		return e
+	}
+	switch {
+	case errors.Is(err, unix.EBUSY):
+		return newErr(op, ErrBusy, "", err)
+	case d.model.parsesCB():
+		return newErr(op, ErrInvalid, "packet rejected by the driver's CB parser", err)
+	}
+	return newErr(op, ErrNotOperational,
+		"the driver refused to schedule the CS (EPERM): the device was not operational then (it reports OPERATIONAL now; "+
+			d.model.String()+" has no packet parser)", err)
+}
+
+// notOperational reads DEVICE_STATUS after err and returns an error
+// wrapping ErrNotOperational (and ErrMalfunction for MALFUNCTION and
+// NEEDS_RESET) and err if the device is not operational in the driver's
+// sense (hl_device_operational: OPERATIONAL and IN_DEVICE_CREATION are),
+// or if the status cannot be read; nil if it is operational.
+func (d *Device) notOperational(op, what string, err error) error {
+	st, serr := hlsys.GetDeviceStatus(d.b)
+	if serr == nil && (st == hlsys.DeviceStatusOperational || st == hlsys.DeviceStatusInDeviceCreation) {
+		return nil
+	}
+	detail := what + " because the device is not operational"
+	cause := err
+	switch {
+	case serr != nil:
+		detail += " (DEVICE_STATUS unreadable: " + serr.Error() + ")"
+	case st == hlsys.DeviceStatusMalfunction || st == hlsys.DeviceStatusNeedsReset:
+		cause = fmt.Errorf("%w: %w", ErrMalfunction, err)
+		detail += " (status " + statusName(st) + ")"
+	default:
+		detail += " (status " + statusName(st) + ")"
+	}
+	return newErr(op, ErrNotOperational, detail, cause)
 }
 
 // CSStatus is the state of a CS as reported by Wait.
@@ -123,8 +181,10 @@ const MaxWaitPerCall = 4000 * time.Second
 // Wait waits up to timeout for CS seq (0 polls). It returns (CSCompleted,
 // nil) when the CS is done, (CSBusy, nil) when it is still running at the
 // timeout, an error wrapping ErrCSTimedOut when the device's CS timeout
-// fired (-ETIMEDOUT), ErrCSAborted when the CS was aborted (-EIO), and the
-// wrapped errno otherwise (errors.Is(err, unix.EINVAL) for an unknown seq).
+// fired (-ETIMEDOUT), ErrCSAborted when the CS was aborted (-EIO),
+// ErrNotOperational when the driver refuses the wait because the device is
+// not operational (EBUSY, and DEVICE_STATUS says so), and the wrapped errno
+// otherwise (errors.Is(err, unix.EINVAL) for an unknown seq).
 // Wait does not block other calls on the Device; Close waits for it.
 func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 	op := fmt.Sprintf("wait for CS %d on %s", seq, d.Name())
@@ -146,6 +206,13 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 			continue
 		}
 		st, err := waitResult(op, out, err)
+		if st == CSUnknown && (errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EPERM)) {
+			// hl_wait_ioctl refuses every wait while the device is not
+			// operational (EBUSY; EPERM on older drivers).
+			if e := d.notOperational(op, "the driver refused the wait", err); e != nil {
+				return CSUnknown, e
+			}
+		}
 		if st == CSBusy && remaining > chunk {
 			remaining -= chunk
 			continue

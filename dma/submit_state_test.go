@@ -1,0 +1,138 @@
+package dma
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// TestCSRefusalByDeviceState: EPERM from the CS ioctl is not always a
+// parser refusal: hl_hw_queue_schedule_cs returns EPERM when the device
+// stopped being operational before the CS was scheduled, and
+// hl_cs_sanity_checks EBUSY when it was not operational to begin with.
+// Submit reads DEVICE_STATUS to tell them apart. Before the fix every
+// EPERM was ErrInvalid ("packet rejected by the driver's CB parser") and
+// EBUSY ErrBusy.
+func TestCSRefusalByDeviceState(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		model       Model
+		errno       unix.Errno
+		status      uint32
+		want        error
+		notWant     error
+		malfunction bool
+	}{
+		{"gaudi1 parser refusal", ModelGaudi1, unix.EPERM, hlsys.DeviceStatusOperational, ErrInvalid, ErrNotOperational, false},
+		{"gaudi1 EPERM in reset", ModelGaudi1, unix.EPERM, hlsys.DeviceStatusInReset, ErrNotOperational, ErrInvalid, false},
+		{"gaudi1 EPERM malfunction", ModelGaudi1, unix.EPERM, hlsys.DeviceStatusMalfunction, ErrNotOperational, ErrInvalid, true},
+		{"gaudi2 EPERM in reset", ModelGaudi2, unix.EPERM, hlsys.DeviceStatusInReset, ErrNotOperational, ErrInvalid, false},
+		{"gaudi2 EPERM needs reset", ModelGaudi2, unix.EPERM, hlsys.DeviceStatusNeedsReset, ErrNotOperational, ErrInvalid, true},
+		{"gaudi2 EPERM recovered", ModelGaudi2, unix.EPERM, hlsys.DeviceStatusOperational, ErrNotOperational, ErrInvalid, false},
+		{"gaudi2 EPERM in creation", ModelGaudi2, unix.EPERM, hlsys.DeviceStatusInDeviceCreation, ErrNotOperational, ErrInvalid, false},
+		{"EBUSY released", ModelGaudi2, unix.EBUSY, hlsys.DeviceStatusInResetAfterDeviceRelease, ErrNotOperational, ErrBusy, false},
+		{"EBUSY operational", ModelGaudi1, unix.EBUSY, hlsys.DeviceStatusOperational, ErrBusy, ErrNotOperational, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, f := openFake(t, tc.model, hlsys.Accel, "6.8")
+			f.mu.Lock()
+			f.status = tc.status
+			f.mu.Unlock()
+			f.submit = func([]hlsys.CSChunk) (uint64, error) { return 0, tc.errno }
+			_, err := d.Submit([]hlsys.CSChunk{{CBHandle: 0x1000, QueueIndex: 0, CBSize: 8}})
+			require.ErrorIs(t, err, tc.want)
+			require.NotErrorIs(t, err, tc.notWant)
+			require.ErrorIs(t, err, tc.errno, "the errno is kept")
+			if tc.malfunction {
+				require.ErrorIs(t, err, ErrMalfunction)
+			} else {
+				require.NotErrorIs(t, err, ErrMalfunction)
+			}
+		})
+	}
+}
+
+// TestWaitRefusedByDeviceState: hl_wait_ioctl refuses every wait with
+// EBUSY (EPERM on older drivers) while the device is not operational.
+func TestWaitRefusedByDeviceState(t *testing.T) {
+	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	for _, errno := range []unix.Errno{unix.EBUSY, unix.EPERM} {
+		f.mu.Lock()
+		f.status = hlsys.DeviceStatusInReset
+		f.mu.Unlock()
+		f.wait = func(uint64, uint64) (hlsys.WaitCSOut, error) { return hlsys.WaitCSOut{}, errno }
+		st, err := d.Wait(1, 0)
+		require.Equal(t, CSUnknown, st)
+		require.ErrorIs(t, err, ErrNotOperational)
+		require.ErrorIs(t, err, errno)
+
+		f.mu.Lock()
+		f.status = hlsys.DeviceStatusOperational
+		f.mu.Unlock()
+		_, err = d.Wait(1, 0)
+		require.NotErrorIs(t, err, ErrNotOperational)
+		require.ErrorIs(t, err, errno)
+	}
+}
+
+// TestCSRefusedWhileResettingHlsim: the emulator refuses CSs and waits
+// while it is not operational (ForceStatus) as the driver does; the errors
+// say the device is not operational, not that the packets were bad, and
+// work resumes once it is operational again.
+func TestCSRefusedWhileResettingHlsim(t *testing.T) {
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2} {
+		t.Run(m.String(), func(t *testing.T) {
+			sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 64 << 20})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, sim.Close()) }()
+			d, err := OpenBackend(sim.Name(), sim.Open, Options{})
+			require.NoError(t, err)
+			defer func() {
+				sim.ForceStatus(hlsys.DeviceStatusOperational) // also when a check failed
+				require.NoError(t, d.Close())
+			}()
+			mem, err := d.AllocDevice(1 << 20)
+			require.NoError(t, err)
+
+			cb, err := d.NewCB(4096)
+			require.NoError(t, err)
+			require.NoError(t, cb.AddMemset(mem.Addr(), 0, 4096))
+			if m == hlsim.ModelGaudi2 {
+				require.NoError(t, cb.AddNOP(EB|MB))
+			}
+			seq, err := d.Submit([]hlsys.CSChunk{cb.Chunk(d.D2DQueues()[0])})
+			require.NoError(t, err)
+			st, err := d.Wait(seq, 10*time.Second)
+			require.NoError(t, err)
+			require.Equal(t, CSCompleted, st)
+
+			// The CB is built before: the driver refuses memory and CB
+			// ioctls too while the device is not operational.
+			chunk := []hlsys.CSChunk{cb.Chunk(d.D2DQueues()[0])}
+			for _, status := range []uint32{hlsys.DeviceStatusInReset, hlsys.DeviceStatusMalfunction} {
+				sim.ForceStatus(status)
+				_, err = d.Submit(chunk)
+				require.ErrorIs(t, err, ErrNotOperational, "CS while %d", status)
+				require.NotErrorIs(t, err, ErrInvalid)
+				require.Equal(t, status == hlsys.DeviceStatusMalfunction, isMalfunction(err))
+				_, err = d.Wait(seq, 0)
+				require.ErrorIs(t, err, ErrNotOperational, "wait while %d", status)
+			}
+			sim.ForceStatus(hlsys.DeviceStatusOperational)
+			seq, err = d.Submit(chunk)
+			require.NoError(t, err)
+			st, err = d.Wait(seq, 10*time.Second)
+			require.NoError(t, err)
+			require.Equal(t, CSCompleted, st)
+			require.NoError(t, cb.Close())
+		})
+	}
+}
+
+func isMalfunction(err error) bool { return errors.Is(err, ErrMalfunction) }
