@@ -162,6 +162,8 @@ func TestCSValidationGaudi1(t *testing.T) {
 		{"MSG_PROT", cat(nop(), pkt8(ctlMsgProt), pkt8(0)), unix.EPERM},
 		{"CP_DMA", cat(pkt8(ctlCPDMA), pkt8(0)), unix.EPERM},
 		{"STOP", pkt8(ctlStop), unix.EPERM},
+		{"WREG_BULK", pkt8(0x2 << 24), unix.EPERM},
+		{"LOAD_AND_EXE dst=1", cat(append([]byte{1, 0, 0, 0}, pkt8(0xF << 24)[4:]...), pkt8(0)), unix.EPERM},
 		{"unknown opcode", pkt8(0x1F << 24), unix.EINVAL},
 		{"opcode 0", make([]byte, 8), unix.EINVAL},
 		{"truncated LIN_DMA", linDMA(true, dram, hva, 64)[:16], unix.EINVAL},

@@ -24,6 +24,9 @@ func TestMemoryGaudi2(t *testing.T) {
 	isErrno(t, err, unix.ENOMEM)
 	_, err = hlsys.MemAlloc(b, 4096, 3<<12, 0) // page size not a power of 2
 	isErrno(t, err, unix.EINVAL)
+	hs, err := hlsys.MemAlloc(b, 4096, 2048, 0) // any power of 2 (set_alloc_page_size)
+	require.NoError(t, err)
+	require.NoError(t, hlsys.MemFree(b, hs))
 
 	h1, err := hlsys.MemAlloc(b, 1, 0, hlsys.MemContiguous)
 	require.NoError(t, err)
@@ -111,8 +114,10 @@ func TestMemoryGaudi1(t *testing.T) {
 	u, err := hlsys.GetDramUsage(b)
 	require.NoError(t, err)
 	require.Equal(t, uint64(3<<20), u.CtxDramMem)
+	// Accounting only: the driver does not check it against the DRAM.
 	_, err = hlsys.MemAlloc(b, 62<<20, 0, 0)
-	isErrno(t, err, unix.ENOMEM)
+	require.NoError(t, err)
+	require.NoError(t, hlsys.MemFree(b, 62<<20))
 	_, err = hlsys.MemAlloc(b, 0, 0, 0)
 	isErrno(t, err, unix.EINVAL)
 
@@ -121,8 +126,7 @@ func TestMemoryGaudi1(t *testing.T) {
 	_, err = hlsys.MemMapDevice(b, 1, 0, 0)
 	isErrno(t, err, unix.EINVAL)
 
-	isErrno(t, hlsys.MemFree(b, 4<<20), unix.EINVAL) // more than accounted
-	require.NoError(t, hlsys.MemFree(b, 1<<20))      // FREE takes the size
+	require.NoError(t, hlsys.MemFree(b, 1<<20)) // FREE takes the size
 	require.NoError(t, hlsys.MemFree(b, 2<<20))
 	u, err = hlsys.GetDramUsage(b)
 	require.NoError(t, err)
