@@ -406,20 +406,18 @@ func confDMABuf(t *testing.T, tg confTarget) {
 			require.Zero(t, b.MemOffset(), "no kernel offset before 6.7")
 		}
 		if c.sim != nil {
-			// Emulator only: its DMA-BUF is readable, so check that it aliases
-			// the device range. (A real habanalabs DMA-BUF has no read or mmap.)
-			// The emulator's fd is the whole backing memfd: on Gaudi2 file
-			// offset k is allocation byte k, on Gaudi1 physical address
-			// dram_base_address+k (a real DMA-BUF starts at MemOffset).
-			fileOff := int64(b.MemOffset() + b.Offset())
-			if c.Model() == ModelGaudi1 {
-				fileOff = int64(m.Addr() + e.off - c.Info().DramBaseAddress)
-			}
+			// Emulator only: read the DMA-BUF as an importer sees it (the
+			// emulated driver's view, per kernel generation) and check that
+			// the wanted range is at Offset. (A real habanalabs DMA-BUF has
+			// no read or mmap.)
+			view, err := c.sim.DMABufView(raw)
+			require.NoError(t, err)
+			require.Equal(t, b.Size(), view.Size)
 			got := make([]byte, e.size)
-			k, err := unix.Pread(raw, got, fileOff)
+			k, err := view.ReadAt(raw, got, b.Offset())
 			require.NoError(t, err)
 			require.Equal(t, int(e.size), k)
-			require.True(t, bytes.Equal(data[e.off:e.off+e.size], got), "DMA-BUF content aliases device memory")
+			require.True(t, bytes.Equal(data[e.off:e.off+e.size], got), "DMA-BUF content at Offset is the wanted device range")
 		}
 
 		err = m.Free()

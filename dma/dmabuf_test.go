@@ -138,7 +138,8 @@ func (r *exportRec) Ioctl(req uintptr, arg unsafe.Pointer) error {
 
 // TestExportOffsetHlsim: an emulated Gaudi2 on a 6.5 kernel (the offset
 // ignored by the driver) and on 6.8: the driver's offset is 0 on 6.5, and
-// on both the DMA-BUF bytes at the reported position are the wanted ones.
+// on both an importer reading the DMA-BUF at Offset gets the wanted bytes
+// (before the fix, on 6.5 it got the allocation's first bytes).
 func TestExportOffsetHlsim(t *testing.T) {
 	for _, k := range []struct {
 		kernel  string
@@ -189,14 +190,17 @@ func TestExportOffsetHlsim(t *testing.T) {
 			require.Equal(t, b.Size(), args.U[1])
 			require.Equal(t, uint64(off), b.MemOffset()+b.Offset())
 
-			// The emulator's fd is the allocation's memfd (file offset k =
-			// allocation byte k); a real DMA-BUF starts at MemOffset. The
-			// wanted bytes are at MemOffset+Offset either way.
+			// Read the DMA-BUF the way an importer (a NIC) sees it: on 6.5
+			// the emulated driver builds it from the allocation start
+			// whatever offset was passed, as the real one does.
+			view, err := sim.DMABufView(b.FD().Int())
+			require.NoError(t, err)
+			require.Equal(t, b.Size(), view.Size)
 			got := make([]byte, size)
-			r, err := unix.Pread(b.FD().Int(), got, int64(b.MemOffset()+b.Offset()))
+			r, err := view.ReadAt(b.FD().Int(), got, b.Offset())
 			require.NoError(t, err)
 			require.Equal(t, size, r)
-			require.True(t, bytes.Equal(data[off:off+size], got))
+			require.True(t, bytes.Equal(data[off:off+size], got), "the importer reads the wanted bytes at Offset")
 			require.NoError(t, b.Close())
 		})
 	}
