@@ -184,10 +184,13 @@ func (e *Engine) finishOp(j *job, o *op, err error) {
 	e.opDone(j, o, err)
 }
 
-// opRelease drops the op's buffer references (internal jobs hold none:
-// their caller does).
+// opRelease drops the op's buffer references. Internal jobs hold none
+// (their caller does): for them it is the second of the two completions
+// their future counts, so that the future resolves only once the hardware
+// is done with the memory (see copyInternal).
 func (e *Engine) opRelease(j *job, o *op) {
 	if j.internal {
+		j.fut.Complete(o.idx, nil)
 		return
 	}
 	o.dst.buf.release()
@@ -204,8 +207,17 @@ func (e *Engine) opDone(j *job, o *op, err error) {
 
 // copyInternal submits a copy on behalf of an operation that already holds
 // both buffers (staging): no reference is taken and nothing is counted.
+//
+// Its future resolves only when the hardware is done with both slices,
+// never earlier: a copy whose deadline passes while its command submission
+// is still queued or running ends with ErrTimeout once the CS retires (or
+// is ended by a reset or Close), not at the deadline. Its caller frees or
+// reuses the memory (bounce buffers, staging pools) as soon as the future
+// resolves, so internal memory lives, as user memory does, until the
+// hardware is done with it. The future counts two completions: opDone
+// (the result, possibly at the deadline) and opRelease (the retirement).
 func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *Future {
-	j := &job{ops: []op{{dst: dst, src: src}}, fut: cq.NewFuture(1), start: time.Now(), deadline: deadline, internal: true}
+	j := &job{ops: []op{{dst: dst, src: src}}, fut: cq.NewFuture(2), start: time.Now(), deadline: deadline, internal: true}
 	if err := e.submitJob(context.Background(), j); err != nil {
 		return cq.Resolved(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,20 +16,42 @@ const stageChunk = 4 << 20
 // host-to-device DMA of chunk k. Tasks are goroutines bounded by a
 // semaphore taken inside them, so the worker handing them over never
 // blocks.
+//
+// An op with a deadline ends with ErrTimeout at its deadline, but keeps
+// its buffers (and the task its bounce buffers) until the DMAs it started
+// have retired: the inner copies' futures resolve only then.
 func (e *Engine) stage(j *job, o *op) {
 	o.handed = true
+	var ended atomic.Bool
+	done := func(err error) {
+		if ended.CompareAndSwap(false, true) {
+			e.opDone(j, o, err)
+		}
+	}
+	var timer *time.Timer
+	if !j.deadline.IsZero() {
+		timer = time.AfterFunc(time.Until(j.deadline), func() {
+			done(newErr(ErrTimeout, "copy between devices: deadline passed", nil))
+		})
+	}
 	e.async.Add(1)
 	go func() {
 		defer e.async.Done()
-		e.stageSem <- struct{}{}
-		defer func() { <-e.stageSem }()
+		var err error
 		defer func() {
 			if r := recover(); r != nil {
 				e.onPanic(r)
-				e.finishOp(j, o, newErr(ErrPanic, fmt.Sprint(r), nil))
+				err = newErr(ErrPanic, fmt.Sprint(r), nil)
 			}
+			if timer != nil {
+				timer.Stop()
+			}
+			e.opRelease(j, o)
+			done(err)
 		}()
-		e.finishOp(j, o, e.stageCopy(o, j.deadline))
+		e.stageSem <- struct{}{}
+		defer func() { <-e.stageSem }()
+		err = e.stageCopy(o, j.deadline)
 	}()
 }
 
