@@ -36,7 +36,8 @@ const (
 	ExportAPI61 = "6.1 handle"
 	// ExportAPIAddr is the 6.3+ form {addr, size, offset}: Gaudi2 passes the
 	// exact device VA returned by MAP plus a page-aligned offset, Gaudi1 a
-	// physical DRAM address with offset 0.
+	// physical DRAM address with offset 0. Drivers before 6.7 ignore the
+	// offset (see Device.ExportOffsetHonored).
 	ExportAPIAddr = "addr+offset"
 )
 
