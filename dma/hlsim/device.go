@@ -27,7 +27,9 @@ const (
 	// submission.
 	ModelGaudi1 Model = iota + 1
 	// ModelGaudi2 (PCI id 0x1020): DRAM behind the device MMU, user CBs
-	// (device VA + USER_ALLOC_CB) on the PDMA queues 0-7, no parser.
+	// (device VA + USER_ALLOC_CB) on PDMA_0_0, PDMA_0_1, PDMA_1_0 (queues
+	// 0, 1, 4) and the EDMA queues; no parser beyond the queue and address
+	// checks.
 	ModelGaudi2
 )
 

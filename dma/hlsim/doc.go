@@ -15,7 +15,7 @@
 //	info, _ := hlsys.GetHwIPInfo(b)
 //
 // The backend answers the typed functions of internal/hlsys exactly like a
-// /dev/accel/accelN (kernel >= 6.6) or /dev/hlN (older) node: Ioctl
+// /dev/accel/accelN (kernel >= 6.7) or /dev/hlN (older) node: Ioctl
 // decodes the request with hlsys.Decode and refuses a request of the
 // other numbering (ENOTTY), reads and writes the argument struct in place
 // and reaches user pointers inside it (INFO return buffers, CS chunk
@@ -29,6 +29,10 @@
 //
 // # What is modeled
 //
+// RULES.md lists every driver rule the emulator follows, with the kernel
+// function it mirrors, the errno and the test that shows it; where the
+// source does not settle a question it says so. In short:
+//
 //   - INFO: HW_IP_INFO (256 bytes on 6.1, 304 from 6.3; min(return_size,
 //     size) is copied), DRAM_USAGE, HW_IDLE, DEVICE_STATUS, RESET_COUNT,
 //     OPEN_STATS, DEV_MEM_ALLOC_PAGE_SIZES, REGISTER/UNREGISTER_EVENTFD,
@@ -36,28 +40,41 @@
 //     EINVAL; during a reset only the ops the driver serves then answer
 //     (others EBUSY).
 //   - MEMORY: Gaudi2 ALLOC (idr handle >= 1, size rounded up to the page,
-//     ENOMEM beyond the DRAM), MAP of a handle (DMMU VA aligned to the DRAM
-//     page), FREE (EINVAL while mapped or exported), UNMAP (exact VA only).
-//     Gaudi1 ALLOC/FREE are accounting (handle 0; FREE takes the size),
-//     MAP of a device handle is EINVAL and DRAM addresses are physical.
-//     Both: MAP with USERPTR (the range must be mapped in the process, else
-//     EFAULT; the VA keeps the in-page offset; 2 MiB-aligned ranges use
-//     2 MiB pages), EXPORT_DMABUF_FD in the 6.1 {handle, size} and the 6.3+
-//     {addr, size, offset} forms. MAP_BLOCK and TS_ALLOC: EOPNOTSUPP.
-//   - CB: CREATE (8..HL_MAX_CB_SIZE, at least a page; handle = mmap
-//     offset), DESTROY, INFO (usage count, or the device VA of a CB created
-//     with CB_FLAGS_MAP on Gaudi2), Mmap of exactly the page-rounded size,
-//     once per CB.
-//   - CS: validated like the driver (1..512 chunks; queues 0-7 only, the
-//     PCI DMA queues of both models; Gaudi1 takes kernel CB handles and
-//     parses them at submission, rejecting bad packets with EINVAL/EPERM;
-//     Gaudi2 takes user CB device VAs with USER_ALLOC_CB, checked against
-//     the MMU ranges and fetched through the MMU when the job runs).
+//     any power-of-2 page size, ENOMEM beyond the DRAM), MAP of a handle
+//     (DMMU VA aligned to the DRAM page), FREE (EINVAL while mapped or
+//     exported), UNMAP (exact VA only). Gaudi1 ALLOC/FREE are unchecked
+//     accounting (handle 0; FREE takes the size), MAP of a device handle
+//     is EINVAL and DRAM addresses are physical. Both: MAP with USERPTR
+//     (the range must be mapped in the process, else EFAULT; the VA keeps
+//     the in-page offset; the hint rules of get_va_block; 2 MiB PMMU pages
+//     only for hugetlbfs-backed 2 MiB ranges, the emulator's stand-in for
+//     2 MiB-aligned DMA addresses), EXPORT_DMABUF_FD in the 6.1
+//     {handle, size} form and the {addr, size, offset} form as 6.3-6.6
+//     (offset validated, then ignored) and 6.7+ (page multiples, offset
+//     honoured) implement it; any dma-buf file flags. MAP_BLOCK and
+//     TS_ALLOC: EOPNOTSUPP.
+//   - CB: CREATE (up to HL_MAX_CB_SIZE; smaller than a page, 0 included,
+//     becomes a page; handle = mmap offset), DESTROY, INFO (usage count, or
+//     the device VA of a CB created with CB_FLAGS_MAP on Gaudi2), Mmap of
+//     exactly the page-rounded size, once per CB.
+//   - CS: validated like the driver, in its order. Gaudi1 external queues
+//     0-7 take kernel CB handles (USER_ALLOC_CB ignored) parsed at
+//     submission (EINVAL/EPERM); Gaudi2 takes user CB addresses with
+//     USER_ALLOC_CB on PDMA_0_0, PDMA_0_1, PDMA_1_0 (0, 1, 4) and the 32
+//     EDMA queues, refuses PDMA 2, 3, 5-7 (EINVAL, disabled for the ARC
+//     firmware) and a CB outside SRAM/DMMU/PMMU (EFAULT), and fetches the
+//     CB through the MMU when the job runs. Queues the driver takes but the
+//     emulator does not model (Gaudi1 internal, Gaudi2 compute): EOPNOTSUPP.
 //     Sequence numbers start at 1; EAGAIN while the completion slot
-//     seq&(MaxPendingCS-1) is busy. TIMESTAMP, CUSTOM_TIMEOUT and
-//     SKIP_RESET_ON_TIMEOUT are honoured; restore chunks, signal/wait,
-//     staged, encapsulated-signal and engine-core CSs return EOPNOTSUPP.
-//   - Engines: one goroutine per queue runs its jobs in order; jobs of one
+//     seq&(MaxPendingCS-1) is busy; a CS refused after that used its
+//     sequence number (WAIT_CS reports it COMPLETED) and returns seq
+//     ULLONG_MAX and -errno in its output; EPERM when the device stops
+//     being operational before the CS is scheduled. TIMESTAMP,
+//     CUSTOM_TIMEOUT and SKIP_RESET_ON_TIMEOUT are honoured; restore
+//     chunks, signal/wait, staged, encapsulated-signal and engine-core CSs
+//     return EOPNOTSUPP.
+//   - Engines: one goroutine per queue, started on first use, runs its
+//     jobs in order; jobs of one
 //     CS on different queues run concurrently; the CS ends when all its
 //     jobs have. LIN_DMA (copy with memmove semantics, or memset of the
 //     64-bit value in src_addr; Gaudi1 masks dst to 56 bits) and NOP are
@@ -66,20 +83,23 @@
 //     -EIO) and the context gets a notifier event (UNDEFINED_OPCODE for
 //     packets, GENERAL_HW_ERR and, from 6.3, PAGE_FAULT for MMU faults).
 //     The device keeps running (the driver would often reset).
-//   - WAIT_CS per sequence number with the driver's table: COMPLETED
-//     (+TIMESTAMP_VLD), COMPLETED+GONE beyond the slot window, BUSY when
-//     timeout_us elapses (0 polls; values wrap at 32 bits like
-//     usecs_to_jiffies; MAX_SCHEDULE_TIMEOUT waits without limit),
-//     -ETIMEDOUT+TIMEDOUT, -EIO+ABORTED, EINVAL for 0 or an unsubmitted
-//     seq. MULTI_CS and interrupt waits are not emulated (EPERM where the
-//     ASIC lacks them, EOPNOTSUPP otherwise).
+//   - WAIT_CS per sequence number with the driver's table: EBUSY while the
+//     device is not operational, COMPLETED (+TIMESTAMP_VLD), beyond the
+//     slot window (and for seq 0) the outcome stored for a TIMESTAMP CS
+//     (256 kept, popped once) or else COMPLETED+GONE, BUSY when timeout_us
+//     elapses (0 polls; values wrap at 32 bits like usecs_to_jiffies;
+//     MAX_SCHEDULE_TIMEOUT waits without limit), -ETIMEDOUT+TIMEDOUT,
+//     -EIO+ABORTED, EINVAL for an unsubmitted seq. MULTI_CS and interrupt
+//     waits are not emulated (EPERM where the ASIC lacks them, EOPNOTSUPP
+//     otherwise).
 //   - TDR: a CS in flight after Config.CSTimeout (or its custom timeout)
 //     ends TIMEDOUT, the context gets CS_TIMEOUT, and unless
 //     Config.NoResetOnLockup or SKIP_RESET_ON_TIMEOUT the device resets.
 //   - Exclusive open (EBUSY), device close (ENODEV on later ioctls), the
-//     status seen during a reset (IN_RESET; Open returns EAGAIN, CS and
-//     MEMORY EBUSY).
-//   - Fault injection: DelayNextCS, HangNextCS, AbortNextCS, Reset.
+//     status seen during a reset (IN_RESET; Open returns EAGAIN, CS, WAIT_CS,
+//     CB and MEMORY EBUSY) and in MALFUNCTION/NEEDS_RESET (Open EPERM).
+//   - Fault injection: DelayNextCS, HangNextCS, AbortNextCS, Reset,
+//     ForceStatus.
 //
 // # Address map
 //
@@ -98,13 +118,17 @@
 //
 // Gaudi2 DRAM: every ALLOC gets its own sparse memfd, mapped shared into
 // the emulator; the DMMU translates to that mapping. An export is a new
-// open file description (O_RDWR|O_CLOEXEC, via /proc/self/fd) of that
-// memfd, returned as a real fd: the emulated dma-buf holds the whole
-// allocation, file offset k being allocation byte k, whatever
-// {offset, size} window was exported (a real dma-buf starts at the
-// window). Gaudi1 DRAM is one sparse memfd arena for the device (it
-// outlives contexts, like physical DRAM); its exports are opens of the
-// arena, file offset k being physical address dram_base_address+k.
+// open file description (via /proc/self/fd, with the access mode and
+// O_CLOEXEC of the export's flags) of that memfd, returned as a real fd:
+// the emulated dma-buf holds the whole allocation, file offset k being
+// allocation byte k, whatever {offset, size} window was exported. Where a
+// real importer's dma-buf starts is Device.DMABufView: allocation byte
+// offset from 6.7, byte 0 on 6.3-6.6 (the offset bug), byte 0 of the
+// whole allocation on 6.1; DMABufView.ReadAt reads as an importer would.
+// Gaudi1 DRAM is one sparse memfd arena for the device (it outlives
+// contexts, like physical DRAM); its exports are opens of the arena, file
+// offset k being physical address dram_base_address+k (the view starts at
+// the exported address).
 // Production code never maps these fds (the driver has no mmap op); tests
 // may, to check aliasing. Exported fds belong to the caller and stay
 // valid after the context and the device are closed.
@@ -142,7 +166,8 @@
 // # Not modeled
 //
 // Timing of real DMA engines (an emulated copy runs at memcpy speed; Stats
-// reports the busy time), internal and compute queues, sync objects and
+// reports the busy time), internal and compute queues (their CSs pass the
+// driver's checks, then EOPNOTSUPP), queue-full EAGAIN, sync objects and
 // monitors, user interrupts, MSG/WREG packets, the ARC scheduler mode,
 // multi-CS waits, context switch (restore chunks), the control node,
 // Gaudi3, the release delay after close (Gaudi2 resets on release; here
