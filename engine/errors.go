@@ -35,6 +35,9 @@ var (
 	ErrDevice = errors.New("gxfer: device error")
 	// ErrPanic: a worker panicked while handling the operation.
 	ErrPanic = errors.New("gxfer: internal panic")
+	// ErrNotEmulated: the device is real hardware; Engine.Emulator (fault
+	// injection) applies to emulated devices only.
+	ErrNotEmulated = errors.New("gxfer: not an emulated device")
 )
 
 // opError wraps a sentinel with the underlying cause.

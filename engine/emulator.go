@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gxfer/gxfer/dma/hlsim"
+)
+
+// Emulator injects faults into an emulated Gaudi device (Config.Devices
+// DevicesEmulated, or DevicesAuto on a machine without Gaudi), so that a
+// program can test its own error handling against the failures a real
+// device reports. Get one with Engine.Emulator. Each fault applies to the
+// next command submissions the engine sends to the device; one command
+// submission carries one copy or several (a Batch's, or copies queued at
+// the same time), and all of them share its fate. An Emulator is safe for
+// concurrent use; after the engine is closed its methods do nothing.
+type Emulator struct {
+	dev int
+	sim *hlsim.Device
+}
+
+// Emulator returns fault injection for device i, or an error: ErrNoDevice
+// if there is no such device, ErrNotEmulated for real hardware (faults
+// cannot be injected there), ErrClosed once the engine is closed.
+func (e *Engine) Emulator(i int) (*Emulator, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	g, err := e.device(Gaudi(i))
+	if err != nil {
+		return nil, err
+	}
+	if g.sim == nil {
+		return nil, newErr(ErrNotEmulated, fmt.Sprintf("gaudi%d is %s", i, g.dev.Name()), nil)
+	}
+	return &Emulator{dev: i, sim: g.sim}, nil
+}
+
+// Device is the index of the emulated device (Gaudi(Device())).
+func (m *Emulator) Device() int { return m.dev }
+
+// HangNextCS makes the next n command submissions never complete: their
+// copies end with ErrTimeout at their deadline (Timeout, Config.OpTimeout)
+// or, at the latest, when the emulated TDR (EmulatorConfig.CSTimeout)
+// times the submission out and resets the device, as the driver does on a
+// lockup. It replaces an earlier HangNextCS; n <= 0 cancels it.
+func (m *Emulator) HangNextCS(n int) { m.sim.HangNextCS(n) }
+
+// AbortNextCS makes the next n command submissions end aborted without
+// moving any data: their copies end with ErrAborted. It replaces an
+// earlier AbortNextCS; n <= 0 cancels it.
+func (m *Emulator) AbortNextCS(n int) { m.sim.AbortNextCS(n) }
+
+// DelayNextCS makes the next n command submissions complete only delay
+// after their data has moved: their copies succeed late, or end with
+// ErrTimeout if their deadline comes first (the buffers stay in use until
+// the submission completes). The TDR still applies. It replaces an earlier
+// DelayNextCS; n <= 0 cancels it.
+func (m *Emulator) DelayNextCS(n int, delay time.Duration) { m.sim.DelayNextCS(n, delay) }
+
+// Reset resets the device at once, as a driver-initiated reset would:
+// copies in flight on it end with ErrAborted; later copies run normally.
+func (m *Emulator) Reset() { m.sim.Reset() }

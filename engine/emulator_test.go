@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestEmulator: each injected fault reaches the copies of the emulated
+// device through the public API, with the error a user matches.
+func TestEmulator(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		inject func(m *Emulator)
+		opts   []OpOption
+		check  func(t *testing.T, f *Future, m *Emulator)
+	}{
+		{"abort", func(m *Emulator) { m.AbortNextCS(1) }, nil, func(t *testing.T, f *Future, _ *Emulator) {
+			require.ErrorIs(t, f.Wait(ctx), ErrAborted)
+		}},
+		{"hang past the deadline", func(m *Emulator) { m.HangNextCS(1) }, []OpOption{Timeout(20 * time.Millisecond)},
+			func(t *testing.T, f *Future, _ *Emulator) {
+				require.ErrorIs(t, f.Wait(ctx), ErrTimeout)
+			}},
+		{"hang until the TDR", func(m *Emulator) { m.HangNextCS(1) }, nil, func(t *testing.T, f *Future, _ *Emulator) {
+			require.ErrorIs(t, f.Wait(ctx), ErrTimeout)
+		}},
+		{"delay", func(m *Emulator) { m.DelayNextCS(1, 50*time.Millisecond) }, nil, func(t *testing.T, f *Future, _ *Emulator) {
+			start := time.Now()
+			require.NoError(t, f.Wait(ctx))
+			require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "completion held back")
+		}},
+		{"delay past the deadline", func(m *Emulator) { m.DelayNextCS(1, 300*time.Millisecond) }, []OpOption{Timeout(20 * time.Millisecond)},
+			func(t *testing.T, f *Future, _ *Emulator) {
+				require.ErrorIs(t, f.Wait(ctx), ErrTimeout)
+			}},
+		{"reset", func(m *Emulator) { m.HangNextCS(1) }, nil, func(t *testing.T, f *Future, m *Emulator) {
+			// The hung CS must be on the device before the reset.
+			require.Eventually(t, func() bool { return m.sim.Stats().CSSubmitted > 0 }, 5*time.Second, time.Millisecond)
+			require.False(t, f.IsDone())
+			m.Reset()
+			require.ErrorIs(t, f.Wait(ctx), ErrAborted)
+		}},
+		{"cancelled", func(m *Emulator) { m.AbortNextCS(1); m.AbortNextCS(0) }, nil, func(t *testing.T, f *Future, _ *Emulator) {
+			require.NoError(t, f.Wait(ctx))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, Config{EmulatedCount: 2, Emulator: EmulatorConfig{DRAMSize: 64 << 20, CSTimeout: 500 * time.Millisecond}})
+			m, err := e.Emulator(1)
+			require.NoError(t, err)
+			require.Equal(t, 1, m.Device())
+			h, _ := e.Alloc(1<<20, Host)
+			d, _ := e.Alloc(1<<20, Gaudi(1))
+			d0, _ := e.Alloc(1<<20, Gaudi(0))
+			tc.inject(m)
+			// Device 0 is untouched by device 1's faults.
+			require.NoError(t, e.CopySync(ctx, d0.All(), h.All()))
+			tc.check(t, e.Copy(ctx, d.All(), h.All(), tc.opts...), m)
+			fill(h.Bytes(), 9)
+			require.NoError(t, e.CopySync(ctx, d.All(), h.All()), "the device works again")
+			back, _ := e.Alloc(1<<20, Host)
+			require.NoError(t, e.CopySync(ctx, back.All(), d.All()))
+			require.Equal(t, h.Bytes(), back.Bytes())
+		})
+	}
+}
+
+func TestEmulatorRefusals(t *testing.T) {
+	e := newEngine(t, Config{})
+	_, err := e.Emulator(1)
+	require.ErrorIs(t, err, ErrNoDevice)
+	_, err = e.Emulator(-1)
+	require.ErrorIs(t, err, ErrNoDevice)
+
+	// A real device: nothing to inject into.
+	g := e.devs[0]
+	sim := g.sim
+	g.sim = nil
+	_, err = e.Emulator(0)
+	g.sim = sim
+	require.ErrorIs(t, err, ErrNotEmulated)
+
+	none := newEngine(t, Config{Devices: DevicesNone})
+	_, err = none.Emulator(0)
+	require.ErrorIs(t, err, ErrNoDevice)
+
+	m, err := e.Emulator(0)
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	_, err = e.Emulator(0)
+	require.ErrorIs(t, err, ErrClosed)
+	m.HangNextCS(1) // no effect, no panic, after Close
+	m.Reset()
+}
