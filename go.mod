@@ -3,6 +3,7 @@ module github.com/gxfer/gxfer
 go 1.26.0
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/panjf2000/ants/v2 v2.12.1
 	github.com/rs/zerolog v1.35.1
 	github.com/stretchr/testify v1.12.1
