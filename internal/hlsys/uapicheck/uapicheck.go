@@ -1,295 +1,237 @@
-// Package uapicheck reads sizes, field offsets and ioctl numbers from the
-// kernel's habanalabs uAPI header with cgo, so that a test can compare them
-// with the Go layouts in package hlsys. It exists only for that test; no
-// other package imports it.
+// Package uapicheck compares package hlsys with the kernel's habanalabs uAPI
+// headers: every struct size, every field's offset and width, every
+// constant, both ioctl numberings, and which union member each typed hlsys
+// call fills and reads. It exists only for its tests; no other package
+// imports it.
 //
-// The kernel 6.1 header (/usr/include/misc/habanalabs.h, from Debian's
-// linux-libc-dev) is the ground truth. The fields that only the newest
-// header has (the 304-byte hl_info_hw_ip_info tail and the {addr, size,
-// offset} export form) are declared below as a C mirror of that header and
-// checked the same way, with the 6.1 prefix checked against the real one.
+// Two header generations are ground truth, never a hand-typed copy:
+//
+//   - [Gen61]: include/uapi/misc/habanalabs.h of kernel 6.1, installed as
+//     /usr/include/misc/habanalabs.h by Debian 12's linux-libc-dev. It has
+//     the legacy 'H' ioctl numbering, the 256-byte hl_info_hw_ip_info and
+//     the {handle, mem_size} DMA-BUF export form.
+//   - [GenDRM]: include/uapi/drm/habanalabs_accel.h of kernel 6.12, from
+//     bookworm-backports' linux-libc-dev, unpacked (never installed) by
+//     fetch-new-header.sh. It has the DRM accel numbering (DRM_IOCTL_HL_*,
+//     kernels 6.7 and later), the 304-byte hl_info_hw_ip_info and the
+//     {addr, mem_size, offset} export form.
+//
+// The header values are read by generating a small C program whose output
+// is the value of each C expression the check needs (offsetof, sizeof of a
+// member, a macro), compiling it with gcc against one header generation and
+// running it. The Go values come from reflection over hlsys's types, from
+// hlsys's constants, and from calling hlsys's typed functions on a
+// recording [hlsys.Backend] (see probe.go).
 package uapicheck
 
-/*
-#include <stddef.h>
-#include <stdint.h>
-#include <linux/types.h>
-#include <linux/ioctl.h>
-#include <misc/habanalabs.h>
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
 
-// Newest-header layouts that the 6.1 header lacks (include/uapi/drm/habanalabs_accel.h).
-struct hl_info_hw_ip_info_new {
-	__u64 sram_base_address;
-	__u64 dram_base_address;
-	__u64 dram_size;
-	__u32 sram_size;
-	__u32 num_of_events;
-	__u32 device_id;
-	__u32 module_id;
-	__u32 decoder_enabled_mask;
-	__u16 first_available_interrupt_id;
-	__u16 server_type;
-	__u32 cpld_version;
-	__u32 psoc_pci_pll_nr;
-	__u32 psoc_pci_pll_nf;
-	__u32 psoc_pci_pll_od;
-	__u32 psoc_pci_pll_div_factor;
-	__u8 tpc_enabled_mask;
-	__u8 dram_enabled;
-	__u8 security_enabled;
-	__u8 mme_master_slave_mode;
-	__u8 cpucp_version[HL_INFO_VERSION_MAX_LEN];
-	__u8 card_name[HL_INFO_CARD_NAME_MAX_LEN];
-	__u64 tpc_enabled_mask_ext;
-	__u64 dram_page_size;
-	__u32 edma_enabled_mask;
-	__u16 number_of_user_interrupts;
-	__u8 reserved1;
-	__u8 reserved2;
-	__u64 reserved3;
-	__u64 device_mem_alloc_default_page_size;
-	__u64 reserved4;
-	__u64 reserved5;
-	__u32 reserved6;
-	__u8 reserved7;
-	__u8 revision_id;
-	__u16 tpc_interrupt_id;
-	__u32 rotator_enabled_mask;
-	__u32 reserved9;
-	__u64 engine_core_interrupt_reg_addr;
-	__u64 reserved_dram_size;
-};
+// EnvNewHeader names the environment variable holding the directory into
+// which fetch-new-header.sh unpacked bookworm-backports' linux-libc-dev (the
+// directory that contains usr/include/drm/habanalabs_accel.h).
+const EnvNewHeader = "GXFER_UAPI_NEW_HEADER_DIR"
 
-struct hl_mem_in_export_new {
-	__u64 addr;
-	__u64 mem_size;
-	__u64 offset;
-	__u32 op;
-	__u32 flags;
-	__u32 ctx_id;
-	__u32 num_of_elements;
-};
+// Gen is one header generation.
+type Gen struct {
+	Name    string   // for messages, e.g. "6.1 misc/habanalabs.h"
+	Include string   // the header, as #include <...> names it
+	IDirs   []string // extra include directories, searched first
+	DRM     bool     // the header has the DRM accel numbering and newer layouts
+}
 
-// drm/drm.h is not part of Debian's linux-libc-dev (libdrm-dev ships it);
-// these are its two definitions that DRM_IOCTL_HL_* use.
-#define HLCHK_DRM_IOCTL_BASE 'd'
-#define HLCHK_DRM_COMMAND_BASE 0x40
-#define HLCHK_DRM_IOCTL_HL(n, T) _IOWR(HLCHK_DRM_IOCTL_BASE, HLCHK_DRM_COMMAND_BASE + (n), T)
+// Gen61 is the kernel 6.1 header of the installed linux-libc-dev.
+func Gen61() Gen {
+	return Gen{Name: "6.1 misc/habanalabs.h", Include: "misc/habanalabs.h"}
+}
 
-struct hlchk_entry { const char *name; unsigned long long value; };
+// GenDRM is the 6.12 header unpacked under root (root/usr/include/drm/
+// habanalabs_accel.h). <drm/drm.h> and <linux/...> come from the same tree;
+// the architecture's asm headers from its multiarch directory.
+func GenDRM(root string) (Gen, error) {
+	inc := filepath.Join(root, "usr", "include")
+	if _, err := os.Stat(filepath.Join(inc, "drm", "habanalabs_accel.h")); err != nil {
+		return Gen{}, fmt.Errorf("uapicheck: no drm/habanalabs_accel.h under %s: %w", root, err)
+	}
+	dirs := []string{inc}
+	if out, err := exec.Command("gcc", "-print-multiarch").Output(); err == nil {
+		if ma := strings.TrimSpace(string(out)); ma != "" {
+			if _, err := os.Stat(filepath.Join(inc, ma)); err == nil {
+				dirs = append(dirs, filepath.Join(inc, ma))
+			}
+		}
+	}
+	return Gen{Name: "6.12 drm/habanalabs_accel.h", Include: "drm/habanalabs_accel.h", IDirs: dirs, DRM: true}, nil
+}
 
-#define SZ(T) { "sizeof " #T, sizeof(T) }
-#define OFF(T, f) { #T "." #f, offsetof(T, f) }
+// Eval compiles a program that prints the value of every C expression in
+// exprs, evaluated against g's header, runs it and returns the values by
+// expression. Every expression must be an integer constant expression;
+// FSIZE(T, member) is the size of a member.
+func Eval(g Gen, exprs []string) (map[string]uint64, error) {
+	dir, err := os.MkdirTemp("", "uapicheck")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
 
-static const struct hlchk_entry hlchk_table[] = {
-	SZ(struct hl_info_args),
-	OFF(struct hl_info_args, return_pointer),
-	OFF(struct hl_info_args, return_size),
-	OFF(struct hl_info_args, op),
-	OFF(struct hl_info_args, dcore_id),
-	OFF(struct hl_info_args, pad),
+	var src bytes.Buffer
+	fmt.Fprintf(&src, "#include <stdio.h>\n#include <stddef.h>\n#include <fcntl.h>\n#include <linux/types.h>\n#include <linux/ioctl.h>\n#include <%s>\n", g.Include)
+	src.WriteString("#define FSIZE(T, m) sizeof(((T *)0)->m)\nint main(void) {\n")
+	for i, e := range exprs {
+		fmt.Fprintf(&src, "\tprintf(\"%d %%llu\\n\", (unsigned long long)(%s));\n", i, e)
+	}
+	src.WriteString("\treturn 0;\n}\n")
+	cfile := filepath.Join(dir, "probe.c")
+	if err := os.WriteFile(cfile, src.Bytes(), 0o600); err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "probe")
+	args := []string{"-std=gnu11", "-Wall", "-Werror", "-o", bin}
+	for _, d := range g.IDirs {
+		args = append(args, "-I", d)
+	}
+	args = append(args, cfile)
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("uapicheck: compiling against %s: %w\n%s", g.Name, err, out)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("uapicheck: running the %s probe: %w", g.Name, err)
+	}
+	vals := make(map[string]uint64, len(exprs))
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		idx, val, ok := strings.Cut(sc.Text(), " ")
+		i, err1 := strconv.Atoi(idx)
+		v, err2 := strconv.ParseUint(val, 10, 64)
+		if !ok || err1 != nil || err2 != nil || i < 0 || i >= len(exprs) {
+			return nil, fmt.Errorf("uapicheck: bad probe output line %q", sc.Text())
+		}
+		vals[exprs[i]] = v
+	}
+	if len(vals) != len(dedup(exprs)) {
+		return nil, errors.New("uapicheck: probe printed fewer values than expressions")
+	}
+	return vals, nil
+}
 
-	SZ(struct hl_info_hw_ip_info),
-	OFF(struct hl_info_hw_ip_info, sram_base_address),
-	OFF(struct hl_info_hw_ip_info, dram_base_address),
-	OFF(struct hl_info_hw_ip_info, dram_size),
-	OFF(struct hl_info_hw_ip_info, sram_size),
-	OFF(struct hl_info_hw_ip_info, num_of_events),
-	OFF(struct hl_info_hw_ip_info, device_id),
-	OFF(struct hl_info_hw_ip_info, module_id),
-	OFF(struct hl_info_hw_ip_info, decoder_enabled_mask),
-	OFF(struct hl_info_hw_ip_info, first_available_interrupt_id),
-	OFF(struct hl_info_hw_ip_info, server_type),
-	OFF(struct hl_info_hw_ip_info, cpld_version),
-	OFF(struct hl_info_hw_ip_info, psoc_pci_pll_nr),
-	OFF(struct hl_info_hw_ip_info, psoc_pci_pll_nf),
-	OFF(struct hl_info_hw_ip_info, psoc_pci_pll_od),
-	OFF(struct hl_info_hw_ip_info, psoc_pci_pll_div_factor),
-	OFF(struct hl_info_hw_ip_info, tpc_enabled_mask),
-	OFF(struct hl_info_hw_ip_info, dram_enabled),
-	OFF(struct hl_info_hw_ip_info, security_enabled),
-	OFF(struct hl_info_hw_ip_info, mme_master_slave_mode),
-	OFF(struct hl_info_hw_ip_info, cpucp_version),
-	OFF(struct hl_info_hw_ip_info, card_name),
-	OFF(struct hl_info_hw_ip_info, tpc_enabled_mask_ext),
-	OFF(struct hl_info_hw_ip_info, dram_page_size),
-	OFF(struct hl_info_hw_ip_info, edma_enabled_mask),
-	OFF(struct hl_info_hw_ip_info, number_of_user_interrupts),
-	OFF(struct hl_info_hw_ip_info, pad2),
-	OFF(struct hl_info_hw_ip_info, reserved4),
-	OFF(struct hl_info_hw_ip_info, device_mem_alloc_default_page_size),
-
-	SZ(struct hl_info_hw_ip_info_new),
-	OFF(struct hl_info_hw_ip_info_new, reserved1),
-	OFF(struct hl_info_hw_ip_info_new, reserved2),
-	OFF(struct hl_info_hw_ip_info_new, reserved3),
-	OFF(struct hl_info_hw_ip_info_new, device_mem_alloc_default_page_size),
-	OFF(struct hl_info_hw_ip_info_new, reserved4),
-	OFF(struct hl_info_hw_ip_info_new, reserved5),
-	OFF(struct hl_info_hw_ip_info_new, reserved6),
-	OFF(struct hl_info_hw_ip_info_new, reserved7),
-	OFF(struct hl_info_hw_ip_info_new, revision_id),
-	OFF(struct hl_info_hw_ip_info_new, tpc_interrupt_id),
-	OFF(struct hl_info_hw_ip_info_new, rotator_enabled_mask),
-	OFF(struct hl_info_hw_ip_info_new, reserved9),
-	OFF(struct hl_info_hw_ip_info_new, engine_core_interrupt_reg_addr),
-	OFF(struct hl_info_hw_ip_info_new, reserved_dram_size),
-
-	SZ(struct hl_info_dram_usage),
-	OFF(struct hl_info_dram_usage, dram_free_mem),
-	OFF(struct hl_info_dram_usage, ctx_dram_mem),
-	SZ(struct hl_info_device_status),
-	OFF(struct hl_info_device_status, status),
-	OFF(struct hl_info_device_status, pad),
-
-	SZ(union hl_mem_args),
-	SZ(struct hl_mem_in),
-	OFF(struct hl_mem_in, alloc.mem_size),
-	OFF(struct hl_mem_in, alloc.page_size),
-	OFF(struct hl_mem_in, free.handle),
-	OFF(struct hl_mem_in, map_device.hint_addr),
-	OFF(struct hl_mem_in, map_device.handle),
-	OFF(struct hl_mem_in, map_host.host_virt_addr),
-	OFF(struct hl_mem_in, map_host.hint_addr),
-	OFF(struct hl_mem_in, map_host.mem_size),
-	OFF(struct hl_mem_in, unmap.device_virt_addr),
-	OFF(struct hl_mem_in, export_dmabuf_fd.handle),
-	OFF(struct hl_mem_in, export_dmabuf_fd.mem_size),
-	OFF(struct hl_mem_in, op),
-	OFF(struct hl_mem_in, flags),
-	OFF(struct hl_mem_in, ctx_id),
-	OFF(struct hl_mem_in, num_of_elements),
-	OFF(struct hl_mem_out, device_virt_addr),
-	OFF(struct hl_mem_out, handle),
-	OFF(struct hl_mem_out, fd),
-	SZ(struct hl_mem_in_export_new),
-	OFF(struct hl_mem_in_export_new, addr),
-	OFF(struct hl_mem_in_export_new, mem_size),
-	OFF(struct hl_mem_in_export_new, offset),
-	OFF(struct hl_mem_in_export_new, op),
-	OFF(struct hl_mem_in_export_new, flags),
-
-	SZ(union hl_cb_args),
-	OFF(struct hl_cb_in, cb_handle),
-	OFF(struct hl_cb_in, op),
-	OFF(struct hl_cb_in, cb_size),
-	OFF(struct hl_cb_in, ctx_id),
-	OFF(struct hl_cb_in, flags),
-	OFF(struct hl_cb_out, cb_handle),
-	OFF(struct hl_cb_out, usage_cnt),
-	OFF(struct hl_cb_out, device_va),
-
-	SZ(struct hl_cs_chunk),
-	OFF(struct hl_cs_chunk, cb_handle),
-	OFF(struct hl_cs_chunk, queue_index),
-	OFF(struct hl_cs_chunk, cb_size),
-	OFF(struct hl_cs_chunk, cs_chunk_flags),
-	OFF(struct hl_cs_chunk, collective_engine_id),
-	OFF(struct hl_cs_chunk, pad),
-	SZ(union hl_cs_args),
-	SZ(struct hl_cs_in),
-	OFF(struct hl_cs_in, chunks_restore),
-	OFF(struct hl_cs_in, chunks_execute),
-	OFF(struct hl_cs_in, seq),
-	OFF(struct hl_cs_in, num_chunks_restore),
-	OFF(struct hl_cs_in, num_chunks_execute),
-	OFF(struct hl_cs_in, timeout),
-	OFF(struct hl_cs_in, cs_flags),
-	OFF(struct hl_cs_in, ctx_id),
-	OFF(struct hl_cs_in, pad),
-	SZ(struct hl_cs_out),
-	OFF(struct hl_cs_out, seq),
-	OFF(struct hl_cs_out, status),
-	OFF(struct hl_cs_out, sob_base_addr_offset),
-	OFF(struct hl_cs_out, sob_count_before_submission),
-	OFF(struct hl_cs_out, pad),
-
-	SZ(union hl_wait_cs_args),
-	SZ(struct hl_wait_cs_in),
-	OFF(struct hl_wait_cs_in, seq),
-	OFF(struct hl_wait_cs_in, timeout_us),
-	OFF(struct hl_wait_cs_in, ctx_id),
-	OFF(struct hl_wait_cs_in, flags),
-	OFF(struct hl_wait_cs_in, interrupt_timeout_us),
-	OFF(struct hl_wait_cs_in, cq_counters_offset),
-	OFF(struct hl_wait_cs_in, timestamp_handle),
-	OFF(struct hl_wait_cs_in, timestamp_offset),
-	SZ(struct hl_wait_cs_out),
-	OFF(struct hl_wait_cs_out, status),
-	OFF(struct hl_wait_cs_out, flags),
-	OFF(struct hl_wait_cs_out, timestamp_nsec),
-	OFF(struct hl_wait_cs_out, cs_completion_map),
-	OFF(struct hl_wait_cs_out, pad),
-
-	{ "HL_IOCTL_INFO", HL_IOCTL_INFO },
-	{ "HL_IOCTL_CB", HL_IOCTL_CB },
-	{ "HL_IOCTL_CS", HL_IOCTL_CS },
-	{ "HL_IOCTL_WAIT_CS", HL_IOCTL_WAIT_CS },
-	{ "HL_IOCTL_MEMORY", HL_IOCTL_MEMORY },
-	{ "HL_IOCTL_DEBUG", HL_IOCTL_DEBUG },
-	{ "DRM_IOCTL_HL_INFO", HLCHK_DRM_IOCTL_HL(0, struct hl_info_args) },
-	{ "DRM_IOCTL_HL_CB", HLCHK_DRM_IOCTL_HL(1, union hl_cb_args) },
-	{ "DRM_IOCTL_HL_CS", HLCHK_DRM_IOCTL_HL(2, union hl_cs_args) },
-	{ "DRM_IOCTL_HL_WAIT_CS", HLCHK_DRM_IOCTL_HL(3, union hl_wait_cs_args) },
-	{ "DRM_IOCTL_HL_MEMORY", HLCHK_DRM_IOCTL_HL(4, union hl_mem_args) },
-	{ "DRM_IOCTL_HL_DEBUG", HLCHK_DRM_IOCTL_HL(5, struct hl_debug_args) },
-
-	{ "HL_INFO_HW_IP_INFO", HL_INFO_HW_IP_INFO },
-	{ "HL_INFO_DRAM_USAGE", HL_INFO_DRAM_USAGE },
-	{ "HL_INFO_DEVICE_STATUS", HL_INFO_DEVICE_STATUS },
-	{ "HL_INFO_REGISTER_EVENTFD", HL_INFO_REGISTER_EVENTFD },
-	{ "HL_INFO_UNREGISTER_EVENTFD", HL_INFO_UNREGISTER_EVENTFD },
-	{ "HL_INFO_GET_EVENTS", HL_INFO_GET_EVENTS },
-	{ "HL_MEM_OP_ALLOC", HL_MEM_OP_ALLOC },
-	{ "HL_MEM_OP_FREE", HL_MEM_OP_FREE },
-	{ "HL_MEM_OP_MAP", HL_MEM_OP_MAP },
-	{ "HL_MEM_OP_UNMAP", HL_MEM_OP_UNMAP },
-	{ "HL_MEM_OP_EXPORT_DMABUF_FD", HL_MEM_OP_EXPORT_DMABUF_FD },
-	{ "HL_MEM_USERPTR", HL_MEM_USERPTR },
-	{ "HL_MEM_CONTIGUOUS", HL_MEM_CONTIGUOUS },
-	{ "HL_MEM_SHARED", HL_MEM_SHARED },
-	{ "HL_CB_OP_CREATE", HL_CB_OP_CREATE },
-	{ "HL_CB_OP_DESTROY", HL_CB_OP_DESTROY },
-	{ "HL_CB_OP_INFO", HL_CB_OP_INFO },
-	{ "HL_CB_FLAGS_MAP", HL_CB_FLAGS_MAP },
-	{ "HL_CB_FLAGS_GET_DEVICE_VA", HL_CB_FLAGS_GET_DEVICE_VA },
-	{ "HL_MAX_CB_SIZE", HL_MAX_CB_SIZE },
-	{ "HL_MAX_JOBS_PER_CS", HL_MAX_JOBS_PER_CS },
-	{ "HL_CS_CHUNK_FLAGS_USER_ALLOC_CB", HL_CS_CHUNK_FLAGS_USER_ALLOC_CB },
-	{ "HL_CS_FLAGS_CUSTOM_TIMEOUT", HL_CS_FLAGS_CUSTOM_TIMEOUT },
-	{ "HL_CS_FLAGS_TIMESTAMP", HL_CS_FLAGS_TIMESTAMP },
-	{ "HL_CS_STATUS_SUCCESS", HL_CS_STATUS_SUCCESS },
-	{ "HL_WAIT_CS_STATUS_COMPLETED", HL_WAIT_CS_STATUS_COMPLETED },
-	{ "HL_WAIT_CS_STATUS_BUSY", HL_WAIT_CS_STATUS_BUSY },
-	{ "HL_WAIT_CS_STATUS_TIMEDOUT", HL_WAIT_CS_STATUS_TIMEDOUT },
-	{ "HL_WAIT_CS_STATUS_ABORTED", HL_WAIT_CS_STATUS_ABORTED },
-	{ "HL_WAIT_CS_STATUS_FLAG_GONE", HL_WAIT_CS_STATUS_FLAG_GONE },
-	{ "HL_DEVICE_STATUS_OPERATIONAL", HL_DEVICE_STATUS_OPERATIONAL },
-	{ "HL_DEVICE_STATUS_IN_RESET", HL_DEVICE_STATUS_IN_RESET },
-	{ "HL_DEVICE_STATUS_MALFUNCTION", HL_DEVICE_STATUS_MALFUNCTION },
-	{ "HL_NOTIFIER_EVENT_DEVICE_RESET", HL_NOTIFIER_EVENT_DEVICE_RESET },
-	{ "HL_NOTIFIER_EVENT_CS_TIMEOUT", HL_NOTIFIER_EVENT_CS_TIMEOUT },
-	{ "GAUDI_QUEUE_ID_DMA_0_0", GAUDI_QUEUE_ID_DMA_0_0 },
-	{ "GAUDI_QUEUE_ID_DMA_1_0", GAUDI_QUEUE_ID_DMA_1_0 },
-	{ "GAUDI_QUEUE_ID_CPU_PQ", GAUDI_QUEUE_ID_CPU_PQ },
-	{ "GAUDI2_QUEUE_ID_PDMA_0_0", GAUDI2_QUEUE_ID_PDMA_0_0 },
-	{ "GAUDI2_QUEUE_ID_PDMA_1_0", GAUDI2_QUEUE_ID_PDMA_1_0 },
-	{ "GAUDI2_QUEUE_ID_CPU_PQ", GAUDI2_QUEUE_ID_CPU_PQ },
-};
-
-static int hlchk_count(void) { return sizeof(hlchk_table) / sizeof(hlchk_table[0]); }
-static const char *hlchk_name(int i) { return hlchk_table[i].name; }
-static unsigned long long hlchk_value(int i) { return hlchk_table[i].value; }
-*/
-import "C"
-
-// Header returns every size, offset ("struct x.field") and constant the
-// test checks, as the C compiler sees them in the kernel header.
-func Header() map[string]uint64 {
-	n := int(C.hlchk_count())
-	m := make(map[string]uint64, n)
-	for i := 0; i < n; i++ {
-		m[C.GoString(C.hlchk_name(C.int(i)))] = uint64(C.hlchk_value(C.int(i)))
+func dedup(s []string) map[string]bool {
+	m := make(map[string]bool, len(s))
+	for _, e := range s {
+		m[e] = true
 	}
 	return m
+}
+
+// Fact is one comparison: a value the header gives and the value hlsys has.
+type Fact struct {
+	Key    string // what is compared, for messages and for the mutation tests
+	Header uint64
+	Go     uint64
+}
+
+// Mismatches returns one line per fact whose two sides differ.
+func Mismatches(facts []Fact) []string {
+	var bad []string
+	for _, f := range facts {
+		if f.Header != f.Go {
+			bad = append(bad, fmt.Sprintf("%s: header %#x, hlsys %#x", f.Key, f.Header, f.Go))
+		}
+	}
+	return bad
+}
+
+// Check builds every fact of spec against generation g: it evaluates the
+// header expressions, then compares layouts, constants and probes.
+func Check(g Gen, spec Spec) ([]Fact, error) {
+	hdr, err := Eval(g, spec.exprs(g))
+	if err != nil {
+		return nil, err
+	}
+	return Compare(g, spec, hdr)
+}
+
+// Compare is Check with the header values already evaluated (by Eval of a
+// superset of spec's expressions).
+func Compare(g Gen, spec Spec, hdr map[string]uint64) ([]Fact, error) {
+	for _, e := range spec.exprs(g) {
+		if _, ok := hdr[e]; !ok {
+			return nil, fmt.Errorf("uapicheck: %q was not evaluated", e)
+		}
+	}
+	var facts []Fact
+	for _, l := range spec.Layouts {
+		facts = append(facts, l.facts(hdr)...)
+	}
+	for _, c := range spec.Consts {
+		if c.Gens.has(g) {
+			facts = append(facts, Fact{Key: c.C, Header: hdr[c.C], Go: c.Val})
+		}
+	}
+	for _, p := range spec.Probes {
+		if p.Gens.has(g) {
+			facts = append(facts, p.run(g, hdr)...)
+		}
+	}
+	return facts, nil
+}
+
+// Gens says which header generations an entry applies to.
+type Gens uint8
+
+const (
+	Only61  Gens = 1 << iota // the 6.1 header only
+	OnlyDRM                  // the 6.12 (DRM accel) header only
+	Both    = Only61 | OnlyDRM
+)
+
+func (s Gens) has(g Gen) bool {
+	if g.DRM {
+		return s&OnlyDRM != 0
+	}
+	return s&Only61 != 0
+}
+
+// Spec is everything the check compares; DefaultSpec is hlsys's. The
+// mutation tests alter copies of it.
+type Spec struct {
+	Layouts []Layout
+	Consts  []Const
+	Probes  []Probe
+}
+
+// Exprs is every header expression spec needs for generation g.
+func (s Spec) Exprs(g Gen) []string { return s.exprs(g) }
+
+// DefaultSpec is the complete check of hlsys for generation g.
+func DefaultSpec(g Gen) Spec {
+	return Spec{Layouts: Layouts(g), Consts: Consts(), Probes: Probes()}
+}
+
+func (s Spec) exprs(g Gen) []string {
+	var e []string
+	for _, l := range s.Layouts {
+		e = append(e, l.exprs()...)
+	}
+	for _, c := range s.Consts {
+		if c.Gens.has(g) {
+			e = append(e, c.C)
+		}
+	}
+	for _, p := range s.Probes {
+		if p.Gens.has(g) {
+			e = append(e, p.exprs(g)...)
+		}
+	}
+	return e
 }
