@@ -1,0 +1,353 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gxfer/gxfer/engine"
+)
+
+// driver is one soak run in the driving process.
+type driver struct {
+	cfg          Config
+	t            *tally
+	log          zerolog.Logger
+	dir          string
+	e            *engine.Engine
+	self         *target // faults on this process's devices
+	peers        []*peerProc
+	ns           *netns
+	slotsPerPeer int
+	devFaults    bool
+
+	loadCtx  context.Context
+	stopping atomic.Bool
+	bg       sync.WaitGroup // peer waiters
+	async    sync.WaitGroup // faults running beside the load
+}
+
+// Run runs a soak: it starts the peers, runs the load with faults for
+// cfg.Duration, stops everything and checks resources. Its error is a
+// setup failure; what the soak found is in the Report (Report.OK).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	base := measure()
+	d := &driver{cfg: cfg, t: newTally(), log: cfg.Logger, self: &target{name: "this process's devices"}}
+	rep := &Report{Seed: cfg.Seed, Procs: cfg.Procs, Skipped: map[Fault]string{}, Baseline: base}
+	var err error
+	if d.dir, err = os.MkdirTemp("", "gxfer-soak-"); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(d.dir)
+
+	rep.Netns = "off"
+	if cfg.Netns != "off" && cfg.Procs > 0 {
+		ns, why := setupNetns(cfg.Seed)
+		switch {
+		case ns != nil:
+			d.ns = ns
+			rep.Netns = fmt.Sprintf("used (peer 0 in %s at %s, dialed from %s)", ns.a, ns.addrA, ns.b)
+			defer ns.teardown()
+		case cfg.Netns == "on":
+			return nil, fmt.Errorf("soak: netns: %s", why)
+		default:
+			rep.Netns = "not used: " + why
+		}
+	}
+	if d.ns == nil && cfg.wants(FaultLinkDown) {
+		rep.Skipped[FaultLinkDown] = "needs the network namespaces (" + rep.Netns + ")"
+	}
+
+	if d.e, err = engine.New(engineConfig(2, d.log)); err != nil {
+		return nil, fmt.Errorf("soak: engine: %w", err)
+	}
+	engineOpen := true
+	defer func() {
+		if engineOpen {
+			_ = d.e.Close()
+		}
+	}()
+	if why := csFaultsWhyNot(d.e); why != "" {
+		for _, f := range []Fault{FaultCSHang, FaultCSAbort, FaultCSReset} {
+			if cfg.wants(f) {
+				rep.Skipped[f] = why
+			}
+		}
+	} else {
+		d.devFaults = true
+	}
+	if cfg.Procs == 0 {
+		for _, f := range []Fault{FaultPeerKill, FaultStaleKey, FaultHostile} {
+			if cfg.wants(f) {
+				rep.Skipped[f] = "no peer processes"
+			}
+		}
+	}
+
+	d.slotsPerPeer = cfg.Workers * slotsPerWorker
+	for i := range cfg.Procs {
+		p := &peerProc{d: d, idx: i, inNS: d.ns != nil && i == 0, faults: &target{name: fmt.Sprintf("peer %d", i)}}
+		d.peers = append(d.peers, p)
+		if err := p.start(0, uint64(cfg.Seed)^uint64(i+1)<<40); err != nil {
+			d.stopAll()
+			return nil, fmt.Errorf("soak: %w", err)
+		}
+	}
+
+	// The load phase.
+	loadCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	d.loadCtx = loadCtx
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	workers := make([]*worker, cfg.Workers)
+	for i := range workers {
+		w, err := d.newWorker(i)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			d.stopAll()
+			return nil, fmt.Errorf("soak: worker: %w", err)
+		}
+		workers[i] = w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run()
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.schedule(rep.Skipped)
+	}()
+	if cfg.Progress != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.progress(t0)
+		}()
+	}
+	stuck := d.watchdog(loadCtx, 20*time.Second)
+	wg.Wait()
+	d.async.Wait()
+	close(stuck)
+	rep.Duration = time.Since(t0)
+	for _, w := range workers {
+		w.close()
+	}
+
+	// Everything stops; resources go back to their baselines.
+	if err := d.e.Close(); err != nil {
+		d.t.note("closing the engine: %v", err)
+	}
+	engineOpen = false
+	for _, p := range d.peers {
+		if !p.snapshot().alive {
+			continue
+		}
+		p.mu.Lock()
+		pb := p.base
+		p.mu.Unlock()
+		now, l := settle(fmt.Sprintf("peer %d", p.idx), pb, 20*time.Second, p.stats)
+		rep.Leaks = append(rep.Leaks, l...)
+		if now.FDs > pb.FDs {
+			rep.Leaks = append(rep.Leaks, fmt.Sprintf("peer %d: descriptors opened since its start: %s", p.idx, p.newFDs()))
+		}
+	}
+	d.stopAll()
+	rep.Final, rep.Leaks = settleAppend(rep.Leaks, base)
+	d.t.fill(rep)
+	if n := rep.DialsOK + rep.DialsFailed; rep.DialsFailed*100 > n {
+		rep.Violations = append(rep.Violations, fmt.Sprintf("lockout: %d of %d legitimate Dials to live peers failed (more than 1%%)", rep.DialsFailed, n))
+	}
+	return rep, nil
+}
+
+// watchdog notes (with every goroutine's stack, on stderr) a load that
+// has not stopped within grace of its end: each of its steps is bounded,
+// so that is a bug of the soak or an engine call that blocks.
+func (d *driver) watchdog(loadCtx context.Context, grace time.Duration) chan struct{} {
+	done := make(chan struct{})
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		select {
+		case <-done:
+			return
+		case <-loadCtx.Done():
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			buf := make([]byte, 4<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			d.t.note("the load had not stopped %v after its end; goroutine stacks on stderr", grace)
+			fmt.Fprintf(os.Stderr, "gxfer soak: the load has not stopped %v after its end:\n%s\n", grace, buf)
+		}
+	}()
+	return done
+}
+
+func settleAppend(l []string, base Resources) (Resources, []string) {
+	now, more := settle("this process", base, 20*time.Second, func() (Resources, error) { return measure(), nil })
+	return now, append(l, more...)
+}
+
+// stopAll ends the peer processes.
+func (d *driver) stopAll() {
+	d.stopping.Store(true)
+	var wg sync.WaitGroup
+	for _, p := range d.peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.stop(20 * time.Second)
+		}()
+	}
+	wg.Wait()
+	d.bg.Wait()
+}
+
+func (d *driver) progress(t0 time.Time) {
+	tk := time.NewTicker(d.cfg.ProgressEvery)
+	defer tk.Stop()
+	for {
+		select {
+		case <-d.loadCtx.Done():
+			return
+		case <-tk.C:
+		}
+		var ok, failed uint64
+		d.t.mu.Lock()
+		for _, c := range d.t.ops {
+			ok += c.OK
+			for _, n := range c.Failed {
+				failed += n
+			}
+		}
+		nf := 0
+		for _, n := range d.t.injected {
+			nf += n
+		}
+		nv := len(d.t.violations)
+		d.t.mu.Unlock()
+		d.cfg.Progress(fmt.Sprintf("soak %v: %d ops ok, %d failed, %.1f MiB verified, %d faults, %d violations",
+			time.Since(t0).Round(time.Second), ok, failed, float64(d.t.bytes.Load())/(1<<20), nf, nv))
+	}
+}
+
+// target is something faults are injected into (this process's devices,
+// a peer): the times during which a failure of an operation touching it
+// is explained.
+type target struct {
+	name string
+	mu   sync.Mutex
+	iv   []*interval
+}
+
+type interval struct {
+	from time.Time
+	to   atomic.Int64 // unix nanoseconds; 0 while open
+	kind Fault
+}
+
+// begin opens an interval; end closes it.
+func (t *target) begin(kind Fault) *interval {
+	iv := &interval{from: time.Now(), kind: kind}
+	t.mu.Lock()
+	t.iv = append(t.iv, iv)
+	if len(t.iv) > 512 {
+		t.iv = t.iv[len(t.iv)-512:]
+	}
+	t.mu.Unlock()
+	return iv
+}
+
+func (iv *interval) end(at time.Time) { iv.to.Store(at.UnixNano()) }
+
+// explains reports whether a fault's interval overlaps [start, end].
+func (t *target) explains(start, end time.Time) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, iv := range t.iv {
+		to := iv.to.Load()
+		if iv.from.After(end) {
+			continue
+		}
+		if to == 0 || time.Unix(0, to).After(start) {
+			return true
+		}
+	}
+	return false
+}
+
+// mustNot are error classes no operation of the load may end with: a
+// panic, an untyped error, or one saying the soak's own valid arguments
+// were wrong.
+var mustNot = map[string]bool{"ErrPanic": true, "untyped": true, "ErrInvalid": true, "ErrForeign": true,
+	"ErrNoDevice": true, "ErrNotSupported": true, "ErrFreed": true, "ErrQueueFull": true}
+
+var errUnresolved = errors.New("soak: future not resolved")
+
+// wait waits for f within the bound; a future past it is a violation
+// (and is waited for once more as long before being given up).
+func (d *driver) wait(f *engine.Future, what func() string) error {
+	t := time.NewTimer(d.cfg.Bound)
+	defer t.Stop()
+	select {
+	case <-f.Done():
+		return f.Err()
+	case <-t.C:
+	}
+	d.t.violate("unresolved", "%s: future not resolved after %v", what(), d.cfg.Bound)
+	t.Reset(d.cfg.Bound)
+	select {
+	case <-f.Done():
+		return f.Err()
+	case <-t.C:
+		return errUnresolved
+	}
+}
+
+// result counts an operation and checks its error: typed, and explained
+// by a fault on one of the targets it touched.
+func (d *driver) result(kind string, err error, start time.Time, what func() string, targets ...*target) {
+	d.t.op(kind, err)
+	if err == nil || errors.Is(err, errUnresolved) {
+		return
+	}
+	cls := classify(err)
+	if mustNot[cls] {
+		d.t.violate("bad-error", "%s (%s): %s error: %v", kind, what(), cls, err)
+		return
+	}
+	end := time.Now()
+	for _, t := range targets {
+		if t.explains(start, end) {
+			return
+		}
+	}
+	d.t.violate("unexplained", "%s (%s) failed with no fault injected into what it touches: %v", kind, what(), err)
+}
+
+// rng returns a source for a goroutine of the run.
+func (d *driver) rng(stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(d.cfg.Seed), stream))
+}

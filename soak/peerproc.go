@@ -1,0 +1,296 @@
+package soak
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gxfer/gxfer/engine"
+)
+
+// peerProc is the driver's handle on one peer process, which it may kill
+// and start again (a new generation, with new keys).
+type peerProc struct {
+	d      *driver
+	idx    int
+	inNS   bool // lives in network namespace A; its TCP address is on the veth
+	faults *target
+
+	cmdMu sync.Mutex // one command at a time
+
+	mu      sync.Mutex
+	view    peerView
+	stdin   io.WriteCloser
+	lines   chan string
+	exited  chan struct{}
+	killing bool
+	pid     int
+	base    Resources
+	baseFDs []string
+}
+
+// newFDs lists the peer's descriptors that were not open at its start.
+func (p *peerProc) newFDs() string {
+	a, err := p.command("fds")
+	if err != nil {
+		return err.Error()
+	}
+	p.mu.Lock()
+	base := map[string]bool{}
+	for _, f := range p.baseFDs {
+		base[f] = true
+	}
+	p.mu.Unlock()
+	var out []string
+	for _, f := range strings.Fields(strings.TrimPrefix(a, "FDS")) {
+		if !base[f] {
+			out = append(out, f)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// peerView is one generation of a peer: its addresses and keys.
+type peerView struct {
+	gen                          int
+	alive                        bool
+	unix, tcp                    string
+	rwHost, rwDev, roHost, roDev engine.RemoteKey
+	roSeed                       uint64
+}
+
+func (p *peerProc) snapshot() peerView {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.view
+}
+
+const peerStartTimeout = 60 * time.Second
+
+// start starts generation gen of the peer and waits for it to be ready.
+func (p *peerProc) start(gen int, seed uint64) error {
+	spec := peerSpec{
+		Seed:  seed,
+		Unix:  filepath.Join(p.d.dir, fmt.Sprintf("p%d.%d.sock", p.idx, gen)),
+		TCP:   "127.0.0.1:0",
+		Slots: p.d.slotsPerPeer,
+	}
+	if p.inNS {
+		spec.TCP = p.d.ns.addrA + ":0"
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	base := p.d.cfg.PeerCommand()
+	cmd := base
+	if p.inNS {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", p.d.ns.a, base.Path}, base.Args[1:]...)...)
+		cmd.Env = base.Env
+	}
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, peerEnv+"="+string(js))
+	tail := &tailBuffer{max: 8 << 10}
+	cmd.Stderr = tail
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start peer %d: %w", p.idx, err)
+	}
+	lines := make(chan string, 16)
+	exited := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default: // an answer nobody waits for any more
+			}
+		}
+		close(lines)
+	}()
+	p.d.bg.Add(1)
+	go func() {
+		defer p.d.bg.Done()
+		// Wait after stdout is at EOF: the reader has what the peer wrote.
+		err := cmd.Wait()
+		p.mu.Lock()
+		killed := p.killing
+		p.view.alive = false
+		p.mu.Unlock()
+		close(exited)
+		if !killed && !p.d.stopping.Load() {
+			p.d.t.violate("peer-crash", "peer %d (generation %d, pid %d) exited by itself: %v; stderr: %s",
+				p.idx, gen, cmd.Process.Pid, err, tail.String())
+		}
+	}()
+	p.mu.Lock()
+	p.stdin, p.lines, p.exited, p.killing, p.pid = stdin, lines, exited, false, cmd.Process.Pid
+	p.mu.Unlock()
+
+	line, err := p.recv(peerStartTimeout)
+	if err != nil {
+		p.kill()
+		return fmt.Errorf("peer %d did not start: %w; stderr: %s", p.idx, err, tail.String())
+	}
+	f := strings.Fields(line)
+	if len(f) != 7 || f[0] != "READY" {
+		p.kill()
+		return fmt.Errorf("peer %d: %q; stderr: %s", p.idx, line, tail.String())
+	}
+	v := peerView{gen: gen, alive: true, unix: f[1], tcp: f[2], roSeed: seed}
+	for i, k := range []*engine.RemoteKey{&v.rwHost, &v.rwDev, &v.roHost, &v.roDev} {
+		if *k, err = parseKey(f[3+i]); err != nil {
+			p.kill()
+			return fmt.Errorf("peer %d: key %d: %w", p.idx, i, err)
+		}
+	}
+	pbase, err := p.stats()
+	if err != nil {
+		p.kill()
+		return err
+	}
+	fds, err := p.command("fds")
+	if err != nil {
+		p.kill()
+		return err
+	}
+	p.mu.Lock()
+	p.view, p.base, p.baseFDs = v, pbase, strings.Fields(strings.TrimPrefix(fds, "FDS"))
+	p.mu.Unlock()
+	return nil
+}
+
+var errPeerGone = errors.New("peer process gone")
+
+// recv takes the peer's next line.
+func (p *peerProc) recv(timeout time.Duration) (string, error) {
+	p.mu.Lock()
+	lines := p.lines
+	p.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			return "", errPeerGone
+		}
+		return l, nil
+	case <-t.C:
+		return "", fmt.Errorf("no answer from peer %d in %v", p.idx, timeout)
+	}
+}
+
+// command sends one command and returns the answer.
+func (p *peerProc) command(c string) (string, error) {
+	p.cmdMu.Lock()
+	defer p.cmdMu.Unlock()
+	p.mu.Lock()
+	w := p.stdin
+	p.mu.Unlock()
+	if w == nil {
+		return "", errPeerGone
+	}
+	if _, err := fmt.Fprintln(w, c); err != nil {
+		return "", errPeerGone
+	}
+	return p.recv(20 * time.Second)
+}
+
+func (p *peerProc) stats() (Resources, error) {
+	l, err := p.command("stats")
+	if err != nil {
+		return Resources{}, err
+	}
+	var r Resources
+	if _, err := fmt.Sscanf(l, "STATS %d %d %d %d %d %d", &r.Goroutines, &r.FDs, &r.Maps, &r.FileMaps, &r.Heap, &r.Threads); err != nil {
+		return r, fmt.Errorf("peer %d: %q", p.idx, l)
+	}
+	return r, nil
+}
+
+// kill SIGKILLs the peer and waits for it to be gone.
+func (p *peerProc) kill() {
+	p.mu.Lock()
+	p.killing = true
+	p.view.alive = false
+	pid, exited, stdin := p.pid, p.exited, p.stdin
+	p.stdin = nil
+	p.mu.Unlock()
+	if exited == nil {
+		return
+	}
+	if stdin != nil {
+		_ = stdin.Close()
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	<-exited
+}
+
+// stop asks the peer to exit (EOF on stdin), and kills it if it has not
+// within the bound.
+func (p *peerProc) stop(bound time.Duration) {
+	p.mu.Lock()
+	p.killing = true
+	p.view.alive = false
+	exited, stdin := p.exited, p.stdin
+	p.stdin = nil
+	p.mu.Unlock()
+	if exited == nil {
+		return
+	}
+	if stdin != nil {
+		_ = stdin.Close()
+	}
+	select {
+	case <-exited:
+	case <-time.After(bound):
+		p.d.t.violate("peer-exit", "peer %d did not exit within %v of its stdin closing; killed", p.idx, bound)
+		p.kill()
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimSpace(string(t.b))
+	if s == "" {
+		return "(empty)"
+	}
+	return s
+}
