@@ -63,6 +63,7 @@ func commands() []command {
 	return []command{
 		{"info", "show devices, memory domains, transports and caches (like ucx_info -d)", runInfo, infoUsage},
 		{"perf", "measure copy bandwidth and latency (like ucx_perftest, ib_write_bw)", runPerf, perfUsage},
+		{"soak", "run the chaos and soak workload: verified transfers under injected faults", runSoak, soakUsage},
 	}
 }
 
