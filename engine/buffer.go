@@ -156,6 +156,7 @@ func (b *Buffer) Free() error {
 			return nil
 		}
 		if b.state.CompareAndSwap(s, s|freedBit) {
+			b.eng.revokeValidity(b) // peers' copies fail from now on (imports.go)
 			if s == 0 {
 				return b.destroy()
 			}

@@ -41,6 +41,7 @@ type Endpoint struct {
 	mu        sync.Mutex
 	pending   map[uint64]func(reply) // called once, never under mu
 	inbound   map[uint64]*inbound    // TCP: transfers landing
+	lent      map[*Buffer]struct{}   // IPC: our buffers the peer mapped (imports.go)
 	nextID    atomic.Uint64
 	idParity  uint64 // the parity of our request ids: 1 dialer, 0 acceptor
 	failed    error
@@ -76,7 +77,7 @@ func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, 
 	}
 	ep := &Endpoint{
 		e: e, c: c, peer: peer, kind: kind, name: name,
-		pid:       ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8])},
+		pid:       ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8]), Conn: e.ident.conns.Add(1)},
 		pending:   map[uint64]func(reply){},
 		inbound:   map[uint64]*inbound{},
 		done:      make(chan struct{}),
@@ -223,6 +224,7 @@ func (ep *Endpoint) failOnce(err error) {
 			fn(reply{err: err})
 		}
 		ep.e.imports.PurgePeer(ep.pid)
+		ep.unlend()
 		ep.e.epMu.Lock()
 		delete(ep.e.endpoints, ep)
 		ep.e.epMu.Unlock()
@@ -483,6 +485,9 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 	if err != nil {
 		return wire.StatusInternal, err.Error()
 	}
+	if h.Value().revoked() { // the requester freed its memory during the copy
+		return wire.StatusStale, "the requester's buffer was freed"
+	}
 	return wire.StatusOK, ""
 }
 
@@ -577,20 +582,7 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		if err != nil {
 			return cq.Resolved(ep.importErr(err))
 		}
-		theirs := h.Value().buf.Slice(int(remote.k.Offset), int(remote.k.Len))
-		var f *Future
-		if put {
-			f = e.Copy(ctx, theirs, local, opts...)
-		} else {
-			f = e.Copy(ctx, local, theirs, opts...)
-		}
-		if f.IsDone() {
-			e.imports.Put(h)
-			return f
-		}
-		e.async.Add(1)
-		go func() { defer e.async.Done(); <-f.Done(); e.imports.Put(h) }()
-		return f
+		return ep.rmaMapped(ctx, put, local, remote.k, h, opts)
 	}
 	return ep.rmaDevice(put, local, remote.k, opts)
 }

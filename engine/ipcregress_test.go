@@ -146,7 +146,7 @@ func TestIPCRegressCachePoisonBySpoofedPID(t *testing.T) {
 	ir, ok := m.(*wire.ImportRequest)
 	require.True(t, ok, "%T", m)
 	require.NoError(t, a.c.Send(&wire.ImportReply{RequestID: ir.RequestID, AllocID: vk.AllocID,
-		Generation: vk.Generation, Kind: wire.FDMemfd, Size: vk.Length}, evil.FD()))
+		Generation: vk.Generation, Kind: wire.FDMemfd, Size: vk.Length}, evil.FD(), testValidity(t).FD()))
 	_, _ = a.recv(t)
 
 	ctx := context.Background()
@@ -274,7 +274,7 @@ func TestIPCRegressReaderBlocksOnSem(t *testing.T) {
 		switch m := m.(type) {
 		case *wire.ImportRequest: // answered at once
 			require.NoError(t, a.c.Send(&wire.ImportReply{RequestID: m.RequestID, AllocID: m.Key.AllocID,
-				Generation: 1, Kind: wire.FDMemfd, Size: m.Key.Length}, mem.FD()))
+				Generation: 1, Kind: wire.FDMemfd, Size: m.Key.Length}, mem.FD(), testValidity(t).FD()))
 		case *wire.Completion:
 			ok++
 		case *wire.Error:
@@ -381,7 +381,7 @@ func TestIPCRegressCraftedFrames(t *testing.T) {
 	steps := []step{
 		{"hello twice", func(p *rawPeer) error { return p.c.Send(&p.hello) }},
 		{"unsolicited import reply with fd", func(p *rawPeer) error {
-			return p.c.Send(&wire.ImportReply{RequestID: 12345, AllocID: 1, Generation: 1, Kind: wire.FDMemfd, Size: 4096}, mem.FD())
+			return p.c.Send(&wire.ImportReply{RequestID: 12345, AllocID: 1, Generation: 1, Kind: wire.FDMemfd, Size: 4096}, mem.FD(), testValidity(t).FD())
 		}},
 		{"completion unknown id", func(p *rawPeer) error { return p.c.Send(&wire.Completion{RequestID: 777}) }},
 		{"import request gaudi key", func(p *rawPeer) error { return p.c.Send(&wire.ImportRequest{RequestID: 5, Key: dk.k}) }},
@@ -456,7 +456,7 @@ func TestIPCRegressServeOutlivesClose(t *testing.T) {
 		Local: wire.Local{Kind: wire.LocalKey, Key: local}}}))
 	_, m := p.recv(t)
 	ir := m.(*wire.ImportRequest)
-	require.NoError(t, p.c.Send(&wire.ImportReply{RequestID: ir.RequestID, AllocID: 1, Generation: 1, Kind: wire.FDMemfd, Size: 1 << 20}, mem.FD()))
+	require.NoError(t, p.c.Send(&wire.ImportReply{RequestID: ir.RequestID, AllocID: 1, Generation: 1, Kind: wire.FDMemfd, Size: 1 << 20}, mem.FD(), testValidity(t).FD()))
 	time.Sleep(50 * time.Millisecond) // the copy is in the host worker
 	p.c.Close()                       // the peer goes away: the endpoint fails
 	require.Eventually(t, func() bool { e.epMu.Lock(); defer e.epMu.Unlock(); return len(e.endpoints) == 0 }, time.Second, time.Millisecond)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/ipc"
@@ -17,10 +19,16 @@ type identity struct {
 	hello  wire.Hello
 	epoch  uint64 // generation of every allocation of this engine instance
 	signer *wire.Signer
+	// conns numbers the engine's endpoints (ipc.PeerID.Conn): the imports
+	// of each connection are purged by that connection's teardown only.
+	conns *atomic.Uint64
+	// validity holds the validity flag (*ipc.Validity) of each exported
+	// host buffer (*Buffer) a peer imported, until the buffer is destroyed.
+	validity *sync.Map
 }
 
 func newIdentity() (identity, error) {
-	var id identity
+	id := identity{conns: new(atomic.Uint64), validity: new(sync.Map)}
 	if _, err := rand.Read(id.hello.EngineID[:]); err != nil {
 		return id, fmt.Errorf("gxfer: engine id: %w", err)
 	}

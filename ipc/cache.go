@@ -19,6 +19,11 @@ type PeerID struct {
 	// Instance tells apart peers that share a process (two engines in one
 	// process number their allocations independently); 0 if unused.
 	Instance uint64
+	// Conn tells apart connections to one peer (a peer that closes and
+	// redials at once): what one connection imported is its own, so its
+	// teardown (PurgePeer) leaves the next connection's imports alone. 0 if
+	// unused.
+	Conn uint64
 }
 
 // Key names one imported allocation: the peer's AllocID and Generation

@@ -105,7 +105,7 @@ func TestCrossProcessSharedMemory(t *testing.T) {
 	require.NoError(t, err)
 	defer sh.Close()
 	fill(sh.Bytes(), 0)
-	require.NoError(t, conn.Send(&wire.ImportReply{RequestID: 77, AllocID: 1, Generation: 1, Kind: wire.FDMemfd, Size: size}, sh.FD()))
+	require.NoError(t, conn.Send(&wire.ImportReply{RequestID: 77, AllocID: 1, Generation: 1, Kind: wire.FDMemfd, Size: size}, sh.FD(), testValidity(t).FD()))
 
 	f, err = conn.Recv(ctx)
 	require.NoError(t, err)
@@ -551,12 +551,12 @@ func TestWireOverIPC(t *testing.T) {
 	var req wire.ImportRequest
 	require.NoError(t, f.Decode(&req))
 	require.NoError(t, server.Send(&wire.ImportReply{RequestID: req.RequestID, AllocID: req.Key.AllocID,
-		Generation: req.Key.Generation, Kind: wire.FDMemfd, Size: req.Key.Length}, sh.FD()))
+		Generation: req.Key.Generation, Kind: wire.FDMemfd, Size: req.Key.Length}, sh.FD(), testValidity(t).FD()))
 	f, err = client.Recv(ctx)
 	require.NoError(t, err)
 	var rep wire.ImportReply
 	require.NoError(t, f.Decode(&rep))
-	require.Len(t, f.FDs, 1)
+	require.Len(t, f.FDs, 2)
 	m, err := MapShared(f.FDs[0], int(rep.Size))
 	require.NoError(t, f.CloseFDs())
 	require.NoError(t, err)
@@ -577,4 +577,14 @@ func TestWireOverIPC(t *testing.T) {
 	_, err = server.Recv(ctx)
 	require.ErrorIs(t, err, io.EOF)
 	require.NoError(t, server.Close())
+}
+
+// testValidity is a validity flag for crafted ImportReplies (closed at
+// the end of the test).
+func testValidity(t *testing.T) *Validity {
+	t.Helper()
+	v, err := NewValidity("test")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = v.Close() })
+	return v
 }

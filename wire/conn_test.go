@@ -185,7 +185,7 @@ func TestConnSendChecks(t *testing.T) {
 	defer dummy.Disown()
 	require.ErrorIs(t, ca.Send(&Bye{}, dummy), ErrInvalid)
 	// A stream transport refuses fds.
-	require.ErrorIs(t, ca.Send(&ImportReply{RequestID: 1, Kind: FDMemfd, Size: 1}, dummy), ErrFDsNotSupported)
+	require.ErrorIs(t, ca.Send(&ImportReply{RequestID: 1, Kind: FDMemfd, Size: 1}, dummy, dummy), ErrFDsNotSupported)
 	// Larger than MaxFrame.
 	require.ErrorIs(t, ca.Send(&Data{RequestID: 1, Bytes: make([]byte, 300)}), ErrTooLarge)
 	// Encoding errors pass through.
@@ -230,22 +230,23 @@ func TestConnRecvValidatesAndClosesFDs(t *testing.T) {
 	bye, err := AppendFrame(nil, &Bye{})
 	require.NoError(t, err)
 
-	a, b, c := newFD(), newFD(), newFD()
+	a, b, c, d := newFD(), newFD(), newFD(), newFD()
 	rt := &rawTransport{
 		frames: [][]byte{reply, bye, reply[:10], reply},
-		fds:    [][]*fd.FD{{a, b}, {c}, nil, nil},
+		fds:    [][]*fd.FD{{a, b, d}, {c}, nil, nil},
 	}
 	conn := NewConn(rt, ConnConfig{})
-	_, err = conn.Recv(context.Background()) // 2 fds, header says 1
+	_, err = conn.Recv(context.Background()) // 3 fds, header says 2
 	require.ErrorIs(t, err, ErrMalformed)
 	require.Equal(t, -1, a.Int())
 	require.Equal(t, -1, b.Int())
+	require.Equal(t, -1, d.Int())
 	_, err = conn.Recv(context.Background()) // Bye with an fd
 	require.ErrorIs(t, err, ErrMalformed)
 	require.Equal(t, -1, c.Int())
 	_, err = conn.Recv(context.Background()) // truncated
 	require.ErrorIs(t, err, ErrMalformed)
-	_, err = conn.Recv(context.Background()) // header says 1 fd, none came
+	_, err = conn.Recv(context.Background()) // header says 2 fds, none came
 	require.ErrorIs(t, err, ErrMalformed)
 	_, err = conn.Recv(context.Background())
 	require.ErrorIs(t, err, io.EOF)

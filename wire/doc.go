@@ -36,7 +36,7 @@
 // control traffic, more for the Data frames of the TCP path. The fd count
 // says how many descriptors the transport attached to the frame; a
 // receiver checks it against what arrived ([Conn.Recv] does) and each type
-// fixes it (one for ImportReply, none for the others). Messages with a
+// fixes it (two for ImportReply, none for the others). Messages with a
 // request id (Put, Get, Completion, Error, ImportRequest, ImportReply,
 // Data) carry it in the header only; the others must leave it 0.
 //
@@ -61,7 +61,7 @@
 //	Completion         ends a request with a Status
 //	Error              a failed request (or, with request id 0, a failed connection)
 //	ImportRequest      "give me an fd for the allocation of this key"
-//	ImportReply        the answer, with one fd attached (memfd or DMA-BUF)
+//	ImportReply        the answer, with two fds attached (memfd or DMA-BUF, and its validity flag)
 //	Invalidate         the owner freed an allocation: importers drop cached mappings
 //	Data               bytes of a Put or Get on a transport without shared memory
 //	Bye                orderly close

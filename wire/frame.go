@@ -82,10 +82,11 @@ func (t Type) hasRequestID() bool {
 }
 
 // FDs returns the number of file descriptors a frame of type t carries
-// (ImportReply: 1; every other type: 0).
+// (ImportReply: 2, the allocation and its validity flag; every other
+// type: 0).
 func (t Type) FDs() int {
 	if t == TypeImportReply {
-		return 1
+		return 2
 	}
 	return 0
 }

@@ -549,8 +549,8 @@ func (m *Invalidate) DecodePayload(h Header, p []byte) error {
 // (host memory: a memfd) or hand it to its NIC (Gaudi memory: a DMA-BUF).
 // The whole signed key is sent, not just its ids, so the owner can verify
 // that the requester was given the key: a peer can import only what it
-// holds a key for. The owner answers with ImportReply (one fd attached) or
-// an Error.
+// holds a key for. The owner answers with ImportReply (two fds attached)
+// or an Error.
 type ImportRequest struct {
 	RequestID uint64
 	Key       RemoteKey
@@ -591,9 +591,16 @@ const (
 	FDDMABuf FDKind = 2 // a DMA-BUF of device memory: register it with a NIC; never mapped
 )
 
-// ImportReply answers an ImportRequest. Its frame carries exactly one fd
-// (Header.NumFDs == 1): the allocation is the Size bytes at FileOffset of
-// that file.
+// ImportReply answers an ImportRequest. Its frame carries exactly two fds
+// (Header.NumFDs == 2). The first holds the allocation: the Size bytes at
+// FileOffset of that file. The second is the allocation's validity flag:
+// a one-page memfd sealed so that the importer can map it read-only only
+// (F_SEAL_FUTURE_WRITE, ipc.NewValidity), whose first 8 bytes are 0 while
+// the allocation lives; the owner sets them before it releases the
+// allocation. An importer checks the flag after every copy into or out of
+// its mapping and reports the copy stale when it is set: an Invalidate
+// may arrive after the importer's next copy, and a copy into memory the
+// owner freed must never be reported as done.
 type ImportReply struct {
 	RequestID  uint64
 	AllocID    uint64

@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/ipc"
+)
+
+// testValidity is a validity flag for crafted ImportReplies, closed at
+// the end of the test. Safe off the test goroutine (no require).
+func testValidity(t *testing.T) *ipc.Validity {
+	t.Helper()
+	v, err := ipc.NewValidity("test")
+	if err != nil {
+		t.Errorf("validity flag: %v", err)
+		return nil
+	}
+	t.Cleanup(func() { _ = v.Close() })
+	return v
+}
+
+// unixPair is an owner engine listening on a unix socket and a peer
+// engine dialed to it; ownerEP is the owner's side of the endpoint.
+func unixPair(t *testing.T, cfg Config) (owner, peer *Engine, l *Listener, ep, ownerEP *Endpoint) {
+	t.Helper()
+	ctx := context.Background()
+	owner, peer = newEngine(t, cfg), newEngine(t, cfg)
+	l, err := owner.Listen("unix", filepath.Join(t.TempDir(), "o.sock"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	ep, err = peer.Dial(ctx, "unix", l.Addr())
+	require.NoError(t, err)
+	ownerEP, err = l.Accept(ctx)
+	require.NoError(t, err)
+	return owner, peer, l, ep, ownerEP
+}
+
+// Issue 16 item 4: the owner's record of the peers that mapped an
+// exported buffer forgets a peer whose endpoint ended (it kept every
+// closed endpoint, and all it held, while the buffer stayed exported).
+func TestRegressClosedPeerLeavesImporters(t *testing.T) {
+	ctx := context.Background()
+	owner, peer, l, ep, _ := unixPair(t, Config{Devices: DevicesNone})
+	require.NoError(t, ep.Close())
+	b, err := owner.Alloc(64<<10, Host)
+	require.NoError(t, err)
+	k, err := b.Export()
+	require.NoError(t, err)
+	src, err := peer.Alloc(64<<10, Host)
+	require.NoError(t, err)
+	const cycles = 20
+	for i := 0; i < cycles; i++ {
+		ep, err := peer.Dial(ctx, "unix", l.Addr())
+		require.NoError(t, err)
+		oep, err := l.Accept(ctx)
+		require.NoError(t, err)
+		require.NoError(t, ep.PutSync(ctx, src.All(), k))
+		require.Equal(t, 1, b.importerCount())
+		require.NoError(t, ep.Close())
+		select {
+		case <-oep.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the owner's endpoint did not end")
+		}
+		require.Equal(t, 0, b.importerCount(), "cycle %d: the closed peer is still recorded as an importer", i)
+	}
+}
+
+// Issue 16 item 5: a Put or Get over a unix socket with a key whose
+// allocation the owner just freed (and replaced by a new one) is refused
+// every time; it reported success while the peer's mapping of the old
+// memfd was still cached (the Invalidate not yet arrived).
+func TestRegressIPCFreedKeyRefused(t *testing.T) {
+	ctx := context.Background()
+	owner, peer, _, ep, _ := unixPair(t, Config{Devices: DevicesNone})
+	local, err := peer.Alloc(8192, Host)
+	require.NoError(t, err)
+	const iters = 200
+	refused := 0
+	for i := 0; i < iters; i++ {
+		b, err := owner.Alloc(8192, Host)
+		require.NoError(t, err)
+		k, err := b.Export()
+		require.NoError(t, err)
+		require.NoError(t, ep.PutSync(ctx, local.All(), k)) // imported and cached
+		require.NoError(t, b.Free())
+		again, err := owner.Alloc(8192, Host) // the re-Alloc of the report
+		require.NoError(t, err)
+		put := i%2 == 0
+		if put {
+			err = ep.PutSync(ctx, local.All(), k)
+		} else {
+			err = ep.GetSync(ctx, local.All(), k)
+		}
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalid)
+			refused++
+		}
+		require.NoError(t, again.Free())
+	}
+	require.Equal(t, iters, refused, "Puts and Gets with a freed key reported success")
+}
+
+// Issue 16 item 6: the teardown of one endpoint purges only what that
+// endpoint imported, not the imports of a newer endpoint of the same peer
+// (it purged by the peer's pid and engine, so a peer that closed and
+// redialed at once could see its first request refused as stale).
+func TestRegressRedialKeepsNewImports(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: 256 << 20}}
+	owner, peer, l, ep1, old := unixPair(t, cfg)
+	ep2, err := peer.Dial(ctx, "unix", l.Addr())
+	require.NoError(t, err)
+	cur, err := l.Accept(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, old.pid, cur.pid)
+
+	// The owner's side of the new endpoint holds an import of the peer's
+	// memory (as it does while it serves a Put into its Gaudi memory)
+	// when the old endpoint's teardown runs.
+	pb, err := peer.Alloc(1<<20, Host)
+	require.NoError(t, err)
+	pk, err := pb.Export()
+	require.NoError(t, err)
+	h, err := cur.importKey(ctx, time.Time{}, pk.k)
+	require.NoError(t, err)
+	require.NoError(t, ep1.Close())
+	select {
+	case <-old.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the owner's old endpoint did not end")
+	}
+	owner.imports.Put(h)
+	st := owner.imports.Stats()
+	require.Zero(t, st.Purges, "the old endpoint's teardown purged the new endpoint's import")
+	h, err = cur.importKey(ctx, time.Time{}, pk.k)
+	require.NoError(t, err)
+	owner.imports.Put(h)
+	require.Equal(t, st.Misses, owner.imports.Stats().Misses, "the import had to be made again")
+
+	// And the new endpoint's first Put into the owner's Gaudi memory works.
+	d, err := owner.Alloc(1<<20, Gaudi(0))
+	require.NoError(t, err)
+	dk, err := d.Export()
+	require.NoError(t, err)
+	require.NoError(t, ep2.PutSync(ctx, pb.All(), dk))
+}
