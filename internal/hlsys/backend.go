@@ -17,9 +17,11 @@ import (
 type Numbering uint8
 
 const (
-	// Legacy is the 'H' numbering of /dev/hlN nodes (kernels up to 6.5).
+	// Legacy is the 'H' numbering of /dev/hlN nodes (kernels up to 6.6).
 	Legacy Numbering = iota + 1
-	// Accel is the DRM accel numbering of /dev/accel/accelN nodes (6.6+).
+	// Accel is the DRM accel numbering of /dev/accel/accelN nodes: the
+	// driver registered its compute device as a DRM accel device and moved
+	// its ioctls into the DRM driver-specific range in kernel 6.7.
 	Accel
 )
 

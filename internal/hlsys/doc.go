@@ -1,15 +1,18 @@
 // Package hlsys is the habanalabs kernel-driver uAPI in Go: struct layouts,
 // constants, both ioctl numberings and one typed function per ioctl.
 //
-// Layouts follow include/uapi/misc/habanalabs.h (kernel 6.1) and its
-// successor include/uapi/drm/habanalabs_accel.h; a test compiled with cgo
-// against the installed kernel header checks every size, offset and request
-// number used here.
+// Layouts follow include/uapi/misc/habanalabs.h (kernels up to 6.6, checked
+// against the 6.1 header) and its successor include/uapi/drm/
+// habanalabs_accel.h (6.7 and later, checked against the 6.12 header). The
+// tests in internal/hlsys/uapicheck compile probes against both real
+// headers and compare every struct size, field offset and width, constant,
+// request number, and the union member each typed call fills and reads.
 //
 // Every call goes through a [Backend]: either a real device node ([OpenFD])
 // or the emulator in package dma/hlsim. The node decides the numbering: a
-// /dev/hlN node takes the legacy 'H' requests, a /dev/accel/accelN node the
-// DRM ones; the two are never mixed.
+// /dev/hlN node (kernels up to 6.6) takes the legacy 'H' requests, a
+// /dev/accel/accelN node (6.7 and later) the DRM ones; the two are never
+// mixed.
 //
 // User pointers (__u64 fields holding addresses) are filled from Go slices
 // or unsafe.Pointers inside the typed functions, which keep the referenced
