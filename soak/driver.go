@@ -153,18 +153,28 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		d.t.note("closing the engine: %v", err)
 	}
 	engineOpen = false
-	for _, p := range d.peers {
+	peerLeaks := make([][]string, len(d.peers))
+	var pwg sync.WaitGroup
+	for i, p := range d.peers {
 		if !p.snapshot().alive {
 			continue
 		}
-		p.mu.Lock()
-		pb := p.base
-		p.mu.Unlock()
-		now, l := settle(fmt.Sprintf("peer %d", p.idx), pb, 20*time.Second, p.stats)
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			p.mu.Lock()
+			pb := p.base
+			p.mu.Unlock()
+			now, l := settle(fmt.Sprintf("peer %d", p.idx), pb, 20*time.Second, p.stats)
+			if now.FDs > pb.FDs {
+				l = append(l, fmt.Sprintf("peer %d: descriptors opened since its start: %s", p.idx, p.newFDs()))
+			}
+			peerLeaks[i] = l
+		}()
+	}
+	pwg.Wait()
+	for _, l := range peerLeaks {
 		rep.Leaks = append(rep.Leaks, l...)
-		if now.FDs > pb.FDs {
-			rep.Leaks = append(rep.Leaks, fmt.Sprintf("peer %d: descriptors opened since its start: %s", p.idx, p.newFDs()))
-		}
 	}
 	d.stopAll()
 	rep.Final, rep.Leaks = settleAppend(rep.Leaks, base)
