@@ -101,3 +101,22 @@ func FuzzExecuteCB(f *testing.F) {
 }
 
 func (fr *fuzzRig) r() *rig { return fr.rig }
+
+// FuzzParseMapsRange: the /proc/self/smaps head parser never panics and
+// only reports ranges it read in full.
+func FuzzParseMapsRange(f *testing.F) {
+	for _, s := range []string{
+		"7f0000000000-7f0000200000 rw-p 00000000 00:00 0",
+		"Size:               2048 kB",
+		"VmFlags: rd wr mr mw me ac sd",
+		"-1 x", "1- x", "zz-1 x", "", "-",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		lo, hi, ok := parseMapsRange(line)
+		if !ok && (lo != 0 || hi != 0) {
+			t.Fatalf("%q: partial result %x-%x", line, lo, hi)
+		}
+	})
+}

@@ -166,5 +166,8 @@ func parseMapsRange(line string) (lo, hi uint64, ok bool) {
 	}
 	lo, err1 := strconv.ParseUint(line[:dash], 16, 64)
 	hi, err2 := strconv.ParseUint(line[dash+1:sp], 16, 64)
-	return lo, hi, err1 == nil && err2 == nil
+	if err1 != nil || err2 != nil {
+		return 0, 0, false
+	}
+	return lo, hi, true
 }
