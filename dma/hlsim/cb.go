@@ -29,26 +29,11 @@ func (cb *cbuf) release() {
 	}
 }
 
-// cbID extracts the CB id from a handle / mmap offset; ok is false when
-// the handle is not of the CB mmap type.
-func cbID(handle uint64) (uint64, bool) {
-	if handle&(pageSize-1) != 0 {
-		return 0, false
-	}
-	pg := handle >> 12
-	if pg&hlsys.MmapTypeCB == 0 {
-		return 0, false
-	}
-	return pg &^ hlsys.MmapTypeCB, true
-}
-
-// lookupCB returns the live CB behind handle (memMu held).
+// lookupCB returns the live CB behind handle (memMu held). As
+// hl_mmap_mem_buf_get, the id is the low 32 bits of handle >> PAGE_SHIFT:
+// the in-page bits and the mmap type bits are not checked.
 func (c *hctx) lookupCB(handle uint64) *cbuf {
-	id, ok := cbID(handle)
-	if !ok {
-		return nil
-	}
-	return c.cbs[id]
+	return c.cbs[uint64(uint32(handle>>12))]
 }
 
 // cbIoctl serves HL_IOCTL_CB.
@@ -148,6 +133,11 @@ func (c *hctx) Mmap(offset int64, length int) ([]byte, error) {
 	defer c.memMu.Unlock()
 	if c.memDead {
 		return nil, unix.ENODEV
+	}
+	// hl_mmap dispatches on the mmap type bits: only the CB type reaches
+	// the CB manager (hl_mem_mgr_mmap).
+	if uint64(offset)&(pageSize-1) != 0 || (uint64(offset)>>12)&hlsys.MmapTypeCB == 0 {
+		return nil, unix.EINVAL
 	}
 	cb := c.lookupCB(uint64(offset))
 	if cb == nil || cb.userMapped || length != len(cb.mem) {

@@ -135,7 +135,7 @@ func TestCSValidationGaudi1(t *testing.T) {
 		{"internal queues only", []hlsys.CSChunk{internalCB}, unix.EINVAL},
 		{"internal queue with an external one (not emulated)", []hlsys.CSChunk{good, internalCB}, unix.EOPNOTSUPP},
 		{"no such CB", with(func(c *hlsys.CSChunk) { c.CBHandle += 100 << 12 }), unix.EINVAL},
-		{"not a CB handle", with(func(c *hlsys.CSChunk) { c.CBHandle = 0x1000 }), unix.EINVAL},
+		{"id 3 (no such CB, no type bits)", with(func(c *hlsys.CSChunk) { c.CBHandle = 0x3000 }), unix.EINVAL},
 		{"cb size > CB", with(func(c *hlsys.CSChunk) { c.CBSize = 4096 + 8 }), unix.EINVAL},
 		{"cb size 4", with(func(c *hlsys.CSChunk) { c.CBSize = 4 }), unix.EINVAL},
 	}
@@ -145,6 +145,17 @@ func TestCSValidationGaudi1(t *testing.T) {
 			isErrno(t, err, tc.errno)
 		})
 	}
+	// The CB lookup (hl_mmap_mem_buf_get) takes the low 32 bits of
+	// handle >> PAGE_SHIFT: without the mmap type bits, or with in-page
+	// bits, the handle still names the CB.
+	for _, h := range []uint64{good.CBHandle &^ (hlsys.MmapTypeCB << 12), good.CBHandle | 0x123} {
+		seq, err := r.submit(0, 0, with(func(c *hlsys.CSChunk) { c.CBHandle = h })...)
+		require.NoError(t, err, "handle %#x", h)
+		_, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+		require.NoError(t, err)
+	}
+	_, err := r.b.Mmap(int64(good.CBHandle&^(hlsys.MmapTypeCB<<12)), 4096)
+	require.ErrorIs(t, err, unix.EINVAL, "mmap dispatches on the type bits")
 	// USER_ALLOC_CB is "don't care" on an external queue: the handle is
 	// still a kernel CB.
 	seq, err := r.submit(0, 0, with(func(c *hlsys.CSChunk) { c.Flags = hlsys.CSChunkFlagsUserAllocCB })...)
