@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,7 @@ func (d *driver) peerKill(rng *rand.Rand) {
 	iv := p.faults.begin(FaultPeerKill)
 	defer func() { iv.end(time.Now().Add(time.Second)) }()
 	p.kill()
+	_ = os.Remove(v.unix) // a killed listener leaves its socket file
 	d.t.inject(FaultPeerKill)
 	if d.loadCtx.Err() != nil {
 		return
@@ -296,7 +298,7 @@ func (d *driver) closeUnderLoad(rng *rand.Rand) {
 	d.t.inject(FaultCloseLoad)
 	what := func() string { return fmt.Sprintf("close under load, seed %#x", seed) }
 	var wg sync.WaitGroup
-	for g := range 3 {
+	for g := range 4 {
 		r := d.rng(rng.Uint64())
 		wg.Add(1)
 		go func() {

@@ -36,6 +36,8 @@ type peerProc struct {
 	pid     int
 	base    Resources
 	baseFDs []string
+	tail    *tailBuffer
+	exitErr error
 }
 
 // newFDs lists the peer's descriptors that were not open at its start.
@@ -135,6 +137,7 @@ func (p *peerProc) start(gen int, seed uint64) error {
 		p.mu.Lock()
 		killed := p.killing
 		p.view.alive = false
+		p.exitErr = err
 		p.mu.Unlock()
 		close(exited)
 		if !killed && !p.d.stopping.Load() {
@@ -143,7 +146,7 @@ func (p *peerProc) start(gen int, seed uint64) error {
 		}
 	}()
 	p.mu.Lock()
-	p.stdin, p.lines, p.exited, p.killing, p.pid = stdin, lines, exited, false, cmd.Process.Pid
+	p.stdin, p.lines, p.exited, p.killing, p.pid, p.tail, p.exitErr = stdin, lines, exited, false, cmd.Process.Pid, tail, nil
 	p.mu.Unlock()
 
 	line, err := p.recv(peerStartTimeout)
@@ -249,6 +252,7 @@ func (p *peerProc) kill() {
 // within the bound.
 func (p *peerProc) stop(bound time.Duration) {
 	p.mu.Lock()
+	killed := p.killing // by a fault, and not started again
 	p.killing = true
 	p.view.alive = false
 	exited, stdin := p.exited, p.stdin
@@ -262,6 +266,12 @@ func (p *peerProc) stop(bound time.Duration) {
 	}
 	select {
 	case <-exited:
+		p.mu.Lock()
+		err, tail := p.exitErr, p.tail
+		p.mu.Unlock()
+		if err != nil && !killed {
+			p.d.t.violate("peer-exit", "peer %d ended with %v after its stdin closed; stderr: %s", p.idx, err, tail.String())
+		}
 	case <-time.After(bound):
 		p.d.t.violate("peer-exit", "peer %d did not exit within %v of its stdin closing; killed", p.idx, bound)
 		p.kill()

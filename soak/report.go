@@ -191,9 +191,12 @@ func (t *tally) violate(kind, format string, args ...any) {
 	}
 }
 
+// note records something worth saying that breaks no rule (at most 50).
 func (t *tally) note(format string, args ...any) {
 	t.mu.Lock()
-	t.notes = append(t.notes, fmt.Sprintf(format, args...))
+	if len(t.notes) < 50 {
+		t.notes = append(t.notes, fmt.Sprintf(format, args...))
+	}
 	t.mu.Unlock()
 }
 
