@@ -265,6 +265,17 @@ func (a *Attached) DupDMABuf() (*fd.FD, error) {
 	return a.f.Dup()
 }
 
+// DMABufFD returns the pool's DMA-BUF, owned by the Attached (valid
+// until Detach; do not close it), or nil once detached.
+func (a *Attached) DMABufFD() *fd.FD {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.detached {
+		return nil
+	}
+	return a.f
+}
+
 // PoolExport describes the pool's DMA-BUF.
 type PoolExport struct {
 	Addr         uint64 // EXPORT_DMABUF_FD addr

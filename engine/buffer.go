@@ -15,8 +15,9 @@ import (
 
 // Location says where a buffer lives: Host or Gaudi(i).
 type Location struct {
-	gaudi bool
-	dev   int
+	gaudi    bool
+	dev      int
+	attached bool // runtime memory of Attachment dev (attach.go)
 }
 
 // Host is host memory.
@@ -37,6 +38,9 @@ func (l Location) Device() int {
 }
 
 func (l Location) String() string {
+	if l.attached {
+		return fmt.Sprintf("attached%d", l.dev)
+	}
 	if l.gaudi {
 		return fmt.Sprintf("gaudi%d", l.dev)
 	}
@@ -75,6 +79,7 @@ type Buffer struct {
 	rmu    sync.Mutex
 	xref   [wire.MaxNICs]rdma.MRRef
 	gmr    *gaudiRegion
+	att    *attachedMem // runtime memory of an Attachment (attach.go)
 	gmrErr error
 
 	// state counts operations in flight; freedBit marks a freed buffer.
@@ -91,6 +96,9 @@ func (b *Buffer) Size() int { return int(b.size) }
 // Addr returns the buffer's address: a host virtual address, or the device
 // address (device VA on Gaudi2, physical on Gaudi1) for Gaudi memory.
 func (b *Buffer) Addr() uint64 {
+	if b.att != nil {
+		return b.att.va
+	}
 	if b.loc.gaudi {
 		return b.dmem.Addr()
 	}

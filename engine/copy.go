@@ -53,7 +53,7 @@ func (e *Engine) validateSlice(s Slice) error {
 	if s.n == 0 {
 		return newErr(ErrInvalid, "zero-length transfer", nil)
 	}
-	if s.buf.loc.gaudi {
+	if s.buf.loc.gaudi && s.buf.att == nil {
 		if _, err := e.device(s.buf.loc); err != nil {
 			return err
 		}
@@ -70,6 +70,9 @@ func (e *Engine) validate(dst, src Slice) error {
 	}
 	if dst.n != src.n {
 		return newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil)
+	}
+	if dst.buf.att != nil || src.buf.att != nil {
+		return newErr(ErrNotSupported, "runtime memory (attached) is copied with Engine.Copy, not in a batch", nil)
 	}
 	if dst.buf.loc.gaudi && overlaps(dst, src) {
 		return newErr(ErrInvalid, "overlapping ranges of one device buffer", nil)
@@ -128,6 +131,9 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 		return cq.Resolved(ErrClosed)
 	}
 	defer e.exit()
+	if attachedPair(dst, src) {
+		return e.attachedCopy(ctx, dst, src, e.opConfig(opts).deadline, false)
+	}
 	if err := e.validate(dst, src); err != nil {
 		return cq.Resolved(err)
 	}
@@ -217,6 +223,9 @@ func (e *Engine) opDone(j *job, o *op, err error) {
 // hardware is done with it. The future counts two completions: opDone
 // (the result, possibly at the deadline) and opRelease (the retirement).
 func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *Future {
+	if attachedPair(dst, src) {
+		return e.attachedCopy(context.Background(), dst, src, deadline, true)
+	}
 	j := &job{ops: []op{{dst: dst, src: src}}, fut: cq.NewFuture(2), start: time.Now(), deadline: deadline, internal: true}
 	if err := e.submitJob(context.Background(), j); err != nil {
 		return cq.Resolved(err)

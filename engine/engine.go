@@ -71,6 +71,8 @@ type Engine struct {
 	rdmaWhy       string
 	rdmaStage     *stagePool // host staging of Gaudi memory for RDMA
 	rdmaStageSem  chan struct{}
+
+	attach attachState // devices the Habana runtime lends (attach.go)
 }
 
 // New opens the devices Config asks for and starts the engine.
@@ -209,6 +211,12 @@ type DeviceInfo struct {
 	DeviceType    string // sysfs device_type
 	Driver        string // "habanalabs", or "hlsim" for the emulator
 	KernelRelease string // the uAPI generation the driver layer assumed
+	// Attached: the Habana runtime owns the device and lent it (Attach);
+	// else gxfer opened and owns it.
+	Attached  bool
+	LentBy    string // who lent it ("fd", "synapse (libSynapse.so)", "hlsim runtime")
+	PoolStart uint64 // the runtime's pool, attached devices only
+	PoolLen   uint64
 }
 
 // Devices describes the devices the engine drives.
@@ -228,10 +236,13 @@ func (e *Engine) Devices() []DeviceInfo {
 		}
 		out = append(out, di)
 	}
-	return out
+	return append(out, e.attach.devices()...)
 }
 
 func (e *Engine) device(l Location) (*gdev, error) {
+	if l.attached {
+		return nil, newErr(ErrNoDevice, l.String()+" is runtime memory: gxfer drives no device there (see Attachment)", nil)
+	}
 	if l.dev < 0 || l.dev >= len(e.devs) {
 		return nil, newErr(ErrNoDevice, fmt.Sprintf("gaudi%d (engine has %d)", l.dev, len(e.devs)), nil)
 	}
@@ -346,7 +357,9 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 	e.mu.Unlock()
 	var errs []error
 	errs = append(errs, e.releaseRDMA(b))
-	if b.loc.gaudi {
+	if b.att != nil {
+		b.att.a.forget(b) // runtime memory: never freed by gxfer
+	} else if b.loc.gaudi {
 		b.gd.types.Remove(b.dmem.Addr(), b.size)
 		b.gd.exports.Invalidate(b.dmem.Addr(), b.size)
 		errs = append(errs, b.dmem.Free())
@@ -427,6 +440,7 @@ func (e *Engine) Close() error {
 		}
 		// No copy on a caller's goroutine may still touch a buffer.
 		e.drainGate()
+		e.attach.quiesce() // copies handed to attachments' copiers
 		// Release buffers that are still alive.
 		e.mu.Lock()
 		live := make([]*Buffer, 0, len(e.buffers))
@@ -440,6 +454,7 @@ func (e *Engine) Close() error {
 				errs = append(errs, err)
 			}
 		}
+		errs = append(errs, e.attach.detachAll()) // after the buffers' MRs
 		for _, g := range e.devs {
 			errs = append(errs, g.closeCaches())
 		}

@@ -18,6 +18,7 @@ import (
 type DMABuf struct {
 	b        *Buffer
 	r        *memcache.Region
+	reg      *attachedExport // runtime memory: the pool's DMA-BUF (attach.go)
 	released atomic.Bool
 }
 
@@ -27,6 +28,9 @@ type DMABuf struct {
 func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
 	if !b.loc.gaudi {
 		return nil, newErr(ErrNotSupported, "only Gaudi memory is exported as a DMA-BUF (host memory is shared as a memfd)", nil)
+	}
+	if b.att != nil {
+		return b.att.a.exportDMABuf(b)
 	}
 	if err := b.acquire(); err != nil {
 		return nil, err
@@ -47,13 +51,21 @@ func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
 func (d *DMABuf) export() *dma.DMABuf { return d.r.Value().(*dma.DMABuf) }
 
 // FD is the DMA-BUF file descriptor (owned by the engine).
-func (d *DMABuf) FD() *fd.FD { return d.export().FD() }
+func (d *DMABuf) FD() *fd.FD {
+	if d.reg != nil {
+		return d.reg.f
+	}
+	return d.export().FD()
+}
 
 // Offset is the byte offset of the buffer's first byte in the DMA-BUF:
 // the offset an importer passes (ibv_reg_dmabuf_mr's offset). On kernels
 // 6.3-6.6 the driver cannot export from an offset, so the DMA-BUF may
 // start before the buffer; always use Offset, never assume 0.
 func (d *DMABuf) Offset() uint64 {
+	if d.reg != nil {
+		return d.reg.off
+	}
 	off, _ := dmabufOffset(d.b, d.export()) // the export covers the buffer (checked in ExportDMABuf)
 	return off
 }
@@ -70,11 +82,20 @@ func dmabufOffset(b *Buffer, db *dma.DMABuf) (uint64, error) {
 }
 
 // Size is the exported size (the allocation, rounded to the device page).
-func (d *DMABuf) Size() uint64 { return d.export().Size() }
+func (d *DMABuf) Size() uint64 {
+	if d.reg != nil {
+		return d.reg.size
+	}
+	return d.export().Size()
+}
 
 // Release drops the reference. Idempotent.
 func (d *DMABuf) Release() {
 	if !d.released.CompareAndSwap(false, true) {
+		return
+	}
+	if d.reg != nil {
+		d.b.release()
 		return
 	}
 	d.b.gd.exports.Put(d.r)

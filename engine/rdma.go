@@ -328,6 +328,9 @@ func (r *rdmaCtx) gaudiMR(b *Buffer) (*rdma.MR, error) {
 	if b.gmrErr != nil {
 		return nil, b.gmrErr
 	}
+	if b.att != nil {
+		return r.attachedMR(b)
+	}
 	x, err := b.gd.exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
 	if err != nil {
 		b.gmrErr = fmt.Errorf("gxfer: export gaudi%d buffer %d: %w", b.gd.idx, b.id, err)
@@ -405,7 +408,9 @@ func (e *Engine) releaseRDMA(b *Buffer) error {
 	var err error
 	if b.gmr != nil {
 		err = b.gmr.mr.Close()
-		b.gd.exports.Put(b.gmr.x)
+		if b.gmr.x != nil { // nil for runtime memory: the pool's export is the Attachment's
+			b.gd.exports.Put(b.gmr.x)
+		}
 		b.gmr = nil
 	}
 	for i, n := range e.nics {

@@ -1,0 +1,404 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/fd"
+	"github.com/gxfer/gxfer/rdma"
+)
+
+// ErrNoCopier: an operation on runtime memory needs a device copy (a
+// local Copy, or staging through host memory when the NIC cannot register
+// the DMA-BUF) and the Attachment has no DeviceCopier. Errors wrapping it
+// also wrap ErrNotSupported.
+var ErrNoCopier = errors.New("gxfer: attached device has no device copier")
+
+// DeviceCopier copies to and from the memory of a device the Habana
+// runtime owns, with the runtime's own copy call (e.g. synMemCopyAsync on
+// a stream, then synStreamSynchronize). An attached gxfer submits no
+// command submission of its own (the runtime's scheduler owns the DMA
+// engines), so every device copy it needs goes through the copier. The
+// methods are called from engine goroutines, possibly concurrently, and
+// return when the copy is complete. Host memory passed to them is
+// gxfer's (Alloc(Host) buffers, staging buffers, registered memory); a
+// runtime that needs host memory mapped first (synHostMap) must map it in
+// the call or copy through its own pinned buffers.
+type DeviceCopier interface {
+	CopyHostToDevice(ctx context.Context, dst uint64, src []byte) error
+	CopyDeviceToHost(ctx context.Context, dst []byte, src uint64) error
+	CopyDeviceToDevice(ctx context.Context, dst, src, n uint64) error
+}
+
+// AttachConfig configures Engine.Attach.
+type AttachConfig struct {
+	// Target is the device the runtime lends: dma.BorrowFD(fd) with the
+	// runtime's compute fd, or an emulated runtime's Target. The zero
+	// value asks the runtime loaded in this process (dma.FindRuntime).
+	Target dma.AttachTarget
+	// Anchor places the runtime's mapped HBM pool (see dma.Attach).
+	Anchor dma.PoolAnchor
+	// Copier makes the device copies; nil: such operations fail with
+	// ErrNoCopier.
+	Copier DeviceCopier
+}
+
+// Attachment is a device the Habana runtime owns, used by this engine in
+// attached mode: its HBM pool is exported once as a DMA-BUF, and
+// Register turns ranges of it into Buffers that move by RDMA (zero copy,
+// a DMA-BUF memory region at the range's offset), are shared with other
+// processes (Buffer.ExportDMABuf: the pool's fd and the offset) and are
+// copied by the application's DeviceCopier. gxfer never frees that
+// memory, never closes the borrowed fd and submits nothing on it.
+type Attachment struct {
+	e      *Engine
+	idx    int
+	att    *dma.Attached
+	copier DeviceCopier
+
+	mu       sync.Mutex
+	bufs     map[*Buffer]struct{}
+	detached bool
+
+	copies, copyBytes, mrs atomic.Uint64
+}
+
+// attachedMem is what a Buffer over runtime memory carries.
+type attachedMem struct {
+	a  *Attachment
+	va uint64
+}
+
+// attachState is the engine's list of attachments.
+type attachState struct {
+	mu   sync.Mutex
+	list []*Attachment
+	wg   sync.WaitGroup // copies handed to copiers
+}
+
+// Attach attaches the engine to a device the runtime owns (see
+// AttachConfig and dma.Attach). The device appears in Devices with
+// Attached set. Engine.Close detaches it.
+func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
+	if !e.enter() {
+		return nil, ErrClosed
+	}
+	defer e.exit()
+	att, err := dma.Attach(cfg.Target, cfg.Anchor, dma.AttachOptions{Logger: e.cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("gxfer: attach: %w", err)
+	}
+	s := &e.attach
+	s.mu.Lock()
+	a := &Attachment{e: e, idx: len(s.list), att: att, copier: cfg.Copier, bufs: map[*Buffer]struct{}{}}
+	s.list = append(s.list, a)
+	s.mu.Unlock()
+	e.log.Info().Str("device", att.Name()).Str("lent_by", att.Source()).Uint64("pool", cfg.Anchor.PoolStart).
+		Uint64("pool_len", cfg.Anchor.PoolLen).Bool("copier", cfg.Copier != nil).Msg("attached")
+	return a, nil
+}
+
+// Location is where the attachment's buffers live.
+func (a *Attachment) Location() Location { return Location{gaudi: true, dev: a.idx, attached: true} }
+
+// Register returns a Buffer over [va, va+n) of the runtime's pool (a
+// tensor's device address, e.g. habana_frameworks' _data_ptr, and byte
+// size). The memory stays the runtime's: Free (or Deregister) only drops
+// gxfer's use of it, and the runtime must not free it before.
+func (a *Attachment) Register(va uint64, n int) (*Buffer, error) {
+	e := a.e
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if n <= 0 {
+		return nil, newErr(ErrInvalid, fmt.Sprintf("size %d", n), nil)
+	}
+	if _, err := a.att.Region(va, uint64(n)); err != nil {
+		if errors.Is(err, dma.ErrDetached) {
+			return nil, newErr(ErrClosed, "attachment detached", err)
+		}
+		return nil, newErr(ErrInvalid, "register runtime memory", err)
+	}
+	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: a.Location(), size: uint64(n), att: &attachedMem{a: a, va: va}}
+	a.mu.Lock()
+	if a.detached {
+		a.mu.Unlock()
+		return nil, newErr(ErrClosed, "attachment detached", nil)
+	}
+	a.bufs[b] = struct{}{}
+	a.mu.Unlock()
+	e.track(b)
+	return b, nil
+}
+
+// forget drops a destroyed buffer (from destroyBuffer).
+func (a *Attachment) forget(b *Buffer) {
+	a.mu.Lock()
+	delete(a.bufs, b)
+	a.mu.Unlock()
+}
+
+// Detach frees every buffer registered on the attachment (closing their
+// memory regions) and closes the pool's DMA-BUF before it returns: the
+// runtime's device release waits for both. Buffers with operations in
+// flight are waited for up to Config.CloseGrace. The borrowed fd stays
+// open. Idempotent.
+func (a *Attachment) Detach() error {
+	a.mu.Lock()
+	if a.detached {
+		a.mu.Unlock()
+		return nil
+	}
+	a.detached = true
+	bufs := make([]*Buffer, 0, len(a.bufs))
+	for b := range a.bufs {
+		bufs = append(bufs, b)
+	}
+	a.mu.Unlock()
+	var errs []error
+	for _, b := range bufs {
+		errs = append(errs, b.Free())
+	}
+	deadline := time.Now().Add(a.e.cfg.CloseGrace)
+	for {
+		a.mu.Lock()
+		left := len(a.bufs)
+		a.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			errs = append(errs, newErr(ErrTimeout, fmt.Sprintf("detach: %d buffers still in use; their DMA-BUF is closed anyway", left), nil))
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	errs = append(errs, a.att.Detach())
+	return errors.Join(errs...)
+}
+
+// AttachStats are an attachment's counters.
+type AttachStats struct {
+	Buffers   int    // registered buffers not yet freed
+	Copies    uint64 // DeviceCopier calls
+	CopyBytes uint64
+	MRs       uint64 // DMA-BUF memory regions registered
+	Export    dma.PoolExport
+}
+
+// Stats returns the attachment's counters.
+func (a *Attachment) Stats() AttachStats {
+	a.mu.Lock()
+	n := len(a.bufs)
+	a.mu.Unlock()
+	return AttachStats{Buffers: n, Copies: a.copies.Load(), CopyBytes: a.copyBytes.Load(), MRs: a.mrs.Load(), Export: a.att.Export()}
+}
+
+// info describes the attached device for Engine.Devices.
+func (a *Attachment) info() DeviceInfo {
+	info := a.att.Info()
+	an := a.att.Anchor()
+	di := DeviceInfo{
+		Index: a.idx, Name: a.att.Name(), Model: a.att.Model().String(), Emulated: a.att.Emulated(),
+		Numbering: a.att.Numbering().String(), ExportAPI: a.att.ExportAPI(),
+		DRAMBase: info.DramBaseAddress, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
+		Node: a.att.Name(), KernelRelease: a.att.KernelRelease(),
+		Attached: true, LentBy: a.att.Source(), PoolStart: an.PoolStart, PoolLen: an.PoolLen,
+	}
+	if u, err := a.att.DramUsage(); err == nil {
+		di.DRAMFree = u.DramFreeMem
+	}
+	return di
+}
+
+func (s *attachState) devices() []DeviceInfo {
+	s.mu.Lock()
+	list := append([]*Attachment(nil), s.list...)
+	s.mu.Unlock()
+	out := make([]DeviceInfo, 0, len(list))
+	for _, a := range list {
+		a.mu.Lock()
+		gone := a.detached
+		a.mu.Unlock()
+		if !gone {
+			out = append(out, a.info())
+		}
+	}
+	return out
+}
+
+// quiesce waits for the copies handed to copiers (Engine.Close, once no
+// call is admitted).
+func (s *attachState) quiesce() { s.wg.Wait() }
+
+// detachAll detaches every attachment (Engine.Close, after the buffers).
+func (s *attachState) detachAll() error {
+	s.mu.Lock()
+	list := append([]*Attachment(nil), s.list...)
+	s.mu.Unlock()
+	var errs []error
+	for _, a := range list {
+		errs = append(errs, a.Detach())
+	}
+	return errors.Join(errs...)
+}
+
+// attachedPair reports whether a copy involves runtime memory.
+func attachedPair(dst, src Slice) bool {
+	return dst.buf != nil && dst.buf.att != nil || src.buf != nil && src.buf.att != nil
+}
+
+// attachedCopy runs a copy involving runtime memory through the
+// attachment's copier, on a goroutine (Close waits for it). internal: a
+// staging copy for an operation that holds the buffers.
+func (e *Engine) attachedCopy(ctx context.Context, dst, src Slice, deadline time.Time, internal bool) *Future {
+	for _, s := range []Slice{dst, src} {
+		if err := e.validateSlice(s); err != nil {
+			return cq.Resolved(err)
+		}
+	}
+	if dst.n != src.n {
+		return cq.Resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil))
+	}
+	var a *Attachment
+	for _, s := range []Slice{dst, src} {
+		switch {
+		case s.buf.att != nil && a != nil && s.buf.att.a != a:
+			return cq.Resolved(newErr(ErrNotSupported, "copy between two attachments", nil))
+		case s.buf.att != nil:
+			a = s.buf.att.a
+		case s.buf.loc.gaudi:
+			return cq.Resolved(newErr(ErrNotSupported, "copy between runtime memory and a device gxfer owns", nil))
+		}
+	}
+	if a.copier == nil {
+		return cq.Resolved(newErr(ErrNotSupported, fmt.Sprintf("%s: %v (give AttachConfig.Copier, e.g. the runtime's synMemCopyAsync)", dst.buf.loc, ErrNoCopier), ErrNoCopier))
+	}
+	if dst.buf.att != nil && src.buf.att != nil && overlaps(dst, src) {
+		return cq.Resolved(newErr(ErrInvalid, "overlapping ranges of runtime memory", nil))
+	}
+	if !internal {
+		if err := acquirePair(dst, src); err != nil {
+			return cq.Resolved(err)
+		}
+		e.st.submitted.Add(1)
+	}
+	f := cq.NewFuture(1)
+	f.SetSpin(e.cfg.WaitSpin)
+	start := time.Now()
+	e.attach.wg.Add(1)
+	go func() {
+		defer e.attach.wg.Done()
+		cctx, cancel := context.Background(), context.CancelFunc(func() {})
+		if !deadline.IsZero() {
+			cctx, cancel = context.WithDeadline(cctx, deadline)
+		}
+		err := a.copy(cctx, dst, src)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = newErr(ErrTimeout, "the device copier did not finish by the deadline", err)
+		} else if err != nil && !errors.Is(err, ErrNotSupported) {
+			err = newErr(ErrDevice, "device copier", err)
+		}
+		if !internal {
+			dst.buf.release()
+			src.buf.release()
+			e.st.record(start, src.n, err)
+		}
+		f.Complete(0, err)
+	}()
+	_ = ctx
+	return f
+}
+
+// copy makes one copy with the copier.
+func (a *Attachment) copy(ctx context.Context, dst, src Slice) error {
+	va := func(s Slice) uint64 { return s.buf.att.va + s.off }
+	var err error
+	switch {
+	case dst.buf.att != nil && src.buf.att != nil:
+		err = a.copier.CopyDeviceToDevice(ctx, va(dst), va(src), src.n)
+	case dst.buf.att != nil:
+		err = a.copier.CopyHostToDevice(ctx, va(dst), src.hostBytes())
+	default:
+		err = a.copier.CopyDeviceToHost(ctx, dst.hostBytes(), va(src))
+	}
+	if err == nil {
+		a.copies.Add(1)
+		a.copyBytes.Add(src.n)
+	}
+	return err
+}
+
+// mrRequest is the ibv_reg_dmabuf_mr an attached buffer needs: the pool's
+// DMA-BUF, the buffer's offset in it, its length and iova = its device
+// address (so remote keys and work requests use device addresses).
+type mrRequest struct {
+	fd                int
+	offset, len, iova uint64
+}
+
+func (b *Buffer) attachedMRRequest() (mrRequest, error) {
+	reg, err := b.att.a.att.Region(b.att.va, b.size)
+	if err != nil {
+		return mrRequest{}, newErr(ErrClosed, fmt.Sprintf("buffer %d: runtime memory", b.id), err)
+	}
+	return mrRequest{fd: reg.FD, offset: reg.Offset, len: b.size, iova: b.att.va}, nil
+}
+
+// attachedMR registers an attached buffer's memory region on the pool's
+// DMA-BUF (b.rmu held, from gaudiMR).
+func (r *rdmaCtx) attachedMR(b *Buffer) (*rdma.MR, error) {
+	req, err := b.attachedMRRequest()
+	if err != nil {
+		return nil, err
+	}
+	r.dmabufAttempts.Add(1)
+	mr, err := r.pd.RegisterDMABuf(req.fd, req.offset, req.len, req.iova, rdma.AccessDefault)
+	if err != nil {
+		b.gmrErr = fmt.Errorf("gxfer: ibv_reg_dmabuf_mr of runtime memory (buffer %d, pool DMA-BUF offset %d): %w", b.id, req.offset, err)
+		if errors.Is(err, rdma.ErrNotSupported) {
+			r.dmabufMu.Lock()
+			if r.dmabufErr == nil {
+				r.dmabufErr = b.gmrErr
+			}
+			r.dmabufMu.Unlock()
+		}
+		return nil, b.gmrErr
+	}
+	r.dmabufMRs.Add(1)
+	b.att.a.mrs.Add(1)
+	b.gmr = &gaudiRegion{mr: mr}
+	return mr, nil
+}
+
+// attachedExport is the DMABuf of runtime memory: the pool's fd and the
+// buffer's offset in it.
+type attachedExport struct {
+	f    *fd.FD
+	off  uint64
+	size uint64
+}
+
+// exportDMABuf is Buffer.ExportDMABuf for runtime memory.
+func (a *Attachment) exportDMABuf(b *Buffer) (*DMABuf, error) {
+	if err := b.acquire(); err != nil {
+		return nil, err
+	}
+	req, err := b.attachedMRRequest()
+	f := a.att.DMABufFD()
+	if err == nil && f == nil {
+		err = newErr(ErrClosed, "attachment detached", nil)
+	}
+	if err != nil {
+		b.release()
+		return nil, err
+	}
+	return &DMABuf{b: b, reg: &attachedExport{f: f, off: req.offset, size: a.att.Export().Size}}, nil
+}
