@@ -297,6 +297,20 @@ func TestStatusDuringReset(t *testing.T) {
 	isErrno(t, err, unix.EBUSY)
 	ia := hlsys.InfoArgs{ReturnPointer: addrOf(outBuf(t, 8)), ReturnSize: 8, Op: 8}
 	require.ErrorIs(t, hlsys.Info(r.b, &ia), unix.EBUSY)
+	// _hl_info_ioctl serves REGISTER_EVENTFD only past its operational
+	// gate, UNREGISTER_EVENTFD and DRAM_USAGE before it.
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	require.NoError(t, err)
+	defer unix.Close(efd)
+	ia = hlsys.InfoArgs{Op: hlsys.InfoRegisterEventFD, Arg: uint32(efd)}
+	require.ErrorIs(t, hlsys.Info(r.b, &ia), unix.EBUSY)
+	ia = hlsys.InfoArgs{Op: hlsys.InfoUnregisterEventFD}
+	require.ErrorIs(t, hlsys.Info(r.b, &ia), unix.EINVAL, "served (nothing registered)")
+	_, err = hlsys.GetDramUsage(r.b)
+	require.NoError(t, err)
+	// Padding is checked first.
+	ia = hlsys.InfoArgs{ReturnPointer: addrOf(outBuf(t, 8)), ReturnSize: 8, Op: hlsys.InfoDeviceStatus, Pad: 1}
+	require.ErrorIs(t, hlsys.Info(r.b, &ia), unix.EINVAL)
 
 	require.NoError(t, r.b.Close())
 	_, err = r.d.Open()

@@ -19,7 +19,18 @@ const (
 	infoClkRate              = 8
 	infoTimeSync             = 10
 	infoCSCounters           = 11
+	infoClkThrottleReason    = 13
+	infoSyncManager          = 14
+	infoLastErrOpenDevTime   = 23
+	infoCSTimeoutEvent       = 24
+	infoRazwiEvent           = 25
 	infoDevMemAllocPageSizes = 26
+	infoUndefinedOpcodeEvent = 31
+	infoPageFaultEvent       = 33
+	infoUserMappings         = 34
+	infoHwErrEvent           = 36
+	infoFwErrEvent           = 37
+	infoUserEngineErrEvent   = 38
 	infoLastKnownOp61        = 32 // ENGINE_STATUS, the last op of the 6.1 header
 	infoLastKnownOpNew       = 40 // DEV_SIGNED
 )
@@ -38,6 +49,9 @@ const (
 // info serves HL_IOCTL_INFO.
 func (c *hctx) info(a *hlsys.InfoArgs) error {
 	op := a.Op
+	if a.Pad != 0 {
+		return unix.EINVAL // "Padding bytes must be 0"
+	}
 	if !c.d.operational() && !infoWhenNotOperational(op) {
 		return unix.EBUSY
 	}
@@ -128,12 +142,17 @@ func (c *hctx) info(a *hlsys.InfoArgs) error {
 	return unix.EINVAL
 }
 
-// infoWhenNotOperational lists the ops the driver answers during a reset.
+// infoWhenNotOperational lists the ops _hl_info_ioctl serves before its
+// hl_device_operational gate (torvalds habanalabs_ioctl.c); every other op,
+// REGISTER_EVENTFD included, is EBUSY while the device is not operational.
 func infoWhenNotOperational(op uint32) bool {
 	switch op {
 	case hlsys.InfoHwIPInfo, hlsys.InfoDeviceStatus, hlsys.InfoResetCount, hlsys.InfoHwEvents,
-		infoHwEventsAggregate, infoCSCounters, hlsys.InfoOpenStats, infoDevMemAllocPageSizes,
-		hlsys.InfoGetEvents, hlsys.InfoDramUsage, hlsys.InfoRegisterEventFD, hlsys.InfoUnregisterEventFD:
+		infoHwEventsAggregate, infoCSCounters, infoClkThrottleReason, infoSyncManager,
+		hlsys.InfoOpenStats, infoLastErrOpenDevTime, infoCSTimeoutEvent, infoRazwiEvent,
+		infoUndefinedOpcodeEvent, infoDevMemAllocPageSizes, hlsys.InfoGetEvents,
+		infoPageFaultEvent, infoUserMappings, hlsys.InfoUnregisterEventFD, infoHwErrEvent,
+		infoFwErrEvent, infoUserEngineErrEvent, hlsys.InfoDramUsage:
 		return true
 	}
 	return false
