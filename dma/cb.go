@@ -46,7 +46,7 @@ func (d *Device) NewCB(capacity int) (*CB, error) {
 	defer d.leave()
 	cb, err := d.newCB(capacity)
 	if err != nil {
-		return nil, wrapErr(op, err)
+		return nil, d.ioErr(op, "", err)
 	}
 	cb.id = d.track(cb)
 	return cb, nil
@@ -237,7 +237,7 @@ func (cb *CB) destroy() error {
 	if err := hlsys.MemUnmap(d.b, cb.va); err != nil {
 		// The pages stay pinned by the device; do not return them to the
 		// system. The context teardown releases the pin.
-		return wrapErr(op, err)
+		return d.ioErr(op, "", err)
 	}
 	err := FreeHostPages(cb.pages)
 	cb.pages = nil

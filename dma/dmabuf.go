@@ -157,7 +157,7 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 		d.mu.Lock()
 		m.exports--
 		d.mu.Unlock()
-		return nil, wrapErr(op, err)
+		return nil, d.ioErr(op, "", err)
 	}
 	if pl.memOff != offset {
 		d.log.Debug().Uint64("offset", offset).Uint64("size", size).Uint64("export_start", pl.memOff).

@@ -121,3 +121,25 @@ func wrapErr(op string, err error) error {
 	}
 	return newErr(op, errnoKind(err), "", err)
 }
+
+// ioErr wraps the error of a MEMORY or CB ioctl (allocation, mapping,
+// export, CB create/destroy). The driver refuses those with EBUSY while
+// the device is not operational (hl_mem_ioctl in memory.c, hl_cb_ioctl in
+// command_buffer.c: "Device is %s. Can't execute MEMORY/CB IOCTL"), so
+// EBUSY is mapped by DEVICE_STATUS: an error wrapping ErrNotOperational
+// when the device is not operational, the generic mapping (ErrBusy)
+// otherwise. detail, if not empty, is added to the error.
+func (d *Device) ioErr(op, detail string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, unix.EBUSY) {
+		if e := d.notOperational(op, "the driver refused the call", err); e != nil {
+			return e
+		}
+	}
+	if detail == "" {
+		return wrapErr(op, err)
+	}
+	return newErr(op, errnoKind(err), detail, err)
+}

@@ -92,14 +92,14 @@ func (d *Device) AllocDevice(size uint64) (*DeviceMem, error) {
 		}
 		h, err := hlsys.MemAlloc(d.b, n, 0, 0)
 		if err != nil {
-			return nil, newErr(op, errnoKind(err), "", err)
+			return nil, d.ioErr(op, "", err)
 		}
 		va, err := hlsys.MemMapDevice(d.b, h, 0, 0)
 		if err != nil {
 			if ferr := hlsys.MemFree(d.b, h); ferr != nil {
 				d.log.Warn().Err(ferr).Uint64("handle", h).Msg("free after failed map")
 			}
-			return nil, newErr(op, errnoKind(err), "map", err)
+			return nil, d.ioErr(op, "map", err)
 		}
 		m.addr, m.allocSize, m.handle = va, n, h
 	} else {
@@ -114,7 +114,7 @@ func (d *Device) AllocDevice(size uint64) (*DeviceMem, error) {
 		}
 		if _, err := hlsys.MemAlloc(d.b, n, 0, 0); err != nil { // accounting only
 			d.dram.free(addr, n)
-			return nil, newErr(op, errnoKind(err), "", err)
+			return nil, d.ioErr(op, "", err)
 		}
 		m.addr, m.allocSize = addr, n
 	}
@@ -159,13 +159,13 @@ func (m *DeviceMem) release() error {
 	if !d.model.hasDeviceMMU() {
 		err := hlsys.MemFree(d.b, m.allocSize) // Gaudi1: FREE takes the size
 		d.dram.free(m.addr, m.allocSize)
-		return wrapErr(op, err)
+		return d.ioErr(op, "", err)
 	}
 	if err := hlsys.MemUnmap(d.b, m.addr); err != nil {
 		// FREE of a mapped handle fails; the context teardown reclaims it.
-		return wrapErr(op+": unmap", err)
+		return d.ioErr(op+": unmap", "", err)
 	}
-	return wrapErr(op, hlsys.MemFree(d.b, m.handle))
+	return d.ioErr(op, "", hlsys.MemFree(d.b, m.handle))
 }
 
 // HostMapping is host memory pinned and mapped into the device MMU.
@@ -205,7 +205,7 @@ func (d *Device) MapHost(p unsafe.Pointer, size uint64) (*HostMapping, error) {
 	defer d.leave()
 	va, err := hlsys.MemMapHost(d.b, p, size, 0, 0)
 	if err != nil {
-		return nil, wrapErr(op, err)
+		return nil, d.ioErr(op, "", err)
 	}
 	h := &HostMapping{d: d, p: p, va: va, size: size}
 	h.id = d.track(h)
@@ -246,7 +246,7 @@ func (h *HostMapping) release() error {
 	delete(d.live, h.id)
 	d.mu.Unlock()
 	err := hlsys.MemUnmap(d.b, h.va)
-	return wrapErr(fmt.Sprintf("unmap host memory %#x on %s", h.va, d.Name()), err)
+	return d.ioErr(fmt.Sprintf("unmap host memory %#x on %s", h.va, d.Name()), "", err)
 }
 
 // AllocHostPages returns size bytes of page-aligned, zeroed anonymous

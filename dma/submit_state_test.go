@@ -136,3 +136,59 @@ func TestCSRefusedWhileResettingHlsim(t *testing.T) {
 }
 
 func isMalfunction(err error) bool { return errors.Is(err, ErrMalfunction) }
+
+// TestMemoryOpsRefusedByDeviceState: hl_mem_ioctl and hl_cb_ioctl refuse
+// every call with EBUSY while the device is not operational; the errors
+// wrap ErrNotOperational then (before: ErrBusy, as for a DMA-BUF still
+// open), and stay ErrBusy on an operational device.
+func TestMemoryOpsRefusedByDeviceState(t *testing.T) {
+	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	m, err := d.AllocDevice(4096)
+	require.NoError(t, err)
+	f.memErr = func(*hlsys.MemArgs) error { return unix.EBUSY }
+	for _, status := range []uint32{hlsys.DeviceStatusInReset, hlsys.DeviceStatusOperational} {
+		f.mu.Lock()
+		f.status = status
+		f.mu.Unlock()
+		want, notWant := ErrNotOperational, ErrBusy
+		if status == hlsys.DeviceStatusOperational {
+			want, notWant = ErrBusy, ErrNotOperational
+		}
+		_, err = d.AllocDevice(4096)
+		require.ErrorIs(t, err, want, "alloc")
+		require.NotErrorIs(t, err, notWant, "alloc")
+		_, err = d.ExportDMABuf(m, 0, 4096)
+		require.ErrorIs(t, err, want, "export")
+		_, err = d.NewCB(4096)
+		require.ErrorIs(t, err, want, "CB (Gaudi2: host pages mapped with MAP)")
+		require.ErrorIs(t, err, unix.EBUSY)
+	}
+	f.memErr = nil
+}
+
+// TestMemoryOpsWhileResettingHlsim: the same against the emulator, both
+// models (Gaudi1 CBs are kernel CBs: CB CREATE).
+func TestMemoryOpsWhileResettingHlsim(t *testing.T) {
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2} {
+		t.Run(m.String(), func(t *testing.T) {
+			sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 64 << 20})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, sim.Close()) }()
+			d, err := OpenBackend(sim.Name(), sim.Open, Options{})
+			require.NoError(t, err)
+			defer func() {
+				sim.ForceStatus(hlsys.DeviceStatusOperational)
+				require.NoError(t, d.Close())
+			}()
+			sim.ForceStatus(hlsys.DeviceStatusInReset)
+			_, err = d.AllocDevice(1 << 20)
+			require.ErrorIs(t, err, ErrNotOperational)
+			_, err = d.NewCB(4096)
+			require.ErrorIs(t, err, ErrNotOperational)
+			sim.ForceStatus(hlsys.DeviceStatusOperational)
+			mem, err := d.AllocDevice(1 << 20)
+			require.NoError(t, err)
+			require.NoError(t, mem.Free())
+		})
+	}
+}
