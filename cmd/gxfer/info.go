@@ -21,7 +21,14 @@ func infoUsage(w io.Writer) {
 Shows the devices gxfer drives (real or emulated, clearly marked), their
 driver generation and ioctl numbering, model, DRAM size and usage, PCI
 address and device node; the memory domains and their capabilities; the
-transports and why one is unavailable; the cache configuration.
+transports and why one is unavailable; the cache configuration. Each
+device is "owned" (gxfer opened it) or "attached" (the Habana runtime owns
+it and lent gxfer its fd and HBM pool; gxfer submits nothing on it).
+-attach emulated shows attach mode against an emulated runtime (dma/hlsim
+plays SynapseAI: it opens the emulated device and maps the pool, and gxfer
+opens no device of its own); -attach runtime looks for the runtime loaded
+in this process (libSynapse.so), which a standalone gxfer never has: it
+reports why.
 
 Flags:
 `)
@@ -34,6 +41,7 @@ func infoFlags() (*flag.FlagSet, *commonFlags, *bool) {
 	var common commonFlags
 	common.register(fs)
 	asJSON := fs.Bool("json", false, "write JSON instead of text")
+	fs.Var(&attachFlag{}, "attach", "attach mode: emulated (an emulated runtime lends its device) or runtime (the Habana runtime in this process)")
 	return fs, &common, asJSON
 }
 
@@ -59,8 +67,12 @@ type infoEnv struct {
 }
 
 type infoDevice struct {
-	Name             string `json:"name"` // gaudi0
+	Name             string `json:"name"` // gaudi0, or attached0
 	Index            int    `json:"index"`
+	Mode             string `json:"mode"`              // "owned" (gxfer opened it) or "attached" (lent by the runtime)
+	LentBy           string `json:"lent_by,omitempty"` // attached: who lent it
+	PoolStart        string `json:"pool_start,omitempty"`
+	PoolLen          uint64 `json:"pool_len,omitempty"`
 	Emulated         bool   `json:"emulated"`
 	Emulator         string `json:"emulator,omitempty"` // "dma/hlsim"
 	Model            string `json:"model"`
@@ -137,13 +149,31 @@ func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	attach := fs.Lookup("attach").Value.(*attachFlag).mode
+	if attach != "" {
+		cfg.Devices = engine.DevicesNone // the runtime holds the device
+	}
 	eng, err := openEngine(cfg)
 	if err != nil {
 		return err
 	}
-	doc := collectInfo(eng, cfg, common.devices)
+	rt, err := attachInfo(eng, cfg, attach)
+	if err != nil {
+		_ = eng.Close()
+		return err
+	}
+	mode := common.devices
+	if attach != "" {
+		mode = "attached (" + attach + ")"
+	}
+	doc := collectInfo(eng, cfg, mode)
 	if err := eng.Close(); err != nil {
 		return fmt.Errorf("close engine: %w", err)
+	}
+	if rt != nil {
+		if err := rt.close(); err != nil {
+			return fmt.Errorf("close the emulated runtime: %w", err)
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -177,7 +207,7 @@ func collectInfo(eng *engine.Engine, cfg engine.Config, mode string) infoDoc {
 	})
 	for _, d := range eng.Devices() {
 		id := infoDevice{
-			Name: fmt.Sprintf("gaudi%d", d.Index), Index: d.Index, Emulated: d.Emulated, Model: d.Model,
+			Name: fmt.Sprintf("gaudi%d", d.Index), Index: d.Index, Mode: "owned", Emulated: d.Emulated, Model: d.Model,
 			PCIVendorID: "0x1da3", PCIDeviceID: fmt.Sprintf("%#04x", d.DeviceID),
 			DeviceNode: d.Name, IoctlNumbering: d.Numbering, DMABufExportAPI: exportAPIText(d.ExportAPI, d.Numbering),
 			DRAMBase: fmt.Sprintf("%#x", d.DRAMBase), DRAMSize: d.DRAMSize, DRAMFree: d.DRAMFree, DRAMPageSize: d.PageSize,
@@ -203,6 +233,16 @@ func collectInfo(eng *engine.Engine, cfg engine.Config, mode string) infoDoc {
 					id.Driver = n.Driver
 				}
 			}
+		}
+		if d.Attached {
+			id.Name, id.Mode, id.LentBy = fmt.Sprintf("attached%d", d.Index), "attached", d.LentBy
+			id.PoolStart, id.PoolLen = fmt.Sprintf("%#x", d.PoolStart), d.PoolLen
+			doc.Devices = append(doc.Devices, id)
+			doc.MemoryDomains = append(doc.MemoryDomains, memoryDomain{
+				Name: id.Name, Register: true, DMABufExport: true, Emulated: d.Emulated,
+				Notes: "the runtime's HBM pool (Attachment.Register); exported once as a DMA-BUF, buffers at their offset; device copies by the application's copier, no CS by gxfer",
+			})
+			continue
 		}
 		doc.Devices = append(doc.Devices, id)
 		notes := "device memory (HBM); DMA-BUF export " + exportAPIText(d.ExportAPI, d.Numbering) + "; the habanalabs driver is export-only (no import, no CPU mmap)"
@@ -306,6 +346,11 @@ func writeInfoText(w io.Writer, doc infoDoc) error {
 			kind = "EMULATED (dma/hlsim, not a real Gaudi)"
 		}
 		p("  %s: %s\n", d.Name, kind)
+		if d.Mode == "attached" {
+			p("    mode\tattached: lent by %s; pool %s, %s; gxfer never closes the fd and submits no CS on it\n", d.LentBy, d.PoolStart, bench.FormatBytes(d.PoolLen))
+		} else {
+			p("    mode\towned: gxfer opened the device (one compute context per device)\n")
+		}
 		p("    model\t%s (PCI %s:%s)\n", d.Model, d.PCIVendorID, d.PCIDeviceID)
 		node := d.DeviceNode
 		if d.Emulated {

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInfoModeOwnedOrAttached(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		wantName  string
+		wantMode  string
+		wantText  []string
+		wantMemDo string
+	}{
+		{"owned (embedded default)", nil, "gaudi0", "owned",
+			[]string{"mode                owned: gxfer opened the device"}, "gaudi0"},
+		{"attached to an emulated runtime", []string{"-attach", "emulated"}, "attached0", "attached",
+			[]string{"attached0: EMULATED", "attached: lent by hlsim runtime; pool 0x", "submits no CS", "-devices attached (emulated)"}, "attached0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := gxfer(t, append([]string{"info", "-json"}, tc.args...)...)
+			require.Equal(t, 0, code, errs)
+			var doc infoDoc
+			require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+			require.Len(t, doc.Devices, 1, "attach mode opens no device of its own")
+			d := doc.Devices[0]
+			assert.Equal(t, tc.wantName, d.Name)
+			assert.Equal(t, tc.wantMode, d.Mode)
+			if tc.wantMode == "attached" {
+				assert.Equal(t, "hlsim runtime", d.LentBy)
+				assert.NotEmpty(t, d.PoolStart)
+				assert.EqualValues(t, 256<<20, d.PoolLen)
+			} else {
+				assert.Empty(t, d.LentBy)
+			}
+			require.Len(t, doc.MemoryDomains, 2)
+			assert.Equal(t, tc.wantMemDo, doc.MemoryDomains[1].Name)
+
+			code, out, errs = gxfer(t, append([]string{"info"}, tc.args...)...)
+			require.Equal(t, 0, code, errs)
+			for _, w := range tc.wantText {
+				assert.Contains(t, out, w)
+			}
+		})
+	}
+}
+
+func TestInfoAttachRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no runtime in this process", []string{"-attach", "runtime"}, "libSynapse.so is not loaded in this process"},
+		{"6.1 kernel exports by handle only", []string{"-attach", "emulated", "-kernel", "6.1"}, "attach needs kernel 6.3 or later"},
+		{"bad mode", []string{"-attach", "nope"}, "want emulated or runtime"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errs := gxfer(t, append([]string{"info"}, tc.args...)...)
+			require.NotEqual(t, 0, code)
+			assert.Contains(t, errs, tc.want)
+		})
+	}
+}
