@@ -80,8 +80,12 @@ func (b *DMABuf) Mem() *DeviceMem { return b.mem }
 // {addr, size, offset} form (6.3-6.6) mean it is not. The 6.1 form has no
 // offset at all. When this is false, ExportDMABuf exports from the start
 // of the allocation and carries the offset in DMABuf.Offset instead.
-func (d *Device) ExportOffsetHonored() bool {
-	return d.exportAPI == ExportAPIAddr && d.b.Numbering() == hlsys.Accel
+func (d *Device) ExportOffsetHonored() bool { return exportOffsetHonored(d.exportAPI, d.b.Numbering()) }
+
+// exportOffsetHonored is the rule behind Device.ExportOffsetHonored, for a
+// given export API (chooseExportAPI) and ioctl numbering.
+func exportOffsetHonored(api string, n hlsys.Numbering) bool {
+	return api == ExportAPIAddr && n == hlsys.Accel
 }
 
 // ExportDMABuf exports the range [offset, offset+size) of m as a DMA-BUF,
