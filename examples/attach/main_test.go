@@ -1,0 +1,32 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+func TestRun(t *testing.T) {
+	for _, kernel := range []string{"6.5", "6.8"} {
+		t.Run(kernel, func(t *testing.T) {
+			var out bytes.Buffer
+			require.NoError(t, run(&out, kernel))
+			s := out.String()
+			for _, want := range []string{
+				"emulated by dma/hlsim",
+				"pool exported once",
+				"through the runtime's copier: verified",
+				"tensor put to a peer over TCP: verified",
+				"on the borrowed fd: 1 exports, 0 CS/WAIT/CB ioctls, 0 memory ops, 0 closes; device CSs: 0",
+				"detached; the runtime unmapped its pool",
+			} {
+				require.Contains(t, s, want)
+			}
+		})
+	}
+}
