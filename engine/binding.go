@@ -76,7 +76,8 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 	if ep.rd != nil {
 		return ep.bindRDMA(local, &remote.k)
 	}
-	h, err := ep.importKey(ctx, e.opConfig(nil).deadline, remote.k)
+	mk, _ := remote.mapKey() // a narrower grant only: importKey refuses it
+	h, err := ep.importKey(ctx, e.opConfig(nil).deadline, mk)
 	if err != nil {
 		return nil, ep.importErr(err)
 	}

@@ -573,12 +573,15 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		}
 		return ep.rmaTCP(put, local, remote.k, opts, nil)
 	}
-	if remote.k.MemType == wire.MemHost {
+	// Host memory is mapped here when this side holds a key granting the
+	// whole allocation (the mapping reaches all of it); with a narrower
+	// grant only, the owner performs the copy and checks the grant.
+	if mk, ok := remote.mapKey(); ok && remote.k.MemType == wire.MemHost {
 		var deadline time.Time
 		if len(opts) > 0 || e.cfg.OpTimeout > 0 {
 			deadline = e.opConfig(opts).deadline
 		}
-		h, err := ep.importKey(ctx, deadline, remote.k)
+		h, err := ep.importKey(ctx, deadline, mk)
 		if err != nil {
 			return cq.Resolved(ep.importErr(err))
 		}

@@ -37,6 +37,11 @@ func (ep *Endpoint) serveImport(m *wire.ImportRequest) {
 	if st == wire.StatusOK && s.buf.shm == nil {
 		st, msg = wire.StatusNotSupported, "not shareable host memory"
 	}
+	if st == wire.StatusOK && (m.Key.GrantOffset != 0 || m.Key.GrantLen != m.Key.Length) {
+		// A mapping reaches the whole allocation: only a key granting all
+		// of it imports.
+		st, msg = wire.StatusAccess, "the key grants part of the allocation only"
+	}
 	if st != wire.StatusOK {
 		_ = ep.c.Send(wire.NewError(m.RequestID, st, msg))
 		return
@@ -63,7 +68,13 @@ func (ep *Endpoint) serveImport(m *wire.ImportRequest) {
 //
 // ctx and deadline bound an import (a round trip to the peer); a cache hit
 // costs no context or timer.
+//
+// k must grant the whole allocation (RemoteKey.mapKey): the owner maps
+// nothing for a narrower grant.
 func (ep *Endpoint) importKey(ctx context.Context, deadline time.Time, k wire.RemoteKey) (*ipc.Handle[*imported], error) {
+	if k.GrantOffset != 0 || k.GrantLen != k.Length {
+		return nil, newErr(ErrNotSupported, "a key granting part of an allocation cannot map it (bind or put with the key it was sliced from)", nil)
+	}
 	key := ipc.Key{Peer: ep.pid, AllocID: k.AllocID, Generation: k.Generation}
 	return ep.e.imports.Get(key, func(ipc.Key) (*imported, uint64, error) {
 		ctx, cancel := context.WithTimeout(ctx, importTimeout)

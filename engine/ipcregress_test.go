@@ -137,7 +137,7 @@ func TestIPCRegressCachePoisonBySpoofedPID(t *testing.T) {
 	require.NoError(t, err)
 	defer evil.Close()
 	vk := v.host.k
-	local := wire.RemoteKey{Owner: a.hello.EngineID, AllocID: vk.AllocID, Generation: vk.Generation,
+	local := wire.RemoteKey{Owner: a.hello.EngineID, AllocID: vk.AllocID, Generation: vk.Generation, GrantLen: vk.Length,
 		MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead | wire.KeyWrite, Length: vk.Length, Len: vk.Length}
 	req := wire.Request{RequestID: 1, Key: sk.k, Length: 16,
 		Local: wire.Local{Kind: wire.LocalKey, Key: local}}
@@ -205,7 +205,7 @@ func TestIPCRegressStuckPeerHangsEngine(t *testing.T) {
 	// Valid-looking ImportRequests: each is answered inline by E's reader
 	// (an Error), which the attacker never reads.
 	var bogus wire.RemoteKey
-	bogus = wire.RemoteKey{MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead, Length: 1, Len: 1}
+	bogus = wire.RemoteKey{MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead, Length: 1, GrantLen: 1, Len: 1}
 	_ = a.ic.SetWriteDeadline(time.Now().Add(3 * time.Second))
 	sent := 0
 	for i := 0; i < 20000; i++ {
@@ -263,7 +263,7 @@ func TestIPCRegressReaderBlocksOnSem(t *testing.T) {
 	t0 := time.Now()
 	for i := 0; i < n; i++ { // each with its own local buffer (like bounce buffers)
 		local := wire.RemoteKey{Owner: a.hello.EngineID, AllocID: uint64(1000 + i), Generation: 1,
-			MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead | wire.KeyWrite, Length: 4096 * 100, Len: 4096 * 100}
+			MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead | wire.KeyWrite, Length: 4096 * 100, GrantLen: 4096 * 100, Len: 4096 * 100}
 		req := wire.Request{RequestID: uint64(i + 1), Key: dk.k, Offset: uint64(i) * 4096, Length: 4096,
 			Local: wire.Local{Kind: wire.LocalKey, Key: local}}
 		require.NoError(t, a.c.Send(&wire.Put{Request: req}))
@@ -300,7 +300,7 @@ func TestIPCRegressPutIgnoresCtxDuringImport(t *testing.T) {
 	p := <-ch
 	defer p.c.Close()
 	k := wire.RemoteKey{Owner: h.EngineID, AllocID: 7, Generation: 1, MemType: wire.MemHost, Device: -1,
-		Flags: wire.KeyRead | wire.KeyWrite, Length: 4096, Len: 4096}
+		Flags: wire.KeyRead | wire.KeyWrite, Length: 4096, GrantLen: 4096, Len: 4096}
 	local, _ := e.Alloc(4096, Host)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -325,7 +325,7 @@ func TestIPCRegressImplicitExportGrantsWholeBufferRW(t *testing.T) {
 	defer p.c.Close()
 	// The peer's (claimed) Gaudi buffer key.
 	gk := wire.RemoteKey{Owner: h.EngineID, AllocID: 7, Generation: 1, MemType: wire.MemGaudi, Device: 0,
-		Flags: wire.KeyRead | wire.KeyWrite, Length: 1 << 20, Len: 1 << 20}
+		Flags: wire.KeyRead | wire.KeyWrite, Length: 1 << 20, GrantLen: 1 << 20, Len: 1 << 20}
 	local, _ := e.Alloc(1<<20, Host)
 	copy(local.Bytes()[4096:], "untouched")
 	var wg sync.WaitGroup
@@ -451,7 +451,7 @@ func TestIPCRegressServeOutlivesClose(t *testing.T) {
 	mem, _ := ipc.NewShared(1<<20, "x")
 	defer mem.Close()
 	local := wire.RemoteKey{Owner: p.hello.EngineID, AllocID: 1, Generation: 1, MemType: wire.MemHost, Device: -1,
-		Flags: wire.KeyRead | wire.KeyWrite, Length: 1 << 20, Len: 1 << 20}
+		Flags: wire.KeyRead | wire.KeyWrite, Length: 1 << 20, GrantLen: 1 << 20, Len: 1 << 20}
 	require.NoError(t, p.c.Send(&wire.Put{Request: wire.Request{RequestID: 1, Key: hk.k, Length: 1 << 20,
 		Local: wire.Local{Kind: wire.LocalKey, Key: local}}}))
 	_, m := p.recv(t)

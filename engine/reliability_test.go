@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"path/filepath"
 	"testing"
 	"time"
@@ -149,4 +151,69 @@ func TestRegressRedialKeepsNewImports(t *testing.T) {
 	dk, err := d.Export()
 	require.NoError(t, err)
 	require.NoError(t, ep2.PutSync(ctx, pb.All(), dk))
+}
+
+// Issue 16 item 7: a key narrowed with Slice grants its range only. The
+// forged widening of the report (a key sliced to [8192, +4096) re-encoded
+// as [0, +1 MiB)) is refused by the owner on unix and TCP, and the
+// narrowed key itself still works (on unix through the owner's copy, as
+// its mapping would reach the whole buffer).
+func TestRegressSlicedKeyCannotWiden(t *testing.T) {
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			ctx := context.Background()
+			cfg := Config{Devices: DevicesNone, Transport: TransportTCP}
+			owner, peer := newEngine(t, cfg), newEngine(t, cfg)
+			addr := "127.0.0.1:0"
+			if network == "unix" {
+				addr = filepath.Join(t.TempDir(), "o.sock")
+			}
+			l, err := owner.Listen(network, addr)
+			require.NoError(t, err)
+			defer l.Close()
+			ep, err := peer.Dial(ctx, network, l.Addr())
+			require.NoError(t, err)
+			defer ep.Close()
+
+			const size = 1 << 20
+			b, err := owner.Alloc(size, Host)
+			require.NoError(t, err)
+			root, err := b.Export()
+			require.NoError(t, err)
+			narrow := root.Slice(8192, 4096)
+			require.NoError(t, narrow.Err())
+
+			// The peer gets the narrowed key's bytes and edits them.
+			enc := narrow.Bytes()
+			wide := bytes.Clone(enc)
+			binary.LittleEndian.PutUint64(wide[80:], 0)     // grant offset
+			binary.LittleEndian.PutUint64(wide[88:], size)  // grant length
+			binary.LittleEndian.PutUint64(wide[112:], 0)    // view offset
+			binary.LittleEndian.PutUint64(wide[120:], size) // view length
+			forged, err := ParseRemoteKey(wide)
+			require.NoError(t, err) // well-formed: only the owner can tell
+			src, err := peer.Alloc(size, Host)
+			require.NoError(t, err)
+			for i := range src.Bytes() {
+				src.Bytes()[i] = 0xAB
+			}
+			err = ep.PutSync(ctx, src.All(), forged)
+			require.ErrorIs(t, err, ErrInvalid, "a widened grant was accepted for a write")
+			require.ErrorIs(t, ep.GetSync(ctx, src.All(), forged), ErrInvalid)
+			// The view alone widened beyond the grant does not parse.
+			viewOnly := bytes.Clone(enc)
+			binary.LittleEndian.PutUint64(viewOnly[112:], 0)
+			binary.LittleEndian.PutUint64(viewOnly[120:], size)
+			_, err = ParseRemoteKey(viewOnly)
+			require.ErrorIs(t, err, ErrInvalid)
+			require.Equal(t, make([]byte, size), b.Bytes(), "the owner's buffer was written")
+
+			// The narrowed key, as sent, works for its range.
+			got, err := ParseRemoteKey(enc)
+			require.NoError(t, err)
+			require.NoError(t, ep.PutSync(ctx, src.Slice(0, 4096), got))
+			require.Equal(t, bytes.Repeat([]byte{0xAB}, 4096), b.Bytes()[8192:8192+4096])
+			require.Equal(t, make([]byte, 8192), b.Bytes()[:8192])
+		})
+	}
 }

@@ -57,11 +57,35 @@ func newIdentity() (identity, error) {
 }
 
 // RemoteKey describes a buffer another engine exported: the bytes of
-// Buffer.Export, parsed. It grants access to its view only; the owner
-// checks every request against it and refuses forged or edited keys.
+// Buffer.Export, parsed. It grants access to a signed range of the buffer
+// only (the whole buffer for the key Export returns; the range of the
+// first Slice for the keys sliced from it); the owner checks every
+// request against that range and refuses forged or edited keys, a
+// re-encoded wider range among them. Slice of a key that already grants
+// part of a buffer narrows its view only: the holder of such a key can
+// reach the part it was granted, never more. The one exception is RDMA:
+// a peer writing or reading with the key's rkey is bounded by the NIC's
+// registration (the whole allocation), not by the grant (see Export).
 type RemoteKey struct {
 	k   wire.RemoteKey
 	err error
+	// root is the key granting the whole allocation that k was sliced
+	// from in this process (nil if none): its holder may map all of it,
+	// so Put and Get through a unix socket copy through the mapping. It is
+	// never encoded (Bytes encodes k only).
+	root *wire.RemoteKey
+}
+
+// mapKey is the key that imports the allocation (one granting all of it)
+// and true, or k's own key and false if there is none.
+func (k RemoteKey) mapKey() (wire.RemoteKey, bool) {
+	switch {
+	case k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length:
+		return k.k, true
+	case k.root != nil:
+		return *k.root, true
+	}
+	return k.k, false
 }
 
 // ParseRemoteKey parses the bytes of an exported key (untrusted input).
@@ -93,8 +117,11 @@ func (k RemoteKey) Location() Location {
 // Err reports a range error made by Slice.
 func (k RemoteKey) Err() error { return k.err }
 
-// Slice narrows the key to n bytes at off within its view. A bad range
-// yields a key whose use fails with ErrInvalid.
+// Slice narrows the key to n bytes at off within its view. Of a key that
+// grants the whole buffer (what Export returns) it makes a key that
+// grants only that range (signed without the owner's secret, see
+// wire.RemoteKey): hand it to a peer that may reach that range only. A
+// bad range yields a key whose use fails with ErrInvalid.
 func (k RemoteKey) Slice(off, n int) RemoteKey {
 	if k.err != nil {
 		return k
@@ -106,7 +133,12 @@ func (k RemoteKey) Slice(off, n int) RemoteKey {
 	if err != nil {
 		return RemoteKey{k: k.k, err: newErr(ErrInvalid, "remote key range", err)}
 	}
-	return RemoteKey{k: s}
+	root := k.root
+	if k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length {
+		r := k.k
+		root = &r
+	}
+	return RemoteKey{k: s, root: root}
 }
 
 // Export returns a remote key for the buffer that peers connected to this
@@ -131,6 +163,7 @@ func (b *Buffer) Export() (RemoteKey, error) {
 		Owner: e.ident.hello.EngineID, OwnerPID: e.ident.hello.PID, OwnerPIDNS: e.ident.hello.PIDNamespace,
 		AllocID: b.id, Generation: e.ident.epoch, MemType: wire.MemHost, Device: -1,
 		Flags: wire.KeyRead | wire.KeyWrite, Base: b.Addr(), Length: b.size, Offset: 0, Len: b.size,
+		GrantOffset: 0, GrantLen: b.size,
 	}
 	switch {
 	case b.loc.gaudi:

@@ -70,12 +70,16 @@
 //
 // [RemoteKey] is what Buffer.Export returns: the owner's engine id, pid and
 // pid namespace, an allocation (AllocID, Generation, memory type, device,
-// base address, length, RDMA rkey, an extension field) and a 16-byte MAC,
-// an HMAC-SHA256 of all of that under a per-engine secret ([Sign],
-// [Verify], [Signer]). A forged or edited key fails verification at the
-// owner. The key also carries a view (Offset, Len) that is not signed, so
-// holders can [RemoteKey.Slice] keys without the secret; the owner checks
-// requests against the signed allocation range ([RemoteKey.Check]), so an
-// edited view can never reach beyond the allocation. A key grants its
-// whole allocation, like an RDMA rkey grants its whole memory region.
+// base address, length, RDMA rkeys), the range of it the key grants, and a
+// 16-byte MAC under a per-engine secret ([Sign], [Verify], [Signer]). A
+// forged or edited key fails verification at the owner. A key grants its
+// signed range only: the owner refuses every request outside it. The key
+// Export returns grants the whole allocation; [RemoteKey.Slice] of it
+// derives, without the secret, a key granting the narrower range, whose
+// holder cannot widen it (the derived MAC is keyed by the root MAC, which
+// the narrower key does not carry). The key also carries a view (Offset,
+// Len) inside the grant that is not signed; the owner checks requests
+// against the view and the view against the grant ([RemoteKey.Check]).
+// An RDMA rkey is the exception: the NIC bounds it by its registration
+// (the whole allocation), not by the grant.
 package wire

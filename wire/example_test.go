@@ -42,7 +42,7 @@ func ExampleRemoteKey() {
 	forged.Length = 1 << 30 // try to reach more memory
 	fmt.Println("forged:", errors.Is(wire.Verify(&forged, secret), wire.ErrBadSignature))
 	// Output:
-	// exported 112 bytes
+	// exported 128 bytes
 	// verify: <nil>
 	// address 0x100100001000, err <nil>
 	// beyond the view: true

@@ -18,6 +18,10 @@ func FuzzDecode(f *testing.F) {
 		f.Add(fr)
 		f.Add(fr[HeaderSize:])
 	}
+	if sk, err := testKey().Slice(8192, 4096); err == nil {
+		b, _ := sk.MarshalBinary()
+		f.Add(b)
+	}
 	f.Add([]byte{})
 	f.Add(make([]byte, HeaderSize))
 
@@ -73,8 +77,23 @@ func FuzzDecode(f *testing.F) {
 					t.Fatalf("Check(%d, %d) passed for view %d", r[0], r[1], k.Len)
 				}
 			}
-			if s, err := k.Slice(k.Len/2, k.Len-k.Len/2); err != nil || s.Check(0, s.Len) != nil {
+			s, err := k.Slice(k.Len/2, k.Len-k.Len/2)
+			if err != nil || s.Check(0, s.Len) != nil {
 				t.Fatalf("slice of a valid key: %v", err)
+			}
+			// A slice of a key that verifies verifies, and its grant can
+			// never be widened back (issue 16: views are enforced).
+			if Verify(&k, testSecret) == nil {
+				if err := Verify(&s, testSecret); err != nil {
+					t.Fatalf("slice of a verified key: %v", err)
+				}
+				if s.GrantLen < k.GrantLen {
+					w := s
+					w.GrantOffset, w.GrantLen = k.GrantOffset, k.GrantLen
+					if Verify(&w, testSecret) == nil {
+						t.Fatalf("a widened grant verifies: %+v", w)
+					}
+				}
 			}
 		}
 	})
@@ -83,7 +102,8 @@ func FuzzDecode(f *testing.F) {
 // signedBySeed reports whether an encoded key's signed part and MAC are
 // those of a key the tests signed (the view may differ).
 func signedBySeed(enc []byte) bool {
-	for _, k := range []RemoteKey{testKey(), testGaudiKey()} {
+	sk, _ := testKey().Slice(8192, 4096)
+	for _, k := range []RemoteKey{testKey(), testGaudiKey(), sk} {
 		b, _ := k.MarshalBinary()
 		if bytes.Equal(b[:keyView], enc[:keyView]) {
 			return true

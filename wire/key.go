@@ -14,16 +14,17 @@ import (
 
 // KeyVersion is the RemoteKey encoding version; keys of other versions are
 // refused with ErrMalformed.
-const KeyVersion = 2
+const KeyVersion = 3
 
 // KeySize is the size of an encoded RemoteKey.
-const KeySize = 112
+const KeySize = 128
 
 // Offsets of the encoded key: bytes [0, keySigned) are covered by the MAC.
 const (
-	keySigned = 80
-	keyMAC    = 80
-	keyView   = 96
+	keyAlloc  = 80 // the allocation part: the root MAC covers [0, keyAlloc)
+	keySigned = 96 // with the grant
+	keyMAC    = 96
+	keyView   = 112
 )
 
 // MACSize is the size of a RemoteKey's MAC.
@@ -75,9 +76,9 @@ const MaxNICs = 3
 const MaxDevice = 0xFFFE
 
 // RemoteKey is the bytes Buffer.Export returns: a capability naming one
-// allocation of one engine, which the owning engine signs and later
-// verifies. A holder addresses the memory through the key's view, a range
-// of the allocation.
+// allocation of one engine, and the range of it that the key grants, which
+// the owning engine signs and later verifies. A holder addresses the
+// memory through the key's view, a range of the grant.
 //
 // Encoding (KeySize bytes, little-endian):
 //
@@ -97,18 +98,34 @@ const MaxDevice = 0xFFFE
 //	 64    8 Length       allocation length
 //	 72    4 NICRKeys[0] rkey of the allocation on the owner's second NIC (0 if none)
 //	 76    4 NICRKeys[1] rkey on the owner's third NIC (0 if none)
-//	 80   16 MAC          HMAC-SHA256(secret, bytes 0..79), truncated
-//	 96    8 Offset       view start, relative to Base (not signed)
-//	104    8 Len          view length (not signed)
+//	 80    8 GrantOffset  start of the granted range, relative to Base (signed)
+//	 88    8 GrantLen     length of the granted range (signed)
+//	 96   16 MAC          see below
+//	112    8 Offset       view start, relative to Base (not signed)
+//	120    8 Len          view length (not signed)
 //
-// Signing and slicing: the MAC covers the allocation ([Base, Base+Length)
-// and everything that identifies it) but not the view, so [RemoteKey.Slice]
-// works without the owner's secret. A key therefore grants its whole
-// allocation, as an RDMA rkey grants its whole memory region: the view is a
-// convenience for the holder, not a security boundary. The owner verifies
-// the MAC ([Verify]) and then checks every request against the signed range
-// ([RemoteKey.Check] and [RemoteKey.Span] validate the view against Length,
-// so an edited view can never reach beyond the allocation).
+// Signing and slicing. A key grants the range [GrantOffset, +GrantLen) of
+// its allocation, and nothing else: the owner refuses every request
+// outside it. Let R = HMAC-SHA256(secret, bytes 0..79) truncated to 16
+// bytes, the root MAC of the allocation. A key granting the whole
+// allocation (a root key: what Buffer.Export returns) carries MAC = R. A
+// key granting less carries MAC = HMAC-SHA256(R, "gxfer-grant" || bytes
+// 0..95) truncated: whoever holds a root key (and so R) can derive a key
+// for any range without the owner's secret, but the holder of a narrower
+// key cannot widen it, because it would need R, which its key does not
+// contain. [RemoteKey.Slice] of a root key therefore makes a narrower
+// grant; Slice of a key that is already narrower only narrows its view
+// within the unchanged grant (a holder may widen such a view back to the
+// grant, never beyond). The owner verifies the MAC ([Verify]) and checks
+// every request against the view and the view against the signed grant
+// ([RemoteKey.Check], [RemoteKey.Span]).
+//
+// RDMA: a key's rkeys are the NIC's own capability, covering the whole
+// registered allocation; the NIC does not know the grant. The owner
+// enforces grants on every request it serves (unix socket, TCP, delegated
+// RDMA); an RDMA peer writing directly with an rkey is limited only by
+// the NIC. Engines that must confine RDMA peers to a grant should not
+// offer RDMA to them.
 //
 // Generation distinguishes successive uses of the same AllocID by the
 // owner; it must increase each time the owner reuses an AllocID.
@@ -129,11 +146,19 @@ type RemoteKey struct {
 	// several NICs: a peer's queue pair connected to the owner's NIC i+1
 	// uses NICRKeys[i], one connected to its first NIC uses RKey.
 	NICRKeys [MaxNICs - 1]uint32
-	MAC      [MACSize]byte
+	// GrantOffset and GrantLen are the signed range the key grants,
+	// relative to Base.
+	GrantOffset uint64
+	GrantLen    uint64
+	MAC         [MACSize]byte
 
-	Offset uint64 // view start within the allocation
+	Offset uint64 // view start within the allocation (inside the grant)
 	Len    uint64 // view length
 }
+
+// root reports whether k grants its whole allocation (its MAC is then
+// the allocation's root MAC).
+func (k *RemoteKey) root() bool { return k.GrantOffset == 0 && k.GrantLen == k.Length }
 
 // Type returns TypeRemoteKey: a RemoteKey is also a message, with which an
 // engine hands a key to a peer.
@@ -145,8 +170,8 @@ func (k *RemoteKey) validate() error {
 	if err := k.validateSigned(); err != nil {
 		return err
 	}
-	if k.Len == 0 || k.Offset > k.Length || k.Len > k.Length-k.Offset {
-		return fmt.Errorf("view [%d, +%d) outside the %d-byte allocation", k.Offset, k.Len, k.Length)
+	if k.Len == 0 || k.Offset < k.GrantOffset || k.Offset-k.GrantOffset > k.GrantLen || k.Len > k.GrantLen-(k.Offset-k.GrantOffset) {
+		return fmt.Errorf("view [%d, +%d) outside the grant [%d, +%d)", k.Offset, k.Len, k.GrantOffset, k.GrantLen)
 	}
 	return nil
 }
@@ -174,11 +199,14 @@ func (k *RemoteKey) validateSigned() error {
 	if k.Base > math.MaxUint64-k.Length {
 		return fmt.Errorf("allocation [%#x, +%d) wraps around", k.Base, k.Length)
 	}
+	if k.GrantLen == 0 || k.GrantOffset > k.Length || k.GrantLen > k.Length-k.GrantOffset {
+		return fmt.Errorf("grant [%d, +%d) outside the %d-byte allocation", k.GrantOffset, k.GrantLen, k.Length)
+	}
 	return nil
 }
 
-// appendSigned appends the signed part of the encoding (bytes 0..79). The
-// key must be valid.
+// appendSigned appends the signed part of the encoding (bytes 0..95: the
+// allocation, then the grant). The key must be valid.
 func (k *RemoteKey) appendSigned(b []byte) []byte {
 	dev := uint16(0xFFFF)
 	if k.MemType == MemGaudi {
@@ -199,7 +227,8 @@ func (k *RemoteKey) appendSigned(b []byte) []byte {
 	for _, r := range k.NICRKeys {
 		b = appendU32(b, r)
 	}
-	return b
+	b = appendU64(b, k.GrantOffset)
+	return appendU64(b, k.GrantLen)
 }
 
 // AppendBinary appends the KeySize-byte encoding of k to b. It fails with
@@ -271,6 +300,8 @@ func (k *RemoteKey) decode(d *dec) error {
 	for i := range nk.NICRKeys {
 		nk.NICRKeys[i] = binary.LittleEndian.Uint32(p[72+4*i:])
 	}
+	nk.GrantOffset = binary.LittleEndian.Uint64(p[keyAlloc:])
+	nk.GrantLen = binary.LittleEndian.Uint64(p[keyAlloc+8:])
 	copy(nk.MAC[:], p[keyMAC:keyView])
 	nk.Offset = binary.LittleEndian.Uint64(p[keyView:])
 	nk.Len = binary.LittleEndian.Uint64(p[keyView+8:])
@@ -290,15 +321,35 @@ func (k *RemoteKey) DecodePayload(h Header, p []byte) error {
 }
 
 // Slice returns a key whose view is [off, off+n) of k's view. It fails with
-// ErrOutOfRange if that is empty or not inside k's view. The MAC still
-// verifies: the view is not signed.
+// ErrOutOfRange if that is empty or not inside k's view. Of a root key
+// (one granting its whole allocation) it makes a key granting only the
+// new view, with a MAC derived from k's (see [RemoteKey]); of a narrower
+// key, it narrows the view within k's grant. A range equal to the whole
+// allocation leaves a root key as it is.
 func (k RemoteKey) Slice(off, n uint64) (RemoteKey, error) {
 	start, err := k.Span(off, n)
 	if err != nil {
 		return RemoteKey{}, err
 	}
 	k.Offset, k.Len = start, n
+	if k.root() && (start != 0 || n != k.Length) {
+		rootMAC := k.MAC
+		k.GrantOffset, k.GrantLen = start, n
+		deriveMAC(&rootMAC, &k, &k.MAC)
+	}
 	return k, nil
+}
+
+// deriveMAC sets out to the MAC of a key granting less than its
+// allocation: HMAC-SHA256 under the allocation's root MAC of the signed
+// bytes (allocation and grant), truncated.
+func deriveMAC(rootMAC *[MACSize]byte, k *RemoteKey, out *[MACSize]byte) {
+	h := hmac.New(sha256.New, rootMAC[:])
+	h.Write([]byte("gxfer-grant"))
+	var buf [keySigned]byte
+	h.Write(k.appendSigned(buf[:0]))
+	var sum [sha256.Size]byte
+	copy(out[:], h.Sum(sum[:0]))
 }
 
 // Check reports whether a request of n bytes at off, relative to k's view,
@@ -321,6 +372,8 @@ func (k *RemoteKey) Span(off, n uint64) (uint64, error) {
 		return 0, rerr("empty request")
 	case k.Offset > k.Length || k.Len > k.Length-k.Offset:
 		return 0, rerr("view outside the allocation")
+	case k.Offset < k.GrantOffset || k.Offset-k.GrantOffset > k.GrantLen || k.Len > k.GrantLen-(k.Offset-k.GrantOffset):
+		return 0, rerr("view outside the key's grant")
 	case off > k.Len || n > k.Len-off:
 		return 0, rerr("request outside the view")
 	}
@@ -349,19 +402,37 @@ type macState struct {
 
 func newMACState(secret []byte) *macState { return &macState{h: hmac.New(sha256.New, secret)} }
 
+// mac computes k's MAC: the root MAC of its allocation, or for a key
+// granting less, the MAC derived from it.
 func (s *macState) mac(k *RemoteKey, out *[MACSize]byte) {
 	s.h.Reset()
-	s.h.Write(k.appendSigned(s.buf[:0]))
-	copy(out[:], s.h.Sum(s.sum[:0]))
+	s.h.Write(k.appendSigned(s.buf[:0])[:keyAlloc])
+	if k.root() {
+		copy(out[:], s.h.Sum(s.sum[:0]))
+		return
+	}
+	var rootMAC [MACSize]byte
+	copy(rootMAC[:], s.h.Sum(s.sum[:0]))
+	deriveMAC(&rootMAC, k, out)
 }
 
-// Sign validates the signed part of k and sets k.MAC to the HMAC-SHA256 (truncated to MACSize
+// defaultGrant makes a key without a grant (GrantLen 0) grant its whole
+// allocation.
+func defaultGrant(k *RemoteKey) {
+	if k.GrantLen == 0 && k.GrantOffset == 0 {
+		k.GrantLen = k.Length
+	}
+}
+
+// Sign validates the signed part of k and sets k.MAC (a key with GrantLen
+// 0 is first made to grant its whole allocation) to the HMAC-SHA256 (truncated to MACSize
 // bytes) of its signed part under secret. The owner signs every key it
 // exports; secret is per engine and never leaves it.
 func Sign(k *RemoteKey, secret []byte) error {
 	if len(secret) < MinSecretLen {
 		return invalid("secret of %d bytes (need %d)", len(secret), MinSecretLen)
 	}
+	defaultGrant(k)
 	if err := k.validateSigned(); err != nil {
 		return invalid("remote key: %v", err)
 	}
@@ -370,10 +441,11 @@ func Sign(k *RemoteKey, secret []byte) error {
 }
 
 // Verify checks that the signed part of k is valid and that its MAC was
-// made by [Sign] with secret. A forged or edited key fails with
-// ErrBadSignature. The view is not signed (see [RemoteKey]): check
-// requests against the allocation with [RemoteKey.Check]. The comparison
-// is constant-time.
+// made by [Sign] with secret (or derived from such a MAC by
+// [RemoteKey.Slice]). A forged or edited key, a widened grant among them,
+// fails with ErrBadSignature. The view is not signed (see [RemoteKey]):
+// check requests against the view and the grant with [RemoteKey.Check].
+// The comparison is constant-time.
 func Verify(k *RemoteKey, secret []byte) error {
 	if len(secret) < MinSecretLen {
 		return invalid("secret of %d bytes (need %d)", len(secret), MinSecretLen)
@@ -411,6 +483,7 @@ func NewSigner(secret []byte) (*Signer, error) {
 
 // Sign is [Sign] with the Signer's secret.
 func (s *Signer) Sign(k *RemoteKey) error {
+	defaultGrant(k)
 	if err := k.validateSigned(); err != nil {
 		return invalid("remote key: %v", err)
 	}

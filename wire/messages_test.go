@@ -170,9 +170,12 @@ func TestMalformed(t *testing.T) {
 		{"key reserved", keyAt(keyFrame, 6, 1), 0, ErrMalformed},
 		{"key zero length", u64At(keyFrame, 64, 0), 0, ErrMalformed},
 		{"key range overflow", u64At(keyFrame, 56, math.MaxUint64-10), 0, ErrMalformed},
-		{"key view beyond", u64At(keyFrame, 96, 1), 0, ErrMalformed},
-		{"key view overflow", u64At(u64At(keyFrame, 96, math.MaxUint64), 104, 2), 0, ErrMalformed},
-		{"key empty view", u64At(keyFrame, 104, 0), 0, ErrMalformed},
+		{"key view beyond", u64At(keyFrame, 112, 1), 0, ErrMalformed},
+		{"key view overflow", u64At(u64At(keyFrame, 112, math.MaxUint64), 120, 2), 0, ErrMalformed},
+		{"key empty view", u64At(keyFrame, 120, 0), 0, ErrMalformed},
+		{"key empty grant", u64At(keyFrame, 88, 0), 0, ErrMalformed},
+		{"key grant beyond", u64At(keyFrame, 80, 1), 0, ErrMalformed},
+		{"key grant overflow", u64At(u64At(keyFrame, 80, math.MaxUint64), 88, 2), 0, ErrMalformed},
 		{"put local kind", func() []byte { f := bytes.Clone(put); f[HeaderSize+KeySize+16] = 9; return f }(), 0, ErrMalformed},
 		{"put local kind key but missing", func() []byte { f := bytes.Clone(put); f[HeaderSize+KeySize+16] = byte(LocalKey); return f }(), 0, ErrMalformed},
 		{"put reserved", func() []byte { f := bytes.Clone(put); f[HeaderSize+KeySize+17] = 1; return f }(), 0, ErrMalformed},
@@ -198,7 +201,7 @@ func TestForgedKey(t *testing.T) {
 	require.NoError(t, Verify(&k, testSecret))
 
 	for name, edit := range map[string]func(*RemoteKey){
-		"length":     func(k *RemoteKey) { k.Length *= 2; k.Len = k.Length },
+		"length":     func(k *RemoteKey) { k.Length *= 2; k.GrantLen, k.Len = k.Length, k.Length },
 		"base":       func(k *RemoteKey) { k.Base += 4096 },
 		"alloc":      func(k *RemoteKey) { k.AllocID++ },
 		"generation": func(k *RemoteKey) { k.Generation++ },
@@ -209,6 +212,7 @@ func TestForgedKey(t *testing.T) {
 		"lane rkey":  func(k *RemoteKey) { k.NICRKeys[1]++ },
 		"mac":        func(k *RemoteKey) { k.MAC[15] ^= 1 },
 		"memtype":    func(k *RemoteKey) { k.MemType, k.Device = MemGaudi, 0 },
+		"grant":      func(k *RemoteKey) { k.GrantOffset, k.GrantLen, k.Offset, k.Len = 4096, 4096, 4096, 4096 },
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := k
@@ -227,10 +231,32 @@ func TestForgedKey(t *testing.T) {
 	require.ErrorIs(t, Verify(&k, []byte("short")), ErrInvalid)
 	require.ErrorIs(t, Sign(&k, nil), ErrInvalid)
 
-	// The view is not signed: a slice verifies.
+	// A slice (a narrower grant, derived without the secret) verifies, and
+	// so does a slice of it (a narrower view in the same grant).
 	s, err := k.Slice(100, 200)
 	require.NoError(t, err)
 	require.NoError(t, Verify(&s, testSecret))
+	ss, err := s.Slice(10, 20)
+	require.NoError(t, err)
+	require.NoError(t, Verify(&ss, testSecret))
+	// Widening the grant of a slice (issue 16: a key narrowed to
+	// [8192, +4096) re-encoded as [0, +1 MiB)) fails verification.
+	narrow, err := k.Slice(8192, 4096)
+	require.NoError(t, err)
+	for _, g := range [][2]uint64{{0, 1 << 20}, {0, 8192 + 4096}, {8192, 8192}, {4096, 8192}} {
+		w := narrow
+		w.GrantOffset, w.GrantLen, w.Offset, w.Len = g[0], g[1], g[0], g[1]
+		b, err := w.MarshalBinary()
+		require.NoError(t, err)
+		var d RemoteKey
+		require.NoError(t, d.UnmarshalBinary(b))
+		require.ErrorIs(t, Verify(&d, testSecret), ErrBadSignature, "grant %v", g)
+	}
+	// A view edited beyond the grant does not even decode.
+	w := narrow
+	w.Offset, w.Len = 0, 1<<20
+	_, err = w.MarshalBinary()
+	require.ErrorIs(t, err, ErrInvalid)
 
 	// Signer agrees with Sign/Verify.
 	sg, err := NewSigner(testSecret)
@@ -282,7 +308,9 @@ func TestKeySliceAndCheck(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(4096), s.Offset)
 	require.Equal(t, uint64(8192), s.Len)
-	require.Equal(t, k.MAC, s.MAC)
+	require.NotEqual(t, k.MAC, s.MAC, "a narrower grant has a derived MAC")
+	require.Equal(t, uint64(4096), s.GrantOffset)
+	require.Equal(t, uint64(8192), s.GrantLen)
 	ss, err := s.Slice(100, 50)
 	require.NoError(t, err)
 	start, err := ss.Span(10, 40)
