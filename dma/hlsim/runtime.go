@@ -274,12 +274,15 @@ func (r *Runtime) Unmap() error {
 
 // Close releases the pool and closes the runtime's context. Idempotent.
 func (r *Runtime) Close() error {
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil
+	}
 	err := r.Unmap()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
-		return nil
-	}
 	r.closed = true
 	return errors.Join(err, r.b.Close())
 }
