@@ -41,10 +41,10 @@ type peerProc struct {
 }
 
 // newFDs lists the peer's descriptors that were not open at its start.
-func (p *peerProc) newFDs() string {
+func (p *peerProc) newFDs() []string {
 	a, err := p.command("fds")
 	if err != nil {
-		return err.Error()
+		return []string{err.Error()}
 	}
 	p.mu.Lock()
 	base := map[string]bool{}
@@ -58,7 +58,7 @@ func (p *peerProc) newFDs() string {
 			out = append(out, f)
 		}
 	}
-	return strings.Join(out, " ")
+	return out
 }
 
 // peerView is one generation of a peer: its addresses and keys.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package soak
+
+const raceMaps = 0
