@@ -97,6 +97,13 @@ type Config struct {
 	// connection).
 	TCPLanes int
 
+	// MaxPeers bounds the endpoints each Listener serves (default 1024).
+	// At the bound, a new peer makes the listener close its oldest
+	// endpoint whose peer never made a request (a connection that said
+	// Hello and then only heartbeats); if every peer has made one, the new
+	// peer is refused and its Dial fails with ErrTooManyPeers.
+	MaxPeers int
+
 	RegCache RegCacheConfig
 	// IPCCache bounds the peers' buffers mapped into this process (the IPC
 	// handle cache); 0 means the ipc package defaults.
@@ -143,6 +150,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PeerTimeout == 0 {
 		c.PeerTimeout = 10 * time.Second
+	}
+	if c.MaxPeers <= 0 {
+		c.MaxPeers = 1024
 	}
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = 2 * time.Second

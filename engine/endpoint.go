@@ -24,7 +24,7 @@ const (
 	handshakeTimeout = 5 * time.Second
 	importTimeout    = 10 * time.Second
 	maxServing       = 64 // concurrent requests served per endpoint
-	maxHandshakes    = 16 // concurrent handshakes per listener
+	maxHandshakes    = 64 // handshakes in progress per listener (the oldest is evicted beyond)
 	sendTimeout      = 5 * time.Second
 )
 
@@ -58,6 +58,7 @@ type Endpoint struct {
 	writerEnd chan struct{}
 
 	puts, gets, served, bytesOut, bytesIn atomic.Uint64
+	active                                atomic.Bool // the peer made a request (Listener.admit evicts idle peers first)
 
 	lanes  []*Endpoint // TCP: extra connections for large transfers (set once, by Dial)
 	parent *Endpoint   // a lane's endpoint
@@ -344,13 +345,16 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 	}
 	switch m := m.(type) {
 	case *wire.ImportRequest:
+		ep.active.Store(true)
 		if ep.kind != TransportIPC {
 			return errors.New("ImportRequest on a transport without fd passing")
 		}
 		ep.serveImport(m)
 	case *wire.Put:
+		ep.active.Store(true)
 		return ep.serveAny(true, m.Request)
 	case *wire.Get:
+		ep.active.Store(true)
 		return ep.serveAny(false, m.Request)
 	case *wire.Invalidate:
 		ep.e.imports.Invalidate(ep.pid, m.AllocID, m.Generation)

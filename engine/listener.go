@@ -26,7 +26,13 @@ type Listener struct {
 	once     sync.Once
 	ctx      context.Context // canceled by Close: ends handshakes in progress
 	cancel   context.CancelFunc
-	hs       chan struct{} // handshake slots
+	// Handshakes in progress, oldest first: when all maxHandshakes slots
+	// are taken, a new connection evicts the oldest (a silent client
+	// cannot hold a slot against newer ones). Accepted endpoints, oldest
+	// first, bounded by Config.MaxPeers (see admit).
+	mu      sync.Mutex
+	pending []*pendingHS
+	peers   []*Endpoint
 	// offerRDMA: TCP peers that offer RDMA get RDMA endpoints.
 	offerRDMA bool
 }
@@ -38,7 +44,7 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
-	l := &Listener{e: e, accepted: make(chan *Endpoint, 64), done: make(chan struct{}), hs: make(chan struct{}, maxHandshakes)}
+	l := &Listener{e: e, accepted: make(chan *Endpoint, 64), done: make(chan struct{})}
 	switch network {
 	case "unix":
 		il, err := ipc.Listen(addr, ipc.Config{Logger: e.log})
@@ -112,18 +118,12 @@ func (l *Listener) loop() {
 			}
 			return // closed
 		}
-		select {
-		case l.hs <- struct{}{}:
-		default:
-			l.e.log.Warn().Msg("too many handshakes in progress; connection refused")
-			_ = t.Close()
-			continue
-		}
+		p := l.startHandshake(t)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-l.hs }()
-			ep, err := l.e.handshakeServer(l.ctx, l.kind, l.offerRDMA, t, cred, raddr)
+			defer l.endHandshake(p)
+			ep, err := l.e.handshakeServer(l.ctx, l, p, l.kind, l.offerRDMA, t, cred, raddr)
 			if err != nil {
 				l.e.log.Warn().Err(err).Msg("handshake failed")
 				return
@@ -236,6 +236,10 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 	}
 	var ack wire.HelloAck
 	if err := decodeOrPeerError(&f, &ack); err != nil {
+		if we, ok := err.(*wire.Error); ok && we.Code == wire.StatusNoResources {
+			_ = wc.Close()
+			return nil, newErr(ErrTooManyPeers, "handshake with "+addr, newErr(ErrPeer, "", we))
+		}
 		return fail(err)
 	}
 	if err := wire.CheckAck(local, ack); err != nil {
@@ -304,9 +308,9 @@ func checkIdentity(h wire.Hello, cred ipc.Cred) error {
 	return nil
 }
 
-func (e *Engine) handshakeServer(parent context.Context, kind TransportKind, offerRDMA bool, t wire.Transport, cred *ipc.Cred, raddr string) (*Endpoint, error) {
+func (e *Engine) handshakeServer(parent context.Context, l *Listener, p *pendingHS, kind TransportKind, offerRDMA bool, t wire.Transport, cred *ipc.Cred, raddr string) (*Endpoint, error) {
 	wc := wire.NewConn(t, e.connConfig(kind))
-	ctx, cancel := context.WithTimeout(parent, handshakeTimeout)
+	ctx, cancel := context.WithTimeout(parent, serverHandshakeTimeout)
 	defer cancel()
 	f, err := wc.Recv(ctx)
 	if err != nil {
@@ -332,6 +336,13 @@ func (e *Engine) handshakeServer(parent context.Context, kind TransportKind, off
 		_ = wc.Close()
 		return nil, err
 	}
+	// Past this point the connection is not evicted as a pending
+	// handshake; it counts toward Config.MaxPeers instead.
+	if err := l.admit(p); err != nil {
+		_ = wc.Send(wire.NewError(0, wire.StatusNoResources, err.Error()))
+		_ = wc.Close()
+		return nil, err
+	}
 	if err := wc.Send(&ack); err != nil {
 		_ = wc.Close()
 		return nil, err
@@ -343,5 +354,109 @@ func (e *Engine) handshakeServer(parent context.Context, kind TransportKind, off
 			return nil, err
 		}
 	}
-	return e.newEndpoint(wc, hello, kind, raddr, false, rd)
+	ep, err := e.newEndpoint(wc, hello, kind, raddr, false, rd)
+	if err == nil {
+		l.addPeer(ep)
+	}
+	return ep, err
+}
+
+// ErrTooManyPeers: a listener refused a connection because it serves
+// Config.MaxPeers endpoints that are all busy. The dialer's error matches
+// it (and ErrPeer).
+var ErrTooManyPeers = errors.New("gxfer: too many peers")
+
+// serverHandshakeTimeout bounds a connection's handshake at the listener.
+const serverHandshakeTimeout = 2 * time.Second
+
+// pendingHS is a connection whose handshake is in progress.
+type pendingHS struct {
+	t       wire.Transport
+	evicted bool // closed to make room (under Listener.mu)
+	done    bool // admitted or ended (under Listener.mu)
+}
+
+// startHandshake records a connection's handshake; when every slot is
+// taken it evicts the oldest pending one (closing its connection). It
+// never blocks the accept loop.
+func (l *Listener) startHandshake(t wire.Transport) *pendingHS {
+	p := &pendingHS{t: t}
+	l.mu.Lock()
+	var victim *pendingHS
+	if len(l.pending) >= maxHandshakes {
+		victim = l.pending[0]
+		victim.evicted = true
+		l.pending = l.pending[1:]
+	}
+	l.pending = append(l.pending, p)
+	l.mu.Unlock()
+	if victim != nil {
+		_ = victim.t.Close() // its handshake fails at its next read
+	}
+	return p
+}
+
+// endHandshake forgets p (its handshake ended, well or not).
+func (l *Listener) endHandshake(p *pendingHS) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropPendingLocked(p)
+}
+
+func (l *Listener) dropPendingLocked(p *pendingHS) {
+	p.done = true
+	for i, q := range l.pending {
+		if q == p {
+			l.pending = append(l.pending[:i], l.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// admit takes p out of the pending handshakes (it can no longer be
+// evicted as one) and makes room for one more peer: at Config.MaxPeers
+// endpoints, the oldest that never made a request is closed; if every
+// peer is busy, p is refused with ErrTooManyPeers.
+func (l *Listener) admit(p *pendingHS) error {
+	l.mu.Lock()
+	if p.evicted {
+		l.mu.Unlock()
+		return errors.New("handshake evicted by newer connections")
+	}
+	l.dropPendingLocked(p)
+	live := l.peers[:0]
+	for _, ep := range l.peers {
+		if ep.Err() == nil {
+			live = append(live, ep)
+		}
+	}
+	clear(l.peers[len(live):])
+	l.peers = live
+	var victim *Endpoint
+	if len(l.peers) >= l.e.cfg.MaxPeers {
+		for i, ep := range l.peers {
+			if !ep.active.Load() {
+				victim = ep
+				l.peers = append(l.peers[:i], l.peers[i+1:]...)
+				break
+			}
+		}
+		if victim == nil {
+			l.mu.Unlock()
+			return fmt.Errorf("%w: %d endpoints, all in use (Config.MaxPeers)", ErrTooManyPeers, l.e.cfg.MaxPeers)
+		}
+	}
+	l.mu.Unlock()
+	if victim != nil {
+		l.e.log.Warn().Str("peer", victim.name).Msg("idle peer closed to make room (Config.MaxPeers)")
+		victim.fail(victim.peerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil))
+	}
+	return nil
+}
+
+// addPeer counts an accepted endpoint toward Config.MaxPeers.
+func (l *Listener) addPeer(ep *Endpoint) {
+	l.mu.Lock()
+	l.peers = append(l.peers, ep)
+	l.mu.Unlock()
 }

@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/ipc"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// attack opens silent and hello-only connections to a listener at about
+// rate per second for d (bounded in count and time), keeping them open
+// until it stops; it returns how many it opened.
+func attack(ctx context.Context, network, addr string, rate int, d time.Duration) int {
+	var conns []interface{ Close() error }
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	end := time.After(d)
+	max := rate * int(d/time.Second+1)
+	for i := 0; i < max; i++ {
+		select {
+		case <-tick.C:
+		case <-end:
+			return len(conns)
+		case <-ctx.Done():
+			return len(conns)
+		}
+		var t wire.Transport
+		var hello wire.Hello
+		if network == "unix" {
+			ic, err := ipc.Dial(ctx, addr, ipc.Config{})
+			if err != nil {
+				continue
+			}
+			t, hello = ic, rawHello(uint32(os.Getpid()))
+		} else {
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				continue
+			}
+			t, hello = wire.NewStreamTransport(nc), fakeHello()
+		}
+		c := wire.NewConn(t, wire.ConnConfig{MaxFrame: ipcMaxFrame})
+		conns = append(conns, c)
+		if i%2 == 1 { // hello-only: then nothing (a real one would heartbeat)
+			_ = c.Send(&hello)
+		}
+	}
+	return len(conns)
+}
+
+// Issue 16 item 3: silent and hello-only connections opened at 200 per
+// second do not lock out legitimate peers: at least 99% of their Dials
+// succeed (handshakes beyond the slots evict the oldest pending one;
+// peers beyond Config.MaxPeers evict the oldest idle endpoint).
+func TestRegressIdleConnectionsDoNotLockOut(t *testing.T) {
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			cfg := Config{Devices: DevicesNone, Transport: TransportTCP, TCPLanes: 1, MaxPeers: 32}
+			owner, peer := newEngine(t, cfg), newEngine(t, cfg)
+			addr := "127.0.0.1:0"
+			if network == "unix" {
+				addr = filepath.Join(t.TempDir(), "o.sock")
+			}
+			l, err := owner.Listen(network, addr)
+			require.NoError(t, err)
+			defer l.Close()
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var wg sync.WaitGroup
+			var opened int
+			wg.Add(1)
+			go func() { defer wg.Done(); opened = attack(ctx, network, l.Addr(), 200, 2*time.Second) }()
+			time.Sleep(300 * time.Millisecond) // the attack is under way
+			const dials = 100
+			ok := 0
+			var last error
+			for i := 0; i < dials; i++ {
+				dctx, dcancel := context.WithTimeout(ctx, 3*time.Second)
+				ep, err := peer.Dial(dctx, network, l.Addr())
+				dcancel()
+				if err != nil {
+					last = err
+					continue
+				}
+				ok++
+				_ = ep.Close()
+				time.Sleep(10 * time.Millisecond)
+			}
+			wg.Wait()
+			t.Logf("%s: %d of %d dials succeeded beside %d hostile connections (last error: %v)", network, ok, dials, opened, last)
+			require.GreaterOrEqual(t, ok, dials*99/100)
+		})
+	}
+}
+
+// Issue 16 item 3: at Config.MaxPeers busy endpoints a new peer is refused
+// with ErrTooManyPeers; an idle one (no request made) is closed to make
+// room instead.
+func TestMaxPeersRefusesWithTypedError(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Devices: DevicesNone, MaxPeers: 2}
+	owner, peer := newEngine(t, cfg), newEngine(t, cfg)
+	l, err := owner.Listen("unix", filepath.Join(t.TempDir(), "o.sock"))
+	require.NoError(t, err)
+	defer l.Close()
+	b, err := owner.Alloc(4096, Host)
+	require.NoError(t, err)
+	k, err := b.Export()
+	require.NoError(t, err)
+	src, err := peer.Alloc(4096, Host)
+	require.NoError(t, err)
+	idle, err := peer.Dial(ctx, "unix", l.Addr())
+	require.NoError(t, err)
+	busy, err := peer.Dial(ctx, "unix", l.Addr())
+	require.NoError(t, err)
+	require.NoError(t, busy.PutSync(ctx, src.All(), k))
+	third, err := peer.Dial(ctx, "unix", l.Addr()) // evicts the idle one
+	require.NoError(t, err)
+	select {
+	case <-idle.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle peer was not closed")
+	}
+	require.NoError(t, third.PutSync(ctx, src.All(), k))
+	_, err = peer.Dial(ctx, "unix", l.Addr())
+	require.ErrorIs(t, err, ErrTooManyPeers)
+	require.NoError(t, busy.PutSync(ctx, src.All(), k))
+}
