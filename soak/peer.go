@@ -31,7 +31,8 @@ type peerSpec struct {
 	LogLevel string
 }
 
-// The peer's line protocol on stdin/stdout (one line each way):
+// The peer's line protocol on stdin/stdout (one line each way; every
+// command and its answer are prefixed by the same id):
 //
 //	READY <unix> <tcp> <rw host key> <rw gaudi key> <ro host key> <ro gaudi key>
 //	fault hang|abort|reset <dev>  -> OK | ERR <why>
@@ -64,7 +65,13 @@ func PeerMain(stdin io.Reader, stdout io.Writer) int {
 		keyHex(p.rwHost), keyHex(p.rwDev), keyHex(p.roHost), keyHex(p.roDev))
 	sc := bufio.NewScanner(stdin)
 	for sc.Scan() {
-		fmt.Fprintln(stdout, p.command(strings.Fields(sc.Text())))
+		// "<id> <command>": the answer is "<id> <answer>", so that the
+		// driver never takes a late answer for another command's.
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		fmt.Fprintln(stdout, f[0], p.command(f[1:]))
 	}
 	return 0
 }

@@ -26,6 +26,7 @@ type peerProc struct {
 	faults *target
 
 	cmdMu sync.Mutex // one command at a time
+	seq   uint64     // under cmdMu
 
 	mu      sync.Mutex
 	view    peerView
@@ -212,10 +213,22 @@ func (p *peerProc) command(c string) (string, error) {
 	if w == nil {
 		return "", errPeerGone
 	}
-	if _, err := fmt.Fprintln(w, c); err != nil {
+	p.seq++
+	id := fmt.Sprintf("%d ", p.seq)
+	if _, err := fmt.Fprintln(w, id+c); err != nil {
 		return "", errPeerGone
 	}
-	return p.recv(20 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		l, err := p.recv(time.Until(deadline))
+		if err != nil {
+			return "", err
+		}
+		if a, ok := strings.CutPrefix(l, id); ok {
+			return a, nil
+		}
+		// a late answer to a command that timed out
+	}
 }
 
 func (p *peerProc) stats() (Resources, error) {

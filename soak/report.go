@@ -229,6 +229,8 @@ type Resources struct {
 	FileMaps   int    // of which map a memfd, a deleted file or a device
 	Heap       uint64 // live heap after a GC
 	Threads    int
+
+	fileMapList string // this process's file mappings, when measured here
 }
 
 func (r Resources) String() string {
@@ -242,7 +244,7 @@ func measure() Resources {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	r := Resources{Goroutines: runtime.NumGoroutine(), FDs: countFDs(), Heap: ms.HeapAlloc, Threads: countThreads()}
-	r.Maps, r.FileMaps = countMaps()
+	r.Maps, r.FileMaps, r.fileMapList = countMaps()
 	return r
 }
 
@@ -310,10 +312,10 @@ func countFDs() int {
 
 // countMaps counts the mappings, and those of memfds (the engine's host
 // memory, peers' imports), deleted files and devices.
-func countMaps() (all, file int) {
+func countMaps() (all, file int, list string) {
 	b, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
-		return -1, -1
+		return -1, -1, ""
 	}
 	for _, l := range strings.Split(string(b), "\n") {
 		if l == "" {
@@ -325,10 +327,13 @@ func countMaps() (all, file int) {
 			path := strings.Join(f[5:], " ")
 			if strings.HasPrefix(path, "/memfd:") || strings.HasSuffix(path, "(deleted)") || strings.HasPrefix(path, "/dev/") {
 				file++
+				if file <= 16 {
+					list += "; " + f[0] + " " + path
+				}
 			}
 		}
 	}
-	return all, file
+	return all, file, list
 }
 
 // slack is what a process may hold over its baseline after a run.
@@ -359,7 +364,7 @@ func leaks(who string, base, now Resources, sl slack) []string {
 		out = append(out, fmt.Sprintf("%s: %d open fds, baseline %d (+%d allowed)", who, now.FDs, base.FDs, sl.fds))
 	}
 	if now.FileMaps > base.FileMaps+sl.fileMaps {
-		out = append(out, fmt.Sprintf("%s: %d mappings of memfds, deleted files or devices, baseline %d (+%d allowed)", who, now.FileMaps, base.FileMaps, sl.fileMaps))
+		out = append(out, fmt.Sprintf("%s: %d mappings of memfds, deleted files or devices, baseline %d (+%d allowed)%s", who, now.FileMaps, base.FileMaps, sl.fileMaps, now.fileMapList))
 	}
 	allowed := sl.maps + 4*max(0, now.Threads-base.Threads)
 	if now.Maps > base.Maps+allowed {
