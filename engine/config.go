@@ -97,6 +97,15 @@ type Config struct {
 	// connection).
 	TCPLanes int
 
+	// ClusterSecret, when set (at least 16 bytes, the same on every
+	// engine of the cluster), makes TCP endpoints mutually authenticated:
+	// a listener refuses dialers that cannot prove they hold it, and a
+	// dialer refuses a listener that cannot (an HMAC challenge-response in
+	// the handshake, see wire.Auth; such failures match
+	// ErrUnauthenticated). It authenticates, it does not encrypt. Off by
+	// default (nil): the embedded single-node case needs none, and unix
+	// sockets are checked by the kernel (same uid) either way.
+	ClusterSecret []byte
 	// MaxPeers bounds the endpoints each Listener serves (default 1024).
 	// At the bound, a new peer makes the listener close its oldest
 	// endpoint whose peer never made a request (a connection that said

@@ -44,6 +44,9 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
+	if err := e.checkSecret(); err != nil {
+		return nil, err
+	}
 	l := &Listener{e: e, accepted: make(chan *Endpoint, 64), done: make(chan struct{})}
 	switch network {
 	case "unix":
@@ -187,6 +190,9 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
+	if err := e.checkSecret(); err != nil {
+		return nil, err
+	}
 	var (
 		t    wire.Transport
 		kind TransportKind
@@ -230,6 +236,15 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 	if err := wc.Send(&local); err != nil {
 		return fail(err)
 	}
+	if local.Caps&wire.CapAuth != 0 {
+		if err := e.authDialer(hctx, wc, local); err != nil {
+			if errors.Is(err, ErrUnauthenticated) {
+				_ = wc.Close()
+				return nil, fmt.Errorf("gxfer: handshake with %s: %w", addr, err)
+			}
+			return fail(err)
+		}
+	}
 	f, err := wc.Recv(hctx)
 	if err != nil {
 		return fail(err)
@@ -239,6 +254,10 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 		if we, ok := err.(*wire.Error); ok && we.Code == wire.StatusNoResources {
 			_ = wc.Close()
 			return nil, newErr(ErrTooManyPeers, "handshake with "+addr, newErr(ErrPeer, "", we))
+		}
+		if we, ok := err.(*wire.Error); ok && we.Code == wire.StatusRefused && kind == TransportTCP {
+			_ = wc.Close()
+			return nil, newErr(ErrUnauthenticated, "handshake with "+addr, we)
 		}
 		return fail(err)
 	}
@@ -274,6 +293,9 @@ func (e *Engine) helloFor(kind TransportKind, offerRDMA bool) wire.Hello {
 		h.Caps = wire.CapInlineData | wire.CapHeartbeat
 		if offerRDMA && e.rdma != nil {
 			h.Caps |= wire.CapRDMA
+		}
+		if len(e.cfg.ClusterSecret) > 0 {
+			h.Caps |= wire.CapAuth
 		}
 	}
 	return h
@@ -326,6 +348,12 @@ func (e *Engine) handshakeServer(parent context.Context, l *Listener, p *pending
 	if cred != nil {
 		if err := checkIdentity(hello, *cred); err != nil {
 			_ = wc.Send(wire.NewError(0, wire.StatusRefused, err.Error()))
+			_ = wc.Close()
+			return nil, err
+		}
+	}
+	if kind == TransportTCP {
+		if err := e.authListener(ctx, wc, hello); err != nil {
 			_ = wc.Close()
 			return nil, err
 		}

@@ -65,6 +65,7 @@
 //	Invalidate         the owner freed an allocation: importers drop cached mappings
 //	Data               bytes of a Put or Get on a transport without shared memory
 //	Bye                orderly close
+//	Auth               a step of the cluster-secret challenge-response between Hello and HelloAck
 //
 // # Remote keys
 //

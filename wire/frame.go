@@ -50,15 +50,16 @@ const (
 	TypeData          Type = 12 // [Data]
 	TypeHeartbeat     Type = 13 // [Heartbeat]
 	TypeRDMAConnect   Type = 14 // [RDMAConnect]
+	TypeAuth          Type = 15 // [Auth]
 
-	typeMax = TypeRDMAConnect
+	typeMax = TypeAuth
 )
 
 var typeNames = [...]string{
 	TypeHello: "Hello", TypeHelloAck: "HelloAck", TypeError: "Error", TypeRemoteKey: "RemoteKey",
 	TypePut: "Put", TypeGet: "Get", TypeCompletion: "Completion", TypeInvalidate: "Invalidate",
 	TypeImportRequest: "ImportRequest", TypeImportReply: "ImportReply", TypeBye: "Bye", TypeData: "Data",
-	TypeHeartbeat: "Heartbeat", TypeRDMAConnect: "RDMAConnect",
+	TypeHeartbeat: "Heartbeat", TypeRDMAConnect: "RDMAConnect", TypeAuth: "Auth",
 }
 
 func (t Type) String() string {
@@ -184,7 +185,7 @@ func DecodeFrame(frame []byte, maxFrame int) (Header, []byte, error) {
 // Message is one of the protocol's messages: [*Hello], [*HelloAck],
 // [*Error], [*RemoteKey], [*Put], [*Get], [*Completion], [*Invalidate],
 // [*ImportRequest], [*ImportReply], [*Bye], [*Data], [*Heartbeat],
-// [*RDMAConnect]. The set
+// [*RDMAConnect], [*Auth]. The set
 // is closed.
 type Message interface {
 	// Type is the message type.
@@ -255,6 +256,8 @@ func NewMessage(t Type) Message {
 		return new(Heartbeat)
 	case TypeRDMAConnect:
 		return new(RDMAConnect)
+	case TypeAuth:
+		return new(Auth)
 	}
 	return nil
 }
