@@ -257,7 +257,7 @@ func attachedPair(dst, src Slice) bool {
 // attachedCopy runs a copy involving runtime memory through the
 // attachment's copier, on a goroutine (Close waits for it). internal: a
 // staging copy for an operation that holds the buffers.
-func (e *Engine) attachedCopy(ctx context.Context, dst, src Slice, deadline time.Time, internal bool) *Future {
+func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool) *Future {
 	for _, s := range []Slice{dst, src} {
 		if err := e.validateSlice(s); err != nil {
 			return cq.Resolved(err)
@@ -313,7 +313,6 @@ func (e *Engine) attachedCopy(ctx context.Context, dst, src Slice, deadline time
 		}
 		f.Complete(0, err)
 	}()
-	_ = ctx
 	return f
 }
 

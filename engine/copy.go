@@ -132,7 +132,7 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 	}
 	defer e.exit()
 	if attachedPair(dst, src) {
-		return e.attachedCopy(ctx, dst, src, e.opConfig(opts).deadline, false)
+		return e.attachedCopy(dst, src, e.opConfig(opts).deadline, false)
 	}
 	if err := e.validate(dst, src); err != nil {
 		return cq.Resolved(err)
@@ -224,7 +224,7 @@ func (e *Engine) opDone(j *job, o *op, err error) {
 // (the result, possibly at the deadline) and opRelease (the retirement).
 func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *Future {
 	if attachedPair(dst, src) {
-		return e.attachedCopy(context.Background(), dst, src, deadline, true)
+		return e.attachedCopy(dst, src, deadline, true)
 	}
 	j := &job{ops: []op{{dst: dst, src: src}}, fut: cq.NewFuture(2), start: time.Now(), deadline: deadline, internal: true}
 	if err := e.submitJob(context.Background(), j); err != nil {

@@ -65,3 +65,22 @@ func TestCheckNodeRegexp(t *testing.T) {
 		require.Equal(t, ok, nodeRE.MatchString(p), p)
 	}
 }
+
+// The struct comes from a foreign library whose layout may differ: parse
+// must never panic, and accepts only an fd naming a habanalabs node.
+func FuzzParse(f *testing.F) {
+	f.Add(make([]byte, infoBufSize))
+	b := make([]byte, infoBufSize)
+	binary.LittleEndian.PutUint32(b[offFD:], 0)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		buf := make([]byte, infoBufSize)
+		copy(buf, data)
+		info, err := parse("fuzz", buf)
+		if err == nil {
+			require.Regexp(t, nodeRE, info.Node)
+		} else {
+			require.ErrorIs(t, err, ErrLayout)
+		}
+	})
+}
