@@ -98,7 +98,7 @@ func (b *Binding) check() error {
 	if b.rd != nil {
 		return nil // the endpoint's and the work requests' errors: rdmaBind.do
 	}
-	if b.h.Gone() {
+	if b.h.Gone() || b.h.Value().revoked() {
 		if err := b.ep.Err(); err != nil {
 			return err
 		}
@@ -125,7 +125,7 @@ func (b *Binding) Put() error {
 	b.ep.e.gateHook()
 	copy(b.theirs, b.mine)
 	b.ops.Add(1)
-	return nil
+	return b.checkAfter()
 }
 
 // Get copies the peer's slice into the local one.
@@ -145,7 +145,7 @@ func (b *Binding) Get() error {
 	b.ep.e.gateHook()
 	copy(b.mine, b.theirs)
 	b.ops.Add(1)
-	return nil
+	return b.checkAfter()
 }
 
 // PutN runs n Puts back to back: each copies the whole local slice into
@@ -187,7 +187,7 @@ func (b *Binding) copyN(n int, put bool) error {
 		copy(dst, src)
 	}
 	b.ops.Add(uint64(n))
-	return nil
+	return b.checkAfter()
 }
 
 // Flush returns once every operation of the binding has completed (on an

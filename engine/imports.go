@@ -311,3 +311,13 @@ func (ep *Endpoint) staleImport(k wire.RemoteKey) error {
 	ep.e.imports.Invalidate(ep.pid, k.AllocID, k.Generation)
 	return newErr(ErrInvalid, fmt.Sprintf("%s: stale key: allocation %d was freed by its owner", ep.name, k.AllocID), nil)
 }
+
+// checkAfter is a unix Binding's check after its copy: the owner freed the
+// peer's buffer before or during it (its validity flag is set), so the
+// bytes may not have reached the allocation the key names.
+func (b *Binding) checkAfter() error {
+	if b.h.Value().revoked() {
+		return newErr(ErrInvalid, b.ep.name+": the peer's buffer was freed by its owner", nil)
+	}
+	return nil
+}

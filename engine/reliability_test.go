@@ -217,3 +217,27 @@ func TestRegressSlicedKeyCannotWiden(t *testing.T) {
 		})
 	}
 }
+
+// Issue 16 item 5, for bindings: a unix Binding's Put or Get after the
+// owner freed the buffer fails at once (it succeeded until the Invalidate
+// arrived).
+func TestRegressBindingFreedRefused(t *testing.T) {
+	ctx := context.Background()
+	owner, peer, _, ep, _ := unixPair(t, Config{Devices: DevicesNone})
+	local, err := peer.Alloc(4096, Host)
+	require.NoError(t, err)
+	for i := 0; i < 50; i++ {
+		b, err := owner.Alloc(4096, Host)
+		require.NoError(t, err)
+		k, err := b.Export()
+		require.NoError(t, err)
+		bd, err := ep.Bind(ctx, local.All(), k)
+		require.NoError(t, err)
+		require.NoError(t, bd.Put())
+		require.NoError(t, b.Free())
+		require.ErrorIs(t, bd.Put(), ErrInvalid)
+		require.ErrorIs(t, bd.Get(), ErrInvalid)
+		require.ErrorIs(t, bd.PutN(3), ErrInvalid)
+		require.NoError(t, bd.Close())
+	}
+}
