@@ -156,8 +156,8 @@ func (c *Config) wants(f Fault) bool { return slices.Contains(c.Faults, f) }
 // Timing of the engines the soak runs: short enough that every fault
 // ends its operations within a few seconds.
 const (
-	csTimeout   = time.Second     // the emulated TDR
-	peerTimeout = 3 * time.Second // silence that fails an endpoint
+	csTimeout   = 2 * time.Second // the emulated TDR
+	peerTimeout = 5 * time.Second // silence that fails an endpoint
 	closeGrace  = time.Second
 
 	// slotSize is one worker's slot in a peer's exported buffers;
