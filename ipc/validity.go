@@ -109,7 +109,7 @@ func joinErr(munmap, closeErr error) error {
 // ValidityView is a peer's read-only mapping of a Validity.
 type ValidityView struct {
 	mem  []byte
-	word *atomic.Uint64
+	word atomic.Pointer[atomic.Uint64] // nil after Close
 
 	mu     sync.Mutex
 	closed bool
@@ -147,15 +147,18 @@ func MapValidity(f *fd.FD) (*ValidityView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipc: mmap validity page: %w", err)
 	}
-	return &ValidityView{mem: mem, word: (*atomic.Uint64)(unsafe.Pointer(&mem[0]))}, nil
+	v := &ValidityView{mem: mem}
+	v.word.Store((*atomic.Uint64)(unsafe.Pointer(&mem[0])))
+	return v, nil
 }
 
 // Revoked reports whether the owner revoked the allocation (true after
-// Close).
+// Close). It takes no lock (it runs around every copy through a
+// mapping); like the mapping's memory, it must not run concurrently
+// with Close.
 func (v *ValidityView) Revoked() bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.closed || v.word.Load() != 0
+	w := v.word.Load()
+	return w == nil || w.Load() != 0
 }
 
 // Close unmaps the flag. Idempotent.
@@ -166,7 +169,8 @@ func (v *ValidityView) Close() error {
 		return nil
 	}
 	v.closed = true
+	v.word.Store(nil)
 	err := unix.Munmap(v.mem)
-	v.mem, v.word = nil, nil
+	v.mem = nil
 	return joinErr(err, nil)
 }
