@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/engine"
 	"github.com/gxfer/gxfer/internal/testutil"
 )
@@ -184,4 +185,54 @@ func TestConfigErrors(t *testing.T) {
 			require.True(t, strings.HasPrefix(err.Error(), "soak:"))
 		})
 	}
+}
+
+func TestResultRules(t *testing.T) {
+	faulted := &target{name: "faulted"}
+	faulted.begin(FaultPeerKill) // open: explains everything from now on
+	quiet := &target{name: "quiet"}
+	for _, tc := range []struct {
+		name    string
+		err     error
+		targets []*target
+		want    string // violation kind, "" for none
+	}{
+		{"success", nil, nil, ""},
+		{"typed and explained", fmt.Errorf("x: %w", engine.ErrPeer), []*target{quiet, faulted}, ""},
+		{"typed, nothing injected", fmt.Errorf("x: %w", engine.ErrPeer), []*target{quiet}, "unexplained"},
+		{"untyped", errors.New("boom"), []*target{faulted}, "bad-error"},
+		{"panic", engine.ErrPanic, []*target{faulted}, "bad-error"},
+		{"invalid on a valid op", engine.ErrInvalid, []*target{faulted}, "bad-error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &driver{t: newTally()}
+			d.result("op", tc.err, time.Now(), func() string { return "what" }, tc.targets...)
+			if tc.want == "" {
+				require.Empty(t, d.t.violations)
+				return
+			}
+			require.Len(t, d.t.violations, 1)
+			require.True(t, strings.HasPrefix(d.t.violations[0], tc.want+":"), d.t.violations[0])
+		})
+	}
+}
+
+func TestWaitBound(t *testing.T) {
+	d := &driver{t: newTally(), cfg: Config{Bound: 20 * time.Millisecond}}
+	f := cq.NewFuture(1)
+	require.ErrorIs(t, d.wait(f, func() string { return "never" }), errUnresolved)
+	require.Len(t, d.t.violations, 1)
+	require.Contains(t, d.t.violations[0], "unresolved: never")
+	f.Complete(0, nil)
+	require.NoError(t, d.wait(f, func() string { return "done" }))
+}
+
+func TestStaleResult(t *testing.T) {
+	d := &driver{t: newTally(), cfg: Config{Seed: 1}}
+	d.staleResult("Put", fmt.Errorf("x: %w", engine.ErrInvalid), func() string { return "w" })
+	d.staleResult("Get", fmt.Errorf("x: %w", engine.ErrPeer), func() string { return "w" })
+	require.Empty(t, d.t.violations, "a stale key's refusal is what must happen")
+	d.staleResult("Put", nil, func() string { return "w" })
+	require.Len(t, d.t.violations, 1)
+	require.Contains(t, d.t.violations[0], "stale-success")
 }
