@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gxfer/gxfer/engine"
+	"github.com/gxfer/gxfer/wire"
 )
 
 const maxFaults = 10_000_000 // bound on the scheduler's loop besides the duration
@@ -191,9 +192,10 @@ func (d *driver) linkDown(rng *rand.Rand) {
 	}
 }
 
-// staleKey: a peer allocates and exports a buffer, which we Put into;
-// the peer frees it and allocates again at once; a Put or Get with the old
-// key must then fail, and the new allocation must be untouched.
+// staleKey: a peer allocates and exports a buffer, which we Put into
+// (and try to write outside a narrowed view of, widenedKey); the peer
+// frees it and allocates again at once; a Put or Get with the old key must
+// then fail, and the new allocation must be untouched.
 func (d *driver) staleKey(rng *rand.Rand) {
 	p, v, ok := d.livePeer(rng)
 	if !ok {
@@ -237,6 +239,7 @@ func (d *driver) staleKey(rng *rand.Rand) {
 		_, _ = p.command("check")
 		return
 	}
+	d.widenedKey(ep, h, key, tr, what)
 	if a, err := p.command(fmt.Sprintf("sfree %d", seed^1)); err != nil || a != "FREED" {
 		return
 	}
@@ -381,6 +384,52 @@ func (d *driver) closeLoad(e *engine.Engine, src, dev *engine.Buffer, g int, see
 				d.t.violate("bad-error", "%s (%s) during Close: %s error: %v", kind, what(), classify(err), err)
 			}
 			return
+		}
+	}
+}
+
+// widenedKey narrows a valid key with Slice, re-encodes it wider (its view,
+// then its grant too) and writes through it: the owner must refuse, since
+// a key grants its view only.
+func (d *driver) widenedKey(ep *engine.Endpoint, h *engine.Buffer, key engine.RemoteKey, tr string, what func() string) {
+	if key.Len() < 3*4096 {
+		return
+	}
+	narrow := key.Slice(4096, 4096)
+	for _, edit := range []string{"view", "grant"} {
+		var wk wire.RemoteKey
+		if err := wk.UnmarshalBinary(narrow.Bytes()); err != nil {
+			d.t.violate("widened-key", "a narrowed key does not decode: %v", err)
+			return
+		}
+		wk.Offset, wk.Len = 0, wk.Length
+		if edit == "grant" {
+			wk.GrantOffset, wk.GrantLen = 0, wk.Length
+		}
+		b, err := wk.MarshalBinary()
+		if err != nil {
+			d.t.op("widened-key/encode-"+edit, err) // refused before it is sent: fine
+			continue
+		}
+		forged, err := engine.ParseRemoteKey(b)
+		if err != nil {
+			d.t.op("widened-key/parse-"+edit, err)
+			continue
+		}
+		n := min(forged.Len(), 4096)
+		fill(h.Bytes()[:n], 0x5eed, 0)
+		err = d.wait(ep.Put(context.Background(), h.Slice(0, n), forged.Slice(0, n)), what)
+		d.t.op("widened-key/put-"+edit+"/"+tr, err)
+		if err == nil {
+			landed := "not checked"
+			back, aerr := d.e.Alloc(n, engine.Host)
+			if aerr == nil {
+				if gerr := d.wait(ep.Get(context.Background(), back.All(), key.Slice(0, n)), what); gerr == nil {
+					landed = fmt.Sprintf("the bytes landed at offset 0: %v", check(back.Bytes(), 0x5eed, 0) < 0)
+				}
+				_ = back.Free()
+			}
+			d.t.violate("widened-key", "a key narrowed with Slice to [4096, +4096) and re-encoded with its %s widened to the whole allocation (MAC unchanged) was accepted for a write at offset 0; %s (%s)", edit, landed, what())
 		}
 	}
 }
