@@ -60,4 +60,5 @@ func TestRDMAAttachedDMABuf(t *testing.T) {
 	require.Zero(t, st.LentCS)
 	require.Zero(t, st.LentCloses)
 	require.Zero(t, sim.Stats().CSSubmitted)
+	require.NoError(t, a.Detach(), "before the runtime unmaps its pool (Cleanup order)")
 }
