@@ -22,14 +22,17 @@ Runs the chaos and soak workload of package soak: peer processes (this
 program again) and engines move data over unix sockets and TCP (and, as
 root, TCP between two network namespaces it creates) while faults are
 injected at random: CS hang, abort and reset on the emulated Gaudis, peer
-SIGKILL and restart, link down and up, stale keys, Close under load,
-hostile connections, device copies that time out. Every byte reported
+SIGKILL and restart, link down and up, stale and widened keys, Close
+under load, hostile connections, device copies that time out. Every byte reported
 moved is checked, every operation must end in time with success or a
 typed error a fault explains, and goroutines, fds, mappings and heap must
 return to their baseline, here and in the peers. It prints what it
 injected and what survived; the exit status is 1 when it found a problem.
 Interrupt (Ctrl-C) ends the load early and still reports. Traffic stays
 on loopback and in the namespaces it creates. Emulated devices only.
+A seed fixes the random choices, not the timing: a rerun with the same
+seed injects the same faults at the same pace, not in the same
+interleaving with the load.
 
   gxfer soak -duration 30m -seed 1
 
