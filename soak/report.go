@@ -182,13 +182,13 @@ func (t *tally) inject(f Fault) {
 	t.mu.Unlock()
 }
 
-// violate records a broken rule. Repeats of the same kind beyond 20 are
+// violate records a broken rule. Repeats of the same kind beyond 10 are
 // counted but not listed.
 func (t *tally) violate(kind, format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.vcount[kind]++
-	if t.vcount[kind] <= 20 {
+	if t.vcount[kind] <= 10 {
 		t.violations = append(t.violations, kind+": "+fmt.Sprintf(format, args...))
 	}
 }
@@ -209,8 +209,8 @@ func (t *tally) fill(r *Report) {
 	r.Injected = t.injected
 	r.Violations = append(r.Violations, t.violations...)
 	for k, n := range t.vcount {
-		if n > 20 {
-			r.Violations = append(r.Violations, fmt.Sprintf("%s: %d more not listed", k, n-20))
+		if n > 10 {
+			r.Violations = append(r.Violations, fmt.Sprintf("%s: %d more not listed", k, n-10))
 		}
 	}
 	r.Notes = append(r.Notes, t.notes...)
