@@ -317,7 +317,7 @@ func TestCrossProcessPeerKilled(t *testing.T) {
 // testRemoteKey returns a valid (unsigned) key.
 func testRemoteKey() wire.RemoteKey {
 	return wire.RemoteKey{AllocID: 1, Generation: 1, MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead,
-		Base: 0x1000, Length: 4096, Len: 4096}
+		Base: 0x1000, Length: 4096, GrantLen: 4096, Len: 4096}
 }
 
 func TestSocketMode(t *testing.T) {
@@ -544,7 +544,7 @@ func TestWireOverIPC(t *testing.T) {
 	defer sh.Close()
 	fill(sh.Bytes(), 3)
 	key := testRemoteKey()
-	key.Length, key.Len = 8192, 8192
+	key.Length, key.GrantLen, key.Len = 8192, 8192, 8192
 	require.NoError(t, client.Send(&wire.ImportRequest{RequestID: 5, Key: key}))
 	f, err = server.Recv(ctx)
 	require.NoError(t, err)
