@@ -71,10 +71,24 @@ type csWaiter struct{ d *dma.Device }
 func (w csWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
 	st, err := w.d.Wait(seq, timeout)
 	if err != nil {
+		if errors.Is(err, dma.ErrNotOperational) && !errors.Is(err, dma.ErrMalfunction) {
+			// hl_wait_ioctl refuses every wait while the device is in reset
+			// (EBUSY), but the CS's outcome outlives the reset (the driver
+			// aborts or times it out, and WAIT_CS reports that afterwards):
+			// the CS has not retired, so wait again later. The pause keeps
+			// the actor from spinning on the refusal. A device in
+			// malfunction does not come back: that ends the CS.
+			time.Sleep(min(timeout, notOperationalPause))
+			return false, nil
+		}
 		return true, err
 	}
 	return st == dma.CSCompleted, nil
 }
+
+// notOperationalPause is the longest a wait pauses when the driver refuses
+// it because the device is resetting.
+const notOperationalPause = time.Millisecond
 
 type hostMapper struct{ g *gdev }
 
