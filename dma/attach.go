@@ -165,7 +165,7 @@ func Attach(t AttachTarget, a PoolAnchor, opts AttachOptions) (*Attached, error)
 	at := &Attached{b: b, target: t, info: info, model: model, anchor: a, release: kernelRelease(b)}
 	at.exportAPI = chooseExportAPI(b.Numbering(), at.release)
 	at.log = opts.Logger.With().Str("device", b.Name()).Str("mode", "attached").Logger()
-	honored := at.exportAPI == ExportAPIAddr && b.Numbering() == hlsys.Accel
+	honored := exportOffsetHonored(at.exportAPI, b.Numbering())
 	at.plan, err = planAttach(model, at.exportAPI, honored, a, uint64(os.Getpagesize()))
 	if err != nil {
 		return nil, fmt.Errorf("dma: %s: %w", op, err)
