@@ -99,3 +99,38 @@ func TestClusterSecretTooShort(t *testing.T) {
 	_, err = e.Dial(context.Background(), "tcp", "127.0.0.1:1")
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+// Issue 16 item 7: lookupKey, the owner's one check of a presented key
+// (unix requests, TCP Puts and Gets, delegated RDMA requests in
+// serveRDMA), enforces the signed grant.
+func TestLookupKeyEnforcesGrant(t *testing.T) {
+	e := newEngine(t, Config{Devices: DevicesNone})
+	b, err := e.Alloc(1<<20, Host)
+	require.NoError(t, err)
+	root, err := b.Export()
+	require.NoError(t, err)
+	narrow := root.Slice(8192, 4096).k
+	widened := narrow
+	widened.GrantOffset, widened.GrantLen, widened.Offset, widened.Len = 0, 1<<20, 0, 1<<20
+	shifted := narrow
+	shifted.GrantOffset, shifted.Offset = 0, 0 // same length, another place
+	for _, tc := range []struct {
+		name   string
+		k      wire.RemoteKey
+		off, n uint64
+		want   wire.Status
+	}{
+		{"root, whole", root.k, 0, 1 << 20, wire.StatusOK},
+		{"narrow, its range", narrow, 0, 4096, wire.StatusOK},
+		{"narrow, past its view", narrow, 4096, 1, wire.StatusOutOfRange},
+		{"narrow, request too long", narrow, 0, 4097, wire.StatusOutOfRange},
+		{"widened grant", widened, 0, 1 << 20, wire.StatusBadKey},
+		{"shifted grant", shifted, 0, 4096, wire.StatusBadKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := tc.k
+			_, st, msg := e.lookupKey(&k, tc.off, tc.n, wire.KeyWrite)
+			require.Equal(t, tc.want, st, msg)
+		})
+	}
+}

@@ -66,9 +66,13 @@ func attack(ctx context.Context, network, addr string, rate int, d time.Duration
 // succeed (handshakes beyond the slots evict the oldest pending one;
 // peers beyond Config.MaxPeers evict the oldest idle endpoint).
 func TestRegressIdleConnectionsDoNotLockOut(t *testing.T) {
-	for _, network := range []string{"unix", "tcp"} {
-		t.Run(network, func(t *testing.T) {
+	for _, mode := range []string{"unix", "tcp", "tcp+secret"} {
+		t.Run(mode, func(t *testing.T) {
+			network := mode
 			cfg := Config{Devices: DevicesNone, Transport: TransportTCP, TCPLanes: 1, MaxPeers: 32}
+			if mode == "tcp+secret" { // the hostile peers cannot authenticate
+				network, cfg.ClusterSecret = "tcp", []byte("the cluster's shared secret, 32B")
+			}
 			owner, peer := newEngine(t, cfg), newEngine(t, cfg)
 			addr := "127.0.0.1:0"
 			if network == "unix" {
@@ -101,7 +105,7 @@ func TestRegressIdleConnectionsDoNotLockOut(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			wg.Wait()
-			t.Logf("%s: %d of %d dials succeeded beside %d hostile connections (last error: %v)", network, ok, dials, opened, last)
+			t.Logf("%s: %d of %d dials succeeded beside %d hostile connections (last error: %v)", mode, ok, dials, opened, last)
 			require.GreaterOrEqual(t, ok, dials*99/100)
 		})
 	}
