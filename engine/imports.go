@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"time"
@@ -25,6 +26,10 @@ type imported struct {
 	m     *ipc.Mapping
 	valid *ipc.ValidityView // the owner's flag: set once it frees the allocation
 	buf   *Buffer
+	// mac is the MAC of the whole-allocation key the owner accepted for
+	// this import: a later key reuses the mapping only if it carries the
+	// same MAC (an edited key must not ride on an earlier import).
+	mac [wire.MACSize]byte
 }
 
 // revoked reports whether the owner freed the allocation.
@@ -76,7 +81,7 @@ func (ep *Endpoint) importKey(ctx context.Context, deadline time.Time, k wire.Re
 		return nil, newErr(ErrNotSupported, "a key granting part of an allocation cannot map it (bind or put with the key it was sliced from)", nil)
 	}
 	key := ipc.Key{Peer: ep.pid, AllocID: k.AllocID, Generation: k.Generation}
-	return ep.e.imports.Get(key, func(ipc.Key) (*imported, uint64, error) {
+	h, err := ep.e.imports.Get(key, func(ipc.Key) (*imported, uint64, error) {
 		ctx, cancel := context.WithTimeout(ctx, importTimeout)
 		defer cancel()
 		ctx, cancel2 := withDeadline(ctx, deadline)
@@ -101,10 +106,25 @@ func (ep *Endpoint) importKey(ctx context.Context, deadline time.Time, k wire.Re
 				m.Generation != k.Generation || m.FileOffset != 0 {
 				return nil, 0, ep.peerErr("import reply does not match the request", nil)
 			}
-			return ep.e.mapImport(f.FDs[0], f.FDs[1], m.Size)
+			im, n, err := ep.e.mapImport(f.FDs[0], f.FDs[1], m.Size)
+			if err == nil {
+				im.mac = k.MAC
+			}
+			return im, n, err
 		}
 		return nil, 0, ep.peerErr("unexpected reply to an import", nil)
 	})
+	if err != nil {
+		return nil, err
+	}
+	if !hmac.Equal(h.Value().mac[:], k.MAC[:]) {
+		// The owner verified the key the mapping was made for; this one
+		// names the same allocation with another MAC: forged or edited
+		// (e.g. a narrowed key re-encoded with a wider grant).
+		ep.e.imports.Put(h)
+		return nil, newErr(ErrInvalid, "remote key: its MAC does not match the key the allocation was imported with", nil)
+	}
+	return h, nil
 }
 
 func (e *Engine) mapImport(f, valid *fd.FD, size uint64) (*imported, uint64, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -159,8 +160,15 @@ func TestRegressRedialKeepsNewImports(t *testing.T) {
 // narrowed key itself still works (on unix through the owner's copy, as
 // its mapping would reach the whole buffer).
 func TestRegressSlicedKeyCannotWiden(t *testing.T) {
-	for _, network := range []string{"unix", "tcp"} {
-		t.Run(network, func(t *testing.T) {
+	for _, tc := range []struct {
+		network string
+		// rootFirst: the peer has already mapped the allocation with the
+		// root key (it held it, then narrowed it): the forged key names
+		// the same allocation and must not ride on that import.
+		rootFirst bool
+	}{{"unix", false}, {"tcp", false}, {"unix", true}, {"tcp", true}} {
+		network := tc.network
+		t.Run(fmt.Sprintf("%s/rootFirst=%v", network, tc.rootFirst), func(t *testing.T) {
 			ctx := context.Background()
 			cfg := Config{Devices: DevicesNone, Transport: TransportTCP}
 			owner, peer := newEngine(t, cfg), newEngine(t, cfg)
@@ -194,6 +202,12 @@ func TestRegressSlicedKeyCannotWiden(t *testing.T) {
 			require.NoError(t, err) // well-formed: only the owner can tell
 			src, err := peer.Alloc(size, Host)
 			require.NoError(t, err)
+			if tc.rootFirst {
+				zero, err := peer.Alloc(size, Host)
+				require.NoError(t, err)
+				require.NoError(t, ep.PutSync(ctx, zero.All(), root))
+				require.NoError(t, zero.Free())
+			}
 			for i := range src.Bytes() {
 				src.Bytes()[i] = 0xAB
 			}
