@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -67,6 +68,27 @@ func TestCloseWaitsForCallerCopies(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = b.Close() })
 			return e, b.Put
+		}},
+		{"TCP inline Put", func(t *testing.T) (*Engine, func() error) {
+			owner := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP})
+			e := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP})
+			ln, err := owner.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			inbox, err := owner.Alloc(64<<10, Host)
+			require.NoError(t, err)
+			key, err := inbox.Export()
+			require.NoError(t, err)
+			ep, err := e.Dial(ctx, "tcp", ln.Addr())
+			require.NoError(t, err)
+			msg, err := e.Alloc(64<<10, Host) // <= tcpInlineMax: sent by the caller
+			require.NoError(t, err)
+			return e, func() error {
+				err := ep.Put(ctx, msg.All(), key).Wait(ctx)
+				if errors.Is(err, ErrPeer) {
+					return nil // the connection Close tore down: not a memory fault
+				}
+				return err
+			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

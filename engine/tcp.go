@@ -767,7 +767,17 @@ func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOpt
 			o.partDone(err)
 		}
 		if !local.buf.loc.gaudi && local.n <= tcpInlineMax {
+			// Sent from the caller's goroutine: inside the close gate, so
+			// Close (which closes the connection first) unmaps nothing
+			// that this send still reads.
+			if !e.enter() {
+				ep.fail(ErrClosed)
+				o.partDone(ErrClosed)
+				return o.f
+			}
+			e.gateHook()
 			send()
+			e.exit()
 			return o.f
 		}
 		e.async.Add(1)
