@@ -147,17 +147,9 @@ func Attach(t AttachTarget, a PoolAnchor, opts AttachOptions) (*Attached, error)
 	if bf, ok := b.(*borrowedFD); ok && bf.err != nil {
 		return nil, newErr(op, ErrInvalid, "not a habanalabs compute node", bf.err)
 	}
-	info, err := hlsys.GetHwIPInfo(b)
+	info, model, status, err := identify(b, op)
 	if err != nil {
-		return nil, wrapErr(op+": read HW_IP_INFO", err)
-	}
-	model, err := ModelFromDeviceID(info.DeviceID)
-	if err != nil {
-		return nil, fmt.Errorf("dma: %s: %w", op, err)
-	}
-	status, err := hlsys.GetDeviceStatus(b)
-	if err != nil {
-		return nil, wrapErr(op+": read DEVICE_STATUS", err)
+		return nil, err
 	}
 	if status != hlsys.DeviceStatusOperational {
 		return nil, newErr(op, ErrNotOperational, "device status "+statusName(status), nil)

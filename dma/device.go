@@ -207,17 +207,9 @@ func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
 	opts = opts.withDefaults()
 	op := "open " + b.Name()
 
-	info, err := hlsys.GetHwIPInfo(b)
+	info, model, status, err := identify(b, op)
 	if err != nil {
-		return nil, wrapErr(op+": read HW_IP_INFO", err)
-	}
-	model, err := ModelFromDeviceID(info.DeviceID)
-	if err != nil {
-		return nil, fmt.Errorf("dma: %s: %w", op, err)
-	}
-	status, err := hlsys.GetDeviceStatus(b)
-	if err != nil {
-		return nil, wrapErr(op+": read DEVICE_STATUS", err)
+		return nil, err
 	}
 	if status != hlsys.DeviceStatusOperational {
 		var cause error
@@ -258,6 +250,24 @@ func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
 		Uint64("dram_base", info.DramBaseAddress).Uint64("dram_size", info.DramSize).
 		Uint64("page", d.allocPage).Bool("emulated", b.Emulated()).Msg("device open")
 	return d, nil
+}
+
+// identify reads what opening or attaching needs to know of a device: its
+// HW_IP_INFO, the Model of its PCI id and its DEVICE_STATUS.
+func identify(b hlsys.Backend, op string) (hlsys.HwIPInfo, Model, uint32, error) {
+	info, err := hlsys.GetHwIPInfo(b)
+	if err != nil {
+		return info, 0, 0, wrapErr(op+": read HW_IP_INFO", err)
+	}
+	model, err := ModelFromDeviceID(info.DeviceID)
+	if err != nil {
+		return info, 0, 0, fmt.Errorf("dma: %s: %w", op, err)
+	}
+	status, err := hlsys.GetDeviceStatus(b)
+	if err != nil {
+		return info, 0, 0, wrapErr(op+": read DEVICE_STATUS", err)
+	}
+	return info, model, status, nil
 }
 
 func statusName(s uint32) string {

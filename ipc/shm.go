@@ -137,24 +137,10 @@ func MapShared(f *fd.FD, size int) (*Mapping, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("%w: mapping of %d bytes", ErrInvalid, size)
 	}
-	raw := f.Int()
-	if raw < 0 {
-		return nil, fmt.Errorf("ipc: map: %w", fd.ErrClosed)
-	}
 	defer runtime.KeepAlive(f)
-	var st unix.Stat_t
-	if err := unix.Fstat(raw, &st); err != nil {
-		return nil, fmt.Errorf("ipc: map: fstat: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%w: file mode %#o", ErrNotMemfd, st.Mode)
-	}
-	seals, err := unix.FcntlInt(uintptr(raw), unix.F_GET_SEALS, 0)
+	raw, st, err := sealedMemfd(f, "map")
 	if err != nil {
-		return nil, fmt.Errorf("%w: F_GET_SEALS: %v", ErrNotMemfd, err)
-	}
-	if seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, fmt.Errorf("%w: seals %#x lack F_SEAL_SHRINK", ErrNotMemfd, seals)
+		return nil, err
 	}
 	if st.Size < 0 || uint64(st.Size) < uint64(size) {
 		return nil, fmt.Errorf("%w: %d bytes, %d requested", ErrTooSmall, st.Size, size)
@@ -167,6 +153,32 @@ func MapShared(f *fd.FD, size int) (*Mapping, error) {
 	b := mem[:size:size]
 	m.b.Store(&b)
 	return m, nil
+}
+
+// sealedMemfd checks that an untrusted descriptor is a regular file (a
+// memfd) sealed against shrinking, so that a mapping of it cannot fault
+// when its sender truncates it, and returns the raw descriptor and its
+// stat. The caller keeps f alive while it uses raw.
+func sealedMemfd(f *fd.FD, op string) (int, unix.Stat_t, error) {
+	var st unix.Stat_t
+	raw := f.Int()
+	if raw < 0 {
+		return -1, st, fmt.Errorf("ipc: %s: %w", op, fd.ErrClosed)
+	}
+	if err := unix.Fstat(raw, &st); err != nil {
+		return -1, st, fmt.Errorf("ipc: %s: fstat: %w", op, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return -1, st, fmt.Errorf("%w: file mode %#o", ErrNotMemfd, st.Mode)
+	}
+	seals, err := unix.FcntlInt(uintptr(raw), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return -1, st, fmt.Errorf("%w: F_GET_SEALS: %v", ErrNotMemfd, err)
+	}
+	if seals&unix.F_SEAL_SHRINK == 0 {
+		return -1, st, fmt.Errorf("%w: seals %#x lack F_SEAL_SHRINK", ErrNotMemfd, seals)
+	}
+	return raw, st, nil
 }
 
 // Bytes returns the mapped memory (nil after Close). It must not be used

@@ -120,24 +120,10 @@ type ValidityView struct {
 // (ErrNotMemfd otherwise) of at least 8 bytes (ErrTooSmall). f stays the
 // caller's.
 func MapValidity(f *fd.FD) (*ValidityView, error) {
-	raw := f.Int()
-	if raw < 0 {
-		return nil, fmt.Errorf("ipc: map validity: %w", fd.ErrClosed)
-	}
 	defer runtime.KeepAlive(f)
-	var st unix.Stat_t
-	if err := unix.Fstat(raw, &st); err != nil {
-		return nil, fmt.Errorf("ipc: map validity: fstat: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%w: file mode %#o", ErrNotMemfd, st.Mode)
-	}
-	seals, err := unix.FcntlInt(uintptr(raw), unix.F_GET_SEALS, 0)
+	raw, st, err := sealedMemfd(f, "map validity")
 	if err != nil {
-		return nil, fmt.Errorf("%w: F_GET_SEALS: %v", ErrNotMemfd, err)
-	}
-	if seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, fmt.Errorf("%w: seals %#x lack F_SEAL_SHRINK", ErrNotMemfd, seals)
+		return nil, err
 	}
 	page := os.Getpagesize()
 	if st.Size < int64(page) {
