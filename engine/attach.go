@@ -362,13 +362,7 @@ func (r *rdmaCtx) attachedMR(b *Buffer) (*rdma.MR, error) {
 	mr, err := r.pd.RegisterDMABuf(req.fd, req.offset, req.len, req.iova, rdma.AccessDefault)
 	if err != nil {
 		b.gmrErr = fmt.Errorf("gxfer: ibv_reg_dmabuf_mr of runtime memory (buffer %d, pool DMA-BUF offset %d): %w", b.id, req.offset, err)
-		if errors.Is(err, rdma.ErrNotSupported) {
-			r.dmabufMu.Lock()
-			if r.dmabufErr == nil {
-				r.dmabufErr = b.gmrErr
-			}
-			r.dmabufMu.Unlock()
-		}
+		r.noteDMABufRefusal(b.gmrErr)
 		return nil, b.gmrErr
 	}
 	r.dmabufMRs.Add(1)

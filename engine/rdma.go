@@ -348,13 +348,7 @@ func (r *rdmaCtx) gaudiMR(b *Buffer) (*rdma.MR, error) {
 	if err != nil {
 		b.gd.exports.Put(x)
 		b.gmrErr = fmt.Errorf("gxfer: ibv_reg_dmabuf_mr of gaudi%d buffer %d: %w", b.gd.idx, b.id, err)
-		if errors.Is(err, rdma.ErrNotSupported) {
-			r.dmabufMu.Lock()
-			if r.dmabufErr == nil {
-				r.dmabufErr = b.gmrErr
-			}
-			r.dmabufMu.Unlock()
-		}
+		r.noteDMABufRefusal(b.gmrErr)
 		return nil, b.gmrErr
 	}
 	r.dmabufMRs.Add(1)
@@ -423,4 +417,18 @@ func (e *Engine) releaseRDMA(b *Buffer) error {
 		}
 	}
 	return err
+}
+
+// noteDMABufRefusal remembers the first registration the NIC refused as
+// unsupported (the reason staged transfers report); other failures are
+// the buffer's own.
+func (r *rdmaCtx) noteDMABufRefusal(err error) {
+	if !errors.Is(err, rdma.ErrNotSupported) {
+		return
+	}
+	r.dmabufMu.Lock()
+	if r.dmabufErr == nil {
+		r.dmabufErr = err
+	}
+	r.dmabufMu.Unlock()
 }
