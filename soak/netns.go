@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -27,7 +28,8 @@ func setupNetns(seed int64) (*netns, string) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, "the ip command (iproute2) is not installed"
 	}
-	tag := fmt.Sprintf("%d", os.Getpid()%1000000)
+	removeOrphans()
+	tag := fmt.Sprintf("%d", os.Getpid()) // at most 7 digits: veth names stay within 15 bytes
 	sub := 1 + (os.Getpid()+int(seed&0xff))%250
 	n := &netns{a: "gxsa" + tag, b: "gxsb" + tag, vethA: "gxsa" + tag, vethB: "gxsb" + tag,
 		addrA: fmt.Sprintf("10.216.%d.1", sub), addrB: fmt.Sprintf("10.216.%d.2", sub)}
@@ -95,4 +97,28 @@ func (n *netns) inB(fn func()) error {
 		done <- nil
 	}()
 	return <-done
+}
+
+// removeOrphans deletes the namespaces of soaks whose process died
+// without cleaning up (a crash, SIGKILL): their names carry the pid.
+func removeOrphans() {
+	ents, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		rest, ok := strings.CutPrefix(name, "gxsa")
+		if !ok {
+			rest, ok = strings.CutPrefix(name, "gxsb")
+		}
+		pid, err := strconv.Atoi(rest)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			continue // its soak (or a process that took its pid) is alive
+		}
+		_ = exec.Command("ip", "netns", "del", name).Run()
+	}
 }
