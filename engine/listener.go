@@ -203,7 +203,7 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 	case "unix":
 		c, err := ipc.Dial(ctx, addr, ipc.Config{Logger: e.log})
 		if err != nil {
-			return nil, fmt.Errorf("gxfer: dial %s: %w", addr, err)
+			return nil, newErr(ErrPeer, "dial "+addr, err)
 		}
 		pc := c.Peer()
 		t, kind, cred = c, TransportIPC, &pc
@@ -216,7 +216,7 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
-			return nil, fmt.Errorf("gxfer: dial %s: %w", addr, err)
+			return nil, newErr(ErrPeer, "dial "+addr, err)
 		}
 		t = e.tcpTransport(c)
 	default:
