@@ -187,9 +187,11 @@ func (a *Attachment) Detach() error {
 type AttachStats struct {
 	Buffers   int    // registered buffers not yet freed
 	Copies    uint64 // DeviceCopier calls
-	CopyBytes uint64
+	CopyBytes uint64 // bytes of those calls
 	MRs       uint64 // DMA-BUF memory regions registered
-	Export    dma.PoolExport
+	// Export describes the DMA-BUF of the runtime's pool that the
+	// attachment exported (how, and where the pool lies in it).
+	Export dma.PoolExport
 }
 
 // Stats returns the attachment's counters.

@@ -52,10 +52,11 @@ type Config struct {
 	// Logger receives the engine's logs; default zerolog.Nop().
 	Logger zerolog.Logger
 
+	// Devices says which Gaudi devices to open (default DevicesAuto).
 	Devices       DeviceMode
-	EmulatedCount int // emulated devices to open (default 1)
-	Emulator      EmulatorConfig
-	SysRoot       string // root of /sys and /dev for discovery (tests); default "/"
+	EmulatedCount int            // emulated devices to open (default 1)
+	Emulator      EmulatorConfig // the emulated devices' model and limits
+	SysRoot       string         // root of /sys and /dev for discovery (tests); default "/"
 
 	QueueDepth int           // per (device, direction) queue; default 4096
 	QueueFull  QueueFullMode // default WaitForRoom
@@ -113,6 +114,8 @@ type Config struct {
 	// peer is refused and its Dial fails with ErrTooManyPeers.
 	MaxPeers int
 
+	// RegCache bounds the caches of host memory mapped into the devices'
+	// MMUs (one per device).
 	RegCache RegCacheConfig
 	// IPCCache bounds the peers' buffers mapped into this process (the IPC
 	// handle cache); 0 means the ipc package defaults.

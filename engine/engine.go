@@ -193,21 +193,21 @@ func (e *Engine) NumDevices() int { return len(e.devs) }
 
 // DeviceInfo describes one device the engine drives.
 type DeviceInfo struct {
-	Index     int
+	Index     int    // Gaudi(Index) is its memory; when Attached, the attachment's index (Attachment.Location)
 	Name      string // device node, or "hlsimN (emulated)"
-	Model     string
-	Emulated  bool
-	Numbering string
-	ExportAPI string
-	DRAMBase  uint64
-	DRAMSize  uint64
-	DRAMFree  uint64
-	PageSize  uint64
-	DeviceID  uint32
+	Model     string // the ASIC model, e.g. "gaudi2"
+	Emulated  bool   // the device is the emulator (dma/hlsim), not hardware
+	Numbering string // the ioctl numbering of its node: legacy /dev/hlN or DRM accel
+	ExportAPI string // the DMA-BUF export form in use (dma.ExportAPI61 or dma.ExportAPIAddr)
+	DRAMBase  uint64 // device DRAM base address (HW_IP_INFO)
+	DRAMSize  uint64 // device DRAM size in bytes (HW_IP_INFO)
+	DRAMFree  uint64 // free device DRAM in bytes when Devices was called (0 if unknown)
+	PageSize  uint64 // device DRAM page size in bytes (HW_IP_INFO)
+	DeviceID  uint32 // PCI device id (HW_IP_INFO)
 	// From discovery (empty for emulated devices where not applicable).
 	Node          string // device node path, or the emulator's name
-	ControlNode   string
-	PCIAddr       string
+	ControlNode   string // the control node (INFO ioctls only), "" if none
+	PCIAddr       string // PCI address, e.g. "0000:19:00.0"
 	DeviceType    string // sysfs device_type
 	Driver        string // "habanalabs", or "hlsim" for the emulator
 	KernelRelease string // the uAPI generation the driver layer assumed
@@ -216,7 +216,7 @@ type DeviceInfo struct {
 	Attached  bool
 	LentBy    string // who lent it ("fd", "synapse (libSynapse.so)", "hlsim runtime")
 	PoolStart uint64 // the runtime's pool, attached devices only
-	PoolLen   uint64
+	PoolLen   uint64 // the runtime pool's length in bytes, attached devices only
 }
 
 // Devices describes the devices the engine drives.

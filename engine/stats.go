@@ -87,31 +87,51 @@ func (h *latencyHist) quantile(q float64) (time.Duration, uint64) {
 // (inline host copies are not included). Values are bucket upper edges
 // (within 12.5%).
 type Latency struct {
-	Count         uint64
+	// Count is how many operations the histogram holds.
+	Count uint64
+	// P50, P90 and P99 are the median and the 90th and 99th percentiles.
 	P50, P90, P99 time.Duration
-	Max           time.Duration
+	// Max is the longest latency recorded (exact, not a bucket edge).
+	Max time.Duration
 }
 
 // DeviceStats are one device's counters.
 type DeviceStats struct {
-	Index        int
+	Index        int            // the device's index (Gaudi(Index))
 	HostMappings uint64         // host ranges mapped into the device MMU
 	RegCache     memcache.Stats // host-mapping registration cache
 	ExportCache  memcache.Stats // DMA-BUF export cache
-	Actor        cq.ActorStats
+	// Actor counts the work of the device's completion actor (the
+	// goroutine that waits for its command submissions to retire).
+	Actor cq.ActorStats
 }
 
-// Stats are the engine's counters.
+// Stats are the engine's counters. They count the copies callers ask for
+// (Copy, each operation of a Batch, a Binding's transfers, an attached
+// device's copies, and the copies Puts and Gets make through a peer's
+// mapped memory); the engine's internal copies (staging for TCP and RDMA)
+// are not counted.
 type Stats struct {
+	// Submitted counts copies accepted; Completed those that ended
+	// without an error, Failed those that ended with one.
 	Submitted, Completed, Failed uint64
-	InFlight                     uint64
-	Bytes                        uint64 // bytes of completed copies
-	Inline                       uint64 // host copies completed in the caller
-	CommandSubmissions, Packets  uint64
-	QueueFull                    uint64 // submissions that found a queue full
-	Panics                       uint64
-	Latency                      Latency
-	Devices                      []DeviceStats
+	// InFlight is Submitted minus Completed and Failed: copies not ended
+	// yet.
+	InFlight uint64
+	Bytes    uint64 // bytes of completed copies
+	Inline   uint64 // host copies completed in the caller
+	// CommandSubmissions counts the command submissions sent to the
+	// devices, Packets the DMA packets in them.
+	CommandSubmissions, Packets uint64
+	QueueFull                   uint64 // submissions that found a queue full
+	// Panics counts panics recovered in the engine's workers (the
+	// operations concerned ended with ErrPanic).
+	Panics uint64
+	// Latency summarises the submit-to-complete latency of asynchronous
+	// copies.
+	Latency Latency
+	// Devices holds one entry per device the engine drives.
+	Devices []DeviceStats
 }
 
 // Stats returns a snapshot of the engine's counters.
