@@ -1,0 +1,77 @@
+package engine
+
+// Operation deadlines (the Timeout option) on device and cross-device copies.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Regression test: the actor only polls the oldest MaxPoll (16) CSs; a CS behind 16 slow
+// ones is not noticed when it completes, and its deadline fires although
+// the hardware finished it long before.
+func TestDeadlineNotSpuriousBehindSlowCSs(t *testing.T) {
+	e := newEngine(t, Config{MaxOpsPerCS: 1})
+	h, _ := e.Alloc(1<<20, Host)
+	d, _ := e.Alloc(1<<20, Gaudi(0))
+	ctx := context.Background()
+	e.devs[0].sim.DelayNextCS(16, time.Second)
+	var slow []*Future
+	for i := 0; i < 16; i++ {
+		slow = append(slow, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+	}
+	require.Eventually(t, func() bool { return e.devs[0].actor.Outstanding() == 16 }, time.Second, time.Millisecond)
+	start := time.Now()
+	f := e.Copy(ctx, h.Slice(512<<10, 4096), d.Slice(0, 4096), Timeout(300*time.Millisecond)) // D2H, not delayed
+	err := f.Wait(ctx)
+	t.Logf("fast copy (its CS is not delayed) ended after %v with %v", time.Since(start), err)
+	for _, s := range slow {
+		s.Wait(ctx)
+	}
+	require.NoError(t, err, "a CS the device completed at once timed out because the actor never polled it")
+}
+
+// Regression test: a CS's deadline is the earliest deadline of its ops, and timeout()
+// fails every op of the CS, including ones with no deadline at all.
+func TestDeadlineSparesOpsWithoutOne(t *testing.T) {
+	e := newEngine(t, Config{})
+	h, _ := e.Alloc(1<<20, Host)
+	d, _ := e.Alloc(1<<20, Gaudi(0))
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	first := true
+	hook := func() {
+		if first {
+			first = false
+			close(entered)
+			<-release
+		}
+	}
+	e.hookProcess.Store(&hook)
+	ctx := context.Background()
+	e.devs[0].sim.DelayNextCS(2, 400*time.Millisecond)
+	f0 := e.Copy(ctx, d.Slice(0, 4096), h.Slice(0, 4096))
+	<-entered
+	fa := e.Copy(ctx, d.Slice(8192, 4096), h.Slice(8192, 4096), Timeout(150*time.Millisecond))
+	fb := e.Copy(ctx, d.Slice(16384, 4096), h.Slice(16384, 4096)) // no deadline
+	close(release)
+	t.Logf("f0 (alone, no deadline): %v", f0.Wait(ctx))
+	t.Logf("fa (Timeout 150ms): %v", fa.Wait(ctx))
+	errB := fb.Wait(ctx)
+	t.Logf("fb (no deadline, same CS as fa): %v", errB)
+	require.NoError(t, errB, "an op without a deadline failed with ErrTimeout")
+}
+
+// Regression test: the Timeout option is ignored by cross-device (staged) copies.
+func TestTimeoutCrossDeviceCopy(t *testing.T) {
+	e := newEngine(t, Config{EmulatedCount: 2})
+	d0, _ := e.Alloc(1<<20, Gaudi(0))
+	d1, _ := e.Alloc(1<<20, Gaudi(1))
+	e.devs[0].sim.DelayNextCS(1, 400*time.Millisecond)
+	start := time.Now()
+	err := e.CopySync(context.Background(), d1.All(), d0.All(), Timeout(50*time.Millisecond))
+	t.Logf("cross-device copy with Timeout(50ms), device delay 400ms: err=%v after %v", err, time.Since(start))
+}
