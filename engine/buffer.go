@@ -37,6 +37,7 @@ func (l Location) Device() int {
 	return l.dev
 }
 
+// String names the location: "host", "gaudiN" or "attachedN".
 func (l Location) String() string {
 	if l.attached {
 		return fmt.Sprintf("attached%d", l.dev)

@@ -28,6 +28,7 @@ const (
 	TransportIPC
 )
 
+// String names the transport: "auto", "tcp", "rdma" or "ipc".
 func (k TransportKind) String() string {
 	switch k {
 	case TransportAuto:
