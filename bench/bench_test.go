@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/bench"
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/engine"
 )
 
@@ -218,7 +217,7 @@ func TestRunIterationsRoundPartialBatch(t *testing.T) {
 // broken is a workload whose copies move nothing.
 type broken struct{ verifyErr error }
 
-func (b broken) Submit(context.Context, int) *engine.Future { return cq.Resolved(nil) }
+func (b broken) Submit(context.Context, int) *engine.Future { return engine.ResolvedFuture(nil) }
 func (b broken) Verify(context.Context) error               { return b.verifyErr }
 func (b broken) Close() error                               { return nil }
 
@@ -236,7 +235,9 @@ func init() {
 
 type failing struct{ broken }
 
-func (failing) Submit(context.Context, int) *engine.Future { return cq.Resolved(engine.ErrDevice) }
+func (failing) Submit(context.Context, int) *engine.Future {
+	return engine.ResolvedFuture(engine.ErrDevice)
+}
 
 func TestVerificationFailureIsAnError(t *testing.T) {
 	env := &bench.Env{Engine: newEngine(t, engine.DevicesNone), Transport: "test-only"}

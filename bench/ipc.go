@@ -8,7 +8,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/engine"
 )
 
@@ -74,7 +73,7 @@ type rmaWork struct {
 }
 
 // resolvedOK is returned for operations that completed in the caller.
-var resolvedOK = cq.Resolved(nil)
+var resolvedOK = engine.ResolvedFuture(nil)
 
 // bind returns a Binding for host-to-host transfers, nil otherwise (Gaudi
 // memory on either side, or an endpoint that cannot bind, goes through
@@ -121,7 +120,7 @@ func newRMA(ctx context.Context, env *Env, size int, put bool, seed byte) (_ Wor
 // Submit implements Workload.
 func (w *rmaWork) Submit(ctx context.Context, n int) *engine.Future {
 	if n != 1 {
-		return cq.Resolved(fmt.Errorf("%w: batches of peer operations", engine.ErrNotSupported))
+		return engine.ResolvedFuture(fmt.Errorf("%w: batches of peer operations", engine.ErrNotSupported))
 	}
 	if w.bind != nil {
 		var err error
@@ -131,7 +130,7 @@ func (w *rmaWork) Submit(ctx context.Context, n int) *engine.Future {
 			err = w.bind.Get()
 		}
 		if err != nil {
-			return cq.Resolved(err)
+			return engine.ResolvedFuture(err)
 		}
 		return resolvedOK
 	}
@@ -273,9 +272,9 @@ func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error
 // Submit implements Workload; the runner calls RoundTrip instead.
 func (w *pingPong) Submit(ctx context.Context, n int) *engine.Future {
 	if n != 1 {
-		return cq.Resolved(fmt.Errorf("%w: batches of ping-pong rounds", engine.ErrNotSupported))
+		return engine.ResolvedFuture(fmt.Errorf("%w: batches of ping-pong rounds", engine.ErrNotSupported))
 	}
-	return cq.Resolved(w.RoundTrip(ctx))
+	return engine.ResolvedFuture(w.RoundTrip(ctx))
 }
 
 // RoundTrip runs one ping-pong round: Put, then poll until the peer's

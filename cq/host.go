@@ -1,12 +1,23 @@
+// Package cq holds completion actors, one goroutine per completion source:
+// the device actor polls WAIT_CS on outstanding CS sequence numbers of a
+// Gaudi, the host actor applies completion records of host copies. Futures
+// themselves belong to the engine; the actors resolve them through the
+// callbacks and Completer values they are given.
 package cq
 
 import (
 	"sync"
 )
 
+// Completer is what a completion record resolves: one operation (idx) of a
+// counted completion ends with err. It must not block.
+type Completer interface {
+	Complete(idx int, err error)
+}
+
 // HostCompletion reports the end of one host-side operation.
 type HostCompletion struct {
-	F   *Future
+	F   Completer
 	Idx int
 	Err error
 	// Then, if set, runs on the actor before the future is completed (e.g.

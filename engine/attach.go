@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/internal/fd"
 	"github.com/gxfer/gxfer/rdma"
@@ -262,37 +261,37 @@ func attachedPair(dst, src Slice) bool {
 func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool) *Future {
 	for _, s := range []Slice{dst, src} {
 		if err := e.validateSlice(s); err != nil {
-			return cq.Resolved(err)
+			return resolved(err)
 		}
 	}
 	if dst.n != src.n {
-		return cq.Resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil))
+		return resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil))
 	}
 	var a *Attachment
 	for _, s := range []Slice{dst, src} {
 		switch {
 		case s.buf.att != nil && a != nil && s.buf.att.a != a:
-			return cq.Resolved(newErr(ErrNotSupported, "copy between two attachments", nil))
+			return resolved(newErr(ErrNotSupported, "copy between two attachments", nil))
 		case s.buf.att != nil:
 			a = s.buf.att.a
 		case s.buf.loc.gaudi:
-			return cq.Resolved(newErr(ErrNotSupported, "copy between runtime memory and a device gxfer owns", nil))
+			return resolved(newErr(ErrNotSupported, "copy between runtime memory and a device gxfer owns", nil))
 		}
 	}
 	if a.copier == nil {
-		return cq.Resolved(newErr(ErrNotSupported, fmt.Sprintf("%s: %v (give AttachConfig.Copier, e.g. the runtime's synMemCopyAsync)", dst.buf.loc, ErrNoCopier), ErrNoCopier))
+		return resolved(newErr(ErrNotSupported, fmt.Sprintf("%s: %v (give AttachConfig.Copier, e.g. the runtime's synMemCopyAsync)", dst.buf.loc, ErrNoCopier), ErrNoCopier))
 	}
 	if dst.buf.att != nil && src.buf.att != nil && overlaps(dst, src) {
-		return cq.Resolved(newErr(ErrInvalid, "overlapping ranges of runtime memory", nil))
+		return resolved(newErr(ErrInvalid, "overlapping ranges of runtime memory", nil))
 	}
 	if !internal {
 		if err := acquirePair(dst, src); err != nil {
-			return cq.Resolved(err)
+			return resolved(err)
 		}
 		e.st.submitted.Add(1)
 	}
-	f := cq.NewFuture(1)
-	f.SetSpin(e.cfg.WaitSpin)
+	f := newFuture(1)
+	f.setSpin(e.cfg.WaitSpin)
 	start := time.Now()
 	e.attach.wg.Add(1)
 	go func() {
@@ -313,7 +312,7 @@ func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool)
 			src.buf.release()
 			e.st.record(start, src.n, err)
 		}
-		f.Complete(0, err)
+		f.complete(0, err)
 	}()
 	return f
 }

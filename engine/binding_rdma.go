@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -124,7 +125,7 @@ func (rb *rdmaBind) post(put bool, k int) error {
 		}
 		rb.chainPut = put
 	}
-	n, err := rb.ep.rdmaPost(rb.ep.rd, rb.chain[:k], rb.cq)
+	n, err := rb.ep.rdmaPost(context.Background(), rb.ep.rd, rb.chain[:k], rb.cq)
 	rb.posted += uint64(n)
 	return err
 }

@@ -4,14 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/gxfer/gxfer/cq"
 )
-
-// Future is the result of an asynchronous operation; see package cq.
-// Done() is closed exactly once; Err() is the result once done; Wait(ctx)
-// bounds only the wait. Buffers are the caller's again once Done is closed.
-type Future = cq.Future
 
 // OpOption adjusts one operation.
 type OpOption func(*opConfig)
@@ -125,20 +118,20 @@ func crossDevice(o *op) bool {
 // for queue room); the copy itself ends by its deadline option, if any.
 func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Future {
 	if err := checkCtx(ctx); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
 	if !e.enter() { // Close unmaps nothing while the call is in
-		return cq.Resolved(ErrClosed)
+		return resolved(ErrClosed)
 	}
 	defer e.exit()
 	if attachedPair(dst, src) {
 		return e.attachedCopy(dst, src, e.opConfig(opts).deadline, false)
 	}
 	if err := e.validate(dst, src); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
 	if err := acquirePair(dst, src); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
 	e.st.submitted.Add(1)
 	if !dst.buf.loc.gaudi && !src.buf.loc.gaudi && int(src.n) <= e.cfg.InlineHostMax {
@@ -150,13 +143,13 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 		return e.resolved
 	}
 	oc := e.opConfig(opts)
-	j := &job{ops: []op{{dst: dst, src: src}}, fut: cq.NewFuture(1), start: time.Now(), deadline: oc.deadline}
-	j.fut.SetSpin(e.cfg.WaitSpin)
+	j := &job{ops: []op{{dst: dst, src: src}}, fut: newFuture(1), start: time.Now(), deadline: oc.deadline}
+	j.fut.setSpin(e.cfg.WaitSpin)
 	if err := e.submitJob(ctx, j); err != nil {
 		e.st.submitted.Add(^uint64(0))
 		dst.buf.release()
 		src.buf.release()
-		return cq.Resolved(err)
+		return resolved(err)
 	}
 	return j.fut
 }
@@ -196,7 +189,7 @@ func (e *Engine) finishOp(j *job, o *op, err error) {
 // is done with the memory (see copyInternal).
 func (e *Engine) opRelease(j *job, o *op) {
 	if j.internal {
-		j.fut.Complete(o.idx, nil)
+		j.fut.complete(o.idx, nil)
 		return
 	}
 	o.dst.buf.release()
@@ -208,7 +201,7 @@ func (e *Engine) opDone(j *job, o *op, err error) {
 	if !j.internal {
 		e.st.record(j.start, o.n(), err)
 	}
-	j.fut.Complete(o.idx, err)
+	j.fut.complete(o.idx, err)
 }
 
 // copyInternal submits a copy on behalf of an operation that already holds
@@ -226,9 +219,9 @@ func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *Future {
 	if attachedPair(dst, src) {
 		return e.attachedCopy(dst, src, deadline, true)
 	}
-	j := &job{ops: []op{{dst: dst, src: src}}, fut: cq.NewFuture(2), start: time.Now(), deadline: deadline, internal: true}
+	j := &job{ops: []op{{dst: dst, src: src}}, fut: newFuture(2), start: time.Now(), deadline: deadline, internal: true}
 	if err := e.submitJob(context.Background(), j); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
 	return j.fut
 }
@@ -264,18 +257,18 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 	e := b.e
 	defer b.Reset()
 	if err := checkCtx(ctx); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
 	if !e.enter() { // Close unmaps nothing while the call is in
-		return cq.Resolved(ErrClosed)
+		return resolved(ErrClosed)
 	}
 	defer e.exit()
 	n := len(b.ops)
 	if n == 0 {
 		return e.resolved
 	}
-	f := cq.NewBatchFuture(n)
-	f.SetSpin(e.cfg.WaitSpin)
+	f := newBatchFuture(n)
+	f.setSpin(e.cfg.WaitSpin)
 	for i := range b.ops {
 		if err := e.validate(b.ops[i].dst, b.ops[i].src); err != nil {
 			return batchInvalid(n, i, err)
@@ -325,7 +318,7 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 		o.dst.buf.release()
 		o.src.buf.release()
 		e.st.recordInline(o.n())
-		f.Complete(o.idx, nil)
+		f.complete(o.idx, nil)
 	}
 	return f
 }
@@ -333,8 +326,8 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 // batchInvalid is the future of a batch that was not submitted because of
 // op idx.
 func batchInvalid(n, idx int, err error) *Future {
-	f := cq.NewBatchFuture(n)
-	f.Complete(idx, err)
-	f.CompleteAll(fmt.Errorf("gxfer: batch not submitted: copy %d failed: %w", idx, err))
+	f := newBatchFuture(n)
+	f.complete(idx, err)
+	f.completeAll(fmt.Errorf("gxfer: batch not submitted: copy %d failed: %w", idx, err))
 	return f
 }

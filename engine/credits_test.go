@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -32,21 +33,21 @@ func TestSendCredits(t *testing.T) {
 				require.True(t, c.tryTake())
 			}
 			done := make(chan struct{})
-			got := make(chan bool, waiters)
+			got := make(chan error, waiters)
 			var wg sync.WaitGroup
 			for range waiters {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					got <- c.take(done)
+					got <- c.take(context.Background(), done)
 				}()
 			}
 			require.Eventually(t, func() bool { return c.waiters.Load() == int32(waiters) }, 5*time.Second, time.Millisecond)
 			c.put(waiters) // all at once: one wake-up in the channel
 			for range waiters {
 				select {
-				case ok := <-got:
-					require.True(t, ok)
+				case err := <-got:
+					require.NoError(t, err)
 				case <-time.After(10 * time.Second):
 					close(done)
 					wg.Wait()
@@ -61,11 +62,80 @@ func TestSendCredits(t *testing.T) {
 		c := newSendCredits(1)
 		require.True(t, c.tryTake())
 		done := make(chan struct{})
-		got := make(chan bool, 1)
-		go func() { got <- c.take(done) }()
+		got := make(chan error, 1)
+		go func() { got <- c.take(context.Background(), done) }()
 		require.Eventually(t, func() bool { return c.waiters.Load() == 1 }, 5*time.Second, time.Millisecond)
 		close(done)
-		require.False(t, <-got)
+		require.ErrorIs(t, <-got, errCreditsDone)
 		require.Equal(t, int64(1), c.used.Load(), "a failed wait takes nothing")
 	})
+	// A cancelled or expired ctx ends a wait while the credits are all
+	// taken (before the fix take waited on the endpoint only: an RDMA
+	// Put's ctx did not bound it), takes nothing, and does not swallow a
+	// wake-up another waiter needs.
+	t.Run("ctx", func(t *testing.T) {
+		c := newSendCredits(1)
+		require.True(t, c.tryTake())
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan error, 1)
+		go func() { got <- c.take(ctx, nil) }()
+		require.Eventually(t, func() bool { return c.waiters.Load() == 1 }, 5*time.Second, time.Millisecond)
+		cancel()
+		select {
+		case err := <-got:
+			require.ErrorIs(t, err, context.Canceled)
+		case <-time.After(10 * time.Second):
+			c.put(1)
+			<-got
+			t.Fatal("a cancelled ctx did not end the wait for a credit")
+		}
+		require.Equal(t, int64(1), c.used.Load(), "a cancelled wait takes nothing")
+
+		tctx, tcancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer tcancel()
+		require.ErrorIs(t, c.take(tctx, nil), context.DeadlineExceeded)
+		require.Equal(t, int64(1), c.used.Load())
+
+		// Two waiters, one cancelled as the credit comes back: the other
+		// gets it.
+		for range 50 {
+			ctx, cancel := context.WithCancel(context.Background())
+			other := make(chan error, 1)
+			go func() { got <- c.take(ctx, nil) }()
+			go func() { other <- c.take(context.Background(), nil) }()
+			require.Eventually(t, func() bool { return c.waiters.Load() == 2 }, 5*time.Second, time.Millisecond)
+			cancel()
+			c.put(1)
+			first := <-got
+			select {
+			case err := <-other:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("a free credit was not handed to the waiter left")
+			}
+			if first == nil { // the cancelled one won the credit first
+				c.put(1)
+			} else {
+				require.ErrorIs(t, first, context.Canceled)
+			}
+			require.Equal(t, int64(1), c.used.Load())
+		}
+		c.put(1)
+	})
+}
+
+func TestCtxErr(t *testing.T) {
+	tests := []struct {
+		in   error
+		want []error
+	}{
+		{context.Canceled, []error{ErrCanceled, context.Canceled}},
+		{context.DeadlineExceeded, []error{ErrTimeout, context.DeadlineExceeded}},
+	}
+	for _, tc := range tests {
+		err := ctxErr("x", tc.in)
+		for _, w := range tc.want {
+			require.ErrorIs(t, err, w)
+		}
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -505,6 +504,16 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 // RDMA against a registered region of ours). On an RDMA endpoint, Put
 // waits while the queue pair has its maximum of work requests in flight,
 // and the Timeout option bounds only the requests the peer performs.
+//
+// ctx bounds the waits of the operation on this side: for send credits,
+// staging buffers and transfer slots (RDMA, and the peer's DMA over
+// "unix"), and for the answer of a request the peer performs into a
+// bounce buffer of ours ("unix"). When it ends first the future resolves
+// with ErrCanceled or ErrTimeout (wrapping ctx's error), once the work
+// already handed to the NIC or the DMA engine that touches local has
+// finished. Not yet bounded by ctx: TCP transfers (they end with the
+// endpoint or the Timeout option) and RDMA requests the owner performs
+// (the owner may still be moving data against our region).
 func (ep *Endpoint) Put(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) *Future {
 	return ep.rma(ctx, true, local, remote, opts)
 }
@@ -537,31 +546,31 @@ func waitSync(ctx context.Context, f *Future) error {
 func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {
 	e := ep.e
 	if err := checkCtx(ctx); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
 	if e.closed.Load() {
-		return cq.Resolved(ErrClosed)
+		return resolved(ErrClosed)
 	}
 	if err := ep.Err(); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
 	if err := e.validateSlice(local); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
 	if remote.err != nil {
-		return cq.Resolved(remote.err)
+		return resolved(remote.err)
 	}
 	if err := remote.k.Check(0, remote.k.Len); err != nil {
-		return cq.Resolved(newErr(ErrInvalid, "remote key view", err))
+		return resolved(newErr(ErrInvalid, "remote key view", err))
 	}
 	if remote.k.Len != local.n {
-		return cq.Resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.n, remote.k.Len), nil))
+		return resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.n, remote.k.Len), nil))
 	}
 	if remote.k.Owner != ep.peer.EngineID {
-		return cq.Resolved(newErr(ErrInvalid, "remote key belongs to another engine than "+ep.name, nil))
+		return resolved(newErr(ErrInvalid, "remote key belongs to another engine than "+ep.name, nil))
 	}
 	if put && !remote.k.Allows(wire.KeyWrite) || !put && !remote.k.Allows(wire.KeyRead) {
-		return cq.Resolved(newErr(ErrInvalid, "remote key does not grant this access", nil))
+		return resolved(newErr(ErrInvalid, "remote key does not grant this access", nil))
 	}
 	if put {
 		ep.puts.Add(1)
@@ -569,7 +578,7 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		ep.gets.Add(1)
 	}
 	if ep.rd != nil {
-		return ep.rmaRDMA(put, local, remote.k, opts)
+		return ep.rmaRDMA(ctx, put, local, remote.k, opts)
 	}
 	if ep.kind == TransportTCP {
 		if len(ep.lanes) > 0 && local.n >= laneMin {
@@ -587,31 +596,36 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		}
 		h, err := ep.importKey(ctx, deadline, mk)
 		if err != nil {
-			return cq.Resolved(ep.importErr(err))
+			return resolved(ep.importErr(err))
 		}
 		return ep.rmaMapped(ctx, put, local, remote.k, h, opts)
 	}
-	return ep.rmaDevice(put, local, remote.k, opts)
+	return ep.rmaDevice(ctx, put, local, remote.k, opts)
 }
 
 // rmaDevice runs a Put or Get on the peer's Gaudi memory: the peer does
 // the DMA from or to shared memory of ours. (A separate function so that
 // the key escapes to the heap only on this path.)
-func (ep *Endpoint) rmaDevice(put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
+func (ep *Endpoint) rmaDevice(ctx context.Context, put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
 	e := ep.e
 	if err := local.buf.acquire(); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
-	f := cq.NewFuture(1)
-	f.SetSpin(e.cfg.WaitSpin)
+	f := newFuture(1)
+	f.setSpin(e.cfg.WaitSpin)
 	oc := e.opConfig(opts)
 	e.async.Add(1)
 	go func() {
 		defer e.async.Done()
-		e.rmaSem <- struct{}{}
-		defer func() { <-e.rmaSem }()
 		defer local.buf.release()
-		f.Complete(0, ep.remoteDMA(put, local, k, oc.deadline))
+		select {
+		case e.rmaSem <- struct{}{}:
+		case <-ctx.Done():
+			f.complete(0, ctxErr(ep.name+": waiting for a transfer slot", ctx.Err()))
+			return
+		}
+		defer func() { <-e.rmaSem }()
+		f.complete(0, ep.remoteDMA(ctx, put, local, k, oc.deadline))
 	}()
 	return f
 }
@@ -650,10 +664,7 @@ func (ep *Endpoint) request(ctx context.Context, put bool, req wire.Request) err
 	}
 	f, err := ep.roundTrip(ctx, req.RequestID, m)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return newErr(ErrTimeout, ep.name, err)
-		}
-		return err
+		return ctxErr(ep.name, err)
 	}
 	defer f.CloseFDs()
 	return ep.replyErr(f)
@@ -662,8 +673,8 @@ func (ep *Endpoint) request(ctx context.Context, put bool, req wire.Request) err
 // remoteDMA asks the peer to copy between its memory and ours; local
 // memory that is not shared (Gaudi, registered) goes through a shared
 // bounce buffer.
-func (ep *Endpoint) remoteDMA(put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
-	ctx, cancel := withDeadline(context.Background(), deadline)
+func (ep *Endpoint) remoteDMA(ctx context.Context, put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
+	ctx, cancel := withDeadline(ctx, deadline)
 	defer cancel()
 	// The peer imports the memory it copies from or to: always a scratch
 	// buffer of exactly this size, never the caller's buffer (a key to it

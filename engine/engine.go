@@ -12,7 +12,6 @@ import (
 	"github.com/panjf2000/ants/v2"
 	"github.com/rs/zerolog"
 
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/ipc"
@@ -48,7 +47,7 @@ type Engine struct {
 	once    sync.Once
 	closeEr error
 
-	resolved *cq.Future // shared already-successful future for inline ops
+	resolved *Future // shared already-successful future for inline ops
 	st       stats
 
 	hookProcess atomic.Pointer[func()] // tests: runs in workers before processing
@@ -86,7 +85,7 @@ func New(cfg Config) (_ *Engine, err error) {
 		log:       cfg.Logger.With().Str("component", "engine").Logger(),
 		types:     memcache.NewTypeCache(),
 		buffers:   map[uint64]*Buffer{},
-		resolved:  cq.Resolved(nil),
+		resolved:  resolved(nil),
 		endpoints: map[*Endpoint]struct{}{},
 		listeners: map[*Listener]struct{}{},
 	}

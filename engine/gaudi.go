@@ -31,7 +31,7 @@ var dirNames = [numDirs]string{"h2d", "d2h", "d2d"}
 // job is one submission: a single copy or a batch's copies.
 type job struct {
 	ops      []op
-	fut      *cq.Future
+	fut      *Future
 	start    time.Time
 	deadline time.Time
 	internal bool // submitted by the engine for an op that holds the buffers

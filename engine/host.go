@@ -83,7 +83,7 @@ func (h *hostPath) drain() {
 				}
 				o.handed = true
 				jj, oo := j, o
-				h.actor.Post(cq.HostCompletion{F: j.fut, Idx: o.idx, Err: err, Then: func() {
+				h.actor.Post(cq.HostCompletion{F: j.fut.completer(), Idx: o.idx, Err: err, Then: func() {
 					h.e.opRelease(jj, oo)
 					if !jj.internal {
 						h.e.st.record(jj.start, oo.n(), err)

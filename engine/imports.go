@@ -8,7 +8,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/internal/fd"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
@@ -292,7 +291,7 @@ func (ep *Endpoint) rmaMapped(ctx context.Context, put bool, local Slice, k wire
 	im := h.Value()
 	if im.revoked() {
 		e.imports.Put(h)
-		return cq.Resolved(ep.staleImport(k))
+		return resolved(ep.staleImport(k))
 	}
 	theirs := im.buf.Slice(int(k.Offset), int(k.Len))
 	var f *Future
@@ -305,12 +304,12 @@ func (ep *Endpoint) rmaMapped(ctx context.Context, put bool, local Slice, k wire
 		stale := im.revoked()
 		e.imports.Put(h)
 		if stale && f.Err() == nil {
-			return cq.Resolved(ep.staleImport(k))
+			return resolved(ep.staleImport(k))
 		}
 		return f
 	}
-	out := cq.NewFuture(1)
-	out.SetSpin(e.cfg.WaitSpin)
+	out := newFuture(1)
+	out.setSpin(e.cfg.WaitSpin)
 	e.async.Add(1)
 	go func() {
 		defer e.async.Done()
@@ -320,7 +319,7 @@ func (ep *Endpoint) rmaMapped(ctx context.Context, put bool, local Slice, k wire
 			err = ep.staleImport(k)
 		}
 		e.imports.Put(h)
-		out.Complete(0, err)
+		out.complete(0, err)
 	}()
 	return out
 }

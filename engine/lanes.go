@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -39,18 +38,18 @@ func (ep *Endpoint) rmaLanes(put bool, local Slice, k wire.RemoteKey, opts []OpO
 	parts := uint64(len(lanes))
 	// Parts are 4 KiB-aligned and differ by at most one page.
 	per := (n/parts + 4095) &^ 4095
-	f := cq.NewFuture(int(parts))
-	f.SetSpin(ep.e.cfg.WaitSpin)
+	f := newFuture(int(parts))
+	f.setSpin(ep.e.cfg.WaitSpin)
 	for i, l := range lanes {
 		off := uint64(i) * per
 		m := min(per, n-min(off, n))
 		if m == 0 {
-			f.Complete(0, nil)
+			f.complete(0, nil)
 			continue
 		}
 		sub, err := k.Slice(off, m)
 		if err != nil { // cannot happen: the view was checked
-			f.Complete(0, newErr(ErrInvalid, "remote key range", err))
+			f.complete(0, newErr(ErrInvalid, "remote key range", err))
 			continue
 		}
 		l.rmaTCP(put, local.buf.Slice(int(local.off+off), int(m)), sub, opts, f)

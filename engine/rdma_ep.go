@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/rdma"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -93,9 +92,12 @@ func (c *sendCredits) tryTake() bool {
 	}
 }
 
-// take takes a credit, waiting for one until done is closed (false): the
-// slow path, for a caller whose tryTake failed.
-func (c *sendCredits) take(done <-chan struct{}) bool {
+// take takes a credit, waiting for one until ctx ends (its error) or done
+// is closed (errCreditsDone): the slow path, for a caller whose tryTake
+// failed. A wait that ends without a credit takes none, and passes on a
+// wake-up it may have consumed, so that no credit put back is left unseen
+// by the other waiters.
+func (c *sendCredits) take(ctx context.Context, done <-chan struct{}) error {
 	c.waiters.Add(1)
 	defer c.waiters.Add(-1)
 	for {
@@ -105,15 +107,26 @@ func (c *sendCredits) take(done <-chan struct{}) bool {
 			if c.waiters.Load() > 1 && c.used.Load() < c.max {
 				c.signal()
 			}
-			return true
+			return nil
 		}
+		var err error
 		select {
 		case <-c.wake:
+			continue
 		case <-done:
-			return false
+			err = errCreditsDone
+		case <-ctx.Done():
+			err = ctx.Err()
 		}
+		if c.waiters.Load() > 1 && c.used.Load() < c.max {
+			c.signal()
+		}
+		return err
 	}
 }
+
+// errCreditsDone ends a credit wait when the endpoint fails or closes.
+var errCreditsDone = errors.New("engine: endpoint done")
 
 // put returns n credits.
 func (c *sendCredits) put(n int) {
@@ -267,7 +280,7 @@ func recvRDMAConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, e
 // posted. A caller holding the CQ (rdma.CQ.Hold) passes it as held: the
 // hold is let go while it waits for credits, which only completions
 // return.
-func (ep *Endpoint) rdmaPost(rd *rdmaConn, wrs []rdma.WR, held *rdma.CQ) (int, error) {
+func (ep *Endpoint) rdmaPost(ctx context.Context, rd *rdmaConn, wrs []rdma.WR, held *rdma.CQ) (int, error) {
 	for i := range wrs {
 		if rd.credits.tryTake() {
 			continue
@@ -275,13 +288,16 @@ func (ep *Endpoint) rdmaPost(rd *rdmaConn, wrs []rdma.WR, held *rdma.CQ) (int, e
 		if held != nil {
 			held.Release()
 		}
-		got := rd.credits.take(ep.done)
+		err := rd.credits.take(ctx, ep.done)
 		if held != nil {
 			held.Hold()
 		}
-		if !got {
+		if err != nil {
 			rd.credits.put(i)
-			return 0, ep.Err()
+			if err == errCreditsDone {
+				return 0, ep.Err()
+			}
+			return 0, ctxErr(ep.name+": waiting for RDMA send credits", err)
 		}
 	}
 	n, err := rd.qp.Post(wrs)
@@ -348,7 +364,7 @@ type rdmaOp struct {
 // rdmaXfer is a transfer of one or more parts (rdmaOp).
 type rdmaXfer struct {
 	ep    *Endpoint
-	f     *cq.Future  // NewFuture(parts)
+	f     *Future     // NewFuture(parts)
 	timer *time.Timer // the deadline's (nil without one)
 	parts atomic.Int32
 }
@@ -389,7 +405,7 @@ func (x *rdmaXfer) partDone(err error) {
 	if x.parts.Add(-1) == 0 && x.timer != nil {
 		x.timer.Stop()
 	}
-	x.f.Complete(0, err)
+	x.f.complete(0, err)
 }
 
 // rdmaDirect writes local to remote (toRemote) or reads remote into local
@@ -399,7 +415,7 @@ func (x *rdmaXfer) partDone(err error) {
 // nicRKeys[i], when not 0, the same region's on its NIC i+1: a transfer
 // of host memory of at least rdmaSliceMin bytes is then split over the
 // NICs both sides have, in slices aligned to rdmaSliceAlign.
-func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time) *Future {
+func (ep *Endpoint) rdmaDirect(ctx context.Context, toRemote bool, local Slice, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time) *Future {
 	// On the stack: no allocation for a transfer of one part.
 	var rkeyBuf [wire.MaxNICs]uint32
 	var partBuf [wire.MaxNICs]rdma.Slice
@@ -411,16 +427,16 @@ func (ep *Endpoint) rdmaDirect(toRemote bool, local Slice, remote rdma.RemoteAdd
 	if len(rkeys) > 1 {
 		var err error
 		if parts, err = rdma.AppendSplit(partBuf[:0], local.n, len(rkeys), rdmaSliceAlign); err != nil {
-			return cq.Resolved(newErr(ErrInvalid, "RDMA slices", err))
+			return resolved(newErr(ErrInvalid, "RDMA slices", err))
 		}
 	}
-	x := &rdmaXfer{ep: ep, f: cq.NewFuture(len(parts))}
-	x.f.SetSpin(ep.e.cfg.WaitSpin)
+	x := &rdmaXfer{ep: ep, f: newFuture(len(parts))}
+	x.f.setSpin(ep.e.cfg.WaitSpin)
 	x.parts.Store(int32(len(parts)))
 	x.timer = ep.deadlineTimer(x.f, deadline)
 	for _, sl := range parts {
 		part := local.buf.Slice(int(local.off+sl.Off), int(sl.Len))
-		ep.rdmaPart(x, ep.rd.nics[sl.NIC], toRemote, part, rdma.RemoteAddr{Addr: remote.Addr + sl.Off, RKey: rkeys[sl.NIC]})
+		ep.rdmaPart(ctx, x, ep.rd.nics[sl.NIC], toRemote, part, rdma.RemoteAddr{Addr: remote.Addr + sl.Off, RKey: rkeys[sl.NIC]})
 	}
 	return x.f
 }
@@ -444,7 +460,7 @@ func (ep *Endpoint) nicRKeys(rkeys []uint32, n uint64, nicRKeys []uint32) []uint
 
 // rdmaPart posts one part of x on the queue pair rd; its result reaches
 // x's future.
-func (ep *Endpoint) rdmaPart(x *rdmaXfer, rd *rdmaConn, toRemote bool, local Slice, remote rdma.RemoteAddr) {
+func (ep *Endpoint) rdmaPart(ctx context.Context, x *rdmaXfer, rd *rdmaConn, toRemote bool, local Slice, remote rdma.RemoteAddr) {
 	if err := local.buf.acquire(); err != nil {
 		x.partDone(err)
 		return
@@ -483,7 +499,7 @@ func (ep *Endpoint) rdmaPart(x *rdmaXfer, rd *rdmaConn, toRemote bool, local Sli
 			Inline: toRemote && !local.buf.loc.gaudi && m <= uint64(rd.maxInline)}
 	}
 	o.left.Store(int32(nwr))
-	posted, err := ep.rdmaPost(rd, wrs, nil)
+	posted, err := ep.rdmaPost(ctx, rd, wrs, nil)
 	if err != nil {
 		o.setErr(err)
 		if o.left.Add(-int32(nwr-posted)) == 0 {
@@ -494,7 +510,7 @@ func (ep *Endpoint) rdmaPart(x *rdmaXfer, rd *rdmaConn, toRemote bool, local Sli
 
 // rdmaOne posts one work request on the queue pair rd; the channel yields
 // its result.
-func (ep *Endpoint) rdmaOne(rd *rdmaConn, op rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr) chan error {
+func (ep *Endpoint) rdmaOne(ctx context.Context, rd *rdmaConn, op rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr) chan error {
 	ch := make(chan error, 1)
 	done := rdma.CompleterFunc(func(c rdma.Completion) {
 		rd.credits.put(1)
@@ -504,7 +520,7 @@ func (ep *Endpoint) rdmaOne(rd *rdmaConn, op rdma.OpKind, seg rdma.Seg, remote r
 		}
 		ch <- nil
 	})
-	if _, err := ep.rdmaPost(rd, []rdma.WR{{Op: op, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}, nil); err != nil {
+	if _, err := ep.rdmaPost(ctx, rd, []rdma.WR{{Op: op, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}, nil); err != nil {
 		ch <- err
 	}
 	return ch
@@ -516,7 +532,7 @@ func (ep *Endpoint) rdmaOne(rd *rdmaConn, op rdma.OpKind, seg rdma.Seg, remote r
 // so that the DMA of one chunk overlaps the RDMA of the other. Chunk i
 // goes over NIC i mod k, for the k NICs a transfer of its size spreads
 // over (see nicRKeys).
-func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr, nicRKeys []uint32) (err error) {
+func (ep *Endpoint) rdmaStaged(opCtx context.Context, toRemote bool, g Slice, remote rdma.RemoteAddr, nicRKeys []uint32) (err error) {
 	e := ep.e
 	n := g.n
 	var (
@@ -550,6 +566,8 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr, n
 	case e.rdmaStageSem <- struct{}{}:
 	case <-ep.done:
 		return ep.Err()
+	case <-opCtx.Done():
+		return ctxErr(ep.name+": waiting for RDMA staging", opCtx.Err())
 	}
 	defer func() { <-e.rdmaStageSem }()
 	defer func() {
@@ -574,7 +592,7 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr, n
 		if uint64(k)*rdmaChunk >= n {
 			break
 		}
-		b, err := e.rdmaStage.get(ep.done)
+		b, err := e.rdmaStage.get(opCtx, ep.done)
 		if err != nil {
 			if f := ep.Err(); f != nil {
 				return f
@@ -595,7 +613,7 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr, n
 			ref[k][nic] = rf
 		}
 		seg := ref[k][nic].Seg(stage[k].Addr(), min(rdmaChunk, n-off))
-		return ep.rdmaOne(rd, op, seg, rdma.RemoteAddr{Addr: remote.Addr + off, RKey: rkeys[nic]}), nil
+		return ep.rdmaOne(opCtx, rd, op, seg, rdma.RemoteAddr{Addr: remote.Addr + off, RKey: rkeys[nic]}), nil
 	}
 	dev := func(off, m uint64) Slice { return g.buf.Slice(int(g.off+off), int(m)) }
 	chunk := func(off uint64) uint64 { return min(rdmaChunk, n-off) }
@@ -645,13 +663,13 @@ func (ep *Endpoint) rdmaStaged(toRemote bool, g Slice, remote rdma.RemoteAddr, n
 // rdmaMove is rdmaDirect or rdmaStaged, whichever local's memory needs,
 // as a future.
 // (nicRKeys: see rdmaDirect.)
-func (ep *Endpoint) rdmaMove(toRemote bool, local Slice, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time) (*Future, bool) {
+func (ep *Endpoint) rdmaMove(ctx context.Context, toRemote bool, local Slice, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time) (*Future, bool) {
 	if local.buf.loc.gaudi {
 		if _, err := ep.e.rdma.gaudiMR(local.buf); err != nil {
-			return ep.goAsync(local, deadline, func() error { return ep.rdmaStaged(toRemote, local, remote, nicRKeys) }), true
+			return ep.goAsync(ctx, local, deadline, func() error { return ep.rdmaStaged(ctx, toRemote, local, remote, nicRKeys) }), true
 		}
 	}
-	return ep.rdmaDirect(toRemote, local, remote, nicRKeys, deadline), false
+	return ep.rdmaDirect(ctx, toRemote, local, remote, nicRKeys, deadline), false
 }
 
 // deadlineTimer ends f with ErrTimeout at deadline (nil timer without
@@ -663,20 +681,20 @@ func (ep *Endpoint) deadlineTimer(f *Future, deadline time.Time) *time.Timer {
 		return nil
 	}
 	return time.AfterFunc(time.Until(deadline), func() {
-		f.CompleteAll(newErr(ErrTimeout, ep.name+": RDMA operation", nil))
+		f.completeAll(newErr(ErrTimeout, ep.name+": RDMA operation", nil))
 	})
 }
 
 // goAsync runs fn on a goroutine (holding local's buffer) and resolves
 // the future with its result, or with ErrTimeout at deadline (fn goes on,
 // holding the buffer).
-func (ep *Endpoint) goAsync(local Slice, deadline time.Time, fn func() error) *Future {
+func (ep *Endpoint) goAsync(ctx context.Context, local Slice, deadline time.Time, fn func() error) *Future {
 	e := ep.e
 	if err := local.buf.acquire(); err != nil {
-		return cq.Resolved(err)
+		return resolved(err)
 	}
-	f := cq.NewFuture(1)
-	f.SetSpin(e.cfg.WaitSpin)
+	f := newFuture(1)
+	f.setSpin(e.cfg.WaitSpin)
 	timer := ep.deadlineTimer(f, deadline)
 	e.async.Add(1)
 	go func() {
@@ -684,23 +702,28 @@ func (ep *Endpoint) goAsync(local Slice, deadline time.Time, fn func() error) *F
 		if timer != nil {
 			defer timer.Stop()
 		}
-		e.rmaSem <- struct{}{}
-		defer func() { <-e.rmaSem }()
 		defer local.buf.release()
-		f.Complete(0, fn())
+		select {
+		case e.rmaSem <- struct{}{}:
+		case <-ctx.Done():
+			f.complete(0, ctxErr(ep.name+": waiting for a transfer slot", ctx.Err()))
+			return
+		}
+		defer func() { <-e.rmaSem }()
+		f.complete(0, fn())
 	}()
 	return f
 }
 
 // rmaRDMA runs a Put or Get on an RDMA endpoint.
-func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
+func (ep *Endpoint) rmaRDMA(ctx context.Context, put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
 	deadline := ep.e.opConfig(opts).deadline
 	if k.RKey != 0 {
 		start, err := k.Span(0, k.Len)
 		if err != nil {
-			return cq.Resolved(newErr(ErrInvalid, "remote key view", err))
+			return resolved(newErr(ErrInvalid, "remote key view", err))
 		}
-		f, staged := ep.rdmaMove(put, local, rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey}, k.NICRKeys[:], deadline)
+		f, staged := ep.rdmaMove(ctx, put, local, rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey}, k.NICRKeys[:], deadline)
 		if staged {
 			ep.rd.staged.Add(1)
 		} else {
@@ -715,7 +738,7 @@ func (ep *Endpoint) rmaRDMA(put bool, local Slice, k wire.RemoteKey, opts []OpOp
 	// reach instead of an access error that would fail the endpoint. An
 	// owner silent for PeerTimeout past the deadline fails the endpoint
 	// (rdmaDelegate).
-	return ep.goAsync(local, deadline, func() error { return ep.rdmaDelegate(put, local, k, deadline) })
+	return ep.goAsync(ctx, local, deadline, func() error { return ep.rdmaDelegate(put, local, k, deadline) })
 }
 
 // rdmaDelegate asks the owner of k to move the data itself, with RDMA
@@ -805,7 +828,7 @@ func (ep *Endpoint) serveRDMARequest(put bool, r wire.Request) (wire.Status, str
 	}
 	defer mine.buf.release()
 	// A Put reads the requester's region into our memory; a Get writes it.
-	f, _ := ep.rdmaMove(!put, mine, rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey}, nil, time.Time{})
+	f, _ := ep.rdmaMove(context.Background(), !put, mine, rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey}, nil, time.Time{})
 	<-f.Done()
 	if err := f.Err(); err != nil {
 		return wire.StatusInternal, err.Error()

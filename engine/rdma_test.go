@@ -306,7 +306,7 @@ func TestRDMAOutOfRange(t *testing.T) {
 	// Beyond the registered region, the NIC refuses: the work request
 	// fails with a remote access error, and so does the endpoint (its
 	// queue pair is in the error state).
-	f := ep.rdmaDirect(true, h.All(), rdma.RemoteAddr{Addr: hk.k.Base + 64<<20, RKey: hk.k.RKey}, nil, time.Time{})
+	f := ep.rdmaDirect(ctx, true, h.All(), rdma.RemoteAddr{Addr: hk.k.Base + 64<<20, RKey: hk.k.RKey}, nil, time.Time{})
 	<-f.Done()
 	require.ErrorIs(t, f.Err(), ErrPeer)
 	require.ErrorIs(t, f.Err(), rdma.ErrRemoteAccess)

@@ -1,6 +1,9 @@
 package engine
 
-import "sync/atomic"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // stagePool hands out host staging buffers of tcpChunk bytes, allocated
 // on first use and kept until the engine closes. get blocks while all are
@@ -17,7 +20,9 @@ func newStagePool(e *Engine, n int) *stagePool {
 	return &stagePool{e: e, free: make(chan *Buffer, n), max: int32(n)}
 }
 
-func (p *stagePool) get(done <-chan struct{}) (*Buffer, error) {
+// get returns a staging buffer, waiting for one until done is closed
+// (ErrClosed) or ctx ends (ErrCanceled or ErrTimeout).
+func (p *stagePool) get(ctx context.Context, done <-chan struct{}) (*Buffer, error) {
 	select {
 	case b := <-p.free:
 		return b, nil
@@ -42,6 +47,8 @@ func (p *stagePool) get(done <-chan struct{}) (*Buffer, error) {
 		return b, nil
 	case <-done:
 		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctxErr("waiting for a staging buffer", ctx.Err())
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -125,7 +124,7 @@ func (ep *Endpoint) route(id, off uint64, n int) ([]byte, error) {
 	if !in.dst.buf.loc.gaudi {
 		return in.dst.hostBytes()[off : off+uint64(n)], nil
 	}
-	stage, err := ep.e.inStage.get(ep.done)
+	stage, err := ep.e.inStage.get(context.Background(), ep.done)
 	if err != nil {
 		return nil, err
 	}
@@ -419,7 +418,7 @@ func (ep *Endpoint) sendSlice(id uint64, s Slice, first wire.Message, deadline t
 	}
 	e := ep.e
 	var stage [2]*Buffer
-	var fut [2]*cq.Future
+	var fut [2]*Future
 	defer func() {
 		for k, b := range stage {
 			if b != nil {
@@ -432,7 +431,7 @@ func (ep *Endpoint) sendSlice(id uint64, s Slice, first wire.Message, deadline t
 	}()
 	// One buffer is waited for, a second taken only if free: senders
 	// that each hold one and wait for another would deadlock.
-	b, err := e.outStage.get(ep.done)
+	b, err := e.outStage.get(context.Background(), ep.done)
 	if err != nil {
 		return err
 	}
@@ -485,7 +484,7 @@ type tcpOp struct {
 	ep    *Endpoint
 	id    uint64
 	local Slice
-	f     *cq.Future
+	f     *Future
 	in    *inbound // Get
 	parts atomic.Int32
 	mu    sync.Mutex
@@ -511,7 +510,7 @@ func (o *tcpOp) partDone(err error) {
 	o.mu.Lock()
 	err = o.err
 	o.mu.Unlock()
-	o.f.Complete(0, err)
+	o.f.complete(0, err)
 }
 
 // onReply takes the owner's answer (or the endpoint's failure).
@@ -582,11 +581,11 @@ func (o *tcpOp) timeout() {
 func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOption, f *Future) *Future {
 	e := ep.e
 	if f == nil {
-		f = cq.NewFuture(1)
-		f.SetSpin(e.cfg.WaitSpin)
+		f = newFuture(1)
+		f.setSpin(e.cfg.WaitSpin)
 	}
 	if err := local.buf.acquire(); err != nil {
-		f.Complete(0, err)
+		f.complete(0, err)
 		return f
 	}
 	o := &tcpOp{ep: ep, id: ep.newID(), local: local, f: f}
@@ -600,7 +599,7 @@ func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOpt
 		err := ep.failed
 		ep.mu.Unlock()
 		local.buf.release()
-		f.Complete(0, err)
+		f.complete(0, err)
 		return f
 	}
 	ep.pending[o.id] = o.onReply

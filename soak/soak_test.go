@@ -13,7 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/engine"
 	"github.com/gxfer/gxfer/internal/testutil"
 )
@@ -217,13 +216,19 @@ func TestResultRules(t *testing.T) {
 	}
 }
 
+// fakeFuture resolves (successfully) when closed.
+type fakeFuture chan struct{}
+
+func (f fakeFuture) Done() <-chan struct{} { return f }
+func (f fakeFuture) Err() error            { return nil }
+
 func TestWaitBound(t *testing.T) {
 	d := &driver{t: newTally(), cfg: Config{Bound: 20 * time.Millisecond}}
-	f := cq.NewFuture(1)
+	f := fakeFuture(make(chan struct{}))
 	require.ErrorIs(t, d.wait(f, func() string { return "never" }), errUnresolved)
 	require.Len(t, d.t.violations, 1)
 	require.Contains(t, d.t.violations[0], "unresolved: never")
-	f.Complete(0, nil)
+	close(f)
 	require.NoError(t, d.wait(f, func() string { return "done" }))
 }
 

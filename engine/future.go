@@ -1,9 +1,4 @@
-// Package cq holds the completion side of the engine: channel-based futures
-// and the completion-queue actors, one goroutine per completion source,
-// that poll the real completion source (WAIT_CS on outstanding CS sequence
-// numbers for a Gaudi, completion records for host copies) and resolve
-// futures in batches.
-package cq
+package engine
 
 import (
 	"context"
@@ -14,8 +9,8 @@ import (
 	"time"
 )
 
-// ErrNotDone is what Err returns while the future is still pending.
-var ErrNotDone = errors.New("cq: operation not complete")
+// ErrNotDone is what Future.Err returns while the future is still pending.
+var ErrNotDone = errors.New("gxfer: operation not complete")
 
 // closedChan is shared by every resolved future; it is closed at init and
 // never touched again.
@@ -25,9 +20,9 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // completion: it resolves when its last operation completes, with the first
 // error any of them reported).
 //
-// Done is closed exactly once; the completer never blocks. Wait(ctx) bounds
-// only the wait: a buffer used by the operation is the caller's again only
-// once Done is closed.
+// Only the engine completes a future: its methods only observe it. Done is
+// closed exactly once. Wait(ctx) bounds only the wait: a buffer used by the
+// operation is the caller's again only once Done is closed.
 type Future struct {
 	pending atomic.Int64
 	done    atomic.Bool
@@ -39,34 +34,38 @@ type Future struct {
 	spin    time.Duration
 }
 
-// NewFuture returns a future that resolves after n calls to Complete.
-func NewFuture(n int) *Future {
+// newFuture returns a future that resolves after n calls to complete.
+func newFuture(n int) *Future {
 	f := &Future{}
 	f.pending.Store(int64(n))
 	return f
 }
 
-// NewBatchFuture returns a future for n operations with per-op status.
-func NewBatchFuture(n int) *Future {
-	f := NewFuture(n)
+// newBatchFuture returns a future for n operations with per-op status.
+func newBatchFuture(n int) *Future {
+	f := newFuture(n)
 	f.errs = make([]error, n)
 	return f
 }
 
-// Resolved returns an already completed future with err.
-func Resolved(err error) *Future {
+// resolved returns an already completed future with err.
+func resolved(err error) *Future {
 	f := &Future{err: err, final: err, ch: closedChan}
 	f.done.Store(true)
 	return f
 }
 
-// SetSpin sets how long Wait spins before blocking (call before sharing).
-func (f *Future) SetSpin(d time.Duration) { f.spin = d }
+// ResolvedFuture returns a future that is already complete with err, for
+// code that hands out futures for work it did itself (err may be nil).
+func ResolvedFuture(err error) *Future { return resolved(err) }
 
-// Complete records the end of one operation; idx is its index for per-op
-// status (ignored unless the future was made by NewBatchFuture). It never
+// setSpin sets how long Wait spins before blocking (call before sharing).
+func (f *Future) setSpin(d time.Duration) { f.spin = d }
+
+// complete records the end of one operation; idx is its index for per-op
+// status (ignored unless the future was made by newBatchFuture). It never
 // blocks. Extra calls after resolution are ignored.
-func (f *Future) Complete(idx int, err error) {
+func (f *Future) complete(idx int, err error) {
 	if f.done.Load() {
 		return
 	}
@@ -85,8 +84,8 @@ func (f *Future) Complete(idx int, err error) {
 	}
 }
 
-// CompleteAll ends every remaining operation with err (used on shutdown).
-func (f *Future) CompleteAll(err error) {
+// completeAll ends every remaining operation with err (used on shutdown).
+func (f *Future) completeAll(err error) {
 	f.mu.Lock()
 	if f.done.Load() {
 		f.mu.Unlock()
@@ -120,6 +119,18 @@ func (f *Future) resolve() {
 	}
 	f.mu.Unlock()
 }
+
+// futureCompleter is the view of a Future that the completion actors of
+// package cq get (cq.Completer). It is unexported, so code outside the
+// engine cannot complete a future: *Future's own method set has no
+// completing method.
+type futureCompleter Future
+
+// Complete implements cq.Completer.
+func (c *futureCompleter) Complete(idx int, err error) { (*Future)(c).complete(idx, err) }
+
+// completer returns f's completion view for the actors of package cq.
+func (f *Future) completer() *futureCompleter { return (*futureCompleter)(f) }
 
 // Done returns a channel closed when the future resolves.
 func (f *Future) Done() <-chan struct{} {
@@ -182,4 +193,23 @@ func (f *Future) Wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// ErrCanceled: the operation's context was cancelled before the operation
+// finished (errors.Is(err, context.Canceled) holds too). What had started
+// on the hardware or the network finished first; the destination's content
+// is undefined.
+var ErrCanceled = errors.New("gxfer: operation canceled")
+
+// ctxErr is the typed error of an operation whose ctx ended during one of
+// its waits: ErrTimeout for an expired deadline, ErrCanceled for a
+// cancellation, each wrapping ctx's error.
+func ctxErr(what string, err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return newErr(ErrTimeout, what, err)
+	case errors.Is(err, context.Canceled):
+		return newErr(ErrCanceled, what, err)
+	}
+	return err
 }
