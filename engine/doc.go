@@ -32,22 +32,28 @@
 // bounds the wait, not the operation. The buffers an operation uses are the
 // engine's while it runs and the caller's again once the future is done
 // (Done closed, IsDone true) — with one exception: a future that ended with
-// [ErrTimeout] resolved at its deadline while the hardware, the NIC or the
-// peer may still be reading or writing the memory. The engine keeps that
+// [ErrTimeout] because of its deadline option ([Timeout], [Deadline],
+// Config.OpTimeout) resolved at that deadline while the hardware, the NIC or
+// the peer may still be reading or writing the memory. The engine keeps that
 // memory allocated until they are done (Free is safe), but its content is
-// undefined and no signal says when they are done. The Sync variants
-// (CopySync, PutSync, GetSync) wait for the future, and when ctx ends first
-// still wait for the operation before returning ctx's error.
+// undefined and no signal says when they are done. The ctx of an operation
+// bounds its waits (Copy, Put and Get say which): when ctx ends first the
+// future resolves with [ErrCanceled] (or ErrTimeout for ctx's deadline)
+// once what was already handed to the hardware is finished, so the
+// buffers are the caller's again. The Sync variants (CopySync, PutSync,
+// GetSync) wait for the future, and when ctx ends first still wait for
+// the operation before returning ctx's error.
 //
 // # Errors
 //
 // Failures match typed sentinels with [errors.Is]: [ErrInvalid] (bad
 // arguments, resolved at once, nothing submitted), [ErrClosed], [ErrFreed],
-// [ErrForeign], [ErrQueueFull], [ErrTimeout], [ErrNotSupported],
-// [ErrNoDevice], [ErrAborted] and [ErrDevice] (the device), [ErrPanic],
-// [ErrPeer] (a peer failed, went silent for Config.PeerTimeout, or refused
-// a request), [ErrUnauthenticated], [ErrTooManyPeers]. The error also wraps
-// its cause (an errno, a command-submission status, the peer's refusal).
+// [ErrForeign], [ErrQueueFull], [ErrTimeout], [ErrCanceled],
+// [ErrNotSupported], [ErrNoDevice], [ErrAborted] and [ErrDevice] (the
+// device), [ErrPanic], [ErrPeer] (a peer failed, went silent for
+// Config.PeerTimeout, or refused a request), [ErrUnauthenticated],
+// [ErrTooManyPeers]. The error also wraps its cause (an errno, a
+// command-submission status, the peer's refusal, ctx's error).
 //
 // # Endpoints and transports
 //
