@@ -114,8 +114,13 @@ func crossDevice(o *op) bool {
 // Copy copies src to dst asynchronously, for every pair of host and Gaudi
 // memory. Small host-to-host copies complete in the caller and return an
 // already resolved future. Bad arguments resolve the future at once with
-// a typed error and submit nothing. ctx bounds only the submission (waiting
-// for queue room); the copy itself ends by its deadline option, if any.
+// a typed error and submit nothing. ctx bounds the submission (waiting
+// for queue room). A copy involving Gaudi memory that is still in its
+// device queue when ctx ends is dropped: its future resolves with
+// ErrCanceled (or ErrTimeout for an expired deadline), wrapping ctx's
+// error, and its memory was never touched. Once in a command submission a
+// copy runs to its end, bounded only by its deadline option, if any; host
+// to host copies are not dropped.
 func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Future {
 	if err := checkCtx(ctx); err != nil {
 		return resolved(err)
@@ -145,6 +150,9 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 	oc := e.opConfig(opts)
 	j := &job{ops: []op{{dst: dst, src: src}}, fut: newFuture(1), start: time.Now(), deadline: oc.deadline}
 	j.fut.setSpin(e.cfg.WaitSpin)
+	if ctx.Done() != nil {
+		j.ctx = ctx
+	}
 	if err := e.submitJob(ctx, j); err != nil {
 		e.st.submitted.Add(^uint64(0))
 		dst.buf.release()
@@ -171,6 +179,23 @@ func (e *Engine) submitJob(ctx context.Context, j *job) error {
 // (the buffers are in use until then), and ctx's error is returned.
 func (e *Engine) CopySync(ctx context.Context, dst, src Slice, opts ...OpOption) error {
 	return waitSync(ctx, e.Copy(ctx, dst, src, opts...))
+}
+
+// dropCanceled ends the ops of a job whose ctx has ended, none of them yet
+// in a command submission (a device worker calls it on the jobs it pops),
+// with ErrCanceled or ErrTimeout: nothing touched their memory, and the
+// future resolves at once. It reports whether it dropped the job.
+func (e *Engine) dropCanceled(j *job) bool {
+	if j.ctx == nil || j.ctx.Err() == nil {
+		return false
+	}
+	err := ctxErr("copy dropped before it started", j.ctx.Err())
+	for i := range j.ops {
+		if o := &j.ops[i]; !o.handed {
+			e.finishOp(j, o, err)
+		}
+	}
+	return true
 }
 
 // finishOp releases an op's buffer references, records it and completes

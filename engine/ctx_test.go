@@ -34,3 +34,66 @@ func TestPutCtxBoundsPeerDMA(t *testing.T) {
 	require.ErrorIs(t, f.Err(), ErrCanceled)
 	require.ErrorIs(t, f.Err(), context.Canceled)
 }
+
+// TestCopyCancelDropsQueued: a Gaudi copy still in its device queue when
+// its ctx is cancelled is dropped: its future resolves with ErrCanceled,
+// the destination is never written, and nothing stays in flight. Before,
+// ctx bounded only the submission: the queued copy ran and succeeded.
+func TestCopyCancelDropsQueued(t *testing.T) {
+	e := newEngine(t, Config{})
+	h, _ := e.Alloc(1<<20, Host)
+	d, _ := e.Alloc(1<<20, Gaudi(0))
+	out, _ := e.Alloc(4096, Host)
+	fill(h.Bytes(), 3)
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	first := true
+	hook := func() { // blocks the device worker on its first batch
+		if first {
+			first = false
+			close(entered)
+			<-release
+		}
+	}
+	e.hookProcess.Store(&hook)
+	bg := context.Background()
+	f0 := e.Copy(bg, d.Slice(0, 4096), h.Slice(0, 4096))
+	<-entered
+	ctx, cancel := context.WithCancel(bg)
+	f1 := e.Copy(ctx, d.Slice(8192, 4096), h.Slice(8192, 4096)) // queued behind the blocked worker
+	cancel()
+	close(release)
+	require.NoError(t, f0.Wait(bg))
+	<-f1.Done()
+	require.ErrorIs(t, f1.Err(), ErrCanceled)
+	require.ErrorIs(t, f1.Err(), context.Canceled)
+	require.NoError(t, e.CopySync(bg, out.All(), d.Slice(8192, 4096)))
+	require.Equal(t, make([]byte, 4096), out.Bytes(), "a dropped copy wrote its destination")
+	require.Zero(t, e.Stats().InFlight)
+}
+
+// TestCrossDeviceCancelStopsChunks: cancelling the ctx of a copy between
+// two devices (staged through host memory in chunks) while its first
+// chunk's DMA is in flight stops the chunks not yet started: the copy ends
+// with ErrCanceled once the started DMA retired, and the destination's
+// last chunk is never written. Before, the copy ran to its end.
+func TestCrossDeviceCancelStopsChunks(t *testing.T) {
+	e := newEngine(t, Config{EmulatedCount: 2})
+	const n = 3 * stageChunk
+	h, _ := e.Alloc(n, Host)
+	d0, _ := e.Alloc(n, Gaudi(0))
+	d1, _ := e.Alloc(n, Gaudi(1))
+	out, _ := e.Alloc(stageChunk, Host)
+	bg := context.Background()
+	fill(h.Bytes(), 5)
+	require.NoError(t, e.CopySync(bg, d0.All(), h.All()))
+	e.devs[0].sim.DelayNextCS(1, 300*time.Millisecond) // the first chunk's D2H
+	ctx, cancel := context.WithCancel(bg)
+	f := e.Copy(ctx, d1.All(), d0.All())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	<-f.Done()
+	require.ErrorIs(t, f.Err(), ErrCanceled)
+	require.NoError(t, e.CopySync(bg, out.All(), d1.Slice(2*stageChunk, stageChunk)))
+	require.Equal(t, make([]byte, stageChunk), out.Bytes(), "a chunk started after the cancellation")
+	require.Zero(t, e.Stats().InFlight)
+}

@@ -35,6 +35,9 @@ type job struct {
 	start    time.Time
 	deadline time.Time
 	internal bool // submitted by the engine for an op that holds the buffers
+	// ctx, if set (a Copy whose ctx can end), drops the job's ops not yet
+	// in a command submission once it ends (see dropCanceled).
+	ctx context.Context
 }
 
 // op is one copy.
@@ -271,6 +274,9 @@ func (g *gdev) process(dir int, jobs []*job) {
 	var mine []ref
 	var others map[routeKey][]ref
 	for _, j := range jobs {
+		if g.e.dropCanceled(j) {
+			continue
+		}
 		for i := range j.ops {
 			o := &j.ops[i]
 			rg, rdir := g.e.route(o)

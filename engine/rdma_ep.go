@@ -624,6 +624,9 @@ func (ep *Endpoint) rdmaStaged(opCtx context.Context, toRemote bool, g Slice, re
 		fetch(0, 0)
 		for i, off := 0, uint64(0); off < n; i, off = i+1, off+rdmaChunk {
 			k := i & 1
+			if err := opCtx.Err(); err != nil { // no further chunk: the deferred waits drain those started
+				return ctxErr(ep.name+": RDMA staging stopped", err)
+			}
 			if err := waitDMA(k); err != nil {
 				return err
 			}
@@ -646,6 +649,9 @@ func (ep *Endpoint) rdmaStaged(opCtx context.Context, toRemote bool, g Slice, re
 		k := i & 1
 		if err := waitNet(k); err != nil {
 			return err
+		}
+		if err := opCtx.Err(); err != nil {
+			return ctxErr(ep.name+": RDMA staging stopped", err)
 		}
 		if next := off + rdmaChunk; next < n {
 			if err := waitDMA(k ^ 1); err != nil {

@@ -49,13 +49,25 @@ func (e *Engine) stage(j *job, o *op) {
 			e.opRelease(j, o)
 			done(err)
 		}()
-		e.stageSem <- struct{}{}
+		ctx := j.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		select {
+		case e.stageSem <- struct{}{}:
+		case <-ctx.Done():
+			err = ctxErr("copy between devices not started", ctx.Err())
+			return
+		}
 		defer func() { <-e.stageSem }()
-		err = e.stageCopy(o, j.deadline)
+		err = e.stageCopy(ctx, o, j.deadline)
 	}()
 }
 
-func (e *Engine) stageCopy(o *op, deadline time.Time) (err error) {
+// stageCopy moves o chunk by chunk. When opCtx ends, no further chunk is
+// started: the chunks in flight finish, and the copy ends with ErrCanceled
+// or ErrTimeout (the destination holds the chunks done before).
+func (e *Engine) stageCopy(opCtx context.Context, o *op, deadline time.Time) (err error) {
 	n := o.n()
 	bsz := min(n, stageChunk)
 	var bounce [2]*Buffer
@@ -78,6 +90,10 @@ func (e *Engine) stageCopy(o *op, deadline time.Time) (err error) {
 	k := 0
 	for off := uint64(0); off < n && len(errs) == 0; off += bsz {
 		m := int(min(bsz, n-off))
+		if err := opCtx.Err(); err != nil {
+			errs = append(errs, ctxErr("copy between devices stopped", err))
+			break
+		}
 		if pend[k] != nil {
 			if err := pend[k].Wait(ctx); err != nil {
 				errs = append(errs, err)
