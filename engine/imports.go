@@ -274,6 +274,12 @@ func (ep *Endpoint) importErr(err error) error {
 	case errors.Is(err, ipc.ErrClosed):
 		return newErr(ErrClosed, "import", err)
 	case errors.Is(err, ipc.ErrStale):
+		if ferr := ep.Err(); ferr != nil {
+			// The endpoint ended during the import and its teardown
+			// purged the entry (PurgePeer): the key is not stale, the
+			// peer is gone.
+			return ferr
+		}
 		return newErr(ErrInvalid, ep.name+": stale key", err)
 	}
 	return ep.peerErr("import", err)

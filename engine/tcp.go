@@ -190,9 +190,17 @@ func (ep *Endpoint) abortRouting() {
 		ep.e.inStage.put(cur.stage)
 	}
 	if in := cur.in; in != nil {
+		// A transfer canceled while its bytes were being read (its reply
+		// part failed: the endpoint's failure, a timeout) was left to
+		// this route to finish, and is no longer in ep.inbound for
+		// cancelInbound to find: finish it here, or it never resolves.
 		in.mu.Lock()
 		in.routing = false
+		fin := in.finishLocked()
 		in.mu.Unlock()
+		if fin {
+			in.onDone(in.err)
+		}
 	}
 }
 
@@ -351,7 +359,12 @@ func (ep *Endpoint) serveGetTCP(r wire.Request) error {
 		return ep.queueReply(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))
 	}
 	ep.serving.Add(1)
+	// Engine.Close waits for async work before it releases buffers: the
+	// send below reads one of ours (an endpoint that failed is no longer
+	// in the engine's list, so closing endpoints does not wait for it).
+	ep.e.async.Add(1)
 	go func() {
+		defer ep.e.async.Done()
 		defer ep.serving.Done()
 		defer func() { <-ep.sem }()
 		mine, st, msg := ep.e.lookupKey(&r.Key, r.Offset, r.Length, wire.KeyRead)
