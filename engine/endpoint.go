@@ -131,13 +131,13 @@ func (ep *Endpoint) Transport() TransportKind {
 
 // EndpointStats counts an endpoint's traffic.
 type EndpointStats struct {
-	Transport TransportKind
-	Puts      uint64 // Puts requested by this side
-	Gets      uint64 // Gets requested by this side
-	Served    uint64 // the peer's requests this side completed (TCP)
-	BytesOut  uint64 // bytes sent in Data frames (TCP)
-	BytesIn   uint64 // bytes received in Data frames (TCP)
-	Lanes     int    // connections (TCP: Config.TCPLanes when dialed, 1 when accepted)
+	Transport TransportKind // the endpoint's transport, as Transport returns
+	Puts      uint64        // Puts requested by this side
+	Gets      uint64        // Gets requested by this side
+	Served    uint64        // the peer's requests this side completed (TCP)
+	BytesOut  uint64        // bytes sent in Data frames (TCP)
+	BytesIn   uint64        // bytes received in Data frames (TCP)
+	Lanes     int           // connections (TCP: Config.TCPLanes when dialed, 1 when accepted)
 
 	// RDMA: which path each Put and Get this side requested took.
 	ZeroCopy  uint64 // RDMA write/read straight between the two buffers
@@ -509,11 +509,14 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 // (mapped once through the IPC handle cache): a memmove for local host
 // memory, a device DMA for local Gaudi memory. Into the peer's Gaudi memory
 // the peer performs the DMA from our shared memory. Over TCP the bytes
-// travel in Data frames; over RDMA see the top of rdma_ep.go (an RDMA
-// write when the key carries an rkey, else the peer moves the data with
-// RDMA against a registered region of ours). On an RDMA endpoint, Put
-// waits while the queue pair has its maximum of work requests in flight,
-// and the Timeout option bounds only the requests the peer performs.
+// travel in Data frames the owner lands; over RDMA as RDMA writes when the
+// key carries an rkey, else the owner moves the data with RDMA against a
+// registered region of ours. The future completes when the bytes are in
+// the peer's memory as far as the transport can tell, and Puts are not
+// ordered with one another (package doc, "Completion and ordering"). On
+// an RDMA endpoint, Put waits while the queue pair has its maximum of work
+// requests in flight; the Timeout option bounds direct RDMA transfers and
+// the requests the peer performs.
 //
 // ctx bounds the waits of the operation on this side: for send credits,
 // staging buffers and transfer slots (RDMA, and the peer's DMA over

@@ -101,14 +101,14 @@ type rdmaCtx struct {
 
 // RDMAInfo describes the engine's RDMA context (for `gxfer info`).
 type RDMAInfo struct {
-	Available bool
+	Available bool   // an RDMA device is open and usable
 	Reason    string // why RDMA is unavailable ("" when Available)
-	Device    string
-	Port      int
-	GIDIndex  int
-	GID       string
-	LinkLayer string
-	MTU       int // active MTU in bytes
+	Device    string // name of the first (closest) NIC in use, e.g. "mlx5_0"
+	Port      int    // its port number
+	GIDIndex  int    // the GID table index in use
+	GID       string // that GID, as text
+	LinkLayer string // "InfiniBand" or "Ethernet"
+	MTU       int    // active MTU in bytes
 	// DMABuf is "supported" when Gaudi memory is registered with
 	// ibv_reg_dmabuf_mr (zero copy from device memory), else why not
 	// (e.g. EOPNOTSUPP on Soft-RoCE): such memory is staged through
