@@ -107,7 +107,7 @@ type RDMAInfo struct {
 	Port      int    // its port number
 	GIDIndex  int    // the GID table index in use
 	GID       string // that GID, as text
-	LinkLayer string // "InfiniBand" or "Ethernet"
+	LinkLayer string // "InfiniBand", "Ethernet (RoCE)" or "unspecified"
 	MTU       int    // active MTU in bytes
 	// DMABuf is "supported" when Gaudi memory is registered with
 	// ibv_reg_dmabuf_mr (zero copy from device memory), else why not
