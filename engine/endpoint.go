@@ -101,21 +101,21 @@ func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, 
 		return nil, ErrClosed
 	}
 	e.endpoints[ep] = struct{}{}
-	// The reader and writer count as async work: Engine.Close waits for
-	// them before it releases buffers, also for an endpoint that failed
-	// (and left e.endpoints) but whose reader is still landing data.
-	e.async.Add(2)
+	// Engine.Close waits for the reader and writer before it releases
+	// buffers, also for an endpoint that failed (and left e.endpoints)
+	// but whose reader is still landing data.
+	e.epLoops.Add(2)
 	e.epMu.Unlock()
 	var every time.Duration
 	if e.cfg.PeerTimeout > 0 {
 		every = e.cfg.PeerTimeout / 4
 	}
 	go func() {
-		defer e.async.Done()
+		defer e.epLoops.Done()
 		ep.writer(every)
 	}()
 	go func() {
-		defer e.async.Done()
+		defer e.epLoops.Done()
 		ep.readLoop()
 	}()
 	return ep, nil

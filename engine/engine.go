@@ -30,7 +30,11 @@ type Engine struct {
 
 	// Tasks that wait on other work (staging between devices, requests to
 	// peers) run as goroutines bounded by semaphores taken inside them.
-	async    sync.WaitGroup
+	async sync.WaitGroup
+	// epLoops counts endpoint readers and writers, also of endpoints that
+	// failed and left endpoints: Close waits for them before it releases
+	// buffers (a reader may still be landing data).
+	epLoops  sync.WaitGroup
 	stageSem chan struct{}
 	rmaSem   chan struct{}
 	inStage  *stagePool // TCP: bytes landing in Gaudi memory
@@ -433,6 +437,7 @@ func (e *Engine) Close() error {
 		}
 		// Staging and peer-request tasks end once their inner copies have.
 		e.async.Wait()
+		e.epLoops.Wait()
 		// Stop the devices before anything they may still touch is freed.
 		for _, g := range e.devs {
 			errs = append(errs, g.closeDevice())
