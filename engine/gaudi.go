@@ -74,7 +74,10 @@ type csWaiter struct{ d *dma.Device }
 func (w csWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
 	st, err := w.d.Wait(seq, timeout)
 	if err != nil {
-		if errors.Is(err, dma.ErrNotOperational) && !errors.Is(err, dma.ErrMalfunction) {
+		// A refusal whose DEVICE_STATUS read found the device operational
+		// again (the reset ended in between) is a bare EBUSY (ErrBusy).
+		transient := errors.Is(err, dma.ErrBusy) || errors.Is(err, dma.ErrNotOperational)
+		if transient && !errors.Is(err, dma.ErrMalfunction) {
 			// hl_wait_ioctl refuses every wait while the device is in reset
 			// (EBUSY), but the CS's outcome outlives the reset (the driver
 			// aborts or times it out, and WAIT_CS reports that afterwards):
