@@ -47,14 +47,7 @@ func NewShared(size int, name string) (_ *Shared, err error) {
 		return nil, fmt.Errorf("%w: shared memory of %d bytes", ErrInvalid, size)
 	}
 	full := (size + page - 1) &^ (page - 1)
-	if len(name) > memfdNameMax {
-		name = name[:memfdNameMax]
-	}
-	raw, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("ipc: memfd_create: %w", err)
-	}
-	f, err := fd.New(raw)
+	f, raw, err := newMemfd(name, full)
 	if err != nil {
 		return nil, err
 	}
@@ -63,9 +56,6 @@ func NewShared(size int, name string) (_ *Shared, err error) {
 			_ = f.Close()
 		}
 	}()
-	if err := unix.Ftruncate(raw, int64(full)); err != nil {
-		return nil, fmt.Errorf("ipc: memfd ftruncate %d: %w", full, err)
-	}
 	if _, err := unix.FcntlInt(uintptr(raw), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
 		return nil, fmt.Errorf("ipc: memfd seal: %w", err)
 	}
@@ -153,6 +143,27 @@ func MapShared(f *fd.FD, size int) (*Mapping, error) {
 	b := mem[:size:size]
 	m.b.Store(&b)
 	return m, nil
+}
+
+// newMemfd creates a sealable memfd of size bytes (name cut to the
+// kernel's limit) and returns it with its raw descriptor.
+func newMemfd(name string, size int) (*fd.FD, int, error) {
+	if len(name) > memfdNameMax {
+		name = name[:memfdNameMax]
+	}
+	raw, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, -1, fmt.Errorf("ipc: memfd_create: %w", err)
+	}
+	f, err := fd.New(raw)
+	if err != nil {
+		return nil, -1, err
+	}
+	if err := unix.Ftruncate(raw, int64(size)); err != nil {
+		_ = f.Close()
+		return nil, -1, fmt.Errorf("ipc: memfd ftruncate %d: %w", size, err)
+	}
+	return f, raw, nil
 }
 
 // sealedMemfd checks that an untrusted descriptor is a regular file (a

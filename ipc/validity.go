@@ -36,14 +36,8 @@ type Validity struct {
 // NewValidity creates a validity flag (not revoked). name labels the
 // memfd.
 func NewValidity(name string) (_ *Validity, err error) {
-	if len(name) > memfdNameMax {
-		name = name[:memfdNameMax]
-	}
-	raw, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("ipc: memfd_create: %w", err)
-	}
-	f, err := fd.New(raw)
+	page := os.Getpagesize()
+	f, raw, err := newMemfd(name, page)
 	if err != nil {
 		return nil, err
 	}
@@ -52,10 +46,6 @@ func NewValidity(name string) (_ *Validity, err error) {
 			_ = f.Close()
 		}
 	}()
-	page := os.Getpagesize()
-	if err := unix.Ftruncate(raw, int64(page)); err != nil {
-		return nil, fmt.Errorf("ipc: memfd ftruncate: %w", err)
-	}
 	mem, err := unix.Mmap(raw, 0, page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("ipc: mmap validity page: %w", err)
