@@ -1,0 +1,96 @@
+// Package staging holds what the TCP and RDMA data paths share to move
+// Gaudi memory through host memory: a pool of host staging buffers, and
+// the pipelines that overlap the device DMA of one chunk with the network
+// transfer of another.
+package staging
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
+)
+
+// Pool hands out host staging buffers of Size bytes, allocated on first
+// use (up to Max) and kept until Close. Get blocks while all are in use:
+// that is the back-pressure of a sender faster than the device.
+type Pool struct {
+	env  datapath.Env
+	size uint64
+	free chan datapath.Buf
+	made atomic.Int32
+	max  int32
+}
+
+// NewPool makes a pool of up to n buffers of size bytes.
+func NewPool(env datapath.Env, n int, size uint64) *Pool {
+	return &Pool{env: env, size: size, free: make(chan datapath.Buf, n), max: int32(n)}
+}
+
+// Size is the bytes of each buffer.
+func (p *Pool) Size() uint64 { return p.size }
+
+// Get returns a staging buffer, waiting for one until done is closed
+// (gxerr.Closed) or ctx ends (gxerr.Canceled or gxerr.Timeout).
+func (p *Pool) Get(ctx context.Context, done <-chan struct{}) (datapath.Buf, error) {
+	b, err := p.tryGet()
+	if b != nil || err != nil {
+		return b, err
+	}
+	select {
+	case b := <-p.free:
+		return b, nil
+	case <-done:
+		return nil, gxerr.Closed
+	case <-ctx.Done():
+		return nil, gxerr.Ctx("waiting for a staging buffer", ctx.Err())
+	}
+}
+
+// TryGet is Get without waiting (nil when none is free and no more may
+// be made, or the allocation failed).
+func (p *Pool) TryGet() datapath.Buf {
+	b, _ := p.tryGet()
+	return b
+}
+
+func (p *Pool) tryGet() (datapath.Buf, error) {
+	select {
+	case b := <-p.free:
+		return b, nil
+	default:
+	}
+	for {
+		m := p.made.Load()
+		if m >= p.max {
+			return nil, nil
+		}
+		if p.made.CompareAndSwap(m, m+1) {
+			b, err := p.env.AllocHost(p.size)
+			if err != nil {
+				p.made.Add(-1)
+				return nil, err
+			}
+			return b, nil
+		}
+	}
+}
+
+// Put returns a buffer to the pool.
+func (p *Pool) Put(b datapath.Buf) { p.free <- b }
+
+// Close frees the buffers in the pool (call once every buffer is back).
+func (p *Pool) Close() error {
+	var first error
+	for {
+		select {
+		case b := <-p.free:
+			if err := p.env.FreeHost(b); err != nil && first == nil {
+				first = err
+			}
+		default:
+			return first
+		}
+	}
+}
