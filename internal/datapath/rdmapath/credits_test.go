@@ -123,4 +123,3 @@ func TestSendCredits(t *testing.T) {
 		c.put(1)
 	})
 }
-
