@@ -32,7 +32,6 @@ type Binding struct {
 	mine, theirs []byte
 	lbuf, rbuf   *Buffer
 	h            *ipc.Handle[*imported]
-	rd           *rdmaBind      // RDMA endpoints (mine, theirs, rbuf and h unused)
 	bd           datapath.Bound // the binding of a data path (the fields above unused)
 
 	mu     sync.RWMutex // Put/Get hold it shared; Close exclusively
@@ -71,10 +70,10 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 		}
 		return &Binding{ep: ep, n: local.n, bd: bd}, nil
 	}
-	if ep.kind != TransportIPC && ep.rd == nil {
+	if ep.kind != TransportIPC {
 		return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is "+ep.Transport().String(), nil)
 	}
-	if ep.rd == nil && (local.buf.loc.gaudi || remote.k.MemType != wire.MemHost) {
+	if local.buf.loc.gaudi || remote.k.MemType != wire.MemHost {
 		return nil, newErr(ErrNotSupported, "bindings are between host buffers (use Put/Get for Gaudi memory)", nil)
 	}
 	if remote.k.Len != local.n {
@@ -85,9 +84,6 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 	}
 	if !remote.k.Allows(wire.KeyRead | wire.KeyWrite) {
 		return nil, newErr(ErrInvalid, "remote key does not grant read and write access", nil)
-	}
-	if ep.rd != nil {
-		return ep.bindRDMA(local, &remote.k)
 	}
 	mk, _ := remote.mapKey() // a narrower grant only: importKey refuses it
 	h, err := ep.importKey(ctx, e.opConfig(nil).deadline, mk)
@@ -108,8 +104,8 @@ func (b *Binding) check() error {
 	if b.closed {
 		return newErr(ErrClosed, "binding closed", nil)
 	}
-	if b.rd != nil || b.bd != nil {
-		return nil // the endpoint's and the work requests' errors: rdmaBind.do
+	if b.bd != nil {
+		return nil // the endpoint's and the data path's errors: Bound.Do
 	}
 	if b.h.Gone() || b.h.Value().revoked() {
 		if err := b.ep.Err(); err != nil {
@@ -131,9 +127,6 @@ func (b *Binding) Put() error {
 	if b.bd != nil {
 		return b.do(true, 1, true)
 	}
-	if b.rd != nil {
-		return b.rdmaDo(true, 1, true)
-	}
 	if !b.ep.e.enter() { // Close unmaps nothing while the copy runs
 		return ErrClosed
 	}
@@ -153,9 +146,6 @@ func (b *Binding) Get() error {
 	}
 	if b.bd != nil {
 		return b.do(false, 1, true)
-	}
-	if b.rd != nil {
-		return b.rdmaDo(false, 1, true)
 	}
 	if !b.ep.e.enter() {
 		return ErrClosed
@@ -193,9 +183,6 @@ func (b *Binding) copyN(n int, put bool) error {
 	if b.bd != nil {
 		return b.do(put, n, false)
 	}
-	if b.rd != nil {
-		return b.rdmaDo(put, n, false)
-	}
 	if !b.ep.e.enter() {
 		return ErrClosed
 	}
@@ -225,26 +212,12 @@ func (b *Binding) Flush() error {
 	if b.bd != nil {
 		return b.bd.Flush()
 	}
-	if b.rd == nil {
-		return nil
-	}
-	b.rd.mu.Lock()
-	defer b.rd.mu.Unlock()
-	return b.rd.flush()
+	return nil
 }
 
 // do runs n operations of a data path's binding (b.mu held shared).
 func (b *Binding) do(put bool, n int, wait bool) error {
 	err := b.bd.Do(put, n, wait)
-	b.ops.Add(uint64(n))
-	return err
-}
-
-// rdmaDo runs n operations on an RDMA binding (b.mu held shared).
-func (b *Binding) rdmaDo(put bool, n int, wait bool) error {
-	b.rd.mu.Lock()
-	err := b.rd.do(put, n, wait)
-	b.rd.mu.Unlock()
 	b.ops.Add(uint64(n))
 	return err
 }
@@ -274,25 +247,14 @@ func (b *Binding) Close() error {
 		}
 		return err
 	}
-	var err error
-	if b.rd != nil {
-		b.rd.mu.Lock()
-		err = b.rd.close()
-		b.rd.mu.Unlock()
-	}
 	if n := b.ops.Load(); n > 0 {
 		st := &b.ep.e.st
 		st.submitted.Add(n)
 		st.completed.Add(n)
-		if b.rd == nil {
-			st.inline.Add(n) // copies done by the caller
-		}
+		st.inline.Add(n) // copies done by the caller
 		st.bytes.Add(n * b.n)
 	}
 	b.lbuf.release()
-	if b.rd != nil {
-		return err
-	}
 	b.rbuf.release()
 	b.ep.e.imports.Put(b.h)
 	return nil

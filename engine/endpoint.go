@@ -64,8 +64,6 @@ type Endpoint struct {
 	lanes  []*Endpoint // TCP: extra connections for large transfers (set once, by Dial)
 	parent *Endpoint   // a lane's endpoint
 
-	rd *rdmaConn // RDMA endpoints: the queue pair (the control channel is TCP)
-
 	// path moves the endpoint's data (nil while a transport still lives
 	// in the engine's own files).
 	path datapath.Path
@@ -79,7 +77,7 @@ type reply struct {
 // newEndpoint makes the endpoint of a connection whose handshake is done,
 // connects its data path (the transport registered for want, if any:
 // connectPath) and starts its reader and writer.
-func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello, kind, want TransportKind, addr string, dialer bool, rd *rdmaConn) (*Endpoint, error) {
+func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello, kind, want TransportKind, addr string, dialer bool) (*Endpoint, error) {
 	name := fmt.Sprintf("peer %q (pid %d)", peer.Name, peer.PID)
 	if kind == TransportTCP {
 		name = fmt.Sprintf("peer %q (pid %d at %s)", peer.Name, peer.PID, addr)
@@ -94,7 +92,6 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		reader:    make(chan struct{}),
 		replySig:  make(chan struct{}, 1),
 		writerEnd: make(chan struct{}),
-		rd:        rd,
 	}
 	if dialer {
 		ep.idParity = 1
@@ -112,9 +109,6 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 	if e.closed.Load() {
 		e.epMu.Unlock()
 		_ = c.Close()
-		if rd != nil {
-			rd.close()
-		}
 		if ep.path != nil {
 			ep.path.Failed(ErrClosed)
 			ep.path.Closed(ErrClosed)
@@ -147,9 +141,6 @@ func (ep *Endpoint) Transport() TransportKind {
 	if ep.path != nil {
 		return TransportKind(ep.path.Kind())
 	}
-	if ep.rd != nil {
-		return TransportRDMA
-	}
 	return ep.kind
 }
 
@@ -178,12 +169,6 @@ type EndpointStats struct {
 // Stats returns the endpoint's counters.
 func (ep *Endpoint) Stats() EndpointStats {
 	st := EndpointStats{Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1 + len(ep.lanes)}
-	if rd := ep.rd; rd != nil {
-		st.ZeroCopy, st.Staged, st.Delegated, st.ServedRDMA = rd.zeroCopy.Load(), rd.staged.Load(), rd.delegated.Load(), rd.servedRDMA.Load()
-		for _, n := range rd.nics {
-			st.NICWRs = append(st.NICWRs, n.wrs.Load())
-		}
-	}
 	if ep.path != nil {
 		var ds datapath.Stats
 		ep.path.Stats(&ds)
@@ -257,10 +242,6 @@ func (ep *Endpoint) failOnce(err error) {
 		ep.pending = map[uint64]func(reply){}
 		ep.mu.Unlock()
 		_ = ep.c.Close()
-		if ep.rd != nil {
-			// Flush what is in flight: its completions fail with err.
-			ep.rd.setError()
-		}
 		if ep.path != nil {
 			ep.path.Failed(err)
 		}
@@ -330,9 +311,6 @@ func (ep *Endpoint) readLoop() {
 		}
 		ep.abortRouting()
 		ep.cancelInbound(err)
-		if ep.rd != nil {
-			ep.rd.close()
-		}
 	}()
 	ctx := context.Background()
 	for {
@@ -435,8 +413,6 @@ func (ep *Endpoint) serveAny(put bool, r wire.Request) error {
 	case ep.kind == TransportIPC && r.Local.Kind == wire.LocalKey:
 		ep.serve(put, r)
 		return nil
-	case ep.rd != nil && r.Local.Kind == wire.LocalRDMA:
-		return ep.serveRDMA(put, r)
 	}
 	return fmt.Errorf("request with local kind %d on the %v transport", r.Local.Kind, ep.kind)
 }
@@ -666,9 +642,6 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	}
 	if ep.path != nil {
 		return ep.start(ctx, put, local, remote, opts)
-	}
-	if ep.rd != nil {
-		return ep.rmaRDMA(ctx, put, local, remote.k, opts)
 	}
 	if ep.kind == TransportTCP {
 		if len(ep.lanes) > 0 && local.n >= laneMin {

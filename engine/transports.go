@@ -14,6 +14,7 @@ import (
 // openTransports registers the engine's transports.
 func (e *Engine) openTransports() {
 	e.transports = map[TransportKind]datapath.Transport{}
+	e.openRDMA() // rdma.go: registers internal/datapath/rdmapath when a NIC opens
 }
 
 // register adds a transport (and its buffer hooks).

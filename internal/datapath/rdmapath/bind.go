@@ -2,6 +2,7 @@ package rdmapath
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -58,9 +59,18 @@ var _ datapath.Bound = (*Bound)(nil)
 // endpoint share it through its credits).
 const bindWindow = maxSend
 
-// Bind binds local host memory to the peer memory k names, which must
-// carry an rkey (the engine has checked lengths, owner and access).
+// Bind binds local host memory to the peer memory k names (of the same
+// length, granting read and write), which must carry an rkey.
 func (p *Path) Bind(_ context.Context, local datapath.Mem, k wire.RemoteKey, _ *wire.RemoteKey, _ time.Time) (datapath.Bound, error) {
+	if k.Len != local.Len {
+		return nil, gxerr.New(gxerr.Invalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.Len, k.Len), nil)
+	}
+	if k.Owner != p.c.PeerHello().EngineID {
+		return nil, gxerr.New(gxerr.Invalid, "remote key belongs to another engine than "+p.c.Name(), nil)
+	}
+	if !k.Allows(wire.KeyRead | wire.KeyWrite) {
+		return nil, gxerr.New(gxerr.Invalid, "remote key does not grant read and write access", nil)
+	}
 	if k.RKey == 0 {
 		return nil, gxerr.New(gxerr.NotSupported, "bindings need a remote key with an rkey (the peer's memory registered with its NIC); use Put/Get", nil)
 	}

@@ -95,17 +95,11 @@ func (t *Transport) gaudiMR(b datapath.Buf) (*rdma.MR, error) {
 		return nil, r.gmrErr
 	}
 	t.dmabufMRs.Add(1)
-	if n, ok := b.(dmabufRegistered); ok {
-		n.DMABufRegistered()
+	if x.Registered != nil {
+		x.Registered()
 	}
 	r.gmr = &gaudiRegion{mr: mr, release: x.Release}
 	return mr, nil
-}
-
-// dmabufRegistered is implemented by buffers that count the DMA-BUF
-// regions registered on them (runtime memory: AttachStats.MRs).
-type dmabufRegistered interface {
-	DMABufRegistered()
 }
 
 // noteDMABufRefusal remembers the first registration the NIC refused as

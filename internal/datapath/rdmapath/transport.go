@@ -45,7 +45,6 @@ import (
 
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/staging"
-	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/rdma"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -135,8 +134,9 @@ type Transport struct {
 	dmabufAttempts atomic.Uint64
 	dmabufMRs      atomic.Uint64
 
-	stage    *staging.Pool
-	stageSem chan struct{} // each staged transfer takes two buffers: at most half as many transfers
+	stage       *staging.Pool
+	stageSem    chan struct{} // each staged transfer takes two buffers: at most half as many transfers
+	stageClosed atomic.Bool
 
 	// bufs are the buffers holding regions (released at Close at the latest).
 	bufMu  sync.Mutex
@@ -149,6 +149,7 @@ type Transport struct {
 var (
 	_ datapath.Transport   = (*Transport)(nil)
 	_ datapath.BufferHooks = (*Transport)(nil)
+	_ datapath.Finisher    = (*Transport)(nil)
 )
 
 // Open opens the RDMA contexts, or says why there are none (the error's
@@ -285,32 +286,36 @@ func (r *nic) close() error {
 // Kind is datapath.KindRDMA.
 func (t *Transport) Kind() datapath.Kind { return datapath.KindRDMA }
 
-// Close releases the staging buffers, the regions buffers still hold, and
-// the NICs, once every endpoint's queue pair is closed. Call it after
-// every path has closed; buffers freed later find nothing to release.
+// Close frees the staging buffers. The engine calls it once every
+// endpoint is closed, before it frees the buffers still alive.
 func (t *Transport) Close() error {
+	if t.stageClosed.Swap(true) {
+		return nil
+	}
+	return t.stage.Close()
+}
+
+// Finish releases the regions buffers still hold (none once each was
+// freed: Freeing) and the NICs, once every endpoint's queue pair is
+// closed. The engine calls it last, after every buffer is gone.
+func (t *Transport) Finish() error {
 	t.bufMu.Lock()
 	if t.closed {
 		t.bufMu.Unlock()
 		return nil
 	}
-	t.bufMu.Unlock()
-	var errs []error
-	// The engine may have freed the staging buffers already (it frees
-	// every live buffer when it closes).
-	if err := t.stage.Close(); err != nil && !errors.Is(err, gxerr.Closed) && !errors.Is(err, gxerr.Freed) {
-		errs = append(errs, err)
-	}
-	t.bufMu.Lock()
-	t.closed = true
 	bufs := make([]datapath.Buf, 0, len(t.bufs))
 	for b := range t.bufs {
 		bufs = append(bufs, b)
 	}
 	t.bufMu.Unlock()
+	var errs []error
 	for _, b := range bufs {
 		errs = append(errs, t.release(b))
 	}
+	t.bufMu.Lock()
+	t.closed = true
+	t.bufMu.Unlock()
 	for _, n := range t.nics {
 		errs = append(errs, n.close())
 	}
