@@ -547,9 +547,11 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 // bounce buffer of ours ("unix"). When it ends first the future resolves
 // with ErrCanceled or ErrTimeout (wrapping ctx's error), once the work
 // already handed to the NIC or the DMA engine that touches local has
-// finished. Not yet bounded by ctx: TCP transfers (they end with the
-// endpoint or the Timeout option) and RDMA requests the owner performs
-// (the owner may still be moving data against our region).
+// finished. An RDMA request the owner performs (the owner may be moving
+// data against a region of ours) resolves once the owner has answered,
+// or, silent for PeerTimeout after ctx ended, once the endpoint has failed
+// and the region is out of its reach. Not yet bounded by ctx: TCP
+// transfers (they end with the endpoint or the Timeout option).
 func (ep *Endpoint) Put(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) *Future {
 	return ep.rma(ctx, true, local, remote, opts)
 }
