@@ -453,7 +453,7 @@ func confErrors(t *testing.T, tg confTarget) {
 		t.Logf("copy from an unmapped VA: %v", err)
 		st, err := c.Status()
 		require.NoError(t, err)
-		if st != hlsys.DeviceStatusOperational {
+		if st != StatusOperational {
 			t.Fatalf("device status %d after the faulting CS", st)
 		}
 		require.NoError(t, c.CopySync(m.Addr(), h.va(0), 4096), "the device still works")

@@ -270,6 +270,33 @@ func identify(b hlsys.Backend, op string) (hlsys.HwIPInfo, Model, uint32, error)
 	return info, model, status, nil
 }
 
+// DeviceStatus is a device's state as DEVICE_STATUS reports it.
+type DeviceStatus uint32
+
+// Device states (enum hl_device_status).
+const (
+	StatusOperational               DeviceStatus = hlsys.DeviceStatusOperational
+	StatusInReset                   DeviceStatus = hlsys.DeviceStatusInReset
+	StatusMalfunction               DeviceStatus = hlsys.DeviceStatusMalfunction
+	StatusNeedsReset                DeviceStatus = hlsys.DeviceStatusNeedsReset
+	StatusInDeviceCreation          DeviceStatus = hlsys.DeviceStatusInDeviceCreation
+	StatusInResetAfterDeviceRelease DeviceStatus = hlsys.DeviceStatusInResetAfterDeviceRelease
+)
+
+// String returns the driver's name of the state, e.g. "OPERATIONAL", or
+// the number for a state this package does not know.
+func (s DeviceStatus) String() string { return statusName(uint32(s)) }
+
+// Operational reports whether the driver takes work in this state
+// (hl_device_operational: OPERATIONAL and IN_DEVICE_CREATION).
+func (s DeviceStatus) Operational() bool {
+	return s == StatusOperational || s == StatusInDeviceCreation
+}
+
+// Broken reports whether the state does not end by itself (MALFUNCTION,
+// NEEDS_RESET): errors in it wrap ErrMalfunction.
+func (s DeviceStatus) Broken() bool { return s == StatusMalfunction || s == StatusNeedsReset }
+
 func statusName(s uint32) string {
 	switch s {
 	case hlsys.DeviceStatusOperational:
@@ -384,14 +411,14 @@ func (d *Device) Stats() Stats {
 	}
 }
 
-// Status returns DEVICE_STATUS (hlsys.DeviceStatus* values).
-func (d *Device) Status() (uint32, error) {
+// Status reads DEVICE_STATUS.
+func (d *Device) Status() (DeviceStatus, error) {
 	if err := d.enter("device status"); err != nil {
 		return 0, err
 	}
 	defer d.leave()
 	s, err := hlsys.GetDeviceStatus(d.b)
-	return s, wrapErr("device status", err)
+	return DeviceStatus(s), wrapErr("device status", err)
 }
 
 // DramUsage returns DRAM_USAGE.

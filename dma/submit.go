@@ -32,11 +32,6 @@ func (d *Device) D2HQueues() []uint32 { return slices.Clone(d.model.queues().d2h
 // engine setup this package does not do.
 func (d *Device) D2DQueues() []uint32 { return slices.Clone(d.model.queues().d2d) }
 
-// pickQueue spreads CSs round robin over the streams of a set.
-func (d *Device) pickQueue(set []uint32) uint32 {
-	return set[int(d.rr.Add(1))%len(set)]
-}
-
 // Submit submits one CS executing chunks and returns its sequence number.
 // EAGAIN (completion slot or queue full) and EINTR are retried with
 // exponential backoff (Options.SubmitRetries, SubmitBackoff); retries are
@@ -293,12 +288,13 @@ func (d *Device) queueFor(dst, src uint64) []uint32 {
 // DeviceMem.Addr() + offset, HostMapping.DeviceAddr() + offset) and waits
 // until the copy is complete. The queue is chosen from the address kinds
 // (AddrKind): H2D when src is mapped host memory, D2H when dst is, D2D
-// otherwise. On Gaudi2 a trailing NOP with EB|MB follows the LIN_DMAs. It
+// otherwise. The CS is built by a CSBuilder (so on Gaudi2 a trailing NOP
+// with EB|MB follows the LIN_DMAs) on one queue of the set. It
 // waits as long as the CS runs; the device's CS timeout bounds that.
 func (d *Device) CopySync(dst, src, size uint64) error {
-	return d.runSync(fmt.Sprintf("copy %d bytes %#x -> %#x", size, src, dst), d.queueFor(dst, src), func(cb *CB) error {
-		return cb.AddLinDMA(dst, src, size)
-	}, size)
+	return d.runSync(fmt.Sprintf("copy %d bytes %#x -> %#x", size, src, dst), d.queueFor(dst, src), size, func(cs *CSBuilder) error {
+		return cs.AddCopy(dst, src, size)
+	})
 }
 
 // MemsetSync fills size bytes at dst with the 64-bit pattern value (see
@@ -309,12 +305,12 @@ func (d *Device) MemsetSync(dst, value, size uint64) error {
 	if d.AddrKind(dst) == AddrHost {
 		qs = d.D2HQueues()
 	}
-	return d.runSync(fmt.Sprintf("memset %d bytes at %#x", size, dst), qs, func(cb *CB) error {
-		return cb.AddMemset(dst, value, size)
-	}, size)
+	return d.runSync(fmt.Sprintf("memset %d bytes at %#x", size, dst), qs, size, func(cs *CSBuilder) error {
+		return cs.AddMemset(dst, value, size)
+	})
 }
 
-func (d *Device) runSync(op string, queues []uint32, fill func(*CB) error, size uint64) error {
+func (d *Device) runSync(op string, queues []uint32, size uint64, fill func(*CSBuilder) error) error {
 	op += " on " + d.Name()
 	if size == 0 {
 		return newErr(op, ErrInvalid, "size 0", nil)
@@ -322,27 +318,28 @@ func (d *Device) runSync(op string, queues []uint32, fill func(*CB) error, size 
 	if len(queues) == 0 {
 		return newErr(op, ErrNotSupported, "no known DMA queues for "+d.model.String(), nil)
 	}
+	// One command buffer, on the next queue of the set, holds the whole
+	// copy (PieceSize 0) and the seal.
 	need := linDMACount(size)*LinDMASize + NOPSize
-	if need > hlsys.MaxCBSize {
+	if need > MaxCBSize {
 		return newErr(op, ErrInvalid, "size too large for one command buffer", nil)
 	}
-	cb, err := d.getCB(int(need))
+	cs, err := d.NewCSBuilder(CSOptions{Queues: queues, CBSize: int(need), NewCB: func() (*CB, error) { return d.getCB(int(need)) }})
 	if err != nil {
 		return err
 	}
-	if err := fill(cb); err != nil {
-		d.putCB(cb)
+	if err := fill(cs); err != nil {
+		cs.Release(d.putCB)
 		return err
 	}
-	if d.model.userCB() {
-		if err := cb.AddNOP(EB | MB); err != nil {
-			d.putCB(cb)
-			return err
-		}
-	}
-	seq, err := d.Submit([]hlsys.CSChunk{cb.Chunk(d.pickQueue(queues))})
+	chunks, err := cs.Seal()
 	if err != nil {
-		d.putCB(cb)
+		cs.Release(d.putCB)
+		return err
+	}
+	seq, err := d.Submit(chunks)
+	if err != nil {
+		cs.Release(d.putCB)
 		return err
 	}
 	for {
@@ -351,7 +348,7 @@ func (d *Device) runSync(op string, queues []uint32, fill func(*CB) error, size 
 			continue
 		}
 		if st == CSCompleted || errors.Is(err, ErrCSAborted) || errors.Is(err, ErrCSTimedOut) {
-			d.putCB(cb) // the CS is over; the CB may be reused
+			cs.Release(d.putCB) // the CS is over; the CB may be reused
 		}
 		// Otherwise (e.g. the device closed under us) the CB's state is
 		// unknown: leave it to Device.Close.

@@ -13,7 +13,6 @@ import (
 	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
-	"github.com/gxfer/gxfer/internal/hlsys"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/queue"
 )
@@ -65,7 +64,6 @@ type gdev struct {
 	types    *memcache.TypeCache // device range -> *Buffer
 
 	cbs  chan *dma.CB
-	rr   atomic.Uint32
 	regs atomic.Uint64 // host mappings performed
 }
 
@@ -143,8 +141,8 @@ func (e *Engine) addDevice(d *dma.Device, sim *hlsim.Device) {
 
 func (g *gdev) checkHealth() {
 	st, err := g.dev.Status()
-	if err != nil || st != hlsys.DeviceStatusOperational {
-		g.log.Warn().Err(err).Uint32("status", st).Msg("operation deadline missed; device not operational")
+	if err != nil || st != dma.StatusOperational {
+		g.log.Warn().Err(err).Uint32("status", uint32(st)).Msg("operation deadline missed; device not operational")
 		return
 	}
 	g.log.Warn().Msg("operation deadline missed; device reports operational")
@@ -240,15 +238,14 @@ type csItem struct {
 	done bool
 }
 
-// csRec is one command submission under construction or in flight.
+// csRec is one command submission under construction or in flight: the
+// CS itself (dma.CSBuilder: packets, queues, sealing) and what the engine
+// ties to it (the ops it carries, the host mappings they hold).
 type csRec struct {
 	g       *gdev
-	streams []uint32
-	cbs     []*dma.CB
+	cs      *dma.CSBuilder
 	items   []csItem
 	regions []*memcache.Region
-	packets int
-	bytes   uint64
 }
 
 func (g *gdev) streams(dir int) []uint32 {
@@ -310,10 +307,28 @@ func (g *gdev) processRefs(dir int, refs []ref) {
 		return
 	}
 	streams := g.streams(dir)
-	newRec := func() *csRec { return &csRec{g: g, streams: streams, cbs: make([]*dma.CB, len(streams))} }
-	rec := newRec()
-	// An empty CS holds this many LIN_DMA packets.
-	capacity := len(streams) * ((g.e.cfg.CBSize - hlsys.NOPPacketSize) / hlsys.LinDMAPacketSize)
+	newRec := func() (*csRec, error) {
+		cs, err := g.dev.NewCSBuilder(dma.CSOptions{
+			Queues: streams, CBSize: g.e.cfg.CBSize, PieceSize: g.e.cfg.ChunkSize, NewCB: g.getCB,
+		})
+		if err != nil {
+			kind := ErrDevice
+			switch {
+			case errors.Is(err, dma.ErrNotSupported):
+				kind = ErrNotSupported
+			case errors.Is(err, dma.ErrInvalid):
+				kind = ErrInvalid
+			}
+			return nil, newErr(kind, fmt.Sprintf("command submission on gaudi%d (Config.CBSize %d)", g.idx, g.e.cfg.CBSize), err)
+		}
+		return &csRec{g: g, cs: cs}, nil
+	}
+	// recErr fails every op of this device: its CSs cannot be built.
+	rec, recErr := newRec()
+	capacity := 0 // LIN_DMA packets an empty CS holds
+	if recErr == nil {
+		capacity = rec.cs.Capacity()
+	}
 	for _, rf := range refs {
 		j, o := rf.j, rf.o
 		if crossDevice(o) {
@@ -324,21 +339,24 @@ func (g *gdev) processRefs(dir int, refs []ref) {
 			g.e.finishOp(j, o, newErr(ErrTimeout, "deadline passed while queued", nil))
 			continue
 		}
-		chunks := int((o.n() + g.e.cfg.ChunkSize - 1) / g.e.cfg.ChunkSize)
-		if chunks > capacity {
-			g.e.finishOp(j, o, newErr(ErrInvalid, fmt.Sprintf(
-				"a %d-byte copy needs %d packets, more than one command submission holds (%d); raise Config.ChunkSize or CBSize",
-				o.n(), chunks, capacity), nil))
+		if recErr != nil {
+			g.e.finishOp(j, o, recErr)
 			continue
 		}
-		if len(rec.items) >= g.e.cfg.MaxOpsPerCS || !rec.fits(chunks) {
+		if packets := rec.cs.Packets(o.n()); packets > capacity {
+			g.e.finishOp(j, o, newErr(ErrInvalid, fmt.Sprintf(
+				"a %d-byte copy needs %d packets, more than one command submission holds (%d); raise Config.ChunkSize or CBSize",
+				o.n(), packets, capacity), nil))
+			continue
+		}
+		if len(rec.items) >= g.e.cfg.MaxOpsPerCS || !rec.cs.Fits(o.n()) {
 			rec.submit()
-			rec = newRec()
+			rec, _ = newRec() // the options were accepted above
 		}
 		// Get every command buffer first: then adding packets cannot fail
 		// half-way through an op.
-		if err := rec.allCBs(); err != nil {
-			g.e.finishOp(j, o, err)
+		if err := rec.cs.Reserve(); err != nil {
+			g.e.finishOp(j, o, newErr(ErrDevice, "command buffer", err))
 			continue
 		}
 		dst, src, regs, err := g.resolve(o)
@@ -346,32 +364,25 @@ func (g *gdev) processRefs(dir int, refs []ref) {
 			g.e.finishOp(j, o, err)
 			continue
 		}
-		if err := rec.add(dst, src, o.n()); err != nil {
+		if err := rec.cs.AddCopy(dst, src, o.n()); err != nil {
 			// Only an encoding bug gets here; the CBs may hold part of
 			// this op, so the whole CS is dropped.
 			for _, r := range regs {
 				g.hostMaps.Put(r)
 			}
+			err = newErr(ErrDevice, "add copy to command submission", err)
 			g.e.finishOp(j, o, err)
 			rec.finish(err)
-			rec = newRec()
+			rec, _ = newRec()
 			continue
 		}
 		o.handed = true
 		rec.regions = append(rec.regions, regs...)
 		rec.items = append(rec.items, csItem{j: j, o: o})
 	}
-	rec.submit()
-}
-
-// allCBs makes sure the CS has a command buffer on every stream.
-func (r *csRec) allCBs() error {
-	for s := range r.cbs {
-		if _, err := r.cb(s); err != nil {
-			return err
-		}
+	if rec != nil {
+		rec.submit()
 	}
-	return nil
 }
 
 // nextDeadline is the earliest deadline of the ops not yet ended.
@@ -416,74 +427,30 @@ func (g *gdev) resolve(o *op) (dst, src uint64, regs []*memcache.Region, err err
 	return dst, src, regs, nil
 }
 
-func (r *csRec) reserve() int {
-	if r.g.dev.Model() == dma.ModelGaudi1 {
-		return 0
-	}
-	return hlsys.NOPPacketSize
-}
-
-// fits reports whether chunks more LIN_DMA packets fit in this CS.
-func (r *csRec) fits(chunks int) bool {
-	free := 0
-	for _, cb := range r.cbs {
-		if cb == nil {
-			free += (r.g.e.cfg.CBSize - hlsys.NOPPacketSize) / hlsys.LinDMAPacketSize
-		} else {
-			free += (cb.Remaining() - r.reserve()) / hlsys.LinDMAPacketSize
-		}
-	}
-	return free >= chunks
-}
-
-func (r *csRec) cb(s int) (*dma.CB, error) {
-	if r.cbs[s] != nil {
-		return r.cbs[s], nil
-	}
-	var cb *dma.CB
+// getCB supplies the command buffers of the device's CSs: pooled ones
+// first.
+func (g *gdev) getCB() (*dma.CB, error) {
 	select {
-	case cb = <-r.g.cbs:
+	case cb := <-g.cbs:
 		cb.Reset()
+		return cb, nil
 	default:
-		var err error
-		if cb, err = r.g.dev.NewCB(r.g.e.cfg.CBSize); err != nil {
-			return nil, newErr(ErrDevice, "command buffer", err)
-		}
+		return g.dev.NewCB(g.e.cfg.CBSize)
 	}
-	r.cbs[s] = cb
-	return cb, nil
 }
 
-// add appends a copy, split into chunks spread over the DMA queues.
-func (r *csRec) add(dst, src, n uint64) error {
-	chunk := r.g.e.cfg.ChunkSize
-	for off := uint64(0); off < n; off += chunk {
-		m := min(chunk, n-off)
-		s := int(r.g.rr.Add(1)) % len(r.streams)
-		cb, err := r.cb(s)
-		if err != nil {
-			return err
-		}
-		if cb.Remaining()-r.reserve() < hlsys.LinDMAPacketSize {
-			// Fall back to any stream with room.
-			found := false
-			for t := range r.streams {
-				if c, err := r.cb(t); err == nil && c.Remaining()-r.reserve() >= hlsys.LinDMAPacketSize {
-					cb, found = c, true
-					break
-				}
-			}
-			if !found {
-				return newErr(ErrDevice, "command buffers full", dma.ErrCBFull)
-			}
-		}
-		if err := cb.AddLinDMA(dst+off, src+off, m); err != nil {
-			return newErr(ErrDevice, "encode LIN_DMA", err)
-		}
-		r.packets++
+// putCB pools a retired CS's command buffer (or closes it once the pool is
+// full or the engine closed).
+func (g *gdev) putCB(cb *dma.CB) {
+	if g.e.closed.Load() {
+		_ = cb.Close()
+		return
 	}
-	r.bytes += n
-	return nil
+	select {
+	case g.cbs <- cb:
+	default:
+		_ = cb.Close()
+	}
 }
 
 // submit sends the CS and hands it to the device's completion actor.
@@ -493,18 +460,10 @@ func (r *csRec) submit() {
 		r.releaseCBs()
 		return
 	}
-	chunks := make([]hlsys.CSChunk, 0, len(r.cbs))
-	for s, cb := range r.cbs {
-		if cb == nil || cb.Len() == 0 {
-			continue
-		}
-		if g.dev.Model() != dma.ModelGaudi1 {
-			if err := cb.AddNOP(dma.EB | dma.MB); err != nil {
-				r.finish(newErr(ErrDevice, "encode NOP", err))
-				return
-			}
-		}
-		chunks = append(chunks, cb.Chunk(r.streams[s]))
+	chunks, err := r.cs.Seal()
+	if err != nil {
+		r.finish(newErr(ErrDevice, "seal command submission", err))
+		return
 	}
 	seq, err := g.dev.Submit(chunks)
 	if err != nil {
@@ -512,8 +471,8 @@ func (r *csRec) submit() {
 		return
 	}
 	g.e.st.cs.Add(1)
-	g.e.st.packets.Add(uint64(r.packets))
-	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.packets).Int("cbs", len(chunks)).Msg("CS submitted")
+	g.e.st.packets.Add(uint64(r.cs.Len()))
+	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.cs.Len()).Int("cbs", len(chunks)).Msg("CS submitted")
 	err = g.actor.Track(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.finish, OnTimeout: r.timeout})
 	if err != nil {
 		// The actor is closing: wait for the CS here so that nothing it
@@ -526,23 +485,7 @@ func (r *csRec) submit() {
 	}
 }
 
-func (r *csRec) releaseCBs() {
-	for i, cb := range r.cbs {
-		if cb == nil {
-			continue
-		}
-		if r.g.e.closed.Load() {
-			_ = cb.Close()
-		} else {
-			select {
-			case r.g.cbs <- cb:
-			default:
-				_ = cb.Close()
-			}
-		}
-		r.cbs[i] = nil
-	}
-}
+func (r *csRec) releaseCBs() { r.cs.Release(r.g.putCB) }
 
 // timeout ends the CS's operations whose deadline passed with ErrTimeout
 // and returns the next deadline. The CS stays tracked: buffers, mappings
