@@ -269,7 +269,7 @@ func TestCSBuilderFallback(t *testing.T) {
 			require.NoError(t, err)
 			defer cs.Release(nil)
 			require.NoError(t, cs.AddCopy(tDst, tSrc, 1)) // round robin: queue 1
-			d.rr.Add(1)                                    // the next pick is queue 1 again, which is full
+			d.rr.Add(1)                                   // the next pick is queue 1 again, which is full
 			require.NoError(t, cs.AddCopy(tDst+1, tSrc, 1))
 			require.Equal(t, []cbPkt{lin(tDst+1, tSrc, 1)}, decodeCB(t, cs.cbs[0].Bytes()))
 			require.Equal(t, []cbPkt{lin(tDst, tSrc, 1)}, decodeCB(t, cs.cbs[1].Bytes()))
