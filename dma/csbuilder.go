@@ -247,13 +247,13 @@ func (b *CSBuilder) add(op string, dst, src, n uint64, memset bool) error {
 // non-empty command buffer, for Device.Submit. Nothing can be added after
 // Seal; an empty CS gives no chunks. The command buffers stay the
 // builder's until Release.
-func (b *CSBuilder) Seal() ([]hlsys.CSChunk, error) {
+func (b *CSBuilder) Seal() ([]Chunk, error) {
 	const op = "seal CS"
 	if b.sealed {
 		return nil, newErr(op, ErrInvalid, "the CS is already sealed", nil)
 	}
 	b.sealed = true
-	chunks := make([]hlsys.CSChunk, 0, len(b.cbs))
+	chunks := make([]Chunk, 0, len(b.cbs))
 	for s, cb := range b.cbs {
 		if cb == nil || cb.Len() == 0 {
 			continue

@@ -157,16 +157,16 @@ func TestCSBuilder(t *testing.T) {
 				want := tt.want(m)
 				var got [2][]cbPkt
 				for _, c := range chunks {
-					s := int(c.QueueIndex) - 10
+					s := int(c.Queue) - 10
 					require.Contains(t, []int{0, 1}, s)
 					cb := cs.cbs[s]
-					require.Equal(t, uint32(cb.Len()), c.CBSize)
+					require.Equal(t, uint32(cb.Len()), c.Size)
 					if m == ModelGaudi1 {
-						require.Zero(t, c.Flags)
-						require.Equal(t, cb.handle, c.CBHandle)
+						require.False(t, c.UserCB)
+						require.Equal(t, cb.handle, c.Handle)
 					} else {
-						require.Equal(t, uint32(hlsys.CSChunkFlagsUserAllocCB), c.Flags)
-						require.Equal(t, cb.va, c.CBHandle)
+						require.True(t, c.UserCB)
+						require.Equal(t, cb.va, c.Handle)
 					}
 					got[s] = decodeCB(t, cb.Bytes())
 				}
@@ -181,7 +181,7 @@ func TestCSBuilder(t *testing.T) {
 				_, err = d.Submit(chunks)
 				require.NoError(t, err)
 				f.mu.Lock()
-				require.Equal(t, chunks, f.csChunks[len(f.csChunks)-1])
+				require.Equal(t, rawChunks(chunks), f.csChunks[len(f.csChunks)-1])
 				f.mu.Unlock()
 				var released []*CB
 				cs.Release(func(cb *CB) { released = append(released, cb) })
@@ -229,7 +229,7 @@ func TestCSBuilderCapacity(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, chunks, tt.queues)
 			for _, c := range chunks {
-				require.LessOrEqual(t, int(c.CBSize), tt.cbSize)
+				require.LessOrEqual(t, int(c.Size), tt.cbSize)
 			}
 		})
 	}
@@ -295,7 +295,7 @@ func TestCSBuilderSeal(t *testing.T) {
 			chunks, err := cs.Seal()
 			require.NoError(t, err)
 			require.Len(t, chunks, 1, "only the non-empty CB")
-			require.Equal(t, uint32(1), chunks[0].QueueIndex)
+			require.Equal(t, uint32(1), chunks[0].Queue)
 			require.Equal(t, seal(m, lin(tDst, tSrc, 64)), decodeCB(t, cs.cbs[1].Bytes()))
 			require.Zero(t, cs.cbs[0].Len(), "an empty CB gets no seal")
 
@@ -350,4 +350,12 @@ func TestCSBuilderOptions(t *testing.T) {
 	d3, _ := openFake(t, ModelGaudi3, hlsys.Accel, "6.8")
 	_, err = d3.NewCSBuilder(CSOptions{Queues: d3.H2DQueues(), CBSize: 4096})
 	require.ErrorIs(t, err, ErrNotSupported)
+}
+
+func rawChunks(cs []Chunk) []hlsys.CSChunk {
+	out := make([]hlsys.CSChunk, len(cs))
+	for i, c := range cs {
+		out[i] = c.raw()
+	}
+	return out
 }

@@ -97,7 +97,7 @@ func Open(node NodeInfo, opts Options) (*Device, error) {
 	if node.Path == "" {
 		return nil, newErr("open", ErrInvalid, "NodeInfo has no Path", nil)
 	}
-	return OpenBackend(node.Path, func() (hlsys.Backend, error) {
+	return OpenBackend(node.Path, func() (Backend, error) {
 		b, err := hlsys.OpenFD(node.Path)
 		if err != nil {
 			return nil, err
@@ -111,14 +111,15 @@ func Open(node NodeInfo, opts Options) (*Device, error) {
 // describes. name labels the device in errors. Use it with the emulator:
 //
 //	dev, err := dma.OpenBackend("hlsim0", sim.Open, dma.Options{})
-func OpenBackend(name string, open func() (hlsys.Backend, error), opts Options) (*Device, error) {
+func OpenBackend[B Backend](name string, open func() (B, error), opts Options) (*Device, error) {
 	opts = opts.withDefaults()
 	log := opts.Logger
 	backoff := opts.OpenBackoff
 	op := "open " + name
 	for attempt := 0; ; attempt++ {
-		b, err := open()
+		ob, err := open()
 		if err == nil {
+			var b Backend = ob
 			if b == nil {
 				return nil, newErr(op, ErrInvalid, "open returned no backend", nil)
 			}
@@ -154,7 +155,8 @@ type resource interface {
 // several goroutines may allocate, map, build command buffers, Submit and
 // Wait at the same time. Close waits for calls in progress to return.
 type Device struct {
-	b         hlsys.Backend
+	b         hlsys.Backend // pub, as the driver binding takes it
+	pub       Backend
 	opts      Options
 	log       zerolog.Logger
 	info      hlsys.HwIPInfo
@@ -195,15 +197,16 @@ type Device struct {
 // legacy numbering means that form on kernel releases >= 6.3 and the 6.1
 // {handle, size} form before. The release comes from the backend's
 // KernelRelease() method if it has one (the emulator), else from uname.
-func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
-	if b == nil {
+func NewDevice(pub Backend, opts Options) (_ *Device, err error) {
+	if pub == nil {
 		return nil, newErr("new device", ErrInvalid, "nil backend", nil)
 	}
 	defer func() {
 		if err != nil {
-			_ = b.Close()
+			_ = pub.Close()
 		}
 	}()
+	b := driverBackend(pub)
 	opts = opts.withDefaults()
 	op := "open " + b.Name()
 
@@ -221,6 +224,7 @@ func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
 
 	d := &Device{
 		b:        b,
+		pub:      pub,
 		opts:     opts,
 		info:     info,
 		model:    model,
@@ -228,7 +232,7 @@ func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
 		live:     map[uint64]resource{},
 	}
 	d.log = opts.Logger.With().Str("device", b.Name()).Str("model", model.String()).Logger()
-	d.release = kernelRelease(b)
+	d.release = kernelRelease(pub)
 	d.exportAPI = chooseExportAPI(b.Numbering(), d.release)
 	if b.Numbering() == hlsys.Legacy {
 		if _, _, ok := parseRelease(d.release); !ok {
@@ -273,14 +277,15 @@ func identify(b hlsys.Backend, op string) (hlsys.HwIPInfo, Model, uint32, error)
 // DeviceStatus is a device's state as DEVICE_STATUS reports it.
 type DeviceStatus uint32
 
-// Device states (enum hl_device_status).
+// Device states (enum hl_device_status; status_test.go checks them against
+// the driver binding).
 const (
-	StatusOperational               DeviceStatus = hlsys.DeviceStatusOperational
-	StatusInReset                   DeviceStatus = hlsys.DeviceStatusInReset
-	StatusMalfunction               DeviceStatus = hlsys.DeviceStatusMalfunction
-	StatusNeedsReset                DeviceStatus = hlsys.DeviceStatusNeedsReset
-	StatusInDeviceCreation          DeviceStatus = hlsys.DeviceStatusInDeviceCreation
-	StatusInResetAfterDeviceRelease DeviceStatus = hlsys.DeviceStatusInResetAfterDeviceRelease
+	StatusOperational               DeviceStatus = 0
+	StatusInReset                   DeviceStatus = 1
+	StatusMalfunction               DeviceStatus = 2
+	StatusNeedsReset                DeviceStatus = 3
+	StatusInDeviceCreation          DeviceStatus = 4
+	StatusInResetAfterDeviceRelease DeviceStatus = 5
 )
 
 // String returns the driver's name of the state, e.g. "OPERATIONAL", or
@@ -316,7 +321,7 @@ func statusName(s uint32) string {
 }
 
 // kernelRelease returns the release string of the kernel behind b.
-func kernelRelease(b hlsys.Backend) string {
+func kernelRelease(b Backend) string {
 	if kr, ok := b.(interface{ KernelRelease() string }); ok {
 		return kr.KernelRelease()
 	}
@@ -369,7 +374,7 @@ func chooseExportAPI(n hlsys.Numbering, release string) string {
 func (d *Device) Model() Model { return d.model }
 
 // Info returns the HW_IP_INFO read at open.
-func (d *Device) Info() hlsys.HwIPInfo { return d.info }
+func (d *Device) Info() HwInfo { return hwInfo(d.info) }
 
 // Name names the node, e.g. "/dev/accel/accel0" or "hlsim0 (emulated)".
 func (d *Device) Name() string { return d.b.Name() }
@@ -377,11 +382,12 @@ func (d *Device) Name() string { return d.b.Name() }
 // Emulated reports whether the device is the emulator.
 func (d *Device) Emulated() bool { return d.b.Emulated() }
 
-// Backend returns the backend the Device owns. Do not close it.
-func (d *Device) Backend() hlsys.Backend { return d.b }
+// Backend returns the backend the Device owns (the one given to
+// NewDevice). Do not close it.
+func (d *Device) Backend() Backend { return d.pub }
 
 // Numbering returns the ioctl numbering of the node.
-func (d *Device) Numbering() hlsys.Numbering { return d.b.Numbering() }
+func (d *Device) Numbering() Numbering { return Numbering(d.b.Numbering()) }
 
 // ExportAPI returns ExportAPI61 ("6.1 handle") or ExportAPIAddr
 // ("addr+offset").
@@ -422,13 +428,13 @@ func (d *Device) Status() (DeviceStatus, error) {
 }
 
 // DramUsage returns DRAM_USAGE.
-func (d *Device) DramUsage() (hlsys.DramUsage, error) {
+func (d *Device) DramUsage() (DramUsage, error) {
 	if err := d.enter("DRAM usage"); err != nil {
-		return hlsys.DramUsage{}, err
+		return DramUsage{}, err
 	}
 	defer d.leave()
 	u, err := hlsys.GetDramUsage(d.b)
-	return u, wrapErr("DRAM usage", err)
+	return DramUsage{Free: u.DramFreeMem, Used: u.CtxDramMem}, wrapErr("DRAM usage", err)
 }
 
 // enter read-locks the gate for a call that uses the backend; it fails

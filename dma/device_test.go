@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -134,6 +135,51 @@ func TestNewDeviceClosesBackendOnError(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 }
 
+// plainBackend has only the methods of Backend: no numbering of its own.
+type plainBackend struct{ f *fakeBackend }
+
+func (p plainBackend) Ioctl(req uintptr, arg unsafe.Pointer) error { return p.f.Ioctl(req, arg) }
+func (p plainBackend) Mmap(off int64, n int) ([]byte, error)       { return p.f.Mmap(off, n) }
+func (p plainBackend) Munmap(b []byte) error                       { return p.f.Munmap(b) }
+func (p plainBackend) Close() error                                { return p.f.Close() }
+func (p plainBackend) Name() string                                { return p.f.Name() }
+func (p plainBackend) Emulated() bool                              { return p.f.Emulated() }
+
+// TestBackendNumberingByName: a Backend without a numbering of its own is
+// numbered by its name (accel nodes take the DRM numbers).
+func TestBackendNumberingByName(t *testing.T) {
+	tests := []struct {
+		name    string
+		num     hlsys.Numbering // what the fake answers
+		want    Numbering
+		wantErr bool
+	}{
+		{"/dev/accel/accel3", hlsys.Accel, NumberingAccel, false},
+		{"/dev/hl3", hlsys.Legacy, NumberingLegacy, false},
+		{"some backend", hlsys.Legacy, NumberingLegacy, false},
+		{"some backend", hlsys.Accel, 0, true}, // numbered legacy by its name: the fake refuses
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(ModelGaudi2, tt.num)
+			f.name = tt.name
+			var b Backend = plainBackend{f}
+			_, isDriver := b.(hlsys.Backend)
+			require.False(t, isDriver)
+			d, err := NewDevice(b, Options{})
+			if tt.wantErr {
+				require.ErrorIs(t, err, unix.ENOTTY)
+				require.Equal(t, 1, f.closeCount())
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, d.Numbering())
+			require.Equal(t, b, d.Backend())
+			require.NoError(t, d.Close())
+		})
+	}
+}
+
 // mislabelled claims legacy numbering over an accel fake.
 type mislabelled struct{ *fakeBackend }
 
@@ -141,6 +187,8 @@ func (mislabelled) Numbering() hlsys.Numbering { return hlsys.Legacy }
 
 func TestNewDeviceInfo(t *testing.T) {
 	f := newFake(ModelGaudi2, hlsys.Accel)
+	copy(f.info.CardName[:], "HL-225")
+	copy(f.info.CpucpVersion[:], "fw-1.2")
 	d, err := NewDevice(f, Options{})
 	require.NoError(t, err)
 	defer d.Close()
@@ -148,8 +196,13 @@ func TestNewDeviceInfo(t *testing.T) {
 	require.Equal(t, uint32(hlsys.DeviceIDGaudi2), d.Info().DeviceID)
 	require.Equal(t, "fake0", d.Name())
 	require.True(t, d.Emulated())
-	require.Equal(t, hlsys.Accel, d.Numbering())
+	require.Equal(t, NumberingAccel, d.Numbering())
+	require.Equal(t, "DRM accel (/dev/accel/accelN)", d.Numbering().String())
 	require.Same(t, f, d.Backend())
+	require.Equal(t, HwInfo{
+		DeviceID: hlsys.DeviceIDGaudi2, DramBase: 0x1001_0000_0000, DramSize: 1 << 30,
+		DramPageSize: 48 << 20, AllocPageSize: 48 << 20, CardName: "HL-225", FirmwareVersion: "fw-1.2",
+	}, d.Info())
 	require.Equal(t, ExportAPIAddr, d.ExportAPI())
 	st, err := d.Status()
 	require.NoError(t, err)
@@ -157,7 +210,7 @@ func TestNewDeviceInfo(t *testing.T) {
 	require.Equal(t, "OPERATIONAL", st.String())
 	du, err := d.DramUsage()
 	require.NoError(t, err)
-	require.Equal(t, uint64(1<<30), du.DramFreeMem)
+	require.Equal(t, uint64(1<<30), du.Free)
 }
 
 func TestExportAPIChoice(t *testing.T) {
@@ -505,7 +558,7 @@ func TestWaitTimeoutConversion(t *testing.T) {
 
 func TestSubmitRetries(t *testing.T) {
 	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
-	chunk := []hlsys.CSChunk{{CBHandle: 0x1000, QueueIndex: 0, CBSize: 8, Flags: hlsys.CSChunkFlagsUserAllocCB}}
+	chunk := []Chunk{{Handle: 0x1000, Queue: 0, Size: 8, UserCB: true}}
 
 	n := 0
 	f.submit = func([]hlsys.CSChunk) (uint64, error) {
@@ -542,7 +595,7 @@ func TestSubmitRetries(t *testing.T) {
 
 	_, err = d.Submit(nil)
 	require.ErrorIs(t, err, ErrInvalid)
-	_, err = d.Submit(make([]hlsys.CSChunk, hlsys.MaxJobsPerCS+1))
+	_, err = d.Submit(make([]Chunk, MaxChunksPerCS+1))
 	require.ErrorIs(t, err, ErrInvalid)
 }
 
@@ -609,11 +662,11 @@ func TestGaudi1KernelCB(t *testing.T) {
 	f.mu.Unlock()
 	require.NoError(t, cb.AddLinDMA(0x20_0000_0000, 0x1000, 8))
 	c := cb.Chunk(4)
-	require.Equal(t, hlsys.MmapTypeCB<<12|1<<12, c.CBHandle)
+	require.Equal(t, hlsys.MmapTypeCB<<12|1<<12, c.Handle)
 	require.NoError(t, cb.Close())
 	require.NoError(t, cb.Close())
 	f.mu.Lock()
-	require.Equal(t, hlsys.CBArgs{Handle: c.CBHandle, Op: hlsys.CBOpDestroy}, f.cbs[1])
+	require.Equal(t, hlsys.CBArgs{Handle: c.Handle, Op: hlsys.CBOpDestroy}, f.cbs[1])
 	require.Len(t, f.cbs, 2)
 	f.mu.Unlock()
 
@@ -667,7 +720,7 @@ func TestDeviceCloseReleasesEverything(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	_, err = d.NewCB(64)
 	require.ErrorIs(t, err, ErrClosed)
-	_, err = d.Submit([]hlsys.CSChunk{{}})
+	_, err = d.Submit([]Chunk{{}})
 	require.ErrorIs(t, err, ErrClosed)
 	_, err = d.Wait(1, 0)
 	require.ErrorIs(t, err, ErrClosed)

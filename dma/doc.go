@@ -69,7 +69,7 @@
 // # Errors
 //
 // Errors are *Error values that wrap a sentinel (ErrInvalid, ErrNoMemory,
-// ErrDeviceBusy, ErrCSTimedOut, ...) and the underlying *hlsys.Error, so
+// ErrDeviceBusy, ErrCSTimedOut, ...) and the driver binding's error, so
 // both errors.Is(err, dma.ErrNoMemory) and errors.Is(err, unix.ENOMEM)
 // work.
 package dma

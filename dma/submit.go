@@ -41,10 +41,14 @@ func (d *Device) D2DQueues() []uint32 { return slices.Clone(d.model.queues().d2d
 // refused because the device is not operational (resetting, in
 // malfunction) an error wrapping ErrNotOperational (see csRefused for how
 // EPERM and EBUSY are told apart).
-func (d *Device) Submit(chunks []hlsys.CSChunk) (seq uint64, err error) {
+func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	op := fmt.Sprintf("submit CS of %d chunk(s) on %s", len(chunks), d.Name())
-	if len(chunks) == 0 || len(chunks) > hlsys.MaxJobsPerCS {
-		return 0, newErr(op, ErrInvalid, fmt.Sprintf("need 1 to %d chunks", hlsys.MaxJobsPerCS), nil)
+	if len(chunks) == 0 || len(chunks) > MaxChunksPerCS {
+		return 0, newErr(op, ErrInvalid, fmt.Sprintf("need 1 to %d chunks", MaxChunksPerCS), nil)
+	}
+	raw := make([]hlsys.CSChunk, len(chunks))
+	for i, c := range chunks {
+		raw[i] = c.raw()
 	}
 	if err := d.enter(op); err != nil {
 		return 0, err
@@ -52,7 +56,7 @@ func (d *Device) Submit(chunks []hlsys.CSChunk) (seq uint64, err error) {
 	defer d.leave()
 	backoff := d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
-		out, err := hlsys.SubmitCS(d.b, nil, chunks, 0, 0)
+		out, err := hlsys.SubmitCS(d.b, nil, raw, 0, 0)
 		if err == nil && out.Status != hlsys.CSStatusSuccess {
 			err = newErr(op, ErrInvalid, fmt.Sprintf("CS status %d", out.Status), nil)
 		}
@@ -120,8 +124,9 @@ func (d *Device) csRefused(op string, err error) error {
 // sense (hl_device_operational: OPERATIONAL and IN_DEVICE_CREATION are),
 // or if the status cannot be read; nil if it is operational.
 func (d *Device) notOperational(op, what string, err error) error {
-	st, serr := hlsys.GetDeviceStatus(d.b)
-	if serr == nil && (st == hlsys.DeviceStatusOperational || st == hlsys.DeviceStatusInDeviceCreation) {
+	raw, serr := hlsys.GetDeviceStatus(d.b)
+	st := DeviceStatus(raw)
+	if serr == nil && st.Operational() {
 		return nil
 	}
 	detail := what + " because the device is not operational"
@@ -129,11 +134,11 @@ func (d *Device) notOperational(op, what string, err error) error {
 	switch {
 	case serr != nil:
 		detail += " (DEVICE_STATUS unreadable: " + serr.Error() + ")"
-	case st == hlsys.DeviceStatusMalfunction || st == hlsys.DeviceStatusNeedsReset:
+	case st.Broken():
 		cause = fmt.Errorf("%w: %w", ErrMalfunction, err)
-		detail += " (status " + statusName(st) + ")"
+		detail += " (status " + st.String() + ")"
 	default:
-		detail += " (status " + statusName(st) + ")"
+		detail += " (status " + st.String() + ")"
 	}
 	return newErr(op, ErrNotOperational, detail, cause)
 }

@@ -45,7 +45,7 @@ func TestCSRefusalByDeviceState(t *testing.T) {
 			f.status = tc.status
 			f.mu.Unlock()
 			f.submit = func([]hlsys.CSChunk) (uint64, error) { return 0, tc.errno }
-			_, err := d.Submit([]hlsys.CSChunk{{CBHandle: 0x1000, QueueIndex: 0, CBSize: 8}})
+			_, err := d.Submit([]Chunk{{Handle: 0x1000, Queue: 0, Size: 8}})
 			require.ErrorIs(t, err, tc.want)
 			require.NotErrorIs(t, err, tc.notWant)
 			require.ErrorIs(t, err, tc.errno, "the errno is kept")
@@ -106,7 +106,7 @@ func TestCSRefusedWhileResettingHlsim(t *testing.T) {
 			if m == hlsim.ModelGaudi2 {
 				require.NoError(t, cb.AddNOP(EB|MB))
 			}
-			seq, err := d.Submit([]hlsys.CSChunk{cb.Chunk(d.D2DQueues()[0])})
+			seq, err := d.Submit([]Chunk{cb.Chunk(d.D2DQueues()[0])})
 			require.NoError(t, err)
 			st, err := d.Wait(seq, 10*time.Second)
 			require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestCSRefusedWhileResettingHlsim(t *testing.T) {
 
 			// The CB is built before: the driver refuses memory and CB
 			// ioctls too while the device is not operational.
-			chunk := []hlsys.CSChunk{cb.Chunk(d.D2DQueues()[0])}
+			chunk := []Chunk{cb.Chunk(d.D2DQueues()[0])}
 			for _, status := range []uint32{hlsys.DeviceStatusInReset, hlsys.DeviceStatusMalfunction} {
 				sim.ForceStatus(status)
 				_, err = d.Submit(chunk)
