@@ -221,6 +221,37 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 	}
 }
 
+// resetPause is the longest WaitCS pauses when the driver refuses a wait
+// because the device is resetting.
+const resetPause = time.Millisecond
+
+// WaitCS waits up to timeout (0 polls) for CS seq to retire, for a
+// completion tracker that polls many CSs (it is a cq.CSWaiter): done is
+// true once the CS is over, with err nil if it completed and its failure
+// otherwise (ErrCSTimedOut, ErrCSAborted, ErrMalfunction, ErrClosed, ...);
+// (false, nil) means it is still running.
+//
+// While the device resets, the driver refuses every wait (EBUSY,
+// hl_wait_ioctl), but the CS's outcome outlives the reset: the driver
+// aborts or times it out, and WAIT_CS reports that afterwards. So such a
+// refusal (Wait's ErrNotOperational, or a bare ErrBusy when the status
+// read found the device operational again: the reset ended in between)
+// gives (false, nil) after a pause of at most min(timeout, 1ms), which
+// keeps a polling caller from spinning on it. A device in malfunction
+// does not come back: that ends the CS (ErrMalfunction).
+func (d *Device) WaitCS(seq uint64, timeout time.Duration) (done bool, err error) {
+	st, err := d.Wait(seq, timeout)
+	if err != nil {
+		transient := errors.Is(err, ErrBusy) || errors.Is(err, ErrNotOperational)
+		if transient && !errors.Is(err, ErrMalfunction) {
+			time.Sleep(min(timeout, resetPause))
+			return false, nil
+		}
+		return true, err
+	}
+	return st == CSCompleted, nil
+}
+
 func waitResult(op string, out hlsys.WaitCSOut, err error) (CSStatus, error) {
 	switch {
 	case err == nil:

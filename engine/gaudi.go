@@ -46,6 +46,9 @@ type op struct {
 	handed   bool // owned by a CS or a staging task, or finished (worker-local)
 }
 
+// cbPoolSize is how many command buffers of retired CSs a device keeps.
+const cbPoolSize = 64
+
 // gdev is the engine's side of one Gaudi device.
 type gdev struct {
 	e     *Engine
@@ -63,36 +66,9 @@ type gdev struct {
 	exports  *memcache.Cache     // device range -> *dma.DMABuf
 	types    *memcache.TypeCache // device range -> *Buffer
 
-	cbs  chan *dma.CB
+	cbs  *dma.CBPool   // command buffers of retired CSs
 	regs atomic.Uint64 // host mappings performed
 }
-
-type csWaiter struct{ d *dma.Device }
-
-func (w csWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
-	st, err := w.d.Wait(seq, timeout)
-	if err != nil {
-		// A refusal whose DEVICE_STATUS read found the device operational
-		// again (the reset ended in between) is a bare EBUSY (ErrBusy).
-		transient := errors.Is(err, dma.ErrBusy) || errors.Is(err, dma.ErrNotOperational)
-		if transient && !errors.Is(err, dma.ErrMalfunction) {
-			// hl_wait_ioctl refuses every wait while the device is in reset
-			// (EBUSY), but the CS's outcome outlives the reset (the driver
-			// aborts or times it out, and WAIT_CS reports that afterwards):
-			// the CS has not retired, so wait again later. The pause keeps
-			// the actor from spinning on the refusal. A device in
-			// malfunction does not come back: that ends the CS.
-			time.Sleep(min(timeout, notOperationalPause))
-			return false, nil
-		}
-		return true, err
-	}
-	return st == dma.CSCompleted, nil
-}
-
-// notOperationalPause is the longest a wait pauses when the driver refuses
-// it because the device is resetting.
-const notOperationalPause = time.Millisecond
 
 type hostMapper struct{ g *gdev }
 
@@ -121,7 +97,7 @@ func (x exporter) Register(addr, length uint64, _ memcache.Access) (any, error) 
 func (x exporter) Deregister(_, _ uint64, v any) error { return v.(*dma.DMABuf).Close() }
 
 func (e *Engine) addDevice(d *dma.Device, sim *hlsim.Device) {
-	g := &gdev{e: e, idx: len(e.devs), dev: d, sim: sim, types: memcache.NewTypeCache(), cbs: make(chan *dma.CB, 64)}
+	g := &gdev{e: e, idx: len(e.devs), dev: d, sim: sim, types: memcache.NewTypeCache(), cbs: d.NewCBPool(e.cfg.CBSize, cbPoolSize)}
 	g.log = e.log.With().Int("dev", g.idx).Str("node", d.Name()).Logger()
 	for i := range g.queues {
 		g.queues[i] = queue.New[*job](e.cfg.QueueDepth, e.cfg.queueMode())
@@ -131,7 +107,9 @@ func (e *Engine) addDevice(d *dma.Device, sim *hlsim.Device) {
 		Logger: g.log,
 	})
 	g.exports, _ = memcache.New(memcache.Config{Registrar: exporter{g}, Logger: g.log})
-	g.actor = cq.NewDeviceActor(d.Name(), csWaiter{d}, cq.ActorConfig{
+	// dma.Device.WaitCS tells a retired CS from one still running, also
+	// across a device reset.
+	g.actor = cq.NewDeviceActor(d.Name(), d, cq.ActorConfig{
 		Spin:       e.cfg.PollSpin,
 		OnDeadline: g.checkHealth,
 		Logger:     e.cfg.Logger,
@@ -309,7 +287,7 @@ func (g *gdev) processRefs(dir int, refs []ref) {
 	streams := g.streams(dir)
 	newRec := func() (*csRec, error) {
 		cs, err := g.dev.NewCSBuilder(dma.CSOptions{
-			Queues: streams, CBSize: g.e.cfg.CBSize, PieceSize: g.e.cfg.ChunkSize, NewCB: g.getCB,
+			Queues: streams, CBSize: g.e.cfg.CBSize, PieceSize: g.e.cfg.ChunkSize, NewCB: g.cbs.Get,
 		})
 		if err != nil {
 			kind := ErrDevice
@@ -427,32 +405,6 @@ func (g *gdev) resolve(o *op) (dst, src uint64, regs []*memcache.Region, err err
 	return dst, src, regs, nil
 }
 
-// getCB supplies the command buffers of the device's CSs: pooled ones
-// first.
-func (g *gdev) getCB() (*dma.CB, error) {
-	select {
-	case cb := <-g.cbs:
-		cb.Reset()
-		return cb, nil
-	default:
-		return g.dev.NewCB(g.e.cfg.CBSize)
-	}
-}
-
-// putCB pools a retired CS's command buffer (or closes it once the pool is
-// full or the engine closed).
-func (g *gdev) putCB(cb *dma.CB) {
-	if g.e.closed.Load() {
-		_ = cb.Close()
-		return
-	}
-	select {
-	case g.cbs <- cb:
-	default:
-		_ = cb.Close()
-	}
-}
-
 // submit sends the CS and hands it to the device's completion actor.
 func (r *csRec) submit() {
 	g := r.g
@@ -485,7 +437,7 @@ func (r *csRec) submit() {
 	}
 }
 
-func (r *csRec) releaseCBs() { r.cs.Release(r.g.putCB) }
+func (r *csRec) releaseCBs() { r.cs.Release(r.g.cbs.Put) }
 
 // timeout ends the CS's operations whose deadline passed with ErrTimeout
 // and returns the next deadline. The CS stays tracked: buffers, mappings
@@ -576,16 +528,5 @@ func (g *gdev) closeDevice() error { return g.dev.Close() }
 // closeCaches releases the caches and pooled command buffers (after the
 // device is closed; their releases are then no-ops on the driver side).
 func (g *gdev) closeCaches() error {
-	var errs []error
-	errs = append(errs, g.hostMaps.Close(), g.exports.Close())
-	for {
-		select {
-		case cb := <-g.cbs:
-			errs = append(errs, cb.Close())
-			continue
-		default:
-		}
-		break
-	}
-	return errors.Join(errs...)
+	return errors.Join(g.hostMaps.Close(), g.exports.Close(), g.cbs.Close())
 }
