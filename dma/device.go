@@ -197,20 +197,20 @@ type Device struct {
 // legacy numbering means that form on kernel releases >= 6.3 and the 6.1
 // {handle, size} form before. The release comes from the backend's
 // KernelRelease() method if it has one (the emulator), else from uname.
-func NewDevice(pub Backend, opts Options) (_ *Device, err error) {
-	if pub == nil {
+func NewDevice(b Backend, opts Options) (_ *Device, err error) {
+	if b == nil {
 		return nil, newErr("new device", ErrInvalid, "nil backend", nil)
 	}
 	defer func() {
 		if err != nil {
-			_ = pub.Close()
+			_ = b.Close()
 		}
 	}()
-	b := driverBackend(pub)
+	hb := driverBackend(b)
 	opts = opts.withDefaults()
-	op := "open " + b.Name()
+	op := "open " + hb.Name()
 
-	info, model, status, err := identify(b, op)
+	info, model, status, err := identify(hb, op)
 	if err != nil {
 		return nil, err
 	}
@@ -223,18 +223,18 @@ func NewDevice(pub Backend, opts Options) (_ *Device, err error) {
 	}
 
 	d := &Device{
-		b:        b,
-		pub:      pub,
+		b:        hb,
+		pub:      b,
 		opts:     opts,
 		info:     info,
 		model:    model,
 		hostPage: uint64(os.Getpagesize()),
 		live:     map[uint64]resource{},
 	}
-	d.log = opts.Logger.With().Str("device", b.Name()).Str("model", model.String()).Logger()
-	d.release = kernelRelease(pub)
-	d.exportAPI = chooseExportAPI(b.Numbering(), d.release)
-	if b.Numbering() == hlsys.Legacy {
+	d.log = opts.Logger.With().Str("device", hb.Name()).Str("model", model.String()).Logger()
+	d.release = kernelRelease(b)
+	d.exportAPI = chooseExportAPI(hb.Numbering(), d.release)
+	if hb.Numbering() == hlsys.Legacy {
 		if _, _, ok := parseRelease(d.release); !ok {
 			d.log.Warn().Str("release", d.release).Msg("cannot parse the kernel release; assuming the 6.1 DMA-BUF export API")
 		}
@@ -250,9 +250,9 @@ func NewDevice(pub Backend, opts Options) (_ *Device, err error) {
 	} else {
 		d.dram = newRangeAlloc(info.DramBaseAddress, info.DramSize, gaudi1Align)
 	}
-	d.log.Debug().Str("numbering", b.Numbering().String()).Str("export", d.exportAPI).
+	d.log.Debug().Str("numbering", hb.Numbering().String()).Str("export", d.exportAPI).
 		Uint64("dram_base", info.DramBaseAddress).Uint64("dram_size", info.DramSize).
-		Uint64("page", d.allocPage).Bool("emulated", b.Emulated()).Msg("device open")
+		Uint64("page", d.allocPage).Bool("emulated", hb.Emulated()).Msg("device open")
 	return d, nil
 }
 
