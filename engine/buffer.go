@@ -68,8 +68,6 @@ type Buffer struct {
 	// onDestroy releases what backs internal buffers (imported mappings).
 	onDestroy func() error
 	exported  atomic.Bool
-	impMu     sync.Mutex
-	importers map[*Endpoint]struct{} // peers that mapped it (host, exported)
 
 	// device memory
 	gd   *gdev
@@ -169,7 +167,6 @@ func (b *Buffer) Free() error {
 			return nil
 		}
 		if b.state.CompareAndSwap(s, s|freedBit) {
-			b.eng.revokeValidity(b) // peers' copies fail from now on (imports.go)
 			b.eng.hooksRevoke(b)
 			if s == 0 {
 				return b.destroy()

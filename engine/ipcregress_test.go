@@ -524,7 +524,7 @@ func TestIPCRegressMutualStress(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("640 cross requests in %v; caches: %+v / %+v", time.Since(t0), engs[0].imports.Stats(), engs[1].imports.Stats())
+	t.Logf("640 cross requests in %v; caches: %+v / %+v", time.Since(t0), engs[0].shm().CacheStats(), engs[1].shm().CacheStats())
 }
 
 // 11. A connection that never sends Hello delays Engine.Close by the

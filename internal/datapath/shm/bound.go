@@ -2,7 +2,7 @@ package shm
 
 import (
 	"context"
-	"sync"
+	"fmt"
 	"time"
 
 	"github.com/gxfer/gxfer/internal/datapath"
@@ -14,16 +14,17 @@ import (
 // bound is a binding over shared memory: the peer's host memory is
 // imported once, and each Put or Get is only a copy into or out of its
 // mapping, on the caller's goroutine (the hottest path of `gxfer perf`:
-// no allocation, no lock but the binding's shared one).
+// no allocation, no lock, two atomic adds for the close gate).
+//
+// Its caller (engine.Binding) serialises Close with Do and Flush: they
+// hold its lock shared, Close exclusively.
 type bound struct {
 	p            *Path
 	env          datapath.Env
 	mine, theirs []byte
 	lbuf, rbuf   datapath.Buf
 	h            *ipc.Handle[*imported]
-
-	mu     sync.RWMutex // Do holds it shared; Close exclusively
-	closed bool
+	closed       bool
 }
 
 var _ datapath.Bound = (*bound)(nil)
@@ -34,6 +35,15 @@ var _ datapath.Bound = (*bound)(nil)
 func (p *Path) Bind(ctx context.Context, local datapath.Mem, k wire.RemoteKey, mapKey *wire.RemoteKey, deadline time.Time) (datapath.Bound, error) {
 	if local.IsGaudi() || k.MemType != wire.MemHost {
 		return nil, gxerr.New(gxerr.NotSupported, "bindings are between host buffers (use Put/Get for Gaudi memory)", nil)
+	}
+	if k.Len != local.Len {
+		return nil, gxerr.New(gxerr.Invalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.Len, k.Len), nil)
+	}
+	if k.Owner != p.c.PeerHello().EngineID {
+		return nil, gxerr.New(gxerr.Invalid, "remote key belongs to another engine than "+p.name, nil)
+	}
+	if !k.Allows(wire.KeyRead | wire.KeyWrite) {
+		return nil, gxerr.New(gxerr.Invalid, "remote key does not grant read and write access", nil)
 	}
 	mk := k // a narrower grant only: importKey refuses it
 	if mapKey != nil && !(k.GrantOffset == 0 && k.GrantLen == k.Length) {
@@ -84,16 +94,14 @@ func (b *bound) checkAfter() error {
 	return nil
 }
 
-// Do copies the local slice into the peer's (put) or back, n times; each
-// returns with the data in place (wait changes nothing). The binding is
-// checked and its lock taken once for all n, inside the engine's close
-// gate (Close unmaps nothing while the copies run).
+// Do copies the local slice into the peer's (put) or back, n times; the
+// data is in place on return (wait changes nothing). The binding is
+// checked once for all n, and the copies run inside the engine's close
+// gate (Close unmaps nothing while they run).
 func (b *bound) Do(put bool, n int, _ bool) error {
 	if n <= 0 {
 		return nil
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
 	if err := b.check(); err != nil {
 		return err
 	}
@@ -113,16 +121,12 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 
 // Flush has nothing to wait for: every copy is done when Do returns.
 func (b *bound) Flush() error {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
 	return b.check()
 }
 
 // Close releases the buffers and the import (after Do calls in progress
 // return). Idempotent.
 func (b *bound) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
 		return nil
 	}

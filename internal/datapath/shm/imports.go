@@ -266,3 +266,14 @@ func withDeadline(ctx context.Context, deadline time.Time) (context.Context, con
 	}
 	return context.WithDeadline(ctx, deadline)
 }
+
+// Import maps the peer's allocation k grants all of (through the cache,
+// as a served request does) and returns the release of the reference
+// (tests).
+func (p *Path) Import(ctx context.Context, k wire.RemoteKey) (release func(), err error) {
+	h, err := p.importKey(ctx, time.Time{}, k)
+	if err != nil {
+		return nil, p.importErr(err)
+	}
+	return func() { p.t.imports.Put(h) }, nil
+}
