@@ -93,3 +93,79 @@ func TestIPCCancelWhilePeerPerforms(t *testing.T) {
 		})
 	}
 }
+
+// cancelPair is an owner engine with a Gaudi buffer of n bytes exported
+// (dk), and a peer engine dialed to it over "unix" with a host buffer of
+// n bytes (local, filled with a pattern that the owner's buffer does not
+// hold).
+func cancelPair(t *testing.T, n int) (owner, peer *Engine, ep *Endpoint, dk RemoteKey, local *Buffer) {
+	t.Helper()
+	ctx := context.Background()
+	owner = newEngine(t, Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: 64 << 20}})
+	peer = newEngine(t, Config{Devices: DevicesNone})
+	l, err := owner.Listen("unix", filepath.Join(t.TempDir(), "o.sock"))
+	require.NoError(t, err)
+	ep, err = peer.Dial(ctx, "unix", l.Addr())
+	require.NoError(t, err)
+	d, err := owner.Alloc(n, Gaudi(0))
+	require.NoError(t, err)
+	src, err := owner.Alloc(n, Host)
+	require.NoError(t, err)
+	fill(src.Bytes(), 3)
+	require.NoError(t, owner.CopySync(ctx, d.All(), src.All()))
+	dk, err = d.Export()
+	require.NoError(t, err)
+	local, err = peer.Alloc(n, Host)
+	require.NoError(t, err)
+	fill(local.Bytes(), 7)
+	return owner, peer, ep, dk, local
+}
+
+// Issue 17 (cancellation, "unix"): a request the peer would perform is
+// dropped when ctx ends before it is sent (it was sent anyway, and the
+// peer wrote into its memory after the Put had been canceled), and a
+// Get's copy out of the bounce buffer is dropped when ctx ends before it
+// starts (it ran with no context: the canceled Get overwrote the local
+// buffer and reported success).
+func TestIPCCancelDropsWhatHasNotStarted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		put  bool
+		cancelAt string // the hook at which ctx is canceled
+	}{
+		{"Put before its request", true, "before request"},
+		{"Get before its request", false, "before request"},
+		{"Get before its copy out", false, "answered"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			_, peer, ep, dk, local := cancelPair(t, 1<<20)
+			want := bytes.Clone(local.Bytes())
+			opCtx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			freed := make(chan error, 1)
+			h := shm.Hooks{BounceFreed: func(err error) { freed <- err }}
+			if tc.cancelAt == "before request" {
+				h.BeforeRequest = cancel
+			} else {
+				h.Answered = cancel
+			}
+			peer.shm().SetHooks(h)
+			var f *Future
+			if tc.put {
+				f = ep.Put(opCtx, local.All(), dk)
+			} else {
+				f = ep.Get(opCtx, local.All(), dk)
+			}
+			require.ErrorIs(t, f.Wait(ctx), ErrCanceled)
+			select {
+			case err := <-freed: // before the future resolved: nothing was left in flight
+				require.ErrorIs(t, err, ErrCanceled)
+			default:
+				t.Fatal("the future resolved before the bounce buffer was freed: the request was sent")
+			}
+			require.True(t, bytes.Equal(want, local.Bytes()), "the canceled operation wrote into the local buffer")
+			require.Zero(t, peer.Stats().InFlight)
+		})
+	}
+}

@@ -108,14 +108,14 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 	if !b.env.Enter() {
 		return gxerr.Closed
 	}
-	defer b.env.Exit()
 	dst, src := b.theirs, b.mine
 	if !put {
 		dst, src = src, dst
 	}
 	for range n {
-		copy(dst, src)
+		copy(dst, src) // slices of equal length: cannot panic, so no defer for Exit
 	}
+	b.env.Exit()
 	return b.checkAfter()
 }
 

@@ -224,6 +224,9 @@ func (p *Path) remoteDMA(ctx context.Context, r *datapath.Req, c datapath.Comple
 			return
 		}
 	}
+	if h := p.t.hooks.Answered; h != nil {
+		h()
+	}
 	if err == nil && !r.Put {
 		if cerr := ctx.Err(); cerr != nil {
 			err = gxerr.Ctx(p.name+": copy out of the bounce buffer dropped", cerr)
@@ -264,6 +267,9 @@ func (p *Path) request(ctx context.Context, r *datapath.Req, region datapath.Mem
 		ch <- err
 	}); err != nil {
 		return nil, err
+	}
+	if h := p.t.hooks.BeforeRequest; h != nil {
+		h()
 	}
 	if err := ctx.Err(); err != nil {
 		c.Forget(req.RequestID)

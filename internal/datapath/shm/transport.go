@@ -62,8 +62,12 @@ type Hooks struct {
 	// Served runs in a served request after its copy, before the
 	// requester's validity flag is checked.
 	Served func()
-	// BounceFreed runs when a bounce buffer a peer performed a request
-	// into is freed, with the request's outcome.
+	// BeforeRequest runs before a request the peer performs into or out
+	// of a bounce buffer is sent; Answered once the peer answered it,
+	// before a Get's copy out of the bounce buffer.
+	BeforeRequest, Answered func()
+	// BounceFreed runs when a bounce buffer is freed, with the operation's
+	// outcome as it stood then.
 	BounceFreed func(err error)
 }
 
