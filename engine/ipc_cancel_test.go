@@ -129,8 +129,8 @@ func cancelPair(t *testing.T, n int) (owner, peer *Engine, ep *Endpoint, dk Remo
 // buffer and reported success).
 func TestIPCCancelDropsWhatHasNotStarted(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		put  bool
+		name     string
+		put      bool
 		cancelAt string // the hook at which ctx is canceled
 	}{
 		{"Put before its request", true, "before request"},
