@@ -193,9 +193,9 @@ func TestIPCRegressTwoEnginesOneProcess(t *testing.T) {
 }
 
 // 4. A peer that stops reading blocks Send forever: the engine's reader
-// (serveImport replies inline), Endpoint.Close/Engine.Close (Bye is sent
+// (shm.Path.serveImport replies inline), Endpoint.Close/Engine.Close (Bye is sent
 // before the socket is closed) and every Free of an exported buffer
-// (broadcastInvalidate, possibly on a device CQ actor) hang.
+// (shm.Transport.Freeing, possibly on a device CQ actor) hang.
 func TestIPCRegressStuckPeerHangsEngine(t *testing.T) {
 	e, err := New(Config{Devices: DevicesNone})
 	require.NoError(t, err)

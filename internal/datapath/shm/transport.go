@@ -159,17 +159,21 @@ func (t *Transport) Freeing(b datapath.Buf) error {
 	if ls == nil {
 		return nil
 	}
+	var tell []*Path
 	for p := range ls.importers {
 		p.mu.Lock()
 		delete(p.lent, b)
 		p.mu.Unlock()
+		if p.c.Err() == nil {
+			tell = append(tell, p)
+		}
 	}
-	if len(ls.importers) == 0 {
+	if len(tell) == 0 {
 		return nil
 	}
 	msg := &wire.Invalidate{AllocID: b.ID(), Generation: ls.gen}
 	t.env.Go(func() {
-		for p := range ls.importers {
+		for _, p := range tell {
 			if p.c.Err() == nil {
 				_ = p.c.Conn().Send(msg)
 			}
