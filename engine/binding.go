@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -26,11 +25,9 @@ import (
 // goroutine polls on a timer instead of sleeping on events: when they stop,
 // another operation's completion may wait up to 2 ms for it.)
 type Binding struct {
-	ep   *Endpoint
-	n    uint64         // bytes per operation
-	lbuf *Buffer        // RDMA endpoints: the local buffer
-	rd   *rdmaBind      // RDMA endpoints
-	bd   datapath.Bound // the binding of a data path (lbuf and rd unused)
+	ep *Endpoint
+	n  uint64         // bytes per operation
+	bd datapath.Bound // the binding of the endpoint's data path
 
 	mu     sync.RWMutex // Put/Get hold it shared; Close exclusively
 	closed bool
@@ -68,19 +65,7 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 		}
 		return &Binding{ep: ep, n: local.n, bd: bd}, nil
 	}
-	if ep.rd == nil {
-		return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is "+ep.Transport().String(), nil)
-	}
-	if remote.k.Len != local.n {
-		return nil, newErr(ErrInvalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.n, remote.k.Len), nil)
-	}
-	if remote.k.Owner != ep.peer.EngineID {
-		return nil, newErr(ErrInvalid, "remote key belongs to another engine than "+ep.name, nil)
-	}
-	if !remote.k.Allows(wire.KeyRead | wire.KeyWrite) {
-		return nil, newErr(ErrInvalid, "remote key does not grant read and write access", nil)
-	}
-	return ep.bindRDMA(local, &remote.k)
+	return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is "+ep.Transport().String(), nil)
 }
 
 // check refuses a closed binding or one whose peer memory is gone (the
@@ -89,7 +74,7 @@ func (b *Binding) check() error {
 	if b.closed {
 		return newErr(ErrClosed, "binding closed", nil)
 	}
-	return nil // the data path's, the endpoint's and the work requests' errors: Do
+	return nil // the endpoint's and the data path's errors: Bound.Do
 }
 
 // Put copies the local slice into the peer's. It returns when the data is
@@ -100,10 +85,7 @@ func (b *Binding) Put() error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if b.bd != nil {
-		return b.do(true, 1, true)
-	}
-	return b.rdmaDo(true, 1, true)
+	return b.do(true, 1, true)
 }
 
 // Get copies the peer's slice into the local one.
@@ -113,10 +95,7 @@ func (b *Binding) Get() error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if b.bd != nil {
-		return b.do(false, 1, true)
-	}
-	return b.rdmaDo(false, 1, true)
+	return b.do(false, 1, true)
 }
 
 // PutN runs n Puts back to back: each copies the whole local slice into
@@ -142,10 +121,7 @@ func (b *Binding) copyN(n int, put bool) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if b.bd != nil {
-		return b.do(put, n, false)
-	}
-	return b.rdmaDo(put, n, false)
+	return b.do(put, n, false)
 }
 
 // Flush returns once every operation of the binding has completed (on an
@@ -158,29 +134,12 @@ func (b *Binding) Flush() error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if b.bd != nil {
-		return b.bd.Flush()
-	}
-	if b.rd == nil {
-		return nil
-	}
-	b.rd.mu.Lock()
-	defer b.rd.mu.Unlock()
-	return b.rd.flush()
+	return b.bd.Flush()
 }
 
 // do runs n operations of a data path's binding (b.mu held shared).
 func (b *Binding) do(put bool, n int, wait bool) error {
 	err := b.bd.Do(put, n, wait)
-	b.ops.Add(uint64(n))
-	return err
-}
-
-// rdmaDo runs n operations on an RDMA binding (b.mu held shared).
-func (b *Binding) rdmaDo(put bool, n int, wait bool) error {
-	b.rd.mu.Lock()
-	err := b.rd.do(put, n, wait)
-	b.rd.mu.Unlock()
 	b.ops.Add(uint64(n))
 	return err
 }
@@ -196,29 +155,16 @@ func (b *Binding) Close() error {
 		return nil
 	}
 	b.closed = true
-	if b.bd != nil {
-		err := b.bd.Close()
-		if n := b.ops.Load(); n > 0 {
-			if b.bd.Inline() {
-				b.ep.e.env().CountInline(n, b.n)
-			} else {
-				st := &b.ep.e.st
-				st.submitted.Add(n)
-				st.completed.Add(n)
-				st.bytes.Add(n * b.n)
-			}
-		}
-		return err
-	}
-	b.rd.mu.Lock()
-	err := b.rd.close()
-	b.rd.mu.Unlock()
+	err := b.bd.Close()
 	if n := b.ops.Load(); n > 0 {
-		st := &b.ep.e.st
-		st.submitted.Add(n)
-		st.completed.Add(n)
-		st.bytes.Add(n * b.n)
+		if b.bd.Inline() {
+			b.ep.e.env().CountInline(n, b.n)
+		} else {
+			st := &b.ep.e.st
+			st.submitted.Add(n)
+			st.completed.Add(n)
+			st.bytes.Add(n * b.n)
+		}
 	}
-	b.lbuf.release()
 	return err
 }

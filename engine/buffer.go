@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -10,8 +9,6 @@ import (
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
-	"github.com/gxfer/gxfer/rdma"
-	"github.com/gxfer/gxfer/wire"
 )
 
 // Location says where a buffer lives: Host or Gaudi(i).
@@ -73,14 +70,7 @@ type Buffer struct {
 	gd   *gdev
 	dmem *dma.DeviceMem
 
-	// RDMA memory regions (rmu): the exported host buffer's cached region
-	// on each NIC, a Gaudi buffer's DMA-BUF region or why it could not be
-	// registered.
-	rmu    sync.Mutex
-	xref   [wire.MaxNICs]rdma.MRRef
-	gmr    *gaudiRegion
-	att    *attachedMem // runtime memory of an Attachment (attach.go)
-	gmrErr error
+	att *attachedMem // runtime memory of an Attachment (attach.go)
 
 	// dpState is what data paths keep per buffer (datapath.BufState).
 	dpState datapath.BufState

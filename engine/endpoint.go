@@ -63,8 +63,6 @@ type Endpoint struct {
 	lanes  []*Endpoint // TCP: extra connections for large transfers (set once, by Dial)
 	parent *Endpoint   // a lane's endpoint
 
-	rd *rdmaConn // RDMA endpoints: the queue pair (the control channel is TCP)
-
 	// path moves the endpoint's data (nil while a transport still lives
 	// in the engine's own files).
 	path datapath.Path
@@ -78,7 +76,7 @@ type reply struct {
 // newEndpoint makes the endpoint of a connection whose handshake is done,
 // connects its data path (the transport registered for want, if any:
 // connectPath) and starts its reader and writer.
-func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello, kind, want TransportKind, addr string, dialer bool, rd *rdmaConn) (*Endpoint, error) {
+func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello, kind, want TransportKind, addr string, dialer bool) (*Endpoint, error) {
 	name := fmt.Sprintf("peer %q (pid %d)", peer.Name, peer.PID)
 	if kind == TransportTCP {
 		name = fmt.Sprintf("peer %q (pid %d at %s)", peer.Name, peer.PID, addr)
@@ -93,7 +91,6 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		reader:    make(chan struct{}),
 		replySig:  make(chan struct{}, 1),
 		writerEnd: make(chan struct{}),
-		rd:        rd,
 	}
 	if dialer {
 		ep.idParity = 1
@@ -111,9 +108,6 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 	if e.closed.Load() {
 		e.epMu.Unlock()
 		_ = c.Close()
-		if rd != nil {
-			rd.close()
-		}
 		if ep.path != nil {
 			ep.path.Failed(ErrClosed)
 			ep.path.Closed(ErrClosed)
@@ -146,9 +140,6 @@ func (ep *Endpoint) Transport() TransportKind {
 	if ep.path != nil {
 		return TransportKind(ep.path.Kind())
 	}
-	if ep.rd != nil {
-		return TransportRDMA
-	}
 	return ep.kind
 }
 
@@ -177,12 +168,6 @@ type EndpointStats struct {
 // Stats returns the endpoint's counters.
 func (ep *Endpoint) Stats() EndpointStats {
 	st := EndpointStats{Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1 + len(ep.lanes)}
-	if rd := ep.rd; rd != nil {
-		st.ZeroCopy, st.Staged, st.Delegated, st.ServedRDMA = rd.zeroCopy.Load(), rd.staged.Load(), rd.delegated.Load(), rd.servedRDMA.Load()
-		for _, n := range rd.nics {
-			st.NICWRs = append(st.NICWRs, n.wrs.Load())
-		}
-	}
 	if ep.path != nil {
 		var ds datapath.Stats
 		ep.path.Stats(&ds)
@@ -256,10 +241,6 @@ func (ep *Endpoint) failOnce(err error) {
 		ep.pending = map[uint64]func(reply){}
 		ep.mu.Unlock()
 		_ = ep.c.Close()
-		if ep.rd != nil {
-			// Flush what is in flight: its completions fail with err.
-			ep.rd.setError()
-		}
 		if ep.path != nil {
 			ep.path.Failed(err)
 		}
@@ -327,9 +308,6 @@ func (ep *Endpoint) readLoop() {
 		}
 		ep.abortRouting()
 		ep.cancelInbound(err)
-		if ep.rd != nil {
-			ep.rd.close()
-		}
 	}()
 	ctx := context.Background()
 	for {
@@ -425,8 +403,6 @@ func (ep *Endpoint) serveAny(put bool, r wire.Request) error {
 		return ep.servePutTCP(r)
 	case ep.kind == TransportTCP && r.Local.Kind == wire.LocalInline:
 		return ep.serveGetTCP(r)
-	case ep.rd != nil && r.Local.Kind == wire.LocalRDMA:
-		return ep.serveRDMA(put, r)
 	}
 	return fmt.Errorf("request with local kind %d on the %v transport", r.Local.Kind, ep.kind)
 }
@@ -492,9 +468,11 @@ func (e *Engine) verifyKey(k *wire.RemoteKey) error {
 // bounce buffer of ours ("unix"). When it ends first the future resolves
 // with ErrCanceled or ErrTimeout (wrapping ctx's error), once the work
 // already handed to the NIC or the DMA engine that touches local has
-// finished. Not yet bounded by ctx: TCP transfers (they end with the
-// endpoint or the Timeout option) and RDMA requests the owner performs
-// (the owner may still be moving data against our region).
+// finished. An RDMA request the owner performs (the owner may be moving
+// data against a region of ours) resolves once the owner has answered,
+// or, silent for PeerTimeout after ctx ended, once the endpoint has failed
+// and the region is out of its reach. Not yet bounded by ctx: TCP
+// transfers (they end with the endpoint or the Timeout option).
 func (ep *Endpoint) Put(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) *Future {
 	return ep.rma(ctx, true, local, remote, opts)
 }
@@ -588,9 +566,6 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	if ep.path != nil {
 		return ep.start(ctx, put, local, remote, opts)
 	}
-	if ep.rd != nil {
-		return ep.rmaRDMA(ctx, put, local, remote.k, opts)
-	}
 	if ep.kind == TransportTCP {
 		if len(ep.lanes) > 0 && local.n >= laneMin {
 			return ep.rmaLanes(put, local, remote.k, opts)
@@ -616,54 +591,4 @@ func decodeOrPeerError(f *wire.Frame, m wire.Message) error {
 		}
 	}
 	return err
-}
-
-// withDeadline is ctx bounded by deadline when it is set.
-func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	if deadline.IsZero() {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, deadline)
-}
-
-// request sends a Put or Get the peer performs and waits for its answer.
-func (ep *Endpoint) request(ctx context.Context, put bool, req wire.Request) error {
-	var m wire.Message = &wire.Get{Request: req}
-	if put {
-		m = &wire.Put{Request: req}
-	}
-	f, err := ep.roundTrip(ctx, req.RequestID, m)
-	if err != nil {
-		return ctxErr(ep.name, err)
-	}
-	defer f.CloseFDs()
-	return ep.replyErr(f)
-}
-
-// throughHost runs fn on the host memory standing in for local: a bounce
-// buffer of local's size when bounce is set, else local itself. A Put's
-// data is copied into the bounce buffer before fn, a Get's out of it after
-// (once fn succeeded).
-func (e *Engine) throughHost(ctx context.Context, put bool, local Slice, bounce bool, fn func(region Slice) error) error {
-	if !bounce {
-		return fn(local)
-	}
-	b, err := e.Alloc(int(local.n), Host)
-	if err != nil {
-		return err
-	}
-	defer b.Free()
-	region := b.All()
-	if put {
-		if err := e.CopySync(ctx, region, local); err != nil {
-			return err
-		}
-	}
-	if err := fn(region); err != nil {
-		return err
-	}
-	if !put {
-		return e.CopySync(context.Background(), local, region)
-	}
-	return nil
 }

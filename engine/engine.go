@@ -15,6 +15,7 @@ import (
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/datapath/rdmapath"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/wire"
@@ -66,14 +67,8 @@ type Engine struct {
 	endpoints    map[*Endpoint]struct{}
 	listeners    map[*Listener]struct{}
 
-	rdma *rdmaCtx   // nil: no RDMA (rdmaWhy says why); else nics[0]
-	nics []*rdmaCtx // every NIC's context
-	// serveRDMAHook (tests) runs before each delegated RDMA request this
-	// engine serves.
-	serveRDMAHook func()
-	rdmaWhy       string
-	rdmaStage     *stagePool // host staging of Gaudi memory for RDMA
-	rdmaStageSem  chan struct{}
+	rdma    *rdmapath.Transport // nil: no RDMA (rdmaWhy says why)
+	rdmaWhy string
 
 	attach attachState // devices the Habana runtime lends (attach.go)
 
@@ -115,7 +110,6 @@ func New(cfg Config) (_ *Engine, err error) {
 	if err := e.openDevices(); err != nil {
 		return nil, err
 	}
-	e.openRDMA()
 	e.openTransports()
 	// At most one drain per (device, direction) and one for host copies
 	// run at a time: the pool must hold them all.
@@ -359,7 +353,7 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 	delete(e.buffers, b.id)
 	e.mu.Unlock()
 	var errs []error
-	errs = append(errs, e.releaseRDMA(b), e.hooksFreeing(b))
+	errs = append(errs, e.hooksFreeing(b))
 	if b.att != nil {
 		b.att.a.forget(b) // runtime memory: never freed by gxfer
 	} else if b.loc.gaudi {
@@ -456,9 +450,6 @@ func (e *Engine) Close() error {
 		errs = append(errs, e.attach.detachAll()) // after the buffers' MRs
 		for _, g := range e.devs {
 			errs = append(errs, g.closeCaches())
-		}
-		for _, n := range e.nics {
-			errs = append(errs, n.close())
 		}
 		errs = append(errs, e.finishTransports())
 		for _, s := range e.sims {

@@ -16,6 +16,7 @@ import (
 func (e *Engine) openTransports() {
 	e.transports = map[TransportKind]datapath.Transport{}
 	e.register(shm.New(e.env(), shm.Config{MaxRegions: e.cfg.IPCCache.MaxRegions, MaxBytes: e.cfg.IPCCache.MaxBytes}))
+	e.openRDMA() // rdma.go: registers internal/datapath/rdmapath when a NIC opens
 }
 
 // register adds a transport (and its buffer hooks).
