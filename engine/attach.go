@@ -208,12 +208,12 @@ func (a *Attachment) info() DeviceInfo {
 	di := DeviceInfo{
 		Index: a.idx, Name: a.att.Name(), Model: a.att.Model().String(), Emulated: a.att.Emulated(),
 		Numbering: a.att.Numbering().String(), ExportAPI: a.att.ExportAPI(),
-		DRAMBase: info.DramBaseAddress, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
+		DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
 		Node: a.att.Name(), KernelRelease: a.att.KernelRelease(),
 		Attached: true, LentBy: a.att.Source(), PoolStart: an.PoolStart, PoolLen: an.PoolLen,
 	}
 	if u, err := a.att.DramUsage(); err == nil {
-		di.DRAMFree = u.DramFreeMem
+		di.DRAMFree = u.Free
 	}
 	return di
 }

@@ -224,12 +224,12 @@ func (e *Engine) Devices() []DeviceInfo {
 		di := DeviceInfo{
 			Index: g.idx, Name: g.dev.Name(), Model: g.dev.Model().String(), Emulated: g.dev.Emulated(),
 			Numbering: g.dev.Numbering().String(), ExportAPI: g.dev.ExportAPI(),
-			DRAMBase: info.DramBaseAddress, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
+			DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
 			Node: g.node.Path, ControlNode: g.node.ControlPath, PCIAddr: g.node.PCIAddr, DeviceType: g.node.DeviceType,
 			Driver: g.node.Driver, KernelRelease: g.dev.KernelRelease(),
 		}
 		if u, err := g.dev.DramUsage(); err == nil {
-			di.DRAMFree = u.DramFreeMem
+			di.DRAMFree = u.Free
 		}
 		out = append(out, di)
 	}
