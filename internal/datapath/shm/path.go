@@ -84,14 +84,15 @@ func (p *Path) Landed() {}
 // Tick does nothing: the path has no timers.
 func (p *Path) Tick() {}
 
-// Failed releases what the peer imported from this connection and forgets
-// the peer in our buffers it mapped.
+// Failed drops this side's imports of the peer's memory made on this
+// connection (each released at its last reference) and forgets the peer in
+// our buffers it mapped.
 func (p *Path) Failed(error) {
 	p.t.imports.PurgePeer(p.pid)
 	p.unlend()
 }
 
-// Closed does nothing more than Failed.
+// Closed has nothing left to release (Failed did).
 func (p *Path) Closed(error) {}
 
 // Stats adds nothing: the path has no counters of its own.

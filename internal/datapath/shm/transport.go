@@ -15,6 +15,14 @@
 // Freeing an exported buffer revokes its validity flag at once (a peer's
 // copy that ends after it reports the key stale) and tells the importers
 // (wire.Invalidate) once the memory goes.
+//
+// Cancellation: when the ctx of a Put or Get ends, what has not started is
+// dropped (a copy still queued, a request to the owner not yet sent, a
+// Get's copy out of the bounce buffer) and the operation resolves with
+// ErrCanceled or ErrTimeout once nothing touches the caller's memory. A
+// request the owner is performing touches only the bounce buffer: the
+// operation resolves at once, and the bounce buffer is freed once the
+// owner has answered (or the endpoint has ended).
 package shm
 
 import (
