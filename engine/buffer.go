@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -66,8 +65,6 @@ type Buffer struct {
 	// onDestroy releases what backs internal buffers (imported mappings).
 	onDestroy func() error
 	exported  atomic.Bool
-	impMu     sync.Mutex
-	importers map[*Endpoint]struct{} // peers that mapped it (host, exported)
 
 	// device memory
 	gd   *gdev
@@ -160,7 +157,6 @@ func (b *Buffer) Free() error {
 			return nil
 		}
 		if b.state.CompareAndSwap(s, s|freedBit) {
-			b.eng.revokeValidity(b) // peers' copies fail from now on (imports.go)
 			b.eng.hooksRevoke(b)
 			if s == 0 {
 				return b.destroy()

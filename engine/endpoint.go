@@ -42,7 +42,6 @@ type Endpoint struct {
 	mu        sync.Mutex
 	pending   map[uint64]func(reply) // called once, never under mu
 	inbound   map[uint64]*inbound    // TCP: transfers landing
-	lent      map[*Buffer]struct{}   // IPC: our buffers the peer mapped (imports.go)
 	nextID    atomic.Uint64
 	idParity  uint64 // the parity of our request ids: 1 dialer, 0 acceptor
 	failed    error
@@ -248,8 +247,6 @@ func (ep *Endpoint) failOnce(err error) {
 		for _, fn := range pend {
 			fn(reply{err: err})
 		}
-		ep.e.imports.PurgePeer(ep.pid)
-		ep.unlend()
 		ep.e.epMu.Lock()
 		delete(ep.e.endpoints, ep)
 		ep.e.epMu.Unlock()
@@ -380,18 +377,14 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 	switch m := m.(type) {
 	case *wire.ImportRequest:
 		ep.active.Store(true)
-		if ep.kind != TransportIPC {
-			return errors.New("ImportRequest on a transport without fd passing")
-		}
-		ep.serveImport(m)
+		return errors.New("ImportRequest on a transport without fd passing")
 	case *wire.Put:
 		ep.active.Store(true)
 		return ep.serveAny(true, m.Request)
 	case *wire.Get:
 		ep.active.Store(true)
 		return ep.serveAny(false, m.Request)
-	case *wire.Invalidate:
-		ep.e.imports.Invalidate(ep.pid, m.AllocID, m.Generation)
+	case *wire.Invalidate: // imports of a transport without any (shm handles its own)
 	case *wire.Heartbeat:
 	case *wire.Bye:
 		ep.fail(ep.peerErr("peer closed the endpoint", nil))
@@ -410,9 +403,6 @@ func (ep *Endpoint) serveAny(put bool, r wire.Request) error {
 		return ep.servePutTCP(r)
 	case ep.kind == TransportTCP && r.Local.Kind == wire.LocalInline:
 		return ep.serveGetTCP(r)
-	case ep.kind == TransportIPC && r.Local.Kind == wire.LocalKey:
-		ep.serve(put, r)
-		return nil
 	}
 	return fmt.Errorf("request with local kind %d on the %v transport", r.Local.Kind, ep.kind)
 }
@@ -456,75 +446,6 @@ func (e *Engine) verifyKey(k *wire.RemoteKey) error {
 	}
 	e.lastVerified.Store(&signed)
 	return nil
-}
-
-// serve performs a peer's Put or Get on one of our buffers, off the reader
-// goroutine: it imports the requester's memory and copies (with the device
-// DMA engine when our side is Gaudi memory).
-func (ep *Endpoint) serve(put bool, r wire.Request) {
-	select {
-	case ep.sem <- struct{}{}:
-	default: // the reader never blocks: refuse beyond the limit
-		_ = ep.c.Send(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))
-		return
-	}
-	ep.serving.Add(1)
-	ep.e.async.Add(1)
-	go func() {
-		defer ep.e.async.Done()
-		defer ep.serving.Done()
-		defer func() { <-ep.sem }()
-		st, msg := ep.serveRequest(put, r)
-		var err error
-		if st == wire.StatusOK {
-			err = ep.c.Send(&wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK})
-		} else {
-			err = ep.c.Send(wire.NewError(r.RequestID, st, msg))
-		}
-		if err != nil {
-			ep.e.log.Debug().Err(err).Msg("reply not sent")
-		}
-	}()
-}
-
-func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string) {
-	need := wire.KeyRead
-	if put {
-		need = wire.KeyWrite
-	}
-	mine, st, msg := ep.e.lookupKey(&r.Key, r.Offset, r.Length, need)
-	if st != wire.StatusOK {
-		return st, msg
-	}
-	if r.Local.Kind != wire.LocalKey || r.Local.Key.MemType != wire.MemHost {
-		return wire.StatusNotSupported, "the requester's memory must be shared host memory"
-	}
-	if r.Local.Key.Owner != ep.peer.EngineID {
-		return wire.StatusBadKey, "the requester's key is not its own"
-	}
-	start, err := r.Local.Key.Span(r.Local.Offset, r.Length)
-	if err != nil {
-		return wire.StatusOutOfRange, err.Error()
-	}
-	ctx := context.Background()
-	h, err := ep.importKey(ctx, time.Time{}, r.Local.Key)
-	if err != nil {
-		return wire.StatusNoResources, err.Error()
-	}
-	defer ep.e.imports.Put(h)
-	theirs := h.Value().buf.Slice(int(start), int(r.Length))
-	if put {
-		err = ep.e.CopySync(ctx, mine, theirs)
-	} else {
-		err = ep.e.CopySync(ctx, theirs, mine)
-	}
-	if err != nil {
-		return wire.StatusInternal, err.Error()
-	}
-	if h.Value().revoked() { // the requester freed its memory during the copy
-		return wire.StatusStale, "the requester's buffer was freed"
-	}
-	return wire.StatusOK, ""
 }
 
 // Put copies local into the peer's buffer named by remote (same length).
@@ -651,48 +572,7 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		}
 		return ep.rmaTCP(put, local, remote.k, opts, nil)
 	}
-	// Host memory is mapped here when this side holds a key granting the
-	// whole allocation (the mapping reaches all of it); with a narrower
-	// grant only, the owner performs the copy and checks the grant.
-	if mk, ok := remote.mapKey(); ok && remote.k.MemType == wire.MemHost {
-		var deadline time.Time
-		if len(opts) > 0 || e.cfg.OpTimeout > 0 {
-			deadline = e.opConfig(opts).deadline
-		}
-		h, err := ep.importKey(ctx, deadline, mk)
-		if err != nil {
-			return resolved(ep.importErr(err))
-		}
-		return ep.rmaMapped(ctx, put, local, remote.k, h, opts)
-	}
-	return ep.rmaDevice(ctx, put, local, remote.k, opts)
-}
-
-// rmaDevice runs a Put or Get on the peer's Gaudi memory: the peer does
-// the DMA from or to shared memory of ours. (A separate function so that
-// the key escapes to the heap only on this path.)
-func (ep *Endpoint) rmaDevice(ctx context.Context, put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
-	e := ep.e
-	if err := local.buf.acquire(); err != nil {
-		return resolved(err)
-	}
-	f := newFuture(1)
-	f.setSpin(e.cfg.WaitSpin)
-	oc := e.opConfig(opts)
-	e.async.Add(1)
-	go func() {
-		defer e.async.Done()
-		defer local.buf.release()
-		select {
-		case e.rmaSem <- struct{}{}:
-		case <-ctx.Done():
-			f.complete(0, ctxErr(ep.name+": waiting for a transfer slot", ctx.Err()))
-			return
-		}
-		defer func() { <-e.rmaSem }()
-		f.complete(0, ep.remoteDMA(ctx, put, local, k, oc.deadline))
-	}()
-	return f
+	return resolved(newErr(ErrNotSupported, "no data path for the "+ep.kind.String()+" transport", nil))
 }
 
 // decodeOrPeerError decodes f into m; a frame that is not one is
@@ -711,75 +591,4 @@ func decodeOrPeerError(f *wire.Frame, m wire.Message) error {
 		}
 	}
 	return err
-}
-
-// withDeadline is ctx bounded by deadline when it is set.
-func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	if deadline.IsZero() {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, deadline)
-}
-
-// request sends a Put or Get the peer performs and waits for its answer.
-func (ep *Endpoint) request(ctx context.Context, put bool, req wire.Request) error {
-	var m wire.Message = &wire.Get{Request: req}
-	if put {
-		m = &wire.Put{Request: req}
-	}
-	f, err := ep.roundTrip(ctx, req.RequestID, m)
-	if err != nil {
-		return ctxErr(ep.name, err)
-	}
-	defer f.CloseFDs()
-	return ep.replyErr(f)
-}
-
-// remoteDMA asks the peer to copy between its memory and ours; local
-// memory that is not shared (Gaudi, registered) goes through a shared
-// bounce buffer.
-func (ep *Endpoint) remoteDMA(ctx context.Context, put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
-	ctx, cancel := withDeadline(ctx, deadline)
-	defer cancel()
-	// The peer imports the memory it copies from or to: always a scratch
-	// buffer of exactly this size, never the caller's buffer (a key to it
-	// would grant the peer the whole buffer, read-write, for as long as it
-	// stays mapped).
-	return ep.e.throughHost(ctx, put, local, true, func(shared Slice) error {
-		lk, err := shared.buf.Export()
-		if err != nil {
-			return err
-		}
-		req := wire.Request{RequestID: ep.newID(), Key: k, Offset: 0, Length: local.n,
-			Local: wire.Local{Kind: wire.LocalKey, Key: lk.k, Offset: shared.off}}
-		return ep.request(ctx, put, req)
-	})
-}
-
-// throughHost runs fn on the host memory standing in for local: a bounce
-// buffer of local's size when bounce is set, else local itself. A Put's
-// data is copied into the bounce buffer before fn, a Get's out of it after
-// (once fn succeeded).
-func (e *Engine) throughHost(ctx context.Context, put bool, local Slice, bounce bool, fn func(region Slice) error) error {
-	if !bounce {
-		return fn(local)
-	}
-	b, err := e.Alloc(int(local.n), Host)
-	if err != nil {
-		return err
-	}
-	defer b.Free()
-	region := b.All()
-	if put {
-		if err := e.CopySync(ctx, region, local); err != nil {
-			return err
-		}
-	}
-	if err := fn(region); err != nil {
-		return err
-	}
-	if !put {
-		return e.CopySync(context.Background(), local, region)
-	}
-	return nil
 }

@@ -63,7 +63,6 @@ type Engine struct {
 
 	ident        identity
 	lastVerified atomic.Pointer[wire.RemoteKey] // see verifyKey
-	imports      *ipc.HandleCache[*imported]
 	epMu         sync.Mutex
 	endpoints    map[*Endpoint]struct{}
 	listeners    map[*Listener]struct{}
@@ -100,10 +99,6 @@ func New(cfg Config) (_ *Engine, err error) {
 	if e.ident, err = newIdentity(); err != nil {
 		return nil, err
 	}
-	e.imports = ipc.NewHandleCache(ipc.CacheConfig[*imported]{
-		MaxRegions: cfg.IPCCache.MaxRegions, MaxBytes: cfg.IPCCache.MaxBytes, Logger: e.log,
-		Release: func(im *imported) error { return im.buf.Free() },
-	})
 	e.pool, err = ants.NewPool(cfg.Workers, ants.WithPanicHandler(e.onPanic), ants.WithLogger(antsLogger{e.log}))
 	if err != nil {
 		return nil, fmt.Errorf("gxfer: worker pool: %w", err)
@@ -378,9 +373,6 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 	if b.onDestroy != nil {
 		errs = append(errs, b.onDestroy())
 	}
-	if b.exported.Load() {
-		e.broadcastInvalidate(b)
-	}
 	return errors.Join(errs...)
 }
 
@@ -410,9 +402,6 @@ func (e *Engine) Close() error {
 		}
 		for _, ep := range eps {
 			_ = ep.Close()
-		}
-		if e.imports != nil {
-			errs = append(errs, e.imports.Close())
 		}
 		errs = append(errs, e.closeTransports())
 		// Stop intake and fail what is still queued.

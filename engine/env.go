@@ -140,8 +140,17 @@ func (e *env) Go(fn func()) {
 	}()
 }
 
-func (e *env) Enter() bool { return e.eng().enter() }
-func (e *env) Exit()       { e.eng().exit() }
+// Enter admits a copy on the caller's goroutine (and runs the test hook
+// inside the gate, before the copy touches memory).
+func (e *env) Enter() bool {
+	if !e.eng().enter() {
+		return false
+	}
+	e.eng().gateHook()
+	return true
+}
+
+func (e *env) Exit() { e.eng().exit() }
 
 func (e *env) Slot(ctx context.Context) (func(), error) {
 	select {
@@ -150,6 +159,13 @@ func (e *env) Slot(ctx context.Context) (func(), error) {
 	case <-ctx.Done():
 		return nil, ctxErr("waiting for a transfer slot", ctx.Err())
 	}
+}
+
+// ExportKey is Buffer.Export's key (shm: the bounce buffer a peer
+// performs a request into).
+func (e *env) ExportKey(b datapath.Buf) (wire.RemoteKey, error) {
+	k, err := fromBuf(b).Export()
+	return k.k, err
 }
 
 func (e *env) CountInline(n, size uint64) {
