@@ -57,8 +57,7 @@ type Engine struct {
 	st       stats
 
 	hookProcess atomic.Pointer[func()] // tests: runs in workers before processing
-	gate        closeGate              // calls Close waits for before it unmaps (gate.go)
-	hookGate    atomic.Pointer[func()] // tests: runs in an admitted call before its copy
+	gate        datapath.Gate          // calls Close waits for before it unmaps (gate.go); its hook (tests) runs in an admitted call before its copy
 	hookDrain   atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls
 
 	ident        identity
@@ -91,6 +90,7 @@ func New(cfg Config) (_ *Engine, err error) {
 		endpoints: map[*Endpoint]struct{}{},
 		listeners: map[*Listener]struct{}{},
 	}
+	e.gate.Init(&e.closed)
 	defer func() {
 		if err != nil {
 			_ = e.Close()

@@ -152,6 +152,8 @@ func (e *env) Enter() bool {
 
 func (e *env) Exit() { e.eng().exit() }
 
+func (e *env) Gate() *datapath.Gate { return &e.gate }
+
 func (e *env) Slot(ctx context.Context) (func(), error) {
 	select {
 	case e.rmaSem <- struct{}{}:

@@ -91,6 +91,9 @@ type Env struct {
 	wg       sync.WaitGroup
 	slots    chan struct{}
 	slotsSet sync.Once
+	gate     datapath.Gate
+	gateOnce sync.Once
+	closed   atomic.Bool // never set: the fake engine does not close
 }
 
 var _ datapath.Env = (*Env)(nil)
@@ -208,8 +211,14 @@ func (e *Env) Go(fn func()) {
 	}()
 }
 
-func (e *Env) Enter() bool { return true }
-func (e *Env) Exit()       {}
+func (e *Env) Enter() bool { return e.Gate().Enter() }
+func (e *Env) Exit()       { e.Gate().Exit() }
+
+// Gate is the fake engine's close gate (never closed).
+func (e *Env) Gate() *datapath.Gate {
+	e.gateOnce.Do(func() { e.gate.Init(&e.closed) })
+	return &e.gate
+}
 
 // SetSlots sets how many transfer slots Slot hands out (default 64).
 func (e *Env) SetSlots(n int) {

@@ -20,7 +20,7 @@ import (
 // hold its lock shared, Close exclusively.
 type bound struct {
 	p            *Path
-	env          datapath.Env
+	gate         *datapath.Gate
 	mine, theirs []byte
 	lbuf, rbuf   datapath.Buf
 	h            *ipc.Handle[*imported]
@@ -63,7 +63,7 @@ func (p *Path) Bind(ctx context.Context, local datapath.Mem, k wire.RemoteKey, m
 		p.t.imports.Put(h)
 		return nil, err
 	}
-	return &bound{p: p, env: p.env, mine: local.Host(), theirs: theirs.Host(), lbuf: local.B, rbuf: theirs.B, h: h}, nil
+	return &bound{p: p, gate: p.env.Gate(), mine: local.Host(), theirs: theirs.Host(), lbuf: local.B, rbuf: theirs.B, h: h}, nil
 }
 
 // Inline: the copies run on the caller's goroutine.
@@ -105,9 +105,10 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if !b.env.Enter() {
+	if !b.gate.Enter() {
 		return gxerr.Closed
 	}
+	b.gate.Hook()
 	dst, src := b.theirs, b.mine
 	if !put {
 		dst, src = src, dst
@@ -115,7 +116,7 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 	for range n {
 		copy(dst, src) // slices of equal length: cannot panic, so no defer for Exit
 	}
-	b.env.Exit()
+	b.gate.Exit()
 	return b.checkAfter()
 }
 
