@@ -657,7 +657,14 @@ func TestRDMARegionAccess(t *testing.T) {
 // done), and the endpoint keeps working.
 func TestRDMATimeout(t *testing.T) {
 	needRDMA(t)
-	owner, req, ep, _ := rdmaPair(t)
+	// The delegated transfer below (64 MiB staged by the owner) takes
+	// 5-13 s on Soft-RoCE under emulation and -race: a PeerTimeout of a
+	// minute keeps "the owner answers late but within PeerTimeout" true
+	// on a loaded machine (the default 10 s made the test flaky).
+	cfg := rdmaTestConfig()
+	cfg.PeerTimeout = time.Minute
+	owner, req := newEngine(t, cfg), newEngine(t, cfg)
+	ep, _ := dialRDMA(t, owner, req)
 	ctx := context.Background()
 	const n = 64 << 20 // hundreds of milliseconds on Soft-RoCE under emulation
 	theirs, _ := owner.Alloc(n, Host)
