@@ -10,6 +10,7 @@ import (
 
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/internal/fd"
+	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/rdma"
 )
 
@@ -17,7 +18,7 @@ import (
 // local Copy, or staging through host memory when the NIC cannot register
 // the DMA-BUF) and the Attachment has no DeviceCopier. Errors wrapping it
 // also wrap ErrNotSupported.
-var ErrNoCopier = errors.New("gxfer: attached device has no device copier")
+var ErrNoCopier = gxerr.NoCopier
 
 // DeviceCopier copies to and from the memory of a device the Habana
 // runtime owns, with the runtime's own copy call (e.g. synMemCopyAsync on

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -20,7 +21,7 @@ import (
 
 // ErrUnauthenticated: a TCP peer failed (or refused) authentication with
 // Config.ClusterSecret.
-var ErrUnauthenticated = errors.New("gxfer: peer not authenticated")
+var ErrUnauthenticated = gxerr.Unauthenticated
 
 // checkSecret refuses a cluster secret too short to be one.
 func (e *Engine) checkSecret() error {

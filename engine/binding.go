@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -31,7 +32,8 @@ type Binding struct {
 	mine, theirs []byte
 	lbuf, rbuf   *Buffer
 	h            *ipc.Handle[*imported]
-	rd           *rdmaBind // RDMA endpoints (mine, theirs, rbuf and h unused)
+	rd           *rdmaBind      // RDMA endpoints (mine, theirs, rbuf and h unused)
+	bd           datapath.Bound // the binding of a data path (the fields above unused)
 
 	mu     sync.RWMutex // Put/Get hold it shared; Close exclusively
 	closed bool
@@ -57,6 +59,17 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 	}
 	if err := remote.k.Check(0, remote.k.Len); err != nil {
 		return nil, newErr(ErrInvalid, "remote key view", err)
+	}
+	if ep.path != nil {
+		var mk *wire.RemoteKey
+		if k, ok := remote.mapKey(); ok {
+			mk = &k
+		}
+		bd, err := ep.path.Bind(ctx, local.mem(), remote.k, mk, e.opConfig(nil).deadline)
+		if err != nil {
+			return nil, err
+		}
+		return &Binding{ep: ep, n: local.n, bd: bd}, nil
 	}
 	if ep.kind != TransportIPC && ep.rd == nil {
 		return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is "+ep.Transport().String(), nil)
@@ -95,7 +108,7 @@ func (b *Binding) check() error {
 	if b.closed {
 		return newErr(ErrClosed, "binding closed", nil)
 	}
-	if b.rd != nil {
+	if b.rd != nil || b.bd != nil {
 		return nil // the endpoint's and the work requests' errors: rdmaBind.do
 	}
 	if b.h.Gone() || b.h.Value().revoked() {
@@ -114,6 +127,9 @@ func (b *Binding) Put() error {
 	defer b.mu.RUnlock()
 	if err := b.check(); err != nil {
 		return err
+	}
+	if b.bd != nil {
+		return b.do(true, 1, true)
 	}
 	if b.rd != nil {
 		return b.rdmaDo(true, 1, true)
@@ -134,6 +150,9 @@ func (b *Binding) Get() error {
 	defer b.mu.RUnlock()
 	if err := b.check(); err != nil {
 		return err
+	}
+	if b.bd != nil {
+		return b.do(false, 1, true)
 	}
 	if b.rd != nil {
 		return b.rdmaDo(false, 1, true)
@@ -171,6 +190,9 @@ func (b *Binding) copyN(n int, put bool) error {
 	if err := b.check(); err != nil {
 		return err
 	}
+	if b.bd != nil {
+		return b.do(put, n, false)
+	}
 	if b.rd != nil {
 		return b.rdmaDo(put, n, false)
 	}
@@ -197,12 +219,25 @@ func (b *Binding) copyN(n int, put bool) error {
 func (b *Binding) Flush() error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	if err := b.check(); err != nil || b.rd == nil {
+	if err := b.check(); err != nil {
 		return err
+	}
+	if b.bd != nil {
+		return b.bd.Flush()
+	}
+	if b.rd == nil {
+		return nil
 	}
 	b.rd.mu.Lock()
 	defer b.rd.mu.Unlock()
 	return b.rd.flush()
+}
+
+// do runs n operations of a data path's binding (b.mu held shared).
+func (b *Binding) do(put bool, n int, wait bool) error {
+	err := b.bd.Do(put, n, wait)
+	b.ops.Add(uint64(n))
+	return err
 }
 
 // rdmaDo runs n operations on an RDMA binding (b.mu held shared).
@@ -225,6 +260,20 @@ func (b *Binding) Close() error {
 		return nil
 	}
 	b.closed = true
+	if b.bd != nil {
+		err := b.bd.Close()
+		if n := b.ops.Load(); n > 0 {
+			if b.bd.Inline() {
+				b.ep.e.env().CountInline(n, b.n)
+			} else {
+				st := &b.ep.e.st
+				st.submitted.Add(n)
+				st.completed.Add(n)
+				st.bytes.Add(n * b.n)
+			}
+		}
+		return err
+	}
 	var err error
 	if b.rd != nil {
 		b.rd.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/rdma"
@@ -82,6 +83,9 @@ type Buffer struct {
 	gmr    *gaudiRegion
 	att    *attachedMem // runtime memory of an Attachment (attach.go)
 	gmrErr error
+
+	// dpState is what data paths keep per buffer (datapath.BufState).
+	dpState datapath.BufState
 
 	// state counts operations in flight; freedBit marks a freed buffer.
 	state    atomic.Uint64
@@ -166,6 +170,7 @@ func (b *Buffer) Free() error {
 		}
 		if b.state.CompareAndSwap(s, s|freedBit) {
 			b.eng.revokeValidity(b) // peers' copies fail from now on (imports.go)
+			b.eng.hooksRevoke(b)
 			if s == 0 {
 				return b.destroy()
 			}

@@ -73,11 +73,16 @@ func (e *Engine) validate(dst, src Slice) error {
 	return nil
 }
 
+// checkCtx refuses a nil ctx (ErrInvalid) and one that has already ended
+// (ErrCanceled or ErrTimeout, wrapping ctx's error).
 func checkCtx(ctx context.Context) error {
 	if ctx == nil {
 		return newErr(ErrInvalid, "nil context", nil)
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return ctxErr("not started", err)
+	}
+	return nil
 }
 
 // acquire counts the copy against both buffers (failing on freed ones).

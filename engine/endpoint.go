@@ -10,13 +10,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
 
 // ErrPeer: a peer failed (disconnected, died, sent malformed frames) or
 // refused a request. The message names the peer.
-var ErrPeer = errors.New("gxfer: peer error")
+var ErrPeer = gxerr.Peer
 
 const (
 	ipcMaxFrame      = 192 << 10 // below the default SOCK_SEQPACKET send buffer
@@ -63,6 +65,10 @@ type Endpoint struct {
 	parent *Endpoint   // a lane's endpoint
 
 	rd *rdmaConn // RDMA endpoints: the queue pair (the control channel is TCP)
+
+	// path moves the endpoint's data (nil while a transport still lives
+	// in the engine's own files).
+	path datapath.Path
 }
 
 type reply struct {
@@ -70,7 +76,10 @@ type reply struct {
 	err error
 }
 
-func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, addr string, dialer bool, rd *rdmaConn) (*Endpoint, error) {
+// newEndpoint makes the endpoint of a connection whose handshake is done,
+// connects its data path (the transport registered for want, if any:
+// connectPath) and starts its reader and writer.
+func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello, kind, want TransportKind, addr string, dialer bool, rd *rdmaConn) (*Endpoint, error) {
 	name := fmt.Sprintf("peer %q (pid %d)", peer.Name, peer.PID)
 	if kind == TransportTCP {
 		name = fmt.Sprintf("peer %q (pid %d at %s)", peer.Name, peer.PID, addr)
@@ -91,12 +100,24 @@ func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, 
 		ep.idParity = 1
 		ep.nextID.Store(1)
 	}
+	if t := e.transports[want]; t != nil {
+		p, err := t.Connect(ctx, ep.ctrl())
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		ep.path = p
+	}
 	e.epMu.Lock()
 	if e.closed.Load() {
 		e.epMu.Unlock()
 		_ = c.Close()
 		if rd != nil {
 			rd.close()
+		}
+		if ep.path != nil {
+			ep.path.Failed(ErrClosed)
+			ep.path.Closed(ErrClosed)
 		}
 		return nil, ErrClosed
 	}
@@ -123,6 +144,9 @@ func (e *Engine) newEndpoint(c *wire.Conn, peer wire.Hello, kind TransportKind, 
 
 // Transport says how the endpoint reaches its peer.
 func (ep *Endpoint) Transport() TransportKind {
+	if ep.path != nil {
+		return TransportKind(ep.path.Kind())
+	}
 	if ep.rd != nil {
 		return TransportRDMA
 	}
@@ -159,6 +183,13 @@ func (ep *Endpoint) Stats() EndpointStats {
 		for _, n := range rd.nics {
 			st.NICWRs = append(st.NICWRs, n.wrs.Load())
 		}
+	}
+	if ep.path != nil {
+		var ds datapath.Stats
+		ep.path.Stats(&ds)
+		st.Served, st.BytesOut, st.BytesIn, st.Lanes = ds.Served, ds.BytesOut, ds.BytesIn, max(ds.Lanes, 1)
+		st.ZeroCopy, st.Staged, st.Delegated, st.ServedRDMA, st.NICWRs = ds.ZeroCopy, ds.Staged, ds.Delegated, ds.ServedRDMA, ds.NICWRs
+		return st
 	}
 	for _, l := range append([]*Endpoint{ep}, ep.lanes...) {
 		st.Served += l.served.Load()
@@ -230,6 +261,9 @@ func (ep *Endpoint) failOnce(err error) {
 			// Flush what is in flight: its completions fail with err.
 			ep.rd.setError()
 		}
+		if ep.path != nil {
+			ep.path.Failed(err)
+		}
 		for _, fn := range pend {
 			fn(reply{err: err})
 		}
@@ -290,6 +324,10 @@ func (ep *Endpoint) readLoop() {
 		if err == nil {
 			err = newErr(ErrClosed, "endpoint closed", nil)
 		}
+		if ep.path != nil {
+			ep.path.Closed(err)
+			return
+		}
 		ep.abortRouting()
 		ep.cancelInbound(err)
 		if ep.rd != nil {
@@ -302,8 +340,8 @@ func (ep *Endpoint) readLoop() {
 			f   wire.Frame
 			err error
 		)
-		if ep.kind == TransportTCP {
-			f, err = ep.c.RecvRouted(ctx, ep.route)
+		if sink := ep.sink(); sink != nil {
+			f, err = ep.c.RecvRouted(ctx, sink)
 		} else {
 			f, err = ep.c.Recv(ctx)
 		}
@@ -320,7 +358,11 @@ func (ep *Endpoint) readLoop() {
 			return
 		}
 		if f.Routed {
-			ep.landed()
+			if ep.path != nil {
+				ep.path.Landed()
+			} else {
+				ep.landed()
+			}
 			continue
 		}
 		if err := ep.dispatch(f); err != nil {
@@ -351,6 +393,11 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 	m, err := f.Message()
 	if err != nil {
 		return err
+	}
+	if ep.path != nil {
+		if ok, err := ep.path.Handle(&f, m); ok || err != nil {
+			return err
+		}
 	}
 	switch m := m.(type) {
 	case *wire.ImportRequest:
@@ -556,6 +603,33 @@ func waitSync(ctx context.Context, f *Future) error {
 	return f.Err()
 }
 
+// sink is where the reader lands Data frames (nil: the transport sends
+// none on the control connection).
+func (ep *Endpoint) sink() wire.DataSink {
+	if ep.path != nil {
+		return ep.path.Sink()
+	}
+	if ep.kind == TransportTCP {
+		return ep.route
+	}
+	return nil
+}
+
+// start runs a checked Put or Get on the endpoint's data path.
+func (ep *Endpoint) start(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {
+	r := datapath.Req{Put: put, Local: local.mem(), Key: remote.k}
+	if mk, ok := remote.mapKey(); ok {
+		r.MapKey = &mk
+	}
+	if len(opts) > 0 || ep.e.cfg.OpTimeout > 0 {
+		r.Deadline = ep.e.opConfig(opts).deadline
+	}
+	f := newFuture(1)
+	f.setSpin(ep.e.cfg.WaitSpin)
+	ep.path.Start(ctx, r, f.completer())
+	return f
+}
+
 func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {
 	e := ep.e
 	if err := checkCtx(ctx); err != nil {
@@ -589,6 +663,9 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		ep.puts.Add(1)
 	} else {
 		ep.gets.Add(1)
+	}
+	if ep.path != nil {
+		return ep.start(ctx, put, local, remote, opts)
 	}
 	if ep.rd != nil {
 		return ep.rmaRDMA(ctx, put, local, remote.k, opts)

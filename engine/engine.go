@@ -14,6 +14,7 @@ import (
 
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/wire"
@@ -76,6 +77,9 @@ type Engine struct {
 	rdmaStageSem  chan struct{}
 
 	attach attachState // devices the Habana runtime lends (attach.go)
+
+	transports map[TransportKind]datapath.Transport // transports.go
+	bufHooks   []datapath.BufferHooks
 }
 
 // New opens the devices Config asks for and starts the engine.
@@ -117,6 +121,7 @@ func New(cfg Config) (_ *Engine, err error) {
 		return nil, err
 	}
 	e.openRDMA()
+	e.openTransports()
 	// At most one drain per (device, direction) and one for host copies
 	// run at a time: the pool must hold them all.
 	e.pool.Tune(max(cfg.Workers, numDirs*len(e.devs)+1))
@@ -359,7 +364,7 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 	delete(e.buffers, b.id)
 	e.mu.Unlock()
 	var errs []error
-	errs = append(errs, e.releaseRDMA(b))
+	errs = append(errs, e.releaseRDMA(b), e.hooksFreeing(b))
 	if b.att != nil {
 		b.att.a.forget(b) // runtime memory: never freed by gxfer
 	} else if b.loc.gaudi {
@@ -415,6 +420,7 @@ func (e *Engine) Close() error {
 		if e.imports != nil {
 			errs = append(errs, e.imports.Close())
 		}
+		errs = append(errs, e.closeTransports())
 		// Stop intake and fail what is still queued.
 		for _, g := range e.devs {
 			g.closeQueues()
@@ -465,6 +471,7 @@ func (e *Engine) Close() error {
 		for _, n := range e.nics {
 			errs = append(errs, n.close())
 		}
+		errs = append(errs, e.finishTransports())
 		for _, s := range e.sims {
 			errs = append(errs, s.Close())
 		}

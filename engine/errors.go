@@ -1,70 +1,44 @@
 package engine
 
-import (
-	"errors"
-
-	"github.com/gxfer/gxfer/cq"
-	"github.com/gxfer/gxfer/queue"
-)
+import "github.com/gxfer/gxfer/internal/gxerr"
 
 // Sentinel errors. Match them with errors.Is; they wrap the underlying
 // cause (an errno, a CS status) where there is one.
 var (
 	// ErrClosed: the engine (or the buffer's engine) is closed.
-	ErrClosed = cq.ErrClosed
+	ErrClosed = gxerr.Closed
 	// ErrQueueFull: a submission queue is full and Config.QueueFull is
 	// FailWhenFull.
-	ErrQueueFull = queue.ErrFull
+	ErrQueueFull = gxerr.QueueFull
 	// ErrTimeout: the operation missed its deadline (Config.OpTimeout or
 	// the Timeout option). The hardware may still complete it; the buffers
 	// stay alive until it does, but the destination's content is undefined.
-	ErrTimeout = errors.New("gxfer: operation timed out")
+	ErrTimeout = gxerr.Timeout
 	// ErrInvalid: bad input (size, bounds, overlap, nil context...).
-	ErrInvalid = errors.New("gxfer: invalid argument")
+	ErrInvalid = gxerr.Invalid
 	// ErrFreed: the buffer was freed.
-	ErrFreed = errors.New("gxfer: buffer freed")
+	ErrFreed = gxerr.Freed
 	// ErrForeign: the buffer belongs to another engine.
-	ErrForeign = errors.New("gxfer: buffer belongs to another engine")
+	ErrForeign = gxerr.Foreign
 	// ErrNotSupported: the operation is not available here.
-	ErrNotSupported = errors.New("gxfer: not supported")
+	ErrNotSupported = gxerr.NotSupported
 	// ErrNoDevice: the requested device does not exist.
-	ErrNoDevice = errors.New("gxfer: no such device")
+	ErrNoDevice = gxerr.NoDevice
 	// ErrAborted: the device aborted the operation (reset, context teardown).
-	ErrAborted = errors.New("gxfer: operation aborted by the device")
+	ErrAborted = gxerr.Aborted
 	// ErrDevice: the device failed the operation (MMU fault, bad packet...).
-	ErrDevice = errors.New("gxfer: device error")
+	ErrDevice = gxerr.Device
 	// ErrPanic: a worker panicked while handling the operation.
-	ErrPanic = errors.New("gxfer: internal panic")
+	ErrPanic = gxerr.Panic
 	// ErrNotEmulated: the device is real hardware; Engine.Emulator (fault
 	// injection) applies to emulated devices only.
-	ErrNotEmulated = errors.New("gxfer: not an emulated device")
+	ErrNotEmulated = gxerr.NotEmulated
 )
 
-// opError wraps a sentinel with the underlying cause.
-type opError struct {
-	kind error
-	msg  string
-	err  error
-}
+// newErr is an error of kind with a message and an optional cause.
+func newErr(kind error, msg string, cause error) error { return gxerr.New(kind, msg, cause) }
 
-func (e *opError) Error() string {
-	s := e.kind.Error()
-	if e.msg != "" {
-		s += ": " + e.msg
-	}
-	if e.err != nil {
-		s += ": " + e.err.Error()
-	}
-	return s
-}
-
-func (e *opError) Unwrap() []error {
-	if e.err == nil {
-		return []error{e.kind}
-	}
-	return []error{e.kind, e.err}
-}
-
-func newErr(kind error, msg string, cause error) error {
-	return &opError{kind: kind, msg: msg, err: cause}
-}
+// ctxErr is the typed error of an operation whose ctx ended during one of
+// its waits: ErrTimeout for an expired deadline, ErrCanceled for a
+// cancellation, each wrapping ctx's error.
+func ctxErr(what string, err error) error { return gxerr.Ctx(what, err) }

@@ -2,15 +2,16 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
 )
 
 // ErrNotDone is what Future.Err returns while the future is still pending.
-var ErrNotDone = errors.New("gxfer: operation not complete")
+var ErrNotDone = gxerr.NotDone
 
 // closedChan is shared by every resolved future; it is closed at init and
 // never touched again.
@@ -129,6 +130,9 @@ type futureCompleter Future
 // Complete implements cq.Completer.
 func (c *futureCompleter) Complete(idx int, err error) { (*Future)(c).complete(idx, err) }
 
+// CompleteAll implements datapath.Completer.
+func (c *futureCompleter) CompleteAll(err error) { (*Future)(c).completeAll(err) }
+
 // completer returns f's completion view for the actors of package cq.
 func (f *Future) completer() *futureCompleter { return (*futureCompleter)(f) }
 
@@ -199,17 +203,4 @@ func (f *Future) Wait(ctx context.Context) error {
 // finished (errors.Is(err, context.Canceled) holds too). What had started
 // on the hardware or the network finished first; the destination's content
 // is undefined.
-var ErrCanceled = errors.New("gxfer: operation canceled")
-
-// ctxErr is the typed error of an operation whose ctx ended during one of
-// its waits: ErrTimeout for an expired deadline, ErrCanceled for a
-// cancellation, each wrapping ctx's error.
-func ctxErr(what string, err error) error {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return newErr(ErrTimeout, what, err)
-	case errors.Is(err, context.Canceled):
-		return newErr(ErrCanceled, what, err)
-	}
-	return err
-}
+var ErrCanceled = gxerr.Canceled

@@ -255,15 +255,6 @@ func (b *Buffer) importerCount() int {
 	return len(b.importers)
 }
 
-// refusal maps an owner's refusal to an error kind.
-func (ep *Endpoint) refusal(what string, m *wire.Error) error {
-	switch m.Code {
-	case wire.StatusOutOfRange, wire.StatusBadKey, wire.StatusAccess, wire.StatusStale:
-		return newErr(ErrInvalid, ep.name+": "+what, m)
-	}
-	return ep.peerErr(what, m)
-}
-
 // importErr maps an import failure to an error kind.
 func (ep *Endpoint) importErr(err error) error {
 	switch {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -280,7 +281,11 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 		return nil, newErr(ErrNotSupported, fmt.Sprintf("transport rdma: peer %q (pid %d at %s) does not offer RDMA (no usable RDMA device there, or RDMA disabled)",
 			ack.Name, ack.PID, addr), nil)
 	}
-	return e.newEndpoint(wc, ack.Hello, kind, addr, true, rd)
+	want = kind
+	if ack.Accepted&wire.CapRDMA != 0 {
+		want = TransportRDMA
+	}
+	return e.newEndpoint(hctx, wc, ack.Hello, kind, want, addr, true, rd)
 }
 
 // helloFor is this engine's Hello on a transport: fd passing and shared
@@ -382,7 +387,11 @@ func (e *Engine) handshakeServer(parent context.Context, l *Listener, p *pending
 			return nil, err
 		}
 	}
-	ep, err := e.newEndpoint(wc, hello, kind, raddr, false, rd)
+	want := kind
+	if ack.Accepted&wire.CapRDMA != 0 {
+		want = TransportRDMA
+	}
+	ep, err := e.newEndpoint(ctx, wc, hello, kind, want, raddr, false, rd)
 	if err == nil {
 		l.addPeer(ep)
 	}
@@ -392,7 +401,7 @@ func (e *Engine) handshakeServer(parent context.Context, l *Listener, p *pending
 // ErrTooManyPeers: a listener refused a connection because it serves
 // Config.MaxPeers endpoints that are all busy. The dialer's error matches
 // it (and ErrPeer).
-var ErrTooManyPeers = errors.New("gxfer: too many peers")
+var ErrTooManyPeers = gxerr.TooManyPeers
 
 // serverHandshakeTimeout bounds a connection's handshake at the listener.
 const serverHandshakeTimeout = 2 * time.Second

@@ -172,6 +172,7 @@ func (b *Buffer) Export() (RemoteKey, error) {
 		return RemoteKey{}, newErr(ErrNotSupported, "registered memory cannot be shared; allocate it with Alloc(Host)", nil)
 	}
 	e.exportRKeys(b, &k)
+	e.hooksExport(b, &k)
 	if err := e.ident.signer.Sign(&k); err != nil {
 		return RemoteKey{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,12 +84,6 @@ type routed struct {
 	n     uint64
 	stage *Buffer
 }
-
-// ours reports whether request id was issued by this side.
-func (ep *Endpoint) ours(id uint64) bool { return id&1 == ep.idParity }
-
-// newID issues a request id of this side's parity.
-func (ep *Endpoint) newID() uint64 { return ep.nextID.Add(2) }
 
 // route is the reader's DataSink.
 func (ep *Endpoint) route(id, off uint64, n int) ([]byte, error) {
@@ -238,62 +231,6 @@ func (ep *Endpoint) cancelInbound(err error) {
 	ep.mu.Unlock()
 	for _, in := range ins {
 		in.cancel(err)
-	}
-}
-
-// queueReply hands a frame the reader wants sent to the writer goroutine
-// (or to the next Put or Get this side sends, which carries it along).
-func (ep *Endpoint) queueReply(m wire.Message) error {
-	ep.replyMu.Lock()
-	if len(ep.replyQ) >= maxInbound+maxServing {
-		ep.replyMu.Unlock()
-		return errors.New("peer is not reading its replies")
-	}
-	ep.replyQ = append(ep.replyQ, m)
-	ep.replyMu.Unlock()
-	select {
-	case ep.replySig <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// takeReplies removes the queued replies (nil if none).
-func (ep *Endpoint) takeReplies() []wire.Message {
-	ep.replyMu.Lock()
-	q := ep.replyQ
-	ep.replyQ = nil
-	ep.replyMu.Unlock()
-	return q
-}
-
-// writer sends the reader's replies and the heartbeats.
-func (ep *Endpoint) writer(every time.Duration) {
-	defer close(ep.writerEnd)
-	var tick <-chan time.Time
-	if every > 0 {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		tick = t.C
-	}
-	hb := &wire.Heartbeat{}
-	for {
-		select {
-		case <-ep.replySig:
-			// Let a goroutine that is about to send (the code answering
-			// the data just landed) go first and carry the replies.
-			runtime.Gosched()
-			for _, m := range ep.takeReplies() {
-				if err := ep.c.Send(m); err != nil {
-					ep.e.log.Debug().Err(err).Str("peer", ep.name).Msg("reply not sent")
-				}
-			}
-		case <-tick:
-			_ = ep.c.Send(hb)
-			ep.checkQP()
-		case <-ep.done:
-			return
-		}
 	}
 }
 
@@ -550,24 +487,6 @@ func (o *tcpOp) onReply(r reply) {
 	o.partDone(err)
 }
 
-// replyErr interprets a Completion or Error frame.
-func (ep *Endpoint) replyErr(f wire.Frame) error {
-	msg, err := f.Message()
-	if err != nil {
-		return ep.peerErr("reply", err)
-	}
-	switch msg := msg.(type) {
-	case *wire.Completion:
-		if msg.Status != wire.StatusOK {
-			return ep.peerErr("request failed", fmt.Errorf("status %v", msg.Status))
-		}
-		return nil
-	case *wire.Error:
-		return ep.refusal("request refused", msg)
-	}
-	return ep.peerErr("unexpected reply", nil)
-}
-
 // timeout fails the operation at its deadline; bytes still in flight are
 // waited for (the buffer is in use until then) or dropped.
 func (o *tcpOp) timeout() {
@@ -670,20 +589,4 @@ func (ep *Endpoint) rmaTCP(put bool, local Slice, k wire.RemoteKey, opts []OpOpt
 		}
 	}
 	return o.f
-}
-
-// sendErr maps a failure to send on the connection.
-func (ep *Endpoint) sendErr(err error) error {
-	if err == nil || errors.Is(err, ErrPeer) || errors.Is(err, ErrClosed) {
-		return err
-	}
-	if errors.Is(err, errSourceFailed) {
-		return err
-	}
-	if errors.Is(err, wire.ErrClosed) {
-		if f := ep.Err(); f != nil {
-			return f
-		}
-	}
-	return ep.peerErr("send", err)
 }

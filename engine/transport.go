@@ -26,6 +26,9 @@ const (
 	// TransportIPC is a unix socket on one node: shared memory and fd
 	// passing (Listen/Dial "unix").
 	TransportIPC
+	// transportPipe is the in-memory pair of the tests
+	// (internal/datapath/pipe).
+	transportPipe
 )
 
 // String names the transport: "auto", "tcp", "rdma" or "ipc".
@@ -39,6 +42,8 @@ func (k TransportKind) String() string {
 		return "rdma"
 	case TransportIPC:
 		return "ipc"
+	case transportPipe:
+		return "pipe"
 	}
 	return fmt.Sprintf("TransportKind(%d)", uint8(k))
 }

@@ -79,6 +79,9 @@ type DMABuf struct {
 	FD      int    // the DMA-BUF's descriptor
 	Offset  uint64 // the buffer's offset in it
 	Release func() // drops the export (nil: nothing to drop)
+	// Registered (nil: none) is called once the data path registered the
+	// export with a NIC (statistics of runtime memory).
+	Registered func()
 }
 
 // Mem is Len bytes at Off in a buffer.
@@ -276,8 +279,16 @@ type Transport interface {
 	// has just exchanged Hellos (for RDMA: brings up its queue pairs over
 	// it).
 	Connect(ctx context.Context, c Ctrl) (Path, error)
-	// Close releases the transport once every path is closed.
+	// Close is called once every endpoint is closed, before the engine
+	// frees the buffers still alive (drop imports of peers' memory here).
 	Close() error
+}
+
+// Finisher is implemented by transports that hold resources the engine's
+// buffers use until they are freed (NIC registrations): Finish runs last,
+// after every buffer is gone (BufferHooks.Freeing called for each).
+type Finisher interface {
+	Finish() error
 }
 
 // BufferHooks is implemented by transports that keep per-buffer state:

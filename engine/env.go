@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"context"
+	"time"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/ipc"
+	"github.com/gxfer/gxfer/memcache"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// The engine's side of the data-path contract (internal/datapath): the
+// Engine seen as a datapath.Env, a Buffer as a datapath.Buf. Both are
+// views of the same objects (a conversion, no allocation), so the
+// methods data paths need stay off the public types.
+
+// env is the Engine as its data paths see it.
+type env Engine
+
+// dpBuf is a Buffer as data paths see it.
+type dpBuf Buffer
+
+var (
+	_ datapath.Env = (*env)(nil)
+	_ datapath.Buf = (*dpBuf)(nil)
+)
+
+func (e *Engine) env() *env { return (*env)(e) }
+
+// buf is b's data-path view.
+func (b *Buffer) dp() *dpBuf { return (*dpBuf)(b) }
+
+// mem is s's data-path view.
+func (s Slice) mem() datapath.Mem { return datapath.Mem{B: s.buf.dp(), Off: s.off, Len: s.n} }
+
+// fromBuf is the Buffer behind a data-path buffer (the engine makes every
+// one).
+func fromBuf(b datapath.Buf) *Buffer { return (*Buffer)(b.(*dpBuf)) }
+
+// slice is the Slice a data-path Mem names.
+func slice(m datapath.Mem) Slice { return Slice{buf: fromBuf(m.B), off: m.Off, n: m.Len} }
+
+func (b *dpBuf) ID() uint64                { return b.id }
+func (b *dpBuf) Len() uint64               { return b.size }
+func (b *dpBuf) IsGaudi() bool             { return b.loc.gaudi }
+func (b *dpBuf) Addr() uint64              { return (*Buffer)(b).Addr() }
+func (b *dpBuf) HostBytes() []byte         { return (*Buffer)(b).Bytes() }
+func (b *dpBuf) Acquire() error            { return (*Buffer)(b).acquire() }
+func (b *dpBuf) Release()                  { (*Buffer)(b).release() }
+func (b *dpBuf) Shared() *ipc.Shared       { return b.shm }
+func (b *dpBuf) State() *datapath.BufState { return &b.dpState }
+
+// ExportDMABuf exports Gaudi memory for RDMA registration: through the
+// device's export cache (at the buffer's offset in the DMA-BUF, which
+// package dma carries where the kernel ignores an export offset), or, for
+// runtime memory, the pool's DMA-BUF.
+func (b *dpBuf) ExportDMABuf() (datapath.DMABuf, error) {
+	bb := (*Buffer)(b)
+	if !b.loc.gaudi {
+		return datapath.DMABuf{}, newErr(ErrInvalid, "not device memory", nil)
+	}
+	if b.att != nil {
+		req, err := bb.attachedMRRequest()
+		if err != nil {
+			return datapath.DMABuf{}, err
+		}
+		a := b.att.a
+		return datapath.DMABuf{FD: req.fd, Offset: req.offset, Registered: func() { a.mrs.Add(1) }}, nil
+	}
+	x, err := b.gd.exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
+	if err != nil {
+		return datapath.DMABuf{}, newErr(ErrDevice, "export gaudi buffer", err)
+	}
+	db := x.Value().(*dma.DMABuf)
+	off, err := dmabufOffset(bb, db)
+	if err != nil {
+		b.gd.exports.Put(x)
+		return datapath.DMABuf{}, err
+	}
+	exports := b.gd.exports
+	return datapath.DMABuf{FD: db.FD().Int(), Offset: off, Release: func() { exports.Put(x) }}, nil
+}
+
+func (e *env) eng() *Engine { return (*Engine)(e) }
+
+func (e *env) Logger() zerolog.Logger { return e.log }
+
+func (e *env) Config() datapath.Config {
+	return datapath.Config{WaitSpin: e.cfg.WaitSpin, PeerTimeout: e.cfg.PeerTimeout, TCPReadSpin: e.cfg.TCPReadSpin, TCPLanes: e.cfg.TCPLanes}
+}
+
+func (e *env) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (datapath.Mem, wire.Status, string) {
+	s, st, msg := e.eng().lookupKey(k, off, n, need)
+	if st != wire.StatusOK {
+		return datapath.Mem{}, st, msg
+	}
+	return s.mem(), st, msg
+}
+
+func (e *env) DMA(dst, src datapath.Mem, deadline time.Time) datapath.Waiter {
+	return e.eng().copyInternal(slice(dst), slice(src), deadline)
+}
+
+func (e *env) Copy(ctx context.Context, dst, src datapath.Mem, deadline time.Time) datapath.Waiter {
+	if deadline.IsZero() {
+		return e.eng().Copy(ctx, slice(dst), slice(src))
+	}
+	return e.eng().Copy(ctx, slice(dst), slice(src), Deadline(deadline))
+}
+
+func (e *env) AllocHost(n uint64) (datapath.Buf, error) {
+	b, err := e.eng().Alloc(int(n), Host)
+	if err != nil {
+		return nil, err
+	}
+	return b.dp(), nil
+}
+
+func (e *env) FreeHost(b datapath.Buf) error { return fromBuf(b).Free() }
+
+func (e *env) WrapHost(mem []byte, onDestroy func() error) (datapath.Buf, error) {
+	b := &Buffer{eng: e.eng(), id: e.nextID.Add(1), loc: Host, size: uint64(len(mem)), user: mem, ptr: unsafe.Pointer(&mem[0]), onDestroy: onDestroy}
+	if err := e.types.Insert(b.Addr(), b.size, memcache.MemHost, -1, b); err != nil {
+		return nil, err
+	}
+	e.eng().track(b)
+	return b.dp(), nil
+}
+
+func (e *env) Go(fn func()) {
+	e.async.Add(1)
+	go func() {
+		defer e.async.Done()
+		fn()
+	}()
+}
+
+func (e *env) Enter() bool { return e.eng().enter() }
+func (e *env) Exit()       { e.eng().exit() }
+
+func (e *env) Slot(ctx context.Context) (func(), error) {
+	select {
+	case e.rmaSem <- struct{}{}:
+		return func() { <-e.rmaSem }, nil
+	case <-ctx.Done():
+		return nil, ctxErr("waiting for a transfer slot", ctx.Err())
+	}
+}
+
+func (e *env) CountInline(n, size uint64) {
+	st := &e.st
+	st.submitted.Add(n)
+	st.completed.Add(n)
+	st.inline.Add(n)
+	st.bytes.Add(n * size)
+}
