@@ -41,7 +41,6 @@ type Endpoint struct {
 
 	mu        sync.Mutex
 	pending   map[uint64]func(reply) // called once, never under mu
-	inbound   map[uint64]*inbound    // TCP: transfers landing
 	lent      map[*Buffer]struct{}   // IPC: our buffers the peer mapped (imports.go)
 	nextID    atomic.Uint64
 	idParity  uint64 // the parity of our request ids: 1 dialer, 0 acceptor
@@ -52,17 +51,13 @@ type Endpoint struct {
 	serving   sync.WaitGroup
 	sem       chan struct{}
 	reader    chan struct{}
-	cur       routed // reader only: the Data frame being landed
 	replyMu   sync.Mutex
 	replyQ    []wire.Message // the reader's frames, sent by writer or carried by a Put
 	replySig  chan struct{}
 	writerEnd chan struct{}
 
-	puts, gets, served, bytesOut, bytesIn atomic.Uint64
-	active                                atomic.Bool // the peer made a request (Listener.admit evicts idle peers first)
-
-	lanes  []*Endpoint // TCP: extra connections for large transfers (set once, by Dial)
-	parent *Endpoint   // a lane's endpoint
+	puts, gets, served atomic.Uint64
+	active             atomic.Bool // the peer made a request (Listener.admit evicts idle peers first)
 
 	rd *rdmaConn // RDMA endpoints: the queue pair (the control channel is TCP)
 
@@ -88,7 +83,6 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		e: e, c: c, peer: peer, kind: kind, name: name,
 		pid:       ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8]), Conn: e.ident.conns.Add(1)},
 		pending:   map[uint64]func(reply){},
-		inbound:   map[uint64]*inbound{},
 		done:      make(chan struct{}),
 		sem:       make(chan struct{}, maxServing),
 		reader:    make(chan struct{}),
@@ -177,7 +171,7 @@ type EndpointStats struct {
 
 // Stats returns the endpoint's counters.
 func (ep *Endpoint) Stats() EndpointStats {
-	st := EndpointStats{Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1 + len(ep.lanes)}
+	st := EndpointStats{Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1}
 	if rd := ep.rd; rd != nil {
 		st.ZeroCopy, st.Staged, st.Delegated, st.ServedRDMA = rd.zeroCopy.Load(), rd.staged.Load(), rd.delegated.Load(), rd.servedRDMA.Load()
 		for _, n := range rd.nics {
@@ -191,11 +185,7 @@ func (ep *Endpoint) Stats() EndpointStats {
 		st.ZeroCopy, st.Staged, st.Delegated, st.ServedRDMA, st.NICWRs = ds.ZeroCopy, ds.Staged, ds.Delegated, ds.ServedRDMA, ds.NICWRs
 		return st
 	}
-	for _, l := range append([]*Endpoint{ep}, ep.lanes...) {
-		st.Served += l.served.Load()
-		st.BytesOut += l.bytesOut.Load()
-		st.BytesIn += l.bytesIn.Load()
-	}
+	st.Served = ep.served.Load()
 	return st
 }
 
@@ -230,23 +220,11 @@ func (ep *Endpoint) Close() error {
 	<-ep.reader
 	<-ep.writerEnd
 	ep.serving.Wait()
-	for _, l := range ep.lanes {
-		_ = l.Close()
-	}
 	return nil
 }
 
-// fail ends the endpoint once with err, and its lanes (or the endpoint
-// it is a lane of) with it.
-func (ep *Endpoint) fail(err error) {
-	ep.failOnce(err)
-	for _, l := range ep.lanes {
-		l.failOnce(err)
-	}
-	if ep.parent != nil {
-		ep.parent.fail(err)
-	}
-}
+// fail ends the endpoint once with err (its data path fails its lanes).
+func (ep *Endpoint) fail(err error) { ep.failOnce(err) }
 
 func (ep *Endpoint) failOnce(err error) {
 	ep.once.Do(func() {
@@ -328,8 +306,6 @@ func (ep *Endpoint) readLoop() {
 			ep.path.Closed(err)
 			return
 		}
-		ep.abortRouting()
-		ep.cancelInbound(err)
 		if ep.rd != nil {
 			ep.rd.close()
 		}
@@ -358,11 +334,7 @@ func (ep *Endpoint) readLoop() {
 			return
 		}
 		if f.Routed {
-			if ep.path != nil {
-				ep.path.Landed()
-			} else {
-				ep.landed()
-			}
+			ep.path.Landed()
 			continue
 		}
 		if err := ep.dispatch(f); err != nil {
@@ -428,10 +400,6 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 // shared memory (unix socket).
 func (ep *Endpoint) serveAny(put bool, r wire.Request) error {
 	switch {
-	case ep.kind == TransportTCP && r.Local.Kind == wire.LocalInline && put:
-		return ep.servePutTCP(r)
-	case ep.kind == TransportTCP && r.Local.Kind == wire.LocalInline:
-		return ep.serveGetTCP(r)
 	case ep.kind == TransportIPC && r.Local.Kind == wire.LocalKey:
 		ep.serve(put, r)
 		return nil
@@ -609,9 +577,6 @@ func (ep *Endpoint) sink() wire.DataSink {
 	if ep.path != nil {
 		return ep.path.Sink()
 	}
-	if ep.kind == TransportTCP {
-		return ep.route
-	}
 	return nil
 }
 
@@ -669,12 +634,6 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	}
 	if ep.rd != nil {
 		return ep.rmaRDMA(ctx, put, local, remote.k, opts)
-	}
-	if ep.kind == TransportTCP {
-		if len(ep.lanes) > 0 && local.n >= laneMin {
-			return ep.rmaLanes(put, local, remote.k, opts)
-		}
-		return ep.rmaTCP(put, local, remote.k, opts, nil)
 	}
 	// Host memory is mapped here when this side holds a key granting the
 	// whole allocation (the mapping reaches all of it); with a narrower

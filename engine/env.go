@@ -140,8 +140,16 @@ func (e *env) Go(fn func()) {
 	}()
 }
 
-func (e *env) Enter() bool { return e.eng().enter() }
-func (e *env) Exit()       { e.eng().exit() }
+// Enter admits a copy (and runs the gate tests' hook inside it).
+func (e *env) Enter() bool {
+	if !e.eng().enter() {
+		return false
+	}
+	e.eng().gateHook()
+	return true
+}
+
+func (e *env) Exit() { e.eng().exit() }
 
 func (e *env) Slot(ctx context.Context) (func(), error) {
 	select {

@@ -3,9 +3,16 @@ package engine
 import (
 	"context"
 	"sync/atomic"
+
+	"github.com/gxfer/gxfer/internal/datapath/tcp"
 )
 
-// stagePool hands out host staging buffers of tcpChunk bytes, allocated
+// tcpChunk is the size of a staging buffer (rdma.go's rdmaChunk).
+const tcpChunk = tcp.Chunk
+
+// stagePool (left for the engine's RDMA staging, until RDMA moves to
+// internal/datapath, whose staging.Pool replaces it) hands out host
+// staging buffers of tcpChunk bytes, allocated
 // on first use and kept until the engine closes. get blocks while all are
 // in use: that is the back-pressure of a peer sending faster than the
 // device takes the bytes.

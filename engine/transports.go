@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/datapath/tcp"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -14,6 +15,7 @@ import (
 // openTransports registers the engine's transports.
 func (e *Engine) openTransports() {
 	e.transports = map[TransportKind]datapath.Transport{}
+	e.register(tcp.New(e.env()))
 }
 
 // register adds a transport (and its buffer hooks).

@@ -169,3 +169,12 @@ func (m *multi) Complete(_ int, err error) {
 // CompleteAll resolves c early (the parts' Completes are then ignored
 // by c).
 func (m *multi) CompleteAll(err error) { m.c.CompleteAll(err) }
+
+// Lanes returns the control channels of the lanes of a TCP path (none for
+// another path): for tests and diagnostics.
+func Lanes(p datapath.Path) []datapath.Ctrl {
+	if tp, ok := p.(*path); ok {
+		return tp.laneCtrls()
+	}
+	return nil
+}

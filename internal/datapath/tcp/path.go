@@ -83,11 +83,19 @@ func (p *path) Failed(err error) {
 		s.Store(true) // the connection is gone: stop sending
 	}
 	p.mu.Unlock()
-	for _, c := range p.laneCtrls() {
-		c.Fail(err)
-	}
+	// On a goroutine of its own: Failed runs inside the endpoint's
+	// failure, which must not wait for another endpoint's (two lanes
+	// failing at once would each wait for the other).
+	others := p.laneCtrls()
 	if p.parent != nil {
-		p.parent.c.Fail(err)
+		others = append(others, p.parent.c)
+	}
+	if len(others) > 0 {
+		p.env.Go(func() {
+			for _, c := range others {
+				c.Fail(err)
+			}
+		})
 	}
 }
 
@@ -139,8 +147,8 @@ func (p *path) addInbound(in *inbound) error {
 	if p.failed != nil {
 		return p.failed
 	}
-	if len(p.inbound) >= maxInbound {
-		return fmt.Errorf("more than %d transfers in progress", maxInbound)
+	if len(p.inbound) >= MaxInbound {
+		return fmt.Errorf("more than %d transfers in progress", MaxInbound)
 	}
 	if _, dup := p.inbound[in.id]; dup {
 		return fmt.Errorf("request id %d reused while in progress", in.id)

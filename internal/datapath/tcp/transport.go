@@ -45,8 +45,8 @@ const (
 	// MaxFrame is the limit on a control frame of a TCP connection.
 	MaxFrame     = 64 << 10
 	inlineMax    = 64 << 10 // host Puts up to this size are sent by the caller
-	maxInbound   = 4096     // transfers a peer may have in progress toward us
-	stageBuffers = 8        // per pool (inbound, outbound), Chunk each
+	MaxInbound   = 4096     // transfers a peer may have in progress toward us (and replies queued)
+	StageBuffers = 8        // staging buffers per pool (inbound, outbound), Chunk bytes each
 )
 
 // Caps are the capabilities a TCP endpoint announces in its Hello.
@@ -79,8 +79,8 @@ var _ datapath.Transport = (*Transport)(nil)
 func New(env datapath.Env) *Transport {
 	return &Transport{
 		env:   env,
-		in:    staging.NewPool(env, stageBuffers, Chunk),
-		out:   staging.NewPool(env, stageBuffers, Chunk),
+		in:    staging.NewPool(env, StageBuffers, Chunk),
+		out:   staging.NewPool(env, StageBuffers, Chunk),
 		zeros: sync.OnceValue(func() []byte { return make([]byte, Chunk) }),
 	}
 }
