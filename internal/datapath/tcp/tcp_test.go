@@ -16,7 +16,9 @@ import (
 
 // hostKey is a key to n bytes of host memory (the fake owner's Lookup
 // grants any).
-func hostKey(n uint64) wire.RemoteKey { return wire.RemoteKey{MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead | wire.KeyWrite, Length: max(n, 1), GrantLen: max(n, 1), Len: n} }
+func hostKey(n uint64) wire.RemoteKey {
+	return wire.RemoteKey{MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead | wire.KeyWrite, Length: max(n, 1), GrantLen: max(n, 1), Len: n}
+}
 
 func fillBytes(b []byte, seed byte) {
 	for i := range b {
