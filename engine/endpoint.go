@@ -536,12 +536,14 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 // ctx bounds the waits of the operation on this side: for send credits,
 // staging buffers and transfer slots (RDMA, and the peer's DMA over
 // "unix"), and for the answer of a request the peer performs into a
-// bounce buffer of ours ("unix"). When it ends first the future resolves
-// with ErrCanceled or ErrTimeout (wrapping ctx's error), once the work
-// already handed to the NIC or the DMA engine that touches local has
-// finished. Not yet bounded by ctx: TCP transfers (they end with the
-// endpoint or the Timeout option) and RDMA requests the owner performs
-// (the owner may still be moving data against our region).
+// bounce buffer of ours ("unix"), and a TCP transfer: its Data frames not
+// yet sent are dropped (the owner is told) and the answer is no longer
+// waited for (a Get's bytes still arriving are dropped). When it ends
+// first the future resolves with ErrCanceled or ErrTimeout (wrapping
+// ctx's error), once the work already handed to the NIC, the DMA engine
+// or the socket that touches local has finished. Not yet bounded by ctx:
+// RDMA requests the owner performs (the owner may still be moving data
+// against our region).
 func (ep *Endpoint) Put(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) *Future {
 	return ep.rma(ctx, true, local, remote, opts)
 }
