@@ -294,7 +294,7 @@ func (a *Attached) Anchor() PoolAnchor { return a.anchor }
 func (a *Attached) Model() Model { return a.model }
 
 // Info returns the HW_IP_INFO read at Attach.
-func (a *Attached) Info() hlsys.HwIPInfo { return a.info }
+func (a *Attached) Info() HwInfo { return hwInfo(a.info) }
 
 // Name names the borrowed node.
 func (a *Attached) Name() string { return a.b.Name() }
@@ -306,7 +306,7 @@ func (a *Attached) Source() string { return lent.Source(a.target) }
 func (a *Attached) Emulated() bool { return a.b.Emulated() }
 
 // Numbering returns the node's ioctl numbering.
-func (a *Attached) Numbering() hlsys.Numbering { return a.b.Numbering() }
+func (a *Attached) Numbering() Numbering { return Numbering(a.b.Numbering()) }
 
 // ExportAPI returns the export API in use.
 func (a *Attached) ExportAPI() string { return a.exportAPI }
@@ -315,9 +315,9 @@ func (a *Attached) ExportAPI() string { return a.exportAPI }
 func (a *Attached) KernelRelease() string { return a.release }
 
 // DramUsage returns DRAM_USAGE (an INFO ioctl on the borrowed fd).
-func (a *Attached) DramUsage() (hlsys.DramUsage, error) {
+func (a *Attached) DramUsage() (DramUsage, error) {
 	u, err := hlsys.GetDramUsage(a.b)
-	return u, wrapErr("DRAM usage", err)
+	return DramUsage{Free: u.DramFreeMem, Used: u.CtxDramMem}, wrapErr("DRAM usage", err)
 }
 
 // Detach closes the pool's DMA-BUF. The borrowed fd is left open (it is

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gxfer/gxfer/dma/hlsim"
-	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
 var sinkN int
@@ -64,7 +63,7 @@ func BenchmarkCSRoundTrip(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			chunks := []hlsys.CSChunk{cb.Chunk(d.H2DQueues()[0])}
+			chunks := []Chunk{cb.Chunk(d.H2DQueues()[0])}
 			b.SetBytes(4096)
 			for b.Loop() {
 				seq, err := d.Submit(chunks)

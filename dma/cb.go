@@ -34,7 +34,7 @@ type CB struct {
 }
 
 // NewCB creates a command buffer that holds capacity bytes of packets
-// (at most hlsys.MaxCBSize).
+// (at most MaxCBSize).
 func (d *Device) NewCB(capacity int) (*CB, error) {
 	op := fmt.Sprintf("create %d-byte command buffer on %s", capacity, d.Name())
 	if capacity < NOPSize || capacity > hlsys.MaxCBSize {
@@ -120,7 +120,7 @@ func (cb *CB) checkRange(op string, dst, size uint64) error {
 // AddLinDMA appends LIN_DMA packets copying size bytes from src to dst
 // (device-side addresses: DeviceMem.Addr, HostMapping.DeviceAddr), split
 // into as many packets as the 32-bit transfer size needs (each at most
-// hlsys.LinDMAMaxTSize bytes). Every packet has MB set. If the packets do
+// MaxLinDMASize bytes). Every packet has MB set. If the packets do
 // not fit, nothing is appended and the error wraps ErrCBFull.
 func (cb *CB) AddLinDMA(dst, src, size uint64) error {
 	const op = "add LIN_DMA"
@@ -171,14 +171,14 @@ func (cb *CB) AddNOP(flags PacketFlags) error {
 	return nil
 }
 
-// Chunk returns the CS chunk that executes the buffer's packets on queue.
-func (cb *CB) Chunk(queue uint32) hlsys.CSChunk {
-	c := hlsys.CSChunk{QueueIndex: queue, CBSize: uint32(cb.n)}
+// Chunk returns the CS chunk that executes the buffer's packets (as they
+// are now) on queue.
+func (cb *CB) Chunk(queue uint32) Chunk {
+	c := Chunk{Queue: queue, Size: uint32(cb.n)}
 	if cb.model.userCB() {
-		c.CBHandle = cb.va
-		c.Flags = hlsys.CSChunkFlagsUserAllocCB
+		c.Handle, c.UserCB = cb.va, true
 	} else {
-		c.CBHandle = cb.handle
+		c.Handle = cb.handle
 	}
 	return c
 }

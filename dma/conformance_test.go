@@ -175,7 +175,7 @@ func (tg confTarget) open(t *testing.T, mod func(*hlsim.Config)) *confDev {
 	)
 	if tg.newSim != nil {
 		sim = tg.newSim(t, mod)
-		name, open = sim.Name(), sim.Open
+		name, open = sim.Name(), simOpen(sim)
 	} else {
 		if tg.node == "" {
 			t.Skip("no Gaudi device: set GXFER_DEVICE to a compute node (e.g. /dev/accel/accel0) to run the suite on hardware")
@@ -206,7 +206,7 @@ func (tg confTarget) open(t *testing.T, mod func(*hlsim.Config)) *confDev {
 	}
 	u, err := d.DramUsage()
 	require.NoError(t, err)
-	rec.initialFree = u.DramFreeMem
+	rec.initialFree = u.Free
 	return &confDev{Device: d, sim: sim, rec: rec}
 }
 
@@ -453,7 +453,7 @@ func confErrors(t *testing.T, tg confTarget) {
 		t.Logf("copy from an unmapped VA: %v", err)
 		st, err := c.Status()
 		require.NoError(t, err)
-		if st != hlsys.DeviceStatusOperational {
+		if st != StatusOperational {
 			t.Fatalf("device status %d after the faulting CS", st)
 		}
 		require.NoError(t, c.CopySync(m.Addr(), h.va(0), 4096), "the device still works")
@@ -517,7 +517,7 @@ func confCSFaults(t *testing.T, tg confTarget) {
 	if c.Model() != ModelGaudi1 {
 		require.NoError(t, cb.AddNOP(EB|MB))
 	}
-	chunk := []hlsys.CSChunk{cb.Chunk(c.H2DQueues()[0])}
+	chunk := []Chunk{cb.Chunk(c.H2DQueues()[0])}
 
 	c.sim.HangNextCS(1)
 	seq, err := c.Submit(chunk)
@@ -594,7 +594,7 @@ func confExclusive(t *testing.T, tg confTarget) {
 	c := tg.open(t, nil)
 	var open func() (hlsys.Backend, error)
 	if c.sim != nil {
-		open = c.sim.Open
+		open = simOpen(c.sim)
 	} else {
 		open = func() (hlsys.Backend, error) {
 			b, err := hlsys.OpenFD(tg.node)
@@ -661,4 +661,16 @@ func confClose(t *testing.T, tg confTarget) {
 	}
 	require.Equal(t, r.initialFree, r.finalFree, "DRAM usage back to its initial value before the context closed")
 	require.Empty(t, testutil.LeakedFDs(before), "no fd leaks")
+}
+
+// simOpen opens the emulator as the driver binding's backend, for tests
+// that wrap it (every context Open gives is one).
+func simOpen(sim *hlsim.Device) func() (hlsys.Backend, error) {
+	return func() (hlsys.Backend, error) {
+		b, err := sim.Open()
+		if err != nil {
+			return nil, err
+		}
+		return b.(hlsys.Backend), nil
+	}
 }

@@ -97,7 +97,7 @@ func Open(node NodeInfo, opts Options) (*Device, error) {
 	if node.Path == "" {
 		return nil, newErr("open", ErrInvalid, "NodeInfo has no Path", nil)
 	}
-	return OpenBackend(node.Path, func() (hlsys.Backend, error) {
+	return OpenBackend(node.Path, func() (Backend, error) {
 		b, err := hlsys.OpenFD(node.Path)
 		if err != nil {
 			return nil, err
@@ -111,14 +111,15 @@ func Open(node NodeInfo, opts Options) (*Device, error) {
 // describes. name labels the device in errors. Use it with the emulator:
 //
 //	dev, err := dma.OpenBackend("hlsim0", sim.Open, dma.Options{})
-func OpenBackend(name string, open func() (hlsys.Backend, error), opts Options) (*Device, error) {
+func OpenBackend[B Backend](name string, open func() (B, error), opts Options) (*Device, error) {
 	opts = opts.withDefaults()
 	log := opts.Logger
 	backoff := opts.OpenBackoff
 	op := "open " + name
 	for attempt := 0; ; attempt++ {
-		b, err := open()
+		ob, err := open()
 		if err == nil {
+			var b Backend = ob
 			if b == nil {
 				return nil, newErr(op, ErrInvalid, "open returned no backend", nil)
 			}
@@ -154,7 +155,8 @@ type resource interface {
 // several goroutines may allocate, map, build command buffers, Submit and
 // Wait at the same time. Close waits for calls in progress to return.
 type Device struct {
-	b         hlsys.Backend
+	b         hlsys.Backend // pub, as the driver binding takes it
+	pub       Backend
 	opts      Options
 	log       zerolog.Logger
 	info      hlsys.HwIPInfo
@@ -195,7 +197,7 @@ type Device struct {
 // legacy numbering means that form on kernel releases >= 6.3 and the 6.1
 // {handle, size} form before. The release comes from the backend's
 // KernelRelease() method if it has one (the emulator), else from uname.
-func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
+func NewDevice(b Backend, opts Options) (_ *Device, err error) {
 	if b == nil {
 		return nil, newErr("new device", ErrInvalid, "nil backend", nil)
 	}
@@ -204,10 +206,11 @@ func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
 			_ = b.Close()
 		}
 	}()
+	hb := driverBackend(b)
 	opts = opts.withDefaults()
-	op := "open " + b.Name()
+	op := "open " + hb.Name()
 
-	info, model, status, err := identify(b, op)
+	info, model, status, err := identify(hb, op)
 	if err != nil {
 		return nil, err
 	}
@@ -220,17 +223,18 @@ func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
 	}
 
 	d := &Device{
-		b:        b,
+		b:        hb,
+		pub:      b,
 		opts:     opts,
 		info:     info,
 		model:    model,
 		hostPage: uint64(os.Getpagesize()),
 		live:     map[uint64]resource{},
 	}
-	d.log = opts.Logger.With().Str("device", b.Name()).Str("model", model.String()).Logger()
+	d.log = opts.Logger.With().Str("device", hb.Name()).Str("model", model.String()).Logger()
 	d.release = kernelRelease(b)
-	d.exportAPI = chooseExportAPI(b.Numbering(), d.release)
-	if b.Numbering() == hlsys.Legacy {
+	d.exportAPI = chooseExportAPI(hb.Numbering(), d.release)
+	if hb.Numbering() == hlsys.Legacy {
 		if _, _, ok := parseRelease(d.release); !ok {
 			d.log.Warn().Str("release", d.release).Msg("cannot parse the kernel release; assuming the 6.1 DMA-BUF export API")
 		}
@@ -246,9 +250,9 @@ func NewDevice(b hlsys.Backend, opts Options) (_ *Device, err error) {
 	} else {
 		d.dram = newRangeAlloc(info.DramBaseAddress, info.DramSize, gaudi1Align)
 	}
-	d.log.Debug().Str("numbering", b.Numbering().String()).Str("export", d.exportAPI).
+	d.log.Debug().Str("numbering", hb.Numbering().String()).Str("export", d.exportAPI).
 		Uint64("dram_base", info.DramBaseAddress).Uint64("dram_size", info.DramSize).
-		Uint64("page", d.allocPage).Bool("emulated", b.Emulated()).Msg("device open")
+		Uint64("page", d.allocPage).Bool("emulated", hb.Emulated()).Msg("device open")
 	return d, nil
 }
 
@@ -270,6 +274,34 @@ func identify(b hlsys.Backend, op string) (hlsys.HwIPInfo, Model, uint32, error)
 	return info, model, status, nil
 }
 
+// DeviceStatus is a device's state as DEVICE_STATUS reports it.
+type DeviceStatus uint32
+
+// Device states (enum hl_device_status; status_test.go checks them against
+// the driver binding).
+const (
+	StatusOperational               DeviceStatus = 0
+	StatusInReset                   DeviceStatus = 1
+	StatusMalfunction               DeviceStatus = 2
+	StatusNeedsReset                DeviceStatus = 3
+	StatusInDeviceCreation          DeviceStatus = 4
+	StatusInResetAfterDeviceRelease DeviceStatus = 5
+)
+
+// String returns the driver's name of the state, e.g. "OPERATIONAL", or
+// the number for a state this package does not know.
+func (s DeviceStatus) String() string { return statusName(uint32(s)) }
+
+// Operational reports whether the driver takes work in this state
+// (hl_device_operational: OPERATIONAL and IN_DEVICE_CREATION).
+func (s DeviceStatus) Operational() bool {
+	return s == StatusOperational || s == StatusInDeviceCreation
+}
+
+// Broken reports whether the state does not end by itself (MALFUNCTION,
+// NEEDS_RESET): errors in it wrap ErrMalfunction.
+func (s DeviceStatus) Broken() bool { return s == StatusMalfunction || s == StatusNeedsReset }
+
 func statusName(s uint32) string {
 	switch s {
 	case hlsys.DeviceStatusOperational:
@@ -289,7 +321,7 @@ func statusName(s uint32) string {
 }
 
 // kernelRelease returns the release string of the kernel behind b.
-func kernelRelease(b hlsys.Backend) string {
+func kernelRelease(b Backend) string {
 	if kr, ok := b.(interface{ KernelRelease() string }); ok {
 		return kr.KernelRelease()
 	}
@@ -342,7 +374,7 @@ func chooseExportAPI(n hlsys.Numbering, release string) string {
 func (d *Device) Model() Model { return d.model }
 
 // Info returns the HW_IP_INFO read at open.
-func (d *Device) Info() hlsys.HwIPInfo { return d.info }
+func (d *Device) Info() HwInfo { return hwInfo(d.info) }
 
 // Name names the node, e.g. "/dev/accel/accel0" or "hlsim0 (emulated)".
 func (d *Device) Name() string { return d.b.Name() }
@@ -350,11 +382,12 @@ func (d *Device) Name() string { return d.b.Name() }
 // Emulated reports whether the device is the emulator.
 func (d *Device) Emulated() bool { return d.b.Emulated() }
 
-// Backend returns the backend the Device owns. Do not close it.
-func (d *Device) Backend() hlsys.Backend { return d.b }
+// Backend returns the backend the Device owns (the one given to
+// NewDevice). Do not close it.
+func (d *Device) Backend() Backend { return d.pub }
 
 // Numbering returns the ioctl numbering of the node.
-func (d *Device) Numbering() hlsys.Numbering { return d.b.Numbering() }
+func (d *Device) Numbering() Numbering { return Numbering(d.b.Numbering()) }
 
 // ExportAPI returns ExportAPI61 ("6.1 handle") or ExportAPIAddr
 // ("addr+offset").
@@ -384,24 +417,24 @@ func (d *Device) Stats() Stats {
 	}
 }
 
-// Status returns DEVICE_STATUS (hlsys.DeviceStatus* values).
-func (d *Device) Status() (uint32, error) {
+// Status reads DEVICE_STATUS.
+func (d *Device) Status() (DeviceStatus, error) {
 	if err := d.enter("device status"); err != nil {
 		return 0, err
 	}
 	defer d.leave()
 	s, err := hlsys.GetDeviceStatus(d.b)
-	return s, wrapErr("device status", err)
+	return DeviceStatus(s), wrapErr("device status", err)
 }
 
 // DramUsage returns DRAM_USAGE.
-func (d *Device) DramUsage() (hlsys.DramUsage, error) {
+func (d *Device) DramUsage() (DramUsage, error) {
 	if err := d.enter("DRAM usage"); err != nil {
-		return hlsys.DramUsage{}, err
+		return DramUsage{}, err
 	}
 	defer d.leave()
 	u, err := hlsys.GetDramUsage(d.b)
-	return u, wrapErr("DRAM usage", err)
+	return DramUsage{Free: u.DramFreeMem, Used: u.CtxDramMem}, wrapErr("DRAM usage", err)
 }
 
 // enter read-locks the gate for a call that uses the backend; it fails

@@ -141,6 +141,8 @@ func (mislabelled) Numbering() hlsys.Numbering { return hlsys.Legacy }
 
 func TestNewDeviceInfo(t *testing.T) {
 	f := newFake(ModelGaudi2, hlsys.Accel)
+	copy(f.info.CardName[:], "HL-225")
+	copy(f.info.CpucpVersion[:], "fw-1.2")
 	d, err := NewDevice(f, Options{})
 	require.NoError(t, err)
 	defer d.Close()
@@ -148,15 +150,21 @@ func TestNewDeviceInfo(t *testing.T) {
 	require.Equal(t, uint32(hlsys.DeviceIDGaudi2), d.Info().DeviceID)
 	require.Equal(t, "fake0", d.Name())
 	require.True(t, d.Emulated())
-	require.Equal(t, hlsys.Accel, d.Numbering())
+	require.Equal(t, NumberingAccel, d.Numbering())
+	require.Equal(t, "DRM accel (/dev/accel/accelN)", d.Numbering().String())
 	require.Same(t, f, d.Backend())
+	require.Equal(t, HwInfo{
+		DeviceID: hlsys.DeviceIDGaudi2, DramBase: 0x1001_0000_0000, DramSize: 1 << 30,
+		DramPageSize: 48 << 20, AllocPageSize: 48 << 20, CardName: "HL-225", FirmwareVersion: "fw-1.2",
+	}, d.Info())
 	require.Equal(t, ExportAPIAddr, d.ExportAPI())
 	st, err := d.Status()
 	require.NoError(t, err)
-	require.Equal(t, uint32(hlsys.DeviceStatusOperational), st)
+	require.Equal(t, StatusOperational, st)
+	require.Equal(t, "OPERATIONAL", st.String())
 	du, err := d.DramUsage()
 	require.NoError(t, err)
-	require.Equal(t, uint64(1<<30), du.DramFreeMem)
+	require.Equal(t, uint64(1<<30), du.Free)
 }
 
 func TestExportAPIChoice(t *testing.T) {
@@ -504,7 +512,7 @@ func TestWaitTimeoutConversion(t *testing.T) {
 
 func TestSubmitRetries(t *testing.T) {
 	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
-	chunk := []hlsys.CSChunk{{CBHandle: 0x1000, QueueIndex: 0, CBSize: 8, Flags: hlsys.CSChunkFlagsUserAllocCB}}
+	chunk := []Chunk{{Handle: 0x1000, Queue: 0, Size: 8, UserCB: true}}
 
 	n := 0
 	f.submit = func([]hlsys.CSChunk) (uint64, error) {
@@ -541,7 +549,7 @@ func TestSubmitRetries(t *testing.T) {
 
 	_, err = d.Submit(nil)
 	require.ErrorIs(t, err, ErrInvalid)
-	_, err = d.Submit(make([]hlsys.CSChunk, hlsys.MaxJobsPerCS+1))
+	_, err = d.Submit(make([]Chunk, MaxChunksPerCS+1))
 	require.ErrorIs(t, err, ErrInvalid)
 }
 
@@ -608,11 +616,11 @@ func TestGaudi1KernelCB(t *testing.T) {
 	f.mu.Unlock()
 	require.NoError(t, cb.AddLinDMA(0x20_0000_0000, 0x1000, 8))
 	c := cb.Chunk(4)
-	require.Equal(t, hlsys.MmapTypeCB<<12|1<<12, c.CBHandle)
+	require.Equal(t, hlsys.MmapTypeCB<<12|1<<12, c.Handle)
 	require.NoError(t, cb.Close())
 	require.NoError(t, cb.Close())
 	f.mu.Lock()
-	require.Equal(t, hlsys.CBArgs{Handle: c.CBHandle, Op: hlsys.CBOpDestroy}, f.cbs[1])
+	require.Equal(t, hlsys.CBArgs{Handle: c.Handle, Op: hlsys.CBOpDestroy}, f.cbs[1])
 	require.Len(t, f.cbs, 2)
 	f.mu.Unlock()
 
@@ -666,7 +674,7 @@ func TestDeviceCloseReleasesEverything(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	_, err = d.NewCB(64)
 	require.ErrorIs(t, err, ErrClosed)
-	_, err = d.Submit([]hlsys.CSChunk{{}})
+	_, err = d.Submit([]Chunk{{}})
 	require.ErrorIs(t, err, ErrClosed)
 	_, err = d.Wait(1, 0)
 	require.ErrorIs(t, err, ErrClosed)

@@ -8,8 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
 // habanalabsDriver is the kernel driver name behind Gaudi device nodes.
@@ -17,14 +15,14 @@ const habanalabsDriver = "habanalabs"
 
 // NodeInfo describes one Gaudi compute node found by Discover.
 type NodeInfo struct {
-	Index       int             // N in accelN / hlN
-	Path        string          // compute node, e.g. /dev/accel/accel0 or /dev/hl0
-	ControlPath string          // control node (INFO only) if present, else ""
-	Numbering   hlsys.Numbering // ioctl numbering the node takes
-	PCIAddr     string          // sysfs pci_addr, "" if unreadable
-	DeviceType  string          // sysfs device_type, e.g. "GAUDI2", "" if unreadable
-	Driver      string          // kernel driver name ("habanalabs")
-	Emulated    bool            // always false for Discover; set for emulated nodes
+	Index       int       // N in accelN / hlN
+	Path        string    // compute node, e.g. /dev/accel/accel0 or /dev/hl0
+	ControlPath string    // control node (INFO only) if present, else ""
+	Numbering   Numbering // ioctl numbering the node takes
+	PCIAddr     string    // sysfs pci_addr, "" if unreadable
+	DeviceType  string    // sysfs device_type, e.g. "GAUDI2", "" if unreadable
+	Driver      string    // kernel driver name ("habanalabs")
+	Emulated    bool      // always false for Discover; set for emulated nodes
 }
 
 // Discover lists the Gaudi compute nodes under root ("" means "/").
@@ -76,7 +74,7 @@ func discoverAccel(root string) ([]NodeInfo, error) {
 			Index:       n,
 			Path:        filepath.Join(devDir, name),
 			ControlPath: existing(filepath.Join(devDir, "accel_controlD"+strconv.Itoa(n))),
-			Numbering:   hlsys.Accel,
+			Numbering:   NumberingAccel,
 			PCIAddr:     readAttr(filepath.Join(sys, "pci_addr")),
 			DeviceType:  readAttr(filepath.Join(sys, "device_type")),
 			Driver:      drv,
@@ -107,7 +105,7 @@ func discoverLegacy(root string) ([]NodeInfo, error) {
 			Index:       n,
 			Path:        filepath.Join(devDir, name),
 			ControlPath: existing(filepath.Join(devDir, "hl_controlD"+strconv.Itoa(n))),
-			Numbering:   hlsys.Legacy,
+			Numbering:   NumberingLegacy,
 			PCIAddr:     readAttr(filepath.Join(sys, "pci_addr")),
 			DeviceType:  readAttr(filepath.Join(sys, "device_type")),
 			Driver:      drv,

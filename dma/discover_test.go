@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
 // fixture builds a fake /dev + /sys tree under a temp dir.
@@ -64,10 +62,10 @@ func TestDiscoverAccel(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []NodeInfo{
 		{Index: 0, Path: f.path("dev/accel/accel0"), ControlPath: f.path("dev/accel/accel_controlD0"),
-			Numbering: hlsys.Accel, PCIAddr: "0000:19:00.0", DeviceType: "GAUDI2", Driver: "habanalabs"},
-		{Index: 2, Path: f.path("dev/accel/accel2"), Numbering: hlsys.Accel, Driver: "habanalabs"},
+			Numbering: NumberingAccel, PCIAddr: "0000:19:00.0", DeviceType: "GAUDI2", Driver: "habanalabs"},
+		{Index: 2, Path: f.path("dev/accel/accel2"), Numbering: NumberingAccel, Driver: "habanalabs"},
 		{Index: 10, Path: f.path("dev/accel/accel10"), ControlPath: f.path("dev/accel/accel_controlD10"),
-			Numbering: hlsys.Accel, PCIAddr: "0000:b3:00.0", DeviceType: "GAUDI2B", Driver: "habanalabs"},
+			Numbering: NumberingAccel, PCIAddr: "0000:b3:00.0", DeviceType: "GAUDI2B", Driver: "habanalabs"},
 	}, nodes)
 }
 
@@ -88,9 +86,9 @@ func TestDiscoverLegacy(t *testing.T) {
 	nodes, err := Discover(f.root)
 	require.NoError(t, err)
 	require.Equal(t, []NodeInfo{
-		{Index: 0, Path: f.path("dev/hl0"), ControlPath: f.path("dev/hl_controlD0"), Numbering: hlsys.Legacy,
+		{Index: 0, Path: f.path("dev/hl0"), ControlPath: f.path("dev/hl_controlD0"), Numbering: NumberingLegacy,
 			PCIAddr: "0000:19:00.0", DeviceType: "GAUDI", Driver: "habanalabs"},
-		{Index: 1, Path: f.path("dev/hl1"), ControlPath: f.path("dev/hl_controlD1"), Numbering: hlsys.Legacy,
+		{Index: 1, Path: f.path("dev/hl1"), ControlPath: f.path("dev/hl_controlD1"), Numbering: NumberingLegacy,
 			Driver: "habanalabs"},
 	}, nodes)
 }

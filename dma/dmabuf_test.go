@@ -151,7 +151,7 @@ func TestExportOffsetHlsim(t *testing.T) {
 			defer func() { require.NoError(t, sim.Close()) }()
 			rec := &exportRec{}
 			d, err := OpenBackend(sim.Name(), func() (hlsys.Backend, error) {
-				b, err := sim.Open()
+				b, err := simOpen(sim)()
 				if err != nil {
 					return nil, err
 				}

@@ -17,8 +17,12 @@
 //	hm, _ := dev.MapHostBytes(buf)                // USERPTR MAP -> device VA of the host buffer
 //	_ = dev.CopySync(mem.Addr(), hm.DeviceAddr(), n)
 //
-// For asynchronous use build CBs (NewCB, AddLinDMA, AddNOP), Submit their
-// chunks and Wait on the returned sequence numbers.
+// For asynchronous use build a command submission with a CSBuilder
+// (NewCSBuilder over a direction's queues; AddCopy while Fits; Seal, which
+// adds what the model needs at the end of each command buffer), Submit its
+// chunks, Wait (or poll with WaitCS) on the sequence number, then Release
+// the command buffers, e.g. to a CBPool. CopySync is one such CS, waited
+// for. CBs can also be filled by hand (NewCB, AddLinDMA, AddNOP, Chunk).
 //
 // # Models
 //
@@ -69,7 +73,7 @@
 // # Errors
 //
 // Errors are *Error values that wrap a sentinel (ErrInvalid, ErrNoMemory,
-// ErrDeviceBusy, ErrCSTimedOut, ...) and the underlying *hlsys.Error, so
+// ErrDeviceBusy, ErrCSTimedOut, ...) and the driver binding's error, so
 // both errors.Is(err, dma.ErrNoMemory) and errors.Is(err, unix.ENOMEM)
 // work.
 package dma

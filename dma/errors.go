@@ -47,8 +47,8 @@ var (
 )
 
 // Error is a failed dma operation. It wraps Kind (one of the sentinels, or
-// nil) and Err (the cause, usually an *hlsys.Error carrying the errno), so
-// errors.Is matches either.
+// nil) and Err (the cause, usually the driver binding's error carrying the
+// errno), so errors.Is matches the sentinel and the errno (unix.ENOMEM...).
 type Error struct {
 	Op     string // what was being done, e.g. "alloc device memory (4096 bytes)"
 	Kind   error  // sentinel, may be nil

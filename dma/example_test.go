@@ -2,6 +2,7 @@ package dma_test
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
@@ -66,4 +67,71 @@ func Example() {
 	// Output:
 	// Gaudi2 emulated: true
 	// hello, gaudi
+}
+
+// ExampleCSBuilder submits several copies as one command submission spread
+// over the host-to-device queues, and waits for it.
+func ExampleCSBuilder() {
+	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sim.Close()
+	dev, err := dma.OpenBackend(sim.Name(), sim.Open, dma.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close()
+
+	const n = 4 << 20
+	mem, err := dev.AllocDevice(n)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	src, _ := dma.AllocHostPages(n)
+	defer dma.FreeHostPages(src)
+	hm, err := dev.MapHostBytes(src)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer hm.Unmap()
+
+	pool := dev.NewCBPool(4096, 8)
+	defer pool.Close()
+	cs, err := dev.NewCSBuilder(dma.CSOptions{
+		Queues: dev.H2DQueues(), CBSize: 4096, PieceSize: 1 << 20, NewCB: pool.Get,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for off := uint64(0); off < n; off += n / 2 {
+		if !cs.Fits(n / 2) {
+			fmt.Println("CS full")
+			return
+		}
+		if err := cs.AddCopy(mem.Addr()+off, hm.DeviceAddr()+off, n/2); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	chunks, err := cs.Seal()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	seq, err := dev.Submit(chunks)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	st, err := dev.Wait(seq, 10*time.Second)
+	cs.Release(pool.Put) // the CS is over: its command buffers may be reused
+	fmt.Println(st, err, "packets:", cs.Len(), "queues:", len(chunks))
+	// Output:
+	// completed <nil> packets: 4 queues: 2
 }

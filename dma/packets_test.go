@@ -204,9 +204,11 @@ func TestCBInvalid(t *testing.T) {
 func TestCBChunk(t *testing.T) {
 	g2 := testCB(ModelGaudi2, 64)
 	require.NoError(t, g2.AddNOP(EB|MB))
+	require.Equal(t, Chunk{Handle: 0xfff0_0000_1000, Queue: 5, Size: 8, UserCB: true}, g2.Chunk(5))
 	require.Equal(t, hlsys.CSChunk{CBHandle: 0xfff0_0000_1000, QueueIndex: 5, CBSize: 8,
-		Flags: hlsys.CSChunkFlagsUserAllocCB}, g2.Chunk(5))
+		Flags: hlsys.CSChunkFlagsUserAllocCB}, g2.Chunk(5).raw())
 	g1 := testCB(ModelGaudi1, 64)
 	require.NoError(t, g1.AddLinDMA(0x1000, 0x2000, 3))
-	require.Equal(t, hlsys.CSChunk{CBHandle: 0x1000_0000_0000_5000, QueueIndex: 2, CBSize: 24}, g1.Chunk(2))
+	require.Equal(t, Chunk{Handle: 0x1000_0000_0000_5000, Queue: 2, Size: 24}, g1.Chunk(2))
+	require.Equal(t, hlsys.CSChunk{CBHandle: 0x1000_0000_0000_5000, QueueIndex: 2, CBSize: 24}, g1.Chunk(2).raw())
 }

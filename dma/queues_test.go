@@ -109,7 +109,7 @@ func TestGaudi2CopiesOnEnabledQueuesHlsim(t *testing.T) {
 			defer func() { require.NoError(t, sim.Close()) }()
 			rec := &queueRec{}
 			d, err := OpenBackend(sim.Name(), func() (hlsys.Backend, error) {
-				b, err := sim.Open()
+				b, err := simOpen(sim)()
 				if err != nil {
 					return nil, err
 				}

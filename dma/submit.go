@@ -32,11 +32,6 @@ func (d *Device) D2HQueues() []uint32 { return slices.Clone(d.model.queues().d2h
 // engine setup this package does not do.
 func (d *Device) D2DQueues() []uint32 { return slices.Clone(d.model.queues().d2d) }
 
-// pickQueue spreads CSs round robin over the streams of a set.
-func (d *Device) pickQueue(set []uint32) uint32 {
-	return set[int(d.rr.Add(1))%len(set)]
-}
-
 // Submit submits one CS executing chunks and returns its sequence number.
 // EAGAIN (completion slot or queue full) and EINTR are retried with
 // exponential backoff (Options.SubmitRetries, SubmitBackoff); retries are
@@ -46,10 +41,14 @@ func (d *Device) pickQueue(set []uint32) uint32 {
 // refused because the device is not operational (resetting, in
 // malfunction) an error wrapping ErrNotOperational (see csRefused for how
 // EPERM and EBUSY are told apart).
-func (d *Device) Submit(chunks []hlsys.CSChunk) (seq uint64, err error) {
+func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	op := fmt.Sprintf("submit CS of %d chunk(s) on %s", len(chunks), d.Name())
-	if len(chunks) == 0 || len(chunks) > hlsys.MaxJobsPerCS {
-		return 0, newErr(op, ErrInvalid, fmt.Sprintf("need 1 to %d chunks", hlsys.MaxJobsPerCS), nil)
+	if len(chunks) == 0 || len(chunks) > MaxChunksPerCS {
+		return 0, newErr(op, ErrInvalid, fmt.Sprintf("need 1 to %d chunks", MaxChunksPerCS), nil)
+	}
+	raw := make([]hlsys.CSChunk, len(chunks))
+	for i, c := range chunks {
+		raw[i] = c.raw()
 	}
 	if err := d.enter(op); err != nil {
 		return 0, err
@@ -57,7 +56,7 @@ func (d *Device) Submit(chunks []hlsys.CSChunk) (seq uint64, err error) {
 	defer d.leave()
 	backoff := d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
-		out, err := hlsys.SubmitCS(d.b, nil, chunks, 0, 0)
+		out, err := hlsys.SubmitCS(d.b, nil, raw, 0, 0)
 		if err == nil && out.Status != hlsys.CSStatusSuccess {
 			err = newErr(op, ErrInvalid, fmt.Sprintf("CS status %d", out.Status), nil)
 		}
@@ -125,8 +124,9 @@ func (d *Device) csRefused(op string, err error) error {
 // sense (hl_device_operational: OPERATIONAL and IN_DEVICE_CREATION are),
 // or if the status cannot be read; nil if it is operational.
 func (d *Device) notOperational(op, what string, err error) error {
-	st, serr := hlsys.GetDeviceStatus(d.b)
-	if serr == nil && (st == hlsys.DeviceStatusOperational || st == hlsys.DeviceStatusInDeviceCreation) {
+	raw, serr := hlsys.GetDeviceStatus(d.b)
+	st := DeviceStatus(raw)
+	if serr == nil && st.Operational() {
 		return nil
 	}
 	detail := what + " because the device is not operational"
@@ -134,11 +134,11 @@ func (d *Device) notOperational(op, what string, err error) error {
 	switch {
 	case serr != nil:
 		detail += " (DEVICE_STATUS unreadable: " + serr.Error() + ")"
-	case st == hlsys.DeviceStatusMalfunction || st == hlsys.DeviceStatusNeedsReset:
+	case st.Broken():
 		cause = fmt.Errorf("%w: %w", ErrMalfunction, err)
-		detail += " (status " + statusName(st) + ")"
+		detail += " (status " + st.String() + ")"
 	default:
-		detail += " (status " + statusName(st) + ")"
+		detail += " (status " + st.String() + ")"
 	}
 	return newErr(op, ErrNotOperational, detail, cause)
 }
@@ -221,6 +221,37 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 	}
 }
 
+// resetPause is the longest WaitCS pauses when the driver refuses a wait
+// because the device is resetting.
+const resetPause = time.Millisecond
+
+// WaitCS waits up to timeout (0 polls) for CS seq to retire, for a
+// completion tracker that polls many CSs (it is a cq.CSWaiter): done is
+// true once the CS is over, with err nil if it completed and its failure
+// otherwise (ErrCSTimedOut, ErrCSAborted, ErrMalfunction, ErrClosed, ...);
+// (false, nil) means it is still running.
+//
+// While the device resets, the driver refuses every wait (EBUSY,
+// hl_wait_ioctl), but the CS's outcome outlives the reset: the driver
+// aborts or times it out, and WAIT_CS reports that afterwards. So such a
+// refusal (Wait's ErrNotOperational, or a bare ErrBusy when the status
+// read found the device operational again: the reset ended in between)
+// gives (false, nil) after a pause of at most min(timeout, 1ms), which
+// keeps a polling caller from spinning on it. A device in malfunction
+// does not come back: that ends the CS (ErrMalfunction).
+func (d *Device) WaitCS(seq uint64, timeout time.Duration) (done bool, err error) {
+	st, err := d.Wait(seq, timeout)
+	if err != nil {
+		transient := errors.Is(err, ErrBusy) || errors.Is(err, ErrNotOperational)
+		if transient && !errors.Is(err, ErrMalfunction) {
+			time.Sleep(min(timeout, resetPause))
+			return false, nil
+		}
+		return true, err
+	}
+	return st == CSCompleted, nil
+}
+
 func waitResult(op string, out hlsys.WaitCSOut, err error) (CSStatus, error) {
 	switch {
 	case err == nil:
@@ -293,12 +324,13 @@ func (d *Device) queueFor(dst, src uint64) []uint32 {
 // DeviceMem.Addr() + offset, HostMapping.DeviceAddr() + offset) and waits
 // until the copy is complete. The queue is chosen from the address kinds
 // (AddrKind): H2D when src is mapped host memory, D2H when dst is, D2D
-// otherwise. On Gaudi2 a trailing NOP with EB|MB follows the LIN_DMAs. It
+// otherwise. The CS is built by a CSBuilder (so on Gaudi2 a trailing NOP
+// with EB|MB follows the LIN_DMAs) on one queue of the set. It
 // waits as long as the CS runs; the device's CS timeout bounds that.
 func (d *Device) CopySync(dst, src, size uint64) error {
-	return d.runSync(fmt.Sprintf("copy %d bytes %#x -> %#x", size, src, dst), d.queueFor(dst, src), func(cb *CB) error {
-		return cb.AddLinDMA(dst, src, size)
-	}, size)
+	return d.runSync(fmt.Sprintf("copy %d bytes %#x -> %#x", size, src, dst), d.queueFor(dst, src), size, func(cs *CSBuilder) error {
+		return cs.AddCopy(dst, src, size)
+	})
 }
 
 // MemsetSync fills size bytes at dst with the 64-bit pattern value (see
@@ -309,12 +341,12 @@ func (d *Device) MemsetSync(dst, value, size uint64) error {
 	if d.AddrKind(dst) == AddrHost {
 		qs = d.D2HQueues()
 	}
-	return d.runSync(fmt.Sprintf("memset %d bytes at %#x", size, dst), qs, func(cb *CB) error {
-		return cb.AddMemset(dst, value, size)
-	}, size)
+	return d.runSync(fmt.Sprintf("memset %d bytes at %#x", size, dst), qs, size, func(cs *CSBuilder) error {
+		return cs.AddMemset(dst, value, size)
+	})
 }
 
-func (d *Device) runSync(op string, queues []uint32, fill func(*CB) error, size uint64) error {
+func (d *Device) runSync(op string, queues []uint32, size uint64, fill func(*CSBuilder) error) error {
 	op += " on " + d.Name()
 	if size == 0 {
 		return newErr(op, ErrInvalid, "size 0", nil)
@@ -322,27 +354,28 @@ func (d *Device) runSync(op string, queues []uint32, fill func(*CB) error, size 
 	if len(queues) == 0 {
 		return newErr(op, ErrNotSupported, "no known DMA queues for "+d.model.String(), nil)
 	}
+	// One command buffer, on the next queue of the set, holds the whole
+	// copy (PieceSize 0) and the seal.
 	need := linDMACount(size)*LinDMASize + NOPSize
-	if need > hlsys.MaxCBSize {
+	if need > MaxCBSize {
 		return newErr(op, ErrInvalid, "size too large for one command buffer", nil)
 	}
-	cb, err := d.getCB(int(need))
+	cs, err := d.NewCSBuilder(CSOptions{Queues: queues, CBSize: int(need), NewCB: func() (*CB, error) { return d.getCB(int(need)) }})
 	if err != nil {
 		return err
 	}
-	if err := fill(cb); err != nil {
-		d.putCB(cb)
+	if err := fill(cs); err != nil {
+		cs.Release(d.putCB)
 		return err
 	}
-	if d.model.userCB() {
-		if err := cb.AddNOP(EB | MB); err != nil {
-			d.putCB(cb)
-			return err
-		}
-	}
-	seq, err := d.Submit([]hlsys.CSChunk{cb.Chunk(d.pickQueue(queues))})
+	chunks, err := cs.Seal()
 	if err != nil {
-		d.putCB(cb)
+		cs.Release(d.putCB)
+		return err
+	}
+	seq, err := d.Submit(chunks)
+	if err != nil {
+		cs.Release(d.putCB)
 		return err
 	}
 	for {
@@ -351,7 +384,7 @@ func (d *Device) runSync(op string, queues []uint32, fill func(*CB) error, size 
 			continue
 		}
 		if st == CSCompleted || errors.Is(err, ErrCSAborted) || errors.Is(err, ErrCSTimedOut) {
-			d.putCB(cb) // the CS is over; the CB may be reused
+			cs.Release(d.putCB) // the CS is over; the CB may be reused
 		}
 		// Otherwise (e.g. the device closed under us) the CB's state is
 		// unknown: leave it to Device.Close.

@@ -45,7 +45,7 @@ func TestCSRefusalByDeviceState(t *testing.T) {
 			f.status = tc.status
 			f.mu.Unlock()
 			f.submit = func([]hlsys.CSChunk) (uint64, error) { return 0, tc.errno }
-			_, err := d.Submit([]hlsys.CSChunk{{CBHandle: 0x1000, QueueIndex: 0, CBSize: 8}})
+			_, err := d.Submit([]Chunk{{Handle: 0x1000, Queue: 0, Size: 8}})
 			require.ErrorIs(t, err, tc.want)
 			require.NotErrorIs(t, err, tc.notWant)
 			require.ErrorIs(t, err, tc.errno, "the errno is kept")
@@ -106,7 +106,7 @@ func TestCSRefusedWhileResettingHlsim(t *testing.T) {
 			if m == hlsim.ModelGaudi2 {
 				require.NoError(t, cb.AddNOP(EB|MB))
 			}
-			seq, err := d.Submit([]hlsys.CSChunk{cb.Chunk(d.D2DQueues()[0])})
+			seq, err := d.Submit([]Chunk{cb.Chunk(d.D2DQueues()[0])})
 			require.NoError(t, err)
 			st, err := d.Wait(seq, 10*time.Second)
 			require.NoError(t, err)
@@ -114,7 +114,7 @@ func TestCSRefusedWhileResettingHlsim(t *testing.T) {
 
 			// The CB is built before: the driver refuses memory and CB
 			// ioctls too while the device is not operational.
-			chunk := []hlsys.CSChunk{cb.Chunk(d.D2DQueues()[0])}
+			chunk := []Chunk{cb.Chunk(d.D2DQueues()[0])}
 			for _, status := range []uint32{hlsys.DeviceStatusInReset, hlsys.DeviceStatusMalfunction} {
 				sim.ForceStatus(status)
 				_, err = d.Submit(chunk)
@@ -191,4 +191,53 @@ func TestMemoryOpsWhileResettingHlsim(t *testing.T) {
 			require.NoError(t, mem.Free())
 		})
 	}
+}
+
+// TestWaitCS: what a completion tracker learns from WaitCS, per WAIT_CS
+// answer and device state. A refusal while the device resets keeps the CS
+// (its outcome outlives the reset); a device in malfunction ends it.
+func TestWaitCS(t *testing.T) {
+	tests := []struct {
+		name     string
+		status   uint32
+		out      hlsys.WaitCSOut
+		errno    error
+		wantDone bool
+		wantErr  error
+	}{
+		{"completed", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusCompleted}, nil, true, nil},
+		{"busy", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusBusy}, nil, false, nil},
+		{"timed out", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusTimedOut}, unix.ETIMEDOUT, true, ErrCSTimedOut},
+		{"aborted", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusAborted}, unix.EIO, true, ErrCSAborted},
+		{"refused in reset", hlsys.DeviceStatusInReset, hlsys.WaitCSOut{}, unix.EBUSY, false, nil},
+		{"refused in reset after release", hlsys.DeviceStatusInResetAfterDeviceRelease, hlsys.WaitCSOut{}, unix.EBUSY, false, nil},
+		{"refused, reset over by the status read", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{}, unix.EBUSY, false, nil},
+		{"refused in malfunction", hlsys.DeviceStatusMalfunction, hlsys.WaitCSOut{}, unix.EBUSY, true, ErrMalfunction},
+		{"refused, needs reset", hlsys.DeviceStatusNeedsReset, hlsys.WaitCSOut{}, unix.EBUSY, true, ErrMalfunction},
+		{"unknown seq", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{}, unix.EINVAL, true, unix.EINVAL},
+	}
+	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f.mu.Lock()
+			f.status = tt.status
+			f.mu.Unlock()
+			f.wait = func(uint64, uint64) (hlsys.WaitCSOut, error) { return tt.out, tt.errno }
+			done, err := d.WaitCS(1, time.Millisecond)
+			require.Equal(t, tt.wantDone, done)
+			if tt.wantErr == nil {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, tt.wantErr)
+			}
+		})
+	}
+	f.mu.Lock()
+	f.status = hlsys.DeviceStatusOperational
+	f.mu.Unlock()
+	f.wait = nil
+	require.NoError(t, d.Close())
+	done, err := d.WaitCS(1, 0)
+	require.True(t, done, "a closed device ends the CS")
+	require.ErrorIs(t, err, ErrClosed)
 }

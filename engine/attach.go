@@ -11,7 +11,6 @@ import (
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/internal/fd"
 	"github.com/gxfer/gxfer/internal/gxerr"
-	"github.com/gxfer/gxfer/rdma"
 )
 
 // ErrNoCopier: an operation on runtime memory needs a device copy (a
@@ -209,12 +208,12 @@ func (a *Attachment) info() DeviceInfo {
 	di := DeviceInfo{
 		Index: a.idx, Name: a.att.Name(), Model: a.att.Model().String(), Emulated: a.att.Emulated(),
 		Numbering: a.att.Numbering().String(), ExportAPI: a.att.ExportAPI(),
-		DRAMBase: info.DramBaseAddress, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
+		DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
 		Node: a.att.Name(), KernelRelease: a.att.KernelRelease(),
 		Attached: true, LentBy: a.att.Source(), PoolStart: an.PoolStart, PoolLen: an.PoolLen,
 	}
 	if u, err := a.att.DramUsage(); err == nil {
-		di.DRAMFree = u.DramFreeMem
+		di.DRAMFree = u.Free
 	}
 	return di
 }
@@ -351,26 +350,6 @@ func (b *Buffer) attachedMRRequest() (mrRequest, error) {
 		return mrRequest{}, newErr(ErrClosed, fmt.Sprintf("buffer %d: runtime memory", b.id), err)
 	}
 	return mrRequest{fd: reg.FD, offset: reg.Offset, len: b.size, iova: b.att.va}, nil
-}
-
-// attachedMR registers an attached buffer's memory region on the pool's
-// DMA-BUF (b.rmu held, from gaudiMR).
-func (r *rdmaCtx) attachedMR(b *Buffer) (*rdma.MR, error) {
-	req, err := b.attachedMRRequest()
-	if err != nil {
-		return nil, err
-	}
-	r.dmabufAttempts.Add(1)
-	mr, err := r.pd.RegisterDMABuf(req.fd, req.offset, req.len, req.iova, rdma.AccessDefault)
-	if err != nil {
-		b.gmrErr = fmt.Errorf("gxfer: ibv_reg_dmabuf_mr of runtime memory (buffer %d, pool DMA-BUF offset %d): %w", b.id, req.offset, err)
-		r.noteDMABufRefusal(b.gmrErr)
-		return nil, b.gmrErr
-	}
-	r.dmabufMRs.Add(1)
-	b.att.a.mrs.Add(1)
-	b.gmr = &gaudiRegion{mr: mr}
-	return mr, nil
 }
 
 // attachedExport is the DMABuf of runtime memory: the pool's fd and the

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/datapath/rdmapath"
 )
 
 // TestRDMAAttachedDMABuf runs in the Soft-RoCE VM (testbed/rxe): a put from
@@ -22,7 +23,7 @@ func TestRDMAAttachedDMABuf(t *testing.T) {
 	cfg.Devices = DevicesNone
 	req := newEngine(t, cfg)
 	require.True(t, req.RDMA().Available, req.RDMA().Reason)
-	req.rdma.tryDMABuf = true // attempt the registration whatever the probe said
+	req.rdma.SetTryDMABuf(true) // attempt the registration whatever the probe said
 
 	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20})
 	require.NoError(t, err)
@@ -49,10 +50,10 @@ func TestRDMAAttachedDMABuf(t *testing.T) {
 	require.True(t, bytes.Equal(want, theirs.Bytes()))
 
 	info := req.RDMA()
-	t.Logf("DMA-BUF: %s; region error: %v", info.DMABuf, dev.gmrErr)
+	t.Logf("DMA-BUF: %s; region error: %v", info.DMABuf, rdmapath.RegionErr(dev.dp()))
 	require.EqualValues(t, 1, info.DMABufAttempts, "ibv_reg_dmabuf_mr attempted on the pool's DMA-BUF")
 	if info.DMABufMRs == 0 {
-		require.Error(t, dev.gmrErr)
+		require.Error(t, rdmapath.RegionErr(dev.dp()))
 		require.NotZero(t, ep.Stats().Staged, "staged through host memory")
 		require.NotZero(t, a.Stats().Copies, "by the runtime's copier")
 	}

@@ -2,12 +2,10 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/gxfer/gxfer/internal/datapath"
-	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -27,13 +25,9 @@ import (
 // goroutine polls on a timer instead of sleeping on events: when they stop,
 // another operation's completion may wait up to 2 ms for it.)
 type Binding struct {
-	ep           *Endpoint
-	n            uint64 // bytes per operation
-	mine, theirs []byte
-	lbuf, rbuf   *Buffer
-	h            *ipc.Handle[*imported]
-	rd           *rdmaBind      // RDMA endpoints (mine, theirs, rbuf and h unused)
-	bd           datapath.Bound // the binding of a data path (the fields above unused)
+	ep *Endpoint
+	n  uint64         // bytes per operation
+	bd datapath.Bound // the binding of the endpoint's data path
 
 	mu     sync.RWMutex // Put/Get hold it shared; Close exclusively
 	closed bool
@@ -71,35 +65,7 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 		}
 		return &Binding{ep: ep, n: local.n, bd: bd}, nil
 	}
-	if ep.kind != TransportIPC && ep.rd == nil {
-		return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is "+ep.Transport().String(), nil)
-	}
-	if ep.rd == nil && (local.buf.loc.gaudi || remote.k.MemType != wire.MemHost) {
-		return nil, newErr(ErrNotSupported, "bindings are between host buffers (use Put/Get for Gaudi memory)", nil)
-	}
-	if remote.k.Len != local.n {
-		return nil, newErr(ErrInvalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.n, remote.k.Len), nil)
-	}
-	if remote.k.Owner != ep.peer.EngineID {
-		return nil, newErr(ErrInvalid, "remote key belongs to another engine than "+ep.name, nil)
-	}
-	if !remote.k.Allows(wire.KeyRead | wire.KeyWrite) {
-		return nil, newErr(ErrInvalid, "remote key does not grant read and write access", nil)
-	}
-	if ep.rd != nil {
-		return ep.bindRDMA(local, &remote.k)
-	}
-	mk, _ := remote.mapKey() // a narrower grant only: importKey refuses it
-	h, err := ep.importKey(ctx, e.opConfig(nil).deadline, mk)
-	if err != nil {
-		return nil, ep.importErr(err)
-	}
-	theirs := h.Value().buf.Slice(int(remote.k.Offset), int(remote.k.Len))
-	if err := acquirePair(theirs, local); err != nil {
-		e.imports.Put(h)
-		return nil, err
-	}
-	return &Binding{ep: ep, n: local.n, mine: local.hostBytes(), theirs: theirs.hostBytes(), lbuf: local.buf, rbuf: theirs.buf, h: h}, nil
+	return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is "+ep.Transport().String(), nil)
 }
 
 // check refuses a closed binding or one whose peer memory is gone (the
@@ -108,16 +74,7 @@ func (b *Binding) check() error {
 	if b.closed {
 		return newErr(ErrClosed, "binding closed", nil)
 	}
-	if b.rd != nil || b.bd != nil {
-		return nil // the endpoint's and the work requests' errors: rdmaBind.do
-	}
-	if b.h.Gone() || b.h.Value().revoked() {
-		if err := b.ep.Err(); err != nil {
-			return err
-		}
-		return newErr(ErrInvalid, b.ep.name+": the peer's buffer is no longer exported", nil)
-	}
-	return nil
+	return nil // the endpoint's and the data path's errors: Bound.Do
 }
 
 // Put copies the local slice into the peer's. It returns when the data is
@@ -128,20 +85,7 @@ func (b *Binding) Put() error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if b.bd != nil {
-		return b.do(true, 1, true)
-	}
-	if b.rd != nil {
-		return b.rdmaDo(true, 1, true)
-	}
-	if !b.ep.e.enter() { // Close unmaps nothing while the copy runs
-		return ErrClosed
-	}
-	defer b.ep.e.exit()
-	b.ep.e.gateHook()
-	copy(b.theirs, b.mine)
-	b.ops.Add(1)
-	return b.checkAfter()
+	return b.do(true, 1, true)
 }
 
 // Get copies the peer's slice into the local one.
@@ -151,20 +95,7 @@ func (b *Binding) Get() error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if b.bd != nil {
-		return b.do(false, 1, true)
-	}
-	if b.rd != nil {
-		return b.rdmaDo(false, 1, true)
-	}
-	if !b.ep.e.enter() {
-		return ErrClosed
-	}
-	defer b.ep.e.exit()
-	b.ep.e.gateHook()
-	copy(b.mine, b.theirs)
-	b.ops.Add(1)
-	return b.checkAfter()
+	return b.do(false, 1, true)
 }
 
 // PutN runs n Puts back to back: each copies the whole local slice into
@@ -190,26 +121,7 @@ func (b *Binding) copyN(n int, put bool) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if b.bd != nil {
-		return b.do(put, n, false)
-	}
-	if b.rd != nil {
-		return b.rdmaDo(put, n, false)
-	}
-	if !b.ep.e.enter() {
-		return ErrClosed
-	}
-	defer b.ep.e.exit()
-	b.ep.e.gateHook()
-	dst, src := b.theirs, b.mine
-	if !put {
-		dst, src = src, dst
-	}
-	for range n {
-		copy(dst, src)
-	}
-	b.ops.Add(uint64(n))
-	return b.checkAfter()
+	return b.do(put, n, false)
 }
 
 // Flush returns once every operation of the binding has completed (on an
@@ -222,29 +134,12 @@ func (b *Binding) Flush() error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if b.bd != nil {
-		return b.bd.Flush()
-	}
-	if b.rd == nil {
-		return nil
-	}
-	b.rd.mu.Lock()
-	defer b.rd.mu.Unlock()
-	return b.rd.flush()
+	return b.bd.Flush()
 }
 
 // do runs n operations of a data path's binding (b.mu held shared).
 func (b *Binding) do(put bool, n int, wait bool) error {
 	err := b.bd.Do(put, n, wait)
-	b.ops.Add(uint64(n))
-	return err
-}
-
-// rdmaDo runs n operations on an RDMA binding (b.mu held shared).
-func (b *Binding) rdmaDo(put bool, n int, wait bool) error {
-	b.rd.mu.Lock()
-	err := b.rd.do(put, n, wait)
-	b.rd.mu.Unlock()
 	b.ops.Add(uint64(n))
 	return err
 }
@@ -260,40 +155,16 @@ func (b *Binding) Close() error {
 		return nil
 	}
 	b.closed = true
-	if b.bd != nil {
-		err := b.bd.Close()
-		if n := b.ops.Load(); n > 0 {
-			if b.bd.Inline() {
-				b.ep.e.env().CountInline(n, b.n)
-			} else {
-				st := &b.ep.e.st
-				st.submitted.Add(n)
-				st.completed.Add(n)
-				st.bytes.Add(n * b.n)
-			}
-		}
-		return err
-	}
-	var err error
-	if b.rd != nil {
-		b.rd.mu.Lock()
-		err = b.rd.close()
-		b.rd.mu.Unlock()
-	}
+	err := b.bd.Close()
 	if n := b.ops.Load(); n > 0 {
-		st := &b.ep.e.st
-		st.submitted.Add(n)
-		st.completed.Add(n)
-		if b.rd == nil {
-			st.inline.Add(n) // copies done by the caller
+		if b.bd.Inline() {
+			b.ep.e.env().CountInline(n, b.n)
+		} else {
+			st := &b.ep.e.st
+			st.submitted.Add(n)
+			st.completed.Add(n)
+			st.bytes.Add(n * b.n)
 		}
-		st.bytes.Add(n * b.n)
 	}
-	b.lbuf.release()
-	if b.rd != nil {
-		return err
-	}
-	b.rbuf.release()
-	b.ep.e.imports.Put(b.h)
-	return nil
+	return err
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -10,8 +9,6 @@ import (
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
-	"github.com/gxfer/gxfer/rdma"
-	"github.com/gxfer/gxfer/wire"
 )
 
 // Location says where a buffer lives: Host or Gaudi(i).
@@ -68,21 +65,12 @@ type Buffer struct {
 	// onDestroy releases what backs internal buffers (imported mappings).
 	onDestroy func() error
 	exported  atomic.Bool
-	impMu     sync.Mutex
-	importers map[*Endpoint]struct{} // peers that mapped it (host, exported)
 
 	// device memory
 	gd   *gdev
 	dmem *dma.DeviceMem
 
-	// RDMA memory regions (rmu): the exported host buffer's cached region
-	// on each NIC, a Gaudi buffer's DMA-BUF region or why it could not be
-	// registered.
-	rmu    sync.Mutex
-	xref   [wire.MaxNICs]rdma.MRRef
-	gmr    *gaudiRegion
-	att    *attachedMem // runtime memory of an Attachment (attach.go)
-	gmrErr error
+	att *attachedMem // runtime memory of an Attachment (attach.go)
 
 	// dpState is what data paths keep per buffer (datapath.BufState).
 	dpState datapath.BufState
@@ -169,7 +157,6 @@ func (b *Buffer) Free() error {
 			return nil
 		}
 		if b.state.CompareAndSwap(s, s|freedBit) {
-			b.eng.revokeValidity(b) // peers' copies fail from now on (imports.go)
 			b.eng.hooksRevoke(b)
 			if s == 0 {
 				return b.destroy()

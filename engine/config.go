@@ -4,9 +4,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/gxfer/gxfer/dma"
 	"github.com/rs/zerolog"
-
-	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
 // DeviceMode says which Gaudi devices New opens.
@@ -150,7 +149,7 @@ func (c Config) withDefaults() Config {
 	if c.ChunkSize == 0 {
 		c.ChunkSize = 4 << 20
 	}
-	c.ChunkSize = min(c.ChunkSize, hlsys.LinDMAMaxTSize)
+	c.ChunkSize = min(c.ChunkSize, dma.MaxLinDMASize)
 	if c.WaitSpin == 0 {
 		c.WaitSpin = 20 * time.Microsecond
 	}

@@ -124,8 +124,9 @@ func crossDevice(o *op) bool {
 // device queue when ctx ends is dropped: its future resolves with
 // ErrCanceled (or ErrTimeout for an expired deadline), wrapping ctx's
 // error, and its memory was never touched. Once in a command submission a
-// copy runs to its end, bounded only by its deadline option, if any; host
-// to host copies are not dropped.
+// copy runs to its end, bounded only by its deadline option, if any. A
+// host-to-host copy run by a host worker is dropped the same way while it
+// is queued; one run in the caller is done on return.
 func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Future {
 	if err := checkCtx(ctx); err != nil {
 		return resolved(err)
@@ -282,7 +283,10 @@ func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0] }
 
 // Submit validates every copy and submits them all, or none: if any copy is
 // invalid the future resolves at once with that error (Errs tells which)
-// and nothing is submitted. The future's Errs gives per-copy status.
+// and nothing is submitted. The future's Errs gives per-copy status. ctx
+// bounds the submission; when it ends, the batch's device copies not yet
+// in a command submission are dropped, as Copy's are (ErrCanceled or
+// ErrTimeout in Errs); its host-to-host copies run in Submit.
 func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 	e := b.e
 	defer b.Reset()
@@ -328,6 +332,9 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 		}
 		if dev == nil {
 			dev = &job{fut: f, start: now, deadline: oc.deadline}
+			if ctx.Done() != nil {
+				dev.ctx = ctx // its copies not yet in a CS are dropped when ctx ends
+			}
 		}
 		dev.ops = append(dev.ops, o)
 	}

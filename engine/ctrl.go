@@ -74,8 +74,6 @@ func (ep *Endpoint) writer(every time.Duration) {
 			_ = ep.c.Send(hb)
 			if ep.path != nil {
 				ep.path.Tick()
-			} else {
-				ep.checkQP()
 			}
 		case <-ep.done:
 			return

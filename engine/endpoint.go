@@ -41,7 +41,6 @@ type Endpoint struct {
 
 	mu        sync.Mutex
 	pending   map[uint64]func(reply) // called once, never under mu
-	lent      map[*Buffer]struct{}   // IPC: our buffers the peer mapped (imports.go)
 	nextID    atomic.Uint64
 	idParity  uint64 // the parity of our request ids: 1 dialer, 0 acceptor
 	failed    error
@@ -59,8 +58,6 @@ type Endpoint struct {
 	puts, gets, served atomic.Uint64
 	active             atomic.Bool // the peer made a request (Listener.admit evicts idle peers first)
 
-	rd *rdmaConn // RDMA endpoints: the queue pair (the control channel is TCP)
-
 	// path moves the endpoint's data (nil while a transport still lives
 	// in the engine's own files).
 	path datapath.Path
@@ -74,7 +71,7 @@ type reply struct {
 // newEndpoint makes the endpoint of a connection whose handshake is done,
 // connects its data path (the transport registered for want, if any:
 // connectPath) and starts its reader and writer.
-func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello, kind, want TransportKind, addr string, dialer bool, rd *rdmaConn) (*Endpoint, error) {
+func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello, kind, want TransportKind, addr string, dialer bool) (*Endpoint, error) {
 	name := fmt.Sprintf("peer %q (pid %d)", peer.Name, peer.PID)
 	if kind == TransportTCP {
 		name = fmt.Sprintf("peer %q (pid %d at %s)", peer.Name, peer.PID, addr)
@@ -88,7 +85,6 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		reader:    make(chan struct{}),
 		replySig:  make(chan struct{}, 1),
 		writerEnd: make(chan struct{}),
-		rd:        rd,
 	}
 	if dialer {
 		ep.idParity = 1
@@ -106,9 +102,6 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 	if e.closed.Load() {
 		e.epMu.Unlock()
 		_ = c.Close()
-		if rd != nil {
-			rd.close()
-		}
 		if ep.path != nil {
 			ep.path.Failed(ErrClosed)
 			ep.path.Closed(ErrClosed)
@@ -141,9 +134,6 @@ func (ep *Endpoint) Transport() TransportKind {
 	if ep.path != nil {
 		return TransportKind(ep.path.Kind())
 	}
-	if ep.rd != nil {
-		return TransportRDMA
-	}
 	return ep.kind
 }
 
@@ -172,12 +162,6 @@ type EndpointStats struct {
 // Stats returns the endpoint's counters.
 func (ep *Endpoint) Stats() EndpointStats {
 	st := EndpointStats{Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1}
-	if rd := ep.rd; rd != nil {
-		st.ZeroCopy, st.Staged, st.Delegated, st.ServedRDMA = rd.zeroCopy.Load(), rd.staged.Load(), rd.delegated.Load(), rd.servedRDMA.Load()
-		for _, n := range rd.nics {
-			st.NICWRs = append(st.NICWRs, n.wrs.Load())
-		}
-	}
 	if ep.path != nil {
 		var ds datapath.Stats
 		ep.path.Stats(&ds)
@@ -235,18 +219,12 @@ func (ep *Endpoint) failOnce(err error) {
 		ep.pending = map[uint64]func(reply){}
 		ep.mu.Unlock()
 		_ = ep.c.Close()
-		if ep.rd != nil {
-			// Flush what is in flight: its completions fail with err.
-			ep.rd.setError()
-		}
 		if ep.path != nil {
 			ep.path.Failed(err)
 		}
 		for _, fn := range pend {
 			fn(reply{err: err})
 		}
-		ep.e.imports.PurgePeer(ep.pid)
-		ep.unlend()
 		ep.e.epMu.Lock()
 		delete(ep.e.endpoints, ep)
 		ep.e.epMu.Unlock()
@@ -305,9 +283,6 @@ func (ep *Endpoint) readLoop() {
 		if ep.path != nil {
 			ep.path.Closed(err)
 			return
-		}
-		if ep.rd != nil {
-			ep.rd.close()
 		}
 	}()
 	ctx := context.Background()
@@ -374,18 +349,14 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 	switch m := m.(type) {
 	case *wire.ImportRequest:
 		ep.active.Store(true)
-		if ep.kind != TransportIPC {
-			return errors.New("ImportRequest on a transport without fd passing")
-		}
-		ep.serveImport(m)
+		return errors.New("ImportRequest on a transport without fd passing")
 	case *wire.Put:
 		ep.active.Store(true)
 		return ep.serveAny(true, m.Request)
 	case *wire.Get:
 		ep.active.Store(true)
 		return ep.serveAny(false, m.Request)
-	case *wire.Invalidate:
-		ep.e.imports.Invalidate(ep.pid, m.AllocID, m.Generation)
+	case *wire.Invalidate: // imports of a transport without any (shm handles its own)
 	case *wire.Heartbeat:
 	case *wire.Bye:
 		ep.fail(ep.peerErr("peer closed the endpoint", nil))
@@ -395,17 +366,10 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 	return nil
 }
 
-// serveAny routes a peer's request by where its data travels: in Data
-// frames on this connection (TCP) or through the requester's exported
-// shared memory (unix socket).
+// serveAny refuses a peer's request that no data path took (its data
+// would travel in a way this endpoint's transport does not offer): the
+// peer is broken.
 func (ep *Endpoint) serveAny(put bool, r wire.Request) error {
-	switch {
-	case ep.kind == TransportIPC && r.Local.Kind == wire.LocalKey:
-		ep.serve(put, r)
-		return nil
-	case ep.rd != nil && r.Local.Kind == wire.LocalRDMA:
-		return ep.serveRDMA(put, r)
-	}
 	return fmt.Errorf("request with local kind %d on the %v transport", r.Local.Kind, ep.kind)
 }
 
@@ -450,75 +414,6 @@ func (e *Engine) verifyKey(k *wire.RemoteKey) error {
 	return nil
 }
 
-// serve performs a peer's Put or Get on one of our buffers, off the reader
-// goroutine: it imports the requester's memory and copies (with the device
-// DMA engine when our side is Gaudi memory).
-func (ep *Endpoint) serve(put bool, r wire.Request) {
-	select {
-	case ep.sem <- struct{}{}:
-	default: // the reader never blocks: refuse beyond the limit
-		_ = ep.c.Send(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))
-		return
-	}
-	ep.serving.Add(1)
-	ep.e.async.Add(1)
-	go func() {
-		defer ep.e.async.Done()
-		defer ep.serving.Done()
-		defer func() { <-ep.sem }()
-		st, msg := ep.serveRequest(put, r)
-		var err error
-		if st == wire.StatusOK {
-			err = ep.c.Send(&wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK})
-		} else {
-			err = ep.c.Send(wire.NewError(r.RequestID, st, msg))
-		}
-		if err != nil {
-			ep.e.log.Debug().Err(err).Msg("reply not sent")
-		}
-	}()
-}
-
-func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string) {
-	need := wire.KeyRead
-	if put {
-		need = wire.KeyWrite
-	}
-	mine, st, msg := ep.e.lookupKey(&r.Key, r.Offset, r.Length, need)
-	if st != wire.StatusOK {
-		return st, msg
-	}
-	if r.Local.Kind != wire.LocalKey || r.Local.Key.MemType != wire.MemHost {
-		return wire.StatusNotSupported, "the requester's memory must be shared host memory"
-	}
-	if r.Local.Key.Owner != ep.peer.EngineID {
-		return wire.StatusBadKey, "the requester's key is not its own"
-	}
-	start, err := r.Local.Key.Span(r.Local.Offset, r.Length)
-	if err != nil {
-		return wire.StatusOutOfRange, err.Error()
-	}
-	ctx := context.Background()
-	h, err := ep.importKey(ctx, time.Time{}, r.Local.Key)
-	if err != nil {
-		return wire.StatusNoResources, err.Error()
-	}
-	defer ep.e.imports.Put(h)
-	theirs := h.Value().buf.Slice(int(start), int(r.Length))
-	if put {
-		err = ep.e.CopySync(ctx, mine, theirs)
-	} else {
-		err = ep.e.CopySync(ctx, theirs, mine)
-	}
-	if err != nil {
-		return wire.StatusInternal, err.Error()
-	}
-	if h.Value().revoked() { // the requester freed its memory during the copy
-		return wire.StatusStale, "the requester's buffer was freed"
-	}
-	return wire.StatusOK, ""
-}
-
 // Put copies local into the peer's buffer named by remote (same length).
 // Into the peer's host memory the copy is made here, into its shared memfd
 // (mapped once through the IPC handle cache): a memmove for local host
@@ -536,14 +431,16 @@ func (ep *Endpoint) serveRequest(put bool, r wire.Request) (wire.Status, string)
 // ctx bounds the waits of the operation on this side: for send credits,
 // staging buffers and transfer slots (RDMA, and the peer's DMA over
 // "unix"), and for the answer of a request the peer performs into a
-// bounce buffer of ours ("unix"), and a TCP transfer: its Data frames not
-// yet sent are dropped (the owner is told) and the answer is no longer
-// waited for (a Get's bytes still arriving are dropped). When it ends
-// first the future resolves with ErrCanceled or ErrTimeout (wrapping
-// ctx's error), once the work already handed to the NIC, the DMA engine
-// or the socket that touches local has finished. Not yet bounded by ctx:
-// RDMA requests the owner performs (the owner may still be moving data
-// against our region).
+// bounce buffer of ours ("unix"). When it ends first the future resolves
+// with ErrCanceled or ErrTimeout (wrapping ctx's error), once the work
+// already handed to the NIC or the DMA engine that touches local has
+// finished. An RDMA request the owner performs (the owner may be moving
+// data against a region of ours) resolves once the owner has answered,
+// or, silent for PeerTimeout after ctx ended, once the endpoint has failed
+// and the region is out of its reach. Over TCP, the Data frames not yet
+// sent are dropped (the owner is told) and the answer is no longer
+// waited for (a Get's bytes still arriving are dropped); the future
+// resolves once no frame reads or writes local any more.
 func (ep *Endpoint) Put(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) *Future {
 	return ep.rma(ctx, true, local, remote, opts)
 }
@@ -634,51 +531,7 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	if ep.path != nil {
 		return ep.start(ctx, put, local, remote, opts)
 	}
-	if ep.rd != nil {
-		return ep.rmaRDMA(ctx, put, local, remote.k, opts)
-	}
-	// Host memory is mapped here when this side holds a key granting the
-	// whole allocation (the mapping reaches all of it); with a narrower
-	// grant only, the owner performs the copy and checks the grant.
-	if mk, ok := remote.mapKey(); ok && remote.k.MemType == wire.MemHost {
-		var deadline time.Time
-		if len(opts) > 0 || e.cfg.OpTimeout > 0 {
-			deadline = e.opConfig(opts).deadline
-		}
-		h, err := ep.importKey(ctx, deadline, mk)
-		if err != nil {
-			return resolved(ep.importErr(err))
-		}
-		return ep.rmaMapped(ctx, put, local, remote.k, h, opts)
-	}
-	return ep.rmaDevice(ctx, put, local, remote.k, opts)
-}
-
-// rmaDevice runs a Put or Get on the peer's Gaudi memory: the peer does
-// the DMA from or to shared memory of ours. (A separate function so that
-// the key escapes to the heap only on this path.)
-func (ep *Endpoint) rmaDevice(ctx context.Context, put bool, local Slice, k wire.RemoteKey, opts []OpOption) *Future {
-	e := ep.e
-	if err := local.buf.acquire(); err != nil {
-		return resolved(err)
-	}
-	f := newFuture(1)
-	f.setSpin(e.cfg.WaitSpin)
-	oc := e.opConfig(opts)
-	e.async.Add(1)
-	go func() {
-		defer e.async.Done()
-		defer local.buf.release()
-		select {
-		case e.rmaSem <- struct{}{}:
-		case <-ctx.Done():
-			f.complete(0, ctxErr(ep.name+": waiting for a transfer slot", ctx.Err()))
-			return
-		}
-		defer func() { <-e.rmaSem }()
-		f.complete(0, ep.remoteDMA(ctx, put, local, k, oc.deadline))
-	}()
-	return f
+	return resolved(newErr(ErrNotSupported, "no data path for the "+ep.kind.String()+" transport", nil))
 }
 
 // decodeOrPeerError decodes f into m; a frame that is not one is
@@ -697,75 +550,4 @@ func decodeOrPeerError(f *wire.Frame, m wire.Message) error {
 		}
 	}
 	return err
-}
-
-// withDeadline is ctx bounded by deadline when it is set.
-func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	if deadline.IsZero() {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, deadline)
-}
-
-// request sends a Put or Get the peer performs and waits for its answer.
-func (ep *Endpoint) request(ctx context.Context, put bool, req wire.Request) error {
-	var m wire.Message = &wire.Get{Request: req}
-	if put {
-		m = &wire.Put{Request: req}
-	}
-	f, err := ep.roundTrip(ctx, req.RequestID, m)
-	if err != nil {
-		return ctxErr(ep.name, err)
-	}
-	defer f.CloseFDs()
-	return ep.replyErr(f)
-}
-
-// remoteDMA asks the peer to copy between its memory and ours; local
-// memory that is not shared (Gaudi, registered) goes through a shared
-// bounce buffer.
-func (ep *Endpoint) remoteDMA(ctx context.Context, put bool, local Slice, k wire.RemoteKey, deadline time.Time) error {
-	ctx, cancel := withDeadline(ctx, deadline)
-	defer cancel()
-	// The peer imports the memory it copies from or to: always a scratch
-	// buffer of exactly this size, never the caller's buffer (a key to it
-	// would grant the peer the whole buffer, read-write, for as long as it
-	// stays mapped).
-	return ep.e.throughHost(ctx, put, local, true, func(shared Slice) error {
-		lk, err := shared.buf.Export()
-		if err != nil {
-			return err
-		}
-		req := wire.Request{RequestID: ep.newID(), Key: k, Offset: 0, Length: local.n,
-			Local: wire.Local{Kind: wire.LocalKey, Key: lk.k, Offset: shared.off}}
-		return ep.request(ctx, put, req)
-	})
-}
-
-// throughHost runs fn on the host memory standing in for local: a bounce
-// buffer of local's size when bounce is set, else local itself. A Put's
-// data is copied into the bounce buffer before fn, a Get's out of it after
-// (once fn succeeded).
-func (e *Engine) throughHost(ctx context.Context, put bool, local Slice, bounce bool, fn func(region Slice) error) error {
-	if !bounce {
-		return fn(local)
-	}
-	b, err := e.Alloc(int(local.n), Host)
-	if err != nil {
-		return err
-	}
-	defer b.Free()
-	region := b.All()
-	if put {
-		if err := e.CopySync(ctx, region, local); err != nil {
-			return err
-		}
-	}
-	if err := fn(region); err != nil {
-		return err
-	}
-	if !put {
-		return e.CopySync(context.Background(), local, region)
-	}
-	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/datapath/rdmapath"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/wire"
@@ -54,25 +55,17 @@ type Engine struct {
 	st       stats
 
 	hookProcess atomic.Pointer[func()] // tests: runs in workers before processing
-	gate        closeGate              // calls Close waits for before it unmaps (gate.go)
-	hookGate    atomic.Pointer[func()] // tests: runs in an admitted call before its copy
+	gate        datapath.Gate          // calls Close waits for before it unmaps (gate.go); its hook (tests) runs in an admitted call before its copy
 	hookDrain   atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls
 
 	ident        identity
 	lastVerified atomic.Pointer[wire.RemoteKey] // see verifyKey
-	imports      *ipc.HandleCache[*imported]
 	epMu         sync.Mutex
 	endpoints    map[*Endpoint]struct{}
 	listeners    map[*Listener]struct{}
 
-	rdma *rdmaCtx   // nil: no RDMA (rdmaWhy says why); else nics[0]
-	nics []*rdmaCtx // every NIC's context
-	// serveRDMAHook (tests) runs before each delegated RDMA request this
-	// engine serves.
-	serveRDMAHook func()
-	rdmaWhy       string
-	rdmaStage     *stagePool // host staging of Gaudi memory for RDMA
-	rdmaStageSem  chan struct{}
+	rdma    *rdmapath.Transport // nil: no RDMA (rdmaWhy says why)
+	rdmaWhy string
 
 	attach attachState // devices the Habana runtime lends (attach.go)
 
@@ -95,6 +88,7 @@ func New(cfg Config) (_ *Engine, err error) {
 		endpoints: map[*Endpoint]struct{}{},
 		listeners: map[*Listener]struct{}{},
 	}
+	e.gate.Init(&e.closed)
 	defer func() {
 		if err != nil {
 			_ = e.Close()
@@ -103,10 +97,6 @@ func New(cfg Config) (_ *Engine, err error) {
 	if e.ident, err = newIdentity(); err != nil {
 		return nil, err
 	}
-	e.imports = ipc.NewHandleCache(ipc.CacheConfig[*imported]{
-		MaxRegions: cfg.IPCCache.MaxRegions, MaxBytes: cfg.IPCCache.MaxBytes, Logger: e.log,
-		Release: func(im *imported) error { return im.buf.Free() },
-	})
 	e.pool, err = ants.NewPool(cfg.Workers, ants.WithPanicHandler(e.onPanic), ants.WithLogger(antsLogger{e.log}))
 	if err != nil {
 		return nil, fmt.Errorf("gxfer: worker pool: %w", err)
@@ -117,7 +107,6 @@ func New(cfg Config) (_ *Engine, err error) {
 	if err := e.openDevices(); err != nil {
 		return nil, err
 	}
-	e.openRDMA()
 	e.openTransports()
 	// At most one drain per (device, direction) and one for host copies
 	// run at a time: the pool must hold them all.
@@ -232,12 +221,12 @@ func (e *Engine) Devices() []DeviceInfo {
 		di := DeviceInfo{
 			Index: g.idx, Name: g.dev.Name(), Model: g.dev.Model().String(), Emulated: g.dev.Emulated(),
 			Numbering: g.dev.Numbering().String(), ExportAPI: g.dev.ExportAPI(),
-			DRAMBase: info.DramBaseAddress, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
+			DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
 			Node: g.node.Path, ControlNode: g.node.ControlPath, PCIAddr: g.node.PCIAddr, DeviceType: g.node.DeviceType,
 			Driver: g.node.Driver, KernelRelease: g.dev.KernelRelease(),
 		}
 		if u, err := g.dev.DramUsage(); err == nil {
-			di.DRAMFree = u.DramFreeMem
+			di.DRAMFree = u.Free
 		}
 		out = append(out, di)
 	}
@@ -361,7 +350,7 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 	delete(e.buffers, b.id)
 	e.mu.Unlock()
 	var errs []error
-	errs = append(errs, e.releaseRDMA(b), e.hooksFreeing(b))
+	errs = append(errs, e.hooksFreeing(b))
 	if b.att != nil {
 		b.att.a.forget(b) // runtime memory: never freed by gxfer
 	} else if b.loc.gaudi {
@@ -380,9 +369,6 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 	}
 	if b.onDestroy != nil {
 		errs = append(errs, b.onDestroy())
-	}
-	if b.exported.Load() {
-		e.broadcastInvalidate(b)
 	}
 	return errors.Join(errs...)
 }
@@ -413,9 +399,6 @@ func (e *Engine) Close() error {
 		}
 		for _, ep := range eps {
 			_ = ep.Close()
-		}
-		if e.imports != nil {
-			errs = append(errs, e.imports.Close())
 		}
 		errs = append(errs, e.closeTransports())
 		// Stop intake and fail what is still queued.
@@ -464,9 +447,6 @@ func (e *Engine) Close() error {
 		errs = append(errs, e.attach.detachAll()) // after the buffers' MRs
 		for _, g := range e.devs {
 			errs = append(errs, g.closeCaches())
-		}
-		for _, n := range e.nics {
-			errs = append(errs, n.close())
 		}
 		errs = append(errs, e.finishTransports())
 		for _, s := range e.sims {

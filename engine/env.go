@@ -140,7 +140,8 @@ func (e *env) Go(fn func()) {
 	}()
 }
 
-// Enter admits a copy (and runs the gate tests' hook inside it).
+// Enter admits a copy on the caller's goroutine (and runs the test hook
+// inside the gate, before the copy touches memory).
 func (e *env) Enter() bool {
 	if !e.eng().enter() {
 		return false
@@ -151,6 +152,8 @@ func (e *env) Enter() bool {
 
 func (e *env) Exit() { e.eng().exit() }
 
+func (e *env) Gate() *datapath.Gate { return &e.gate }
+
 func (e *env) Slot(ctx context.Context) (func(), error) {
 	select {
 	case e.rmaSem <- struct{}{}:
@@ -158,6 +161,13 @@ func (e *env) Slot(ctx context.Context) (func(), error) {
 	case <-ctx.Done():
 		return nil, ctxErr("waiting for a transfer slot", ctx.Err())
 	}
+}
+
+// ExportKey is Buffer.Export's key (shm: the bounce buffer a peer
+// performs a request into).
+func (e *env) ExportKey(b datapath.Buf) (wire.RemoteKey, error) {
+	k, err := fromBuf(b).Export()
+	return k.k, err
 }
 
 func (e *env) CountInline(n, size uint64) {

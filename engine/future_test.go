@@ -89,3 +89,19 @@ func TestFutureDoneClosedOnceUnderRace(t *testing.T) {
 		require.NoError(t, f.Err())
 	}
 }
+
+func TestCtxErr(t *testing.T) {
+	tests := []struct {
+		in   error
+		want []error
+	}{
+		{context.Canceled, []error{ErrCanceled, context.Canceled}},
+		{context.DeadlineExceeded, []error{ErrTimeout, context.DeadlineExceeded}},
+	}
+	for _, tc := range tests {
+		err := ctxErr("x", tc.in)
+		for _, w := range tc.want {
+			require.ErrorIs(t, err, w)
+		}
+	}
+}

@@ -96,7 +96,7 @@ func TestCloseWaitsForCallerCopies(t *testing.T) {
 			parked, resume := make(chan struct{}), make(chan struct{})
 			var once sync.Once
 			park := func() { once.Do(func() { close(parked); <-resume }) }
-			e.hookGate.Store(&park)
+			e.gate.SetHook(&park)
 			waiting := make(chan struct{})
 			var wonce sync.Once
 			onDrain := func() { wonce.Do(func() { close(waiting) }) }
@@ -143,5 +143,5 @@ func TestCallsAfterCloseFail(t *testing.T) {
 	bt := e.NewBatch()
 	bt.Copy(a.All(), b.All())
 	require.ErrorIs(t, bt.Submit(ctx).Err(), ErrClosed)
-	require.Zero(t, e.gate.n.Load())
+	require.Zero(t, e.gate.Admitted())
 }

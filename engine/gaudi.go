@@ -13,7 +13,6 @@ import (
 	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
-	"github.com/gxfer/gxfer/internal/hlsys"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/queue"
 )
@@ -47,6 +46,9 @@ type op struct {
 	handed   bool // owned by a CS or a staging task, or finished (worker-local)
 }
 
+// cbPoolSize is how many command buffers of retired CSs a device keeps.
+const cbPoolSize = 64
+
 // gdev is the engine's side of one Gaudi device.
 type gdev struct {
 	e     *Engine
@@ -64,37 +66,9 @@ type gdev struct {
 	exports  *memcache.Cache     // device range -> *dma.DMABuf
 	types    *memcache.TypeCache // device range -> *Buffer
 
-	cbs  chan *dma.CB
-	rr   atomic.Uint32
+	cbs  *dma.CBPool   // command buffers of retired CSs
 	regs atomic.Uint64 // host mappings performed
 }
-
-type csWaiter struct{ d *dma.Device }
-
-func (w csWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
-	st, err := w.d.Wait(seq, timeout)
-	if err != nil {
-		// A refusal whose DEVICE_STATUS read found the device operational
-		// again (the reset ended in between) is a bare EBUSY (ErrBusy).
-		transient := errors.Is(err, dma.ErrBusy) || errors.Is(err, dma.ErrNotOperational)
-		if transient && !errors.Is(err, dma.ErrMalfunction) {
-			// hl_wait_ioctl refuses every wait while the device is in reset
-			// (EBUSY), but the CS's outcome outlives the reset (the driver
-			// aborts or times it out, and WAIT_CS reports that afterwards):
-			// the CS has not retired, so wait again later. The pause keeps
-			// the actor from spinning on the refusal. A device in
-			// malfunction does not come back: that ends the CS.
-			time.Sleep(min(timeout, notOperationalPause))
-			return false, nil
-		}
-		return true, err
-	}
-	return st == dma.CSCompleted, nil
-}
-
-// notOperationalPause is the longest a wait pauses when the driver refuses
-// it because the device is resetting.
-const notOperationalPause = time.Millisecond
 
 type hostMapper struct{ g *gdev }
 
@@ -123,7 +97,7 @@ func (x exporter) Register(addr, length uint64, _ memcache.Access) (any, error) 
 func (x exporter) Deregister(_, _ uint64, v any) error { return v.(*dma.DMABuf).Close() }
 
 func (e *Engine) addDevice(d *dma.Device, sim *hlsim.Device) {
-	g := &gdev{e: e, idx: len(e.devs), dev: d, sim: sim, types: memcache.NewTypeCache(), cbs: make(chan *dma.CB, 64)}
+	g := &gdev{e: e, idx: len(e.devs), dev: d, sim: sim, types: memcache.NewTypeCache(), cbs: d.NewCBPool(e.cfg.CBSize, cbPoolSize)}
 	g.log = e.log.With().Int("dev", g.idx).Str("node", d.Name()).Logger()
 	for i := range g.queues {
 		g.queues[i] = queue.New[*job](e.cfg.QueueDepth, e.cfg.queueMode())
@@ -133,7 +107,9 @@ func (e *Engine) addDevice(d *dma.Device, sim *hlsim.Device) {
 		Logger: g.log,
 	})
 	g.exports, _ = memcache.New(memcache.Config{Registrar: exporter{g}, Logger: g.log})
-	g.actor = cq.NewDeviceActor(d.Name(), csWaiter{d}, cq.ActorConfig{
+	// dma.Device.WaitCS tells a retired CS from one still running, also
+	// across a device reset.
+	g.actor = cq.NewDeviceActor(d.Name(), d, cq.ActorConfig{
 		Spin:       e.cfg.PollSpin,
 		OnDeadline: g.checkHealth,
 		Logger:     e.cfg.Logger,
@@ -143,8 +119,8 @@ func (e *Engine) addDevice(d *dma.Device, sim *hlsim.Device) {
 
 func (g *gdev) checkHealth() {
 	st, err := g.dev.Status()
-	if err != nil || st != hlsys.DeviceStatusOperational {
-		g.log.Warn().Err(err).Uint32("status", st).Msg("operation deadline missed; device not operational")
+	if err != nil || st != dma.StatusOperational {
+		g.log.Warn().Err(err).Uint32("status", uint32(st)).Msg("operation deadline missed; device not operational")
 		return
 	}
 	g.log.Warn().Msg("operation deadline missed; device reports operational")
@@ -240,15 +216,14 @@ type csItem struct {
 	done bool
 }
 
-// csRec is one command submission under construction or in flight.
+// csRec is one command submission under construction or in flight: the
+// CS itself (dma.CSBuilder: packets, queues, sealing) and what the engine
+// ties to it (the ops it carries, the host mappings they hold).
 type csRec struct {
 	g       *gdev
-	streams []uint32
-	cbs     []*dma.CB
+	cs      *dma.CSBuilder
 	items   []csItem
 	regions []*memcache.Region
-	packets int
-	bytes   uint64
 }
 
 func (g *gdev) streams(dir int) []uint32 {
@@ -310,10 +285,28 @@ func (g *gdev) processRefs(dir int, refs []ref) {
 		return
 	}
 	streams := g.streams(dir)
-	newRec := func() *csRec { return &csRec{g: g, streams: streams, cbs: make([]*dma.CB, len(streams))} }
-	rec := newRec()
-	// An empty CS holds this many LIN_DMA packets.
-	capacity := len(streams) * ((g.e.cfg.CBSize - hlsys.NOPPacketSize) / hlsys.LinDMAPacketSize)
+	newRec := func() (*csRec, error) {
+		cs, err := g.dev.NewCSBuilder(dma.CSOptions{
+			Queues: streams, CBSize: g.e.cfg.CBSize, PieceSize: g.e.cfg.ChunkSize, NewCB: g.cbs.Get,
+		})
+		if err != nil {
+			kind := ErrDevice
+			switch {
+			case errors.Is(err, dma.ErrNotSupported):
+				kind = ErrNotSupported
+			case errors.Is(err, dma.ErrInvalid):
+				kind = ErrInvalid
+			}
+			return nil, newErr(kind, fmt.Sprintf("command submission on gaudi%d (Config.CBSize %d)", g.idx, g.e.cfg.CBSize), err)
+		}
+		return &csRec{g: g, cs: cs}, nil
+	}
+	// recErr fails every op of this device: its CSs cannot be built.
+	rec, recErr := newRec()
+	capacity := 0 // LIN_DMA packets an empty CS holds
+	if recErr == nil {
+		capacity = rec.cs.Capacity()
+	}
 	for _, rf := range refs {
 		j, o := rf.j, rf.o
 		if crossDevice(o) {
@@ -324,21 +317,24 @@ func (g *gdev) processRefs(dir int, refs []ref) {
 			g.e.finishOp(j, o, newErr(ErrTimeout, "deadline passed while queued", nil))
 			continue
 		}
-		chunks := int((o.n() + g.e.cfg.ChunkSize - 1) / g.e.cfg.ChunkSize)
-		if chunks > capacity {
-			g.e.finishOp(j, o, newErr(ErrInvalid, fmt.Sprintf(
-				"a %d-byte copy needs %d packets, more than one command submission holds (%d); raise Config.ChunkSize or CBSize",
-				o.n(), chunks, capacity), nil))
+		if recErr != nil {
+			g.e.finishOp(j, o, recErr)
 			continue
 		}
-		if len(rec.items) >= g.e.cfg.MaxOpsPerCS || !rec.fits(chunks) {
+		if packets := rec.cs.Packets(o.n()); packets > capacity {
+			g.e.finishOp(j, o, newErr(ErrInvalid, fmt.Sprintf(
+				"a %d-byte copy needs %d packets, more than one command submission holds (%d); raise Config.ChunkSize or CBSize",
+				o.n(), packets, capacity), nil))
+			continue
+		}
+		if len(rec.items) >= g.e.cfg.MaxOpsPerCS || !rec.cs.Fits(o.n()) {
 			rec.submit()
-			rec = newRec()
+			rec, _ = newRec() // the options were accepted above
 		}
 		// Get every command buffer first: then adding packets cannot fail
 		// half-way through an op.
-		if err := rec.allCBs(); err != nil {
-			g.e.finishOp(j, o, err)
+		if err := rec.cs.Reserve(); err != nil {
+			g.e.finishOp(j, o, newErr(ErrDevice, "command buffer", err))
 			continue
 		}
 		dst, src, regs, err := g.resolve(o)
@@ -346,32 +342,25 @@ func (g *gdev) processRefs(dir int, refs []ref) {
 			g.e.finishOp(j, o, err)
 			continue
 		}
-		if err := rec.add(dst, src, o.n()); err != nil {
+		if err := rec.cs.AddCopy(dst, src, o.n()); err != nil {
 			// Only an encoding bug gets here; the CBs may hold part of
 			// this op, so the whole CS is dropped.
 			for _, r := range regs {
 				g.hostMaps.Put(r)
 			}
+			err = newErr(ErrDevice, "add copy to command submission", err)
 			g.e.finishOp(j, o, err)
 			rec.finish(err)
-			rec = newRec()
+			rec, _ = newRec()
 			continue
 		}
 		o.handed = true
 		rec.regions = append(rec.regions, regs...)
 		rec.items = append(rec.items, csItem{j: j, o: o})
 	}
-	rec.submit()
-}
-
-// allCBs makes sure the CS has a command buffer on every stream.
-func (r *csRec) allCBs() error {
-	for s := range r.cbs {
-		if _, err := r.cb(s); err != nil {
-			return err
-		}
+	if rec != nil {
+		rec.submit()
 	}
-	return nil
 }
 
 // nextDeadline is the earliest deadline of the ops not yet ended.
@@ -416,76 +405,6 @@ func (g *gdev) resolve(o *op) (dst, src uint64, regs []*memcache.Region, err err
 	return dst, src, regs, nil
 }
 
-func (r *csRec) reserve() int {
-	if r.g.dev.Model() == dma.ModelGaudi1 {
-		return 0
-	}
-	return hlsys.NOPPacketSize
-}
-
-// fits reports whether chunks more LIN_DMA packets fit in this CS.
-func (r *csRec) fits(chunks int) bool {
-	free := 0
-	for _, cb := range r.cbs {
-		if cb == nil {
-			free += (r.g.e.cfg.CBSize - hlsys.NOPPacketSize) / hlsys.LinDMAPacketSize
-		} else {
-			free += (cb.Remaining() - r.reserve()) / hlsys.LinDMAPacketSize
-		}
-	}
-	return free >= chunks
-}
-
-func (r *csRec) cb(s int) (*dma.CB, error) {
-	if r.cbs[s] != nil {
-		return r.cbs[s], nil
-	}
-	var cb *dma.CB
-	select {
-	case cb = <-r.g.cbs:
-		cb.Reset()
-	default:
-		var err error
-		if cb, err = r.g.dev.NewCB(r.g.e.cfg.CBSize); err != nil {
-			return nil, newErr(ErrDevice, "command buffer", err)
-		}
-	}
-	r.cbs[s] = cb
-	return cb, nil
-}
-
-// add appends a copy, split into chunks spread over the DMA queues.
-func (r *csRec) add(dst, src, n uint64) error {
-	chunk := r.g.e.cfg.ChunkSize
-	for off := uint64(0); off < n; off += chunk {
-		m := min(chunk, n-off)
-		s := int(r.g.rr.Add(1)) % len(r.streams)
-		cb, err := r.cb(s)
-		if err != nil {
-			return err
-		}
-		if cb.Remaining()-r.reserve() < hlsys.LinDMAPacketSize {
-			// Fall back to any stream with room.
-			found := false
-			for t := range r.streams {
-				if c, err := r.cb(t); err == nil && c.Remaining()-r.reserve() >= hlsys.LinDMAPacketSize {
-					cb, found = c, true
-					break
-				}
-			}
-			if !found {
-				return newErr(ErrDevice, "command buffers full", dma.ErrCBFull)
-			}
-		}
-		if err := cb.AddLinDMA(dst+off, src+off, m); err != nil {
-			return newErr(ErrDevice, "encode LIN_DMA", err)
-		}
-		r.packets++
-	}
-	r.bytes += n
-	return nil
-}
-
 // submit sends the CS and hands it to the device's completion actor.
 func (r *csRec) submit() {
 	g := r.g
@@ -493,18 +412,10 @@ func (r *csRec) submit() {
 		r.releaseCBs()
 		return
 	}
-	chunks := make([]hlsys.CSChunk, 0, len(r.cbs))
-	for s, cb := range r.cbs {
-		if cb == nil || cb.Len() == 0 {
-			continue
-		}
-		if g.dev.Model() != dma.ModelGaudi1 {
-			if err := cb.AddNOP(dma.EB | dma.MB); err != nil {
-				r.finish(newErr(ErrDevice, "encode NOP", err))
-				return
-			}
-		}
-		chunks = append(chunks, cb.Chunk(r.streams[s]))
+	chunks, err := r.cs.Seal()
+	if err != nil {
+		r.finish(newErr(ErrDevice, "seal command submission", err))
+		return
 	}
 	seq, err := g.dev.Submit(chunks)
 	if err != nil {
@@ -512,8 +423,8 @@ func (r *csRec) submit() {
 		return
 	}
 	g.e.st.cs.Add(1)
-	g.e.st.packets.Add(uint64(r.packets))
-	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.packets).Int("cbs", len(chunks)).Msg("CS submitted")
+	g.e.st.packets.Add(uint64(r.cs.Len()))
+	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.cs.Len()).Int("cbs", len(chunks)).Msg("CS submitted")
 	err = g.actor.Track(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.finish, OnTimeout: r.timeout})
 	if err != nil {
 		// The actor is closing: wait for the CS here so that nothing it
@@ -526,23 +437,7 @@ func (r *csRec) submit() {
 	}
 }
 
-func (r *csRec) releaseCBs() {
-	for i, cb := range r.cbs {
-		if cb == nil {
-			continue
-		}
-		if r.g.e.closed.Load() {
-			_ = cb.Close()
-		} else {
-			select {
-			case r.g.cbs <- cb:
-			default:
-				_ = cb.Close()
-			}
-		}
-		r.cbs[i] = nil
-	}
-}
+func (r *csRec) releaseCBs() { r.cs.Release(r.g.cbs.Put) }
 
 // timeout ends the CS's operations whose deadline passed with ErrTimeout
 // and returns the next deadline. The CS stays tracked: buffers, mappings
@@ -633,16 +528,5 @@ func (g *gdev) closeDevice() error { return g.dev.Close() }
 // closeCaches releases the caches and pooled command buffers (after the
 // device is closed; their releases are then no-ops on the driver side).
 func (g *gdev) closeCaches() error {
-	var errs []error
-	errs = append(errs, g.hostMaps.Close(), g.exports.Close())
-	for {
-		select {
-		case cb := <-g.cbs:
-			errs = append(errs, cb.Close())
-			continue
-		default:
-		}
-		break
-	}
-	return errors.Join(errs...)
+	return errors.Join(g.hostMaps.Close(), g.exports.Close(), g.cbs.Close())
 }

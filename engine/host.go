@@ -73,9 +73,12 @@ func (h *hostPath) drain() {
 			for i := range j.ops {
 				o := &j.ops[i]
 				var err error
-				if !j.deadline.IsZero() && time.Now().After(j.deadline) {
+				switch {
+				case !j.deadline.IsZero() && time.Now().After(j.deadline):
 					err = newErr(ErrTimeout, "deadline passed while queued", nil)
-				} else {
+				case j.ctx != nil && j.ctx.Err() != nil:
+					err = ctxErr("copy dropped before it started", j.ctx.Err())
+				default:
 					if hook := h.e.hookProcess.Load(); hook != nil {
 						(*hook)()
 					}

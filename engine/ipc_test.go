@@ -152,7 +152,7 @@ func TestIPCPutGetEveryPair(t *testing.T) {
 	require.Contains(t, ep.Peer(), "pid")
 	require.Equal(t, TransportIPC, ep.Transport())
 	putGetEveryPair(t, e, ep, p)
-	st := e.imports.Stats()
+	st := e.shm().CacheStats()
 	require.Equal(t, uint64(1), st.Misses, "the peer's host buffer is imported once")
 	require.NoError(t, ep.Close())
 }
@@ -252,7 +252,7 @@ func TestIPCInvalidation(t *testing.T) {
 	require.NoError(t, ep.PutSync(ctx, h.All(), old.Slice(0, 4096)))
 	p.command(t, "realloc")
 	p.readKeys(t)
-	require.Eventually(t, func() bool { return e.imports.Stats().Invalidations == 1 }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return e.shm().CacheStats().Invalidations == 1 }, 5*time.Second, time.Millisecond,
 		"the exporter's free invalidates the importer's cached mapping")
 	err = ep.PutSync(ctx, h.All(), old.Slice(0, 4096))
 	require.ErrorIs(t, err, ErrInvalid, "a stale key is refused")
@@ -297,7 +297,7 @@ func TestIPCPeerKilled(t *testing.T) {
 	}
 	<-ep.Done()
 	require.ErrorIs(t, ep.Err(), ErrPeer)
-	require.Zero(t, e.imports.Stats().Regions, "the dead peer's imported regions are released")
+	require.Zero(t, e.shm().CacheStats().Regions, "the dead peer's imported regions are released")
 	// The engine keeps working.
 	d, _ := e.Alloc(1<<20, Gaudi(0))
 	require.NoError(t, e.CopySync(ctx, d.All(), h.All()))
@@ -345,10 +345,10 @@ func BenchmarkIPCPut4K(b *testing.B) {
 					b.Fatal(err)
 				}
 				if !cached {
-					e.imports.Invalidate(ep.pid, k.k.AllocID, k.k.Generation)
+					e.shm().Invalidate(ep.pid, k.k.AllocID, k.k.Generation)
 				}
 			}
-			b.ReportMetric(float64(e.imports.Stats().Misses), "imports")
+			b.ReportMetric(float64(e.shm().CacheStats().Misses), "imports")
 		})
 	}
 }

@@ -193,9 +193,9 @@ func TestIPCRegressTwoEnginesOneProcess(t *testing.T) {
 }
 
 // 4. A peer that stops reading blocks Send forever: the engine's reader
-// (serveImport replies inline), Endpoint.Close/Engine.Close (Bye is sent
+// (shm.Path.serveImport replies inline), Endpoint.Close/Engine.Close (Bye is sent
 // before the socket is closed) and every Free of an exported buffer
-// (broadcastInvalidate, possibly on a device CQ actor) hang.
+// (shm.Transport.Freeing, possibly on a device CQ actor) hang.
 func TestIPCRegressStuckPeerHangsEngine(t *testing.T) {
 	e, err := New(Config{Devices: DevicesNone})
 	require.NoError(t, err)
@@ -524,7 +524,7 @@ func TestIPCRegressMutualStress(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("640 cross requests in %v; caches: %+v / %+v", time.Since(t0), engs[0].imports.Stats(), engs[1].imports.Stats())
+	t.Logf("640 cross requests in %v; caches: %+v / %+v", time.Since(t0), engs[0].shm().CacheStats(), engs[1].shm().CacheStats())
 }
 
 // 11. A connection that never sends Hello delays Engine.Close by the

@@ -267,22 +267,20 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 			return fail(err)
 		}
 	}
-	var rd *rdmaConn
-	switch {
-	case kind == TransportTCP && ack.Accepted&wire.CapRDMA != 0:
-		if rd, err = e.rdmaConnect(hctx, wc, true); err != nil {
-			return fail(err)
-		}
-	case want == TransportRDMA:
+	if want == TransportRDMA && ack.Accepted&wire.CapRDMA == 0 {
 		_ = wc.Close()
 		return nil, newErr(ErrNotSupported, fmt.Sprintf("transport rdma: peer %q (pid %d at %s) does not offer RDMA (no usable RDMA device there, or RDMA disabled)",
 			ack.Name, ack.PID, addr), nil)
 	}
 	want = kind
-	if ack.Accepted&wire.CapRDMA != 0 {
+	if kind == TransportTCP && ack.Accepted&wire.CapRDMA != 0 {
 		want = TransportRDMA
 	}
-	return e.newEndpoint(hctx, wc, ack.Hello, kind, want, addr, true, rd)
+	ep, err := e.newEndpoint(hctx, wc, ack.Hello, kind, want, addr, true)
+	if err != nil && want == TransportRDMA && !errors.Is(err, ErrClosed) {
+		return nil, newErr(ErrPeer, "handshake with "+addr, err) // the queue pairs' setup
+	}
+	return ep, err
 }
 
 // helloFor is this engine's Hello on a transport: fd passing and shared
@@ -377,18 +375,11 @@ func (e *Engine) handshakeServer(parent context.Context, l *Listener, p *pending
 		_ = wc.Close()
 		return nil, err
 	}
-	var rd *rdmaConn
-	if ack.Accepted&wire.CapRDMA != 0 {
-		if rd, err = e.rdmaConnect(ctx, wc, false); err != nil {
-			_ = wc.Close()
-			return nil, err
-		}
-	}
 	want := kind
 	if ack.Accepted&wire.CapRDMA != 0 {
 		want = TransportRDMA
 	}
-	ep, err := e.newEndpoint(ctx, wc, hello, kind, want, raddr, false, rd)
+	ep, err := e.newEndpoint(ctx, wc, hello, kind, want, raddr, false)
 	if err == nil {
 		l.addPeer(ep)
 	}

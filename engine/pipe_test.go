@@ -23,9 +23,9 @@ func pipePair(t testing.TB, a, b *Engine) (ab, ba *Endpoint) {
 	wa := wire.NewConn(wire.NewStreamTransport(ca), a.connConfig(transportPipe))
 	wb := wire.NewConn(wire.NewStreamTransport(cb), b.connConfig(transportPipe))
 	ctx := context.Background()
-	ab, err := a.newEndpoint(ctx, wa, b.ident.hello, transportPipe, transportPipe, "pipe", true, nil)
+	ab, err := a.newEndpoint(ctx, wa, b.ident.hello, transportPipe, transportPipe, "pipe", true)
 	require.NoError(t, err)
-	ba, err = b.newEndpoint(ctx, wb, a.ident.hello, transportPipe, transportPipe, "pipe", false, nil)
+	ba, err = b.newEndpoint(ctx, wb, a.ident.hello, transportPipe, transportPipe, "pipe", false)
 	require.NoError(t, err)
 	return ab, ba
 }

@@ -52,12 +52,12 @@ func TestGaudi2CSQueuesDriverEnabled(t *testing.T) {
 	require.NoError(t, err)
 	e.sims = append(e.sims, sim) // closed by the engine
 	rec := &csQueueRec{queues: map[uint32]int{}}
-	d, err := dma.OpenBackend(sim.Name(), func() (hlsys.Backend, error) {
+	d, err := dma.OpenBackend(sim.Name(), func() (dma.Backend, error) {
 		b, err := sim.Open()
 		if err != nil {
 			return nil, err
 		}
-		rec.Backend = b
+		rec.Backend = b.(hlsys.Backend) // the emulator's context is one
 		return rec, nil
 	}, dma.Options{})
 	require.NoError(t, err)

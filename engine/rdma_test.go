@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/datapath/rdmapath"
 	"github.com/gxfer/gxfer/internal/testutil"
 	"github.com/gxfer/gxfer/internal/verbs"
 	"github.com/gxfer/gxfer/rdma"
@@ -23,6 +25,9 @@ import (
 // These tests need an RDMA device: on a machine without one they skip,
 // saying why; testbed/rxe/ci.sh runs them inside the Soft-RoCE VM (with
 // GXFER_REQUIRE_RDMA=1, where a missing device fails them).
+
+// rdmaPath is an RDMA endpoint's data path.
+func rdmaPath(ep *Endpoint) *rdmapath.Path { return ep.path.(*rdmapath.Path) }
 
 func needRDMA(t testing.TB) {
 	t.Helper()
@@ -221,12 +226,12 @@ func TestRDMADMABuf(t *testing.T) {
 	owner, req, ep, _ := rdmaPair(t)
 	info := req.RDMA()
 	t.Logf("DMA-BUF probe: %s", info.DMABuf)
-	if req.rdma.probe == nil {
+	if req.rdma.Probe() == nil {
 		t.Skipf("%s registers DMA-BUF memory: the EOPNOTSUPP fallback cannot be tested on it", info.Device)
 	}
-	require.ErrorIs(t, req.rdma.probe, rdma.ErrNotSupported)
+	require.ErrorIs(t, req.rdma.Probe(), rdma.ErrNotSupported)
 	require.NotEqual(t, "supported", info.DMABuf, "the probe result is reported")
-	req.rdma.tryDMABuf = true // attempt the real registration regardless of the probe
+	req.rdma.SetTryDMABuf(true) // attempt the real registration regardless of the probe
 
 	ctx := context.Background()
 	const n = 5<<20 + 3
@@ -243,8 +248,8 @@ func TestRDMADMABuf(t *testing.T) {
 	info = req.RDMA()
 	require.Equal(t, uint64(1), info.DMABufAttempts, "ibv_reg_dmabuf_mr attempted on the buffer's DMA-BUF")
 	require.Zero(t, info.DMABufMRs)
-	require.ErrorIs(t, dev.gmrErr, rdma.ErrNotSupported)
-	require.ErrorIs(t, dev.gmrErr, syscall.EOPNOTSUPP)
+	require.ErrorIs(t, rdmapath.RegionErr(dev.dp()), rdma.ErrNotSupported)
+	require.ErrorIs(t, rdmapath.RegionErr(dev.dp()), syscall.EOPNOTSUPP)
 	require.Contains(t, info.DMABuf, "ibv_reg_dmabuf_mr")
 	require.Equal(t, uint64(1), ep.Stats().Staged, "staged through host memory")
 	require.Zero(t, ep.Stats().ZeroCopy)
@@ -281,9 +286,9 @@ func TestRDMAOutOfRange(t *testing.T) {
 	// Refused before sending.
 	require.ErrorIs(t, ep.PutSync(ctx, h.All(), dk.Slice(1<<20-10, 8192)), ErrInvalid)
 	// A request beyond the view is refused by the owner.
-	ref, err := req.rdma.mrs.Get(h.Addr(), 8192, rdma.AccessDefault)
+	ref, err := req.rdma.MRCache().Get(h.Addr(), 8192, rdma.AccessDefault)
 	require.NoError(t, err)
-	defer req.rdma.mrs.Put(ref)
+	defer req.rdma.MRCache().Put(ref)
 	for _, off := range []uint64{4096, 1 << 62} {
 		id := ep.newID()
 		r := wire.Request{RequestID: id, Key: dk.Slice(0, 8192).k, Offset: off, Length: 8192,
@@ -306,7 +311,10 @@ func TestRDMAOutOfRange(t *testing.T) {
 	// Beyond the registered region, the NIC refuses: the work request
 	// fails with a remote access error, and so does the endpoint (its
 	// queue pair is in the error state).
-	f := ep.rdmaDirect(ctx, true, h.All(), rdma.RemoteAddr{Addr: hk.k.Base + 64<<20, RKey: hk.k.RKey}, nil, time.Time{})
+	beyond := hk.Slice(0, 8192).k
+	beyond.Base += 64 << 20 // the rkey's region is 1 MiB
+	f := newFuture(1)
+	ep.path.Start(ctx, datapath.Req{Put: true, Local: h.All().mem(), Key: beyond}, f.completer())
 	<-f.Done()
 	require.ErrorIs(t, f.Err(), ErrPeer)
 	require.ErrorIs(t, f.Err(), rdma.ErrRemoteAccess)
@@ -345,7 +353,7 @@ func TestRDMAQPError(t *testing.T) {
 		futs = append(futs, ep.Put(ctx, mine.Slice(i*n, n), tk.Slice(i*n, n)))
 		futs = append(futs, ep.Put(ctx, mine.Slice(i*n, n), dk.Slice(i*n, n)))
 	}
-	require.NoError(t, ep.rd.qp.SetError())
+	require.NoError(t, rdmaPath(ep).QP().SetError())
 	failed := 0
 	for i, f := range futs {
 		<-f.Done()
@@ -436,16 +444,16 @@ func TestRDMACloseReleasesEverything(t *testing.T) {
 		require.NoError(t, theirs.Free(), "an exported buffer's region goes with it")
 	}
 	require.NotZero(t, owner.RDMA().CachedMRs+req.RDMA().CachedMRs)
-	before := owner.rdma.dev.Counts()
+	before := owner.rdma.Devices()[0].Counts()
 	t.Logf("owner's device objects before Close: %+v", before)
 	// An endpoint left open and one failed are closed by Engine.Close.
 	ep2, err := req.Dial(ctx, "tcp", l.Addr())
 	require.NoError(t, err)
-	require.NoError(t, ep2.rd.qp.SetError())
+	require.NoError(t, rdmaPath(ep2).QP().SetError())
 	require.NoError(t, req.Close())
 	require.NoError(t, owner.Close())
-	require.Equal(t, rdma.Counts{}, owner.rdma.dev.Counts())
-	require.Equal(t, rdma.Counts{}, req.rdma.dev.Counts())
+	require.Equal(t, rdma.Counts{}, owner.rdma.Devices()[0].Counts())
+	require.Equal(t, rdma.Counts{}, req.rdma.Devices()[0].Counts())
 	require.Equal(t, base, verbs.Live(), "verbs objects left after Close")
 	require.Empty(t, testutil.LeakedFDs(fdsBefore))
 }
@@ -522,8 +530,8 @@ func TestRDMABinding(t *testing.T) {
 	needRDMA(t)
 	owner, req, ep, _ := rdmaPair(t)
 	ctx := context.Background()
-	require.Equal(t, rdmaMaxInline, ep.rd.maxInline, "rxe takes inline writes")
-	for _, n := range []int{1, 8, rdmaMaxInline, rdmaMaxInline + 1, 4097, 1 << 20} {
+	require.Equal(t, rdmapath.MaxInline, rdmaPath(ep).MaxInline(), "rxe takes inline writes")
+	for _, n := range []int{1, 8, rdmapath.MaxInline, rdmapath.MaxInline + 1, 4097, 1 << 20} {
 		name := fmt.Sprint(n)
 		theirs, _ := owner.Alloc(n+64, Host)
 		tk, err := theirs.Export()
@@ -531,7 +539,7 @@ func TestRDMABinding(t *testing.T) {
 		mine, _ := req.Alloc(n, Host)
 		b, err := ep.Bind(ctx, mine.All(), tk.Slice(64, n))
 		require.NoError(t, err, name)
-		require.Equal(t, n <= rdmaMaxInline, b.rd.inline, name)
+		require.Equal(t, n <= rdmapath.MaxInline, b.bd.(*rdmapath.Bound).InlineWrites(), name)
 		fill(mine.Bytes(), uint64(n))
 		require.NoError(t, b.Put(), name)
 		require.True(t, bytes.Equal(mine.Bytes(), theirs.Bytes()[64:]), "%s: put", name)
@@ -545,7 +553,7 @@ func TestRDMABinding(t *testing.T) {
 		fill(mine.Bytes(), uint64(n)+2)
 		require.NoError(t, b.PutN(300), name)
 		require.NoError(t, b.Flush(), name)
-		require.Zero(t, b.rd.posted-b.rd.completed.Load(), name)
+		require.Zero(t, b.bd.(*rdmapath.Bound).InFlight(), name)
 		require.True(t, bytes.Equal(mine.Bytes(), theirs.Bytes()[64:]), "%s: PutN", name)
 		fill(theirs.Bytes()[64:], uint64(n)+3)
 		require.NoError(t, b.GetN(300), name)
@@ -554,7 +562,7 @@ func TestRDMABinding(t *testing.T) {
 		// Close waits for what is in flight.
 		require.NoError(t, b.PutN(200), name)
 		require.NoError(t, b.Close(), name)
-		require.Zero(t, b.rd.posted-b.rd.completed.Load(), name)
+		require.Zero(t, b.bd.(*rdmapath.Bound).InFlight(), name)
 		require.NoError(t, b.Close(), "a second Close")
 		require.ErrorIs(t, b.Put(), ErrClosed)
 		require.ErrorIs(t, b.Flush(), ErrClosed)
@@ -591,7 +599,7 @@ func TestRDMABinding(t *testing.T) {
 	b, err := ep.Bind(ctx, mine.All(), tk)
 	require.NoError(t, err)
 	require.NoError(t, b.Put())
-	require.NoError(t, ep.rd.qp.SetError())
+	require.NoError(t, rdmaPath(ep).QP().SetError())
 	err = b.PutN(50)
 	if err == nil {
 		err = b.Flush()
@@ -599,7 +607,7 @@ func TestRDMABinding(t *testing.T) {
 	require.ErrorIs(t, err, ErrPeer)
 	require.ErrorIs(t, b.Put(), ErrPeer)
 	require.ErrorIs(t, b.Close(), ErrPeer)
-	require.Zero(t, b.rd.posted-b.rd.completed.Load())
+	require.Zero(t, b.bd.(*rdmapath.Bound).InFlight())
 }
 
 // TestRDMARegionAccess: what a peer can reach by RDMA is what was exported
@@ -622,14 +630,14 @@ func TestRDMARegionAccess(t *testing.T) {
 	mine, _ := req.Alloc(1<<20, Host)
 	fill(mine.Bytes(), 17)
 	require.NoError(t, ep.PutSync(ctx, mine.All(), tk))
-	ref, err := req.rdma.mrs.Get(mine.Addr(), 1<<20, rdma.AccessLocalWrite)
+	ref, err := req.rdma.MRCache().Get(mine.Addr(), 1<<20, rdma.AccessLocalWrite)
 	require.NoError(t, err)
 	require.Zero(t, ref.Access()&(rdma.AccessRemoteWrite|rdma.AccessRemoteRead), "a direct Put's source is registered for local access only: %v", ref.Access())
-	req.rdma.mrs.Put(ref)
+	req.rdma.MRCache().Put(ref)
 
 	// Delegated: the owner RDMAs against a registration of ours made for
 	// the request, gone after it.
-	mrsBefore, devBefore := req.rdma.mrs.Stats().Regions, req.rdma.dev.Counts().MRs
+	mrsBefore, devBefore := req.rdma.MRCache().Stats().Regions, req.rdma.Devices()[0].Counts().MRs
 	other, _ := req.Alloc(1<<20, Host)
 	fill(other.Bytes(), 18)
 	require.NoError(t, ep.PutSync(ctx, other.All(), dk))
@@ -639,8 +647,8 @@ func TestRDMARegionAccess(t *testing.T) {
 	fill(want, 18)
 	require.True(t, bytes.Equal(want, other.Bytes()))
 	require.Equal(t, uint64(2), ep.Stats().Delegated)
-	require.Equal(t, mrsBefore, req.rdma.mrs.Stats().Regions, "the delegated region is not cached")
-	require.Equal(t, devBefore, req.rdma.dev.Counts().MRs, "the delegated region is deregistered after its request")
+	require.Equal(t, mrsBefore, req.rdma.MRCache().Stats().Regions, "the delegated region is not cached")
+	require.Equal(t, devBefore, req.rdma.Devices()[0].Counts().MRs, "the delegated region is deregistered after its request")
 }
 
 // TestRDMATimeout: the Timeout option bounds direct and staged RDMA
@@ -758,7 +766,7 @@ func needNICs(t *testing.T) (mine, peer []string) {
 }
 
 // TestRDMANICs: with two NICs per side, an endpoint has a queue pair on
-// each, keys carry both rkeys, and host transfers of rdmaSliceMin bytes or
+// each, keys carry both rkeys, and host transfers of RDMASliceMin bytes or
 // more are split over the NICs (every byte verified, both NICs' work
 // request counts moving), smaller ones and those with a peer of one NIC
 // use the first only. Close leaves nothing behind on any device.
@@ -811,7 +819,7 @@ func TestRDMANICs(t *testing.T) {
 		sliced bool
 	}{
 		{"64 KiB: first NIC", ep, 64 << 10, false, false},
-		{"1 MiB: sliced", ep, rdmaSliceMin, false, true},
+		{"1 MiB: sliced", ep, RDMASliceMin, false, true},
 		{"5 MiB + 123: sliced", ep, 5<<20 + 123, false, true},
 		{"16 MiB: sliced", ep, 16 << 20, false, true},
 		{"16 MiB, peer of one NIC", ep1, 16 << 20, false, false},
@@ -870,8 +878,8 @@ func TestRDMANICs(t *testing.T) {
 	require.NoError(t, req.Close())
 	require.NoError(t, owner.Close())
 	for _, e := range []*Engine{owner, req, single} {
-		for _, n := range e.nics {
-			require.Equal(t, rdma.Counts{}, n.dev.Counts(), n.dev.Name())
+		for _, d := range e.rdma.Devices() {
+			require.Equal(t, rdma.Counts{}, d.Counts(), d.Name())
 		}
 	}
 	require.Equal(t, base, verbs.Live(), "verbs objects left after Close")
@@ -887,7 +895,7 @@ func TestRDMADelegateStuckOwner(t *testing.T) {
 	ocfg := rdmaTestConfig()
 	ocfg.PeerTimeout = time.Second // heartbeats every 250 ms
 	owner := newEngine(t, ocfg)
-	owner.serveRDMAHook = func() { <-release }
+	owner.rdma.SetServeHook(func() { <-release })
 	defer close(release) // before the engines' Close (cleanups run after)
 	rcfg := rdmaTestConfig()
 	rcfg.PeerTimeout = time.Second
@@ -900,12 +908,12 @@ func TestRDMADelegateStuckOwner(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, dk.k.RKey, "Gaudi memory without a DMA-BUF region: delegated")
 	src, _ := req.Alloc(1<<20, Host)
-	mrs := req.rdma.dev.Counts().MRs
+	mrs := req.rdma.Devices()[0].Counts().MRs
 	t0 := time.Now()
 	f := ep.Put(ctx, src.All(), dk, Timeout(50*time.Millisecond))
 	<-f.Done()
 	require.ErrorIs(t, f.Err(), ErrTimeout)
-	require.Equal(t, mrs+1, req.rdma.dev.Counts().MRs, "the region stays registered past the deadline")
+	require.Equal(t, mrs+1, req.rdma.Devices()[0].Counts().MRs, "the region stays registered past the deadline")
 	require.NoError(t, ep.Err())
 	select {
 	case <-ep.Done():
@@ -916,6 +924,6 @@ func TestRDMADelegateStuckOwner(t *testing.T) {
 	require.ErrorIs(t, ep.Err(), ErrPeer)
 	require.Contains(t, ep.Err().Error(), "no answer to delegated RDMA request")
 	req.async.Wait() // the request's goroutine has ended
-	require.Equal(t, mrs, req.rdma.dev.Counts().MRs, "the region is deregistered")
+	require.Equal(t, mrs, req.rdma.Devices()[0].Counts().MRs, "the region is deregistered")
 	t.Logf("endpoint failed %v after the Put (deadline 50ms, PeerTimeout 1s): %v", el.Round(time.Millisecond), ep.Err())
 }

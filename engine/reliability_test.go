@@ -130,7 +130,7 @@ func TestRegressRedialKeepsNewImports(t *testing.T) {
 	require.NoError(t, err)
 	pk, err := pb.Export()
 	require.NoError(t, err)
-	h, err := cur.importKey(ctx, time.Time{}, pk.k)
+	release, err := cur.shmPath().Import(ctx, pk.k)
 	require.NoError(t, err)
 	require.NoError(t, ep1.Close())
 	select {
@@ -138,13 +138,13 @@ func TestRegressRedialKeepsNewImports(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the owner's old endpoint did not end")
 	}
-	owner.imports.Put(h)
-	st := owner.imports.Stats()
+	release()
+	st := owner.shm().CacheStats()
 	require.Zero(t, st.Purges, "the old endpoint's teardown purged the new endpoint's import")
-	h, err = cur.importKey(ctx, time.Time{}, pk.k)
+	release, err = cur.shmPath().Import(ctx, pk.k)
 	require.NoError(t, err)
-	owner.imports.Put(h)
-	require.Equal(t, st.Misses, owner.imports.Stats().Misses, "the import had to be made again")
+	release()
+	require.Equal(t, st.Misses, owner.shm().CacheStats().Misses, "the import had to be made again")
 
 	// And the new endpoint's first Put into the owner's Gaudi memory works.
 	d, err := owner.Alloc(1<<20, Gaudi(0))

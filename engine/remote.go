@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,13 +21,10 @@ type identity struct {
 	// conns numbers the engine's endpoints (ipc.PeerID.Conn): the imports
 	// of each connection are purged by that connection's teardown only.
 	conns *atomic.Uint64
-	// validity holds the validity flag (*ipc.Validity) of each exported
-	// host buffer (*Buffer) a peer imported, until the buffer is destroyed.
-	validity *sync.Map
 }
 
 func newIdentity() (identity, error) {
-	id := identity{conns: new(atomic.Uint64), validity: new(sync.Map)}
+	id := identity{conns: new(atomic.Uint64)}
 	if _, err := rand.Read(id.hello.EngineID[:]); err != nil {
 		return id, fmt.Errorf("gxfer: engine id: %w", err)
 	}
@@ -171,7 +167,6 @@ func (b *Buffer) Export() (RemoteKey, error) {
 	case b.shm == nil:
 		return RemoteKey{}, newErr(ErrNotSupported, "registered memory cannot be shared; allocate it with Alloc(Host)", nil)
 	}
-	e.exportRKeys(b, &k)
 	e.hooksExport(b, &k)
 	if err := e.ident.signer.Sign(&k); err != nil {
 		return RemoteKey{}, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/datapath/shm"
 	"github.com/gxfer/gxfer/internal/datapath/tcp"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -16,6 +17,8 @@ import (
 func (e *Engine) openTransports() {
 	e.transports = map[TransportKind]datapath.Transport{}
 	e.register(tcp.New(e.env()))
+	e.register(shm.New(e.env(), shm.Config{MaxRegions: e.cfg.IPCCache.MaxRegions, MaxBytes: e.cfg.IPCCache.MaxBytes}))
+	e.openRDMA() // rdma.go: registers internal/datapath/rdmapath when a NIC opens
 }
 
 // register adds a transport (and its buffer hooks).

@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"encoding/binary"
 	"fmt"
 )
 
@@ -17,11 +16,6 @@ type Endpoint struct {
 	MTU MTU
 }
 
-// EndpointSize is the length of Endpoint's binary form.
-const EndpointSize = 28
-
-const endpointVersion = 1
-
 // Validate checks a peer's endpoint.
 func (e Endpoint) Validate() error {
 	switch {
@@ -34,40 +28,5 @@ func (e Endpoint) Validate() error {
 	case e.GID.IsZero() && e.LID == 0:
 		return fmt.Errorf("%w: endpoint has neither GID nor LID", ErrInvalid)
 	}
-	return nil
-}
-
-// MarshalBinary encodes e as 28 bytes: version 1, MTU, LID, QPN, PSN (all
-// big-endian), GID.
-func (e Endpoint) MarshalBinary() ([]byte, error) { return e.AppendBinary(nil) }
-
-// AppendBinary appends the binary form to b.
-func (e Endpoint) AppendBinary(b []byte) ([]byte, error) {
-	b = append(b, endpointVersion, byte(e.MTU))
-	b = binary.BigEndian.AppendUint16(b, e.LID)
-	b = binary.BigEndian.AppendUint32(b, e.QPN)
-	b = binary.BigEndian.AppendUint32(b, e.PSN)
-	return append(b, e.GID[:]...), nil
-}
-
-// UnmarshalBinary decodes and validates a peer's endpoint.
-func (e *Endpoint) UnmarshalBinary(b []byte) error {
-	if len(b) != EndpointSize {
-		return fmt.Errorf("%w: endpoint is %d bytes, want %d", ErrInvalid, len(b), EndpointSize)
-	}
-	if b[0] != endpointVersion {
-		return fmt.Errorf("%w: endpoint version %d", ErrInvalid, b[0])
-	}
-	v := Endpoint{
-		MTU: MTU(b[1]),
-		LID: binary.BigEndian.Uint16(b[2:]),
-		QPN: binary.BigEndian.Uint32(b[4:]),
-		PSN: binary.BigEndian.Uint32(b[8:]),
-	}
-	copy(v.GID[:], b[12:])
-	if err := v.Validate(); err != nil {
-		return err
-	}
-	*e = v
 	return nil
 }

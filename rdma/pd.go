@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"encoding/binary"
 	"fmt"
 	"unsafe"
 
@@ -194,40 +193,3 @@ type RemoteMR struct {
 
 // At is the remote address off bytes into the range.
 func (r RemoteMR) At(off uint64) RemoteAddr { return RemoteAddr{Addr: r.Addr + off, RKey: r.RKey} }
-
-// RemoteMRSize is the length of RemoteMR's binary form.
-const RemoteMRSize = 24
-
-const remoteMRVersion = 1
-
-// MarshalBinary encodes r as 24 bytes: version 1, 3 zero bytes, rkey,
-// address, length (big-endian).
-func (r RemoteMR) MarshalBinary() ([]byte, error) { return r.AppendBinary(nil) }
-
-// AppendBinary appends the binary form to b.
-func (r RemoteMR) AppendBinary(b []byte) ([]byte, error) {
-	b = append(b, remoteMRVersion, 0, 0, 0)
-	b = binary.BigEndian.AppendUint32(b, r.RKey)
-	b = binary.BigEndian.AppendUint64(b, r.Addr)
-	return binary.BigEndian.AppendUint64(b, r.Len), nil
-}
-
-// UnmarshalBinary decodes and validates a peer's RemoteMR.
-func (r *RemoteMR) UnmarshalBinary(b []byte) error {
-	if len(b) != RemoteMRSize {
-		return fmt.Errorf("%w: RemoteMR is %d bytes, want %d", ErrInvalid, len(b), RemoteMRSize)
-	}
-	if b[0] != remoteMRVersion || b[1] != 0 || b[2] != 0 || b[3] != 0 {
-		return fmt.Errorf("%w: RemoteMR version %d", ErrInvalid, b[0])
-	}
-	v := RemoteMR{
-		RKey: binary.BigEndian.Uint32(b[4:]),
-		Addr: binary.BigEndian.Uint64(b[8:]),
-		Len:  binary.BigEndian.Uint64(b[16:]),
-	}
-	if v.Addr+v.Len < v.Addr {
-		return fmt.Errorf("%w: RemoteMR range wraps", ErrInvalid)
-	}
-	*r = v
-	return nil
-}

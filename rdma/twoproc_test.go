@@ -63,14 +63,13 @@ func TestTwoProcesses(t *testing.T) {
 	require.NoError(t, err)
 	local := e.mem(t, childSize)
 
-	var peer rdma.Endpoint
-	require.NoError(t, peer.UnmarshalBinary(unhex(t, expect("EP"))))
-	var peerMR rdma.RemoteMR
-	require.NoError(t, peerMR.UnmarshalBinary(unhex(t, expect("MR"))))
-	require.Equal(t, uint64(childSize), peerMR.Len)
-	ep, err := qp.Endpoint().MarshalBinary()
+	peer, err := parseEndpoint(expect("EP"))
 	require.NoError(t, err)
-	_, err = fmt.Fprintf(in, "EP %x\n", ep)
+	var peerMR rdma.RemoteMR
+	_, err = fmt.Sscanf(expect("MR"), "%d %d %d", &peerMR.RKey, &peerMR.Addr, &peerMR.Len)
+	require.NoError(t, err)
+	require.Equal(t, uint64(childSize), peerMR.Len)
+	_, err = fmt.Fprintf(in, "EP %s\n", formatEndpoint(qp.Endpoint()))
 	require.NoError(t, err)
 	require.NoError(t, qp.Connect(peer))
 	expect("READY")
@@ -110,10 +109,24 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func unhex(t *testing.T, s string) []byte {
-	b, err := hex.DecodeString(s)
-	require.NoError(t, err)
-	return b
+// formatEndpoint and parseEndpoint pass a queue pair's endpoint between
+// the two test processes as text (gxfer itself sends wire.RDMAConnect).
+func formatEndpoint(e rdma.Endpoint) string {
+	return fmt.Sprintf("%d %d %d %d %s", e.QPN, e.PSN, e.LID, e.MTU, hex.EncodeToString(e.GID[:]))
+}
+
+func parseEndpoint(s string) (rdma.Endpoint, error) {
+	var e rdma.Endpoint
+	var gid string
+	if _, err := fmt.Sscanf(s, "%d %d %d %d %s", &e.QPN, &e.PSN, &e.LID, &e.MTU, &gid); err != nil {
+		return e, err
+	}
+	g, err := hex.DecodeString(gid)
+	if err != nil || len(g) != len(e.GID) {
+		return e, fmt.Errorf("GID %q", gid)
+	}
+	copy(e.GID[:], g)
+	return e, e.Validate()
 }
 
 // childMain is the peer process.
@@ -159,22 +172,16 @@ func child(stdin io.Reader, stdout io.Writer) (err error) {
 	if _, err := qp.PostRecv([]rdma.RecvWR{{Local: []rdma.Seg{mr.Seg(childSize, 64)}, Done: collector(got)}}); err != nil {
 		return err
 	}
-	ep, _ := qp.Endpoint().MarshalBinary()
 	full := mr.Remote()
 	full.Len = childSize // the message area stays private
-	rm, _ := full.MarshalBinary()
-	fmt.Fprintf(stdout, "EP %x\nMR %x\n", ep, rm)
+	fmt.Fprintf(stdout, "EP %s\nMR %d %d %d\n", formatEndpoint(qp.Endpoint()), full.RKey, full.Addr, full.Len)
 
 	lines := bufio.NewScanner(stdin)
 	if !lines.Scan() {
 		return fmt.Errorf("no endpoint from the parent: %v", lines.Err())
 	}
-	raw, err := hex.DecodeString(strings.TrimPrefix(lines.Text(), "EP "))
+	peer, err := parseEndpoint(strings.TrimPrefix(lines.Text(), "EP "))
 	if err != nil {
-		return err
-	}
-	var peer rdma.Endpoint
-	if err := peer.UnmarshalBinary(raw); err != nil {
 		return err
 	}
 	if err := qp.Connect(peer); err != nil {

@@ -262,16 +262,41 @@ func (d *Device) Model() Model { return d.cfg.Model }
 // KernelRelease returns the emulated kernel release (Config.Kernel).
 func (d *Device) KernelRelease() string { return d.cfg.Kernel }
 
-// Numbering returns the ioctl numbering of the emulated compute node.
-func (d *Device) Numbering() hlsys.Numbering { return d.num }
+// numbering returns the ioctl numbering of the emulated compute node.
+func (d *Device) numbering() hlsys.Numbering { return d.num }
+
+// Accel reports whether the emulated compute node takes the DRM accel
+// ioctl numbers (/dev/accel/accelN, kernel 6.7 on) rather than the
+// legacy 'H' ones (/dev/hlN): Config.Kernel decides.
+func (d *Device) Accel() bool { return d.num == hlsys.Accel }
+
+// Backend is an open compute context of the emulated device: the methods
+// of dma.Backend (give it to dma.NewDevice, or Open to dma.OpenBackend).
+// hlsim does not import dma, whose own tests run against the emulator.
+type Backend interface {
+	Ioctl(req uintptr, arg unsafe.Pointer) error
+	Mmap(offset int64, length int) ([]byte, error)
+	Munmap(b []byte) error
+	Close() error
+	Name() string
+	Emulated() bool
+}
 
 // Open opens the compute node. Only one context may be open at a time, as
-// with the driver: a second Open fails with an *hlsys.Error wrapping
-// unix.EBUSY until the first context is closed; while that context is
-// being released or the device is resetting it fails with EAGAIN, while
-// the device is in malfunction (SetStatus) with EPERM, after Close with
-// ENODEV.
-func (d *Device) Open() (hlsys.Backend, error) {
+// with the driver: a second Open fails with an error wrapping unix.EBUSY
+// until the first context is closed; while that context is being released
+// or the device is resetting it fails with EAGAIN, while the device is in
+// malfunction (SetStatus) with EPERM, after Close with ENODEV.
+func (d *Device) Open() (Backend, error) {
+	c, err := d.open()
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// open is Open, giving the context as the driver binding takes it.
+func (d *Device) open() (*hctx, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fail := func(e unix.Errno) error { return &hlsys.Error{Op: "open", Node: d.name, Errno: e} }
@@ -431,8 +456,8 @@ func (d *Device) reset(only *hctx, reason string) {
 	c.abortAll(operational)
 }
 
-// ForceStatus makes the device report status (an hlsys.DeviceStatus*
-// value) until Reset or another ForceStatus: fault injection for the
+// ForceStatus makes the device report status (a DEVICE_STATUS value:
+// uint32(dma.StatusMalfunction) and the like) until Reset or another ForceStatus: fault injection for the
 // states the emulator does not reach by itself (NEEDS_RESET after a TDR
 // with reset_on_lockup=0, MALFUNCTION after a failed reset). Every ioctl
 // then reacts as the driver does in that state (hl_device_operational).

@@ -44,7 +44,8 @@ func TestNewConfig(t *testing.T) {
 	require.Equal(t, "hlsim3", d.Name())
 	require.Equal(t, ModelGaudi2, d.Model())
 	require.Equal(t, "6.8", d.KernelRelease())
-	require.Equal(t, hlsys.Accel, d.Numbering())
+	require.Equal(t, hlsys.Accel, d.numbering())
+	require.True(t, d.Accel())
 }
 
 func TestOpenExclusive(t *testing.T) {
@@ -54,8 +55,12 @@ func TestOpenExclusive(t *testing.T) {
 			require.NoError(t, err)
 			defer d.Close()
 
-			b, err := d.Open()
+			ob, err := d.Open()
 			require.NoError(t, err)
+			// What Open gives has the driver binding's numbering (dma keeps it).
+			b, ok := ob.(hlsys.Backend)
+			require.True(t, ok)
+			require.Equal(t, hlsys.Accel, b.Numbering())
 			require.Equal(t, "hlsim0 (emulated)", b.Name())
 			require.True(t, b.Emulated())
 			require.Equal(t, "6.8", b.(interface{ KernelRelease() string }).KernelRelease())
@@ -70,7 +75,7 @@ func TestOpenExclusive(t *testing.T) {
 			_, err = hlsys.GetDeviceStatus(b)
 			require.ErrorIs(t, err, os.ErrClosed)
 
-			b2, err := d.Open()
+			b2, err := d.open()
 			require.NoError(t, err)
 			st, err := hlsys.GetDeviceStatus(b2)
 			require.NoError(t, err)

@@ -10,11 +10,13 @@
 //
 //	dev, _ := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2})
 //	defer dev.Close()
-//	b, _ := dev.Open()            // hlsys.Backend; a second Open: EBUSY
-//	defer b.Close()
-//	info, _ := hlsys.GetHwIPInfo(b)
+//	d, _ := dma.OpenBackend(dev.Name(), dev.Open, dma.Options{}) // a second Open: EBUSY
+//	defer d.Close()
+//	info := d.Info()
 //
-// The backend answers the typed functions of internal/hlsys exactly like a
+// The backend Open returns (a dma.Backend; inside the module also an
+// internal/hlsys Backend) answers the typed functions of internal/hlsys
+// exactly like a
 // /dev/accel/accelN (kernel >= 6.7) or /dev/hlN (older) node: Ioctl
 // decodes the request with hlsys.Decode and refuses a request of the
 // other numbering (ENOTTY), reads and writes the argument struct in place

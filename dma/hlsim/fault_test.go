@@ -271,7 +271,7 @@ func TestCloseWithWorkInFlight(t *testing.T) {
 			_, err = r.b.Mmap(int64(hlsys.MmapTypeCB<<12|1<<12), 4096)
 			require.ErrorIs(t, err, os.ErrClosed)
 
-			b2, err := r.d.Open()
+			b2, err := r.d.open()
 			require.NoError(t, err)
 			defer b2.Close()
 			u, err := hlsys.GetDramUsage(b2)

@@ -97,7 +97,7 @@ func newRig(t testing.TB, cfg Config) *rig {
 	d, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
-	b, err := d.Open()
+	b, err := d.open()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	info, err := hlsys.GetHwIPInfo(b)

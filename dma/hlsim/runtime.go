@@ -73,7 +73,7 @@ func (d *Device) NewRuntime(cfg RuntimeConfig) (_ *Runtime, err error) {
 	if cfg.PoolSize == 0 {
 		cfg.PoolSize = 64 << 20
 	}
-	b, err := d.Open()
+	b, err := d.open()
 	if err != nil {
 		return nil, err
 	}

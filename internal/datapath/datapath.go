@@ -151,10 +151,12 @@ type Env interface {
 	// Go runs fn on a goroutine that Engine.Close waits for.
 	Go(fn func())
 	// Enter admits a copy on the caller's goroutine (false once the
-	// engine is closing); Exit ends it. Close unmaps nothing while a copy
-	// is admitted.
+	// engine is closing) and runs the gate's test hook; Exit ends it.
+	// Close unmaps nothing while a copy is admitted. Gate is the same gate
+	// for hot paths (no indirect call).
 	Enter() bool
 	Exit()
+	Gate() *Gate
 	// Slot takes one of the engine's transfer slots (bounding the
 	// goroutines that wait on peers), waiting until ctx ends.
 	Slot(ctx context.Context) (release func(), err error)

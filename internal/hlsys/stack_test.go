@@ -31,9 +31,10 @@ func TestOutputsSurviveStackGrowth(t *testing.T) {
 	sim, err := hlsim.New(hlsim.Config{DRAMSize: 64 << 20})
 	require.NoError(t, err)
 	defer sim.Close()
-	b, err := sim.Open()
+	sb, err := sim.Open()
 	require.NoError(t, err)
-	defer b.Close()
+	defer sb.Close()
+	b := sb.(hlsys.Backend) // the emulator's context is one
 	for depth := 0; depth < 64; depth += 3 {
 		var info hlsys.HwIPInfo
 		var ierr error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +44,9 @@ type fakeEnv struct {
 	mem   *hostBuf
 	lanes int
 	wg    sync.WaitGroup
+
+	gateOnce sync.Once
+	gate     datapath.Gate
 }
 
 func (e *fakeEnv) Logger() zerolog.Logger { return zerolog.Nop() }
@@ -72,6 +76,10 @@ func (e *fakeEnv) Go(fn func()) {
 		defer e.wg.Done()
 		fn()
 	}()
+}
+func (e *fakeEnv) Gate() *datapath.Gate {
+	e.gateOnce.Do(func() { e.gate.Init(new(atomic.Bool)) })
+	return &e.gate
 }
 func (e *fakeEnv) Enter() bool                              { return true }
 func (e *fakeEnv) Exit()                                    {}

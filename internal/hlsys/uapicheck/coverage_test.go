@@ -30,8 +30,10 @@ var notInHeader = map[string]string{
 	// include/linux/pci_ids.h), not in the uAPI.
 	"PCIVendorHabana": "PCI id", "DeviceIDGoya": "PCI id", "DeviceIDGaudi": "PCI id",
 	"DeviceIDGaudiSec": "PCI id", "DeviceIDGaudi2": "PCI id", "DeviceIDGaudi3": "PCI id",
+	"DeviceIDGaudi3Die1": "PCI id", "DeviceIDGaudi3SingleDie": "PCI id", "DeviceIDGaudi3HL338": "PCI id",
+	"IsGaudi3": "PCI id test",
 	// HL_MMAP_TYPE_CB is driver-internal (common/habanalabs.h).
-	"MmapTypeCB": "driver-internal mmap offset type",
+	"MmapTypeCB": "driver-internal mmap offset type", "MmapTypeBlock": "driver-internal mmap offset type",
 	// Packet formats are driver-internal (include/gaudi/gaudi_packets.h,
 	// include/gaudi2/gaudi2_packets.h); linux-libc-dev does not ship them.
 	"PacketWReg32": "packet", "PacketMsgLong": "packet", "PacketMsgShort": "packet",
@@ -87,7 +89,7 @@ func exported(t *testing.T) map[string]bool {
 func referenced(t *testing.T) map[string]bool {
 	fset := token.NewFileSet()
 	refs := map[string]bool{}
-	for _, f := range []string{"consts.go", "layouts.go", "probes.go"} {
+	for _, f := range []string{"consts.go", "layouts.go", "probes.go", "gaudi3.go"} {
 		src, err := os.ReadFile(f)
 		require.NoError(t, err)
 		af, err := parser.ParseFile(fset, f, src, parser.SkipObjectResolution)

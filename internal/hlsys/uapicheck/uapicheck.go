@@ -215,7 +215,7 @@ func (s Spec) Exprs(g Gen) []string { return s.exprs(g) }
 
 // DefaultSpec is the complete check of hlsys for generation g.
 func DefaultSpec(g Gen) Spec {
-	return Spec{Layouts: Layouts(g), Consts: Consts(), Probes: Probes()}
+	return Spec{Layouts: Layouts(g), Consts: append(Consts(), gaudi3Consts()...), Probes: append(Probes(), gaudi3Probes()...)}
 }
 
 func (s Spec) exprs(g Gen) []string {

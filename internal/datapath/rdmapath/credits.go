@@ -1,4 +1,4 @@
-package engine
+package rdmapath
 
 import (
 	"context"
@@ -69,12 +69,12 @@ func (c *sendCredits) take(ctx context.Context, done <-chan struct{}) error {
 }
 
 // errCreditsDone ends a credit wait when the endpoint fails or closes.
-var errCreditsDone = errors.New("engine: endpoint done")
+var errCreditsDone = errors.New("rdmapath: endpoint done")
 
 // put returns n credits.
 func (c *sendCredits) put(n int) {
 	if c.used.Add(-int64(n)) < 0 {
-		panic("engine: more send credits returned than taken")
+		panic("rdmapath: more send credits returned than taken")
 	}
 	if c.waiters.Load() > 0 {
 		c.signal()

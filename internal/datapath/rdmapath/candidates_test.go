@@ -1,4 +1,4 @@
-package engine
+package rdmapath
 
 import (
 	"os"
@@ -8,8 +8,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/gxfer/gxfer/dma"
 )
 
 // TestRDMACandidatesOrder: the device tried first is the NIC closest to
@@ -47,7 +45,7 @@ func TestRDMACandidatesOrder(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "sys/devices/virtual/infiniband/rxe0"), 0o755))
 	link("../../devices/virtual/infiniband/rxe0", "sys/class/infiniband/rxe0")
 
-	e := &Engine{cfg: Config{SysRoot: root}, devs: []*gdev{{node: dma.NodeInfo{PCIAddr: "0000:33:00.0"}}}}
+	cfg := Config{SysRoot: root, GaudiPCI: "0000:33:00.0"}
 	for _, tc := range []struct {
 		name   string
 		setup  func()
@@ -63,14 +61,14 @@ func TestRDMACandidatesOrder(t *testing.T) {
 		{"tied NICs", func() { nic("mlx5_2", "pci0000:30/0000:30:01.0/0000:31:00.0/0000:32:02.0/0000:35:00.0") },
 			[]string{"rxe0", "mlx5_0", "mlx5_1", "mlx5_2"}, []string{"mlx5_1", "mlx5_2", "mlx5_0", "rxe0"}, 2},
 		// Without a Gaudi PCI address (emulated devices): by name, one.
-		{"no PCI address", func() { e.devs[0].node.PCIAddr = "" }, []string{"rxe0", "mlx5_0", "mlx5_1"}, []string{"mlx5_0", "mlx5_1", "rxe0"}, 1},
-		{"Device", func() { e.cfg.RDMA.Device = "rxe0" }, []string{"rxe0", "mlx5_0"}, []string{"rxe0"}, 1},
-		{"Devices", func() { e.cfg.RDMA.Device, e.cfg.RDMA.Devices = "", []string{"rxe1", "rxe0"} }, []string{"rxe0", "rxe1"}, []string{"rxe1", "rxe0"}, 2},
+		{"no PCI address", func() { cfg.GaudiPCI = "" }, []string{"rxe0", "mlx5_0", "mlx5_1"}, []string{"mlx5_0", "mlx5_1", "rxe0"}, 1},
+		{"Device", func() { cfg.Device = "rxe0" }, []string{"rxe0", "mlx5_0"}, []string{"rxe0"}, 1},
+		{"Devices", func() { cfg.Device, cfg.Devices = "", []string{"rxe1", "rxe0"} }, []string{"rxe0", "rxe1"}, []string{"rxe1", "rxe0"}, 2},
 	} {
 		if tc.setup != nil {
 			tc.setup()
 		}
-		got, n := e.rdmaCandidates(tc.names)
+		got, n := candidates(cfg, tc.names)
 		require.Equal(t, tc.want, got, tc.name)
 		require.Equal(t, tc.useNum, n, tc.name)
 	}

@@ -1,4 +1,4 @@
-package engine
+package rdmapath
 
 import (
 	"context"
@@ -122,20 +122,4 @@ func TestSendCredits(t *testing.T) {
 		}
 		c.put(1)
 	})
-}
-
-func TestCtxErr(t *testing.T) {
-	tests := []struct {
-		in   error
-		want []error
-	}{
-		{context.Canceled, []error{ErrCanceled, context.Canceled}},
-		{context.DeadlineExceeded, []error{ErrTimeout, context.DeadlineExceeded}},
-	}
-	for _, tc := range tests {
-		err := ctxErr("x", tc.in)
-		for _, w := range tc.want {
-			require.ErrorIs(t, err, w)
-		}
-	}
 }

@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// blockFirstProcess makes the first worker batch of e (device or host)
+// wait until release is closed; entered is closed when it does.
+func blockFirstProcess(e *Engine) (entered, release chan struct{}) {
+	entered, release = make(chan struct{}), make(chan struct{})
+	first := true
+	hook := func() {
+		if first {
+			first = false
+			close(entered)
+			<-release
+		}
+	}
+	e.hookProcess.Store(&hook)
+	return entered, release
+}
+
+// TestCancelDropsQueued: a copy still queued when its ctx is cancelled is
+// dropped with ErrCanceled, its destination never written: a host copy
+// queued for a host worker (larger than InlineHostMax), and a batch's
+// device copies. Before, both ran to completion (the host path did not
+// look at ctx, and a batch's device job carried none).
+func TestCancelDropsQueued(t *testing.T) {
+	cases := []struct {
+		name string
+		dst  Location
+		// submit queues a copy of 1 MiB into dst behind the blocked
+		// worker, under ctx.
+		submit func(e *Engine, ctx context.Context, dst, src Slice) *Future
+	}{
+		{"host copy", Host, func(e *Engine, ctx context.Context, dst, src Slice) *Future {
+			return e.Copy(ctx, dst, src)
+		}},
+		{"batch", Gaudi(0), func(e *Engine, ctx context.Context, dst, src Slice) *Future {
+			b := e.NewBatch()
+			b.Copy(dst, src)
+			return b.Submit(ctx)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngine(t, Config{})
+			const n = 1 << 20
+			src, _ := e.Alloc(2*n, Host)
+			dst, _ := e.Alloc(2*n, c.dst)
+			out, _ := e.Alloc(n, Host)
+			fill(src.Bytes(), 7)
+			entered, release := blockFirstProcess(e)
+			bg := context.Background()
+			f0 := e.Copy(bg, dst.Slice(0, n), src.Slice(0, n))
+			<-entered
+			ctx, cancel := context.WithCancel(bg)
+			f1 := c.submit(e, ctx, dst.Slice(n, n), src.Slice(n, n))
+			cancel()
+			close(release)
+			require.NoError(t, f0.Wait(bg))
+			<-f1.Done()
+			require.ErrorIs(t, f1.Err(), ErrCanceled)
+			require.ErrorIs(t, f1.Err(), context.Canceled)
+			require.NoError(t, e.CopySync(bg, out.All(), dst.Slice(n, n)))
+			require.Equal(t, make([]byte, n), out.Bytes(), "a dropped copy wrote its destination")
+			require.Zero(t, e.Stats().InFlight)
+		})
+	}
+}

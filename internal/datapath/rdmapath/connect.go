@@ -1,0 +1,191 @@
+package rdmapath
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/rdma"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// conn is an endpoint's queue pair on one NIC.
+type conn struct {
+	n         *nic
+	qp        *rdma.QP
+	maxInline int         // bytes a write may carry in its work request
+	credits   sendCredits // work requests in flight (send queue depth)
+	once      sync.Once
+	wrs       atomic.Uint64 // work requests posted on this NIC
+}
+
+// newConn creates a queue pair taking MaxInline bytes of inline data in
+// its writes (small writes then need no DMA read of their source), or
+// none where the device refuses that.
+func (r *nic) newConn() (*conn, error) {
+	cfg := rdma.QPConfig{
+		SendCQ: r.cq, MaxSend: maxSend, MaxRecv: 1, MaxSendSGE: 1, MaxRecvSGE: 1,
+		Port: r.port, GIDIndex: r.gidIndex, MaxInline: MaxInline,
+	}
+	qp, err := r.pd.NewQP(cfg)
+	if err != nil {
+		cfg.MaxInline = 0
+		if qp, err = r.pd.NewQP(cfg); err != nil {
+			return nil, err
+		}
+	}
+	r.qps.Add(1)
+	return &conn{n: r, qp: qp, maxInline: cfg.MaxInline, credits: newSendCredits(maxSend)}, nil
+}
+
+// close destroys the queue pair once its outstanding work requests have
+// completed (flushed).
+func (c *conn) close() {
+	c.once.Do(func() {
+		_ = c.qp.Close()
+		c.n.qps.Done()
+	})
+}
+
+func toWireEndpoint(ep rdma.Endpoint, nic, nics int) wire.RDMAConnect {
+	return wire.RDMAConnect{QPN: ep.QPN, PSN: ep.PSN, LID: ep.LID, MTU: uint8(ep.MTU), NIC: uint8(nic), NICs: uint8(nics), GID: ep.GID}
+}
+
+func fromWireEndpoint(m *wire.RDMAConnect) rdma.Endpoint {
+	return rdma.Endpoint{QPN: m.QPN, PSN: m.PSN, LID: m.LID, MTU: rdma.MTU(m.MTU), GID: m.GID}
+}
+
+// Connect brings up the endpoint's queue pairs over the control
+// connection, right after the Hello exchange: the dialer sends an
+// RDMAConnect for each of its NICs, the acceptor connects a queue pair on
+// each NIC both sides have to the dialer's of the same index and answers
+// with those, and the dialer connects the same ones (closing the rest).
+func (t *Transport) Connect(ctx context.Context, c datapath.Ctrl) (datapath.Path, error) {
+	conns, err := t.connect(ctx, c.Conn(), c.Dialer())
+	if err != nil {
+		return nil, err
+	}
+	return &Path{t: t, c: c, env: t.env, conns: conns}, nil
+}
+
+func (t *Transport) connect(ctx context.Context, wc *wire.Conn, dialer bool) (_ []*conn, err error) {
+	refuse := func(err error) error {
+		if !dialer {
+			_ = wc.Send(wire.NewError(0, wire.StatusNoResources, "RDMA queue pair: "+err.Error()))
+		}
+		return fmt.Errorf("RDMA queue pair: %w", err)
+	}
+	var conns []*conn
+	defer func() {
+		if err != nil {
+			for _, c := range conns {
+				c.close()
+			}
+		}
+	}()
+	// open creates queue pairs on the first n NICs.
+	open := func(n int) error {
+		for _, r := range t.nics[:n] {
+			c, err := r.newConn()
+			if err != nil {
+				return err
+			}
+			conns = append(conns, c)
+		}
+		return nil
+	}
+	send := func() error {
+		for i, c := range conns {
+			m := toWireEndpoint(c.qp.Endpoint(), i, len(conns))
+			if err := wc.Send(&m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if dialer {
+		if err := open(len(t.nics)); err != nil {
+			return nil, refuse(err)
+		}
+		if err := send(); err != nil {
+			return nil, err
+		}
+	}
+	peer, err := recvConnects(ctx, wc)
+	if err != nil {
+		return nil, err
+	}
+	if dialer {
+		if len(peer) > len(conns) {
+			return nil, fmt.Errorf("RDMA: the peer answered for %d NICs, %d offered", len(peer), len(conns))
+		}
+		for _, c := range conns[len(peer):] {
+			c.close()
+		}
+		conns = conns[:len(peer)]
+	} else if err := open(min(len(peer), len(t.nics))); err != nil {
+		return nil, refuse(err)
+	}
+	for i, c := range conns {
+		if err := c.qp.Connect(fromWireEndpoint(&peer[i])); err != nil {
+			return nil, refuse(err)
+		}
+	}
+	if !dialer {
+		if err := send(); err != nil {
+			return nil, err
+		}
+	}
+	return conns, nil
+}
+
+// recvConnects receives the peer's RDMAConnect messages: one per NIC,
+// in order, all naming the same count (or the peer's error).
+func recvConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, error) {
+	var out []wire.RDMAConnect
+	for {
+		f, err := wc.Recv(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var m wire.RDMAConnect
+		if err := decodeOrPeerError(&f, &m); err != nil {
+			return nil, err
+		}
+		if err := checkConnect(out, &m); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+		if len(out) == int(m.NICs) {
+			return out, nil
+		}
+	}
+}
+
+// checkConnect refuses an RDMAConnect out of order (got: those received
+// before it).
+func checkConnect(got []wire.RDMAConnect, m *wire.RDMAConnect) error {
+	if int(m.NIC) != len(got) || (len(got) > 0 && m.NICs != got[0].NICs) {
+		return fmt.Errorf("RDMA: the peer's RDMAConnect for NIC %d of %d came after %d", m.NIC, m.NICs, len(got))
+	}
+	return nil
+}
+
+// decodeOrPeerError decodes f into m, or returns the peer's Error message
+// when that is what came.
+func decodeOrPeerError(f *wire.Frame, m wire.Message) error {
+	err := f.Decode(m)
+	if err == nil {
+		return nil
+	}
+	_ = f.CloseFDs()
+	if f.Header.Type == wire.TypeError {
+		var pe wire.Error
+		if f.Decode(&pe) == nil {
+			return &pe
+		}
+	}
+	return err
+}
