@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/datapath/tcp"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -69,7 +70,7 @@ func TestClusterSecretRefusesForgedProof(t *testing.T) {
 	defer l.Close()
 	nc, err := net.Dial("tcp", l.Addr())
 	require.NoError(t, err)
-	c := wire.NewConn(wire.NewStreamTransport(nc), wire.ConnConfig{MaxFrame: tcpMaxFrame})
+	c := wire.NewConn(wire.NewStreamTransport(nc), wire.ConnConfig{MaxFrame: tcp.MaxFrame})
 	defer c.Close()
 	h := fakeHello()
 	h.Caps |= wire.CapAuth

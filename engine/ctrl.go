@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/datapath/tcp"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -26,7 +27,7 @@ func (ep *Endpoint) newID() uint64 { return ep.nextID.Add(2) }
 // (or to the next Put or Get this side sends, which carries it along).
 func (ep *Endpoint) queueReply(m wire.Message) error {
 	ep.replyMu.Lock()
-	if len(ep.replyQ) >= maxInbound+maxServing {
+	if len(ep.replyQ) >= tcp.MaxInbound+maxServing {
 		ep.replyMu.Unlock()
 		return errors.New("peer is not reading its replies")
 	}
@@ -101,9 +102,6 @@ func (ep *Endpoint) replyErr(f wire.Frame) error {
 // sendErr maps a failure to send on the connection.
 func (ep *Endpoint) sendErr(err error) error {
 	if err == nil || errors.Is(err, ErrPeer) || errors.Is(err, ErrClosed) {
-		return err
-	}
-	if errors.Is(err, errSourceFailed) {
 		return err
 	}
 	if errors.Is(err, wire.ErrClosed) {

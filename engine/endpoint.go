@@ -41,7 +41,6 @@ type Endpoint struct {
 
 	mu        sync.Mutex
 	pending   map[uint64]func(reply) // called once, never under mu
-	inbound   map[uint64]*inbound    // TCP: transfers landing
 	nextID    atomic.Uint64
 	idParity  uint64 // the parity of our request ids: 1 dialer, 0 acceptor
 	failed    error
@@ -51,17 +50,13 @@ type Endpoint struct {
 	serving   sync.WaitGroup
 	sem       chan struct{}
 	reader    chan struct{}
-	cur       routed // reader only: the Data frame being landed
 	replyMu   sync.Mutex
 	replyQ    []wire.Message // the reader's frames, sent by writer or carried by a Put
 	replySig  chan struct{}
 	writerEnd chan struct{}
 
-	puts, gets, served, bytesOut, bytesIn atomic.Uint64
-	active                                atomic.Bool // the peer made a request (Listener.admit evicts idle peers first)
-
-	lanes  []*Endpoint // TCP: extra connections for large transfers (set once, by Dial)
-	parent *Endpoint   // a lane's endpoint
+	puts, gets, served atomic.Uint64
+	active             atomic.Bool // the peer made a request (Listener.admit evicts idle peers first)
 
 	// path moves the endpoint's data (nil while a transport still lives
 	// in the engine's own files).
@@ -85,7 +80,6 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		e: e, c: c, peer: peer, kind: kind, name: name,
 		pid:       ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8]), Conn: e.ident.conns.Add(1)},
 		pending:   map[uint64]func(reply){},
-		inbound:   map[uint64]*inbound{},
 		done:      make(chan struct{}),
 		sem:       make(chan struct{}, maxServing),
 		reader:    make(chan struct{}),
@@ -167,7 +161,7 @@ type EndpointStats struct {
 
 // Stats returns the endpoint's counters.
 func (ep *Endpoint) Stats() EndpointStats {
-	st := EndpointStats{Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1 + len(ep.lanes)}
+	st := EndpointStats{Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(), Lanes: 1}
 	if ep.path != nil {
 		var ds datapath.Stats
 		ep.path.Stats(&ds)
@@ -175,11 +169,7 @@ func (ep *Endpoint) Stats() EndpointStats {
 		st.ZeroCopy, st.Staged, st.Delegated, st.ServedRDMA, st.NICWRs = ds.ZeroCopy, ds.Staged, ds.Delegated, ds.ServedRDMA, ds.NICWRs
 		return st
 	}
-	for _, l := range append([]*Endpoint{ep}, ep.lanes...) {
-		st.Served += l.served.Load()
-		st.BytesOut += l.bytesOut.Load()
-		st.BytesIn += l.bytesIn.Load()
-	}
+	st.Served = ep.served.Load()
 	return st
 }
 
@@ -214,23 +204,11 @@ func (ep *Endpoint) Close() error {
 	<-ep.reader
 	<-ep.writerEnd
 	ep.serving.Wait()
-	for _, l := range ep.lanes {
-		_ = l.Close()
-	}
 	return nil
 }
 
-// fail ends the endpoint once with err, and its lanes (or the endpoint
-// it is a lane of) with it.
-func (ep *Endpoint) fail(err error) {
-	ep.failOnce(err)
-	for _, l := range ep.lanes {
-		l.failOnce(err)
-	}
-	if ep.parent != nil {
-		ep.parent.fail(err)
-	}
-}
+// fail ends the endpoint once with err (its data path fails its lanes).
+func (ep *Endpoint) fail(err error) { ep.failOnce(err) }
 
 func (ep *Endpoint) failOnce(err error) {
 	ep.once.Do(func() {
@@ -306,8 +284,6 @@ func (ep *Endpoint) readLoop() {
 			ep.path.Closed(err)
 			return
 		}
-		ep.abortRouting()
-		ep.cancelInbound(err)
 	}()
 	ctx := context.Background()
 	for {
@@ -333,11 +309,7 @@ func (ep *Endpoint) readLoop() {
 			return
 		}
 		if f.Routed {
-			if ep.path != nil {
-				ep.path.Landed()
-			} else {
-				ep.landed()
-			}
+			ep.path.Landed()
 			continue
 		}
 		if err := ep.dispatch(f); err != nil {
@@ -394,16 +366,10 @@ func (ep *Endpoint) dispatch(f wire.Frame) error {
 	return nil
 }
 
-// serveAny routes a peer's request by where its data travels: in Data
-// frames on this connection (TCP) or through the requester's exported
-// shared memory (unix socket).
+// serveAny refuses a peer's request that no data path took (its data
+// would travel in a way this endpoint's transport does not offer): the
+// peer is broken.
 func (ep *Endpoint) serveAny(put bool, r wire.Request) error {
-	switch {
-	case ep.kind == TransportTCP && r.Local.Kind == wire.LocalInline && put:
-		return ep.servePutTCP(r)
-	case ep.kind == TransportTCP && r.Local.Kind == wire.LocalInline:
-		return ep.serveGetTCP(r)
-	}
 	return fmt.Errorf("request with local kind %d on the %v transport", r.Local.Kind, ep.kind)
 }
 
@@ -471,8 +437,10 @@ func (e *Engine) verifyKey(k *wire.RemoteKey) error {
 // finished. An RDMA request the owner performs (the owner may be moving
 // data against a region of ours) resolves once the owner has answered,
 // or, silent for PeerTimeout after ctx ended, once the endpoint has failed
-// and the region is out of its reach. Not yet bounded by ctx: TCP
-// transfers (they end with the endpoint or the Timeout option).
+// and the region is out of its reach. Over TCP, the Data frames not yet
+// sent are dropped (the owner is told) and the answer is no longer
+// waited for (a Get's bytes still arriving are dropped); the future
+// resolves once no frame reads or writes local any more.
 func (ep *Endpoint) Put(ctx context.Context, local Slice, remote RemoteKey, opts ...OpOption) *Future {
 	return ep.rma(ctx, true, local, remote, opts)
 }
@@ -507,9 +475,6 @@ func waitSync(ctx context.Context, f *Future) error {
 func (ep *Endpoint) sink() wire.DataSink {
 	if ep.path != nil {
 		return ep.path.Sink()
-	}
-	if ep.kind == TransportTCP {
-		return ep.route
 	}
 	return nil
 }
@@ -565,12 +530,6 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	}
 	if ep.path != nil {
 		return ep.start(ctx, put, local, remote, opts)
-	}
-	if ep.kind == TransportTCP {
-		if len(ep.lanes) > 0 && local.n >= laneMin {
-			return ep.rmaLanes(put, local, remote.k, opts)
-		}
-		return ep.rmaTCP(put, local, remote.k, opts, nil)
 	}
 	return resolved(newErr(ErrNotSupported, "no data path for the "+ep.kind.String()+" transport", nil))
 }

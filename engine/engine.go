@@ -39,8 +39,6 @@ type Engine struct {
 	epLoops  sync.WaitGroup
 	stageSem chan struct{}
 	rmaSem   chan struct{}
-	inStage  *stagePool // TCP: bytes landing in Gaudi memory
-	outStage *stagePool // TCP: bytes leaving Gaudi memory
 	host     *hostPath
 	devs     []*gdev
 	sims     []*hlsim.Device
@@ -105,7 +103,6 @@ func New(cfg Config) (_ *Engine, err error) {
 	}
 	e.stageSem = make(chan struct{}, 8)
 	e.rmaSem = make(chan struct{}, 64)
-	e.inStage, e.outStage = newStagePool(e, stageBuffers), newStagePool(e, stageBuffers)
 	e.host = newHostPath(e)
 	if err := e.openDevices(); err != nil {
 		return nil, err

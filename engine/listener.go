@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gxfer/gxfer/internal/datapath/tcp"
 	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
@@ -80,7 +81,7 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 			if err != nil {
 				return nil, nil, "", err
 			}
-			return e.tcpTransport(c), nil, c.RemoteAddr().String(), nil
+			return tcp.Frame(c, e.cfg.TCPReadSpin), nil, c.RemoteAddr().String(), nil
 		}
 	default:
 		return nil, newErr(ErrNotSupported, "network "+network+" (\"unix\" or \"tcp\")", nil)
@@ -173,12 +174,8 @@ func (l *Listener) Close() error {
 // (a socket path on this node) or "tcp", "tcp4", "tcp6" (host:port; the
 // transport is Config.Transport unless WithTransport says otherwise).
 func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOption) (*Endpoint, error) {
-	ep, err := e.dial(ctx, network, addr, opts, false)
-	if err != nil || ep.Transport() != TransportTCP {
-		return ep, err
-	}
-	e.openLanes(ctx, network, addr, opts, ep)
-	return ep, nil
+	// The TCP data path opens its lanes as this Dial did (lanes.go).
+	return e.dial(withDialInfo(ctx, network, addr, opts), network, addr, opts, false)
 }
 
 // dial opens one connection and performs the handshake; a lane is an
@@ -219,7 +216,7 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 		if err != nil {
 			return nil, newErr(ErrPeer, "dial "+addr, err)
 		}
-		t = e.tcpTransport(c)
+		t = tcp.Frame(c, e.cfg.TCPReadSpin)
 	default:
 		return nil, newErr(ErrNotSupported, "network "+network+" (\"unix\" or \"tcp\")", nil)
 	}
@@ -293,7 +290,7 @@ func (e *Engine) helloFor(kind TransportKind, offerRDMA bool) wire.Hello {
 	h := e.ident.hello
 	h.Caps |= wire.CapHeartbeat
 	if kind == TransportTCP {
-		h.Caps = wire.CapInlineData | wire.CapHeartbeat
+		h.Caps = tcp.Caps | wire.CapHeartbeat
 		if offerRDMA && e.rdma != nil {
 			h.Caps |= wire.CapRDMA
 		}
@@ -309,7 +306,7 @@ func (e *Engine) helloFor(kind TransportKind, offerRDMA bool) wire.Hello {
 func (e *Engine) connConfig(kind TransportKind) wire.ConnConfig {
 	cfg := wire.ConnConfig{MaxFrame: ipcMaxFrame, WriteTimeout: sendTimeout}
 	if kind == TransportTCP {
-		cfg.MaxFrame = tcpMaxFrame
+		cfg.MaxFrame = tcp.MaxFrame
 		// A send blocked this long means the peer stopped reading.
 		cfg.WriteTimeout = max(sendTimeout, e.cfg.PeerTimeout)
 	}

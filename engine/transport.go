@@ -2,14 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"net"
-	"time"
-
-	"github.com/gxfer/gxfer/wire"
 )
 
-// Transport kinds, the Dial option that forces one, and the socket setup
-// of a TCP data connection.
+// Transport kinds and the Dial option that forces one.
 
 // TransportKind names how an endpoint reaches its peer.
 type TransportKind uint8
@@ -82,17 +77,4 @@ func (e *Engine) chooseTransport(opts []DialOption) (TransportKind, error) {
 		return TransportRDMA, nil
 	}
 	return 0, newErr(ErrInvalid, "transport "+dc.transport.String()+" cannot be dialed over the network", nil)
-}
-
-// tcpTransport frames a TCP connection for the data path: no Nagle delay
-// (small messages are batched by the engine's queues, not the kernel),
-// keepalive probes as a second line behind heartbeats, and reads that
-// poll the socket for Config.TCPReadSpin before parking (a peer's answer
-// within the window is taken without a goroutine wakeup).
-func (e *Engine) tcpTransport(c net.Conn) *wire.StreamTransport {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-		_ = tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 5 * time.Second, Count: 3})
-	}
-	return wire.NewStreamTransport(wire.SpinConn(c, e.cfg.TCPReadSpin))
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/shm"
+	"github.com/gxfer/gxfer/internal/datapath/tcp"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -15,6 +16,7 @@ import (
 // openTransports registers the engine's transports.
 func (e *Engine) openTransports() {
 	e.transports = map[TransportKind]datapath.Transport{}
+	e.register(tcp.New(e.env()))
 	e.register(shm.New(e.env(), shm.Config{MaxRegions: e.cfg.IPCCache.MaxRegions, MaxBytes: e.cfg.IPCCache.MaxBytes}))
 	e.openRDMA() // rdma.go: registers internal/datapath/rdmapath when a NIC opens
 }

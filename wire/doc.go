@@ -38,7 +38,7 @@
 // receiver checks it against what arrived ([Conn.Recv] does) and each type
 // fixes it (two for ImportReply, none for the others). Messages with a
 // request id (Put, Get, Completion, Error, ImportRequest, ImportReply,
-// Data) carry it in the header only; the others must leave it 0.
+// Data, Cancel) carry it in the header only; the others must leave it 0.
 //
 // # Versions
 //
@@ -66,6 +66,8 @@
 //	Data               bytes of a Put or Get on a transport without shared memory
 //	Bye                orderly close
 //	Auth               a step of the cluster-secret challenge-response between Hello and HelloAck
+//	Cancel             the requester abandons a Put or Get whose data travels in Data frames
+//	                   (sent only to a peer with CapCancel; no reply follows)
 //
 // # Remote keys
 //

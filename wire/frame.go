@@ -51,8 +51,9 @@ const (
 	TypeHeartbeat     Type = 13 // [Heartbeat]
 	TypeRDMAConnect   Type = 14 // [RDMAConnect]
 	TypeAuth          Type = 15 // [Auth]
+	TypeCancel        Type = 16 // [Cancel]
 
-	typeMax = TypeAuth
+	typeMax = TypeCancel
 )
 
 var typeNames = [...]string{
@@ -60,6 +61,7 @@ var typeNames = [...]string{
 	TypePut: "Put", TypeGet: "Get", TypeCompletion: "Completion", TypeInvalidate: "Invalidate",
 	TypeImportRequest: "ImportRequest", TypeImportReply: "ImportReply", TypeBye: "Bye", TypeData: "Data",
 	TypeHeartbeat: "Heartbeat", TypeRDMAConnect: "RDMAConnect", TypeAuth: "Auth",
+	TypeCancel: "Cancel",
 }
 
 func (t Type) String() string {
@@ -76,7 +78,7 @@ func (t Type) Valid() bool { return t >= TypeHello && t <= typeMax }
 // header's RequestID must be 0 for the others.
 func (t Type) hasRequestID() bool {
 	switch t {
-	case TypeError, TypePut, TypeGet, TypeCompletion, TypeImportRequest, TypeImportReply, TypeData:
+	case TypeError, TypePut, TypeGet, TypeCompletion, TypeImportRequest, TypeImportReply, TypeData, TypeCancel:
 		return true
 	}
 	return false
@@ -185,7 +187,7 @@ func DecodeFrame(frame []byte, maxFrame int) (Header, []byte, error) {
 // Message is one of the protocol's messages: [*Hello], [*HelloAck],
 // [*Error], [*RemoteKey], [*Put], [*Get], [*Completion], [*Invalidate],
 // [*ImportRequest], [*ImportReply], [*Bye], [*Data], [*Heartbeat],
-// [*RDMAConnect], [*Auth]. The set
+// [*RDMAConnect], [*Auth], [*Cancel]. The set
 // is closed.
 type Message interface {
 	// Type is the message type.
@@ -258,6 +260,8 @@ func NewMessage(t Type) Message {
 		return new(RDMAConnect)
 	case TypeAuth:
 		return new(Auth)
+	case TypeCancel:
+		return new(Cancel)
 	}
 	return nil
 }

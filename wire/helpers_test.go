@@ -74,6 +74,8 @@ func sampleMessages() []Message {
 		&RDMAConnect{QPN: 0x11, PSN: 0xabcdef, MTU: 5, NICs: 1, GID: [16]byte{0xfe, 0x80, 15: 1}},
 		&RDMAConnect{QPN: 1<<24 - 1, LID: 7, MTU: 1, NIC: 2, NICs: 3},
 		&Auth{Nonce: [AuthSize]byte{1, 2, 3}, MAC: [AuthSize]byte{31: 9}},
+		&Cancel{RequestID: 5, Sent: 3 << 20},
+		&Cancel{RequestID: 1 << 63},
 	}
 }
 

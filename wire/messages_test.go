@@ -182,6 +182,8 @@ func TestMalformed(t *testing.T) {
 		{"put trailing", rawFrame(Header{Type: TypePut, RequestID: 1}, append(bytes.Clone(put[HeaderSize:]), 1)), 0, ErrMalformed},
 		{"completion reserved", rawFrame(Header{Type: TypeCompletion, RequestID: 1}, []byte{0, 0, 0, 0, 0, 0, 0, 1}), 0, ErrMalformed},
 		{"completion short", rawFrame(Header{Type: TypeCompletion, RequestID: 1}, []byte{0, 0, 0}), 0, ErrMalformed},
+		{"cancel short", rawFrame(Header{Type: TypeCancel, RequestID: 1}, []byte{0, 0, 0}), 0, ErrMalformed},
+		{"cancel trailing", rawFrame(Header{Type: TypeCancel, RequestID: 1}, make([]byte, 9)), 0, ErrMalformed},
 		{"invalidate long", rawFrame(Header{Type: TypeInvalidate}, make([]byte, 17)), 0, ErrMalformed},
 		{"import reply size zero", rawFrame(Header{Type: TypeImportReply, RequestID: 1, NumFDs: 1},
 			append(make([]byte, 32), byte(FDMemfd), 0, 0, 0, 0, 0, 0, 0)), 0, ErrMalformed},

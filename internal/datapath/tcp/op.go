@@ -1,0 +1,232 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// op is a Put or Get this side requested. It completes when its two parts
+// are done: the reply and, for a Put, the sending of its bytes, for a Get,
+// the landing of the answer's bytes.
+//
+// It is abandoned when its context ends or its deadline passes: the reply
+// is no longer waited for, a Put sends no more Data frames (the owner is
+// told with a wire.Cancel), a Get's bytes still arriving are dropped (and
+// the owner asked to stop sending them); it resolves once no frame reads
+// or writes its local memory.
+type op struct {
+	p     *path
+	id    uint64
+	local datapath.Mem
+	c     datapath.Completer
+	in    *inbound // Get
+	parts atomic.Int32
+
+	mu       sync.Mutex
+	err      error
+	stopped  atomic.Bool // abandoned: send nothing more
+	timer    *time.Timer
+	stopCtx  func() bool
+	finished bool // both parts are done
+}
+
+func (o *op) partDone(err error) {
+	if err != nil {
+		o.mu.Lock()
+		if o.err == nil {
+			o.err = err
+		}
+		o.mu.Unlock()
+	}
+	if o.parts.Add(-1) != 0 {
+		return
+	}
+	o.mu.Lock()
+	o.finished = true
+	err = o.err
+	timer, stopCtx := o.timer, o.stopCtx
+	o.mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
+	if stopCtx != nil {
+		stopCtx()
+	}
+	o.local.B.Release()
+	o.c.Complete(0, err)
+}
+
+// onReply takes the owner's answer (or the endpoint's failure).
+func (o *op) onReply(f wire.Frame, err error) {
+	p := o.p
+	if err == nil {
+		err = p.c.ReplyErr(f)
+	}
+	if err == nil && o.in != nil {
+		// The owner sends every byte before its Completion, on the same
+		// stream: the reader has read them all by now.
+		o.in.mu.Lock()
+		short := o.in.got < o.in.n
+		o.in.mu.Unlock()
+		if short {
+			err = p.c.PeerErr(fmt.Sprintf("request %d completed before all its data arrived", o.id), nil)
+			p.c.Fail(err)
+		}
+	}
+	if err != nil && o.in != nil {
+		p.removeInbound(o.id)
+		o.in.cancel(err)
+	}
+	o.partDone(err)
+}
+
+// abandon ends the operation early with err (its context ended, its
+// deadline passed): the reply is no longer waited for, a Put's sender
+// stops before its next frame, a Get's bytes are dropped.
+func (o *op) abandon(err error) {
+	o.stopped.Store(true)
+	p := o.p
+	if !p.c.Forget(o.id) {
+		return // the reply (or the endpoint's failure) came first
+	}
+	if o.in != nil {
+		if in := p.removeInbound(o.id); in != nil {
+			in.cancel(err)
+		}
+		if p.cancelCap {
+			// Ask the owner to stop sending (what is on its way is
+			// dropped: the id is no longer in p.inbound). A Cancel that
+			// overtakes its Get is ignored, and the Get's answer dropped.
+			_ = p.c.QueueReply(&wire.Cancel{RequestID: o.id})
+		}
+	}
+	o.partDone(err)
+}
+
+// Start runs a Put or Get (lanes.go splits large ones over the lanes).
+func (p *path) Start(ctx context.Context, r datapath.Req, c datapath.Completer) {
+	if r.Local.Len >= laneMin && len(p.laneList()) > 0 {
+		p.startLanes(ctx, r, c)
+		return
+	}
+	p.start(ctx, r, c)
+}
+
+// start runs a Put or Get on this connection.
+func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) {
+	local := r.Local
+	if err := local.B.Acquire(); err != nil {
+		c.Complete(0, err)
+		return
+	}
+	o := &op{p: p, id: p.newID(), local: local, c: c}
+	o.parts.Store(2)
+	req := wire.Request{RequestID: o.id, Key: r.Key, Length: local.Len, Local: wire.Local{Kind: wire.LocalInline}}
+	if !r.Put {
+		o.in = &inbound{id: o.id, dst: local, n: local.Len, onDone: o.partDone}
+	}
+	if err := p.c.Expect(o.id, o.onReply); err != nil {
+		local.B.Release()
+		c.Complete(0, err)
+		return
+	}
+	if o.in != nil && local.Len > 0 {
+		if err := p.addInbound(o.in); err != nil {
+			if p.c.Forget(o.id) {
+				o.parts.Store(1)
+				o.partDone(err)
+			}
+			return
+		}
+	}
+	o.mu.Lock()
+	if !o.finished && !r.Deadline.IsZero() {
+		o.timer = time.AfterFunc(time.Until(r.Deadline), func() {
+			o.abandon(gxerr.New(gxerr.Timeout, p.c.Name()+": request "+fmt.Sprint(o.id), nil))
+		})
+	}
+	if !o.finished && ctx.Done() != nil {
+		o.stopCtx = context.AfterFunc(ctx, func() {
+			o.abandon(gxerr.Ctx(p.c.Name()+": request "+fmt.Sprint(o.id), ctx.Err()))
+		})
+	}
+	o.mu.Unlock()
+	if r.Put {
+		p.startPut(ctx, o, req)
+		return
+	}
+	if local.Len == 0 {
+		o.partDone(nil) // nothing will land
+	}
+	if err := p.c.Conn().Send(&wire.Get{Request: req}); err != nil {
+		// No reply will come: take the registration back, if the
+		// endpoint's failure (or an abandon) has not already.
+		if p.c.Forget(o.id) {
+			o.onReply(wire.Frame{}, p.sendErr(err))
+		}
+	}
+}
+
+// startPut sends a Put's request and bytes: on the caller's goroutine for
+// small host transfers, else on a goroutine of its own.
+func (p *path) startPut(ctx context.Context, o *op, req wire.Request) {
+	send := func() {
+		sent, err := p.sendMem(ctx, o.id, o.local, &wire.Put{Request: req}, o.stopped.Load)
+		switch {
+		case errors.Is(err, errStopped):
+			// Abandoned (abandon completed the reply part with why).
+			// Nothing reads the local memory any more.
+			o.partDone(nil)
+			if sent > 0 { // the request went out with the first bytes
+				p.endPut(o.id, sent, o.local.Len)
+			}
+			return
+		case err != nil && !errors.Is(err, errSourceFailed):
+			// The stream is broken or the peer gone: no reply will
+			// come, and the endpoint's failure answers every request.
+			err = p.sendErr(err)
+			p.c.Fail(err)
+		}
+		o.partDone(err)
+	}
+	if !o.local.IsGaudi() && o.local.Len <= inlineMax {
+		// Sent from the caller's goroutine: inside the close gate, so
+		// Close (which closes the connection first) unmaps nothing that
+		// this send still reads.
+		if !p.env.Enter() {
+			p.c.Fail(gxerr.Closed)
+			o.partDone(gxerr.Closed)
+			return
+		}
+		send()
+		p.env.Exit()
+		return
+	}
+	p.env.Go(send)
+}
+
+// endPut tells the owner that a Put whose sending stopped after sent of
+// its n bytes is over: a wire.Cancel, or, for a peer that does not
+// understand one, zeros for the rest of the bytes.
+func (p *path) endPut(id, sent, n uint64) {
+	if sent >= n {
+		return // every byte went out: the owner completes it (unheard)
+	}
+	var err error
+	if p.cancelCap {
+		err = p.c.Conn().Send(&wire.Cancel{RequestID: id, Sent: sent})
+	} else {
+		err = p.sendZeros(id, sent, n)
+	}
+	if err != nil {
+		p.c.Fail(p.sendErr(err))
+	}
+}

@@ -1,0 +1,189 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// path is the TCP data path of one endpoint (one connection: a lane has
+// a path of its own).
+type path struct {
+	t         *Transport
+	c         datapath.Ctrl
+	env       datapath.Env
+	cancelCap bool // the peer understands wire.Cancel
+
+	mu      sync.Mutex
+	inbound map[uint64]*inbound // transfers landing, by request id
+	serving map[uint64]*atomic.Bool
+	failed  error
+	lastID  atomic.Uint64 // the highest request id this path issued
+	cur     routed        // reader only: the Data frame being landed
+
+	served, bytesOut, bytesIn atomic.Uint64
+
+	lanes  []lane // the extra connections of a dialed endpoint (set once, by Connect)
+	parent *path  // a lane's endpoint
+}
+
+var _ datapath.Path = (*path)(nil)
+
+func newPath(t *Transport, c datapath.Ctrl) *path {
+	p := &path{t: t, c: c, env: t.env, inbound: map[uint64]*inbound{}, serving: map[uint64]*atomic.Bool{}}
+	if h := c.PeerHello(); h != nil {
+		p.cancelCap = h.Caps&wire.CapCancel != 0
+	}
+	return p
+}
+
+func (p *path) Kind() datapath.Kind { return datapath.KindTCP }
+
+// Handle serves the peer's Puts and Gets whose data travels in Data
+// frames, and its Cancels.
+func (p *path) Handle(f *wire.Frame, m wire.Message) (bool, error) {
+	switch m := m.(type) {
+	case *wire.Put:
+		p.c.MarkActive()
+		if m.Local.Kind != wire.LocalInline {
+			return true, fmt.Errorf("request with local kind %d on the tcp transport", m.Local.Kind)
+		}
+		return true, p.servePut(m.Request)
+	case *wire.Get:
+		p.c.MarkActive()
+		if m.Local.Kind != wire.LocalInline {
+			return true, fmt.Errorf("request with local kind %d on the tcp transport", m.Local.Kind)
+		}
+		return true, p.serveGet(m.Request)
+	case *wire.Cancel:
+		return true, p.serveCancel(m)
+	}
+	return false, nil
+}
+
+// Sink is the reader's DataSink.
+func (p *path) Sink() wire.DataSink { return p.route }
+
+// Tick has nothing to do: the endpoint's writer sends the heartbeats.
+func (p *path) Tick() {}
+
+// Failed records the endpoint's failure and fails its lanes (or the
+// endpoint it is a lane of).
+func (p *path) Failed(err error) {
+	p.mu.Lock()
+	p.failed = err
+	for _, s := range p.serving {
+		s.Store(true) // the connection is gone: stop sending
+	}
+	p.mu.Unlock()
+	// On a goroutine of its own: Failed runs inside the endpoint's
+	// failure, which must not wait for another endpoint's (two lanes
+	// failing at once would each wait for the other).
+	others := p.laneCtrls()
+	if p.parent != nil {
+		others = append(others, p.parent.c)
+	}
+	if len(others) > 0 {
+		p.env.Go(func() {
+			for _, c := range others {
+				c.Fail(err)
+			}
+		})
+	}
+}
+
+// Closed finishes what the reader left (the frame it was landing, the
+// transfers still landing) and closes the lanes.
+func (p *path) Closed(err error) {
+	if err == nil {
+		err = gxerr.New(gxerr.Closed, "endpoint closed", nil)
+	}
+	p.abortRouting()
+	p.cancelInbound(err)
+	p.closeLanes()
+}
+
+// Stats adds the counters of the path and its lanes.
+func (p *path) Stats(s *datapath.Stats) {
+	lanes := p.laneList()
+	s.Lanes += 1 + len(lanes)
+	for _, q := range append([]*path{p}, lanes...) {
+		s.Served += q.served.Load()
+		s.BytesOut += q.bytesOut.Load()
+		s.BytesIn += q.bytesIn.Load()
+	}
+}
+
+// Bind is not offered over TCP.
+func (p *path) Bind(context.Context, datapath.Mem, wire.RemoteKey, *wire.RemoteKey, time.Time) (datapath.Bound, error) {
+	return nil, gxerr.New(gxerr.NotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is tcp", nil)
+}
+
+// newID issues a request id and remembers it as issued (Data frames for
+// our ids up to it are answers to Gets we may have given up on).
+func (p *path) newID() uint64 {
+	id := p.c.NewID()
+	for {
+		last := p.lastID.Load()
+		if id <= last || p.lastID.CompareAndSwap(last, id) {
+			return id
+		}
+	}
+}
+
+// issued reports whether id is one of ours, already issued.
+func (p *path) issued(id uint64) bool { return p.c.Ours(id) && id <= p.lastID.Load() }
+
+func (p *path) addInbound(in *inbound) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed != nil {
+		return p.failed
+	}
+	if len(p.inbound) >= MaxInbound {
+		return fmt.Errorf("more than %d transfers in progress", MaxInbound)
+	}
+	if _, dup := p.inbound[in.id]; dup {
+		return fmt.Errorf("request id %d reused while in progress", in.id)
+	}
+	p.inbound[in.id] = in
+	return nil
+}
+
+func (p *path) removeInbound(id uint64) *inbound {
+	p.mu.Lock()
+	in := p.inbound[id]
+	delete(p.inbound, id)
+	p.mu.Unlock()
+	return in
+}
+
+// cancelInbound cancels every transfer still landing (the connection is
+// gone).
+func (p *path) cancelInbound(err error) {
+	p.mu.Lock()
+	ins := make([]*inbound, 0, len(p.inbound))
+	for _, in := range p.inbound {
+		ins = append(ins, in)
+	}
+	clear(p.inbound)
+	p.mu.Unlock()
+	for _, in := range ins {
+		in.cancel(err)
+	}
+}
+
+// sendErr maps a failure to send on the connection.
+func (p *path) sendErr(err error) error {
+	if err == nil || errors.Is(err, errSourceFailed) {
+		return err
+	}
+	return p.c.SendErr(err)
+}

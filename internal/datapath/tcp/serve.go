@@ -1,0 +1,155 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gxfer/gxfer/wire"
+)
+
+// errPeerCanceled ends a transfer the peer abandoned (wire.Cancel).
+var errPeerCanceled = errors.New("canceled by the peer")
+
+// servePut starts landing a peer's Put (its bytes follow on the
+// connection). It answers a refusal at once; the bytes are then dropped.
+func (p *path) servePut(r wire.Request) error {
+	if p.c.Ours(r.RequestID) {
+		return fmt.Errorf("Put with request id %d of our parity", r.RequestID)
+	}
+	in := &inbound{id: r.RequestID, n: r.Length}
+	mine, st, msg := p.env.Lookup(&r.Key, r.Offset, r.Length, wire.KeyWrite)
+	if st == wire.StatusOK {
+		if err := mine.B.Acquire(); err != nil {
+			st, msg = wire.StatusStale, "buffer no longer exported"
+		}
+	}
+	if st != wire.StatusOK {
+		in.discard = true
+		in.onDone = func(error) {}
+		if err := p.c.QueueReply(wire.NewError(r.RequestID, st, msg)); err != nil {
+			return err
+		}
+	} else {
+		in.dst = mine
+		in.onDone = func(err error) {
+			mine.B.Release()
+			if in.quiet {
+				return // the peer canceled it: no reply
+			}
+			var rep wire.Message = &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
+			if err != nil {
+				rep = wire.NewError(r.RequestID, wire.StatusInternal, err.Error())
+			} else {
+				p.served.Add(1)
+			}
+			if p.c.Err() == nil {
+				_ = p.c.QueueReply(rep)
+			}
+		}
+	}
+	if r.Length == 0 {
+		in.mu.Lock()
+		fin := in.finishLocked()
+		in.mu.Unlock()
+		if fin {
+			in.onDone(nil)
+		}
+		return nil
+	}
+	if err := p.addInbound(in); err != nil {
+		in.cancel(err)
+		return err
+	}
+	return nil
+}
+
+// serveGet answers a peer's Get with Data frames and a Completion, on
+// a goroutine of its own (within the endpoint's limit of requests in
+// progress; beyond it the Get is refused).
+func (p *path) serveGet(r wire.Request) error {
+	if p.c.Ours(r.RequestID) {
+		return fmt.Errorf("Get with request id %d of our parity", r.RequestID)
+	}
+	stop := new(atomic.Bool) // the peer canceled it, or the connection failed
+	p.mu.Lock()
+	if _, dup := p.serving[r.RequestID]; dup {
+		p.mu.Unlock()
+		return fmt.Errorf("request id %d reused while in progress", r.RequestID)
+	}
+	p.serving[r.RequestID] = stop
+	if p.failed != nil {
+		stop.Store(true)
+	}
+	p.mu.Unlock()
+	done := func() {
+		p.mu.Lock()
+		delete(p.serving, r.RequestID)
+		p.mu.Unlock()
+	}
+	ok := p.c.Serve(func() {
+		defer done()
+		mine, st, msg := p.env.Lookup(&r.Key, r.Offset, r.Length, wire.KeyRead)
+		if st == wire.StatusOK {
+			if err := mine.B.Acquire(); err != nil {
+				st, msg = wire.StatusStale, "buffer no longer exported"
+			}
+		}
+		conn := p.c.Conn()
+		if st != wire.StatusOK {
+			_ = conn.Send(wire.NewError(r.RequestID, st, msg))
+			return
+		}
+		_, err := p.sendMem(nil, r.RequestID, mine, nil, stop.Load)
+		mine.B.Release()
+		switch {
+		case errors.Is(err, errStopped):
+			// Canceled by the peer: nothing more for this request.
+		case err == nil:
+			p.served.Add(1)
+			_ = conn.Send(&wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK})
+		case errors.Is(err, errSourceFailed):
+			_ = conn.Send(wire.NewError(r.RequestID, wire.StatusInternal, err.Error()))
+		default:
+			p.c.Fail(p.sendErr(err)) // the stream is broken or the peer gone
+		}
+	})
+	if !ok {
+		done()
+		return p.c.QueueReply(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))
+	}
+	return nil
+}
+
+// serveCancel ends a request the peer abandoned: a Put landing here lands
+// no more bytes, a Get served from here sends no more.
+func (p *path) serveCancel(m *wire.Cancel) error {
+	if p.c.Ours(m.RequestID) {
+		return fmt.Errorf("Cancel of request %d, of our parity", m.RequestID)
+	}
+	p.mu.Lock()
+	in := p.inbound[m.RequestID]
+	stop := p.serving[m.RequestID]
+	if in != nil {
+		in.mu.Lock()
+		if in.got != m.Sent {
+			got := in.got
+			in.mu.Unlock()
+			p.mu.Unlock()
+			return fmt.Errorf("%w: Cancel of request %d after %d bytes, %d landed", wire.ErrMalformed, m.RequestID, m.Sent, got)
+		}
+		in.quiet = true
+		in.mu.Unlock()
+		delete(p.inbound, m.RequestID)
+	}
+	p.mu.Unlock()
+	if in != nil {
+		in.cancel(errPeerCanceled)
+	}
+	if stop != nil {
+		stop.Store(true)
+	}
+	// Neither: a request that ended before the Cancel came (a Get whose
+	// last frame crossed it).
+	return nil
+}
