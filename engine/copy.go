@@ -182,7 +182,9 @@ func (e *Engine) submitJob(ctx context.Context, j *job) error {
 
 // CopySync is the synchronous twin of Copy: it returns when the copy is
 // done. ctx bounds the wait, but the copy is waited for even when ctx ends
-// (the buffers are in use until then), and ctx's error is returned.
+// (the buffers are in use until then); then the copy's error is returned,
+// or ErrCanceled/ErrTimeout (wrapping ctx's error) if it succeeded all the
+// same.
 func (e *Engine) CopySync(ctx context.Context, dst, src Slice, opts ...OpOption) error {
 	return waitSync(ctx, e.Copy(ctx, dst, src, opts...))
 }

@@ -42,7 +42,9 @@
 // once what was already handed to the hardware is finished, so the
 // buffers are the caller's again. The Sync variants (CopySync, PutSync,
 // GetSync) wait for the future, and when ctx ends first still wait for
-// the operation before returning ctx's error.
+// the operation before returning its error (ErrCanceled or ErrTimeout,
+// wrapping ctx's error, when the operation itself did not fail). Future.Wait
+// returns the same typed errors when its ctx ends first.
 //
 // # Errors
 //

@@ -461,10 +461,15 @@ func (ep *Endpoint) GetSync(ctx context.Context, local Slice, remote RemoteKey, 
 }
 
 // waitSync waits for f; when ctx ends first it still waits for the
-// operation (its buffers are in use until then) and returns ctx's error.
+// operation (its buffers are in use until then) and returns the
+// operation's error, or, if it succeeded all the same, ErrCanceled or
+// ErrTimeout wrapping ctx's error.
 func waitSync(ctx context.Context, f *Future) error {
 	if err := f.Wait(ctx); err != nil && !f.IsDone() {
 		<-f.Done()
+		if ferr := f.Err(); ferr != nil {
+			return ferr
+		}
 		return err
 	}
 	return f.Err()

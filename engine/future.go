@@ -173,8 +173,9 @@ func (f *Future) Errs() []error {
 }
 
 // Wait waits until the future resolves or ctx ends. It returns the
-// future's result, or ctx's error if ctx ended first; ending the wait does
-// not cancel the operation.
+// future's result, or, if ctx ended first, ErrCanceled or ErrTimeout
+// wrapping ctx's error; ending the wait does not cancel the operation
+// (the ctx given to the operation does).
 func (f *Future) Wait(ctx context.Context) error {
 	if f.done.Load() {
 		return f.Err()
@@ -195,7 +196,7 @@ func (f *Future) Wait(ctx context.Context) error {
 	case <-f.Done():
 		return f.Err()
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctxErr("waiting for the operation", ctx.Err())
 	}
 }
 
