@@ -54,18 +54,15 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 	if err := remote.k.Check(0, remote.k.Len); err != nil {
 		return nil, newErr(ErrInvalid, "remote key view", err)
 	}
-	if ep.path != nil {
-		var mk *wire.RemoteKey
-		if k, ok := remote.mapKey(); ok {
-			mk = &k
-		}
-		bd, err := ep.path.Bind(ctx, local.mem(), remote.k, mk, e.opConfig(nil).deadline)
-		if err != nil {
-			return nil, err
-		}
-		return &Binding{ep: ep, n: local.n, bd: bd}, nil
+	var mk *wire.RemoteKey
+	if k, ok := remote.mapKey(); ok {
+		mk = &k
 	}
-	return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is "+ep.Transport().String(), nil)
+	bd, err := ep.path.Bind(ctx, local.mem(), remote.k, mk, e.opConfig(nil).deadline)
+	if err != nil {
+		return nil, err
+	}
+	return &Binding{ep: ep, n: local.n, bd: bd}, nil
 }
 
 // check refuses a closed binding or one whose peer memory is gone (the
