@@ -49,7 +49,7 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 			e.epMu.Unlock()
 		},
 	})
-	t := e.transports[TransportKind(kind)]
+	t := e.transports.Get(kind)
 	if t == nil {
 		_ = c.Close()
 		return nil, nil, newErr(ErrNotSupported, "no data path for the "+TransportKind(kind).String()+" transport", nil)

@@ -18,8 +18,8 @@ import (
 // endpoint to b and b's to a.
 func pipePair(t testing.TB, a, b *Engine) (ab, ba *Endpoint) {
 	t.Helper()
-	a.transports[transportPipe] = pipe.New(a.env(), b.env())
-	b.transports[transportPipe] = pipe.New(b.env(), a.env())
+	a.transports.Register(pipe.New(a.env(), b.env()))
+	b.transports.Register(pipe.New(b.env(), a.env()))
 	ca, cb := net.Pipe()
 	wa := wire.NewConn(wire.NewStreamTransport(ca), a.local().ConnConfig(datapath.KindPipe))
 	wb := wire.NewConn(wire.NewStreamTransport(cb), b.local().ConnConfig(datapath.KindPipe))
