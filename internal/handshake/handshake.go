@@ -85,6 +85,17 @@ func (l *Local) ConnConfig(kind datapath.Kind) wire.ConnConfig {
 	return cfg
 }
 
+// pathFor is the data path of an endpoint whose connection is of kind,
+// given the capabilities both sides accepted: RDMA over a TCP control
+// connection when both offer it, else the connection's own (TCP, or
+// shared memory on a unix socket). Both sides choose alike.
+func pathFor(kind datapath.Kind, accepted wire.Caps) datapath.Kind {
+	if kind == datapath.KindTCP && accepted&wire.CapRDMA != 0 {
+		return datapath.KindRDMA
+	}
+	return kind
+}
+
 // CheckSecret refuses a cluster secret too short to be one.
 func CheckSecret(secret []byte) error {
 	if n := len(secret); n > 0 && n < wire.MinSecretLen {
@@ -182,12 +193,9 @@ func Dial[P any](ctx context.Context, d DialConfig, connect Connect[P]) (P, erro
 		return zero, gxerr.New(gxerr.NotSupported, fmt.Sprintf("transport rdma: peer %q (pid %d at %s) does not offer RDMA (no usable RDMA device there, or RDMA disabled)",
 			ack.Name, ack.PID, d.Addr), nil)
 	}
-	path, addr := kind, ""
+	path, addr := pathFor(kind, ack.Accepted), ""
 	if tcpConn {
 		addr = d.Addr
-		if ack.Accepted&wire.CapRDMA != 0 {
-			path = datapath.KindRDMA
-		}
 	}
 	ep, _, err := connect(hctx, wc, ack.Hello, path, addr, true)
 	if err != nil && path == datapath.KindRDMA && !errors.Is(err, gxerr.Closed) {

@@ -184,11 +184,7 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 	if err := wc.Send(&ack); err != nil {
 		return fail(wire.StatusOK, err)
 	}
-	path := l.kind
-	if ack.Accepted&wire.CapRDMA != 0 {
-		path = datapath.KindRDMA
-	}
-	ep, peer, err := l.cfg.Connect(ctx, wc, hello, path, raddr, false)
+	ep, peer, err := l.cfg.Connect(ctx, wc, hello, pathFor(l.kind, ack.Accepted), raddr, false)
 	if err == nil {
 		l.mu.Lock()
 		l.peers = append(l.peers, peer)
