@@ -162,3 +162,39 @@ func BenchmarkIPCBindingPutN(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTCPPut: small PutSyncs into another engine's host buffer over
+// TCP (one lane): the round trip of a request, its Data frame and the
+// owner's Completion.
+//
+//	go test -run '^$' -bench TCPPut ./engine/
+func BenchmarkTCPPut(b *testing.B) {
+	owner := newEngine(b, Config{Devices: DevicesNone})
+	user := newEngine(b, Config{Devices: DevicesNone, TCPLanes: 1})
+	l, err := owner.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	ep, err := user.Dial(ctx, "tcp", l.Addr(), WithTransport(TransportTCP))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{8, 4 << 10} {
+		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
+			dst, _ := owner.Alloc(n, Host)
+			k, err := dst.Export()
+			if err != nil {
+				b.Fatal(err)
+			}
+			src, _ := user.Alloc(n, Host)
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				if err := ep.PutSync(ctx, src.All(), k); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -54,49 +54,23 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 	if err := remote.k.Check(0, remote.k.Len); err != nil {
 		return nil, newErr(ErrInvalid, "remote key view", err)
 	}
-	if ep.path != nil {
-		var mk *wire.RemoteKey
-		if k, ok := remote.mapKey(); ok {
-			mk = &k
-		}
-		bd, err := ep.path.Bind(ctx, local.mem(), remote.k, mk, e.opConfig(nil).deadline)
-		if err != nil {
-			return nil, err
-		}
-		return &Binding{ep: ep, n: local.n, bd: bd}, nil
+	var mk *wire.RemoteKey
+	if k, ok := remote.mapKey(); ok {
+		mk = &k
 	}
-	return nil, newErr(ErrNotSupported, "bindings need memory shared on one node (a \"unix\" endpoint) or an RDMA endpoint; this one is "+ep.Transport().String(), nil)
-}
-
-// check refuses a closed binding or one whose peer memory is gone (the
-// exporter freed it, or the peer disconnected).
-func (b *Binding) check() error {
-	if b.closed {
-		return newErr(ErrClosed, "binding closed", nil)
+	bd, err := ep.path.Bind(ctx, local.mem(), remote.k, mk, e.opConfig(nil).deadline)
+	if err != nil {
+		return nil, err
 	}
-	return nil // the endpoint's and the data path's errors: Bound.Do
+	return &Binding{ep: ep, n: local.n, bd: bd}, nil
 }
 
 // Put copies the local slice into the peer's. It returns when the data is
 // in the peer's memory.
-func (b *Binding) Put() error {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if err := b.check(); err != nil {
-		return err
-	}
-	return b.do(true, 1, true)
-}
+func (b *Binding) Put() error { return b.do(true, 1, true) }
 
 // Get copies the peer's slice into the local one.
-func (b *Binding) Get() error {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if err := b.check(); err != nil {
-		return err
-	}
-	return b.do(false, 1, true)
-}
+func (b *Binding) Get() error { return b.do(false, 1, true) }
 
 // PutN runs n Puts back to back: each copies the whole local slice into
 // the peer's, as n calls of Put would, but the binding is checked and its
@@ -116,11 +90,6 @@ func (b *Binding) copyN(n int, put bool) error {
 	if n <= 0 {
 		return nil
 	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if err := b.check(); err != nil {
-		return err
-	}
 	return b.do(put, n, false)
 }
 
@@ -131,18 +100,26 @@ func (b *Binding) copyN(n int, put bool) error {
 func (b *Binding) Flush() error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	if err := b.check(); err != nil {
-		return err
+	if b.closed {
+		return errBindingClosed()
 	}
 	return b.bd.Flush()
 }
 
-// do runs n operations of a data path's binding (b.mu held shared).
+// do runs n operations of the data path's binding, refusing a closed
+// binding (the endpoint's and the peer memory's errors are Bound.Do's).
 func (b *Binding) do(put bool, n int, wait bool) error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return errBindingClosed()
+	}
 	err := b.bd.Do(put, n, wait)
 	b.ops.Add(uint64(n))
 	return err
 }
+
+func errBindingClosed() error { return newErr(ErrClosed, "binding closed", nil) }
 
 // Close releases the binding (after in-progress Puts and Gets return; on
 // an RDMA endpoint, once the operations in flight have completed) and

@@ -69,8 +69,7 @@ type Engine struct {
 
 	attach attachState // devices the Habana runtime lends (attach.go)
 
-	transports map[TransportKind]datapath.Transport // transports.go
-	bufHooks   []datapath.BufferHooks
+	transports datapath.Set // transports.go
 }
 
 // New opens the devices Config asks for and starts the engine.
@@ -400,7 +399,7 @@ func (e *Engine) Close() error {
 		for _, ep := range eps {
 			_ = ep.Close()
 		}
-		errs = append(errs, e.closeTransports())
+		errs = append(errs, e.transports.Close())
 		// Stop intake and fail what is still queued.
 		for _, g := range e.devs {
 			g.closeQueues()
@@ -448,7 +447,7 @@ func (e *Engine) Close() error {
 		for _, g := range e.devs {
 			errs = append(errs, g.closeCaches())
 		}
-		errs = append(errs, e.finishTransports())
+		errs = append(errs, e.transports.Finish())
 		for _, s := range e.sims {
 			errs = append(errs, s.Close())
 		}

@@ -213,10 +213,10 @@ func TestIPCRefusals(t *testing.T) {
 	lk, err := h.Export()
 	require.NoError(t, err)
 	for _, off := range []uint64{4096, 1 << 62} {
-		id := ep.newID()
+		id := ep.ch.NewID()
 		req := wire.Request{RequestID: id, Key: p.dev.Slice(0, 8192).k, Offset: off, Length: 8192,
 			Local: wire.Local{Kind: wire.LocalKey, Key: lk.k}}
-		f, err := ep.roundTrip(ctx, id, &wire.Put{Request: req})
+		f, err := ep.ch.RoundTrip(ctx, id, &wire.Put{Request: req})
 		require.NoError(t, err)
 		m, err := f.Message()
 		require.NoError(t, err)
@@ -345,7 +345,7 @@ func BenchmarkIPCPut4K(b *testing.B) {
 					b.Fatal(err)
 				}
 				if !cached {
-					e.shm().Invalidate(ep.pid, k.k.AllocID, k.k.Generation)
+					e.shm().Invalidate(ep.ch.Peer(), k.k.AllocID, k.k.Generation)
 				}
 			}
 			b.ReportMetric(float64(e.shm().CacheStats().Misses), "imports")

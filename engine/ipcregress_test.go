@@ -16,7 +16,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/ctrlchan"
 	fdpkg "github.com/gxfer/gxfer/internal/fd"
+	"github.com/gxfer/gxfer/internal/handshake"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -42,7 +44,7 @@ func dialRaw(t testing.TB, path string, hello wire.Hello) *rawPeer {
 	t.Helper()
 	ic, err := ipc.Dial(context.Background(), path, ipc.Config{})
 	require.NoError(t, err)
-	c := wire.NewConn(ic, wire.ConnConfig{MaxFrame: ipcMaxFrame})
+	c := wire.NewConn(ic, wire.ConnConfig{MaxFrame: handshake.IPCMaxFrame})
 	require.NoError(t, c.Send(&hello))
 	f, err := c.Recv(context.Background())
 	require.NoError(t, err)
@@ -63,7 +65,7 @@ func listenRaw(t testing.TB, hello wire.Hello) (string, chan *rawPeer) {
 		if err != nil {
 			return
 		}
-		c := wire.NewConn(ic, wire.ConnConfig{MaxFrame: ipcMaxFrame})
+		c := wire.NewConn(ic, wire.ConnConfig{MaxFrame: handshake.IPCMaxFrame})
 		f, err := c.Recv(context.Background())
 		if err != nil {
 			return
@@ -98,7 +100,7 @@ func TestIPCRegressHelloPIDNotChecked(t *testing.T) {
 	require.NoError(t, err)
 	ic, err := ipc.Dial(context.Background(), l.Addr(), ipc.Config{})
 	require.NoError(t, err)
-	c := wire.NewConn(ic, wire.ConnConfig{MaxFrame: ipcMaxFrame})
+	c := wire.NewConn(ic, wire.ConnConfig{MaxFrame: handshake.IPCMaxFrame})
 	defer c.Close()
 	h := rawHello(1) // claims to be init
 	require.NoError(t, c.Send(&h))
@@ -259,7 +261,7 @@ func TestIPCRegressReaderBlocksOnSem(t *testing.T) {
 	mem, err := ipc.NewShared(4096*100, "peer")
 	require.NoError(t, err)
 	defer mem.Close()
-	const n = maxServing + 1
+	const n = ctrlchan.MaxServing + 1
 	t0 := time.Now()
 	for i := 0; i < n; i++ { // each with its own local buffer (like bounce buffers)
 		local := wire.RemoteKey{Owner: a.hello.EngineID, AllocID: uint64(1000 + i), Generation: 1,

@@ -36,8 +36,5 @@ func (e *env) DialLane(ctx context.Context, c datapath.Ctrl) (datapath.Ctrl, err
 	if err != nil {
 		return nil, err
 	}
-	return ep.ctrl(), nil
+	return ep.ch, nil // its Close closes the lane
 }
-
-// Close closes the endpoint (a data path closing its lanes).
-func (c *ctrl) Close() error { return c.ep().Close() }

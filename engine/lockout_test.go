@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/handshake"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -52,7 +53,7 @@ func attack(ctx context.Context, network, addr string, rate int, d time.Duration
 			}
 			t, hello = wire.NewStreamTransport(nc), fakeHello()
 		}
-		c := wire.NewConn(t, wire.ConnConfig{MaxFrame: ipcMaxFrame})
+		c := wire.NewConn(t, wire.ConnConfig{MaxFrame: handshake.IPCMaxFrame})
 		conns = append(conns, c)
 		if i%2 == 1 { // hello-only: then nothing (a real one would heartbeat)
 			_ = c.Send(&hello)

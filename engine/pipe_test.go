@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/pipe"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -17,15 +18,15 @@ import (
 // endpoint to b and b's to a.
 func pipePair(t testing.TB, a, b *Engine) (ab, ba *Endpoint) {
 	t.Helper()
-	a.transports[transportPipe] = pipe.New(a.env(), b.env())
-	b.transports[transportPipe] = pipe.New(b.env(), a.env())
+	a.transports.Register(pipe.New(a.env(), b.env()))
+	b.transports.Register(pipe.New(b.env(), a.env()))
 	ca, cb := net.Pipe()
-	wa := wire.NewConn(wire.NewStreamTransport(ca), a.connConfig(transportPipe))
-	wb := wire.NewConn(wire.NewStreamTransport(cb), b.connConfig(transportPipe))
+	wa := wire.NewConn(wire.NewStreamTransport(ca), a.local().ConnConfig(datapath.KindPipe))
+	wb := wire.NewConn(wire.NewStreamTransport(cb), b.local().ConnConfig(datapath.KindPipe))
 	ctx := context.Background()
-	ab, err := a.newEndpoint(ctx, wa, b.ident.hello, transportPipe, transportPipe, "pipe", true)
+	ab, _, err := a.newEndpoint(ctx, wa, b.ident.hello, datapath.KindPipe, "", true)
 	require.NoError(t, err)
-	ba, err = b.newEndpoint(ctx, wb, a.ident.hello, transportPipe, transportPipe, "pipe", false)
+	ba, _, err = b.newEndpoint(ctx, wb, a.ident.hello, datapath.KindPipe, "", false)
 	require.NoError(t, err)
 	return ab, ba
 }

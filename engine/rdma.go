@@ -91,5 +91,5 @@ func (e *Engine) openRDMA() {
 		return
 	}
 	e.rdma = t
-	e.register(t)
+	e.transports.Register(t)
 }

@@ -290,10 +290,10 @@ func TestRDMAOutOfRange(t *testing.T) {
 	require.NoError(t, err)
 	defer req.rdma.MRCache().Put(ref)
 	for _, off := range []uint64{4096, 1 << 62} {
-		id := ep.newID()
+		id := ep.ch.NewID()
 		r := wire.Request{RequestID: id, Key: dk.Slice(0, 8192).k, Offset: off, Length: 8192,
 			Local: wire.Local{Kind: wire.LocalRDMA, Addr: h.Addr(), RKey: ref.RKey()}}
-		f, err := ep.roundTrip(ctx, id, &wire.Put{Request: r})
+		f, err := ep.ch.RoundTrip(ctx, id, &wire.Put{Request: r})
 		require.NoError(t, err)
 		m, err := f.Message()
 		require.NoError(t, err)

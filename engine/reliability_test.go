@@ -121,7 +121,7 @@ func TestRegressRedialKeepsNewImports(t *testing.T) {
 	require.NoError(t, err)
 	cur, err := l.Accept(ctx)
 	require.NoError(t, err)
-	require.NotEqual(t, old.pid, cur.pid)
+	require.NotEqual(t, old.ch.Peer(), cur.ch.Peer())
 
 	// The owner's side of the new endpoint holds an import of the peer's
 	// memory (as it does while it serves a Put into its Gaudi memory)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/shm"
 )
 
@@ -8,7 +9,7 @@ import (
 // endpoints.
 
 // shm is the engine's shared-memory transport.
-func (e *Engine) shm() *shm.Transport { return e.transports[TransportIPC].(*shm.Transport) }
+func (e *Engine) shm() *shm.Transport { return e.transports.Get(datapath.KindIPC).(*shm.Transport) }
 
 // shmPath is a "unix" endpoint's data path.
 func (ep *Endpoint) shmPath() *shm.Path { return ep.path.(*shm.Path) }

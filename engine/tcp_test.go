@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/tcp"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -265,7 +266,7 @@ func TestTCPLanes(t *testing.T) {
 	require.Len(t, lanes, 2)
 	own := ep.Stats().BytesOut
 	for i, lane := range lanes {
-		n := lane.(*ctrl).ep().Stats().BytesOut
+		n := user.endpointOf(lane).Stats().BytesOut
 		require.NotZero(t, n, "lane %d carried no data", i+1)
 		own -= n
 	}
@@ -277,6 +278,18 @@ func TestTCPLanes(t *testing.T) {
 	<-lanes[0].Done()
 	require.ErrorIs(t, ep.PutSync(ctx, src.Slice(0, 8), key8(t, owner)), ErrPeer)
 	require.NoError(t, ep.Close())
+}
+
+// endpointOf is the endpoint whose control channel is c.
+func (e *Engine) endpointOf(c datapath.Ctrl) *Endpoint {
+	e.epMu.Lock()
+	defer e.epMu.Unlock()
+	for ep := range e.endpoints {
+		if ep.ch == c {
+			return ep
+		}
+	}
+	return nil
 }
 
 func key8(t *testing.T, e *Engine) RemoteKey {

@@ -12,14 +12,15 @@
 //     checks, device DMA between Gaudi and host memory, host allocations,
 //     tracked goroutines and the close gate.
 //   - Ctrl is one endpoint's control channel: request ids, round trips,
-//     replies, failure.
+//     replies, failure (implemented by internal/ctrlchan, over a
+//     connection internal/handshake opened).
 //   - Transport is one kind of data path, engine-wide (its NICs, staging
 //     buffers, registrations); it makes a Path for each endpoint.
 //   - Path moves one endpoint's data and serves the peer's requests of its
 //     kind.
 //
 // A new transport is one package implementing Transport and Path, and one
-// registration in the engine (engine/transports.go).
+// registration in the engine (engine/transports.go, into a Set).
 package datapath
 
 import (

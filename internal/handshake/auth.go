@@ -1,10 +1,9 @@
-package engine
+package handshake
 
 import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 
 	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/wire"
@@ -19,18 +18,6 @@ import (
 // cannot prove it holds the same one. Unix sockets are not concerned:
 // their peers are checked by the kernel (same uid, SO_PEERCRED).
 
-// ErrUnauthenticated: a TCP peer failed (or refused) authentication with
-// Config.ClusterSecret.
-var ErrUnauthenticated = gxerr.Unauthenticated
-
-// checkSecret refuses a cluster secret too short to be one.
-func (e *Engine) checkSecret() error {
-	if n := len(e.cfg.ClusterSecret); n > 0 && n < wire.MinSecretLen {
-		return newErr(ErrInvalid, fmt.Sprintf("Config.ClusterSecret of %d bytes (at least %d)", n, wire.MinSecretLen), nil)
-	}
-	return nil
-}
-
 // recvAuth receives the peer's next Auth (its Error, if it sent one).
 func recvAuth(ctx context.Context, wc *wire.Conn) (wire.Auth, error) {
 	var a wire.Auth
@@ -42,8 +29,7 @@ func recvAuth(ctx context.Context, wc *wire.Conn) (wire.Auth, error) {
 }
 
 // authDialer is the dialer's side of the exchange, after its Hello.
-func (e *Engine) authDialer(ctx context.Context, wc *wire.Conn, local wire.Hello) error {
-	secret := e.cfg.ClusterSecret
+func authDialer(ctx context.Context, wc *wire.Conn, secret []byte, local wire.Hello) error {
 	chal, err := recvAuth(ctx, wc)
 	if err != nil {
 		return authErr(err)
@@ -61,18 +47,17 @@ func (e *Engine) authDialer(ctx context.Context, wc *wire.Conn, local wire.Hello
 		return authErr(err)
 	}
 	if !wire.AuthEqual(proof.MAC, wire.AuthMAC(secret, "listener", chal.Nonce, mine.Nonce, local.EngineID)) {
-		return newErr(ErrUnauthenticated, "the listener does not hold our cluster secret", nil)
+		return gxerr.New(gxerr.Unauthenticated, "the listener does not hold our cluster secret", nil)
 	}
 	return nil
 }
 
 // authListener is the listener's side, after the dialer's Hello; it
 // answers a refusal itself.
-func (e *Engine) authListener(ctx context.Context, wc *wire.Conn, hello wire.Hello) error {
-	secret := e.cfg.ClusterSecret
+func authListener(ctx context.Context, wc *wire.Conn, secret []byte, hello wire.Hello) error {
 	refuse := func(why string) error {
 		_ = wc.Send(wire.NewError(0, wire.StatusRefused, why))
-		return newErr(ErrUnauthenticated, why, nil)
+		return gxerr.New(gxerr.Unauthenticated, why, nil)
 	}
 	switch {
 	case len(secret) == 0 && hello.Caps&wire.CapAuth == 0:
@@ -104,7 +89,7 @@ func (e *Engine) authListener(ctx context.Context, wc *wire.Conn, hello wire.Hel
 func authErr(err error) error {
 	var we *wire.Error
 	if errors.As(err, &we) && we.Code == wire.StatusRefused {
-		return newErr(ErrUnauthenticated, "refused by the listener", we)
+		return gxerr.New(gxerr.Unauthenticated, "refused by the listener", we)
 	}
 	return err
 }

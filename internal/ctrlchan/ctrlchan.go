@@ -1,0 +1,419 @@
+// Package ctrlchan is an endpoint's control channel: the connection to
+// one peer engine over which requests, replies, heartbeats and (on TCP)
+// data travel, once the handshake (internal/handshake) is done.
+//
+// A Chan is the datapath.Ctrl its data path gets. It owns:
+//
+//   - request ids: each side issues ids of its own parity (the dialer's
+//     are odd), so that a reply or a Data frame names its request
+//     unambiguously on a connection both sides send requests on;
+//   - the replies this side waits for (Expect, RoundTrip), delivered by
+//     the reader;
+//   - the reader goroutine: it receives every frame, lands Data frames
+//     through the path's sink, hands replies to their waiters and
+//     requests to the path, and fails the channel on a malformed frame, a
+//     lost connection or a peer silent for PeerTimeout;
+//   - the writer goroutine: it sends the replies the reader queued (the
+//     reader never writes, so a peer that stops reading cannot stall it)
+//     and a heartbeat every PeerTimeout/4;
+//   - failure: once, with the first error; pending replies get it, the
+//     path is told, Done closes;
+//   - Close: says goodbye, fails the channel, and returns once the reader,
+//     the writer and every request being served have ended.
+package ctrlchan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/ipc"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// MaxServing bounds the peer's requests a channel serves at once (Serve).
+const MaxServing = 64
+
+// Config describes a channel whose handshake is done.
+type Config struct {
+	Env    datapath.Env
+	Conn   *wire.Conn
+	Peer   wire.Hello // the peer's Hello
+	PeerID ipc.PeerID // the peer's identity on this connection
+	Name   string     // names the peer in errors and logs
+	Dialer bool       // this side dialed: its request ids are odd
+	// MaxReplies bounds the replies the reader may queue for the writer
+	// (0: MaxServing); beyond, the peer is not reading and fails.
+	MaxReplies int
+	// Loops (optional) counts the reader and the writer: Start adds 2,
+	// each exit one.
+	Loops *sync.WaitGroup
+	// OnFail (optional) runs once when the channel fails, after its
+	// pending replies got the error and before Done closes.
+	OnFail func(err error)
+}
+
+// Chan is an endpoint's control channel.
+type Chan struct {
+	cfg  Config
+	env  datapath.Env
+	log  zerolog.Logger
+	c    *wire.Conn
+	path datapath.Path
+
+	mu        sync.Mutex
+	pending   map[uint64]func(wire.Frame, error) // called once, never under mu
+	nextID    atomic.Uint64
+	parity    uint64 // of our request ids: 1 dialer, 0 acceptor
+	failed    error
+	hasFailed atomic.Bool
+	done      chan struct{}
+	once      sync.Once
+	serving   sync.WaitGroup
+	sem       chan struct{}
+	reader    chan struct{}
+	replyMu   sync.Mutex
+	replyQ    []wire.Message // the reader's frames, sent by the writer or carried by a sender
+	replySig  chan struct{}
+	writerEnd chan struct{}
+	active    atomic.Bool // the peer made a request
+}
+
+var _ datapath.Ctrl = (*Chan)(nil)
+
+// New makes the channel of a connection; Start runs it.
+func New(cfg Config) *Chan {
+	if cfg.MaxReplies <= 0 {
+		cfg.MaxReplies = MaxServing
+	}
+	c := &Chan{
+		cfg: cfg, env: cfg.Env, log: cfg.Env.Logger(), c: cfg.Conn,
+		pending:   map[uint64]func(wire.Frame, error){},
+		done:      make(chan struct{}),
+		sem:       make(chan struct{}, MaxServing),
+		reader:    make(chan struct{}),
+		replySig:  make(chan struct{}, 1),
+		writerEnd: make(chan struct{}),
+	}
+	if cfg.Dialer {
+		c.parity = 1
+		c.nextID.Store(1)
+	}
+	return c
+}
+
+// Start runs the reader and the writer, p being the channel's data path.
+func (c *Chan) Start(p datapath.Path) {
+	c.path = p
+	var every time.Duration
+	if t := c.env.Config().PeerTimeout; t > 0 {
+		every = t / 4
+	}
+	if c.cfg.Loops != nil {
+		c.cfg.Loops.Add(2)
+	}
+	go func() {
+		if c.cfg.Loops != nil {
+			defer c.cfg.Loops.Done()
+		}
+		c.writer(every)
+	}()
+	go func() {
+		if c.cfg.Loops != nil {
+			defer c.cfg.Loops.Done()
+		}
+		c.readLoop()
+	}()
+}
+
+func (c *Chan) Env() datapath.Env      { return c.env }
+func (c *Chan) Name() string           { return c.cfg.Name }
+func (c *Chan) Conn() *wire.Conn       { return c.c }
+func (c *Chan) Peer() ipc.PeerID       { return c.cfg.PeerID }
+func (c *Chan) PeerHello() *wire.Hello { return &c.cfg.Peer }
+func (c *Chan) Dialer() bool           { return c.parity == 1 }
+func (c *Chan) Done() <-chan struct{}  { return c.done }
+
+// NewID issues a request id of this side's parity.
+func (c *Chan) NewID() uint64 { return c.nextID.Add(2) }
+
+// Ours reports whether request id was issued by this side.
+func (c *Chan) Ours(id uint64) bool { return id&1 == c.parity }
+
+// MarkActive records that the peer made a request; Active reports it (a
+// listener closes idle peers first to make room).
+func (c *Chan) MarkActive()  { c.active.Store(true) }
+func (c *Chan) Active() bool { return c.active.Load() }
+
+// Err is why the channel ended (nil while it is up).
+func (c *Chan) Err() error {
+	if !c.hasFailed.Load() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
+}
+
+// Expect registers fn for the reply to request id.
+func (c *Chan) Expect(id uint64, fn func(wire.Frame, error)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed != nil {
+		return c.failed
+	}
+	c.pending[id] = fn
+	return nil
+}
+
+// Forget takes back a registration; false: the reply (or the failure) is
+// being delivered.
+func (c *Chan) Forget(id uint64) bool {
+	c.mu.Lock()
+	_, still := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	return still
+}
+
+type reply struct {
+	f   wire.Frame
+	err error
+}
+
+// RoundTrip sends a request and waits for its reply frame (the caller
+// owns the frame's fds). When ctx ends first it returns ctx's error.
+func (c *Chan) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wire.Frame, error) {
+	ch := make(chan reply, 1)
+	if err := c.Expect(id, func(f wire.Frame, err error) { ch <- reply{f, err} }); err != nil {
+		return wire.Frame{}, err
+	}
+	if err := c.c.Send(m); err != nil {
+		c.Forget(id)
+		return wire.Frame{}, c.PeerErr("send", err)
+	}
+	select {
+	case r := <-ch:
+		return r.f, r.err
+	case <-ctx.Done():
+		if !c.Forget(id) { // the reader took the reply: it is being delivered
+			r := <-ch
+			_ = r.f.CloseFDs()
+		}
+		return wire.Frame{}, ctx.Err()
+	}
+}
+
+// Serve runs fn on a goroutine (the Env's) within MaxServing requests in
+// progress; Close waits for it.
+func (c *Chan) Serve(fn func()) bool {
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		return false
+	}
+	c.serving.Add(1)
+	c.env.Go(func() {
+		defer c.serving.Done()
+		defer func() { <-c.sem }()
+		fn()
+	})
+	return true
+}
+
+// Fail ends the channel once with err: the connection closes, the path
+// is told, pending replies get err.
+func (c *Chan) Fail(err error) {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.failed = err
+		c.hasFailed.Store(true)
+		pend := c.pending
+		c.pending = map[uint64]func(wire.Frame, error){}
+		c.mu.Unlock()
+		_ = c.c.Close()
+		if c.path != nil {
+			c.path.Failed(err)
+		}
+		for _, fn := range pend {
+			fn(wire.Frame{}, err)
+		}
+		if c.cfg.OnFail != nil {
+			c.cfg.OnFail(err)
+		}
+		close(c.done)
+		if !errors.Is(err, gxerr.Closed) {
+			c.log.Warn().Err(err).Str("peer", c.cfg.Name).Msg("endpoint failed")
+		}
+	})
+}
+
+// Close says goodbye to the peer (never waiting long for one that does
+// not read), fails the channel with gxerr.Closed, and returns once the
+// reader, the writer and the requests being served have ended.
+// Idempotent; Start must have run.
+func (c *Chan) Close() error {
+	sent := make(chan struct{})
+	go func() { _ = c.c.Send(&wire.Bye{}); close(sent) }()
+	select {
+	case <-sent:
+	case <-time.After(200 * time.Millisecond):
+	}
+	c.Fail(gxerr.New(gxerr.Closed, "endpoint closed", nil))
+	<-sent
+	<-c.reader
+	<-c.writerEnd
+	c.serving.Wait()
+	return nil
+}
+
+// QueueReply hands a frame the reader wants sent to the writer (or to
+// the next Put or Get this side sends, which carries it along).
+func (c *Chan) QueueReply(m wire.Message) error {
+	c.replyMu.Lock()
+	if len(c.replyQ) >= c.cfg.MaxReplies {
+		c.replyMu.Unlock()
+		return errors.New("peer is not reading its replies")
+	}
+	c.replyQ = append(c.replyQ, m)
+	c.replyMu.Unlock()
+	select {
+	case c.replySig <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// TakeReplies removes the queued replies (nil if none).
+func (c *Chan) TakeReplies() []wire.Message {
+	c.replyMu.Lock()
+	q := c.replyQ
+	c.replyQ = nil
+	c.replyMu.Unlock()
+	return q
+}
+
+// writer sends the reader's replies and the heartbeats.
+func (c *Chan) writer(every time.Duration) {
+	defer close(c.writerEnd)
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	hb := &wire.Heartbeat{}
+	for {
+		select {
+		case <-c.replySig:
+			// Let a goroutine that is about to send (the code answering
+			// the data just landed) go first and carry the replies.
+			runtime.Gosched()
+			for _, m := range c.TakeReplies() {
+				if err := c.c.Send(m); err != nil {
+					c.log.Debug().Err(err).Str("peer", c.cfg.Name).Msg("reply not sent")
+				}
+			}
+		case <-tick:
+			_ = c.c.Send(hb)
+			c.path.Tick()
+		case <-c.done:
+			return
+		}
+	}
+}
+
+func (c *Chan) readLoop() {
+	defer close(c.reader)
+	defer func() {
+		err := c.Err()
+		if err == nil {
+			err = gxerr.New(gxerr.Closed, "endpoint closed", nil)
+		}
+		c.path.Closed(err)
+	}()
+	ctx := context.Background()
+	sink := c.path.Sink()
+	for {
+		var (
+			f   wire.Frame
+			err error
+		)
+		if sink != nil {
+			f, err = c.c.RecvRouted(ctx, sink)
+		} else {
+			f, err = c.c.Recv(ctx)
+		}
+		if err != nil {
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded) && c.Err() == nil:
+				c.Fail(gxerr.New(gxerr.Peer, fmt.Sprintf("%s: silent for %v (no frame, not even a heartbeat)", c.cfg.Name, c.env.Config().PeerTimeout), gxerr.Timeout))
+			case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrTooLarge):
+				c.log.Error().Err(err).Str("peer", c.cfg.Name).Msg("malformed frame; closing the connection")
+				c.Fail(c.PeerErr("malformed frame", err))
+			default:
+				c.Fail(c.PeerErr("connection lost", err))
+			}
+			return
+		}
+		if f.Routed {
+			c.path.Landed()
+			continue
+		}
+		if err := c.dispatch(f); err != nil {
+			_ = f.CloseFDs()
+			c.log.Error().Err(err).Str("peer", c.cfg.Name).Msg("malformed frame; closing the connection")
+			c.Fail(c.PeerErr("malformed frame", err))
+			return
+		}
+	}
+}
+
+// dispatch hands a reply to its waiter and anything else to the path; the
+// channel itself takes heartbeats and Bye. An error is the peer's fault.
+func (c *Chan) dispatch(f wire.Frame) error {
+	switch f.Header.Type {
+	case wire.TypeCompletion, wire.TypeError, wire.TypeImportReply:
+		c.mu.Lock()
+		fn, ok := c.pending[f.Header.RequestID]
+		delete(c.pending, f.Header.RequestID)
+		c.mu.Unlock()
+		if !ok {
+			return f.CloseFDs() // a reply to a request we gave up on
+		}
+		// The payload aliases the connection's read buffer, which the next
+		// Recv overwrites: the waiter gets its own copy.
+		f.Payload = append([]byte(nil), f.Payload...)
+		fn(f, nil)
+		return nil
+	}
+	m, err := f.Message()
+	if err != nil {
+		return err
+	}
+	if ok, err := c.path.Handle(&f, m); ok || err != nil {
+		return err
+	}
+	switch m := m.(type) {
+	case *wire.Put:
+		return fmt.Errorf("a Put with local kind %d, which this endpoint's data path does not serve", m.Local.Kind)
+	case *wire.Get:
+		return fmt.Errorf("a Get with local kind %d, which this endpoint's data path does not serve", m.Local.Kind)
+	case *wire.Invalidate: // imports of a path without any (shm handles its own)
+	case *wire.Heartbeat:
+	case *wire.Bye:
+		c.Fail(c.PeerErr("peer closed the endpoint", nil))
+	default:
+		return fmt.Errorf("unexpected %v", f.Header.Type)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package ctrlchan
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// PeerErr is a gxerr.Peer error naming the peer.
+func (c *Chan) PeerErr(what string, cause error) error {
+	return gxerr.New(gxerr.Peer, c.cfg.Name+": "+what, cause)
+}
+
+// ReplyErr interprets a Completion or Error frame.
+func (c *Chan) ReplyErr(f wire.Frame) error {
+	msg, err := f.Message()
+	if err != nil {
+		return c.PeerErr("reply", err)
+	}
+	switch msg := msg.(type) {
+	case *wire.Completion:
+		if msg.Status != wire.StatusOK {
+			return c.PeerErr("request failed", fmt.Errorf("status %v", msg.Status))
+		}
+		return nil
+	case *wire.Error:
+		return c.Refusal("request refused", msg)
+	}
+	return c.PeerErr("unexpected reply", nil)
+}
+
+// SendErr maps a failure to send on the connection: the channel's own
+// error once it failed, else a peer error.
+func (c *Chan) SendErr(err error) error {
+	if err == nil || errors.Is(err, gxerr.Peer) || errors.Is(err, gxerr.Closed) {
+		return err
+	}
+	if errors.Is(err, wire.ErrClosed) {
+		if f := c.Err(); f != nil {
+			return f
+		}
+	}
+	return c.PeerErr("send", err)
+}
+
+// Refusal maps an owner's refusal to an error kind: the caller's fault
+// (gxerr.Invalid) for a key or range the owner refused, else the peer's.
+func (c *Chan) Refusal(what string, m *wire.Error) error {
+	switch m.Code {
+	case wire.StatusOutOfRange, wire.StatusBadKey, wire.StatusAccess, wire.StatusStale:
+		return gxerr.New(gxerr.Invalid, c.cfg.Name+": "+what, m)
+	}
+	return c.PeerErr(what, m)
+}

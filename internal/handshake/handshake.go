@@ -1,0 +1,237 @@
+// Package handshake opens gxfer's endpoints: the exchange on a new
+// connection that makes it an endpoint's control channel.
+//
+// The dialer sends its Hello; over TCP, engines with a cluster secret
+// then prove it to each other (auth.go); the listener checks the Hello
+// (on a unix socket, against the kernel's credentials of the socket),
+// negotiates the version and capabilities (wire.Negotiate), admits the
+// peer (Listener: pending handshakes are bounded, the oldest evicted;
+// accepted peers are bounded by MaxPeers, idle ones closed first) and
+// answers with its HelloAck. Both sides then choose the endpoint's data
+// path (TCP or RDMA over a TCP control connection, shared memory over a
+// unix socket) and hand the connection to a Connect function, the
+// engine's, which makes the endpoint.
+package handshake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/datapath/tcp"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/ipc"
+	"github.com/gxfer/gxfer/wire"
+)
+
+const (
+	// IPCMaxFrame is the largest frame on a unix socket: below the
+	// default SOCK_SEQPACKET send buffer.
+	IPCMaxFrame = 192 << 10
+	// MaxPending bounds the handshakes in progress per listener (the
+	// oldest is evicted beyond).
+	MaxPending    = 64
+	dialTimeout   = 5 * time.Second // a Dial's handshake
+	listenTimeout = 2 * time.Second // a connection's handshake at the listener
+	sendTimeout   = 5 * time.Second
+)
+
+// Local is this engine's side of its handshakes.
+type Local struct {
+	// Hello is the engine's identity; its Caps are what it offers on a
+	// unix socket.
+	Hello       wire.Hello
+	Secret      []byte // Config.ClusterSecret (TCP authentication)
+	RDMA        bool   // the engine has an RDMA transport to offer
+	PeerTimeout time.Duration
+	TCPReadSpin time.Duration
+	Logger      zerolog.Logger
+}
+
+// HelloFor is the engine's Hello on a connection of kind: fd passing and
+// shared host memory on a unix socket, data frames over TCP (and RDMA
+// when offered); heartbeats on both.
+func (l *Local) HelloFor(kind datapath.Kind, offerRDMA bool) wire.Hello {
+	h := l.Hello
+	h.Caps |= wire.CapHeartbeat
+	if kind == datapath.KindTCP {
+		h.Caps = tcp.Caps | wire.CapHeartbeat
+		if offerRDMA && l.RDMA {
+			h.Caps |= wire.CapRDMA
+		}
+		if len(l.Secret) > 0 {
+			h.Caps |= wire.CapAuth
+		}
+	}
+	return h
+}
+
+// ConnConfig is the framing of a connection of kind: a peer silent for
+// PeerTimeout (not even a heartbeat) ends the endpoint.
+func (l *Local) ConnConfig(kind datapath.Kind) wire.ConnConfig {
+	cfg := wire.ConnConfig{MaxFrame: IPCMaxFrame, WriteTimeout: sendTimeout}
+	if kind == datapath.KindTCP {
+		cfg.MaxFrame = tcp.MaxFrame
+		// A send blocked this long means the peer stopped reading.
+		cfg.WriteTimeout = max(sendTimeout, l.PeerTimeout)
+	}
+	if l.PeerTimeout > 0 {
+		cfg.ReadTimeout = l.PeerTimeout
+	}
+	return cfg
+}
+
+// pathFor is the data path of an endpoint whose connection is of kind,
+// given the capabilities both sides accepted: RDMA over a TCP control
+// connection when both offer it, else the connection's own (TCP, or
+// shared memory on a unix socket). Both sides choose alike.
+func pathFor(kind datapath.Kind, accepted wire.Caps) datapath.Kind {
+	if kind == datapath.KindTCP && accepted&wire.CapRDMA != 0 {
+		return datapath.KindRDMA
+	}
+	return kind
+}
+
+// CheckSecret refuses a cluster secret too short to be one.
+func CheckSecret(secret []byte) error {
+	if n := len(secret); n > 0 && n < wire.MinSecretLen {
+		return gxerr.New(gxerr.Invalid, fmt.Sprintf("Config.ClusterSecret of %d bytes (at least %d)", n, wire.MinSecretLen), nil)
+	}
+	return nil
+}
+
+// Peer is an endpoint as a listener sees it (its control channel).
+type Peer interface {
+	Name() string
+	Err() error
+	Active() bool // the peer made a request
+	Fail(err error)
+	PeerErr(what string, cause error) error
+}
+
+// Connect makes the endpoint P of a connection whose handshake is done;
+// its data path is of kind path. ctx bounds the path's setup; addr names
+// a TCP peer ("" on a unix socket).
+type Connect[P any] func(ctx context.Context, wc *wire.Conn, peer wire.Hello, path datapath.Kind, addr string, dialer bool) (P, Peer, error)
+
+// DialConfig is a Dial's.
+type DialConfig struct {
+	Local   *Local
+	Network string // see Network
+	Addr    string
+	// Want is the data path a TCP Dial asks for: KindTCP, KindRDMA (the
+	// peer must offer it) or KindAuto (RDMA if both sides offer it).
+	Want datapath.Kind
+	Lane bool // an extra connection of an endpoint (wire.CapLane)
+}
+
+// Dial connects to a listener, performs the dialer's side of the
+// handshake and makes the endpoint.
+func Dial[P any](ctx context.Context, d DialConfig, connect Connect[P]) (P, error) {
+	var zero P
+	kind, err := Network(d.Network)
+	if err != nil {
+		return zero, err
+	}
+	t, cred, err := d.Local.dialSocket(ctx, d.Network, d.Addr)
+	if err != nil {
+		return zero, err
+	}
+	wc := wire.NewConn(t, d.Local.ConnConfig(kind))
+	hctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	tcpConn := kind == datapath.KindTCP
+	local := d.Local.HelloFor(kind, tcpConn && d.Want != datapath.KindTCP && !d.Lane)
+	if d.Lane {
+		local.Caps |= wire.CapLane
+	}
+	what := "handshake with " + d.Addr
+	fail := func(kind error, err error) (P, error) {
+		_ = wc.Close()
+		return zero, gxerr.New(kind, what, err)
+	}
+	if err := wc.Send(&local); err != nil {
+		return fail(gxerr.Peer, err)
+	}
+	if local.Caps&wire.CapAuth != 0 {
+		if err := authDialer(hctx, wc, d.Local.Secret, local); err != nil {
+			if errors.Is(err, gxerr.Unauthenticated) {
+				_ = wc.Close()
+				return zero, fmt.Errorf("gxfer: %s: %w", what, err)
+			}
+			return fail(gxerr.Peer, err)
+		}
+	}
+	f, err := wc.Recv(hctx)
+	if err != nil {
+		return fail(gxerr.Peer, err)
+	}
+	var ack wire.HelloAck
+	if err := decodeOrPeerError(&f, &ack); err != nil {
+		if we, ok := err.(*wire.Error); ok && we.Code == wire.StatusNoResources {
+			return fail(gxerr.TooManyPeers, gxerr.New(gxerr.Peer, "", we))
+		}
+		if we, ok := err.(*wire.Error); ok && we.Code == wire.StatusRefused && tcpConn {
+			return fail(gxerr.Unauthenticated, we)
+		}
+		return fail(gxerr.Peer, err)
+	}
+	if err := wire.CheckAck(local, ack); err != nil {
+		return fail(gxerr.Peer, err)
+	}
+	if cred != nil {
+		if err := checkIdentity(ack.Hello, *cred); err != nil {
+			return fail(gxerr.Peer, err)
+		}
+	}
+	if d.Want == datapath.KindRDMA && ack.Accepted&wire.CapRDMA == 0 {
+		_ = wc.Close()
+		return zero, gxerr.New(gxerr.NotSupported, fmt.Sprintf("transport rdma: peer %q (pid %d at %s) does not offer RDMA (no usable RDMA device there, or RDMA disabled)",
+			ack.Name, ack.PID, d.Addr), nil)
+	}
+	path, addr := pathFor(kind, ack.Accepted), ""
+	if tcpConn {
+		addr = d.Addr
+	}
+	ep, _, err := connect(hctx, wc, ack.Hello, path, addr, true)
+	if err != nil && path == datapath.KindRDMA && !errors.Is(err, gxerr.Closed) {
+		return zero, gxerr.New(gxerr.Peer, what, err) // the queue pairs' setup
+	}
+	return ep, err
+}
+
+// checkIdentity refuses a peer whose Hello claims another process than the
+// kernel reports for the socket (SO_PEERCRED): peers are keyed by pid in
+// the IPC handle cache, so a false claim would let one peer stand in for
+// another.
+func checkIdentity(h wire.Hello, cred ipc.Cred) error {
+	if cred.PID == 0 {
+		return errors.New("peer's pid is not visible in our pid namespace")
+	}
+	if h.PID != cred.PID || h.UID != cred.UID {
+		return fmt.Errorf("peer claims pid %d uid %d but the socket says pid %d uid %d", h.PID, h.UID, cred.PID, cred.UID)
+	}
+	return nil
+}
+
+// decodeOrPeerError decodes f into m; a frame that is not one is
+// dropped (its fds closed), and the error is the peer's own when it sent
+// an Error instead.
+func decodeOrPeerError(f *wire.Frame, m wire.Message) error {
+	err := f.Decode(m)
+	if err == nil {
+		return nil
+	}
+	_ = f.CloseFDs()
+	if f.Header.Type == wire.TypeError {
+		var pe wire.Error
+		if f.Decode(&pe) == nil {
+			return &pe
+		}
+	}
+	return err
+}

@@ -1,0 +1,277 @@
+package handshake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/ipc"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// ListenConfig is a listener's: its socket and what it makes of the
+// connections it accepts.
+type ListenConfig[P any] struct {
+	Local     *Local
+	Network   string // see Network
+	Addr      string
+	OfferRDMA bool // TCP peers that offer RDMA get RDMA endpoints
+	MaxPeers  int  // accepted endpoints (Config.MaxPeers)
+	// Connect makes the endpoint of a connection once admitted.
+	Connect Connect[P]
+}
+
+// Listener accepts endpoints: each connection's handshake runs on its own
+// goroutine; the endpoints are served whether or not Accept is called.
+type Listener[P any] struct {
+	cfg      ListenConfig[P]
+	kind     datapath.Kind
+	sock     socket
+	accepted chan P
+	done     chan struct{}
+	once     sync.Once
+	ctx      context.Context // canceled by Close: ends handshakes in progress
+	cancel   context.CancelFunc
+	// Handshakes in progress, oldest first: when all MaxPending slots
+	// are taken, a new connection evicts the oldest (a silent client
+	// cannot hold a slot against newer ones). Accepted endpoints, oldest
+	// first, bounded by MaxPeers (see admit).
+	mu      sync.Mutex
+	pending []*pending
+	peers   []Peer
+}
+
+// Listen opens the socket and serves its connections until Close.
+func Listen[P any](cfg ListenConfig[P]) (*Listener[P], error) {
+	kind, err := Network(cfg.Network)
+	if err != nil {
+		return nil, err
+	}
+	sock, err := cfg.Local.listenSocket(cfg.Network, cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listener[P]{cfg: cfg, kind: kind, sock: sock, accepted: make(chan P, 64), done: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	go l.loop()
+	return l, nil
+}
+
+// Kind is the kind of the connections: KindIPC or KindTCP.
+func (l *Listener[P]) Kind() datapath.Kind { return l.kind }
+
+// Addr is the socket's path, or the host:port bound.
+func (l *Listener[P]) Addr() string { return l.sock.addr }
+
+func (l *Listener[P]) loop() {
+	defer close(l.done)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	log := l.cfg.Local.Logger
+	for {
+		t, cred, raddr, err := l.sock.accept()
+		if err != nil {
+			if errors.Is(err, ipc.ErrPeerRefused) {
+				log.Warn().Err(err).Msg("peer refused")
+				continue
+			}
+			if l.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, ipc.ErrClosed) {
+				// Out of fds, a connection reset before accept...:
+				// keep serving.
+				log.Warn().Err(err).Msg("accept failed")
+				select {
+				case <-time.After(10 * time.Millisecond):
+					continue
+				case <-l.ctx.Done():
+				}
+			}
+			return // closed
+		}
+		p := l.startHandshake(t)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer l.endHandshake(p)
+			ep, hello, err := l.serve(p, t, cred, raddr)
+			if err != nil {
+				log.Warn().Err(err).Msg("handshake failed")
+				return
+			}
+			if hello.Caps&wire.CapLane != 0 {
+				return // a lane of an endpoint already accepted: served only
+			}
+			select {
+			case l.accepted <- ep:
+			default: // nobody is accepting: the endpoint is served anyway
+			}
+		}()
+	}
+}
+
+// Accept returns the next endpoint a peer opened.
+func (l *Listener[P]) Accept(ctx context.Context) (P, error) {
+	var zero P
+	select {
+	case ep := <-l.accepted:
+		return ep, nil
+	case <-l.done:
+		return zero, gxerr.Closed
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// Close stops accepting (handshakes in progress fail) and returns once
+// every handshake has ended; endpoints already open stay open.
+// Idempotent: the socket's Close error the first time.
+func (l *Listener[P]) Close() error {
+	var err error
+	l.once.Do(func() {
+		l.cancel()
+		err = l.sock.close()
+		<-l.done
+	})
+	return err
+}
+
+// serve is the listener's side of a connection's handshake.
+func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr string) (P, wire.Hello, error) {
+	var zero P
+	local := l.cfg.Local
+	wc := wire.NewConn(t, local.ConnConfig(l.kind))
+	ctx, cancel := context.WithTimeout(l.ctx, listenTimeout)
+	defer cancel()
+	var hello wire.Hello
+	fail := func(code wire.Status, err error) (P, wire.Hello, error) {
+		if code != wire.StatusOK {
+			_ = wc.Send(wire.NewError(0, code, err.Error()))
+		}
+		_ = wc.Close()
+		return zero, hello, err
+	}
+	f, err := wc.Recv(ctx)
+	if err != nil {
+		return fail(wire.StatusOK, err)
+	}
+	if err := f.Decode(&hello); err != nil {
+		_ = f.CloseFDs()
+		return fail(wire.StatusOK, err)
+	}
+	if cred != nil {
+		if err := checkIdentity(hello, *cred); err != nil {
+			return fail(wire.StatusRefused, err)
+		}
+	}
+	if l.kind == datapath.KindTCP {
+		if err := authListener(ctx, wc, local.Secret, hello); err != nil {
+			return fail(wire.StatusOK, err) // refusals are answered by authListener
+		}
+	}
+	ack, err := wire.Negotiate(local.HelloFor(l.kind, l.cfg.OfferRDMA && hello.Caps&wire.CapLane == 0), hello)
+	if err != nil {
+		return fail(wire.StatusVersion, err)
+	}
+	// Past this point the connection is not evicted as a pending
+	// handshake; it counts toward MaxPeers instead.
+	if err := l.admit(p); err != nil {
+		return fail(wire.StatusNoResources, err)
+	}
+	if err := wc.Send(&ack); err != nil {
+		return fail(wire.StatusOK, err)
+	}
+	ep, peer, err := l.cfg.Connect(ctx, wc, hello, pathFor(l.kind, ack.Accepted), raddr, false)
+	if err == nil {
+		l.mu.Lock()
+		l.peers = append(l.peers, peer)
+		l.mu.Unlock()
+	}
+	return ep, hello, err
+}
+
+// pending is a connection whose handshake is in progress.
+type pending struct {
+	t       wire.Transport
+	evicted bool // closed to make room (under Listener.mu)
+}
+
+// startHandshake records a connection's handshake; when every slot is
+// taken it evicts the oldest pending one (closing its connection). It
+// never blocks the accept loop.
+func (l *Listener[P]) startHandshake(t wire.Transport) *pending {
+	p := &pending{t: t}
+	l.mu.Lock()
+	var victim *pending
+	if len(l.pending) >= MaxPending {
+		victim = l.pending[0]
+		victim.evicted = true
+		l.pending = l.pending[1:]
+	}
+	l.pending = append(l.pending, p)
+	l.mu.Unlock()
+	if victim != nil {
+		_ = victim.t.Close() // its handshake fails at its next read
+	}
+	return p
+}
+
+// endHandshake forgets p (its handshake ended, well or not).
+func (l *Listener[P]) endHandshake(p *pending) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropPendingLocked(p)
+}
+
+func (l *Listener[P]) dropPendingLocked(p *pending) {
+	for i, q := range l.pending {
+		if q == p {
+			l.pending = append(l.pending[:i], l.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// admit takes p out of the pending handshakes (it can no longer be
+// evicted as one) and makes room for one more peer: at MaxPeers
+// endpoints, the oldest that never made a request is closed; if every
+// peer is busy, p is refused with gxerr.TooManyPeers.
+func (l *Listener[P]) admit(p *pending) error {
+	l.mu.Lock()
+	if p.evicted {
+		l.mu.Unlock()
+		return errors.New("handshake evicted by newer connections")
+	}
+	l.dropPendingLocked(p)
+	live := l.peers[:0]
+	for _, ep := range l.peers {
+		if ep.Err() == nil {
+			live = append(live, ep)
+		}
+	}
+	clear(l.peers[len(live):])
+	l.peers = live
+	var victim Peer
+	if len(l.peers) >= l.cfg.MaxPeers {
+		for i, ep := range l.peers {
+			if !ep.Active() {
+				victim = ep
+				l.peers = append(l.peers[:i], l.peers[i+1:]...)
+				break
+			}
+		}
+		if victim == nil {
+			l.mu.Unlock()
+			return fmt.Errorf("%w: %d endpoints, all in use (Config.MaxPeers)", gxerr.TooManyPeers, l.cfg.MaxPeers)
+		}
+	}
+	l.mu.Unlock()
+	if victim != nil {
+		l.cfg.Local.Logger.Warn().Str("peer", victim.Name()).Msg("idle peer closed to make room (Config.MaxPeers)")
+		victim.Fail(victim.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil))
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package handshake
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/datapath/tcp"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/ipc"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// Network is the kind of connection a network makes: KindIPC for "unix"
+// (a SOCK_SEQPACKET socket on this node), KindTCP for "tcp", "tcp4" and
+// "tcp6".
+func Network(network string) (datapath.Kind, error) {
+	switch network {
+	case "unix":
+		return datapath.KindIPC, nil
+	case "tcp", "tcp4", "tcp6":
+		return datapath.KindTCP, nil
+	}
+	return 0, gxerr.New(gxerr.NotSupported, "network "+network+" (\"unix\" or \"tcp\")", nil)
+}
+
+// socket is a listening socket.
+type socket struct {
+	addr   string // the path, or the host:port bound
+	accept func() (wire.Transport, *ipc.Cred, string, error)
+	close  func() error
+}
+
+// listenSocket opens the socket of a listener: a unix socket created
+// 0600 whose peers of another uid are refused, or a TCP port.
+func (l *Local) listenSocket(network, addr string) (socket, error) {
+	if network == "unix" {
+		il, err := ipc.Listen(addr, ipc.Config{Logger: l.Logger})
+		if err != nil {
+			return socket{}, fmt.Errorf("gxfer: listen %s: %w", addr, err)
+		}
+		return socket{addr: il.Path(), close: il.Close, accept: func() (wire.Transport, *ipc.Cred, string, error) {
+			c, err := il.Accept(context.Background())
+			if err != nil {
+				return nil, nil, "", err
+			}
+			cred := c.Peer()
+			return c, &cred, "", nil
+		}}, nil
+	}
+	nl, err := net.Listen(network, addr)
+	if err != nil {
+		return socket{}, fmt.Errorf("gxfer: listen %s: %w", addr, err)
+	}
+	return socket{addr: nl.Addr().String(), close: nl.Close, accept: func() (wire.Transport, *ipc.Cred, string, error) {
+		c, err := nl.Accept()
+		if err != nil {
+			return nil, nil, "", err
+		}
+		return tcp.Frame(c, l.TCPReadSpin), nil, c.RemoteAddr().String(), nil
+	}}, nil
+}
+
+// dialSocket connects to a listener; on a unix socket it returns the
+// kernel's credentials of the listening process too.
+func (l *Local) dialSocket(ctx context.Context, network, addr string) (wire.Transport, *ipc.Cred, error) {
+	if network == "unix" {
+		c, err := ipc.Dial(ctx, addr, ipc.Config{Logger: l.Logger})
+		if err != nil {
+			return nil, nil, gxerr.New(gxerr.Peer, "dial "+addr, err)
+		}
+		cred := c.Peer()
+		return c, &cred, nil
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, nil, gxerr.New(gxerr.Peer, "dial "+addr, err)
+	}
+	return tcp.Frame(c, l.TCPReadSpin), nil, nil
+}
