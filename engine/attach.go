@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/fd"
 	"github.com/gxfer/gxfer/internal/gxerr"
 )
@@ -125,6 +126,7 @@ func (a *Attachment) Register(va uint64, n int) (*Buffer, error) {
 		return nil, newErr(ErrInvalid, "register runtime memory", err)
 	}
 	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: a.Location(), size: uint64(n), att: &attachedMem{a: a, va: va}}
+	b.initMem()
 	a.mu.Lock()
 	if a.detached {
 		a.mu.Unlock()
@@ -281,14 +283,14 @@ func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool)
 	if a.copier == nil {
 		return resolved(newErr(ErrNotSupported, fmt.Sprintf("%s: %v (give AttachConfig.Copier, e.g. the runtime's synMemCopyAsync)", dst.buf.loc, ErrNoCopier), ErrNoCopier))
 	}
-	if dst.buf.att != nil && src.buf.att != nil && overlaps(dst, src) {
+	if dst.buf.att != nil && src.buf.att != nil && copier.Overlaps(dst.cs(), src.cs()) {
 		return resolved(newErr(ErrInvalid, "overlapping ranges of runtime memory", nil))
 	}
 	if !internal {
 		if err := acquirePair(dst, src); err != nil {
 			return resolved(err)
 		}
-		e.st.submitted.Add(1)
+		e.st.Submitted.Add(1)
 	}
 	f := newFuture(1)
 	f.setSpin(e.cfg.WaitSpin)
@@ -310,7 +312,7 @@ func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool)
 		if !internal {
 			dst.buf.release()
 			src.buf.release()
-			e.st.record(start, src.n, err)
+			e.st.Record(start, src.n, err)
 		}
 		f.complete(0, err)
 	}()

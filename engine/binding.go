@@ -161,9 +161,9 @@ func (b *Binding) Close() error {
 			b.ep.e.env().CountInline(n, b.n)
 		} else {
 			st := &b.ep.e.st
-			st.submitted.Add(n)
-			st.completed.Add(n)
-			st.bytes.Add(n * b.n)
+			st.Submitted.Add(n)
+			st.Completed.Add(n)
+			st.Bytes.Add(n * b.n)
 		}
 	}
 	return err

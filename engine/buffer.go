@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
@@ -46,7 +47,7 @@ func (l Location) String() string {
 	return "host"
 }
 
-const freedBit = uint64(1) << 63
+const freedBit = copier.FreedBit
 
 // Buffer is a range of memory the engine can move data to and from: host
 // memory it allocated (page aligned, outside the Go heap), caller memory it
@@ -67,7 +68,7 @@ type Buffer struct {
 	exported  atomic.Bool
 
 	// device memory
-	gd   *gdev
+	gd   *copier.Device
 	dmem *dma.DeviceMem
 
 	att *attachedMem // runtime memory of an Attachment (attach.go)
@@ -78,7 +79,20 @@ type Buffer struct {
 	// state counts operations in flight; freedBit marks a freed buffer.
 	state    atomic.Uint64
 	released atomic.Bool
+
+	m copier.Mem // what copies read of the buffer (initMem)
 }
+
+// initMem fills b.m once b's memory is set.
+func (b *Buffer) initMem() {
+	b.m = copier.Mem{Gaudi: b.loc.gaudi, Device: b.gd, DMem: b.dmem, Ptr: b.ptr, Size: b.size, Refs: &b.state, Owner: b}
+	if b.att == nil {
+		b.m.Addr = b.Addr()
+	}
+}
+
+// cs is s as the copier sees it.
+func (s Slice) cs() copier.Slice { return copier.Slice{M: &s.buf.m, Off: s.off, N: s.n} }
 
 // Location returns where the buffer lives.
 func (b *Buffer) Location() Location { return b.loc }

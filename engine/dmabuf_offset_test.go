@@ -29,7 +29,7 @@ func TestDMABufOffsetBothKernelGenerations(t *testing.T) {
 			require.NoError(t, err)
 			require.LessOrEqual(t, x.Offset()+n, x.Size())
 			// Read it as an importer would (the emulated driver's view).
-			view, err := e.devs[0].sim.DMABufView(x.FD().Int())
+			view, err := e.cp.Devs[0].Sim.DMABufView(x.FD().Int())
 			require.NoError(t, err)
 			got := make([]byte, n)
 			k, err := view.ReadAt(x.FD().Int(), got, x.Offset())
@@ -40,7 +40,7 @@ func TestDMABufOffsetBothKernelGenerations(t *testing.T) {
 
 			// A DMA-BUF of a later part of the allocation: on 6.5 it starts at
 			// the allocation (offset carried), on 6.8 at the part.
-			dev := e.devs[0].dev
+			dev := e.cp.Devs[0].Dev
 			part, err := dev.ExportDMABuf(g.dmem, 4096, 8192)
 			require.NoError(t, err)
 			_, err = dmabufOffset(g, part)

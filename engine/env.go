@@ -72,17 +72,17 @@ func (b *dpBuf) ExportDMABuf() (datapath.DMABuf, error) {
 		a := b.att.a
 		return datapath.DMABuf{FD: req.fd, Offset: req.offset, Registered: func() { a.mrs.Add(1) }}, nil
 	}
-	x, err := b.gd.exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
+	x, err := b.gd.Exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
 	if err != nil {
 		return datapath.DMABuf{}, newErr(ErrDevice, "export gaudi buffer", err)
 	}
 	db := x.Value().(*dma.DMABuf)
 	off, err := dmabufOffset(bb, db)
 	if err != nil {
-		b.gd.exports.Put(x)
+		b.gd.Exports.Put(x)
 		return datapath.DMABuf{}, err
 	}
-	exports := b.gd.exports
+	exports := b.gd.Exports
 	return datapath.DMABuf{FD: db.FD().Int(), Offset: off, Release: func() { exports.Put(x) }}, nil
 }
 
@@ -125,6 +125,7 @@ func (e *env) FreeHost(b datapath.Buf) error { return fromBuf(b).Free() }
 
 func (e *env) WrapHost(mem []byte, onDestroy func() error) (datapath.Buf, error) {
 	b := &Buffer{eng: e.eng(), id: e.nextID.Add(1), loc: Host, size: uint64(len(mem)), user: mem, ptr: unsafe.Pointer(&mem[0]), onDestroy: onDestroy}
+	b.initMem()
 	if err := e.types.Insert(b.Addr(), b.size, memcache.MemHost, -1, b); err != nil {
 		return nil, err
 	}
@@ -172,8 +173,8 @@ func (e *env) ExportKey(b datapath.Buf) (wire.RemoteKey, error) {
 
 func (e *env) CountInline(n, size uint64) {
 	st := &e.st
-	st.submitted.Add(n)
-	st.completed.Add(n)
-	st.inline.Add(n)
-	st.bytes.Add(n * size)
+	st.Submitted.Add(n)
+	st.Completed.Add(n)
+	st.Inline.Add(n)
+	st.Bytes.Add(n * size)
 }

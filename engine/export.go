@@ -35,13 +35,13 @@ func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
 	if err := b.acquire(); err != nil {
 		return nil, err
 	}
-	r, err := b.gd.exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
+	r, err := b.gd.Exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
 	if err != nil {
 		b.release()
-		return nil, fmt.Errorf("gxfer: export gaudi%d buffer %d: %w", b.gd.idx, b.id, err)
+		return nil, fmt.Errorf("gxfer: export gaudi%d buffer %d: %w", b.gd.Idx, b.id, err)
 	}
 	if _, err := dmabufOffset(b, r.Value().(*dma.DMABuf)); err != nil {
-		b.gd.exports.Put(r)
+		b.gd.Exports.Put(r)
 		b.release()
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func dmabufOffset(b *Buffer, db *dma.DMABuf) (uint64, error) {
 	off, ok := db.OffsetOf(b.Addr() - db.Mem().Addr())
 	if !ok || b.size > db.Size()-off {
 		return 0, newErr(ErrDevice, fmt.Sprintf("the DMA-BUF of gaudi%d buffer %d (%d bytes from allocation byte %d) does not cover the buffer",
-			b.gd.idx, b.id, db.Size(), db.MemOffset()), nil)
+			b.gd.Idx, b.id, db.Size(), db.MemOffset()), nil)
 	}
 	return off, nil
 }
@@ -98,6 +98,6 @@ func (d *DMABuf) Release() {
 		d.b.release()
 		return
 	}
-	d.b.gd.exports.Put(d.r)
+	d.b.gd.Exports.Put(d.r)
 	d.b.release()
 }
