@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/dma"
@@ -57,16 +56,10 @@ type AttachConfig struct {
 // copied by the application's DeviceCopier. gxfer never frees that
 // memory, never closes the borrowed fd and submits nothing on it.
 type Attachment struct {
-	e      *Engine
-	idx    int
-	att    *dma.Attached
-	copier DeviceCopier
-
-	mu       sync.Mutex
-	bufs     map[*Buffer]struct{}
-	detached bool
-
-	copies, copyBytes, mrs atomic.Uint64
+	e   *Engine
+	idx int
+	att *dma.Attached
+	rt  *copier.Runtime // its buffers and copier (internal/copier)
 }
 
 // attachedMem is what a Buffer over runtime memory carries.
@@ -79,7 +72,6 @@ type attachedMem struct {
 type attachState struct {
 	mu   sync.Mutex
 	list []*Attachment
-	wg   sync.WaitGroup // copies handed to copiers
 }
 
 // Attach attaches the engine to a device the runtime owns (see
@@ -96,7 +88,7 @@ func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
 	}
 	s := &e.attach
 	s.mu.Lock()
-	a := &Attachment{e: e, idx: len(s.list), att: att, copier: cfg.Copier, bufs: map[*Buffer]struct{}{}}
+	a := &Attachment{e: e, idx: len(s.list), att: att, rt: copier.NewRuntime(len(s.list), att, cfg.Copier)}
 	s.list = append(s.list, a)
 	s.mu.Unlock()
 	e.log.Info().Str("device", att.Name()).Str("lent_by", att.Source()).Uint64("pool", cfg.Anchor.PoolStart).
@@ -127,22 +119,11 @@ func (a *Attachment) Register(va uint64, n int) (*Buffer, error) {
 	}
 	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: a.Location(), size: uint64(n), att: &attachedMem{a: a, va: va}}
 	b.initMem()
-	a.mu.Lock()
-	if a.detached {
-		a.mu.Unlock()
+	if !a.rt.Add(&b.m) {
 		return nil, newErr(ErrClosed, "attachment detached", nil)
 	}
-	a.bufs[b] = struct{}{}
-	a.mu.Unlock()
 	e.track(b)
 	return b, nil
-}
-
-// forget drops a destroyed buffer (from destroyBuffer).
-func (a *Attachment) forget(b *Buffer) {
-	a.mu.Lock()
-	delete(a.bufs, b)
-	a.mu.Unlock()
 }
 
 // Detach frees every buffer registered on the attachment (closing their
@@ -151,34 +132,16 @@ func (a *Attachment) forget(b *Buffer) {
 // flight are waited for up to Config.CloseGrace. The borrowed fd stays
 // open. Idempotent.
 func (a *Attachment) Detach() error {
-	a.mu.Lock()
-	if a.detached {
-		a.mu.Unlock()
+	bufs, ok := a.rt.Detach()
+	if !ok {
 		return nil
 	}
-	a.detached = true
-	bufs := make([]*Buffer, 0, len(a.bufs))
-	for b := range a.bufs {
-		bufs = append(bufs, b)
-	}
-	a.mu.Unlock()
 	var errs []error
-	for _, b := range bufs {
-		errs = append(errs, b.Free())
+	for _, m := range bufs {
+		errs = append(errs, m.Owner.(*Buffer).Free())
 	}
-	deadline := time.Now().Add(a.e.cfg.CloseGrace)
-	for {
-		a.mu.Lock()
-		left := len(a.bufs)
-		a.mu.Unlock()
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			errs = append(errs, newErr(ErrTimeout, fmt.Sprintf("detach: %d buffers still in use; their DMA-BUF is closed anyway", left), nil))
-			break
-		}
-		time.Sleep(time.Millisecond)
+	if left := a.rt.WaitEmpty(a.e.cfg.CloseGrace); left > 0 {
+		errs = append(errs, newErr(ErrTimeout, fmt.Sprintf("detach: %d buffers still in use; their DMA-BUF is closed anyway", left), nil))
 	}
 	errs = append(errs, a.att.Detach())
 	return errors.Join(errs...)
@@ -197,10 +160,8 @@ type AttachStats struct {
 
 // Stats returns the attachment's counters.
 func (a *Attachment) Stats() AttachStats {
-	a.mu.Lock()
-	n := len(a.bufs)
-	a.mu.Unlock()
-	return AttachStats{Buffers: n, Copies: a.copies.Load(), CopyBytes: a.copyBytes.Load(), MRs: a.mrs.Load(), Export: a.att.Export()}
+	r := a.rt
+	return AttachStats{Buffers: r.Len(), Copies: r.Copies.Load(), CopyBytes: r.CopyBytes.Load(), MRs: r.MRs.Load(), Export: a.att.Export()}
 }
 
 // info describes the attached device for Engine.Devices.
@@ -226,19 +187,12 @@ func (s *attachState) devices() []DeviceInfo {
 	s.mu.Unlock()
 	out := make([]DeviceInfo, 0, len(list))
 	for _, a := range list {
-		a.mu.Lock()
-		gone := a.detached
-		a.mu.Unlock()
-		if !gone {
+		if !a.rt.Detached() {
 			out = append(out, a.info())
 		}
 	}
 	return out
 }
-
-// quiesce waits for the copies handed to copiers (Engine.Close, once no
-// call is admitted).
-func (s *attachState) quiesce() { s.wg.Wait() }
 
 // detachAll detaches every attachment (Engine.Close, after the buffers).
 func (s *attachState) detachAll() error {
@@ -269,22 +223,9 @@ func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool)
 	if dst.n != src.n {
 		return resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil))
 	}
-	var a *Attachment
-	for _, s := range []Slice{dst, src} {
-		switch {
-		case s.buf.att != nil && a != nil && s.buf.att.a != a:
-			return resolved(newErr(ErrNotSupported, "copy between two attachments", nil))
-		case s.buf.att != nil:
-			a = s.buf.att.a
-		case s.buf.loc.gaudi:
-			return resolved(newErr(ErrNotSupported, "copy between runtime memory and a device gxfer owns", nil))
-		}
-	}
-	if a.copier == nil {
-		return resolved(newErr(ErrNotSupported, fmt.Sprintf("%s: %v (give AttachConfig.Copier, e.g. the runtime's synMemCopyAsync)", dst.buf.loc, ErrNoCopier), ErrNoCopier))
-	}
-	if dst.buf.att != nil && src.buf.att != nil && copier.Overlaps(dst.cs(), src.cs()) {
-		return resolved(newErr(ErrInvalid, "overlapping ranges of runtime memory", nil))
+	rt, err := copier.CheckRuntime(dst.cs(), src.cs())
+	if err != nil {
+		return resolved(err)
 	}
 	if !internal {
 		if err := acquirePair(dst, src); err != nil {
@@ -292,50 +233,7 @@ func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool)
 		}
 		e.st.Submitted.Add(1)
 	}
-	f := newFuture(1)
-	f.setSpin(e.cfg.WaitSpin)
-	start := time.Now()
-	e.attach.wg.Add(1)
-	go func() {
-		defer e.attach.wg.Done()
-		cctx, cancel := context.Background(), context.CancelFunc(func() {})
-		if !deadline.IsZero() {
-			cctx, cancel = context.WithDeadline(cctx, deadline)
-		}
-		err := a.copy(cctx, dst, src)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = newErr(ErrTimeout, "the device copier did not finish by the deadline", err)
-		} else if err != nil && !errors.Is(err, ErrNotSupported) {
-			err = newErr(ErrDevice, "device copier", err)
-		}
-		if !internal {
-			dst.buf.release()
-			src.buf.release()
-			e.st.Record(start, src.n, err)
-		}
-		f.complete(0, err)
-	}()
-	return f
-}
-
-// copy makes one copy with the copier.
-func (a *Attachment) copy(ctx context.Context, dst, src Slice) error {
-	va := func(s Slice) uint64 { return s.buf.att.va + s.off }
-	var err error
-	switch {
-	case dst.buf.att != nil && src.buf.att != nil:
-		err = a.copier.CopyDeviceToDevice(ctx, va(dst), va(src), src.n)
-	case dst.buf.att != nil:
-		err = a.copier.CopyHostToDevice(ctx, va(dst), src.hostBytes())
-	default:
-		err = a.copier.CopyDeviceToHost(ctx, dst.hostBytes(), va(src))
-	}
-	if err == nil {
-		a.copies.Add(1)
-		a.copyBytes.Add(src.n)
-	}
-	return err
+	return (*Future)(e.cp.CopyRuntime(rt, dst.cs(), src.cs(), deadline, internal, e.cfg.WaitSpin))
 }
 
 // mrRequest is the ibv_reg_dmabuf_mr an attached buffer needs: the pool's

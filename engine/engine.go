@@ -304,7 +304,7 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 	var errs []error
 	errs = append(errs, e.hooksFreeing(b))
 	if b.att != nil {
-		b.att.a.forget(b) // runtime memory: never freed by gxfer
+		b.att.a.rt.Forget(&b.m) // runtime memory: never freed by gxfer
 	} else if b.loc.gaudi {
 		b.gd.Types.Remove(b.dmem.Addr(), b.size)
 		b.gd.Exports.Invalidate(b.dmem.Addr(), b.size)
@@ -365,7 +365,9 @@ func (e *Engine) Close() error {
 		}
 		// No copy on a caller's goroutine may still touch a buffer.
 		e.drainGate()
-		e.attach.quiesce() // copies handed to attachments' copiers
+		if e.cp != nil {
+			e.cp.WaitRuntime() // copies handed to attachments' copiers
+		}
 		// Release buffers that are still alive.
 		e.mu.Lock()
 		live := make([]*Buffer, 0, len(e.buffers))

@@ -70,7 +70,7 @@ func (b *dpBuf) ExportDMABuf() (datapath.DMABuf, error) {
 			return datapath.DMABuf{}, err
 		}
 		a := b.att.a
-		return datapath.DMABuf{FD: req.fd, Offset: req.offset, Registered: func() { a.mrs.Add(1) }}, nil
+		return datapath.DMABuf{FD: req.fd, Offset: req.offset, Registered: func() { a.rt.MRs.Add(1) }}, nil
 	}
 	x, err := b.gd.Exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
 	if err != nil {

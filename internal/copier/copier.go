@@ -75,6 +75,7 @@ type Copier struct {
 	pool     *ants.Pool // drain tasks: never wait on other tasks
 	stageSem chan struct{}
 	stages   sync.WaitGroup // staging tasks
+	runtime  sync.WaitGroup // copies handed to runtimes' copiers
 	host     *hostPath
 
 	// Devs are the devices, Gaudi(i) being Devs[i]; Sims the emulators

@@ -108,11 +108,14 @@ func (c *Copier) opRelease(j *Job, o *Op) {
 		j.Fut.Complete(o.Idx, nil)
 		return
 	}
-	if o.Dst.M.release() {
-		c.cfg.Destroy(o.Dst.M)
-	}
-	if o.Src.M.release() {
-		c.cfg.Destroy(o.Src.M)
+	c.release(o.Dst.M)
+	c.release(o.Src.M)
+}
+
+// release drops a copy's reference to m.
+func (c *Copier) release(m *Mem) {
+	if m.Refs.Add(^uint64(0)) == FreedBit {
+		c.cfg.Destroy(m)
 	}
 }
 

@@ -21,16 +21,13 @@ type Mem struct {
 	Addr   uint64         // host address, or device address of Gaudi memory
 	Ptr    unsafe.Pointer // host memory's first byte
 	Size   uint64
+	RT     *Runtime // the runtime, for runtime memory (Addr: its address)
 	// Refs is the buffer's reference count (FreedBit: freed); the
 	// copier drops the references of the copies it finishes.
 	Refs *atomic.Uint64
 	// Owner is the engine's buffer (Config.Destroy gets it back).
 	Owner any
 }
-
-// release drops one reference; true: the buffer was freed and this was
-// its last one (the owner must be destroyed).
-func (m *Mem) release() bool { return m.Refs.Add(^uint64(0)) == FreedBit }
 
 // Slice is N bytes at Off in a buffer.
 type Slice struct {
