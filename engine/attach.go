@@ -9,7 +9,6 @@ import (
 
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/internal/copier"
-	"github.com/gxfer/gxfer/internal/fd"
 	"github.com/gxfer/gxfer/internal/gxerr"
 )
 
@@ -234,45 +233,4 @@ func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool)
 		e.st.Submitted.Add(1)
 	}
 	return (*Future)(e.cp.CopyRuntime(rt, dst.cs(), src.cs(), deadline, internal, e.cfg.WaitSpin))
-}
-
-// mrRequest is the ibv_reg_dmabuf_mr an attached buffer needs: the pool's
-// DMA-BUF, the buffer's offset in it, its length and iova = its device
-// address (so remote keys and work requests use device addresses).
-type mrRequest struct {
-	fd                int
-	offset, len, iova uint64
-}
-
-func (b *Buffer) attachedMRRequest() (mrRequest, error) {
-	reg, err := b.att.a.att.Region(b.att.va, b.size)
-	if err != nil {
-		return mrRequest{}, newErr(ErrClosed, fmt.Sprintf("buffer %d: runtime memory", b.id), err)
-	}
-	return mrRequest{fd: reg.FD, offset: reg.Offset, len: b.size, iova: b.att.va}, nil
-}
-
-// attachedExport is the DMABuf of runtime memory: the pool's fd and the
-// buffer's offset in it.
-type attachedExport struct {
-	f    *fd.FD
-	off  uint64
-	size uint64
-}
-
-// exportDMABuf is Buffer.ExportDMABuf for runtime memory.
-func (a *Attachment) exportDMABuf(b *Buffer) (*DMABuf, error) {
-	if err := b.acquire(); err != nil {
-		return nil, err
-	}
-	req, err := b.attachedMRRequest()
-	f := a.att.DMABufFD()
-	if err == nil && f == nil {
-		err = newErr(ErrClosed, "attachment detached", nil)
-	}
-	if err != nil {
-		b.release()
-		return nil, err
-	}
-	return &DMABuf{b: b, reg: &attachedExport{f: f, off: req.offset, size: a.att.Export().Size}}, nil
 }

@@ -85,7 +85,7 @@ type Buffer struct {
 
 // initMem fills b.m once b's memory is set.
 func (b *Buffer) initMem() {
-	b.m = copier.Mem{Gaudi: b.loc.gaudi, Device: b.gd, DMem: b.dmem, Addr: b.Addr(), Ptr: b.ptr, Size: b.size, Refs: &b.state, Owner: b}
+	b.m = copier.Mem{Gaudi: b.loc.gaudi, Device: b.gd, DMem: b.dmem, Addr: b.Addr(), Ptr: b.ptr, Size: b.size, ID: b.id, Refs: &b.state, Owner: b}
 	if b.att != nil {
 		b.m.RT = b.att.a.rt
 	}

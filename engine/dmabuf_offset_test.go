@@ -6,12 +6,14 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/copier"
 )
 
 // TestDMABufOffsetBothKernelGenerations: a Gaudi buffer's DMA-BUF (what
 // ibv_reg_dmabuf_mr and IPC peers get) on an emulated 6.5 kernel, whose
 // driver ignores the export offset, and on 6.8: Offset is where the
-// buffer's bytes are, and dmabufOffset (used for the MR) refuses a DMA-BUF
+// buffer's bytes are, and copier.DMABufOffset (used for the MR) refuses a DMA-BUF
 // that does not cover the buffer instead of registering wrong bytes.
 func TestDMABufOffsetBothKernelGenerations(t *testing.T) {
 	for _, kernel := range []string{"6.5", "6.8"} {
@@ -43,7 +45,7 @@ func TestDMABufOffsetBothKernelGenerations(t *testing.T) {
 			dev := e.cp.Devs[0].Dev
 			part, err := dev.ExportDMABuf(g.dmem, 4096, 8192)
 			require.NoError(t, err)
-			_, err = dmabufOffset(g, part)
+			_, err = copier.DMABufOffset(&g.m, part)
 			require.ErrorIs(t, err, ErrDevice, "a DMA-BUF that does not hold the whole buffer is refused")
 			if kernel == "6.5" {
 				require.Zero(t, part.MemOffset())

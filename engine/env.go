@@ -7,7 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
@@ -60,30 +60,21 @@ func (b *dpBuf) State() *datapath.BufState { return &b.dpState }
 // package dma carries where the kernel ignores an export offset), or, for
 // runtime memory, the pool's DMA-BUF.
 func (b *dpBuf) ExportDMABuf() (datapath.DMABuf, error) {
-	bb := (*Buffer)(b)
 	if !b.loc.gaudi {
 		return datapath.DMABuf{}, newErr(ErrInvalid, "not device memory", nil)
 	}
-	if b.att != nil {
-		req, err := bb.attachedMRRequest()
+	if rt := b.m.RT; rt != nil {
+		reg, err := rt.MR(&b.m)
 		if err != nil {
 			return datapath.DMABuf{}, err
 		}
-		a := b.att.a
-		return datapath.DMABuf{FD: req.fd, Offset: req.offset, Registered: func() { a.rt.MRs.Add(1) }}, nil
+		return datapath.DMABuf{FD: reg.FD, Offset: reg.Offset, Registered: func() { rt.MRs.Add(1) }}, nil
 	}
-	x, err := b.gd.Exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
+	x, err := copier.ExportOf(&b.m)
 	if err != nil {
 		return datapath.DMABuf{}, newErr(ErrDevice, "export gaudi buffer", err)
 	}
-	db := x.Value().(*dma.DMABuf)
-	off, err := dmabufOffset(bb, db)
-	if err != nil {
-		b.gd.Exports.Put(x)
-		return datapath.DMABuf{}, err
-	}
-	exports := b.gd.Exports
-	return datapath.DMABuf{FD: db.FD().Int(), Offset: off, Release: func() { exports.Put(x) }}, nil
+	return datapath.DMABuf{FD: x.FD.Int(), Offset: x.Offset, Release: x.Release}, nil
 }
 
 func (e *env) eng() *Engine { return (*Engine)(e) }

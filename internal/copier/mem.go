@@ -21,6 +21,7 @@ type Mem struct {
 	Addr   uint64         // host address, or device address of Gaudi memory
 	Ptr    unsafe.Pointer // host memory's first byte
 	Size   uint64
+	ID     uint64   // the buffer's id, for messages
 	RT     *Runtime // the runtime, for runtime memory (Addr: its address)
 	// Refs is the buffer's reference count (FreedBit: freed); the
 	// copier drops the references of the copies it finishes.
