@@ -165,27 +165,21 @@ func (a *Attachment) Stats() AttachStats {
 
 // info describes the attached device for Engine.Devices.
 func (a *Attachment) info() DeviceInfo {
-	info := a.att.Info()
-	an := a.att.Anchor()
-	di := DeviceInfo{
-		Index: a.idx, Name: a.att.Name(), Model: a.att.Model().String(), Emulated: a.att.Emulated(),
-		Numbering: a.att.Numbering().String(), ExportAPI: a.att.ExportAPI(),
-		DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
-		Node: a.att.Name(), KernelRelease: a.att.KernelRelease(),
-		Attached: true, LentBy: a.att.Source(), PoolStart: an.PoolStart, PoolLen: an.PoolLen,
-	}
-	if u, err := a.att.DramUsage(); err == nil {
-		di.DRAMFree = u.Free
-	}
+	di, an := describe(a.idx, a.att), a.att.Anchor()
+	di.Node, di.Attached, di.LentBy, di.PoolStart, di.PoolLen = a.att.Name(), true, a.att.Source(), an.PoolStart, an.PoolLen
 	return di
 }
 
-func (s *attachState) devices() []DeviceInfo {
+// all is a copy of the list.
+func (s *attachState) all() []*Attachment {
 	s.mu.Lock()
-	list := append([]*Attachment(nil), s.list...)
-	s.mu.Unlock()
-	out := make([]DeviceInfo, 0, len(list))
-	for _, a := range list {
+	defer s.mu.Unlock()
+	return append([]*Attachment(nil), s.list...)
+}
+
+func (s *attachState) devices() []DeviceInfo {
+	var out []DeviceInfo
+	for _, a := range s.all() {
 		if !a.rt.Detached() {
 			out = append(out, a.info())
 		}
@@ -195,11 +189,8 @@ func (s *attachState) devices() []DeviceInfo {
 
 // detachAll detaches every attachment (Engine.Close, after the buffers).
 func (s *attachState) detachAll() error {
-	s.mu.Lock()
-	list := append([]*Attachment(nil), s.list...)
-	s.mu.Unlock()
 	var errs []error
-	for _, a := range list {
+	for _, a := range s.all() {
 		errs = append(errs, a.Detach())
 	}
 	return errors.Join(errs...)
@@ -214,13 +205,8 @@ func attachedPair(dst, src Slice) bool {
 // attachment's copier, on a goroutine (Close waits for it). internal: a
 // staging copy for an operation that holds the buffers.
 func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool) *Future {
-	for _, s := range []Slice{dst, src} {
-		if err := e.validateSlice(s); err != nil {
-			return resolved(err)
-		}
-	}
-	if dst.n != src.n {
-		return resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil))
+	if err := e.validatePair(dst, src); err != nil {
+		return resolved(err)
 	}
 	rt, err := copier.CheckRuntime(dst.cs(), src.cs())
 	if err != nil {
@@ -232,5 +218,5 @@ func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool)
 		}
 		e.st.Submitted.Add(1)
 	}
-	return (*Future)(e.cp.CopyRuntime(rt, dst.cs(), src.cs(), deadline, internal, e.cfg.WaitSpin))
+	return (*Future)(e.cp.CopyRuntime(rt, dst.cs(), src.cs(), deadline, internal))
 }

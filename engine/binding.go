@@ -160,10 +160,7 @@ func (b *Binding) Close() error {
 		if b.bd.Inline() {
 			b.ep.e.env().CountInline(n, b.n)
 		} else {
-			st := &b.ep.e.st
-			st.Submitted.Add(n)
-			st.Completed.Add(n)
-			st.Bytes.Add(n * b.n)
+			b.ep.e.st.RecordDone(n, b.n, false)
 		}
 	}
 	return err

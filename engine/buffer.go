@@ -9,7 +9,6 @@ import (
 	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
-	"github.com/gxfer/gxfer/memcache"
 )
 
 // Location says where a buffer lives: Host or Gaudi(i).
@@ -211,18 +210,7 @@ func (s Slice) Len() int { return int(s.n) }
 // Err reports a range error made when the slice was built.
 func (s Slice) Err() error { return s.err }
 
-// hostAddr is the host address of the slice's first byte.
-func (s Slice) hostAddr() uint64 { return uint64(uintptr(s.buf.ptr)) + s.off }
-
 // hostBytes is the slice's host memory.
 func (s Slice) hostBytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(s.buf.ptr, s.off)), s.n)
-}
-
-// memType maps a location to the memory-type cache's type.
-func (l Location) memType() memcache.MemType {
-	if l.gaudi {
-		return memcache.MemGaudi
-	}
-	return memcache.MemHost
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gxfer/gxfer/internal/copier"
-	"github.com/gxfer/gxfer/queue"
 )
 
 // OpOption adjusts one operation.
@@ -57,8 +56,8 @@ func (e *Engine) validateSlice(s Slice) error {
 	return nil
 }
 
-// validate checks one copy's arguments.
-func (e *Engine) validate(dst, src Slice) error {
+// validatePair checks both slices of a copy and their lengths.
+func (e *Engine) validatePair(dst, src Slice) error {
 	for _, s := range []Slice{dst, src} {
 		if err := e.validateSlice(s); err != nil {
 			return err
@@ -66,6 +65,14 @@ func (e *Engine) validate(dst, src Slice) error {
 	}
 	if dst.n != src.n {
 		return newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil)
+	}
+	return nil
+}
+
+// validate checks one copy's arguments (memory gxfer drives).
+func (e *Engine) validate(dst, src Slice) error {
+	if err := e.validatePair(dst, src); err != nil {
+		return err
 	}
 	if dst.buf.att != nil || src.buf.att != nil {
 		return newErr(ErrNotSupported, "runtime memory (attached) is copied with Engine.Copy, not in a batch", nil)
@@ -98,14 +105,6 @@ func acquirePair(dst, src Slice) error {
 		return err
 	}
 	return nil
-}
-
-// queueMode is the queue behaviour Config.QueueFull asks for.
-func (c Config) queueMode() queue.Mode {
-	if c.QueueFull == FailWhenFull {
-		return queue.FailFast
-	}
-	return queue.Wait
 }
 
 // Copy copies src to dst asynchronously, for every pair of host and Gaudi
@@ -145,19 +144,14 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 		e.st.RecordInline(src.n)
 		return e.resolved
 	}
-	oc := e.opConfig(opts)
-	j := &copier.Job{Ops: []copier.Op{{Dst: dst.cs(), Src: src.cs()}}, Fut: copier.NewFuture(1), Start: time.Now(), Deadline: oc.deadline}
-	j.Fut.SetSpin(e.cfg.WaitSpin)
-	if ctx.Done() != nil {
-		j.Ctx = ctx
-	}
-	if err := e.cp.Submit(ctx, j); err != nil {
+	f, err := e.cp.Copy(ctx, dst.cs(), src.cs(), e.opConfig(opts).deadline)
+	if err != nil {
 		e.st.Submitted.Add(^uint64(0))
 		dst.buf.release()
 		src.buf.release()
 		return resolved(err)
 	}
-	return (*Future)(j.Fut)
+	return (*Future)(f)
 }
 
 // CopySync is the synchronous twin of Copy: it returns when the copy is
@@ -187,6 +181,7 @@ func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *Future {
 type Batch struct {
 	e   *Engine
 	ops []batchOp
+	cps []copier.Op // the same copies, as the copier takes them
 }
 
 type batchOp struct{ dst, src Slice }
@@ -197,6 +192,7 @@ func (e *Engine) NewBatch() *Batch { return &Batch{e: e} }
 // Copy adds a copy and returns its index in the batch's per-op status.
 func (b *Batch) Copy(dst, src Slice) int {
 	b.ops = append(b.ops, batchOp{dst: dst, src: src})
+	b.cps = append(b.cps, copier.Op{Idx: len(b.cps)})
 	return len(b.ops) - 1
 }
 
@@ -204,7 +200,7 @@ func (b *Batch) Copy(dst, src Slice) int {
 func (b *Batch) Len() int { return len(b.ops) }
 
 // Reset empties the batch.
-func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0] }
+func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0]; clear(b.cps); b.cps = b.cps[:0] }
 
 // Submit validates every copy and submits them all, or none: if any copy is
 // invalid the future resolves at once with that error (Errs tells which)
@@ -242,44 +238,16 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 			return batchInvalid(n, i, err)
 		}
 	}
-	oc := e.opConfig(opts)
-	now := time.Now()
-	// Every device copy (including between devices) goes in one job, pushed
-	// to one queue: the only step that can fail happens before anything
-	// runs, so a batch is never submitted half-way.
-	var dev *copier.Job
-	var host []copier.Op
 	for i := range b.ops {
-		o := copier.Op{Dst: b.ops[i].dst.cs(), Src: b.ops[i].src.cs(), Idx: i}
-		if !o.Dst.M.Gaudi && !o.Src.M.Gaudi {
-			host = append(host, o)
-			continue
-		}
-		if dev == nil {
-			dev = &copier.Job{Fut: f.c(), Start: now, Deadline: oc.deadline}
-			if ctx.Done() != nil {
-				dev.Ctx = ctx // its copies not yet in a CS are dropped when ctx ends
-			}
-		}
-		dev.Ops = append(dev.Ops, o)
+		b.cps[i].Dst, b.cps[i].Src = b.ops[i].dst.cs(), b.ops[i].src.cs()
 	}
-	if dev != nil {
-		if err := e.cp.Submit(ctx, dev); err != nil {
-			for i := range b.ops {
-				b.ops[i].dst.buf.release()
-				b.ops[i].src.buf.release()
-			}
-			return batchInvalid(n, 0, err)
+	// A batch is never submitted half-way (see copier.SubmitBatch).
+	if err := e.cp.SubmitBatch(ctx, f.c(), b.cps, e.opConfig(opts).deadline); err != nil {
+		for i := range b.ops {
+			b.ops[i].dst.buf.release()
+			b.ops[i].src.buf.release()
 		}
-	}
-	e.st.Submitted.Add(uint64(n))
-	for _, o := range host {
-		e.gateHook()
-		e.cp.HostCopy(o.Dst, o.Src)
-		b.ops[o.Idx].dst.buf.release()
-		b.ops[o.Idx].src.buf.release()
-		e.st.RecordInline(o.Src.N)
-		f.complete(o.Idx, nil)
+		return batchInvalid(n, 0, err)
 	}
 	return f
 }

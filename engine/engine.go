@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/rdmapath"
@@ -36,7 +37,6 @@ type Engine struct {
 	// buffers (a reader may still be landing data).
 	epLoops sync.WaitGroup
 	rmaSem  chan struct{}
-	types   *memcache.TypeCache // host ranges -> *Buffer
 
 	mu      sync.Mutex
 	buffers map[uint64]*Buffer
@@ -75,7 +75,6 @@ func New(cfg Config) (_ *Engine, err error) {
 	e := &Engine{
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str("component", "engine").Logger(),
-		types:     memcache.NewTypeCache(),
 		buffers:   map[uint64]*Buffer{},
 		resolved:  resolved(nil),
 		endpoints: map[*Endpoint]struct{}{},
@@ -103,11 +102,11 @@ func New(cfg Config) (_ *Engine, err error) {
 func (e *Engine) openCopier() (err error) {
 	c := e.cfg
 	e.cp, err = copier.New(copier.Config{
-		Logger: e.log, BaseLogger: c.Logger, Workers: c.Workers, QueueDepth: c.QueueDepth, QueueMode: c.queueMode(),
+		Logger: e.log, BaseLogger: c.Logger, Workers: c.Workers, QueueDepth: c.QueueDepth, FailWhenFull: c.QueueFull == FailWhenFull,
 		CBSize: c.CBSize, MaxOpsPerCS: c.MaxOpsPerCS, ChunkSize: c.ChunkSize, ParallelCopyMin: c.ParallelCopyMin,
-		PollSpin: c.PollSpin, CloseGrace: c.CloseGrace,
+		PollSpin: c.PollSpin, WaitSpin: c.WaitSpin, CloseGrace: c.CloseGrace,
 		RegMaxRegions: c.RegCache.MaxRegions, RegMaxBytes: c.RegCache.MaxBytes, RegCacheOff: c.RegCache.Disabled,
-		Gate: &e.gate, Stats: &e.st, HostPointer: e.hostPointer,
+		Gate: &e.gate, Stats: &e.st,
 		AllocHost: func(n int) (*copier.Mem, error) {
 			b, err := e.Alloc(n, Host)
 			if err != nil {
@@ -165,21 +164,37 @@ type DeviceInfo struct {
 func (e *Engine) Devices() []DeviceInfo {
 	out := make([]DeviceInfo, 0, len(e.cp.Devs))
 	for _, g := range e.cp.Devs {
-		d, node := g.Dev, g.Node
-		info := d.Info()
-		di := DeviceInfo{
-			Index: g.Idx, Name: d.Name(), Model: d.Model().String(), Emulated: d.Emulated(),
-			Numbering: d.Numbering().String(), ExportAPI: d.ExportAPI(),
-			DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
-			Node: node.Path, ControlNode: node.ControlPath, PCIAddr: node.PCIAddr, DeviceType: node.DeviceType,
-			Driver: node.Driver, KernelRelease: d.KernelRelease(),
-		}
-		if u, err := d.DramUsage(); err == nil {
-			di.DRAMFree = u.Free
-		}
+		di, n := describe(g.Idx, g.Dev), g.Node
+		di.Node, di.ControlNode, di.PCIAddr, di.DeviceType, di.Driver = n.Path, n.ControlPath, n.PCIAddr, n.DeviceType, n.Driver
 		out = append(out, di)
 	}
 	return append(out, e.attach.devices()...)
+}
+
+// describer is what Devices reads of a device gxfer opened (dma.Device)
+// or one the runtime lent (dma.Attached).
+type describer interface {
+	Info() dma.HwInfo
+	Name() string
+	Model() dma.Model
+	Emulated() bool
+	Numbering() dma.Numbering
+	ExportAPI() string
+	KernelRelease() string
+	DramUsage() (dma.DramUsage, error)
+}
+
+func describe(idx int, d describer) DeviceInfo {
+	info := d.Info()
+	di := DeviceInfo{
+		Index: idx, Name: d.Name(), Model: d.Model().String(), Emulated: d.Emulated(),
+		Numbering: d.Numbering().String(), ExportAPI: d.ExportAPI(), KernelRelease: d.KernelRelease(),
+		DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
+	}
+	if u, err := d.DramUsage(); err == nil {
+		di.DRAMFree = u.Free
+	}
+	return di
 }
 
 func (e *Engine) device(l Location) (*copier.Device, error) {
@@ -226,7 +241,7 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 		b.pages = shm.Bytes()[:size:size]
 		b.ptr = unsafe.Pointer(&b.pages[0])
 		b.initMem()
-		if err := e.types.Insert(b.Addr(), uint64(size), memcache.MemHost, -1, b); err != nil {
+		if err := e.cp.AddHost(&b.m); err != nil {
 			_ = shm.Close()
 			return nil, err
 		}
@@ -248,7 +263,7 @@ func (e *Engine) Register(mem []byte) (*Buffer, error) {
 	}
 	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: Host, size: uint64(len(mem)), user: mem, ptr: unsafe.Pointer(&mem[0])}
 	b.initMem()
-	if err := e.types.Insert(b.Addr(), b.size, memcache.MemHost, -1, b); err != nil {
+	if err := e.cp.AddHost(&b.m); err != nil {
 		return nil, newErr(ErrInvalid, "memory overlaps a registered buffer", err)
 	}
 	e.track(b)
@@ -264,11 +279,11 @@ func (e *Engine) track(b *Buffer) {
 // Lookup finds the host buffer holding [addr, addr+n) (the memory-type
 // cache), and returns it as a Slice.
 func (e *Engine) Lookup(addr uint64, n int) (Slice, error) {
-	ent, ok := e.types.Lookup(addr, uint64(n))
+	ent, ok := e.cp.Types.Lookup(addr, uint64(n))
 	if !ok {
 		return Slice{}, newErr(ErrInvalid, fmt.Sprintf("no buffer holds host range %#x+%d", addr, n), nil)
 	}
-	b := ent.Owner.(*Buffer)
+	b := ent.Owner.(*copier.Mem).Owner.(*Buffer)
 	return b.Slice(int(addr-b.Addr()), n), nil
 }
 
@@ -286,32 +301,20 @@ func (e *Engine) LookupDevice(dev int, addr uint64, n int) (Slice, error) {
 	return b.Slice(int(addr-b.Addr()), n), nil
 }
 
-// hostPointer returns the pointer for host range [addr, addr+n) of a live
-// buffer, derived from the buffer's own pointer.
-func (e *Engine) hostPointer(addr, n uint64) (unsafe.Pointer, error) {
-	ent, ok := e.types.Lookup(addr, n)
-	if !ok {
-		return nil, newErr(ErrInvalid, fmt.Sprintf("host range %#x+%d is not a buffer", addr, n), nil)
-	}
-	b := ent.Owner.(*Buffer)
-	return unsafe.Add(b.ptr, addr-b.Addr()), nil
-}
-
 func (e *Engine) destroyBuffer(b *Buffer) error {
 	e.mu.Lock()
 	delete(e.buffers, b.id)
 	e.mu.Unlock()
 	var errs []error
 	errs = append(errs, e.hooksFreeing(b))
-	if b.att != nil {
+	switch {
+	case b.att != nil:
 		b.att.a.rt.Forget(&b.m) // runtime memory: never freed by gxfer
-	} else if b.loc.gaudi {
-		b.gd.Types.Remove(b.dmem.Addr(), b.size)
-		b.gd.Exports.Invalidate(b.dmem.Addr(), b.size)
+	case b.loc.gaudi:
+		e.cp.Forget(&b.m)
 		errs = append(errs, b.dmem.Free())
-	} else {
-		e.cp.ForgetHost(b.Addr(), b.size)
-		e.types.Remove(b.Addr(), b.size)
+	default:
+		e.cp.Forget(&b.m)
 		if b.shm != nil {
 			errs = append(errs, b.shm.Close())
 		}
@@ -353,21 +356,15 @@ func (e *Engine) Close() error {
 		errs = append(errs, e.closeTransports())
 		// Stop intake, fail what is still queued, give the devices
 		// CloseGrace, wait for staging.
-		if e.cp != nil {
-			e.cp.Stop()
-		}
+		e.cp.Stop()
 		// Peer-request tasks end once their inner copies have.
 		e.async.Wait()
 		e.epLoops.Wait()
 		// Stop the devices before anything they may still touch is freed.
-		if e.cp != nil {
-			errs = append(errs, e.cp.CloseDevices())
-		}
+		errs = append(errs, e.cp.CloseDevices())
 		// No copy on a caller's goroutine may still touch a buffer.
 		e.drainGate()
-		if e.cp != nil {
-			e.cp.WaitRuntime() // copies handed to attachments' copiers
-		}
+		e.cp.WaitRuntime() // copies handed to attachments' copiers
 		// Release buffers that are still alive.
 		e.mu.Lock()
 		live := make([]*Buffer, 0, len(e.buffers))
@@ -382,13 +379,9 @@ func (e *Engine) Close() error {
 			}
 		}
 		errs = append(errs, e.attach.detachAll()) // after the buffers' MRs
-		if e.cp != nil {
-			errs = append(errs, e.cp.CloseCaches())
-		}
+		errs = append(errs, e.cp.CloseCaches())
 		errs = append(errs, e.finishTransports())
-		if e.cp != nil {
-			errs = append(errs, e.cp.CloseSims())
-		}
+		errs = append(errs, e.cp.CloseSims())
 		e.closeEr = errors.Join(errs...)
 	})
 	return e.closeEr

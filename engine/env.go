@@ -10,7 +10,6 @@ import (
 	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
-	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -117,7 +116,7 @@ func (e *env) FreeHost(b datapath.Buf) error { return fromBuf(b).Free() }
 func (e *env) WrapHost(mem []byte, onDestroy func() error) (datapath.Buf, error) {
 	b := &Buffer{eng: e.eng(), id: e.nextID.Add(1), loc: Host, size: uint64(len(mem)), user: mem, ptr: unsafe.Pointer(&mem[0]), onDestroy: onDestroy}
 	b.initMem()
-	if err := e.types.Insert(b.Addr(), b.size, memcache.MemHost, -1, b); err != nil {
+	if err := e.cp.AddHost(&b.m); err != nil {
 		return nil, err
 	}
 	e.eng().track(b)
@@ -162,10 +161,4 @@ func (e *env) ExportKey(b datapath.Buf) (wire.RemoteKey, error) {
 	return k.k, err
 }
 
-func (e *env) CountInline(n, size uint64) {
-	st := &e.st
-	st.Submitted.Add(n)
-	st.Completed.Add(n)
-	st.Inline.Add(n)
-	st.Bytes.Add(n * size)
-}
+func (e *env) CountInline(n, size uint64) { e.st.RecordDone(n, size, true) }

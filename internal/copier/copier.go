@@ -26,6 +26,7 @@ import (
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/queue"
 )
 
@@ -35,13 +36,16 @@ type Config struct {
 	BaseLogger zerolog.Logger // Config.Logger, for the layers below
 	Workers    int
 	QueueDepth int
-	QueueMode  queue.Mode
-	CBSize     int
+	// FailWhenFull: a submission finding its queue full fails at once
+	// (else it waits for room).
+	FailWhenFull bool
+	CBSize       int
 	// MaxOpsPerCS, ChunkSize, ParallelCopyMin: engine.Config's.
 	MaxOpsPerCS     int
 	ChunkSize       uint64
 	ParallelCopyMin int
 	PollSpin        time.Duration
+	WaitSpin        time.Duration // Future.Wait's spin
 	CloseGrace      time.Duration
 	// The host-mapping caches' limits; RegCacheOff unmaps after every use.
 	RegMaxRegions int
@@ -50,9 +54,6 @@ type Config struct {
 
 	Gate  *datapath.Gate // host workers' copies enter it
 	Stats *Counters
-	// HostPointer is the pointer to host range [addr, addr+n) of a live
-	// buffer (mapping it into a device).
-	HostPointer func(addr, n uint64) (unsafe.Pointer, error)
 	// AllocHost and FreeHost make and free the bounce buffers of copies
 	// between devices.
 	AllocHost func(n int) (*Mem, error)
@@ -77,6 +78,11 @@ type Copier struct {
 	stages   sync.WaitGroup // staging tasks
 	runtime  sync.WaitGroup // copies handed to runtimes' copiers
 	host     *hostPath
+	mode     queue.Mode // of every queue
+
+	// Types maps host ranges to the *Mem of the buffers there (the
+	// memory-type cache).
+	Types *memcache.TypeCache
 
 	// Devs are the devices, Gaudi(i) being Devs[i]; Sims the emulators
 	// behind emulated ones (closed last).
@@ -94,7 +100,10 @@ func (a antsLogger) Printf(format string, args ...any) { a.l.Debug().Msgf(format
 // New starts the worker pool and the host path; devices are added by
 // OpenDevices or AddDevice.
 func New(cfg Config) (*Copier, error) {
-	c := &Copier{cfg: cfg, log: cfg.Logger, st: cfg.Stats, stageSem: make(chan struct{}, stageTasks)}
+	c := &Copier{cfg: cfg, log: cfg.Logger, mode: queue.Wait, st: cfg.Stats, stageSem: make(chan struct{}, stageTasks), Types: memcache.NewTypeCache()}
+	if cfg.FailWhenFull {
+		c.mode = queue.FailFast
+	}
 	var err error
 	c.pool, err = ants.NewPool(cfg.Workers, ants.WithPanicHandler(c.onPanic), ants.WithLogger(antsLogger{c.log}))
 	if err != nil {
@@ -165,8 +174,12 @@ func (c *Copier) failQueued(q *queue.Queue[*Job], err error) {
 // Stop ends the copy machinery (Engine.Close): it closes the queues,
 // waits for the workers, fails what is still queued with ErrClosed, gives
 // the command submissions on the devices up to CloseGrace, and waits for
-// the staging tasks. The devices stay open (CloseDevices).
+// the staging tasks. The devices stay open (CloseDevices). Like the other
+// closing methods, it does nothing on a nil Copier (New failed).
 func (c *Copier) Stop() {
+	if c == nil {
+		return
+	}
 	for _, g := range c.Devs {
 		for _, q := range g.queues {
 			q.Close()
@@ -191,6 +204,9 @@ func (c *Copier) Stop() {
 // CloseDevices closes the device contexts, so that nothing the hardware
 // may still touch is released before it stops.
 func (c *Copier) CloseDevices() error {
+	if c == nil {
+		return nil
+	}
 	var errs []error
 	for _, g := range c.Devs {
 		errs = append(errs, g.Dev.Close())
@@ -201,6 +217,9 @@ func (c *Copier) CloseDevices() error {
 // CloseCaches releases the caches and pooled command buffers (after the
 // buffers are gone; releases are then no-ops on the driver side).
 func (c *Copier) CloseCaches() error {
+	if c == nil {
+		return nil
+	}
 	var errs []error
 	for _, g := range c.Devs {
 		errs = append(errs, g.HostMaps.Close(), g.Exports.Close(), g.cbs.Close())
@@ -210,6 +229,9 @@ func (c *Copier) CloseCaches() error {
 
 // CloseSims closes the emulators (last).
 func (c *Copier) CloseSims() error {
+	if c == nil {
+		return nil
+	}
 	var errs []error
 	for _, s := range c.Sims {
 		errs = append(errs, s.Close())
@@ -217,10 +239,33 @@ func (c *Copier) CloseSims() error {
 	return errors.Join(errs...)
 }
 
-// ForgetHost drops the devices' mappings of host range [addr, addr+n)
-// (the buffer is being freed).
-func (c *Copier) ForgetHost(addr, n uint64) {
-	for _, g := range c.Devs {
-		g.HostMaps.Invalidate(addr, n)
+// AddHost records host memory m in the memory-type cache.
+func (c *Copier) AddHost(m *Mem) error {
+	return c.Types.Insert(m.Addr, m.Size, memcache.MemHost, -1, m)
+}
+
+// hostPointer is the pointer to host range [addr, addr+n) of a live
+// buffer, derived from the buffer's own pointer.
+func (c *Copier) hostPointer(addr, n uint64) (unsafe.Pointer, error) {
+	ent, ok := c.Types.Lookup(addr, n)
+	if !ok {
+		return nil, gxerr.New(gxerr.Invalid, fmt.Sprintf("host range %#x+%d is not a buffer", addr, n), nil)
 	}
+	m := ent.Owner.(*Mem)
+	return unsafe.Add(m.Ptr, addr-m.Addr), nil
+}
+
+// Forget drops m from the caches (the buffer is being freed): host
+// memory's mappings into the devices and its type-cache entry, device
+// memory's type-cache entry and export.
+func (c *Copier) Forget(m *Mem) {
+	if m.Gaudi {
+		m.Device.Types.Remove(m.Addr, m.Size)
+		m.Device.Exports.Invalidate(m.Addr, m.Size)
+		return
+	}
+	for _, g := range c.Devs {
+		g.HostMaps.Invalidate(m.Addr, m.Size)
+	}
+	c.Types.Remove(m.Addr, m.Size)
 }

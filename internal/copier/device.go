@@ -42,7 +42,7 @@ type Device struct {
 type hostMapper struct{ g *Device }
 
 func (h hostMapper) Register(addr, length uint64, _ memcache.Access) (any, error) {
-	p, err := h.g.c.cfg.HostPointer(addr, length)
+	p, err := h.g.c.hostPointer(addr, length)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (c *Copier) AddDevice(d *dma.Device, sim *hlsim.Device) *Device {
 	g := &Device{c: c, Idx: len(c.Devs), Dev: d, Sim: sim, Types: memcache.NewTypeCache(), cbs: d.NewCBPool(cfg.CBSize, cbPoolSize)}
 	g.log = c.log.With().Int("dev", g.Idx).Str("node", d.Name()).Logger()
 	for i := range g.queues {
-		g.queues[i] = queue.New[*Job](cfg.QueueDepth, cfg.QueueMode)
+		g.queues[i] = queue.New[*Job](cfg.QueueDepth, c.mode)
 	}
 	g.HostMaps, _ = memcache.New(memcache.Config{
 		Registrar: hostMapper{g}, MaxRegions: cfg.RegMaxRegions, MaxBytes: cfg.RegMaxBytes,

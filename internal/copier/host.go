@@ -22,7 +22,7 @@ type hostPath struct {
 }
 
 func newHostPath(c *Copier) *hostPath {
-	return &hostPath{c: c, q: queue.New[*Job](c.cfg.QueueDepth, c.cfg.QueueMode), actor: cq.NewHostActor(c.cfg.QueueDepth)}
+	return &hostPath{c: c, q: queue.New[*Job](c.cfg.QueueDepth, c.mode), actor: cq.NewHostActor(c.cfg.QueueDepth)}
 }
 
 func (h *hostPath) enqueue(ctx context.Context, j *Job) error {

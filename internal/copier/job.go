@@ -72,6 +72,62 @@ func (c *Copier) Submit(ctx context.Context, j *Job) error {
 	return g.enqueue(ctx, dir, j)
 }
 
+// Copy queues one copy whose buffer references the caller holds; ctx, if
+// it can end, drops it while it is queued. On an error nothing was queued
+// and the references are still the caller's.
+func (c *Copier) Copy(ctx context.Context, dst, src Slice, deadline time.Time) (*Future, error) {
+	j := &Job{Ops: []Op{{Dst: dst, Src: src}}, Fut: NewFuture(1), Start: time.Now(), Deadline: deadline}
+	j.Fut.SetSpin(c.cfg.WaitSpin)
+	if ctx.Done() != nil {
+		j.Ctx = ctx
+	}
+	if err := c.Submit(ctx, j); err != nil {
+		return nil, err
+	}
+	return j.Fut, nil
+}
+
+// SubmitBatch submits a batch's copies, whose buffer references the
+// caller holds (Idx: their index in f): the device copies (also between
+// devices) in one job pushed to one queue, so that the only step that can
+// fail (then nothing ran and the references are still the caller's) comes
+// before anything runs; then the host-to-host copies, run here. ctx, if it
+// can end, drops the device copies still queued when it ends.
+func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline time.Time) error {
+	now := time.Now()
+	var dev *Job
+	var host []Op
+	for _, o := range ops {
+		if !o.Dst.M.Gaudi && !o.Src.M.Gaudi {
+			host = append(host, o)
+			continue
+		}
+		if dev == nil {
+			dev = &Job{Fut: f, Start: now, Deadline: deadline}
+			if ctx.Done() != nil {
+				dev.Ctx = ctx
+			}
+		}
+		dev.Ops = append(dev.Ops, o)
+	}
+	if dev != nil {
+		if err := c.Submit(ctx, dev); err != nil {
+			return err
+		}
+	}
+	c.st.Submitted.Add(uint64(len(ops)))
+	for i := range host {
+		o := &host[i]
+		c.cfg.Gate.Hook()
+		c.HostCopy(o.Dst, o.Src)
+		c.release(o.Dst.M)
+		c.release(o.Src.M)
+		c.st.RecordInline(o.n())
+		f.Complete(o.Idx, nil)
+	}
+	return nil
+}
+
 // dropCanceled ends the ops of a job whose ctx has ended, none of them yet
 // in a command submission (a device worker calls it on the jobs it pops),
 // with ErrCanceled or ErrTimeout: nothing touched their memory, and the

@@ -139,9 +139,9 @@ func CheckRuntime(dst, src Slice) (*Runtime, error) {
 // copier, on a goroutine (WaitRuntime waits for it). internal: a staging
 // copy for an operation that holds the buffers; else the copy holds a
 // reference to each buffer, dropped when it ends.
-func (c *Copier) CopyRuntime(r *Runtime, dst, src Slice, deadline time.Time, internal bool, spin time.Duration) *Future {
+func (c *Copier) CopyRuntime(r *Runtime, dst, src Slice, deadline time.Time, internal bool) *Future {
 	f := NewFuture(1)
-	f.SetSpin(spin)
+	f.SetSpin(c.cfg.WaitSpin)
 	start := time.Now()
 	c.runtime.Add(1)
 	go func() {
@@ -168,7 +168,11 @@ func (c *Copier) CopyRuntime(r *Runtime, dst, src Slice, deadline time.Time, int
 }
 
 // WaitRuntime waits for the copies handed to runtimes' copiers.
-func (c *Copier) WaitRuntime() { c.runtime.Wait() }
+func (c *Copier) WaitRuntime() {
+	if c != nil {
+		c.runtime.Wait()
+	}
+}
 
 // copy makes one copy with the copier.
 func (r *Runtime) copy(ctx context.Context, dst, src Slice) error {

@@ -31,6 +31,17 @@ func (s *Counters) RecordInline(n uint64) {
 	s.Inline.Add(1)
 }
 
+// RecordDone counts n copies of size bytes each that a data path
+// completed (no latency recorded); inline: done on callers' goroutines.
+func (s *Counters) RecordDone(n, size uint64, inline bool) {
+	s.Submitted.Add(n)
+	s.Completed.Add(n)
+	s.Bytes.Add(n * size)
+	if inline {
+		s.Inline.Add(n)
+	}
+}
+
 // LatencyHist is a lock-free log-linear histogram of nanoseconds: 64
 // power-of-two ranges, each split in 8.
 type LatencyHist struct {
