@@ -202,21 +202,24 @@ func attachedPair(dst, src Slice) bool {
 }
 
 // attachedCopy runs a copy involving runtime memory through the
-// attachment's copier, on a goroutine (Close waits for it). internal: a
-// staging copy for an operation that holds the buffers.
-func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool) *Future {
+// attachment's copier, on a goroutine (Close waits for it), completing f
+// (for one operation), or returns why it cannot. internal: a staging copy
+// for an operation that holds the buffers.
+func (e *Engine) attachedCopy(f *copier.Future, dst, src Slice, deadline time.Time, internal bool) error {
 	if err := e.validatePair(dst, src); err != nil {
-		return resolved(err)
+		return err
 	}
 	rt, err := copier.CheckRuntime(dst.cs(), src.cs())
 	if err != nil {
-		return resolved(err)
+		return err
 	}
 	if !internal {
 		if err := acquirePair(dst, src); err != nil {
-			return resolved(err)
+			return err
 		}
 		e.st.Submitted.Add(1)
 	}
-	return (*Future)(e.cp.CopyRuntime(rt, dst.cs(), src.cs(), deadline, internal))
+	f.SetSpin(e.cfg.WaitSpin)
+	e.cp.CopyRuntime(rt, f, dst.cs(), src.cs(), deadline, internal)
+	return nil
 }

@@ -209,8 +209,3 @@ func (s Slice) Len() int { return int(s.n) }
 
 // Err reports a range error made when the slice was built.
 func (s Slice) Err() error { return s.err }
-
-// hostBytes is the slice's host memory.
-func (s Slice) hostBytes() []byte {
-	return unsafe.Slice((*byte)(unsafe.Add(s.buf.ptr, s.off)), s.n)
-}

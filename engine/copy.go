@@ -127,7 +127,11 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 	}
 	defer e.exit()
 	if attachedPair(dst, src) {
-		return e.attachedCopy(dst, src, e.opConfig(opts).deadline, false)
+		f := newFuture(1)
+		if err := e.attachedCopy(&f.f, dst, src, e.opConfig(opts).deadline, false); err != nil {
+			return resolved(err)
+		}
+		return f
 	}
 	if err := e.validate(dst, src); err != nil {
 		return resolved(err)
@@ -136,22 +140,18 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 		return resolved(err)
 	}
 	e.st.Submitted.Add(1)
-	if !dst.buf.loc.gaudi && !src.buf.loc.gaudi && int(src.n) <= e.cfg.InlineHostMax {
-		e.gateHook()
-		copy(dst.hostBytes(), src.hostBytes())
-		dst.buf.release()
-		src.buf.release()
-		e.st.RecordInline(src.n)
+	if e.cp.CopyInline(dst.cs(), src.cs()) {
 		return e.resolved
 	}
-	f, err := e.cp.Copy(ctx, dst.cs(), src.cs(), e.opConfig(opts).deadline)
-	if err != nil {
+	f := newFuture(1)
+	f.setSpin(e.cfg.WaitSpin)
+	if err := e.cp.Copy(ctx, &f.f, dst.cs(), src.cs(), e.opConfig(opts).deadline); err != nil {
 		e.st.Submitted.Add(^uint64(0))
 		dst.buf.release()
 		src.buf.release()
 		return resolved(err)
 	}
-	return (*Future)(f)
+	return f
 }
 
 // CopySync is the synchronous twin of Copy: it returns when the copy is
@@ -167,11 +167,15 @@ func (e *Engine) CopySync(ctx context.Context, dst, src Slice, opts ...OpOption)
 // both buffers (staging): no reference is taken and nothing is counted.
 // Its future resolves only when the hardware is done with both slices
 // (see copier.Copier.CopyInternal).
-func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *Future {
+func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *copier.Future {
 	if attachedPair(dst, src) {
-		return e.attachedCopy(dst, src, deadline, true)
+		f := copier.NewFuture(1)
+		if err := e.attachedCopy(f, dst, src, deadline, true); err != nil {
+			return copier.Resolved(err)
+		}
+		return f
 	}
-	return (*Future)(e.cp.CopyInternal(dst.cs(), src.cs(), deadline))
+	return e.cp.CopyInternal(dst.cs(), src.cs(), deadline)
 }
 
 // Batch collects copies to submit as one unit: host-to-host copies run in
@@ -242,7 +246,7 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 		b.cps[i].Dst, b.cps[i].Src = b.ops[i].dst.cs(), b.ops[i].src.cs()
 	}
 	// A batch is never submitted half-way (see copier.SubmitBatch).
-	if err := e.cp.SubmitBatch(ctx, f.c(), b.cps, e.opConfig(opts).deadline); err != nil {
+	if err := e.cp.SubmitBatch(ctx, &f.f, b.cps, e.opConfig(opts).deadline); err != nil {
 		for i := range b.ops {
 			b.ops[i].dst.buf.release()
 			b.ops[i].src.buf.release()

@@ -103,8 +103,8 @@ func (e *Engine) openCopier() (err error) {
 	c := e.cfg
 	e.cp, err = copier.New(copier.Config{
 		Logger: e.log, BaseLogger: c.Logger, Workers: c.Workers, QueueDepth: c.QueueDepth, FailWhenFull: c.QueueFull == FailWhenFull,
-		CBSize: c.CBSize, MaxOpsPerCS: c.MaxOpsPerCS, ChunkSize: c.ChunkSize, ParallelCopyMin: c.ParallelCopyMin,
-		PollSpin: c.PollSpin, WaitSpin: c.WaitSpin, CloseGrace: c.CloseGrace,
+		CBSize: c.CBSize, MaxOpsPerCS: c.MaxOpsPerCS, ChunkSize: c.ChunkSize, ParallelCopyMin: c.ParallelCopyMin, InlineHostMax: c.InlineHostMax,
+		PollSpin: c.PollSpin, CloseGrace: c.CloseGrace,
 		RegMaxRegions: c.RegCache.MaxRegions, RegMaxBytes: c.RegCache.MaxBytes, RegCacheOff: c.RegCache.Disabled,
 		Gate: &e.gate, Stats: &e.st,
 		AllocHost: func(n int) (*copier.Mem, error) {
@@ -201,10 +201,7 @@ func (e *Engine) device(l Location) (*copier.Device, error) {
 	if l.attached {
 		return nil, newErr(ErrNoDevice, l.String()+" is runtime memory: gxfer drives no device there (see Attachment)", nil)
 	}
-	if l.dev < 0 || l.dev >= len(e.cp.Devs) {
-		return nil, newErr(ErrNoDevice, fmt.Sprintf("gaudi%d (engine has %d)", l.dev, len(e.cp.Devs)), nil)
-	}
-	return e.cp.Devs[l.dev], nil
+	return e.cp.Device(l.dev)
 }
 
 // Alloc allocates size bytes at loc: page-aligned host memory outside the

@@ -150,7 +150,7 @@ func randomWorker(ctx context.Context, e *Engine, w, n int, locs []Location, max
 				return err
 			}
 		} else {
-			copy(src.hostBytes(), want[:size])
+			copy(src.cs().HostBytes(), want[:size])
 		}
 		if err := e.Copy(ctx, dst, src).Wait(ctx); err != nil {
 			return err
@@ -163,7 +163,7 @@ func randomWorker(ctx context.Context, e *Engine, w, n int, locs []Location, max
 			}
 			got = stage.Slice(0, size)
 		}
-		if !bytes.Equal(got.hostBytes(), want[:size]) {
+		if !bytes.Equal(got.cs().HostBytes(), want[:size]) {
 			return errors.New("data mismatch " + sl.String() + " -> " + dl.String())
 		}
 	}

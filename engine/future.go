@@ -18,58 +18,67 @@ var ErrNotDone = gxerr.NotDone
 // Only the engine completes a future: its methods only observe it. Done is
 // closed exactly once. Wait(ctx) bounds only the wait: a buffer used by the
 // operation is the caller's again only once Done is closed.
-type Future copier.Future
-
-// c is the copier's view of f, which completes it.
-func (f *Future) c() *copier.Future { return (*copier.Future)(f) }
+type Future struct{ f copier.Future }
 
 // newFuture returns a future that resolves after n calls to complete.
-func newFuture(n int) *Future { return (*Future)(copier.NewFuture(n)) }
+func newFuture(n int) *Future {
+	f := &Future{}
+	f.f.Init(n)
+	return f
+}
 
 // newBatchFuture returns a future for n operations with per-op status.
-func newBatchFuture(n int) *Future { return (*Future)(copier.NewBatchFuture(n)) }
+func newBatchFuture(n int) *Future {
+	f := &Future{}
+	f.f.InitBatch(n)
+	return f
+}
 
 // resolved returns an already completed future with err.
-func resolved(err error) *Future { return (*Future)(copier.Resolved(err)) }
+func resolved(err error) *Future {
+	f := &Future{}
+	f.f.SetResolved(err)
+	return f
+}
 
 // ResolvedFuture returns a future that is already complete with err, for
 // code that hands out futures for work it did itself (err may be nil).
 func ResolvedFuture(err error) *Future { return resolved(err) }
 
 // setSpin sets how long Wait spins before blocking (call before sharing).
-func (f *Future) setSpin(d time.Duration) { f.c().SetSpin(d) }
+func (f *Future) setSpin(d time.Duration) { f.f.SetSpin(d) }
 
 // complete records the end of one operation; idx is its index for per-op
 // status (batches). Extra calls after resolution are ignored.
-func (f *Future) complete(idx int, err error) { f.c().Complete(idx, err) }
+func (f *Future) complete(idx int, err error) { f.f.Complete(idx, err) }
 
 // completeAll ends every remaining operation with err (used on shutdown).
-func (f *Future) completeAll(err error) { f.c().CompleteAll(err) }
+func (f *Future) completeAll(err error) { f.f.CompleteAll(err) }
 
 // completer returns f's completion view (cq.Completer, datapath.Completer)
 // for the actors and data paths. *Future's own method set has no
 // completing method, so code outside the engine cannot complete a future.
-func (f *Future) completer() *copier.Future { return f.c() }
+func (f *Future) completer() *copier.Future { return &f.f }
 
 // Done returns a channel closed when the future resolves.
-func (f *Future) Done() <-chan struct{} { return f.c().Done() }
+func (f *Future) Done() <-chan struct{} { return f.f.Done() }
 
 // IsDone reports whether the future has resolved.
-func (f *Future) IsDone() bool { return f.c().IsDone() }
+func (f *Future) IsDone() bool { return f.f.IsDone() }
 
 // Err returns the result: nil on success, the first error, or ErrNotDone
 // while pending.
-func (f *Future) Err() error { return f.c().Err() }
+func (f *Future) Err() error { return f.f.Err() }
 
 // Errs returns the per-operation status of a batch future (nil entries
 // succeeded), or nil for a plain future or while pending.
-func (f *Future) Errs() []error { return f.c().Errs() }
+func (f *Future) Errs() []error { return f.f.Errs() }
 
 // Wait waits until the future resolves or ctx ends. It returns the
 // future's result, or, if ctx ended first, ErrCanceled or ErrTimeout
 // wrapping ctx's error; ending the wait does not cancel the operation
 // (the ctx given to the operation does).
-func (f *Future) Wait(ctx context.Context) error { return f.c().Wait(ctx) }
+func (f *Future) Wait(ctx context.Context) error { return f.f.Wait(ctx) }
 
 // ErrCanceled: the operation's context was cancelled before the operation
 // finished (errors.Is(err, context.Canceled) holds too). What had started

@@ -44,8 +44,8 @@ type Config struct {
 	MaxOpsPerCS     int
 	ChunkSize       uint64
 	ParallelCopyMin int
+	InlineHostMax   int
 	PollSpin        time.Duration
-	WaitSpin        time.Duration // Future.Wait's spin
 	CloseGrace      time.Duration
 	// The host-mapping caches' limits; RegCacheOff unmaps after every use.
 	RegMaxRegions int
@@ -111,6 +111,14 @@ func New(cfg Config) (*Copier, error) {
 	}
 	c.host = newHostPath(c)
 	return c, nil
+}
+
+// Device is Gaudi(i), or an ErrNoDevice error.
+func (c *Copier) Device(i int) (*Device, error) {
+	if i < 0 || i >= len(c.Devs) {
+		return nil, gxerr.New(gxerr.NoDevice, fmt.Sprintf("gaudi%d (engine has %d)", i, len(c.Devs)), nil)
+	}
+	return c.Devs[i], nil
 }
 
 // StageTasks is how many copies between devices are staged at a time.

@@ -30,7 +30,8 @@ func TestFutureResolves(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := NewFuture(len(tc.errs))
 			if tc.batch {
-				f = NewBatchFuture(len(tc.errs))
+				f = &Future{}
+				f.InitBatch(len(tc.errs))
 			}
 			for i, err := range tc.errs {
 				require.False(t, f.IsDone())

@@ -74,8 +74,8 @@ func (r *rig) gaudi(t *testing.T, dev, n int) *Mem {
 func (r *rig) copy(ctx context.Context, dst, src *Mem) error {
 	dst.Refs.Add(1)
 	src.Refs.Add(1)
-	f, err := r.c.Copy(ctx, Slice{M: dst, N: dst.Size}, Slice{M: src, N: src.Size}, time.Time{})
-	if err != nil {
+	f := NewFuture(1)
+	if err := r.c.Copy(ctx, f, Slice{M: dst, N: dst.Size}, Slice{M: src, N: src.Size}, time.Time{}); err != nil {
 		return err
 	}
 	return f.Wait(context.Background())
@@ -115,8 +115,8 @@ func TestCopyCanceledWhileQueued(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	src.Refs.Add(1)
 	d.Refs.Add(1)
-	f, err := r.c.Copy(ctx, Slice{M: d, N: 4096}, Slice{M: src, N: 4096}, time.Time{})
-	require.NoError(t, err)
+	f := NewFuture(1)
+	require.NoError(t, r.c.Copy(ctx, f, Slice{M: d, N: 4096}, Slice{M: src, N: 4096}, time.Time{}))
 	cancel()
 	close(release)
 	require.ErrorIs(t, f.Wait(context.Background()), gxerr.Canceled)

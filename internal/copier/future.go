@@ -15,8 +15,9 @@ import (
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Future is a counted completion: it resolves when its last operation
-// completes, with the first error any of them reported. engine.Future is
-// this type with only the observing methods (the engine's own type).
+// completes, with the first error any of them reported. engine.Future
+// holds one and offers only the observing methods. The zero Future is
+// initialized with Init, InitBatch or SetResolved before it is shared.
 type Future struct {
 	pending atomic.Int64
 	done    atomic.Bool
@@ -28,24 +29,32 @@ type Future struct {
 	spin    time.Duration
 }
 
+// Init makes f resolve after n calls to Complete.
+func (f *Future) Init(n int) { f.pending.Store(int64(n)) }
+
+// InitBatch makes f a future of n operations with per-op status.
+func (f *Future) InitBatch(n int) {
+	f.Init(n)
+	f.errs = make([]error, n)
+}
+
+// SetResolved makes f an already completed future with err.
+func (f *Future) SetResolved(err error) {
+	f.err, f.final, f.ch = err, err, closedChan
+	f.done.Store(true)
+}
+
 // NewFuture returns a future that resolves after n calls to Complete.
 func NewFuture(n int) *Future {
 	f := &Future{}
-	f.pending.Store(int64(n))
-	return f
-}
-
-// NewBatchFuture returns a future for n operations with per-op status.
-func NewBatchFuture(n int) *Future {
-	f := NewFuture(n)
-	f.errs = make([]error, n)
+	f.Init(n)
 	return f
 }
 
 // Resolved returns an already completed future with err.
 func Resolved(err error) *Future {
-	f := &Future{err: err, final: err, ch: closedChan}
-	f.done.Store(true)
+	f := &Future{}
+	f.SetResolved(err)
 	return f
 }
 
@@ -53,7 +62,7 @@ func Resolved(err error) *Future {
 func (f *Future) SetSpin(d time.Duration) { f.spin = d }
 
 // Complete records the end of one operation; idx is its index for per-op
-// status (ignored unless the future was made by NewBatchFuture). It never
+// status (ignored unless the future was initialized by InitBatch). It never
 // blocks. Extra calls after resolution are ignored.
 func (f *Future) Complete(idx int, err error) {
 	if f.done.Load() {

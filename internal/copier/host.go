@@ -94,6 +94,22 @@ func (h *hostPath) drain() {
 	}
 }
 
+// CopyInline runs a host-to-host copy of at most Config.InlineHostMax
+// bytes, whose buffer references the caller holds, on the caller's
+// goroutine, already admitted by the close gate; false (nothing done):
+// the copy is not one.
+func (c *Copier) CopyInline(dst, src Slice) bool {
+	if dst.M.Gaudi || src.M.Gaudi || int(src.N) > c.cfg.InlineHostMax {
+		return false
+	}
+	c.cfg.Gate.Hook()
+	copy(dst.HostBytes(), src.HostBytes())
+	c.release(dst.M)
+	c.release(src.M)
+	c.st.RecordInline(src.N)
+	return true
+}
+
 // gatedHostCopy is HostCopy inside the close gate (a worker may outlive
 // Close's wait for the pool): ErrClosed once Close has begun.
 func (c *Copier) gatedHostCopy(dst, src Slice) error {

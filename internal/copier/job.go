@@ -72,19 +72,16 @@ func (c *Copier) Submit(ctx context.Context, j *Job) error {
 	return g.enqueue(ctx, dir, j)
 }
 
-// Copy queues one copy whose buffer references the caller holds; ctx, if
-// it can end, drops it while it is queued. On an error nothing was queued
-// and the references are still the caller's.
-func (c *Copier) Copy(ctx context.Context, dst, src Slice, deadline time.Time) (*Future, error) {
-	j := &Job{Ops: []Op{{Dst: dst, Src: src}}, Fut: NewFuture(1), Start: time.Now(), Deadline: deadline}
-	j.Fut.SetSpin(c.cfg.WaitSpin)
+// Copy queues one copy whose buffer references the caller holds, to
+// complete f (initialized for one operation); ctx, if it can end, drops it
+// while it is queued. On an error nothing was queued and the references
+// are still the caller's.
+func (c *Copier) Copy(ctx context.Context, f *Future, dst, src Slice, deadline time.Time) error {
+	j := &Job{Ops: []Op{{Dst: dst, Src: src}}, Fut: f, Start: time.Now(), Deadline: deadline}
 	if ctx.Done() != nil {
 		j.Ctx = ctx
 	}
-	if err := c.Submit(ctx, j); err != nil {
-		return nil, err
-	}
-	return j.Fut, nil
+	return c.Submit(ctx, j)
 }
 
 // SubmitBatch submits a batch's copies, whose buffer references the

@@ -136,12 +136,11 @@ func CheckRuntime(dst, src Slice) (*Runtime, error) {
 }
 
 // CopyRuntime runs a copy checked by CheckRuntime through the runtime's
-// copier, on a goroutine (WaitRuntime waits for it). internal: a staging
-// copy for an operation that holds the buffers; else the copy holds a
-// reference to each buffer, dropped when it ends.
-func (c *Copier) CopyRuntime(r *Runtime, dst, src Slice, deadline time.Time, internal bool) *Future {
-	f := NewFuture(1)
-	f.SetSpin(c.cfg.WaitSpin)
+// copier, on a goroutine (WaitRuntime waits for it), completing f
+// (initialized for one operation). internal: a staging copy for an
+// operation that holds the buffers; else the copy holds a reference to
+// each buffer, dropped when it ends.
+func (c *Copier) CopyRuntime(r *Runtime, f *Future, dst, src Slice, deadline time.Time, internal bool) {
 	start := time.Now()
 	c.runtime.Add(1)
 	go func() {
@@ -164,7 +163,6 @@ func (c *Copier) CopyRuntime(r *Runtime, dst, src Slice, deadline time.Time, int
 		}
 		f.Complete(0, err)
 	}()
-	return f
 }
 
 // WaitRuntime waits for the copies handed to runtimes' copiers.
