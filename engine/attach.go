@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/dma"
-	"github.com/gxfer/gxfer/internal/fd"
+	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/gxerr"
 )
 
@@ -56,16 +55,10 @@ type AttachConfig struct {
 // copied by the application's DeviceCopier. gxfer never frees that
 // memory, never closes the borrowed fd and submits nothing on it.
 type Attachment struct {
-	e      *Engine
-	idx    int
-	att    *dma.Attached
-	copier DeviceCopier
-
-	mu       sync.Mutex
-	bufs     map[*Buffer]struct{}
-	detached bool
-
-	copies, copyBytes, mrs atomic.Uint64
+	e   *Engine
+	idx int
+	att *dma.Attached
+	rt  *copier.Runtime // its buffers and copier (internal/copier)
 }
 
 // attachedMem is what a Buffer over runtime memory carries.
@@ -78,7 +71,6 @@ type attachedMem struct {
 type attachState struct {
 	mu   sync.Mutex
 	list []*Attachment
-	wg   sync.WaitGroup // copies handed to copiers
 }
 
 // Attach attaches the engine to a device the runtime owns (see
@@ -95,7 +87,7 @@ func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
 	}
 	s := &e.attach
 	s.mu.Lock()
-	a := &Attachment{e: e, idx: len(s.list), att: att, copier: cfg.Copier, bufs: map[*Buffer]struct{}{}}
+	a := &Attachment{e: e, idx: len(s.list), att: att, rt: copier.NewRuntime(len(s.list), att, cfg.Copier)}
 	s.list = append(s.list, a)
 	s.mu.Unlock()
 	e.log.Info().Str("device", att.Name()).Str("lent_by", att.Source()).Uint64("pool", cfg.Anchor.PoolStart).
@@ -125,22 +117,12 @@ func (a *Attachment) Register(va uint64, n int) (*Buffer, error) {
 		return nil, newErr(ErrInvalid, "register runtime memory", err)
 	}
 	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: a.Location(), size: uint64(n), att: &attachedMem{a: a, va: va}}
-	a.mu.Lock()
-	if a.detached {
-		a.mu.Unlock()
+	b.initMem()
+	if !a.rt.Add(&b.m) {
 		return nil, newErr(ErrClosed, "attachment detached", nil)
 	}
-	a.bufs[b] = struct{}{}
-	a.mu.Unlock()
 	e.track(b)
 	return b, nil
-}
-
-// forget drops a destroyed buffer (from destroyBuffer).
-func (a *Attachment) forget(b *Buffer) {
-	a.mu.Lock()
-	delete(a.bufs, b)
-	a.mu.Unlock()
 }
 
 // Detach frees every buffer registered on the attachment (closing their
@@ -149,34 +131,16 @@ func (a *Attachment) forget(b *Buffer) {
 // flight are waited for up to Config.CloseGrace. The borrowed fd stays
 // open. Idempotent.
 func (a *Attachment) Detach() error {
-	a.mu.Lock()
-	if a.detached {
-		a.mu.Unlock()
+	bufs, ok := a.rt.Detach()
+	if !ok {
 		return nil
 	}
-	a.detached = true
-	bufs := make([]*Buffer, 0, len(a.bufs))
-	for b := range a.bufs {
-		bufs = append(bufs, b)
-	}
-	a.mu.Unlock()
 	var errs []error
-	for _, b := range bufs {
-		errs = append(errs, b.Free())
+	for _, m := range bufs {
+		errs = append(errs, m.Owner.(*Buffer).Free())
 	}
-	deadline := time.Now().Add(a.e.cfg.CloseGrace)
-	for {
-		a.mu.Lock()
-		left := len(a.bufs)
-		a.mu.Unlock()
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			errs = append(errs, newErr(ErrTimeout, fmt.Sprintf("detach: %d buffers still in use; their DMA-BUF is closed anyway", left), nil))
-			break
-		}
-		time.Sleep(time.Millisecond)
+	if left := a.rt.WaitEmpty(a.e.cfg.CloseGrace); left > 0 {
+		errs = append(errs, newErr(ErrTimeout, fmt.Sprintf("detach: %d buffers still in use; their DMA-BUF is closed anyway", left), nil))
 	}
 	errs = append(errs, a.att.Detach())
 	return errors.Join(errs...)
@@ -195,56 +159,38 @@ type AttachStats struct {
 
 // Stats returns the attachment's counters.
 func (a *Attachment) Stats() AttachStats {
-	a.mu.Lock()
-	n := len(a.bufs)
-	a.mu.Unlock()
-	return AttachStats{Buffers: n, Copies: a.copies.Load(), CopyBytes: a.copyBytes.Load(), MRs: a.mrs.Load(), Export: a.att.Export()}
+	r := a.rt
+	return AttachStats{Buffers: r.Len(), Copies: r.Copies.Load(), CopyBytes: r.CopyBytes.Load(), MRs: r.MRs.Load(), Export: a.att.Export()}
 }
 
 // info describes the attached device for Engine.Devices.
 func (a *Attachment) info() DeviceInfo {
-	info := a.att.Info()
-	an := a.att.Anchor()
-	di := DeviceInfo{
-		Index: a.idx, Name: a.att.Name(), Model: a.att.Model().String(), Emulated: a.att.Emulated(),
-		Numbering: a.att.Numbering().String(), ExportAPI: a.att.ExportAPI(),
-		DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
-		Node: a.att.Name(), KernelRelease: a.att.KernelRelease(),
-		Attached: true, LentBy: a.att.Source(), PoolStart: an.PoolStart, PoolLen: an.PoolLen,
-	}
-	if u, err := a.att.DramUsage(); err == nil {
-		di.DRAMFree = u.Free
-	}
+	di, an := describe(a.idx, a.att), a.att.Anchor()
+	di.Node, di.Attached, di.LentBy, di.PoolStart, di.PoolLen = a.att.Name(), true, a.att.Source(), an.PoolStart, an.PoolLen
 	return di
 }
 
-func (s *attachState) devices() []DeviceInfo {
+// all is a copy of the list.
+func (s *attachState) all() []*Attachment {
 	s.mu.Lock()
-	list := append([]*Attachment(nil), s.list...)
-	s.mu.Unlock()
-	out := make([]DeviceInfo, 0, len(list))
-	for _, a := range list {
-		a.mu.Lock()
-		gone := a.detached
-		a.mu.Unlock()
-		if !gone {
+	defer s.mu.Unlock()
+	return append([]*Attachment(nil), s.list...)
+}
+
+func (s *attachState) devices() []DeviceInfo {
+	var out []DeviceInfo
+	for _, a := range s.all() {
+		if !a.rt.Detached() {
 			out = append(out, a.info())
 		}
 	}
 	return out
 }
 
-// quiesce waits for the copies handed to copiers (Engine.Close, once no
-// call is admitted).
-func (s *attachState) quiesce() { s.wg.Wait() }
-
 // detachAll detaches every attachment (Engine.Close, after the buffers).
 func (s *attachState) detachAll() error {
-	s.mu.Lock()
-	list := append([]*Attachment(nil), s.list...)
-	s.mu.Unlock()
 	var errs []error
-	for _, a := range list {
+	for _, a := range s.all() {
 		errs = append(errs, a.Detach())
 	}
 	return errors.Join(errs...)
@@ -256,123 +202,24 @@ func attachedPair(dst, src Slice) bool {
 }
 
 // attachedCopy runs a copy involving runtime memory through the
-// attachment's copier, on a goroutine (Close waits for it). internal: a
-// staging copy for an operation that holds the buffers.
-func (e *Engine) attachedCopy(dst, src Slice, deadline time.Time, internal bool) *Future {
-	for _, s := range []Slice{dst, src} {
-		if err := e.validateSlice(s); err != nil {
-			return resolved(err)
-		}
+// attachment's copier, on a goroutine (Close waits for it), completing f
+// (for one operation), or returns why it cannot. internal: a staging copy
+// for an operation that holds the buffers.
+func (e *Engine) attachedCopy(f *copier.Future, dst, src Slice, deadline time.Time, internal bool) error {
+	if err := e.validatePair(dst, src); err != nil {
+		return err
 	}
-	if dst.n != src.n {
-		return resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil))
-	}
-	var a *Attachment
-	for _, s := range []Slice{dst, src} {
-		switch {
-		case s.buf.att != nil && a != nil && s.buf.att.a != a:
-			return resolved(newErr(ErrNotSupported, "copy between two attachments", nil))
-		case s.buf.att != nil:
-			a = s.buf.att.a
-		case s.buf.loc.gaudi:
-			return resolved(newErr(ErrNotSupported, "copy between runtime memory and a device gxfer owns", nil))
-		}
-	}
-	if a.copier == nil {
-		return resolved(newErr(ErrNotSupported, fmt.Sprintf("%s: %v (give AttachConfig.Copier, e.g. the runtime's synMemCopyAsync)", dst.buf.loc, ErrNoCopier), ErrNoCopier))
-	}
-	if dst.buf.att != nil && src.buf.att != nil && overlaps(dst, src) {
-		return resolved(newErr(ErrInvalid, "overlapping ranges of runtime memory", nil))
+	rt, err := copier.CheckRuntime(dst.cs(), src.cs())
+	if err != nil {
+		return err
 	}
 	if !internal {
 		if err := acquirePair(dst, src); err != nil {
-			return resolved(err)
+			return err
 		}
-		e.st.submitted.Add(1)
+		e.st.Submitted.Add(1)
 	}
-	f := newFuture(1)
-	f.setSpin(e.cfg.WaitSpin)
-	start := time.Now()
-	e.attach.wg.Add(1)
-	go func() {
-		defer e.attach.wg.Done()
-		cctx, cancel := context.Background(), context.CancelFunc(func() {})
-		if !deadline.IsZero() {
-			cctx, cancel = context.WithDeadline(cctx, deadline)
-		}
-		err := a.copy(cctx, dst, src)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = newErr(ErrTimeout, "the device copier did not finish by the deadline", err)
-		} else if err != nil && !errors.Is(err, ErrNotSupported) {
-			err = newErr(ErrDevice, "device copier", err)
-		}
-		if !internal {
-			dst.buf.release()
-			src.buf.release()
-			e.st.record(start, src.n, err)
-		}
-		f.complete(0, err)
-	}()
-	return f
-}
-
-// copy makes one copy with the copier.
-func (a *Attachment) copy(ctx context.Context, dst, src Slice) error {
-	va := func(s Slice) uint64 { return s.buf.att.va + s.off }
-	var err error
-	switch {
-	case dst.buf.att != nil && src.buf.att != nil:
-		err = a.copier.CopyDeviceToDevice(ctx, va(dst), va(src), src.n)
-	case dst.buf.att != nil:
-		err = a.copier.CopyHostToDevice(ctx, va(dst), src.hostBytes())
-	default:
-		err = a.copier.CopyDeviceToHost(ctx, dst.hostBytes(), va(src))
-	}
-	if err == nil {
-		a.copies.Add(1)
-		a.copyBytes.Add(src.n)
-	}
-	return err
-}
-
-// mrRequest is the ibv_reg_dmabuf_mr an attached buffer needs: the pool's
-// DMA-BUF, the buffer's offset in it, its length and iova = its device
-// address (so remote keys and work requests use device addresses).
-type mrRequest struct {
-	fd                int
-	offset, len, iova uint64
-}
-
-func (b *Buffer) attachedMRRequest() (mrRequest, error) {
-	reg, err := b.att.a.att.Region(b.att.va, b.size)
-	if err != nil {
-		return mrRequest{}, newErr(ErrClosed, fmt.Sprintf("buffer %d: runtime memory", b.id), err)
-	}
-	return mrRequest{fd: reg.FD, offset: reg.Offset, len: b.size, iova: b.att.va}, nil
-}
-
-// attachedExport is the DMABuf of runtime memory: the pool's fd and the
-// buffer's offset in it.
-type attachedExport struct {
-	f    *fd.FD
-	off  uint64
-	size uint64
-}
-
-// exportDMABuf is Buffer.ExportDMABuf for runtime memory.
-func (a *Attachment) exportDMABuf(b *Buffer) (*DMABuf, error) {
-	if err := b.acquire(); err != nil {
-		return nil, err
-	}
-	req, err := b.attachedMRRequest()
-	f := a.att.DMABufFD()
-	if err == nil && f == nil {
-		err = newErr(ErrClosed, "attachment detached", nil)
-	}
-	if err != nil {
-		b.release()
-		return nil, err
-	}
-	return &DMABuf{b: b, reg: &attachedExport{f: f, off: req.offset, size: a.att.Export().Size}}, nil
+	f.SetSpin(e.cfg.WaitSpin)
+	e.cp.CopyRuntime(rt, f, dst.cs(), src.cs(), deadline, internal)
+	return nil
 }

@@ -68,7 +68,7 @@ func BenchmarkGaudiOverhead(b *testing.B) {
 			d, _ := e.Alloc(size*batch, Gaudi(0))
 			ctx := context.Background()
 			bt := e.NewBatch()
-			sim := e.devs[0].sim
+			sim := e.cp.Devs[0].Sim
 			busy0 := sim.Stats().DMABusy
 			ops := 0
 			for b.Loop() {

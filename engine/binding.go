@@ -137,10 +137,7 @@ func (b *Binding) Close() error {
 		if b.bd.Inline() {
 			b.ep.e.env().CountInline(n, b.n)
 		} else {
-			st := &b.ep.e.st
-			st.submitted.Add(n)
-			st.completed.Add(n)
-			st.bytes.Add(n * b.n)
+			b.ep.e.st.RecordDone(n, b.n, false)
 		}
 	}
 	return err

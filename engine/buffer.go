@@ -6,9 +6,9 @@ import (
 	"unsafe"
 
 	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
-	"github.com/gxfer/gxfer/memcache"
 )
 
 // Location says where a buffer lives: Host or Gaudi(i).
@@ -46,7 +46,7 @@ func (l Location) String() string {
 	return "host"
 }
 
-const freedBit = uint64(1) << 63
+const freedBit = copier.FreedBit
 
 // Buffer is a range of memory the engine can move data to and from: host
 // memory it allocated (page aligned, outside the Go heap), caller memory it
@@ -67,7 +67,7 @@ type Buffer struct {
 	exported  atomic.Bool
 
 	// device memory
-	gd   *gdev
+	gd   *copier.Device
 	dmem *dma.DeviceMem
 
 	att *attachedMem // runtime memory of an Attachment (attach.go)
@@ -78,7 +78,20 @@ type Buffer struct {
 	// state counts operations in flight; freedBit marks a freed buffer.
 	state    atomic.Uint64
 	released atomic.Bool
+
+	m copier.Mem // what copies read of the buffer (initMem)
 }
+
+// initMem fills b.m once b's memory is set.
+func (b *Buffer) initMem() {
+	b.m = copier.Mem{Gaudi: b.loc.gaudi, Device: b.gd, DMem: b.dmem, Addr: b.Addr(), Ptr: b.ptr, Size: b.size, ID: b.id, Refs: &b.state, Owner: b}
+	if b.att != nil {
+		b.m.RT = b.att.a.rt
+	}
+}
+
+// cs is s as the copier sees it.
+func (s Slice) cs() copier.Slice { return copier.Slice{M: &s.buf.m, Off: s.off, N: s.n} }
 
 // Location returns where the buffer lives.
 func (b *Buffer) Location() Location { return b.loc }
@@ -196,19 +209,3 @@ func (s Slice) Len() int { return int(s.n) }
 
 // Err reports a range error made when the slice was built.
 func (s Slice) Err() error { return s.err }
-
-// hostAddr is the host address of the slice's first byte.
-func (s Slice) hostAddr() uint64 { return uint64(uintptr(s.buf.ptr)) + s.off }
-
-// hostBytes is the slice's host memory.
-func (s Slice) hostBytes() []byte {
-	return unsafe.Slice((*byte)(unsafe.Add(s.buf.ptr, s.off)), s.n)
-}
-
-// memType maps a location to the memory-type cache's type.
-func (l Location) memType() memcache.MemType {
-	if l.gaudi {
-		return memcache.MemGaudi
-	}
-	return memcache.MemHost
-}

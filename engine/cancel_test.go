@@ -19,7 +19,7 @@ func blockFirstProcess(e *Engine) (entered, release chan struct{}) {
 			<-release
 		}
 	}
-	e.hookProcess.Store(&hook)
+	e.cp.HookProcess.Store(&hook)
 	return entered, release
 }
 

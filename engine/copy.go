@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/gxfer/gxfer/internal/copier"
 )
 
 // OpOption adjusts one operation.
@@ -54,8 +56,8 @@ func (e *Engine) validateSlice(s Slice) error {
 	return nil
 }
 
-// validate checks one copy's arguments.
-func (e *Engine) validate(dst, src Slice) error {
+// validatePair checks both slices of a copy and their lengths.
+func (e *Engine) validatePair(dst, src Slice) error {
 	for _, s := range []Slice{dst, src} {
 		if err := e.validateSlice(s); err != nil {
 			return err
@@ -64,10 +66,18 @@ func (e *Engine) validate(dst, src Slice) error {
 	if dst.n != src.n {
 		return newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil)
 	}
+	return nil
+}
+
+// validate checks one copy's arguments (memory gxfer drives).
+func (e *Engine) validate(dst, src Slice) error {
+	if err := e.validatePair(dst, src); err != nil {
+		return err
+	}
 	if dst.buf.att != nil || src.buf.att != nil {
 		return newErr(ErrNotSupported, "runtime memory (attached) is copied with Engine.Copy, not in a batch", nil)
 	}
-	if dst.buf.loc.gaudi && overlaps(dst, src) {
+	if dst.buf.loc.gaudi && copier.Overlaps(dst.cs(), src.cs()) {
 		return newErr(ErrInvalid, "overlapping ranges of one device buffer", nil)
 	}
 	return nil
@@ -97,25 +107,6 @@ func acquirePair(dst, src Slice) error {
 	return nil
 }
 
-// route says which device queue handles a copy; nil for host-only copies.
-// Copies between two devices return the source device and dirD2D.
-func (e *Engine) route(o *op) (*gdev, int) {
-	dg, sg := o.dst.buf.loc.gaudi, o.src.buf.loc.gaudi
-	switch {
-	case dg && sg:
-		return e.devs[o.src.buf.loc.dev], dirD2D
-	case dg:
-		return e.devs[o.dst.buf.loc.dev], dirH2D
-	case sg:
-		return e.devs[o.src.buf.loc.dev], dirD2H
-	}
-	return nil, -1
-}
-
-func crossDevice(o *op) bool {
-	return o.dst.buf.loc.gaudi && o.src.buf.loc.gaudi && o.dst.buf.loc.dev != o.src.buf.loc.dev
-}
-
 // Copy copies src to dst asynchronously, for every pair of host and Gaudi
 // memory. Small host-to-host copies complete in the caller and return an
 // already resolved future. Bad arguments resolve the future at once with
@@ -136,7 +127,11 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 	}
 	defer e.exit()
 	if attachedPair(dst, src) {
-		return e.attachedCopy(dst, src, e.opConfig(opts).deadline, false)
+		f := newFuture(1)
+		if err := e.attachedCopy(&f.f, dst, src, e.opConfig(opts).deadline, false); err != nil {
+			return resolved(err)
+		}
+		return f
 	}
 	if err := e.validate(dst, src); err != nil {
 		return resolved(err)
@@ -144,40 +139,19 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 	if err := acquirePair(dst, src); err != nil {
 		return resolved(err)
 	}
-	e.st.submitted.Add(1)
-	if !dst.buf.loc.gaudi && !src.buf.loc.gaudi && int(src.n) <= e.cfg.InlineHostMax {
-		e.gateHook()
-		copy(dst.hostBytes(), src.hostBytes())
-		dst.buf.release()
-		src.buf.release()
-		e.st.recordInline(src.n)
+	e.st.Submitted.Add(1)
+	if e.cp.CopyInline(dst.cs(), src.cs()) {
 		return e.resolved
 	}
-	oc := e.opConfig(opts)
-	j := &job{ops: []op{{dst: dst, src: src}}, fut: newFuture(1), start: time.Now(), deadline: oc.deadline}
-	j.fut.setSpin(e.cfg.WaitSpin)
-	if ctx.Done() != nil {
-		j.ctx = ctx
-	}
-	if err := e.submitJob(ctx, j); err != nil {
-		e.st.submitted.Add(^uint64(0))
+	f := newFuture(1)
+	f.setSpin(e.cfg.WaitSpin)
+	if err := e.cp.Copy(ctx, &f.f, dst.cs(), src.cs(), e.opConfig(opts).deadline); err != nil {
+		e.st.Submitted.Add(^uint64(0))
 		dst.buf.release()
 		src.buf.release()
 		return resolved(err)
 	}
-	return j.fut
-}
-
-// submitJob routes a job by its first op (a batch's device job may mix
-// routes; the worker sorts them out). Copies between two devices go to the
-// source device's queue and are staged from there.
-func (e *Engine) submitJob(ctx context.Context, j *job) error {
-	o := &j.ops[0]
-	g, dir := e.route(o)
-	if g == nil {
-		return e.host.enqueue(ctx, j)
-	}
-	return g.enqueue(ctx, dir, j)
+	return f
 }
 
 // CopySync is the synchronous twin of Copy: it returns when the copy is
@@ -189,74 +163,19 @@ func (e *Engine) CopySync(ctx context.Context, dst, src Slice, opts ...OpOption)
 	return waitSync(ctx, e.Copy(ctx, dst, src, opts...))
 }
 
-// dropCanceled ends the ops of a job whose ctx has ended, none of them yet
-// in a command submission (a device worker calls it on the jobs it pops),
-// with ErrCanceled or ErrTimeout: nothing touched their memory, and the
-// future resolves at once. It reports whether it dropped the job.
-func (e *Engine) dropCanceled(j *job) bool {
-	if j.ctx == nil || j.ctx.Err() == nil {
-		return false
-	}
-	err := ctxErr("copy dropped before it started", j.ctx.Err())
-	for i := range j.ops {
-		if o := &j.ops[i]; !o.handed {
-			e.finishOp(j, o, err)
-		}
-	}
-	return true
-}
-
-// finishOp releases an op's buffer references, records it and completes
-// its future entry. Every op ends through finishOp exactly once, or
-// through opDone (at its deadline) and later opRelease (when the hardware
-// is done with it).
-func (e *Engine) finishOp(j *job, o *op, err error) {
-	o.handed = true
-	e.opRelease(j, o)
-	e.opDone(j, o, err)
-}
-
-// opRelease drops the op's buffer references. Internal jobs hold none
-// (their caller does): for them it is the second of the two completions
-// their future counts, so that the future resolves only once the hardware
-// is done with the memory (see copyInternal).
-func (e *Engine) opRelease(j *job, o *op) {
-	if j.internal {
-		j.fut.complete(o.idx, nil)
-		return
-	}
-	o.dst.buf.release()
-	o.src.buf.release()
-}
-
-// opDone records the op and completes its future entry.
-func (e *Engine) opDone(j *job, o *op, err error) {
-	if !j.internal {
-		e.st.record(j.start, o.n(), err)
-	}
-	j.fut.complete(o.idx, err)
-}
-
 // copyInternal submits a copy on behalf of an operation that already holds
 // both buffers (staging): no reference is taken and nothing is counted.
-//
-// Its future resolves only when the hardware is done with both slices,
-// never earlier: a copy whose deadline passes while its command submission
-// is still queued or running ends with ErrTimeout once the CS retires (or
-// is ended by a reset or Close), not at the deadline. Its caller frees or
-// reuses the memory (bounce buffers, staging pools) as soon as the future
-// resolves, so internal memory lives, as user memory does, until the
-// hardware is done with it. The future counts two completions: opDone
-// (the result, possibly at the deadline) and opRelease (the retirement).
-func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *Future {
+// Its future resolves only when the hardware is done with both slices
+// (see copier.Copier.CopyInternal).
+func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *copier.Future {
 	if attachedPair(dst, src) {
-		return e.attachedCopy(dst, src, deadline, true)
+		f := copier.NewFuture(1)
+		if err := e.attachedCopy(f, dst, src, deadline, true); err != nil {
+			return copier.Resolved(err)
+		}
+		return f
 	}
-	j := &job{ops: []op{{dst: dst, src: src}}, fut: newFuture(2), start: time.Now(), deadline: deadline, internal: true}
-	if err := e.submitJob(context.Background(), j); err != nil {
-		return resolved(err)
-	}
-	return j.fut
+	return e.cp.CopyInternal(dst.cs(), src.cs(), deadline)
 }
 
 // Batch collects copies to submit as one unit: host-to-host copies run in
@@ -265,15 +184,19 @@ func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *Future {
 // other. A Batch may be reused after Submit (Reset is implied).
 type Batch struct {
 	e   *Engine
-	ops []op
+	ops []batchOp
+	cps []copier.Op // the same copies, as the copier takes them
 }
+
+type batchOp struct{ dst, src Slice }
 
 // NewBatch returns an empty batch.
 func (e *Engine) NewBatch() *Batch { return &Batch{e: e} }
 
 // Copy adds a copy and returns its index in the batch's per-op status.
 func (b *Batch) Copy(dst, src Slice) int {
-	b.ops = append(b.ops, op{dst: dst, src: src, idx: len(b.ops)})
+	b.ops = append(b.ops, batchOp{dst: dst, src: src})
+	b.cps = append(b.cps, copier.Op{Idx: len(b.cps)})
 	return len(b.ops) - 1
 }
 
@@ -281,7 +204,7 @@ func (b *Batch) Copy(dst, src Slice) int {
 func (b *Batch) Len() int { return len(b.ops) }
 
 // Reset empties the batch.
-func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0] }
+func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0]; clear(b.cps); b.cps = b.cps[:0] }
 
 // Submit validates every copy and submits them all, or none: if any copy is
 // invalid the future resolves at once with that error (Errs tells which)
@@ -319,45 +242,16 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 			return batchInvalid(n, i, err)
 		}
 	}
-	oc := e.opConfig(opts)
-	now := time.Now()
-	// Every device copy (including between devices) goes in one job, pushed
-	// to one queue: the only step that can fail happens before anything
-	// runs, so a batch is never submitted half-way.
-	var dev *job
-	var host []op
 	for i := range b.ops {
-		o := b.ops[i]
-		if !o.dst.buf.loc.gaudi && !o.src.buf.loc.gaudi {
-			host = append(host, o)
-			continue
-		}
-		if dev == nil {
-			dev = &job{fut: f, start: now, deadline: oc.deadline}
-			if ctx.Done() != nil {
-				dev.ctx = ctx // its copies not yet in a CS are dropped when ctx ends
-			}
-		}
-		dev.ops = append(dev.ops, o)
+		b.cps[i].Dst, b.cps[i].Src = b.ops[i].dst.cs(), b.ops[i].src.cs()
 	}
-	if dev != nil {
-		g, dir := e.route(&dev.ops[0])
-		if err := g.enqueue(ctx, dir, dev); err != nil {
-			for i := range b.ops {
-				b.ops[i].dst.buf.release()
-				b.ops[i].src.buf.release()
-			}
-			return batchInvalid(n, 0, err)
+	// A batch is never submitted half-way (see copier.SubmitBatch).
+	if err := e.cp.SubmitBatch(ctx, &f.f, b.cps, e.opConfig(opts).deadline); err != nil {
+		for i := range b.ops {
+			b.ops[i].dst.buf.release()
+			b.ops[i].src.buf.release()
 		}
-	}
-	e.st.submitted.Add(uint64(n))
-	for _, o := range host {
-		e.gateHook()
-		e.hostCopy(o.dst, o.src)
-		o.dst.buf.release()
-		o.src.buf.release()
-		e.st.recordInline(o.n())
-		f.complete(o.idx, nil)
+		return batchInvalid(n, 0, err)
 	}
 	return f
 }

@@ -30,8 +30,8 @@ func TestCrossDeviceSubmitDoesNotBlock(t *testing.T) {
 	e := newEngine(t, Config{EmulatedCount: 2, QueueFull: FailWhenFull})
 	d0, _ := e.Alloc(1<<20, Gaudi(0))
 	d1, _ := e.Alloc(1<<20, Gaudi(1))
-	n := cap(e.stageSem)
-	e.devs[0].sim.DelayNextCS(n, 500*time.Millisecond)
+	n := e.cp.StageTasks()
+	e.cp.Devs[0].Sim.DelayNextCS(n, 500*time.Millisecond)
 	var futs []*Future
 	for i := 0; i < n; i++ {
 		futs = append(futs, e.Copy(context.Background(), d1.Slice(i*4096, 4096), d0.Slice(i*4096, 4096)))
@@ -56,7 +56,7 @@ func TestCrossDeviceFreeDeferred(t *testing.T) {
 	e := newEngine(t, Config{EmulatedCount: 2})
 	d0, _ := e.Alloc(8<<20, Gaudi(0))
 	d1, _ := e.Alloc(8<<20, Gaudi(1))
-	e.devs[0].sim.DelayNextCS(1, 50*time.Millisecond)
+	e.cp.Devs[0].Sim.DelayNextCS(1, 50*time.Millisecond)
 	f := e.Copy(context.Background(), d1.All(), d0.All())
 	if err := d0.Free(); err != nil {
 		t.Fatal(err)

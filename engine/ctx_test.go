@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/copier"
 )
 
 // TestPutCtxBoundsPeerDMA: over "unix", a Put into the peer's Gaudi memory
@@ -55,7 +57,7 @@ func TestCopyCancelDropsQueued(t *testing.T) {
 			<-release
 		}
 	}
-	e.hookProcess.Store(&hook)
+	e.cp.HookProcess.Store(&hook)
 	bg := context.Background()
 	f0 := e.Copy(bg, d.Slice(0, 4096), h.Slice(0, 4096))
 	<-entered
@@ -79,21 +81,21 @@ func TestCopyCancelDropsQueued(t *testing.T) {
 // last chunk is never written. Before, the copy ran to its end.
 func TestCrossDeviceCancelStopsChunks(t *testing.T) {
 	e := newEngine(t, Config{EmulatedCount: 2})
-	const n = 3 * stageChunk
+	const n = 3 * copier.StageChunk
 	h, _ := e.Alloc(n, Host)
 	d0, _ := e.Alloc(n, Gaudi(0))
 	d1, _ := e.Alloc(n, Gaudi(1))
-	out, _ := e.Alloc(stageChunk, Host)
+	out, _ := e.Alloc(copier.StageChunk, Host)
 	bg := context.Background()
 	fill(h.Bytes(), 5)
 	require.NoError(t, e.CopySync(bg, d0.All(), h.All()))
-	e.devs[0].sim.DelayNextCS(1, 300*time.Millisecond) // the first chunk's D2H
+	e.cp.Devs[0].Sim.DelayNextCS(1, 300*time.Millisecond) // the first chunk's D2H
 	ctx, cancel := context.WithCancel(bg)
 	f := e.Copy(ctx, d1.All(), d0.All())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	<-f.Done()
 	require.ErrorIs(t, f.Err(), ErrCanceled)
-	require.NoError(t, e.CopySync(bg, out.All(), d1.Slice(2*stageChunk, stageChunk)))
-	require.Equal(t, make([]byte, stageChunk), out.Bytes(), "a chunk started after the cancellation")
+	require.NoError(t, e.CopySync(bg, out.All(), d1.Slice(2*copier.StageChunk, copier.StageChunk)))
+	require.Equal(t, make([]byte, copier.StageChunk), out.Bytes(), "a chunk started after the cancellation")
 	require.Zero(t, e.Stats().InFlight)
 }

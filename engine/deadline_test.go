@@ -18,12 +18,12 @@ func TestDeadlineNotSpuriousBehindSlowCSs(t *testing.T) {
 	h, _ := e.Alloc(1<<20, Host)
 	d, _ := e.Alloc(1<<20, Gaudi(0))
 	ctx := context.Background()
-	e.devs[0].sim.DelayNextCS(16, time.Second)
+	e.cp.Devs[0].Sim.DelayNextCS(16, time.Second)
 	var slow []*Future
 	for i := 0; i < 16; i++ {
 		slow = append(slow, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
 	}
-	require.Eventually(t, func() bool { return e.devs[0].actor.Outstanding() == 16 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return e.cp.Devs[0].Actor.Outstanding() == 16 }, time.Second, time.Millisecond)
 	start := time.Now()
 	f := e.Copy(ctx, h.Slice(512<<10, 4096), d.Slice(0, 4096), Timeout(300*time.Millisecond)) // D2H, not delayed
 	err := f.Wait(ctx)
@@ -50,9 +50,9 @@ func TestDeadlineSparesOpsWithoutOne(t *testing.T) {
 			<-release
 		}
 	}
-	e.hookProcess.Store(&hook)
+	e.cp.HookProcess.Store(&hook)
 	ctx := context.Background()
-	e.devs[0].sim.DelayNextCS(2, 400*time.Millisecond)
+	e.cp.Devs[0].Sim.DelayNextCS(2, 400*time.Millisecond)
 	f0 := e.Copy(ctx, d.Slice(0, 4096), h.Slice(0, 4096))
 	<-entered
 	fa := e.Copy(ctx, d.Slice(8192, 4096), h.Slice(8192, 4096), Timeout(150*time.Millisecond))
@@ -70,7 +70,7 @@ func TestTimeoutCrossDeviceCopy(t *testing.T) {
 	e := newEngine(t, Config{EmulatedCount: 2})
 	d0, _ := e.Alloc(1<<20, Gaudi(0))
 	d1, _ := e.Alloc(1<<20, Gaudi(1))
-	e.devs[0].sim.DelayNextCS(1, 400*time.Millisecond)
+	e.cp.Devs[0].Sim.DelayNextCS(1, 400*time.Millisecond)
 	start := time.Now()
 	err := e.CopySync(context.Background(), d1.All(), d0.All(), Timeout(50*time.Millisecond))
 	t.Logf("cross-device copy with Timeout(50ms), device delay 400ms: err=%v after %v", err, time.Since(start))

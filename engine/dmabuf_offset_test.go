@@ -6,12 +6,14 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/copier"
 )
 
 // TestDMABufOffsetBothKernelGenerations: a Gaudi buffer's DMA-BUF (what
 // ibv_reg_dmabuf_mr and IPC peers get) on an emulated 6.5 kernel, whose
 // driver ignores the export offset, and on 6.8: Offset is where the
-// buffer's bytes are, and dmabufOffset (used for the MR) refuses a DMA-BUF
+// buffer's bytes are, and copier.DMABufOffset (used for the MR) refuses a DMA-BUF
 // that does not cover the buffer instead of registering wrong bytes.
 func TestDMABufOffsetBothKernelGenerations(t *testing.T) {
 	for _, kernel := range []string{"6.5", "6.8"} {
@@ -29,7 +31,7 @@ func TestDMABufOffsetBothKernelGenerations(t *testing.T) {
 			require.NoError(t, err)
 			require.LessOrEqual(t, x.Offset()+n, x.Size())
 			// Read it as an importer would (the emulated driver's view).
-			view, err := e.devs[0].sim.DMABufView(x.FD().Int())
+			view, err := e.cp.Devs[0].Sim.DMABufView(x.FD().Int())
 			require.NoError(t, err)
 			got := make([]byte, n)
 			k, err := view.ReadAt(x.FD().Int(), got, x.Offset())
@@ -40,10 +42,10 @@ func TestDMABufOffsetBothKernelGenerations(t *testing.T) {
 
 			// A DMA-BUF of a later part of the allocation: on 6.5 it starts at
 			// the allocation (offset carried), on 6.8 at the part.
-			dev := e.devs[0].dev
+			dev := e.cp.Devs[0].Dev
 			part, err := dev.ExportDMABuf(g.dmem, 4096, 8192)
 			require.NoError(t, err)
-			_, err = dmabufOffset(g, part)
+			_, err = copier.DMABufOffset(&g.m, part)
 			require.ErrorIs(t, err, ErrDevice, "a DMA-BUF that does not hold the whole buffer is refused")
 			if kernel == "6.5" {
 				require.Zero(t, part.MemOffset())

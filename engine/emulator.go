@@ -31,10 +31,10 @@ func (e *Engine) Emulator(i int) (*Emulator, error) {
 	if err != nil {
 		return nil, err
 	}
-	if g.sim == nil {
-		return nil, newErr(ErrNotEmulated, fmt.Sprintf("gaudi%d is %s", i, g.dev.Name()), nil)
+	if g.Sim == nil {
+		return nil, newErr(ErrNotEmulated, fmt.Sprintf("gaudi%d is %s", i, g.Dev.Name()), nil)
 	}
-	return &Emulator{dev: i, sim: g.sim}, nil
+	return &Emulator{dev: i, sim: g.Sim}, nil
 }
 
 // Device is the index of the emulated device (Gaudi(Device())).

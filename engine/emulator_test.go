@@ -77,11 +77,11 @@ func TestEmulatorRefusals(t *testing.T) {
 	require.ErrorIs(t, err, ErrNoDevice)
 
 	// A real device: nothing to inject into.
-	g := e.devs[0]
-	sim := g.sim
-	g.sim = nil
+	g := e.cp.Devs[0]
+	sim := g.Sim
+	g.Sim = nil
 	_, err = e.Emulator(0)
-	g.sim = sim
+	g.Sim = sim
 	require.ErrorIs(t, err, ErrNotEmulated)
 
 	none := newEngine(t, Config{Devices: DevicesNone})

@@ -3,17 +3,14 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
-	"github.com/panjf2000/ants/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/gxfer/gxfer/dma"
-	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/rdmapath"
 	"github.com/gxfer/gxfer/ipc"
@@ -28,21 +25,18 @@ type Engine struct {
 	cfg Config
 	log zerolog.Logger
 
-	pool *ants.Pool // drain tasks: never wait on other tasks
+	// cp runs the copies: devices, queues, workers, completion actors,
+	// staging between devices (internal/copier).
+	cp *copier.Copier
 
-	// Tasks that wait on other work (staging between devices, requests to
-	// peers) run as goroutines bounded by semaphores taken inside them.
+	// Tasks that wait on other work (requests to peers) run as goroutines
+	// bounded by semaphores taken inside them.
 	async sync.WaitGroup
 	// epLoops counts endpoint readers and writers, also of endpoints that
 	// failed and left endpoints: Close waits for them before it releases
 	// buffers (a reader may still be landing data).
-	epLoops  sync.WaitGroup
-	stageSem chan struct{}
-	rmaSem   chan struct{}
-	host     *hostPath
-	devs     []*gdev
-	sims     []*hlsim.Device
-	types    *memcache.TypeCache // host ranges -> *Buffer
+	epLoops sync.WaitGroup
+	rmaSem  chan struct{}
 
 	mu      sync.Mutex
 	buffers map[uint64]*Buffer
@@ -52,11 +46,10 @@ type Engine struct {
 	closeEr error
 
 	resolved *Future // shared already-successful future for inline ops
-	st       stats
+	st       copier.Counters
 
-	hookProcess atomic.Pointer[func()] // tests: runs in workers before processing
-	gate        datapath.Gate          // calls Close waits for before it unmaps (gate.go); its hook (tests) runs in an admitted call before its copy
-	hookDrain   atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls
+	gate      datapath.Gate          // calls Close waits for before it unmaps (gate.go); its hook (tests) runs in an admitted call before its copy
+	hookDrain atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls
 
 	ident        identity
 	lastVerified atomic.Pointer[wire.RemoteKey] // see verifyKey
@@ -81,7 +74,6 @@ func New(cfg Config) (_ *Engine, err error) {
 	e := &Engine{
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str("component", "engine").Logger(),
-		types:     memcache.NewTypeCache(),
 		buffers:   map[uint64]*Buffer{},
 		resolved:  resolved(nil),
 		endpoints: map[*Endpoint]struct{}{},
@@ -96,93 +88,48 @@ func New(cfg Config) (_ *Engine, err error) {
 	if e.ident, err = newIdentity(); err != nil {
 		return nil, err
 	}
-	e.pool, err = ants.NewPool(cfg.Workers, ants.WithPanicHandler(e.onPanic), ants.WithLogger(antsLogger{e.log}))
-	if err != nil {
-		return nil, fmt.Errorf("gxfer: worker pool: %w", err)
-	}
-	e.stageSem = make(chan struct{}, 8)
 	e.rmaSem = make(chan struct{}, 64)
-	e.host = newHostPath(e)
-	if err := e.openDevices(); err != nil {
+	if err := e.openCopier(); err != nil {
 		return nil, err
 	}
 	e.openTransports()
-	// At most one drain per (device, direction) and one for host copies
-	// run at a time: the pool must hold them all.
-	e.pool.Tune(max(cfg.Workers, numDirs*len(e.devs)+1))
 	return e, nil
 }
 
-type antsLogger struct{ l zerolog.Logger }
-
-func (a antsLogger) Printf(format string, args ...any) { a.l.Debug().Msgf(format, args...) }
-
-// onPanic logs and counts a worker panic. Workers recover their own panics
-// (failing the operations they held); this is also the pool's handler.
-func (e *Engine) onPanic(p any) {
-	e.log.Error().Str("panic", fmt.Sprint(p)).Msg("worker panicked")
-	e.st.panics.Add(1)
-}
-
-func (e *Engine) openDevices() error {
-	opts := dma.Options{Logger: e.cfg.Logger}
-	if e.cfg.Devices == DevicesAuto {
-		nodes, err := dma.Discover(e.cfg.SysRoot)
-		if err != nil {
-			e.log.Warn().Err(err).Msg("device discovery failed")
-		}
-		for _, n := range nodes {
-			d, err := dma.Open(n, opts)
+// openCopier starts the copy machinery and opens the devices Config asks
+// for.
+func (e *Engine) openCopier() (err error) {
+	c := e.cfg
+	e.cp, err = copier.New(copier.Config{
+		Logger: e.log, BaseLogger: c.Logger, Workers: c.Workers, QueueDepth: c.QueueDepth, FailWhenFull: c.QueueFull == FailWhenFull,
+		CBSize: c.CBSize, MaxOpsPerCS: c.MaxOpsPerCS, ChunkSize: c.ChunkSize, ParallelCopyMin: c.ParallelCopyMin, InlineHostMax: c.InlineHostMax,
+		PollSpin: c.PollSpin, CloseGrace: c.CloseGrace,
+		RegMaxRegions: c.RegCache.MaxRegions, RegMaxBytes: c.RegCache.MaxBytes, RegCacheOff: c.RegCache.Disabled,
+		Gate: &e.gate, Stats: &e.st,
+		AllocHost: func(n int) (*copier.Mem, error) {
+			b, err := e.Alloc(n, Host)
 			if err != nil {
-				return fmt.Errorf("gxfer: open %s: %w", n.Path, err)
+				return nil, err
 			}
-			e.addDevice(d, nil)
-			e.devs[len(e.devs)-1].node = n
-		}
+			return &b.m, nil
+		},
+		FreeHost: func(m *copier.Mem) error { return m.Owner.(*Buffer).Free() },
+		Destroy:  func(m *copier.Mem) { _ = m.Owner.(*Buffer).destroy() },
+	})
+	if err != nil || c.Devices == DevicesNone {
+		return err
 	}
-	if e.cfg.Devices == DevicesNone || (e.cfg.Devices == DevicesAuto && len(e.devs) > 0) {
-		return nil
-	}
-	model := hlsim.ModelGaudi2
-	switch strings.ToLower(e.cfg.Emulator.Model) {
-	case "gaudi2", "":
-	case "gaudi1", "gaudi":
-		model = hlsim.ModelGaudi1
-	default:
-		return newErr(ErrInvalid, "unknown emulated model "+e.cfg.Emulator.Model, nil)
-	}
-	for i := 0; i < e.cfg.EmulatedCount; i++ {
-		sim, err := hlsim.New(hlsim.Config{
-			Model:     model,
-			DRAMSize:  e.cfg.Emulator.DRAMSize,
-			Index:     i,
-			Kernel:    e.cfg.Emulator.Kernel,
-			CSTimeout: e.cfg.Emulator.CSTimeout,
-			Logger:    e.cfg.Logger,
-		})
-		if err != nil {
-			return fmt.Errorf("gxfer: emulated device %d: %w", i, err)
-		}
-		e.sims = append(e.sims, sim)
-		b, err := sim.Open()
-		if err != nil {
-			return fmt.Errorf("gxfer: open emulated device %d: %w", i, err)
-		}
-		d, err := dma.NewDevice(b, opts)
-		if err != nil {
-			return fmt.Errorf("gxfer: emulated device %d: %w", i, err)
-		}
-		e.addDevice(d, sim)
-		e.devs[len(e.devs)-1].node = dma.NodeInfo{Index: i, Path: d.Name(), DeviceType: d.Model().String(), Driver: "hlsim", Emulated: true}
-	}
-	return nil
+	return e.cp.OpenDevices(copier.Devices{
+		Discover: c.Devices == DevicesAuto, SysRoot: c.SysRoot, Emulated: c.EmulatedCount, Model: c.Emulator.Model,
+		DRAMSize: c.Emulator.DRAMSize, Kernel: c.Emulator.Kernel, CSTimeout: c.Emulator.CSTimeout,
+	})
 }
 
 // Config returns the engine's configuration with every default applied.
 func (e *Engine) Config() Config { return e.cfg }
 
 // NumDevices is the number of Gaudi devices the engine drives.
-func (e *Engine) NumDevices() int { return len(e.devs) }
+func (e *Engine) NumDevices() int { return len(e.cp.Devs) }
 
 // DeviceInfo describes one device the engine drives.
 type DeviceInfo struct {
@@ -214,32 +161,46 @@ type DeviceInfo struct {
 
 // Devices describes the devices the engine drives.
 func (e *Engine) Devices() []DeviceInfo {
-	out := make([]DeviceInfo, 0, len(e.devs))
-	for _, g := range e.devs {
-		info := g.dev.Info()
-		di := DeviceInfo{
-			Index: g.idx, Name: g.dev.Name(), Model: g.dev.Model().String(), Emulated: g.dev.Emulated(),
-			Numbering: g.dev.Numbering().String(), ExportAPI: g.dev.ExportAPI(),
-			DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
-			Node: g.node.Path, ControlNode: g.node.ControlPath, PCIAddr: g.node.PCIAddr, DeviceType: g.node.DeviceType,
-			Driver: g.node.Driver, KernelRelease: g.dev.KernelRelease(),
-		}
-		if u, err := g.dev.DramUsage(); err == nil {
-			di.DRAMFree = u.Free
-		}
+	out := make([]DeviceInfo, 0, len(e.cp.Devs))
+	for _, g := range e.cp.Devs {
+		di, n := describe(g.Idx, g.Dev), g.Node
+		di.Node, di.ControlNode, di.PCIAddr, di.DeviceType, di.Driver = n.Path, n.ControlPath, n.PCIAddr, n.DeviceType, n.Driver
 		out = append(out, di)
 	}
 	return append(out, e.attach.devices()...)
 }
 
-func (e *Engine) device(l Location) (*gdev, error) {
+// describer is what Devices reads of a device gxfer opened (dma.Device)
+// or one the runtime lent (dma.Attached).
+type describer interface {
+	Info() dma.HwInfo
+	Name() string
+	Model() dma.Model
+	Emulated() bool
+	Numbering() dma.Numbering
+	ExportAPI() string
+	KernelRelease() string
+	DramUsage() (dma.DramUsage, error)
+}
+
+func describe(idx int, d describer) DeviceInfo {
+	info := d.Info()
+	di := DeviceInfo{
+		Index: idx, Name: d.Name(), Model: d.Model().String(), Emulated: d.Emulated(),
+		Numbering: d.Numbering().String(), ExportAPI: d.ExportAPI(), KernelRelease: d.KernelRelease(),
+		DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
+	}
+	if u, err := d.DramUsage(); err == nil {
+		di.DRAMFree = u.Free
+	}
+	return di
+}
+
+func (e *Engine) device(l Location) (*copier.Device, error) {
 	if l.attached {
 		return nil, newErr(ErrNoDevice, l.String()+" is runtime memory: gxfer drives no device there (see Attachment)", nil)
 	}
-	if l.dev < 0 || l.dev >= len(e.devs) {
-		return nil, newErr(ErrNoDevice, fmt.Sprintf("gaudi%d (engine has %d)", l.dev, len(e.devs)), nil)
-	}
-	return e.devs[l.dev], nil
+	return e.cp.Device(l.dev)
 }
 
 // Alloc allocates size bytes at loc: page-aligned host memory outside the
@@ -257,12 +218,13 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, err := g.dev.AllocDevice(uint64(size))
+		m, err := g.Dev.AllocDevice(uint64(size))
 		if err != nil {
 			return nil, fmt.Errorf("gxfer: alloc %d bytes on gaudi%d: %w", size, loc.dev, err)
 		}
 		b.gd, b.dmem = g, m
-		if err := g.types.Insert(m.Addr(), uint64(size), memcache.MemGaudi, g.idx, b); err != nil {
+		b.initMem()
+		if err := g.Types.Insert(m.Addr(), uint64(size), memcache.MemGaudi, g.Idx, &b.m); err != nil {
 			_ = m.Free()
 			return nil, err
 		}
@@ -274,7 +236,8 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 		b.shm = shm
 		b.pages = shm.Bytes()[:size:size]
 		b.ptr = unsafe.Pointer(&b.pages[0])
-		if err := e.types.Insert(b.Addr(), uint64(size), memcache.MemHost, -1, b); err != nil {
+		b.initMem()
+		if err := e.cp.AddHost(&b.m); err != nil {
 			_ = shm.Close()
 			return nil, err
 		}
@@ -295,7 +258,8 @@ func (e *Engine) Register(mem []byte) (*Buffer, error) {
 		return nil, newErr(ErrInvalid, "empty memory", nil)
 	}
 	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: Host, size: uint64(len(mem)), user: mem, ptr: unsafe.Pointer(&mem[0])}
-	if err := e.types.Insert(b.Addr(), b.size, memcache.MemHost, -1, b); err != nil {
+	b.initMem()
+	if err := e.cp.AddHost(&b.m); err != nil {
 		return nil, newErr(ErrInvalid, "memory overlaps a registered buffer", err)
 	}
 	e.track(b)
@@ -311,11 +275,11 @@ func (e *Engine) track(b *Buffer) {
 // Lookup finds the host buffer holding [addr, addr+n) (the memory-type
 // cache), and returns it as a Slice.
 func (e *Engine) Lookup(addr uint64, n int) (Slice, error) {
-	ent, ok := e.types.Lookup(addr, uint64(n))
+	ent, ok := e.cp.Types.Lookup(addr, uint64(n))
 	if !ok {
 		return Slice{}, newErr(ErrInvalid, fmt.Sprintf("no buffer holds host range %#x+%d", addr, n), nil)
 	}
-	b := ent.Owner.(*Buffer)
+	b := ent.Owner.(*copier.Mem).Owner.(*Buffer)
 	return b.Slice(int(addr-b.Addr()), n), nil
 }
 
@@ -325,23 +289,12 @@ func (e *Engine) LookupDevice(dev int, addr uint64, n int) (Slice, error) {
 	if err != nil {
 		return Slice{}, err
 	}
-	ent, ok := g.types.Lookup(addr, uint64(n))
+	ent, ok := g.Types.Lookup(addr, uint64(n))
 	if !ok {
 		return Slice{}, newErr(ErrInvalid, fmt.Sprintf("no buffer holds gaudi%d range %#x+%d", dev, addr, n), nil)
 	}
-	b := ent.Owner.(*Buffer)
+	b := ent.Owner.(*copier.Mem).Owner.(*Buffer)
 	return b.Slice(int(addr-b.Addr()), n), nil
-}
-
-// hostPointer returns the pointer for host range [addr, addr+n) of a live
-// buffer, derived from the buffer's own pointer.
-func (e *Engine) hostPointer(addr, n uint64) (unsafe.Pointer, error) {
-	ent, ok := e.types.Lookup(addr, n)
-	if !ok {
-		return nil, newErr(ErrInvalid, fmt.Sprintf("host range %#x+%d is not a buffer", addr, n), nil)
-	}
-	b := ent.Owner.(*Buffer)
-	return unsafe.Add(b.ptr, addr-b.Addr()), nil
 }
 
 func (e *Engine) destroyBuffer(b *Buffer) error {
@@ -350,17 +303,14 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 	e.mu.Unlock()
 	var errs []error
 	errs = append(errs, e.hooksFreeing(b))
-	if b.att != nil {
-		b.att.a.forget(b) // runtime memory: never freed by gxfer
-	} else if b.loc.gaudi {
-		b.gd.types.Remove(b.dmem.Addr(), b.size)
-		b.gd.exports.Invalidate(b.dmem.Addr(), b.size)
+	switch {
+	case b.att != nil:
+		b.att.a.rt.Forget(&b.m) // runtime memory: never freed by gxfer
+	case b.loc.gaudi:
+		e.cp.Forget(&b.m)
 		errs = append(errs, b.dmem.Free())
-	} else {
-		for _, g := range e.devs {
-			g.hostMaps.Invalidate(b.Addr(), b.size)
-		}
-		e.types.Remove(b.Addr(), b.size)
+	default:
+		e.cp.Forget(&b.m)
 		if b.shm != nil {
 			errs = append(errs, b.shm.Close())
 		}
@@ -400,36 +350,17 @@ func (e *Engine) Close() error {
 			_ = ep.Close()
 		}
 		errs = append(errs, e.transports.Close())
-		// Stop intake and fail what is still queued.
-		for _, g := range e.devs {
-			g.closeQueues()
-		}
-		if e.host != nil {
-			e.host.closeQueue()
-		}
-		if e.pool != nil {
-			if err := e.pool.ReleaseTimeout(e.cfg.CloseGrace + time.Second); err != nil {
-				e.log.Warn().Err(err).Msg("workers did not stop in time")
-			}
-		}
-		for _, g := range e.devs {
-			g.failQueued(ErrClosed)
-			g.actor.Close(e.cfg.CloseGrace)
-		}
-		if e.host != nil {
-			e.host.failQueued(ErrClosed)
-			e.host.actor.Close()
-		}
-		// Staging and peer-request tasks end once their inner copies have.
+		// Stop intake, fail what is still queued, give the devices
+		// CloseGrace, wait for staging.
+		e.cp.Stop()
+		// Peer-request tasks end once their inner copies have.
 		e.async.Wait()
 		e.epLoops.Wait()
 		// Stop the devices before anything they may still touch is freed.
-		for _, g := range e.devs {
-			errs = append(errs, g.closeDevice())
-		}
+		errs = append(errs, e.cp.CloseDevices())
 		// No copy on a caller's goroutine may still touch a buffer.
 		e.drainGate()
-		e.attach.quiesce() // copies handed to attachments' copiers
+		e.cp.WaitRuntime() // copies handed to attachments' copiers
 		// Release buffers that are still alive.
 		e.mu.Lock()
 		live := make([]*Buffer, 0, len(e.buffers))
@@ -444,13 +375,9 @@ func (e *Engine) Close() error {
 			}
 		}
 		errs = append(errs, e.attach.detachAll()) // after the buffers' MRs
-		for _, g := range e.devs {
-			errs = append(errs, g.closeCaches())
-		}
+		errs = append(errs, e.cp.CloseCaches())
 		errs = append(errs, e.transports.Finish())
-		for _, s := range e.sims {
-			errs = append(errs, s.Close())
-		}
+		errs = append(errs, e.cp.CloseSims())
 		e.closeEr = errors.Join(errs...)
 	})
 	return e.closeEr

@@ -150,7 +150,7 @@ func randomWorker(ctx context.Context, e *Engine, w, n int, locs []Location, max
 				return err
 			}
 		} else {
-			copy(src.hostBytes(), want[:size])
+			copy(src.cs().HostBytes(), want[:size])
 		}
 		if err := e.Copy(ctx, dst, src).Wait(ctx); err != nil {
 			return err
@@ -163,7 +163,7 @@ func randomWorker(ctx context.Context, e *Engine, w, n int, locs []Location, max
 			}
 			got = stage.Slice(0, size)
 		}
-		if !bytes.Equal(got.hostBytes(), want[:size]) {
+		if !bytes.Equal(got.cs().HostBytes(), want[:size]) {
 			return errors.New("data mismatch " + sl.String() + " -> " + dl.String())
 		}
 	}
@@ -261,7 +261,7 @@ func TestRegisterAndLookup(t *testing.T) {
 
 func TestFaults(t *testing.T) {
 	e := newEngine(t, Config{Emulator: EmulatorConfig{CSTimeout: 100 * time.Millisecond}})
-	sim := e.devs[0].sim
+	sim := e.cp.Devs[0].Sim
 	ctx := context.Background()
 	h, err := e.Alloc(1<<20, Host)
 	require.NoError(t, err)
@@ -304,7 +304,7 @@ func TestCloseWithOpsInFlight(t *testing.T) {
 	require.NoError(t, err)
 	d, err := e.Alloc(1<<20, Gaudi(0))
 	require.NoError(t, err)
-	e.devs[0].sim.DelayNextCS(2, 50*time.Millisecond)
+	e.cp.Devs[0].Sim.DelayNextCS(2, 50*time.Millisecond)
 	var futs []*Future
 	for i := 0; i < 3000; i++ {
 		off := (i * 64) % (1 << 20)
@@ -335,7 +335,7 @@ func TestQueueFull(t *testing.T) {
 		e := newEngine(t, Config{QueueDepth: 1, QueueFull: FailWhenFull})
 		h, _ := e.Alloc(1<<20, Host)
 		d, _ := e.Alloc(1<<20, Gaudi(0))
-		e.devs[0].sim.DelayNextCS(1, 100*time.Millisecond)
+		e.cp.Devs[0].Sim.DelayNextCS(1, 100*time.Millisecond)
 		var full int
 		var futs []*Future
 		for i := 0; i < 200; i++ {
@@ -355,7 +355,7 @@ func TestQueueFull(t *testing.T) {
 		e := newEngine(t, Config{QueueDepth: 1})
 		h, _ := e.Alloc(1<<20, Host)
 		d, _ := e.Alloc(1<<20, Gaudi(0))
-		e.devs[0].sim.DelayNextCS(1, 200*time.Millisecond)
+		e.cp.Devs[0].Sim.DelayNextCS(1, 200*time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 		defer cancel()
 		var sawDeadline bool
@@ -379,7 +379,7 @@ func TestCancelWaitKeepsBuffer(t *testing.T) {
 	h, _ := e.Alloc(1<<20, Host)
 	d, _ := e.Alloc(1<<20, Gaudi(0))
 	fill(h.Bytes(), 3)
-	e.devs[0].sim.DelayNextCS(1, 50*time.Millisecond)
+	e.cp.Devs[0].Sim.DelayNextCS(1, 50*time.Millisecond)
 	f := e.Copy(context.Background(), d.All(), h.All())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -399,10 +399,10 @@ func TestWorkerPanicBecomesError(t *testing.T) {
 	h, _ := e.Alloc(4096, Host)
 	d, _ := e.Alloc(4096, Gaudi(0))
 	hook := func() { panic("injected") }
-	e.hookProcess.Store(&hook)
+	e.cp.HookProcess.Store(&hook)
 	err := e.CopySync(context.Background(), d.All(), h.All())
 	require.ErrorIs(t, err, ErrPanic)
-	e.hookProcess.Store(nil)
+	e.cp.HookProcess.Store(nil)
 	require.Eventually(t, func() bool { return e.Stats().Panics == 1 }, 5*time.Second, time.Millisecond)
 	require.NoError(t, e.CopySync(context.Background(), d.All(), h.All()))
 }

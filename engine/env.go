@@ -7,10 +7,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
-	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -60,30 +59,21 @@ func (b *dpBuf) State() *datapath.BufState { return &b.dpState }
 // package dma carries where the kernel ignores an export offset), or, for
 // runtime memory, the pool's DMA-BUF.
 func (b *dpBuf) ExportDMABuf() (datapath.DMABuf, error) {
-	bb := (*Buffer)(b)
 	if !b.loc.gaudi {
 		return datapath.DMABuf{}, newErr(ErrInvalid, "not device memory", nil)
 	}
-	if b.att != nil {
-		req, err := bb.attachedMRRequest()
+	if rt := b.m.RT; rt != nil {
+		reg, err := rt.MR(&b.m)
 		if err != nil {
 			return datapath.DMABuf{}, err
 		}
-		a := b.att.a
-		return datapath.DMABuf{FD: req.fd, Offset: req.offset, Registered: func() { a.mrs.Add(1) }}, nil
+		return datapath.DMABuf{FD: reg.FD, Offset: reg.Offset, Registered: func() { rt.MRs.Add(1) }}, nil
 	}
-	x, err := b.gd.exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
+	x, err := copier.ExportOf(&b.m)
 	if err != nil {
 		return datapath.DMABuf{}, newErr(ErrDevice, "export gaudi buffer", err)
 	}
-	db := x.Value().(*dma.DMABuf)
-	off, err := dmabufOffset(bb, db)
-	if err != nil {
-		b.gd.exports.Put(x)
-		return datapath.DMABuf{}, err
-	}
-	exports := b.gd.exports
-	return datapath.DMABuf{FD: db.FD().Int(), Offset: off, Release: func() { exports.Put(x) }}, nil
+	return datapath.DMABuf{FD: x.FD.Int(), Offset: x.Offset, Release: x.Release}, nil
 }
 
 func (e *env) eng() *Engine { return (*Engine)(e) }
@@ -125,7 +115,8 @@ func (e *env) FreeHost(b datapath.Buf) error { return fromBuf(b).Free() }
 
 func (e *env) WrapHost(mem []byte, onDestroy func() error) (datapath.Buf, error) {
 	b := &Buffer{eng: e.eng(), id: e.nextID.Add(1), loc: Host, size: uint64(len(mem)), user: mem, ptr: unsafe.Pointer(&mem[0]), onDestroy: onDestroy}
-	if err := e.types.Insert(b.Addr(), b.size, memcache.MemHost, -1, b); err != nil {
+	b.initMem()
+	if err := e.cp.AddHost(&b.m); err != nil {
 		return nil, err
 	}
 	e.eng().track(b)
@@ -170,10 +161,4 @@ func (e *env) ExportKey(b datapath.Buf) (wire.RemoteKey, error) {
 	return k.k, err
 }
 
-func (e *env) CountInline(n, size uint64) {
-	st := &e.st
-	st.submitted.Add(n)
-	st.completed.Add(n)
-	st.inline.Add(n)
-	st.bytes.Add(n * size)
-}
+func (e *env) CountInline(n, size uint64) { e.st.RecordDone(n, size, true) }

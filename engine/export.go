@@ -1,12 +1,10 @@
 package engine
 
 import (
-	"fmt"
 	"sync/atomic"
 
-	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/fd"
-	"github.com/gxfer/gxfer/memcache"
 )
 
 // DMABuf is a reference to the DMA-BUF export of a Gaudi buffer. The engine
@@ -17,8 +15,7 @@ import (
 // the CPU cannot map it.
 type DMABuf struct {
 	b        *Buffer
-	r        *memcache.Region
-	reg      *attachedExport // runtime memory: the pool's DMA-BUF (attach.go)
+	x        copier.Export
 	released atomic.Bool
 }
 
@@ -29,75 +26,34 @@ func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
 	if !b.loc.gaudi {
 		return nil, newErr(ErrNotSupported, "only Gaudi memory is exported as a DMA-BUF (host memory is shared as a memfd)", nil)
 	}
-	if b.att != nil {
-		return b.att.a.exportDMABuf(b)
-	}
 	if err := b.acquire(); err != nil {
 		return nil, err
 	}
-	r, err := b.gd.exports.Get(b.dmem.Addr(), b.size, memcache.AccessRead|memcache.AccessWrite)
+	x, err := copier.ExportOf(&b.m)
 	if err != nil {
-		b.release()
-		return nil, fmt.Errorf("gxfer: export gaudi%d buffer %d: %w", b.gd.idx, b.id, err)
-	}
-	if _, err := dmabufOffset(b, r.Value().(*dma.DMABuf)); err != nil {
-		b.gd.exports.Put(r)
 		b.release()
 		return nil, err
 	}
-	return &DMABuf{b: b, r: r}, nil
+	return &DMABuf{b: b, x: x}, nil
 }
-
-func (d *DMABuf) export() *dma.DMABuf { return d.r.Value().(*dma.DMABuf) }
 
 // FD is the DMA-BUF file descriptor (owned by the engine).
-func (d *DMABuf) FD() *fd.FD {
-	if d.reg != nil {
-		return d.reg.f
-	}
-	return d.export().FD()
-}
+func (d *DMABuf) FD() *fd.FD { return d.x.FD }
 
 // Offset is the byte offset of the buffer's first byte in the DMA-BUF:
 // the offset an importer passes (ibv_reg_dmabuf_mr's offset). On kernels
 // 6.3-6.6 the driver cannot export from an offset, so the DMA-BUF may
 // start before the buffer; always use Offset, never assume 0.
-func (d *DMABuf) Offset() uint64 {
-	if d.reg != nil {
-		return d.reg.off
-	}
-	off, _ := dmabufOffset(d.b, d.export()) // the export covers the buffer (checked in ExportDMABuf)
-	return off
-}
-
-// dmabufOffset is the offset of b's first byte in db, an export of b's
-// allocation; an error if db does not cover b.
-func dmabufOffset(b *Buffer, db *dma.DMABuf) (uint64, error) {
-	off, ok := db.OffsetOf(b.Addr() - db.Mem().Addr())
-	if !ok || b.size > db.Size()-off {
-		return 0, newErr(ErrDevice, fmt.Sprintf("the DMA-BUF of gaudi%d buffer %d (%d bytes from allocation byte %d) does not cover the buffer",
-			b.gd.idx, b.id, db.Size(), db.MemOffset()), nil)
-	}
-	return off, nil
-}
+func (d *DMABuf) Offset() uint64 { return d.x.Offset }
 
 // Size is the exported size (the allocation, rounded to the device page).
-func (d *DMABuf) Size() uint64 {
-	if d.reg != nil {
-		return d.reg.size
-	}
-	return d.export().Size()
-}
+func (d *DMABuf) Size() uint64 { return d.x.Size }
 
 // Release drops the reference. Idempotent.
 func (d *DMABuf) Release() {
 	if !d.released.CompareAndSwap(false, true) {
 		return
 	}
-	if d.reg != nil {
-		d.b.release()
-		return
-	}
-	d.b.gd.exports.Put(d.r)
+	d.x.Release()
 	d.b.release()
 }

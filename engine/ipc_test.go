@@ -77,7 +77,7 @@ func runPeer(network, path string) int {
 			h, _ = e.Alloc(peerSize, Host)
 			printKeys()
 		case "slow": // make the device slow so transfers are in flight
-			e.devs[0].sim.DelayNextCS(1000, 200*time.Millisecond)
+			e.cp.Devs[0].Sim.DelayNextCS(1000, 200*time.Millisecond)
 			fmt.Println("OK")
 		}
 	}

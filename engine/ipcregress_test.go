@@ -448,7 +448,7 @@ func TestIPCRegressServeOutlivesClose(t *testing.T) {
 	host, _ := e.Alloc(1<<20, Host)
 	hk, _ := host.Export()
 	hook := func() { time.Sleep(300 * time.Millisecond) }
-	e.hookProcess.Store(&hook)
+	e.cp.HookProcess.Store(&hook)
 	p := dialRaw(t, l.Addr(), rawHello(uint32(os.Getpid())))
 	mem, _ := ipc.NewShared(1<<20, "x")
 	defer mem.Close()

@@ -29,7 +29,7 @@ func TestPanicDoesNotStrandQueuedJobs(t *testing.T) {
 			panic("injected")
 		}
 	}
-	e.hookProcess.Store(&hook)
+	e.cp.HookProcess.Store(&hook)
 	ctx := context.Background()
 	fa := e.Copy(ctx, d.Slice(0, 4096), h.Slice(0, 4096))
 	<-entered
@@ -51,9 +51,9 @@ func TestPanicReleasesBufferRefs(t *testing.T) {
 	h, _ := e.Alloc(4096, Host)
 	d, _ := e.Alloc(4096, Gaudi(0))
 	hook := func() { panic("injected") }
-	e.hookProcess.Store(&hook)
+	e.cp.HookProcess.Store(&hook)
 	require.ErrorIs(t, e.CopySync(context.Background(), d.All(), h.All()), ErrPanic)
-	e.hookProcess.Store(nil)
+	e.cp.HookProcess.Store(nil)
 	require.NoError(t, h.Free())
 	time.Sleep(100 * time.Millisecond)
 	e.mu.Lock()
@@ -84,15 +84,15 @@ func TestPanicBatchDoneAfterStaging(t *testing.T) {
 			panic("injected")
 		}
 	}
-	e.hookProcess.Store(&hook)
+	e.cp.HookProcess.Store(&hook)
 	fx := e.Copy(ctx, d1.Slice(6<<20, 4096), h.Slice(8192, 4096)) // blocks gaudi1's H2D drain in the hook
 	require.Eventually(t, func() bool { return !first.Load() }, time.Second, 100*time.Microsecond)
-	e.devs[0].sim.DelayNextCS(1, 300*time.Millisecond) // the staging D2H out of d0
+	e.cp.Devs[0].Sim.DelayNextCS(1, 300*time.Millisecond) // the staging D2H out of d0
 	b := e.NewBatch()
 	b.Copy(d1.Slice(0, 4<<20), d0.Slice(0, 4<<20))  // cross-device: staged
 	b.Copy(d1.Slice(4<<20, 4096), h.Slice(0, 4096)) // gaudi1 H2D: queued behind fx
 	bf := b.Submit(ctx)
-	require.Eventually(t, func() bool { return e.devs[0].actor.Outstanding() == 1 }, time.Second, 100*time.Microsecond)
+	require.Eventually(t, func() bool { return e.cp.Devs[0].Actor.Outstanding() == 1 }, time.Second, 100*time.Microsecond)
 	armed.Store(true)
 	close(rel)
 	require.NoError(t, fx.Wait(ctx))

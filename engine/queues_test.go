@@ -50,7 +50,7 @@ func TestGaudi2CSQueuesDriverEnabled(t *testing.T) {
 	e := newEngine(t, Config{Devices: DevicesNone})
 	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20})
 	require.NoError(t, err)
-	e.sims = append(e.sims, sim) // closed by the engine
+	e.cp.Sims = append(e.cp.Sims, sim) // closed by the engine
 	rec := &csQueueRec{queues: map[uint32]int{}}
 	d, err := dma.OpenBackend(sim.Name(), func() (dma.Backend, error) {
 		b, err := sim.Open()
@@ -61,8 +61,7 @@ func TestGaudi2CSQueuesDriverEnabled(t *testing.T) {
 		return rec, nil
 	}, dma.Options{})
 	require.NoError(t, err)
-	e.addDevice(d, sim)
-	e.pool.Tune(max(e.cfg.Workers, numDirs*len(e.devs)+1))
+	e.cp.AddDevice(d, sim)
 
 	ctx := context.Background()
 	const size = 9<<20 + 5 // several chunks per copy: every stream of a set is used

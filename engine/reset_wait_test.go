@@ -29,7 +29,7 @@ func TestWaitDuringResetKeepsTheCS(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEngine(t, Config{})
-			sim := e.devs[0].sim
+			sim := e.cp.Devs[0].Sim
 			const size = 64 << 10
 			src, err := e.Alloc(size, Host)
 			require.NoError(t, err)

@@ -27,10 +27,10 @@ func TestStageTimeoutKeepsMemoryUntilDMAEnds(t *testing.T) {
 		inject func(e *Engine)
 	}{
 		{"completion delayed", Config{EmulatedCount: 2}, func(e *Engine) {
-			e.devs[0].sim.DelayNextCS(1, time.Second)
+			e.cp.Devs[0].Sim.DelayNextCS(1, time.Second)
 		}},
 		{"hung until the TDR", Config{EmulatedCount: 2, Emulator: EmulatorConfig{CSTimeout: time.Second}}, func(e *Engine) {
-			e.devs[0].sim.HangNextCS(1)
+			e.cp.Devs[0].Sim.HangNextCS(1)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,7 +46,7 @@ func TestStageTimeoutKeepsMemoryUntilDMAEnds(t *testing.T) {
 			fill(h.Bytes(), 3)
 			require.NoError(t, e.CopySync(ctx, d0.All(), h.All()))
 			base := liveBuffers(e)
-			act := e.devs[0].actor
+			act := e.cp.Devs[0].Actor
 
 			tc.inject(e) // the first D2H, d0 -> bounce, stays in flight
 			err = e.Copy(ctx, d1.All(), d0.All(), Timeout(20*time.Millisecond)).Wait(ctx)

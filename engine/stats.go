@@ -1,87 +1,11 @@
 package engine
 
 import (
-	"math/bits"
-	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/memcache"
 )
-
-type stats struct {
-	submitted, completed, failed, bytes, inline atomic.Uint64
-	cs, packets, queueFull, panics              atomic.Uint64
-	lat                                         latencyHist
-}
-
-func (s *stats) record(start time.Time, n uint64, err error) {
-	if err != nil {
-		s.failed.Add(1)
-	} else {
-		s.completed.Add(1)
-		s.bytes.Add(n)
-	}
-	s.lat.add(time.Since(start))
-}
-
-func (s *stats) recordInline(n uint64) {
-	s.completed.Add(1)
-	s.bytes.Add(n)
-	s.inline.Add(1)
-}
-
-// latencyHist is a lock-free log-linear histogram of nanoseconds: 64
-// power-of-two ranges, each split in 8.
-type latencyHist struct {
-	b   [64 * 8]atomic.Uint64
-	max atomic.Int64
-}
-
-func (h *latencyHist) add(d time.Duration) {
-	ns := max(uint64(d), 1)
-	e := bits.Len64(ns) - 1
-	sub := uint64(0)
-	if e >= 3 {
-		sub = (ns >> (e - 3)) & 7
-	}
-	h.b[e*8+int(sub)].Add(1)
-	for {
-		m := h.max.Load()
-		if int64(d) <= m || h.max.CompareAndSwap(m, int64(d)) {
-			break
-		}
-	}
-}
-
-// quantile returns the upper edge of the bucket holding quantile q.
-func (h *latencyHist) quantile(q float64) (time.Duration, uint64) {
-	var counts [64 * 8]uint64
-	var total uint64
-	for i := range h.b {
-		counts[i] = h.b[i].Load()
-		total += counts[i]
-	}
-	if total == 0 {
-		return 0, 0
-	}
-	rank := uint64(q*float64(total-1)) + 1
-	var acc uint64
-	for i, c := range counts {
-		acc += c
-		if acc >= rank {
-			e, sub := i/8, uint64(i%8)
-			var hi uint64
-			if e >= 3 {
-				hi = (8 + sub + 1) << (e - 3)
-			} else {
-				hi = uint64(2) << e
-			}
-			return time.Duration(hi), total
-		}
-	}
-	return time.Duration(h.max.Load()), total
-}
 
 // Latency summarises submit-to-complete latencies of asynchronous ops
 // (inline host copies are not included). Values are bucket upper edges
@@ -137,22 +61,22 @@ type Stats struct {
 // Stats returns a snapshot of the engine's counters.
 func (e *Engine) Stats() Stats {
 	s := Stats{
-		Submitted: e.st.submitted.Load(), Completed: e.st.completed.Load(), Failed: e.st.failed.Load(),
-		Bytes: e.st.bytes.Load(), Inline: e.st.inline.Load(),
-		CommandSubmissions: e.st.cs.Load(), Packets: e.st.packets.Load(), QueueFull: e.st.queueFull.Load(),
-		Panics: e.st.panics.Load(),
+		Submitted: e.st.Submitted.Load(), Completed: e.st.Completed.Load(), Failed: e.st.Failed.Load(),
+		Bytes: e.st.Bytes.Load(), Inline: e.st.Inline.Load(),
+		CommandSubmissions: e.st.CS.Load(), Packets: e.st.Packets.Load(), QueueFull: e.st.QueueFull.Load(),
+		Panics: e.st.Panics.Load(),
 	}
 	if done := s.Completed + s.Failed; s.Submitted > done {
 		s.InFlight = s.Submitted - done
 	}
-	s.Latency.P50, s.Latency.Count = e.st.lat.quantile(0.50)
-	s.Latency.P90, _ = e.st.lat.quantile(0.90)
-	s.Latency.P99, _ = e.st.lat.quantile(0.99)
-	s.Latency.Max = time.Duration(e.st.lat.max.Load())
-	for _, g := range e.devs {
+	s.Latency.P50, s.Latency.Count = e.st.Lat.Quantile(0.50)
+	s.Latency.P90, _ = e.st.Lat.Quantile(0.90)
+	s.Latency.P99, _ = e.st.Lat.Quantile(0.99)
+	s.Latency.Max = e.st.Lat.Max()
+	for _, g := range e.cp.Devs {
 		s.Devices = append(s.Devices, DeviceStats{
-			Index: g.idx, HostMappings: g.regs.Load(), RegCache: g.hostMaps.Stats(),
-			ExportCache: g.exports.Stats(), Actor: g.actor.Stats(),
+			Index: g.Idx, HostMappings: g.Regs.Load(), RegCache: g.HostMaps.Stats(),
+			ExportCache: g.Exports.Stats(), Actor: g.Actor.Stats(),
 		})
 	}
 	return s

@@ -43,7 +43,7 @@ func TestBatchQueueFullRunsNothing(t *testing.T) {
 			<-release
 		}
 	}
-	e.hookProcess.Store(&hook)
+	e.cp.HookProcess.Store(&hook)
 	f0 := e.Copy(ctx, d.Slice(0, 64), h.Slice(0, 64))
 	<-entered
 	f1 := e.Copy(ctx, d.Slice(64, 64), h.Slice(64, 64)) // fills the depth-1 queue
@@ -67,7 +67,7 @@ func TestCloseEndsHungCS(t *testing.T) {
 	}
 	h, _ := e.Alloc(1<<20, Host)
 	d, _ := e.Alloc(1<<20, Gaudi(0))
-	e.devs[0].sim.HangNextCS(1)
+	e.cp.Devs[0].Sim.HangNextCS(1)
 	f := e.Copy(context.Background(), d.All(), h.All())
 	time.Sleep(10 * time.Millisecond)
 	start := time.Now()

@@ -65,14 +65,14 @@ func TestTCPCancelPut(t *testing.T) {
 			if tc.dst != Host {
 				// The owner's device stalls: the Put is held mid-way by
 				// back-pressure.
-				owner.devs[0].sim.DelayNextCS(1000, time.Second)
+				owner.cp.Devs[0].Sim.DelayNextCS(1000, time.Second)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			f := ep.Put(ctx, src.All(), key)
 			waitFor(t, "the first bytes", func() bool { return ep.Stats().BytesOut > 0 })
 			cancel()
 			if tc.dst != Host {
-				owner.devs[0].sim.DelayNextCS(0, 0)
+				owner.cp.Devs[0].Sim.DelayNextCS(0, 0)
 			}
 			<-f.Done()
 			require.ErrorIs(t, f.Err(), ErrCanceled)
@@ -118,8 +118,8 @@ func TestTCPCancelGet(t *testing.T) {
 			require.NoError(t, err)
 			// The owner's device (reading the source) stalls: the Get's
 			// answer comes slowly.
-			owner.devs[0].sim.DelayNextCS(1000, 20*time.Millisecond)
-			defer owner.devs[0].sim.DelayNextCS(0, 0)
+			owner.cp.Devs[0].Sim.DelayNextCS(1000, 20*time.Millisecond)
+			defer owner.cp.Devs[0].Sim.DelayNextCS(0, 0)
 			ctx, cancel := context.WithCancel(context.Background())
 			f := ep.Get(ctx, local.All(), key)
 			waitFor(t, "the first bytes", func() bool { return ep.Stats().BytesIn > 0 })
@@ -139,7 +139,7 @@ func TestTCPCancelGet(t *testing.T) {
 			}
 			snap := contents()
 			require.Zero(t, user.Stats().InFlight, "a copy into the local buffer outlived the future")
-			owner.devs[0].sim.DelayNextCS(0, 0)
+			owner.cp.Devs[0].Sim.DelayNextCS(0, 0)
 
 			// The endpoint goes on; the canceled Get's bytes still coming
 			// are dropped, not landed.

@@ -200,7 +200,7 @@ func TestTCPBackpressure(t *testing.T) {
 	src, _ := send.Alloc(total, Host)
 	fill(src.Bytes(), 3)
 
-	recv.devs[0].sim.DelayNextCS(1000, 3*time.Second)
+	recv.cp.Devs[0].Sim.DelayNextCS(1000, 3*time.Second)
 	f := ep.Put(ctx, src.All(), key)
 	time.Sleep(1500 * time.Millisecond)
 	// What can be out of the sender: the receiver's staging buffers, the
@@ -210,7 +210,7 @@ func TestTCPBackpressure(t *testing.T) {
 	t.Logf("sent %d MiB of %d MiB while the receiver's device stalled (bound %d MiB)", sent>>20, total>>20, bound>>20)
 	require.LessOrEqual(t, sent, bound)
 	require.False(t, f.IsDone())
-	recv.devs[0].sim.DelayNextCS(0, 0)
+	recv.cp.Devs[0].Sim.DelayNextCS(0, 0)
 	require.NoError(t, f.Wait(ctx))
 	back, _ := recv.Alloc(total, Host)
 	require.NoError(t, recv.CopySync(ctx, back.All(), dst.All()))

@@ -1,4 +1,4 @@
-package engine
+package copier
 
 import (
 	"context"
@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
 )
 
-// stageChunk is the bounce-buffer size for copies between two devices.
-const stageChunk = 4 << 20
+// StageChunk is the bounce-buffer size for copies between two devices.
+const StageChunk = 4 << 20
 
 // stage hands a copy between two devices to a staging task: two pinned
 // host bounce buffers, the device-to-host DMA of chunk k+1 overlapping the
@@ -20,68 +22,68 @@ const stageChunk = 4 << 20
 // An op with a deadline ends with ErrTimeout at its deadline, but keeps
 // its buffers (and the task its bounce buffers) until the DMAs it started
 // have retired: the inner copies' futures resolve only then.
-func (e *Engine) stage(j *job, o *op) {
+func (c *Copier) stage(j *Job, o *Op) {
 	o.handed = true
 	var ended atomic.Bool
 	done := func(err error) {
 		if ended.CompareAndSwap(false, true) {
-			e.opDone(j, o, err)
+			c.opDone(j, o, err)
 		}
 	}
 	var timer *time.Timer
-	if !j.deadline.IsZero() {
-		timer = time.AfterFunc(time.Until(j.deadline), func() {
-			done(newErr(ErrTimeout, "copy between devices: deadline passed", nil))
+	if !j.Deadline.IsZero() {
+		timer = time.AfterFunc(time.Until(j.Deadline), func() {
+			done(gxerr.New(gxerr.Timeout, "copy between devices: deadline passed", nil))
 		})
 	}
-	e.async.Add(1)
+	c.stages.Add(1)
 	go func() {
-		defer e.async.Done()
+		defer c.stages.Done()
 		var err error
 		defer func() {
 			if r := recover(); r != nil {
-				e.onPanic(r)
-				err = newErr(ErrPanic, fmt.Sprint(r), nil)
+				c.onPanic(r)
+				err = gxerr.New(gxerr.Panic, fmt.Sprint(r), nil)
 			}
 			if timer != nil {
 				timer.Stop()
 			}
-			e.opRelease(j, o)
+			c.opRelease(j, o)
 			done(err)
 		}()
-		ctx := j.ctx
+		ctx := j.Ctx
 		if ctx == nil {
 			ctx = context.Background()
 		}
 		select {
-		case e.stageSem <- struct{}{}:
+		case c.stageSem <- struct{}{}:
 		case <-ctx.Done():
-			err = ctxErr("copy between devices not started", ctx.Err())
+			err = gxerr.Ctx("copy between devices not started", ctx.Err())
 			return
 		}
-		defer func() { <-e.stageSem }()
-		err = e.stageCopy(ctx, o, j.deadline)
+		defer func() { <-c.stageSem }()
+		err = c.stageCopy(ctx, o, j.Deadline)
 	}()
 }
 
 // stageCopy moves o chunk by chunk. When opCtx ends, no further chunk is
 // started: the chunks in flight finish, and the copy ends with ErrCanceled
 // or ErrTimeout (the destination holds the chunks done before).
-func (e *Engine) stageCopy(opCtx context.Context, o *op, deadline time.Time) (err error) {
+func (c *Copier) stageCopy(opCtx context.Context, o *Op, deadline time.Time) (err error) {
 	n := o.n()
-	bsz := min(n, stageChunk)
-	var bounce [2]*Buffer
+	bsz := min(n, StageChunk)
+	var bounce [2]*Mem
 	for i := range bounce {
-		if bounce[i], err = e.Alloc(int(bsz), Host); err != nil {
+		if bounce[i], err = c.cfg.AllocHost(int(bsz)); err != nil {
 			for _, b := range bounce[:i] {
-				_ = b.Free()
+				_ = c.cfg.FreeHost(b)
 			}
 			return err
 		}
 	}
 	defer func() {
 		for _, b := range bounce {
-			_ = b.Free()
+			_ = c.cfg.FreeHost(b)
 		}
 	}()
 	ctx := context.Background()
@@ -89,9 +91,9 @@ func (e *Engine) stageCopy(opCtx context.Context, o *op, deadline time.Time) (er
 	var errs []error
 	k := 0
 	for off := uint64(0); off < n && len(errs) == 0; off += bsz {
-		m := int(min(bsz, n-off))
+		m := min(bsz, n-off)
 		if err := opCtx.Err(); err != nil {
-			errs = append(errs, ctxErr("copy between devices stopped", err))
+			errs = append(errs, gxerr.Ctx("copy between devices stopped", err))
 			break
 		}
 		if pend[k] != nil {
@@ -100,12 +102,13 @@ func (e *Engine) stageCopy(opCtx context.Context, o *op, deadline time.Time) (er
 				break
 			}
 		}
-		down := e.copyInternal(bounce[k].Slice(0, m), o.src.buf.Slice(int(o.src.off+off), m), deadline)
+		bk := Slice{M: bounce[k], N: m}
+		down := c.CopyInternal(bk, Slice{M: o.Src.M, Off: o.Src.Off + off, N: m}, deadline)
 		if err := down.Wait(ctx); err != nil {
 			errs = append(errs, err)
 			break
 		}
-		pend[k] = e.copyInternal(o.dst.buf.Slice(int(o.dst.off+off), m), bounce[k].Slice(0, m), deadline)
+		pend[k] = c.CopyInternal(Slice{M: o.Dst.M, Off: o.Dst.Off + off, N: m}, bk, deadline)
 		k ^= 1
 	}
 	for _, f := range pend {

@@ -1,0 +1,100 @@
+package copier
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+func TestFutureResolves(t *testing.T) {
+	e1, e2 := errors.New("one"), errors.New("two")
+	tests := []struct {
+		name    string
+		batch   bool
+		errs    []error
+		wantErr error
+	}{
+		{"single ok", false, []error{nil}, nil},
+		{"first error wins", false, []error{nil, e1, e2}, e1},
+		{"batch per-op status", true, []error{e2, nil, e1}, e2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFuture(len(tc.errs))
+			if tc.batch {
+				f = &Future{}
+				f.InitBatch(len(tc.errs))
+			}
+			for i, err := range tc.errs {
+				require.False(t, f.IsDone())
+				require.ErrorIs(t, f.Err(), gxerr.NotDone)
+				f.Complete(i, err)
+			}
+			require.True(t, f.IsDone())
+			<-f.Done()
+			require.Equal(t, tc.wantErr, f.Err())
+			if tc.batch {
+				require.Equal(t, tc.errs, f.Errs())
+			} else {
+				require.Nil(t, f.Errs())
+			}
+			f.Complete(0, e1) // after resolution: ignored
+			require.Equal(t, tc.wantErr, f.Err())
+		})
+	}
+}
+
+func TestFutureWaitCtx(t *testing.T) {
+	f := NewFuture(1)
+	f.SetSpin(time.Microsecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := f.Wait(ctx)
+	require.ErrorIs(t, err, gxerr.Canceled)
+	require.ErrorIs(t, err, context.Canceled)
+	f.CompleteAll(gxerr.Closed)
+	require.ErrorIs(t, f.Wait(context.Background()), gxerr.Closed)
+	require.NoError(t, Resolved(nil).Wait(ctx), "a resolved future's wait ignores ctx")
+}
+
+func TestOverlaps(t *testing.T) {
+	var a, b Mem
+	tests := []struct {
+		name string
+		x, y Slice
+		want bool
+	}{
+		{"other buffer", Slice{&a, 0, 10}, Slice{&b, 0, 10}, false},
+		{"disjoint", Slice{&a, 0, 10}, Slice{&a, 10, 10}, false},
+		{"shared byte", Slice{&a, 0, 11}, Slice{&a, 10, 10}, true},
+		{"inside", Slice{&a, 2, 3}, Slice{&a, 0, 10}, true},
+	}
+	for _, tc := range tests {
+		require.Equal(t, tc.want, Overlaps(tc.x, tc.y), tc.name)
+		require.Equal(t, tc.want, Overlaps(tc.y, tc.x), tc.name)
+	}
+}
+
+func TestLatencyHist(t *testing.T) {
+	var c Counters
+	for _, d := range []time.Duration{time.Microsecond, 2 * time.Microsecond, time.Millisecond} {
+		c.Lat.add(d)
+	}
+	p50, n := c.Lat.Quantile(0.5)
+	require.Equal(t, uint64(3), n)
+	require.GreaterOrEqual(t, p50, 2*time.Microsecond)
+	require.Less(t, p50, 3*time.Microsecond, "within a bucket (12.5%)")
+	require.Equal(t, time.Millisecond, c.Lat.Max())
+	c.Record(time.Now(), 8, nil)
+	c.Record(time.Now(), 8, errors.New("x"))
+	c.RecordInline(4)
+	require.Equal(t, []uint64{2, 1, 12, 1}, []uint64{c.Completed.Load(), c.Failed.Load(), c.Bytes.Load(), c.Inline.Load()})
+}

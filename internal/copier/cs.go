@@ -1,0 +1,249 @@
+package copier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/memcache"
+)
+
+// csItem is one op inside a command submission.
+type csItem struct {
+	j    *Job
+	o    *Op
+	done bool
+}
+
+// csRec is one command submission under construction or in flight: the
+// CS itself (dma.CSBuilder: packets, queues, sealing) and what the copier
+// ties to it (the ops it carries, the host mappings they hold).
+type csRec struct {
+	g       *Device
+	cs      *dma.CSBuilder
+	items   []csItem
+	regions []*memcache.Region
+}
+
+func (g *Device) processRefs(dir int, refs []ref) {
+	if len(refs) == 0 {
+		return
+	}
+	c := g.c
+	streams := g.streams(dir)
+	newRec := func() (*csRec, error) {
+		cs, err := g.Dev.NewCSBuilder(dma.CSOptions{
+			Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.cbs.Get,
+		})
+		if err != nil {
+			kind := gxerr.Device
+			switch {
+			case errors.Is(err, dma.ErrNotSupported):
+				kind = gxerr.NotSupported
+			case errors.Is(err, dma.ErrInvalid):
+				kind = gxerr.Invalid
+			}
+			return nil, gxerr.New(kind, fmt.Sprintf("command submission on gaudi%d (Config.CBSize %d)", g.Idx, c.cfg.CBSize), err)
+		}
+		return &csRec{g: g, cs: cs}, nil
+	}
+	// recErr fails every op of this device: its CSs cannot be built.
+	rec, recErr := newRec()
+	capacity := 0 // LIN_DMA packets an empty CS holds
+	if recErr == nil {
+		capacity = rec.cs.Capacity()
+	}
+	for _, rf := range refs {
+		j, o := rf.j, rf.o
+		if crossDevice(o) {
+			c.stage(j, o)
+			continue
+		}
+		if !j.Deadline.IsZero() && time.Now().After(j.Deadline) {
+			c.finishOp(j, o, gxerr.New(gxerr.Timeout, "deadline passed while queued", nil))
+			continue
+		}
+		if recErr != nil {
+			c.finishOp(j, o, recErr)
+			continue
+		}
+		if packets := rec.cs.Packets(o.n()); packets > capacity {
+			c.finishOp(j, o, gxerr.New(gxerr.Invalid, fmt.Sprintf(
+				"a %d-byte copy needs %d packets, more than one command submission holds (%d); raise Config.ChunkSize or CBSize",
+				o.n(), packets, capacity), nil))
+			continue
+		}
+		if len(rec.items) >= c.cfg.MaxOpsPerCS || !rec.cs.Fits(o.n()) {
+			rec.submit()
+			rec, _ = newRec() // the options were accepted above
+		}
+		// Get every command buffer first: then adding packets cannot fail
+		// half-way through an op.
+		if err := rec.cs.Reserve(); err != nil {
+			c.finishOp(j, o, gxerr.New(gxerr.Device, "command buffer", err))
+			continue
+		}
+		dst, src, regs, err := g.resolve(o)
+		if err != nil {
+			c.finishOp(j, o, err)
+			continue
+		}
+		if err := rec.cs.AddCopy(dst, src, o.n()); err != nil {
+			// Only an encoding bug gets here; the CBs may hold part of
+			// this op, so the whole CS is dropped.
+			for _, r := range regs {
+				g.HostMaps.Put(r)
+			}
+			err = gxerr.New(gxerr.Device, "add copy to command submission", err)
+			c.finishOp(j, o, err)
+			rec.finish(err)
+			rec, _ = newRec()
+			continue
+		}
+		o.handed = true
+		rec.regions = append(rec.regions, regs...)
+		rec.items = append(rec.items, csItem{j: j, o: o})
+	}
+	if rec != nil {
+		rec.submit()
+	}
+}
+
+// nextDeadline is the earliest deadline of the ops not yet ended.
+func (r *csRec) nextDeadline() time.Time {
+	var d time.Time
+	for i := range r.items {
+		it := &r.items[i]
+		if !it.done && !it.j.Deadline.IsZero() && (d.IsZero() || it.j.Deadline.Before(d)) {
+			d = it.j.Deadline
+		}
+	}
+	return d
+}
+
+// resolve turns an op's slices into device addresses, mapping host memory
+// into the device MMU through the registration cache.
+func (g *Device) resolve(o *Op) (dst, src uint64, regs []*memcache.Region, err error) {
+	addr := func(s Slice) (uint64, error) {
+		m := s.M
+		if m.Gaudi {
+			return m.Addr + s.Off, nil
+		}
+		r, err := g.HostMaps.Get(m.Addr, m.Size, memcache.AccessRead|memcache.AccessWrite)
+		if err != nil {
+			return 0, gxerr.New(gxerr.Device, fmt.Sprintf("map host memory into gaudi%d", g.Idx), err)
+		}
+		regs = append(regs, r)
+		hm := r.Value().(*dma.HostMapping)
+		return hm.DeviceAddr() + (m.Addr + s.Off - uint64(hm.HostAddr())), nil
+	}
+	if dst, err = addr(o.Dst); err == nil {
+		src, err = addr(o.Src)
+	}
+	if err != nil {
+		for _, r := range regs {
+			g.HostMaps.Put(r)
+		}
+		return 0, 0, nil, err
+	}
+	return dst, src, regs, nil
+}
+
+// submit sends the CS and hands it to the device's completion actor.
+func (r *csRec) submit() {
+	g := r.g
+	c := g.c
+	if len(r.items) == 0 {
+		r.releaseCBs()
+		return
+	}
+	chunks, err := r.cs.Seal()
+	if err != nil {
+		r.finish(gxerr.New(gxerr.Device, "seal command submission", err))
+		return
+	}
+	seq, err := g.Dev.Submit(chunks)
+	if err != nil {
+		r.finish(gxerr.New(gxerr.Device, fmt.Sprintf("submit CS on gaudi%d", g.Idx), err))
+		return
+	}
+	c.st.CS.Add(1)
+	c.st.Packets.Add(uint64(r.cs.Len()))
+	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.cs.Len()).Int("cbs", len(chunks)).Msg("CS submitted")
+	err = g.Actor.Track(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.finish, OnTimeout: r.timeout})
+	if err != nil {
+		// The actor is closing: wait for the CS here so that nothing it
+		// uses is released early.
+		_, werr := g.Dev.Wait(seq, c.cfg.CloseGrace)
+		if werr == nil {
+			werr = gxerr.Closed
+		}
+		r.finish(werr)
+	}
+}
+
+func (r *csRec) releaseCBs() { r.cs.Release(r.g.cbs.Put) }
+
+// timeout ends the CS's operations whose deadline passed with ErrTimeout
+// and returns the next deadline. The CS stays tracked: buffers, mappings
+// and command buffers are released only when it really retires.
+func (r *csRec) timeout(now time.Time) time.Time {
+	for i := range r.items {
+		it := &r.items[i]
+		if !it.done && !it.j.Deadline.IsZero() && !now.Before(it.j.Deadline) {
+			it.done = true
+			r.g.c.opDone(it.j, it.o, gxerr.New(gxerr.Timeout, fmt.Sprintf("gaudi%d: the device has not finished the copy", r.g.Idx), nil))
+		}
+	}
+	return r.nextDeadline()
+}
+
+// finish retires the CS: releases command buffers, host mappings and
+// buffer references, then completes the operations.
+func (r *csRec) finish(err error) {
+	if err != nil {
+		err = mapDeviceErr(err)
+	}
+	c := r.g.c
+	r.releaseCBs()
+	for _, reg := range r.regions {
+		r.g.HostMaps.Put(reg)
+	}
+	r.regions = nil
+	for i := range r.items {
+		it := &r.items[i]
+		if c.cfg.RegCacheOff {
+			r.g.uncache(it.o)
+		}
+		c.opRelease(it.j, it.o)
+		if !it.done {
+			it.done = true
+			c.opDone(it.j, it.o, err)
+		}
+	}
+}
+
+// uncache drops host mappings after use when the registration cache is off.
+func (g *Device) uncache(o *Op) {
+	for _, s := range []Slice{o.Dst, o.Src} {
+		if !s.M.Gaudi {
+			g.HostMaps.Invalidate(s.M.Addr, s.M.Size)
+		}
+	}
+}
+
+func mapDeviceErr(err error) error {
+	switch {
+	case errors.Is(err, gxerr.Closed), errors.Is(err, gxerr.Timeout), errors.Is(err, gxerr.Aborted), errors.Is(err, gxerr.Device):
+		return err
+	case errors.Is(err, dma.ErrCSTimedOut):
+		return gxerr.New(gxerr.Timeout, "command submission timed out on the device", err)
+	case errors.Is(err, dma.ErrCSAborted):
+		return gxerr.New(gxerr.Aborted, "", err)
+	}
+	return gxerr.New(gxerr.Device, "", err)
+}

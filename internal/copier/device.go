@@ -1,0 +1,206 @@
+package copier
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/memcache"
+	"github.com/gxfer/gxfer/queue"
+)
+
+// cbPoolSize is how many command buffers of retired CSs a device keeps.
+const cbPoolSize = 64
+
+// Device is the copier's side of one Gaudi device.
+type Device struct {
+	c     *Copier
+	Idx   int
+	Dev   *dma.Device
+	Sim   *hlsim.Device // the emulator, for emulated devices
+	Node  dma.NodeInfo
+	log   zerolog.Logger
+	Actor *cq.DeviceActor // completes its command submissions
+
+	queues [NumDirs]*queue.Queue[*Job]
+	sched  [NumDirs]atomic.Bool
+
+	HostMaps *memcache.Cache     // host range -> *dma.HostMapping
+	Exports  *memcache.Cache     // device range -> *dma.DMABuf
+	Types    *memcache.TypeCache // device range -> *Mem
+
+	cbs  *dma.CBPool   // command buffers of retired CSs
+	Regs atomic.Uint64 // host mappings performed
+}
+
+type hostMapper struct{ g *Device }
+
+func (h hostMapper) Register(addr, length uint64, _ memcache.Access) (any, error) {
+	p, err := h.g.c.hostPointer(addr, length)
+	if err != nil {
+		return nil, err
+	}
+	h.g.Regs.Add(1)
+	return h.g.Dev.MapHost(p, length)
+}
+
+func (h hostMapper) Deregister(_, _ uint64, v any) error { return v.(*dma.HostMapping).Unmap() }
+
+type exporter struct{ g *Device }
+
+func (x exporter) Register(addr, length uint64, _ memcache.Access) (any, error) {
+	ent, ok := x.g.Types.Lookup(addr, length)
+	if !ok {
+		return nil, gxerr.New(gxerr.Invalid, "not a device buffer", nil)
+	}
+	m := ent.Owner.(*Mem)
+	return x.g.Dev.ExportDMABuf(m.DMem, 0, m.DMem.AllocSize())
+}
+
+func (x exporter) Deregister(_, _ uint64, v any) error { return v.(*dma.DMABuf).Close() }
+
+// AddDevice adds an opened device (sim: its emulator, or nil) as
+// Gaudi(len(Devs)).
+func (c *Copier) AddDevice(d *dma.Device, sim *hlsim.Device) *Device {
+	cfg := &c.cfg
+	g := &Device{c: c, Idx: len(c.Devs), Dev: d, Sim: sim, Types: memcache.NewTypeCache(), cbs: d.NewCBPool(cfg.CBSize, cbPoolSize)}
+	g.log = c.log.With().Int("dev", g.Idx).Str("node", d.Name()).Logger()
+	for i := range g.queues {
+		g.queues[i] = queue.New[*Job](cfg.QueueDepth, c.mode)
+	}
+	g.HostMaps, _ = memcache.New(memcache.Config{
+		Registrar: hostMapper{g}, MaxRegions: cfg.RegMaxRegions, MaxBytes: cfg.RegMaxBytes,
+		Logger: g.log,
+	})
+	g.Exports, _ = memcache.New(memcache.Config{Registrar: exporter{g}, Logger: g.log})
+	// dma.Device.WaitCS tells a retired CS from one still running, also
+	// across a device reset.
+	g.Actor = cq.NewDeviceActor(d.Name(), d, cq.ActorConfig{
+		Spin:       cfg.PollSpin,
+		OnDeadline: g.checkHealth,
+		Logger:     cfg.BaseLogger,
+	})
+	c.Devs = append(c.Devs, g)
+	// At most one drain per (device, direction) and one for host copies
+	// run at a time: the pool must hold them all.
+	c.pool.Tune(max(cfg.Workers, NumDirs*len(c.Devs)+1))
+	return g
+}
+
+func (g *Device) checkHealth() {
+	st, err := g.Dev.Status()
+	if err != nil || st != dma.StatusOperational {
+		g.log.Warn().Err(err).Uint32("status", uint32(st)).Msg("operation deadline missed; device not operational")
+		return
+	}
+	g.log.Warn().Msg("operation deadline missed; device reports operational")
+}
+
+// enqueue pushes a job to a direction's queue and makes sure a worker drains it.
+func (g *Device) enqueue(ctx context.Context, dir int, j *Job) error {
+	if err := g.c.push(ctx, g.queues[dir], j, fmt.Sprintf("gaudi%d %s", g.Idx, dirNames[dir])); err != nil {
+		return err
+	}
+	g.schedule(dir)
+	return nil
+}
+
+func (g *Device) schedule(dir int) {
+	if g.sched[dir].CompareAndSwap(false, true) {
+		if err := g.c.pool.Submit(func() { g.drain(dir) }); err != nil {
+			g.sched[dir].Store(false)
+			g.log.Debug().Err(err).Msg("worker pool refused drain task")
+		}
+	}
+}
+
+// drain is a worker task: it empties a queue in batches and submits them.
+// A panic fails the ops of the popped jobs that no CS or staging task owns
+// yet (releasing their buffers), and the queue is rescheduled.
+func (g *Device) drain(dir int) {
+	buf := make([]*Job, 64)
+	var cur []*Job
+	defer func() {
+		if r := recover(); r != nil {
+			g.c.failOps(cur, r)
+			g.sched[dir].Store(false)
+			if g.queues[dir].Len() > 0 {
+				g.schedule(dir)
+			}
+		}
+	}()
+	for {
+		n := g.queues[dir].PopBatch(buf)
+		if n == 0 {
+			g.sched[dir].Store(false)
+			if g.queues[dir].Len() > 0 && g.sched[dir].CompareAndSwap(false, true) {
+				continue
+			}
+			return
+		}
+		cur = buf[:n]
+		g.process(dir, cur)
+		cur = nil
+		clear(buf[:n])
+	}
+}
+
+func (g *Device) streams(dir int) []uint32 {
+	switch dir {
+	case dirH2D:
+		return g.Dev.H2DQueues()
+	case dirD2H:
+		return g.Dev.D2HQueues()
+	}
+	return g.Dev.D2DQueues()
+}
+
+// ref names one op of a job.
+type ref struct {
+	j *Job
+	o *Op
+}
+
+type routeKey struct {
+	g   *Device
+	dir int
+}
+
+// process turns queued jobs into command submissions. Ops that belong to
+// another (device, direction) — batches mix them — are handed to that
+// device's processing from this worker.
+func (g *Device) process(dir int, jobs []*Job) {
+	if h := g.c.HookProcess.Load(); h != nil {
+		(*h)()
+	}
+	var mine []ref
+	var others map[routeKey][]ref
+	for _, j := range jobs {
+		if g.c.dropCanceled(j) {
+			continue
+		}
+		for i := range j.Ops {
+			o := &j.Ops[i]
+			rg, rdir := route(o)
+			if rg == g && rdir == dir {
+				mine = append(mine, ref{j, o})
+				continue
+			}
+			if others == nil {
+				others = map[routeKey][]ref{}
+			}
+			k := routeKey{rg, rdir}
+			others[k] = append(others[k], ref{j, o})
+		}
+	}
+	g.processRefs(dir, mine)
+	for k, refs := range others {
+		k.g.processRefs(k.dir, refs)
+	}
+}

@@ -1,0 +1,182 @@
+package copier
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
+)
+
+// closedChan is shared by every resolved future; it is closed at init and
+// never touched again.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Future is a counted completion: it resolves when its last operation
+// completes, with the first error any of them reported. engine.Future
+// holds one and offers only the observing methods. The zero Future is
+// initialized with Init, InitBatch or SetResolved before it is shared.
+type Future struct {
+	pending atomic.Int64
+	done    atomic.Bool
+	mu      sync.Mutex
+	ch      chan struct{}
+	err     error
+	final   error   // err as of resolution; read without the lock once done
+	errs    []error // per-op status (batches), nil otherwise
+	spin    time.Duration
+}
+
+// Init makes f resolve after n calls to Complete.
+func (f *Future) Init(n int) { f.pending.Store(int64(n)) }
+
+// InitBatch makes f a future of n operations with per-op status.
+func (f *Future) InitBatch(n int) {
+	f.Init(n)
+	f.errs = make([]error, n)
+}
+
+// SetResolved makes f an already completed future with err.
+func (f *Future) SetResolved(err error) {
+	f.err, f.final, f.ch = err, err, closedChan
+	f.done.Store(true)
+}
+
+// NewFuture returns a future that resolves after n calls to Complete.
+func NewFuture(n int) *Future {
+	f := &Future{}
+	f.Init(n)
+	return f
+}
+
+// Resolved returns an already completed future with err.
+func Resolved(err error) *Future {
+	f := &Future{}
+	f.SetResolved(err)
+	return f
+}
+
+// SetSpin sets how long Wait spins before blocking (call before sharing).
+func (f *Future) SetSpin(d time.Duration) { f.spin = d }
+
+// Complete records the end of one operation; idx is its index for per-op
+// status (ignored unless the future was initialized by InitBatch). It never
+// blocks. Extra calls after resolution are ignored.
+func (f *Future) Complete(idx int, err error) {
+	if f.done.Load() {
+		return
+	}
+	if err != nil {
+		f.mu.Lock()
+		if f.errs != nil && idx >= 0 && idx < len(f.errs) && f.errs[idx] == nil {
+			f.errs[idx] = err
+		}
+		if f.err == nil {
+			f.err = err
+		}
+		f.mu.Unlock()
+	}
+	if f.pending.Add(-1) == 0 {
+		f.resolve()
+	}
+}
+
+// CompleteAll ends every remaining operation with err.
+func (f *Future) CompleteAll(err error) {
+	f.mu.Lock()
+	if f.done.Load() {
+		f.mu.Unlock()
+		return
+	}
+	if f.err == nil {
+		f.err = err
+	}
+	for i := range f.errs {
+		if f.errs[i] == nil {
+			f.errs[i] = err
+		}
+	}
+	f.mu.Unlock()
+	f.pending.Store(0)
+	f.resolve()
+}
+
+func (f *Future) resolve() {
+	f.mu.Lock()
+	if f.done.Load() {
+		f.mu.Unlock()
+		return
+	}
+	f.final = f.err
+	f.done.Store(true)
+	if f.ch == nil {
+		f.ch = closedChan
+	} else {
+		close(f.ch)
+	}
+	f.mu.Unlock()
+}
+
+// Done returns a channel closed when the future resolves.
+func (f *Future) Done() <-chan struct{} {
+	if f.done.Load() {
+		return closedChan
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ch == nil {
+		f.ch = make(chan struct{})
+	}
+	return f.ch
+}
+
+// IsDone reports whether the future has resolved.
+func (f *Future) IsDone() bool { return f.done.Load() }
+
+// Err returns the result: nil on success, the first error, or
+// gxerr.NotDone while pending.
+func (f *Future) Err() error {
+	if !f.done.Load() {
+		return gxerr.NotDone
+	}
+	return f.final // written before done was set, never after
+}
+
+// Errs returns the per-operation status of a batch future, or nil for a
+// plain future or while pending.
+func (f *Future) Errs() []error {
+	if !f.done.Load() {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.errs
+}
+
+// Wait waits until the future resolves or ctx ends (then the typed error
+// of ctx's end); ending the wait does not cancel the operation.
+func (f *Future) Wait(ctx context.Context) error {
+	if f.done.Load() {
+		return f.Err()
+	}
+	if f.spin > 0 {
+		deadline := time.Now().Add(f.spin)
+		for i := 0; ; i++ {
+			if f.done.Load() {
+				return f.Err()
+			}
+			if i&63 == 63 && time.Now().After(deadline) {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	select {
+	case <-f.Done():
+		return f.Err()
+	case <-ctx.Done():
+		return gxerr.Ctx("waiting for the operation", ctx.Err())
+	}
+}

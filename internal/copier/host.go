@@ -1,0 +1,146 @@
+package copier
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/queue"
+)
+
+// hostPath runs host-to-host copies too large to run inline: workers copy
+// (large copies split across cores) and the host actor completes futures.
+type hostPath struct {
+	c     *Copier
+	q     *queue.Queue[*Job]
+	sched atomic.Bool
+	actor *cq.HostActor
+}
+
+func newHostPath(c *Copier) *hostPath {
+	return &hostPath{c: c, q: queue.New[*Job](c.cfg.QueueDepth, c.mode), actor: cq.NewHostActor(c.cfg.QueueDepth)}
+}
+
+func (h *hostPath) enqueue(ctx context.Context, j *Job) error {
+	if err := h.c.push(ctx, h.q, j, "host"); err != nil {
+		return err
+	}
+	h.schedule()
+	return nil
+}
+
+func (h *hostPath) schedule() {
+	if h.sched.CompareAndSwap(false, true) {
+		if err := h.c.pool.Submit(h.drain); err != nil {
+			h.sched.Store(false)
+		}
+	}
+}
+
+func (h *hostPath) drain() {
+	c := h.c
+	buf := make([]*Job, 16)
+	var cur []*Job
+	defer func() {
+		if r := recover(); r != nil {
+			c.failOps(cur, r)
+			h.sched.Store(false)
+			if h.q.Len() > 0 {
+				h.schedule()
+			}
+		}
+	}()
+	for {
+		n := h.q.PopBatch(buf)
+		if n == 0 {
+			h.sched.Store(false)
+			if h.q.Len() > 0 && h.sched.CompareAndSwap(false, true) {
+				continue
+			}
+			return
+		}
+		cur = buf[:n]
+		for _, j := range cur {
+			for i := range j.Ops {
+				o := &j.Ops[i]
+				var err error
+				switch {
+				case !j.Deadline.IsZero() && time.Now().After(j.Deadline):
+					err = gxerr.New(gxerr.Timeout, "deadline passed while queued", nil)
+				case j.Ctx != nil && j.Ctx.Err() != nil:
+					err = gxerr.Ctx("copy dropped before it started", j.Ctx.Err())
+				default:
+					if hook := c.HookProcess.Load(); hook != nil {
+						(*hook)()
+					}
+					err = c.gatedHostCopy(o.Dst, o.Src)
+				}
+				o.handed = true
+				jj, oo := j, o
+				h.actor.Post(cq.HostCompletion{F: j.Fut, Idx: o.Idx, Err: err, Then: func() {
+					c.opRelease(jj, oo)
+					if !jj.Internal {
+						c.st.Record(jj.Start, oo.n(), err)
+					}
+				}})
+			}
+		}
+		cur = nil
+		clear(buf[:n])
+	}
+}
+
+// CopyInline runs a host-to-host copy of at most Config.InlineHostMax
+// bytes, whose buffer references the caller holds, on the caller's
+// goroutine, already admitted by the close gate; false (nothing done):
+// the copy is not one.
+func (c *Copier) CopyInline(dst, src Slice) bool {
+	if dst.M.Gaudi || src.M.Gaudi || int(src.N) > c.cfg.InlineHostMax {
+		return false
+	}
+	c.cfg.Gate.Hook()
+	copy(dst.HostBytes(), src.HostBytes())
+	c.release(dst.M)
+	c.release(src.M)
+	c.st.RecordInline(src.N)
+	return true
+}
+
+// gatedHostCopy is HostCopy inside the close gate (a worker may outlive
+// Close's wait for the pool): ErrClosed once Close has begun.
+func (c *Copier) gatedHostCopy(dst, src Slice) error {
+	if !c.cfg.Gate.Enter() {
+		return gxerr.Closed
+	}
+	defer c.cfg.Gate.Exit()
+	c.cfg.Gate.Hook()
+	c.HostCopy(dst, src)
+	return nil
+}
+
+// HostCopy copies src to dst (memmove semantics). Large non-overlapping
+// copies are split across the cores.
+func (c *Copier) HostCopy(dst, src Slice) {
+	d, s := dst.HostBytes(), src.HostBytes()
+	parts := runtime.GOMAXPROCS(0)
+	if len(d) < c.cfg.ParallelCopyMin || parts < 2 || Overlaps(dst, src) {
+		copy(d, s)
+		return
+	}
+	per := (len(d)/parts + 4095) &^ 4095
+	var wg sync.WaitGroup
+	for off := per; off < len(d); off += per {
+		end := min(off+per, len(d))
+		wg.Add(1)
+		dd, ss := d[off:end], s[off:end]
+		// Plain goroutines, not pool tasks: a pool task waiting on other
+		// pool tasks could starve the pool.
+		go func() { defer wg.Done(); copy(dd, ss) }()
+	}
+	copy(d[:min(per, len(d))], s[:min(per, len(d))])
+	wg.Wait()
+}

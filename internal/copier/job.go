@@ -1,0 +1,201 @@
+package copier
+
+import (
+	"context"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
+)
+
+// Job is one submission: a single copy or a batch's copies.
+type Job struct {
+	Ops      []Op
+	Fut      *Future
+	Start    time.Time
+	Deadline time.Time
+	// Internal: submitted by the engine for an operation that holds the
+	// buffers (no references dropped, nothing counted; see CopyInternal).
+	Internal bool
+	// Ctx, if set (a Copy whose ctx can end), drops the job's ops not yet
+	// in a command submission once it ends (see dropCanceled).
+	Ctx context.Context
+}
+
+// Op is one copy.
+type Op struct {
+	Dst, Src Slice
+	Idx      int  // index in the job's future (per-op status)
+	handed   bool // owned by a CS or a staging task, or finished (worker-local)
+}
+
+func (o *Op) n() uint64 { return o.Src.N }
+
+// Directions of device copies; each (device, direction) has its own queue.
+const (
+	dirH2D = iota
+	dirD2H
+	dirD2D
+	NumDirs
+)
+
+var dirNames = [NumDirs]string{"h2d", "d2h", "d2d"}
+
+// route says which device queue handles a copy; nil for host-only copies.
+// Copies between two devices return the source device and dirD2D.
+func route(o *Op) (*Device, int) {
+	dg, sg := o.Dst.M.Gaudi, o.Src.M.Gaudi
+	switch {
+	case dg && sg:
+		return o.Src.M.Device, dirD2D
+	case dg:
+		return o.Dst.M.Device, dirH2D
+	case sg:
+		return o.Src.M.Device, dirD2H
+	}
+	return nil, -1
+}
+
+func crossDevice(o *Op) bool {
+	return o.Dst.M.Gaudi && o.Src.M.Gaudi && o.Dst.M.Device != o.Src.M.Device
+}
+
+// Submit queues a job, routed by its first op (a batch's device job may
+// mix routes; the worker sorts them out). Copies between two devices go
+// to the source device's queue and are staged from there. The job's ops
+// hold references to their buffers (unless Internal), dropped as they
+// end; on an error nothing was queued and they are the caller's.
+func (c *Copier) Submit(ctx context.Context, j *Job) error {
+	g, dir := route(&j.Ops[0])
+	if g == nil {
+		return c.host.enqueue(ctx, j)
+	}
+	return g.enqueue(ctx, dir, j)
+}
+
+// Copy queues one copy whose buffer references the caller holds, to
+// complete f (initialized for one operation); ctx, if it can end, drops it
+// while it is queued. On an error nothing was queued and the references
+// are still the caller's.
+func (c *Copier) Copy(ctx context.Context, f *Future, dst, src Slice, deadline time.Time) error {
+	j := &Job{Ops: []Op{{Dst: dst, Src: src}}, Fut: f, Start: time.Now(), Deadline: deadline}
+	if ctx.Done() != nil {
+		j.Ctx = ctx
+	}
+	return c.Submit(ctx, j)
+}
+
+// SubmitBatch submits a batch's copies, whose buffer references the
+// caller holds (Idx: their index in f): the device copies (also between
+// devices) in one job pushed to one queue, so that the only step that can
+// fail (then nothing ran and the references are still the caller's) comes
+// before anything runs; then the host-to-host copies, run here. ctx, if it
+// can end, drops the device copies still queued when it ends.
+func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline time.Time) error {
+	now := time.Now()
+	var dev *Job
+	var host []Op
+	for _, o := range ops {
+		if !o.Dst.M.Gaudi && !o.Src.M.Gaudi {
+			host = append(host, o)
+			continue
+		}
+		if dev == nil {
+			dev = &Job{Fut: f, Start: now, Deadline: deadline}
+			if ctx.Done() != nil {
+				dev.Ctx = ctx
+			}
+		}
+		dev.Ops = append(dev.Ops, o)
+	}
+	if dev != nil {
+		if err := c.Submit(ctx, dev); err != nil {
+			return err
+		}
+	}
+	c.st.Submitted.Add(uint64(len(ops)))
+	for i := range host {
+		o := &host[i]
+		c.cfg.Gate.Hook()
+		c.HostCopy(o.Dst, o.Src)
+		c.release(o.Dst.M)
+		c.release(o.Src.M)
+		c.st.RecordInline(o.n())
+		f.Complete(o.Idx, nil)
+	}
+	return nil
+}
+
+// dropCanceled ends the ops of a job whose ctx has ended, none of them yet
+// in a command submission (a device worker calls it on the jobs it pops),
+// with ErrCanceled or ErrTimeout: nothing touched their memory, and the
+// future resolves at once. It reports whether it dropped the job.
+func (c *Copier) dropCanceled(j *Job) bool {
+	if j.Ctx == nil || j.Ctx.Err() == nil {
+		return false
+	}
+	err := gxerr.Ctx("copy dropped before it started", j.Ctx.Err())
+	for i := range j.Ops {
+		if o := &j.Ops[i]; !o.handed {
+			c.finishOp(j, o, err)
+		}
+	}
+	return true
+}
+
+// finishOp releases an op's buffer references, records it and completes
+// its future entry. Every op ends through finishOp exactly once, or
+// through opDone (at its deadline) and later opRelease (when the hardware
+// is done with it).
+func (c *Copier) finishOp(j *Job, o *Op, err error) {
+	o.handed = true
+	c.opRelease(j, o)
+	c.opDone(j, o, err)
+}
+
+// opRelease drops the op's buffer references. Internal jobs hold none
+// (their caller does): for them it is the second of the two completions
+// their future counts, so that the future resolves only once the hardware
+// is done with the memory (see CopyInternal).
+func (c *Copier) opRelease(j *Job, o *Op) {
+	if j.Internal {
+		j.Fut.Complete(o.Idx, nil)
+		return
+	}
+	c.release(o.Dst.M)
+	c.release(o.Src.M)
+}
+
+// release drops a copy's reference to m.
+func (c *Copier) release(m *Mem) {
+	if m.Refs.Add(^uint64(0)) == FreedBit {
+		c.cfg.Destroy(m)
+	}
+}
+
+// opDone records the op and completes its future entry.
+func (c *Copier) opDone(j *Job, o *Op, err error) {
+	if !j.Internal {
+		c.st.Record(j.Start, o.n(), err)
+	}
+	j.Fut.Complete(o.Idx, err)
+}
+
+// CopyInternal submits a copy on behalf of an operation that already
+// holds both buffers (staging): no reference is taken and nothing is
+// counted.
+//
+// Its future resolves only when the hardware is done with both slices,
+// never earlier: a copy whose deadline passes while its command submission
+// is still queued or running ends with ErrTimeout once the CS retires (or
+// is ended by a reset or Close), not at the deadline. Its caller frees or
+// reuses the memory (bounce buffers, staging pools) as soon as the future
+// resolves, so internal memory lives, as user memory does, until the
+// hardware is done with it. The future counts two completions: opDone
+// (the result, possibly at the deadline) and opRelease (the retirement).
+func (c *Copier) CopyInternal(dst, src Slice, deadline time.Time) *Future {
+	j := &Job{Ops: []Op{{Dst: dst, Src: src}}, Fut: NewFuture(2), Start: time.Now(), Deadline: deadline, Internal: true}
+	if err := c.Submit(context.Background(), j); err != nil {
+		return Resolved(err)
+	}
+	return j.Fut
+}

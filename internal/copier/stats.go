@@ -1,0 +1,99 @@
+package copier
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// Counters are the engine's copy counters (engine.Stats reads them).
+type Counters struct {
+	Submitted, Completed, Failed, Bytes, Inline atomic.Uint64
+	CS, Packets, QueueFull, Panics              atomic.Uint64
+	Lat                                         LatencyHist
+}
+
+// Record counts an asynchronous copy of n bytes submitted at start.
+func (s *Counters) Record(start time.Time, n uint64, err error) {
+	if err != nil {
+		s.Failed.Add(1)
+	} else {
+		s.Completed.Add(1)
+		s.Bytes.Add(n)
+	}
+	s.Lat.add(time.Since(start))
+}
+
+// RecordInline counts a copy of n bytes done on the caller's goroutine.
+func (s *Counters) RecordInline(n uint64) {
+	s.Completed.Add(1)
+	s.Bytes.Add(n)
+	s.Inline.Add(1)
+}
+
+// RecordDone counts n copies of size bytes each that a data path
+// completed (no latency recorded); inline: done on callers' goroutines.
+func (s *Counters) RecordDone(n, size uint64, inline bool) {
+	s.Submitted.Add(n)
+	s.Completed.Add(n)
+	s.Bytes.Add(n * size)
+	if inline {
+		s.Inline.Add(n)
+	}
+}
+
+// LatencyHist is a lock-free log-linear histogram of nanoseconds: 64
+// power-of-two ranges, each split in 8.
+type LatencyHist struct {
+	b   [64 * 8]atomic.Uint64
+	max atomic.Int64
+}
+
+func (h *LatencyHist) add(d time.Duration) {
+	ns := max(uint64(d), 1)
+	e := bits.Len64(ns) - 1
+	sub := uint64(0)
+	if e >= 3 {
+		sub = (ns >> (e - 3)) & 7
+	}
+	h.b[e*8+int(sub)].Add(1)
+	for {
+		m := h.max.Load()
+		if int64(d) <= m || h.max.CompareAndSwap(m, int64(d)) {
+			break
+		}
+	}
+}
+
+// Max is the longest latency recorded.
+func (h *LatencyHist) Max() time.Duration { return time.Duration(h.max.Load()) }
+
+// Quantile returns the upper edge of the bucket holding quantile q, and
+// the number of latencies recorded.
+func (h *LatencyHist) Quantile(q float64) (time.Duration, uint64) {
+	var counts [64 * 8]uint64
+	var total uint64
+	for i := range h.b {
+		counts[i] = h.b[i].Load()
+		total += counts[i]
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	rank := uint64(q*float64(total-1)) + 1
+	var acc uint64
+	for i, c := range counts {
+		acc += c
+		if acc >= rank {
+			e, sub := i/8, uint64(i%8)
+			var hi uint64
+			if e >= 3 {
+				hi = (8 + sub + 1) << (e - 3)
+			} else {
+				hi = uint64(2) << e
+			}
+			return time.Duration(hi), total
+		}
+	}
+	return time.Duration(h.max.Load()), total
+}
