@@ -152,3 +152,17 @@ func (d *Device) queues() queueTable {
 	}
 	return d.model.queues()
 }
+
+// DMAPath says how the Device moves data: "command submission" (LIN_DMA
+// command buffers on the driver's PCI DMA queues, Gaudi1/2) or "direct
+// PDMA mode" (LIN_PDMA packets in the submission rings of user-owned PDMA
+// channels mapped with MAP_BLOCK, Gaudi3).
+func (d *Device) DMAPath() string {
+	if d.model.direct() {
+		return "direct PDMA mode: LIN_PDMA rings on user-owned PDMA channels (MAP_BLOCK), completion counters and user interrupts"
+	}
+	if d.model.userCB() {
+		return "command submission: LIN_DMA user CBs on the PDMA queues"
+	}
+	return "command submission: LIN_DMA kernel CBs on the external DMA queues"
+}

@@ -33,7 +33,7 @@ const (
 
 // EmulatorConfig configures emulated devices (package dma/hlsim).
 type EmulatorConfig struct {
-	Model     string        // "gaudi2" (default) or "gaudi1"
+	Model     string        // "gaudi2" (default), "gaudi1" or "gaudi3"
 	DRAMSize  uint64        // default 4 GiB (sparse)
 	Kernel    string        // emulated uAPI generation, default "6.8"
 	CSTimeout time.Duration // emulated TDR, default 30 s

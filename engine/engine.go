@@ -152,6 +152,8 @@ func (e *Engine) openDevices() error {
 	case "gaudi2", "":
 	case "gaudi1", "gaudi":
 		model = hlsim.ModelGaudi1
+	case "gaudi3":
+		model = hlsim.ModelGaudi3
 	default:
 		return newErr(ErrInvalid, "unknown emulated model "+e.cfg.Emulator.Model, nil)
 	}
@@ -201,6 +203,10 @@ type DeviceInfo struct {
 	DRAMFree  uint64 // free device DRAM in bytes when Devices was called (0 if unknown)
 	PageSize  uint64 // device DRAM page size in bytes (HW_IP_INFO)
 	DeviceID  uint32 // PCI device id (HW_IP_INFO)
+	// The DMA engines copies use: how (dma.Device.DMAPath) and the queues
+	// per direction (Gaudi3: PDMA channel numbers).
+	DMAPath                         string
+	H2DQueues, D2HQueues, D2DQueues []uint32
 	// From discovery (empty for emulated devices where not applicable).
 	Node          string // device node path, or the emulator's name
 	ControlNode   string // the control node (INFO ioctls only), "" if none
@@ -227,6 +233,7 @@ func (e *Engine) Devices() []DeviceInfo {
 			DRAMBase: info.DramBase, DRAMSize: info.DramSize, PageSize: info.DramPageSize, DeviceID: info.DeviceID,
 			Node: g.node.Path, ControlNode: g.node.ControlPath, PCIAddr: g.node.PCIAddr, DeviceType: g.node.DeviceType,
 			Driver: g.node.Driver, KernelRelease: g.dev.KernelRelease(),
+			DMAPath: g.dev.DMAPath(), H2DQueues: g.dev.H2DQueues(), D2HQueues: g.dev.D2HQueues(), D2DQueues: g.dev.D2DQueues(),
 		}
 		if u, err := g.dev.DramUsage(); err == nil {
 			di.DRAMFree = u.Free
