@@ -489,7 +489,7 @@ func (g *g3chan) complete(incs uint64) {
 		c.log.Warn().Err(err).Int("channel", g.ch).Msg("completion counter write faulted")
 		return
 	}
-	g.store(gaudi3.RegECQBasePI, g.load(gaudi3.RegECQBasePI)+1)
+	g.store(gaudi3.RegECQBasePI, g.load(gaudi3.RegECQBasePI)+uint32(incs))
 	if gaudi3.ECQLBWWrEn.Get(cfg) == 0 {
 		return
 	}
