@@ -166,6 +166,7 @@ type Device struct {
 	st struct {
 		submitted, completed, aborted, timedout atomic.Uint64
 		packets, bytes, faults, resets          atomic.Uint64
+		blocks                                  atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
 		busy                                    atomic.Int64
 	}
 }

@@ -145,6 +145,7 @@ func (c *hctx) mapBlock(a *hlsys.MemArgs) error {
 	if _, err := c.g3channel(ch); err != nil {
 		return err
 	}
+	c.d.st.blocks.Add(1)
 	*a = hlsys.MemArgs{}
 	a.U[0] = (uint64(ch+1) | hlsys.MmapTypeBlock) << 12
 	a.U[1] = gaudi3.ChASize
@@ -499,6 +500,10 @@ func (g *g3chan) complete(incs uint64) {
 	}
 	c.g3Interrupt(g.load(gaudi3.RegECQLBWPayload))
 }
+
+// MappedBlocks is the number of successful MAP_BLOCK calls (Gaudi3 PDMA
+// channel blocks) over the device's life.
+func (d *Device) MappedBlocks() uint64 { return d.st.blocks.Load() }
 
 // g3Interrupt wakes the waits on user interrupt id (and those on any CQ
 // interrupt).
