@@ -105,9 +105,13 @@ func (d *Device) NewCSBuilder(o CSOptions) (*CSBuilder, error) {
 	if len(o.Queues) > MaxChunksPerCS {
 		return nil, newErr(op, ErrInvalid, fmt.Sprintf("%d queues, a CS holds at most %d chunks", len(o.Queues), MaxChunksPerCS), nil)
 	}
-	if low := d.model.copyPacketSize() + d.model.sealReserve(); o.CBSize < low || o.CBSize > MaxCBSize {
+	high := MaxCBSize
+	if d.model.direct() {
+		high = g3MaxChunk // Submit copies a chunk into a ring
+	}
+	if low := d.model.copyPacketSize() + d.model.sealReserve(); o.CBSize < low || o.CBSize > high {
 		return nil, newErr(op, ErrInvalid, fmt.Sprintf("command buffer size %d not in [%d, %d]",
-			o.CBSize, low, MaxCBSize), nil)
+			o.CBSize, low, high), nil)
 	}
 	b := &CSBuilder{d: d, queues: o.Queues, cbSize: o.CBSize, piece: o.PieceSize, newCB: o.NewCB, cbs: make([]*CB, len(o.Queues))}
 	if b.newCB == nil {

@@ -60,6 +60,11 @@ const (
 	// g3RingSize is each channel's submission ring: a power of two within
 	// SCAL's direct-mode bounds (2^16..2^24, gaudi3.SCALMinRing/MaxRing).
 	g3RingSize = 1 << 20
+
+	// g3MaxChunk is the most bytes of packets one chunk may hold: half a
+	// ring, so that a chunk always fits after the padding before the
+	// ring's end.
+	g3MaxChunk = g3RingSize / 2
 )
 
 // g3PILimit is where a channel's free-running MSQ_PI is brought back to

@@ -33,8 +33,8 @@ func (d *Device) g3Submit(op string, chunks []Chunk) (uint64, error) {
 			return 0, newErr(op, ErrInvalid, fmt.Sprintf("queue %d is not a PDMA channel this device uses (%v)", ch.Queue, g.chans), nil)
 		case !ch.direct || len(ch.pkts) == 0 || len(ch.pkts)%gaudi3.PIAlign != 0:
 			return 0, newErr(op, ErrInvalid, "chunk is not a Gaudi3 command buffer's packets", nil)
-		case len(ch.pkts) > g3RingSize/2:
-			return 0, newErr(op, ErrInvalid, fmt.Sprintf("%d bytes of packets, a ring takes %d", len(ch.pkts), g3RingSize/2), nil)
+		case len(ch.pkts) > g3MaxChunk:
+			return 0, newErr(op, ErrInvalid, fmt.Sprintf("%d bytes of packets, a chunk takes at most %d", len(ch.pkts), g3MaxChunk), nil)
 		}
 		chans[i] = c
 	}
@@ -47,6 +47,9 @@ func (d *Device) g3Submit(op string, chunks []Chunk) (uint64, error) {
 		need[c] += gaudi3.PadBeforeWrap(pi, g3RingSize, len(ch.pkts)) + uint32(len(ch.pkts))
 	}
 	for _, c := range locked {
+		if need[c] > g3RingSize {
+			return 0, newErr(op, ErrInvalid, fmt.Sprintf("%d bytes of packets for PDMA channel %d, its ring holds %d", need[c], c.ch, g3RingSize), nil)
+		}
 		if err := g.room(op, c, need[c]); err != nil {
 			return 0, err
 		}

@@ -242,6 +242,9 @@ func (g *g3chan) stopped() bool {
 // stopLocked drops the channel's queued work; it resumes from the MSQ_CI
 // software writes while stopped. The registers are software's.
 func (g *g3chan) stopLocked() {
+	if g.stalled {
+		g.c.d.st.aborted.Add(1) // the hung doorbell is dropped
+	}
 	g.active, g.stalled, g.ci, g.marks = false, false, 0, g.marks[:0]
 	g.gen++
 }
