@@ -65,6 +65,12 @@ const (
 	// ring, so that a chunk always fits after the padding before the
 	// ring's end.
 	g3MaxChunk = g3RingSize / 2
+
+	// g3MaxPending bounds the submissions in flight, as the driver's
+	// completion slots bound CSs on Gaudi1/2 (hlsim's default
+	// MaxPendingCS): Submit waits for one to retire, retrying like a CS
+	// that gets EAGAIN.
+	g3MaxPending = 64
 )
 
 // g3PILimit is where a channel's free-running MSQ_PI is brought back to

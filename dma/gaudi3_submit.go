@@ -25,6 +25,9 @@ func (d *Device) g3Submit(op string, chunks []Chunk) (uint64, error) {
 	if e := d.notOperational(op, "submission refused", unix.EBUSY); e != nil {
 		return 0, e
 	}
+	if err := g.slot(op); err != nil {
+		return 0, err
+	}
 	chans := make([]*g3Chan, len(chunks))
 	for i, ch := range chunks {
 		c := g.byCh[ch.Queue]
@@ -73,6 +76,33 @@ func (d *Device) g3Submit(op string, chunks []Chunk) (uint64, error) {
 	g.mu.Unlock()
 	d.submitted.Add(1)
 	return cs.seq, nil
+}
+
+// slot waits until fewer than g3MaxPending submissions are in flight,
+// forgetting those whose counters have reached their targets.
+func (g *g3Dev) slot(op string) error {
+	backoff := g.d.opts.SubmitBackoff
+	for attempt := 0; ; attempt++ {
+		g.mu.Lock()
+		if len(g.pending) >= g3MaxPending {
+			for seq, cs := range g.pending {
+				if cs.reached() {
+					delete(g.pending, seq)
+				}
+			}
+		}
+		n := len(g.pending)
+		g.mu.Unlock()
+		if n < g3MaxPending {
+			return nil
+		}
+		if attempt >= g.d.opts.SubmitRetries {
+			return newErr(op, ErrBusy, fmt.Sprintf("%d submissions still in flight after %d retries", n, attempt), unix.EAGAIN)
+		}
+		g.d.submitRetries.Add(1)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, MaxSubmitBackoff)
+	}
 }
 
 // room waits until c's ring has n free bytes (c locked), after bringing

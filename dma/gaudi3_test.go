@@ -227,3 +227,34 @@ func TestGaudi3AttachProgramsNoChannel(t *testing.T) {
 	require.Zero(t, sim.Stats().CSSubmitted, "no doorbell")
 	require.Zero(t, sim.MappedBlocks(), "no MAP_BLOCK")
 }
+
+// TestGaudi3PendingLimit: at most g3MaxPending submissions in flight;
+// Submit waits for one to retire (here none does: the channel hangs) and
+// then fails with ErrBusy, as a CS that keeps getting EAGAIN.
+func TestGaudi3PendingLimit(t *testing.T) {
+	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi3, DRAMSize: 64 << 20, CSTimeout: time.Minute})
+	require.NoError(t, err)
+	defer sim.Close()
+	d, err := OpenBackend(sim.Name(), sim.Open, Options{SubmitRetries: 2})
+	require.NoError(t, err)
+	defer d.Close()
+	m, err := d.AllocDevice(4096)
+	require.NoError(t, err)
+	h, err := AllocHostPages(4096)
+	require.NoError(t, err)
+	defer FreeHostPages(h)
+	hm, err := d.MapHostBytes(h)
+	require.NoError(t, err)
+	cb, err := d.NewCB(4096)
+	require.NoError(t, err)
+	require.NoError(t, cb.AddLinDMA(m.Addr(), hm.DeviceAddr(), 4096))
+	sim.HangNextCS(1)
+	for range g3MaxPending {
+		_, err := d.Submit([]Chunk{cb.Chunk(2)})
+		require.NoError(t, err)
+	}
+	_, err = d.Submit([]Chunk{cb.Chunk(2)})
+	require.ErrorIs(t, err, ErrBusy)
+	require.ErrorIs(t, err, unix.EAGAIN)
+	require.NoError(t, d.Close())
+}

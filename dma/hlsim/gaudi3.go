@@ -47,7 +47,9 @@ import (
 //
 // A "submission" for Stats and fault injection is one doorbell: the bytes
 // between two MSQ_PI values the worker takes in one go (one Doorbell call
-// each when the user calls the hint; what one poll sees otherwise).
+// each when the user calls the hint, its faults drawn then; what one poll
+// sees otherwise). A delayed completion does not stop the channel: later
+// doorbells run, and their completions are signalled after it, in order.
 
 // Gaudi3 emulated layout and limits.
 const (
@@ -91,9 +93,9 @@ type g3chan struct {
 	mu      sync.Mutex // guards what follows; held while a doorbell runs
 	active  bool       // MSQ mode programmed and seen
 	ci      uint32     // bytes consumed
-	marks   []uint32   // MSQ_PI values announced through Doorbell
+	marks   []g3mark   // doorbells announced through Doorbell, in order
+	pend    []g3done   // executed doorbells whose completion is not yet signalled
 	stalled bool       // HangNextCS: the channel is stuck at a doorbell
-	gen     uint64     // bumped when the channel is stopped or reset
 	pkt     []byte
 	segs    []seg
 }
@@ -102,6 +104,19 @@ func (g *g3chan) reg(off int) *uint32 { return (*uint32)(unsafe.Pointer(&g.regs[
 func (g *g3chan) load(off int) uint32 { return atomic.LoadUint32(g.reg(off)) }
 func (g *g3chan) store(off int, v uint32) {
 	atomic.StoreUint32(g.reg(off), v)
+}
+
+// g3mark is a doorbell: the MSQ_PI it announced and its injected faults.
+type g3mark struct {
+	pi          uint32
+	hang, abort bool
+	delay       time.Duration
+}
+
+// g3done is a doorbell executed, its completion due at at.
+type g3done struct {
+	incs uint64
+	at   time.Time
 }
 
 // g3irq tracks the interrupt waits blocked in WAIT_CS.
@@ -223,7 +238,22 @@ func (c *hctx) Doorbell(block []byte) {
 		return
 	}
 	g.mu.Lock()
-	g.marks = append(g.marks, g.load(gaudi3.RegMSQPI))
+	pi := g.load(gaudi3.RegMSQPI)
+	base := g.ci
+	if !g.active {
+		base = g.load(gaudi3.RegMSQCI)
+	}
+	if n := len(g.marks); n > 0 {
+		base = g.marks[n-1].pi
+	}
+	if pi != base {
+		// The submission's faults are drawn now, in doorbell order, as a
+		// CS's are at submission.
+		m := g3mark{pi: pi}
+		m.hang, m.abort, m.delay = g.c.d.injected()
+		g.c.d.st.submitted.Add(1)
+		g.marks = append(g.marks, m)
+	}
 	g.mu.Unlock()
 	select {
 	case g.wake <- struct{}{}:
@@ -239,14 +269,16 @@ func (g *g3chan) stopped() bool {
 		gaudi3.CQReconfigEn.Get(g.load(gaudi3.RegCQReconfig)) != 0
 }
 
-// stopLocked drops the channel's queued work; it resumes from the MSQ_CI
-// software writes while stopped. The registers are software's.
+// stopLocked drops the channel's queued work and the completions not yet
+// signalled; it resumes from the MSQ_CI software writes while stopped.
+// The registers are software's.
 func (g *g3chan) stopLocked() {
+	n := len(g.pend)
 	if g.stalled {
-		g.c.d.st.aborted.Add(1) // the hung doorbell is dropped
+		n++ // the hung doorbell
 	}
-	g.active, g.stalled, g.ci, g.marks = false, false, 0, g.marks[:0]
-	g.gen++
+	g.c.d.st.aborted.Add(uint64(n))
+	g.active, g.stalled, g.ci, g.marks, g.pend = false, false, 0, g.marks[:0], g.pend[:0]
 }
 
 // resetLocked is a device reset as the channel sees it: every register
@@ -270,7 +302,31 @@ func (g *g3chan) run() {
 		}
 		for g.step() {
 		}
-		t.Reset(g3IdlePoll)
+		t.Reset(g.nextWake())
+	}
+}
+
+// nextWake is when the worker looks again: at the next delayed completion
+// or after g3IdlePoll.
+func (g *g3chan) nextWake() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.pend) > 0 {
+		return min(max(time.Until(g.pend[0].at), 0), g3IdlePoll)
+	}
+	return g3IdlePoll
+}
+
+// flushLocked signals the completions that are due, in order: the
+// counter of a channel only grows, so a completion held back by
+// DelayNextCS holds back the later ones of its channel too (their data
+// has moved meanwhile).
+func (g *g3chan) flushLocked() {
+	now := time.Now()
+	for len(g.pend) > 0 && !g.pend[0].at.After(now) {
+		g.complete(g.pend[0].incs)
+		g.c.d.st.completed.Add(1)
+		g.pend = g.pend[1:]
 	}
 }
 
@@ -289,28 +345,33 @@ func (g *g3chan) step() bool {
 	if !g.active {
 		g.active, g.ci = true, g.load(gaudi3.RegMSQCI)
 	}
+	g.flushLocked()
 	pi := g.load(gaudi3.RegMSQPI)
 	if g.stalled || pi == g.ci || !c.d.operational() {
 		g.mu.Unlock()
 		return false
 	}
 	end := pi
-	for len(g.marks) > 0 {
-		m := g.marks[0]
+	var m g3mark
+	found := false
+	for len(g.marks) > 0 && !found {
+		m = g.marks[0]
 		g.marks = g.marks[1:]
-		if m-g.ci <= pi-g.ci && m != g.ci {
-			end = m
-			break
-		}
+		found = m.pi-g.ci <= pi-g.ci && m.pi != g.ci
 	}
-	hang, abort, delay := c.d.injected()
-	c.d.st.submitted.Add(1)
-	if hang {
+	if found {
+		end = m.pi
+	} else {
+		// Found by polling: no Doorbell announced it.
+		m.hang, m.abort, m.delay = c.d.injected()
+		c.d.st.submitted.Add(1)
+	}
+	if m.hang {
 		g.stalled = true
 		g.mu.Unlock()
 		return false
 	}
-	if abort {
+	if m.abort {
 		g.mu.Unlock()
 		c.d.st.aborted.Add(1)
 		c.d.reset(c, "injected abort on a PDMA channel")
@@ -332,24 +393,8 @@ func (g *g3chan) step() bool {
 		c.d.reset(c, "PDMA channel error")
 		return false
 	}
-	gen := g.gen
-	if delay > 0 {
-		g.mu.Unlock()
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-c.quit:
-			t.Stop()
-			return false
-		}
-		g.mu.Lock()
-		if g.gen != gen {
-			g.mu.Unlock()
-			return true
-		}
-	}
-	g.complete(incs)
-	c.d.st.completed.Add(1)
+	g.pend = append(g.pend, g3done{incs: incs, at: time.Now().Add(m.delay)})
+	g.flushLocked()
 	g.mu.Unlock()
 	return true
 }
