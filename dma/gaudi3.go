@@ -441,6 +441,9 @@ func (g *g3Dev) checkReset() error {
 	if same {
 		return nil
 	}
+	if st, err := hlsys.GetDeviceStatus(g.d.b); err != nil || !DeviceStatus(st).Operational() {
+		return nil // still resetting: the channels are programmed once it is over
+	}
 	chans := lockAll(g.slots)
 	g.mu.Lock()
 	if rc != g.epoch {

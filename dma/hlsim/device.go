@@ -448,7 +448,6 @@ func (d *Device) reset(only *hctx, reason string) {
 	d.mu.Unlock()
 
 	d.log.Warn().Str("reason", reason).Msg("device reset")
-	d.st.resets.Add(1)
 	operational := func() {
 		d.mu.Lock()
 		if !d.closed {
@@ -457,11 +456,16 @@ func (d *Device) reset(only *hctx, reason string) {
 		d.mu.Unlock()
 	}
 	if c == nil {
+		d.st.resets.Add(1)
 		operational()
 		return
 	}
 	c.notify(hlsys.NotifierDeviceReset)
 	c.g3Reset()
+	// RESET_COUNT moves once the Gaudi3 channels are cleared: a device
+	// path that sees it may program them again (when the device is
+	// operational).
+	d.st.resets.Add(1)
 	c.abortAll(operational)
 }
 
