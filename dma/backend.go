@@ -119,6 +119,12 @@ type Chunk struct {
 	Handle uint64 // Gaudi1: the kernel CB's handle; Gaudi2/3: the user CB's device VA
 	Size   uint32 // bytes of packets
 	UserCB bool   // Handle is a user CB's device VA (CS_CHUNK_FLAGS_USER_ALLOC_CB)
+
+	// Gaudi3 direct PDMA mode: Queue is a PDMA channel, and Submit copies
+	// the packets themselves into its ring (Handle is 0).
+	direct bool
+	pkts   []byte
+	incs   int // packets that advance the channel's completion counter
 }
 
 func (c Chunk) raw() hlsys.CSChunk {

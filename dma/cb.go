@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gxfer/gxfer/internal/gaudi3"
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
@@ -26,9 +27,10 @@ type CB struct {
 	// Gaudi1 kernel CB
 	handle uint64
 	mapped []byte // the whole mmap
-	// Gaudi2/3 user CB
+	// Gaudi2 user CB (va set), Gaudi3 packets for a channel's ring
 	pages []byte
 	va    uint64
+	incs  int // Gaudi3: packets that advance the completion counter
 
 	done bool // guarded by d.mu
 }
@@ -54,6 +56,20 @@ func (d *Device) NewCB(capacity int) (*CB, error) {
 
 func (d *Device) newCB(capacity int) (*CB, error) {
 	cb := &CB{d: d, model: d.model}
+	if d.model.direct() {
+		// The packets are copied into a channel's ring at Submit: host
+		// pages the device never reads. The completion writes they carry
+		// need direct mode set up.
+		if err := d.g3.ensure(); err != nil {
+			return nil, err
+		}
+		pages, err := AllocHostPages(uint64(capacity))
+		if err != nil {
+			return nil, err
+		}
+		cb.pages, cb.buf = pages, pages[:capacity:capacity]
+		return cb, nil
+	}
 	if !d.model.userCB() {
 		h, err := hlsys.CBCreate(d.b, uint32(capacity), 0)
 		if err != nil {
@@ -85,7 +101,7 @@ func (d *Device) newCB(capacity int) (*CB, error) {
 }
 
 // Reset empties the buffer.
-func (cb *CB) Reset() { cb.n = 0 }
+func (cb *CB) Reset() { cb.n, cb.incs = 0, 0 }
 
 // Len is the number of bytes of packets in the buffer.
 func (cb *CB) Len() int { return cb.n }
@@ -130,8 +146,12 @@ func (cb *CB) AddLinDMA(dst, src, size uint64) error {
 	if src+size < src {
 		return newErr(op, ErrInvalid, "source range wraps", nil)
 	}
-	if need := linDMACount(size) * LinDMASize; need > uint64(cb.Remaining()) {
+	if need := linDMACount(size) * uint64(cb.model.copyPacketSize()); need > uint64(cb.Remaining()) {
 		return newErr(op, ErrCBFull, fmt.Sprintf("need %d bytes, %d left", need, cb.Remaining()), nil)
+	}
+	if cb.model.direct() {
+		cb.addG3(dst, src, size, false)
+		return nil
 	}
 	ctl := linDMACtl(cb.model, MB, false)
 	for size > 0 {
@@ -149,8 +169,12 @@ func (cb *CB) AddMemset(dst, value, size uint64) error {
 	if err := cb.checkRange(op, dst, size); err != nil {
 		return err
 	}
-	if need := linDMACount(size) * LinDMASize; need > uint64(cb.Remaining()) {
+	if need := linDMACount(size) * uint64(cb.model.copyPacketSize()); need > uint64(cb.Remaining()) {
 		return newErr(op, ErrCBFull, fmt.Sprintf("need %d bytes, %d left", need, cb.Remaining()), nil)
+	}
+	if cb.model.direct() {
+		cb.addG3(dst, value, size, true)
+		return nil
 	}
 	ctl := linDMACtl(cb.model, MB, true)
 	for size > 0 {
@@ -167,14 +191,34 @@ func (cb *CB) AddNOP(flags PacketFlags) error {
 	if cb.Remaining() < NOPSize {
 		return newErr("add NOP", ErrCBFull, "", nil)
 	}
+	if cb.model.direct() {
+		cb.n += putG3NOP(cb.buf[cb.n:], flags)
+		return nil
+	}
 	cb.n += EncodeNOP(cb.buf[cb.n:], flags)
 	return nil
+}
+
+// addG3 appends Gaudi3 LIN_PDMA packets (room checked). The direction bit
+// is device-to-host only when the destination is mapped host memory and
+// the source is not (as synapse sets it).
+func (cb *CB) addG3(dst, src, size uint64, memset bool) {
+	dir := gaudi3.DirHostToDevice
+	if cb.d.AddrKind(dst) == AddrHost && (memset || cb.d.AddrKind(src) != AddrHost) {
+		dir = gaudi3.DirDeviceToHost
+	}
+	cb.n += cb.d.g3.packets(cb.buf[cb.n:], dst, src, size, memset, dir)
+	cb.incs += int(linDMACount(size))
 }
 
 // Chunk returns the CS chunk that executes the buffer's packets (as they
 // are now) on queue.
 func (cb *CB) Chunk(queue uint32) Chunk {
 	c := Chunk{Queue: queue, Size: uint32(cb.n)}
+	if cb.model.direct() {
+		c.direct, c.pkts, c.incs = true, cb.buf[:cb.n], cb.incs
+		return c
+	}
 	if cb.model.userCB() {
 		c.Handle, c.UserCB = cb.va, true
 	} else {
@@ -223,6 +267,11 @@ func (cb *CB) destroy() error {
 	d := cb.d
 	op := "destroy command buffer on " + d.Name()
 	cb.buf, cb.n = nil, 0
+	if cb.model.direct() {
+		err := FreeHostPages(cb.pages)
+		cb.pages = nil
+		return err
+	}
 	if !cb.model.userCB() {
 		var errs []error
 		if err := d.b.Munmap(cb.mapped); err != nil {

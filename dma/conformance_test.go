@@ -34,11 +34,16 @@ type confTarget struct {
 
 func confTargets() []confTarget {
 	var ts []confTarget
-	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2} {
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2, hlsim.ModelGaudi3} {
 		// 6.1: legacy numbers, {handle, size} export; 6.5: legacy numbers,
 		// {addr, size, offset} export whose offset the driver ignores;
-		// 6.8: DRM accel numbers, offset honoured.
-		for _, k := range []string{"6.1", "6.5", "6.8"} {
+		// 6.8: DRM accel numbers, offset honoured. Gaudi3's out-of-tree
+		// driver has the fixed export: 6.8 only.
+		kernels := []string{"6.1", "6.5", "6.8"}
+		if m == hlsim.ModelGaudi3 {
+			kernels = []string{"6.8"}
+		}
+		for _, k := range kernels {
 			ts = append(ts, confTarget{
 				name: fmt.Sprintf("hlsim-%v-kernel%s", m, k),
 				newSim: func(t *testing.T, mod func(*hlsim.Config)) *hlsim.Device {
@@ -72,6 +77,21 @@ type recBackend struct {
 	initialFree           uint64
 	finalFree             uint64
 	closed                bool
+}
+
+// Doorbell and CSTimeout forward the emulator's Gaudi3 hooks (see
+// dma.doorbeller and Options.CSTimeout).
+func (r *recBackend) Doorbell(block []byte) {
+	if db, ok := r.Backend.(doorbeller); ok {
+		db.Doorbell(block)
+	}
+}
+
+func (r *recBackend) CSTimeout() time.Duration {
+	if t, ok := r.Backend.(interface{ CSTimeout() time.Duration }); ok {
+		return t.CSTimeout()
+	}
+	return 0
 }
 
 func (r *recBackend) KernelRelease() string {

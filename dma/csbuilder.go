@@ -24,7 +24,10 @@ const MaxChunksPerCS = hlsys.MaxJobsPerCS
 // it; the barrier NOP makes the completion wait for the engine
 // (gaudi-uapi §7.3). Gaudi1's external queues complete the CB after the
 // engine, through the kernel CB's appended completion packets.
-func (m Model) trailingNOP() bool { return m.userCB() }
+//
+// Gaudi3 needs none: every LIN_PDMA advances the channel's completion
+// counter once its data is written (gaudi3.go).
+func (m Model) trailingNOP() bool { return m == ModelGaudi2 }
 
 // sealReserve is the room every CB keeps for its seal.
 func (m Model) sealReserve() int {
@@ -91,8 +94,8 @@ type CSBuilder struct {
 }
 
 // NewCSBuilder starts an empty CS on the queues of o. It fails with
-// ErrNotSupported when o.Queues is empty (Gaudi3, whose queues are not
-// known) and ErrInvalid when o.CBSize cannot hold one LIN_DMA packet and
+// ErrNotSupported when o.Queues is empty (a Gaudi3 whose driver leaves no
+// PDMA channel to users) and ErrInvalid when o.CBSize cannot hold one LIN_DMA packet and
 // the seal, or exceeds MaxCBSize.
 func (d *Device) NewCSBuilder(o CSOptions) (*CSBuilder, error) {
 	const op = "new CS builder"
@@ -102,9 +105,13 @@ func (d *Device) NewCSBuilder(o CSOptions) (*CSBuilder, error) {
 	if len(o.Queues) > MaxChunksPerCS {
 		return nil, newErr(op, ErrInvalid, fmt.Sprintf("%d queues, a CS holds at most %d chunks", len(o.Queues), MaxChunksPerCS), nil)
 	}
-	if o.CBSize < LinDMASize+d.model.sealReserve() || o.CBSize > MaxCBSize {
+	high := MaxCBSize
+	if d.model.direct() {
+		high = g3MaxChunk // Submit copies a chunk into a ring
+	}
+	if low := d.model.copyPacketSize() + d.model.sealReserve(); o.CBSize < low || o.CBSize > high {
 		return nil, newErr(op, ErrInvalid, fmt.Sprintf("command buffer size %d not in [%d, %d]",
-			o.CBSize, LinDMASize+d.model.sealReserve(), MaxCBSize), nil)
+			o.CBSize, low, high), nil)
 	}
 	b := &CSBuilder{d: d, queues: o.Queues, cbSize: o.CBSize, piece: o.PieceSize, newCB: o.NewCB, cbs: make([]*CB, len(o.Queues))}
 	if b.newCB == nil {
@@ -115,7 +122,9 @@ func (d *Device) NewCSBuilder(o CSOptions) (*CSBuilder, error) {
 
 // perCB is the number of LIN_DMA packets an empty command buffer holds
 // besides its seal.
-func (b *CSBuilder) perCB() int { return (b.cbSize - b.d.model.sealReserve()) / LinDMASize }
+func (b *CSBuilder) perCB() int {
+	return (b.cbSize - b.d.model.sealReserve()) / b.d.model.copyPacketSize()
+}
 
 // Capacity is the number of LIN_DMA packets an empty CS holds.
 func (b *CSBuilder) Capacity() int { return len(b.queues) * b.perCB() }
@@ -134,7 +143,7 @@ func (b *CSBuilder) Fits(n uint64) bool {
 		if cb == nil {
 			free += b.perCB()
 		} else {
-			free += b.room(cb) / LinDMASize
+			free += b.room(cb) / b.d.model.copyPacketSize()
 		}
 	}
 	return free >= b.Packets(n)
@@ -208,7 +217,7 @@ func (b *CSBuilder) add(op string, dst, src, n uint64, memset bool) error {
 	}
 	for off := uint64(0); off < n; off += piece {
 		m := min(piece, n-off)
-		need := int(linDMACount(m)) * LinDMASize
+		need := int(linDMACount(m)) * b.d.model.copyPacketSize()
 		s := int(b.d.rr.Add(1)) % len(b.queues)
 		cb, err := b.cb(s)
 		if err != nil {

@@ -60,6 +60,12 @@ type Options struct {
 	// SubmitBackoff is the first submit retry delay; it doubles up to
 	// MaxSubmitBackoff. 0 means DefaultSubmitBackoff.
 	SubmitBackoff time.Duration
+	// CSTimeout bounds a Gaudi3 direct-mode submission: unfinished after
+	// it, it ends with ErrCSTimedOut and its PDMA channels are reset (the
+	// driver's TDR does this on Gaudi1/2 and does not see direct-mode
+	// work). 0 means the backend's CSTimeout() if it has one (the
+	// emulator's Config.CSTimeout), else DefaultCSTimeout.
+	CSTimeout time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -181,6 +187,7 @@ type Device struct {
 	cbPool []*CB
 
 	dram *rangeAlloc // Gaudi1 physical DRAM allocator
+	g3   *g3Dev      // Gaudi3 direct PDMA mode, nil on Gaudi1/2
 
 	rr            atomic.Uint32
 	submitted     atomic.Uint64
@@ -249,6 +256,9 @@ func NewDevice(b Backend, opts Options) (_ *Device, err error) {
 		}
 	} else {
 		d.dram = newRangeAlloc(info.DramBaseAddress, info.DramSize, gaudi1Align)
+	}
+	if model.direct() {
+		d.g3 = newG3(d, info, b)
 	}
 	d.log.Debug().Str("numbering", hb.Numbering().String()).Str("export", d.exportAPI).
 		Uint64("dram_base", info.DramBaseAddress).Uint64("dram_size", info.DramSize).
@@ -485,6 +495,7 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 	slices.SortFunc(live, func(a, b entry) int { return cmp.Compare(b.id, a.id) }) // newest first
 
+	d.g3.close() // its rings and blocks first: nothing may run into freed memory
 	var errs []error
 	for _, e := range live {
 		if err := e.r.release(); err != nil {

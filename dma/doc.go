@@ -42,8 +42,17 @@
 // and device-to-device copies go to PDMA_0_0/PDMA_0_1, device-to-host
 // copies to PDMA_1_0 (the table and the driver citations are in model.go).
 //
-// Gaudi3 needs Intel's out-of-tree driver. Memory is handled like Gaudi2;
-// its queue ids are unknown here, so CopySync reports ErrNotSupported.
+// Gaudi3 needs Intel's out-of-tree driver. Memory is handled like Gaudi2,
+// but the driver opens no command queue to users, so copies run in direct
+// PDMA mode (gaudi3.go, docs/gaudi3.md): the Device maps the CH_A register
+// blocks of user-owned PDMA channels (MAP_BLOCK), gives each a submission
+// ring in host memory and a completion counter in a mapped kernel CB, and
+// behind the same API the "queues" are channel numbers, a CB holds
+// LIN_PDMA packets, Submit copies them into the rings and stores MSQ_PI,
+// and Wait compares the counters with the submission's targets, sleeping
+// in WAIT_CS on the channel's user interrupt. The Device applies its own
+// TDR (Options.CSTimeout) and reprograms its channels after a device reset,
+// since the driver sees none of this work. Attach never touches a channel.
 //
 // # DMA-BUF
 //

@@ -3,6 +3,7 @@ package dma
 import (
 	"fmt"
 
+	"github.com/gxfer/gxfer/internal/gaudi3"
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
@@ -21,8 +22,9 @@ const (
 	// users (see queueTable).
 	ModelGaudi2
 	// ModelGaudi3 is driven like Gaudi2 for memory. It needs Intel's
-	// out-of-tree driver; its queue ids are not known to this package, so
-	// the DMA helpers (queues, CopySync) report ErrNotSupported.
+	// out-of-tree driver, which opens no command queue to users: copies
+	// run in direct PDMA mode on user-owned PDMA channels (gaudi3.go), and
+	// the queue ids are channel numbers.
 	ModelGaudi3
 )
 
@@ -45,7 +47,21 @@ func (m Model) hasDeviceMMU() bool { return m != ModelGaudi1 }
 
 // userCB reports whether the model's DMA queues take user command buffers
 // (a device VA plus CSChunkFlagsUserAllocCB) instead of kernel CB handles.
-func (m Model) userCB() bool { return m != ModelGaudi1 }
+func (m Model) userCB() bool { return m == ModelGaudi2 }
+
+// direct reports whether the model copies in direct PDMA mode (Gaudi3):
+// CBs are plain host pages whose packets Submit copies into a channel's
+// ring.
+func (m Model) direct() bool { return m == ModelGaudi3 }
+
+// copyPacketSize is the bytes one copy packet takes in a CB: LIN_DMA on
+// Gaudi1/2, LIN_PDMA with its completion write on Gaudi3.
+func (m Model) copyPacketSize() int {
+	if m.direct() {
+		return gaudi3.LinPDMAWrCompSize
+	}
+	return LinDMASize
+}
 
 // parsesCB reports whether the driver parses the model's user packets
 // (gaudi_cs_parser on Gaudi1's external queues, which refuses some with
@@ -55,16 +71,18 @@ func (m Model) parsesCB() bool { return m == ModelGaudi1 }
 // ModelFromDeviceID maps the PCI device id that HW_IP_INFO reports to a
 // Model: 0x1000 and 0x1010 (Gaudi, Gaudi secured) -> ModelGaudi1, 0x1020 ->
 // ModelGaudi2, 0x1060 -> ModelGaudi3. The out-of-tree board variants
-// HL2000M (0x1001, 0x1011), Gaudi2 HL-288 (0x1021) and Gaudi3 HL-338
-// (0x1063) map to their ASIC. Anything else (e.g. Goya, 0x0001) returns an
-// error wrapping ErrUnsupportedDevice.
+// HL2000M (0x1001, 0x1011), Gaudi2 HL-288 (0x1021) and Gaudi3 single die
+// (0x1062) and HL-338 (0x1063) map to their ASIC (pci_ids.h of Intel's
+// driver). Gaudi3's die-1 function (0x1061) is not taken: nothing in the
+// sources shows it as a compute node of its own. Anything else (e.g. Goya,
+// 0x0001) returns an error wrapping ErrUnsupportedDevice.
 func ModelFromDeviceID(id uint32) (Model, error) {
 	switch id {
 	case hlsys.DeviceIDGaudi, hlsys.DeviceIDGaudiSec, 0x1001, 0x1011:
 		return ModelGaudi1, nil
 	case hlsys.DeviceIDGaudi2, 0x1021:
 		return ModelGaudi2, nil
-	case hlsys.DeviceIDGaudi3, 0x1063:
+	case hlsys.DeviceIDGaudi3, hlsys.DeviceIDGaudi3SingleDie, hlsys.DeviceIDGaudi3HL338:
 		return ModelGaudi3, nil
 	}
 	detail := fmt.Sprintf("PCI device id %#06x", id)
@@ -103,9 +121,9 @@ func ModelFromDeviceID(id uint32) (Model, error) {
 // two engines at the same time and a large upload never queues in front of
 // a download.
 //
-// Gaudi3: Intel's out-of-tree driver is not modelled here (its user DMA
-// path is not a CS on PCI DMA queues; see shared/reference/gaudi3.md): no
-// queues, so the DMA helpers report ErrNotSupported.
+// Gaudi3: Intel's out-of-tree driver has no user queue (its only queue is
+// the driver's CPU queue); the queue sets are PDMA channels picked per
+// device from hw_ip_info's pdma_user_owned_ch_mask (newG3 in gaudi3.go).
 type queueTable struct {
 	h2d, d2h, d2d []uint32
 }
@@ -125,3 +143,26 @@ var modelQueues = map[Model]queueTable{
 
 // queues returns the model's queue table (zero for Gaudi3).
 func (m Model) queues() queueTable { return modelQueues[m] }
+
+// queues returns the device's queue sets: the model's table, or on Gaudi3
+// the PDMA channels direct mode uses.
+func (d *Device) queues() queueTable {
+	if d.g3 != nil {
+		return queueTable{h2d: d.g3.h2d, d2h: d.g3.d2h, d2d: d.g3.d2d}
+	}
+	return d.model.queues()
+}
+
+// DMAPath says how the Device moves data: "command submission" (LIN_DMA
+// command buffers on the driver's PCI DMA queues, Gaudi1/2) or "direct
+// PDMA mode" (LIN_PDMA packets in the submission rings of user-owned PDMA
+// channels mapped with MAP_BLOCK, Gaudi3).
+func (d *Device) DMAPath() string {
+	if d.model.direct() {
+		return "direct PDMA mode: LIN_PDMA rings on user-owned PDMA channels (MAP_BLOCK), completion counters and user interrupts"
+	}
+	if d.model.userCB() {
+		return "command submission: LIN_DMA user CBs on the PDMA queues"
+	}
+	return "command submission: LIN_DMA kernel CBs on the external DMA queues"
+}

@@ -16,21 +16,22 @@ func pointerOf(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData
 
 // H2DQueues returns the queues used for host-to-device copies: Gaudi1
 // DMA_0_0..3 (ids 0-3, external PCI DMA, kernel CBs), Gaudi2 PDMA_0_0 and
-// PDMA_0_1 (ids 0 and 1, user CBs). Gaudi3 queue ids are unknown here: nil.
+// PDMA_0_1 (ids 0 and 1, user CBs), Gaudi3 two user-owned PDMA channels
+// (direct mode; ids are channel numbers, by default 0 and 1).
 // The per-model table and the driver rules behind it are in model.go
 // (queueTable).
-func (d *Device) H2DQueues() []uint32 { return slices.Clone(d.model.queues().h2d) }
+func (d *Device) H2DQueues() []uint32 { return slices.Clone(d.queues().h2d) }
 
 // D2HQueues returns the queues used for device-to-host copies: Gaudi1
 // DMA_1_0..3 (ids 4-7), Gaudi2 PDMA_1_0 (id 4: PDMA_1's only stream open to
-// users). Gaudi3: nil.
-func (d *Device) D2HQueues() []uint32 { return slices.Clone(d.model.queues().d2h) }
+// users), Gaudi3 one more PDMA channel (by default 2).
+func (d *Device) D2HQueues() []uint32 { return slices.Clone(d.queues().d2h) }
 
 // D2DQueues returns the queues used for device-to-device copies and device
 // memsets: the H2D set (the PCI DMA engines reach DRAM as well). Gaudi2's
 // EDMA queues would be faster for large DRAM-to-DRAM copies but need
 // engine setup this package does not do.
-func (d *Device) D2DQueues() []uint32 { return slices.Clone(d.model.queues().d2d) }
+func (d *Device) D2DQueues() []uint32 { return slices.Clone(d.queues().d2d) }
 
 // Submit submits one CS executing chunks and returns its sequence number.
 // EAGAIN (completion slot or queue full) and EINTR are retried with
@@ -46,14 +47,17 @@ func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	if len(chunks) == 0 || len(chunks) > MaxChunksPerCS {
 		return 0, newErr(op, ErrInvalid, fmt.Sprintf("need 1 to %d chunks", MaxChunksPerCS), nil)
 	}
-	raw := make([]hlsys.CSChunk, len(chunks))
-	for i, c := range chunks {
-		raw[i] = c.raw()
-	}
 	if err := d.enter(op); err != nil {
 		return 0, err
 	}
 	defer d.leave()
+	if d.g3 != nil {
+		return d.g3Submit(op, chunks)
+	}
+	raw := make([]hlsys.CSChunk, len(chunks))
+	for i, c := range chunks {
+		raw[i] = c.raw()
+	}
 	backoff := d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
 		out, err := hlsys.SubmitCS(d.b, nil, raw, 0, 0)
@@ -195,6 +199,9 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 		return CSUnknown, err
 	}
 	defer d.leave()
+	if d.g3 != nil {
+		return d.g3Wait(op, seq, timeout)
+	}
 	remaining := max(timeout, 0)
 	intr := 0
 	for {
@@ -356,7 +363,7 @@ func (d *Device) runSync(op string, queues []uint32, size uint64, fill func(*CSB
 	}
 	// One command buffer, on the next queue of the set, holds the whole
 	// copy (PieceSize 0) and the seal.
-	need := linDMACount(size)*LinDMASize + NOPSize
+	need := linDMACount(size)*uint64(d.model.copyPacketSize()) + NOPSize
 	if need > MaxCBSize {
 		return newErr(op, ErrInvalid, "size too large for one command buffer", nil)
 	}

@@ -31,9 +31,12 @@ const (
 	FailWhenFull
 )
 
-// EmulatorConfig configures emulated devices (package dma/hlsim).
+// EmulatorConfig configures emulated devices (package dma/hlsim). On the
+// gaudi3 model copies run in direct PDMA mode (package dma); CSTimeout is
+// then applied by the device path, which resets the timed-out
+// submission's PDMA channels rather than the device.
 type EmulatorConfig struct {
-	Model     string        // "gaudi2" (default) or "gaudi1"
+	Model     string        // "gaudi2" (default), "gaudi1" or "gaudi3"
 	DRAMSize  uint64        // default 4 GiB (sparse)
 	Kernel    string        // emulated uAPI generation, default "6.8"
 	CSTimeout time.Duration // emulated TDR, default 30 s

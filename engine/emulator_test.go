@@ -9,8 +9,16 @@ import (
 )
 
 // TestEmulator: each injected fault reaches the copies of the emulated
-// device through the public API, with the error a user matches.
+// device through the public API, with the error a user matches, on the
+// Gaudi2 model (command submission) and the Gaudi3 model (direct PDMA
+// mode, where the device path detects resets and applies the TDR).
 func TestEmulator(t *testing.T) {
+	for _, model := range []string{"gaudi2", "gaudi3"} {
+		t.Run(model, func(t *testing.T) { testEmulator(t, model) })
+	}
+}
+
+func testEmulator(t *testing.T, model string) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
@@ -49,7 +57,7 @@ func TestEmulator(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEngine(t, Config{EmulatedCount: 2, Emulator: EmulatorConfig{DRAMSize: 64 << 20, CSTimeout: 500 * time.Millisecond}})
+			e := newEngine(t, Config{EmulatedCount: 2, Emulator: EmulatorConfig{Model: model, DRAMSize: 64 << 20, CSTimeout: 500 * time.Millisecond}})
 			m, err := e.Emulator(1)
 			require.NoError(t, err)
 			require.Equal(t, 1, m.Device())

@@ -144,6 +144,10 @@ type DeviceInfo struct {
 	DRAMFree  uint64 // free device DRAM in bytes when Devices was called (0 if unknown)
 	PageSize  uint64 // device DRAM page size in bytes (HW_IP_INFO)
 	DeviceID  uint32 // PCI device id (HW_IP_INFO)
+	// The DMA engines copies use: how (dma.Device.DMAPath) and the queues
+	// per direction (Gaudi3: PDMA channel numbers).
+	DMAPath                         string
+	H2DQueues, D2HQueues, D2DQueues []uint32
 	// From discovery (empty for emulated devices where not applicable).
 	Node          string // device node path, or the emulator's name
 	ControlNode   string // the control node (INFO ioctls only), "" if none
@@ -165,6 +169,7 @@ func (e *Engine) Devices() []DeviceInfo {
 	for _, g := range e.cp.Devs {
 		di, n := describe(g.Idx, g.Dev), g.Node
 		di.Node, di.ControlNode, di.PCIAddr, di.DeviceType, di.Driver = n.Path, n.ControlPath, n.PCIAddr, n.DeviceType, n.Driver
+		di.DMAPath, di.H2DQueues, di.D2HQueues, di.D2DQueues = g.Dev.DMAPath(), g.Dev.H2DQueues(), g.Dev.D2HQueues(), g.Dev.D2DQueues()
 		out = append(out, di)
 	}
 	return append(out, e.attach.devices()...)

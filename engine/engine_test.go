@@ -42,7 +42,7 @@ func fill(b []byte, seed uint64) {
 }
 
 func TestCopyEveryPair(t *testing.T) {
-	for _, model := range []string{"gaudi2", "gaudi1"} {
+	for _, model := range []string{"gaudi2", "gaudi1", "gaudi3"} {
 		t.Run(model, func(t *testing.T) {
 			e := newEngine(t, Config{EmulatedCount: 2, Emulator: EmulatorConfig{Model: model}})
 			ctx := context.Background()

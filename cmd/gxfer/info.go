@@ -90,6 +90,8 @@ type infoDevice struct {
 	DRAMUsed         uint64 `json:"dram_used"`
 	DRAMFree         uint64 `json:"dram_free"`
 	DRAMPageSize     uint64 `json:"dram_page_size"`
+	DMAPath          string `json:"dma_path,omitempty"`    // how copies reach the DMA engines
+	DMAEngines       string `json:"dma_engines,omitempty"` // queues (Gaudi3: PDMA channels) per direction
 }
 
 type memoryDomain struct {
@@ -215,6 +217,12 @@ func collectInfo(eng *engine.Engine, cfg engine.Config, mode string) infoDoc {
 		if d.DRAMSize >= d.DRAMFree {
 			id.DRAMUsed = d.DRAMSize - d.DRAMFree
 		}
+		id.DMAPath = d.DMAPath
+		unit := "queues"
+		if d.Model == "Gaudi3" {
+			unit = "PDMA channels"
+		}
+		id.DMAEngines = fmt.Sprintf("%s: host-to-device %v, device-to-host %v, device-to-device %v", unit, d.H2DQueues, d.D2HQueues, d.D2DQueues)
 		accel := strings.Contains(strings.ToLower(d.Numbering), "accel")
 		id.DriverGeneration = "legacy habanalabs char device (kernels up to 6.6): /dev/hlN"
 		if accel {
@@ -370,6 +378,10 @@ func writeInfoText(w io.Writer, doc infoDoc) error {
 		p("    DMA-BUF export API\t%s\n", d.DMABufExportAPI)
 		p("    DRAM\t%s at %s: %s used, %s free, page %s\n", bench.FormatBytes(d.DRAMSize), d.DRAMBase,
 			bench.FormatBytes(d.DRAMUsed), bench.FormatBytes(d.DRAMFree), bench.FormatBytes(d.DRAMPageSize))
+		if d.DMAPath != "" {
+			p("    DMA path\t%s\n", d.DMAPath)
+			p("    DMA engines\t%s\n", d.DMAEngines)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err

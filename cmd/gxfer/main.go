@@ -171,7 +171,7 @@ type commonFlags struct {
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.devices, "devices", "auto", "devices to open: auto (real Gaudis, else emulated), emulated, none")
 	fs.IntVar(&c.emulated, "emulated", 1, "number of emulated devices to open (implies -devices emulated unless -devices is given)")
-	fs.StringVar(&c.model, "model", "gaudi2", "model of emulated devices: gaudi1 or gaudi2")
+	fs.StringVar(&c.model, "model", "gaudi2", "model of emulated devices: gaudi1, gaudi2 or gaudi3")
 	fs.StringVar(&c.kernel, "kernel", "6.8", "kernel uAPI generation emulated devices present: 6.1 and later")
 	fs.BoolVar(&c.verbose, "v", false, "log engine events to stderr")
 }
@@ -227,12 +227,12 @@ func (c *commonFlags) config(stderr io.Writer) (engine.Config, error) {
 		return cfg, usagef("bad -emulated %d (want 1..%d)", c.emulated, maxEmulated)
 	}
 	switch m := strings.ToLower(c.model); m {
-	case "gaudi1", "gaudi2":
+	case "gaudi1", "gaudi2", "gaudi3":
 		cfg.Emulator.Model = m
 	case "gaudi":
 		cfg.Emulator.Model = "gaudi1"
 	default:
-		return cfg, usagef("bad -model %q (want gaudi1 or gaudi2)", c.model)
+		return cfg, usagef("bad -model %q (want gaudi1, gaudi2 or gaudi3)", c.model)
 	}
 	if !kernelRE.MatchString(c.kernel) {
 		return cfg, usagef("bad -kernel %q (want a release such as 6.8 or 6.1)", c.kernel)

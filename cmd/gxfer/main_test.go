@@ -62,6 +62,18 @@ func TestPerfDefaultStyleRun(t *testing.T) {
 	assert.Regexp(t, `(?m)^\s+4KiB\s+10\s`, out)
 }
 
+// TestPerfGaudi3: perf measures an emulated Gaudi3 (direct PDMA mode),
+// every destination verified.
+func TestPerfGaudi3(t *testing.T) {
+	code, out, errs := gxfer(t, "perf", "-model", "gaudi3", "-t", "h2d,d2h,d2d", "-s", "8,1M", "-n", "10", "-w", "2")
+	require.Equal(t, 0, code, errs)
+	for _, name := range []string{"h2d", "d2h", "d2d"} {
+		assert.Contains(t, out, "# test "+name+":")
+	}
+	assert.Contains(t, out, "gaudi0 Gaudi3 [EMULATED")
+	assert.Regexp(t, `(?m)^\s+1MiB\s+10\s`, out)
+}
+
 func TestPerfJSON(t *testing.T) {
 	code, out, errs := gxfer(t, append(tinyPerf, "-json")...)
 	require.Equal(t, 0, code, errs)
@@ -281,6 +293,23 @@ func TestInfoText(t *testing.T) {
 	}
 	// host: alloc yes, register yes; gaudiN: alloc yes, export yes, import no.
 	assert.Regexp(t, `(?m)^\s+host\s+yes\s+yes\s+no\s+no\s`, out)
+	assert.Regexp(t, `(?m)^\s+gaudi0\s+yes\s+no\s+yes \(emulated\)\s+no\s`, out)
+}
+
+// TestInfoGaudi3: an emulated Gaudi3 with its memory and its DMA engines
+// (the PDMA channels of direct mode).
+func TestInfoGaudi3(t *testing.T) {
+	code, out, errs := gxfer(t, "info", "-model", "gaudi3")
+	require.Equal(t, 0, code, errs)
+	for _, want := range []string{
+		"gaudi0: EMULATED (dma/hlsim, not a real Gaudi)",
+		"Gaudi3 (PCI 0x1da3:0x1060)",
+		"DRAM", "at 0x201000000000000",
+		"DMA path", "direct PDMA mode",
+		"DMA engines", "PDMA channels: host-to-device [0 1], device-to-host [2], device-to-device [0 1]",
+	} {
+		assert.Contains(t, out, want)
+	}
 	assert.Regexp(t, `(?m)^\s+gaudi0\s+yes\s+no\s+yes \(emulated\)\s+no\s`, out)
 }
 

@@ -134,8 +134,12 @@ func (c *hctx) Mmap(offset int64, length int) ([]byte, error) {
 	if c.memDead {
 		return nil, unix.ENODEV
 	}
-	// hl_mmap dispatches on the mmap type bits: only the CB type reaches
-	// the CB manager (hl_mem_mgr_mmap).
+	// hl_mmap dispatches on the mmap type bits: the block type goes to
+	// the ASIC's block mmap, the CB type to the CB manager
+	// (hl_mem_mgr_mmap).
+	if uint64(offset)&(pageSize-1) == 0 && (uint64(offset)>>12)&hlsys.MmapTypeBlock != 0 {
+		return c.mmapBlock(uint64(offset), length)
+	}
 	if uint64(offset)&(pageSize-1) != 0 || (uint64(offset)>>12)&hlsys.MmapTypeCB == 0 {
 		return nil, unix.EINVAL
 	}
@@ -157,6 +161,9 @@ func (c *hctx) Munmap(b []byte) error {
 	c.memMu.Lock()
 	defer c.memMu.Unlock()
 	if c.memDead {
+		return nil
+	}
+	if c.munmapBlock(b) {
 		return nil
 	}
 	cb := c.cbMmaps[&b[0]]

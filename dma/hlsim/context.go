@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
+	"github.com/gxfer/gxfer/internal/gaudi3"
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
@@ -58,6 +59,11 @@ type hctx struct {
 	cbMmaps    map[*byte]*cbuf // user mmaps of CBs, by first byte
 
 	engines map[uint32]*engine // by queue id, started on first use (csMu)
+
+	// Gaudi3: the register files of the mapped PDMA CH_A blocks (memMu)
+	// and the interrupt waits.
+	g3chans [gaudi3.PDMAChannels]*g3chan
+	irq     g3irq
 	quit    chan struct{}
 	engWG   sync.WaitGroup
 
@@ -95,6 +101,7 @@ func newCtx(d *Device) *hctx {
 		engines:    map[uint32]*engine{},
 		quit:       make(chan struct{}),
 	}
+	c.irq.waiters = map[*g3waiter]struct{}{}
 	c.bgCond.L = &c.bgMu
 	c.drainCond.L = &c.drainMu
 	a := &d.amap
@@ -179,6 +186,7 @@ func (c *hctx) teardown(gone bool) {
 
 		c.memMu.Lock()
 		c.memDead = true
+		c.g3Release()
 		c.releaseMemory()
 		c.memMu.Unlock()
 
@@ -208,6 +216,11 @@ func (c *hctx) Name() string { return c.d.name + " (emulated)" }
 
 // Emulated implements hlsys.Backend.
 func (c *hctx) Emulated() bool { return true }
+
+// CSTimeout is the emulated TDR (Config.CSTimeout). On Gaudi3 the driver
+// does not see direct-mode work, so the device path applies it itself
+// (dma.Options.CSTimeout).
+func (c *hctx) CSTimeout() time.Duration { return c.d.cfg.CSTimeout }
 
 // KernelRelease is the emulated kernel release; the driver layer picks the
 // DMA-BUF export form from it.

@@ -520,6 +520,9 @@ func (c *hctx) waitIoctl(a *hlsys.WaitCSArgs) error {
 		return unix.EBUSY
 	}
 	if in.Flags&waitFlagsInterrupt != 0 {
+		if c.d.amap.gaudi3 {
+			return c.interruptWait(a)
+		}
 		if !c.d.amap.gaudi2 {
 			return unix.EPERM // Gaudi has no user interrupts
 		}

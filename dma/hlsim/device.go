@@ -31,15 +31,22 @@ const (
 	// 0, 1, 4) and the EDMA queues; no parser beyond the queue and address
 	// checks.
 	ModelGaudi2
+	// ModelGaudi3 (PCI id 0x1060, Intel's out-of-tree driver): memory as
+	// on Gaudi2, no user queue (the CS ioctl's only queue is the driver's
+	// CPU queue), copies in direct PDMA mode through mapped CH_A register
+	// blocks (gaudi3.go, RULES.md G rows).
+	ModelGaudi3
 )
 
-// String returns "Gaudi" or "Gaudi2".
+// String returns "Gaudi", "Gaudi2" or "Gaudi3".
 func (m Model) String() string {
 	switch m {
 	case ModelGaudi1:
 		return "Gaudi"
 	case ModelGaudi2:
 		return "Gaudi2"
+	case ModelGaudi3:
+		return "Gaudi3"
 	}
 	return fmt.Sprintf("Model(%d)", int(m))
 }
@@ -159,6 +166,7 @@ type Device struct {
 	st struct {
 		submitted, completed, aborted, timedout atomic.Uint64
 		packets, bytes, faults, resets          atomic.Uint64
+		blocks                                  atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
 		busy                                    atomic.Int64
 	}
 }
@@ -170,7 +178,7 @@ func New(cfg Config) (_ *Device, err error) {
 	if cfg.Model == 0 {
 		cfg.Model = ModelGaudi2
 	}
-	if cfg.Model != ModelGaudi1 && cfg.Model != ModelGaudi2 {
+	if cfg.Model != ModelGaudi1 && cfg.Model != ModelGaudi2 && cfg.Model != ModelGaudi3 {
 		return nil, fmt.Errorf("hlsim: unknown model %v", cfg.Model)
 	}
 	if cfg.DRAMPageSize == 0 {
@@ -440,7 +448,6 @@ func (d *Device) reset(only *hctx, reason string) {
 	d.mu.Unlock()
 
 	d.log.Warn().Str("reason", reason).Msg("device reset")
-	d.st.resets.Add(1)
 	operational := func() {
 		d.mu.Lock()
 		if !d.closed {
@@ -449,10 +456,16 @@ func (d *Device) reset(only *hctx, reason string) {
 		d.mu.Unlock()
 	}
 	if c == nil {
+		d.st.resets.Add(1)
 		operational()
 		return
 	}
 	c.notify(hlsys.NotifierDeviceReset)
+	c.g3Reset()
+	// RESET_COUNT moves once the Gaudi3 channels are cleared: a device
+	// path that sees it may program them again (when the device is
+	// operational).
+	d.st.resets.Add(1)
 	c.abortAll(operational)
 }
 

@@ -1,4 +1,4 @@
-// Package hlsim emulates an Intel Gaudi (Gaudi1) or Gaudi2 and its
+// Package hlsim emulates an Intel Gaudi (Gaudi1), Gaudi2 or Gaudi3 and its
 // habanalabs driver behind the same ioctl contract as the real device
 // node, so that everything above internal/hlsys (package dma and up) runs
 // unchanged in CI and on machines without the hardware. It is labelled as
@@ -102,6 +102,16 @@
 //     CB and MEMORY EBUSY) and in MALFUNCTION/NEEDS_RESET (Open EPERM).
 //   - Fault injection: DelayNextCS, HangNextCS, AbortNextCS, Reset,
 //     ForceStatus.
+//   - Gaudi3 (gaudi3.go, RULES.md G and W11-W16 rows): HW_IP_INFO with the
+//     user PDMA channel mask and the user interrupt range; no user queue
+//     for the CS ioctl; MAP_BLOCK of the CH_A blocks of user-owned PDMA
+//     channels and their mmap, backed by emulated register files whose
+//     worker runs the submission ring (LIN_PDMA, NOP) when MSQ_PI moves,
+//     advances the completion counter in memory and raises the user
+//     interrupt; WAIT_CS on a user interrupt (KERNEL_CQ or a user
+//     address); the faults per doorbell, a channel error resetting the
+//     device. The readings of hardware behaviour the sources leave open
+//     are marked in RULES.md.
 //
 // # Address map
 //
@@ -170,9 +180,10 @@
 // Timing of real DMA engines (an emulated copy runs at memcpy speed; Stats
 // reports the busy time), internal and compute queues (their CSs pass the
 // driver's checks, then EOPNOTSUPP), queue-full EAGAIN, sync objects and
-// monitors, user interrupts, MSG/WREG packets, the ARC scheduler mode,
+// monitors, Gaudi1/2 user interrupts, MSG/WREG packets, the ARC scheduler mode,
 // multi-CS waits, context switch (restore chunks), the control node,
-// Gaudi3, the release delay after close (Gaudi2 resets on release; here
+// Gaudi3's ARC scheduler mode and its blocks other than the PDMA CH_A
+// blocks, the release delay after close (Gaudi2 resets on release; here
 // a reopen after Close succeeds at once), the SHARED and CONTIGUOUS ALLOC
 // flags (accepted, no effect) and the writability check of pinned host
 // pages.

@@ -182,10 +182,17 @@ func (c *hctx) hwIPInfo() hlsys.HwIPInfo {
 		DramPageSize:                  a.dramPage,
 		DeviceMemAllocDefaultPageSize: a.dramPage,
 	}
-	if a.gaudi2 {
+	switch {
+	case a.gaudi3:
+		hw.DeviceID = hlsys.DeviceIDGaudi3
+		hw.RevisionID = 1
+		hw.Reserved3 = G3UserChannelMask // pdma_user_owned_ch_mask
+		hw.FirstAvailableInterruptID = g3FirstUserInterrupt
+		hw.NumberOfUserInterrupts = g3UserInterrupts
+	case a.gaudi2:
 		hw.DeviceID = hlsys.DeviceIDGaudi2
 		hw.RevisionID = 1
-	} else {
+	default:
 		hw.DeviceID = hlsys.DeviceIDGaudi
 	}
 	copy(hw.CardName[:len(hw.CardName)-1], cardName)

@@ -44,8 +44,12 @@ func (c *hctx) memIoctl(a *hlsys.MemArgs) error {
 	}
 	switch a.Op {
 	case hlsys.MemOpAlloc, hlsys.MemOpFree, hlsys.MemOpMap, hlsys.MemOpUnmap, hlsys.MemOpExportDMABuf:
-	case hlsys.MemOpMapBlock, hlsys.MemOpTSAlloc:
-		return unix.EOPNOTSUPP // HW blocks and timestamp buffers are not emulated
+	case hlsys.MemOpMapBlock:
+		if !c.d.amap.gaudi3 {
+			return unix.EOPNOTSUPP // the Gaudi1/2 HW block lists are not emulated
+		}
+	case hlsys.MemOpTSAlloc:
+		return unix.EOPNOTSUPP // timestamp buffers are not emulated
 	default:
 		return unix.EINVAL
 	}
@@ -69,6 +73,8 @@ func (c *hctx) memIoctl(a *hlsys.MemArgs) error {
 		return c.mapDevice(a)
 	case hlsys.MemOpUnmap:
 		return c.unmap(a)
+	case hlsys.MemOpMapBlock:
+		return c.mapBlock(a)
 	default:
 		return c.export(a)
 	}

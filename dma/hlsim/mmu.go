@@ -41,7 +41,8 @@ const (
 
 // addrMap is a device's fixed address layout.
 type addrMap struct {
-	gaudi2             bool
+	gaudi2             bool   // DRAM behind the device MMU (Gaudi2 and Gaudi3)
+	gaudi3             bool   // Gaudi3: direct PDMA mode, no user queue
 	dramBase, dramSize uint64 // Gaudi2: DMMU VA range start; Gaudi1: physical
 	dramPage           uint64
 	dmmuEnd            uint64 // Gaudi2: end of the DMMU VA range
@@ -52,12 +53,19 @@ type addrMap struct {
 
 func newAddrMap(cfg Config) addrMap {
 	a := addrMap{dramSize: cfg.DRAMSize, dramPage: cfg.DRAMPageSize, sramBase: sramBase}
-	if cfg.Model == ModelGaudi2 {
+	switch cfg.Model {
+	case ModelGaudi3:
+		a.gaudi2, a.gaudi3 = true, true
+		a.dramBase, a.dmmuEnd = g3DRAMBase, g3DRAMBase+g2DMMUSpan
+		a.pmmuBase, a.pmmuHuge, a.pmmuEnd = g3PMMUBase, g3PMMUHugeBase, g3PMMUHugeBase+g3PMMUSpan
+		a.sramSize = g2SRAMSize
+		return a
+	case ModelGaudi2:
 		a.gaudi2 = true
 		a.dramBase, a.dmmuEnd = g2DMMUBase, g2DMMUBase+g2DMMUSpan
 		a.pmmuBase, a.pmmuHuge, a.pmmuEnd = g2PMMUBase, g2PMMUHugeBase, g2PMMUHugeBase+g2PMMUSpan
 		a.sramSize = g2SRAMSize
-	} else {
+	default:
 		a.dramBase = g1DRAMBase
 		a.pmmuBase, a.pmmuHuge, a.pmmuEnd = g1PMMUBase, g1PMMUHugeBase, g1PMMUHugeBase+g1PMMUSpan
 		a.sramSize = g1SRAMSize

@@ -56,6 +56,13 @@ func (a *addrMap) queueKindOf(q uint32) queueKind {
 		}
 		return qOther
 	}
+	if a.gaudi3 {
+		// GAUDI3_QUEUE_ID_SIZE is 1: queue 0 is the driver's CPU queue.
+		if q == 0 {
+			return qDriverOnly
+		}
+		return qInvalid
+	}
 	switch {
 	case q >= g2QueueSize:
 		return qInvalid
@@ -81,6 +88,9 @@ func (a *addrMap) queueKindOf(q uint32) queueKind {
 func (d *Device) EmulatedQueues() []uint32 {
 	var qs []uint32
 	limit := uint32(g1QueueSize)
+	if d.amap.gaudi3 {
+		return nil // copies go through the PDMA channels (gaudi3.go)
+	}
 	if d.amap.gaudi2 {
 		limit = g2QueueSize
 	}

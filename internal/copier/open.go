@@ -18,7 +18,7 @@ type Devices struct {
 	Discover bool
 	SysRoot  string
 	Emulated int
-	Model    string // "gaudi2" or "" (Gaudi2), "gaudi1" or "gaudi"
+	Model    string // "gaudi2" or "" (Gaudi2), "gaudi1" or "gaudi", "gaudi3"
 	// The emulators' settings (hlsim.Config).
 	DRAMSize  uint64
 	Kernel    string
@@ -52,6 +52,8 @@ func (c *Copier) OpenDevices(d Devices) error {
 	case "gaudi2", "":
 	case "gaudi1", "gaudi":
 		model = hlsim.ModelGaudi1
+	case "gaudi3":
+		model = hlsim.ModelGaudi3
 	default:
 		return gxerr.New(gxerr.Invalid, "unknown emulated model "+d.Model, nil)
 	}

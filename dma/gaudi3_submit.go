@@ -1,0 +1,300 @@
+package dma
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/gaudi3"
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// g3Submit is Submit in direct PDMA mode: the chunks' packets go into
+// their channels' rings and MSQ_PI is stored once per chunk. Either every
+// chunk is written or none is.
+func (d *Device) g3Submit(op string, chunks []Chunk) (uint64, error) {
+	g := d.g3
+	if err := g.ensure(); err != nil {
+		return 0, err
+	}
+	if err := g.checkReset(); err != nil {
+		return 0, d.ioErr(op, "", err)
+	}
+	if e := d.notOperational(op, "submission refused", unix.EBUSY); e != nil {
+		return 0, e
+	}
+	if err := g.slot(op); err != nil {
+		return 0, err
+	}
+	chans := make([]*g3Chan, len(chunks))
+	for i, ch := range chunks {
+		c := g.byCh[ch.Queue]
+		switch {
+		case c == nil:
+			return 0, newErr(op, ErrInvalid, fmt.Sprintf("queue %d is not a PDMA channel this device uses (%v)", ch.Queue, g.chans), nil)
+		case !ch.direct || len(ch.pkts) == 0 || len(ch.pkts)%gaudi3.PIAlign != 0:
+			return 0, newErr(op, ErrInvalid, "chunk is not a Gaudi3 command buffer's packets", nil)
+		case len(ch.pkts) > g3MaxChunk:
+			return 0, newErr(op, ErrInvalid, fmt.Sprintf("%d bytes of packets, a chunk takes at most %d", len(ch.pkts), g3MaxChunk), nil)
+		}
+		chans[i] = c
+	}
+	locked := lockAll(chans)
+	defer unlockAll(locked)
+	need := map[*g3Chan]uint32{}
+	for i, ch := range chunks {
+		c := chans[i]
+		pi := c.pi + need[c]
+		need[c] += gaudi3.PadBeforeWrap(pi, g3RingSize, len(ch.pkts)) + uint32(len(ch.pkts))
+	}
+	for _, c := range locked {
+		if need[c] > g3RingSize {
+			return 0, newErr(op, ErrInvalid, fmt.Sprintf("%d bytes of packets for PDMA channel %d, its ring holds %d", need[c], c.ch, g3RingSize), nil)
+		}
+		if err := g.room(op, c, need[c]); err != nil {
+			return 0, err
+		}
+	}
+	targets := map[*g3Chan]uint64{}
+	for i, ch := range chunks {
+		c := chans[i]
+		g.write(c, ch.pkts)
+		c.issued += uint64(ch.incs)
+		targets[c] = c.issued
+		c.store(gaudi3.RegMSQPI, c.pi)
+		g.ring(c)
+	}
+	g.mu.Lock()
+	cs := &g3CS{seq: g.nextSeq, epoch: g.epoch, start: time.Now()}
+	g.nextSeq++
+	for _, c := range locked {
+		cs.parts = append(cs.parts, g3Part{c: c, target: targets[c]})
+	}
+	g.pending[cs.seq] = cs
+	g.mu.Unlock()
+	d.submitted.Add(1)
+	return cs.seq, nil
+}
+
+// slot waits until fewer than g3MaxPending submissions are in flight,
+// forgetting those whose counters have reached their targets.
+func (g *g3Dev) slot(op string) error {
+	backoff := g.d.opts.SubmitBackoff
+	for attempt := 0; ; attempt++ {
+		g.mu.Lock()
+		if len(g.pending) >= g3MaxPending {
+			for seq, cs := range g.pending {
+				if cs.reached() {
+					delete(g.pending, seq)
+				}
+			}
+		}
+		n := len(g.pending)
+		g.mu.Unlock()
+		if n < g3MaxPending {
+			return nil
+		}
+		if attempt >= g.d.opts.SubmitRetries {
+			return newErr(op, ErrBusy, fmt.Sprintf("%d submissions still in flight after %d retries", n, attempt), unix.EAGAIN)
+		}
+		g.d.submitRetries.Add(1)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, MaxSubmitBackoff)
+	}
+}
+
+// room waits until c's ring has n free bytes (c locked), after bringing
+// MSQ_PI back to 0 once the channel is idle if it would pass g3PILimit.
+// It retries like a CS submission that finds its queue full.
+func (g *g3Dev) room(op string, c *g3Chan, n uint32) error {
+	backoff := g.d.opts.SubmitBackoff
+	for attempt := 0; ; attempt++ {
+		idle := c.count() >= c.issued
+		if uint64(c.pi)+uint64(n) > g3PILimit && idle {
+			g.program(c, false)
+		}
+		ci := c.load(gaudi3.RegMSQCI)
+		if uint64(c.pi)+uint64(n) <= g3PILimit && gaudi3.RingFree(c.pi, ci, g3RingSize) >= n {
+			return nil
+		}
+		if attempt >= g.d.opts.SubmitRetries {
+			return newErr(op, ErrBusy, fmt.Sprintf("PDMA channel %d ring still full after %d retries", c.ch, attempt), unix.EAGAIN)
+		}
+		g.d.submitRetries.Add(1)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, MaxSubmitBackoff)
+	}
+}
+
+// write copies packets into c's ring at MSQ_PI, NOP padding first if they
+// would straddle the ring's end, and advances c.pi (not yet stored).
+func (g *g3Dev) write(c *g3Chan, pkts []byte) {
+	if pad := gaudi3.PadBeforeWrap(c.pi, g3RingSize, len(pkts)); pad > 0 {
+		off := c.pi & (g3RingSize - 1)
+		for i := uint32(0); i < pad; i += gaudi3.NOPSize {
+			putG3NOP(c.ring[off+i:off+i+gaudi3.NOPSize], 0)
+		}
+		c.pi += pad
+	}
+	off := c.pi & (g3RingSize - 1)
+	copy(c.ring[off:], pkts)
+	c.pi += uint32(len(pkts))
+}
+
+// g3Wait is Wait in direct PDMA mode.
+func (d *Device) g3Wait(op string, seq uint64, timeout time.Duration) (CSStatus, error) {
+	g := d.g3
+	remaining := max(timeout, 0)
+	delay := 20 * time.Microsecond
+	for {
+		st, cs, err := g.status(op, seq)
+		if st != CSBusy || err != nil {
+			return st, err
+		}
+		if time.Since(cs.start) >= g.tdr {
+			g.timeout(cs)
+			continue
+		}
+		if remaining <= 0 {
+			// Polled: look for a reset now and then, so that a reset ends
+			// the submissions of a caller that only polls.
+			now := time.Now().UnixNano()
+			if last := g.lastCheck.Load(); now-last > int64(time.Millisecond) && g.lastCheck.CompareAndSwap(last, now) {
+				if err := g.checkReset(); err != nil {
+					return CSUnknown, d.ioErr(op, "", err)
+				}
+				if st, _, err := g.status(op, seq); st != CSBusy || err != nil {
+					return st, err
+				}
+			}
+			return CSBusy, nil
+		}
+		wait := min(remaining, g.tdr-time.Since(cs.start)+time.Millisecond)
+		start := time.Now()
+		if err := g.sleep(op, cs, wait, &delay); err != nil {
+			return CSUnknown, err
+		}
+		if err := g.checkReset(); err != nil {
+			return CSUnknown, d.ioErr(op, "", err)
+		}
+		remaining -= time.Since(start)
+	}
+}
+
+// status reports a submission's state: CSBusy with the submission while
+// it runs.
+func (g *g3Dev) status(op string, seq uint64) (CSStatus, *g3CS, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cs := g.pending[seq]
+	if cs == nil {
+		if seq >= g.nextSeq {
+			return CSUnknown, nil, newErr(op, ErrInvalid, "sequence number never submitted", unix.EINVAL)
+		}
+		st, failed := g.ended[seq]
+		if !failed {
+			return CSCompleted, nil, nil // completed, or reported before (as a gone CS)
+		}
+		delete(g.ended, seq)
+		if st == CSTimedOut {
+			return st, nil, newErr(op, ErrCSTimedOut, "the submission did not finish within the timeout; its PDMA channels were reset", unix.ETIMEDOUT)
+		}
+		return st, nil, newErr(op, ErrCSAborted, "the device was reset or its PDMA channel was reset", unix.EIO)
+	}
+	if cs.reached() {
+		delete(g.pending, seq)
+		return CSCompleted, nil, nil
+	}
+	return CSBusy, cs, nil
+}
+
+// sleep blocks up to wait for cs's first unfinished channel: in WAIT_CS
+// on its user interrupt where the driver takes it, else by sleeping
+// between looks at the counter.
+func (g *g3Dev) sleep(op string, cs *g3CS, wait time.Duration, delay *time.Duration) error {
+	var p g3Part
+	for _, x := range cs.parts {
+		if x.c.count() < x.target {
+			p = x
+			break
+		}
+	}
+	if p.c == nil {
+		return nil
+	}
+	if p.c.hasIntr && !g.intrOff.Load() {
+		us := max(uint64(wait/time.Microsecond), 1)
+		_, err := hlsys.WaitForInterruptKernelCQ(g.d.b, g.cqHandle, uint64(p.c.slot), p.target, p.c.intr, us)
+		switch {
+		case err == nil, errors.Is(err, unix.EINTR), errors.Is(err, unix.ETIMEDOUT):
+			return nil
+		case errors.Is(err, unix.EIO):
+			return nil // a reset: checkReset follows
+		case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EPERM):
+			if e := g.d.notOperational(op, "the driver refused the wait", err); e != nil {
+				return e
+			}
+			return nil
+		case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOTTY):
+			g.d.log.Info().Err(err).Msg("WAIT_CS on a user interrupt refused: polling the Gaudi3 completion counters instead")
+			g.intrOff.Store(true)
+		default:
+			return g.d.ioErr(op, "", err)
+		}
+	}
+	time.Sleep(min(wait, *delay))
+	*delay = min(2**delay, time.Millisecond)
+	return nil
+}
+
+// timeout is the TDR of direct mode: cs (and every other unfinished
+// submission on its channels) ends, and the channels are stopped and
+// programmed again, before anyone learns that it ended.
+func (g *g3Dev) timeout(cs *g3CS) {
+	chans := make([]*g3Chan, 0, len(cs.parts))
+	for _, p := range cs.parts {
+		chans = append(chans, p.c)
+	}
+	locked := lockAll(chans)
+	defer unlockAll(locked)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending[cs.seq] != cs {
+		return // decided meanwhile
+	}
+	g.d.log.Warn().Uint64("seq", cs.seq).Dur("timeout", g.tdr).Msg("Gaudi3 submission timed out: its PDMA channels are reset")
+	timedOut := !cs.reached()
+	g.recoverLocked(locked, CSAborted, false)
+	if timedOut {
+		g.ended[cs.seq] = CSTimedOut
+	}
+}
+
+// g3Packets encodes the LIN_PDMA packets of a copy (or memset) into b:
+// one per MaxLinDMASize bytes, each with a completion write to the scratch
+// word and advancing the completion queue (see the file comment of
+// gaudi3.go). It returns the bytes written.
+func (g *g3Dev) packets(b []byte, dst, src, size uint64, memset bool, dir gaudi3.Dir) int {
+	n := 0
+	for size > 0 {
+		k := min(size, MaxLinDMASize)
+		p := gaudi3.LinPDMA{Src: src, Dst: dst, Size: uint32(k), Dir: dir, Memset: memset,
+			IncContextID: true, DescCommit: true, AdvanceCQ: true, WrComp: true, WrCompAddr: g.scratchVA}
+		out, _ := p.Append(b[n:n])
+		n += len(out)
+		dst += k
+		if !memset {
+			src += k
+		}
+		size -= k
+	}
+	return n
+}
+
+// putG3NOP encodes a PQM NOP with the packet flags' barriers.
+func putG3NOP(b []byte, f PacketFlags) int {
+	out, _ := gaudi3.NOP{EngBarrier: f&EB != 0, MsgBarrier: f&MB != 0}.Append(b[:0])
+	return len(out)
+}

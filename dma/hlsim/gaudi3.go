@@ -1,0 +1,696 @@
+package hlsim
+
+import (
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/gaudi3"
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// The Gaudi3 model: Intel's out-of-tree driver gives user space no queue
+// for copies (its only queue, 0, is the driver's CPU queue), so user space
+// maps the CH_A register block of a user-owned PDMA channel
+// (HL_MEM_OP_MAP_BLOCK + mmap), points the channel's submission ring at
+// memory it mapped into the device MMU, writes LIN_PDMA packets there and
+// stores the new byte count to MSQ_PI (docs/gaudi3.md). The model backs
+// each mapped CH_A block with an emulated register file: a worker per
+// channel notices MSQ_PI moving (by polling the register, or at once when
+// the backend's Doorbell hint is called), executes the packets against the
+// emulated HBM and host memory, advances the channel's completion counter
+// in memory and raises its user interrupt, which WAIT_CS can sleep on.
+//
+// What the model assumes where docs/gaudi3.md leaves a question open
+// (every one of these is unconfirmed; RULES.md G3 rows say so):
+//   - each LIN_PDMA with advcnt_hbw_complq set adds 1 to the 64-bit counter
+//     at ECMPLTN_Q_BASE, after its data and its completion write are done;
+//     a packet with advcnt but without a completion write is refused (the
+//     sources never show one);
+//   - the channel runs its packets in ring order, one at a time;
+//   - a packet that straddles the ring end, a ring size that is not a
+//     power of two, and MSQ_PI moving backwards are channel errors;
+//   - the interrupt message goes out only when ECMPLTN_Q_LBW_ADDR is die
+//     0's MSI-X doorbell (CfgBarBase + MSIXOffset), its payload naming the
+//     user interrupt;
+//   - writing a DESC_SUBMIT_FIFO_CFG mode other than MSQ stops the channel
+//     and resets MSQ_PI and MSQ_CI (HLT3 gaudi3_pdma_reset_pqm_ch says the
+//     write resets PI, CI, base and size);
+//   - a device reset clears every CH_A register of the context;
+//   - a channel error (bad packet, MMU fault) makes the driver reset the
+//     device: direct mode has no per-submission status, and what the
+//     driver does on a user PDMA channel's error is not in the note.
+//
+// A "submission" for Stats and fault injection is one doorbell: the bytes
+// between two MSQ_PI values the worker takes in one go (one Doorbell call
+// each when the user calls the hint, its faults drawn then; what one poll
+// sees otherwise). A delayed completion does not stop the channel: later
+// doorbells run, and their completions are signalled after it, in order.
+
+// Gaudi3 emulated layout and limits.
+const (
+	// g3DRAMBase is the Gaudi3 driver's dram_base_address (DRAM_PHYS_BASE,
+	// gaudi3_set_fixed_properties); the model hands out DRAM VAs from it.
+	g3DRAMBase = 0x0201_0000_0000_0000
+	// g3PMMUBase is VA_HOST_SPACE_PAGE_START (gaudi3P.h); the model puts
+	// its 2 MiB host pages at the same VA with bit 55 set.
+	g3PMMUBase     = 0xFF70_0000_0000_0000
+	g3PMMUHugeBase = g3PMMUBase | 1<<55
+	g3PMMUSpan     = 1 << 47
+
+	// The user interrupt range hw_ip_info reports. GAUDI3_NUM_USER_INTERRUPTS
+	// is 256 (gaudi3P.h); GAUDI3_IRQ_NUM_USER_FIRST was not read, so the
+	// first id is the emulator's choice.
+	g3FirstUserInterrupt = 64
+	g3UserInterrupts     = 256
+	g3AnyCQInterrupt     = hlsys.WaitCSFlagsAnyCQInterrupt >> hlsys.WaitCSFlagsInterruptShift
+
+	// g3QueueSize is GAUDI3_QUEUE_ID_SIZE: one queue, the driver's
+	// GAUDI3_QUEUE_ID_CPU_PQ (0).
+	g3QueueSize = 1
+
+	// g3IdlePoll is how often an idle channel worker looks at MSQ_PI when
+	// nobody calls the Doorbell hint.
+	g3IdlePoll = 2 * time.Millisecond
+)
+
+// G3UserChannelMask is the pdma_user_owned_ch_mask the model reports:
+// every channel but the KDMA one (gaudi3_init_pdma).
+const G3UserChannelMask = (1<<gaudi3.PDMAChannels - 1) &^ (1 << gaudi3.KDMAChannel)
+
+// g3chan is one PDMA channel's CH_A block as a context sees it.
+type g3chan struct {
+	c    *hctx
+	ch   int
+	regs []byte // the emulated register file: 4 KiB, also the user's mmap
+	maps int    // live user mmaps (memMu)
+	wake chan struct{}
+
+	mu      sync.Mutex // guards what follows; held while a doorbell runs
+	active  bool       // MSQ mode programmed and seen
+	ci      uint32     // bytes consumed
+	marks   []g3mark   // doorbells announced through Doorbell, in order
+	pend    []g3done   // executed doorbells whose completion is not yet signalled
+	stalled bool       // HangNextCS: the channel is stuck at a doorbell
+	pkt     []byte
+	segs    []seg
+}
+
+func (g *g3chan) reg(off int) *uint32 { return (*uint32)(unsafe.Pointer(&g.regs[off])) }
+func (g *g3chan) load(off int) uint32 { return atomic.LoadUint32(g.reg(off)) }
+func (g *g3chan) store(off int, v uint32) {
+	atomic.StoreUint32(g.reg(off), v)
+}
+
+// g3mark is a doorbell: the MSQ_PI it announced and its injected faults.
+type g3mark struct {
+	pi          uint32
+	hang, abort bool
+	delay       time.Duration
+}
+
+// g3done is a doorbell executed, its completion due at at.
+type g3done struct {
+	incs uint64
+	at   time.Time
+}
+
+// g3irq tracks the interrupt waits blocked in WAIT_CS.
+type g3irq struct {
+	mu      sync.Mutex
+	waiters map[*g3waiter]struct{}
+}
+
+type g3waiter struct {
+	id      uint32
+	done    chan struct{}
+	aborted bool
+}
+
+// g3BlockChannel returns the channel whose CH_A block starts exactly at
+// addr, if it is user-owned (gaudi3_get_hw_block_id, as the first reading
+// describes it: the exact block start, user-owned CH_A only).
+func g3BlockChannel(addr uint64) (int, bool) {
+	for ch := 0; ch < gaudi3.PDMAChannels; ch++ {
+		a, err := gaudi3.ChAMapAddr(ch)
+		if err == nil && a == addr {
+			return ch, G3UserChannelMask&(1<<ch) != 0
+		}
+	}
+	return 0, false
+}
+
+// mapBlock serves HL_MEM_OP_MAP_BLOCK (memMu held): on Gaudi3 the CH_A
+// block of a user-owned PDMA channel, given by its exact absolute address;
+// the handle is (block id | HL_MMAP_TYPE_BLOCK) << PAGE_SHIFT as map_block
+// builds it, the size the block's 4 KiB.
+func (c *hctx) mapBlock(a *hlsys.MemArgs) error {
+	if !c.d.amap.gaudi3 {
+		return unix.EOPNOTSUPP // the Gaudi1/2 block lists are not emulated
+	}
+	ch, ok := g3BlockChannel(a.U[0])
+	if !ok {
+		c.log.Debug().Uint64("addr", a.U[0]).Msg("MAP_BLOCK: not the start of a user-mappable block")
+		return unix.EINVAL
+	}
+	if _, err := c.g3channel(ch); err != nil {
+		return err
+	}
+	c.d.st.blocks.Add(1)
+	*a = hlsys.MemArgs{}
+	a.U[0] = (uint64(ch+1) | hlsys.MmapTypeBlock) << 12
+	a.U[1] = gaudi3.ChASize
+	return nil
+}
+
+// g3channel returns channel ch's register file, creating it (memMu held).
+func (c *hctx) g3channel(ch int) (*g3chan, error) {
+	if g := c.g3chans[ch]; g != nil {
+		return g, nil
+	}
+	regs, err := unix.Mmap(-1, 0, gaudi3.ChASize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, unix.ENOMEM
+	}
+	g := &g3chan{c: c, ch: ch, regs: regs, wake: make(chan struct{}, 1)}
+	c.g3chans[ch] = g
+	c.engWG.Add(1)
+	go g.run()
+	return g, nil
+}
+
+// mmapBlock maps a block handle (memMu held): the length must be the
+// block size (gaudi3_block_mmap, as the first reading describes it).
+func (c *hctx) mmapBlock(offset uint64, length int) ([]byte, error) {
+	id := (offset >> 12) &^ hlsys.MmapTypeBlock
+	if !c.d.amap.gaudi3 || id == 0 || id > gaudi3.PDMAChannels {
+		return nil, unix.EINVAL
+	}
+	g := c.g3chans[id-1]
+	if g == nil || length != gaudi3.ChASize {
+		return nil, unix.EINVAL
+	}
+	g.maps++
+	return g.regs[:length:length], nil
+}
+
+// munmapBlock undoes mmapBlock (memMu held); false if b is no block.
+func (c *hctx) munmapBlock(b []byte) bool {
+	for _, g := range c.g3chans {
+		if g != nil && &g.regs[0] == &b[0] && len(b) == len(g.regs) && g.maps > 0 {
+			g.maps--
+			return true
+		}
+	}
+	return false
+}
+
+// Doorbell is the model's stand-in for a store to a mapped register that
+// it cannot trap: after storing to a CH_A block (MSQ_PI, or a new
+// DESC_SUBMIT_FIFO_CFG), the device path may call it with the mapped
+// block; the worker then takes the new MSQ_PI as one submission at once,
+// and a channel stopped by its FIFO mode is stopped before Doorbell
+// returns. Without the call the worker finds the same values within
+// g3IdlePoll. Real hardware needs no such call.
+func (c *hctx) Doorbell(block []byte) {
+	if len(block) == 0 || c.usable() != nil {
+		return
+	}
+	c.memMu.RLock()
+	var g *g3chan
+	for _, x := range c.g3chans {
+		if x != nil && &x.regs[0] == &block[0] {
+			g = x
+		}
+	}
+	c.memMu.RUnlock()
+	if g == nil {
+		return
+	}
+	if g.stopped() {
+		g.mu.Lock()
+		g.stopLocked()
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Lock()
+	pi := g.load(gaudi3.RegMSQPI)
+	base := g.ci
+	if !g.active {
+		base = g.load(gaudi3.RegMSQCI)
+	}
+	if n := len(g.marks); n > 0 {
+		base = g.marks[n-1].pi
+	}
+	if pi != base {
+		// The submission's faults are drawn now, in doorbell order, as a
+		// CS's are at submission.
+		m := g3mark{pi: pi}
+		m.hang, m.abort, m.delay = g.c.d.injected()
+		g.c.d.st.submitted.Add(1)
+		g.marks = append(g.marks, m)
+	}
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stopped reports whether software has stopped the queue: a
+// DESC_SUBMIT_FIFO_CFG mode other than MSQ, or CQ_RECONFIG set ("stop cq
+// to enable reconfig of pi/ci and descriptor").
+func (g *g3chan) stopped() bool {
+	return gaudi3.FifoCfgMode.Get(g.load(gaudi3.RegDescSubmitFifoCfg)) != gaudi3.FifoCfgMSQ ||
+		gaudi3.CQReconfigEn.Get(g.load(gaudi3.RegCQReconfig)) != 0
+}
+
+// stopLocked drops the channel's queued work and the completions not yet
+// signalled; it resumes from the MSQ_CI software writes while stopped.
+// The registers are software's.
+func (g *g3chan) stopLocked() {
+	n := len(g.pend)
+	if g.stalled {
+		n++ // the hung doorbell
+	}
+	g.c.d.st.aborted.Add(uint64(n))
+	g.active, g.stalled, g.ci, g.marks, g.pend = false, false, 0, g.marks[:0], g.pend[:0]
+}
+
+// resetLocked is a device reset as the channel sees it: every register
+// cleared.
+func (g *g3chan) resetLocked() {
+	g.stopLocked()
+	clear(g.regs)
+}
+
+func (g *g3chan) run() {
+	c := g.c
+	defer c.engWG.Done()
+	t := time.NewTimer(g3IdlePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-g.wake:
+		case <-t.C:
+		}
+		for g.step() {
+		}
+		t.Reset(g.nextWake())
+	}
+}
+
+// nextWake is when the worker looks again: at the next delayed completion
+// or after g3IdlePoll.
+func (g *g3chan) nextWake() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.pend) > 0 {
+		return min(max(time.Until(g.pend[0].at), 0), g3IdlePoll)
+	}
+	return g3IdlePoll
+}
+
+// flushLocked signals the completions that are due, in order: the
+// counter of a channel only grows, so a completion held back by
+// DelayNextCS holds back the later ones of its channel too (their data
+// has moved meanwhile).
+func (g *g3chan) flushLocked() {
+	now := time.Now()
+	for len(g.pend) > 0 && !g.pend[0].at.After(now) {
+		g.complete(g.pend[0].incs)
+		g.c.d.st.completed.Add(1)
+		g.pend = g.pend[1:]
+	}
+}
+
+// step runs the next doorbell's packets; it reports whether there may be
+// more to do.
+func (g *g3chan) step() bool {
+	c := g.c
+	g.mu.Lock()
+	if g.stopped() {
+		if g.active {
+			g.stopLocked()
+		}
+		g.mu.Unlock()
+		return false
+	}
+	if !g.active {
+		g.active, g.ci = true, g.load(gaudi3.RegMSQCI)
+	}
+	g.flushLocked()
+	pi := g.load(gaudi3.RegMSQPI)
+	if g.stalled || pi == g.ci || !c.d.operational() {
+		g.mu.Unlock()
+		return false
+	}
+	end := pi
+	var m g3mark
+	found := false
+	for len(g.marks) > 0 && !found {
+		m = g.marks[0]
+		g.marks = g.marks[1:]
+		found = m.pi-g.ci <= pi-g.ci && m.pi != g.ci
+	}
+	if found {
+		end = m.pi
+	} else {
+		// Found by polling: no Doorbell announced it.
+		m.hang, m.abort, m.delay = c.d.injected()
+		c.d.st.submitted.Add(1)
+	}
+	if m.hang {
+		g.stalled = true
+		g.mu.Unlock()
+		return false
+	}
+	if m.abort {
+		g.mu.Unlock()
+		c.d.st.aborted.Add(1)
+		c.d.reset(c, "injected abort on a PDMA channel")
+		return false
+	}
+	start := time.Now()
+	incs, err := g.execute(end)
+	c.d.st.busy.Add(int64(time.Since(start)))
+	if err != nil {
+		g.mu.Unlock()
+		c.d.st.faults.Add(1)
+		c.d.st.aborted.Add(1)
+		bits := uint64(hlsys.NotifierGeneralHWErr)
+		if _, ok := err.(*faultError); ok && c.d.newInfo {
+			bits |= notifierPageFault
+		}
+		c.log.Warn().Err(err).Int("channel", g.ch).Msg("PDMA channel error: the device resets")
+		c.notify(bits)
+		c.d.reset(c, "PDMA channel error")
+		return false
+	}
+	g.pend = append(g.pend, g3done{incs: incs, at: time.Now().Add(m.delay)})
+	g.flushLocked()
+	g.mu.Unlock()
+	return true
+}
+
+// execute runs the packets from the consumer index to end (g.mu held)
+// and returns how many advanced the completion queue. MSQ_CI follows each
+// packet.
+func (g *g3chan) execute(end uint32) (incs uint64, err error) {
+	c := g.c
+	base := uint64(g.load(gaudi3.RegMSQBaseHi))<<32 | uint64(g.load(gaudi3.RegMSQBaseLo))
+	size := uint64(gaudi3.MSQSizeVal.Get(g.load(gaudi3.RegMSQSize))) + 1
+	if gaudi3.CheckRingSize(size) != nil {
+		return 0, &packetError{msg: "MSQ_SIZE+1 is not a power of two"}
+	}
+	if end-g.ci > uint32(size) {
+		return 0, &packetError{msg: "MSQ_PI moved backwards or by more than the ring"}
+	}
+	for g.ci != end {
+		off := uint64(g.ci) & (size - 1)
+		avail := min(uint64(end-g.ci), size-off)
+		if cap(g.pkt) < gaudi3.LinPDMAWrCompSize {
+			g.pkt = make([]byte, gaudi3.LinPDMAWrCompSize)
+		}
+		buf := g.pkt[:min(avail, gaudi3.LinPDMAWrCompSize)]
+		c.memMu.RLock()
+		g.segs, err = c.translate(g.segs[:0], base+off, uint64(len(buf)))
+		if err == nil {
+			err = gatherAt(g.segs, 0, buf)
+		}
+		c.memMu.RUnlock()
+		if err != nil {
+			return incs, err
+		}
+		p, n, derr := gaudi3.Decode(buf)
+		if derr != nil {
+			return incs, &packetError{off: int(off), msg: "ring packet: " + derr.Error()}
+		}
+		if inc, err := g.exec(p, int(off)); err != nil {
+			return incs, err
+		} else if inc {
+			incs++
+		}
+		c.d.st.packets.Add(1)
+		g.ci += uint32(n)
+		g.store(gaudi3.RegMSQCI, g.ci)
+	}
+	return incs, nil
+}
+
+// exec runs one packet; inc reports a completion-queue advance.
+func (g *g3chan) exec(p gaudi3.Packet, off int) (inc bool, err error) {
+	switch p := p.(type) {
+	case gaudi3.NOP:
+		return false, nil
+	case gaudi3.LinPDMA:
+		if p.AdvanceCQ && !p.WrComp {
+			return false, &packetError{off: off, op: gaudi3.OpLinPDMA, msg: "advcnt_hbw_complq without a completion write", notEmulated: true}
+		}
+		if p.Fence {
+			return false, &packetError{off: off, op: gaudi3.OpLinPDMA, msg: "fence", notEmulated: true}
+		}
+		if err := g.linPDMA(p); err != nil {
+			return false, err
+		}
+		if p.WrComp {
+			var b [4]byte
+			binary.LittleEndian.PutUint32(b[:], p.WrCompData)
+			if err := g.write(p.WrCompAddr, b[:]); err != nil {
+				return false, err
+			}
+		}
+		return p.AdvanceCQ, nil
+	}
+	return false, &packetError{off: off, msg: "only LIN_PDMA and NOP are executed", notEmulated: true}
+}
+
+func (g *g3chan) linPDMA(p gaudi3.LinPDMA) error {
+	if p.Size == 0 {
+		return nil
+	}
+	c := g.c
+	e := &engine{c: c}
+	c.memMu.RLock()
+	defer c.memMu.RUnlock()
+	n := uint64(p.Size)
+	dsts, err := c.translate(nil, p.Dst, n)
+	if err != nil {
+		return err
+	}
+	if p.Memset {
+		err = e.memset(dsts, p.Src, n)
+	} else {
+		var srcs []seg
+		if srcs, err = c.translate(nil, p.Src, n); err != nil {
+			return err
+		}
+		err = e.copy(dsts, srcs, n)
+	}
+	if err == nil {
+		c.d.st.bytes.Add(n)
+	}
+	return err
+}
+
+// write stores b at device address addr.
+func (g *g3chan) write(addr uint64, b []byte) error {
+	c := g.c
+	c.memMu.RLock()
+	defer c.memMu.RUnlock()
+	segs, err := c.translate(nil, addr, uint64(len(b)))
+	if err == nil {
+		err = scatterAt(segs, 0, b)
+	}
+	return err
+}
+
+// complete advances the completion counter by incs and sends the
+// interrupt message (g.mu held).
+func (g *g3chan) complete(incs uint64) {
+	cfg := g.load(gaudi3.RegECQChCfg)
+	if incs == 0 || gaudi3.ECQEnable.Get(cfg) == 0 {
+		return
+	}
+	c := g.c
+	addr := uint64(g.load(gaudi3.RegECQBaseHi))<<32 | uint64(g.load(gaudi3.RegECQBaseLo))
+	c.memMu.RLock()
+	segs, err := c.translate(nil, addr, 8)
+	if err == nil {
+		if len(segs) == 1 && segs[0].mem != nil && addr%8 == 0 {
+			atomic.AddUint64((*uint64)(unsafe.Pointer(&segs[0].mem[0])), incs)
+		} else {
+			var b [8]byte
+			if err = gatherAt(segs, 0, b[:]); err == nil {
+				binary.LittleEndian.PutUint64(b[:], binary.LittleEndian.Uint64(b[:])+incs)
+				err = scatterAt(segs, 0, b[:])
+			}
+		}
+	}
+	c.memMu.RUnlock()
+	if err != nil {
+		c.log.Warn().Err(err).Int("channel", g.ch).Msg("completion counter write faulted")
+		return
+	}
+	g.store(gaudi3.RegECQBasePI, g.load(gaudi3.RegECQBasePI)+uint32(incs))
+	if gaudi3.ECQLBWWrEn.Get(cfg) == 0 {
+		return
+	}
+	lbw := uint64(g.load(gaudi3.RegECQLBWAddrHi))<<32 | uint64(g.load(gaudi3.RegECQLBWAddrLo))
+	if lbw != gaudi3.CfgBarBase+gaudi3.MSIXOffset {
+		return
+	}
+	c.g3Interrupt(g.load(gaudi3.RegECQLBWPayload))
+}
+
+// MappedBlocks is the number of successful MAP_BLOCK calls (Gaudi3 PDMA
+// channel blocks) over the device's life.
+func (d *Device) MappedBlocks() uint64 { return d.st.blocks.Load() }
+
+// g3Interrupt wakes the waits on user interrupt id (and those on any CQ
+// interrupt).
+func (c *hctx) g3Interrupt(id uint32) {
+	c.irq.mu.Lock()
+	defer c.irq.mu.Unlock()
+	for w := range c.irq.waiters {
+		if w.id == id || w.id == g3AnyCQInterrupt {
+			delete(c.irq.waiters, w)
+			close(w.done)
+		}
+	}
+}
+
+// g3Reset is a device reset for the context's channels: their registers
+// are cleared and the blocked interrupt waits end aborted
+// (hl_release_pending_user_interrupts: -EIO, ABORTED).
+func (c *hctx) g3Reset() {
+	c.memMu.RLock()
+	chans := c.g3chans
+	c.memMu.RUnlock()
+	for _, g := range chans {
+		if g != nil {
+			g.mu.Lock()
+			g.resetLocked()
+			g.mu.Unlock()
+		}
+	}
+	c.irq.mu.Lock()
+	for w := range c.irq.waiters {
+		delete(c.irq.waiters, w)
+		w.aborted = true
+		close(w.done)
+	}
+	c.irq.mu.Unlock()
+}
+
+// g3Release frees the register files (teardown, workers stopped).
+func (c *hctx) g3Release() {
+	for i, g := range c.g3chans {
+		if g != nil {
+			_ = unix.Munmap(g.regs)
+			c.g3chans[i] = nil
+		}
+	}
+}
+
+// interruptWait serves WAIT_CS with HL_WAIT_CS_FLAGS_INTERRUPT on Gaudi3
+// in the order of _hl_interrupt_wait_ioctl (UP command_submission.c): the
+// interrupt id must be a user interrupt or the any-CQ id; the counter is
+// the u64 at index cq_counters_offset of the kernel CB cq_counters_handle
+// (KERNEL_CQ) or at the user address in addr; the wait is registered, then
+// the counter compared (>= target: COMPLETED at once); timeout 0 reports
+// BUSY; the wait ends COMPLETED when the interrupt comes and the counter
+// has reached the target, BUSY with rc 0 at the timeout ("the workload
+// wasn't submitted through the driver"), ABORTED with -EIO on a reset.
+func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
+	in := a.In
+	out := a.Out()
+	id := (in.Flags & hlsys.WaitCSFlagsInterruptMask) >> hlsys.WaitCSFlagsInterruptShift
+	if id != g3AnyCQInterrupt && (id < g3FirstUserInterrupt || id >= g3FirstUserInterrupt+g3UserInterrupts) {
+		c.log.Debug().Uint32("id", id).Msg("WAIT_CS: invalid user interrupt")
+		return unix.EINVAL
+	}
+	if in.Flags&hlsys.WaitCSFlagsRegisterInterrupt != 0 {
+		return unix.EOPNOTSUPP // timestamp registration is not emulated
+	}
+	read := func() (uint64, error) {
+		var b [8]byte
+		if err := readHost(b[:], in.Seq); err != nil {
+			return 0, unix.EFAULT
+		}
+		return binary.NativeEndian.Uint64(b[:]), nil
+	}
+	if in.Flags&hlsys.WaitCSFlagsInterruptKernelCQ != 0 {
+		c.memMu.RLock()
+		cb := c.lookupCB(in.Seq)
+		var p *uint64
+		// The emulator bounds the index by the CB (it must not read
+		// outside its memory); the driver versions read do not check it.
+		if cb != nil && in.CqCountersOffset < uint64(len(cb.mem))/8 {
+			p = (*uint64)(unsafe.Pointer(&cb.mem[in.CqCountersOffset*8]))
+		}
+		c.memMu.RUnlock()
+		if p == nil {
+			return unix.EINVAL
+		}
+		read = func() (uint64, error) { return atomic.LoadUint64(p), nil }
+	}
+	target, timeoutUs := in.TimeoutUs, in.InterruptTimeoutUs
+	*a = hlsys.WaitCSArgs{}
+	var deadline <-chan time.Time
+	if timeoutUs != 0 && timeoutUs < waitForever/1000 {
+		t := time.NewTimer(time.Duration(timeoutUs) * time.Microsecond)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		w := &g3waiter{id: id, done: make(chan struct{})}
+		c.irq.mu.Lock()
+		c.irq.waiters[w] = struct{}{}
+		c.irq.mu.Unlock()
+		v, err := read()
+		if err != nil || v >= target || timeoutUs == 0 {
+			c.irq.mu.Lock()
+			delete(c.irq.waiters, w)
+			c.irq.mu.Unlock()
+			switch {
+			case err != nil:
+				return err
+			case v >= target:
+				out.Status = hlsys.WaitCSStatusCompleted
+			default:
+				out.Status = hlsys.WaitCSStatusBusy
+			}
+			return nil
+		}
+		c.waiting.Add(1)
+		select {
+		case <-w.done:
+		case <-deadline:
+		case <-c.quit:
+			c.irq.mu.Lock()
+			w.aborted = true
+			c.irq.mu.Unlock()
+		}
+		c.waiting.Add(-1)
+		c.irq.mu.Lock()
+		_, still := c.irq.waiters[w]
+		delete(c.irq.waiters, w)
+		aborted := w.aborted
+		c.irq.mu.Unlock()
+		if aborted {
+			out.Status = hlsys.WaitCSStatusAborted
+			return unix.EIO
+		}
+		if still { // the timeout
+			out.Status = hlsys.WaitCSStatusBusy
+			return nil
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package hlsim
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/gaudi3"
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// g3rig is a Gaudi3 context with one PDMA channel programmed by hand, as
+// docs/gaudi3.md section 5.1 describes, independently of package dma.
+type g3rig struct {
+	*rig
+	ch      int
+	regs    []byte
+	ring    []byte
+	ringVA  uint64
+	cqH     uint64
+	cqMem   []byte
+	scratch uint64
+	pi      uint32
+	bell    bool // call the Doorbell hint after MSQ_PI stores
+}
+
+const g3TestRing = 1 << 16
+
+func newG3Rig(t *testing.T, cfg Config, ch int) *g3rig {
+	t.Helper()
+	cfg.Model = ModelGaudi3
+	r := &g3rig{rig: newRig(t, cfg), ch: ch, bell: true}
+	addr, err := gaudi3.ChAMapAddr(ch)
+	require.NoError(t, err)
+	h, size, err := hlsys.MemMapBlock(r.b, addr)
+	require.NoError(t, err)
+	require.Equal(t, uint32(gaudi3.ChASize), size)
+	r.regs, err = r.b.Mmap(int64(h), int(size))
+	require.NoError(t, err)
+	r.ring, r.ringVA = r.host(g3TestRing)
+	r.cqH, err = hlsys.CBCreate(r.b, 4096, hlsys.CBFlagsMap)
+	require.NoError(t, err)
+	cqVA, err := hlsys.CBDeviceVA(r.b, r.cqH)
+	require.NoError(t, err)
+	r.cqMem, err = r.b.Mmap(int64(r.cqH), 4096)
+	require.NoError(t, err)
+	r.scratch = r.dram(4096)
+	r.w(gaudi3.RegDescSubmitFifoCfg, gaudi3.FifoCfgMSQ)
+	r.w(gaudi3.RegMSQBaseHi, uint32(r.ringVA>>32))
+	r.w(gaudi3.RegMSQBaseLo, uint32(r.ringVA))
+	r.w(gaudi3.RegMSQSize, g3TestRing-1)
+	r.w(gaudi3.RegECQBaseLo, uint32(cqVA))
+	r.w(gaudi3.RegECQBaseHi, uint32(cqVA>>32))
+	r.w(gaudi3.RegECQBaseSize, gaudi3.ECQCounterSize)
+	msix := uint64(gaudi3.CfgBarBase + gaudi3.MSIXOffset)
+	r.w(gaudi3.RegECQLBWAddrLo, uint32(msix))
+	r.w(gaudi3.RegECQLBWAddrHi, uint32(msix>>32))
+	r.w(gaudi3.RegECQLBWPayload, g3FirstUserInterrupt)
+	r.w(gaudi3.RegECQChCfg, 0b111)
+	return r
+}
+
+func (r *g3rig) w(off int, v uint32) {
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&r.regs[off])), v)
+}
+func (r *g3rig) rd(off int) uint32 { return atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.regs[off]))) }
+func (r *g3rig) counter() uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&r.cqMem[0])))
+}
+
+// lin is a LIN_PDMA as dma builds it: completion write to scratch, CQ advance.
+func (r *g3rig) lin(dst, src uint64, n uint32, dir gaudi3.Dir) []byte {
+	b, err := gaudi3.LinPDMA{Src: src, Dst: dst, Size: n, Dir: dir, IncContextID: true, DescCommit: true,
+		AdvanceCQ: true, WrComp: true, WrCompAddr: r.scratch}.Append(nil)
+	require.NoError(r.t, err)
+	return b
+}
+
+// post writes packets at the producer index and rings the doorbell.
+func (r *g3rig) post(pkts []byte) {
+	off := r.pi & (g3TestRing - 1)
+	copy(r.ring[off:], pkts)
+	r.pi += uint32(len(pkts))
+	r.w(gaudi3.RegMSQPI, r.pi)
+	if r.bell {
+		r.b.(*hctx).Doorbell(r.regs)
+	}
+}
+
+// wait waits for the counter to reach target through WAIT_CS on the
+// channel's interrupt.
+func (r *g3rig) wait(target uint64) (hlsys.WaitCSOut, error) {
+	return hlsys.WaitForInterruptKernelCQ(r.b, r.cqH, 0, target, g3FirstUserInterrupt, uint64(safety/time.Microsecond))
+}
+
+func TestGaudi3Info(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi3})
+	require.Equal(t, uint32(hlsys.DeviceIDGaudi3), r.info.DeviceID)
+	require.True(t, hlsys.IsGaudi3(r.info.DeviceID))
+	mask := r.info.PDMAUserOwnedChMask()
+	require.Zero(t, mask&(1<<gaudi3.KDMAChannel), "the KDMA channel is the driver's")
+	require.Len(t, gaudi3.UserChannels(mask), gaudi3.PDMAChannels-1)
+	require.Equal(t, uint16(g3FirstUserInterrupt), r.info.FirstAvailableInterruptID)
+	require.Equal(t, uint16(g3UserInterrupts), r.info.NumberOfUserInterrupts)
+	require.Equal(t, uint64(g3DRAMBase), r.info.DramBaseAddress)
+	require.Empty(t, r.d.EmulatedQueues())
+}
+
+// TestRulesGaudi3NoUserQueue: G1.
+func TestRulesGaudi3NoUserQueue(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi3})
+	m, va := r.host(4096)
+	_ = m
+	for _, q := range []uint32{0, 1, 4, 260} {
+		_, err := r.submit(0, 0, hlsys.CSChunk{CBHandle: va, QueueIndex: q, CBSize: 8, Flags: hlsys.CSChunkFlagsUserAllocCB})
+		isErrno(t, err, unix.EINVAL)
+	}
+}
+
+// TestRulesGaudi3MapBlock: G2, G3.
+func TestRulesGaudi3MapBlock(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi3})
+	for _, ch := range []int{0, 5, 6, 12, 22} {
+		addr, err := gaudi3.ChAMapAddr(ch)
+		require.NoError(t, err)
+		h, size, err := hlsys.MemMapBlock(r.b, addr)
+		require.NoError(t, err, "channel %d", ch)
+		require.Equal(t, uint32(gaudi3.ChASize), size)
+		require.NotZero(t, (h>>12)&hlsys.MmapTypeBlock, "handle carries the block mmap type")
+		_, err = r.b.Mmap(int64(h), int(size)+4096)
+		isErrno(t, err, unix.EINVAL)
+		_, err = r.b.Mmap(int64(h), 2048)
+		isErrno(t, err, unix.EINVAL)
+		m, err := r.b.Mmap(int64(h), int(size))
+		require.NoError(t, err)
+		require.NoError(t, r.b.Munmap(m))
+	}
+	kdma, _ := gaudi3.ChAMapAddr(gaudi3.KDMAChannel)
+	chB, _ := gaudi3.ChBOffset(0)
+	ch0, _ := gaudi3.ChAMapAddr(0)
+	for name, addr := range map[string]uint64{
+		"KDMA channel": kdma, "CH_B": gaudi3.CfgBarBase + chB, "inside CH_A": ch0 + 0x1F8,
+		"offset without CFG_BAR_BASE": ch0 - gaudi3.CfgBarBase, "zero": 0,
+	} {
+		_, _, err := hlsys.MemMapBlock(r.b, addr)
+		isErrno(t, err, unix.EINVAL)
+		_ = name
+	}
+	g2 := newRig(t, Config{Model: ModelGaudi2})
+	_, _, err := hlsys.MemMapBlock(g2.b, ch0)
+	isErrno(t, err, unix.EOPNOTSUPP)
+}
+
+func TestGaudi3Copy(t *testing.T) {
+	for _, bell := range []bool{true, false} {
+		r := newG3Rig(t, Config{}, 1)
+		r.bell = bell // without the hint the worker finds MSQ_PI by polling
+		src, srcVA := r.host(1 << 20)
+		dst, dstVA := r.host(1 << 20)
+		copy(src, pattern(1<<20, 3))
+		dev := r.dram(1 << 20)
+		r.post(cat(r.lin(dev+5, srcVA+1, 1<<19+3, gaudi3.DirHostToDevice), r.lin(dev+1<<19+64, dev+5, 1<<19+3, gaudi3.DirHostToDevice)))
+		out, err := r.wait(2)
+		require.NoError(t, err)
+		require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+		r.post(r.lin(dstVA+7, dev+1<<19+64, 1<<19+3, gaudi3.DirDeviceToHost))
+		out, err = r.wait(3)
+		require.NoError(t, err)
+		require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+		require.Equal(t, src[1:1+1<<19+3], dst[7:7+1<<19+3])
+		require.Equal(t, uint64(3), r.counter())
+		require.Equal(t, r.pi, r.rd(gaudi3.RegMSQCI), "MSQ_CI follows the consumed packets")
+		require.Equal(t, uint32(3), r.rd(gaudi3.RegECQBasePI))
+		st := r.d.Stats()
+		require.Equal(t, uint64(3), st.PacketsExecuted)
+		require.Zero(t, st.EngineFaults)
+	}
+}
+
+// TestRulesGaudi3InterruptWait: W11-W15.
+func TestRulesGaudi3InterruptWait(t *testing.T) {
+	r := newG3Rig(t, Config{}, 0)
+	wait := func(id uint32, cb, idx, target, us uint64) (hlsys.WaitCSOut, error) {
+		return hlsys.WaitForInterruptKernelCQ(r.b, cb, idx, target, id, us)
+	}
+	_, err := wait(g3FirstUserInterrupt-1, r.cqH, 0, 1, 1000)
+	isErrno(t, err, unix.EINVAL)
+	_, err = wait(g3FirstUserInterrupt+g3UserInterrupts, r.cqH, 0, 1, 1000)
+	isErrno(t, err, unix.EINVAL)
+	_, err = wait(g3FirstUserInterrupt, r.cqH+(99<<12), 0, 1, 1000)
+	isErrno(t, err, unix.EINVAL)
+	_, err = wait(g3FirstUserInterrupt, r.cqH, 512, 1, 1000)
+	isErrno(t, err, unix.EINVAL) // index beyond the CB
+	out, err := wait(g3FirstUserInterrupt, r.cqH, 0, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status, "counter already at the target")
+	out, err = wait(g3FirstUserInterrupt, r.cqH, 0, 1, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusBusy), out.Status, "timeout 0 polls")
+	out, err = wait(g3FirstUserInterrupt, r.cqH, 0, 1, 2000)
+	require.NoError(t, err, "a timeout is no error: the driver does not know the workload")
+	require.Equal(t, uint32(hlsys.WaitCSStatusBusy), out.Status)
+
+	// The counter in user memory, any-CQ interrupt id.
+	_, dstVA := r.host(4096)
+	src, srcVA := r.host(4096)
+	copy(src, "x")
+	r.post(r.lin(dstVA, srcVA, 4096, gaudi3.DirHostToDevice))
+	ctr := (*uint64)(unsafe.Pointer(&r.cqMem[0]))
+	out, err = hlsys.WaitForInterruptUser(r.b, ctr, 1, hlsys.WaitCSFlagsAnyCQInterrupt>>hlsys.WaitCSFlagsInterruptShift, uint64(safety/time.Microsecond))
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+
+	// A reset ends a blocked wait ABORTED with EIO.
+	done := make(chan error, 1)
+	go func() {
+		_, err := wait(g3FirstUserInterrupt, r.cqH, 0, 100, uint64(safety/time.Microsecond))
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return r.b.(*hctx).waiting.Load() == 1 }, safety, time.Millisecond)
+	r.d.Reset()
+	isErrno(t, <-done, unix.EIO)
+
+	// Not operational: EBUSY (W1).
+	r.d.ForceStatus(hlsys.DeviceStatusInReset)
+	_, err = wait(g3FirstUserInterrupt, r.cqH, 0, 1, 0)
+	isErrno(t, err, unix.EBUSY)
+	r.d.ForceStatus(hlsys.DeviceStatusOperational)
+}
+
+// TestGaudi3Faults: the injected faults and channel errors (G6-G9).
+func TestGaudi3Faults(t *testing.T) {
+	r := newG3Rig(t, Config{}, 2)
+	_, dstVA := r.host(4096)
+	_, srcVA := r.host(4096)
+	pkt := r.lin(dstVA, srcVA, 4096, gaudi3.DirHostToDevice)
+
+	r.d.DelayNextCS(1, 30*time.Millisecond)
+	start := time.Now()
+	r.post(pkt)
+	out, err := r.wait(1)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+	require.GreaterOrEqual(t, time.Since(start), 25*time.Millisecond, "completion held back")
+
+	r.d.HangNextCS(1)
+	r.post(pkt)
+	out, err = hlsys.WaitForInterruptKernelCQ(r.b, r.cqH, 0, 2, g3FirstUserInterrupt, 20000)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusBusy), out.Status, "a hung doorbell never completes")
+	r.post(pkt)
+	time.Sleep(5 * time.Millisecond)
+	require.Equal(t, uint64(1), r.counter(), "the channel is stuck behind the hung doorbell")
+
+	// Stopping the queue (CQ_RECONFIG) drops the stuck work; programming
+	// MSQ_PI/CI again and restarting runs new work.
+	r.w(gaudi3.RegCQReconfig, 1)
+	r.b.(*hctx).Doorbell(r.regs)
+	r.w(gaudi3.RegMSQCI, 0)
+	r.pi = 0
+	r.w(gaudi3.RegMSQPI, 0)
+	r.w(gaudi3.RegCQReconfig, 0)
+	r.post(pkt)
+	_, err = r.wait(2)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), r.counter())
+
+	// An injected abort and a channel error reset the device: registers
+	// cleared, RESET_COUNT up, a notifier event for the error.
+	resets := r.d.Stats().Resets
+	r.d.AbortNextCS(1)
+	r.post(pkt)
+	require.Eventually(t, func() bool { return r.d.Stats().Resets == resets+1 }, safety, time.Millisecond)
+	require.Zero(t, r.rd(gaudi3.RegMSQSize), "registers cleared by the reset")
+	require.Equal(t, uint64(2), r.counter(), "the aborted doorbell moved nothing")
+
+	r2 := newG3Rig(t, Config{}, 3)
+	r2.post(r2.lin(dstVA, 0x1234_0000_0000, 4096, gaudi3.DirHostToDevice)) // unmapped source
+	require.Eventually(t, func() bool { return r2.d.Stats().Resets == 1 }, safety, time.Millisecond)
+	require.Equal(t, uint64(1), r2.d.Stats().EngineFaults)
+	require.Zero(t, r2.counter())
+}
+
+// TestRulesGaudi3Ring: G10, G11 (the model's conservative reading).
+func TestRulesGaudi3Ring(t *testing.T) {
+	r := newG3Rig(t, Config{}, 4)
+	_, dstVA := r.host(4096)
+	_, srcVA := r.host(4096)
+	pkt := r.lin(dstVA, srcVA, 64, gaudi3.DirHostToDevice)
+	// Fill up to 16 bytes before the end, then a 40-byte packet straddles it.
+	var nops []byte
+	for len(nops) < g3TestRing-16 {
+		b, _ := gaudi3.NOP{}.Append(nil)
+		nops = append(nops, b...)
+	}
+	r.post(nops)
+	require.Eventually(t, func() bool { return r.rd(gaudi3.RegMSQCI) == r.pi }, safety, time.Millisecond)
+	r.post(pkt)
+	require.Eventually(t, func() bool { return r.d.Stats().Resets == 1 }, safety, time.Millisecond)
+	require.Zero(t, r.counter())
+
+	// A ring size that is not a power of two.
+	r2 := newG3Rig(t, Config{}, 5)
+	r2.w(gaudi3.RegMSQSize, 3*4096-1)
+	r2.post(r2.lin(dstVA, srcVA, 64, gaudi3.DirHostToDevice))
+	require.Eventually(t, func() bool { return r2.d.Stats().Resets == 1 }, safety, time.Millisecond)
+
+	// advcnt_hbw_complq without a completion write is refused.
+	r3 := newG3Rig(t, Config{}, 0)
+	b, err := gaudi3.LinPDMA{Src: srcVA, Dst: dstVA, Size: 64, AdvanceCQ: true}.Append(nil)
+	require.NoError(t, err)
+	r3.post(b)
+	require.Eventually(t, func() bool { return r3.d.Stats().Resets == 1 }, safety, time.Millisecond)
+	require.Equal(t, uint32(0), binary.LittleEndian.Uint32(r3.cqMem))
+}
