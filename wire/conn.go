@@ -70,6 +70,24 @@ type Frame struct {
 // type (see [Message.DecodePayload]).
 func (f *Frame) Decode(m Message) error { return m.DecodePayload(f.Header, f.Payload) }
 
+// DecodeOrError decodes f into m; a frame that is not one is dropped (its
+// fds closed), and the error is the peer's own (*Error) when it sent an
+// Error instead.
+func (f *Frame) DecodeOrError(m Message) error {
+	err := f.Decode(m)
+	if err == nil {
+		return nil
+	}
+	_ = f.CloseFDs()
+	if f.Header.Type == TypeError {
+		var pe Error
+		if f.Decode(&pe) == nil {
+			return &pe
+		}
+	}
+	return err
+}
+
 // Message decodes the frame's payload into a new message of its type.
 func (f *Frame) Message() (Message, error) {
 	m := NewMessage(f.Header.Type)

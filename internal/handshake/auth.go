@@ -25,7 +25,7 @@ func recvAuth(ctx context.Context, wc *wire.Conn) (wire.Auth, error) {
 	if err != nil {
 		return a, err
 	}
-	return a, decodeOrPeerError(&f, &a)
+	return a, f.DecodeOrError(&a)
 }
 
 // authDialer is the dialer's side of the exchange, after its Hello.

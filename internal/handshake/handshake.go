@@ -171,7 +171,7 @@ func Dial[P any](ctx context.Context, d DialConfig, connect Connect[P]) (P, erro
 		return fail(gxerr.Peer, err)
 	}
 	var ack wire.HelloAck
-	if err := decodeOrPeerError(&f, &ack); err != nil {
+	if err := f.DecodeOrError(&ack); err != nil {
 		if we, ok := err.(*wire.Error); ok && we.Code == wire.StatusNoResources {
 			return fail(gxerr.TooManyPeers, gxerr.New(gxerr.Peer, "", we))
 		}
@@ -216,22 +216,4 @@ func checkIdentity(h wire.Hello, cred ipc.Cred) error {
 		return fmt.Errorf("peer claims pid %d uid %d but the socket says pid %d uid %d", h.PID, h.UID, cred.PID, cred.UID)
 	}
 	return nil
-}
-
-// decodeOrPeerError decodes f into m; a frame that is not one is
-// dropped (its fds closed), and the error is the peer's own when it sent
-// an Error instead.
-func decodeOrPeerError(f *wire.Frame, m wire.Message) error {
-	err := f.Decode(m)
-	if err == nil {
-		return nil
-	}
-	_ = f.CloseFDs()
-	if f.Header.Type == wire.TypeError {
-		var pe wire.Error
-		if f.Decode(&pe) == nil {
-			return &pe
-		}
-	}
-	return err
 }

@@ -151,7 +151,7 @@ func recvConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, error
 			return nil, err
 		}
 		var m wire.RDMAConnect
-		if err := decodeOrPeerError(&f, &m); err != nil {
+		if err := f.DecodeOrError(&m); err != nil {
 			return nil, err
 		}
 		if err := checkConnect(out, &m); err != nil {
@@ -171,21 +171,4 @@ func checkConnect(got []wire.RDMAConnect, m *wire.RDMAConnect) error {
 		return fmt.Errorf("RDMA: the peer's RDMAConnect for NIC %d of %d came after %d", m.NIC, m.NICs, len(got))
 	}
 	return nil
-}
-
-// decodeOrPeerError decodes f into m, or returns the peer's Error message
-// when that is what came.
-func decodeOrPeerError(f *wire.Frame, m wire.Message) error {
-	err := f.Decode(m)
-	if err == nil {
-		return nil
-	}
-	_ = f.CloseFDs()
-	if f.Header.Type == wire.TypeError {
-		var pe wire.Error
-		if f.Decode(&pe) == nil {
-			return &pe
-		}
-	}
-	return err
 }
