@@ -30,10 +30,10 @@ type Metadata struct {
 	Incarnation uint64
 	// Version grows each time the agent republishes (a section added or
 	// withdrawn); a cached record with a lower Version is stale.
-	Version uint64
-	Unix    string    // unix socket path ("" if none)
-	TCP     string    // host:port ("" if none); RDMA is negotiated over it
-	NICs    []NIC     // the RDMA devices the agent's engine uses
+	Version  uint64
+	Unix     string    // unix socket path ("" if none)
+	TCP      string    // host:port ("" if none); RDMA is negotiated over it
+	NICs     []NIC     // the RDMA devices the agent's engine uses
 	Sections []Section // sorted by Name, names unique
 }
 
