@@ -228,33 +228,31 @@ func TestEtcdRestart(t *testing.T) {
 	rec.waitFor(t, limit, "Put of version 3 after the restart", func(ev meta.Event) bool { return ev.Kind == meta.Put && ev.Meta.Version == 3 })
 }
 
-// TestWatchCompaction: a watch whose revisions were compacted away while
-// it was cut off re-reads its key and reports the deletion it missed.
+// TestWatchCompaction: a watch cut off from etcd while the record was
+// deleted and the history compacted re-reads its key when it reconnects
+// and reports the deletion it missed.
 func TestWatchCompaction(t *testing.T) {
 	srv := etcdtest.New(t)
 	pub, obs := open(t, srv, 0), open(t, srv, 0)
 	ctx := ctxT(t)
 	require.NoError(t, pub.Publish(ctx, record("c", 3, 1)))
-	_, err := obs.Lookup(ctx, "c")
-	require.NoError(t, err)
-	// The watch starts from the lookup's revision; the record is then
-	// deleted and the history compacted before the watch goroutine can
-	// open its stream... which is a race, so compact with the watch
-	// stream down instead: stop etcd, edit through a raw client after
-	// the restart, compact, and let the watch resume into the gap.
 	rec := newRecorder()
 	defer obs.Watch("c", rec.fn)()
-	require.NoError(t, srv.Stop())
-	require.NoError(t, srv.Restart())
-	cli := rawClient(t, srv)
-	_, err = cli.Delete(ctx, pub.key("c"))
+	rec.waitFor(t, limit, "initial Put", func(ev meta.Event) bool { return ev.Kind == meta.Put })
+
+	srv.Pause() // obs is cut off; etcd runs on
+	direct := rawClient(t, srv.DirectEndpoints())
+	_, err := direct.Delete(ctx, pub.key("c"))
 	require.NoError(t, err)
-	r, err := cli.Put(ctx, "/other", "x")
+	r, err := direct.Put(ctx, "/other", "x")
 	require.NoError(t, err)
-	_, err = cli.Compact(ctx, r.Header.Revision)
+	_, err = direct.Compact(ctx, r.Header.Revision)
 	require.NoError(t, err)
+	require.NoError(t, srv.Resume())
+
 	ev := rec.waitFor(t, limit, "Gone", func(ev meta.Event) bool { return ev.Kind == meta.Gone })
 	require.Equal(t, uint64(3), ev.Meta.Incarnation)
+	require.NotZero(t, obs.Stats().Resyncs, "the Gone came from a re-read")
 }
 
 // TestMalformedIgnored: values that do not decode, or name another agent
@@ -263,7 +261,7 @@ func TestMalformedIgnored(t *testing.T) {
 	srv := etcdtest.New(t)
 	s := open(t, srv, 0)
 	ctx := ctxT(t)
-	cli := rawClient(t, srv)
+	cli := rawClient(t, srv.Endpoints())
 	good := record("good", 1, 1)
 	require.NoError(t, s.Publish(ctx, good))
 	_, err := cli.Put(ctx, s.key("junk"), "not a record")
@@ -294,8 +292,8 @@ func TestMalformedIgnored(t *testing.T) {
 	rec.waitFor(t, limit, "Put", func(ev meta.Event) bool { return ev.Kind == meta.Put })
 }
 
-func rawClient(t *testing.T, srv *etcdtest.Server) *clientv3.Client {
-	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+func rawClient(t *testing.T, endpoints []string) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
