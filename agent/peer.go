@@ -37,6 +37,9 @@ type peerSection struct {
 	err error // the key did not parse
 }
 
+// errRepublished: the peer republished during the handshake.
+var errRepublished = errors.New("republished during the handshake")
+
 // resolve is a lookup in progress, shared by concurrent callers.
 type resolve struct {
 	done chan struct{}
@@ -452,7 +455,7 @@ func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, expect uint64, 
 		case m.typ == msgRefuse:
 			return md, fmt.Errorf("%w: refused: %s", engine.ErrPeer, m.data)
 		case m.typ == msgInvalidate:
-			return md, fmt.Errorf("%w: republished during the handshake", engine.ErrPeer)
+			return md, fmt.Errorf("%w: %w", engine.ErrPeer, errRepublished)
 		case m.typ == msgHello && hello.typ == 0:
 			if expect != 0 && m.incarnation != expect {
 				return md, fmt.Errorf("%w: answered as incarnation %016x of %q, not %016x", engine.ErrPeer, m.incarnation, m.name, expect)
@@ -511,7 +514,7 @@ func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
 	for range 3 { // a republication during the handshake: fetch again
 		a.stats.sideFetches.Add(1)
 		ep, md, err = a.handshake(ctx, network, addr, 0, true)
-		if err == nil || ctx.Err() != nil {
+		if !errors.Is(err, errRepublished) {
 			break
 		}
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 
 	"github.com/gxfer/gxfer/engine"
 )
@@ -136,24 +137,36 @@ func (x *Prepared) post(ctx context.Context, write bool, idx []int, opts []XferO
 	if cfg.hasNotify && len(cfg.notify) > MaxNotify {
 		return p.a.failed(nd, invalid("notification of %d bytes, over %d", len(cfg.notify), MaxNotify))
 	}
+	runs, err := x.plan(idx, nd)
+	if err != nil {
+		xf := p.a.failed(nd, err)
+		var de *DescError
+		if errors.As(err, &de) {
+			for j := range xf.errs {
+				if j != de.Index {
+					xf.errs[j] = ErrNotSubmitted
+				}
+			}
+		}
+		return xf
+	}
+	return p.post(ctx, write, nd, runs, &cfg)
+}
+
+// plan turns the indices into coalesced runs (the work a post does before
+// its first Put or Get).
+func (x *Prepared) plan(idx []int, nd int) ([]run, error) {
 	at := func(k int) int {
 		if idx == nil {
 			return k
 		}
 		return idx[k]
 	}
-	runs := make([]run, 0, min(nd, 64))
+	runs := make([]run, 0, nd)
 	for k := 0; k < nd; {
 		i := at(k)
 		if i < 0 || i >= len(x.local) {
-			err := &DescError{Index: k, Err: invalid("index %d of %d prepared descriptors", i, len(x.local))}
-			xf := p.a.failed(nd, err)
-			for j := range xf.errs {
-				if j != k {
-					xf.errs[j] = ErrNotSubmitted
-				}
-			}
-			return xf
+			return nil, &DescError{Index: k, Err: invalid("index %d of %d prepared descriptors", i, len(x.local))}
 		}
 		// Extend over following indices that continue i's group.
 		j, last := k+1, i
@@ -167,15 +180,16 @@ func (x *Prepared) post(ctx context.Context, write bool, idx []int, opts []XferO
 		}
 		r := run{first: k, n: j - k}
 		if last == i {
-			r.local, r.key = x.local[i], x.keys[i]
+			r.local, r.key = x.local[i], &x.keys[i]
 		} else {
 			n := x.local[last].Offset() + x.local[last].Len() - x.local[i].Offset()
 			r.local = x.local[i].Buffer().Slice(x.local[i].Offset(), n)
 			b := x.base[i]
-			r.key = x.baseKey[b].Slice(x.roff[i]-x.roff[b], n)
+			k := x.baseKey[b].Slice(x.roff[i]-x.roff[b], n)
+			r.key = &k
 		}
 		runs = append(runs, r)
 		k = j
 	}
-	return p.post(ctx, write, nd, runs, &cfg)
+	return runs, nil
 }

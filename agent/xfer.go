@@ -112,7 +112,7 @@ func failedXfer(n int, err error) *Xfer {
 type run struct {
 	first, n int
 	local    engine.Slice
-	key      engine.RemoteKey
+	key      *engine.RemoteKey // the prepared key, or one made for the run
 	fut      *engine.Future
 }
 
@@ -194,7 +194,8 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 	}
 	// Check every descriptor and coalesce neighbours.
 	var (
-		runs     = make([]run, 0, min(len(descs), 64))
+		runs     = make([]run, 0, len(descs))
+		keys     = make([]engine.RemoteKey, len(descs)) // one per run at most
 		sec      peerSection
 		lastName string
 		cur      struct {
@@ -215,7 +216,8 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 		} else {
 			r.local = cur.buf.Slice(cur.loff, cur.n)
 		}
-		r.key = cur.key.Slice(cur.roff, cur.n)
+		keys[len(runs)-1] = cur.key.Slice(cur.roff, cur.n)
+		r.key = &keys[len(runs)-1]
 	}
 	for i := range descs {
 		d := &descs[i]
@@ -270,9 +272,9 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 		if err := r.key.Err(); err != nil {
 			r.fut = engine.ResolvedFuture(err)
 		} else if write {
-			r.fut = ep.Put(ctx, r.local, r.key, cfg.ops...)
+			r.fut = ep.Put(ctx, r.local, *r.key, cfg.ops...)
 		} else {
-			r.fut = ep.Get(ctx, r.local, r.key, cfg.ops...)
+			r.fut = ep.Get(ctx, r.local, *r.key, cfg.ops...)
 		}
 	}
 	x := &Xfer{done: make(chan struct{}), nDesc: nDesc}
@@ -293,6 +295,16 @@ func (p *Peer) complete(ctx context.Context, ep *engine.Endpoint, x *Xfer, runs 
 		r := &runs[i]
 		<-r.fut.Done()
 		err := r.fut.Err()
+		if err == nil {
+			// A peer dropped while the run was in flight fails it,
+			// even if the engine completed it (a copy into a mapping
+			// of the dead peer's memory, say).
+			select {
+			case <-p.dead:
+				err = p.Err()
+			default:
+			}
+		}
 		if err == nil {
 			bytes += uint64(r.local.Len())
 			continue
