@@ -155,4 +155,3 @@ func BenchmarkNotifyLatency(b *testing.B) {
 		})
 	}
 }
-

@@ -31,7 +31,7 @@ func main() {
 }
 
 const (
-	blocks    = 64      // KV blocks written
+	blocks    = 64 // KV blocks written
 	blockSize = 64 << 10
 	slots     = 256 // blocks the section holds
 )
