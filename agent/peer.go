@@ -316,9 +316,23 @@ func (p *Peer) invalidate(cause error) {
 	a.mu.Unlock()
 	a.stats.invalidations.Add(1)
 	a.log.Debug().Str("peer", p.md.Name).Uint64("incarnation", p.md.Incarnation).Err(cause).Msg("peer dropped")
-	if ep != nil {
-		ep.Close()
+	if ep == nil {
+		return
 	}
+	// Closing waits for what runs on the endpoint: not in the store's
+	// watch callback nor the reader. Close waits for these.
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		ep.Close()
+		return
+	}
+	a.wg.Add(1)
+	a.mu.Unlock()
+	go func() {
+		defer a.wg.Done()
+		ep.Close()
+	}()
 }
 
 // read takes what the peer sends on the endpoint this agent dialed:
