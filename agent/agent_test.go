@@ -577,3 +577,38 @@ func TestLongLists(t *testing.T) {
 		})
 	}
 }
+
+// TestStaleRecordOnDial: a record cached without a connection (fetched
+// over TCP, the peer being on this node) goes stale when the peer
+// republishes; the dial's hello shows the newer Version, the record is
+// dropped and fetched again within the same Write.
+func TestStaleRecordOnDial(t *testing.T) {
+	ctx := testCtx(t)
+	ea, eb := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{})
+	b := newAgent(t, eb, "b", agentOpts{unix: true, tcp: true})
+	buf := alloc(t, eb, 1<<20, engine.Host)
+	require.NoError(t, b.Publish("x", buf.Slice(0, 4096)))
+	require.NoError(t, b.Publish("old", buf.Slice(4096, 4096)))
+	_, err := a.Connect(ctx, b.Metadata().TCP)
+	require.NoError(t, err)
+	p1, err := a.Peer(ctx, "b")
+	require.NoError(t, err)
+	require.NoError(t, b.Publish("new", buf.Slice(8192, 4096)))
+	require.NoError(t, b.Withdraw("x"))
+	select {
+	case <-p1.Done():
+		t.Fatal("dropped without a connection to be told on")
+	default:
+	}
+	src := alloc(t, ea, 4096, engine.Host)
+	copy(src.Bytes(), pattern(4096, 4))
+	require.NoError(t, a.Write(ctx, "b", []Desc{{Local: src.All(), Section: "old"}}).Wait(ctx))
+	require.ErrorIs(t, p1.Err(), engine.ErrPeer)
+	require.NoError(t, a.Write(ctx, "b", []Desc{{Local: src.All(), Section: "new"}}).Wait(ctx))
+	require.ErrorIs(t, a.Write(ctx, "b", []Desc{{Local: src.All(), Section: "x"}}).Wait(ctx), ErrNoSection)
+	require.Equal(t, src.Bytes(), buf.Bytes()[8192:8192+4096])
+	p2, err := a.Peer(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, b.Metadata(), p2.Metadata())
+}

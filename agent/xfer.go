@@ -50,6 +50,9 @@ type Xfer struct {
 	errs  []error
 	err   error
 	nDesc int
+	// unsent: the Xfer failed before anything was submitted because the
+	// peer could not be reached.
+	unsent bool
 }
 
 // Done is closed when every descriptor has completed (and the
@@ -131,11 +134,17 @@ func (a *Agent) Read(ctx context.Context, peer string, descs []Desc, opts ...Xfe
 }
 
 func (a *Agent) xfer(ctx context.Context, write bool, peer string, descs []Desc, opts []XferOption) *Xfer {
-	p, err := a.Peer(ctx, peer)
-	if err != nil {
-		return failedXfer(len(descs), err)
+	for retried := false; ; retried = true {
+		p, err := a.Peer(ctx, peer)
+		if err != nil {
+			return failedXfer(len(descs), err)
+		}
+		x := p.xfer(ctx, write, descs, opts)
+		if x.unsent && !retried && p.Err() != nil {
+			continue // the cached peer proved stale when dialed: resolve again
+		}
+		return x
 	}
-	return p.xfer(ctx, write, descs, opts)
 }
 
 // Write copies the descriptors' local slices into the peer's sections.
@@ -263,7 +272,9 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 		if recycle != nil {
 			recycle(runs)
 		}
-		return a.failed(nDesc, err)
+		x := a.failed(nDesc, err)
+		x.unsent = true
+		return x
 	}
 	if write {
 		a.stats.writes.Add(1)
