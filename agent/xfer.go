@@ -304,8 +304,28 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 			break
 		}
 	}
+	if w.issued == len(runs) && w.allDone() {
+		// Everything completed in the caller (copies into a peer's
+		// mapped memory): finish here, without a goroutine's wakeup
+		// before the notification.
+		for range w.issued {
+			<-p.window
+		}
+		w.finish()
+		return w.x
+	}
 	go w.complete()
 	return w.x
+}
+
+// allDone reports whether every run was issued and has completed.
+func (w *xferWork) allDone() bool {
+	for i := range w.runs {
+		if !w.runs[i].fut.IsDone() {
+			return false
+		}
+	}
+	return true
 }
 
 const (
@@ -393,8 +413,6 @@ func (w *xferWork) issueEvery(start, stride, from int) {
 // complete issues the runs left, waits for all, then sends the
 // notification.
 func (w *xferWork) complete() {
-	p, a, x := w.p, w.p.a, w.x
-	defer a.stats.inFlight.Add(-1)
 	if n := len(w.runs) - w.issued; n < parallelRuns {
 		w.issueEvery(0, 1, w.issued)
 	} else {
@@ -405,6 +423,15 @@ func (w *xferWork) complete() {
 		}
 		wg.Wait()
 	}
+	w.finish()
+}
+
+// finish releases the window slots of the runs post issued, sets the
+// statuses and sends the notification; every run has completed (or is
+// waited for here).
+func (w *xferWork) finish() {
+	p, a, x := w.p, w.p.a, w.x
+	defer a.stats.inFlight.Add(-1)
 	var bytes uint64
 	for i := range w.runs {
 		r := &w.runs[i]
