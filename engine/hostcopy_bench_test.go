@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/memcopy/probe"
+)
+
+// BenchmarkHostCopy64MiB: a 64 MiB host-to-host engine copy and a 64 MiB
+// unix Binding put into a peer process, against this machine's
+// memory-copy limit measured in the same run (internal/memcopy/probe:
+// best of 1..GOMAXPROCS threads of plain memcpy or copy(), each on its
+// own 64 MiB; before and after, the better kept) and one core's copy
+// (the best single-thread figure). Reports GB/s and the ratios the issue
+// judges (engine/limit >= 0.9, never below one core).
+//
+//	go test -run '^$' -bench HostCopy64MiB -benchtime 40x ./engine/
+func BenchmarkHostCopy64MiB(b *testing.B) {
+	const size = 64 << 20
+	p := startPeer(b)
+	e := newEngine(b, Config{Devices: DevicesNone})
+	ctx := context.Background()
+	src, _ := e.Alloc(size, Host)
+	dst, _ := e.Alloc(size, Host)
+	fill(src.Bytes(), 3)
+	ep, err := e.Dial(ctx, "unix", p.path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bd, err := ep.Bind(ctx, src.All(), p.host.Slice(0, size))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bd.Close()
+	threads := runtime.GOMAXPROCS(0)
+	bufs := probe.NewBuffers(size, threads)
+	var limit, one float64
+	measure := func() {
+		all, best := bufs.Limit(threads, 300*time.Millisecond)
+		limit = max(limit, best.GBps)
+		for _, r := range all {
+			if r.Threads == 1 {
+				one = max(one, r.GBps)
+			}
+		}
+	}
+	b.StopTimer()
+	measure()
+	b.StartTimer()
+	var tEng, tPut time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := e.CopySync(ctx, dst.All(), src.All()); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := bd.Put(); err != nil {
+			b.Fatal(err)
+		}
+		tPut += time.Since(t1)
+		tEng += t1.Sub(t0)
+	}
+	b.StopTimer()
+	measure()
+	gb := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e9 }
+	b.ReportMetric(gb(tEng), "engine-GB/s")
+	b.ReportMetric(gb(tPut), "put-GB/s")
+	b.ReportMetric(limit, "limit-GB/s")
+	b.ReportMetric(one, "onecore-GB/s")
+	b.ReportMetric(gb(tEng)/limit, "engine/limit")
+	b.ReportMetric(gb(tPut)/limit, "put/limit")
+	b.ReportMetric(gb(tEng)/one, "engine/onecore")
+}
