@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -275,21 +276,32 @@ func (c *Copier) Copy(dst, src []byte) int {
 	return n
 }
 
-// split copies dst, src in parts page-aligned pieces, the first on the
-// caller's goroutine. The kernel is the whole copy's: its pieces together
-// move as many bytes through the caches.
+// split copies dst, src in chunks taken in turn by the caller and by
+// parts-1 helper goroutines: a helper that finds no idle core to run on
+// takes no chunk, so the caller is never left waiting for a share of the
+// copy nobody has started (at worst for the chunk a helper is copying),
+// and a busy machine gets about one core's copy. The kernel is the whole
+// copy's: its chunks together move as many bytes through the caches.
 func split(k Kernel, dst, src []byte, parts int) {
 	n := len(dst)
-	per := (n/parts + 4095) &^ 4095
-	var wg sync.WaitGroup
-	for off := per; off < n; off += per {
-		end := min(off+per, n)
-		dd, ss := dst[off:end], src[off:end]
-		wg.Add(1)
-		go func() { defer wg.Done(); run(k, dd, ss) }()
+	chunk := min(max(n/(parts*8), 512<<10), 4<<20) &^ 4095
+	var next atomic.Int64
+	work := func() {
+		for {
+			off := int(next.Add(int64(chunk))) - chunk
+			if off >= n {
+				return
+			}
+			end := min(off+chunk, n)
+			run(k, dst[off:end], src[off:end])
+		}
 	}
-	first := min(per, n)
-	run(k, dst[:first], src[:first])
+	var wg sync.WaitGroup
+	for range parts - 1 {
+		wg.Add(1)
+		go func() { defer wg.Done(); work() }()
+	}
+	work()
 	wg.Wait()
 }
 
