@@ -64,15 +64,22 @@ type CPU struct {
 // Has says whether k runs on this CPU.
 func (c CPU) Has(k Kernel) bool { return c.has(k) }
 
-// GoNTFrom is the size from which Go's copy() uses non-temporal stores on
-// this CPU, 0 if it never does: on amd64 with AVX, 1 MiB unless the CPU
-// is an Intel one with ERMS and FSRM (then memmove uses REP MOVS).
+// GoNTFrom is the size from which Go's copy() may use non-temporal
+// stores on this CPU, 0 if it never does: 1 MiB with AVX
+// (runtime/memmove_amd64.s: CMPQ BX, $0x100000; JAE gobble_big_data_fwd
+// on its AVX path). That path takes every copy of 256 bytes or more
+// unless the CPU is an Intel one with ERMS and FSRM
+// (runtime/cpuflags_amd64.go: isERMSNiceCPU := isIntel), and even there
+// every forward copy whose destination is not 16-byte aligned.
 func (c CPU) GoNTFrom() int {
-	if !c.AVX2 || (c.Vendor == "GenuineIntel" && c.ERMS && c.FSRM) {
+	if !c.AVX2 {
 		return 0
 	}
 	return 1 << 20
 }
+
+// repMovsNice is where Go itself prefers REP MOVS (Intel, ERMS, FSRM).
+func (c CPU) repMovsNice() bool { return c.Vendor == "GenuineIntel" && c.ERMS && c.FSRM }
 
 // Machine is a CPU and its cache hierarchy.
 type Machine struct {
@@ -120,8 +127,8 @@ func NewPolicy(m Machine, ntFrom int) Policy {
 		return Policy{Temporal: Go} // copy() throughout
 	}
 	p := Policy{Temporal: AVX2, TemporalFrom: m.CPU.GoNTFrom(), NTFrom: ntFrom}
-	if p.TemporalFrom == 0 { // copy() is temporal at every size
-		p.Temporal, p.TemporalFrom = Go, ntFrom
+	if m.CPU.repMovsNice() { // what copy() does there, at any alignment
+		p.Temporal = RepMovsb
 	}
 	return p
 }
