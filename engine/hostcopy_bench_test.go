@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -73,4 +74,45 @@ func BenchmarkHostCopy64MiB(b *testing.B) {
 	b.ReportMetric(gb(tEng)/limit, "engine/limit")
 	b.ReportMetric(gb(tPut)/limit, "put/limit")
 	b.ReportMetric(gb(tEng)/one, "engine/onecore")
+}
+
+// BenchmarkIPCBindingPutLarge: 256 KiB to 16 MiB puts into a peer
+// process's host buffer through a Binding, back to back (PutN, as gxfer
+// perf's put_bw over unix): the sizes where the copy kernel matters (1 MiB
+// is where Go's copy() turns non-temporal on AMD).
+//
+//	go test -run '^$' -bench IPCBindingPutLarge ./engine/
+func BenchmarkIPCBindingPutLarge(b *testing.B) {
+	p := startPeer(b)
+	e := newEngine(b, Config{Devices: DevicesNone})
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{256 << 10, 1 << 20, 4 << 20, 16 << 20} {
+		h, _ := e.Alloc(n, Host)
+		fill(h.Bytes(), uint64(n))
+		bd, err := ep.Bind(ctx, h.All(), p.host.Slice(0, n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			left := b.N
+			for left > 0 {
+				k := min(left, 16)
+				if err := bd.PutN(k); err != nil {
+					b.Fatal(err)
+				}
+				left -= k
+			}
+		})
+		if err := bd.Close(); err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Free(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

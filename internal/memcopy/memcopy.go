@@ -102,16 +102,21 @@ type Policy struct {
 }
 
 // DefaultNTFrom is the size from which the policy stores non-temporally on
-// m: glibc's rule (sysdeps/x86/dl-cacheinfo.h, glibc 2.33-2.37:
-// non_temporal_threshold = shared * 3 / 4, shared being one thread's share
-// of the last-level cache), 3/4 of the LLC divided by the CPUs sharing it.
-// 0 (never) without AVX2 or cache information.
+// m: a quarter of one CPU's share of the last-level cache (its size over
+// the CPUs sharing it), so that a temporal copy's source and destination
+// fill at most half of that share. glibc 2.33-2.37 (sysdeps/x86/
+// dl-cacheinfo.h: non_temporal_threshold = shared * 3 / 4) and UCX on AMD
+// (L3 * 3/4) switch later; on the AMD EPYC measured (docs/copy-kernels.md)
+// temporal and non-temporal tie at a quarter of the share (4 MiB) and
+// temporal loses 43% at 16 MiB, so 3/4 (12 MiB) would leave sizes where
+// it loses on the temporal side. 0 (never) without AVX2 or cache
+// information.
 func DefaultNTFrom(m Machine) int {
 	llc := m.Caches.LLC()
 	if !m.CPU.AVX2 || llc.Size == 0 {
 		return 0
 	}
-	return llc.Size / max(llc.Sharers, 1) * 3 / 4
+	return llc.Size / max(llc.Sharers, 1) / 4
 }
 
 // NewPolicy is the policy for m; ntFrom overrides DefaultNTFrom when not 0
@@ -144,7 +149,7 @@ func (p Policy) Kernel(n int) Kernel {
 	return Go
 }
 
-// String describes the policy ("go-copy <1 MiB, avx2 <12 MiB, non-temporal").
+// String describes the policy ("go-copy <1 MiB, avx2 <4 MiB, non-temporal").
 func (p Policy) String() string {
 	var b strings.Builder
 	lim := func(n int) string { return FormatSize(n) }

@@ -90,17 +90,17 @@ func TestPolicy(t *testing.T) {
 		want  Policy
 		sizes map[int]Kernel
 	}{
-		{"amd-epyc-2cpu", Machine{amd, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 12 << 20},
-			map[int]Kernel{0: Go, 64 << 10: Go, 1<<20 - 1: Go, 1 << 20: AVX2, 4 << 20: AVX2, 12<<20 - 1: AVX2, 12 << 20: NonTemporal, 64 << 20: NonTemporal}},
+		{"amd-epyc-2cpu", Machine{amd, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 4 << 20},
+			map[int]Kernel{0: Go, 64 << 10: Go, 1<<20 - 1: Go, 1 << 20: AVX2, 4<<20 - 1: AVX2, 4 << 20: NonTemporal, 64 << 20: NonTemporal}},
 		{"amd-override", Machine{amd, caches(32<<20, 2)}, 2 << 20, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 2 << 20},
 			map[int]Kernel{1 << 20: AVX2, 2 << 20: NonTemporal}},
 		{"amd-never-nt", Machine{amd, caches(32<<20, 2)}, -1, Policy{TemporalFrom: 1 << 20, Temporal: AVX2},
 			map[int]Kernel{512: Go, 1 << 20: AVX2, 1 << 30: AVX2}},
-		{"amd-small-llc", Machine{amd, caches(8<<20, 16)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 384 << 10},
-			map[int]Kernel{300 << 10: Go, 384 << 10: NonTemporal, 1 << 20: NonTemporal}},
-		{"intel-erms-fsrm", Machine{intel, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: RepMovsb, NTFrom: 12 << 20},
-			map[int]Kernel{1<<20 - 1: Go, 1 << 20: RepMovsb, 12 << 20: NonTemporal}},
-		{"intel-no-fsrm", Machine{intelNoFSRM, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 12 << 20},
+		{"amd-small-llc", Machine{amd, caches(8<<20, 16)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 128 << 10},
+			map[int]Kernel{100 << 10: Go, 128 << 10: NonTemporal, 1 << 20: NonTemporal}},
+		{"intel-erms-fsrm", Machine{intel, caches(64<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: RepMovsb, NTFrom: 8 << 20},
+			map[int]Kernel{1<<20 - 1: Go, 1 << 20: RepMovsb, 8 << 20: NonTemporal}},
+		{"intel-no-fsrm", Machine{intelNoFSRM, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 4 << 20},
 			map[int]Kernel{1 << 20: AVX2}},
 		{"no-caches", Machine{amd, nil}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2},
 			map[int]Kernel{64 << 20: AVX2}},
@@ -138,7 +138,7 @@ func TestReadCaches(t *testing.T) {
 	require.Equal(t, Cache{3, 32 << 20, 2}, cs.LLC())
 	require.Equal(t, Cache{2, 512 << 10, 1}, cs.Level(2))
 	require.Equal(t, Cache{}, cs.Level(4))
-	require.Equal(t, 12<<20, DefaultNTFrom(Machine{CPU{AVX2: true}, cs}))
+	require.Equal(t, 4<<20, DefaultNTFrom(Machine{CPU{AVX2: true}, cs}))
 
 	_, err = ReadCaches(t.TempDir())
 	require.Error(t, err)

@@ -34,6 +34,14 @@ func (i Impl) String() string {
 	return "go-copy"
 }
 
+// Glibc copies min(len(dst), len(src)) bytes with glibc's memcpy (no
+// overlap): the reference kernel of benchmarks.
+func Glibc(dst, src []byte) {
+	if n := min(len(dst), len(src)); n > 0 {
+		C.probe_memcpy(unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), C.size_t(n))
+	}
+}
+
 // Result is one measurement: threads copying size bytes each, over and
 // over, for about the duration asked.
 type Result struct {
