@@ -74,9 +74,9 @@ type Config struct {
 	// GOMAXPROCS; 1: never split.
 	CopyWorkers int
 	// CopyNTMin is the size from which host copies use non-temporal
-	// stores (bypassing the caches): default 3/4 of one CPU's share of the
-	// last-level cache, from sysfs (internal/memcopy, docs/copy-kernels.md);
-	// negative: never.
+	// stores (bypassing the caches): default a quarter of one CPU's share
+	// of the last-level cache, from sysfs (internal/memcopy,
+	// docs/copy-kernels.md); negative: never.
 	CopyNTMin   int
 	CBSize      int    // command buffer size; default 64 KiB
 	MaxOpsPerCS int    // copies coalesced into one CS; default 1024
