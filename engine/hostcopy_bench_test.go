@@ -18,7 +18,7 @@ import (
 // (the best single-thread figure). Reports GB/s and the ratios the issue
 // judges (engine/limit >= 0.9, never below one core).
 //
-//	go test -run '^$' -bench HostCopy64MiB -benchtime 40x ./engine/
+//	go test -run '^$' -bench HostCopy64MiB -benchtime 30x ./engine/
 func BenchmarkHostCopy64MiB(b *testing.B) {
 	const size = 64 << 20
 	p := startPeer(b)
@@ -48,11 +48,17 @@ func BenchmarkHostCopy64MiB(b *testing.B) {
 			}
 		}
 	}
-	b.StopTimer()
+	// Warm up: the first copy and put fault the pages in.
+	if err := e.CopySync(ctx, dst.All(), src.All()); err != nil {
+		b.Fatal(err)
+	}
+	if err := bd.Put(); err != nil {
+		b.Fatal(err)
+	}
 	measure()
-	b.StartTimer()
+	b.ResetTimer()
 	var tEng, tPut time.Duration
-	for b.Loop() {
+	for range b.N {
 		t0 := time.Now()
 		if err := e.CopySync(ctx, dst.All(), src.All()); err != nil {
 			b.Fatal(err)
@@ -79,7 +85,9 @@ func BenchmarkHostCopy64MiB(b *testing.B) {
 // BenchmarkIPCBindingPutLarge: 256 KiB to 16 MiB puts into a peer
 // process's host buffer through a Binding, back to back (PutN, as gxfer
 // perf's put_bw over unix): the sizes where the copy kernel matters (1 MiB
-// is where Go's copy() turns non-temporal on AMD).
+// is where Go's copy() turns non-temporal on AMD). Besides the mean
+// (MB/s), best-GB/s is the best batch of 16 puts: on a shared machine,
+// the figure the others' load disturbed least.
 //
 //	go test -run '^$' -bench IPCBindingPutLarge ./engine/
 func BenchmarkIPCBindingPutLarge(b *testing.B) {
@@ -99,14 +107,18 @@ func BenchmarkIPCBindingPutLarge(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
 			b.SetBytes(int64(n))
+			var best float64 // GB/s of the best batch: what load left alone
 			left := b.N
 			for left > 0 {
 				k := min(left, 16)
+				t0 := time.Now()
 				if err := bd.PutN(k); err != nil {
 					b.Fatal(err)
 				}
+				best = max(best, float64(k*n)/time.Since(t0).Seconds()/1e9)
 				left -= k
 			}
+			b.ReportMetric(best, "best-GB/s")
 		})
 		if err := bd.Close(); err != nil {
 			b.Fatal(err)

@@ -294,6 +294,8 @@ func (c *Copier) Copy(dst, src []byte) int {
 // copy nobody has started (at worst for the chunk a helper is copying),
 // and a busy machine gets about one core's copy. The kernel is the whole
 // copy's: its chunks together move as many bytes through the caches.
+// Helpers are plain goroutines, not a pool's tasks: a pool task (the
+// engine's host workers) waiting on other pool tasks could starve the pool.
 func split(k Kernel, dst, src []byte, parts int) {
 	n := len(dst)
 	chunk := min(max(n/(parts*8), 512<<10), 4<<20) &^ 4095
