@@ -30,6 +30,11 @@ func TestHostCopyPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEngine(t, tc.cfg)
 			require.Equal(t, tc.ntFrom, e.hostCopy.Policy().NTFrom)
+			if m := e.hostCopy.Machine(); m.CPU.AVX2 && tc.ntFrom > 1<<20 {
+				// the case: a 1 MiB put stays in cache (copy()
+				// would store it non-temporally on AMD)
+				require.NotEqual(t, memcopy.NonTemporal, e.hostCopy.Policy().Kernel(1<<20))
+			}
 			if tc.workers > 0 {
 				w, _ := e.hostCopy.Workers()
 				require.Equal(t, tc.workers, w)
