@@ -67,11 +67,20 @@ type Config struct {
 	// OpTimeout, if set, is the default deadline of every operation.
 	OpTimeout time.Duration
 
-	InlineHostMax   int    // host copies up to this size run in the caller; default 64 KiB
-	ParallelCopyMin int    // host copies from this size are split across cores; default 4 MiB
-	CBSize          int    // command buffer size; default 64 KiB
-	MaxOpsPerCS     int    // copies coalesced into one CS; default 1024
-	ChunkSize       uint64 // device copies are split in chunks of this size over the DMA queues; default 4 MiB
+	InlineHostMax   int // host copies up to this size run in the caller; default 64 KiB
+	ParallelCopyMin int // host copies from this size are split across cores; default 4 MiB
+	// CopyWorkers bounds the cores one large host copy (an engine copy or
+	// a put into a peer's memory over unix) is split over: default
+	// GOMAXPROCS; 1: never split.
+	CopyWorkers int
+	// CopyNTMin is the size from which host copies use non-temporal
+	// stores (bypassing the caches): default a quarter of one CPU's share
+	// of the last-level cache, from sysfs (internal/memcopy,
+	// docs/copy-kernels.md); negative: never.
+	CopyNTMin   int
+	CBSize      int    // command buffer size; default 64 KiB
+	MaxOpsPerCS int    // copies coalesced into one CS; default 1024
+	ChunkSize   uint64 // device copies are split in chunks of this size over the DMA queues; default 4 MiB
 
 	PollSpin   time.Duration // CQ actor spin window; default 50 us (negative: none)
 	WaitSpin   time.Duration // Future.Wait spin before blocking; default 20 us

@@ -13,6 +13,7 @@ import (
 	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/rdmapath"
+	"github.com/gxfer/gxfer/internal/memcopy"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/wire"
@@ -28,6 +29,10 @@ type Engine struct {
 	// cp runs the copies: devices, queues, workers, completion actors,
 	// staging between devices (internal/copier).
 	cp *copier.Copier
+	// hostCopy copies host memory (kernel by size and machine, large
+	// copies split across cores): the copier's host copies and the unix
+	// transport's.
+	hostCopy *memcopy.Copier
 
 	// Tasks that wait on other work (requests to peers) run as goroutines
 	// bounded by semaphores taken inside them.
@@ -102,9 +107,11 @@ func New(cfg Config) (_ *Engine, err error) {
 // for.
 func (e *Engine) openCopier() (err error) {
 	c := e.cfg
+	e.hostCopy = memcopy.New(memcopy.Config{NTFrom: c.CopyNTMin, Workers: c.CopyWorkers, ParallelMin: c.ParallelCopyMin})
+	e.log.Debug().Str("host_copy", e.hostCopy.String()).Msg("host copy policy")
 	e.cp, err = copier.New(copier.Config{
 		Logger: e.log, BaseLogger: c.Logger, Workers: c.Workers, QueueDepth: c.QueueDepth, FailWhenFull: c.QueueFull == FailWhenFull,
-		CBSize: c.CBSize, MaxOpsPerCS: c.MaxOpsPerCS, ChunkSize: c.ChunkSize, ParallelCopyMin: c.ParallelCopyMin, InlineHostMax: c.InlineHostMax,
+		CBSize: c.CBSize, MaxOpsPerCS: c.MaxOpsPerCS, ChunkSize: c.ChunkSize, ParallelCopyMin: c.ParallelCopyMin, InlineHostMax: c.InlineHostMax, HostCopy: e.hostCopy,
 		PollSpin: c.PollSpin, CloseGrace: c.CloseGrace,
 		RegMaxRegions: c.RegCache.MaxRegions, RegMaxBytes: c.RegCache.MaxBytes, RegCacheOff: c.RegCache.Disabled,
 		Gate: &e.gate, Stats: &e.st,

@@ -81,7 +81,7 @@ func (e *env) eng() *Engine { return (*Engine)(e) }
 func (e *env) Logger() zerolog.Logger { return e.log }
 
 func (e *env) Config() datapath.Config {
-	return datapath.Config{WaitSpin: e.cfg.WaitSpin, PeerTimeout: e.cfg.PeerTimeout, TCPReadSpin: e.cfg.TCPReadSpin, TCPLanes: e.cfg.TCPLanes}
+	return datapath.Config{WaitSpin: e.cfg.WaitSpin, PeerTimeout: e.cfg.PeerTimeout, TCPReadSpin: e.cfg.TCPReadSpin, TCPLanes: e.cfg.TCPLanes, HostCopy: e.eng().hostCopy}
 }
 
 func (e *env) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (datapath.Mem, wire.Status, string) {

@@ -26,6 +26,7 @@ import (
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/internal/memcopy"
 	"github.com/gxfer/gxfer/memcache"
 	"github.com/gxfer/gxfer/queue"
 )
@@ -45,8 +46,11 @@ type Config struct {
 	ChunkSize       uint64
 	ParallelCopyMin int
 	InlineHostMax   int
-	PollSpin        time.Duration
-	CloseGrace      time.Duration
+	// HostCopy copies host memory (nil: one from this machine, splitting
+	// from ParallelCopyMin).
+	HostCopy   *memcopy.Copier
+	PollSpin   time.Duration
+	CloseGrace time.Duration
 	// The host-mapping caches' limits; RegCacheOff unmaps after every use.
 	RegMaxRegions int
 	RegMaxBytes   uint64
@@ -100,6 +104,9 @@ func (a antsLogger) Printf(format string, args ...any) { a.l.Debug().Msgf(format
 // New starts the worker pool and the host path; devices are added by
 // OpenDevices or AddDevice.
 func New(cfg Config) (*Copier, error) {
+	if cfg.HostCopy == nil {
+		cfg.HostCopy = memcopy.New(memcopy.Config{ParallelMin: cfg.ParallelCopyMin})
+	}
 	c := &Copier{cfg: cfg, log: cfg.Logger, mode: queue.Wait, st: cfg.Stats, stageSem: make(chan struct{}, stageTasks), Types: memcache.NewTypeCache()}
 	if cfg.FailWhenFull {
 		c.mode = queue.FailFast

@@ -2,8 +2,6 @@ package copier
 
 import (
 	"context"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -103,7 +101,7 @@ func (c *Copier) CopyInline(dst, src Slice) bool {
 		return false
 	}
 	c.cfg.Gate.Hook()
-	copy(dst.HostBytes(), src.HostBytes())
+	c.cfg.HostCopy.Copy(dst.HostBytes(), src.HostBytes())
 	c.release(dst.M)
 	c.release(src.M)
 	c.st.RecordInline(src.N)
@@ -122,25 +120,14 @@ func (c *Copier) gatedHostCopy(dst, src Slice) error {
 	return nil
 }
 
-// HostCopy copies src to dst (memmove semantics). Large non-overlapping
-// copies are split across the cores.
+// HostCopy copies src to dst (memmove semantics) with Config.HostCopy:
+// the kernel chosen by size, large non-overlapping copies split across
+// cores.
 func (c *Copier) HostCopy(dst, src Slice) {
 	d, s := dst.HostBytes(), src.HostBytes()
-	parts := runtime.GOMAXPROCS(0)
-	if len(d) < c.cfg.ParallelCopyMin || parts < 2 || Overlaps(dst, src) {
+	if Overlaps(dst, src) {
 		copy(d, s)
 		return
 	}
-	per := (len(d)/parts + 4095) &^ 4095
-	var wg sync.WaitGroup
-	for off := per; off < len(d); off += per {
-		end := min(off+per, len(d))
-		wg.Add(1)
-		dd, ss := d[off:end], s[off:end]
-		// Plain goroutines, not pool tasks: a pool task waiting on other
-		// pool tasks could starve the pool.
-		go func() { defer wg.Done(); copy(dd, ss) }()
-	}
-	copy(d[:min(per, len(d))], s[:min(per, len(d))])
-	wg.Wait()
+	c.cfg.HostCopy.Copy(d, s)
 }

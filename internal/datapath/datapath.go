@@ -30,6 +30,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/gxfer/gxfer/internal/memcopy"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -124,6 +125,8 @@ type Config struct {
 	PeerTimeout time.Duration // a silent peer fails the endpoint after it
 	TCPReadSpin time.Duration
 	TCPLanes    int
+	// HostCopy copies host memory on the data path (nil: copy()).
+	HostCopy *memcopy.Copier
 }
 
 // Env is what the engine offers its data paths.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/internal/memcopy"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -23,6 +24,7 @@ type bound struct {
 	gate         *datapath.Gate
 	mine, theirs []byte
 	lbuf, rbuf   datapath.Buf
+	hc           *memcopy.Copier // the engine's host copier (nil: copy())
 	h            *ipc.Handle[*imported]
 	closed       bool
 }
@@ -63,7 +65,7 @@ func (p *Path) Bind(ctx context.Context, local datapath.Mem, k wire.RemoteKey, m
 		p.t.imports.Put(h)
 		return nil, err
 	}
-	return &bound{p: p, gate: p.env.Gate(), mine: local.Host(), theirs: theirs.Host(), lbuf: local.B, rbuf: theirs.B, h: h}, nil
+	return &bound{p: p, gate: p.env.Gate(), hc: p.env.Config().HostCopy, mine: local.Host(), theirs: theirs.Host(), lbuf: local.B, rbuf: theirs.B, h: h}, nil
 }
 
 // Inline: the copies run on the caller's goroutine.
@@ -114,7 +116,11 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 		dst, src = src, dst
 	}
 	for range n {
-		copy(dst, src) // slices of equal length: cannot panic, so no defer for Exit
+		// Slices of equal length, distinct mappings: cannot panic, so no
+		// defer for Exit. The kernel is chosen by size (a 1 MiB put stays
+		// in cache, where copy() would store non-temporally on AMD) and
+		// large ones are split across cores.
+		b.hc.Copy(dst, src)
 	}
 	b.gate.Exit()
 	return b.checkAfter()

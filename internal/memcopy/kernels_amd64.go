@@ -1,0 +1,68 @@
+package memcopy
+
+import (
+	"encoding/binary"
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+//go:noescape
+func copyAVX2(dst, src unsafe.Pointer, n uintptr)
+
+//go:noescape
+func copyNT(dst, src unsafe.Pointer, n uintptr)
+
+//go:noescape
+func copyRepMovsb(dst, src unsafe.Pointer, n uintptr)
+
+func cpuid(leaf, sub uint32) (a, b, c, d uint32)
+
+// detectCPU reads the vendor (CPUID leaf 0) and the copy-related features
+// (x/sys/cpu; FSRM, which it does not report, from CPUID leaf 7 EDX bit 4).
+func detectCPU() CPU {
+	maxLeaf, b, c, d := cpuid(0, 0)
+	var v [12]byte
+	binary.LittleEndian.PutUint32(v[0:], b)
+	binary.LittleEndian.PutUint32(v[4:], d)
+	binary.LittleEndian.PutUint32(v[8:], c)
+	fsrm := false
+	if maxLeaf >= 7 {
+		_, _, _, d7 := cpuid(7, 0)
+		fsrm = d7&(1<<4) != 0
+	}
+	return CPU{Vendor: string(v[:]), AVX2: cpu.X86.HasAVX2, ERMS: cpu.X86.HasERMS, FSRM: fsrm}
+}
+
+// kernels available on this CPU.
+func (c CPU) has(k Kernel) bool {
+	switch k {
+	case Go:
+		return true
+	case AVX2, NonTemporal:
+		return c.AVX2
+	case RepMovsb:
+		return true // REP MOVSB is always there; ERMS only makes it fast
+	}
+	return false
+}
+
+// run copies len(src) bytes (len(dst) >= len(src), no overlap) with k,
+// which the CPU has.
+func run(k Kernel, dst, src []byte) {
+	n := len(src)
+	if n == 0 {
+		return
+	}
+	d, s := unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src))
+	switch k {
+	case AVX2:
+		copyAVX2(d, s, uintptr(n))
+	case NonTemporal:
+		copyNT(d, s, uintptr(n))
+	case RepMovsb:
+		copyRepMovsb(d, s, uintptr(n))
+	default:
+		copy(dst, src)
+	}
+}

@@ -1,0 +1,112 @@
+#include "textflag.h"
+
+// Copy kernels (non-overlapping ranges only). Each takes dst, src
+// unsafe.Pointer and n uintptr; the Go wrappers check the CPU features.
+
+// func copyAVX2(dst, src unsafe.Pointer, n uintptr)
+// 32-byte AVX2 loads and temporal stores, 128 bytes per iteration, then
+// 32-byte blocks, then the tail (< 32 bytes) with REP MOVSB.
+TEXT ·copyAVX2(SB), NOSPLIT, $0-24
+	MOVQ	dst+0(FP), DI
+	MOVQ	src+8(FP), SI
+	MOVQ	n+16(FP), CX
+	CMPQ	CX, $128
+	JB	avx_b32
+avx_b128:
+	VMOVDQU	(SI), Y0
+	VMOVDQU	32(SI), Y1
+	VMOVDQU	64(SI), Y2
+	VMOVDQU	96(SI), Y3
+	VMOVDQU	Y0, (DI)
+	VMOVDQU	Y1, 32(DI)
+	VMOVDQU	Y2, 64(DI)
+	VMOVDQU	Y3, 96(DI)
+	ADDQ	$128, SI
+	ADDQ	$128, DI
+	SUBQ	$128, CX
+	CMPQ	CX, $128
+	JAE	avx_b128
+avx_b32:
+	CMPQ	CX, $32
+	JB	avx_tail
+	VMOVDQU	(SI), Y0
+	VMOVDQU	Y0, (DI)
+	ADDQ	$32, SI
+	ADDQ	$32, DI
+	SUBQ	$32, CX
+	JMP	avx_b32
+avx_tail:
+	VZEROUPPER
+	REP;	MOVSB
+	RET
+
+// func copyNT(dst, src unsafe.Pointer, n uintptr)
+// Non-temporal: the destination is first brought to a 32-byte boundary
+// (REP MOVSB), then 128 bytes per iteration are loaded (VMOVDQU, with a
+// PREFETCHNTA ahead) and stored with VMOVNTDQ, bypassing the caches; the
+// rest as in copyAVX2. SFENCE orders the weakly-ordered stores before
+// the return, so the copy is globally visible like an ordinary one.
+TEXT ·copyNT(SB), NOSPLIT, $0-24
+	MOVQ	dst+0(FP), DI
+	MOVQ	src+8(FP), SI
+	MOVQ	n+16(FP), CX
+	CMPQ	CX, $256
+	JB	nt_small
+	// head: (32 - dst&31) & 31 bytes
+	MOVQ	DI, DX
+	NEGQ	DX
+	ANDQ	$31, DX
+	SUBQ	DX, CX
+	MOVQ	CX, BX
+	MOVQ	DX, CX
+	REP;	MOVSB
+	MOVQ	BX, CX
+nt_b128:
+	PREFETCHNTA	512(SI)
+	VMOVDQU	(SI), Y0
+	VMOVDQU	32(SI), Y1
+	VMOVDQU	64(SI), Y2
+	VMOVDQU	96(SI), Y3
+	VMOVNTDQ	Y0, (DI)
+	VMOVNTDQ	Y1, 32(DI)
+	VMOVNTDQ	Y2, 64(DI)
+	VMOVNTDQ	Y3, 96(DI)
+	ADDQ	$128, SI
+	ADDQ	$128, DI
+	SUBQ	$128, CX
+	CMPQ	CX, $128
+	JAE	nt_b128
+nt_b32:
+	CMPQ	CX, $32
+	JB	nt_tail
+	VMOVDQU	(SI), Y0
+	VMOVNTDQ	Y0, (DI)
+	ADDQ	$32, SI
+	ADDQ	$32, DI
+	SUBQ	$32, CX
+	JMP	nt_b32
+nt_tail:
+	SFENCE
+	VZEROUPPER
+nt_small:
+	REP;	MOVSB
+	RET
+
+// func copyRepMovsb(dst, src unsafe.Pointer, n uintptr)
+TEXT ·copyRepMovsb(SB), NOSPLIT, $0-24
+	MOVQ	dst+0(FP), DI
+	MOVQ	src+8(FP), SI
+	MOVQ	n+16(FP), CX
+	REP;	MOVSB
+	RET
+
+// func cpuid(leaf, sub uint32) (a, b, c, d uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL	leaf+0(FP), AX
+	MOVL	sub+4(FP), CX
+	CPUID
+	MOVL	AX, a+8(FP)
+	MOVL	BX, b+12(FP)
+	MOVL	CX, c+16(FP)
+	MOVL	DX, d+20(FP)
+	RET

@@ -1,0 +1,9 @@
+package memcopy
+
+import (
+	"testing"
+
+	"github.com/gxfer/gxfer/internal/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }

@@ -1,0 +1,237 @@
+package memcopy
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// pattern fills b with bytes that differ from their neighbours and from
+// the same offset of another seed.
+func pattern(b []byte, seed byte) {
+	for i := range b {
+		b[i] = byte(i*131+i>>8) ^ seed
+	}
+}
+
+var alignPairs = [][2]int{{0, 0}, {1, 0}, {0, 1}, {3, 7}, {31, 1}, {33, 17}, {63, 64}, {5, 32}}
+
+// checkCopy copies n bytes with k from src+so to dst+do and checks the
+// bytes copied and the guard bytes around the destination.
+func checkCopy(t *testing.T, cpu CPU, k Kernel, n, so, do int) {
+	t.Helper()
+	const guard = 64
+	src := make([]byte, n+so+guard)
+	dst := make([]byte, n+do+2*guard)
+	pattern(src, 0x5a)
+	pattern(dst, 0xa5)
+	want := bytes.Clone(dst)
+	copy(want[guard+do:], src[so:so+n])
+	got := Run(k, cpu, dst[guard+do:guard+do+n], src[so:so+n])
+	if got != n || !bytes.Equal(dst, want) {
+		i := 0
+		for i < len(dst) && dst[i] == want[i] {
+			i++
+		}
+		t.Fatalf("%s n=%d src+%d dst+%d: returned %d, first wrong byte at %d of dst (guard %d)", k, n, so, do, got, i, guard)
+	}
+}
+
+func TestKernelsByteExact(t *testing.T) {
+	cpu := detectCPU()
+	for _, k := range Kernels() {
+		t.Run(k.String(), func(t *testing.T) {
+			if !cpu.Has(k) {
+				t.Skipf("%s not on this CPU (runs as copy)", k)
+			}
+			for n := 0; n <= 4096; n++ { // every size, alignments in turn
+				p := alignPairs[n%len(alignPairs)]
+				checkCopy(t, cpu, k, n, p[0], p[1])
+			}
+			for _, n := range []int{0, 1, 31, 32, 33, 127, 128, 129, 255, 256, 257, 289, 1000, 4095, 4096} {
+				for _, p := range alignPairs { // every alignment at the edges
+					checkCopy(t, cpu, k, n, p[0], p[1])
+				}
+			}
+			for _, n := range []int{1<<20 - 1, 1 << 20, 1<<20 + 13, 3<<20 + 7, 16<<20 + 5} {
+				checkCopy(t, cpu, k, n, 3, 17)
+				checkCopy(t, cpu, k, n, 0, 0)
+			}
+		})
+	}
+}
+
+func TestRunShorter(t *testing.T) {
+	cpu := detectCPU()
+	for _, k := range Kernels() {
+		dst, src := make([]byte, 100), make([]byte, 300)
+		pattern(src, 1)
+		require.Equal(t, 100, Run(k, cpu, dst, src), k.String())
+		require.Equal(t, src[:100], dst, k.String())
+		require.Equal(t, 100, Run(k, cpu, src[:300], dst), k.String())
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	caches := func(llc, sharers int) Caches {
+		return Caches{{Level: 1, Size: 32 << 10, Sharers: 1}, {Level: 2, Size: 512 << 10, Sharers: 1}, {Level: 3, Size: llc, Sharers: sharers}}
+	}
+	amd := CPU{Vendor: "AuthenticAMD", AVX2: true, ERMS: true, FSRM: true}
+	intel := CPU{Vendor: "GenuineIntel", AVX2: true, ERMS: true, FSRM: true}
+	intelNoFSRM := CPU{Vendor: "GenuineIntel", AVX2: true, ERMS: true}
+	for _, tc := range []struct {
+		name  string
+		m     Machine
+		nt    int
+		want  Policy
+		sizes map[int]Kernel
+	}{
+		{"amd-epyc-2cpu", Machine{amd, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 4 << 20},
+			map[int]Kernel{0: Go, 64 << 10: Go, 1<<20 - 1: Go, 1 << 20: AVX2, 4<<20 - 1: AVX2, 4 << 20: NonTemporal, 64 << 20: NonTemporal}},
+		{"amd-override", Machine{amd, caches(32<<20, 2)}, 2 << 20, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 2 << 20},
+			map[int]Kernel{1 << 20: AVX2, 2 << 20: NonTemporal}},
+		{"amd-never-nt", Machine{amd, caches(32<<20, 2)}, -1, Policy{TemporalFrom: 1 << 20, Temporal: AVX2},
+			map[int]Kernel{512: Go, 1 << 20: AVX2, 1 << 30: AVX2}},
+		{"amd-small-llc", Machine{amd, caches(8<<20, 16)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 128 << 10},
+			map[int]Kernel{100 << 10: Go, 128 << 10: NonTemporal, 1 << 20: NonTemporal}},
+		{"intel-erms-fsrm", Machine{intel, caches(64<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: RepMovsb, NTFrom: 8 << 20},
+			map[int]Kernel{1<<20 - 1: Go, 1 << 20: RepMovsb, 8 << 20: NonTemporal}},
+		{"intel-no-fsrm", Machine{intelNoFSRM, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 4 << 20},
+			map[int]Kernel{1 << 20: AVX2}},
+		{"no-caches", Machine{amd, nil}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2},
+			map[int]Kernel{64 << 20: AVX2}},
+		{"no-avx2", Machine{CPU{Vendor: "AuthenticAMD"}, caches(32<<20, 2)}, 0, Policy{Temporal: Go},
+			map[int]Kernel{64 << 20: Go}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPolicy(tc.m, tc.nt)
+			require.Equal(t, tc.want, p)
+			for n, k := range tc.sizes {
+				require.Equal(t, k, p.Kernel(n), "size %d", n)
+			}
+			require.NotEmpty(t, p.String())
+		})
+	}
+}
+
+func writeCache(t *testing.T, root string, idx, level int, typ, size, shared string) {
+	d := filepath.Join(root, "sys/devices/system/cpu/cpu0/cache", fmt.Sprintf("index%d", idx))
+	require.NoError(t, os.MkdirAll(d, 0o755))
+	for name, v := range map[string]string{"level": fmt.Sprint(level), "type": typ, "size": size, "shared_cpu_list": shared} {
+		require.NoError(t, os.WriteFile(filepath.Join(d, name), []byte(v+"\n"), 0o644))
+	}
+}
+
+func TestReadCaches(t *testing.T) {
+	root := t.TempDir()
+	writeCache(t, root, 3, 3, "Unified", "32768K", "0-1")
+	writeCache(t, root, 0, 1, "Data", "32K", "0")
+	writeCache(t, root, 1, 1, "Instruction", "32K", "0")
+	writeCache(t, root, 2, 2, "Unified", "512K", "0")
+	cs, err := ReadCaches(root)
+	require.NoError(t, err)
+	require.Equal(t, Caches{{1, 32 << 10, 1}, {2, 512 << 10, 1}, {3, 32 << 20, 2}}, cs)
+	require.Equal(t, Cache{3, 32 << 20, 2}, cs.LLC())
+	require.Equal(t, Cache{2, 512 << 10, 1}, cs.Level(2))
+	require.Equal(t, Cache{}, cs.Level(4))
+	require.Equal(t, 4<<20, DefaultNTFrom(Machine{CPU{AVX2: true}, cs}))
+
+	_, err = ReadCaches(t.TempDir())
+	require.Error(t, err)
+	require.Equal(t, Cache{}, Caches(nil).LLC())
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{{"32K", 32 << 10, true}, {"32768K", 32 << 20, true}, {"1M", 1 << 20, true}, {"2G", 2 << 30, true}, {"512", 512, true},
+		{"", 0, false}, {"K", 0, false}, {"-1K", 0, false}, {"12Q", 0, false}, {"99999999999G", 0, false}} {
+		got, err := ParseSize(tc.in)
+		require.Equal(t, tc.ok, err == nil, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+	}
+	for _, tc := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{{"0", 1, true}, {"0-1", 2, true}, {"0,2-5,7", 6, true}, {" 3\n", 1, true},
+		{"", 0, false}, {"a", 0, false}, {"3-1", 0, false}, {"-1", 0, false}, {"0-2000000", 0, false}, {"1,", 0, false}} {
+		got, err := CountCPUs(tc.in)
+		require.Equal(t, tc.ok, err == nil, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"0-1", "0,2-5", "32768K", "1M", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if n, err := CountCPUs(s); err == nil && (n < 1 || n > 1<<20) {
+			t.Fatalf("CountCPUs(%q) = %d", s, n)
+		}
+		if n, err := ParseSize(s); err == nil && (n < 0 || n > 1<<40) {
+			t.Fatalf("ParseSize(%q) = %d", s, n)
+		}
+	})
+}
+
+func TestCopier(t *testing.T) {
+	m := Machine{CPU: detectCPU(), Caches: Caches{{Level: 3, Size: 4 << 20, Sharers: 1}}}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"default", Config{Machine: &m}},
+		{"split", Config{Machine: &m, Workers: 3, ParallelMin: 64 << 10}},
+		{"split-nt", Config{Machine: &m, Workers: 2, ParallelMin: 64 << 10, NTFrom: 128 << 10}},
+		{"never", Config{Machine: &m, Workers: 4, ParallelMin: -1, NTFrom: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(tc.cfg)
+			require.NotEmpty(t, c.String())
+			for _, n := range []int{0, 1, 4095, 64 << 10, 64<<10 + 1, 1<<20 + 5, 5<<20 + 3} {
+				src, dst := make([]byte, n+1), make([]byte, n+1)
+				pattern(src, byte(n))
+				require.Equal(t, n, c.Copy(dst[1:], src[:n]))
+				require.Equal(t, src[:n], dst[1:], "size %d", n)
+			}
+			// Overlapping ranges: memmove semantics, either direction.
+			for _, n := range []int{100 << 10, 2 << 20} {
+				b := make([]byte, n+4096)
+				pattern(b, 9)
+				want := bytes.Clone(b)
+				copy(want[4096:], want[:n])
+				c.Copy(b[4096:], b[:n])
+				require.Equal(t, want, b)
+				pattern(b, 9)
+				want = bytes.Clone(b)
+				copy(want[:n], want[4096:])
+				c.Copy(b[:n], b[4096:])
+				require.Equal(t, want, b)
+			}
+		})
+	}
+	var nilc *Copier
+	dst := make([]byte, 8)
+	require.Equal(t, 8, nilc.Copy(dst, []byte("abcdefgh")))
+	require.Equal(t, "abcdefgh", string(dst))
+	require.Equal(t, Policy{}, nilc.Policy())
+	require.NotEmpty(t, nilc.String())
+}
+
+func TestDetect(t *testing.T) {
+	m := Detect()
+	c := New(Config{Machine: &m})
+	t.Log(c)
+	for _, k := range Kernels() {
+		require.NotEmpty(t, k.String())
+	}
+	require.Equal(t, "kernel(9)", Kernel(9).String())
+}
