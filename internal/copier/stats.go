@@ -10,7 +10,10 @@ import (
 type Counters struct {
 	Submitted, Completed, Failed, Bytes, Inline atomic.Uint64
 	CS, Packets, QueueFull, Panics              atomic.Uint64
-	Lat                                         LatencyHist
+	// InlineSubmits counts device jobs processed on the submitting
+	// goroutine (the queue was idle) instead of by a worker.
+	InlineSubmits atomic.Uint64
+	Lat           LatencyHist
 }
 
 // Record counts an asynchronous copy of n bytes submitted at start.

@@ -1,0 +1,65 @@
+package copier
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSubmitOnCallerWhenIdle: a device copy finding its queue idle is
+// turned into a command submission on the caller's goroutine (the CS is
+// on the device when Copy returns, no worker involved); one finding the
+// queue's drain taken is queued for a worker, which submits it once the
+// queue is rescheduled.
+func TestSubmitOnCallerWhenIdle(t *testing.T) {
+	tests := []struct {
+		name       string
+		busy       bool // the (device, direction)'s drain role is taken
+		wantInline uint64
+	}{
+		{"idle queue", false, 1},
+		{"drain running", true, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 1)
+			g := r.c.Devs[0]
+			src, d := r.host(t, 4096), r.gaudi(t, 0, 4096)
+			if tc.busy {
+				require.True(t, g.sched[dirH2D].CompareAndSwap(false, true))
+			}
+			cs0 := g.Sim.Stats().CSSubmitted
+			src.Refs.Add(1)
+			d.Refs.Add(1)
+			f := NewFuture(1)
+			require.NoError(t, r.c.Copy(context.Background(), f, Slice{M: d, N: 4096}, Slice{M: src, N: 4096}, time.Time{}))
+			submitted := g.Sim.Stats().CSSubmitted - cs0
+			require.Equal(t, tc.wantInline, r.st.InlineSubmits.Load())
+			require.Equal(t, tc.wantInline, submitted, "CSs on the device when Copy returned")
+			if tc.busy {
+				require.Equal(t, 1, g.queues[dirH2D].Len())
+				g.sched[dirH2D].Store(false)
+				g.schedule(dirH2D)
+			}
+			require.NoError(t, f.Wait(context.Background()))
+			require.Zero(t, src.Refs.Load())
+			require.Zero(t, d.Refs.Load())
+		})
+	}
+}
+
+// TestSubmitOnCallerClosed: once Stop closed the queues, a copy is
+// refused (nothing queued, the references stay the caller's) also on the
+// caller's path.
+func TestSubmitOnCallerClosed(t *testing.T) {
+	r := newRig(t, 1)
+	src, d := r.host(t, 4096), r.gaudi(t, 0, 4096)
+	r.c.Stop()
+	f := NewFuture(1)
+	err := r.c.Copy(context.Background(), f, Slice{M: d, N: 4096}, Slice{M: src, N: 4096}, time.Time{})
+	require.Error(t, err)
+	require.Zero(t, r.st.InlineSubmits.Load())
+	require.False(t, f.IsDone())
+}
