@@ -128,6 +128,13 @@ type Stats struct {
 	// it never exceeds the elapsed time, so "elapsed minus DMAActive" is
 	// the time the device sat idle.
 	DMAActive time.Duration
+	// EmuActive is the wall time during which an engine was executing or
+	// a CS ioctl was running (the emulated driver validating the CS,
+	// reading its chunk array with process_vm_readv, building and queueing
+	// the jobs): DMAActive plus the emulated driver's submission work that
+	// did not overlap it. WAIT_CS is not counted (a poller's time is its
+	// own).
+	EmuActive time.Duration
 
 	// EngineParks counts the times a DMA engine, idle for its whole
 	// EngineSpin window, went to sleep (the next job then wakes it).
@@ -188,47 +195,83 @@ type Device struct {
 		blocks                                  atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
 		busy                                    atomic.Int64
 	}
-	// The union of the engines' busy intervals (Stats.DMAActive).
-	actMu    sync.Mutex
-	active   int       // engines executing
-	actSince time.Time // when active last went from 0 to 1
-	actTotal time.Duration
+	dmaT  activity // engines executing (Stats.DMAActive)
+	emuT  activity // engines executing or a CS ioctl running (Stats.EmuActive)
+}
+
+// activity accumulates the union of possibly overlapping busy intervals:
+// the wall time during which at least one was open.
+type activity struct {
+	mu    sync.Mutex
+	open  int       // intervals open
+	since time.Time // when open last went from 0 to 1
+	total time.Duration
+}
+
+func (a *activity) begin(now time.Time) {
+	if a.open == 0 {
+		a.since = now
+	}
+	a.open++
+}
+
+func (a *activity) end(now time.Time) {
+	a.open--
+	if a.open == 0 {
+		a.total += now.Sub(a.since)
+	}
+}
+
+// read is the total including the interval still open.
+func (a *activity) read() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.total
+	if a.open > 0 {
+		t += time.Since(a.since)
+	}
+	return t
 }
 
 // dmaBegin marks an engine as executing and returns the start time.
 func (d *Device) dmaBegin() time.Time {
-	d.actMu.Lock()
+	d.dmaT.mu.Lock()
+	d.emuT.mu.Lock()
 	now := time.Now()
-	if d.active == 0 {
-		d.actSince = now
-	}
-	d.active++
-	d.actMu.Unlock()
+	d.dmaT.begin(now)
+	d.emuT.begin(now)
+	d.emuT.mu.Unlock()
+	d.dmaT.mu.Unlock()
 	return now
 }
 
 // dmaEnd ends an engine's execution begun at start (dmaBegin).
 func (d *Device) dmaEnd(start time.Time) {
-	d.actMu.Lock()
+	d.dmaT.mu.Lock()
+	d.emuT.mu.Lock()
 	now := time.Now()
-	d.active--
-	if d.active == 0 {
-		d.actTotal += now.Sub(d.actSince)
-	}
-	d.actMu.Unlock()
+	d.dmaT.end(now)
+	d.emuT.end(now)
+	d.emuT.mu.Unlock()
+	d.dmaT.mu.Unlock()
 	d.st.busy.Add(int64(now.Sub(start)))
 }
 
-// dmaActive is Stats.DMAActive, including the current interval.
-func (d *Device) dmaActive() time.Duration {
-	d.actMu.Lock()
-	defer d.actMu.Unlock()
-	t := d.actTotal
-	if d.active > 0 {
-		t += time.Since(d.actSince)
-	}
-	return t
+// driverBegin and driverEnd bracket a CS ioctl (Stats.EmuActive).
+func (d *Device) driverBegin() {
+	d.emuT.mu.Lock()
+	d.emuT.begin(time.Now())
+	d.emuT.mu.Unlock()
 }
+
+func (d *Device) driverEnd() {
+	d.emuT.mu.Lock()
+	d.emuT.end(time.Now())
+	d.emuT.mu.Unlock()
+}
+
+// dmaActive is Stats.DMAActive, including the current interval.
+func (d *Device) dmaActive() time.Duration { return d.dmaT.read() }
 
 // New creates an emulated device. It fails when the configuration is
 // invalid or when the kernel refuses what the emulator needs
@@ -571,6 +614,7 @@ func (d *Device) Stats() Stats {
 		BytesMoved:      d.st.bytes.Load(),
 		DMABusy:         time.Duration(d.st.busy.Load()),
 		DMAActive:       d.dmaActive(),
+		EmuActive:       d.emuT.read(),
 		EngineParks:     d.st.parks.Load(),
 		EngineFaults:    d.st.faults.Load(),
 		Resets:          d.st.resets.Load(),

@@ -60,8 +60,10 @@ func TestDMAActiveIsUnionOfBusy(t *testing.T) {
 	}
 	elapsed := time.Since(start)
 	st := r.d.Stats()
-	active, busy := st.DMAActive-st0.DMAActive, st.DMABusy-st0.DMABusy
-	t.Logf("elapsed %v, DMAActive %v, DMABusy %v", elapsed, active, busy)
+	active, busy, emu := st.DMAActive-st0.DMAActive, st.DMABusy-st0.DMABusy, st.EmuActive-st0.EmuActive
+	t.Logf("elapsed %v, DMAActive %v, EmuActive %v, DMABusy %v", elapsed, active, emu, busy)
+	require.LessOrEqual(t, active, emu)
+	require.LessOrEqual(t, emu, elapsed)
 	require.Positive(t, active)
 	require.LessOrEqual(t, active, elapsed)
 	require.LessOrEqual(t, active, busy)
@@ -79,6 +81,7 @@ func TestDMAActiveOverlap(t *testing.T) {
 	d.dmaEnd(b)
 	total := time.Since(a)
 	active, busy := d.dmaActive(), time.Duration(d.st.busy.Load())
+	require.Equal(t, active, d.emuT.read())
 	require.LessOrEqual(t, active, total)
 	require.Greater(t, busy, active, "overlap counted once in DMAActive, twice in DMABusy")
 	require.GreaterOrEqual(t, active, 6*time.Millisecond)
