@@ -195,8 +195,8 @@ type Device struct {
 		blocks                                  atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
 		busy                                    atomic.Int64
 	}
-	dmaT  activity // engines executing (Stats.DMAActive)
-	emuT  activity // engines executing or a CS ioctl running (Stats.EmuActive)
+	dmaT activity // engines executing (Stats.DMAActive)
+	emuT activity // engines executing or a CS ioctl running (Stats.EmuActive)
 }
 
 // activity accumulates the union of possibly overlapping busy intervals:
