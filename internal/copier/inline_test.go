@@ -63,3 +63,43 @@ func TestSubmitOnCallerClosed(t *testing.T) {
 	require.Zero(t, r.st.InlineSubmits.Load())
 	require.False(t, f.IsDone())
 }
+
+// TestPipelinedCSs: a large batch goes out in command submissions that
+// grow from pipelineFirstOps copies, doubling up to MaxOpsPerCS, so the
+// device starts before the whole batch is encoded.
+func TestPipelinedCSs(t *testing.T) {
+	tests := []struct {
+		name    string
+		ops     int
+		maxOps  int
+		wantCSs uint64
+	}{
+		{"one copy", 1, 1024, 1},
+		{"first CS only", 32, 1024, 1},
+		{"64 copies", 64, 1024, 2},   // 32 + 32
+		{"256 copies", 256, 1024, 4}, // 32 + 64 + 128 + 32
+		{"capped by MaxOpsPerCS", 256, 16, 16},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 1)
+			r.c.cfg.MaxOpsPerCS = tc.maxOps
+			const size = 4096
+			src, d := r.host(t, tc.ops*size), r.gaudi(t, 0, tc.ops*size)
+			ops := make([]Op, tc.ops)
+			for i := range ops {
+				src.Refs.Add(1)
+				d.Refs.Add(1)
+				off := uint64(i * size)
+				ops[i] = Op{Dst: Slice{M: d, Off: off, N: size}, Src: Slice{M: src, Off: off, N: size}, Idx: i}
+			}
+			f := &Future{}
+			f.InitBatch(tc.ops)
+			require.NoError(t, r.c.SubmitBatch(context.Background(), f, ops, time.Time{}))
+			require.NoError(t, f.Wait(context.Background()))
+			require.Equal(t, tc.wantCSs, r.st.CS.Load())
+			require.Zero(t, src.Refs.Load())
+			require.Zero(t, d.Refs.Load())
+		})
+	}
+}
