@@ -102,14 +102,22 @@ func (g *Device) checkHealth() {
 	g.log.Warn().Msg("operation deadline missed; device reports operational")
 }
 
+// inlineMaxOutstanding: a device with this many command submissions in
+// flight gets new jobs through its workers, never on the caller's
+// goroutine, which could then wait for room (completion tracking, the
+// driver's completion slots). Such a device is busy anyway: a hand-off
+// costs it nothing.
+const inlineMaxOutstanding = 32
+
 // enqueue hands a job to a direction's queue. When the queue is idle
-// (empty, no drain scheduled) the caller takes the drain's place and
-// turns the job into command submissions on its own goroutine: a single
-// copy then pays no goroutine hand-off before the device sees it. Else the
-// job is pushed and a worker drains it.
+// (empty, no drain scheduled) and the device not loaded, the caller takes
+// the drain's place and turns the job into command submissions on its own
+// goroutine: a single copy then pays no goroutine hand-off before the
+// device sees it. Else the job is pushed and a worker drains it.
 func (g *Device) enqueue(ctx context.Context, dir int, j *Job) error {
 	q := g.queues[dir]
-	if q.Len() == 0 && g.c.HookProcess.Load() == nil && g.sched[dir].CompareAndSwap(false, true) {
+	if q.Len() == 0 && g.Actor.Outstanding() < inlineMaxOutstanding && g.c.HookProcess.Load() == nil &&
+		g.sched[dir].CompareAndSwap(false, true) {
 		if q.Closed() {
 			g.sched[dir].Store(false)
 			return gxerr.Closed

@@ -103,3 +103,31 @@ func TestPipelinedCSs(t *testing.T) {
 		})
 	}
 }
+
+// TestSubmitOnCallerOnlyWhenNotLoaded: with inlineMaxOutstanding command
+// submissions in flight (here hung on the device), further jobs go to the
+// workers: the caller never waits for room on a loaded device.
+func TestSubmitOnCallerOnlyWhenNotLoaded(t *testing.T) {
+	r := newRig(t, 1)
+	g := r.c.Devs[0]
+	const n = inlineMaxOutstanding + 8
+	g.Sim.HangNextCS(n)
+	src, d := r.host(t, 4096), r.gaudi(t, 0, 4096)
+	futs := make([]*Future, n)
+	for i := range futs {
+		src.Refs.Add(1)
+		d.Refs.Add(1)
+		futs[i] = NewFuture(1)
+		require.NoError(t, r.c.Copy(context.Background(), futs[i], Slice{M: d, N: 4096}, Slice{M: src, N: 4096}, time.Time{}))
+	}
+	require.Equal(t, uint64(inlineMaxOutstanding), r.st.InlineSubmits.Load())
+	// The workers coalesce the queued jobs into one or a few CSs.
+	require.Eventually(t, func() bool { return g.queues[dirH2D].Len() == 0 && !g.sched[dirH2D].Load() }, 10*time.Second, time.Millisecond)
+	require.Greater(t, g.Actor.Outstanding(), inlineMaxOutstanding)
+	g.Sim.Reset() // aborts the hung CSs
+	for _, f := range futs {
+		require.Error(t, f.Wait(context.Background()))
+	}
+	require.Zero(t, src.Refs.Load())
+	require.Zero(t, d.Refs.Load())
+}
