@@ -299,3 +299,34 @@ func TestDeviceActorTrackCloseRace(t *testing.T) {
 		require.Equal(t, accepted.Load(), ended.Load(), "round %d", round)
 	}
 }
+
+// An actor with nothing outstanding keeps polling for submissions for
+// its spin window before it parks: a Track within the window needs no
+// wake-up. With no spin it parks at once.
+func TestDeviceActorSpinsWhileIdle(t *testing.T) {
+	tests := []struct {
+		name      string
+		spin      time.Duration
+		wantParks bool
+	}{
+		{"spin window", 2 * time.Second, false},
+		{"no spin", -1, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newFakeWaiter()
+			a := NewDeviceActor("fake", w, ActorConfig{Spin: tc.spin, BlockTimeout: time.Millisecond})
+			defer a.Close(0)
+			for seq := uint64(1); seq <= 2; seq++ {
+				done := make(chan error, 1)
+				require.NoError(t, a.Track(context.Background(), Submission{Seq: seq, OnDone: func(err error) { done <- err }}))
+				w.finish(seq, nil)
+				require.NoError(t, <-done)
+				time.Sleep(10 * time.Millisecond) // idle between submissions, well within the window
+			}
+			st := a.Stats()
+			require.Equal(t, uint64(2), st.Retired)
+			require.Equal(t, tc.wantParks, st.Parks > 0, "parks: %d", st.Parks)
+		})
+	}
+}

@@ -458,6 +458,16 @@ func (d *Device) enter(op string) error {
 	return nil
 }
 
+// enterFast is enter without the error: false if the Device is closed.
+func (d *Device) enterFast() bool {
+	d.gate.RLock()
+	if d.closed {
+		d.gate.RUnlock()
+		return false
+	}
+	return true
+}
+
 func (d *Device) leave() { d.gate.RUnlock() }
 
 // track registers a live resource and returns its id. Ids grow, so Close

@@ -43,16 +43,18 @@ func (d *Device) D2DQueues() []uint32 { return slices.Clone(d.queues().d2d) }
 // malfunction) an error wrapping ErrNotOperational (see csRefused for how
 // EPERM and EBUSY are told apart).
 func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
-	op := fmt.Sprintf("submit CS of %d chunk(s) on %s", len(chunks), d.Name())
+	// The op string is built only when needed (errors, Gaudi3): Submit is
+	// on every copy's path.
+	opName := func() string { return fmt.Sprintf("submit CS of %d chunk(s) on %s", len(chunks), d.Name()) }
 	if len(chunks) == 0 || len(chunks) > MaxChunksPerCS {
-		return 0, newErr(op, ErrInvalid, fmt.Sprintf("need 1 to %d chunks", MaxChunksPerCS), nil)
+		return 0, newErr(opName(), ErrInvalid, fmt.Sprintf("need 1 to %d chunks", MaxChunksPerCS), nil)
 	}
-	if err := d.enter(op); err != nil {
-		return 0, err
+	if !d.enterFast() {
+		return 0, newErr(opName(), ErrClosed, "", nil)
 	}
 	defer d.leave()
 	if d.g3 != nil {
-		return d.g3Submit(op, chunks)
+		return d.g3Submit(opName(), chunks)
 	}
 	raw := make([]hlsys.CSChunk, len(chunks))
 	for i, c := range chunks {
@@ -62,7 +64,7 @@ func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	for attempt := 0; ; attempt++ {
 		out, err := hlsys.SubmitCS(d.b, nil, raw, 0, 0)
 		if err == nil && out.Status != hlsys.CSStatusSuccess {
-			err = newErr(op, ErrInvalid, fmt.Sprintf("CS status %d", out.Status), nil)
+			err = newErr(opName(), ErrInvalid, fmt.Sprintf("CS status %d", out.Status), nil)
 		}
 		if err == nil {
 			if attempt > 0 {
@@ -71,6 +73,7 @@ func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 			d.submitted.Add(1)
 			return out.Seq, nil
 		}
+		op := opName()
 		retryable := errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR)
 		if retryable && attempt < d.opts.SubmitRetries {
 			d.submitRetries.Add(1)
@@ -191,16 +194,18 @@ const MaxWaitPerCall = 4000 * time.Second
 // otherwise (errors.Is(err, unix.EINVAL) for an unknown seq).
 // Wait does not block other calls on the Device; Close waits for it.
 func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
-	op := fmt.Sprintf("wait for CS %d on %s", seq, d.Name())
+	// The op string is built only when needed (errors, Gaudi3): a
+	// completion tracker polls Wait many times per CS.
+	opName := func() string { return fmt.Sprintf("wait for CS %d on %s", seq, d.Name()) }
 	if seq == 0 {
-		return CSUnknown, newErr(op, ErrInvalid, "seq 0 is never valid", nil)
+		return CSUnknown, newErr(opName(), ErrInvalid, "seq 0 is never valid", nil)
 	}
-	if err := d.enter(op); err != nil {
-		return CSUnknown, err
+	if !d.enterFast() {
+		return CSUnknown, newErr(opName(), ErrClosed, "", nil)
 	}
 	defer d.leave()
 	if d.g3 != nil {
-		return d.g3Wait(op, seq, timeout)
+		return d.g3Wait(opName(), seq, timeout)
 	}
 	remaining := max(timeout, 0)
 	intr := 0
@@ -212,6 +217,19 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 			intr++
 			continue
 		}
+		if err == nil && (out.Status == hlsys.WaitCSStatusCompleted || out.Status == hlsys.WaitCSStatusBusy) {
+			// The common outcomes, without an op string.
+			st := CSCompleted
+			if out.Status == hlsys.WaitCSStatusBusy {
+				if remaining > chunk {
+					remaining -= chunk
+					continue
+				}
+				st = CSBusy
+			}
+			return st, nil
+		}
+		op := opName()
 		st, err := waitResult(op, out, err)
 		if st == CSUnknown && (errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EPERM)) {
 			// hl_wait_ioctl refuses every wait while the device is not

@@ -79,10 +79,10 @@ type Config struct {
 	// docs/copy-kernels.md); negative: never.
 	CopyNTMin   int
 	CBSize      int    // command buffer size; default 64 KiB
-	MaxOpsPerCS int    // copies coalesced into one CS; default 1024
+	MaxOpsPerCS int    // copies coalesced into one CS; default 1024 (a batch's first CS carries at most 32, each next one twice as many, so the device starts early)
 	ChunkSize   uint64 // device copies are split in chunks of this size over the DMA queues; default 4 MiB
 
-	PollSpin   time.Duration // CQ actor spin window; default 50 us (negative: none)
+	PollSpin   time.Duration // CQ actor spin window after its last progress, also with nothing outstanding (then polling for submissions); default 50 us (negative: none)
 	WaitSpin   time.Duration // Future.Wait spin before blocking; default 20 us
 	CloseGrace time.Duration // how long Close lets in-flight work finish; default 2 s
 

@@ -330,12 +330,26 @@ func TestCloseWithOpsInFlight(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 }
 
+// holdDrains makes the device workers wait in their hook until the
+// returned release is called: copies then stay queued (a hook also keeps
+// them from being submitted on the caller's goroutine), so that a queue
+// of depth 1 is full from the second copy on.
+func holdDrains(t *testing.T, e *Engine) (release func()) {
+	hold := make(chan struct{})
+	hook := func() { <-hold }
+	e.cp.HookProcess.Store(&hook)
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	return release
+}
+
 func TestQueueFull(t *testing.T) {
 	t.Run("fail", func(t *testing.T) {
 		e := newEngine(t, Config{QueueDepth: 1, QueueFull: FailWhenFull})
 		h, _ := e.Alloc(1<<20, Host)
 		d, _ := e.Alloc(1<<20, Gaudi(0))
-		e.cp.Devs[0].Sim.DelayNextCS(1, 100*time.Millisecond)
+		release := holdDrains(t, e)
 		var full int
 		var futs []*Future
 		for i := 0; i < 200; i++ {
@@ -345,6 +359,7 @@ func TestQueueFull(t *testing.T) {
 			}
 			futs = append(futs, f)
 		}
+		release()
 		for _, f := range futs {
 			<-f.Done()
 		}
@@ -355,7 +370,7 @@ func TestQueueFull(t *testing.T) {
 		e := newEngine(t, Config{QueueDepth: 1})
 		h, _ := e.Alloc(1<<20, Host)
 		d, _ := e.Alloc(1<<20, Gaudi(0))
-		e.cp.Devs[0].Sim.DelayNextCS(1, 200*time.Millisecond)
+		release := holdDrains(t, e)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 		defer cancel()
 		var sawDeadline bool
@@ -367,6 +382,7 @@ func TestQueueFull(t *testing.T) {
 			}
 			futs = append(futs, f)
 		}
+		release()
 		for _, f := range futs {
 			<-f.Done()
 		}

@@ -140,6 +140,16 @@ func (q *Queue[T]) Close() {
 	q.gate.Unlock() //nolint:staticcheck // a barrier: waits for pushes in progress
 }
 
+// Closed reports whether Close was called.
+func (q *Queue[T]) Closed() bool {
+	select {
+	case <-q.closed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stats are the queue's counters.
 type Stats struct {
 	Pushed   uint64 // items accepted

@@ -148,3 +148,12 @@ func TestNoPushAfterClose(t *testing.T) {
 		require.Equal(t, accepted.Load(), drained)
 	}
 }
+
+func TestClosed(t *testing.T) {
+	q := New[int](1, Wait)
+	require.False(t, q.Closed())
+	q.Close()
+	require.True(t, q.Closed())
+	q.Close() // idempotent
+	require.True(t, q.Closed())
+}

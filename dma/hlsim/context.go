@@ -146,6 +146,8 @@ func (c *hctx) Ioctl(req uintptr, arg unsafe.Pointer) error {
 	case hlsys.IoctlCB:
 		return c.cbIoctl((*hlsys.CBArgs)(arg))
 	case hlsys.IoctlCS:
+		c.d.driverBegin()
+		defer c.d.driverEnd()
 		return c.csIoctl((*hlsys.CSArgs)(arg))
 	case hlsys.IoctlWaitCS:
 		return c.waitIoctl((*hlsys.WaitCSArgs)(arg))

@@ -395,7 +395,9 @@ func (c *hctx) finish(s *cs, status uint32) {
 		status = hlsys.WaitCSStatusTimedOut
 	}
 	s.status = status
-	s.doneNs = monotonicNow()
+	if s.timestamp { // only CS_FLAGS_TIMESTAMP CSs report it: spare the syscall
+		s.doneNs = monotonicNow()
+	}
 	if s.tdr != nil {
 		s.tdr.Stop()
 	}

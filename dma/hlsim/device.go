@@ -58,6 +58,7 @@ const (
 	DefaultKernel       = "6.8"
 	DefaultMaxPendingCS = 64
 	DefaultCSTimeout    = 30 * time.Second
+	DefaultEngineSpin   = 50 * time.Microsecond
 
 	// MaxDRAMSize bounds Config.DRAMSize so the emulated address map stays
 	// free of overlaps (the DRAM is sparse; only touched pages cost memory).
@@ -87,6 +88,15 @@ type Config struct {
 	// holds a CS in flight.
 	MaxPendingCS int
 
+	// EngineSpin is how long an idle DMA engine keeps polling its queue
+	// before it parks (default 50 us, negative: parks at once). A
+	// hardware queue manager picks up new work without being woken; an
+	// engine goroutine parked on a channel pays a goroutine wake-up
+	// (several microseconds across cores) per submission instead, which
+	// the real device does not have. The spin is bounded, so an idle
+	// device burns no CPU.
+	EngineSpin time.Duration
+
 	// CSTimeout is the TDR (the driver's timeout_locked), default 30 s. A
 	// CS still in flight after it ends TIMEDOUT. CS_FLAGS_CUSTOM_TIMEOUT
 	// overrides it per CS (in seconds).
@@ -113,6 +123,22 @@ type Stats struct {
 	PacketsExecuted uint64        // packets run by the engines
 	BytesMoved      uint64        // LIN_DMA bytes copied or set
 	DMABusy         time.Duration // time engines spent executing CBs, summed over engines
+	// DMAActive is the wall time during which at least one engine was
+	// executing: the union of the engines' busy intervals. Unlike DMABusy
+	// it never exceeds the elapsed time, so "elapsed minus DMAActive" is
+	// the time the device sat idle.
+	DMAActive time.Duration
+	// EmuActive is the wall time during which an engine was executing or
+	// a CS ioctl was running (the emulated driver validating the CS,
+	// reading its chunk array with process_vm_readv, building and queueing
+	// the jobs): DMAActive plus the emulated driver's submission work that
+	// did not overlap it. WAIT_CS is not counted (a poller's time is its
+	// own).
+	EmuActive time.Duration
+
+	// EngineParks counts the times a DMA engine, idle for its whole
+	// EngineSpin window, went to sleep (the next job then wakes it).
+	EngineParks uint64
 
 	EngineFaults uint64 // jobs that failed in an engine (MMU fault, bad packet)
 	Resets       uint64 // device resets (Reset, TDR)
@@ -165,11 +191,87 @@ type Device struct {
 
 	st struct {
 		submitted, completed, aborted, timedout atomic.Uint64
-		packets, bytes, faults, resets          atomic.Uint64
+		packets, bytes, faults, resets, parks   atomic.Uint64
 		blocks                                  atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
 		busy                                    atomic.Int64
 	}
+	dmaT activity // engines executing (Stats.DMAActive)
+	emuT activity // engines executing or a CS ioctl running (Stats.EmuActive)
 }
+
+// activity accumulates the union of possibly overlapping busy intervals:
+// the wall time during which at least one was open.
+type activity struct {
+	mu    sync.Mutex
+	open  int       // intervals open
+	since time.Time // when open last went from 0 to 1
+	total time.Duration
+}
+
+func (a *activity) begin(now time.Time) {
+	if a.open == 0 {
+		a.since = now
+	}
+	a.open++
+}
+
+func (a *activity) end(now time.Time) {
+	a.open--
+	if a.open == 0 {
+		a.total += now.Sub(a.since)
+	}
+}
+
+// read is the total including the interval still open.
+func (a *activity) read() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.total
+	if a.open > 0 {
+		t += time.Since(a.since)
+	}
+	return t
+}
+
+// dmaBegin marks an engine as executing and returns the start time.
+func (d *Device) dmaBegin() time.Time {
+	d.dmaT.mu.Lock()
+	d.emuT.mu.Lock()
+	now := time.Now()
+	d.dmaT.begin(now)
+	d.emuT.begin(now)
+	d.emuT.mu.Unlock()
+	d.dmaT.mu.Unlock()
+	return now
+}
+
+// dmaEnd ends an engine's execution begun at start (dmaBegin).
+func (d *Device) dmaEnd(start time.Time) {
+	d.dmaT.mu.Lock()
+	d.emuT.mu.Lock()
+	now := time.Now()
+	d.dmaT.end(now)
+	d.emuT.end(now)
+	d.emuT.mu.Unlock()
+	d.dmaT.mu.Unlock()
+	d.st.busy.Add(int64(now.Sub(start)))
+}
+
+// driverBegin and driverEnd bracket a CS ioctl (Stats.EmuActive).
+func (d *Device) driverBegin() {
+	d.emuT.mu.Lock()
+	d.emuT.begin(time.Now())
+	d.emuT.mu.Unlock()
+}
+
+func (d *Device) driverEnd() {
+	d.emuT.mu.Lock()
+	d.emuT.end(time.Now())
+	d.emuT.mu.Unlock()
+}
+
+// dmaActive is Stats.DMAActive, including the current interval.
+func (d *Device) dmaActive() time.Duration { return d.dmaT.read() }
 
 // New creates an emulated device. It fails when the configuration is
 // invalid or when the kernel refuses what the emulator needs
@@ -212,6 +314,12 @@ func New(cfg Config) (_ *Device, err error) {
 	}
 	if cfg.MaxPendingCS < 1 || cfg.MaxPendingCS&(cfg.MaxPendingCS-1) != 0 {
 		return nil, fmt.Errorf("hlsim: MaxPendingCS %d is not a power of two", cfg.MaxPendingCS)
+	}
+	switch {
+	case cfg.EngineSpin == 0:
+		cfg.EngineSpin = DefaultEngineSpin
+	case cfg.EngineSpin < 0:
+		cfg.EngineSpin = 0
 	}
 	if cfg.CSTimeout <= 0 {
 		cfg.CSTimeout = DefaultCSTimeout
@@ -505,6 +613,9 @@ func (d *Device) Stats() Stats {
 		PacketsExecuted: d.st.packets.Load(),
 		BytesMoved:      d.st.bytes.Load(),
 		DMABusy:         time.Duration(d.st.busy.Load()),
+		DMAActive:       d.dmaActive(),
+		EmuActive:       d.emuT.read(),
+		EngineParks:     d.st.parks.Load(),
 		EngineFaults:    d.st.faults.Load(),
 		Resets:          d.st.resets.Load(),
 	}

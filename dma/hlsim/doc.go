@@ -76,7 +76,9 @@
 //     chunks, signal/wait, staged, encapsulated-signal and engine-core CSs
 //     return EOPNOTSUPP.
 //   - Engines: one goroutine per queue, started on first use, runs its
-//     jobs in order; jobs of one
+//     jobs in order; an idle engine polls its queue for Config.EngineSpin
+//     (default 50 us) before it parks, as a queue manager fetches new work
+//     without being woken; jobs of one
 //     CS on different queues run concurrently; the CS ends when all its
 //     jobs have. LIN_DMA (copy with memmove semantics, or memset of the
 //     64-bit value in src_addr; Gaudi1 masks dst to 56 bits) and NOP are
@@ -178,7 +180,8 @@
 // # Not modeled
 //
 // Timing of real DMA engines (an emulated copy runs at memcpy speed; Stats
-// reports the busy time), internal and compute queues (their CSs pass the
+// reports the busy time, summed over engines in DMABusy and as wall time
+// with any engine executing in DMAActive), internal and compute queues (their CSs pass the
 // driver's checks, then EOPNOTSUPP), queue-full EAGAIN, sync objects and
 // monitors, Gaudi1/2 user interrupts, MSG/WREG packets, the ARC scheduler mode,
 // multi-CS waits, context switch (restore chunks), the control node,

@@ -3,6 +3,7 @@ package hlsim
 import (
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -70,11 +71,38 @@ func (e *engine) pop() *job {
 		}
 		e.running = false
 		e.mu.Unlock()
+		if e.spin() {
+			continue
+		}
+		e.c.d.st.parks.Add(1)
 		select {
 		case <-e.wake:
 		case <-e.c.quit:
 			return nil
 		}
+	}
+}
+
+// spin polls the queue for up to Config.EngineSpin, as a queue manager
+// does, and reports whether a job arrived (false: park).
+func (e *engine) spin() bool {
+	d := e.c.d.cfg.EngineSpin
+	if d <= 0 {
+		return false
+	}
+	deadline := time.Now().Add(d)
+	for i := 0; ; i++ {
+		select {
+		case <-e.wake:
+			return true
+		case <-e.c.quit:
+			return false // pop sees quit
+		default:
+		}
+		if i&15 == 15 && time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
 	}
 }
 
@@ -95,9 +123,9 @@ func (e *engine) execJob(j *job) {
 		c.jobDone(j, false)
 		return
 	}
-	start := time.Now()
+	start := c.d.dmaBegin()
 	err := e.runCB(j)
-	c.d.st.busy.Add(int64(time.Since(start)))
+	c.d.dmaEnd(start)
 	if err != nil && err != errAborted {
 		e.fault(j, err)
 	}

@@ -377,9 +377,9 @@ func (g *g3chan) step() bool {
 		c.d.reset(c, "injected abort on a PDMA channel")
 		return false
 	}
-	start := time.Now()
+	start := c.d.dmaBegin()
 	incs, err := g.execute(end)
-	c.d.st.busy.Add(int64(time.Since(start)))
+	c.d.dmaEnd(start)
 	if err != nil {
 		g.mu.Unlock()
 		c.d.st.faults.Add(1)

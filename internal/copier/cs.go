@@ -29,6 +29,13 @@ type csRec struct {
 	regions []*memcache.Region
 }
 
+// pipelineFirstOps caps the first command submission a drain sends; each
+// next one may carry twice as many copies as the one before, up to
+// MaxOpsPerCS. The device so starts on a large batch while the copier
+// still builds the rest of it, and stays busy: it moves a copy more
+// slowly than the copier encodes one.
+const pipelineFirstOps = 32
+
 func (g *Device) processRefs(dir int, refs []ref) {
 	if len(refs) == 0 {
 		return
@@ -53,7 +60,8 @@ func (g *Device) processRefs(dir int, refs []ref) {
 	}
 	// recErr fails every op of this device: its CSs cannot be built.
 	rec, recErr := newRec()
-	capacity := 0 // LIN_DMA packets an empty CS holds
+	limit := min(c.cfg.MaxOpsPerCS, pipelineFirstOps) // copies in the CS being built
+	capacity := 0                                     // LIN_DMA packets an empty CS holds
 	if recErr == nil {
 		capacity = rec.cs.Capacity()
 	}
@@ -77,8 +85,9 @@ func (g *Device) processRefs(dir int, refs []ref) {
 				o.n(), packets, capacity), nil))
 			continue
 		}
-		if len(rec.items) >= c.cfg.MaxOpsPerCS || !rec.cs.Fits(o.n()) {
+		if len(rec.items) >= limit || !rec.cs.Fits(o.n()) {
 			rec.submit()
+			limit = min(2*limit, c.cfg.MaxOpsPerCS)
 			rec, _ = newRec() // the options were accepted above
 		}
 		// Get every command buffer first: then adding packets cannot fail

@@ -102,13 +102,54 @@ func (g *Device) checkHealth() {
 	g.log.Warn().Msg("operation deadline missed; device reports operational")
 }
 
-// enqueue pushes a job to a direction's queue and makes sure a worker drains it.
+// inlineMaxOutstanding: a device with this many command submissions in
+// flight gets new jobs through its workers, never on the caller's
+// goroutine, which could then wait for room (completion tracking, the
+// driver's completion slots). Such a device is busy anyway: a hand-off
+// costs it nothing.
+const inlineMaxOutstanding = 32
+
+// enqueue hands a job to a direction's queue. When the queue is idle
+// (empty, no drain scheduled) and the device not loaded, the caller takes
+// the drain's place and turns the job into command submissions on its own
+// goroutine: a single copy then pays no goroutine hand-off before the
+// device sees it. Else the job is pushed and a worker drains it.
 func (g *Device) enqueue(ctx context.Context, dir int, j *Job) error {
-	if err := g.c.push(ctx, g.queues[dir], j, fmt.Sprintf("gaudi%d %s", g.Idx, dirNames[dir])); err != nil {
+	q := g.queues[dir]
+	if q.Len() == 0 && g.Actor.Outstanding() < inlineMaxOutstanding && g.c.HookProcess.Load() == nil &&
+		g.sched[dir].CompareAndSwap(false, true) {
+		if q.Closed() {
+			g.sched[dir].Store(false)
+			return gxerr.Closed
+		}
+		g.runInline(dir, j)
+		return nil
+	}
+	if err := g.c.push(ctx, q, j, g.queueName(dir)); err != nil {
 		return err
 	}
 	g.schedule(dir)
 	return nil
+}
+
+func (g *Device) queueName(dir int) string { return fmt.Sprintf("gaudi%d %s", g.Idx, dirNames[dir]) }
+
+// runInline processes one job on the caller's goroutine, holding the
+// drain role of (g, dir); jobs queued meanwhile go to a worker. A panic
+// fails the job's ops no CS or staging task owns yet, as in drain.
+func (g *Device) runInline(dir int, j *Job) {
+	g.c.st.InlineSubmits.Add(1)
+	defer func() {
+		if r := recover(); r != nil {
+			g.c.failOps([]*Job{j}, r)
+		}
+		g.sched[dir].Store(false)
+		if g.queues[dir].Len() > 0 {
+			g.schedule(dir)
+		}
+	}()
+	jobs := [1]*Job{j}
+	g.process(dir, jobs[:])
 }
 
 func (g *Device) schedule(dir int) {

@@ -12,8 +12,11 @@ import (
 type Counters struct {
 	Submitted, Completed, Failed, Bytes, Inline atomic.Uint64
 	CS, Packets, QueueFull, Panics              atomic.Uint64
-	Lat                                         LatencyHist
-	Errs                                        gxerr.KindCounters // failed copies by kind
+	// InlineSubmits counts device jobs processed on the submitting
+	// goroutine (the queue was idle) instead of by a worker.
+	InlineSubmits atomic.Uint64
+	Lat           LatencyHist
+	Errs          gxerr.KindCounters // failed copies by kind
 }
 
 // Record counts an asynchronous copy of n bytes submitted at start.
