@@ -1,0 +1,418 @@
+// Package agent gives engines names: an Agent has a unique name and a
+// random incarnation id, publishes how to reach it and named memory
+// sections (meta.Metadata), finds other agents and their sections by
+// name, and moves lists of descriptors to and from them with one Xfer,
+// optionally followed by a notification the target receives only once
+// the data is in its memory.
+//
+// # Finding peers
+//
+// With a meta.Store (package etcdmeta: etcd), an agent publishes its
+// record there, looks peers up by name and watches the records of the
+// peers it talks to. Without one, peers are found by address (Connect):
+// every agent serves its own record on its endpoints (the side channel).
+// Either way the record of a peer is cached per incarnation, and dropped,
+// together with the peer's parsed keys and the connection to it (so its
+// imports, memory regions and mappings are released), when the peer
+// republishes (a section added or withdrawn), dies, its record leaves the
+// store, or the connection fails; transfers in flight to it then fail with
+// a PeerError matching engine.ErrPeer. A restarted agent of the same name
+// has a new incarnation: it is another peer. Once a peer is cached the
+// transfer path makes no Store call.
+//
+// # Connections
+//
+// The connection to a peer is dialed on first use, once (concurrent first
+// uses share the dial), and reused: over its unix socket when that socket
+// is reachable from here (and answers with the peer's name), else over TCP
+// (where the engine negotiates RDMA when both sides have NICs).
+//
+// # Transfers
+//
+// Write and Read take a list of descriptors (a local slice, a remote
+// section, an offset in it); every descriptor is checked first (nothing
+// is submitted if one is invalid: a DescError naming it, matching
+// engine.ErrInvalid), descriptors adjacent in both local and remote memory
+// are coalesced into one Put or Get, and all of them are issued at once.
+// Prepare does the checks and the key work once for a fixed pair of lists;
+// its Write and Read post any subset by index.
+//
+// # Notifications
+//
+// WithNotify makes the Xfer send a message once every descriptor has
+// completed; the target's Recv returns it only after the data of that
+// Xfer is in its memory (Endpoint.Send's ordering). Notify sends one
+// without data. Notifications from one sender arrive in order; when the
+// application does not Recv, the bounded queue fills and senders block
+// (nothing is dropped while both agents live).
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/gxfer/gxfer/agent/meta"
+	"github.com/gxfer/gxfer/engine"
+)
+
+// Config configures an Agent.
+type Config struct {
+	// Name is the agent's name, unique in the cluster (1 to
+	// meta.MaxName bytes).
+	Name string
+	// Engine is the caller's engine; the agent does not close it.
+	Engine *engine.Engine
+	// Unix and TCP are the addresses the agent listens at ("" for
+	// none): a socket path, and a host:port peers can reach ("host:0"
+	// picks a port). An agent without either can still reach peers but
+	// not be reached.
+	Unix, TCP string
+	// Store is the cluster metadata service. The agent owns it: Close
+	// closes it (withdrawing the record). nil: no service; peers are
+	// found by address (Connect).
+	Store meta.Store
+	// Logger receives the agent's logs; default zerolog.Nop().
+	Logger zerolog.Logger
+	// NotifyQueue bounds the received notifications waiting for Recv
+	// (default 4096); when it is full, senders block.
+	NotifyQueue int
+	// InvalidateWait is how long Withdraw waits for the peers holding
+	// this agent's record to drop it (close their connection) before it
+	// closes those connections itself. Default 5 s.
+	InvalidateWait time.Duration
+	// StoreTimeout bounds the Store calls the agent makes without a
+	// caller's context (Publish, Withdraw, Close). Default 10 s.
+	StoreTimeout time.Duration
+}
+
+// Agent is a named engine in a cluster. It is safe for concurrent use.
+type Agent struct {
+	cfg   Config
+	eng   *engine.Engine
+	log   zerolog.Logger
+	inc   uint64
+	store meta.Store
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+
+	listeners []*engine.Listener
+	notifyQ   chan Notification
+
+	mu        sync.Mutex
+	closed    bool
+	md        meta.Metadata       // this agent's record
+	sections  map[string]section  // this agent's sections
+	peers     map[string]*Peer    // live cached peers by name
+	resolving map[string]*resolve // lookups in progress
+	addrs     map[string]string   // side-channel addresses by name (Connect)
+	inbound   map[*inbound]struct{}
+
+	wg    sync.WaitGroup
+	stats counters
+}
+
+type section struct {
+	slice engine.Slice
+	key   engine.RemoteKey
+}
+
+// New starts an agent: it listens at the configured addresses, publishes
+// its record (with no sections yet) to the store, if any, and serves its
+// peers until Close.
+func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
+	switch {
+	case cfg.Engine == nil:
+		return nil, invalid("agent: no engine")
+	case cfg.Name == "" || len(cfg.Name) > meta.MaxName:
+		return nil, invalid("agent name of %d bytes", len(cfg.Name))
+	}
+	if cfg.NotifyQueue <= 0 {
+		cfg.NotifyQueue = 4096
+	}
+	if cfg.InvalidateWait <= 0 {
+		cfg.InvalidateWait = 5 * time.Second
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = 10 * time.Second
+	}
+	var inc uint64
+	for inc == 0 {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("agent: incarnation: %w", err)
+		}
+		inc = binary.LittleEndian.Uint64(b[:])
+	}
+	a := &Agent{
+		cfg: cfg, eng: cfg.Engine, inc: inc, store: cfg.Store,
+		log:       cfg.Logger.With().Str("agent", cfg.Name).Logger(),
+		notifyQ:   make(chan Notification, cfg.NotifyQueue),
+		sections:  map[string]section{},
+		peers:     map[string]*Peer{},
+		resolving: map[string]*resolve{},
+		addrs:     map[string]string{},
+		inbound:   map[*inbound]struct{}{},
+	}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.md = meta.Metadata{Name: cfg.Name, Incarnation: inc, Version: 1}
+	defer func() {
+		if err != nil {
+			_ = a.Close()
+		}
+	}()
+	if cfg.Unix != "" {
+		l, err := a.eng.Listen("unix", cfg.Unix)
+		if err != nil {
+			return nil, fmt.Errorf("agent: listen unix %s: %w", cfg.Unix, err)
+		}
+		a.listeners = append(a.listeners, l)
+		a.md.Unix = l.Addr()
+	}
+	if cfg.TCP != "" {
+		l, err := a.eng.Listen("tcp", cfg.TCP)
+		if err != nil {
+			return nil, fmt.Errorf("agent: listen tcp %s: %w", cfg.TCP, err)
+		}
+		a.listeners = append(a.listeners, l)
+		a.md.TCP = l.Addr()
+	}
+	if r := a.eng.RDMA(); r.Available {
+		for i, n := range r.NICs {
+			nic := meta.NIC{Device: n}
+			if i == 0 {
+				nic.Port, nic.GID = r.Port, r.GID
+			}
+			a.md.NICs = append(a.md.NICs, nic)
+		}
+	}
+	for _, l := range a.listeners {
+		a.wg.Add(1)
+		go a.acceptLoop(l)
+	}
+	if a.store != nil {
+		if err := a.store.Publish(ctx, a.md); err != nil {
+			return nil, fmt.Errorf("agent %s: publish: %w", cfg.Name, err)
+		}
+	}
+	a.log.Debug().Uint64("incarnation", inc).Str("unix", a.md.Unix).Str("tcp", a.md.TCP).Msg("agent started")
+	return a, nil
+}
+
+// Name is the agent's name.
+func (a *Agent) Name() string { return a.cfg.Name }
+
+// Incarnation is this life's id (random, never 0).
+func (a *Agent) Incarnation() uint64 { return a.inc }
+
+// Engine is the agent's engine.
+func (a *Agent) Engine() *engine.Engine { return a.eng }
+
+// Metadata returns a copy of the agent's current record.
+func (a *Agent) Metadata() meta.Metadata {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return cloneMeta(a.md)
+}
+
+func cloneMeta(m meta.Metadata) meta.Metadata {
+	m.NICs = slices.Clone(m.NICs)
+	m.Sections = slices.Clone(m.Sections)
+	return m
+}
+
+// Publish offers s under name: it exports a key granting exactly s and
+// republishes the record (a new Version: peers holding the previous one
+// drop it and fetch the new one on their next use).
+func (a *Agent) Publish(name string, s engine.Slice) error {
+	if name == "" || len(name) > meta.MaxName {
+		return invalid("section name of %d bytes", len(name))
+	}
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("agent: section %q: %w", name, err)
+	}
+	if s.Buffer() == nil || s.Len() <= 0 {
+		return invalid("section %q: empty slice", name)
+	}
+	key, err := s.Buffer().Export()
+	if err != nil {
+		return fmt.Errorf("agent: section %q: %w", name, err)
+	}
+	if s.Offset() != 0 || s.Len() != s.Buffer().Size() {
+		key = key.Slice(s.Offset(), s.Len())
+		if err := key.Err(); err != nil {
+			return fmt.Errorf("agent: section %q: %w", name, err)
+		}
+	}
+	ms := meta.Section{Name: name, Len: uint64(s.Len()), Location: s.Buffer().Location().String(), Key: key.Bytes()}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return engine.ErrClosed
+	}
+	if _, ok := a.sections[name]; ok {
+		a.mu.Unlock()
+		return invalid("section %q is already published", name)
+	}
+	if len(a.md.Sections) >= meta.MaxSections {
+		a.mu.Unlock()
+		return invalid("more than %d sections", meta.MaxSections)
+	}
+	a.sections[name] = section{slice: s, key: key}
+	i, _ := slices.BinarySearchFunc(a.md.Sections, name, func(x meta.Section, n string) int { return cmpString(x.Name, n) })
+	a.md.Sections = slices.Insert(slices.Clone(a.md.Sections), i, ms)
+	a.md.Version++
+	md := cloneMeta(a.md)
+	a.mu.Unlock()
+	return a.republish(md, false)
+}
+
+// Withdraw stops offering the named section: the record is republished
+// without it, and every peer holding the previous record is told to drop
+// it. Withdraw returns once they have (each closes its connection to this
+// agent), or after Config.InvalidateWait, when it closes the connections
+// of the peers that have not: after Withdraw no peer transfers with a key
+// of the withdrawn section through this agent's side channel. (Peers
+// that found the record in the store drop it on the store's event.)
+func (a *Agent) Withdraw(name string) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return engine.ErrClosed
+	}
+	if _, ok := a.sections[name]; !ok {
+		a.mu.Unlock()
+		return fmt.Errorf("agent %s: withdraw %q: %w", a.cfg.Name, name, ErrNoSection)
+	}
+	delete(a.sections, name)
+	a.md.Sections = slices.DeleteFunc(slices.Clone(a.md.Sections), func(s meta.Section) bool { return s.Name == name })
+	a.md.Version++
+	md := cloneMeta(a.md)
+	a.mu.Unlock()
+	return a.republish(md, true)
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// republish writes md to the store and tells the peers connected to this
+// agent to drop the previous record; wait: until they did.
+func (a *Agent) republish(md meta.Metadata, wait bool) error {
+	var err error
+	if a.store != nil {
+		ctx, cancel := context.WithTimeout(a.ctx, a.cfg.StoreTimeout)
+		err = a.store.Publish(ctx, md)
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("agent %s: publish version %d: %w", a.cfg.Name, md.Version, err)
+		}
+	}
+	a.mu.Lock()
+	var ins []*inbound
+	for in := range a.inbound {
+		ins = append(ins, in)
+	}
+	a.mu.Unlock()
+	deadline := time.Now().Add(a.cfg.InvalidateWait)
+	msg := encodeInvalidate(md.Version)
+	for _, in := range ins {
+		ctx, cancel := context.WithDeadline(a.ctx, deadline)
+		if serr := sendMsg(in.ep, ctx, msg); serr != nil {
+			in.ep.Close()
+		}
+		cancel()
+	}
+	if !wait {
+		return err
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for _, in := range ins {
+		select {
+		case <-in.ep.Done():
+		case <-timer.C:
+			in.ep.Close()
+		case <-a.ctx.Done():
+			return errors.Join(err, engine.ErrClosed)
+		}
+	}
+	return err
+}
+
+// Close stops the agent: it closes its listeners, every endpoint it dialed
+// or accepted (transfers in flight fail), and the store (withdrawing its
+// record). The engine stays open. Idempotent.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	peers := make([]*Peer, 0, len(a.peers))
+	for _, p := range a.peers {
+		peers = append(peers, p)
+	}
+	ins := make([]*inbound, 0, len(a.inbound))
+	for in := range a.inbound {
+		ins = append(ins, in)
+	}
+	a.mu.Unlock()
+	a.cancel()
+	var errs []error
+	for _, l := range a.listeners {
+		errs = append(errs, l.Close())
+	}
+	for _, p := range peers {
+		p.invalidate(fmt.Errorf("%w: agent %s closed", engine.ErrClosed, a.cfg.Name))
+	}
+	for _, in := range ins {
+		in.ep.Close()
+	}
+	a.wg.Wait()
+	if a.store != nil {
+		errs = append(errs, a.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// acceptLoop takes the endpoints peers open on l and serves each.
+func (a *Agent) acceptLoop(l *engine.Listener) {
+	defer a.wg.Done()
+	for {
+		ep, err := l.Accept(a.ctx)
+		if err != nil {
+			if a.ctx.Err() == nil {
+				a.log.Debug().Err(err).Msg("accept ended")
+			}
+			return
+		}
+		in := &inbound{ep: ep}
+		a.mu.Lock()
+		if a.closed {
+			a.mu.Unlock()
+			ep.Close()
+			return
+		}
+		a.inbound[in] = struct{}{}
+		a.mu.Unlock()
+		a.stats.inbound.Add(1)
+		a.wg.Add(1)
+		go a.serve(in)
+	}
+}

@@ -1,0 +1,157 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/engine"
+)
+
+// benchPair is agent a connected to agent b (listening on network only),
+// b offering a section "s" of n bytes at loc.
+func benchPair(b *testing.B, network string, n int, loc engine.Location) (*Agent, *Agent, *engine.Buffer, *Peer) {
+	ctx := testCtx(b)
+	ea, eb := newEngine(b), newEngine(b)
+	a := newAgent(b, ea, "a", agentOpts{})
+	t := newAgent(b, eb, "b", agentOpts{unix: network == "unix", tcp: network == "tcp"})
+	buf := alloc(b, eb, n, loc)
+	require.NoError(b, t.Publish("s", buf.All()))
+	_, err := a.Connect(ctx, t.Metadata().Unix+t.Metadata().TCP)
+	require.NoError(b, err)
+	p, err := a.Peer(ctx, "b")
+	require.NoError(b, err)
+	_, err = p.Endpoint(ctx)
+	require.NoError(b, err)
+	return a, t, buf, p
+}
+
+// BenchmarkWriteList: 1000 descriptors of 64 KiB (scattered: no two
+// coalesce; adjacent: one put after coalescing) against one contiguous
+// put of the same 64 MiB, per transport.
+func BenchmarkWriteList(b *testing.B) {
+	const n, bs = 1000, 64 << 10
+	for _, network := range []string{"unix", "tcp"} {
+		for _, mode := range []string{"contiguous", "adjacent", "scattered"} {
+			b.Run(network+"/"+mode, func(b *testing.B) {
+				ctx := testCtx(b)
+				a, _, _, p := benchPair(b, network, 2*n*bs, engine.Host)
+				src := alloc(b, a.eng, n*bs, engine.Host)
+				var descs []Desc
+				switch mode {
+				case "contiguous":
+					descs = []Desc{{Local: src.All(), Section: "s"}}
+				case "adjacent":
+					for i := range n {
+						descs = append(descs, Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: i * bs})
+					}
+				case "scattered":
+					for i := range n {
+						descs = append(descs, Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: 2 * ((i * 7) % n) * bs})
+					}
+				}
+				b.SetBytes(n * bs)
+				b.ResetTimer()
+				for b.Loop() {
+					if err := p.Write(ctx, descs).Wait(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPreparedPost: the CPU a post of 1000 prepared, scattered
+// descriptors costs before the first byte moves (plan: the checks and
+// coalescing done, the first Put not yet issued), and the whole post
+// (every Put issued, not waited for).
+func BenchmarkPreparedPost(b *testing.B) {
+	const n, bs = 1000, 4 << 10
+	for _, network := range []string{"unix", "tcp"} {
+		for _, loc := range []engine.Location{engine.Host, engine.Gaudi(0)} {
+			b.Run(fmt.Sprintf("%s/%v", network, loc), func(b *testing.B) {
+				ctx := testCtx(b)
+				a, _, _, p := benchPair(b, network, 2*n*bs, loc)
+				src := alloc(b, a.eng, n*bs, engine.Host)
+				local := make([]engine.Slice, n)
+				remote := make([]RemoteDesc, n)
+				idx := make([]int, n)
+				for i := range n {
+					local[i] = src.Slice(i*bs, bs)
+					remote[i] = RemoteDesc{Section: "s", Off: 2 * ((i * 7) % n) * bs}
+					idx[i] = i
+				}
+				px, err := p.Prepare(ctx, local, remote)
+				require.NoError(b, err)
+				b.Run("plan", func(b *testing.B) {
+					for b.Loop() {
+						if _, err := px.plan(idx, n); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				b.Run("post", func(b *testing.B) {
+					for b.Loop() {
+						x := px.Write(ctx, idx)
+						b.StopTimer()
+						if err := x.Wait(ctx); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkNotifyLatency: one way, from the call to the target's Recv
+// returning (agents in one process): an 8 B write with a notification,
+// a notification alone, against an 8 B put's latency (PutSync).
+func BenchmarkNotifyLatency(b *testing.B) {
+	for _, network := range []string{"unix", "tcp"} {
+		b.Run(network, func(b *testing.B) {
+			ctx := testCtx(b)
+			a, t, _, p := benchPair(b, network, 4096, engine.Host)
+			src := alloc(b, a.eng, 8, engine.Host)
+			ep, err := p.Endpoint(ctx)
+			require.NoError(b, err)
+			sec := p.keys["s"].key.Slice(64, 8)
+			b.Run("put8", func(b *testing.B) {
+				for b.Loop() {
+					if err := ep.PutSync(ctx, src.All(), sec); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			observe := func(b *testing.B, send func() error) {
+				var total time.Duration
+				for b.Loop() {
+					t0 := time.Now()
+					if err := send(); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := t.Recv(ctx); err != nil {
+						b.Fatal(err)
+					}
+					total += time.Since(t0)
+				}
+				b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/observed")
+			}
+			descs := []Desc{{Local: src.All(), Section: "s", Off: 64}}
+			msg := []byte("ready")
+			b.Run("write8+notify", func(b *testing.B) {
+				observe(b, func() error {
+					p.Write(ctx, descs, WithNotify(msg))
+					return nil
+				})
+			})
+			b.Run("notify", func(b *testing.B) {
+				observe(b, func() error { return p.Notify(ctx, msg) })
+			})
+		})
+	}
+}

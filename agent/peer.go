@@ -1,0 +1,538 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/gxfer/gxfer/agent/meta"
+	"github.com/gxfer/gxfer/engine"
+)
+
+// Peer is one incarnation of a remote agent as this agent knows it: its
+// cached record, the sections' parsed keys and the connection to it
+// (dialed on first use). A Peer dropped from the cache (see the package
+// doc) stays dead: its operations fail with a PeerError matching
+// engine.ErrPeer, and Agent.Peer resolves the name again.
+type Peer struct {
+	a    *Agent
+	md   meta.Metadata
+	keys map[string]peerSection
+
+	mu        sync.Mutex
+	ep        *engine.Endpoint
+	dialing   chan struct{} // closed when the dial in progress ends
+	dialErr   error
+	deadErr   error
+	dead      chan struct{}
+	stopWatch func()
+}
+
+type peerSection struct {
+	s   meta.Section
+	key engine.RemoteKey
+	err error // the key did not parse
+}
+
+// errRepublished: the peer republished during the handshake.
+var errRepublished = errors.New("republished during the handshake")
+
+// resolve is a lookup in progress, shared by concurrent callers.
+type resolve struct {
+	done chan struct{}
+	p    *Peer
+	err  error
+}
+
+func (a *Agent) newPeer(md meta.Metadata) *Peer {
+	p := &Peer{a: a, md: md, keys: make(map[string]peerSection, len(md.Sections)), dead: make(chan struct{})}
+	for _, s := range md.Sections {
+		ps := peerSection{s: s}
+		ps.key, ps.err = engine.ParseRemoteKey(s.Key)
+		if ps.err == nil && uint64(ps.key.Len()) != s.Len {
+			ps.err = fmt.Errorf("%w: section %q: key of %d bytes for %d", engine.ErrPeer, s.Name, ps.key.Len(), s.Len)
+		}
+		p.keys[s.Name] = ps
+	}
+	return p
+}
+
+// Name is the peer's name.
+func (p *Peer) Name() string { return p.md.Name }
+
+// Incarnation is the peer's incarnation.
+func (p *Peer) Incarnation() uint64 { return p.md.Incarnation }
+
+// Metadata is the peer's record as cached.
+func (p *Peer) Metadata() meta.Metadata { return cloneMeta(p.md) }
+
+// Done is closed once the peer was dropped from the cache; Err then says
+// why.
+func (p *Peer) Done() <-chan struct{} { return p.dead }
+
+// Err is why the peer was dropped (nil while it is cached).
+func (p *Peer) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.deadErr
+}
+
+// Transport is the transport of the connection to the peer, and false if
+// there is none yet.
+func (p *Peer) Transport() (engine.TransportKind, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ep == nil {
+		return 0, false
+	}
+	return p.ep.Transport(), true
+}
+
+// Endpoint is the connection to the peer, dialed if there is none yet
+// (for its statistics; transfers go through Write, Read and Prepare).
+func (p *Peer) Endpoint(ctx context.Context) (*engine.Endpoint, error) { return p.conn(ctx) }
+
+// Section returns the named section of the peer's record.
+func (p *Peer) Section(name string) (meta.Section, error) {
+	ps, ok := p.keys[name]
+	if !ok {
+		return meta.Section{}, p.wrap(fmt.Errorf("%w: %q (%w)", ErrNoSection, name, meta.ErrNotFound))
+	}
+	return ps.s, nil
+}
+
+// wrap names the peer in err.
+func (p *Peer) wrap(err error) error {
+	var pe *PeerError
+	if err == nil || errors.As(err, &pe) {
+		return err
+	}
+	p.mu.Lock()
+	dead := p.deadErr
+	p.mu.Unlock()
+	if dead != nil && (errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrPeer)) {
+		return dead
+	}
+	return &PeerError{Name: p.md.Name, Incarnation: p.md.Incarnation, Err: err}
+}
+
+// Peer returns the named peer: the cached one, else its record from the
+// store (or, without a store, fetched again from the address Connect
+// reached it at). Errors match meta.ErrNotFound when no such agent is
+// known, meta.ErrUnavailable when the store cannot be reached.
+func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
+	for {
+		a.mu.Lock()
+		if a.closed {
+			a.mu.Unlock()
+			return nil, engine.ErrClosed
+		}
+		if p := a.peers[name]; p != nil {
+			a.mu.Unlock()
+			a.stats.cacheHits.Add(1)
+			return p, nil
+		}
+		r := a.resolving[name]
+		if r == nil {
+			r = &resolve{done: make(chan struct{})}
+			a.resolving[name] = r
+			addr := a.addrs[name]
+			a.mu.Unlock()
+			r.p, r.err = a.lookup(ctx, name, addr)
+			a.mu.Lock()
+			delete(a.resolving, name)
+			a.mu.Unlock()
+			close(r.done)
+			if r.err != nil {
+				a.stats.countErr(r.err)
+			}
+			return r.p, r.err
+		}
+		a.mu.Unlock()
+		select {
+		case <-r.done:
+			if r.err == nil {
+				return r.p, nil
+			}
+			// That caller's lookup failed (perhaps for its ctx): try ours.
+			if ctx.Err() == nil && !errors.Is(r.err, meta.ErrNotFound) {
+				continue
+			}
+			return nil, r.err
+		case <-ctx.Done():
+			return nil, ctxErr(ctx)
+		}
+	}
+}
+
+func ctxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", engine.ErrTimeout, ctx.Err())
+	}
+	return fmt.Errorf("%w: %w", engine.ErrCanceled, ctx.Err())
+}
+
+// lookup finds the named agent's record and caches a peer for it.
+func (a *Agent) lookup(ctx context.Context, name, addr string) (*Peer, error) {
+	if a.store != nil {
+		a.stats.storeLookups.Add(1)
+		md, err := a.store.Lookup(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: lookup %q: %w", a.cfg.Name, name, err)
+		}
+		if md.Name != name || md.Incarnation == 0 {
+			return nil, fmt.Errorf("agent %s: lookup %q: %w: record of %q, incarnation %d", a.cfg.Name, name, meta.ErrMalformed, md.Name, md.Incarnation)
+		}
+		p := a.newPeer(md)
+		p.stopWatch = a.store.Watch(name, p.watch)
+		return a.install(p, nil)
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("agent %s: %q: %w (no store, and no address: Connect to it first)", a.cfg.Name, name, meta.ErrNotFound)
+	}
+	p, err := a.connect(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	if p.md.Name != name {
+		p.invalidate(fmt.Errorf("%w: %s now serves agent %q", engine.ErrPeer, addr, p.md.Name))
+		return nil, fmt.Errorf("agent %s: %q: %w (%s now serves %q)", a.cfg.Name, name, meta.ErrNotFound, addr, p.md.Name)
+	}
+	return p, nil
+}
+
+// install caches p (replacing an older entry of the name) with its
+// connection, if there is one already.
+func (a *Agent) install(p *Peer, ep *engine.Endpoint) (*Peer, error) {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		p.invalidate(engine.ErrClosed)
+		if ep != nil {
+			ep.Close()
+		}
+		return nil, engine.ErrClosed
+	}
+	old := a.peers[p.md.Name]
+	if old != nil && old.md.Incarnation == p.md.Incarnation && old.md.Version >= p.md.Version {
+		a.mu.Unlock()
+		// Already cached as current (a concurrent Connect).
+		if p.stopWatch != nil {
+			p.stopWatch()
+		}
+		if ep != nil {
+			ep.Close()
+		}
+		return old, nil
+	}
+	p.mu.Lock()
+	if dead := p.deadErr; dead != nil {
+		p.mu.Unlock()
+		a.mu.Unlock()
+		if ep != nil {
+			ep.Close()
+		}
+		return nil, dead
+	}
+	a.peers[p.md.Name] = p
+	if ep != nil {
+		p.ep = ep
+		a.stats.outbound.Add(1)
+		a.wg.Add(1)
+		go p.read(ep)
+	}
+	p.mu.Unlock()
+	a.mu.Unlock()
+	if old != nil {
+		old.invalidate(fmt.Errorf("%w: replaced by incarnation %016x version %d", engine.ErrPeer, p.md.Incarnation, p.md.Version))
+	}
+	return p, nil
+}
+
+// watch takes the store's events about the peer's name.
+func (p *Peer) watch(ev meta.Event) {
+	switch {
+	case ev.Kind == meta.Gone && (ev.Meta.Incarnation == 0 || ev.Meta.Incarnation == p.md.Incarnation):
+		p.invalidate(fmt.Errorf("%w: its record left the store", engine.ErrPeer))
+	case ev.Kind == meta.Put && ev.Meta.Incarnation != p.md.Incarnation:
+		p.invalidate(fmt.Errorf("%w: replaced by incarnation %016x", engine.ErrPeer, ev.Meta.Incarnation))
+	case ev.Kind == meta.Put && ev.Meta.Version > p.md.Version:
+		p.invalidate(fmt.Errorf("%w: republished (version %d)", engine.ErrPeer, ev.Meta.Version))
+	}
+}
+
+// invalidate drops the peer: from the cache, its keys with it, and its
+// connection (failing the transfers in flight on it).
+func (p *Peer) invalidate(cause error) {
+	a := p.a
+	p.mu.Lock()
+	if p.deadErr != nil {
+		p.mu.Unlock()
+		return
+	}
+	p.deadErr = &PeerError{Name: p.md.Name, Incarnation: p.md.Incarnation, Err: cause}
+	ep := p.ep
+	stop := p.stopWatch
+	close(p.dead)
+	p.mu.Unlock()
+	a.mu.Lock()
+	if a.peers[p.md.Name] == p {
+		delete(a.peers, p.md.Name)
+	}
+	a.mu.Unlock()
+	a.stats.invalidations.Add(1)
+	a.log.Debug().Str("peer", p.md.Name).Uint64("incarnation", p.md.Incarnation).Err(cause).Msg("peer dropped")
+	if stop != nil {
+		// The store may be calling p.watch: stop in the background.
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			stop()
+		}()
+	}
+	if ep != nil {
+		ep.Close()
+	}
+}
+
+// read takes what the peer sends on the endpoint this agent dialed:
+// invalidations and refusals end it, and so does the endpoint's failure.
+func (p *Peer) read(ep *engine.Endpoint) {
+	defer p.a.wg.Done()
+	defer p.a.stats.outbound.Add(-1)
+	for {
+		b, err := recvMsg(ep, p.a.ctx)
+		if err != nil {
+			p.invalidate(fmt.Errorf("%w: connection ended: %w", engine.ErrPeer, err))
+			return
+		}
+		m, err := decode(b)
+		switch {
+		case err != nil:
+			p.invalidate(fmt.Errorf("%w: %w", engine.ErrPeer, err))
+		case m.typ == msgInvalidate:
+			p.invalidate(fmt.Errorf("%w: republished (version %d)", engine.ErrPeer, m.version))
+		case m.typ == msgRefuse:
+			p.invalidate(fmt.Errorf("%w: refused: %s", engine.ErrPeer, m.data))
+		default:
+			p.invalidate(fmt.Errorf("%w: %w", engine.ErrPeer, protoErr("unexpected %v", m.typ)))
+		}
+		if err := ep.Close(); err != nil {
+			p.a.log.Debug().Err(err).Msg("close")
+		}
+		return
+	}
+}
+
+// conn returns the connection to the peer, dialing it on first use.
+func (p *Peer) conn(ctx context.Context) (*engine.Endpoint, error) {
+	for {
+		p.mu.Lock()
+		switch {
+		case p.deadErr != nil:
+			err := p.deadErr
+			p.mu.Unlock()
+			return nil, err
+		case p.ep != nil:
+			ep := p.ep
+			p.mu.Unlock()
+			return ep, nil
+		case p.dialing != nil:
+			ch := p.dialing
+			p.mu.Unlock()
+			select {
+			case <-ch:
+				p.mu.Lock()
+				err := p.dialErr
+				p.mu.Unlock()
+				if err != nil && ctx.Err() == nil {
+					return nil, err
+				}
+				continue
+			case <-ctx.Done():
+				return nil, ctxErr(ctx)
+			}
+		}
+		ch := make(chan struct{})
+		p.dialing = ch
+		p.mu.Unlock()
+		ep, err := p.dial(ctx)
+		p.mu.Lock()
+		p.dialing, p.dialErr = nil, err
+		if err == nil && p.deadErr != nil {
+			err = p.deadErr
+		}
+		if err == nil {
+			p.ep = ep
+			p.a.stats.outbound.Add(1)
+			p.a.wg.Add(1)
+			go p.read(ep)
+		}
+		close(ch)
+		p.mu.Unlock()
+		if err != nil {
+			if ep != nil {
+				ep.Close()
+			}
+			return nil, p.wrap(err)
+		}
+		return ep, nil
+	}
+}
+
+// reachableUnix reports whether path is a unix socket on this node.
+func reachableUnix(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
+// dial connects to the peer: its unix socket if reachable and it answers
+// as this peer, else TCP.
+func (p *Peer) dial(ctx context.Context) (*engine.Endpoint, error) {
+	var errs []error
+	if p.md.Unix != "" && reachableUnix(p.md.Unix) {
+		ep, _, err := p.a.handshake(ctx, "unix", p.md.Unix, p.md.Incarnation, false)
+		if err == nil {
+			return ep, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	if p.md.TCP != "" {
+		ep, _, err := p.a.handshake(ctx, "tcp", p.md.TCP, p.md.Incarnation, false)
+		if err == nil {
+			return ep, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("%w: no address this agent can reach (unix %q, tcp %q)", engine.ErrPeer, p.md.Unix, p.md.TCP)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// handshake dials addr and says hello, expecting incarnation expect (0:
+// any); with wantMeta it also fetches the record. It returns the peer's
+// hello and record (the zero Metadata without wantMeta).
+func (a *Agent) handshake(ctx context.Context, network, addr string, expect uint64, wantMeta bool) (*engine.Endpoint, meta.Metadata, error) {
+	a.stats.dials.Add(1)
+	ep, err := a.eng.Dial(ctx, network, addr)
+	if err != nil {
+		return nil, meta.Metadata{}, fmt.Errorf("agent %s: dial %s %s: %w", a.cfg.Name, network, addr, err)
+	}
+	md, err := a.hello1(ctx, ep, expect, wantMeta)
+	if err != nil {
+		ep.Close()
+		return nil, meta.Metadata{}, fmt.Errorf("agent %s: %s %s: %w", a.cfg.Name, network, addr, err)
+	}
+	return ep, md, nil
+}
+
+func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, expect uint64, wantMeta bool) (meta.Metadata, error) {
+	var md meta.Metadata
+	if err := sendMsg(ep, ctx, encodeHello(a.cfg.Name, a.inc, expect, 0, wantMeta)); err != nil {
+		return md, err
+	}
+	var (
+		hello message
+		asm   assembler
+	)
+	for {
+		b, err := recvMsg(ep, ctx)
+		if err != nil {
+			return md, err
+		}
+		m, err := decode(b)
+		if err != nil {
+			return md, fmt.Errorf("%w: %w", engine.ErrPeer, err)
+		}
+		switch {
+		case m.typ == msgRefuse:
+			return md, fmt.Errorf("%w: refused: %s", engine.ErrPeer, m.data)
+		case m.typ == msgInvalidate:
+			return md, fmt.Errorf("%w: %w", engine.ErrPeer, errRepublished)
+		case m.typ == msgHello && hello.typ == 0:
+			if expect != 0 && m.incarnation != expect {
+				return md, fmt.Errorf("%w: answered as incarnation %016x of %q, not %016x", engine.ErrPeer, m.incarnation, m.name, expect)
+			}
+			hello = m
+			if !wantMeta {
+				md.Name, md.Incarnation, md.Version = m.name, m.incarnation, m.version
+				return md, nil
+			}
+		case m.typ == msgMetaChunk && hello.typ != 0:
+			rec, done, err := asm.add(m)
+			if err != nil {
+				return md, fmt.Errorf("%w: %w", engine.ErrPeer, err)
+			}
+			if !done {
+				continue
+			}
+			md, err = meta.Decode(rec)
+			if err != nil {
+				return md, fmt.Errorf("%w: %w", engine.ErrPeer, err)
+			}
+			if md.Name != hello.name || md.Incarnation != hello.incarnation {
+				return md, fmt.Errorf("%w: record of %q/%016x from %q/%016x", engine.ErrPeer, md.Name, md.Incarnation, hello.name, hello.incarnation)
+			}
+			return md, nil
+		default:
+			return md, fmt.Errorf("%w: %w", engine.ErrPeer, protoErr("unexpected %v in the handshake", m.typ))
+		}
+	}
+}
+
+// Connect reaches the agent serving at addr (a unix socket path, or
+// host:port), fetches its record over that connection and caches it; it
+// returns the agent's name, which Peer, Write, Read and Notify then take.
+// Without a store, this is how peers are found: a peer dropped later is
+// fetched again from addr.
+func (a *Agent) Connect(ctx context.Context, addr string) (string, error) {
+	p, err := a.connect(ctx, addr)
+	if err != nil {
+		a.stats.countErr(err)
+		return "", err
+	}
+	return p.md.Name, nil
+}
+
+func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
+	network := "tcp"
+	if strings.Contains(addr, "/") {
+		network = "unix"
+	}
+	var (
+		ep  *engine.Endpoint
+		md  meta.Metadata
+		err error
+	)
+	for range 3 { // a republication during the handshake: fetch again
+		a.stats.sideFetches.Add(1)
+		ep, md, err = a.handshake(ctx, network, addr, 0, true)
+		if !errors.Is(err, errRepublished) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if md.Name == a.cfg.Name {
+		ep.Close()
+		return nil, invalid("%s serves this agent (%s)", addr, md.Name)
+	}
+	a.mu.Lock()
+	a.addrs[md.Name] = addr
+	a.mu.Unlock()
+	p := a.newPeer(md)
+	if network == "tcp" && md.Unix != "" && reachableUnix(md.Unix) {
+		// The peer is on this node: the next use dials its socket.
+		ep.Close()
+		ep = nil
+	}
+	return a.install(p, ep)
+}
