@@ -96,16 +96,23 @@ type EndpointStats struct {
 	// endpoint's queue pairs, one per NIC both sides have (large transfers
 	// are sliced over them).
 	NICWRs []uint64
+
+	// Messages (Send, Recv): MsgsOut and MsgBytesOut count those sent,
+	// MsgsIn and MsgBytesIn those that arrived from the peer (taken by
+	// Recv or not yet).
+	MsgsOut, MsgBytesOut, MsgsIn, MsgBytesIn uint64
 }
 
 // Stats returns the endpoint's counters.
 func (ep *Endpoint) Stats() EndpointStats {
 	var ds datapath.Stats
 	ep.path.Stats(&ds)
+	ms := ep.ch.MsgStats()
 	return EndpointStats{
 		Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(),
 		Served: ds.Served, BytesOut: ds.BytesOut, BytesIn: ds.BytesIn, Lanes: max(ds.Lanes, 1),
 		ZeroCopy: ds.ZeroCopy, Staged: ds.Staged, Delegated: ds.Delegated, ServedRDMA: ds.ServedRDMA, NICWRs: ds.NICWRs,
+		MsgsOut: ms.Out, MsgBytesOut: ms.OutBytes, MsgsIn: ms.In, MsgBytesIn: ms.InBytes,
 	}
 }
 

@@ -15,9 +15,9 @@ import (
 
 // The endpoint suite: the semantics of an endpoint (every memory pair
 // byte for byte, refusals and their error kinds, cancellation, concurrent
-// operations, a peer that goes away, bindings, statistics), run over
-// every transport: the in-memory pair of data paths (no sockets at all), a
-// unix socket, TCP on loopback, and RDMA where a device is present (the
+// operations, a peer that goes away, bindings, statistics, and the
+// "messages" group of messages_test.go), run over every transport: the
+// in-memory pair of data paths (no sockets at all), a unix socket, TCP on loopback, and RDMA where a device is present (the
 // Soft-RoCE VM: GXFER_REQUIRE_RDMA=1 with testbed/rxe/go-exec-in-vm.sh).
 
 // epPair is two engines connected both ways by one endpoint.
@@ -93,6 +93,16 @@ func TestEndpointSuite(t *testing.T) {
 					require.NoError(t, p.ba.Close())
 				})
 			}
+			t.Run("messages", func(t *testing.T) {
+				for _, c := range messageSuite {
+					t.Run(c.name, func(t *testing.T) {
+						p := pm.make(t)
+						c.run(t, p)
+						require.NoError(t, p.ab.Close())
+						require.NoError(t, p.ba.Close())
+					})
+				}
+			})
 		})
 	}
 }

@@ -42,7 +42,7 @@ func newIdentity() (identity, error) {
 	id.epoch = uint64(time.Now().UnixNano())
 	id.hello = wire.Hello{
 		MinVersion: wire.MinVersion, MaxVersion: wire.MaxVersion,
-		Caps:         wire.CapFDPassing | wire.CapSharedHost,
+		Caps:         wire.CapFDPassing | wire.CapSharedHost | wire.CapMessages,
 		PID:          uint32(os.Getpid()),
 		PIDNamespace: pidns,
 		UID:          uint32(os.Getuid()),

@@ -68,6 +68,9 @@
 //	Auth               a step of the cluster-secret challenge-response between Hello and HelloAck
 //	Cancel             the requester abandons a Put or Get whose data travels in Data frames
 //	                   (sent only to a peer with CapCancel; no reply follows)
+//	AppMsg             an application message (at most MaxAppMsg bytes), within the receiver's credit
+//	MsgCredit          grants the peer more AppMsg credit: a window at the start, then what was taken
+//	                   (both only between peers with CapMessages)
 //
 // # Remote keys
 //

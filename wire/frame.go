@@ -52,8 +52,10 @@ const (
 	TypeRDMAConnect   Type = 14 // [RDMAConnect]
 	TypeAuth          Type = 15 // [Auth]
 	TypeCancel        Type = 16 // [Cancel]
+	TypeAppMsg        Type = 17 // [AppMsg]
+	TypeMsgCredit     Type = 18 // [MsgCredit]
 
-	typeMax = TypeCancel
+	typeMax = TypeMsgCredit
 )
 
 var typeNames = [...]string{
@@ -61,7 +63,7 @@ var typeNames = [...]string{
 	TypePut: "Put", TypeGet: "Get", TypeCompletion: "Completion", TypeInvalidate: "Invalidate",
 	TypeImportRequest: "ImportRequest", TypeImportReply: "ImportReply", TypeBye: "Bye", TypeData: "Data",
 	TypeHeartbeat: "Heartbeat", TypeRDMAConnect: "RDMAConnect", TypeAuth: "Auth",
-	TypeCancel: "Cancel",
+	TypeCancel: "Cancel", TypeAppMsg: "AppMsg", TypeMsgCredit: "MsgCredit",
 }
 
 func (t Type) String() string {
@@ -187,7 +189,7 @@ func DecodeFrame(frame []byte, maxFrame int) (Header, []byte, error) {
 // Message is one of the protocol's messages: [*Hello], [*HelloAck],
 // [*Error], [*RemoteKey], [*Put], [*Get], [*Completion], [*Invalidate],
 // [*ImportRequest], [*ImportReply], [*Bye], [*Data], [*Heartbeat],
-// [*RDMAConnect], [*Auth], [*Cancel]. The set
+// [*RDMAConnect], [*Auth], [*Cancel], [*AppMsg], [*MsgCredit]. The set
 // is closed.
 type Message interface {
 	// Type is the message type.
@@ -262,6 +264,10 @@ func NewMessage(t Type) Message {
 		return new(Auth)
 	case TypeCancel:
 		return new(Cancel)
+	case TypeAppMsg:
+		return new(AppMsg)
+	case TypeMsgCredit:
+		return new(MsgCredit)
 	}
 	return nil
 }

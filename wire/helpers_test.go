@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"strings"
 )
@@ -76,6 +77,11 @@ func sampleMessages() []Message {
 		&Auth{Nonce: [AuthSize]byte{1, 2, 3}, MAC: [AuthSize]byte{31: 9}},
 		&Cancel{RequestID: 5, Sent: 3 << 20},
 		&Cancel{RequestID: 1 << 63},
+		&AppMsg{Bytes: []byte("kv block 7 ready")},
+		&AppMsg{Bytes: []byte{}},
+		&AppMsg{Bytes: bytes.Repeat([]byte{0xa5}, MaxAppMsg)},
+		&MsgCredit{Msgs: 256, Bytes: 4 << 20},
+		&MsgCredit{Msgs: 1<<32 - 1, Bytes: 1<<64 - 1},
 	}
 }
 

@@ -78,6 +78,7 @@ func TestEncodeRefusesInvalid(t *testing.T) {
 		{"import reply empty", &ImportReply{Kind: FDMemfd}},
 		{"import reply wraps", &ImportReply{Kind: FDMemfd, FileOffset: math.MaxUint64, Size: 2}},
 		{"data empty", &Data{}},
+		{"app message too large", &AppMsg{Bytes: make([]byte, MaxAppMsg+1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := AppendFrame([]byte("x"), tc.m)
@@ -189,6 +190,11 @@ func TestMalformed(t *testing.T) {
 			append(make([]byte, 32), byte(FDMemfd), 0, 0, 0, 0, 0, 0, 0)), 0, ErrMalformed},
 		{"bye with payload", rawFrame(Header{Type: TypeBye}, []byte{0}), 0, ErrMalformed},
 		{"data empty", rawFrame(Header{Type: TypeData, RequestID: 1}, make([]byte, 8)), 0, ErrMalformed},
+		{"app message too large", rawFrame(Header{Type: TypeAppMsg}, make([]byte, MaxAppMsg+1)), 0, ErrMalformed},
+		{"app message with request id", rawFrame(Header{Type: TypeAppMsg, RequestID: 3}, []byte("hi")), 0, ErrMalformed},
+		{"credit short", rawFrame(Header{Type: TypeMsgCredit}, make([]byte, 15)), 0, ErrMalformed},
+		{"credit trailing", rawFrame(Header{Type: TypeMsgCredit}, make([]byte, 17)), 0, ErrMalformed},
+		{"credit reserved", rawFrame(Header{Type: TypeMsgCredit}, []byte{1, 0, 0, 0, 0, 0, 1, 0, 8, 0, 0, 0, 0, 0, 0, 0}), 0, ErrMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, m, err := Decode(tc.frame, tc.max)

@@ -54,6 +54,9 @@ type Config struct {
 	// MaxReplies bounds the replies the reader may queue for the writer
 	// (0: MaxServing); beyond, the peer is not reading and fails.
 	MaxReplies int
+	// MsgWindow and MsgWindowBytes are the window of application
+	// messages this side grants the peer (0: MsgWindow, MsgWindowBytes).
+	MsgWindow, MsgWindowBytes int
 	// Loops (optional) counts the reader and the writer: Start adds 2,
 	// each exit one.
 	Loops *sync.WaitGroup
@@ -86,6 +89,7 @@ type Chan struct {
 	replySig  chan struct{}
 	writerEnd chan struct{}
 	active    atomic.Bool // the peer made a request
+	msg       msgs        // application messages (msgs.go)
 }
 
 var _ datapath.Ctrl = (*Chan)(nil)
@@ -104,6 +108,7 @@ func New(cfg Config) *Chan {
 		replySig:  make(chan struct{}, 1),
 		writerEnd: make(chan struct{}),
 	}
+	c.msg.init(cfg.MsgWindow, cfg.MsgWindowBytes)
 	if cfg.Dialer {
 		c.parity = 1
 		c.nextID.Store(1)
@@ -121,6 +126,7 @@ func (c *Chan) Start(p datapath.Path) {
 	if c.cfg.Loops != nil {
 		c.cfg.Loops.Add(2)
 	}
+	c.grantWindow()
 	go func() {
 		if c.cfg.Loops != nil {
 			defer c.cfg.Loops.Done()
@@ -240,6 +246,7 @@ func (c *Chan) Fail(err error) {
 		pend := c.pending
 		c.pending = map[uint64]func(wire.Frame, error){}
 		c.mu.Unlock()
+		c.msgFailed()
 		_ = c.c.Close()
 		if c.path != nil {
 			c.path.Failed(err)
@@ -395,6 +402,10 @@ func (c *Chan) dispatch(f wire.Frame) error {
 		f.Payload = append([]byte(nil), f.Payload...)
 		fn(f, nil)
 		return nil
+	case wire.TypeAppMsg:
+		return c.msgIn(&f)
+	case wire.TypeMsgCredit:
+		return c.creditIn(&f)
 	}
 	m, err := f.Message()
 	if err != nil {

@@ -39,11 +39,14 @@ func FuzzReader(f *testing.F) {
 	f.Add(stream(f, &wire.Data{RequestID: 3, Bytes: []byte("abc")}))
 	f.Add(stream(f, wire.NewError(5, wire.StatusBadKey, "no"), &wire.Cancel{RequestID: 5}))
 	f.Add([]byte{8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8})
+	f.Add(stream(f, &wire.AppMsg{Bytes: []byte("a")}, &wire.MsgCredit{Msgs: 3, Bytes: 9}, &wire.AppMsg{}, &wire.AppMsg{Bytes: make([]byte, 300)}))
+	f.Add(stream(f, &wire.AppMsg{}, &wire.AppMsg{}, &wire.AppMsg{}, &wire.AppMsg{}, &wire.AppMsg{}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env := &dptest.Env{}
 		a, raw := net.Pipe()
 		p := &fakePath{}
-		c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(a), wire.ConnConfig{MaxFrame: 64 << 10}), Name: "fuzz"})
+		c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(a), wire.ConnConfig{MaxFrame: 96 << 10}), Name: "fuzz",
+			Peer: wire.Hello{Caps: wire.CapMessages}, MsgWindow: 4})
 		p.c = c
 		c.Start(p)
 		go func() { // what c sends (replies, Bye)

@@ -303,3 +303,15 @@ type BufferHooks interface {
 	Revoke(b Buf)
 	Freeing(b Buf) error
 }
+
+// Fencer is implemented by paths on which a Put completes before its bytes
+// are certainly visible to the peer's CPU (RDMA: the write's completion
+// says the responder acknowledged it, not that it was placed in memory).
+// Fence returns once every byte of every Put that completed before it was
+// called is visible to the peer, so that a message sent next on the
+// control connection arrives after them (engine.Endpoint.Send). Paths
+// whose Puts complete only once the bytes are in the peer's memory (shared
+// memory, TCP, the pipe) need no fence.
+type Fencer interface {
+	Fence(ctx context.Context) error
+}

@@ -253,11 +253,12 @@ func TestIdentity(t *testing.T) {
 func TestLocal(t *testing.T) {
 	l := &Local{Hello: wire.Hello{Caps: wire.CapFDPassing | wire.CapSharedHost}, RDMA: true, Secret: []byte("s"), PeerTimeout: 8 * time.Second}
 	h := l.HelloFor(datapath.KindIPC, true)
-	require.Equal(t, wire.CapFDPassing|wire.CapSharedHost|wire.CapHeartbeat, h.Caps)
+	require.Equal(t, wire.CapFDPassing|wire.CapSharedHost|wire.CapHeartbeat|wire.CapMessages, h.Caps)
 	h = l.HelloFor(datapath.KindTCP, true)
 	require.NotZero(t, h.Caps&wire.CapRDMA)
 	require.NotZero(t, h.Caps&wire.CapAuth)
 	require.Zero(t, h.Caps&wire.CapFDPassing)
+	require.NotZero(t, h.Caps&wire.CapMessages)
 	require.Zero(t, l.HelloFor(datapath.KindTCP, false).Caps&wire.CapRDMA)
 	c := l.ConnConfig(datapath.KindIPC)
 	require.Equal(t, IPCMaxFrame, c.MaxFrame)

@@ -42,8 +42,9 @@ import (
 const (
 	// Chunk is the bytes per Data frame (and per staging buffer).
 	Chunk = 1 << 20
-	// MaxFrame is the limit on a control frame of a TCP connection.
-	MaxFrame     = 64 << 10
+	// MaxFrame is the limit on a control frame of a TCP connection: room
+	// for the largest application message (wire.AppMsg) and its header.
+	MaxFrame     = wire.MaxAppMsg + 4<<10
 	inlineMax    = 64 << 10 // host Puts up to this size are sent by the caller
 	MaxInbound   = 4096     // transfers a peer may have in progress toward us (and replies queued)
 	StageBuffers = 8        // staging buffers per pool (inbound, outbound), Chunk bytes each

@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// MaxMessage is the largest message Endpoint.Send sends.
+const MaxMessage = wire.MaxAppMsg
+
+// Send sends msg (at most MaxMessage bytes; empty is allowed) to the peer
+// on the control channel, where the peer's Recv returns it.
+//
+// Messages of one endpoint arrive in the order of Send calls that do not
+// overlap. A message is delivered only after every byte of every Put on
+// this endpoint whose future completed before Send was called is visible
+// in the peer's memory: on RDMA, Send first fences each queue pair that
+// wrote since the last fence (an RDMA read behind the writes); on unix and
+// TCP it is already so when the future completes (package doc,
+// "Messages"). So a Put followed by a Send is a notification the peer can
+// act on: when the message arrives, the bytes are there.
+//
+// Send blocks while the peer has not taken earlier messages with Recv
+// (a bounded window of messages and bytes the peer grants); ctx bounds the
+// wait: ErrCanceled or ErrTimeout, wrapping ctx's error, and the message
+// was not sent. It returns ErrInvalid for a message larger than
+// MaxMessage, ErrPeer or ErrClosed once the endpoint has failed or been
+// closed, ErrNotSupported if the peer does not take messages (an older
+// engine). Send does not keep msg.
+func (ep *Endpoint) Send(ctx context.Context, msg []byte) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if ep.e.closed.Load() {
+		return ErrClosed
+	}
+	var fence func(context.Context) error
+	if f, ok := ep.path.(datapath.Fencer); ok {
+		fence = f.Fence
+	}
+	return ep.ch.SendMsg(ctx, msg, fence)
+}
+
+// Recv returns the next message from the peer (a copy the caller owns),
+// waiting while ctx lasts (ErrCanceled or ErrTimeout when it ends first).
+// Taking a message returns its room in the window to the peer. Once the
+// endpoint has failed or been closed, Recv still returns every message
+// that arrived before, then the endpoint's error (ErrPeer, ErrClosed).
+// Concurrent Recv calls each get different messages.
+func (ep *Endpoint) Recv(ctx context.Context) ([]byte, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	return ep.ch.RecvMsg(ctx)
+}

@@ -1,0 +1,279 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/ctrlchan"
+)
+
+// The "messages" group of the endpoint suite (Send, Recv), run over every
+// transport by TestEndpointSuite.
+var messageSuite = []struct {
+	name string
+	run  func(t *testing.T, p epPair)
+}{
+	{"order", suiteMsgOrder},
+	{"back-pressure", suiteMsgBackPressure},
+	{"sizes", suiteMsgSizes},
+	{"peer closes", suiteMsgPeerCloses},
+	{"notification after data", suiteMsgAfterData},
+}
+
+// seqMsg is message i of size n (at least 8 bytes: i, then i's bytes).
+func seqMsg(i, n int) []byte {
+	b := make([]byte, max(n, 8))
+	binary.LittleEndian.PutUint64(b, uint64(i))
+	for k := 8; k < len(b); k++ {
+		b[k] = byte(i + k)
+	}
+	return b
+}
+
+// checkSeq reports whether m is seqMsg(i, n) for some n.
+func checkSeq(m []byte, i int) error {
+	if len(m) < 8 || !bytes.Equal(m, seqMsg(i, len(m))) {
+		got := -1
+		if len(m) >= 8 {
+			got = int(binary.LittleEndian.Uint64(m))
+		}
+		return fmt.Errorf("message %d: got message %d (%d bytes)", i, got, len(m))
+	}
+	return nil
+}
+
+// sendSeq sends messages from..to-1 of sizes size(i) on ep, on a
+// goroutine; the channel gets the first error (or nil).
+func sendSeq(ctx context.Context, ep *Endpoint, from, to int, size func(int) int) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		for i := from; i < to; i++ {
+			if err := ep.Send(ctx, seqMsg(i, size(i))); err != nil {
+				errc <- fmt.Errorf("send %d: %w", i, err)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	return errc
+}
+
+// recvSeq takes messages from..to-1 from ep, in order.
+func recvSeq(t *testing.T, ctx context.Context, ep *Endpoint, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		m, err := ep.Recv(ctx)
+		require.NoError(t, err, "recv %d", i)
+		require.NoError(t, checkSeq(m, i))
+	}
+}
+
+// suiteMsgOrder: thousands of messages of varied sizes each way at once
+// arrive in order, each once; the statistics count them.
+func suiteMsgOrder(t *testing.T, p epPair) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 5000
+	size := func(i int) int { return i * 37 % 3000 }
+	ab := sendSeq(ctx, p.ab, 0, n, size)
+	ba := sendSeq(ctx, p.ba, 0, n, func(i int) int { return 8 + i%5 })
+	recvSeq(t, ctx, p.ba, 0, n)
+	recvSeq(t, ctx, p.ab, 0, n)
+	require.NoError(t, <-ab)
+	require.NoError(t, <-ba)
+	var bytesOut uint64
+	for i := range n {
+		bytesOut += uint64(max(size(i), 8))
+	}
+	st := p.ab.Stats()
+	require.Equal(t, uint64(n), st.MsgsOut)
+	require.Equal(t, bytesOut, st.MsgBytesOut)
+	require.Equal(t, uint64(n), st.MsgsIn)
+	in := p.ba.Stats()
+	require.Equal(t, uint64(n), in.MsgsIn)
+	require.Equal(t, bytesOut, in.MsgBytesIn)
+}
+
+// suiteMsgBackPressure: a receiver that does not read makes Send block
+// once the window is spent (messages, then bytes); ctx bounds the wait
+// with ErrTimeout and the message is not sent; once Recv drains, sending
+// resumes and nothing is lost or duplicated.
+func suiteMsgBackPressure(t *testing.T, p epPair) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	small := func(int) int { return 8 }
+	const w = ctrlchan.MsgWindow
+	require.NoError(t, <-sendSeq(ctx, p.ab, 0, w, small), "the whole window goes out without the receiver reading")
+	short, cancel2 := context.WithTimeout(ctx, 50*time.Millisecond)
+	err := p.ab.Send(short, seqMsg(-1, 8))
+	cancel2()
+	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, p.ab.Err(), "a timed-out Send does not fail the endpoint")
+
+	more := sendSeq(ctx, p.ab, w, 2*w+44, small)
+	recvSeq(t, ctx, p.ba, 0, 2*w+44)
+	require.NoError(t, <-more)
+
+	// The bytes of the window: messages of MaxMessage bytes go out while
+	// the credit lasts, then Send blocks with messages left in the window.
+	big := func(int) int { return MaxMessage }
+	taken := 2*w + 44 // returned in batches of a quarter window
+	settled := uint64(w + taken/(w/4)*(w/4) - taken)
+	for n, _ := p.ab.ch.MsgCredit(); n != settled; n, _ = p.ab.ch.MsgCredit() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("credit of %d messages, want %d once the returns arrived", n, settled)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	sent := 0
+	for {
+		n, b := p.ab.ch.MsgCredit()
+		if b < MaxMessage {
+			require.NotZero(t, n, "the window of messages is not what ran out")
+			break
+		}
+		require.NoError(t, p.ab.Send(ctx, seqMsg(2*w+44+sent, MaxMessage)))
+		sent++
+	}
+	require.LessOrEqual(t, sent, ctrlchan.MsgWindowBytes/MaxMessage)
+	require.GreaterOrEqual(t, sent, ctrlchan.MsgWindowBytes/MaxMessage*3/4)
+	short, cancel4 := context.WithTimeout(ctx, 50*time.Millisecond)
+	err = p.ab.Send(short, seqMsg(-1, MaxMessage))
+	cancel4()
+	require.ErrorIs(t, err, ErrTimeout)
+	from := 2*w + 44 + sent
+	more = sendSeq(ctx, p.ab, from, from+100, big)
+	recvSeq(t, ctx, p.ba, 2*w+44, from+100)
+	require.NoError(t, <-more)
+	short, cancel3 := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel3()
+	_, err = p.ba.Recv(short)
+	require.ErrorIs(t, err, ErrTimeout, "nothing more arrived")
+}
+
+// suiteMsgSizes: empty and MaxMessage-byte messages go through; a larger
+// one is refused with ErrInvalid and the endpoint goes on.
+func suiteMsgSizes(t *testing.T, p epPair) {
+	ctx := context.Background()
+	require.ErrorIs(t, p.ab.Send(ctx, make([]byte, MaxMessage+1)), ErrInvalid)
+	full := seqMsg(7, MaxMessage)
+	for _, m := range [][]byte{nil, {}, full, []byte("x")} {
+		require.NoError(t, p.ab.Send(ctx, m))
+		got, err := p.ba.Recv(ctx)
+		require.NoError(t, err)
+		require.NotNil(t, got)
+		require.Equal(t, len(m), len(got))
+		require.True(t, bytes.Equal(m, got))
+	}
+	require.NoError(t, p.ab.Err())
+	require.ErrorIs(t, p.ab.Send(nil, nil), ErrInvalid) //nolint:staticcheck // a nil context is refused
+}
+
+// suiteMsgPeerCloses: the messages that arrived before the peer closed are
+// still returned by Recv, then ErrPeer; Send fails with ErrPeer; on the
+// side that closed, ErrClosed.
+func suiteMsgPeerCloses(t *testing.T, p epPair) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, <-sendSeq(ctx, p.ba, 0, 3, func(int) int { return 100 }))
+	for p.ab.Stats().MsgsIn < 3 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the messages did not arrive")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	require.NoError(t, p.ba.Close())
+	select {
+	case <-p.ab.Done():
+	case <-ctx.Done():
+		t.Fatal("the endpoint did not notice its peer closed")
+	}
+	recvSeq(t, ctx, p.ab, 0, 3)
+	_, err := p.ab.Recv(ctx)
+	require.ErrorIs(t, err, ErrPeer)
+	require.ErrorIs(t, p.ab.Send(ctx, []byte("late")), ErrPeer)
+	// The side that closed: ErrClosed, or ErrPeer when its reader saw the
+	// connection end before Close recorded its own error.
+	err = p.ba.Send(ctx, []byte("late"))
+	require.True(t, errors.Is(err, ErrClosed) || errors.Is(err, ErrPeer), "%v", err)
+	_, err = p.ba.Recv(ctx)
+	require.True(t, errors.Is(err, ErrClosed) || errors.Is(err, ErrPeer), "%v", err)
+}
+
+// suiteMsgAfterData: a Put, then a Send naming it; when the message
+// arrives the receiver checks the bytes in its buffer, thousands of
+// rounds, small Puts into slots and every 64th round a large one. The
+// sender runs at most a window of messages ahead of the receiver, so
+// slots are reused only after their round was checked.
+func suiteMsgAfterData(t *testing.T, p epPair) {
+	const (
+		rounds   = 2000
+		slot     = 1024
+		slots    = 2 * ctrlchan.MsgWindow
+		bigEvery = 64
+		bigSize  = 1 << 20
+		bigs     = slots / bigEvery
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	small, err := p.a.Alloc(slot, Host)
+	require.NoError(t, err)
+	large, err := p.a.Alloc(bigSize, Host)
+	require.NoError(t, err)
+	rs, rsk := exported(t, p.b, slots*slot, Host)
+	rl, rlk := exported(t, p.b, bigs*bigSize, Host)
+
+	errc := make(chan error, 1)
+	go func() { // the receiver
+		want := make([]byte, bigSize)
+		for i := range rounds {
+			m, err := p.ba.Recv(ctx)
+			if err != nil {
+				errc <- fmt.Errorf("recv %d: %w", i, err)
+				return
+			}
+			if err := checkSeq(m, i); err != nil {
+				errc <- err
+				return
+			}
+			var got []byte
+			if i%bigEvery == 0 {
+				k := i / bigEvery % bigs
+				got, want = rl.Bytes()[k*bigSize:(k+1)*bigSize], want[:bigSize]
+			} else {
+				got, want = rs.Bytes()[i%slots*slot:][:slot], want[:slot]
+			}
+			fill(want, uint64(i)+1)
+			if !bytes.Equal(got, want) {
+				errc <- fmt.Errorf("round %d: the message arrived before the Put's bytes", i)
+				return
+			}
+		}
+		errc <- nil
+	}()
+	for i := range rounds {
+		var (
+			src Slice
+			dst RemoteKey
+		)
+		if i%bigEvery == 0 {
+			src, dst = large.All(), rlk.Slice(i/bigEvery%bigs*bigSize, bigSize)
+		} else {
+			src, dst = small.All(), rsk.Slice(i%slots*slot, slot)
+		}
+		fill(src.Buffer().Bytes(), uint64(i)+1)
+		require.NoError(t, p.ab.PutSync(ctx, src, dst), "round %d", i)
+		require.NoError(t, p.ab.Send(ctx, seqMsg(i, 8)), "round %d", i)
+	}
+	require.NoError(t, <-errc)
+}

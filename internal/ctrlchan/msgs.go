@@ -1,0 +1,269 @@
+package ctrlchan
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// The window a receiver grants by default: messages and bytes its peer
+// may send that its application has not taken yet.
+const (
+	MsgWindow      = 256
+	MsgWindowBytes = 4 << 20
+)
+
+// msgs is a channel's application messages (wire.AppMsg) under credit
+// flow control (wire.MsgCredit):
+//
+//   - receiving: the reader copies each message into the queue Recv takes
+//     from, never waiting. The queue is bounded by the window this side
+//     granted: a message beyond the peer's credit is a protocol violation
+//     that fails the channel, so nothing unbounded is ever allocated.
+//     Taken messages are returned to the peer as credit in batches (a
+//     quarter of the window), through the writer.
+//   - sending: Send spends credit, waiting (bounded by ctx) while there is
+//     none; one Send at a time goes out, so calls that do not overlap
+//     reach the peer in their order.
+type msgs struct {
+	window, windowBytes uint64
+
+	mu sync.Mutex
+	// receiving
+	q                      [][]byte // arrived, not taken
+	failed                 bool     // the channel failed: nothing is queued any more
+	allowN, allowB         uint64   // what the peer may still send
+	takenN, takenB         uint64   // taken, not yet returned as credit
+	arrived                chan struct{}
+	in, inBytes, out, outB atomic.Uint64
+	// sending
+	credN, credB uint64 // what we may still send
+	credit       chan struct{}
+	sendSem      chan struct{} // one Send on the connection at a time
+}
+
+func (m *msgs) init(window, windowBytes int) {
+	if window <= 0 {
+		window = MsgWindow
+	}
+	if windowBytes <= 0 {
+		windowBytes = MsgWindowBytes
+	}
+	m.window, m.windowBytes = uint64(window), uint64(max(windowBytes, wire.MaxAppMsg))
+	m.arrived = make(chan struct{}, 1)
+	m.credit = make(chan struct{}, 1)
+	m.sendSem = make(chan struct{}, 1)
+}
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// MsgCapable reports whether the peer exchanges application messages.
+func (c *Chan) MsgCapable() bool { return c.cfg.Peer.Caps&wire.CapMessages != 0 }
+
+// grantWindow grants the peer the whole window as the channel starts.
+func (c *Chan) grantWindow() {
+	if !c.MsgCapable() {
+		return
+	}
+	m := &c.msg
+	m.mu.Lock()
+	m.allowN, m.allowB = m.window, m.windowBytes
+	m.mu.Unlock()
+	if err := c.QueueReply(&wire.MsgCredit{Msgs: uint32(m.window), Bytes: m.windowBytes}); err != nil {
+		c.Fail(c.PeerErr("message credit", err))
+	}
+}
+
+// msgIn takes an AppMsg frame on the reader: queued within the credit the
+// peer holds, else a protocol violation (the error fails the channel).
+func (c *Chan) msgIn(f *wire.Frame) error {
+	var am wire.AppMsg
+	if err := am.DecodePayload(f.Header, f.Payload); err != nil {
+		return err
+	}
+	n := uint64(len(am.Bytes))
+	m := &c.msg
+	m.mu.Lock()
+	if m.allowN == 0 || m.allowB < n {
+		allowN, allowB := m.allowN, m.allowB
+		m.mu.Unlock()
+		return fmt.Errorf("application message of %d bytes beyond the credit granted (%d messages, %d bytes left)", n, allowN, allowB)
+	}
+	m.allowN--
+	m.allowB -= n
+	m.mu.Unlock()
+	// The payload aliases the connection's read buffer: the queue holds a
+	// copy, bounded by the window (the caller of Recv owns it).
+	b := bytes.Clone(am.Bytes)
+	if b == nil {
+		b = []byte{}
+	}
+	m.mu.Lock()
+	if m.failed { // arrived after the failure: Recv may have returned the error already
+		m.mu.Unlock()
+		return nil
+	}
+	m.q = append(m.q, b)
+	m.mu.Unlock()
+	m.in.Add(1)
+	m.inBytes.Add(n)
+	wake(m.arrived)
+	return nil
+}
+
+// creditIn takes a MsgCredit frame on the reader.
+func (c *Chan) creditIn(f *wire.Frame) error {
+	var mc wire.MsgCredit
+	if err := mc.DecodePayload(f.Header, f.Payload); err != nil {
+		return err
+	}
+	m := &c.msg
+	m.mu.Lock()
+	n, b := m.credN+uint64(mc.Msgs), m.credB+mc.Bytes
+	if b < m.credB {
+		m.mu.Unlock()
+		return fmt.Errorf("message credit overflows (%d bytes more on %d)", mc.Bytes, m.credB)
+	}
+	m.credN, m.credB = n, b
+	m.mu.Unlock()
+	wake(m.credit)
+	return nil
+}
+
+// SendMsg sends b (at most wire.MaxAppMsg bytes) to the peer once it
+// holds the credit, waiting while ctx lasts (gxerr.Ctx of ctx's error when it ends).
+// before, when not nil, runs once this Send's turn has come, before it
+// waits for credit (the RDMA fence): its error ends the Send.
+func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Context) error) error {
+	if len(b) > wire.MaxAppMsg {
+		return gxerr.New(gxerr.Invalid, fmt.Sprintf("message of %d bytes (max %d)", len(b), wire.MaxAppMsg), nil)
+	}
+	if !c.MsgCapable() {
+		return gxerr.New(gxerr.NotSupported, c.cfg.Name+" does not take application messages", nil)
+	}
+	m := &c.msg
+	select {
+	case m.sendSem <- struct{}{}:
+	case <-c.done:
+		return c.Err()
+	case <-ctx.Done():
+		return gxerr.Ctx("send: waiting for an earlier Send", ctx.Err())
+	}
+	defer func() { <-m.sendSem }()
+	if err := c.Err(); err != nil {
+		return err
+	}
+	if before != nil {
+		if err := before(ctx); err != nil {
+			return err
+		}
+	}
+	n := uint64(len(b))
+	for {
+		m.mu.Lock()
+		if m.credN > 0 && m.credB >= n {
+			m.credN--
+			m.credB -= n
+			m.mu.Unlock()
+			break
+		}
+		m.mu.Unlock()
+		select {
+		case <-m.credit:
+		case <-c.done:
+			return c.Err()
+		case <-ctx.Done():
+			return gxerr.Ctx("send: waiting for the peer to take earlier messages", ctx.Err())
+		}
+	}
+	if err := c.c.Send(&wire.AppMsg{Bytes: b}); err != nil {
+		return c.SendErr(err)
+	}
+	m.out.Add(1)
+	m.outB.Add(n)
+	return nil
+}
+
+// RecvMsg returns the next message of the peer, waiting while ctx lasts
+// (gxerr.Ctx of ctx's error when it ends). Once the channel has failed, the messages
+// that arrived are still returned, then the channel's error.
+func (c *Chan) RecvMsg(ctx context.Context) ([]byte, error) {
+	m := &c.msg
+	for {
+		m.mu.Lock()
+		if len(m.q) > 0 {
+			b := m.q[0]
+			m.q[0] = nil
+			m.q = m.q[1:]
+			more := len(m.q) > 0
+			m.takenN++
+			m.takenB += uint64(len(b))
+			var ret *wire.MsgCredit
+			if m.takenN >= max(m.window/4, 1) || m.takenB >= m.windowBytes/4 {
+				ret = &wire.MsgCredit{Msgs: uint32(m.takenN), Bytes: m.takenB}
+				// Granted before it is sent: the peer may spend it at once.
+				m.allowN += m.takenN
+				m.allowB += m.takenB
+				m.takenN, m.takenB = 0, 0
+			}
+			m.mu.Unlock()
+			if more {
+				wake(m.arrived) // another Recv may be waiting
+			}
+			if ret != nil && c.Err() == nil {
+				if err := c.QueueReply(ret); err != nil {
+					c.Fail(c.PeerErr("message credit", err))
+				}
+			}
+			return b, nil
+		}
+		failed := m.failed
+		m.mu.Unlock()
+		if failed {
+			return nil, c.Err()
+		}
+		select {
+		case <-m.arrived:
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, gxerr.Ctx("recv", ctx.Err())
+		}
+	}
+}
+
+// msgFailed marks the failure (c.failed set): messages arriving from now
+// on are dropped, and Recv returns the error once the queue is empty.
+func (c *Chan) msgFailed() {
+	c.msg.mu.Lock()
+	c.msg.failed = true
+	c.msg.mu.Unlock()
+}
+
+// MsgCredit is what this side may still send before the peer returns
+// credit: messages and bytes.
+func (c *Chan) MsgCredit() (msgs, bytes uint64) {
+	c.msg.mu.Lock()
+	defer c.msg.mu.Unlock()
+	return c.msg.credN, c.msg.credB
+}
+
+// MsgStats are a channel's application message counters.
+type MsgStats struct {
+	Out, OutBytes, In, InBytes uint64
+}
+
+// MsgStats returns the messages sent and received (arrived) so far.
+func (c *Chan) MsgStats() MsgStats {
+	m := &c.msg
+	return MsgStats{Out: m.out.Load(), OutBytes: m.outB.Load(), In: m.in.Load(), InBytes: m.inBytes.Load()}
+}
