@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/gxfer/gxfer/internal/ctrlchan"
 	"github.com/gxfer/gxfer/internal/datapath"
@@ -27,6 +28,8 @@ type Endpoint struct {
 	path datapath.Path  // moves the endpoint's data (internal/datapath)
 
 	puts, gets atomic.Uint64
+	ops        opCounters // Puts and Gets as they end (opstats.go)
+	lane       bool       // an extra connection of a TCP endpoint: not listed by EndpointStats
 }
 
 // newEndpoint makes the endpoint of a connection whose handshake is done
@@ -37,7 +40,7 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 	if addr != "" {
 		name = fmt.Sprintf("peer %q (pid %d at %s)", peer.Name, peer.PID, addr)
 	}
-	ep := &Endpoint{e: e}
+	ep := &Endpoint{e: e, lane: peer.Caps&wire.CapLane != 0 || ctx.Value(laneKey{}) != nil}
 	ep.ch = ctrlchan.New(ctrlchan.Config{
 		Env: e.env(), Conn: c, Peer: peer, Name: name, Dialer: dialer,
 		PeerID:     ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8]), Conn: e.ident.conns.Add(1)},
@@ -86,6 +89,12 @@ type EndpointStats struct {
 	BytesIn   uint64        // bytes received in Data frames (TCP)
 	Lanes     int           // connections (TCP: Config.TCPLanes when dialed, 1 when accepted)
 
+	// Peer names the peer, as Endpoint.Peer does.
+	Peer string
+	// Ops counts the Puts and Gets this side requested as they end (their
+	// latencies are in Engine.Stats, by transport).
+	Ops OpStats
+
 	// RDMA: which path each Put and Get this side requested took.
 	ZeroCopy  uint64 // RDMA write/read straight between the two buffers
 	Staged    uint64 // local Gaudi memory staged through pinned host buffers (no DMA-BUF region), pipelined
@@ -109,7 +118,7 @@ func (ep *Endpoint) Stats() EndpointStats {
 	ep.path.Stats(&ds)
 	ms := ep.ch.MsgStats()
 	return EndpointStats{
-		Transport: ep.Transport(), Puts: ep.puts.Load(), Gets: ep.gets.Load(),
+		Transport: ep.Transport(), Peer: ep.Peer(), Ops: ep.ops.snapshot(), Puts: ep.puts.Load(), Gets: ep.gets.Load(),
 		Served: ds.Served, BytesOut: ds.BytesOut, BytesIn: ds.BytesIn, Lanes: max(ds.Lanes, 1),
 		ZeroCopy: ds.ZeroCopy, Staged: ds.Staged, Delegated: ds.Delegated, ServedRDMA: ds.ServedRDMA, NICWRs: ds.NICWRs,
 		MsgsOut: ms.Out, MsgBytesOut: ms.OutBytes, MsgsIn: ms.In, MsgBytesIn: ms.InBytes,
@@ -201,10 +210,11 @@ func (ep *Endpoint) start(ctx context.Context, put bool, local Slice, remote Rem
 	if len(opts) > 0 || ep.e.cfg.OpTimeout > 0 {
 		r.Deadline = ep.e.opConfig(opts).deadline
 	}
-	f := newFuture(1)
-	f.setSpin(ep.e.cfg.WaitSpin)
-	ep.path.Start(ctx, r, f.completer())
-	return f
+	o := &epOp{ep: ep, n: uint64(local.n), start: time.Now()}
+	o.f.Init(1)
+	o.setSpin(ep.e.cfg.WaitSpin)
+	ep.path.Start(ctx, r, o)
+	return &o.Future
 }
 
 func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {

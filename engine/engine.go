@@ -63,6 +63,8 @@ type Engine struct {
 	attach attachState // devices the Habana runtime lends (attach.go)
 
 	transports datapath.Set // transports.go
+
+	epOps [numTransportKinds]transportCounters // endpoints' Puts and Gets by transport (opstats.go)
 }
 
 // New opens the devices Config asks for and starts the engine.

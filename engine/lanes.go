@@ -16,6 +16,9 @@ var _ tcp.LaneDialer = (*env)(nil)
 // Transport.Connect gets (DialLane dials its lanes the same way).
 type dialInfoKey struct{}
 
+// laneKey marks the context of a lane's dial (newEndpoint reads it).
+type laneKey struct{}
+
 type dialInfo struct {
 	network, addr string
 	opts          []DialOption

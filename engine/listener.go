@@ -115,6 +115,9 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 		return nil, err
 	}
 	d := handshake.DialConfig{Local: e.local(), Network: network, Addr: addr, Lane: lane}
+	if lane {
+		ctx = context.WithValue(ctx, laneKey{}, true) // newEndpoint marks the endpoint a lane
+	}
 	if kind == datapath.KindTCP { // the control channel; the data path may be RDMA
 		want, err := e.chooseTransport(opts)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/memcache"
 )
 
@@ -17,6 +18,12 @@ type Latency struct {
 	P50, P90, P99 time.Duration
 	// Max is the longest latency recorded (exact, not a bucket edge).
 	Max time.Duration
+	// Sum is the total of the latencies recorded.
+	Sum time.Duration
+	// Buckets is the cumulative histogram, by powers of two from 1.024 µs
+	// to about 34 s (latencies at or above the last bound are counted only
+	// in Count).
+	Buckets []LatencyBucket
 }
 
 // DeviceStats are one device's counters.
@@ -51,9 +58,19 @@ type Stats struct {
 	// Panics counts panics recovered in the engine's workers (the
 	// operations concerned ended with ErrPanic).
 	Panics uint64
+	// Errors counts Failed by kind, one entry per kind (zeros included).
+	Errors []ErrorCount
 	// Latency summarises the submit-to-complete latency of asynchronous
 	// copies.
 	Latency Latency
+	// Transports counts the endpoints' Puts and Gets by transport (every
+	// endpoint the engine ever had), with their latency from the Put or
+	// Get call to completion; tcp and ipc are always listed, rdma and the
+	// others once they had an endpoint.
+	Transports []TransportStats
+	// IPCCache counts the cache of peers' buffers mapped into this process
+	// (the "ipc" transport).
+	IPCCache ipc.CacheStats
 	// Devices holds one entry per device the engine drives.
 	Devices []DeviceStats
 }
@@ -69,10 +86,10 @@ func (e *Engine) Stats() Stats {
 	if done := s.Completed + s.Failed; s.Submitted > done {
 		s.InFlight = s.Submitted - done
 	}
-	s.Latency.P50, s.Latency.Count = e.st.Lat.Quantile(0.50)
-	s.Latency.P90, _ = e.st.Lat.Quantile(0.90)
-	s.Latency.P99, _ = e.st.Lat.Quantile(0.99)
-	s.Latency.Max = e.st.Lat.Max()
+	s.Errors = errorCounts(&e.st.Errs)
+	s.Latency = latencyOf(&e.st.Lat)
+	s.Transports = e.transportStats()
+	s.IPCCache = e.ipcCacheStats()
 	for _, g := range e.cp.Devs {
 		s.Devices = append(s.Devices, DeviceStats{
 			Index: g.Idx, HostMappings: g.Regs.Load(), RegCache: g.HostMaps.Stats(),

@@ -98,3 +98,29 @@ func TestLatencyHist(t *testing.T) {
 	c.RecordInline(4)
 	require.Equal(t, []uint64{2, 1, 12, 1}, []uint64{c.Completed.Load(), c.Failed.Load(), c.Bytes.Load(), c.Inline.Load()})
 }
+
+func TestLatencyHistLog2(t *testing.T) {
+	var h LatencyHist
+	for _, d := range []time.Duration{1, 1000, 1023, 1024, time.Millisecond} {
+		h.Add(d)
+	}
+	counts, total := h.Log2()
+	require.Equal(t, uint64(5), total)
+	require.Equal(t, uint64(1), counts[0], "below 2 ns")
+	require.Equal(t, uint64(1), counts[8], "below 512 ns")
+	require.Equal(t, uint64(3), counts[9], "below 1024 ns")
+	require.Equal(t, uint64(4), counts[10], "below 2048 ns")
+	require.Equal(t, uint64(5), counts[len(counts)-1])
+	require.Equal(t, 1+1000+1023+1024+time.Millisecond, h.Sum())
+}
+
+func TestCountersErrorsByKind(t *testing.T) {
+	var c Counters
+	c.Record(time.Now(), 8, gxerr.New(gxerr.Timeout, "x", nil))
+	c.Record(time.Now(), 8, gxerr.Peer)
+	c.Record(time.Now(), 8, gxerr.Peer)
+	c.Record(time.Now(), 8, nil)
+	require.Equal(t, uint64(1), c.Errs.Load(gxerr.KindOf(gxerr.Timeout)))
+	require.Equal(t, uint64(2), c.Errs.Load(gxerr.KindOf(gxerr.Peer)))
+	require.Equal(t, uint64(3), c.Failed.Load())
+}

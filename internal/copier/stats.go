@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
 )
 
 // Counters are the engine's copy counters (engine.Stats reads them).
@@ -11,12 +13,14 @@ type Counters struct {
 	Submitted, Completed, Failed, Bytes, Inline atomic.Uint64
 	CS, Packets, QueueFull, Panics              atomic.Uint64
 	Lat                                         LatencyHist
+	Errs                                        gxerr.KindCounters // failed copies by kind
 }
 
 // Record counts an asynchronous copy of n bytes submitted at start.
 func (s *Counters) Record(start time.Time, n uint64, err error) {
 	if err != nil {
 		s.Failed.Add(1)
+		s.Errs.Add(err)
 	} else {
 		s.Completed.Add(1)
 		s.Bytes.Add(n)
@@ -47,9 +51,14 @@ func (s *Counters) RecordDone(n, size uint64, inline bool) {
 type LatencyHist struct {
 	b   [64 * 8]atomic.Uint64
 	max atomic.Int64
+	sum atomic.Int64 // nanoseconds
 }
 
+// Add records d.
+func (h *LatencyHist) Add(d time.Duration) { h.add(d) }
+
 func (h *LatencyHist) add(d time.Duration) {
+	h.sum.Add(int64(d))
 	ns := max(uint64(d), 1)
 	e := bits.Len64(ns) - 1
 	sub := uint64(0)
@@ -96,4 +105,24 @@ func (h *LatencyHist) Quantile(q float64) (time.Duration, uint64) {
 		}
 	}
 	return time.Duration(h.max.Load()), total
+}
+
+// Sum is the total of the latencies recorded.
+func (h *LatencyHist) Sum() time.Duration { return time.Duration(h.sum.Load()) }
+
+// Log2 returns cumulative counts by power-of-two upper bounds: counts[i]
+// latencies were below 1<<(i+1) ns (the fine buckets of each power of two
+// merged), and the total; counts has 63 entries.
+func (h *LatencyHist) Log2() (counts [63]uint64, total uint64) {
+	for e := range 64 {
+		var n uint64
+		for sub := range 8 {
+			n += h.b[e*8+sub].Load()
+		}
+		total += n
+		if e < len(counts) {
+			counts[e] = total
+		}
+	}
+	return counts, total
 }

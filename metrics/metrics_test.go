@@ -1,0 +1,310 @@
+package metrics_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/engine"
+	"github.com/gxfer/gxfer/internal/testutil"
+	"github.com/gxfer/gxfer/metrics"
+)
+
+func TestMain(m *testing.M) { testutil.Main(m) }
+
+// families are gathered metric families by name.
+type families map[string]*dto.MetricFamily
+
+// value returns the value of the sample of name whose labels include
+// want (name=value pairs), failing the test unless exactly one matches.
+func (fs families) value(t *testing.T, name string, want ...string) float64 {
+	t.Helper()
+	m := fs.one(t, name, want...)
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Untyped != nil:
+		return m.Untyped.GetValue()
+	}
+	t.Fatalf("%s: not a counter or gauge", name)
+	return 0
+}
+
+func (fs families) one(t *testing.T, name string, want ...string) *dto.Metric {
+	t.Helper()
+	f := fs[name]
+	require.NotNil(t, f, "no metric %s", name)
+	var found []*dto.Metric
+	for _, m := range f.Metric {
+		if hasLabels(m, want) {
+			found = append(found, m)
+		}
+	}
+	require.Len(t, found, 1, "%s%v", name, want)
+	return found[0]
+}
+
+func hasLabels(m *dto.Metric, want []string) bool {
+	for i := 0; i+1 < len(want); i += 2 {
+		ok := false
+		for _, l := range m.Label {
+			if l.GetName() == want[i] && l.GetValue() == want[i+1] {
+				ok = true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func gather(t *testing.T, g prometheus.Gatherer) families {
+	t.Helper()
+	mfs, err := g.Gather()
+	require.NoError(t, err)
+	fs := families{}
+	for _, f := range mfs {
+		fs[f.GetName()] = f
+	}
+	return fs
+}
+
+// scrape fetches url and parses it with the client library's text parser.
+func scrape(t *testing.T, url string) families {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/plain; version=0.0.4") // the text format, not protobuf
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain"), resp.Header.Get("Content-Type"))
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fs, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	require.NoError(t, err)
+	return fs
+}
+
+// pair is two engines, a dialing b over network.
+type pair struct {
+	a, b   *engine.Engine
+	ab, ba *engine.Endpoint
+}
+
+func newPair(t *testing.T, network string) pair {
+	t.Helper()
+	var p pair
+	var err error
+	p.a, err = engine.New(engine.Config{Transport: engine.TransportTCP})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.a.Close()) })
+	p.b, err = engine.New(engine.Config{Transport: engine.TransportTCP})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, p.b.Close()) })
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "s.sock")
+	}
+	l, err := p.b.Listen(network, addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	p.ab, err = p.a.Dial(ctx, network, l.Addr())
+	require.NoError(t, err)
+	p.ba, err = l.Accept(ctx)
+	require.NoError(t, err)
+	return p
+}
+
+// traffic runs copies puts and gets Puts and Gets of size bytes on p,
+// and one Put the owner refuses (its buffer freed: ErrInvalid).
+func traffic(t *testing.T, p pair, copies, puts, gets, size int) {
+	t.Helper()
+	ctx := context.Background()
+	local, err := p.a.Alloc(size, engine.Host)
+	require.NoError(t, err)
+	other, err := p.a.Alloc(size, engine.Host)
+	require.NoError(t, err)
+	rb, err := p.b.Alloc(size, engine.Host)
+	require.NoError(t, err)
+	rk, err := rb.Export()
+	require.NoError(t, err)
+	for range copies {
+		require.NoError(t, p.a.CopySync(ctx, other.All(), local.All()))
+	}
+	for range puts {
+		require.NoError(t, p.ab.PutSync(ctx, local.All(), rk))
+	}
+	for range gets {
+		require.NoError(t, p.ab.GetSync(ctx, local.All(), rk))
+	}
+	require.NoError(t, rb.Free())
+	require.ErrorIs(t, p.ab.PutSync(ctx, local.All(), rk), engine.ErrInvalid)
+}
+
+// TestEngineCollectorFollowsTraffic: after real copies, Puts and Gets
+// over unix and tcp, the gathered metrics and the scraped page (parsed
+// with the text parser) hold their counts, bytes, errors by kind and
+// latency histograms; the metrics pass promlint.
+func TestEngineCollectorFollowsTraffic(t *testing.T) {
+	tests := []struct {
+		network, transport string
+	}{
+		{"unix", "ipc"},
+		{"tcp", "tcp"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.network, func(t *testing.T) {
+			p := newPair(t, tt.network)
+			const copies, puts, gets, size = 3, 7, 5, 8192
+			traffic(t, p, copies, puts, gets, size)
+
+			reg := prometheus.NewPedanticRegistry()
+			c := metrics.NewEngineCollector(p.a, metrics.ConstLabels(prometheus.Labels{"engine": "a"}))
+			require.NoError(t, reg.Register(c))
+			problems, err := promtest.GatherAndLint(reg)
+			require.NoError(t, err)
+			require.Empty(t, problems)
+
+			srv, err := metrics.Serve("127.0.0.1:0", reg)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, srv.Close()) }()
+
+			for name, fs := range map[string]families{"gathered": gather(t, reg), "scraped": scrape(t, srv.URL())} {
+				t.Run(name, func(t *testing.T) {
+					tr := []string{"transport", tt.transport, "engine", "a"}
+					require.Equal(t, float64(1), fs.value(t, "gxfer_transport_endpoints", tr...))
+					require.Equal(t, float64(puts+gets), fs.value(t, "gxfer_transport_ops_completed_total", tr...))
+					require.Equal(t, float64(1), fs.value(t, "gxfer_transport_ops_failed_total", tr...))
+					require.Equal(t, float64((puts+gets)*size), fs.value(t, "gxfer_transport_bytes_total", tr...))
+					require.Equal(t, float64(1), fs.value(t, "gxfer_transport_op_errors_total", append(tr, "kind", "invalid")...))
+					require.Zero(t, fs.value(t, "gxfer_transport_op_errors_total", append(tr, "kind", "peer")...))
+					h := fs.one(t, "gxfer_transport_op_latency_seconds", tr...).Histogram
+					require.NotNil(t, h)
+					require.Equal(t, uint64(puts+gets+1), h.GetSampleCount())
+					require.Positive(t, h.GetSampleSum())
+					require.NotEmpty(t, h.Bucket)
+					prev := uint64(0)
+					for _, b := range h.Bucket {
+						require.GreaterOrEqual(t, b.GetCumulativeCount(), prev)
+						prev = b.GetCumulativeCount()
+					}
+
+					ep := []string{"transport", tt.transport, "peer", p.ab.Peer()}
+					require.Equal(t, float64(puts+1), fs.value(t, "gxfer_endpoint_puts_total", ep...))
+					require.Equal(t, float64(gets), fs.value(t, "gxfer_endpoint_gets_total", ep...))
+					require.Equal(t, float64(puts+gets), fs.value(t, "gxfer_endpoint_ops_completed_total", ep...))
+					require.Equal(t, float64(1), fs.value(t, "gxfer_endpoint_ops_failed_total", ep...))
+					require.Equal(t, float64(1), fs.value(t, "gxfer_endpoint_op_errors_total", append(ep, "kind", "invalid")...))
+					require.Equal(t, float64((puts+gets)*size), fs.value(t, "gxfer_endpoint_transferred_bytes_total", ep...))
+					if tt.transport == "tcp" {
+						// (the refused Put's frames may have left too)
+						require.GreaterOrEqual(t, fs.value(t, "gxfer_endpoint_sent_bytes_total", ep...), float64(puts*size))
+						require.Equal(t, float64(gets*size), fs.value(t, "gxfer_endpoint_received_bytes_total", ep...))
+					} else {
+						// Puts and Gets over unix are copies through the peer's mapped memory.
+						require.GreaterOrEqual(t, fs.value(t, "gxfer_ipc_cache_misses_total", "engine", "a"), float64(1))
+						require.GreaterOrEqual(t, fs.value(t, "gxfer_ipc_cache_hits_total", "engine", "a"), float64(puts+gets-1), "one import, then hits")
+					}
+					require.GreaterOrEqual(t, fs.value(t, "gxfer_copies_completed_total", "engine", "a"), float64(copies))
+					require.Zero(t, fs.value(t, "gxfer_copies_in_flight", "engine", "a"))
+					require.Zero(t, fs.value(t, "gxfer_copies_failed_total", "engine", "a"))
+					require.NotNil(t, fs.one(t, "gxfer_copy_latency_seconds", "engine", "a").Histogram)
+				})
+			}
+		})
+	}
+}
+
+// TestEngineCollectorEndpointsGoAway: a closed endpoint's series go, the
+// transport's counters stay.
+func TestEngineCollectorEndpointsGoAway(t *testing.T) {
+	p := newPair(t, "tcp")
+	traffic(t, p, 0, 2, 0, 4096)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewEngineCollector(p.a))
+	fs := gather(t, reg)
+	require.Len(t, fs["gxfer_endpoint_puts_total"].Metric, 1)
+	require.NoError(t, p.ab.Close())
+	require.NoError(t, p.ba.Close())
+	fs = gather(t, reg)
+	require.Nil(t, fs["gxfer_endpoint_puts_total"])
+	require.Zero(t, fs.value(t, "gxfer_transport_endpoints", "transport", "tcp"))
+	require.Equal(t, float64(2), fs.value(t, "gxfer_transport_ops_completed_total", "transport", "tcp"))
+}
+
+// TestEngineCollectorSumsSamePeer: two endpoints to the same peer over
+// unix (same transport and peer name) are one series, their sum; the
+// registry accepts the scrape (no duplicate series).
+func TestEngineCollectorSumsSamePeer(t *testing.T) {
+	p := newPair(t, "unix")
+	ctx := context.Background()
+	local, err := p.a.Alloc(4096, engine.Host)
+	require.NoError(t, err)
+	rb, err := p.b.Alloc(4096, engine.Host)
+	require.NoError(t, err)
+	rk, err := rb.Export()
+	require.NoError(t, err)
+	l, err := p.b.Listen("unix", filepath.Join(t.TempDir(), "t.sock"))
+	require.NoError(t, err)
+	defer l.Close()
+	ab2, err := p.a.Dial(ctx, "unix", l.Addr())
+	require.NoError(t, err)
+	ba2, err := l.Accept(ctx)
+	require.NoError(t, err)
+	defer ba2.Close()
+	defer ab2.Close()
+	require.NoError(t, p.ab.PutSync(ctx, local.All(), rk))
+	require.NoError(t, ab2.PutSync(ctx, local.All(), rk))
+	require.NoError(t, ab2.PutSync(ctx, local.All(), rk))
+
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewEngineCollector(p.a))
+	fs := gather(t, reg)
+	peers := map[string]float64{}
+	for _, m := range fs["gxfer_endpoint_puts_total"].Metric {
+		for _, lp := range m.Label {
+			if lp.GetName() == "peer" {
+				peers[lp.GetValue()] += m.Counter.GetValue()
+			}
+		}
+	}
+	var total float64
+	for _, v := range peers {
+		total += v
+	}
+	require.Equal(t, float64(3), total)
+	require.Equal(t, float64(2), fs.value(t, "gxfer_transport_endpoints", "transport", "ipc"))
+}
+
+// TestTwoEnginesOneRegistry: ConstLabels tell two engines' metrics apart.
+func TestTwoEnginesOneRegistry(t *testing.T) {
+	p := newPair(t, "tcp")
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewEngineCollector(p.a, metrics.ConstLabels(prometheus.Labels{"engine": "client"})))
+	reg.MustRegister(metrics.NewEngineCollector(p.b, metrics.ConstLabels(prometheus.Labels{"engine": "server"})))
+	fs := gather(t, reg)
+	require.Equal(t, float64(1), fs.value(t, "gxfer_transport_endpoints", "transport", "tcp", "engine", "client"))
+	require.Equal(t, float64(1), fs.value(t, "gxfer_transport_endpoints", "transport", "tcp", "engine", "server"))
+	// Without distinguishing labels the second registration is refused.
+	plain := prometheus.NewRegistry()
+	plain.MustRegister(metrics.NewEngineCollector(p.a))
+	require.Error(t, plain.Register(metrics.NewEngineCollector(p.b)))
+}

@@ -1,0 +1,71 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Server serves a registry's metrics over HTTP at /metrics (the
+// Prometheus text and protobuf formats, as promhttp negotiates them).
+type Server struct {
+	ln   net.Listener
+	srv  *http.Server
+	done chan struct{}
+	err  error // Serve's error other than ErrServerClosed; read after done
+
+	once     sync.Once
+	closeErr error
+}
+
+// Serve listens on the TCP address addr ("127.0.0.1:9464"; port 0 picks
+// one: see Addr) and serves g at /metrics until Close. Errors of the
+// collectors are reported in the scrape (promhttp.ContinueOnError), a
+// scrape does not fail because one metric could not be read.
+func Serve(addr string, g prometheus.Gatherer) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	s := &Server{ln: ln, done: make(chan struct{}), srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			s.err = err
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// URL is the address of the metrics page ("http://ADDR/metrics").
+func (s *Server) URL() string { return "http://" + s.Addr() + "/metrics" }
+
+// Close stops the server: it stops listening, lets the scrapes in
+// progress finish for up to five seconds, then closes every connection;
+// it returns once the server's goroutines have ended. Idempotent.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.srv.Shutdown(ctx); err != nil {
+			_ = s.srv.Close()
+			s.closeErr = err
+		}
+		<-s.done
+		if s.closeErr == nil {
+			s.closeErr = s.err
+		}
+	})
+	return s.closeErr
+}
