@@ -122,7 +122,9 @@ func (s *Server) stopLocked() error {
 	if s.etcd == nil {
 		return nil
 	}
-	s.relay.close()
+	if s.relay != nil {
+		s.relay.close()
+	}
 	s.etcd.Close()
 	var err error
 	select {
@@ -139,7 +141,7 @@ func (s *Server) stopLocked() error {
 // Restart starts the server again on the same ports and data directory
 // (its keys and leases are back; etcd extends the leases' deadlines by
 // their TTL). It waits until the server serves. A running server is a
-// no-op to Restart.
+// no-op to Restart (use Resume after Pause).
 func (s *Server) Restart() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -184,6 +186,38 @@ func (s *Server) Restart() error {
 	s.etcd, s.relay = e, r
 	return nil
 }
+
+// Pause cuts every client connection and refuses new ones (clients see
+// etcd unreachable) while etcd keeps running: DirectEndpoints still reach
+// it. A no-op if stopped or paused.
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.relay != nil {
+		s.relay.close()
+		s.relay = nil
+	}
+}
+
+// Resume lets clients reach a paused server again.
+func (s *Server) Resume() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.etcd == nil || s.relay != nil {
+		return nil
+	}
+	r, err := startRelay(s.public, s.client)
+	if err != nil {
+		return err
+	}
+	s.relay = r
+	return nil
+}
+
+// DirectEndpoints reach etcd itself, bypassing the relay (and so Pause):
+// for a test's own client that must act while the clients under test are
+// cut off.
+func (s *Server) DirectEndpoints() []string { return []string{"http://" + s.client} }
 
 // Close stops the server and removes its data directory if Start made it.
 // Idempotent.

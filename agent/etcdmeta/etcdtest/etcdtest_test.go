@@ -69,3 +69,35 @@ func TestStartOwnDirRemoved(t *testing.T) {
 	require.True(t, os.IsNotExist(err), "Close removes the directory Start made: %v", err)
 	require.Error(t, s.Restart(), "a closed server does not restart")
 }
+
+func TestPauseResume(t *testing.T) {
+	s := New(t)
+	c := client(t, s)
+	direct, err := clientv3.New(clientv3.Config{Endpoints: s.DirectEndpoints(), DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	defer direct.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = c.Put(ctx, "k", "v1")
+	require.NoError(t, err)
+
+	s.Pause()
+	s.Pause()
+	require.True(t, s.Running())
+	short, cancel2 := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = c.Get(short, "k")
+	cancel2()
+	require.Error(t, err, "paused: unreachable through the relay")
+	_, err = direct.Put(ctx, "k", "v2")
+	require.NoError(t, err, "paused: reachable directly")
+
+	require.NoError(t, s.Resume())
+	require.NoError(t, s.Resume())
+	r, err := c.Get(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, "v2", string(r.Kvs[0].Value))
+	s.Pause()
+	require.NoError(t, s.Stop(), "Stop of a paused server")
+	require.NoError(t, s.Resume(), "Resume of a stopped server is a no-op")
+	require.False(t, s.Running())
+}

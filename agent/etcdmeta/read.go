@@ -1,0 +1,105 @@
+package etcdmeta
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/gxfer/gxfer/agent/meta"
+)
+
+// Lookup returns the live record of the named agent: an error matching
+// meta.ErrNotFound if there is none (or only a malformed value),
+// meta.ErrUnavailable if etcd did not answer.
+func (s *Store) Lookup(ctx context.Context, name string) (meta.Metadata, error) {
+	if s.isClosed() {
+		return meta.Metadata{}, ErrClosed
+	}
+	if name == "" {
+		return meta.Metadata{}, fmt.Errorf("%w: empty name", meta.ErrNotFound)
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	s.stats.lookups.Add(1)
+	s.stats.requests.Add(1)
+	resp, err := s.cli.Get(rctx, s.key(name))
+	if err != nil {
+		return meta.Metadata{}, s.unavailable(fmt.Sprintf("lookup %q", name), err)
+	}
+	st := readState{rev: resp.Header.Revision}
+	if len(resp.Kvs) == 1 {
+		kv := resp.Kvs[0]
+		if m, ok := s.decode(string(kv.Key), kv.Value); ok {
+			st.present, st.modRev, st.meta = true, kv.ModRevision, m
+		}
+	}
+	s.noteRead(name, st)
+	if !st.present {
+		return meta.Metadata{}, fmt.Errorf("%w: %q", meta.ErrNotFound, name)
+	}
+	return st.meta, nil
+}
+
+// List returns every live record, sorted by name (malformed values are
+// skipped).
+func (s *Store) List(ctx context.Context) ([]meta.Metadata, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	s.stats.lists.Add(1)
+	s.stats.requests.Add(1)
+	resp, err := s.cli.Get(rctx, s.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, s.unavailable("list", err)
+	}
+	rev := resp.Header.Revision
+	out := make([]meta.Metadata, 0, len(resp.Kvs))
+	found := map[string]readState{}
+	for _, kv := range resp.Kvs {
+		key := string(kv.Key)
+		m, ok := s.decode(key, kv.Value)
+		if ok {
+			out = append(out, m)
+		}
+		found[strings.TrimPrefix(key, s.cfg.Prefix)] = readState{rev: rev, present: ok, modRev: kv.ModRevision, meta: m}
+	}
+	// The read covers every name: those the store knows and did not find
+	// are absent at rev.
+	s.mu.Lock()
+	for name := range s.seen {
+		if _, ok := found[name]; !ok {
+			found[name] = readState{rev: rev}
+		}
+	}
+	for name, st := range found {
+		s.noteReadLocked(name, st)
+	}
+	s.mu.Unlock()
+	return out, nil
+}
+
+// noteRead records a read of name, unless the store knows a later one.
+func (s *Store) noteRead(name string, st readState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noteReadLocked(name, st)
+}
+
+func (s *Store) noteReadLocked(name string, st readState) {
+	if old, ok := s.seen[name]; ok && old.rev >= st.rev {
+		return
+	}
+	s.seen[name] = st
+}
+
+// lastRead returns the store's last read of name, if any.
+func (s *Store) lastRead(name string) (readState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.seen[name]
+	return st, ok
+}
