@@ -88,6 +88,11 @@ type Config struct {
 	// this agent's record to drop it (close their connection) before it
 	// closes those connections itself. Default 5 s.
 	InvalidateWait time.Duration
+	// MaxInFlight bounds the Puts and Gets in flight to one peer (the
+	// engine serves at most 64 requests of one endpoint at once and
+	// refuses more); the rest of a transfer is issued as they complete.
+	// Default 48, at most 64.
+	MaxInFlight int
 	// StoreTimeout bounds the Store calls the agent makes without a
 	// caller's context (Publish, Withdraw, Close). Default 10 s.
 	StoreTimeout time.Duration
@@ -115,6 +120,7 @@ type Agent struct {
 	resolving map[string]*resolve // lookups in progress
 	addrs     map[string]string   // side-channel addresses by name (Connect)
 	inbound   map[*inbound]struct{}
+	watches   map[string]func() // store watches by peer name
 
 	wg    sync.WaitGroup
 	stats counters
@@ -141,6 +147,10 @@ func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
 	if cfg.InvalidateWait <= 0 {
 		cfg.InvalidateWait = 5 * time.Second
 	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 48
+	}
+	cfg.MaxInFlight = min(cfg.MaxInFlight, 64)
 	if cfg.StoreTimeout <= 0 {
 		cfg.StoreTimeout = 10 * time.Second
 	}
@@ -161,6 +171,7 @@ func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
 		resolving: map[string]*resolve{},
 		addrs:     map[string]string{},
 		inbound:   map[*inbound]struct{}{},
+		watches:   map[string]func(){},
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.md = meta.Metadata{Name: cfg.Name, Incarnation: inc, Version: 1}
@@ -372,8 +383,17 @@ func (a *Agent) Close() error {
 	for in := range a.inbound {
 		ins = append(ins, in)
 	}
+	var stops []func()
+	for _, stop := range a.watches {
+		if stop != nil {
+			stops = append(stops, stop)
+		}
+	}
 	a.mu.Unlock()
 	a.cancel()
+	for _, stop := range stops {
+		stop()
+	}
 	var errs []error
 	for _, l := range a.listeners {
 		errs = append(errs, l.Close())

@@ -22,13 +22,16 @@ type Peer struct {
 	md   meta.Metadata
 	keys map[string]peerSection
 
-	mu        sync.Mutex
-	ep        *engine.Endpoint
-	dialing   chan struct{} // closed when the dial in progress ends
-	dialErr   error
-	deadErr   error
-	dead      chan struct{}
-	stopWatch func()
+	mu      sync.Mutex
+	ep      *engine.Endpoint
+	dialing chan struct{} // closed when the dial in progress ends
+	dialErr error
+	deadErr error
+	dead    chan struct{}
+	// window bounds the Puts and Gets in flight to the peer (an
+	// engine endpoint serves a bounded number of requests at once and
+	// refuses more).
+	window chan struct{}
 }
 
 type peerSection struct {
@@ -48,7 +51,8 @@ type resolve struct {
 }
 
 func (a *Agent) newPeer(md meta.Metadata) *Peer {
-	p := &Peer{a: a, md: md, keys: make(map[string]peerSection, len(md.Sections)), dead: make(chan struct{})}
+	p := &Peer{a: a, md: md, keys: make(map[string]peerSection, len(md.Sections)), dead: make(chan struct{}),
+		window: make(chan struct{}, a.cfg.MaxInFlight)}
 	for _, s := range md.Sections {
 		ps := peerSection{s: s}
 		ps.key, ps.err = engine.ParseRemoteKey(s.Key)
@@ -178,6 +182,7 @@ func ctxErr(ctx context.Context) error {
 // lookup finds the named agent's record and caches a peer for it.
 func (a *Agent) lookup(ctx context.Context, name, addr string) (*Peer, error) {
 	if a.store != nil {
+		a.watch(name)
 		a.stats.storeLookups.Add(1)
 		md, err := a.store.Lookup(ctx, name)
 		if err != nil {
@@ -186,9 +191,7 @@ func (a *Agent) lookup(ctx context.Context, name, addr string) (*Peer, error) {
 		if md.Name != name || md.Incarnation == 0 {
 			return nil, fmt.Errorf("agent %s: lookup %q: %w: record of %q, incarnation %d", a.cfg.Name, name, meta.ErrMalformed, md.Name, md.Incarnation)
 		}
-		p := a.newPeer(md)
-		p.stopWatch = a.store.Watch(name, p.watch)
-		return a.install(p, nil)
+		return a.install(a.newPeer(md), nil)
 	}
 	if addr == "" {
 		return nil, fmt.Errorf("agent %s: %q: %w (no store, and no address: Connect to it first)", a.cfg.Name, name, meta.ErrNotFound)
@@ -220,9 +223,6 @@ func (a *Agent) install(p *Peer, ep *engine.Endpoint) (*Peer, error) {
 	if old != nil && old.md.Incarnation == p.md.Incarnation && old.md.Version >= p.md.Version {
 		a.mu.Unlock()
 		// Already cached as current (a concurrent Connect).
-		if p.stopWatch != nil {
-			p.stopWatch()
-		}
 		if ep != nil {
 			ep.Close()
 		}
@@ -252,8 +252,40 @@ func (a *Agent) install(p *Peer, ep *engine.Endpoint) (*Peer, error) {
 	return p, nil
 }
 
-// watch takes the store's events about the peer's name.
-func (p *Peer) watch(ev meta.Event) {
+// watch watches the named agent's record in the store, once per name for
+// the agent's life (a peer dropped and found again is watched by the same
+// watch): events go to the name's cached peer.
+func (a *Agent) watch(name string) {
+	a.mu.Lock()
+	if _, ok := a.watches[name]; ok || a.closed {
+		a.mu.Unlock()
+		return
+	}
+	a.watches[name] = nil // being started
+	a.mu.Unlock()
+	stop := a.store.Watch(name, a.event)
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		stop()
+		return
+	}
+	a.watches[name] = stop
+	a.mu.Unlock()
+}
+
+// event takes one event of the store.
+func (a *Agent) event(ev meta.Event) {
+	a.mu.Lock()
+	p := a.peers[ev.Name]
+	a.mu.Unlock()
+	if p != nil {
+		p.event(ev)
+	}
+}
+
+// event drops the peer if ev says its record is stale.
+func (p *Peer) event(ev meta.Event) {
 	switch {
 	case ev.Kind == meta.Gone && (ev.Meta.Incarnation == 0 || ev.Meta.Incarnation == p.md.Incarnation):
 		p.invalidate(fmt.Errorf("%w: its record left the store", engine.ErrPeer))
@@ -275,7 +307,6 @@ func (p *Peer) invalidate(cause error) {
 	}
 	p.deadErr = &PeerError{Name: p.md.Name, Incarnation: p.md.Incarnation, Err: cause}
 	ep := p.ep
-	stop := p.stopWatch
 	close(p.dead)
 	p.mu.Unlock()
 	a.mu.Lock()
@@ -285,14 +316,6 @@ func (p *Peer) invalidate(cause error) {
 	a.mu.Unlock()
 	a.stats.invalidations.Add(1)
 	a.log.Debug().Str("peer", p.md.Name).Uint64("incarnation", p.md.Incarnation).Err(cause).Msg("peer dropped")
-	if stop != nil {
-		// The store may be calling p.watch: stop in the background.
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			stop()
-		}()
-	}
 	if ep != nil {
 		ep.Close()
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/gxfer/gxfer/engine"
 )
@@ -33,6 +34,8 @@ type Prepared struct {
 	base    []int32
 	baseKey []engine.RemoteKey
 	roff    []int
+	// runs recycles the run lists of finished posts.
+	runs sync.Pool
 }
 
 // Prepare checks the pairs (local[i], remote[i]) against the named peer's
@@ -150,7 +153,20 @@ func (x *Prepared) post(ctx context.Context, write bool, idx []int, opts []XferO
 		}
 		return xf
 	}
-	return p.post(ctx, write, nd, runs, &cfg)
+	return p.post(ctx, write, nd, runs, &cfg, x.recycle)
+}
+
+// recycle takes back the run list of a finished post.
+func (x *Prepared) recycle(runs []run) {
+	clear(runs) // drop the futures and merged keys
+	runs = runs[:0]
+	x.runs.Put(&runs)
+}
+
+// merged is the slice and key of a run of several prepared descriptors.
+type merged struct {
+	local engine.Slice
+	key   engine.RemoteKey
 }
 
 // plan turns the indices into coalesced runs (the work a post does before
@@ -162,7 +178,12 @@ func (x *Prepared) plan(idx []int, nd int) ([]run, error) {
 		}
 		return idx[k]
 	}
-	runs := make([]run, 0, nd)
+	var runs []run
+	if rp, _ := x.runs.Get().(*[]run); rp != nil && cap(*rp) >= nd {
+		runs = (*rp)[:0]
+	} else {
+		runs = make([]run, 0, max(nd, len(x.local)))
+	}
 	for k := 0; k < nd; {
 		i := at(k)
 		if i < 0 || i >= len(x.local) {
@@ -178,17 +199,18 @@ func (x *Prepared) plan(idx []int, nd int) ([]run, error) {
 			last = nx
 			j++
 		}
-		r := run{first: k, n: j - k}
+		runs = runs[:len(runs)+1]
+		r := &runs[len(runs)-1]
+		r.first, r.n, r.fut = int32(k), int32(j-k), nil
 		if last == i {
-			r.local, r.key = x.local[i], &x.keys[i]
+			r.local, r.key = &x.local[i], &x.keys[i]
 		} else {
 			n := x.local[last].Offset() + x.local[last].Len() - x.local[i].Offset()
-			r.local = x.local[i].Buffer().Slice(x.local[i].Offset(), n)
+			m := &merged{local: x.local[i].Buffer().Slice(x.local[i].Offset(), n)}
 			b := x.base[i]
-			k := x.baseKey[b].Slice(x.roff[i]-x.roff[b], n)
-			r.key = &k
+			m.key = x.baseKey[b].Slice(x.roff[i]-x.roff[b], n)
+			r.local, r.key = &m.local, &m.key
 		}
-		runs = append(runs, r)
 		k = j
 	}
 	return runs, nil

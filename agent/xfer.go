@@ -110,8 +110,8 @@ func failedXfer(n int, err error) *Xfer {
 
 // run is one engine operation: descriptors [first, first+n) coalesced.
 type run struct {
-	first, n int
-	local    engine.Slice
+	first, n int32
+	local    *engine.Slice
 	key      *engine.RemoteKey // the prepared key, or one made for the run
 	fut      *engine.Future
 }
@@ -192,33 +192,18 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 	if len(descs) == 0 && !cfg.hasNotify {
 		return a.failed(0, invalid("no descriptors"))
 	}
-	// Check every descriptor and coalesce neighbours.
+	// Check every descriptor and find the runs of neighbours.
+	type span struct {
+		first, n   int
+		loff, roff int
+		bytes      int
+		key        *engine.RemoteKey // the section's
+	}
 	var (
-		runs     = make([]run, 0, len(descs))
-		keys     = make([]engine.RemoteKey, len(descs)) // one per run at most
+		spans    = make([]span, 0, min(len(descs), 256))
 		sec      peerSection
 		lastName string
-		cur      struct {
-			buf        *engine.Buffer
-			loff, roff int
-			n          int
-			sec        string
-			key        engine.RemoteKey
-		}
 	)
-	flush := func() {
-		if len(runs) == 0 || cur.buf == nil {
-			return
-		}
-		r := &runs[len(runs)-1]
-		if r.n == 1 {
-			r.local = descs[r.first].Local
-		} else {
-			r.local = cur.buf.Slice(cur.loff, cur.n)
-		}
-		keys[len(runs)-1] = cur.key.Slice(cur.roff, cur.n)
-		r.key = &keys[len(runs)-1]
-	}
 	for i := range descs {
 		d := &descs[i]
 		if err := p.check(i, d, &sec, &lastName); err != nil {
@@ -231,19 +216,34 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 			a.stats.countErr(err)
 			return x
 		}
-		n := d.Local.Len()
-		buf, loff := d.Local.Buffer(), d.Local.Offset()
-		if cur.buf == buf && cur.sec == d.Section && cur.loff+cur.n == loff && cur.roff+cur.n == d.Off {
-			cur.n += n
-			runs[len(runs)-1].n++
-			continue
+		n, loff := d.Local.Len(), d.Local.Offset()
+		if k := len(spans) - 1; k >= 0 {
+			c := &spans[k]
+			prev := &descs[c.first]
+			if prev.Local.Buffer() == d.Local.Buffer() && prev.Section == d.Section &&
+				c.loff+c.bytes == loff && c.roff+c.bytes == d.Off {
+				c.n++
+				c.bytes += n
+				continue
+			}
 		}
-		flush()
-		runs = append(runs, run{first: i, n: 1})
-		cur.buf, cur.loff, cur.roff, cur.n, cur.sec, cur.key = buf, loff, d.Off, n, d.Section, sec.key
+		ps := p.keys[d.Section]
+		spans = append(spans, span{first: i, n: 1, loff: loff, roff: d.Off, bytes: n, key: &ps.key})
 	}
-	flush()
-	return p.post(ctx, write, len(descs), runs, &cfg)
+	// The runs own their slices and keys (descs is the caller's).
+	runs := make([]run, len(spans))
+	locals := make([]engine.Slice, len(spans))
+	keys := make([]engine.RemoteKey, len(spans))
+	for k, c := range spans {
+		if c.n == 1 {
+			locals[k] = descs[c.first].Local
+		} else {
+			locals[k] = descs[c.first].Local.Buffer().Slice(c.loff, c.bytes)
+		}
+		keys[k] = c.key.Slice(c.roff, c.bytes)
+		runs[k] = run{first: int32(c.first), n: int32(c.n), local: &locals[k], key: &keys[k]}
+	}
+	return p.post(ctx, write, len(descs), runs, &cfg, nil)
 }
 
 func (a *Agent) failed(n int, err error) *Xfer {
@@ -251,11 +251,16 @@ func (a *Agent) failed(n int, err error) *Xfer {
 	return failedXfer(n, err)
 }
 
-// post issues the runs and returns their Xfer.
-func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg *xferConfig) *Xfer {
+// post issues the runs and returns their Xfer: as many runs as the peer's
+// window has room for are issued here, the rest by the Xfer's goroutine as
+// earlier ones complete.
+func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg *xferConfig, recycle func([]run)) *Xfer {
 	a := p.a
 	ep, err := p.conn(ctx)
 	if err != nil {
+		if recycle != nil {
+			recycle(runs)
+		}
 		return a.failed(nDesc, err)
 	}
 	if write {
@@ -267,33 +272,96 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 	}
 	a.stats.descs.Add(uint64(nDesc))
 	a.stats.inFlight.Add(1)
-	for i := range runs {
-		r := &runs[i]
-		if err := r.key.Err(); err != nil {
-			r.fut = engine.ResolvedFuture(err)
-		} else if write {
-			r.fut = ep.Put(ctx, r.local, *r.key, cfg.ops...)
-		} else {
-			r.fut = ep.Get(ctx, r.local, *r.key, cfg.ops...)
-		}
-	}
-	x := &Xfer{done: make(chan struct{}), nDesc: nDesc}
-	var notify []byte
+	w := &xferWork{p: p, ep: ep, ctx: ctx, write: write, runs: runs, ops: cfg.ops, recycle: recycle,
+		x: &Xfer{done: make(chan struct{}), nDesc: nDesc}}
 	if cfg.hasNotify {
-		notify = encodeNotify(cfg.notify)
+		w.notify = encodeNotify(cfg.notify)
 	}
-	go p.complete(ctx, ep, x, runs, notify)
-	return x
+	for w.issued < len(runs) {
+		select {
+		case p.window <- struct{}{}:
+			w.issue()
+			continue
+		default:
+		}
+		break
+	}
+	go w.complete()
+	return w.x
 }
 
-// complete waits for the runs of x, then sends its notification.
-func (p *Peer) complete(ctx context.Context, ep *engine.Endpoint, x *Xfer, runs []run, notify []byte) {
-	a := p.a
+// xferWork is an Xfer in progress.
+type xferWork struct {
+	p      *Peer
+	ep     *engine.Endpoint
+	ctx    context.Context
+	write  bool
+	runs   []run
+	ops    []engine.OpOption
+	notify []byte
+	x      *Xfer
+	// recycle, if set, takes the runs back once done.
+	recycle func([]run)
+	issued  int // runs issued
+	slotted int // runs issued holding a slot of the peer's window
+	oldest  int // runs whose completion was taken (slot released)
+}
+
+// issue issues the next run; the caller took a slot of the window for it.
+func (w *xferWork) issue() {
+	r := &w.runs[w.issued]
+	w.issued++
+	w.slotted++
+	switch err := r.key.Err(); {
+	case err != nil:
+		r.fut = engine.ResolvedFuture(err)
+	case w.write:
+		r.fut = w.ep.Put(w.ctx, *r.local, *r.key, w.ops...)
+	default:
+		r.fut = w.ep.Get(w.ctx, *r.local, *r.key, w.ops...)
+	}
+}
+
+// retire waits for the oldest issued run and releases its slot.
+func (w *xferWork) retire() {
+	<-w.runs[w.oldest].fut.Done()
+	w.oldest++
+	<-w.p.window
+}
+
+// complete issues the runs left (waiting for room in the window: its own
+// runs' completions, or other Xfers'), waits for all, then sends the
+// notification.
+func (w *xferWork) complete() {
+	p, a, x := w.p, w.p.a, w.x
 	defer a.stats.inFlight.Add(-1)
+	for w.issued < len(w.runs) {
+		select {
+		case p.window <- struct{}{}:
+			w.issue()
+			continue
+		default:
+		}
+		if w.oldest < w.slotted {
+			w.retire()
+			continue
+		}
+		select {
+		case p.window <- struct{}{}:
+			w.issue()
+		case <-w.ctx.Done():
+			err := ctxErr(w.ctx)
+			for ; w.issued < len(w.runs); w.issued++ {
+				w.runs[w.issued].fut = engine.ResolvedFuture(err)
+			}
+		}
+	}
+	for w.oldest < w.slotted {
+		w.retire()
+	}
 	var bytes uint64
-	for i := range runs {
-		r := &runs[i]
-		<-r.fut.Done()
+	for i := range w.runs {
+		r := &w.runs[i]
 		err := r.fut.Err()
 		if err == nil {
 			// A peer dropped while the run was in flight fails it,
@@ -314,21 +382,25 @@ func (p *Peer) complete(ctx context.Context, ep *engine.Endpoint, x *Xfer, runs 
 			x.errs = make([]error, x.nDesc)
 		}
 		for j := r.first; j < r.first+r.n; j++ {
-			x.errs[j] = &DescError{Index: j, Err: err}
+			x.errs[j] = &DescError{Index: int(j), Err: err}
 			a.stats.countErr(err)
 		}
 	}
 	a.stats.bytes.Add(bytes)
+	if w.recycle != nil {
+		w.recycle(w.runs)
+		w.runs = nil
+	}
 	for _, e := range x.errs {
 		if e != nil {
 			x.err = e
 			break
 		}
 	}
-	if notify != nil {
+	if w.notify != nil {
 		if x.err != nil {
 			x.err = fmt.Errorf("%w (the notification was not sent)", x.err)
-		} else if err := p.send(ctx, ep, notify); err != nil {
+		} else if err := p.send(w.ctx, w.ep, w.notify); err != nil {
 			x.err = fmt.Errorf("agent: notification: %w", err)
 			a.stats.countErr(err)
 		}
