@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,28 +70,40 @@ func TestConnectSideChannel(t *testing.T) {
 }
 
 // TestConcurrentFirstUse: concurrent first transfers to a peer share one
-// dial.
+// dial (the record was fetched over TCP; the peer is on this node, so the
+// connection kept is dialed to its socket on first use).
 func TestConcurrentFirstUse(t *testing.T) {
 	ctx := testCtx(t)
 	ea, eb := newEngine(t), newEngine(t)
 	a := newAgent(t, ea, "a", agentOpts{})
-	b := newAgent(t, eb, "b", agentOpts{tcp: true})
+	b := newAgent(t, eb, "b", agentOpts{unix: true, tcp: true})
 	dst := alloc(t, eb, 64<<10, engine.Host)
 	require.NoError(t, b.Publish("dst", dst.All()))
 	src := alloc(t, ea, 64<<10, engine.Host)
+	copy(src.Bytes(), pattern(64<<10, 3))
 	_, err := a.Connect(ctx, b.Metadata().TCP)
 	require.NoError(t, err)
+	require.Equal(t, 0, a.Stats().Outbound)
 	dials := a.Stats().Dials
 	xs := make([]*Xfer, 16)
+	var wg sync.WaitGroup
 	for i := range xs {
-		xs[i] = a.Write(ctx, "b", []Desc{{Local: src.Slice(i*4096, 4096), Section: "dst", Off: i * 4096}})
+		wg.Go(func() {
+			xs[i] = a.Write(ctx, "b", []Desc{{Local: src.Slice(i*4096, 4096), Section: "dst", Off: i * 4096}})
+		})
 	}
+	wg.Wait()
 	for _, x := range xs {
 		require.NoError(t, x.Wait(ctx))
 	}
 	st := a.Stats()
 	require.Equal(t, dials+1, st.Dials, "one dial for 16 first uses")
 	require.Equal(t, 1, st.Outbound)
+	p, err := a.Peer(ctx, "b")
+	require.NoError(t, err)
+	tr, _ := p.Transport()
+	require.Equal(t, engine.TransportIPC, tr)
+	require.Equal(t, dst.Bytes(), src.Bytes())
 }
 
 // layout is a scattered descriptor list: block i of local goes to

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/gxfer/gxfer/engine"
 )
@@ -277,18 +279,34 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 	if cfg.hasNotify {
 		w.notify = encodeNotify(cfg.notify)
 	}
-	for w.issued < len(runs) {
-		select {
-		case p.window <- struct{}{}:
-			w.issue()
-			continue
-		default:
+	if len(runs) <= syncRuns {
+		// A short list: issue here what the window has room for (the
+		// first byte moves before Write returns).
+		for w.issued < len(runs) {
+			select {
+			case p.window <- struct{}{}:
+				w.issue(w.issued)
+				w.issued++
+				continue
+			default:
+			}
+			break
 		}
-		break
 	}
 	go w.complete()
 	return w.x
 }
+
+const (
+	// syncRuns: lists of up to this many runs are issued by the caller
+	// as far as the window allows; longer ones by issuers.
+	syncRuns = 8
+	// parallelRuns: lists of this many runs or more are issued by
+	// several goroutines (copies into a peer's mapped memory run in the
+	// issuing goroutine: several use several cores).
+	parallelRuns = 32
+	maxIssuers   = 4
+)
 
 // xferWork is an Xfer in progress.
 type xferWork struct {
@@ -302,16 +320,12 @@ type xferWork struct {
 	x      *Xfer
 	// recycle, if set, takes the runs back once done.
 	recycle func([]run)
-	issued  int // runs issued
-	slotted int // runs issued holding a slot of the peer's window
-	oldest  int // runs whose completion was taken (slot released)
+	issued  int // runs post issued (each holding a slot of the window)
 }
 
-// issue issues the next run; the caller took a slot of the window for it.
-func (w *xferWork) issue() {
-	r := &w.runs[w.issued]
-	w.issued++
-	w.slotted++
+// issue issues run i; the caller took a slot of the window for it.
+func (w *xferWork) issue(i int) {
+	r := &w.runs[i]
 	switch err := r.key.Err(); {
 	case err != nil:
 		r.fut = engine.ResolvedFuture(err)
@@ -322,42 +336,63 @@ func (w *xferWork) issue() {
 	}
 }
 
-// retire waits for the oldest issued run and releases its slot.
-func (w *xferWork) retire() {
-	<-w.runs[w.oldest].fut.Done()
-	w.oldest++
-	<-w.p.window
+// issueEvery issues runs start, start+stride, ... (those before from were
+// issued already), each within a slot of the peer's window: when there is
+// no room, it waits for its own oldest run in flight to release one, or,
+// with none, for other Xfers' runs. It returns once its runs are done.
+func (w *xferWork) issueEvery(start, stride, from int) {
+	window := w.p.window
+	oldest, end := start, len(w.runs)
+	for i := from; i < end; i += stride {
+		for acquired := false; !acquired; {
+			select {
+			case window <- struct{}{}:
+				acquired = true
+				continue
+			default:
+			}
+			if oldest < i {
+				<-w.runs[oldest].fut.Done()
+				<-window
+				oldest += stride
+				continue
+			}
+			select {
+			case window <- struct{}{}:
+				acquired = true
+			case <-w.ctx.Done():
+				err := ctxErr(w.ctx)
+				for j := i; j < len(w.runs); j += stride {
+					w.runs[j].fut = engine.ResolvedFuture(err)
+				}
+				end = i
+				acquired = true
+			}
+		}
+		if i < end {
+			w.issue(i)
+		}
+	}
+	for ; oldest < end; oldest += stride {
+		<-w.runs[oldest].fut.Done()
+		<-window
+	}
 }
 
-// complete issues the runs left (waiting for room in the window: its own
-// runs' completions, or other Xfers'), waits for all, then sends the
+// complete issues the runs left, waits for all, then sends the
 // notification.
 func (w *xferWork) complete() {
 	p, a, x := w.p, w.p.a, w.x
 	defer a.stats.inFlight.Add(-1)
-	for w.issued < len(w.runs) {
-		select {
-		case p.window <- struct{}{}:
-			w.issue()
-			continue
-		default:
+	if n := len(w.runs) - w.issued; n < parallelRuns {
+		w.issueEvery(0, 1, w.issued)
+	} else {
+		k := min(runtime.GOMAXPROCS(0), maxIssuers)
+		var wg sync.WaitGroup
+		for id := range k {
+			wg.Go(func() { w.issueEvery(id, k, id) })
 		}
-		if w.oldest < w.slotted {
-			w.retire()
-			continue
-		}
-		select {
-		case p.window <- struct{}{}:
-			w.issue()
-		case <-w.ctx.Done():
-			err := ctxErr(w.ctx)
-			for ; w.issued < len(w.runs); w.issued++ {
-				w.runs[w.issued].fut = engine.ResolvedFuture(err)
-			}
-		}
-	}
-	for w.oldest < w.slotted {
-		w.retire()
+		wg.Wait()
 	}
 	var bytes uint64
 	for i := range w.runs {
