@@ -39,7 +39,10 @@ import (
 //	endpoint_sent_bytes_total{transport,peer}, endpoint_received_bytes_total{transport,peer},
 //	endpoint_served_total{transport,peer}, endpoint_lanes{transport,peer},
 //	endpoint_rdma_ops_total{transport,peer,path} (path: zero_copy, staged, delegated, served),
-//	endpoint_nic_work_requests_total{transport,peer,nic}
+//	endpoint_nic_work_requests_total{transport,peer,nic},
+//	endpoint_messages_sent_total{transport,peer}, endpoint_messages_received_total{transport,peer},
+//	endpoint_message_sent_bytes_total{transport,peer}, endpoint_message_received_bytes_total{transport,peer}
+//	  (Endpoint.Send and Recv)
 //
 // Copies are what engine.Stats counts (Copy, batches, bindings, the copies
 // of Puts and Gets through a peer's mapped memory); transport_* and
@@ -62,6 +65,7 @@ type EngineCollector struct {
 
 	epPuts, epGets, epCompleted, epFailed, epErrs, epBytes metric
 	epSent, epRecv, epServed, epLanes, epRDMA, epNICWRs    metric
+	epMsgsOut, epMsgsIn, epMsgBytesOut, epMsgBytesIn       metric
 }
 
 var _ prometheus.Collector = (*EngineCollector)(nil)
@@ -125,6 +129,10 @@ func NewEngineCollector(e *engine.Engine, opts ...Option) *EngineCollector {
 	c.epLanes = f.gauge("endpoint_lanes", "Connections of the endpoint.", ep...)
 	c.epRDMA = f.counter("endpoint_rdma_ops_total", "RDMA Puts and Gets by path: zero_copy, staged, delegated (the peer moved the data); served: the peer's delegated requests.", "transport", "peer", "path")
 	c.epNICWRs = f.counter("endpoint_nic_work_requests_total", "Work requests posted on the endpoint's queue pair of each NIC.", "transport", "peer", "nic")
+	c.epMsgsOut = f.counter("endpoint_messages_sent_total", "Messages sent to the peer (Endpoint.Send).", ep...)
+	c.epMsgsIn = f.counter("endpoint_messages_received_total", "Messages that arrived from the peer, taken by Recv or not yet.", ep...)
+	c.epMsgBytesOut = f.counter("endpoint_message_sent_bytes_total", "Bytes of the messages sent to the peer.", ep...)
+	c.epMsgBytesIn = f.counter("endpoint_message_received_bytes_total", "Bytes of the messages that arrived from the peer.", ep...)
 	return c
 }
 
@@ -201,6 +209,7 @@ type epSum struct {
 	puts, gets, completed, failed, bytes, sent, recv, served uint64
 	lanes                                                    int
 	zeroCopy, staged, delegated, servedRDMA                  uint64
+	msgsOut, msgsIn, msgBytesOut, msgBytesIn                 uint64
 	errs                                                     map[string]uint64
 	nicWRs                                                   []uint64
 }
@@ -229,6 +238,10 @@ func (c *EngineCollector) endpoints(ch chan<- prometheus.Metric, eps []engine.En
 		s.staged += es.Staged
 		s.delegated += es.Delegated
 		s.servedRDMA += es.ServedRDMA
+		s.msgsOut += es.MsgsOut
+		s.msgsIn += es.MsgsIn
+		s.msgBytesOut += es.MsgBytesOut
+		s.msgBytesIn += es.MsgBytesIn
 		for _, ec := range es.Ops.Errors {
 			if ec.Count > 0 {
 				s.errs[ec.Kind] += ec.Count
@@ -253,6 +266,10 @@ func (c *EngineCollector) endpoints(ch chan<- prometheus.Metric, eps []engine.En
 		emit(ch, c.epRecv, float64(s.recv), l...)
 		emit(ch, c.epServed, float64(s.served), l...)
 		emit(ch, c.epLanes, float64(s.lanes), l...)
+		emit(ch, c.epMsgsOut, float64(s.msgsOut), l...)
+		emit(ch, c.epMsgsIn, float64(s.msgsIn), l...)
+		emit(ch, c.epMsgBytesOut, float64(s.msgBytesOut), l...)
+		emit(ch, c.epMsgBytesIn, float64(s.msgBytesIn), l...)
 		for kind, n := range s.errs {
 			emit(ch, c.epErrs, float64(n), k.transport, k.peer, kind)
 		}

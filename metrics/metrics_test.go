@@ -308,3 +308,34 @@ func TestTwoEnginesOneRegistry(t *testing.T) {
 	plain.MustRegister(metrics.NewEngineCollector(p.a))
 	require.Error(t, plain.Register(metrics.NewEngineCollector(p.b)))
 }
+
+// TestEngineCollectorMessages: Endpoint.Send and Recv are counted on both
+// sides, over unix and tcp.
+func TestEngineCollectorMessages(t *testing.T) {
+	for _, tt := range []struct{ network, transport string }{{"unix", "ipc"}, {"tcp", "tcp"}} {
+		t.Run(tt.network, func(t *testing.T) {
+			p := newPair(t, tt.network)
+			ctx := context.Background()
+			const n = 6
+			for i := range n {
+				require.NoError(t, p.ab.Send(ctx, make([]byte, 100+i)))
+			}
+			for range n {
+				_, err := p.ba.Recv(ctx)
+				require.NoError(t, err)
+			}
+			ra, rb := prometheus.NewPedanticRegistry(), prometheus.NewPedanticRegistry()
+			ra.MustRegister(metrics.NewEngineCollector(p.a))
+			rb.MustRegister(metrics.NewEngineCollector(p.b))
+			fa, fb := gather(t, ra), gather(t, rb)
+			ea := []string{"transport", tt.transport, "peer", p.ab.Peer()}
+			eb := []string{"transport", tt.transport, "peer", p.ba.Peer()}
+			const bytes = n*100 + 0 + 1 + 2 + 3 + 4 + 5
+			require.Equal(t, float64(n), fa.value(t, "gxfer_endpoint_messages_sent_total", ea...))
+			require.Equal(t, float64(bytes), fa.value(t, "gxfer_endpoint_message_sent_bytes_total", ea...))
+			require.Zero(t, fa.value(t, "gxfer_endpoint_messages_received_total", ea...))
+			require.Equal(t, float64(n), fb.value(t, "gxfer_endpoint_messages_received_total", eb...))
+			require.Equal(t, float64(bytes), fb.value(t, "gxfer_endpoint_message_received_bytes_total", eb...))
+		})
+	}
+}

@@ -99,6 +99,10 @@ type Config struct {
 	Progress      func(string)
 	ProgressEvery time.Duration
 	Logger        zerolog.Logger
+	// OnEngine, if set, is called with this process's engine once it is
+	// open, before the load starts (e.g. to register a metrics collector
+	// of it); the engine is closed before Run returns.
+	OnEngine func(*engine.Engine)
 }
 
 func (c *Config) defaults() error {

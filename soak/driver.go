@@ -79,6 +79,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			_ = d.e.Close()
 		}
 	}()
+	if cfg.OnEngine != nil {
+		cfg.OnEngine(d.e)
+	}
 	if why := csFaultsWhyNot(d.e); why != "" {
 		for _, f := range []Fault{FaultCSHang, FaultCSAbort, FaultCSReset} {
 			if cfg.wants(f) {

@@ -108,6 +108,11 @@ Examples:
   taskset -c 0 gxfer perf -server -x unix:/tmp/gx.sock -once &
   taskset -c 1 gxfer perf -x unix:/tmp/gx.sock -t put_lat,put_bw -s 8,4K,1M
   bash bench/tcp-compare.sh   # tcp between two network namespaces vs iperf3 and ucx_perftest
+  gxfer perf -server -x tcp:10.0.0.1:13337 -metrics 127.0.0.1:9464   # Prometheus scrapes :9464/metrics
+
+-metrics ADDR serves the engine's statistics (package metrics: copies,
+Puts and Gets by transport, errors by kind, latency histograms, caches,
+endpoints) to Prometheus at http://ADDR/metrics while the command runs.
 
 Flags:
 `)
@@ -135,6 +140,7 @@ type perfOpts struct {
 	tcpLanes            int
 	rdmaCQ              string
 	clock               string
+	metrics             string // -metrics ADDR
 }
 
 func perfFlags() (*flag.FlagSet, *perfOpts) {
@@ -164,6 +170,7 @@ func perfFlags() (*flag.FlagSet, *perfOpts) {
 	fs.StringVar(&o.rdmaCQ, "rdma-cq", "event", "over rdma: how the engine's completion queue waits: event (sleep in the netpoller), spin (poll 50us after each completion, then sleep), spin:DURATION, or busy (poll always: lowest latency, a core busy) (engine Config.RDMA.CQSpin, CQBusyPoll)")
 	fs.StringVar(&o.clock, "clock", "auto", "what times operations: auto (the TSC where it is invariant, else the monotonic clock), tsc (the TSC even without the invariant flags, as perftest does; an error unless two calibrations against the monotonic clock agree within 1%), or monotonic")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to `FILE` (go tool pprof)")
+	registerMetricsFlag(fs, &o.metrics)
 	o.common.register(fs)
 	return fs, o
 }
@@ -432,6 +439,16 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 			err = fmt.Errorf("close engine: %w", cerr)
 		}
 	}()
+	ms, err := startMetrics(o.metrics, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := ms.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("-metrics: %w", cerr)
+		}
+	}()
+	ms.addEngine(eng)
 
 	if n := eng.NumDevices(); set["d"] && o.device >= n {
 		return usagef("-d %d: no such device (%d open)", o.device, n)

@@ -53,6 +53,7 @@ type soakOpts struct {
 	netns      string
 	verbose    bool
 	peer       bool
+	metrics    string // -metrics ADDR
 }
 
 func soakFlags() (*flag.FlagSet, *soakOpts) {
@@ -68,6 +69,7 @@ func soakFlags() (*flag.FlagSet, *soakOpts) {
 	fs.StringVar(&o.netns, "netns", "auto", "network namespaces for the link faults: auto (when root), on, off")
 	fs.BoolVar(&o.verbose, "v", false, "log engine warnings of this process to stderr")
 	fs.BoolVar(&o.peer, "peer", false, "internal: run as a peer process of a soak")
+	registerMetricsFlag(fs, &o.metrics)
 	return fs, o
 }
 
@@ -86,13 +88,16 @@ func faultNames() string {
 // summary says which).
 var errSoakFailed = errors.New("the soak found problems (see VIOLATION and LEAK lines above)")
 
-func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	fs, o := soakFlags()
 	set, err := parseFlags(fs, args, nil)
 	if err != nil {
 		return err
 	}
 	if o.peer {
+		if set["metrics"] {
+			return usagef("-metrics has no meaning with -peer")
+		}
 		if !soak.IsPeer() {
 			return usagef("-peer is internal: a soak starts its peer processes with it")
 		}
@@ -146,6 +151,16 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if o.procs == 0 {
 		cfg.PeerCommand = nil
 	}
+	ms, err := startMetrics(o.metrics, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := ms.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("-metrics: %w", cerr)
+		}
+	}()
+	cfg.OnEngine = ms.addEngine
 	rep, err := soak.Run(ctx, cfg)
 	if err != nil {
 		return err
