@@ -149,6 +149,9 @@ func (rb *Bound) post(put bool, k int) error {
 	}
 	n, err := rb.p.post(context.Background(), rb.cn, rb.chain[:k], rb.cq)
 	rb.posted += uint64(n)
+	if put && n > 0 {
+		rb.cn.noteWrite(rb.remote, rb.seg.Len)
+	}
 	return err
 }
 

@@ -19,6 +19,7 @@ type conn struct {
 	credits   sendCredits // work requests in flight (send queue depth)
 	once      sync.Once
 	wrs       atomic.Uint64 // work requests posted on this NIC
+	fence     fenceState    // writes since the last fence (fence.go)
 }
 
 // newConn creates a queue pair taking MaxInline bytes of inline data in

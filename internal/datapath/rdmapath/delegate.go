@@ -238,7 +238,7 @@ func (p *Path) serveRequest(put bool, r wire.Request) (wire.Status, string) {
 	defer mine.B.Release()
 	// A Put reads the requester's region into our memory; a Get writes it.
 	res := newResult()
-	p.move(context.Background(), !put, mine, rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey}, nil, time.Time{}, res)
+	p.move(context.Background(), !put, false, mine, rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey}, nil, time.Time{}, res)
 	if err := res.wait(); err != nil {
 		return wire.StatusInternal, err.Error()
 	}

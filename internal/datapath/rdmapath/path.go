@@ -43,7 +43,7 @@ func (p *Path) Start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 			c.Complete(0, gxerr.New(gxerr.Invalid, "remote key view", err))
 			return
 		}
-		if p.move(ctx, r.Put, r.Local, rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey}, k.NICRKeys[:], r.Deadline, c) {
+		if p.move(ctx, r.Put, true, r.Local, rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey}, k.NICRKeys[:], r.Deadline, c) {
 			p.staged.Add(1)
 		} else {
 			p.zeroCopy.Add(1)

@@ -144,6 +144,11 @@ type Transport struct {
 	closed bool
 
 	serveHook atomic.Pointer[func()] // tests: runs before each delegated request served
+
+	// scratch is where fences read into (fence.go), made on first use.
+	scratchMu     sync.Mutex
+	scratch       datapath.Buf
+	scratchClosed bool
 }
 
 var (
@@ -292,7 +297,7 @@ func (t *Transport) Close() error {
 	if t.stageClosed.Swap(true) {
 		return nil
 	}
-	return t.stage.Close()
+	return errors.Join(t.freeScratch(), t.stage.Close())
 }
 
 // Finish releases the regions buffers still hold (none once each was

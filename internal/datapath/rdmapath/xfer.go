@@ -97,7 +97,7 @@ func (x *xfer) partDone(err error) {
 // both sides have, in slices aligned to sliceAlign. ctx bounds the waits
 // for send credits: the parts not yet posted when it ends fail with its
 // error, those posted complete first.
-func (p *Path) direct(ctx context.Context, toRemote bool, local datapath.Mem, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time, c datapath.Completer) {
+func (p *Path) direct(ctx context.Context, toRemote, own bool, local datapath.Mem, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time, c datapath.Completer) {
 	// On the stack: no allocation for the slices of a transfer of one part.
 	var rkeyBuf [wire.MaxNICs]uint32
 	var partBuf [wire.MaxNICs]rdma.Slice
@@ -117,12 +117,13 @@ func (p *Path) direct(ctx context.Context, toRemote bool, local datapath.Mem, re
 	x.parts.Store(int32(len(parts)))
 	x.timer = p.deadlineTimer(c, deadline)
 	for _, sl := range parts {
-		p.part(ctx, x, p.conns[sl.NIC], toRemote, local.Sub(sl.Off, sl.Len), rdma.RemoteAddr{Addr: remote.Addr + sl.Off, RKey: rkeys[sl.NIC]})
+		p.part(ctx, x, p.conns[sl.NIC], toRemote && own, toRemote, local.Sub(sl.Off, sl.Len), rdma.RemoteAddr{Addr: remote.Addr + sl.Off, RKey: rkeys[sl.NIC]})
 	}
 }
 
 // part posts one part of x on the queue pair cn; its result reaches x.
-func (p *Path) part(ctx context.Context, x *xfer, cn *conn, toRemote bool, local datapath.Mem, remote rdma.RemoteAddr) {
+// fence: note its writes for the next fence.
+func (p *Path) part(ctx context.Context, x *xfer, cn *conn, fence, toRemote bool, local datapath.Mem, remote rdma.RemoteAddr) {
 	if err := local.B.Acquire(); err != nil {
 		x.partDone(err)
 		return
@@ -161,6 +162,9 @@ func (p *Path) part(ctx context.Context, x *xfer, cn *conn, toRemote bool, local
 	}
 	o.left.Store(int32(len(wrs)))
 	posted, err := p.post(ctx, cn, wrs, nil)
+	if fence && posted > 0 {
+		cn.noteWrite(wrs[posted-1].Remote, wrs[posted-1].Local[0].Len)
+	}
 	if err != nil {
 		o.setErr(err)
 		if o.left.Add(-int32(len(wrs)-posted)) == 0 {
@@ -197,7 +201,7 @@ func (p *Path) one(ctx context.Context, cn *conn, kind rdma.OpKind, seg rdma.Seg
 // the other. Chunk i goes over NIC i mod k, for the k NICs a transfer of
 // its size spreads over (see nicRKeys). When ctx ends no further chunk
 // starts; it returns once those started have ended.
-func (p *Path) stagedMove(ctx context.Context, toRemote bool, g datapath.Mem, remote rdma.RemoteAddr, nicRKeys []uint32) error {
+func (p *Path) stagedMove(ctx context.Context, toRemote, own bool, g datapath.Mem, remote rdma.RemoteAddr, nicRKeys []uint32) error {
 	var rkeyBuf [wire.MaxNICs]uint32
 	rkeys := p.nicRKeys(append(rkeyBuf[:0], remote.RKey), g.Len, nicRKeys)
 	// A staging buffer's region on each NIC, made on first use and held
@@ -241,7 +245,12 @@ func (p *Path) stagedMove(ctx context.Context, toRemote bool, g datapath.Mem, re
 			r.ref[nic] = rf
 		}
 		seg := r.ref[nic].Seg(host.Addr(), host.Len)
-		return p.one(ctx, cn, kind, seg, rdma.RemoteAddr{Addr: remote.Addr + off, RKey: rkeys[nic]}), nil
+		to := rdma.RemoteAddr{Addr: remote.Addr + off, RKey: rkeys[nic]}
+		wait := p.one(ctx, cn, kind, seg, to)
+		if toRemote && own {
+			cn.noteWrite(to, host.Len)
+		}
+		return wait, nil
 	}
 	pl := p.pipeline()
 	if toRemote {
@@ -258,15 +267,17 @@ func (p *Path) pipeline() *staging.Pipeline {
 }
 
 // move is direct or stagedMove, whichever local's memory needs, resolving c;
-// it reports whether the transfer is staged.
-func (p *Path) move(ctx context.Context, toRemote bool, local datapath.Mem, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time, c datapath.Completer) bool {
+// it reports whether the transfer is staged. own: a transfer this side's
+// user requested (its writes are fenced before a message, fence.go), not
+// one it performs for the peer.
+func (p *Path) move(ctx context.Context, toRemote, own bool, local datapath.Mem, remote rdma.RemoteAddr, nicRKeys []uint32, deadline time.Time, c datapath.Completer) bool {
 	if local.IsGaudi() {
 		if _, err := p.t.gaudiMR(local.B); err != nil {
-			p.goAsync(ctx, local, deadline, c, func() error { return p.stagedMove(ctx, toRemote, local, remote, nicRKeys) })
+			p.goAsync(ctx, local, deadline, c, func() error { return p.stagedMove(ctx, toRemote, own, local, remote, nicRKeys) })
 			return true
 		}
 	}
-	p.direct(ctx, toRemote, local, remote, nicRKeys, deadline, c)
+	p.direct(ctx, toRemote, own, local, remote, nicRKeys, deadline, c)
 	return false
 }
 
