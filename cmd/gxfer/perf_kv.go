@@ -62,6 +62,10 @@ type kvMsg struct {
 	r         uint64
 	at        int64  // unix ns: when the request was posted (req) or notified (ack)
 	unix, tcp string // hello: where the target reaches the initiator
+	// section and base: the request's blocks are in the target's
+	// section (the target's own if "") from offset base on.
+	section string
+	base    uint64
 }
 
 func (m kvMsg) encode() []byte {
@@ -76,7 +80,10 @@ func (m kvMsg) encode() []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(len(m.unix)))
 	b = append(b, m.unix...)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(m.tcp)))
-	return append(b, m.tcp...)
+	b = append(b, m.tcp...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(m.section)))
+	b = append(b, m.section...)
+	return binary.BigEndian.AppendUint64(b, m.base)
 }
 
 var errKVMsg = errors.New("not a kvcache workload message")
@@ -107,10 +114,15 @@ func decodeKVMsg(b []byte) (kvMsg, error) {
 		rest = rest[2+n:]
 		return s, true
 	}
-	var ok1, ok2 bool
+	var ok1, ok2, ok3 bool
 	m.unix, ok1 = str()
 	m.tcp, ok2 = str()
-	if !ok1 || !ok2 || len(rest) != 0 || m.kind < kvHello || m.kind > kvAck ||
+	m.section, ok3 = str()
+	if len(rest) == 8 {
+		m.base = binary.BigEndian.Uint64(rest)
+		rest = rest[8:]
+	}
+	if !ok1 || !ok2 || !ok3 || len(rest) != 0 || m.kind < kvHello || m.kind > kvAck ||
 		m.p.window < 1 || m.p.blocks < 1 || m.p.bsize < 8 || m.p.bsize%8 != 0 {
 		return m, errKVMsg
 	}
@@ -254,19 +266,28 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 
 // check verifies the blocks of request m.
 func (t *kvTarget) check(ctx context.Context, m kvMsg, perm []int) error {
+	return checkRequest(ctx, t.a.Engine(), t.buf, t.scratch, m, perm)
+}
+
+// checkRequest verifies the blocks of request m in buf (from m.base on);
+// scratch is a host buffer of a block at least, for gaudi memory.
+func checkRequest(ctx context.Context, eng *engine.Engine, buf, scratch *engine.Buffer, m kvMsg, perm []int) error {
+	if end := m.base + uint64(m.p.sectionLen()); end > uint64(buf.Size()) || end < m.base {
+		return fmt.Errorf("request %d: blocks beyond the section (%d bytes from %d, section of %d)", m.r, m.p.sectionLen(), m.base, buf.Size())
+	}
 	for i := range m.p.blocks {
-		off := m.p.slot(m.r, i, perm) * m.p.bsize
+		off := int(m.base) + m.p.slot(m.r, i, perm)*m.p.bsize
 		var b []byte
-		if t.buf.Location() == engine.Host {
-			b = t.buf.Bytes()[off : off+m.p.bsize]
+		if buf.Location() == engine.Host {
+			b = buf.Bytes()[off : off+m.p.bsize]
 		} else {
-			if err := t.a.Engine().CopySync(ctx, t.scratch.Slice(0, m.p.bsize), t.buf.Slice(off, m.p.bsize)); err != nil {
+			if err := eng.CopySync(ctx, scratch.Slice(0, m.p.bsize), buf.Slice(off, m.p.bsize)); err != nil {
 				return fmt.Errorf("read block %d back: %w", i, err)
 			}
-			b = t.scratch.Bytes()[:m.p.bsize]
+			b = scratch.Bytes()[:m.p.bsize]
 		}
 		if at := checkBlock(b, m.p.seed, m.r, i); at >= 0 {
-			return fmt.Errorf("block %d (slot %d): byte %d differs: data not in place when the notification arrived", i, off/m.p.bsize, at)
+			return fmt.Errorf("block %d (offset %d): byte %d differs: data not in place when the notification arrived", i, off, at)
 		}
 	}
 	return nil
