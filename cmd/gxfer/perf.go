@@ -377,7 +377,7 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return err
 	}
 	if o.agent.on {
-		return runAgentPerf(ctx, o, set, cfg, stdout)
+		return runAgentPerf(ctx, o, set, cfg, stdout, stderr)
 	}
 	for _, f := range agentOnly {
 		if set[f] {

@@ -16,11 +16,16 @@ import (
 )
 
 // runAgentPerf is gxfer perf -agent.
-func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg engine.Config, stdout io.Writer) (err error) {
+func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg engine.Config, stdout, stderr io.Writer) (err error) {
 	pl, err := o.checkAgent(set)
 	if err != nil {
 		return err
 	}
+	ms, err := startMetrics(o.metrics, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, ms.Close()) }()
 	a := &o.agent
 	if !set["seed"] || a.seed == 0 {
 		a.seed = randomSeed()
@@ -50,6 +55,7 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 			return err
 		}
 		defer func() { err = errors.Join(err, pa.close()) }()
+		ms.add(pa, "target")
 		t, err := setupTarget(pa, o, pl, kp, stdout)
 		if err != nil {
 			return err
@@ -74,6 +80,7 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 			return err
 		}
 		defer func() { err = errors.Join(err, pa.close()) }()
+		ms.add(pa, "initiator")
 		peer, err := findTarget(ctx, pa, store, a)
 		if err != nil {
 			return err
@@ -85,11 +92,11 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 		defer func() { err = errors.Join(err, in.free()) }()
 		return interrupted(ctx, in.run(ctx))
 	}
-	return runAgentPerfLocal(ctx, o, pl, kp, cfg, dir, stdout)
+	return runAgentPerfLocal(ctx, o, pl, kp, cfg, dir, ms, stdout)
 }
 
 // runAgentPerfLocal runs a target and an initiator in this process.
-func runAgentPerfLocal(ctx context.Context, o *perfOpts, pl agentPlan, kp kvParams, cfg engine.Config, dir string, stdout io.Writer) (err error) {
+func runAgentPerfLocal(ctx context.Context, o *perfOpts, pl agentPlan, kp kvParams, cfg engine.Config, dir string, ms *metricsServer, stdout io.Writer) (err error) {
 	addr := func(n string) (string, string) {
 		if o.agent.via == "tcp" {
 			return "", "127.0.0.1:0"
@@ -102,12 +109,14 @@ func runAgentPerfLocal(ctx context.Context, o *perfOpts, pl agentPlan, kp kvPara
 		return err
 	}
 	defer func() { err = errors.Join(err, tgt.close()) }()
+	ms.addAgent(tgt.a, "target") // one engine collector only: the initiator's engine is the one measured
 	iu, it := addr("i")
 	ini, err := newPerfAgent(ctx, cfg, "initiator", iu, it, nil, cfg.Logger)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, ini.close()) }()
+	ms.add(ini, "initiator")
 	t, err := setupTarget(tgt, o, pl, kp, stdout)
 	if err != nil {
 		return err
@@ -266,4 +275,10 @@ func (in *kvInitiator) free() error {
 		err = in.staging.Free()
 	}
 	return errors.Join(err, in.src.Free())
+}
+
+// add exports pa's engine and agent statistics.
+func (m *metricsServer) add(pa *perfAgent, role string) {
+	m.addEngine(pa.eng)
+	m.addAgent(pa.a, role)
 }

@@ -120,3 +120,15 @@ func TestPerfAgentUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestPerfAgentMetrics: perf -agent -metrics exports both agents' counters
+// (and the initiator's engine's), parsed with Prometheus's text parser.
+func TestPerfAgentMetrics(t *testing.T) {
+	fs, out := scrapeAtClose(t, append([]string{"perf", "-agent"}, tinyKV...)...)
+	checkKVReport(t, out, 40)
+	require.EqualValues(t, 40, sample(t, fs, "gxfer_agent_transfers_total", "agent", "initiator", "op", "write"))
+	require.EqualValues(t, 40*8, sample(t, fs, "gxfer_agent_descriptors_total", "agent", "initiator"))
+	require.GreaterOrEqual(t, sample(t, fs, "gxfer_agent_notifications_received_total", "agent", "target"), float64(40))
+	require.GreaterOrEqual(t, sample(t, fs, "gxfer_agent_notifications_sent_total", "agent", "initiator"), float64(40))
+	require.Positive(t, sample(t, fs, "gxfer_transport_ops_completed_total", "transport", "ipc"))
+}
