@@ -77,9 +77,9 @@ type Config struct {
 
 // Stats counts the requests a Store made to etcd.
 type Stats struct {
-	Lookups   uint64 // Lookup calls that reached etcd
-	Lists     uint64 // List calls that reached etcd
-	Publishes uint64 // Publish calls that reached etcd
+	Lookups   uint64 // Lookup calls that sent a request to etcd
+	Lists     uint64 // List calls that sent a request to etcd
+	Publishes uint64 // Publish calls that sent a request to etcd
 	Watches   uint64 // Watch calls
 	// Requests counts every request to etcd, of any kind (reads, writes,
 	// lease grants and revocations, watch re-reads; not the lease

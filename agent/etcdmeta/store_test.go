@@ -298,3 +298,38 @@ func rawClient(t *testing.T, endpoints []string) *clientv3.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// TestCloseWhileUnreachable: Close gives up revoking after a bounded time
+// and still ends every goroutine (the leak check of TestMain); the record
+// then ends with its lease, and the keep-alive loop of a store whose lease
+// was lost stops on Close too.
+func TestCloseWhileUnreachable(t *testing.T) {
+	srv := etcdtest.New(t)
+	const ttl = 2 * time.Second
+	pub, obs := open(t, srv, ttl), open(t, srv, ttl)
+	ctx := ctxT(t)
+	require.NoError(t, pub.Publish(ctx, record("z", 4, 1)))
+	require.NoError(t, obs.Publish(ctx, record("obs", 5, 1)))
+	rec := newRecorder()
+	defer obs.Watch("z", rec.fn)()
+	rec.waitFor(t, limit, "initial Put", func(ev meta.Event) bool { return ev.Kind == meta.Put })
+
+	srv.Pause()
+	time.Sleep(2 * ttl) // both stores' clients give their leases up: obs retries a grant
+	done := make(chan error, 1)
+	go func() { done <- pub.Close() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(limit):
+		t.Fatal("Close did not return while etcd was unreachable")
+	}
+	require.NoError(t, srv.Resume())
+	ev := rec.waitFor(t, limit, "Gone once the unrevoked lease ends", func(ev meta.Event) bool { return ev.Kind == meta.Gone })
+	require.Equal(t, uint64(4), ev.Meta.Incarnation)
+	eventually(t, limit, func() error {
+		_, err := obs.Lookup(ctx, "obs")
+		return err
+	})
+	require.NoError(t, obs.Close())
+}
