@@ -42,9 +42,19 @@
 // WithNotify makes the Xfer send a message once every descriptor has
 // completed; the target's Recv returns it only after the data of that
 // Xfer is in its memory (Endpoint.Send's ordering). Notify sends one
-// without data. Notifications from one sender arrive in order; when the
-// application does not Recv, the bounded queue fills and senders block
-// (nothing is dropped while both agents live).
+// without data. Notifications from one sender arrive in order (the order
+// of its sends on one connection: a sender that reconnects, after the
+// target republished, starts a new sequence); when the application does
+// not Recv, the bounded queue fills and senders block (nothing is dropped
+// while both agents live). The sender's name in a Notification is what it
+// said in its hello: authenticated only as far as the engine authenticates
+// its peers (Config.ClusterSecret over TCP, the uid over unix).
+//
+// # Republishing
+//
+// Publish and Withdraw give the record a new Version; every peer holding
+// the previous one drops it with its connection (transfers in flight to
+// this agent fail). Publish the sections before peers start transferring.
 package agent
 
 import (

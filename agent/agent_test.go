@@ -540,3 +540,75 @@ func TestClose(t *testing.T) {
 	_, err = New(ctx, Config{Name: "x"})
 	require.ErrorIs(t, err, engine.ErrInvalid)
 }
+
+// TestLongLists: lists far longer than the requests an endpoint serves at
+// once (64), into the peer's Gaudi memory (each descriptor a request the
+// owner serves), scattered, on unix and TCP; several such Xfers at once.
+func TestLongLists(t *testing.T) {
+	const n, bs, xfers = 1000, 4096, 4
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			ctx := testCtx(t)
+			ea, eb := newEngine(t), newEngine(t)
+			a := newAgent(t, ea, "a", agentOpts{})
+			b := newAgent(t, eb, "b", agentOpts{unix: network == "unix", tcp: network == "tcp"})
+			kv := alloc(t, eb, xfers*2*n*bs, engine.Gaudi(0))
+			require.NoError(t, b.Publish("kv", kv.All()))
+			_, err := a.Connect(ctx, b.Metadata().Unix+b.Metadata().TCP)
+			require.NoError(t, err)
+			src := alloc(t, ea, xfers*n*bs, engine.Host)
+			data := pattern(xfers*n*bs, 11)
+			copy(src.Bytes(), data)
+			xs := make([]*Xfer, xfers)
+			for k := range xfers {
+				descs := make([]Desc, n)
+				for i := range n {
+					descs[i] = Desc{Local: src.Slice((k*n+i)*bs, bs), Section: "kv", Off: (k*n + i) * 2 * bs}
+				}
+				xs[k] = a.Write(ctx, "b", descs)
+			}
+			for _, x := range xs {
+				require.NoError(t, x.Wait(ctx))
+			}
+			got := getBytes(t, eb, kv, 0, xfers*2*n*bs)
+			for i := range xfers * n {
+				require.Equal(t, data[i*bs:(i+1)*bs], got[i*2*bs:i*2*bs+bs], "descriptor %d", i)
+			}
+		})
+	}
+}
+
+// TestStaleRecordOnDial: a record cached without a connection (fetched
+// over TCP, the peer being on this node) goes stale when the peer
+// republishes; the dial's hello shows the newer Version, the record is
+// dropped and fetched again within the same Write.
+func TestStaleRecordOnDial(t *testing.T) {
+	ctx := testCtx(t)
+	ea, eb := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{})
+	b := newAgent(t, eb, "b", agentOpts{unix: true, tcp: true})
+	buf := alloc(t, eb, 1<<20, engine.Host)
+	require.NoError(t, b.Publish("x", buf.Slice(0, 4096)))
+	require.NoError(t, b.Publish("old", buf.Slice(4096, 4096)))
+	_, err := a.Connect(ctx, b.Metadata().TCP)
+	require.NoError(t, err)
+	p1, err := a.Peer(ctx, "b")
+	require.NoError(t, err)
+	require.NoError(t, b.Publish("new", buf.Slice(8192, 4096)))
+	require.NoError(t, b.Withdraw("x"))
+	select {
+	case <-p1.Done():
+		t.Fatal("dropped without a connection to be told on")
+	default:
+	}
+	src := alloc(t, ea, 4096, engine.Host)
+	copy(src.Bytes(), pattern(4096, 4))
+	require.NoError(t, a.Write(ctx, "b", []Desc{{Local: src.All(), Section: "old"}}).Wait(ctx))
+	require.ErrorIs(t, p1.Err(), engine.ErrPeer)
+	require.NoError(t, a.Write(ctx, "b", []Desc{{Local: src.All(), Section: "new"}}).Wait(ctx))
+	require.ErrorIs(t, a.Write(ctx, "b", []Desc{{Local: src.All(), Section: "x"}}).Wait(ctx), ErrNoSection)
+	require.Equal(t, src.Bytes(), buf.Bytes()[8192:8192+4096])
+	p2, err := a.Peer(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, b.Metadata(), p2.Metadata())
+}

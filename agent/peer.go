@@ -316,9 +316,23 @@ func (p *Peer) invalidate(cause error) {
 	a.mu.Unlock()
 	a.stats.invalidations.Add(1)
 	a.log.Debug().Str("peer", p.md.Name).Uint64("incarnation", p.md.Incarnation).Err(cause).Msg("peer dropped")
-	if ep != nil {
-		ep.Close()
+	if ep == nil {
+		return
 	}
+	// Closing waits for what runs on the endpoint: not in the store's
+	// watch callback nor the reader. Close waits for these.
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		ep.Close()
+		return
+	}
+	a.wg.Add(1)
+	a.mu.Unlock()
+	go func() {
+		defer a.wg.Done()
+		ep.Close()
+	}()
 }
 
 // read takes what the peer sends on the endpoint this agent dialed:
@@ -383,6 +397,12 @@ func (p *Peer) conn(ctx context.Context) (*engine.Endpoint, error) {
 		p.dialing = ch
 		p.mu.Unlock()
 		ep, err := p.dial(ctx)
+		if err != nil && ctx.Err() == nil {
+			// The peer is not what was cached (another incarnation,
+			// a newer record) or not there: drop it; the next use
+			// resolves the name again.
+			p.invalidate(err)
+		}
 		p.mu.Lock()
 		p.dialing, p.dialErr = nil, err
 		if err == nil && p.deadErr != nil {
@@ -417,7 +437,7 @@ func reachableUnix(path string) bool {
 func (p *Peer) dial(ctx context.Context) (*engine.Endpoint, error) {
 	var errs []error
 	if p.md.Unix != "" && reachableUnix(p.md.Unix) {
-		ep, _, err := p.a.handshake(ctx, "unix", p.md.Unix, p.md.Incarnation, false)
+		ep, _, err := p.a.handshake(ctx, "unix", p.md.Unix, &p.md, false)
 		if err == nil {
 			return ep, nil
 		}
@@ -427,7 +447,7 @@ func (p *Peer) dial(ctx context.Context) (*engine.Endpoint, error) {
 		errs = append(errs, err)
 	}
 	if p.md.TCP != "" {
-		ep, _, err := p.a.handshake(ctx, "tcp", p.md.TCP, p.md.Incarnation, false)
+		ep, _, err := p.a.handshake(ctx, "tcp", p.md.TCP, &p.md, false)
 		if err == nil {
 			return ep, nil
 		}
@@ -439,16 +459,18 @@ func (p *Peer) dial(ctx context.Context) (*engine.Endpoint, error) {
 	return nil, errors.Join(errs...)
 }
 
-// handshake dials addr and says hello, expecting incarnation expect (0:
-// any); with wantMeta it also fetches the record. It returns the peer's
-// hello and record (the zero Metadata without wantMeta).
-func (a *Agent) handshake(ctx context.Context, network, addr string, expect uint64, wantMeta bool) (*engine.Endpoint, meta.Metadata, error) {
+// handshake dials addr and says hello, expecting the incarnation of the
+// cached record (nil: any; then a newer Version than the record's is an
+// error matching errRepublished); with wantMeta it also fetches the
+// record. It returns the peer's record (its name, incarnation and Version
+// only without wantMeta).
+func (a *Agent) handshake(ctx context.Context, network, addr string, cached *meta.Metadata, wantMeta bool) (*engine.Endpoint, meta.Metadata, error) {
 	a.stats.dials.Add(1)
 	ep, err := a.eng.Dial(ctx, network, addr)
 	if err != nil {
 		return nil, meta.Metadata{}, fmt.Errorf("agent %s: dial %s %s: %w", a.cfg.Name, network, addr, err)
 	}
-	md, err := a.hello1(ctx, ep, expect, wantMeta)
+	md, err := a.hello1(ctx, ep, cached, wantMeta)
 	if err != nil {
 		ep.Close()
 		return nil, meta.Metadata{}, fmt.Errorf("agent %s: %s %s: %w", a.cfg.Name, network, addr, err)
@@ -456,8 +478,12 @@ func (a *Agent) handshake(ctx context.Context, network, addr string, expect uint
 	return ep, md, nil
 }
 
-func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, expect uint64, wantMeta bool) (meta.Metadata, error) {
+func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, cached *meta.Metadata, wantMeta bool) (meta.Metadata, error) {
 	var md meta.Metadata
+	var expect uint64
+	if cached != nil {
+		expect = cached.Incarnation
+	}
 	if err := sendMsg(ep, ctx, encodeHello(a.cfg.Name, a.inc, expect, 0, wantMeta)); err != nil {
 		return md, err
 	}
@@ -482,6 +508,9 @@ func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, expect uint64, 
 		case m.typ == msgHello && hello.typ == 0:
 			if expect != 0 && m.incarnation != expect {
 				return md, fmt.Errorf("%w: answered as incarnation %016x of %q, not %016x", engine.ErrPeer, m.incarnation, m.name, expect)
+			}
+			if cached != nil && m.version > cached.Version {
+				return md, fmt.Errorf("%w: %w (version %d, cached %d)", engine.ErrPeer, errRepublished, m.version, cached.Version)
 			}
 			hello = m
 			if !wantMeta {
@@ -536,7 +565,7 @@ func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
 	)
 	for range 3 { // a republication during the handshake: fetch again
 		a.stats.sideFetches.Add(1)
-		ep, md, err = a.handshake(ctx, network, addr, 0, true)
+		ep, md, err = a.handshake(ctx, network, addr, nil, true)
 		if !errors.Is(err, errRepublished) {
 			break
 		}

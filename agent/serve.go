@@ -17,6 +17,9 @@ type inbound struct {
 	inc  uint64
 }
 
+// errUnreached: the peer could not be reached (nothing was sent).
+var errUnreached = errors.New("agent: peer not reached")
+
 // Notification is a message a peer sent (Notify, or WithNotify after the
 // data of a transfer).
 type Notification struct {
@@ -131,11 +134,17 @@ func (a *Agent) Recv(ctx context.Context) (Notification, error) {
 // Notify sends msg (at most MaxNotify bytes) to the named peer, without
 // data. It blocks while the peer's queue is full (ctx bounds the wait).
 func (a *Agent) Notify(ctx context.Context, peer string, msg []byte) error {
-	p, err := a.Peer(ctx, peer)
-	if err != nil {
+	for retried := false; ; retried = true {
+		p, err := a.Peer(ctx, peer)
+		if err != nil {
+			return err
+		}
+		err = p.Notify(ctx, msg)
+		if errors.Is(err, errUnreached) && !retried && p.Err() != nil {
+			continue // the cached peer proved stale when dialed
+		}
 		return err
 	}
-	return p.Notify(ctx, msg)
 }
 
 // Notify sends msg to the peer (see Agent.Notify).
@@ -145,7 +154,7 @@ func (p *Peer) Notify(ctx context.Context, msg []byte) error {
 	}
 	ep, err := p.conn(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errUnreached, err)
 	}
 	return p.send(ctx, ep, encodeNotify(msg))
 }

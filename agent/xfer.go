@@ -50,6 +50,9 @@ type Xfer struct {
 	errs  []error
 	err   error
 	nDesc int
+	// unsent: the Xfer failed before anything was submitted because the
+	// peer could not be reached.
+	unsent bool
 }
 
 // Done is closed when every descriptor has completed (and the
@@ -131,11 +134,17 @@ func (a *Agent) Read(ctx context.Context, peer string, descs []Desc, opts ...Xfe
 }
 
 func (a *Agent) xfer(ctx context.Context, write bool, peer string, descs []Desc, opts []XferOption) *Xfer {
-	p, err := a.Peer(ctx, peer)
-	if err != nil {
-		return failedXfer(len(descs), err)
+	for retried := false; ; retried = true {
+		p, err := a.Peer(ctx, peer)
+		if err != nil {
+			return failedXfer(len(descs), err)
+		}
+		x := p.xfer(ctx, write, descs, opts)
+		if x.unsent && !retried && p.Err() != nil {
+			continue // the cached peer proved stale when dialed: resolve again
+		}
+		return x
 	}
-	return p.xfer(ctx, write, descs, opts)
 }
 
 // Write copies the descriptors' local slices into the peer's sections.
@@ -263,7 +272,9 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 		if recycle != nil {
 			recycle(runs)
 		}
-		return a.failed(nDesc, err)
+		x := a.failed(nDesc, err)
+		x.unsent = true
+		return x
 	}
 	if write {
 		a.stats.writes.Add(1)
@@ -293,8 +304,28 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 			break
 		}
 	}
+	if w.issued == len(runs) && w.allDone() {
+		// Everything completed in the caller (copies into a peer's
+		// mapped memory): finish here, without a goroutine's wakeup
+		// before the notification.
+		for range w.issued {
+			<-p.window
+		}
+		w.finish()
+		return w.x
+	}
 	go w.complete()
 	return w.x
+}
+
+// allDone reports whether every run was issued and has completed.
+func (w *xferWork) allDone() bool {
+	for i := range w.runs {
+		if !w.runs[i].fut.IsDone() {
+			return false
+		}
+	}
+	return true
 }
 
 const (
@@ -382,8 +413,6 @@ func (w *xferWork) issueEvery(start, stride, from int) {
 // complete issues the runs left, waits for all, then sends the
 // notification.
 func (w *xferWork) complete() {
-	p, a, x := w.p, w.p.a, w.x
-	defer a.stats.inFlight.Add(-1)
 	if n := len(w.runs) - w.issued; n < parallelRuns {
 		w.issueEvery(0, 1, w.issued)
 	} else {
@@ -394,6 +423,15 @@ func (w *xferWork) complete() {
 		}
 		wg.Wait()
 	}
+	w.finish()
+}
+
+// finish releases the window slots of the runs post issued, sets the
+// statuses and sends the notification; every run has completed (or is
+// waited for here).
+func (w *xferWork) finish() {
+	p, a, x := w.p, w.p.a, w.x
+	defer a.stats.inFlight.Add(-1)
 	var bytes uint64
 	for i := range w.runs {
 		r := &w.runs[i]

@@ -124,5 +124,40 @@
 // order in which futures complete nor the order in which the peer sees the
 // bytes follows the order of the calls, and the bytes of one transfer need
 // not land in address order. A peer that must see A before B needs B
-// issued after A's future completed (a flag written last by its own Put).
+// issued after A's future completed (a flag written last by its own Put),
+// or a message (below).
+//
+// # Messages
+//
+// [Endpoint.Send] sends a message of at most [MaxMessage] bytes to the peer
+// on the endpoint's control connection; the peer takes it with
+// [Endpoint.Recv]. Messages of one endpoint arrive in the order of Send
+// calls that do not overlap, each once, never lost while both sides live;
+// after a failure Recv still returns those that arrived, then the
+// endpoint's error. A message is delivered only after every byte of every
+// Put on the endpoint whose future completed before Send was called is
+// visible in the peer's memory, so "Put, then Send" is a notification the
+// peer can act on at once:
+//
+//   - unix: a Put into mapped peer memory completes when this side's copy
+//     into the mapping is done (the bytes are in the owner's memory, the
+//     same pages), the others when the owner answered after its copy; the
+//     message goes on the socket after that.
+//   - tcp: the owner answered after landing every byte, before the message
+//     was sent on the same connection.
+//   - RDMA: a write's completion only says the peer's NIC acknowledged it,
+//     so Send first fences: each queue pair that posted writes since its
+//     last fence performs an RDMA read of a few bytes behind them, and
+//     Send waits for it (the responder executes a queue pair's requests in
+//     order, and its read of memory does not pass its earlier writes).
+//     The fence costs one round trip per queue pair that wrote, and
+//     nothing when no Put wrote since the last message. A Put without an
+//     rkey completes once the owner answered after its reads, and needs
+//     none.
+//
+// Flow control is by credit: the receiver grants a window (256 messages,
+// 4 MiB) and returns it as its application takes messages. A sender whose
+// window is spent waits in Send until ctx ends ([ErrTimeout],
+// [ErrCanceled]); a receiver never buffers more than its window, and a
+// peer that sends beyond it fails the endpoint ([ErrPeer]).
 package engine

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/internal/ctrlchan"
+	"github.com/gxfer/gxfer/wire"
 )
 
 // The "messages" group of the endpoint suite (Send, Recv), run over every
@@ -276,4 +277,28 @@ func suiteMsgAfterData(t *testing.T, p epPair) {
 		require.NoError(t, p.ab.Send(ctx, seqMsg(i, 8)), "round %d", i)
 	}
 	require.NoError(t, <-errc)
+}
+
+// TestMsgPeerWithoutMessages: an engine that does not announce
+// CapMessages (an older one) is never sent a message or a credit (it
+// would fail the connection on an unknown frame type); Send says
+// ErrNotSupported.
+func TestMsgPeerWithoutMessages(t *testing.T) {
+	e := newEngine(t, Config{Transport: TransportTCP})
+	l, err := e.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	fp := dialFake(t, l.Addr())
+	ctx := context.Background()
+	ep, err := l.Accept(ctx)
+	require.NoError(t, err)
+	require.ErrorIs(t, ep.Send(ctx, []byte("x")), ErrNotSupported)
+	require.NoError(t, ep.Close())
+	for {
+		f, err := fp.c.Recv(ctx)
+		if err != nil {
+			break
+		}
+		require.NotContains(t, []wire.Type{wire.TypeAppMsg, wire.TypeMsgCredit}, f.Header.Type)
+	}
 }

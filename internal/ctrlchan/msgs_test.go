@@ -153,7 +153,13 @@ func TestMsgNotCapable(t *testing.T) {
 	peer := wire.NewConn(wire.NewStreamTransport(raw), wire.ConnConfig{})
 	go func() { _ = peer.Send(&wire.AppMsg{Bytes: []byte("unasked")}) }()
 	go func() { _, _ = raw.Read(make([]byte, 4096)) }() // the Bye
-	<-c.Done()
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		c.Fail(gxerr.Closed)
+		_ = raw.Close()
+		t.Fatal("an AppMsg without credit did not fail the channel")
+	}
 	require.ErrorIs(t, c.Err(), gxerr.Peer)
 	require.Contains(t, c.Err().Error(), "beyond the credit")
 	require.NoError(t, c.Close())

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/agent/meta"
+	"github.com/gxfer/gxfer/engine"
+)
+
+// TestHostileDialer: what a peer sends an agent is parsed as hostile; a
+// bad message gets a refusal and the connection closed, and the agent
+// serves others as before.
+func TestHostileDialer(t *testing.T) {
+	tests := []struct {
+		name string
+		msgs [][]byte
+	}{
+		{"garbage", [][]byte{[]byte("GET / HTTP/1.1")}},
+		{"notify before hello", [][]byte{encodeNotify([]byte("x"))}},
+		{"two hellos", [][]byte{encodeHello("m", 1, 0, 0, false), encodeHello("m", 1, 0, 0, false)}},
+		{"wrong incarnation", [][]byte{encodeHello("m", 1, 12345, 0, false)}},
+		{"metadata chunk", [][]byte{encodeHello("m", 1, 0, 0, false), encodeMeta([]byte("rec"))[0]}},
+	}
+	ctx := testCtx(t)
+	ea, em := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{unix: true})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ep, err := em.Dial(ctx, "unix", a.Metadata().Unix)
+			require.NoError(t, err)
+			defer ep.Close()
+			for _, m := range tt.msgs {
+				require.NoError(t, ep.Send(ctx, m))
+			}
+			var refused bool
+			for {
+				b, err := ep.Recv(ctx)
+				if err != nil {
+					break // a closed the connection
+				}
+				m, err := decode(b)
+				require.NoError(t, err)
+				refused = refused || m.typ == msgRefuse
+			}
+			require.True(t, refused)
+		})
+	}
+	require.Eventually(t, func() bool { return a.Stats().Inbound == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestHostileServer: a "peer" answering the side channel with a
+// malformed or inconsistent record is refused with ErrPeer (and
+// ErrProtocol or meta.ErrMalformed), never cached.
+func TestHostileServer(t *testing.T) {
+	chunk := func(total, off uint32, data []byte) []byte {
+		b := header(msgMetaChunk, 8+len(data))
+		b = binary.LittleEndian.AppendUint32(b, total)
+		b = binary.LittleEndian.AppendUint32(b, off)
+		return append(b, data...)
+	}
+	tests := []struct {
+		name  string
+		reply [][]byte
+	}{
+		{"no hello", [][]byte{encodeNotify(nil)}},
+		{"garbage record", append([][]byte{encodeHello("m", 7, 0, 1, false)}, encodeMeta([]byte("not a record"))...)},
+		{"chunks out of order", [][]byte{encodeHello("m", 7, 0, 1, false), chunk(10, 5, []byte("12345"))}},
+		{"record of another agent", append([][]byte{encodeHello("m", 7, 0, 1, false)}, encodeMeta(mustEncode(t, "other", 7))...)},
+		{"record of another incarnation", append([][]byte{encodeHello("m", 7, 0, 1, false)}, encodeMeta(mustEncode(t, "m", 8))...)},
+		{"refusal", [][]byte{encodeRefuse("no")}},
+	}
+	ctx := testCtx(t)
+	ea, em := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{})
+	l, err := em.Listen("unix", sockDir(t)+"/m.sock")
+	require.NoError(t, err)
+	defer l.Close()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				ep, err := l.Accept(ctx)
+				if err != nil {
+					done <- err
+					return
+				}
+				defer ep.Close()
+				if _, err := ep.Recv(ctx); err != nil { // the hello
+					done <- err
+					return
+				}
+				for _, m := range tt.reply {
+					if err := ep.Send(ctx, m); err != nil {
+						done <- err
+						return
+					}
+				}
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				_, _ = ep.Recv(rctx) // until a hangs up
+				done <- nil
+			}()
+			_, err := a.Connect(ctx, l.Addr())
+			require.ErrorIs(t, err, engine.ErrPeer)
+			require.NoError(t, <-done)
+			_, err = a.Peer(ctx, "m")
+			require.Error(t, err)
+		})
+	}
+}
+
+func mustEncode(t *testing.T, name string, inc uint64) []byte {
+	t.Helper()
+	m := meta.Metadata{Name: name, Incarnation: inc, Version: 1}
+	b, err := m.Encode()
+	require.NoError(t, err)
+	return b
+}
