@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/gxerr"
 )
 
@@ -126,4 +129,60 @@ func sumErrs(cs []ErrorCount) (n uint64) {
 		n += c.Count
 	}
 	return n
+}
+
+// BenchmarkEpOpCount: what counting a Put or Get costs as it ends (the
+// endpoint's and its transport's counters, the latency histogram), on top
+// of the operation itself.
+//
+//	go test -run '^$' -bench EpOpCount ./engine/
+func BenchmarkEpOpCount(b *testing.B) {
+	e := newEngine(b, Config{Devices: DevicesNone})
+	ep := &Endpoint{e: e, path: kindPath{k: datapath.KindTCP}}
+	b.ReportAllocs()
+	for b.Loop() {
+		o := epOp{ep: ep, n: 8, start: time.Now()}
+		o.count(nil)
+	}
+}
+
+// kindPath is a data path that only has a kind.
+type kindPath struct {
+	datapath.Path
+	k datapath.Kind
+}
+
+func (p kindPath) Kind() datapath.Kind { return p.k }
+
+// BenchmarkIPCPut: 8-byte PutSyncs into another engine's host buffer over
+// a unix socket (a memmove into the peer's mapped memory): the cheapest
+// Put, against which BenchmarkEpOpCount's cost is to be read.
+//
+//	go test -run '^$' -bench 'IPCPut$' ./engine/
+func BenchmarkIPCPut(b *testing.B) {
+	a := newEngine(b, Config{Devices: DevicesNone})
+	o := newEngine(b, Config{Devices: DevicesNone})
+	l, err := o.Listen("unix", filepath.Join(b.TempDir(), "s.sock"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	ep, err := a.Dial(ctx, "unix", l.Addr())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ep.Close()
+	dst, _ := o.Alloc(8, Host)
+	k, err := dst.Export()
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, _ := a.Alloc(8, Host)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ep.PutSync(ctx, src.All(), k); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
