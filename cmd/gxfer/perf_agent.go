@@ -28,7 +28,9 @@ the target's section (a random permutation, fixed per run by -seed) with a
 notification. The target checks the bytes of a request when its
 notification arrives (each request has its own pattern; -verify=false
 skips the check and the initiator's fill) and acknowledges it; -O
-requests are in flight at most (the section has -O x -blocks slots).
+requests are in flight at most. The section has -initiators x -O x
+-blocks slots: each initiator the target welcomes writes a region of its
+own (initiators and target take the same -blocks, -block-size and -O).
 Reports: the initiator's requests/s and GB/s, the CPU cost of posting a
 request's descriptors (prepared once, posted by index) and the post to
 acknowledgement time; the target's requests/s, GB/s and notification

@@ -56,11 +56,11 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 		}
 		defer func() { err = errors.Join(err, pa.close()) }()
 		ms.add(pa, "target")
-		t, err := setupTarget(pa, o, pl, kp, stdout)
+		t, err := setupTarget(pa, o, pl, kp, a.initiators, stdout)
 		if err != nil {
 			return err
 		}
-		t.initiators, t.connect = a.initiators, store == nil
+		t.connect = store == nil
 		return interrupted(ctx, t.run(ctx))
 	case "initiator":
 		store, err := agentStore(ctx, pl.eps, a, log)
@@ -117,11 +117,11 @@ func runAgentPerfLocal(ctx context.Context, o *perfOpts, pl agentPlan, kp kvPara
 	}
 	defer func() { err = errors.Join(err, ini.close()) }()
 	ms.add(ini, "initiator")
-	t, err := setupTarget(tgt, o, pl, kp, stdout)
+	t, err := setupTarget(tgt, o, pl, kp, 1, stdout)
 	if err != nil {
 		return err
 	}
-	t.initiators, t.connect = 1, true
+	t.connect = true
 	md := tgt.a.Metadata()
 	taddr := md.Unix
 	if taddr == "" {
@@ -173,12 +173,12 @@ func agentStore(ctx context.Context, eps []string, a *agentPerfOpts, log zerolog
 }
 
 // setupTarget allocates and publishes the target's section.
-func setupTarget(pa *perfAgent, o *perfOpts, pl agentPlan, kp kvParams, stdout io.Writer) (*kvTarget, error) {
-	buf, err := allocFor(pa.eng, kp.sectionLen(), pl.sectionMem, o.device)
+func setupTarget(pa *perfAgent, o *perfOpts, pl agentPlan, kp kvParams, initiators int, stdout io.Writer) (*kvTarget, error) {
+	buf, err := allocFor(pa.eng, kp.sectionLen()*max(1, initiators), pl.sectionMem, o.device)
 	if err != nil {
 		return nil, err
 	}
-	t := &kvTarget{a: pa.a, buf: buf, verify: o.agent.verify, out: stdout, label: pa.a.Name()}
+	t := &kvTarget{a: pa.a, buf: buf, verify: o.agent.verify, out: stdout, label: pa.a.Name(), initiators: initiators}
 	if pl.sectionMem != "host" {
 		if t.scratch, err = pa.eng.Alloc(kp.bsize, engine.Host); err != nil {
 			return nil, fmt.Errorf("allocate: %w", err)

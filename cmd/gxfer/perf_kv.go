@@ -51,6 +51,10 @@ const (
 	kvReq   = 2 // initiator -> target: request r's data is in place
 	kvEnd   = 3 // initiator -> target: no more requests (r = how many)
 	kvAck   = 4 // target -> initiator: request r checked (at = when notified)
+	// kvWelcome: target -> initiator, the answer to its hello: where in
+	// the section its requests go (base), so that initiators of one
+	// target never share slots.
+	kvWelcome = 5
 )
 
 const kvMagic = 0x67784b56 // "gxKV"
@@ -122,7 +126,7 @@ func decodeKVMsg(b []byte) (kvMsg, error) {
 		m.base = binary.BigEndian.Uint64(rest)
 		rest = rest[8:]
 	}
-	if !ok1 || !ok2 || !ok3 || len(rest) != 0 || m.kind < kvHello || m.kind > kvAck ||
+	if !ok1 || !ok2 || !ok3 || len(rest) != 0 || m.kind < kvHello || m.kind > kvWelcome ||
 		m.p.window < 1 || m.p.blocks < 1 || m.p.bsize < 8 || m.p.bsize%8 != 0 {
 		return m, errKVMsg
 	}
@@ -181,6 +185,7 @@ type kvTarget struct {
 	verify     bool
 	initiators int
 	connect    bool // no store: reach initiators at the addresses of their hello
+	hellos     int  // initiators welcomed: the k-th writes region k mod max(1, initiators)
 	out        io.Writer
 	label      string // for the report
 }
@@ -218,9 +223,13 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		}
 		switch m.kind {
 		case kvHello:
-			if m.p.sectionLen() > t.buf.Size() {
-				return fmt.Errorf("target: %s needs a section of %d bytes, this one has %d", n.From, m.p.sectionLen(), t.buf.Size())
+			regions := max(1, t.initiators)
+			if m.p.sectionLen()*regions > t.buf.Size() {
+				return fmt.Errorf("target: %s needs a section of %d bytes per initiator (%d), this one has %d: give the target the same -blocks, -block-size and -O",
+					n.From, m.p.sectionLen(), regions, t.buf.Size())
 			}
+			base := uint64((t.hellos % regions) * m.p.sectionLen())
+			t.hellos++
 			if t.connect {
 				addr := m.unix
 				if addr == "" {
@@ -229,6 +238,9 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 				if _, err := t.a.Connect(ctx, addr); err != nil {
 					return fmt.Errorf("target: reach initiator %s at %s: %w", n.From, addr, err)
 				}
+			}
+			if err := t.a.Notify(ctx, n.From, kvMsg{kind: kvWelcome, p: m.p, base: base}.encode()); err != nil {
+				return fmt.Errorf("target: welcome %s: %w", n.From, err)
 			}
 			continue
 		case kvEnd:
@@ -317,6 +329,7 @@ type kvInitiator struct {
 	staging  *engine.Buffer // host, one block: fills gaudi sources
 	p        kvParams
 	requests int
+	base     uint64 // where its slots start in the section (the target's welcome)
 	verify   bool
 	out      io.Writer
 	label    string
@@ -325,19 +338,28 @@ type kvInitiator struct {
 func (in *kvInitiator) run(ctx context.Context) error {
 	p := in.p
 	perm := p.perm()
+	md := in.a.Metadata()
+	if err := in.a.Notify(ctx, in.peer, kvMsg{kind: kvHello, p: p, unix: md.Unix, tcp: md.TCP}.encode()); err != nil {
+		return fmt.Errorf("initiator: hello to %s: %w", in.peer, err)
+	}
+	n, err := in.a.Recv(ctx)
+	if err != nil {
+		return fmt.Errorf("initiator: welcome from %s: %w", in.peer, err)
+	}
+	welcome, err := decodeKVMsg(n.Msg)
+	if err != nil || welcome.kind != kvWelcome || n.From != in.peer {
+		return fmt.Errorf("initiator: from %s, not a welcome: %w", n.From, errKVMsg)
+	}
+	in.base = welcome.base
 	local := make([]engine.Slice, p.slots())
 	remote := make([]agent.RemoteDesc, p.slots())
 	for s := range local {
 		local[s] = in.src.Slice(s*p.bsize, p.bsize)
-		remote[s] = agent.RemoteDesc{Section: in.section, Off: perm[s] * p.bsize, Len: p.bsize}
+		remote[s] = agent.RemoteDesc{Section: in.section, Off: int(in.base) + perm[s]*p.bsize, Len: p.bsize}
 	}
 	prep, err := in.a.Prepare(ctx, in.peer, local, remote)
 	if err != nil {
 		return fmt.Errorf("initiator: prepare %d descriptors for %s: %w", len(local), in.peer, err)
-	}
-	md := in.a.Metadata()
-	if err := in.a.Notify(ctx, in.peer, kvMsg{kind: kvHello, p: p, unix: md.Unix, tcp: md.TCP}.encode()); err != nil {
-		return fmt.Errorf("initiator: hello to %s: %w", in.peer, err)
 	}
 
 	// Acknowledgements, on their own goroutine.
@@ -426,7 +448,7 @@ func (in *kvInitiator) run(ctx context.Context) error {
 		if r == 0 {
 			start = now
 		}
-		msg := kvMsg{kind: kvReq, p: p, r: uint64(r), at: now.UnixNano()}.encode()
+		msg := kvMsg{kind: kvReq, p: p, r: uint64(r), at: now.UnixNano(), base: in.base}.encode()
 		t0 := time.Now()
 		x := prep.Write(ctx, idx[w], agent.WithNotify(msg))
 		post = append(post, time.Since(t0))
