@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -97,6 +98,7 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 
 // runAgentPerfLocal runs a target and an initiator in this process.
 func runAgentPerfLocal(ctx context.Context, o *perfOpts, pl agentPlan, kp kvParams, cfg engine.Config, dir string, ms *metricsServer, stdout io.Writer) (err error) {
+	stdout = &lockedWriter{w: stdout} // both roles report
 	addr := func(n string) (string, string) {
 		if o.agent.via == "tcp" {
 			return "", "127.0.0.1:0"
@@ -281,4 +283,16 @@ func (in *kvInitiator) free() error {
 func (m *metricsServer) add(pa *perfAgent, role string) {
 	m.addEngine(pa.eng)
 	m.addAgent(pa.a, role)
+}
+
+// lockedWriter serializes the writes of the roles of one process.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
