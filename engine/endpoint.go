@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/gxfer/gxfer/internal/ctrlchan"
 	"github.com/gxfer/gxfer/internal/datapath"
@@ -210,7 +209,7 @@ func (ep *Endpoint) start(ctx context.Context, put bool, local Slice, remote Rem
 	if len(opts) > 0 || ep.e.cfg.OpTimeout > 0 {
 		r.Deadline = ep.e.opConfig(opts).deadline
 	}
-	o := &epOp{ep: ep, n: uint64(local.n), start: time.Now()}
+	o := &epOp{ep: ep, n: uint64(local.n), start: opClock()}
 	o.f.Init(1)
 	o.setSpin(ep.e.cfg.WaitSpin)
 	ep.path.Start(ctx, r, o)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -141,7 +140,7 @@ func BenchmarkEpOpCount(b *testing.B) {
 	ep := &Endpoint{e: e, path: kindPath{k: datapath.KindTCP}}
 	b.ReportAllocs()
 	for b.Loop() {
-		o := epOp{ep: ep, n: 8, start: time.Now()}
+		o := epOp{ep: ep, n: 8, start: opClock()}
 		o.count(nil)
 	}
 }
