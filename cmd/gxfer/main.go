@@ -1,7 +1,9 @@
 // Command gxfer inspects and measures gxfer's data paths.
 //
 //	gxfer info [flags]   devices, memory domains, transports and caches (like ucx_info -d)
-//	gxfer perf [flags]   copy bandwidth and latency (like ucx_perftest, ib_write_bw)
+//	gxfer perf [flags]   copy bandwidth and latency (like ucx_perftest, ib_write_bw);
+//	                     -agent: named agents and the KV-cache workload (like nixlbench)
+//	gxfer agents -etcd URL  the live agents of a cluster and their sections
 //	gxfer help [command]
 //
 // On a machine without a Gaudi, the emulated device of package dma/hlsim
@@ -64,6 +66,7 @@ func commands() []command {
 		{"info", "show devices, memory domains, transports and caches (like ucx_info -d)", runInfo, infoUsage},
 		{"perf", "measure copy bandwidth and latency (like ucx_perftest, ib_write_bw)", runPerf, perfUsage},
 		{"soak", "run the chaos and soak workload: verified transfers under injected faults", runSoak, soakUsage},
+		{"agents", "list the live agents of a cluster, their addresses and sections (from etcd)", runAgents, agentsUsage},
 	}
 }
 

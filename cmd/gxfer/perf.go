@@ -113,7 +113,7 @@ Examples:
 -metrics ADDR serves the engine's statistics (package metrics: copies,
 Puts and Gets by transport, errors by kind, latency histograms, caches,
 endpoints) to Prometheus at http://ADDR/metrics while the command runs.
-
+`+perfAgentUsage+`
 Flags:
 `)
 	fs, _ := perfFlags()
@@ -141,6 +141,7 @@ type perfOpts struct {
 	rdmaCQ              string
 	clock               string
 	metrics             string // -metrics ADDR
+	agent               agentPerfOpts
 }
 
 func perfFlags() (*flag.FlagSet, *perfOpts) {
@@ -172,6 +173,7 @@ func perfFlags() (*flag.FlagSet, *perfOpts) {
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of this process to `FILE` (go tool pprof)")
 	registerMetricsFlag(fs, &o.metrics)
 	o.common.register(fs)
+	o.agent.register(fs)
 	return fs, o
 }
 
@@ -373,6 +375,14 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	cfg, err := o.common.config(stderr)
 	if err != nil {
 		return err
+	}
+	if o.agent.on {
+		return runAgentPerf(ctx, o, set, cfg, stdout, stderr)
+	}
+	for _, f := range agentOnly {
+		if set[f] {
+			return usagef("-%s needs -agent", f)
+		}
 	}
 	plan, err := o.check(set)
 	if err != nil {

@@ -16,6 +16,9 @@
 //   - the writer goroutine: it sends the replies the reader queued (the
 //     reader never writes, so a peer that stops reading cannot stall it)
 //     and a heartbeat every PeerTimeout/4;
+//   - the endpoint's application messages (msgs.go): queued by the reader
+//     within the window this side granted, taken by RecvMsg, which returns
+//     their credit; SendMsg spends the peer's credit;
 //   - failure: once, with the first error; pending replies get it, the
 //     path is told, Done closes;
 //   - Close: says goodbye, fails the channel, and returns once the reader,

@@ -26,7 +26,8 @@ const (
 //     granted: a message beyond the peer's credit is a protocol violation
 //     that fails the channel, so nothing unbounded is ever allocated.
 //     Taken messages are returned to the peer as credit in batches (a
-//     quarter of the window), through the writer.
+//     quarter of the window, so that a sender waits only while the
+//     receiver has messages queued), through the writer.
 //   - sending: Send spends credit, waiting (bounded by ctx) while there is
 //     none; one Send at a time goes out, so calls that do not overlap
 //     reach the peer in their order.
@@ -209,7 +210,10 @@ func (c *Chan) RecvMsg(ctx context.Context) ([]byte, error) {
 			m.takenN++
 			m.takenB += uint64(len(b))
 			var ret *wire.MsgCredit
-			if m.takenN >= max(m.window/4, 1) || m.takenB >= m.windowBytes/4 {
+			// A quarter of the window, in messages or bytes; in bytes at
+			// the latest when what is left of the window could no longer
+			// hold the largest message (a small window).
+			if m.takenN >= max(m.window/4, 1) || m.takenB >= min(m.windowBytes/4, m.windowBytes-wire.MaxAppMsg) {
 				ret = &wire.MsgCredit{Msgs: uint32(m.takenN), Bytes: m.takenB}
 				// Granted before it is sent: the peer may spend it at once.
 				m.allowN += m.takenN

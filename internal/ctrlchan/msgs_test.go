@@ -37,15 +37,15 @@ func msgPair(t *testing.T, window int) (a, b *Chan) {
 	return a, b
 }
 
-// rawMsgChan starts a channel granting window messages (and the least
-// window of bytes, wire.MaxAppMsg) to a raw peer, whose conn it returns;
-// what the channel sends is read and decoded into frames.
-func rawMsgChan(t *testing.T, window int) (*Chan, *wire.Conn, <-chan wire.Frame) {
+// rawMsgChan starts a channel granting window messages and windowBytes
+// bytes (1: the least, wire.MaxAppMsg) to a raw peer, whose conn it
+// returns; what the channel sends is read and decoded into frames.
+func rawMsgChan(t *testing.T, window, windowBytes int) (*Chan, *wire.Conn, <-chan wire.Frame) {
 	t.Helper()
 	env := &dptest.Env{}
 	a, raw := net.Pipe()
 	p := &fakePath{handle: func(wire.Message) (bool, error) { return false, nil }}
-	c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(a), wire.ConnConfig{}), Name: "raw", Peer: msgPeer, MsgWindow: window, MsgWindowBytes: 1})
+	c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(a), wire.ConnConfig{}), Name: "raw", Peer: msgPeer, MsgWindow: window, MsgWindowBytes: windowBytes})
 	p.c = c
 	c.Start(p)
 	peer := wire.NewConn(wire.NewStreamTransport(raw), wire.ConnConfig{})
@@ -182,7 +182,7 @@ func TestMsgCreditExceeded(t *testing.T) {
 		{"credit overflow", []wire.Message{&wire.AppMsg{Bytes: []byte("1")}, &wire.MsgCredit{Msgs: 1, Bytes: 1<<64 - 1}, &wire.MsgCredit{Msgs: 1, Bytes: 1<<64 - 1}}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, peer, frames := rawMsgChan(t, 2)
+			c, peer, frames := rawMsgChan(t, 2, 1)
 			f := <-frames // the initial grant: 2 messages, wire.MaxAppMsg bytes
 			var grant wire.MsgCredit
 			require.NoError(t, f.Decode(&grant))
@@ -211,7 +211,7 @@ func TestMsgCreditExceeded(t *testing.T) {
 // TestMsgCreditReturned: taking a quarter of the window returns it as one
 // MsgCredit, granted before it is sent (the peer may spend it at once).
 func TestMsgCreditReturned(t *testing.T) {
-	c, peer, frames := rawMsgChan(t, 8)
+	c, peer, frames := rawMsgChan(t, 8, 0)
 	<-frames
 	ctx := context.Background()
 	for i := range 8 {
@@ -236,4 +236,31 @@ func TestMsgCreditReturned(t *testing.T) {
 		require.Equal(t, uint64(i), binary.LittleEndian.Uint64(m))
 	}
 	require.NoError(t, c.Err())
+}
+
+// TestMsgSmallByteWindow: with the least byte window (one largest
+// message), credit comes back at every message taken, so a sender of
+// messages of every size never waits on a receiver with an empty queue.
+func TestMsgSmallByteWindow(t *testing.T) {
+	env := &dptest.Env{}
+	ca, cb := net.Pipe()
+	a := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(ca), wire.ConnConfig{MaxFrame: 2 * wire.MaxAppMsg}), Name: "b", Dialer: true, Peer: msgPeer})
+	b := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(cb), wire.ConnConfig{MaxFrame: 2 * wire.MaxAppMsg}), Name: "a", Peer: msgPeer, MsgWindowBytes: 1})
+	pa, pb := &fakePath{c: a}, &fakePath{c: b}
+	a.Start(pa)
+	b.Start(pb)
+	defer func() {
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+		env.Wait()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sizes := []int{10 << 10, wire.MaxAppMsg, 1, 20 << 10, wire.MaxAppMsg, 8}
+	for i, n := range sizes {
+		require.NoError(t, a.SendMsg(ctx, seqMsg(i, n), nil), "message %d", i)
+		m, err := b.RecvMsg(ctx)
+		require.NoError(t, err)
+		require.Len(t, m, max(n, 8))
+	}
 }

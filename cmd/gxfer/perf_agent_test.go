@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/agent/etcdmeta/etcdtest"
+)
+
+// tinyKV keeps agent mode runs short.
+var tinyKV = []string{"-blocks", "8", "-block-size", "4K", "-requests", "40", "-O", "4"}
+
+// checkKVReport checks the reports of both roles of a verified run.
+func checkKVReport(t *testing.T, out string, requests int) {
+	t.Helper()
+	n := strconv.Itoa(requests)
+	assert.Regexp(t, `(?m)^initiator \S+: `+n+` requests in \S+: [0-9.]+ req/s, [0-9.]+ GB/s`, out)
+	assert.Regexp(t, `(?m)^initiator \S+: post of 8 descriptors: p50 [0-9.]+us p99 [0-9.]+us mean [0-9.]+us .* post to acknowledged p50 [0-9.]+us p99 [0-9.]+us$`, out)
+	if !strings.Contains(out, "\ntarget ") {
+		return // an initiator's output only
+	}
+	assert.Regexp(t, `(?m)^target \S+: `+n+` requests, `+n+` verified byte for byte \| [0-9.]+ req/s, [0-9.]+ GB/s .* post to notified p50 [0-9.]+us p99 [0-9.]+us`, out)
+}
+
+func TestPerfAgentOneProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unix host", []string{"-via", "unix"}, []string{"over ipc", "source: host memory", `section "kv": 131072 bytes of host memory`}},
+		{"tcp to gaudi", []string{"-via", "tcp", "-m", "host,gaudi", "-devices", "emulated"},
+			[]string{"over tcp", "gaudi0 Gaudi2 [EMULATED: dma/hlsim] memory"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := gxfer(t, append(append([]string{"perf", "-agent"}, tinyKV...), tc.args...)...)
+			require.Equal(t, exitOK, code, errs+out)
+			checkKVReport(t, out, 40)
+			for _, w := range tc.want {
+				assert.Contains(t, out, w)
+			}
+		})
+	}
+}
+
+// TestPerfAgentEtcd: a target and two initiators (in-process commands, each
+// with its own engine and agent) find each other through a real etcd; the
+// target is listed by gxfer agents while it serves.
+func TestPerfAgentEtcd(t *testing.T) {
+	srv := etcdtest.New(t)
+	dir, err := os.MkdirTemp("", "gxpa")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var tout, terr bytes.Buffer
+	tdone := make(chan int, 1)
+	go func() {
+		tdone <- runContext(ctx, append([]string{"perf", "-agent", "-etcd", srv.URL(), "-role", "target", "-name", "decode-0",
+			"-unix", filepath.Join(dir, "t.sock"), "-ttl", "2s", "-initiators", "2"}, "-blocks", "8", "-block-size", "4K", "-O", "4"), &tout, &terr)
+	}()
+	// The target appears in etcd with its section.
+	require.Eventually(t, func() bool {
+		code, out, _ := gxfer(t, "agents", "-etcd", srv.URL(), "-json")
+		return code == 0 && strings.Contains(out, `"name": "decode-0"`) && strings.Contains(out, `"name": "kv"`)
+	}, time.Minute, 50*time.Millisecond)
+
+	// Two initiators at once: each writes its own region of the section.
+	type res struct {
+		code      int
+		out, errs string
+	}
+	results := make(chan res, 2)
+	for i := range 2 {
+		go func() {
+			var out, errs bytes.Buffer
+			code := runContext(ctx, append([]string{"perf", "-agent", "-etcd", srv.URL(), "-role", "initiator",
+				"-name", "prefill-" + strconv.Itoa(i), "-peer", "decode-0", "-tcp", "127.0.0.1:0"}, tinyKV...), &out, &errs)
+			results <- res{code, out.String(), errs.String()}
+		}()
+	}
+	var out string
+	for range 2 {
+		r := <-results
+		require.Equal(t, exitOK, r.code, r.errs+r.out)
+		assert.Contains(t, r.out, " -> target decode-0")
+		checkKVReport(t, r.out, 40)
+		out += r.out
+	}
+	assert.Contains(t, out, "# initiator prefill-0 -> target decode-0")
+	assert.Contains(t, out, "# initiator prefill-1 -> target decode-0")
+	var code int
+	select {
+	case code = <-tdone:
+	case <-ctx.Done():
+		t.Fatal("the target did not end after its initiators")
+	}
+	require.Equal(t, exitOK, code, terr.String()+tout.String())
+	assert.Regexp(t, `(?m)^target decode-0: 80 requests, 80 verified byte for byte`, tout.String())
+	assert.Contains(t, tout.String(), "# target decode-0 incarnation ")
+
+	// Once both ended, their records are gone (Close revokes the leases).
+	code, out, errs := gxfer(t, "agents", "-etcd", srv.URL(), "-json")
+	require.Equal(t, exitOK, code, errs)
+	var doc agentsJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	assert.Empty(t, doc.Agents)
+}
+
+func TestPerfAgentUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-agent", "-workload", "bulk"}, "bad -workload"},
+		{[]string{"-agent", "-etcd", "h:1"}, "-etcd needs -role"},
+		{[]string{"-agent", "-role", "boss"}, "bad -role"},
+		{[]string{"-agent", "-role", "target", "-etcd", "h:1"}, "a target listens"},
+		{[]string{"-agent", "-role", "initiator"}, "an initiator finds its target"},
+		{[]string{"-agent", "-role", "target", "-unix", "/x", "-requests", "3"}, "an initiator's flag"},
+		{[]string{"-agent", "-block-size", "12"}, "bad -block-size"},
+		{[]string{"-agent", "-blocks", "0"}, "bad -blocks"},
+		{[]string{"-agent", "-O", "0"}, "bad -O"},
+		{[]string{"-agent", "-via", "rdma"}, "bad -via"},
+		{[]string{"-agent", "-t", "h2d"}, "-t has no meaning with -agent"},
+		{[]string{"-agent", "-peer", "x"}, "-peer needs -role"},
+		{[]string{"-blocks", "4"}, "-blocks needs -agent"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, out, errs := gxfer(t, append([]string{"perf"}, tc.args...)...)
+			require.Equal(t, exitUsage, code, errs+out)
+			assert.Contains(t, errs, tc.want)
+		})
+	}
+}
+
+// TestPerfAgentMetrics: perf -agent -metrics exports both agents' counters
+// (and the initiator's engine's), parsed with Prometheus's text parser.
+func TestPerfAgentMetrics(t *testing.T) {
+	fs, out := scrapeAtClose(t, append([]string{"perf", "-agent"}, tinyKV...)...)
+	checkKVReport(t, out, 40)
+	require.EqualValues(t, 40, sample(t, fs, "gxfer_agent_transfers_total", "agent", "initiator", "op", "write"))
+	require.EqualValues(t, 40*8, sample(t, fs, "gxfer_agent_descriptors_total", "agent", "initiator"))
+	require.GreaterOrEqual(t, sample(t, fs, "gxfer_agent_notifications_received_total", "agent", "target"), float64(40))
+	require.GreaterOrEqual(t, sample(t, fs, "gxfer_agent_notifications_sent_total", "agent", "initiator"), float64(40))
+	require.Positive(t, sample(t, fs, "gxfer_transport_ops_completed_total", "transport", "ipc"))
+}

@@ -1,0 +1,513 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/gxfer/gxfer/agent"
+	"github.com/gxfer/gxfer/engine"
+)
+
+// The KV-cache workload of gxfer perf -agent (like nixlbench's): an
+// initiator writes requests of `blocks` blocks of `bsize` bytes into
+// scattered slots of a target's section, each request followed by a
+// notification; the target verifies a request's bytes when its
+// notification arrives and acknowledges it (the acknowledgements bound the
+// requests in flight to the window, so that a slot is rewritten only once
+// the target has checked it).
+//
+// The section holds window*blocks slots; a random permutation of them,
+// fixed per run by the seed, scatters the blocks: block i of request r is
+// at slot perm[(r%window)*blocks+i]. The bytes of block i of request r are
+// a pattern of (seed, r, i).
+
+// kvParams are the parameters of one run, carried in every notification
+// so that the target needs no configuration but its section.
+type kvParams struct {
+	seed          uint64
+	window        int
+	blocks, bsize int
+}
+
+func (p kvParams) slots() int      { return p.window * p.blocks }
+func (p kvParams) sectionLen() int { return p.slots() * p.bsize }
+func (p kvParams) requestLen() int { return p.blocks * p.bsize }
+func (p kvParams) perm() []int     { return rand.New(rand.NewPCG(p.seed, 0x6b76)).Perm(p.slots()) }
+func (p kvParams) slot(r uint64, i int, perm []int) int {
+	return perm[int(r%uint64(p.window))*p.blocks+i]
+}
+
+// Message kinds of the workload.
+const (
+	kvHello = 1 // initiator -> target: its addresses, before its first request
+	kvReq   = 2 // initiator -> target: request r's data is in place
+	kvEnd   = 3 // initiator -> target: no more requests (r = how many)
+	kvAck   = 4 // target -> initiator: request r checked (at = when notified)
+	// kvWelcome: target -> initiator, the answer to its hello: where in
+	// the section its requests go (base), so that initiators of one
+	// target never share slots.
+	kvWelcome = 5
+)
+
+const kvMagic = 0x67784b56 // "gxKV"
+
+// kvMsg is a workload notification.
+type kvMsg struct {
+	kind      uint8
+	p         kvParams
+	r         uint64
+	at        int64  // unix ns: when the request was posted (req) or notified (ack)
+	unix, tcp string // hello: where the target reaches the initiator
+	// section and base: the request's blocks are in the target's
+	// section (the target's own if "") from offset base on.
+	section string
+	base    uint64
+}
+
+func (m kvMsg) encode() []byte {
+	b := binary.BigEndian.AppendUint32(nil, kvMagic)
+	b = append(b, m.kind)
+	b = binary.BigEndian.AppendUint64(b, m.p.seed)
+	b = binary.BigEndian.AppendUint32(b, uint32(m.p.window))
+	b = binary.BigEndian.AppendUint32(b, uint32(m.p.blocks))
+	b = binary.BigEndian.AppendUint32(b, uint32(m.p.bsize))
+	b = binary.BigEndian.AppendUint64(b, m.r)
+	b = binary.BigEndian.AppendUint64(b, uint64(m.at))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(m.unix)))
+	b = append(b, m.unix...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(m.tcp)))
+	b = append(b, m.tcp...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(m.section)))
+	b = append(b, m.section...)
+	return binary.BigEndian.AppendUint64(b, m.base)
+}
+
+var errKVMsg = errors.New("not a kvcache workload message")
+
+func decodeKVMsg(b []byte) (kvMsg, error) {
+	var m kvMsg
+	const fixed = 4 + 1 + 8 + 4*3 + 8 + 8
+	if len(b) < fixed+4 || binary.BigEndian.Uint32(b) != kvMagic {
+		return m, errKVMsg
+	}
+	m.kind = b[4]
+	m.p.seed = binary.BigEndian.Uint64(b[5:])
+	m.p.window = int(binary.BigEndian.Uint32(b[13:]))
+	m.p.blocks = int(binary.BigEndian.Uint32(b[17:]))
+	m.p.bsize = int(binary.BigEndian.Uint32(b[21:]))
+	m.r = binary.BigEndian.Uint64(b[25:])
+	m.at = int64(binary.BigEndian.Uint64(b[33:]))
+	rest := b[fixed:]
+	str := func() (string, bool) {
+		if len(rest) < 2 {
+			return "", false
+		}
+		n := int(binary.BigEndian.Uint16(rest))
+		if len(rest) < 2+n {
+			return "", false
+		}
+		s := string(rest[2 : 2+n])
+		rest = rest[2+n:]
+		return s, true
+	}
+	var ok1, ok2, ok3 bool
+	m.unix, ok1 = str()
+	m.tcp, ok2 = str()
+	m.section, ok3 = str()
+	if len(rest) == 8 {
+		m.base = binary.BigEndian.Uint64(rest)
+		rest = rest[8:]
+	}
+	if !ok1 || !ok2 || !ok3 || len(rest) != 0 || m.kind < kvHello || m.kind > kvWelcome ||
+		m.p.window < 1 || m.p.blocks < 1 || m.p.bsize < 8 || m.p.bsize%8 != 0 {
+		return m, errKVMsg
+	}
+	return m, nil
+}
+
+// fillBlock writes the pattern of block i of request r into b (a multiple
+// of 8 bytes, 8-byte aligned).
+func fillBlock(b []byte, seed, r uint64, i int) {
+	w := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
+	x := blockSeed(seed, r, i)
+	for j := range w {
+		w[j] = x + uint64(j)*0x9e3779b97f4a7c15
+	}
+}
+
+// checkBlock returns the offset of the first byte of b that is not the
+// pattern of block i of request r, or -1.
+func checkBlock(b []byte, seed, r uint64, i int) int {
+	w := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
+	x := blockSeed(seed, r, i)
+	for j := range w {
+		if w[j] != x+uint64(j)*0x9e3779b97f4a7c15 {
+			return j * 8
+		}
+	}
+	return -1
+}
+
+func blockSeed(seed, r uint64, i int) uint64 {
+	x := seed ^ (r+1)*0xbf58476d1ce4e5b9 ^ uint64(i+1)*0x94d049bb133111eb
+	x ^= x >> 31
+	return x * 0xd6e8feb96a8d6a4d
+}
+
+// latencies collects durations and gives quantiles.
+type latencies []time.Duration
+
+func (l latencies) q(f float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(f*float64(len(s))))]
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.1fus", float64(d)/1e3) }
+
+// kvTarget serves the workload on a's section (already published as
+// section) until `initiators` initiators ended (0: until ctx ends).
+type kvTarget struct {
+	a          *agent.Agent
+	buf        *engine.Buffer // the section
+	scratch    *engine.Buffer // host: a block read back from gaudi memory
+	verify     bool
+	initiators int
+	connect    bool // no store: reach initiators at the addresses of their hello
+	hellos     int  // initiators welcomed: the k-th writes region k mod max(1, initiators)
+	out        io.Writer
+	label      string // for the report
+}
+
+type kvTargetStats struct {
+	reqs     uint64
+	bytes    uint64
+	first    time.Time
+	last     time.Time
+	lat      latencies // post -> notified
+	verified uint64
+}
+
+func (t *kvTarget) run(ctx context.Context) (err error) {
+	var st kvTargetStats
+	perms := map[uint64][]int{}
+	ended := 0
+	defer func() {
+		if st.reqs > 0 {
+			t.report(&st)
+		}
+	}()
+	for t.initiators == 0 || ended < t.initiators {
+		n, err := t.a.Recv(ctx)
+		if err != nil {
+			if ctx.Err() != nil && t.initiators == 0 {
+				return nil
+			}
+			return fmt.Errorf("target: receive: %w", err)
+		}
+		now := time.Now()
+		m, err := decodeKVMsg(n.Msg)
+		if err != nil {
+			return fmt.Errorf("target: from %s: %w", n.From, err)
+		}
+		switch m.kind {
+		case kvHello:
+			regions := max(1, t.initiators)
+			if m.p.sectionLen()*regions > t.buf.Size() {
+				return fmt.Errorf("target: %s needs a section of %d bytes per initiator (%d), this one has %d: give the target the same -blocks, -block-size and -O",
+					n.From, m.p.sectionLen(), regions, t.buf.Size())
+			}
+			base := uint64((t.hellos % regions) * m.p.sectionLen())
+			t.hellos++
+			if t.connect {
+				addr := m.unix
+				if addr == "" {
+					addr = m.tcp
+				}
+				if _, err := t.a.Connect(ctx, addr); err != nil {
+					return fmt.Errorf("target: reach initiator %s at %s: %w", n.From, addr, err)
+				}
+			}
+			if err := t.a.Notify(ctx, n.From, kvMsg{kind: kvWelcome, p: m.p, base: base}.encode()); err != nil {
+				return fmt.Errorf("target: welcome %s: %w", n.From, err)
+			}
+			continue
+		case kvEnd:
+			ended++
+			continue
+		case kvReq:
+		default:
+			return fmt.Errorf("target: from %s: unexpected message kind %d", n.From, m.kind)
+		}
+		if st.reqs == 0 {
+			st.first = now
+		}
+		st.reqs++
+		st.bytes += uint64(m.p.requestLen())
+		st.last = now
+		st.lat = append(st.lat, now.Sub(time.Unix(0, m.at)))
+		if t.verify {
+			perm, ok := perms[m.p.seed]
+			if !ok {
+				perm = m.p.perm()
+				perms[m.p.seed] = perm
+			}
+			if err := t.check(ctx, m, perm); err != nil {
+				return fmt.Errorf("target: request %d from %s: %w", m.r, n.From, err)
+			}
+			st.verified++
+		}
+		ack := kvMsg{kind: kvAck, p: m.p, r: m.r, at: now.UnixNano()}
+		if err := t.a.Notify(ctx, n.From, ack.encode()); err != nil {
+			return fmt.Errorf("target: acknowledge to %s: %w", n.From, err)
+		}
+	}
+	return nil
+}
+
+// check verifies the blocks of request m.
+func (t *kvTarget) check(ctx context.Context, m kvMsg, perm []int) error {
+	return checkRequest(ctx, t.a.Engine(), t.buf, t.scratch, m, perm)
+}
+
+// checkRequest verifies the blocks of request m in buf (from m.base on);
+// scratch is a host buffer of a block at least, for gaudi memory.
+func checkRequest(ctx context.Context, eng *engine.Engine, buf, scratch *engine.Buffer, m kvMsg, perm []int) error {
+	if end := m.base + uint64(m.p.sectionLen()); end > uint64(buf.Size()) || end < m.base {
+		return fmt.Errorf("request %d: blocks beyond the section (%d bytes from %d, section of %d)", m.r, m.p.sectionLen(), m.base, buf.Size())
+	}
+	for i := range m.p.blocks {
+		off := int(m.base) + m.p.slot(m.r, i, perm)*m.p.bsize
+		var b []byte
+		if buf.Location() == engine.Host {
+			b = buf.Bytes()[off : off+m.p.bsize]
+		} else {
+			if err := eng.CopySync(ctx, scratch.Slice(0, m.p.bsize), buf.Slice(off, m.p.bsize)); err != nil {
+				return fmt.Errorf("read block %d back: %w", i, err)
+			}
+			b = scratch.Bytes()[:m.p.bsize]
+		}
+		if at := checkBlock(b, m.p.seed, m.r, i); at >= 0 {
+			return fmt.Errorf("block %d (offset %d): byte %d differs: data not in place when the notification arrived", i, off, at)
+		}
+	}
+	return nil
+}
+
+func (t *kvTarget) report(st *kvTargetStats) {
+	el := st.last.Sub(st.first)
+	rps, gbs := 0.0, 0.0
+	if el > 0 && st.reqs > 1 {
+		rps = float64(st.reqs-1) / el.Seconds()
+		gbs = rps * float64(st.bytes/st.reqs) / 1e9
+	}
+	v := "not verified (-verify=false)"
+	if t.verify {
+		v = fmt.Sprintf("%d verified byte for byte", st.verified)
+	}
+	fmt.Fprintf(t.out, "target %s: %d requests, %s | %.1f req/s, %.3f GB/s (GB = 1e9 bytes; first to last notification) | post to notified p50 %s p99 %s (same-host clock)\n",
+		t.label, st.reqs, v, rps, gbs, us(st.lat.q(0.5)), us(st.lat.q(0.99)))
+}
+
+// kvInitiator runs the workload against one target.
+type kvInitiator struct {
+	a        *agent.Agent
+	peer     string
+	section  string
+	src      *engine.Buffer // window*blocks blocks
+	staging  *engine.Buffer // host, one block: fills gaudi sources
+	p        kvParams
+	requests int
+	base     uint64 // where its slots start in the section (the target's welcome)
+	verify   bool
+	out      io.Writer
+	label    string
+}
+
+func (in *kvInitiator) run(ctx context.Context) error {
+	p := in.p
+	perm := p.perm()
+	md := in.a.Metadata()
+	if err := in.a.Notify(ctx, in.peer, kvMsg{kind: kvHello, p: p, unix: md.Unix, tcp: md.TCP}.encode()); err != nil {
+		return fmt.Errorf("initiator: hello to %s: %w", in.peer, err)
+	}
+	n, err := in.a.Recv(ctx)
+	if err != nil {
+		return fmt.Errorf("initiator: welcome from %s: %w", in.peer, err)
+	}
+	welcome, err := decodeKVMsg(n.Msg)
+	if err != nil || welcome.kind != kvWelcome || n.From != in.peer {
+		return fmt.Errorf("initiator: from %s, not a welcome: %w", n.From, errKVMsg)
+	}
+	in.base = welcome.base
+	local := make([]engine.Slice, p.slots())
+	remote := make([]agent.RemoteDesc, p.slots())
+	for s := range local {
+		local[s] = in.src.Slice(s*p.bsize, p.bsize)
+		remote[s] = agent.RemoteDesc{Section: in.section, Off: int(in.base) + perm[s]*p.bsize, Len: p.bsize}
+	}
+	prep, err := in.a.Prepare(ctx, in.peer, local, remote)
+	if err != nil {
+		return fmt.Errorf("initiator: prepare %d descriptors for %s: %w", len(local), in.peer, err)
+	}
+
+	// Acknowledgements, on their own goroutine.
+	type ack struct {
+		r  uint64
+		at time.Time
+	}
+	acks := make(chan ack, p.window)
+	actx, stopAcks := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var ackErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(acks)
+		for {
+			n, err := in.a.Recv(actx)
+			if err != nil {
+				if actx.Err() == nil {
+					ackErr = err
+				}
+				return
+			}
+			m, err := decodeKVMsg(n.Msg)
+			if err != nil || m.kind != kvAck {
+				ackErr = fmt.Errorf("from %s: %w", n.From, errKVMsg)
+				return
+			}
+			acks <- ack{r: m.r, at: time.Unix(0, m.at)}
+		}
+	}()
+	defer func() { stopAcks(); wg.Wait() }()
+
+	idx := make([][]int, p.window)
+	for w := range idx {
+		idx[w] = make([]int, p.blocks)
+		for i := range idx[w] {
+			idx[w][i] = w*p.blocks + i
+		}
+	}
+	var post, rtt latencies
+	posted := make([]time.Time, p.window)
+	xfers := make([]*agent.Xfer, p.window)
+	// acked[w]: the last request posted in slot w was acknowledged.
+	// Requests complete, so notify and are acknowledged, in any order:
+	// slot w is reused only once its own request was checked.
+	acked := make([]bool, p.window)
+	inflight := 0
+	wait := func() error {
+		a, ok := <-acks
+		if !ok {
+			if ackErr == nil {
+				ackErr = ctx.Err()
+			}
+			return fmt.Errorf("initiator: acknowledgements from %s: %w", in.peer, ackErr)
+		}
+		w := int(a.r % uint64(p.window))
+		if acked[w] || xfers[w] == nil {
+			return fmt.Errorf("initiator: unexpected acknowledgement of request %d from %s", a.r, in.peer)
+		}
+		acked[w] = true
+		inflight--
+		rtt = append(rtt, time.Since(posted[w]))
+		return nil
+	}
+	var start time.Time
+	for r := range in.requests {
+		w := r % p.window
+		for xfers[w] != nil && !acked[w] {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+		if x := xfers[w]; x != nil {
+			// Its notification was acknowledged: done, or about to be.
+			if err := x.Wait(ctx); err != nil {
+				return fmt.Errorf("initiator: request %d: %w", r-p.window, err)
+			}
+		}
+		if in.verify {
+			if err := in.fill(ctx, uint64(r), w); err != nil {
+				return err
+			}
+		}
+		now := time.Now()
+		if r == 0 {
+			start = now
+		}
+		msg := kvMsg{kind: kvReq, p: p, r: uint64(r), at: now.UnixNano(), base: in.base}.encode()
+		t0 := time.Now()
+		x := prep.Write(ctx, idx[w], agent.WithNotify(msg))
+		post = append(post, time.Since(t0))
+		xfers[w], posted[w], acked[w] = x, t0, false
+		inflight++
+	}
+	for inflight > 0 {
+		if err := wait(); err != nil {
+			return err
+		}
+	}
+	elapsed := time.Since(start)
+	for _, x := range xfers {
+		if x == nil {
+			continue
+		}
+		if err := x.Wait(ctx); err != nil {
+			return fmt.Errorf("initiator: %w", err)
+		}
+	}
+	if err := in.a.Notify(ctx, in.peer, kvMsg{kind: kvEnd, p: p, r: uint64(in.requests)}.encode()); err != nil {
+		return fmt.Errorf("initiator: end to %s: %w", in.peer, err)
+	}
+	in.report(elapsed, post, rtt)
+	return nil
+}
+
+// fill writes the pattern of request r into the source blocks of window
+// slot w.
+func (in *kvInitiator) fill(ctx context.Context, r uint64, w int) error {
+	p := in.p
+	for i := range p.blocks {
+		s := in.src.Slice((w*p.blocks+i)*p.bsize, p.bsize)
+		if in.src.Location() == engine.Host {
+			off := (w*p.blocks + i) * p.bsize
+			fillBlock(in.src.Bytes()[off:off+p.bsize], p.seed, r, i)
+			continue
+		}
+		fillBlock(in.staging.Bytes()[:p.bsize], p.seed, r, i)
+		if err := in.a.Engine().CopySync(ctx, s, in.staging.Slice(0, p.bsize)); err != nil {
+			return fmt.Errorf("initiator: fill block %d of request %d: %w", i, r, err)
+		}
+	}
+	return nil
+}
+
+func (in *kvInitiator) report(el time.Duration, post, rtt latencies) {
+	rps := float64(in.requests) / el.Seconds()
+	gbs := rps * float64(in.p.requestLen()) / 1e9
+	var sum time.Duration
+	for _, d := range post {
+		sum += d
+	}
+	fill := ""
+	if in.verify {
+		fill = " (includes filling the source blocks with the request's pattern; -verify=false: pure transfer)"
+	}
+	fmt.Fprintf(in.out, "initiator %s: %d requests in %v: %.1f req/s, %.3f GB/s (GB = 1e9 bytes)%s\n",
+		in.label, in.requests, el.Round(time.Microsecond), rps, gbs, fill)
+	fmt.Fprintf(in.out, "initiator %s: post of %d descriptors: p50 %s p99 %s mean %s (CPU in Prepared.Write, before it returns) | post to acknowledged p50 %s p99 %s\n",
+		in.label, in.p.blocks, us(post.q(0.5)), us(post.q(0.99)), us(sum/time.Duration(max(1, len(post)))), us(rtt.q(0.5)), us(rtt.q(0.99)))
+}
