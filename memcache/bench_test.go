@@ -67,6 +67,7 @@ func BenchmarkHit(b *testing.B) {
 				defer c.Close()
 				addrs := p.pick(all)
 				i := 0
+				cpu := startCPU(b)
 				for b.Loop() {
 					r, err := c.Get(addrs[i], 256, AccessRead)
 					if err != nil {
@@ -77,6 +78,7 @@ func BenchmarkHit(b *testing.B) {
 						i = 0
 					}
 				}
+				cpu.stop("hit")
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/hit")
 				if st := c.Stats(); st.Misses != uint64(s.n) {
 					b.Fatalf("%d misses", st.Misses-uint64(s.n))
@@ -108,6 +110,7 @@ func BenchmarkHitLargeRegion(b *testing.B) {
 	}
 	rand.New(rand.NewPCG(5, 6)).Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
 	i := 0
+	cpu := startCPU(b)
 	for b.Loop() {
 		r, err := c.Get(addrs[i], 256, AccessRead)
 		if err != nil {
@@ -118,6 +121,7 @@ func BenchmarkHitLargeRegion(b *testing.B) {
 			i = 0
 		}
 	}
+	cpu.stop("hit")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/hit")
 }
 
@@ -162,6 +166,7 @@ func BenchmarkMiss(b *testing.B) {
 			c, addrs := populate(b, s.n)
 			defer c.Close()
 			i := 0
+			cpu := startCPU(b)
 			for b.Loop() {
 				a := addrs[i] + 4096 // in the gap after a region
 				r, err := c.Get(a, 256, AccessRead)
@@ -174,6 +179,7 @@ func BenchmarkMiss(b *testing.B) {
 					i = 0
 				}
 			}
+			cpu.stop("miss")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/miss")
 		})
 	}
