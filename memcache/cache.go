@@ -102,7 +102,7 @@ const DefaultNegativeTTL = 100 * time.Millisecond
 // New; the last group describes the current state.
 type Stats struct {
 	Gets         uint64 // Get calls (= HitsFast + HitsSlow + Misses + NegativeHits + Rejected)
-	HitsFast     uint64 // served lock-free from the index
+	HitsFast     uint64 // served lock-free (from the hint table or the index)
 	HitsSlow     uint64 // served from the index under the slow-path lock (lost a race with a writer)
 	Misses       uint64 // needed a new registration (successful or not)
 	NegativeHits uint64 // failed from the negative cache without calling the Registrar
