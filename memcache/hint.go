@@ -25,10 +25,12 @@ import (
 // region, so hot slots stay shared in every core's cache.
 //
 // The writer keeps the table sized to at least twice the indexed regions
-// (between minHintSlots and maxHintSlots) and clears the slots of small
-// regions that leave the index. Slots of a large region that left are
-// overwritten by later fills or dropped when the table grows; until then they
-// keep the dead Region reachable, which costs memory but not correctness.
+// (from 1<<minHintShift up to 1<<maxHintShift slots; it never shrinks) and
+// clears the slots of small regions that leave the index. Slots of a large
+// region that left, or refilled by a reader that found it in an older tree,
+// are overwritten by later fills or dropped when the table grows or the cache
+// closes; until then they keep the dead Region reachable, which costs memory
+// but not correctness.
 
 const (
 	minHintShift = 10 // 1024 slots
