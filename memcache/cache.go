@@ -102,7 +102,7 @@ const DefaultNegativeTTL = 100 * time.Millisecond
 // New; the last group describes the current state.
 type Stats struct {
 	Gets         uint64 // Get calls (= HitsFast + HitsSlow + Misses + NegativeHits + Rejected)
-	HitsFast     uint64 // served lock-free from the index
+	HitsFast     uint64 // served lock-free (from the hint table or the index)
 	HitsSlow     uint64 // served from the index under the slow-path lock (lost a race with a writer)
 	Misses       uint64 // needed a new registration (successful or not)
 	NegativeHits uint64 // failed from the negative cache without calling the Registrar
@@ -126,9 +126,11 @@ type Stats struct {
 // Cache is a registration cache. All methods are safe for concurrent use.
 type Cache struct {
 	// Read by every Get; written only by the slow path.
+	hints  atomic.Pointer[hintTable]     // granule -> region hints, checked before the index (hint.go)
 	root   atomic.Pointer[node[*Region]] // the index, published copy-on-write
 	maxEnd uint64                        // largest request end whose aligned end is representable
-	_      [48]byte                      // keep the fields written below off the fast path's cache line
+	gshift uint                          // log2 of the hint table's granule
+	_      [32]byte                      // keep the fields written below off the fast path's cache line
 
 	// idleHint is set when an indexed region loses its last caller
 	// reference and cleared by an eviction sweep that found nothing to
@@ -182,6 +184,8 @@ func New(cfg Config) (*Cache, error) {
 		detached: make(map[*Region]struct{}),
 	}
 	c.maxEnd = math.MaxUint64 &^ (c.align - 1)
+	c.gshift = hintShift(c.align)
+	c.hints.Store(newHintTable(minHintShift))
 	if c.now == nil {
 		c.now = time.Now
 	}
@@ -217,10 +221,19 @@ func (c *Cache) Get(addr, length uint64, access Access) (*Region, error) {
 		c.rejected.Add(1)
 		return nil, fmt.Errorf("%w: range [%#x, +%#x)", ErrInvalid, addr, length)
 	}
-	// Fast path: regions never overlap, so the only candidate is the one
-	// with the greatest start <= addr. acquire fails if the region left the
-	// index after we loaded the root; the slow path then sorts it out.
+	// Fast path, first the hint table: an indexed region covering the
+	// request is the answer, however it was found (see hint.go).
+	if t := c.hints.Load(); t != nil {
+		if r := t.slot(addr >> c.gshift).Load(); r != nil && r.start <= addr && end <= r.end &&
+			r.access&access == access && r.acquire() {
+			return r, nil
+		}
+	}
+	// Then the index: regions never overlap, so the only candidate is the
+	// one with the greatest start <= addr. acquire fails if the region left
+	// the index after we loaded the root; the slow path then sorts it out.
 	if _, r, ok := c.root.Load().floor(addr); ok && end <= r.end && r.access&access == access && r.acquire() {
+		c.hint(addr, r)
 		return r, nil
 	}
 	return c.getSlow(addr, end, access)
@@ -236,6 +249,7 @@ func (c *Cache) getSlow(addr, end uint64, access Access) (*Region, error) {
 	if _, r, ok := c.root.Load().floor(addr); ok && end <= r.end && r.access&access == access {
 		c.acquireLocked(r)
 		c.st.HitsSlow++
+		c.hint(addr, r)
 		return r, nil
 	}
 	if err := c.neg.lookup(addr, end, access, c.now()); err != nil {
@@ -243,7 +257,11 @@ func (c *Cache) getSlow(addr, end uint64, access Access) (*Region, error) {
 		return nil, err
 	}
 	c.st.Misses++
-	return c.registerLocked(addr, end, access)
+	r, err := c.registerLocked(addr, end, access)
+	if err == nil {
+		c.hint(addr, r)
+	}
+	return r, err
 }
 
 // acquireLocked takes a reference on an indexed region under the lock,
@@ -338,6 +356,7 @@ func (c *Cache) indexLocked(r *Region, touching bool) {
 	}
 	c.root.Store(c.root.Load().insert(r.start, r))
 	c.indexed++
+	c.growHintsLocked()
 	c.log.Debug().Uint64("addr", r.start).Uint64("len", r.Len()).Stringer("access", r.access).
 		Int("absorbed", len(old)).Msg("registered")
 	c.evictLocked()
@@ -380,6 +399,7 @@ func (c *Cache) deleteLocked(r *Region) {
 	}
 	c.root.Store(root)
 	c.indexed--
+	c.clearHintsLocked(r)
 }
 
 // dropIndexRefLocked clears r's indexed bit; see unindexLocked.
@@ -594,6 +614,7 @@ func (c *Cache) Close() error {
 		return true
 	})
 	c.root.Store(nil)
+	c.hints.Store(nil)
 	c.indexed = 0
 	c.neg.entries = nil
 	return errors.Join(errs...)
