@@ -588,3 +588,46 @@ func testValidity(t *testing.T) *Validity {
 	t.Cleanup(func() { _ = v.Close() })
 	return v
 }
+
+// TestListenOverStaleSocket: a socket file left by a listener that died
+// without removing it (SIGKILL) is replaced; a live listener's is not, nor
+// a file that is not a socket.
+func TestListenOverStaleSocket(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		leave func(t *testing.T, path string) // what is at path before Listen
+		want  error                           // nil: Listen succeeds
+	}{
+		{"stale socket", func(t *testing.T, path string) {
+			// Bound and listened, then the descriptor closed without
+			// unlinking: what a killed process leaves.
+			s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
+			require.NoError(t, err)
+			require.NoError(t, unix.Bind(s, &unix.SockaddrUnix{Name: path}))
+			require.NoError(t, unix.Listen(s, 1))
+			require.NoError(t, unix.Close(s))
+		}, nil},
+		{"live listener", func(t *testing.T, path string) {
+			l, err := Listen(path, Config{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Close() })
+		}, syscall.EADDRINUSE},
+		{"regular file", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, nil, 0o600))
+		}, syscall.EADDRINUSE},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := sockPath(t)
+			tc.leave(t, path)
+			l, err := Listen(path, Config{})
+			if tc.want != nil {
+				require.ErrorIs(t, err, tc.want)
+				_, err = os.Lstat(path)
+				require.NoError(t, err, "what was there is still there")
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, l.Close())
+		})
+	}
+}

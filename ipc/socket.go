@@ -105,7 +105,11 @@ func Listen(path string, cfg Config) (_ *Listener, err error) {
 	}
 	defer func() { _ = sock.Close() }() // until it moves into an *os.File; the listener works on a dup
 
-	if err := unix.Bind(sock.Int(), &unix.SockaddrUnix{Name: path}); err != nil {
+	err = unix.Bind(sock.Int(), &unix.SockaddrUnix{Name: path})
+	if errors.Is(err, unix.EADDRINUSE) && removeStale(path) {
+		err = unix.Bind(sock.Int(), &unix.SockaddrUnix{Name: path})
+	}
+	if err != nil {
 		return nil, fmt.Errorf("ipc: listen %s: bind: %w", path, err)
 	}
 	var st unix.Stat_t
@@ -291,4 +295,29 @@ func PIDNamespace() (uint64, error) {
 		return 0, fmt.Errorf("ipc: pid namespace: %w", err)
 	}
 	return st.Ino, nil
+}
+
+// removeStale removes the socket file at path if it is a socket of this
+// uid that no one listens on (its listener died without removing it: a
+// SIGKILLed process), so that a restarted process can bind the same path.
+// A live listener's socket (the connect is accepted or would block) and
+// anything that is not a socket of ours are left alone.
+func removeStale(path string) bool {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK || st.Uid != uint32(os.Getuid()) {
+		return false
+	}
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(s)
+	if err := unix.Connect(s, &unix.SockaddrUnix{Name: path}); !errors.Is(err, unix.ECONNREFUSED) {
+		return false
+	}
+	var now unix.Stat_t
+	if unix.Lstat(path, &now) != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+		return false
+	}
+	return os.Remove(path) == nil
 }
