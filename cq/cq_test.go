@@ -146,8 +146,15 @@ func TestDeviceActorRetires(t *testing.T) {
 
 func TestDeviceActorDeadline(t *testing.T) {
 	w := newFakeWaiter()
-	var checks atomic.Int32
-	a := NewDeviceActor("fake", w, ActorConfig{OnDeadline: func() { checks.Add(1) }})
+	// OnDeadline runs after the pass's OnTimeout calls: wait for it, not
+	// for OnTimeout (the actor may still be between the two).
+	checked := make(chan struct{}, 1)
+	a := NewDeviceActor("fake", w, ActorConfig{OnDeadline: func() {
+		select {
+		case checked <- struct{}{}:
+		default:
+		}
+	}})
 	defer a.Close(0)
 	timedOut := make(chan struct{})
 	done := make(chan error, 1)
@@ -157,7 +164,7 @@ func TestDeviceActorDeadline(t *testing.T) {
 		OnDone:    func(err error) { done <- err },
 	}))
 	<-timedOut
-	require.GreaterOrEqual(t, checks.Load(), int32(1))
+	<-checked
 	w.finish(1, nil) // the CS still retires later
 	require.NoError(t, <-done)
 }
