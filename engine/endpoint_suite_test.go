@@ -76,6 +76,7 @@ var endpointSuite = []struct {
 	{"refusals", suiteRefusals},
 	{"canceled before it starts", suiteCanceled},
 	{"concurrent operations", suiteConcurrent},
+	{"a thousand requests at once", suiteThousand},
 	{"peer closes", suitePeerCloses},
 	{"binding", suiteBinding},
 	{"stats", suiteStats},
@@ -239,6 +240,36 @@ func suiteConcurrent(t *testing.T, p epPair) {
 	}
 	wg.Wait()
 	require.NoError(t, errors.Join(errs...))
+	require.True(t, bytes.Equal(src.Bytes(), back.Bytes()))
+}
+
+// suiteThousand: a caller that issues 1000 Puts, then 1000 Gets, without
+// waiting gets back-pressure (Put and Get wait for one of the endpoint's
+// request slots), never a refusal for having too many in progress.
+func suiteThousand(t *testing.T, p epPair) {
+	const n, each = 1000, 4096
+	src, err := p.a.Alloc(n*each, Host)
+	require.NoError(t, err)
+	fill(src.Bytes(), 11)
+	back, err := p.a.Alloc(n*each, Host)
+	require.NoError(t, err)
+	_, rk := exported(t, p.b, n*each, Gaudi(0))
+	ctx := context.Background()
+	for _, put := range []bool{true, false} {
+		fs := make([]*Future, n)
+		for i := range n {
+			if put {
+				fs[i] = p.ab.Put(ctx, src.Slice(i*each, each), rk.Slice(i*each, each))
+			} else {
+				fs[i] = p.ab.Get(ctx, back.Slice(i*each, each), rk.Slice(i*each, each))
+			}
+		}
+		errs := make([]error, 0, n)
+		for _, f := range fs {
+			errs = append(errs, f.Wait(ctx))
+		}
+		require.NoError(t, errors.Join(errs...), "put %v", put)
+	}
 	require.True(t, bytes.Equal(src.Bytes(), back.Bytes()))
 }
 

@@ -133,8 +133,13 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 	if !r.Put {
 		o.in = &inbound{id: o.id, dst: local, n: local.Len, onDone: o.partDone}
 	}
-	if err := p.c.Expect(o.id, o.onReply); err != nil {
+	// Wait for one of the connection's request slots: beyond the peer's
+	// limit of requests in progress it would refuse them.
+	if err := p.c.ExpectRequest(ctx, o.id, o.onReply); err != nil {
 		local.B.Release()
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = gxerr.Ctx(p.c.Name()+": waiting for a request slot", err)
+		}
 		c.Complete(0, err)
 		return
 	}
