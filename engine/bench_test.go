@@ -238,9 +238,15 @@ func BenchmarkIPCBindingPutN(b *testing.B) {
 // owner's Completion.
 //
 //	go test -run '^$' -bench TCPPut ./engine/
-func BenchmarkTCPPut(b *testing.B) {
+func BenchmarkTCPPut(b *testing.B) { benchTCPPut(b, 1) }
+
+// BenchmarkTCPPutLanes: BenchmarkTCPPut on an endpoint with the default
+// lanes (a lone small request should stay as fast as on one lane).
+func BenchmarkTCPPutLanes(b *testing.B) { benchTCPPut(b, 0) }
+
+func benchTCPPut(b *testing.B, lanes int) {
 	owner := newEngine(b, Config{Devices: DevicesNone})
-	user := newEngine(b, Config{Devices: DevicesNone, TCPLanes: 1})
+	user := newEngine(b, Config{Devices: DevicesNone, TCPLanes: lanes})
 	l, err := owner.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -153,7 +153,13 @@ func (ep *Endpoint) Close() error { return ep.ch.Close() }
 // requests in flight; the Timeout option bounds direct RDMA transfers and
 // the requests the peer performs.
 //
-// ctx bounds the waits of the operation on this side: for send credits,
+// A request the peer serves (every Put and Get over TCP, those into or
+// from the peer's Gaudi memory over "unix", delegated RDMA requests)
+// first waits, in Put, for one of the connection's 64 slots for requests
+// in progress: a caller that issues many at once is held back rather
+// than refused by the peer.
+//
+// ctx bounds the waits of the operation on this side: for request slots, send credits,
 // staging buffers and transfer slots (RDMA, and the peer's DMA over
 // "unix"), and for the answer of a request the peer performs into a
 // bounce buffer of ours ("unix"). When it ends first the future resolves

@@ -76,6 +76,7 @@ var endpointSuite = []struct {
 	{"refusals", suiteRefusals},
 	{"canceled before it starts", suiteCanceled},
 	{"concurrent operations", suiteConcurrent},
+	{"a thousand requests at once", suiteThousand},
 	{"peer closes", suitePeerCloses},
 	{"binding", suiteBinding},
 	{"stats", suiteStats},
@@ -239,6 +240,41 @@ func suiteConcurrent(t *testing.T, p epPair) {
 	}
 	wg.Wait()
 	require.NoError(t, errors.Join(errs...))
+	require.True(t, bytes.Equal(src.Bytes(), back.Bytes()))
+}
+
+// suiteThousand: 1000 Puts at once, then 1000 Gets, get back-pressure (Put and Get wait for one of the endpoint's
+// request slots), never a refusal for having too many in progress.
+func suiteThousand(t *testing.T, p epPair) {
+	const n, each = 1000, 4096
+	src, err := p.a.Alloc(n*each, Host)
+	require.NoError(t, err)
+	fill(src.Bytes(), 11)
+	back, err := p.a.Alloc(n*each, Host)
+	require.NoError(t, err)
+	_, rk := exported(t, p.b, n*each, Gaudi(0))
+	ctx := context.Background()
+	for _, put := range []bool{true, false} {
+		// From a goroutine each: some transports move the bytes (or
+		// wait for the peer) in Put itself.
+		fs := make([]*Future, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				if put {
+					fs[i] = p.ab.Put(ctx, src.Slice(i*each, each), rk.Slice(i*each, each))
+				} else {
+					fs[i] = p.ab.Get(ctx, back.Slice(i*each, each), rk.Slice(i*each, each))
+				}
+			})
+		}
+		wg.Wait()
+		errs := make([]error, 0, n)
+		for _, f := range fs {
+			errs = append(errs, f.Wait(ctx))
+		}
+		require.NoError(t, errors.Join(errs...), "put %v", put)
+	}
 	require.True(t, bytes.Equal(src.Bytes(), back.Bytes()))
 }
 

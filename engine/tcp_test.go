@@ -280,6 +280,51 @@ func TestTCPLanes(t *testing.T) {
 	require.NoError(t, ep.Close())
 }
 
+// TestTCPLanesSpreadSmall: transfers too small to split go to the
+// connection with the fewest requests in progress: one at a time they
+// all take the endpoint's own connection, many at once spread over the
+// lanes too.
+func TestTCPLanesSpreadSmall(t *testing.T) {
+	owner := newEngine(t, Config{Devices: DevicesNone})
+	user := newEngine(t, Config{Devices: DevicesNone, TCPLanes: 3})
+	l, err := owner.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	ctx := context.Background()
+	ep, err := user.Dial(ctx, "tcp", l.Addr(), WithTransport(TransportTCP))
+	require.NoError(t, err)
+	defer ep.Close()
+	lanes := tcp.Lanes(ep.path)
+	require.Len(t, lanes, 2)
+	laneBytes := func() (n uint64) {
+		for _, lane := range lanes {
+			n += user.endpointOf(lane).Stats().BytesOut
+		}
+		return n
+	}
+	const n, each = 200, 64 << 10
+	src, _ := user.Alloc(n*each, Host)
+	fill(src.Bytes(), 5)
+	dst, _ := owner.Alloc(n*each, Host)
+	rk, err := dst.Export()
+	require.NoError(t, err)
+	for i := range 20 { // one at a time
+		require.NoError(t, ep.PutSync(ctx, src.Slice(i*each, each), rk.Slice(i*each, each)))
+	}
+	require.Zero(t, laneBytes(), "a lone small request took a lane")
+	fs := make([]*Future, n)
+	for i := range n { // all at once
+		fs[i] = ep.Put(ctx, src.Slice(i*each, each), rk.Slice(i*each, each))
+	}
+	for _, f := range fs {
+		require.NoError(t, f.Wait(ctx))
+	}
+	require.True(t, bytes.Equal(src.Bytes(), dst.Bytes()))
+	for i, lane := range lanes {
+		require.NotZero(t, user.endpointOf(lane).Stats().BytesOut, "lane %d carried none of %d concurrent Puts", i+1, n)
+	}
+}
+
 // endpointOf is the endpoint whose control channel is c.
 func (e *Engine) endpointOf(c datapath.Ctrl) *Endpoint {
 	e.epMu.Lock()

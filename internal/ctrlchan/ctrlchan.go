@@ -43,7 +43,10 @@ import (
 	"github.com/gxfer/gxfer/wire"
 )
 
-// MaxServing bounds the peer's requests a channel serves at once (Serve).
+// MaxServing bounds the peer's requests a channel serves at once (Serve),
+// and the requests with a reply this side has outstanding on it
+// (ExpectRequest, RequestSlot): a caller beyond waits for a slot, so that a
+// well-behaved peer is never refused for having too many in progress.
 const MaxServing = 64
 
 // Config describes a channel whose handshake is done.
@@ -78,6 +81,8 @@ type Chan struct {
 
 	mu        sync.Mutex
 	pending   map[uint64]func(wire.Frame, error) // called once, never under mu
+	held      map[uint64]struct{}                // pending requests holding a slot
+	slots     chan struct{}                      // this side's requests outstanding (ExpectRequest)
 	nextID    atomic.Uint64
 	parity    uint64 // of our request ids: 1 dialer, 0 acceptor
 	failed    error
@@ -105,6 +110,8 @@ func New(cfg Config) *Chan {
 	c := &Chan{
 		cfg: cfg, env: cfg.Env, log: cfg.Env.Logger(), c: cfg.Conn,
 		pending:   map[uint64]func(wire.Frame, error){},
+		held:      map[uint64]struct{}{},
+		slots:     make(chan struct{}, MaxServing),
 		done:      make(chan struct{}),
 		sem:       make(chan struct{}, MaxServing),
 		reader:    make(chan struct{}),
@@ -184,13 +191,76 @@ func (c *Chan) Expect(id uint64, fn func(wire.Frame, error)) error {
 	return nil
 }
 
+// ExpectRequest is Expect for a request the peer serves: it first takes
+// one of the channel's MaxServing request slots, waiting while they are
+// all taken until ctx ends (its error is then ctx's) or the channel
+// fails. The slot is given back when the reply is delivered, the
+// registration forgotten, or the channel fails.
+func (c *Chan) ExpectRequest(ctx context.Context, id uint64, fn func(wire.Frame, error)) error {
+	if err := c.takeSlot(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.failed != nil {
+		err := c.failed
+		c.mu.Unlock()
+		<-c.slots
+		return err
+	}
+	c.pending[id] = fn
+	c.held[id] = struct{}{}
+	c.mu.Unlock()
+	return nil
+}
+
+// RequestSlot takes a request slot as ExpectRequest does, for a request
+// sent otherwise (RoundTrip); release gives it back (once the reply
+// arrived, or the request was given up).
+func (c *Chan) RequestSlot(ctx context.Context) (release func(), err error) {
+	if err := c.takeSlot(ctx); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { <-c.slots }) }, nil
+}
+
+func (c *Chan) takeSlot(ctx context.Context) error {
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case c.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return c.Err()
+	}
+}
+
+// unholdLocked forgets that id holds a slot; true: the caller gives the
+// slot back (outside mu).
+func (c *Chan) unholdLocked(id uint64) bool {
+	if _, ok := c.held[id]; ok {
+		delete(c.held, id)
+		return true
+	}
+	return false
+}
+
 // Forget takes back a registration; false: the reply (or the failure) is
 // being delivered.
 func (c *Chan) Forget(id uint64) bool {
 	c.mu.Lock()
 	_, still := c.pending[id]
 	delete(c.pending, id)
+	slot := c.unholdLocked(id)
 	c.mu.Unlock()
+	if slot {
+		<-c.slots
+	}
 	return still
 }
 
@@ -223,8 +293,11 @@ func (c *Chan) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wire.F
 }
 
 // Serve runs fn on a goroutine (the Env's) within MaxServing requests in
-// progress; Close waits for it.
-func (c *Chan) Serve(fn func()) bool {
+// progress, then sends the reply fn returns (none if nil); Close waits
+// for it. The slot is given back before the reply goes out: a requester
+// that waits for replies before sending more (ExpectRequest) never finds
+// the slots of requests it saw answered still taken.
+func (c *Chan) Serve(fn func() wire.Message) bool {
 	select {
 	case c.sem <- struct{}{}:
 	default:
@@ -233,10 +306,20 @@ func (c *Chan) Serve(fn func()) bool {
 	c.serving.Add(1)
 	c.env.Go(func() {
 		defer c.serving.Done()
-		defer func() { <-c.sem }()
-		fn()
+		m := c.serveOne(fn)
+		if m == nil {
+			return
+		}
+		if err := c.c.Send(m); err != nil {
+			c.log.Debug().Err(err).Str("peer", c.cfg.Name).Msg("reply not sent")
+		}
 	})
 	return true
+}
+
+func (c *Chan) serveOne(fn func() wire.Message) wire.Message {
+	defer func() { <-c.sem }()
+	return fn()
 }
 
 // Fail ends the channel once with err: the connection closes, the path
@@ -248,7 +331,12 @@ func (c *Chan) Fail(err error) {
 		c.hasFailed.Store(true)
 		pend := c.pending
 		c.pending = map[uint64]func(wire.Frame, error){}
+		slots := len(c.held)
+		clear(c.held)
 		c.mu.Unlock()
+		for range slots {
+			<-c.slots
+		}
 		c.msgFailed()
 		_ = c.c.Close()
 		if c.path != nil {
@@ -396,7 +484,11 @@ func (c *Chan) dispatch(f wire.Frame) error {
 		c.mu.Lock()
 		fn, ok := c.pending[f.Header.RequestID]
 		delete(c.pending, f.Header.RequestID)
+		slot := c.unholdLocked(f.Header.RequestID)
 		c.mu.Unlock()
+		if slot {
+			<-c.slots
+		}
 		if !ok {
 			return f.CloseFDs() // a reply to a request we gave up on
 		}

@@ -3,6 +3,7 @@ package ctrlchan
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -249,9 +250,9 @@ func TestServeLimit(t *testing.T) {
 	release := make(chan struct{})
 	var ended atomic.Int32
 	for i := 0; i < MaxServing; i++ {
-		require.True(t, c.Serve(func() { <-release; ended.Add(1) }))
+		require.True(t, c.Serve(func() wire.Message { <-release; ended.Add(1); return nil }))
 	}
-	require.False(t, c.Serve(func() {}), "over the limit")
+	require.False(t, c.Serve(func() wire.Message { return nil }), "over the limit")
 	closed := make(chan struct{})
 	go func() { _ = c.Close(); close(closed) }()
 	go func() { _, _ = raw.Read(make([]byte, 64)) }() // the Bye
@@ -313,3 +314,41 @@ func (c *capture) Recv(buf []byte) (int, []*fd.FD, error) {
 }
 
 func (c *capture) Close() error { return nil }
+
+// TestRequestSlots: ExpectRequest waits while MaxServing requests are
+// outstanding (until ctx ends), a Forget gives a slot back, and a failure
+// gives back them all and wakes the waiters.
+func TestRequestSlots(t *testing.T) {
+	env := &dptest.Env{}
+	c, raw := newChan(t, env, true, &fakePath{})
+	go func() { _, _ = io.Copy(io.Discard, raw) }()
+	failed := make(chan error, MaxServing+1)
+	var first uint64
+	for i := 0; i < MaxServing; i++ {
+		id := c.NewID()
+		if i == 0 {
+			first = id
+		}
+		require.NoError(t, c.ExpectRequest(context.Background(), id, func(_ wire.Frame, err error) { failed <- err }))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := c.ExpectRequest(ctx, c.NewID(), func(wire.Frame, error) {})
+	require.ErrorIs(t, err, context.DeadlineExceeded, "no slot while MaxServing are outstanding")
+
+	// A Forget gives its slot back.
+	require.True(t, c.Forget(first))
+	require.NoError(t, c.ExpectRequest(context.Background(), c.NewID(), func(_ wire.Frame, err error) { failed <- err }))
+
+	// A waiter is woken by the failure.
+	waited := make(chan error, 1)
+	go func() { waited <- c.ExpectRequest(context.Background(), c.NewID(), func(wire.Frame, error) {}) }()
+	require.NoError(t, c.Close())
+	require.Error(t, <-waited)
+	for i := 0; i < MaxServing; i++ {
+		require.Error(t, <-failed)
+	}
+	require.Empty(t, c.slots, "every slot given back")
+	_ = raw.Close()
+	env.Wait()
+}

@@ -186,6 +186,14 @@ type Ctrl interface {
 	// the reply frame or the endpoint's failure, never under a lock. It
 	// fails if the endpoint has failed.
 	Expect(id uint64, fn func(f wire.Frame, err error)) error
+	// ExpectRequest is Expect for a request the peer serves: it first
+	// waits (until ctx ends or the endpoint fails) for one of the
+	// endpoint's slots for requests outstanding, given back with the
+	// reply, the Forget or the failure.
+	ExpectRequest(ctx context.Context, id uint64, fn func(f wire.Frame, err error)) error
+	// RequestSlot takes such a slot for a request sent with RoundTrip
+	// (which takes none); release gives it back, once.
+	RequestSlot(ctx context.Context) (release func(), err error)
 	// Forget takes back a registration; false: the reply is being
 	// delivered (or the failure).
 	Forget(id uint64) bool
@@ -198,8 +206,10 @@ type Ctrl interface {
 	QueueReply(m wire.Message) error
 	TakeReplies() []wire.Message
 	// Serve runs fn on a goroutine within the endpoint's limit of
-	// requests in progress; false: over the limit (refuse the request).
-	Serve(fn func()) bool
+	// requests in progress, then sends the reply fn returns (if not
+	// nil), the request's slot given back first; false: over the limit
+	// (refuse the request).
+	Serve(fn func() wire.Message) bool
 	// MarkActive records that the peer made a request.
 	MarkActive()
 

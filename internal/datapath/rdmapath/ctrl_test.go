@@ -42,7 +42,11 @@ func (c *fakeCtrl) Ours(id uint64) bool    { return id&1 == 1 }
 func (c *fakeCtrl) Expect(uint64, func(wire.Frame, error)) error {
 	return errors.New("fakeCtrl: Expect")
 }
-func (c *fakeCtrl) Forget(uint64) bool { return true }
+func (c *fakeCtrl) ExpectRequest(context.Context, uint64, func(wire.Frame, error)) error {
+	return errors.New("fakeCtrl: ExpectRequest")
+}
+func (c *fakeCtrl) RequestSlot(context.Context) (func(), error) { return func() {}, nil }
+func (c *fakeCtrl) Forget(uint64) bool                          { return true }
 
 // RoundTrip returns the answer, the endpoint's failure, or ctx's error.
 func (c *fakeCtrl) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wire.Frame, error) {
@@ -63,10 +67,10 @@ func (c *fakeCtrl) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wi
 	}
 }
 
-func (c *fakeCtrl) QueueReply(wire.Message) error { return nil }
-func (c *fakeCtrl) TakeReplies() []wire.Message   { return nil }
-func (c *fakeCtrl) Serve(fn func()) bool          { go fn(); return true }
-func (c *fakeCtrl) MarkActive()                   {}
+func (c *fakeCtrl) QueueReply(wire.Message) error     { return nil }
+func (c *fakeCtrl) TakeReplies() []wire.Message       { return nil }
+func (c *fakeCtrl) Serve(fn func() wire.Message) bool { go fn(); return true }
+func (c *fakeCtrl) MarkActive()                       {}
 
 func (c *fakeCtrl) Fail(err error) {
 	c.mu.Lock()

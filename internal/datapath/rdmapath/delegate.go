@@ -104,6 +104,16 @@ func (p *Path) ask(ctx context.Context, put bool, req wire.Request, deadline tim
 	if put {
 		m = &wire.Put{Request: req}
 	}
+	// Within the endpoint's requests outstanding (the owner refuses
+	// beyond): wait for a slot while ctx lasts.
+	release, err := p.c.RequestSlot(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return gxerr.Ctx(p.c.Name()+": waiting for a request slot", ctx.Err())
+		}
+		return err
+	}
+	defer release()
 	w := p.newAnswerWait(ctx, deadline)
 	f, err := p.c.RoundTrip(w.ctx, req.RequestID, m)
 	gaveUp := w.stop()
@@ -198,7 +208,7 @@ func (p *Path) serve(put bool, r wire.Request) error {
 		return fmt.Errorf("request id %d of our parity", r.RequestID)
 	}
 	p.c.MarkActive()
-	ok := p.c.Serve(func() {
+	ok := p.c.Serve(func() wire.Message {
 		if h := p.t.serveHook.Load(); h != nil {
 			(*h)() // tests: a stuck owner
 		}
@@ -208,11 +218,10 @@ func (p *Path) serve(put bool, r wire.Request) error {
 		} else {
 			p.servedRDMA.Add(1)
 		}
-		if p.c.Err() == nil {
-			if err := p.c.Conn().Send(rep); err != nil {
-				p.t.log.Debug().Err(err).Msg("reply not sent")
-			}
+		if p.c.Err() != nil {
+			return nil
 		}
+		return rep
 	})
 	if !ok {
 		return p.c.QueueReply(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))

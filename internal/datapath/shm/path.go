@@ -2,6 +2,7 @@ package shm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -260,13 +261,16 @@ func (p *Path) request(ctx context.Context, r *datapath.Req, region datapath.Mem
 	}
 	ch := make(chan error, 1)
 	c := p.c
-	if err := c.Expect(req.RequestID, func(f wire.Frame, err error) {
+	if err := c.ExpectRequest(ctx, req.RequestID, func(f wire.Frame, err error) {
 		if err == nil {
 			err = c.ReplyErr(f)
 			_ = f.CloseFDs()
 		}
 		ch <- err
 	}); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = gxerr.Ctx(p.name+": waiting for a request slot", err)
+		}
 		return nil, err
 	}
 	if h := p.t.hooks.BeforeRequest; h != nil {
@@ -300,17 +304,11 @@ func (p *Path) serve(put bool, r wire.Request) error {
 	if r.Local.Kind != wire.LocalKey {
 		return fmt.Errorf("request with local kind %d on the ipc transport", r.Local.Kind)
 	}
-	ok := p.c.Serve(func() {
-		st, msg := p.serveRequest(put, r)
-		var err error
-		if st == wire.StatusOK {
-			err = p.c.Conn().Send(&wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK})
-		} else {
-			err = p.c.Conn().Send(wire.NewError(r.RequestID, st, msg))
+	ok := p.c.Serve(func() wire.Message {
+		if st, msg := p.serveRequest(put, r); st != wire.StatusOK {
+			return wire.NewError(r.RequestID, st, msg)
 		}
-		if err != nil {
-			p.t.log.Debug().Err(err).Msg("reply not sent")
-		}
+		return &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
 	})
 	if !ok { // the reader never blocks: refuse beyond the limit
 		_ = p.c.Conn().Send(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))

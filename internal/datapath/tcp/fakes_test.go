@@ -136,6 +136,10 @@ func (c *fakeCtrl) Expect(id uint64, fn func(wire.Frame, error)) error {
 	c.pending[id] = fn
 	return nil
 }
+func (c *fakeCtrl) ExpectRequest(_ context.Context, id uint64, fn func(wire.Frame, error)) error {
+	return c.Expect(id, fn)
+}
+func (c *fakeCtrl) RequestSlot(context.Context) (func(), error) { return func() {}, nil }
 func (c *fakeCtrl) Forget(id uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -146,11 +150,13 @@ func (c *fakeCtrl) Forget(id uint64) bool {
 func (c *fakeCtrl) RoundTrip(context.Context, uint64, wire.Message) (wire.Frame, error) {
 	return wire.Frame{}, errors.New("unused")
 }
-func (c *fakeCtrl) Serve(fn func()) bool {
+func (c *fakeCtrl) Serve(fn func() wire.Message) bool {
 	c.serving.Add(1)
 	go func() {
 		defer c.serving.Done()
-		fn()
+		if m := fn(); m != nil {
+			_ = c.Conn().Send(m)
+		}
 	}()
 	return true
 }

@@ -14,8 +14,10 @@ import (
 // peer; transfers of laneMin bytes or more are cut into one part per
 // lane, each moved as its own request on its own connection, so that the
 // kernel's copies of the parts run on several cores and the request/reply
-// gap of one part is covered by the others. Small transfers use the first
-// connection only. The peer serves lanes like any endpoint but does not
+// gap of one part is covered by the others. A smaller transfer goes
+// whole to the connection with the fewest requests in progress, the
+// first one on a tie: a lone request takes the first connection, many
+// at once (a descriptor list) spread over them all. The peer serves lanes like any endpoint but does not
 // return them from Accept; a lane that fails fails its endpoint, and the
 // endpoint its lanes.
 
@@ -69,6 +71,11 @@ func (p *path) openLanes(ctx context.Context) {
 		}
 		p.mu.Lock()
 		p.lanes = append(p.lanes, lane{c: lc, p: slot.p})
+		ps := make([]*path, len(p.lanes))
+		for i, l := range p.lanes {
+			ps[i] = l.p
+		}
+		p.laneSnap.Store(&ps)
 		failed := p.failed
 		p.mu.Unlock()
 		if failed != nil {
@@ -110,6 +117,25 @@ func closeCtrl(c datapath.Ctrl) {
 		return
 	}
 	c.Fail(gxerr.New(gxerr.Closed, "endpoint closed", nil))
+}
+
+// pick is the connection a transfer too small to split goes to: the
+// one with the fewest requests in progress, p on a tie.
+func (p *path) pick() *path {
+	best, bn := p, p.outstanding.Load()
+	ls := p.laneSnap.Load()
+	if bn == 0 || ls == nil {
+		return p
+	}
+	for _, l := range *ls {
+		if n := l.outstanding.Load(); n < bn {
+			best, bn = l, n
+			if n == 0 {
+				break
+			}
+		}
+	}
+	return best
 }
 
 // startLanes splits a Put or Get over the endpoint and its lanes.

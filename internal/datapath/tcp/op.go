@@ -49,6 +49,7 @@ func (o *op) partDone(err error) {
 	if o.parts.Add(-1) != 0 {
 		return
 	}
+	o.p.outstanding.Add(-1)
 	o.mu.Lock()
 	o.finished = true
 	err = o.err
@@ -111,13 +112,14 @@ func (o *op) abandon(err error) {
 	o.partDone(err)
 }
 
-// Start runs a Put or Get (lanes.go splits large ones over the lanes).
+// Start runs a Put or Get (lanes.go splits large ones over the lanes and
+// spreads the others).
 func (p *path) Start(ctx context.Context, r datapath.Req, c datapath.Completer) {
-	if r.Local.Len >= laneMin && len(p.laneList()) > 0 {
+	if ls := p.laneSnap.Load(); r.Local.Len >= laneMin && ls != nil && len(*ls) > 0 {
 		p.startLanes(ctx, r, c)
 		return
 	}
-	p.start(ctx, r, c)
+	p.pick().start(ctx, r, c)
 }
 
 // start runs a Put or Get on this connection.
@@ -133,11 +135,17 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 	if !r.Put {
 		o.in = &inbound{id: o.id, dst: local, n: local.Len, onDone: o.partDone}
 	}
-	if err := p.c.Expect(o.id, o.onReply); err != nil {
+	// Wait for one of the connection's request slots: beyond the peer's
+	// limit of requests in progress it would refuse them.
+	if err := p.c.ExpectRequest(ctx, o.id, o.onReply); err != nil {
 		local.B.Release()
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = gxerr.Ctx(p.c.Name()+": waiting for a request slot", err)
+		}
 		c.Complete(0, err)
 		return
 	}
+	p.outstanding.Add(1) // until partDone's last part
 	if o.in != nil && local.Len > 0 {
 		if err := p.addInbound(o.in); err != nil {
 			if p.c.Forget(o.id) {

@@ -32,6 +32,10 @@ type path struct {
 
 	lanes  []lane // the extra connections of a dialed endpoint (set once, by Connect)
 	parent *path  // a lane's endpoint
+	// laneSnap is the paths of lanes, for Start to pick one without a
+	// lock; outstanding counts this connection's requests in progress.
+	laneSnap    atomic.Pointer[[]*path]
+	outstanding atomic.Int32
 }
 
 var _ datapath.Path = (*path)(nil)

@@ -87,7 +87,7 @@ func (p *path) serveGet(r wire.Request) error {
 		delete(p.serving, r.RequestID)
 		p.mu.Unlock()
 	}
-	ok := p.c.Serve(func() {
+	ok := p.c.Serve(func() wire.Message {
 		defer done()
 		mine, st, msg := p.env.Lookup(&r.Key, r.Offset, r.Length, wire.KeyRead)
 		if st == wire.StatusOK {
@@ -95,10 +95,8 @@ func (p *path) serveGet(r wire.Request) error {
 				st, msg = wire.StatusStale, "buffer no longer exported"
 			}
 		}
-		conn := p.c.Conn()
 		if st != wire.StatusOK {
-			_ = conn.Send(wire.NewError(r.RequestID, st, msg))
-			return
+			return wire.NewError(r.RequestID, st, msg)
 		}
 		_, err := p.sendMem(nil, r.RequestID, mine, nil, stop.Load)
 		mine.B.Release()
@@ -107,12 +105,13 @@ func (p *path) serveGet(r wire.Request) error {
 			// Canceled by the peer: nothing more for this request.
 		case err == nil:
 			p.served.Add(1)
-			_ = conn.Send(&wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK})
+			return &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
 		case errors.Is(err, errSourceFailed):
-			_ = conn.Send(wire.NewError(r.RequestID, wire.StatusInternal, err.Error()))
+			return wire.NewError(r.RequestID, wire.StatusInternal, err.Error())
 		default:
 			p.c.Fail(p.sendErr(err)) // the stream is broken or the peer gone
 		}
+		return nil
 	})
 	if !ok {
 		done()
