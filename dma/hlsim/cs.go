@@ -223,8 +223,14 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 
 // reject ends a CS the driver refused after giving it a sequence number:
 // its fence completes with the driver's "not submitted" error.
+// A reset racing with the ioctl may have ended it already (it holds a
+// slot from the moment csMu was released): then that is its outcome.
 func (c *hctx) reject(s *cs) {
 	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
 	s.ended = true
 	s.status = statusRejected
 	s.mu.Unlock()

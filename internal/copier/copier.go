@@ -80,6 +80,7 @@ type Copier struct {
 	pool     *ants.Pool // drain tasks: never wait on other tasks
 	stageSem chan struct{}
 	stages   sync.WaitGroup // staging tasks
+	inline   inlineRuns     // device jobs processed on their callers' goroutines
 	runtime  sync.WaitGroup // copies handed to runtimes' copiers
 	host     *hostPath
 	mode     queue.Mode // of every queue
@@ -201,6 +202,7 @@ func (c *Copier) Stop() {
 		}
 	}
 	c.host.q.Close()
+	c.inline.close() // the callers' own submissions, like the workers' below
 	if err := c.pool.ReleaseTimeout(c.cfg.CloseGrace + time.Second); err != nil {
 		c.log.Warn().Err(err).Msg("workers did not stop in time")
 	}

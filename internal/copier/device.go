@@ -3,6 +3,7 @@ package copier
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rs/zerolog"
@@ -118,7 +119,9 @@ func (g *Device) enqueue(ctx context.Context, dir int, j *Job) error {
 	q := g.queues[dir]
 	if q.Len() == 0 && g.Actor.Outstanding() < inlineMaxOutstanding && g.c.HookProcess.Load() == nil &&
 		g.sched[dir].CompareAndSwap(false, true) {
-		if q.Closed() {
+		// inline.enter fails once Close began: Close waits for the
+		// inline runs that entered before it releases the device.
+		if q.Closed() || !g.c.inline.enter() {
 			g.sched[dir].Store(false)
 			return gxerr.Closed
 		}
@@ -140,6 +143,7 @@ func (g *Device) queueName(dir int) string { return fmt.Sprintf("gaudi%d %s", g.
 func (g *Device) runInline(dir int, j *Job) {
 	g.c.st.InlineSubmits.Add(1)
 	defer func() {
+		defer g.c.inline.exit()
 		if r := recover(); r != nil {
 			g.c.failOps([]*Job{j}, r)
 		}
@@ -244,4 +248,45 @@ func (g *Device) process(dir int, jobs []*Job) {
 	for k, refs := range others {
 		k.g.processRefs(k.dir, refs)
 	}
+}
+
+// inlineRuns counts the jobs processed on their callers' goroutines
+// (runInline), so that Close can wait for them: they build command
+// buffers and submit to the device that Close then releases.
+type inlineRuns struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	n      int
+	closed bool
+}
+
+// enter registers an inline run; false once close began.
+func (r *inlineRuns) enter() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.n++
+	return true
+}
+
+func (r *inlineRuns) exit() {
+	r.mu.Lock()
+	r.n--
+	if r.n == 0 && r.closed && r.cond.L != nil {
+		r.cond.Broadcast()
+	}
+	r.mu.Unlock()
+}
+
+// close refuses new inline runs and waits for those that entered.
+func (r *inlineRuns) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.cond.L = &r.mu
+	for r.n > 0 {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
 }

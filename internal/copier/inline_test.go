@@ -131,3 +131,26 @@ func TestSubmitOnCallerOnlyWhenNotLoaded(t *testing.T) {
 	require.Zero(t, src.Refs.Load())
 	require.Zero(t, d.Refs.Load())
 }
+
+// TestStopWaitsForInlineRuns: Stop does not return while a copy is being
+// turned into command submissions on its caller's goroutine (it builds
+// command buffers of the device Close then releases: the race detector
+// saw Device.Close destroy a CB an inline run was filling), and no inline
+// run starts once Stop began.
+func TestStopWaitsForInlineRuns(t *testing.T) {
+	r := newRig(t, 1)
+	require.True(t, r.c.inline.enter(), "an inline run in progress")
+	stopped := make(chan struct{})
+	go func() {
+		r.c.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("Stop returned while an inline run was in progress")
+	case <-time.After(100 * time.Millisecond):
+	}
+	r.c.inline.exit()
+	<-stopped
+	require.False(t, r.c.inline.enter(), "no inline run after Stop")
+}
