@@ -29,6 +29,7 @@ type inbound struct {
 	quiet    bool // canceled by the peer (wire.Cancel): no reply
 	done     bool
 	err      error
+	final    error // err when done was set: what onDone gets (err may still be written after, by a late cancel)
 	onDone   func(error)
 }
 
@@ -39,6 +40,7 @@ func (in *inbound) finishLocked() bool {
 		return false
 	}
 	in.done = true
+	in.final = in.err
 	return true
 }
 
@@ -51,7 +53,7 @@ func (in *inbound) cancel(err error) {
 	fin := in.finishLocked()
 	in.mu.Unlock()
 	if fin {
-		in.onDone(in.err)
+		in.onDone(in.final)
 	}
 }
 
@@ -141,12 +143,12 @@ func (p *path) Landed() {
 			fin := in.finishLocked()
 			in.mu.Unlock()
 			if fin {
-				in.onDone(in.err)
+				in.onDone(in.final)
 			}
 		})
 	}
 	if fin {
-		in.onDone(in.err)
+		in.onDone(in.final)
 	}
 }
 
@@ -167,7 +169,7 @@ func (p *path) abortRouting() {
 		fin := in.finishLocked()
 		in.mu.Unlock()
 		if fin {
-			in.onDone(in.err)
+			in.onDone(in.final)
 		}
 	}
 }
