@@ -43,7 +43,7 @@ type Listener[P any] struct {
 	// first, bounded by MaxPeers (see admit).
 	mu      sync.Mutex
 	pending []*pending
-	peers   []Peer
+	peers   []*admitted // in admission order, MaxPeers at most
 }
 
 // Listen opens the socket and serves its connections until Close.
@@ -177,20 +177,48 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 		return fail(wire.StatusVersion, err)
 	}
 	// Past this point the connection is not evicted as a pending
-	// handshake; it counts toward MaxPeers instead.
-	if err := l.admit(p); err != nil {
+	// handshake; it counts toward MaxPeers instead, from admission on
+	// (its dialer may make requests before Connect below returns here).
+	a, err := l.admit(p)
+	if err != nil {
 		return fail(wire.StatusNoResources, err)
 	}
 	if err := wc.Send(&ack); err != nil {
+		l.forget(a)
 		return fail(wire.StatusOK, err)
 	}
 	ep, peer, err := l.cfg.Connect(ctx, wc, hello, pathFor(l.kind, ack.Accepted), raddr, false)
-	if err == nil {
-		l.mu.Lock()
-		l.peers = append(l.peers, peer)
-		l.mu.Unlock()
+	if err != nil {
+		l.forget(a)
+		return ep, hello, err
+	}
+	l.mu.Lock()
+	a.peer = peer
+	evicted := a.evicted
+	l.mu.Unlock()
+	if evicted { // chosen to make room while it was connecting: it made no request yet
+		peer.Fail(peer.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil))
 	}
 	return ep, hello, err
+}
+
+// admitted is one admitted peer: peer is nil until its endpoint is made;
+// one evicted meanwhile is failed once it is.
+type admitted struct {
+	peer    Peer
+	evicted bool
+}
+
+// forget drops an admission whose endpoint was never made.
+func (l *Listener[P]) forget(a *admitted) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, x := range l.peers {
+		if x == a {
+			l.peers = append(l.peers[:i], l.peers[i+1:]...)
+			return
+		}
+	}
 }
 
 // pending is a connection whose handshake is in progress.
@@ -239,39 +267,54 @@ func (l *Listener[P]) dropPendingLocked(p *pending) {
 // evicted as one) and makes room for one more peer: at MaxPeers
 // endpoints, the oldest that never made a request is closed; if every
 // peer is busy, p is refused with gxerr.TooManyPeers.
-func (l *Listener[P]) admit(p *pending) error {
+func (l *Listener[P]) admit(p *pending) (*admitted, error) {
 	l.mu.Lock()
 	if p.evicted {
 		l.mu.Unlock()
-		return errors.New("handshake evicted by newer connections")
+		return nil, errors.New("handshake evicted by newer connections")
 	}
 	l.dropPendingLocked(p)
 	live := l.peers[:0]
-	for _, ep := range l.peers {
-		if ep.Err() == nil {
-			live = append(live, ep)
+	for _, a := range l.peers {
+		if a.peer == nil || a.peer.Err() == nil {
+			live = append(live, a)
 		}
 	}
 	clear(l.peers[len(live):])
 	l.peers = live
-	var victim Peer
+	var victim *admitted
 	if len(l.peers) >= l.cfg.MaxPeers {
-		for i, ep := range l.peers {
-			if !ep.Active() {
-				victim = ep
-				l.peers = append(l.peers[:i], l.peers[i+1:]...)
+		// The oldest idle endpoint; else the oldest still connecting
+		// (admitted, its endpoint not made yet, so no request served).
+		pick := -1
+		for i, a := range l.peers {
+			if a.peer != nil && !a.peer.Active() {
+				pick = i
 				break
 			}
 		}
+		for i, a := range l.peers {
+			if pick < 0 && a.peer == nil {
+				pick = i
+			}
+		}
+		if pick >= 0 {
+			victim = l.peers[pick]
+			victim.evicted = true
+			l.peers = append(l.peers[:pick], l.peers[pick+1:]...)
+		}
 		if victim == nil {
 			l.mu.Unlock()
-			return fmt.Errorf("%w: %d endpoints, all in use (Config.MaxPeers)", gxerr.TooManyPeers, l.cfg.MaxPeers)
+			return nil, fmt.Errorf("%w: %d endpoints, all in use (Config.MaxPeers)", gxerr.TooManyPeers, l.cfg.MaxPeers)
 		}
 	}
+	a := &admitted{}
+	l.peers = append(l.peers, a)
 	l.mu.Unlock()
-	if victim != nil {
-		l.cfg.Local.Logger.Warn().Str("peer", victim.Name()).Msg("idle peer closed to make room (Config.MaxPeers)")
-		victim.Fail(victim.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil))
+	if victim != nil && victim.peer != nil {
+		ep := victim.peer
+		l.cfg.Local.Logger.Warn().Str("peer", ep.Name()).Msg("idle peer closed to make room (Config.MaxPeers)")
+		ep.Fail(ep.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil))
 	}
-	return nil
+	return a, nil
 }
