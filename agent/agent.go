@@ -98,10 +98,10 @@ type Config struct {
 	// this agent's record to drop it (close their connection) before it
 	// closes those connections itself. Default 5 s.
 	InvalidateWait time.Duration
-	// MaxInFlight bounds the Puts and Gets in flight to one peer (the
-	// engine serves at most 64 requests of one endpoint at once and
-	// refuses more); the rest of a transfer is issued as they complete.
-	// Default 48, at most 64.
+	// MaxInFlight bounds the Puts and Gets in flight to one peer; the
+	// rest of a transfer is issued as they complete. (The endpoint also
+	// keeps at most 64 requests its peer serves in progress, making
+	// further ones wait.) Default 48, at most 64.
 	MaxInFlight int
 	// StoreTimeout bounds the Store calls the agent makes without a
 	// caller's context (Publish, Withdraw, Close). Default 10 s.

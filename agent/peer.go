@@ -28,9 +28,8 @@ type Peer struct {
 	dialErr error
 	deadErr error
 	dead    chan struct{}
-	// window bounds the Puts and Gets in flight to the peer (an
-	// engine endpoint serves a bounded number of requests at once and
-	// refuses more).
+	// window bounds the Puts and Gets in flight to the peer
+	// (Config.MaxInFlight).
 	window chan struct{}
 }
 

@@ -7,8 +7,8 @@ import (
 )
 
 // AgentStats are the counters of a cluster agent, as the agent package
-// keeps them (its Stats method; a few lines convert one into the other,
-// so this package does not import the agent package, nor it this one).
+// keeps them (AgentOf converts an *agent.Agent's Stats; any other source
+// can fill them through AgentFunc).
 type AgentStats struct {
 	// Name is the agent's name: the value of the agent label.
 	Name string
@@ -51,7 +51,7 @@ type AgentSource interface {
 
 // AgentFunc adapts a function to AgentSource, e.g.
 //
-//	metrics.AgentFunc(func() metrics.AgentStats { return fromAgent(a.Stats()) })
+//	metrics.AgentFunc(func() metrics.AgentStats { return myStats() })
 type AgentFunc func() AgentStats
 
 // AgentStats implements AgentSource.

@@ -74,21 +74,5 @@ func (m *metricsServer) addAgent(a *agent.Agent, role string) {
 	if m == nil {
 		return
 	}
-	m.reg.MustRegister(metrics.NewAgentCollector(metrics.AgentFunc(func() metrics.AgentStats {
-		return agentMetrics(a.Name(), a.Stats())
-	}), metrics.ConstLabels(prometheus.Labels{"role": role})))
-}
-
-// agentMetrics converts an agent's Stats into the metrics package's.
-func agentMetrics(name string, s agent.Stats) metrics.AgentStats {
-	return metrics.AgentStats{
-		Name: name, Writes: s.Writes, Reads: s.Reads, Descriptors: s.Descs, Puts: s.Puts, Gets: s.Gets, Bytes: s.Bytes,
-		InFlight: s.InFlight,
-		Errors: map[string]uint64{"invalid": s.Errors.Invalid, "peer": s.Errors.Peer, "timeout": s.Errors.Timeout,
-			"canceled": s.Errors.Canceled, "not_found": s.Errors.NotFound, "other": s.Errors.Other},
-		NotificationsSent: s.NotifySent, NotificationsReceived: s.NotifyRecv, NotificationsQueued: s.NotifyQueued,
-		Outbound: s.Outbound, Inbound: s.Inbound, Dials: s.Dials,
-		CacheHits: s.CacheHits, StoreLookups: s.StoreLookups, SideFetches: s.SideFetches, Invalidations: s.Invalidations,
-		Sections: s.Sections, Version: s.Version,
-	}
+	m.reg.MustRegister(metrics.NewAgentCollector(metrics.AgentOf(a), metrics.ConstLabels(prometheus.Labels{"role": role})))
 }

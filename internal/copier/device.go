@@ -274,7 +274,7 @@ func (r *inlineRuns) enter() bool {
 func (r *inlineRuns) exit() {
 	r.mu.Lock()
 	r.n--
-	if r.n == 0 && r.closed && r.cond.L != nil {
+	if r.n == 0 && r.closed { // close set cond.L with closed
 		r.cond.Broadcast()
 	}
 	r.mu.Unlock()
