@@ -328,3 +328,15 @@ type BufferHooks interface {
 type Fencer interface {
 	Fence(ctx context.Context) error
 }
+
+// Lister is implemented by paths that move a list of Puts or Gets faster
+// as one operation than one by one (one copy job split over cores for
+// shared memory; one request streamed over the lanes for TCP). Every
+// request of reqs has the same direction (reqs[i].Put) and deadline, and
+// was checked as Start's are. StartList resolves c once per request:
+// c.Complete(i, err) for reqs[i] once nothing touches reqs[i].Local any
+// more (CompleteAll at the deadline). ctx is as Start's. The engine
+// calls Start for each request of paths that do not implement it.
+type Lister interface {
+	StartList(ctx context.Context, reqs []Req, c Completer)
+}
