@@ -55,3 +55,40 @@ func TestRDMAFence(t *testing.T) {
 	}
 	require.NoError(t, ab.Err())
 }
+
+// TestRDMADelegatedGetFenced: the owner serving a delegated Get (its Gaudi
+// memory has no rkey on Soft-RoCE) writes into the requester's region and,
+// before answering, fences those writes with one RDMA read behind them on
+// the same queue pair: the requester reads its region as soon as the
+// answer arrives. A delegated Put (the owner reads) needs none.
+func TestRDMADelegatedGetFenced(t *testing.T) {
+	needRDMA(t)
+	owner, req, ab, l := rdmaPair(t)
+	defer l.Close()
+	ba, err := l.Accept(context.Background())
+	require.NoError(t, err)
+	defer ba.Close()
+	defer ab.Close()
+	ctx := context.Background()
+	dev, err := owner.Alloc(1<<20, Gaudi(0))
+	require.NoError(t, err)
+	dk, err := dev.Export()
+	require.NoError(t, err)
+	require.Zero(t, dk.k.RKey, "Soft-RoCE: the peer's Gaudi memory is reached by delegation")
+	mine, err := req.Alloc(1<<20, Host)
+	require.NoError(t, err)
+	fill(mine.Bytes(), 23)
+
+	w0 := wrsPosted(ba)
+	require.NoError(t, ab.PutSync(ctx, mine.All(), dk))
+	reads := wrsPosted(ba) - w0
+	require.NotZero(t, reads, "the owner read the requester's region")
+	clear(mine.Bytes())
+	w1 := wrsPosted(ba)
+	require.NoError(t, ab.GetSync(ctx, mine.All(), dk))
+	require.Equal(t, reads+1, wrsPosted(ba)-w1, "as many writes as the Put's reads, and the fence's read")
+	want := make([]byte, 1<<20)
+	fill(want, 23)
+	require.True(t, bytes.Equal(want, mine.Bytes()))
+	require.Equal(t, uint64(2), ab.Stats().Delegated)
+}

@@ -251,5 +251,13 @@ func (p *Path) serveRequest(put bool, r wire.Request) (wire.Status, string) {
 	if err := res.wait(); err != nil {
 		return wire.StatusInternal, err.Error()
 	}
+	if !put {
+		// The requester reads its region once answered: the writes above
+		// (one queue pair: the region has one rkey) must be in its memory
+		// first (fence.go).
+		if err := p.readBack(p.conns[0], rdma.RemoteAddr{Addr: r.Local.Addr, RKey: r.Local.RKey}, min(r.Length, fenceRead)); err != nil {
+			return wire.StatusInternal, err.Error()
+		}
+	}
 	return wire.StatusOK, ""
 }

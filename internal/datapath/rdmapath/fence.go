@@ -45,10 +45,10 @@ import (
 // writes on another queue pair are not ordered by this READ, hence one
 // READ on every queue pair that wrote.
 //
-// Writes this side performs for the peer's delegated requests are not
-// fenced here (their region is gone when the request ends): those
-// requests are answered on the control connection after their WCs, as
-// before.
+// Writes this side performs for the peer's delegated Gets are fenced the
+// same way, by the server, before it answers on the control connection
+// (readBack): the requester reads its region as soon as the answer
+// arrives.
 
 // fenceState is a queue pair's writes since its last fence.
 type fenceState struct {
@@ -123,15 +123,14 @@ func (p *Path) Fence(ctx context.Context) error {
 			}
 			held = true
 		}
-		s := p.t.scratch
-		r, e := cn.n.mrs.Get(s.Addr(), s.Len(), rdma.AccessLocalWrite)
+		r, e := p.scratchRef(cn)
 		if e != nil {
 			cn.restoreWrite(remote, n)
-			err = gxerr.New(gxerr.NotSupported, "RDMA registration of the fence's scratch", e)
+			err = e
 			break
 		}
 		refs = append(refs, taken{cn, r})
-		waits = append(waits, p.one(ctx, cn, rdma.OpRead, r.Seg(s.Addr(), n), remote))
+		waits = append(waits, p.one(ctx, cn, rdma.OpRead, r.Seg(p.t.scratch.Addr(), n), remote))
 	}
 	var errs []error
 	for _, w := range waits {
@@ -153,6 +152,32 @@ func (p *Path) Fence(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// scratchRef is the held scratch's registration on cn's NIC.
+func (p *Path) scratchRef(cn *conn) (rdma.MRRef, error) {
+	s := p.t.scratch
+	r, err := cn.n.mrs.Get(s.Addr(), s.Len(), rdma.AccessLocalWrite)
+	if err != nil {
+		return rdma.MRRef{}, gxerr.New(gxerr.NotSupported, "RDMA registration of the fence's scratch", err)
+	}
+	return r, nil
+}
+
+// readBack fences the writes this side posted on cn into the peer's
+// region at remote for one of its delegated Gets: one READ of n bytes
+// (1..fenceRead) there, waited for, before the request is answered.
+func (p *Path) readBack(cn *conn, remote rdma.RemoteAddr, n uint64) error {
+	if err := p.t.acquireScratch(); err != nil {
+		return err
+	}
+	defer p.t.scratch.Release()
+	r, err := p.scratchRef(cn)
+	if err != nil {
+		return err
+	}
+	defer cn.n.mrs.Put(r)
+	return p.one(context.Background(), cn, rdma.OpRead, r.Seg(p.t.scratch.Addr(), n), remote)()
 }
 
 // acquireScratch makes the transport's fence scratch (once) and holds it
