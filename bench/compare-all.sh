@@ -12,10 +12,11 @@
 #   gaudi     engine BenchmarkGaudiOverhead (batch 1, 16, 256)
 #   idle      engine BenchmarkIdleCPU (10 s per repetition)
 #   memcache  memcache BenchmarkHit, 100k regions
-#   hostcopy  engine BenchmarkHostCopy64MiB: engine CopySync and a unix
-#             put of 64 MiB against the memory-copy limit (best of 1..N
-#             threads of memcpy/copy(), bench/memcpyprobe's measurement)
-#             and one core's copy, measured in the same run
+#   hostcopy  bench/memcpyprobe -engine: engine CopySync and a unix put
+#             of 64 MiB against the memory-copy limit (best of 1..N
+#             threads of memcpy/copy()) and one core's copy, interleaved
+#             slice by slice in the same run, best slice of each per
+#             repetition (HOSTCOPY_SLICES)
 #
 # Each part runs REPS repetitions (the scripts' REPS/ROUNDS, go test
 # -count), interleaved within the part as its script does. A part that
@@ -42,7 +43,7 @@
 #   UCX_SIZES, UCX_RUN_SEC  ucx-compare.sh's SIZES and RUN_SEC
 #   TCP_RUN_SEC, TCP_IPERF_SEC, TCP_UCX_ITERS, TCP_WINDOWS
 #   RDMA_MODES="event busy busy1", RDMA_GTIME
-#   BENCHTIME_GAUDI=1s BENCHTIME_MEMCACHE=1s BENCHTIME_HOSTCOPY=30x
+#   BENCHTIME_GAUDI=1s BENCHTIME_MEMCACHE=1s HOSTCOPY_SLICES=20
 #   OUT=dir, GXFER_BIN=path (as the scripts)
 set -uo pipefail
 
@@ -59,7 +60,7 @@ if [ "$QUICK" = 1 ]; then
 	RDMA_GTIME=${RDMA_GTIME:-1s}
 	BENCHTIME_GAUDI=${BENCHTIME_GAUDI:-100x}
 	BENCHTIME_MEMCACHE=${BENCHTIME_MEMCACHE:-100000x}
-	BENCHTIME_HOSTCOPY=${BENCHTIME_HOSTCOPY:-3x}
+	HOSTCOPY_SLICES=${HOSTCOPY_SLICES:-4}
 fi
 REPS=${REPS:-5}
 PARTS=${PARTS:-"ucx tcp rdma gaudi idle memcache hostcopy"}
@@ -68,7 +69,7 @@ RDMA=${RDMA:-auto}
 RXEVM_DIR=${RXEVM_DIR:-/tmp/gxfer-rxevm}
 BENCHTIME_GAUDI=${BENCHTIME_GAUDI:-1s}
 BENCHTIME_MEMCACHE=${BENCHTIME_MEMCACHE:-1s}
-BENCHTIME_HOSTCOPY=${BENCHTIME_HOSTCOPY:-30x}
+HOSTCOPY_SLICES=${HOSTCOPY_SLICES:-20}
 OUT=${OUT:-$(mktemp -d /tmp/compare-all.XXXXXX)}
 mkdir -p "$OUT"
 : >"$OUT/parts.txt"
@@ -203,7 +204,18 @@ gobench() {
 want gaudi && gobench gaudi engine '^BenchmarkGaudiOverhead$/^batch=(1|256)$' "$BENCHTIME_GAUDI"
 want idle && gobench idle engine '^BenchmarkIdleCPU$' 1x
 want memcache && gobench memcache memcache '^BenchmarkHit$/^regions=100k$' "$BENCHTIME_MEMCACHE"
-want hostcopy && gobench hostcopy engine '^BenchmarkHostCopy64MiB$' "$BENCHTIME_HOSTCOPY"
+if want hostcopy; then
+	echo
+	echo "## hostcopy: bench/memcpyprobe -engine -size 64MiB -reps $REPS -slices $HOSTCOPY_SLICES"
+	if (cd "$repo" && go build -o "$OUT/memcpyprobe" ./bench/memcpyprobe) >"$OUT/hostcopy.err" 2>&1 &&
+		"$OUT/memcpyprobe" -engine -size 64MiB -reps "$REPS" -slices "$HOSTCOPY_SLICES" >"$OUT/bench-hostcopy.txt" 2>>"$OUT/hostcopy.err"; then
+		cat "$OUT/bench-hostcopy.txt"
+		mark hostcopy ran
+	else
+		tail -5 "$OUT/hostcopy.err" | sed 's/^/#   /'
+		mark hostcopy failed "see $OUT/hostcopy.err"
+	fi
+fi
 
 echo
 echo "## goals (issue 20; tcp: issue 8), $REPS repetition(s); load average at end $(loadavg)"
