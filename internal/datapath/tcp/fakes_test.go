@@ -39,7 +39,8 @@ func (b *hostBuf) ExportDMABuf() (datapath.DMABuf, error) {
 	return datapath.DMABuf{}, gxerr.NotSupported
 }
 
-// fakeEnv is an engine of host memory only; Lookup grants mem to any key.
+// fakeEnv is an engine of host memory only; Lookup grants mem to any key
+// (its view's offset into mem) but those of badAlloc.
 type fakeEnv struct {
 	mem   *hostBuf
 	lanes int
@@ -53,7 +54,14 @@ func (e *fakeEnv) Logger() zerolog.Logger { return zerolog.Nop() }
 func (e *fakeEnv) Config() datapath.Config {
 	return datapath.Config{TCPLanes: e.lanes}
 }
+// badAlloc is the allocation id of keys the fake owner refuses.
+const badAlloc = 666
+
 func (e *fakeEnv) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (datapath.Mem, wire.Status, string) {
+	if k.AllocID == badAlloc {
+		return datapath.Mem{}, wire.StatusBadKey, "refused by the test"
+	}
+	off += k.Offset // the view's start
 	if off+n > e.mem.Len() {
 		return datapath.Mem{}, wire.StatusOutOfRange, "beyond"
 	}
@@ -216,7 +224,7 @@ func (c *fakeCtrl) read() {
 			continue
 		}
 		switch f.Header.Type {
-		case wire.TypeCompletion, wire.TypeError:
+		case wire.TypeCompletion, wire.TypeError, wire.TypeListReply:
 			c.mu.Lock()
 			fn := c.pending[f.Header.RequestID]
 			delete(c.pending, f.Header.RequestID)

@@ -20,6 +20,10 @@ type inbound struct {
 	dst     datapath.Mem // zero for a transfer whose bytes are dropped
 	discard bool
 	n       uint64
+	// segs (a list transfer: dst unused) are the entries the n bytes
+	// land in, one after the other; no Data frame straddles two.
+	segs []seg
+	si   int // reader only: the entry the next frame lands in
 
 	mu       sync.Mutex
 	got      uint64
@@ -57,11 +61,44 @@ func (in *inbound) cancel(err error) {
 	}
 }
 
+// seg is an entry of a list transfer: its bytes end at end in the
+// stream (they start where the previous entry's end); drop: they are
+// read and dropped (an entry the owner refused).
+type seg struct {
+	end  uint64
+	dst  datapath.Mem
+	drop bool
+}
+
+// target is where the n bytes at off of in's stream go (in.mu held):
+// drop says they are read and dropped (a refused entry of a list).
+func (in *inbound) target(off, n uint64) (dst datapath.Mem, drop bool, err error) {
+	if in.segs == nil {
+		return in.dst.Sub(off, n), false, nil
+	}
+	for in.si < len(in.segs) && off >= in.segs[in.si].end {
+		in.si++
+	}
+	if in.si == len(in.segs) || off+n > in.segs[in.si].end {
+		return dst, false, fmt.Errorf("%w: request %d: data at [%d, +%d) straddles two entries of the list", wire.ErrMalformed, in.id, off, n)
+	}
+	s := in.segs[in.si]
+	if s.drop {
+		return dst, true, nil
+	}
+	start := uint64(0)
+	if in.si > 0 {
+		start = in.segs[in.si-1].end
+	}
+	return s.dst.Sub(off-start, n), false, nil
+}
+
 // routed is what the reader's sink chose for the Data frame being read.
 type routed struct {
 	in    *inbound
-	off   uint64
+	dst   datapath.Mem // where the bytes go (staged for Gaudi memory)
 	n     uint64
+	drop  bool // bytes of a refused entry, read and dropped
 	stage datapath.Buf
 }
 
@@ -91,11 +128,19 @@ func (p *path) route(id, off uint64, n int) ([]byte, error) {
 		}
 		return nil, nil
 	}
+	dst, drop, err := in.target(off, uint64(n))
+	if err != nil {
+		in.mu.Unlock()
+		return nil, err
+	}
 	in.routing = true
 	in.mu.Unlock()
-	p.cur = routed{in: in, off: off, n: uint64(n)}
-	if !in.dst.IsGaudi() {
-		return in.dst.Host()[off : off+uint64(n)], nil
+	p.cur = routed{in: in, dst: dst, n: uint64(n), drop: drop}
+	if drop {
+		return nil, nil
+	}
+	if !dst.IsGaudi() {
+		return dst.Host(), nil
 	}
 	stage, err := p.t.in.Get(context.Background(), p.c.Done())
 	if err != nil {
@@ -113,7 +158,9 @@ func (p *path) Landed() {
 	if in == nil {
 		return
 	}
-	p.bytesIn.Add(cur.n)
+	if !cur.drop {
+		p.bytesIn.Add(cur.n)
+	}
 	in.mu.Lock()
 	in.routing = false
 	in.got += cur.n
@@ -131,7 +178,7 @@ func (p *path) Landed() {
 		p.t.in.Put(cur.stage)
 	}
 	if dma {
-		w := p.env.DMA(in.dst.Sub(cur.off, cur.n), datapath.Mem{B: cur.stage, Len: cur.n}, time.Time{})
+		w := p.env.DMA(cur.dst, datapath.Mem{B: cur.stage, Len: cur.n}, time.Time{})
 		p.env.Go(func() {
 			<-w.Done()
 			p.t.in.Put(cur.stage)

@@ -20,6 +20,7 @@ type path struct {
 	c         datapath.Ctrl
 	env       datapath.Env
 	cancelCap bool // the peer understands wire.Cancel
+	listCap   bool // the peer serves lists (listCaps)
 
 	mu      sync.Mutex
 	inbound map[uint64]*inbound // transfers landing, by request id
@@ -44,14 +45,15 @@ func newPath(t *Transport, c datapath.Ctrl) *path {
 	p := &path{t: t, c: c, env: t.env, inbound: map[uint64]*inbound{}, serving: map[uint64]*atomic.Bool{}}
 	if h := c.PeerHello(); h != nil {
 		p.cancelCap = h.Caps&wire.CapCancel != 0
+		p.listCap = h.Caps&listCaps == listCaps
 	}
 	return p
 }
 
 func (p *path) Kind() datapath.Kind { return datapath.KindTCP }
 
-// Handle serves the peer's Puts and Gets whose data travels in Data
-// frames, and its Cancels.
+// Handle serves the peer's Puts, Gets and lists whose data travels in
+// Data frames, and its Cancels.
 func (p *path) Handle(f *wire.Frame, m wire.Message) (bool, error) {
 	switch m := m.(type) {
 	case *wire.Put:
@@ -66,6 +68,12 @@ func (p *path) Handle(f *wire.Frame, m wire.Message) (bool, error) {
 			return true, fmt.Errorf("request with local kind %d on the tcp transport", m.Local.Kind)
 		}
 		return true, p.serveGet(m.Request)
+	case *wire.PutList:
+		p.c.MarkActive()
+		return true, p.servePutList(&m.ListRequest)
+	case *wire.GetList:
+		p.c.MarkActive()
+		return true, p.serveGetList(&m.ListRequest)
 	case *wire.Cancel:
 		return true, p.serveCancel(m)
 	}

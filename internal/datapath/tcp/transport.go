@@ -51,7 +51,7 @@ const (
 )
 
 // Caps are the capabilities a TCP endpoint announces in its Hello.
-const Caps = wire.CapInlineData | wire.CapCancel
+const Caps = wire.CapInlineData | wire.CapCancel | wire.CapList
 
 // Frame frames a TCP connection for the data path: no Nagle delay (small
 // messages are batched by the engine's queues, not the kernel), keepalive
