@@ -54,6 +54,7 @@ func (e *fakeEnv) Logger() zerolog.Logger { return zerolog.Nop() }
 func (e *fakeEnv) Config() datapath.Config {
 	return datapath.Config{TCPLanes: e.lanes}
 }
+
 // badAlloc is the allocation id of keys the fake owner refuses.
 const badAlloc = 666
 
