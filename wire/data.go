@@ -33,6 +33,7 @@ type DataSink func(reqID, offset uint64, n int) ([]byte, error)
 // memory without copying it: [StreamTransport].
 type routedStream interface {
 	writeFramed(pre, body []byte, copyMax int) error
+	writeFramedV(v net.Buffers) error
 	RecvRouted(buf []byte, route func(head []byte, n int) ([]byte, error)) (n int, routed bool, err error)
 }
 
@@ -58,9 +59,42 @@ func (s *StreamTransport) writeFramed(pre, body []byte, copyMax int) error {
 		m, err = s.c.Write(b)
 		n = int64(m)
 	} else {
-		bufs := net.Buffers{pre, body}
-		n, err = bufs.WriteTo(s.c)
+		n, err = s.writev(net.Buffers{pre, body})
 	}
+	if err != nil && n == 0 {
+		return err // nothing went out: the stream is intact
+	}
+	if err != nil {
+		s.wbroken = fmt.Errorf("wire: stream: write failed, stream broken: %w", err)
+		return s.wbroken
+	}
+	return nil
+}
+
+// BuffersWriter is implemented by connections that wrap another and can
+// write a vector of buffers with one system call (net.Buffers.WriteTo
+// does so only for the net package's own connections).
+type BuffersWriter interface {
+	WriteBuffers(v *net.Buffers) (int64, error)
+}
+
+// writev writes v with one system call where the connection can.
+func (s *StreamTransport) writev(v net.Buffers) (int64, error) {
+	if bw, ok := s.c.(BuffersWriter); ok {
+		return bw.WriteBuffers(&v)
+	}
+	return v.WriteTo(s.c)
+}
+
+// writeFramedV writes v, whole length-prefixed frames, with writev (as
+// writeFramed: a write that fails part-way breaks the stream).
+func (s *StreamTransport) writeFramedV(v net.Buffers) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wbroken != nil {
+		return s.wbroken
+	}
+	n, err := s.writev(v)
 	if err != nil && n == 0 {
 		return err // nothing went out: the stream is intact
 	}
@@ -114,8 +148,10 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 		if err != nil {
 			return 0, false, s.breakWith(truncated(err))
 		}
+		s.exact = len(dst) >= streamReadAhead/2
 		return dataHeadSize, true, nil
 	}
+	s.exact = false
 	if uint64(l) > uint64(len(buf)) {
 		return 0, false, s.breakWith(tooLarge(l, len(buf)))
 	}
@@ -169,25 +205,10 @@ func (c *Conn) sendWithData(msgs []Message, reqID, off uint64, p []byte) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	b := c.wbuf[:0]
-	for _, m := range msgs {
-		// Each frame behind its length prefix, all in one write.
-		if m.Type().FDs() != 0 {
-			c.keepWriteBuf(b)
-			return invalid("%v cannot ride with data (it carries fds)", m.Type())
-		}
-		start := len(b)
-		b = binary.LittleEndian.AppendUint32(b, 0)
-		var err error
-		if b, err = AppendFrame(b, m); err != nil {
-			c.keepWriteBuf(b)
-			return err
-		}
-		if len(b)-start-4 > c.maxFrame {
-			c.keepWriteBuf(b)
-			return &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("%v: %d-byte frame exceeds the %d-byte limit", m.Type(), len(b)-start-4, c.maxFrame)}
-		}
-		binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	// Each frame behind its length prefix, all in one write.
+	b, err := c.appendMsgs(c.wbuf[:0], msgs)
+	if err != nil {
+		return err
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+len(p)))
 	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + len(p)), RequestID: reqID}.Append(b)
@@ -202,6 +223,98 @@ func (c *Conn) sendWithData(msgs []Message, reqID, off uint64, p []byte) error {
 		return c.sendErr(err)
 	}
 	return nil
+}
+
+// SendDataList sends msgs (as SendWithData) and then one Data frame
+// per part of parts, at offsets off, off+len(parts[0]), ... of request
+// reqID, in one vectored write on stream transports: a stream of small
+// pieces (a descriptor list) costs one system call per batch rather than
+// per piece. Each part must be 1..MaxDataPayload bytes.
+func (c *Conn) SendDataList(msgs []Message, reqID, off uint64, parts [][]byte) error {
+	for _, p := range parts {
+		if len(p) == 0 || len(p) > MaxDataPayload {
+			return invalid("Data: %d bytes (1..%d)", len(p), MaxDataPayload)
+		}
+	}
+	if len(parts) == 0 {
+		return invalid("Data: no parts")
+	}
+	rs, ok := c.t.(routedStream)
+	if !ok || len(parts) == 1 {
+		if err := c.sendWithData(msgs, reqID, off, parts[0]); err != nil || len(parts) == 1 {
+			return err
+		}
+		off += uint64(len(parts[0]))
+		for _, p := range parts[1:] {
+			if err := c.sendWithData(nil, reqID, off, p); err != nil {
+				return err
+			}
+			off += uint64(len(p))
+		}
+		return nil
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	b, err := c.appendMsgs(c.wbuf[:0], msgs)
+	if err != nil {
+		return err
+	}
+	// The heads of every frame first (b does not move once they are all
+	// in), then the vector of heads and payloads.
+	heads := make([]int, len(parts)+1)
+	heads[0] = len(b)
+	for i, p := range parts {
+		b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+len(p)))
+		b = Header{Version: Version, Type: TypeData, Length: uint32(8 + len(p)), RequestID: reqID}.Append(b)
+		b = appendU64(b, off)
+		off += uint64(len(p))
+		heads[i+1] = len(b)
+	}
+	c.keepWriteBuf(b)
+	v := make(net.Buffers, 0, 2*len(parts))
+	for i, p := range parts {
+		start := heads[i]
+		if i == 0 {
+			start = 0 // the messages ride with the first head
+		}
+		v = append(v, b[start:heads[i+1]], p)
+	}
+	if c.wto > 0 && c.wdl != nil {
+		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
+			return c.sendErr(err)
+		}
+	}
+	if err := rs.writeFramedV(v); err != nil {
+		return c.sendErr(err)
+	}
+	return nil
+}
+
+// appendMsgs appends msgs behind their length prefixes (frames without
+// fds, within the frame limit).
+func (c *Conn) appendMsgs(b []byte, msgs []Message) ([]byte, error) {
+	for _, m := range msgs {
+		if m.Type().FDs() != 0 {
+			c.keepWriteBuf(b)
+			return b, invalid("%v cannot ride with data (it carries fds)", m.Type())
+		}
+		start := len(b)
+		b = binary.LittleEndian.AppendUint32(b, 0)
+		var err error
+		if b, err = AppendFrame(b, m); err != nil {
+			c.keepWriteBuf(b)
+			return b, err
+		}
+		if len(b)-start-4 > c.maxFrame {
+			c.keepWriteBuf(b)
+			return b, &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("%v: %d-byte frame exceeds the %d-byte limit", m.Type(), len(b)-start-4, c.maxFrame)}
+		}
+		binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	}
+	return b, nil
 }
 
 func (c *Conn) keepWriteBuf(b []byte) {

@@ -34,6 +34,11 @@ type StreamTransport struct {
 	rbuf   []byte // bytes read ahead: rbuf[rpos:rend]
 	rpos   int
 	rend   int
+	// exact: read ahead no further than the next Data frame's head (the
+	// last frame was a large routed payload: its successor's payload is
+	// likely large too, and is better read straight into its place than
+	// through rbuf).
+	exact  bool
 	broken error
 
 	closeOnce sync.Once
@@ -109,7 +114,11 @@ func (s *StreamTransport) readFull(p []byte) (int, error) {
 		if s.rbuf == nil {
 			s.rbuf = make([]byte, streamReadAhead)
 		}
-		m, err := s.c.Read(s.rbuf)
+		ahead := s.rbuf
+		if s.exact {
+			ahead = s.rbuf[:max(len(rest), 4+dataHeadSize)]
+		}
+		m, err := s.c.Read(ahead)
 		c := copy(rest, s.rbuf[:m])
 		s.rpos, s.rend = c, m
 		n += c

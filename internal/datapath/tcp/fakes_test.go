@@ -262,7 +262,7 @@ func (c *fakeCtrl) close() {
 
 // pair connects two fake endpoints over loopback TCP, each with a TCP
 // path whose owner memory is mem; peerCaps are the caps each announces.
-func pair(t *testing.T, size int, caps wire.Caps) (a, b *fakeCtrl) {
+func pair(t testing.TB, size int, caps wire.Caps) (a, b *fakeCtrl) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -359,22 +359,15 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 
 // sendList sends a PutList and its entries' bytes, back to back.
 func (p *path) sendList(ctx context.Context, o *listOp) {
-	var first wire.Message = &wire.PutList{ListRequest: o.msg}
-	var off uint64
+	s := &streamer{p: p, id: o.id, first: &wire.PutList{ListRequest: o.msg}, stop: o.stopped.Load}
 	var err error
 	for i, m := range o.locals {
 		if m.Len == 0 {
 			continue
 		}
-		var sent uint64
-		sent, err = p.sendMem(ctx, o.id, off, m, first, o.stopped.Load)
-		if sent > 0 {
-			first = nil // it went out with the first frame
-		}
-		off += sent
-		if errors.Is(err, errSourceFailed) {
-			// The entry went out as zeros (sendMem keeps the stream in
-			// step): it alone fails.
+		if err = s.mem(ctx, m); errors.Is(err, errSourceFailed) {
+			// The entry went out as zeros (the stream is in step): it
+			// alone fails.
 			o.entryErr(i, err)
 			err = nil
 		}
@@ -382,17 +375,23 @@ func (p *path) sendList(ctx context.Context, o *listOp) {
 			break
 		}
 	}
-	if err == nil && first != nil && !o.stopped.Load() {
-		err = p.c.Conn().Send(first) // every entry is empty
-		first = nil
+	if err == nil {
+		err = s.flush()
+	}
+	if err == nil && s.first != nil { // every entry is empty
+		if o.stopped.Load() {
+			err = errStopped
+		} else if err = p.c.Conn().Send(s.first); err == nil {
+			s.first = nil
+		}
 	}
 	switch {
-	case errors.Is(err, errStopped) || (err == nil && first != nil):
+	case errors.Is(err, errStopped):
 		// Abandoned (abandon completed the reply part with why): nothing
 		// reads the local memory any more.
 		o.partDone(nil)
-		if first == nil {
-			p.endPut(o.id, off, o.total)
+		if s.first == nil { // the request went out
+			p.endPut(o.id, s.sent, o.total)
 		}
 		return
 	case err != nil:

@@ -98,7 +98,7 @@ type scattered struct {
 	remote []uint64 // each entry's offset in the owner's memory
 }
 
-func scatter(t *testing.T, sizes []uint64, remoteSize uint64, put bool, rng *rand.Rand, key func(size, off, n uint64) wire.RemoteKey) scattered {
+func scatter(t testing.TB, sizes []uint64, remoteSize uint64, put bool, rng *rand.Rand, key func(size, off, n uint64) wire.RemoteKey) scattered {
 	t.Helper()
 	var total uint64
 	for _, n := range sizes {
@@ -127,7 +127,7 @@ func scatter(t *testing.T, sizes []uint64, remoteSize uint64, put bool, rng *ran
 
 // lanePaths makes n pairs over loopback whose owners share one memory,
 // and makes the dialer of the first use the others as its lanes.
-func lanePaths(t *testing.T, size int, caps wire.Caps, n int) (a, b *fakeCtrl) {
+func lanePaths(t testing.TB, size int, caps wire.Caps, n int) (a, b *fakeCtrl) {
 	a, b = pair(t, size, caps)
 	var lanes []*path
 	for range n - 1 {

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -148,34 +149,27 @@ func (p *path) serveGetList(r *wire.ListRequest) error {
 // the refused ones and for those whose source failed (their status then
 // set, and *msg if it is the first failure).
 func (p *path) sendListEntries(id uint64, entries []wire.ListEntry, mems []datapath.Mem, sts []wire.Status, msg *string, stop *atomic.Bool) error {
-	var off uint64
+	s := &streamer{p: p, id: id, stop: stop.Load}
 	for i, e := range entries {
 		if e.Length == 0 {
 			continue
 		}
-		if stop.Load() {
-			return errStopped
-		}
 		var err error
 		if sts[i] != wire.StatusOK {
-			err = p.sendZeros(id, off, off+e.Length)
-		} else {
-			_, err = p.sendMem(nil, id, off, mems[i], nil, stop.Load)
-			if errors.Is(err, errSourceFailed) {
-				sts[i] = wire.StatusInternal
-				if *msg == "" {
-					*msg = fmt.Sprintf("entry %d: %v", i, err)
-					if len(*msg) > wire.MaxErrorLen {
-						*msg = (*msg)[:wire.MaxErrorLen]
-					}
+			err = s.zeros(e.Length)
+		} else if err = s.mem(context.Background(), mems[i]); errors.Is(err, errSourceFailed) {
+			sts[i] = wire.StatusInternal
+			if *msg == "" {
+				*msg = fmt.Sprintf("entry %d: %v", i, err)
+				if len(*msg) > wire.MaxErrorLen {
+					*msg = (*msg)[:wire.MaxErrorLen]
 				}
-				err = nil
 			}
+			err = nil
 		}
 		if err != nil {
 			return err
 		}
-		off += e.Length
 	}
-	return nil
+	return s.flush()
 }
