@@ -29,11 +29,11 @@ type StreamTransport struct {
 	wbuf    []byte
 	wbroken error
 
-	rmu    sync.Mutex
-	rhdr   [4]byte
-	rbuf   []byte // bytes read ahead: rbuf[rpos:rend]
-	rpos   int
-	rend   int
+	rmu  sync.Mutex
+	rhdr [4]byte
+	rbuf []byte // bytes read ahead: rbuf[rpos:rend]
+	rpos int
+	rend int
 	// exact: read ahead no further than the next Data frame's head (the
 	// last frame was a large routed payload: its successor's payload is
 	// likely large too, and is better read straight into its place than
