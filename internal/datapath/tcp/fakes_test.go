@@ -264,6 +264,19 @@ func (c *fakeCtrl) close() {
 // path whose owner memory is mem; peerCaps are the caps each announces.
 func pair(t testing.TB, size int, caps wire.Caps) (a, b *fakeCtrl) {
 	t.Helper()
+	ca, cb := loopback(t)
+	mk := func(nc net.Conn, dialer bool) *fakeCtrl { return fakeEnd(t, nc, dialer, size, caps) }
+	a, b = mk(ca, true), mk(cb, false)
+	t.Cleanup(func() {
+		a.close()
+		b.close()
+	})
+	return a, b
+}
+
+// loopback is a connected pair of TCP connections.
+func loopback(t testing.TB) (ca, cb net.Conn) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -274,33 +287,31 @@ func pair(t testing.TB, size int, caps wire.Caps) (a, b *fakeCtrl) {
 		c, _ := l.Accept()
 		acc <- c
 	}()
-	ca, err := net.Dial("tcp", l.Addr().String())
+	ca, err = net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb := <-acc
-	mk := func(nc net.Conn, dialer bool) *fakeCtrl {
-		env := &fakeEnv{mem: &hostBuf{mem: make([]byte, size)}}
-		c := &fakeCtrl{env: env, conn: wire.NewConn(Frame(nc, 0), wire.ConnConfig{MaxFrame: MaxFrame}), dialer: dialer,
-			pending: map[uint64]func(wire.Frame, error){}, done: make(chan struct{}), readEnd: make(chan struct{})}
-		c.peer.Caps = caps
-		if dialer {
-			c.nextID = 1
-		}
-		p, err := New(env).Connect(context.Background(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.path = p.(*path)
-		go c.read()
-		return c
+	return ca, <-acc
+}
+
+// fakeEnd makes a fake endpoint over nc with a TCP path whose owner
+// memory is size bytes; caps are what its peer announced.
+func fakeEnd(t testing.TB, nc net.Conn, dialer bool, size int, caps wire.Caps) *fakeCtrl {
+	t.Helper()
+	env := &fakeEnv{mem: &hostBuf{mem: make([]byte, size)}}
+	c := &fakeCtrl{env: env, conn: wire.NewConn(Frame(nc, 0), wire.ConnConfig{MaxFrame: MaxFrame}), dialer: dialer,
+		pending: map[uint64]func(wire.Frame, error){}, done: make(chan struct{}), readEnd: make(chan struct{})}
+	c.peer.Caps = caps
+	if dialer {
+		c.nextID = 1
 	}
-	a, b = mk(ca, true), mk(cb, false)
-	t.Cleanup(func() {
-		a.close()
-		b.close()
-	})
-	return a, b
+	p, err := New(env).Connect(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.path = p.(*path)
+	go c.read()
+	return c
 }
 
 // completion is a datapath.Completer that records its result.
