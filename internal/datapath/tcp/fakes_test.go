@@ -39,10 +39,12 @@ func (b *hostBuf) ExportDMABuf() (datapath.DMABuf, error) {
 	return datapath.DMABuf{}, gxerr.NotSupported
 }
 
-// fakeEnv is an engine of host memory only; Lookup grants mem to any key
-// (its view's offset into mem) but those of badAlloc.
+// fakeEnv is an engine of host memory and, when dev is set, "device"
+// memory whose DMAs are copies; Lookup grants mem (dev for keys of Gaudi
+// memory) to any key, at its view's offset, but those of badAlloc.
 type fakeEnv struct {
 	mem   *hostBuf
+	dev   *devBuf // device memory (keys of MemGaudi), when set
 	lanes int
 	wg    sync.WaitGroup
 
@@ -63,12 +65,63 @@ func (e *fakeEnv) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (
 		return datapath.Mem{}, wire.StatusBadKey, "refused by the test"
 	}
 	off += k.Offset // the view's start
-	if off+n > e.mem.Len() {
+	var mem datapath.Buf = e.mem
+	if k.MemType == wire.MemGaudi {
+		if e.dev == nil {
+			return datapath.Mem{}, wire.StatusNotSupported, "no device memory"
+		}
+		mem = e.dev
+	}
+	if off+n > mem.Len() {
 		return datapath.Mem{}, wire.StatusOutOfRange, "beyond"
 	}
-	return datapath.Mem{B: e.mem, Off: off, Len: n}, wire.StatusOK, ""
+	return datapath.Mem{B: mem, Off: off, Len: n}, wire.StatusOK, ""
 }
-func (e *fakeEnv) DMA(dst, src datapath.Mem, deadline time.Time) datapath.Waiter { panic("no device") }
+// devBuf is "device" memory: a Gaudi buffer whose bytes the fake DMA
+// reaches.
+type devBuf struct{ hostBuf }
+
+func (b *devBuf) IsGaudi() bool     { return true }
+func (b *devBuf) HostBytes() []byte { return nil }
+
+func bytesOf(b datapath.Buf) []byte {
+	if d, ok := b.(*devBuf); ok {
+		return d.mem
+	}
+	return b.HostBytes()
+}
+
+// dmaWaiter is a fake DMA's.
+type dmaWaiter struct{ done chan struct{} }
+
+func (w *dmaWaiter) Done() <-chan struct{} { return w.done }
+func (w *dmaWaiter) IsDone() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+func (w *dmaWaiter) Err() error { return nil }
+func (w *dmaWaiter) Wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// DMA copies on a goroutine of the fake engine.
+func (e *fakeEnv) DMA(dst, src datapath.Mem, deadline time.Time) datapath.Waiter {
+	w := &dmaWaiter{done: make(chan struct{})}
+	e.Go(func() {
+		copy(bytesOf(dst.B)[dst.Off:dst.Off+dst.Len], bytesOf(src.B)[src.Off:src.Off+src.Len])
+		close(w.done)
+	})
+	return w
+}
 func (e *fakeEnv) Copy(ctx context.Context, dst, src datapath.Mem, deadline time.Time) datapath.Waiter {
 	panic("no copies")
 }
