@@ -77,6 +77,7 @@ func (e *fakeEnv) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (
 	}
 	return datapath.Mem{B: mem, Off: off, Len: n}, wire.StatusOK, ""
 }
+
 // devBuf is "device" memory: a Gaudi buffer whose bytes the fake DMA
 // reaches.
 type devBuf struct{ hostBuf }
