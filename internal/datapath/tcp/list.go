@@ -290,6 +290,11 @@ func (o *listOp) abandon(err error) {
 // startList runs one list request on this connection; a PutList's bytes
 // are sent before it returns.
 func (p *path) startList(ctx context.Context, o *listOp) {
+	if !o.deadline.IsZero() && !time.Now().Before(o.deadline) {
+		// Its deadline passed while the requests before it went out.
+		o.completeAll(gxerr.New(gxerr.Timeout, p.c.Name()+": list request not started before its deadline", nil))
+		return
+	}
 	for i, m := range o.locals {
 		if err := m.B.Acquire(); err != nil {
 			for _, h := range o.locals[:i] {

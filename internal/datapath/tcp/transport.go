@@ -26,6 +26,12 @@
 // Lanes: a dialed endpoint opens Config.TCPLanes connections to its peer
 // (lanes.go); transfers of laneMin bytes or more are cut into one part per
 // lane.
+//
+// Lists (datapath.Lister, list.go): a list of Puts or Gets moves as one
+// wire.PutList or wire.GetList per lane, its entries' bytes streamed back
+// to back (batches of Data frames in one vectored write), answered by one
+// wire.ListReply with every entry's status; a peer without wire.CapList
+// gets the list element by element.
 package tcp
 
 import (
