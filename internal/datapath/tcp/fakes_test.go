@@ -328,6 +328,10 @@ func pair(t testing.TB, size int, caps wire.Caps) (a, b *fakeCtrl) {
 	return a, b
 }
 
+// fakeSpin is the fake endpoints' Config.TCPReadSpin (benchmarks set
+// the engine's default; tests run without).
+var fakeSpin time.Duration
+
 // loopback is a connected pair of TCP connections.
 func loopback(t testing.TB) (ca, cb net.Conn) {
 	t.Helper()
@@ -353,7 +357,7 @@ func loopback(t testing.TB) (ca, cb net.Conn) {
 func fakeEnd(t testing.TB, nc net.Conn, dialer bool, size int, caps wire.Caps) *fakeCtrl {
 	t.Helper()
 	env := &fakeEnv{mem: &hostBuf{mem: make([]byte, size)}}
-	c := &fakeCtrl{env: env, conn: wire.NewConn(Frame(nc, 0), wire.ConnConfig{MaxFrame: MaxFrame}), dialer: dialer,
+	c := &fakeCtrl{env: env, conn: wire.NewConn(Frame(nc, fakeSpin), wire.ConnConfig{MaxFrame: MaxFrame}), dialer: dialer,
 		pending: map[uint64]func(wire.Frame, error){}, done: make(chan struct{}), readEnd: make(chan struct{})}
 	c.peer.Caps = caps
 	if dialer {
