@@ -38,7 +38,26 @@ func (c *vecConn) WriteBuffers(v *net.Buffers) (int64, error) {
 // land where the sink puts them, large payloads and small frames mixed
 // (the reader's read-ahead shrinks after a large payload and grows back).
 func TestSendDataList(t *testing.T) {
-	a, b := net.Pipe()
+	t.Run("pipe", func(t *testing.T) { sendDataList(t, net.Pipe) })
+	t.Run("tcp", func(t *testing.T) { // large payloads read with readv
+		sendDataList(t, func() (net.Conn, net.Conn) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer l.Close()
+			acc := make(chan net.Conn, 1)
+			go func() {
+				c, _ := l.Accept()
+				acc <- c
+			}()
+			a, err := net.Dial("tcp", l.Addr().String())
+			require.NoError(t, err)
+			return a, <-acc
+		})
+	})
+}
+
+func sendDataList(t *testing.T, conns func() (net.Conn, net.Conn)) {
+	a, b := conns()
 	va := &vecConn{Conn: a}
 	ca, cb := NewConn(NewStreamTransport(va), ConnConfig{}), NewConn(NewStreamTransport(b), ConnConfig{})
 	t.Cleanup(func() {

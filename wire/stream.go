@@ -7,7 +7,10 @@ import (
 	"math"
 	"net"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/internal/fd"
 )
@@ -23,7 +26,8 @@ import (
 // every later Recv returns the same error. A deadline that expires before
 // the first byte of a frame leaves it usable.
 type StreamTransport struct {
-	c net.Conn
+	c  net.Conn
+	rc syscall.RawConn // c's socket, for vectored reads (nil: none)
 
 	wmu     sync.Mutex
 	wbuf    []byte
@@ -49,7 +53,13 @@ var _ Transport = (*StreamTransport)(nil)
 
 // NewStreamTransport returns a transport over c, which it owns.
 func NewStreamTransport(c net.Conn) *StreamTransport {
-	return &StreamTransport{c: c, wbuf: make([]byte, 0, 512)}
+	s := &StreamTransport{c: c, wbuf: make([]byte, 0, 512)}
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			s.rc = rc
+		}
+	}
+	return s
 }
 
 // streamCopyMax is the largest frame copied behind its length prefix into
@@ -104,7 +114,7 @@ func (s *StreamTransport) readFull(p []byte) (int, error) {
 	for n < len(p) {
 		rest := p[n:]
 		if len(rest) >= streamReadAhead/2 {
-			m, err := s.c.Read(rest)
+			m, err := s.readPayload(rest)
 			n += m
 			if err != nil && n < len(p) {
 				return n, fullErr(n, err)
@@ -125,6 +135,45 @@ func (s *StreamTransport) readFull(p []byte) (int, error) {
 		if err != nil && n < len(p) {
 			return n, fullErr(n, err)
 		}
+	}
+	return n, nil
+}
+
+// readPayload reads into rest, a large payload's bytes, straight from
+// the connection; on a socket, with one readv that also takes the next
+// frame's prefix and head, if they are there, into rbuf (a stream of Data
+// frames then costs one system call per frame, not two).
+func (s *StreamTransport) readPayload(rest []byte) (int, error) {
+	if s.rc == nil {
+		return s.c.Read(rest)
+	}
+	if s.rbuf == nil {
+		s.rbuf = make([]byte, streamReadAhead)
+	}
+	var (
+		n   int
+		err error
+	)
+	iov := [][]byte{rest, s.rbuf[:4+dataHeadSize]}
+	rerr := s.rc.Read(func(fd uintptr) bool {
+		for {
+			n, err = unix.Readv(int(fd), iov)
+			if err == unix.EINTR {
+				continue
+			}
+			return err != unix.EAGAIN
+		}
+	})
+	switch {
+	case rerr != nil:
+		return 0, rerr
+	case err != nil:
+		return 0, &net.OpError{Op: "read", Net: s.c.LocalAddr().Network(), Source: s.c.LocalAddr(), Addr: s.c.RemoteAddr(), Err: err}
+	case n == 0:
+		return 0, io.EOF
+	case n > len(rest):
+		s.rpos, s.rend = 0, n-len(rest)
+		return len(rest), nil
 	}
 	return n, nil
 }
