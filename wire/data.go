@@ -28,13 +28,20 @@ const dataHeadSize = HeaderSize + 8
 // connection: the stream cannot be resynchronised.
 type DataSink func(reqID, offset uint64, n int) ([]byte, error)
 
+// DataSinkV is a DataSink for Data frames whose bytes go to several
+// places (a frame of a descriptor list carries bytes of several entries):
+// it appends to into the slices the payload fills in order, n bytes in
+// all, or returns nil to have the bytes read and dropped. An error stops
+// the connection.
+type DataSinkV func(reqID, offset uint64, n int, into [][]byte) ([][]byte, error)
+
 // routedStream is implemented by transports that can read a Data payload
 // straight into memory chosen by a sink and send one from the caller's
 // memory without copying it: [StreamTransport].
 type routedStream interface {
 	writeFramed(pre, body []byte, copyMax int) error
 	writeFramedV(v net.Buffers) error
-	RecvRouted(buf []byte, route func(head []byte, n int) ([]byte, error)) (n int, routed bool, err error)
+	RecvRouted(buf []byte, route func(head []byte, n int) ([][]byte, error)) (n int, routed bool, err error)
 }
 
 // writeFramed writes pre, which already holds whole length-prefixed frames
@@ -106,12 +113,13 @@ func (s *StreamTransport) writeFramedV(v net.Buffers) error {
 }
 
 // RecvRouted reads one length-prefixed frame into buf, except a Data
-// frame's payload when route is not nil: route is given the frame's first dataHeadSize bytes (header and offset,
-// in buf) and the payload length, and returns where the payload goes (nil:
-// read and drop it). It returns the bytes of the frame held in buf (all of
+// frame's payload when route is not nil: route is given the frame's first
+// dataHeadSize bytes (header and offset, in buf) and the payload length,
+// and returns where the payload goes, slices it fills in order (nil: read
+// and drop it). It returns the bytes of the frame held in buf (all of
 // a frame that was not routed; the head of one that was) and whether the
 // frame was routed.
-func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) ([]byte, error)) (int, bool, error) {
+func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) ([][]byte, error)) (int, bool, error) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	if s.broken != nil {
@@ -143,12 +151,12 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 		if dst == nil {
 			err = s.discard(int64(l) - dataHeadSize)
 		} else {
-			_, err = s.readFull(dst)
+			err = s.readVec(dst)
 		}
 		if err != nil {
 			return 0, false, s.breakWith(truncated(err))
 		}
-		s.exact = len(dst) >= streamReadAhead/2
+		s.exact = int(l)-dataHeadSize >= streamReadAhead/2 && dst != nil
 		return dataHeadSize, true, nil
 	}
 	s.exact = false
@@ -225,33 +233,32 @@ func (c *Conn) sendWithData(msgs []Message, reqID, off uint64, p []byte) error {
 	return nil
 }
 
-// SendDataList sends msgs (as SendWithData) and then one Data frame
-// per part of parts, at offsets off, off+len(parts[0]), ... of request
-// reqID, in one vectored write on stream transports: a stream of small
-// pieces (a descriptor list) costs one system call per batch rather than
-// per piece. Each part must be 1..MaxDataPayload bytes.
-func (c *Conn) SendDataList(msgs []Message, reqID, off uint64, parts [][]byte) error {
+// SendDataV sends msgs (as SendWithData) and then one Data frame of
+// request reqID at offset off whose payload is the parts, one after the
+// other, in one vectored write on stream transports: the bytes of several
+// pieces of memory (entries of a descriptor list) in one frame, read by a
+// DataSinkV. The parts must total 1..MaxDataPayload bytes; empty parts
+// are skipped.
+func (c *Conn) SendDataV(msgs []Message, reqID, off uint64, parts [][]byte) error {
+	n := 0
 	for _, p := range parts {
-		if len(p) == 0 || len(p) > MaxDataPayload {
-			return invalid("Data: %d bytes (1..%d)", len(p), MaxDataPayload)
-		}
+		n += len(p)
 	}
-	if len(parts) == 0 {
-		return invalid("Data: no parts")
+	if n == 0 || n > MaxDataPayload {
+		return invalid("Data: %d bytes (1..%d)", n, MaxDataPayload)
 	}
 	rs, ok := c.t.(routedStream)
-	if !ok || len(parts) == 1 {
-		if err := c.sendWithData(msgs, reqID, off, parts[0]); err != nil || len(parts) == 1 {
-			return err
-		}
-		off += uint64(len(parts[0]))
-		for _, p := range parts[1:] {
-			if err := c.sendWithData(nil, reqID, off, p); err != nil {
+	if !ok {
+		for _, m := range msgs {
+			if err := c.Send(m); err != nil {
 				return err
 			}
-			off += uint64(len(p))
 		}
-		return nil
+		b := make([]byte, 0, n)
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return c.Send(&Data{RequestID: reqID, Offset: off, Bytes: b})
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -262,25 +269,16 @@ func (c *Conn) SendDataList(msgs []Message, reqID, off uint64, parts [][]byte) e
 	if err != nil {
 		return err
 	}
-	// The heads of every frame first (b does not move once they are all
-	// in), then the vector of heads and payloads.
-	heads := make([]int, len(parts)+1)
-	heads[0] = len(b)
-	for i, p := range parts {
-		b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+len(p)))
-		b = Header{Version: Version, Type: TypeData, Length: uint32(8 + len(p)), RequestID: reqID}.Append(b)
-		b = appendU64(b, off)
-		off += uint64(len(p))
-		heads[i+1] = len(b)
-	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+n))
+	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + n), RequestID: reqID}.Append(b)
+	b = appendU64(b, off)
 	c.keepWriteBuf(b)
-	v := make(net.Buffers, 0, 2*len(parts))
-	for i, p := range parts {
-		start := heads[i]
-		if i == 0 {
-			start = 0 // the messages ride with the first head
+	v := make(net.Buffers, 1, 1+len(parts))
+	v[0] = b
+	for _, p := range parts {
+		if len(p) > 0 {
+			v = append(v, p)
 		}
-		v = append(v, b[start:heads[i+1]], p)
 	}
 	if c.wto > 0 && c.wdl != nil {
 		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
@@ -323,6 +321,10 @@ func (c *Conn) keepWriteBuf(b []byte) {
 	}
 }
 
+// SetDataSinkV makes RecvRouted route Data frames with sv instead of the
+// DataSink it is given (set it before the connection's reader starts).
+func (c *Conn) SetDataSinkV(sv DataSinkV) { c.sinkV.Store(&sv) }
+
 // RecvRouted is Recv for connections that carry Data frames: on a stream
 // transport the bytes of each Data frame go straight to the memory sink
 // chooses (no copy through the receive buffer), and the frame is returned
@@ -336,7 +338,7 @@ func (c *Conn) RecvRouted(ctx context.Context, sink DataSink) (Frame, error) {
 		return c.Recv(ctx)
 	}
 	return c.recv(ctx, func(buf []byte) (int, bool, []*fd.FD, error) {
-		n, routed, err := rs.RecvRouted(buf, func(head []byte, n int) ([]byte, error) {
+		n, routed, err := rs.RecvRouted(buf, func(head []byte, n int) ([][]byte, error) {
 			h, err := ParseHeader(head, dataHeadSize+MaxDataPayload)
 			if err != nil {
 				return nil, err
@@ -344,19 +346,40 @@ func (c *Conn) RecvRouted(ctx context.Context, sink DataSink) (Frame, error) {
 			if h.NumFDs != 0 || uint64(h.Length) != 8+uint64(n) {
 				return nil, malformed("Data: bad header (fds %d, length %d for %d bytes)", h.NumFDs, h.Length, n)
 			}
-			dst, err := sink(h.RequestID, binary.LittleEndian.Uint64(head[HeaderSize:]), n)
-			if err != nil {
-				return nil, err
+			off := binary.LittleEndian.Uint64(head[HeaderSize:])
+			var v [][]byte
+			if sv := c.sinkV.Load(); sv != nil {
+				if v, err = (*sv)(h.RequestID, off, n, c.vec[:0]); err != nil {
+					return nil, err
+				}
+				got := 0
+				for _, p := range v {
+					got += len(p)
+				}
+				if v != nil && got != n {
+					return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", got, n)
+				}
+			} else {
+				dst, err := sink(h.RequestID, off, n)
+				if err != nil {
+					return nil, err
+				}
+				if dst != nil && len(dst) != n {
+					return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", len(dst), n)
+				}
+				if dst != nil {
+					v = append(c.vec[:0], dst)
+				}
 			}
-			if dst != nil && len(dst) != n {
-				return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", len(dst), n)
+			if v != nil {
+				c.vec = v[:0]
 			}
 			if c.rto > 0 && c.rdl != nil {
 				// The sink may have waited for memory: the peer is not
 				// to blame for that time.
 				_ = c.rdl.SetReadDeadline(time.Now().Add(c.rto))
 			}
-			return dst, nil
+			return v, nil
 		})
 		return n, routed, nil, err
 	})

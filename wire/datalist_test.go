@@ -33,14 +33,15 @@ func (c *vecConn) WriteBuffers(v *net.Buffers) (int64, error) {
 	return int64(n), err
 }
 
-// TestSendDataList: the frames of a list go out in one vectored write
-// (behind the messages riding with them), each part at its offset, and
-// land where the sink puts them, large payloads and small frames mixed
-// (the reader's read-ahead shrinks after a large payload and grows back).
-func TestSendDataList(t *testing.T) {
-	t.Run("pipe", func(t *testing.T) { sendDataList(t, net.Pipe) })
+// TestSendDataV: the parts of a frame go out in one vectored write
+// (behind the messages riding with it) as one Data frame, which a
+// DataSinkV lands in pieces cut elsewhere than the parts (and a plain
+// DataSink in one place); large payloads and small frames mixed (the
+// reader's read-ahead shrinks after a large payload and grows back).
+func TestSendDataV(t *testing.T) {
+	t.Run("pipe", func(t *testing.T) { sendDataV(t, net.Pipe) })
 	t.Run("tcp", func(t *testing.T) { // large payloads read with readv
-		sendDataList(t, func() (net.Conn, net.Conn) {
+		sendDataV(t, func() (net.Conn, net.Conn) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			defer l.Close()
@@ -56,7 +57,7 @@ func TestSendDataList(t *testing.T) {
 	})
 }
 
-func sendDataList(t *testing.T, conns func() (net.Conn, net.Conn)) {
+func sendDataV(t *testing.T, conns func() (net.Conn, net.Conn)) {
 	a, b := conns()
 	va := &vecConn{Conn: a}
 	ca, cb := NewConn(NewStreamTransport(va), ConnConfig{}), NewConn(NewStreamTransport(b), ConnConfig{})
@@ -65,52 +66,59 @@ func sendDataList(t *testing.T, conns func() (net.Conn, net.Conn)) {
 		_ = cb.Close()
 	})
 	big := bytes.Repeat([]byte("0123456789abcdef"), MaxDataPayload/16)
-	parts := [][]byte{[]byte("x"), big[:40000], big[:70000], []byte("tail!"), big, big[:3]}
-	var total int
-	for _, p := range parts {
-		total += len(p)
+	frames := [][][]byte{
+		{[]byte("x"), big[:40000], {}, big[:70000], []byte("tail!")},
+		{big[:MaxDataPayload-3], big[:3]},
+		{big[:100]},
+		{big[5:200005]},
 	}
 	errc := make(chan error, 1)
 	go func() {
-		errc <- errors.Join(
-			ca.SendDataList([]Message{&Completion{RequestID: 4}}, 7, 100, parts),
-			ca.Send(&Heartbeat{}),
-			ca.SendDataList(nil, 9, 0, parts[2:3]),
-			ca.Send(&Bye{}),
-		)
-	}()
-	dst := make([]byte, 100+total)
-	one := make([]byte, 70000)
-	var offs []uint64
-	sink := func(id, off uint64, n int) ([]byte, error) {
-		if id == 9 {
-			return one[:n], nil
+		var errs []error
+		for i, parts := range frames {
+			var msgs []Message
+			if i == 0 {
+				msgs = []Message{&Completion{RequestID: 4}}
+			}
+			errs = append(errs, ca.SendDataV(msgs, uint64(i+1), 1000, parts))
+			if i == 1 {
+				errs = append(errs, ca.Send(&Heartbeat{}))
+			}
 		}
-		offs = append(offs, off)
-		return dst[off : off+uint64(n)], nil
+		errc <- errors.Join(append(errs, ca.Send(&Bye{}))...)
+	}()
+	// Frame 1 lands in three pieces of its own cutting, the others in one
+	// place each (frame 3 by the plain sink).
+	want := make([][]byte, len(frames))
+	got := make([][]byte, len(frames))
+	for i, parts := range frames {
+		want[i] = bytes.Join(parts, nil)
+		got[i] = make([]byte, len(want[i]))
 	}
+	cb.SetDataSinkV(func(id, off uint64, n int, into [][]byte) ([][]byte, error) {
+		if off != 1000 || n != len(got[id-1]) {
+			return nil, errors.New("bad frame")
+		}
+		g := got[id-1]
+		if id == 1 {
+			return append(into, g[:7], g[7:50000], g[50000:]), nil
+		}
+		return append(into, g), nil
+	})
 	var types []Type
-	for range 2 + len(parts) + 1 + 1 {
-		f, err := cb.RecvRouted(context.Background(), sink)
+	for range 1 + len(frames) + 2 {
+		f, err := cb.RecvRouted(context.Background(), func(uint64, uint64, int) ([]byte, error) {
+			return nil, errors.New("the plain sink is not used once a DataSinkV is set")
+		})
 		require.NoError(t, err)
 		types = append(types, f.Header.Type)
 	}
 	require.NoError(t, <-errc)
-	want := []Type{TypeCompletion}
-	for range parts {
-		want = append(want, TypeData)
-	}
-	require.Equal(t, append(want, TypeHeartbeat, TypeData, TypeBye), types)
-	off := uint64(100)
-	for i, p := range parts {
-		require.Equal(t, off, offs[i], "part %d", i)
-		require.Equal(t, p, dst[off:off+uint64(len(p))], "part %d", i)
-		off += uint64(len(p))
-	}
-	require.Equal(t, parts[2], one)
-	require.Equal(t, int32(2), va.vec.Load(), "each SendDataList was not one vectored write")
+	require.Equal(t, []Type{TypeCompletion, TypeData, TypeData, TypeHeartbeat, TypeData, TypeData, TypeBye}, types)
+	require.Equal(t, want, got)
+	require.Equal(t, int32(len(frames)), va.vec.Load(), "each SendDataV was not one vectored write")
 
-	for name, ps := range map[string][][]byte{"none": nil, "empty part": {[]byte("a"), {}}, "too large": {make([]byte, MaxDataPayload+1)}} {
-		require.ErrorIs(t, ca.SendDataList(nil, 1, 0, ps), ErrInvalid, name)
+	for name, ps := range map[string][][]byte{"none": nil, "empty parts": {{}, {}}, "too large": {big, []byte("1")}} {
+		require.ErrorIs(t, ca.SendDataV(nil, 1, 0, ps), ErrInvalid, name)
 	}
 }

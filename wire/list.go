@@ -35,8 +35,9 @@ const (
 // the owner's memory, each named by a key of Keys (a key shared by
 // several entries travels once), whose bytes travel in Data frames with
 // the request's id, entry after entry: entry i's bytes are at stream
-// offsets [sum of the lengths before it, +Length), and no Data frame
-// holds bytes of two entries. The owner looks every entry up on its own
+// offsets [sum of the lengths before it, +Length); a Data frame may hold
+// bytes of several entries (the receiver lands them with a DataSinkV;
+// both ends of a list understand such frames). The owner looks every entry up on its own
 // (a bad one fails with its status, not the others) and answers once,
 // with a ListReply carrying every entry's status.
 //

@@ -43,6 +43,7 @@ type StreamTransport struct {
 	// likely large too, and is better read straight into its place than
 	// through rbuf).
 	exact  bool
+	iov    [][]byte // readVec's
 	broken error
 
 	closeOnce sync.Once
@@ -139,22 +140,60 @@ func (s *StreamTransport) readFull(p []byte) (int, error) {
 	return n, nil
 }
 
-// readPayload reads into rest, a large payload's bytes, straight from
-// the connection; on a socket, with one readv that also takes the next
-// frame's prefix and head, if they are there, into rbuf (a stream of Data
-// frames then costs one system call per frame, not two).
-func (s *StreamTransport) readPayload(rest []byte) (int, error) {
-	if s.rc == nil {
-		return s.c.Read(rest)
+// readVec fills the slices of v in order (a routed payload): the bytes
+// read ahead first, then, on a socket and for a large rest, readv
+// straight into them (and the next frame's prefix and head into rbuf, if
+// there), else through readFull. It consumes v's slices.
+func (s *StreamTransport) readVec(v [][]byte) error {
+	for len(v) > 0 && s.rpos < s.rend {
+		k := copy(v[0], s.rbuf[s.rpos:s.rend])
+		s.rpos += k
+		if v[0] = v[0][k:]; len(v[0]) == 0 {
+			v = v[1:]
+		}
 	}
-	if s.rbuf == nil {
-		s.rbuf = make([]byte, streamReadAhead)
+	for len(v) > 0 {
+		left := 0
+		for _, p := range v {
+			left += len(p)
+		}
+		if s.rc == nil || left < streamReadAhead/2 {
+			for _, p := range v {
+				if _, err := s.readFull(p); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if s.rbuf == nil {
+			s.rbuf = make([]byte, streamReadAhead)
+		}
+		s.iov = append(append(s.iov[:0], v...), s.rbuf[:4+dataHeadSize])
+		n, err := s.readv(s.iov)
+		clear(s.iov)
+		if err != nil {
+			return err
+		}
+		for len(v) > 0 && n > 0 {
+			k := min(n, len(v[0]))
+			n -= k
+			if v[0] = v[0][k:]; len(v[0]) == 0 {
+				v = v[1:]
+			}
+		}
+		if n > 0 { // the next frame's first bytes
+			s.rpos, s.rend = 0, n
+		}
 	}
+	return nil
+}
+
+// readv is one readv on the socket (waiting for it to be readable).
+func (s *StreamTransport) readv(iov [][]byte) (int, error) {
 	var (
 		n   int
 		err error
 	)
-	iov := [][]byte{rest, s.rbuf[:4+dataHeadSize]}
 	rerr := s.rc.Read(func(fd uintptr) bool {
 		for {
 			n, err = unix.Readv(int(fd), iov)
@@ -171,11 +210,27 @@ func (s *StreamTransport) readPayload(rest []byte) (int, error) {
 		return 0, &net.OpError{Op: "read", Net: s.c.LocalAddr().Network(), Source: s.c.LocalAddr(), Addr: s.c.RemoteAddr(), Err: err}
 	case n == 0:
 		return 0, io.EOF
-	case n > len(rest):
+	}
+	return n, nil
+}
+
+// readPayload reads into rest, a large payload's bytes, straight from
+// the connection; on a socket, with one readv that also takes the next
+// frame's prefix and head, if they are there, into rbuf (a stream of Data
+// frames then costs one system call per frame, not two).
+func (s *StreamTransport) readPayload(rest []byte) (int, error) {
+	if s.rc == nil {
+		return s.c.Read(rest)
+	}
+	if s.rbuf == nil {
+		s.rbuf = make([]byte, streamReadAhead)
+	}
+	n, err := s.readv([][]byte{rest, s.rbuf[:4+dataHeadSize]})
+	if n > len(rest) {
 		s.rpos, s.rend = 0, n-len(rest)
 		return len(rest), nil
 	}
-	return n, nil
+	return n, err
 }
 
 // discard reads and drops n bytes.

@@ -21,7 +21,7 @@ type inbound struct {
 	discard bool
 	n       uint64
 	// segs (a list transfer: dst unused) are the entries the n bytes
-	// land in, one after the other; no Data frame straddles two.
+	// land in, one after the other (a frame may span several).
 	segs []seg
 	si   int // reader only: the entry the next frame lands in
 
@@ -70,41 +70,66 @@ type seg struct {
 	drop bool
 }
 
-// target is where the n bytes at off of in's stream go (in.mu held):
-// drop says they are read and dropped (a refused entry of a list).
-func (in *inbound) target(off, n uint64) (dst datapath.Mem, drop bool, err error) {
+// piece is where part of a Data frame goes: dst (drop: nowhere, the
+// bytes of a refused entry), from byte at of the frame.
+type piece struct {
+	dst  datapath.Mem
+	at   uint64
+	drop bool
+}
+
+// target appends to into where the n bytes at off of in's stream go
+// (in.mu held; off and n are within the stream): one piece, or one per
+// entry of a list the bytes span.
+func (in *inbound) target(off, n uint64, into []piece) []piece {
 	if in.segs == nil {
-		return in.dst.Sub(off, n), false, nil
+		return append(into, piece{dst: in.dst.Sub(off, n)})
 	}
-	for in.si < len(in.segs) && off >= in.segs[in.si].end {
-		in.si++
+	for at := uint64(0); at < n; {
+		for off >= in.segs[in.si].end { // (empty entries, entries done)
+			in.si++
+		}
+		s := in.segs[in.si]
+		start := uint64(0)
+		if in.si > 0 {
+			start = in.segs[in.si-1].end
+		}
+		k := min(n-at, s.end-off)
+		if s.drop {
+			into = append(into, piece{at: at, drop: true, dst: datapath.Mem{Len: k}})
+		} else {
+			into = append(into, piece{at: at, dst: s.dst.Sub(off-start, k)})
+		}
+		at += k
+		off += k
 	}
-	if in.si == len(in.segs) || off+n > in.segs[in.si].end {
-		return dst, false, fmt.Errorf("%w: request %d: data at [%d, +%d) straddles two entries of the list", wire.ErrMalformed, in.id, off, n)
-	}
-	s := in.segs[in.si]
-	if s.drop {
-		return dst, true, nil
-	}
-	start := uint64(0)
-	if in.si > 0 {
-		start = in.segs[in.si-1].end
-	}
-	return s.dst.Sub(off-start, n), false, nil
+	return into
 }
 
 // routed is what the reader's sink chose for the Data frame being read.
 type routed struct {
-	in    *inbound
-	dst   datapath.Mem // where the bytes go (staged for Gaudi memory)
-	n     uint64
-	drop  bool // bytes of a refused entry, read and dropped
-	stage datapath.Buf
+	in     *inbound
+	n      uint64
+	pieces []piece
+	stage  datapath.Buf // where the bytes for Gaudi memory land first
 }
 
-// route is the reader's DataSink.
+// route is the reader's DataSink (a frame landing in one place).
 func (p *path) route(id, off uint64, n int) ([]byte, error) {
-	p.cur = routed{}
+	v, err := p.routeV(id, off, n, nil)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	if len(v) == 1 {
+		return v[0], nil
+	}
+	return nil, fmt.Errorf("%w: request %d: a frame for several places", wire.ErrMalformed, id)
+}
+
+// routeV is the reader's wire.DataSinkV: a frame of a list may carry
+// bytes of several entries.
+func (p *path) routeV(id, off uint64, n int, into [][]byte) ([][]byte, error) {
+	p.cur = routed{pieces: p.cur.pieces[:0]}
 	p.mu.Lock()
 	in := p.inbound[id]
 	p.mu.Unlock()
@@ -128,43 +153,63 @@ func (p *path) route(id, off uint64, n int) ([]byte, error) {
 		}
 		return nil, nil
 	}
-	dst, drop, err := in.target(off, uint64(n))
-	if err != nil {
-		in.mu.Unlock()
-		return nil, err
-	}
+	pieces := in.target(off, uint64(n), p.cur.pieces)
 	in.routing = true
 	in.mu.Unlock()
-	p.cur = routed{in: in, dst: dst, n: uint64(n), drop: drop}
-	if drop {
+	p.cur.in, p.cur.n, p.cur.pieces = in, uint64(n), pieces
+	if len(pieces) == 1 && pieces[0].drop {
 		return nil, nil
 	}
-	if !dst.IsGaudi() {
-		return dst.Host(), nil
+	for _, pc := range pieces {
+		switch {
+		case pc.drop:
+			into = append(into, p.scratch(pc.dst.Len))
+		case pc.dst.IsGaudi():
+			if p.cur.stage == nil {
+				stage, err := p.t.in.Get(context.Background(), p.c.Done())
+				if err != nil {
+					return nil, err
+				}
+				p.cur.stage = stage
+			}
+			into = append(into, p.cur.stage.HostBytes()[pc.at:pc.at+pc.dst.Len])
+		default:
+			into = append(into, pc.dst.Host())
+		}
 	}
-	stage, err := p.t.in.Get(context.Background(), p.c.Done())
-	if err != nil {
-		return nil, err
+	return into, nil
+}
+
+// scratch is n bytes the reader drops bytes into (a refused entry's, in
+// a frame with others').
+func (p *path) scratch(n uint64) []byte {
+	if uint64(len(p.drop)) < n {
+		p.drop = make([]byte, max(n, 64<<10))
 	}
-	p.cur.stage = stage
-	return stage.HostBytes()[:n], nil
+	return p.drop[:n]
 }
 
 // Landed finishes the Data frame route chose, once its bytes are read.
 func (p *path) Landed() {
 	cur := p.cur
-	p.cur = routed{}
+	p.cur = routed{pieces: cur.pieces[:0]}
 	in := cur.in
 	if in == nil {
 		return
 	}
-	if !cur.drop {
-		p.bytesIn.Add(cur.n)
+	var dmas []piece
+	for _, pc := range cur.pieces {
+		if !pc.drop {
+			p.bytesIn.Add(pc.dst.Len)
+			if pc.dst.IsGaudi() {
+				dmas = append(dmas, pc)
+			}
+		}
 	}
 	in.mu.Lock()
 	in.routing = false
 	in.got += cur.n
-	dma := cur.stage != nil && !in.canceled
+	dma := len(dmas) > 0 && !in.canceled
 	if dma {
 		in.dmas++
 	}
@@ -178,13 +223,22 @@ func (p *path) Landed() {
 		p.t.in.Put(cur.stage)
 	}
 	if dma {
-		w := p.env.DMA(cur.dst, datapath.Mem{B: cur.stage, Len: cur.n}, time.Time{})
+		ws := make([]datapath.Waiter, len(dmas))
+		for i, pc := range dmas {
+			ws[i] = p.env.DMA(pc.dst, datapath.Mem{B: cur.stage, Off: pc.at, Len: pc.dst.Len}, time.Time{})
+		}
 		p.env.Go(func() {
-			<-w.Done()
+			var err error
+			for _, w := range ws {
+				<-w.Done()
+				if e := w.Err(); e != nil && err == nil {
+					err = e
+				}
+			}
 			p.t.in.Put(cur.stage)
 			in.mu.Lock()
 			in.dmas--
-			if err := w.Err(); err != nil && in.err == nil {
+			if err != nil && in.err == nil {
 				in.err = err
 			}
 			fin := in.finishLocked()
@@ -202,7 +256,7 @@ func (p *path) Landed() {
 // abortRouting undoes a route whose read failed (the connection broke).
 func (p *path) abortRouting() {
 	cur := p.cur
-	p.cur = routed{}
+	p.cur = routed{pieces: cur.pieces[:0]}
 	if cur.stage != nil {
 		p.t.in.Put(cur.stage)
 	}

@@ -17,8 +17,9 @@ import (
 // group per lane, balanced by bytes (a list smaller than laneMin goes
 // whole to one connection), and each group is moved as one request: a
 // wire.PutList or wire.GetList naming every entry, then the entries'
-// bytes back to back in Data frames of that request (no frame holds
-// bytes of two entries), and one wire.ListReply with every entry's
+// bytes back to back in Data frames of that request (a frame of up to
+// Chunk bytes spans entries: one vectored write of the pieces, one
+// vectored read into them, routeV), and one wire.ListReply with every entry's
 // status. A group longer than a request may carry (wire.MaxListEntries,
 // wire.MaxListKeys) is cut into several requests, sent one after the
 // other on its connection. A peer that did not announce wire.CapList

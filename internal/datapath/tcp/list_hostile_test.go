@@ -64,8 +64,8 @@ func TestListHostileRequester(t *testing.T) {
 		name string
 		send func(raw *wire.Conn) error
 	}{
-		{"data straddling two entries", func(raw *wire.Conn) error {
-			return raw.SendWithData([]wire.Message{&wire.PutList{ListRequest: list(1, 100, 100)}}, 1, 0, bytes(150))
+		{"data across entries, beyond the list", func(raw *wire.Conn) error {
+			return raw.SendWithData([]wire.Message{&wire.PutList{ListRequest: list(1, 100, 0, 100)}}, 1, 0, bytes(201))
 		}},
 		{"data beyond the list", func(raw *wire.Conn) error {
 			if err := raw.SendWithData([]wire.Message{&wire.PutList{ListRequest: list(1, 100)}}, 1, 0, bytes(100)); err != nil {
@@ -126,8 +126,11 @@ func TestListHostileOwner(t *testing.T) {
 		{"data beyond the list", false, func(raw *wire.Conn, id uint64) error {
 			return raw.SendData(id, 0, make([]byte, 201))
 		}},
-		{"data straddling two entries", false, func(raw *wire.Conn, id uint64) error {
-			return raw.SendData(id, 0, make([]byte, 101))
+		{"a reply after part of the data", false, func(raw *wire.Conn, id uint64) error {
+			if err := raw.SendData(id, 0, make([]byte, 150)); err != nil {
+				return err
+			}
+			return raw.Send(&wire.ListReply{RequestID: id, Statuses: []wire.Status{wire.StatusOK, wire.StatusOK}})
 		}},
 		{"a Completion for a list", true, func(raw *wire.Conn, id uint64) error {
 			return raw.Send(&wire.Completion{RequestID: id, Status: wire.StatusOK})

@@ -268,7 +268,7 @@ func TestListCanceled(t *testing.T) {
 	for _, put := range []bool{true, false} {
 		for _, when := range []time.Duration{0, 200 * time.Microsecond, 2 * time.Millisecond} {
 			t.Run(fmt.Sprintf("put=%v/after=%v", put, when), func(t *testing.T) {
-				a, b := lanePaths(t, n*size, listCaps, 2)
+				a, b := lanePaths(t, n*size+64, listCaps, 2)
 				sizes := make([]uint64, n)
 				for i := range sizes {
 					sizes[i] = size
@@ -294,13 +294,20 @@ func TestListCanceled(t *testing.T) {
 					return len(b.path.inbound) == 0 && len(b.path.serving) == 0
 				}, 10*time.Second, time.Millisecond, "the owner still has the list in progress")
 
-				// In step: a small list goes through.
-				small := scatter(t, []uint64{5, 6}, n*size, true, rand.New(rand.NewPCG(5, 6)), viewKey)
+				// In step: a small list goes through (to memory of its
+				// own: the canceled list's bytes may still land on the
+				// other lane).
+				src := &hostBuf{mem: []byte("in step")}
+				small := []datapath.Req{
+					{Put: true, Local: datapath.Mem{B: src, Len: 3}, Key: viewKey(n*size+64, n*size+10, 3)},
+					{Put: true, Local: datapath.Mem{B: src, Off: 3, Len: 4}, Key: viewKey(n*size+64, n*size, 4)},
+				}
 				c = newListCompletion(2)
-				a.path.StartList(context.Background(), small.reqs, c)
+				a.path.StartList(context.Background(), small, c)
 				for _, err := range c.wait(t) {
 					require.NoError(t, err)
 				}
+				require.Equal(t, []byte("in"), b.env.mem.mem[n*size+10:n*size+12])
 				require.NoError(t, a.Err())
 				require.NoError(t, b.Err())
 			})

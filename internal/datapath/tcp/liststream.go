@@ -7,13 +7,15 @@ import (
 	"github.com/gxfer/gxfer/wire"
 )
 
-// maxBatch is the most Data frames a list stream sends with one system
-// call (wire.Conn.SendDataList); a batch also ends at Chunk bytes.
+// maxBatch is the most pieces of memory a Data frame of a list carries
+// (wire.Conn.SendDataV: one vectored write); a frame also ends at Chunk
+// bytes.
 const maxBatch = 64
 
 // streamer sends the Data frames of one list request, entry after entry:
-// host memory in batches of frames written together, Gaudi memory
-// through sendMem's staging.
+// host memory in frames of up to Chunk bytes that span entries (the
+// receiver's routeV lands each piece where it goes), Gaudi memory through
+// sendMem's staging.
 type streamer struct {
 	p     *path
 	id    uint64
@@ -21,18 +23,20 @@ type streamer struct {
 	stop  func() bool
 
 	sent  uint64   // the stream's bytes whose frames went out
-	parts [][]byte // the batch, at sent..
+	parts [][]byte // the next frame's pieces, at sent..
 	n     uint64   // its bytes
 }
 
 // host adds the bytes of b (host memory, or zeros) to the stream.
 func (s *streamer) host(b []byte) error {
 	for len(b) > 0 {
-		k := min(len(b), Chunk)
+		// A frame holds at most Chunk bytes (a receiver stages frames
+		// for Gaudi memory in buffers of Chunk bytes).
+		k := min(uint64(len(b)), Chunk-s.n)
 		s.parts = append(s.parts, b[:k])
-		s.n += uint64(k)
+		s.n += k
 		b = b[k:]
-		if s.n >= Chunk || len(s.parts) == maxBatch {
+		if s.n == Chunk || len(s.parts) == maxBatch {
 			if err := s.flush(); err != nil {
 				return err
 			}
@@ -85,7 +89,7 @@ func (s *streamer) flush() error {
 	if s.first != nil {
 		msgs = append(s.p.c.TakeReplies(), s.first)
 	}
-	if err := s.p.c.Conn().SendDataList(msgs, s.id, s.sent, s.parts); err != nil {
+	if err := s.p.c.Conn().SendDataV(msgs, s.id, s.sent, s.parts); err != nil {
 		return err
 	}
 	s.first = nil

@@ -28,6 +28,7 @@ type path struct {
 	failed  error
 	lastID  atomic.Uint64 // the highest request id this path issued
 	cur     routed        // reader only: the Data frame being landed
+	drop    []byte        // reader only: where bytes of refused list entries are dropped
 
 	served, bytesOut, bytesIn atomic.Uint64
 
@@ -43,6 +44,9 @@ var _ datapath.Path = (*path)(nil)
 
 func newPath(t *Transport, c datapath.Ctrl) *path {
 	p := &path{t: t, c: c, env: t.env, inbound: map[uint64]*inbound{}, serving: map[uint64]*atomic.Bool{}}
+	if conn := c.Conn(); conn != nil {
+		conn.SetDataSinkV(p.routeV)
+	}
 	if h := c.PeerHello(); h != nil {
 		p.cancelCap = h.Caps&wire.CapCancel != 0
 		p.listCap = h.Caps&listCaps == listCaps
@@ -80,7 +84,8 @@ func (p *path) Handle(f *wire.Frame, m wire.Message) (bool, error) {
 	return false, nil
 }
 
-// Sink is the reader's DataSink.
+// Sink is the reader's DataSink (the connection routes with routeV,
+// which lands frames spanning several entries of a list).
 func (p *path) Sink() wire.DataSink { return p.route }
 
 // Tick has nothing to do: the endpoint's writer sends the heartbeats.

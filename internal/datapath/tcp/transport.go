@@ -29,7 +29,8 @@
 //
 // Lists (datapath.Lister, list.go): a list of Puts or Gets moves as one
 // wire.PutList or wire.GetList per lane, its entries' bytes streamed back
-// to back (batches of Data frames in one vectored write), answered by one
+// to back (Data frames of up to Chunk bytes spanning entries, each one
+// vectored write and one vectored read), answered by one
 // wire.ListReply with every entry's status; a peer without wire.CapList
 // gets the list element by element.
 package tcp
