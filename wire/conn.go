@@ -130,7 +130,9 @@ type Conn struct {
 
 	rmu     sync.Mutex
 	rbuf    []byte
-	rdlZero bool // the transport's read deadline is known to be unset
+	rdlZero bool     // the transport's read deadline is known to be unset
+	vec     [][]byte // the reader's: where a routed payload goes
+	sinkV   atomic.Pointer[DataSinkV]
 
 	wmu  sync.Mutex
 	wbuf []byte

@@ -28,12 +28,20 @@ const dataHeadSize = HeaderSize + 8
 // connection: the stream cannot be resynchronised.
 type DataSink func(reqID, offset uint64, n int) ([]byte, error)
 
+// DataSinkV is a DataSink for Data frames whose bytes go to several
+// places (a frame of a descriptor list carries bytes of several entries):
+// it appends to into the slices the payload fills in order, n bytes in
+// all, or returns nil to have the bytes read and dropped. An error stops
+// the connection.
+type DataSinkV func(reqID, offset uint64, n int, into [][]byte) ([][]byte, error)
+
 // routedStream is implemented by transports that can read a Data payload
 // straight into memory chosen by a sink and send one from the caller's
 // memory without copying it: [StreamTransport].
 type routedStream interface {
 	writeFramed(pre, body []byte, copyMax int) error
-	RecvRouted(buf []byte, route func(head []byte, n int) ([]byte, error)) (n int, routed bool, err error)
+	writeFramedV(v net.Buffers) error
+	RecvRouted(buf []byte, route func(head []byte, n int) ([][]byte, error)) (n int, routed bool, err error)
 }
 
 // writeFramed writes pre, which already holds whole length-prefixed frames
@@ -58,8 +66,7 @@ func (s *StreamTransport) writeFramed(pre, body []byte, copyMax int) error {
 		m, err = s.c.Write(b)
 		n = int64(m)
 	} else {
-		bufs := net.Buffers{pre, body}
-		n, err = bufs.WriteTo(s.c)
+		n, err = s.writev(net.Buffers{pre, body})
 	}
 	if err != nil && n == 0 {
 		return err // nothing went out: the stream is intact
@@ -71,13 +78,48 @@ func (s *StreamTransport) writeFramed(pre, body []byte, copyMax int) error {
 	return nil
 }
 
+// BuffersWriter is implemented by connections that wrap another and can
+// write a vector of buffers with one system call (net.Buffers.WriteTo
+// does so only for the net package's own connections).
+type BuffersWriter interface {
+	WriteBuffers(v *net.Buffers) (int64, error)
+}
+
+// writev writes v with one system call where the connection can.
+func (s *StreamTransport) writev(v net.Buffers) (int64, error) {
+	if bw, ok := s.c.(BuffersWriter); ok {
+		return bw.WriteBuffers(&v)
+	}
+	return v.WriteTo(s.c)
+}
+
+// writeFramedV writes v, whole length-prefixed frames, with writev (as
+// writeFramed: a write that fails part-way breaks the stream).
+func (s *StreamTransport) writeFramedV(v net.Buffers) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.wbroken != nil {
+		return s.wbroken
+	}
+	n, err := s.writev(v)
+	if err != nil && n == 0 {
+		return err // nothing went out: the stream is intact
+	}
+	if err != nil {
+		s.wbroken = fmt.Errorf("wire: stream: write failed, stream broken: %w", err)
+		return s.wbroken
+	}
+	return nil
+}
+
 // RecvRouted reads one length-prefixed frame into buf, except a Data
-// frame's payload when route is not nil: route is given the frame's first dataHeadSize bytes (header and offset,
-// in buf) and the payload length, and returns where the payload goes (nil:
-// read and drop it). It returns the bytes of the frame held in buf (all of
+// frame's payload when route is not nil: route is given the frame's first
+// dataHeadSize bytes (header and offset, in buf) and the payload length,
+// and returns where the payload goes, slices it fills in order (nil: read
+// and drop it). It returns the bytes of the frame held in buf (all of
 // a frame that was not routed; the head of one that was) and whether the
 // frame was routed.
-func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) ([]byte, error)) (int, bool, error) {
+func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) ([][]byte, error)) (int, bool, error) {
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	if s.broken != nil {
@@ -109,13 +151,15 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 		if dst == nil {
 			err = s.discard(int64(l) - dataHeadSize)
 		} else {
-			_, err = s.readFull(dst)
+			err = s.readVec(dst)
 		}
 		if err != nil {
 			return 0, false, s.breakWith(truncated(err))
 		}
+		s.exact = int(l)-dataHeadSize >= streamReadAhead/2 && dst != nil
 		return dataHeadSize, true, nil
 	}
+	s.exact = false
 	if uint64(l) > uint64(len(buf)) {
 		return 0, false, s.breakWith(tooLarge(l, len(buf)))
 	}
@@ -169,25 +213,10 @@ func (c *Conn) sendWithData(msgs []Message, reqID, off uint64, p []byte) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	b := c.wbuf[:0]
-	for _, m := range msgs {
-		// Each frame behind its length prefix, all in one write.
-		if m.Type().FDs() != 0 {
-			c.keepWriteBuf(b)
-			return invalid("%v cannot ride with data (it carries fds)", m.Type())
-		}
-		start := len(b)
-		b = binary.LittleEndian.AppendUint32(b, 0)
-		var err error
-		if b, err = AppendFrame(b, m); err != nil {
-			c.keepWriteBuf(b)
-			return err
-		}
-		if len(b)-start-4 > c.maxFrame {
-			c.keepWriteBuf(b)
-			return &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("%v: %d-byte frame exceeds the %d-byte limit", m.Type(), len(b)-start-4, c.maxFrame)}
-		}
-		binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	// Each frame behind its length prefix, all in one write.
+	b, err := c.appendMsgs(c.wbuf[:0], msgs)
+	if err != nil {
+		return err
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+len(p)))
 	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + len(p)), RequestID: reqID}.Append(b)
@@ -204,11 +233,97 @@ func (c *Conn) sendWithData(msgs []Message, reqID, off uint64, p []byte) error {
 	return nil
 }
 
+// SendDataV sends msgs (as SendWithData) and then one Data frame of
+// request reqID at offset off whose payload is the parts, one after the
+// other, in one vectored write on stream transports: the bytes of several
+// pieces of memory (entries of a descriptor list) in one frame, read by a
+// DataSinkV. The parts must total 1..MaxDataPayload bytes; empty parts
+// are skipped.
+func (c *Conn) SendDataV(msgs []Message, reqID, off uint64, parts [][]byte) error {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n == 0 || n > MaxDataPayload {
+		return invalid("Data: %d bytes (1..%d)", n, MaxDataPayload)
+	}
+	rs, ok := c.t.(routedStream)
+	if !ok {
+		for _, m := range msgs {
+			if err := c.Send(m); err != nil {
+				return err
+			}
+		}
+		b := make([]byte, 0, n)
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return c.Send(&Data{RequestID: reqID, Offset: off, Bytes: b})
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	b, err := c.appendMsgs(c.wbuf[:0], msgs)
+	if err != nil {
+		return err
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+n))
+	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + n), RequestID: reqID}.Append(b)
+	b = appendU64(b, off)
+	c.keepWriteBuf(b)
+	v := make(net.Buffers, 1, 1+len(parts))
+	v[0] = b
+	for _, p := range parts {
+		if len(p) > 0 {
+			v = append(v, p)
+		}
+	}
+	if c.wto > 0 && c.wdl != nil {
+		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
+			return c.sendErr(err)
+		}
+	}
+	if err := rs.writeFramedV(v); err != nil {
+		return c.sendErr(err)
+	}
+	return nil
+}
+
+// appendMsgs appends msgs behind their length prefixes (frames without
+// fds, within the frame limit).
+func (c *Conn) appendMsgs(b []byte, msgs []Message) ([]byte, error) {
+	for _, m := range msgs {
+		if m.Type().FDs() != 0 {
+			c.keepWriteBuf(b)
+			return b, invalid("%v cannot ride with data (it carries fds)", m.Type())
+		}
+		start := len(b)
+		b = binary.LittleEndian.AppendUint32(b, 0)
+		var err error
+		if b, err = AppendFrame(b, m); err != nil {
+			c.keepWriteBuf(b)
+			return b, err
+		}
+		if len(b)-start-4 > c.maxFrame {
+			c.keepWriteBuf(b)
+			return b, &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("%v: %d-byte frame exceeds the %d-byte limit", m.Type(), len(b)-start-4, c.maxFrame)}
+		}
+		binary.LittleEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	}
+	return b, nil
+}
+
 func (c *Conn) keepWriteBuf(b []byte) {
 	if cap(b) <= maxKeptWriteBuf {
 		c.wbuf = b[:0]
 	}
 }
+
+// SetDataSinkV makes RecvRouted route Data frames with sv instead of the
+// DataSink it is given (set it before the connection's reader starts).
+func (c *Conn) SetDataSinkV(sv DataSinkV) { c.sinkV.Store(&sv) }
 
 // RecvRouted is Recv for connections that carry Data frames: on a stream
 // transport the bytes of each Data frame go straight to the memory sink
@@ -223,7 +338,7 @@ func (c *Conn) RecvRouted(ctx context.Context, sink DataSink) (Frame, error) {
 		return c.Recv(ctx)
 	}
 	return c.recv(ctx, func(buf []byte) (int, bool, []*fd.FD, error) {
-		n, routed, err := rs.RecvRouted(buf, func(head []byte, n int) ([]byte, error) {
+		n, routed, err := rs.RecvRouted(buf, func(head []byte, n int) ([][]byte, error) {
 			h, err := ParseHeader(head, dataHeadSize+MaxDataPayload)
 			if err != nil {
 				return nil, err
@@ -231,19 +346,40 @@ func (c *Conn) RecvRouted(ctx context.Context, sink DataSink) (Frame, error) {
 			if h.NumFDs != 0 || uint64(h.Length) != 8+uint64(n) {
 				return nil, malformed("Data: bad header (fds %d, length %d for %d bytes)", h.NumFDs, h.Length, n)
 			}
-			dst, err := sink(h.RequestID, binary.LittleEndian.Uint64(head[HeaderSize:]), n)
-			if err != nil {
-				return nil, err
+			off := binary.LittleEndian.Uint64(head[HeaderSize:])
+			var v [][]byte
+			if sv := c.sinkV.Load(); sv != nil {
+				if v, err = (*sv)(h.RequestID, off, n, c.vec[:0]); err != nil {
+					return nil, err
+				}
+				got := 0
+				for _, p := range v {
+					got += len(p)
+				}
+				if v != nil && got != n {
+					return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", got, n)
+				}
+			} else {
+				dst, err := sink(h.RequestID, off, n)
+				if err != nil {
+					return nil, err
+				}
+				if dst != nil && len(dst) != n {
+					return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", len(dst), n)
+				}
+				if dst != nil {
+					v = append(c.vec[:0], dst)
+				}
 			}
-			if dst != nil && len(dst) != n {
-				return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", len(dst), n)
+			if v != nil {
+				c.vec = v[:0]
 			}
 			if c.rto > 0 && c.rdl != nil {
 				// The sink may have waited for memory: the peer is not
 				// to blame for that time.
 				_ = c.rdl.SetReadDeadline(time.Now().Add(c.rto))
 			}
-			return dst, nil
+			return v, nil
 		})
 		return n, routed, nil, err
 	})

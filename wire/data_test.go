@@ -168,6 +168,23 @@ func FuzzRecvRouted(f *testing.F) {
 			}
 			return make([]byte, n), nil
 		}
+		if len(stream) > 0 && stream[0]&1 == 1 {
+			// A vector sink, cutting payloads in pieces (or returning
+			// pieces of the wrong total, which must fail the frame).
+			c.SetDataSinkV(func(id, off uint64, n int, into [][]byte) ([][]byte, error) {
+				if n <= 0 || n > MaxDataPayload {
+					t.Fatalf("sink asked for %d bytes", n)
+				}
+				switch off % 3 {
+				case 0:
+					return nil, nil
+				case 1:
+					b := make([]byte, n+int(id%2))
+					return append(into, b[:n/2], b[n/2:]), nil
+				}
+				return append(into, make([]byte, n)), nil
+			})
+		}
 		for {
 			fr, err := c.RecvRouted(context.Background(), sink)
 			if err != nil {

@@ -54,8 +54,11 @@ const (
 	TypeCancel        Type = 16 // [Cancel]
 	TypeAppMsg        Type = 17 // [AppMsg]
 	TypeMsgCredit     Type = 18 // [MsgCredit]
+	TypePutList       Type = 19 // [PutList]
+	TypeGetList       Type = 20 // [GetList]
+	TypeListReply     Type = 21 // [ListReply]
 
-	typeMax = TypeMsgCredit
+	typeMax = TypeListReply
 )
 
 var typeNames = [...]string{
@@ -64,6 +67,7 @@ var typeNames = [...]string{
 	TypeImportRequest: "ImportRequest", TypeImportReply: "ImportReply", TypeBye: "Bye", TypeData: "Data",
 	TypeHeartbeat: "Heartbeat", TypeRDMAConnect: "RDMAConnect", TypeAuth: "Auth",
 	TypeCancel: "Cancel", TypeAppMsg: "AppMsg", TypeMsgCredit: "MsgCredit",
+	TypePutList: "PutList", TypeGetList: "GetList", TypeListReply: "ListReply",
 }
 
 func (t Type) String() string {
@@ -80,7 +84,8 @@ func (t Type) Valid() bool { return t >= TypeHello && t <= typeMax }
 // header's RequestID must be 0 for the others.
 func (t Type) hasRequestID() bool {
 	switch t {
-	case TypeError, TypePut, TypeGet, TypeCompletion, TypeImportRequest, TypeImportReply, TypeData, TypeCancel:
+	case TypeError, TypePut, TypeGet, TypeCompletion, TypeImportRequest, TypeImportReply, TypeData, TypeCancel,
+		TypePutList, TypeGetList, TypeListReply:
 		return true
 	}
 	return false
@@ -268,6 +273,12 @@ func NewMessage(t Type) Message {
 		return new(AppMsg)
 	case TypeMsgCredit:
 		return new(MsgCredit)
+	case TypePutList:
+		return new(PutList)
+	case TypeGetList:
+		return new(GetList)
+	case TypeListReply:
+		return new(ListReply)
 	}
 	return nil
 }

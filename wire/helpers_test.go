@@ -82,6 +82,10 @@ func sampleMessages() []Message {
 		&AppMsg{Bytes: bytes.Repeat([]byte{0xa5}, MaxAppMsg)},
 		&MsgCredit{Msgs: 256, Bytes: 4 << 20},
 		&MsgCredit{Msgs: 1<<32 - 1, Bytes: 1<<64 - 1},
+		&PutList{ListRequest{RequestID: 9, Keys: []RemoteKey{k, g}, Entries: []ListEntry{{Key: 1, Offset: 4096, Length: 4096}, {Key: 0, Offset: 16, Length: 65536}, {Key: 1}}}},
+		&GetList{ListRequest{RequestID: 10, Keys: []RemoteKey{k}, Entries: []ListEntry{{Offset: 1 << 19, Length: 1 << 19}}}},
+		&ListReply{RequestID: 9, Statuses: []Status{StatusOK, StatusBadKey, StatusOK}, Message: "entry 1: bad key"},
+		&ListReply{RequestID: 10, Statuses: []Status{StatusOK}},
 	}
 }
 

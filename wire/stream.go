@@ -7,7 +7,10 @@ import (
 	"math"
 	"net"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/internal/fd"
 )
@@ -23,17 +26,24 @@ import (
 // every later Recv returns the same error. A deadline that expires before
 // the first byte of a frame leaves it usable.
 type StreamTransport struct {
-	c net.Conn
+	c  net.Conn
+	rc syscall.RawConn // c's socket, for vectored reads (nil: none)
 
 	wmu     sync.Mutex
 	wbuf    []byte
 	wbroken error
 
-	rmu    sync.Mutex
-	rhdr   [4]byte
-	rbuf   []byte // bytes read ahead: rbuf[rpos:rend]
-	rpos   int
-	rend   int
+	rmu  sync.Mutex
+	rhdr [4]byte
+	rbuf []byte // bytes read ahead: rbuf[rpos:rend]
+	rpos int
+	rend int
+	// exact: read ahead no further than the next Data frame's head (the
+	// last frame was a large routed payload: its successor's payload is
+	// likely large too, and is better read straight into its place than
+	// through rbuf).
+	exact  bool
+	iov    [][]byte // readVec's
 	broken error
 
 	closeOnce sync.Once
@@ -44,7 +54,13 @@ var _ Transport = (*StreamTransport)(nil)
 
 // NewStreamTransport returns a transport over c, which it owns.
 func NewStreamTransport(c net.Conn) *StreamTransport {
-	return &StreamTransport{c: c, wbuf: make([]byte, 0, 512)}
+	s := &StreamTransport{c: c, wbuf: make([]byte, 0, 512)}
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			s.rc = rc
+		}
+	}
+	return s
 }
 
 // streamCopyMax is the largest frame copied behind its length prefix into
@@ -99,7 +115,7 @@ func (s *StreamTransport) readFull(p []byte) (int, error) {
 	for n < len(p) {
 		rest := p[n:]
 		if len(rest) >= streamReadAhead/2 {
-			m, err := s.c.Read(rest)
+			m, err := s.readPayload(rest)
 			n += m
 			if err != nil && n < len(p) {
 				return n, fullErr(n, err)
@@ -109,7 +125,11 @@ func (s *StreamTransport) readFull(p []byte) (int, error) {
 		if s.rbuf == nil {
 			s.rbuf = make([]byte, streamReadAhead)
 		}
-		m, err := s.c.Read(s.rbuf)
+		ahead := s.rbuf
+		if s.exact {
+			ahead = s.rbuf[:max(len(rest), 4+dataHeadSize)]
+		}
+		m, err := s.c.Read(ahead)
 		c := copy(rest, s.rbuf[:m])
 		s.rpos, s.rend = c, m
 		n += c
@@ -118,6 +138,99 @@ func (s *StreamTransport) readFull(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// readVec fills the slices of v in order (a routed payload): the bytes
+// read ahead first, then, on a socket and for a large rest, readv
+// straight into them (and the next frame's prefix and head into rbuf, if
+// there), else through readFull. It consumes v's slices.
+func (s *StreamTransport) readVec(v [][]byte) error {
+	for len(v) > 0 && s.rpos < s.rend {
+		k := copy(v[0], s.rbuf[s.rpos:s.rend])
+		s.rpos += k
+		if v[0] = v[0][k:]; len(v[0]) == 0 {
+			v = v[1:]
+		}
+	}
+	for len(v) > 0 {
+		left := 0
+		for _, p := range v {
+			left += len(p)
+		}
+		if s.rc == nil || left < streamReadAhead/2 {
+			for _, p := range v {
+				if _, err := s.readFull(p); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if s.rbuf == nil {
+			s.rbuf = make([]byte, streamReadAhead)
+		}
+		s.iov = append(append(s.iov[:0], v...), s.rbuf[:4+dataHeadSize])
+		n, err := s.readv(s.iov)
+		clear(s.iov)
+		if err != nil {
+			return err
+		}
+		for len(v) > 0 && n > 0 {
+			k := min(n, len(v[0]))
+			n -= k
+			if v[0] = v[0][k:]; len(v[0]) == 0 {
+				v = v[1:]
+			}
+		}
+		if n > 0 { // the next frame's first bytes
+			s.rpos, s.rend = 0, n
+		}
+	}
+	return nil
+}
+
+// readv is one readv on the socket (waiting for it to be readable).
+func (s *StreamTransport) readv(iov [][]byte) (int, error) {
+	var (
+		n   int
+		err error
+	)
+	rerr := s.rc.Read(func(fd uintptr) bool {
+		for {
+			n, err = unix.Readv(int(fd), iov)
+			if err == unix.EINTR {
+				continue
+			}
+			return err != unix.EAGAIN
+		}
+	})
+	switch {
+	case rerr != nil:
+		return 0, rerr
+	case err != nil:
+		return 0, &net.OpError{Op: "read", Net: s.c.LocalAddr().Network(), Source: s.c.LocalAddr(), Addr: s.c.RemoteAddr(), Err: err}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// readPayload reads into rest, a large payload's bytes, straight from
+// the connection; on a socket, with one readv that also takes the next
+// frame's prefix and head, if they are there, into rbuf (a stream of Data
+// frames then costs one system call per frame, not two).
+func (s *StreamTransport) readPayload(rest []byte) (int, error) {
+	if s.rc == nil {
+		return s.c.Read(rest)
+	}
+	if s.rbuf == nil {
+		s.rbuf = make([]byte, streamReadAhead)
+	}
+	n, err := s.readv([][]byte{rest, s.rbuf[:4+dataHeadSize]})
+	if n > len(rest) {
+		s.rpos, s.rend = 0, n-len(rest)
+		return len(rest), nil
+	}
+	return n, err
 }
 
 // discard reads and drops n bytes.

@@ -480,7 +480,7 @@ func (c *Chan) readLoop() {
 // channel itself takes heartbeats and Bye. An error is the peer's fault.
 func (c *Chan) dispatch(f wire.Frame) error {
 	switch f.Header.Type {
-	case wire.TypeCompletion, wire.TypeError, wire.TypeImportReply:
+	case wire.TypeCompletion, wire.TypeError, wire.TypeImportReply, wire.TypeListReply:
 		c.mu.Lock()
 		fn, ok := c.pending[f.Header.RequestID]
 		delete(c.pending, f.Header.RequestID)

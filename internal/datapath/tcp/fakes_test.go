@@ -39,9 +39,12 @@ func (b *hostBuf) ExportDMABuf() (datapath.DMABuf, error) {
 	return datapath.DMABuf{}, gxerr.NotSupported
 }
 
-// fakeEnv is an engine of host memory only; Lookup grants mem to any key.
+// fakeEnv is an engine of host memory and, when dev is set, "device"
+// memory whose DMAs are copies; Lookup grants mem (dev for keys of Gaudi
+// memory) to any key, at its view's offset, but those of badAlloc.
 type fakeEnv struct {
 	mem   *hostBuf
+	dev   *devBuf // device memory (keys of MemGaudi), when set
 	lanes int
 	wg    sync.WaitGroup
 
@@ -53,13 +56,73 @@ func (e *fakeEnv) Logger() zerolog.Logger { return zerolog.Nop() }
 func (e *fakeEnv) Config() datapath.Config {
 	return datapath.Config{TCPLanes: e.lanes}
 }
+
+// badAlloc is the allocation id of keys the fake owner refuses.
+const badAlloc = 666
+
 func (e *fakeEnv) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (datapath.Mem, wire.Status, string) {
-	if off+n > e.mem.Len() {
+	if k.AllocID == badAlloc {
+		return datapath.Mem{}, wire.StatusBadKey, "refused by the test"
+	}
+	off += k.Offset // the view's start
+	var mem datapath.Buf = e.mem
+	if k.MemType == wire.MemGaudi {
+		if e.dev == nil {
+			return datapath.Mem{}, wire.StatusNotSupported, "no device memory"
+		}
+		mem = e.dev
+	}
+	if off+n > mem.Len() {
 		return datapath.Mem{}, wire.StatusOutOfRange, "beyond"
 	}
-	return datapath.Mem{B: e.mem, Off: off, Len: n}, wire.StatusOK, ""
+	return datapath.Mem{B: mem, Off: off, Len: n}, wire.StatusOK, ""
 }
-func (e *fakeEnv) DMA(dst, src datapath.Mem, deadline time.Time) datapath.Waiter { panic("no device") }
+
+// devBuf is "device" memory: a Gaudi buffer whose bytes the fake DMA
+// reaches.
+type devBuf struct{ hostBuf }
+
+func (b *devBuf) IsGaudi() bool     { return true }
+func (b *devBuf) HostBytes() []byte { return nil }
+
+func bytesOf(b datapath.Buf) []byte {
+	if d, ok := b.(*devBuf); ok {
+		return d.mem
+	}
+	return b.HostBytes()
+}
+
+// dmaWaiter is a fake DMA's.
+type dmaWaiter struct{ done chan struct{} }
+
+func (w *dmaWaiter) Done() <-chan struct{} { return w.done }
+func (w *dmaWaiter) IsDone() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+func (w *dmaWaiter) Err() error { return nil }
+func (w *dmaWaiter) Wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// DMA copies on a goroutine of the fake engine.
+func (e *fakeEnv) DMA(dst, src datapath.Mem, deadline time.Time) datapath.Waiter {
+	w := &dmaWaiter{done: make(chan struct{})}
+	e.Go(func() {
+		copy(bytesOf(dst.B)[dst.Off:dst.Off+dst.Len], bytesOf(src.B)[src.Off:src.Off+src.Len])
+		close(w.done)
+	})
+	return w
+}
 func (e *fakeEnv) Copy(ctx context.Context, dst, src datapath.Mem, deadline time.Time) datapath.Waiter {
 	panic("no copies")
 }
@@ -216,7 +279,7 @@ func (c *fakeCtrl) read() {
 			continue
 		}
 		switch f.Header.Type {
-		case wire.TypeCompletion, wire.TypeError:
+		case wire.TypeCompletion, wire.TypeError, wire.TypeListReply:
 			c.mu.Lock()
 			fn := c.pending[f.Header.RequestID]
 			delete(c.pending, f.Header.RequestID)
@@ -253,7 +316,24 @@ func (c *fakeCtrl) close() {
 
 // pair connects two fake endpoints over loopback TCP, each with a TCP
 // path whose owner memory is mem; peerCaps are the caps each announces.
-func pair(t *testing.T, size int, caps wire.Caps) (a, b *fakeCtrl) {
+func pair(t testing.TB, size int, caps wire.Caps) (a, b *fakeCtrl) {
+	t.Helper()
+	ca, cb := loopback(t)
+	mk := func(nc net.Conn, dialer bool) *fakeCtrl { return fakeEnd(t, nc, dialer, size, caps) }
+	a, b = mk(ca, true), mk(cb, false)
+	t.Cleanup(func() {
+		a.close()
+		b.close()
+	})
+	return a, b
+}
+
+// fakeSpin is the fake endpoints' Config.TCPReadSpin (benchmarks set
+// the engine's default; tests run without).
+var fakeSpin time.Duration
+
+// loopback is a connected pair of TCP connections.
+func loopback(t testing.TB) (ca, cb net.Conn) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -265,33 +345,31 @@ func pair(t *testing.T, size int, caps wire.Caps) (a, b *fakeCtrl) {
 		c, _ := l.Accept()
 		acc <- c
 	}()
-	ca, err := net.Dial("tcp", l.Addr().String())
+	ca, err = net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb := <-acc
-	mk := func(nc net.Conn, dialer bool) *fakeCtrl {
-		env := &fakeEnv{mem: &hostBuf{mem: make([]byte, size)}}
-		c := &fakeCtrl{env: env, conn: wire.NewConn(Frame(nc, 0), wire.ConnConfig{MaxFrame: MaxFrame}), dialer: dialer,
-			pending: map[uint64]func(wire.Frame, error){}, done: make(chan struct{}), readEnd: make(chan struct{})}
-		c.peer.Caps = caps
-		if dialer {
-			c.nextID = 1
-		}
-		p, err := New(env).Connect(context.Background(), c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.path = p.(*path)
-		go c.read()
-		return c
+	return ca, <-acc
+}
+
+// fakeEnd makes a fake endpoint over nc with a TCP path whose owner
+// memory is size bytes; caps are what its peer announced.
+func fakeEnd(t testing.TB, nc net.Conn, dialer bool, size int, caps wire.Caps) *fakeCtrl {
+	t.Helper()
+	env := &fakeEnv{mem: &hostBuf{mem: make([]byte, size)}}
+	c := &fakeCtrl{env: env, conn: wire.NewConn(Frame(nc, fakeSpin), wire.ConnConfig{MaxFrame: MaxFrame}), dialer: dialer,
+		pending: map[uint64]func(wire.Frame, error){}, done: make(chan struct{}), readEnd: make(chan struct{})}
+	c.peer.Caps = caps
+	if dialer {
+		c.nextID = 1
 	}
-	a, b = mk(ca, true), mk(cb, false)
-	t.Cleanup(func() {
-		a.close()
-		b.close()
-	})
-	return a, b
+	p, err := New(env).Connect(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.path = p.(*path)
+	go c.read()
+	return c
 }
 
 // completion is a datapath.Completer that records its result.

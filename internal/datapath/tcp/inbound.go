@@ -20,6 +20,10 @@ type inbound struct {
 	dst     datapath.Mem // zero for a transfer whose bytes are dropped
 	discard bool
 	n       uint64
+	// segs (a list transfer: dst unused) are the entries the n bytes
+	// land in, one after the other (a frame may span several).
+	segs []seg
+	si   int // reader only: the entry the next frame lands in
 
 	mu       sync.Mutex
 	got      uint64
@@ -57,17 +61,75 @@ func (in *inbound) cancel(err error) {
 	}
 }
 
-// routed is what the reader's sink chose for the Data frame being read.
-type routed struct {
-	in    *inbound
-	off   uint64
-	n     uint64
-	stage datapath.Buf
+// seg is an entry of a list transfer: its bytes end at end in the
+// stream (they start where the previous entry's end); drop: they are
+// read and dropped (an entry the owner refused).
+type seg struct {
+	end  uint64
+	dst  datapath.Mem
+	drop bool
 }
 
-// route is the reader's DataSink.
+// piece is where part of a Data frame goes: dst (drop: nowhere, the
+// bytes of a refused entry), from byte at of the frame.
+type piece struct {
+	dst  datapath.Mem
+	at   uint64
+	drop bool
+}
+
+// target appends to into where the n bytes at off of in's stream go
+// (in.mu held; off and n are within the stream): one piece, or one per
+// entry of a list the bytes span.
+func (in *inbound) target(off, n uint64, into []piece) []piece {
+	if in.segs == nil {
+		return append(into, piece{dst: in.dst.Sub(off, n)})
+	}
+	for at := uint64(0); at < n; {
+		for off >= in.segs[in.si].end { // (empty entries, entries done)
+			in.si++
+		}
+		s := in.segs[in.si]
+		start := uint64(0)
+		if in.si > 0 {
+			start = in.segs[in.si-1].end
+		}
+		k := min(n-at, s.end-off)
+		if s.drop {
+			into = append(into, piece{at: at, drop: true, dst: datapath.Mem{Len: k}})
+		} else {
+			into = append(into, piece{at: at, dst: s.dst.Sub(off-start, k)})
+		}
+		at += k
+		off += k
+	}
+	return into
+}
+
+// routed is what the reader's sink chose for the Data frame being read.
+type routed struct {
+	in     *inbound
+	n      uint64
+	pieces []piece
+	stage  datapath.Buf // where the bytes for Gaudi memory land first
+}
+
+// route is the reader's DataSink (a frame landing in one place).
 func (p *path) route(id, off uint64, n int) ([]byte, error) {
-	p.cur = routed{}
+	v, err := p.routeV(id, off, n, nil)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	if len(v) == 1 {
+		return v[0], nil
+	}
+	return nil, fmt.Errorf("%w: request %d: a frame for several places", wire.ErrMalformed, id)
+}
+
+// routeV is the reader's wire.DataSinkV: a frame of a list may carry
+// bytes of several entries.
+func (p *path) routeV(id, off uint64, n int, into [][]byte) ([][]byte, error) {
+	p.cur = routed{pieces: p.cur.pieces[:0]}
 	p.mu.Lock()
 	in := p.inbound[id]
 	p.mu.Unlock()
@@ -91,33 +153,63 @@ func (p *path) route(id, off uint64, n int) ([]byte, error) {
 		}
 		return nil, nil
 	}
+	pieces := in.target(off, uint64(n), p.cur.pieces)
 	in.routing = true
 	in.mu.Unlock()
-	p.cur = routed{in: in, off: off, n: uint64(n)}
-	if !in.dst.IsGaudi() {
-		return in.dst.Host()[off : off+uint64(n)], nil
+	p.cur.in, p.cur.n, p.cur.pieces = in, uint64(n), pieces
+	if len(pieces) == 1 && pieces[0].drop {
+		return nil, nil
 	}
-	stage, err := p.t.in.Get(context.Background(), p.c.Done())
-	if err != nil {
-		return nil, err
+	for _, pc := range pieces {
+		switch {
+		case pc.drop:
+			into = append(into, p.scratch(pc.dst.Len))
+		case pc.dst.IsGaudi():
+			if p.cur.stage == nil {
+				stage, err := p.t.in.Get(context.Background(), p.c.Done())
+				if err != nil {
+					return nil, err
+				}
+				p.cur.stage = stage
+			}
+			into = append(into, p.cur.stage.HostBytes()[pc.at:pc.at+pc.dst.Len])
+		default:
+			into = append(into, pc.dst.Host())
+		}
 	}
-	p.cur.stage = stage
-	return stage.HostBytes()[:n], nil
+	return into, nil
+}
+
+// scratch is n bytes the reader drops bytes into (a refused entry's, in
+// a frame with others').
+func (p *path) scratch(n uint64) []byte {
+	if uint64(len(p.drop)) < n {
+		p.drop = make([]byte, max(n, 64<<10))
+	}
+	return p.drop[:n]
 }
 
 // Landed finishes the Data frame route chose, once its bytes are read.
 func (p *path) Landed() {
 	cur := p.cur
-	p.cur = routed{}
+	p.cur = routed{pieces: cur.pieces[:0]}
 	in := cur.in
 	if in == nil {
 		return
 	}
-	p.bytesIn.Add(cur.n)
+	var dmas []piece
+	for _, pc := range cur.pieces {
+		if !pc.drop {
+			p.bytesIn.Add(pc.dst.Len)
+			if pc.dst.IsGaudi() {
+				dmas = append(dmas, pc)
+			}
+		}
+	}
 	in.mu.Lock()
 	in.routing = false
 	in.got += cur.n
-	dma := cur.stage != nil && !in.canceled
+	dma := len(dmas) > 0 && !in.canceled
 	if dma {
 		in.dmas++
 	}
@@ -131,13 +223,22 @@ func (p *path) Landed() {
 		p.t.in.Put(cur.stage)
 	}
 	if dma {
-		w := p.env.DMA(in.dst.Sub(cur.off, cur.n), datapath.Mem{B: cur.stage, Len: cur.n}, time.Time{})
+		ws := make([]datapath.Waiter, len(dmas))
+		for i, pc := range dmas {
+			ws[i] = p.env.DMA(pc.dst, datapath.Mem{B: cur.stage, Off: pc.at, Len: pc.dst.Len}, time.Time{})
+		}
 		p.env.Go(func() {
-			<-w.Done()
+			var err error
+			for _, w := range ws {
+				<-w.Done()
+				if e := w.Err(); e != nil && err == nil {
+					err = e
+				}
+			}
 			p.t.in.Put(cur.stage)
 			in.mu.Lock()
 			in.dmas--
-			if err := w.Err(); err != nil && in.err == nil {
+			if err != nil && in.err == nil {
 				in.err = err
 			}
 			fin := in.finishLocked()
@@ -155,7 +256,7 @@ func (p *path) Landed() {
 // abortRouting undoes a route whose read failed (the connection broke).
 func (p *path) abortRouting() {
 	cur := p.cur
-	p.cur = routed{}
+	p.cur = routed{pieces: cur.pieces[:0]}
 	if cur.stage != nil {
 		p.t.in.Put(cur.stage)
 	}

@@ -17,7 +17,8 @@ import (
 // gap of one part is covered by the others. A smaller transfer goes
 // whole to the connection with the fewest requests in progress, the
 // first one on a tie: a lone request takes the first connection, many
-// at once (a descriptor list) spread over them all. The peer serves lanes like any endpoint but does not
+// at once spread over them all. A descriptor list (StartList, list.go)
+// is cut into one group per lane. The peer serves lanes like any endpoint but does not
 // return them from Accept; a lane that fails fails its endpoint, and the
 // endpoint its lanes.
 

@@ -187,7 +187,7 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 // small host transfers, else on a goroutine of its own.
 func (p *path) startPut(ctx context.Context, o *op, req wire.Request) {
 	send := func() {
-		sent, err := p.sendMem(ctx, o.id, o.local, &wire.Put{Request: req}, o.stopped.Load)
+		sent, err := p.sendMem(ctx, o.id, 0, o.local, &wire.Put{Request: req}, o.stopped.Load)
 		switch {
 		case errors.Is(err, errStopped):
 			// Abandoned (abandon completed the reply part with why).

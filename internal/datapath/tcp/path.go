@@ -20,6 +20,7 @@ type path struct {
 	c         datapath.Ctrl
 	env       datapath.Env
 	cancelCap bool // the peer understands wire.Cancel
+	listCap   bool // the peer serves lists (listCaps)
 
 	mu      sync.Mutex
 	inbound map[uint64]*inbound // transfers landing, by request id
@@ -27,6 +28,7 @@ type path struct {
 	failed  error
 	lastID  atomic.Uint64 // the highest request id this path issued
 	cur     routed        // reader only: the Data frame being landed
+	drop    []byte        // reader only: where bytes of refused list entries are dropped
 
 	served, bytesOut, bytesIn atomic.Uint64
 
@@ -42,16 +44,20 @@ var _ datapath.Path = (*path)(nil)
 
 func newPath(t *Transport, c datapath.Ctrl) *path {
 	p := &path{t: t, c: c, env: t.env, inbound: map[uint64]*inbound{}, serving: map[uint64]*atomic.Bool{}}
+	if conn := c.Conn(); conn != nil {
+		conn.SetDataSinkV(p.routeV)
+	}
 	if h := c.PeerHello(); h != nil {
 		p.cancelCap = h.Caps&wire.CapCancel != 0
+		p.listCap = h.Caps&listCaps == listCaps
 	}
 	return p
 }
 
 func (p *path) Kind() datapath.Kind { return datapath.KindTCP }
 
-// Handle serves the peer's Puts and Gets whose data travels in Data
-// frames, and its Cancels.
+// Handle serves the peer's Puts, Gets and lists whose data travels in
+// Data frames, and its Cancels.
 func (p *path) Handle(f *wire.Frame, m wire.Message) (bool, error) {
 	switch m := m.(type) {
 	case *wire.Put:
@@ -66,13 +72,20 @@ func (p *path) Handle(f *wire.Frame, m wire.Message) (bool, error) {
 			return true, fmt.Errorf("request with local kind %d on the tcp transport", m.Local.Kind)
 		}
 		return true, p.serveGet(m.Request)
+	case *wire.PutList:
+		p.c.MarkActive()
+		return true, p.servePutList(&m.ListRequest)
+	case *wire.GetList:
+		p.c.MarkActive()
+		return true, p.serveGetList(&m.ListRequest)
 	case *wire.Cancel:
 		return true, p.serveCancel(m)
 	}
 	return false, nil
 }
 
-// Sink is the reader's DataSink.
+// Sink is the reader's DataSink (the connection routes with routeV,
+// which lands frames spanning several entries of a list).
 func (p *path) Sink() wire.DataSink { return p.route }
 
 // Tick has nothing to do: the endpoint's writer sends the heartbeats.

@@ -19,12 +19,13 @@ var errSourceFailed = errors.New("reading the source failed")
 // step.
 var errStopped = errors.New("sending stopped")
 
-// sendMem sends s as Data frames of request id (the first one behind
-// first, when given), checking stop before each frame. Host memory goes
+// sendMem sends s as Data frames of request id at offsets base.. of its
+// stream (the first one behind first, when given), checking stop before
+// each frame. Host memory goes
 // out from where it is; Gaudi memory through two staging buffers, the DMA
 // of chunk k+1 overlapping the send of chunk k. It returns the bytes whose
 // frames went out; it returns once no DMA reads s any more.
-func (p *path) sendMem(ctx context.Context, id uint64, s datapath.Mem, first wire.Message, stop func() bool) (uint64, error) {
+func (p *path) sendMem(ctx context.Context, id, base uint64, s datapath.Mem, first wire.Message, stop func() bool) (uint64, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -43,9 +44,9 @@ func (p *path) sendMem(ctx context.Context, id uint64, s datapath.Mem, first wir
 		}
 		var err error
 		if off == 0 && first != nil {
-			err = conn.SendWithData(append(p.c.TakeReplies(), first), id, 0, b)
+			err = conn.SendWithData(append(p.c.TakeReplies(), first), id, base, b)
 		} else {
-			err = conn.SendData(id, off, b)
+			err = conn.SendData(id, base+off, b)
 		}
 		if err == nil {
 			sent += uint64(len(b))

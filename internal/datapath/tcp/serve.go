@@ -98,7 +98,7 @@ func (p *path) serveGet(r wire.Request) error {
 		if st != wire.StatusOK {
 			return wire.NewError(r.RequestID, st, msg)
 		}
-		_, err := p.sendMem(nil, r.RequestID, mine, nil, stop.Load)
+		_, err := p.sendMem(nil, r.RequestID, 0, mine, nil, stop.Load)
 		mine.B.Release()
 		switch {
 		case errors.Is(err, errStopped):

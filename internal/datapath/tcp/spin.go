@@ -33,6 +33,14 @@ func SpinConn(c net.Conn, spin time.Duration) net.Conn {
 	return &spinConn{Conn: c, rc: rc, spin: spin}
 }
 
+// SyscallConn is the socket's (syscall.Conn): wire.StreamTransport reads
+// large payloads with readv through it, without spinning (a bulk read).
+func (s *spinConn) SyscallConn() (syscall.RawConn, error) { return s.rc, nil }
+
+// WriteBuffers writes v with writev on the socket (wire.BuffersWriter):
+// the wrapper would hide it from net.Buffers.WriteTo.
+func (s *spinConn) WriteBuffers(v *net.Buffers) (int64, error) { return v.WriteTo(s.Conn) }
+
 // spinMaxRead: only reads this small spin (a frame's header or a small
 // message: the wait a latency-bound exchange is made of). A bulk read
 // parks at once; spinning through a stream's gaps costs it bandwidth.

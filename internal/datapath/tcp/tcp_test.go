@@ -175,7 +175,7 @@ func TestRegressInboundCanceledWhileRoutedFinishesOnAbort(t *testing.T) {
 	in.routing = true // the reader is in the middle of its Data frame
 	in.got = 1024
 	in.mu.Unlock()
-	p.cur = routed{in: in, off: 1024, n: 1024}
+	p.cur = routed{in: in, n: 1024, pieces: []piece{{dst: in.dst.Sub(1024, 1024)}}}
 	why := gxerr.New(gxerr.Peer, "test: connection lost", nil)
 	in.cancel(why) // the failure's reply (onReply) or the op's timeout
 	select {

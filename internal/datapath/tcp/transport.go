@@ -26,6 +26,13 @@
 // Lanes: a dialed endpoint opens Config.TCPLanes connections to its peer
 // (lanes.go); transfers of laneMin bytes or more are cut into one part per
 // lane.
+//
+// Lists (datapath.Lister, list.go): a list of Puts or Gets moves as one
+// wire.PutList or wire.GetList per lane, its entries' bytes streamed back
+// to back (Data frames of up to Chunk bytes spanning entries, each one
+// vectored write and one vectored read), answered by one
+// wire.ListReply with every entry's status; a peer without wire.CapList
+// gets the list element by element.
 package tcp
 
 import (
@@ -51,7 +58,7 @@ const (
 )
 
 // Caps are the capabilities a TCP endpoint announces in its Hello.
-const Caps = wire.CapInlineData | wire.CapCancel
+const Caps = wire.CapInlineData | wire.CapCancel | wire.CapList
 
 // Frame frames a TCP connection for the data path: no Nagle delay (small
 // messages are batched by the engine's queues, not the kernel), keepalive

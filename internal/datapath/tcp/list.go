@@ -1,0 +1,408 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// Lists (datapath.Lister): a list of Puts or Gets is cut into at most one
+// group per lane, balanced by bytes (a list smaller than laneMin goes
+// whole to one connection), and each group is moved as one request: a
+// wire.PutList or wire.GetList naming every entry, then the entries'
+// bytes back to back in Data frames of that request (a frame of up to
+// Chunk bytes spans entries: one vectored write of the pieces, one
+// vectored read into them, routeV), and one wire.ListReply with every entry's
+// status. A group longer than a request may carry (wire.MaxListEntries,
+// wire.MaxListKeys) is cut into several requests, sent one after the
+// other on its connection. A peer that did not announce wire.CapList
+// (and wire.CapCancel) gets the list element by element (Start).
+
+var _ datapath.Lister = (*path)(nil)
+
+// listCaps are what a peer must announce for lists.
+const listCaps = wire.CapList | wire.CapCancel
+
+// StartList runs a list of Puts or Gets (datapath.Lister).
+func (p *path) StartList(ctx context.Context, reqs []datapath.Req, c datapath.Completer) {
+	if !p.listCap {
+		for i, r := range reqs {
+			p.Start(ctx, r, shifted{c: c, base: i})
+		}
+		return
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	var total uint64
+	host := true
+	for _, r := range reqs {
+		total += r.Local.Len
+		host = host && !r.Local.IsGaudi()
+	}
+	lanes := []*path{p}
+	if ls := p.laneSnap.Load(); total >= laneMin && ls != nil && len(*ls) > 0 {
+		lanes = append(lanes, *ls...)
+	} else {
+		lanes[0] = p.pick()
+	}
+	put := reqs[0].Put
+	for g, rg := range splitList(reqs, total, len(lanes)) {
+		l := lanes[g]
+		ops := l.listOps(reqs[rg[0]:rg[1]], rg[0], c)
+		run := func() {
+			for _, o := range ops {
+				l.startList(ctx, o)
+			}
+		}
+		switch {
+		case !put:
+			run() // requests only: the owner streams the bytes
+		case host && total <= inlineMax:
+			// Sent from the caller's goroutine, inside the close gate
+			// (as Start's small Puts).
+			if !p.env.Enter() {
+				p.c.Fail(gxerr.Closed)
+				for _, o := range ops {
+					o.completeAll(gxerr.Closed)
+				}
+				continue
+			}
+			run()
+			p.env.Exit()
+		default:
+			p.env.Go(run)
+		}
+	}
+}
+
+// splitList cuts reqs into at most parts runs of about equal bytes.
+func splitList(reqs []datapath.Req, total uint64, parts int) [][2]int {
+	groups := make([][2]int, 0, parts)
+	start, acc := 0, uint64(0)
+	per := total / uint64(parts)
+	for i, r := range reqs {
+		acc += r.Local.Len
+		if len(groups) < parts-1 && acc >= per*uint64(len(groups)+1) && per > 0 {
+			groups = append(groups, [2]int{start, i + 1})
+			start = i + 1
+		}
+	}
+	if start < len(reqs) {
+		groups = append(groups, [2]int{start, len(reqs)})
+	}
+	return groups
+}
+
+// listOps cuts a group of requests (the first one the user's entry base)
+// into list requests within the wire's limits. A key travels once per
+// request, its view widened to its grant (the owner checks grants, not
+// views), each entry's offset then relative to the grant.
+func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*listOp {
+	var ops []*listOp
+	var o *listOp
+	var keys map[wire.RemoteKey]uint16
+	for i, r := range reqs {
+		k := r.Key
+		k.Offset, k.Len = k.GrantOffset, k.GrantLen
+		idx, ok := keys[k]
+		if o == nil || len(o.msg.Entries) == wire.MaxListEntries || (!ok && len(o.msg.Keys) == wire.MaxListKeys) {
+			o = &listOp{p: p, put: r.Put, base: base + i, c: c, deadline: r.Deadline}
+			ops = append(ops, o)
+			keys = map[wire.RemoteKey]uint16{}
+			ok = false
+		}
+		if !ok {
+			idx = uint16(len(o.msg.Keys))
+			keys[k] = idx
+			o.msg.Keys = append(o.msg.Keys, k)
+		}
+		o.msg.Entries = append(o.msg.Entries, wire.ListEntry{Key: idx, Offset: r.Key.Offset - r.Key.GrantOffset, Length: r.Local.Len})
+		o.locals = append(o.locals, r.Local)
+		o.total += r.Local.Len
+	}
+	return ops
+}
+
+// shifted completes entry base of a list for a Start of its own.
+type shifted struct {
+	c    datapath.Completer
+	base int
+}
+
+func (s shifted) Complete(i int, err error) { s.c.Complete(s.base+i, err) }
+func (s shifted) CompleteAll(err error)     { s.c.CompleteAll(err) }
+
+// listOp is one list request this side made: entries base.. of the
+// user's list. Like op, it completes when its two parts are done (the
+// reply; for a PutList the sending of its bytes, for a GetList their
+// landing) or is abandoned (ctx, deadline).
+type listOp struct {
+	p        *path
+	id       uint64
+	put      bool
+	base     int
+	c        datapath.Completer
+	deadline time.Time
+	msg      wire.ListRequest
+	locals   []datapath.Mem
+	total    uint64
+	in       *inbound // GetList
+	parts    atomic.Int32
+
+	mu       sync.Mutex
+	err      error   // the whole request's
+	errs     []error // per entry (nil: none failed)
+	stopped  atomic.Bool
+	timer    *time.Timer
+	stopCtx  func() bool
+	finished bool
+}
+
+// completeAll resolves every entry of a request that never started.
+func (o *listOp) completeAll(err error) {
+	for i := range o.locals {
+		o.c.Complete(o.base+i, err)
+	}
+}
+
+// entryErr records the failure of entry i.
+func (o *listOp) entryErr(i int, err error) {
+	o.mu.Lock()
+	if o.errs == nil {
+		o.errs = make([]error, len(o.locals))
+	}
+	if o.errs[i] == nil {
+		o.errs[i] = err
+	}
+	o.mu.Unlock()
+}
+
+func (o *listOp) partDone(err error) {
+	if err != nil {
+		o.mu.Lock()
+		if o.err == nil {
+			o.err = err
+		}
+		o.mu.Unlock()
+	}
+	if o.parts.Add(-1) != 0 {
+		return
+	}
+	o.p.outstanding.Add(-1)
+	o.mu.Lock()
+	o.finished = true
+	err, errs := o.err, o.errs
+	timer, stopCtx := o.timer, o.stopCtx
+	o.mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
+	if stopCtx != nil {
+		stopCtx()
+	}
+	for _, m := range o.locals {
+		m.B.Release()
+	}
+	for i := range o.locals {
+		e := err
+		if e == nil && errs != nil {
+			e = errs[i]
+		}
+		o.c.Complete(o.base+i, e)
+	}
+}
+
+// onReply takes the owner's ListReply (or an Error refusing the whole
+// request, or the endpoint's failure).
+func (o *listOp) onReply(f wire.Frame, err error) {
+	p := o.p
+	if err == nil {
+		err = o.takeReply(f)
+	}
+	if err == nil && o.in != nil {
+		o.in.mu.Lock()
+		short := o.in.got < o.in.n
+		o.in.mu.Unlock()
+		if short {
+			err = p.c.PeerErr(fmt.Sprintf("list request %d completed before all its data arrived", o.id), nil)
+			p.c.Fail(err)
+		}
+	}
+	if err != nil && o.in != nil {
+		p.removeInbound(o.id)
+		o.in.cancel(err)
+	}
+	o.partDone(err)
+}
+
+// takeReply records the entries' statuses of a ListReply; an error is
+// the whole request's.
+func (o *listOp) takeReply(f wire.Frame) error {
+	p := o.p
+	if f.Header.Type != wire.TypeListReply {
+		err := p.c.ReplyErr(f)
+		if err == nil { // a Completion is no answer to a list
+			err = p.c.PeerErr(fmt.Sprintf("list request %d answered with a %v", o.id, f.Header.Type), nil)
+			p.c.Fail(err)
+		}
+		return err
+	}
+	var m wire.ListReply
+	if err := f.Decode(&m); err != nil || len(m.Statuses) != len(o.locals) {
+		err = p.c.PeerErr(fmt.Sprintf("list request %d of %d entries: bad reply (%d statuses)", o.id, len(o.locals), len(m.Statuses)), err)
+		p.c.Fail(err)
+		return err
+	}
+	msg := m.Message
+	for i, st := range m.Statuses {
+		if st != wire.StatusOK {
+			o.entryErr(i, p.c.Refusal(fmt.Sprintf("list entry %d", o.base+i), wire.NewError(o.id, st, msg)))
+			msg = "" // the message is the first failure's
+		}
+	}
+	return nil
+}
+
+// abandon ends the request early with err (its context ended, its
+// deadline passed), as op.abandon.
+func (o *listOp) abandon(err error) {
+	o.stopped.Store(true)
+	p := o.p
+	if !p.c.Forget(o.id) {
+		return // the reply (or the endpoint's failure) came first
+	}
+	if o.in != nil {
+		if in := p.removeInbound(o.id); in != nil {
+			in.cancel(err)
+		}
+		_ = p.c.QueueReply(&wire.Cancel{RequestID: o.id})
+	}
+	o.partDone(err)
+}
+
+// startList runs one list request on this connection; a PutList's bytes
+// are sent before it returns.
+func (p *path) startList(ctx context.Context, o *listOp) {
+	if !o.deadline.IsZero() && !time.Now().Before(o.deadline) {
+		// Its deadline passed while the requests before it went out.
+		o.completeAll(gxerr.New(gxerr.Timeout, p.c.Name()+": list request not started before its deadline", nil))
+		return
+	}
+	for i, m := range o.locals {
+		if err := m.B.Acquire(); err != nil {
+			for _, h := range o.locals[:i] {
+				h.B.Release()
+			}
+			o.completeAll(err)
+			return
+		}
+	}
+	o.id = p.newID()
+	o.msg.RequestID = o.id
+	o.parts.Store(2)
+	if !o.put {
+		segs := make([]seg, len(o.locals))
+		var end uint64
+		for i, m := range o.locals {
+			end += m.Len
+			segs[i] = seg{end: end, dst: m}
+		}
+		o.in = &inbound{id: o.id, n: o.total, segs: segs, onDone: o.partDone}
+	}
+	if err := p.c.ExpectRequest(ctx, o.id, o.onReply); err != nil {
+		for _, m := range o.locals {
+			m.B.Release()
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = gxerr.Ctx(p.c.Name()+": waiting for a request slot", err)
+		}
+		o.completeAll(err)
+		return
+	}
+	p.outstanding.Add(1) // until partDone's last part
+	if o.in != nil && o.total > 0 {
+		if err := p.addInbound(o.in); err != nil {
+			if p.c.Forget(o.id) {
+				o.parts.Store(1)
+				o.partDone(err)
+			}
+			return
+		}
+	}
+	o.mu.Lock()
+	if !o.finished && !o.deadline.IsZero() {
+		o.timer = time.AfterFunc(time.Until(o.deadline), func() {
+			o.abandon(gxerr.New(gxerr.Timeout, p.c.Name()+": list request "+fmt.Sprint(o.id), nil))
+		})
+	}
+	if !o.finished && ctx.Done() != nil {
+		o.stopCtx = context.AfterFunc(ctx, func() {
+			o.abandon(gxerr.Ctx(p.c.Name()+": list request "+fmt.Sprint(o.id), ctx.Err()))
+		})
+	}
+	o.mu.Unlock()
+	if o.put {
+		p.sendList(ctx, o)
+		return
+	}
+	if o.total == 0 {
+		o.partDone(nil) // nothing will land
+	}
+	if err := p.c.Conn().Send(&wire.GetList{ListRequest: o.msg}); err != nil {
+		if p.c.Forget(o.id) {
+			o.onReply(wire.Frame{}, p.sendErr(err))
+		}
+	}
+}
+
+// sendList sends a PutList and its entries' bytes, back to back.
+func (p *path) sendList(ctx context.Context, o *listOp) {
+	s := &streamer{p: p, id: o.id, first: &wire.PutList{ListRequest: o.msg}, stop: o.stopped.Load}
+	var err error
+	for i, m := range o.locals {
+		if m.Len == 0 {
+			continue
+		}
+		if err = s.mem(ctx, m); errors.Is(err, errSourceFailed) {
+			// The entry went out as zeros (the stream is in step): it
+			// alone fails.
+			o.entryErr(i, err)
+			err = nil
+		}
+		if err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = s.flush()
+	}
+	if err == nil && s.first != nil { // every entry is empty
+		if o.stopped.Load() {
+			err = errStopped
+		} else if err = p.c.Conn().Send(s.first); err == nil {
+			s.first = nil
+		}
+	}
+	switch {
+	case errors.Is(err, errStopped):
+		// Abandoned (abandon completed the reply part with why): nothing
+		// reads the local memory any more.
+		o.partDone(nil)
+		if s.first == nil { // the request went out
+			p.endPut(o.id, s.sent, o.total)
+		}
+		return
+	case err != nil:
+		err = p.sendErr(err)
+		p.c.Fail(err)
+	}
+	o.partDone(err)
+}

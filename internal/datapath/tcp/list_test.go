@@ -1,0 +1,440 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// listCompletion records every entry's result of a list.
+type listCompletion struct {
+	mu    sync.Mutex
+	errs  []error
+	seen  []bool
+	left  int
+	twice int // entries completed more than once
+	done  chan struct{}
+}
+
+func newListCompletion(n int) *listCompletion {
+	c := &listCompletion{errs: make([]error, n), seen: make([]bool, n), left: n, done: make(chan struct{})}
+	if n == 0 {
+		close(c.done)
+	}
+	return c
+}
+
+func (c *listCompletion) Complete(i int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[i] {
+		c.twice++
+		return
+	}
+	c.seen[i], c.errs[i] = true, err
+	if c.left--; c.left == 0 {
+		close(c.done)
+	}
+}
+
+func (c *listCompletion) CompleteAll(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.seen {
+		if !c.seen[i] {
+			c.seen[i], c.errs[i] = true, err
+		}
+	}
+	if c.left > 0 {
+		c.left = 0
+		close(c.done)
+	}
+}
+
+// wait returns every entry's result once all completed.
+func (c *listCompletion) wait(t *testing.T) []error {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the list never completed")
+	}
+	time.Sleep(time.Millisecond) // a second Complete would come now
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Zero(t, c.twice, "entries completed twice")
+	return c.errs
+}
+
+// viewKey is a key to n bytes at off of the fake owner's memory (an
+// allocation of size bytes, granted whole).
+func viewKey(size, off, n uint64) wire.RemoteKey {
+	return wire.RemoteKey{MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead | wire.KeyWrite, AllocID: 1,
+		Length: size, GrantLen: size, Offset: off, Len: n}
+}
+
+// grantKey is a key granting only [off, +n) (a slice of a root key).
+func grantKey(size, off, n uint64) wire.RemoteKey {
+	k := viewKey(size, off, n)
+	k.GrantOffset, k.GrantLen = off, n
+	return k
+}
+
+// scattered is a list of count entries of the given sizes, at shuffled
+// places of a local buffer and of the owner's memory (remote), which
+// must hold them all.
+type scattered struct {
+	local  *hostBuf
+	reqs   []datapath.Req
+	remote []uint64 // each entry's offset in the owner's memory
+}
+
+func scatter(t testing.TB, sizes []uint64, remoteSize uint64, put bool, rng *rand.Rand, key func(size, off, n uint64) wire.RemoteKey) scattered {
+	t.Helper()
+	var total uint64
+	for _, n := range sizes {
+		total += n
+	}
+	require.LessOrEqual(t, total, remoteSize)
+	s := scattered{local: &hostBuf{mem: make([]byte, total)}, reqs: make([]datapath.Req, len(sizes)), remote: make([]uint64, len(sizes))}
+	fillBytes(s.local.mem, byte(rng.IntN(200)))
+	lo, ro := rng.Perm(len(sizes)), rng.Perm(len(sizes))
+	at := func(perm []int) []uint64 { // the offsets of the entries laid out in perm's order
+		offs := make([]uint64, len(sizes))
+		var o uint64
+		for _, i := range perm {
+			offs[i] = o
+			o += sizes[i]
+		}
+		return offs
+	}
+	loff, roff := at(lo), at(ro)
+	for i, n := range sizes {
+		s.remote[i] = roff[i]
+		s.reqs[i] = datapath.Req{Put: put, Local: datapath.Mem{B: s.local, Off: loff[i], Len: n}, Key: key(remoteSize, roff[i], max(n, 1))}
+	}
+	return s
+}
+
+// lanePaths makes n pairs over loopback whose owners share one memory,
+// and makes the dialer of the first use the others as its lanes.
+func lanePaths(t testing.TB, size int, caps wire.Caps, n int) (a, b *fakeCtrl) {
+	a, b = pair(t, size, caps)
+	var lanes []*path
+	for range n - 1 {
+		la, lb := pair(t, 0, caps)
+		lb.env.mem = b.env.mem
+		lanes = append(lanes, la.path)
+	}
+	if len(lanes) > 0 {
+		a.path.laneSnap.Store(&lanes)
+	}
+	return a, b
+}
+
+// TestListPutGet: lists of many shapes, scattered on both sides, land
+// byte for byte, whole and element by element (a peer without CapList),
+// over one connection or several.
+func TestListPutGet(t *testing.T) {
+	rep := func(n int, size uint64) []uint64 {
+		s := make([]uint64, n)
+		for i := range s {
+			s[i] = size
+		}
+		return s
+	}
+	mixed := []uint64{1, 0, 4096, Chunk + 3, 7, 0, 3 * Chunk, 65536, 1}
+	for _, tc := range []struct {
+		name  string
+		sizes []uint64
+		caps  wire.Caps
+		lanes int
+		key   func(size, off, n uint64) wire.RemoteKey
+	}{
+		{"one byte", []uint64{1}, listCaps, 1, viewKey},
+		{"3 pages", rep(3, 4096), listCaps, 1, viewKey},
+		{"mixed sizes and empty entries", mixed, listCaps, 1, viewKey},
+		{"all empty", rep(3, 0), listCaps, 1, viewKey},
+		{"1000 x 64 KiB over 3 lanes", rep(1000, 64<<10), listCaps, 3, viewKey},
+		{"2500 small: several requests", rep(2500, 100), listCaps, 1, viewKey},
+		{"600 keys: several requests", rep(600, 512), listCaps, 2, grantKey},
+		{"mixed over 4 lanes", append(append(rep(50, 64<<10), mixed...), rep(3, 2*Chunk)...), listCaps, 4, grantKey},
+		{"old peer", mixed, wire.CapCancel, 1, viewKey},
+		{"old peer, lanes", rep(100, 64<<10), 0, 2, viewKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var total uint64
+			for _, n := range tc.sizes {
+				total += n
+			}
+			remote := total + 4096
+			a, b := lanePaths(t, int(remote), tc.caps, tc.lanes)
+			rng := rand.New(rand.NewPCG(uint64(len(tc.sizes)), 9))
+			s := scatter(t, tc.sizes, remote, true, rng, tc.key)
+			c := newListCompletion(len(s.reqs))
+			a.path.StartList(context.Background(), s.reqs, c)
+			for i, err := range c.wait(t) {
+				require.NoError(t, err, "Put entry %d", i)
+			}
+			for i, r := range s.reqs {
+				require.Equal(t, r.Local.Host(), b.env.mem.mem[s.remote[i]:s.remote[i]+r.Local.Len], "Put entry %d", i)
+			}
+
+			back := make([]datapath.Req, len(s.reqs))
+			dst := &hostBuf{mem: make([]byte, len(s.local.mem))}
+			for i, r := range s.reqs {
+				r.Put, r.Local.B = false, dst
+				back[i] = r
+			}
+			c = newListCompletion(len(back))
+			a.path.StartList(context.Background(), back, c)
+			for i, err := range c.wait(t) {
+				require.NoError(t, err, "Get entry %d", i)
+			}
+			require.Equal(t, s.local.mem, dst.mem)
+			require.NoError(t, a.Err())
+			require.NoError(t, b.Err())
+		})
+	}
+}
+
+// TestListBadEntries: entries the owner refuses fail with their status,
+// the others land, and the connection stays up.
+func TestListBadEntries(t *testing.T) {
+	const n, size = 40, 8192
+	for _, put := range []bool{true, false} {
+		t.Run(fmt.Sprintf("put=%v", put), func(t *testing.T) {
+			a, b := pair(t, n*size, listCaps)
+			if !put { // (a Put's owner memory is left alone: its reader writes it)
+				fillBytes(b.env.mem.mem, 5)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			sizes := make([]uint64, n)
+			for i := range sizes {
+				sizes[i] = size
+			}
+			s := scatter(t, sizes, n*size, put, rng, viewKey)
+			want := make([]wire.Status, n)
+			for i := range s.reqs {
+				switch i % 7 {
+				case 3:
+					s.reqs[i].Key.AllocID = badAlloc
+					want[i] = wire.StatusBadKey
+				case 5:
+					s.reqs[i].Key.Length, s.reqs[i].Key.GrantLen = 4*n*size, 4*n*size
+					s.reqs[i].Key.Offset = 2 * n * size // beyond the owner's memory
+					want[i] = wire.StatusOutOfRange
+				}
+			}
+			before := append([]byte(nil), s.local.mem...)
+			c := newListCompletion(n)
+			a.path.StartList(context.Background(), s.reqs, c)
+			for i, err := range c.wait(t) {
+				if want[i] != wire.StatusOK {
+					var we *wire.Error
+					require.ErrorAs(t, err, &we, "entry %d", i)
+					require.Equal(t, want[i], we.Code, "entry %d", i)
+					continue
+				}
+				require.NoError(t, err, "entry %d", i)
+				r := s.reqs[i]
+				theirs := b.env.mem.mem[s.remote[i] : s.remote[i]+size]
+				if put {
+					require.Equal(t, before[r.Local.Off:r.Local.Off+size], theirs, "entry %d", i)
+				} else {
+					require.Equal(t, theirs, r.Local.Host(), "entry %d", i)
+				}
+			}
+			require.NoError(t, a.Err())
+			require.NoError(t, b.Err())
+		})
+	}
+}
+
+// TestListCanceled: a list whose ctx ends (or deadline passes) mid-way
+// resolves every entry (done, or with the typed error); the owner is left
+// with nothing in progress and the connection in step.
+func TestListCanceled(t *testing.T) {
+	const n, size = 1000, 64 << 10
+	for _, put := range []bool{true, false} {
+		for _, when := range []time.Duration{0, 200 * time.Microsecond, 2 * time.Millisecond} {
+			t.Run(fmt.Sprintf("put=%v/after=%v", put, when), func(t *testing.T) {
+				a, b := lanePaths(t, n*size+64, listCaps, 2)
+				sizes := make([]uint64, n)
+				for i := range sizes {
+					sizes[i] = size
+				}
+				s := scatter(t, sizes, n*size, put, rand.New(rand.NewPCG(3, 4)), viewKey)
+				ctx, cancel := context.WithCancel(context.Background())
+				if when == 0 {
+					cancel()
+				} else {
+					time.AfterFunc(when, cancel)
+				}
+				c := newListCompletion(n)
+				a.path.StartList(ctx, s.reqs, c)
+				for i, err := range c.wait(t) {
+					if err != nil {
+						require.ErrorIs(t, err, gxerr.Canceled, "entry %d", i)
+					}
+				}
+				cancel()
+				require.Eventually(t, func() bool {
+					b.path.mu.Lock()
+					defer b.path.mu.Unlock()
+					return len(b.path.inbound) == 0 && len(b.path.serving) == 0
+				}, 10*time.Second, time.Millisecond, "the owner still has the list in progress")
+
+				// In step: a small list goes through (to memory of its
+				// own: the canceled list's bytes may still land on the
+				// other lane).
+				src := &hostBuf{mem: []byte("in step")}
+				small := []datapath.Req{
+					{Put: true, Local: datapath.Mem{B: src, Len: 3}, Key: viewKey(n*size+64, n*size+10, 3)},
+					{Put: true, Local: datapath.Mem{B: src, Off: 3, Len: 4}, Key: viewKey(n*size+64, n*size, 4)},
+				}
+				c = newListCompletion(2)
+				a.path.StartList(context.Background(), small, c)
+				for _, err := range c.wait(t) {
+					require.NoError(t, err)
+				}
+				require.Equal(t, []byte("in"), b.env.mem.mem[n*size+10:n*size+12])
+				require.NoError(t, a.Err())
+				require.NoError(t, b.Err())
+			})
+		}
+	}
+	t.Run("deadline", func(t *testing.T) {
+		a, _ := pair(t, n*size, listCaps)
+		sizes := make([]uint64, n)
+		for i := range sizes {
+			sizes[i] = size
+		}
+		s := scatter(t, sizes, n*size, false, rand.New(rand.NewPCG(7, 8)), viewKey)
+		for i := range s.reqs {
+			s.reqs[i].Deadline = time.Now().Add(time.Millisecond)
+		}
+		c := newListCompletion(n)
+		a.path.StartList(context.Background(), s.reqs, c)
+		for i, err := range c.wait(t) {
+			if err != nil {
+				require.ErrorIs(t, err, gxerr.Timeout, "entry %d", i)
+			}
+		}
+		require.NoError(t, a.Err())
+	})
+}
+
+// TestListPeerCloses: the owner going away mid-list fails every entry
+// not done (none hangs), whichever side streams.
+func TestListPeerCloses(t *testing.T) {
+	const n, size = 1000, 64 << 10
+	for _, put := range []bool{true, false} {
+		t.Run(fmt.Sprintf("put=%v", put), func(t *testing.T) {
+			a, b := lanePaths(t, n*size, listCaps, 2)
+			sizes := make([]uint64, n)
+			for i := range sizes {
+				sizes[i] = size
+			}
+			s := scatter(t, sizes, n*size, put, rand.New(rand.NewPCG(9, 10)), viewKey)
+			c := newListCompletion(n)
+			time.AfterFunc(time.Millisecond, b.close)
+			a.path.StartList(context.Background(), s.reqs, c)
+			failed := 0
+			for _, err := range c.wait(t) {
+				if err != nil {
+					failed++
+				}
+			}
+			t.Logf("%d of %d entries failed", failed, n)
+		})
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	reqs := func(sizes ...uint64) []datapath.Req {
+		r := make([]datapath.Req, len(sizes))
+		for i, n := range sizes {
+			r[i].Local.Len = n
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name  string
+		reqs  []datapath.Req
+		parts int
+		want  [][2]int
+	}{
+		{"one part", reqs(1, 2, 3), 1, [][2]int{{0, 3}}},
+		{"even", reqs(4, 4, 4, 4), 2, [][2]int{{0, 2}, {2, 4}}},
+		{"fewer entries than parts", reqs(4, 4), 4, [][2]int{{0, 1}, {1, 2}}},
+		{"one big entry", reqs(100, 1, 1, 1), 2, [][2]int{{0, 1}, {1, 4}}},
+		{"empty entries", reqs(0, 0, 0), 3, [][2]int{{0, 3}}},
+		{"by bytes", reqs(1, 1, 1, 1, 4, 4), 3, [][2]int{{0, 4}, {4, 5}, {5, 6}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var total uint64
+			for _, r := range tc.reqs {
+				total += r.Local.Len
+			}
+			require.Equal(t, tc.want, splitList(tc.reqs, total, tc.parts))
+		})
+	}
+}
+
+// TestListGaudi: entries of device memory, on either side, mixed with
+// host memory, go through staging and land byte for byte.
+func TestListGaudi(t *testing.T) {
+	const n, size = 24, 300 << 10
+	a, b := pair(t, n*size, listCaps)
+	b.env.dev = &devBuf{hostBuf{mem: make([]byte, n*size)}}
+	local := &hostBuf{mem: make([]byte, n*size)}
+	dev := &devBuf{hostBuf{mem: make([]byte, n*size)}}
+	fillBytes(local.mem, 7)
+	fillBytes(dev.mem, 9)
+	reqs := make([]datapath.Req, n)
+	remote := func(i int) []byte { // entry i's bytes at the owner
+		if i%3 == 0 {
+			return b.env.dev.mem[i*size : (i+1)*size]
+		}
+		return b.env.mem.mem[i*size : (i+1)*size]
+	}
+	for i := range reqs {
+		var buf datapath.Buf = local
+		if i%2 == 0 {
+			buf = dev
+		}
+		k := viewKey(n*size, uint64(i*size), size)
+		if i%3 == 0 {
+			k.MemType, k.Device = wire.MemGaudi, 0
+		}
+		reqs[i] = datapath.Req{Put: true, Local: datapath.Mem{B: buf, Off: uint64((n - 1 - i) * size), Len: size}, Key: k}
+	}
+	want := func(i int) []byte { return bytesOf(reqs[i].Local.B)[reqs[i].Local.Off:][:size] }
+	c := newListCompletion(n)
+	a.path.StartList(context.Background(), reqs, c)
+	for i, err := range c.wait(t) {
+		require.NoError(t, err, "Put entry %d", i)
+		require.Equal(t, want(i), remote(i), "Put entry %d", i)
+	}
+	clear(local.mem)
+	clear(dev.mem)
+	for i := range reqs {
+		reqs[i].Put = false
+	}
+	c = newListCompletion(n)
+	a.path.StartList(context.Background(), reqs, c)
+	for i, err := range c.wait(t) {
+		require.NoError(t, err, "Get entry %d", i)
+		require.Equal(t, remote(i), want(i), "Get entry %d", i)
+	}
+}

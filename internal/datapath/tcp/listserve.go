@@ -1,0 +1,175 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// lookupList checks every entry of a peer's list request (need: the
+// access) and holds the memory of those that pass: their Mems (zero for
+// a refused entry), every entry's status, and the first refusal's
+// message. release gives the memory back.
+func (p *path) lookupList(r *wire.ListRequest, need wire.KeyFlags) (mems []datapath.Mem, sts []wire.Status, msg string, release func()) {
+	mems = make([]datapath.Mem, len(r.Entries))
+	sts = make([]wire.Status, len(r.Entries))
+	for i, e := range r.Entries {
+		mine, st, m := p.env.Lookup(&r.Keys[e.Key], e.Offset, e.Length, need)
+		if st == wire.StatusOK {
+			if err := mine.B.Acquire(); err != nil {
+				st, m = wire.StatusStale, "buffer no longer exported"
+			}
+		}
+		if st != wire.StatusOK {
+			sts[i] = st
+			if msg == "" {
+				msg = fmt.Sprintf("entry %d: %s", i, m)
+				if len(msg) > wire.MaxErrorLen {
+					msg = msg[:wire.MaxErrorLen]
+				}
+			}
+			continue
+		}
+		mems[i] = mine
+	}
+	return mems, sts, msg, func() {
+		for _, m := range mems {
+			if m.B != nil {
+				m.B.Release()
+			}
+		}
+	}
+}
+
+// servePutList starts landing a peer's PutList (its bytes follow on the
+// connection, entry after entry): the bytes of the entries that pass
+// land, those of the others are dropped; once all arrived, one ListReply.
+func (p *path) servePutList(r *wire.ListRequest) error {
+	if p.c.Ours(r.RequestID) {
+		return fmt.Errorf("PutList with request id %d of our parity", r.RequestID)
+	}
+	mems, sts, msg, release := p.lookupList(r, wire.KeyWrite)
+	in := &inbound{id: r.RequestID, segs: make([]seg, len(r.Entries))}
+	ok := uint64(0)
+	for i, e := range r.Entries {
+		in.n += e.Length
+		in.segs[i] = seg{end: in.n, dst: mems[i], drop: sts[i] != wire.StatusOK}
+		if sts[i] == wire.StatusOK {
+			ok++
+		}
+	}
+	id := r.RequestID
+	in.onDone = func(err error) {
+		release()
+		if in.quiet {
+			return // the peer canceled it: no reply
+		}
+		var rep wire.Message = &wire.ListReply{RequestID: id, Statuses: sts, Message: msg}
+		if err != nil {
+			rep = wire.NewError(id, wire.StatusInternal, err.Error())
+		} else {
+			p.served.Add(ok)
+		}
+		if p.c.Err() == nil {
+			_ = p.c.QueueReply(rep)
+		}
+	}
+	if in.n == 0 {
+		in.mu.Lock()
+		fin := in.finishLocked()
+		in.mu.Unlock()
+		if fin {
+			in.onDone(nil)
+		}
+		return nil
+	}
+	if err := p.addInbound(in); err != nil {
+		in.cancel(err)
+		return err
+	}
+	return nil
+}
+
+// serveGetList answers a peer's GetList with every entry's bytes in Data
+// frames (zeros for those refused) and a ListReply, on a goroutine of its
+// own, as serveGet.
+func (p *path) serveGetList(r *wire.ListRequest) error {
+	if p.c.Ours(r.RequestID) {
+		return fmt.Errorf("GetList with request id %d of our parity", r.RequestID)
+	}
+	id := r.RequestID
+	stop := new(atomic.Bool)
+	p.mu.Lock()
+	if _, dup := p.serving[id]; dup {
+		p.mu.Unlock()
+		return fmt.Errorf("request id %d reused while in progress", id)
+	}
+	p.serving[id] = stop
+	if p.failed != nil {
+		stop.Store(true)
+	}
+	p.mu.Unlock()
+	done := func() {
+		p.mu.Lock()
+		delete(p.serving, id)
+		p.mu.Unlock()
+	}
+	ok := p.c.Serve(func() wire.Message {
+		defer done()
+		mems, sts, msg, release := p.lookupList(r, wire.KeyRead)
+		err := p.sendListEntries(id, r.Entries, mems, sts, &msg, stop)
+		release()
+		switch {
+		case errors.Is(err, errStopped):
+			// Canceled by the peer: nothing more for this request.
+		case err == nil:
+			for _, st := range sts {
+				if st == wire.StatusOK {
+					p.served.Add(1)
+				}
+			}
+			return &wire.ListReply{RequestID: id, Statuses: sts, Message: msg}
+		default:
+			p.c.Fail(p.sendErr(err)) // the stream is broken or the peer gone
+		}
+		return nil
+	})
+	if !ok {
+		done()
+		return p.c.QueueReply(wire.NewError(id, wire.StatusNoResources, "too many requests in progress"))
+	}
+	return nil
+}
+
+// sendListEntries streams a GetList's entries: their bytes, zeros for
+// the refused ones and for those whose source failed (their status then
+// set, and *msg if it is the first failure).
+func (p *path) sendListEntries(id uint64, entries []wire.ListEntry, mems []datapath.Mem, sts []wire.Status, msg *string, stop *atomic.Bool) error {
+	s := &streamer{p: p, id: id, stop: stop.Load}
+	for i, e := range entries {
+		if e.Length == 0 {
+			continue
+		}
+		var err error
+		if sts[i] != wire.StatusOK {
+			err = s.zeros(e.Length)
+		} else if err = s.mem(context.Background(), mems[i]); errors.Is(err, errSourceFailed) {
+			sts[i] = wire.StatusInternal
+			if *msg == "" {
+				*msg = fmt.Sprintf("entry %d: %v", i, err)
+				if len(*msg) > wire.MaxErrorLen {
+					*msg = (*msg)[:wire.MaxErrorLen]
+				}
+			}
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return s.flush()
+}

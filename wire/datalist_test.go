@@ -1,0 +1,124 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// vecConn is a connection that writes a vector in one Write
+// (BuffersWriter) and counts the calls.
+type vecConn struct {
+	net.Conn
+	vec, writes atomic.Int32
+}
+
+func (c *vecConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+func (c *vecConn) WriteBuffers(v *net.Buffers) (int64, error) {
+	c.vec.Add(1)
+	var b []byte
+	for _, p := range *v {
+		b = append(b, p...)
+	}
+	n, err := c.Conn.Write(b)
+	return int64(n), err
+}
+
+// TestSendDataV: the parts of a frame go out in one vectored write
+// (behind the messages riding with it) as one Data frame, which a
+// DataSinkV lands in pieces cut elsewhere than the parts (and a plain
+// DataSink in one place); large payloads and small frames mixed (the
+// reader's read-ahead shrinks after a large payload and grows back).
+func TestSendDataV(t *testing.T) {
+	t.Run("pipe", func(t *testing.T) { sendDataV(t, net.Pipe) })
+	t.Run("tcp", func(t *testing.T) { // large payloads read with readv
+		sendDataV(t, func() (net.Conn, net.Conn) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer l.Close()
+			acc := make(chan net.Conn, 1)
+			go func() {
+				c, _ := l.Accept()
+				acc <- c
+			}()
+			a, err := net.Dial("tcp", l.Addr().String())
+			require.NoError(t, err)
+			return a, <-acc
+		})
+	})
+}
+
+func sendDataV(t *testing.T, conns func() (net.Conn, net.Conn)) {
+	a, b := conns()
+	va := &vecConn{Conn: a}
+	ca, cb := NewConn(NewStreamTransport(va), ConnConfig{}), NewConn(NewStreamTransport(b), ConnConfig{})
+	t.Cleanup(func() {
+		_ = ca.Close()
+		_ = cb.Close()
+	})
+	big := bytes.Repeat([]byte("0123456789abcdef"), MaxDataPayload/16)
+	frames := [][][]byte{
+		{[]byte("x"), big[:40000], {}, big[:70000], []byte("tail!")},
+		{big[:MaxDataPayload-3], big[:3]},
+		{big[:100]},
+		{big[5:200005]},
+	}
+	errc := make(chan error, 1)
+	go func() {
+		var errs []error
+		for i, parts := range frames {
+			var msgs []Message
+			if i == 0 {
+				msgs = []Message{&Completion{RequestID: 4}}
+			}
+			errs = append(errs, ca.SendDataV(msgs, uint64(i+1), 1000, parts))
+			if i == 1 {
+				errs = append(errs, ca.Send(&Heartbeat{}))
+			}
+		}
+		errc <- errors.Join(append(errs, ca.Send(&Bye{}))...)
+	}()
+	// Frame 1 lands in three pieces of its own cutting, the others in one
+	// place each (frame 3 by the plain sink).
+	want := make([][]byte, len(frames))
+	got := make([][]byte, len(frames))
+	for i, parts := range frames {
+		want[i] = bytes.Join(parts, nil)
+		got[i] = make([]byte, len(want[i]))
+	}
+	cb.SetDataSinkV(func(id, off uint64, n int, into [][]byte) ([][]byte, error) {
+		if off != 1000 || n != len(got[id-1]) {
+			return nil, errors.New("bad frame")
+		}
+		g := got[id-1]
+		if id == 1 {
+			return append(into, g[:7], g[7:50000], g[50000:]), nil
+		}
+		return append(into, g), nil
+	})
+	var types []Type
+	for range 1 + len(frames) + 2 {
+		f, err := cb.RecvRouted(context.Background(), func(uint64, uint64, int) ([]byte, error) {
+			return nil, errors.New("the plain sink is not used once a DataSinkV is set")
+		})
+		require.NoError(t, err)
+		types = append(types, f.Header.Type)
+	}
+	require.NoError(t, <-errc)
+	require.Equal(t, []Type{TypeCompletion, TypeData, TypeData, TypeHeartbeat, TypeData, TypeData, TypeBye}, types)
+	require.Equal(t, want, got)
+	require.Equal(t, int32(len(frames)), va.vec.Load(), "each SendDataV was not one vectored write")
+
+	for name, ps := range map[string][][]byte{"none": nil, "empty parts": {{}, {}}, "too large": {big, []byte("1")}} {
+		require.ErrorIs(t, ca.SendDataV(nil, 1, 0, ps), ErrInvalid, name)
+	}
+}
