@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -23,6 +24,7 @@ var listSuite = []struct {
 	{"refusals", suiteListRefusals},
 	{"an element failing alone", suiteListStale},
 	{"canceled before it starts", suiteListCanceled},
+	{"canceled while it runs", suiteListCanceledRunning},
 	{"stats", suiteListStats},
 }
 
@@ -202,6 +204,37 @@ func suiteListCanceled(t *testing.T, p epPair) {
 	require.ErrorIs(t, f.Err(), ErrCanceled)
 	require.ErrorIs(t, f.Err(), context.Canceled)
 	require.Zero(t, p.a.Stats().InFlight)
+}
+
+// suiteListCanceledRunning: ctx ends while a list into Gaudi memory (what
+// the peer performs) runs: each element either completed or ended with
+// ErrCanceled, the future resolves, nothing stays in flight.
+func suiteListCanceledRunning(t *testing.T, p epPair) {
+	const n, bs = 64, 64 << 10
+	local, err := p.a.Alloc(n*bs, Host)
+	require.NoError(t, err)
+	_, gk := exported(t, p.b, n*bs, Gaudi(0))
+	var ls []Slice
+	var ks []RemoteKey
+	for i := range n {
+		ls = append(ls, local.Slice(i*bs, bs))
+		ks = append(ks, gk.Slice((n-1-i)*bs, bs))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := p.ab.PutList(ctx, ls, ks)
+	cancel()
+	<-f.Done()
+	errs := f.Errs()
+	require.Len(t, errs, n)
+	for i, err := range errs {
+		if err != nil {
+			require.ErrorIs(t, err, ErrCanceled, "element %d", i)
+		}
+	}
+	require.Eventually(t, func() bool { return p.a.Stats().InFlight == 0 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, p.ab.Err())
+	// The endpoint still works.
+	require.NoError(t, p.ab.PutList(context.Background(), ls[:2], ks[:2]).Wait(context.Background()))
 }
 
 func suiteListStats(t *testing.T, p epPair) {
