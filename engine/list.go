@@ -68,9 +68,13 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	reqs := make([]datapath.Req, n)
 	for i := range n {
 		r := &reqs[i]
-		r.Put, r.Local, r.Key, r.Deadline = put, locals[i].mem(), remotes[i].k, deadline
-		if mk, ok := remotes[i].mapKey(); ok {
-			r.MapKey = &mk
+		k := &remotes[i]
+		r.Put, r.Local, r.Key, r.Deadline = put, locals[i].mem(), k.k, deadline
+		switch { // mapKey's, without a copy on the heap per element
+		case k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length:
+			r.MapKey = &r.Key
+		case k.root != nil:
+			r.MapKey = k.root // never written once made
 		}
 	}
 	if put {
