@@ -315,3 +315,37 @@ func TestPutListOneCopyJob(t *testing.T) {
 	require.Equal(t, local.Bytes(), out.Bytes())
 	require.True(t, strings.Contains(pr.ab.Peer(), "pid"))
 }
+
+// TestRemoteKeyView: a view of a root key (and of a sliced one) names
+// part of the buffer without a narrower grant; Puts and Gets through it
+// land there, over every transport, and a view cannot leave its key's.
+func TestRemoteKeyView(t *testing.T) {
+	for _, pm := range pairMakers[:3] {
+		t.Run(pm.name, func(t *testing.T) {
+			ctx := context.Background()
+			p := pm.make(t)
+			rb, rk := exported(t, p.b, 64<<10, Host)
+			local, err := p.a.Alloc(4096, Host)
+			require.NoError(t, err)
+			fill(local.Bytes(), 12)
+			v := rk.View(8192, 4096)
+			require.NoError(t, v.Err())
+			require.Equal(t, rk.k.GrantLen, v.k.GrantLen, "the grant is kept")
+			require.Equal(t, rk.k.MAC, v.k.MAC, "no signature derived")
+			require.NoError(t, p.ab.PutSync(ctx, local.All(), v))
+			require.Equal(t, local.Bytes(), hostCopyOf(t, p.b, rb.Slice(8192, 4096)))
+			s := rk.Slice(16384, 8192).View(4096, 4096) // within a narrower grant
+			require.NoError(t, s.Err())
+			require.NoError(t, p.ab.PutSync(ctx, local.All(), s))
+			require.Equal(t, local.Bytes(), hostCopyOf(t, p.b, rb.Slice(20480, 4096)))
+			back, err := p.a.Alloc(4096, Host)
+			require.NoError(t, err)
+			require.NoError(t, p.ab.GetSync(ctx, back.All(), s))
+			require.Equal(t, local.Bytes(), back.Bytes())
+			for _, bad := range []RemoteKey{rk.View(64<<10-100, 4096), rk.View(-1, 10), rk.Slice(0, 4096).View(100, 4096)} {
+				require.ErrorIs(t, bad.Err(), ErrInvalid)
+				require.ErrorIs(t, p.ab.PutSync(ctx, local.All(), bad), ErrInvalid)
+			}
+		})
+	}
+}
