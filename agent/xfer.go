@@ -250,7 +250,7 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 		} else {
 			locals[k] = descs[c.first].Local.Buffer().Slice(c.loff, c.bytes)
 		}
-		keys[k] = c.key.Slice(c.roff, c.bytes)
+		keys[k] = c.key.View(c.roff, c.bytes) // a view of the section's grant: no signature per run
 		runs[k] = run{first: int32(c.first), n: int32(c.n), local: &locals[k], key: &keys[k]}
 	}
 	return p.post(ctx, write, len(descs), runs, &cfg, nil)
