@@ -99,7 +99,10 @@ type Config struct {
 	// closes those connections itself. Default 5 s.
 	InvalidateWait time.Duration
 	// MaxInFlight bounds the Puts and Gets in flight to one peer; the
-	// rest of a transfer is issued as they complete. (The endpoint also
+	// rest of a transfer is issued as they complete. A transfer's runs
+	// (coalesced descriptors) go to the engine as lists of up to 1024
+	// (Endpoint.PutList, GetList), a list of k runs counting as
+	// min(k, MaxInFlight). (The endpoint also
 	// keeps at most 64 requests its peer serves in progress, making
 	// further ones wait.) Default 48, at most 64.
 	MaxInFlight int

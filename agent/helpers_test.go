@@ -45,11 +45,12 @@ type agentOpts struct {
 	store     meta.Store
 	queue     int
 	dir       string
+	inFlight  int // Config.MaxInFlight
 }
 
 func newAgent(t testing.TB, eng *engine.Engine, name string, o agentOpts) *Agent {
 	t.Helper()
-	cfg := Config{Name: name, Engine: eng, Store: o.store, NotifyQueue: o.queue}
+	cfg := Config{Name: name, Engine: eng, Store: o.store, NotifyQueue: o.queue, MaxInFlight: o.inFlight}
 	if o.unix {
 		dir := o.dir
 		if dir == "" {

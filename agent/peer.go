@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/gxfer/gxfer/agent/meta"
 	"github.com/gxfer/gxfer/engine"
 )
@@ -29,8 +31,9 @@ type Peer struct {
 	deadErr error
 	dead    chan struct{}
 	// window bounds the Puts and Gets in flight to the peer
-	// (Config.MaxInFlight).
-	window chan struct{}
+	// (Config.MaxInFlight): an engine list of k of them holds
+	// min(k, MaxInFlight) slots.
+	window *semaphore.Weighted
 }
 
 type peerSection struct {
@@ -51,7 +54,7 @@ type resolve struct {
 
 func (a *Agent) newPeer(md meta.Metadata) *Peer {
 	p := &Peer{a: a, md: md, keys: make(map[string]peerSection, len(md.Sections)), dead: make(chan struct{}),
-		window: make(chan struct{}, a.cfg.MaxInFlight)}
+		window: semaphore.NewWeighted(int64(a.cfg.MaxInFlight))}
 	for _, s := range md.Sections {
 		ps := peerSection{s: s}
 		ps.key, ps.err = engine.ParseRemoteKey(s.Key)

@@ -158,7 +158,7 @@ func (x *Prepared) post(ctx context.Context, write bool, idx []int, opts []XferO
 
 // recycle takes back the run list of a finished post.
 func (x *Prepared) recycle(runs []run) {
-	clear(runs) // drop the futures and merged keys
+	clear(runs) // drop the outcomes and merged keys
 	runs = runs[:0]
 	x.runs.Put(&runs)
 }
@@ -201,7 +201,7 @@ func (x *Prepared) plan(idx []int, nd int) ([]run, error) {
 		}
 		runs = runs[:len(runs)+1]
 		r := &runs[len(runs)-1]
-		r.first, r.n, r.fut = int32(k), int32(j-k), nil
+		r.first, r.n, r.err = int32(k), int32(j-k), nil
 		if last == i {
 			r.local, r.key = &x.local[i], &x.keys[i]
 		} else {

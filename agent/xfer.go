@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"sync"
 
 	"github.com/gxfer/gxfer/engine"
 )
@@ -113,12 +111,13 @@ func failedXfer(n int, err error) *Xfer {
 	return x
 }
 
-// run is one engine operation: descriptors [first, first+n) coalesced.
+// run is one element of an engine list: descriptors [first, first+n)
+// coalesced.
 type run struct {
 	first, n int32
 	local    *engine.Slice
 	key      *engine.RemoteKey // the prepared key, or one made for the run
-	fut      *engine.Future
+	err      error             // its outcome, once its list is done
 }
 
 // Write copies each descriptor's local slice into the named peer's
@@ -251,7 +250,7 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 		} else {
 			locals[k] = descs[c.first].Local.Buffer().Slice(c.loff, c.bytes)
 		}
-		keys[k] = c.key.Slice(c.roff, c.bytes)
+		keys[k] = c.key.View(c.roff, c.bytes) // a view of the section's grant: no signature per run
 		runs[k] = run{first: int32(c.first), n: int32(c.n), local: &locals[k], key: &keys[k]}
 	}
 	return p.post(ctx, write, len(descs), runs, &cfg, nil)
@@ -262,9 +261,13 @@ func (a *Agent) failed(n int, err error) *Xfer {
 	return failedXfer(n, err)
 }
 
-// post issues the runs and returns their Xfer: as many runs as the peer's
-// window has room for are issued here, the rest by the Xfer's goroutine as
-// earlier ones complete.
+// post issues the runs and returns their Xfer. The runs go to the engine
+// as lists (Endpoint.PutList, GetList: one operation each, which a
+// transport may move as one, e.g. one copy over a unix socket), each
+// holding slots of the peer's window while in flight: a short transfer's
+// list is issued here when the window has room (the first byte moves
+// before Write returns), the rest by the Xfer's goroutine as earlier
+// lists complete.
 func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg *xferConfig, recycle func([]run)) *Xfer {
 	a := p.a
 	ep, err := p.conn(ctx)
@@ -290,53 +293,36 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 	if cfg.hasNotify {
 		w.notify = encodeNotify(cfg.notify)
 	}
-	if len(runs) <= syncRuns {
-		// A short list: issue here what the window has room for (the
-		// first byte moves before Write returns).
-		for w.issued < len(runs) {
-			select {
-			case p.window <- struct{}{}:
-				w.issue(w.issued)
-				w.issued++
-				continue
-			default:
-			}
-			break
-		}
+	w.lists = make([]runList, 0, (len(runs)+maxListRuns-1)/maxListRuns)
+	for i := 0; i < len(runs); i += maxListRuns {
+		end := min(i+maxListRuns, len(runs))
+		w.lists = append(w.lists, runList{start: i, end: end, slots: int64(min(end-i, a.cfg.MaxInFlight))})
 	}
-	if w.issued == len(runs) && w.allDone() {
-		// Everything completed in the caller (copies into a peer's
-		// mapped memory): finish here, without a goroutine's wakeup
-		// before the notification.
-		for range w.issued {
-			<-p.window
+	if len(runs) <= syncRuns && len(w.lists) == 1 && p.window.TryAcquire(w.lists[0].slots) {
+		// A short list: issued here (the first byte moves before Write
+		// returns).
+		w.issue(&w.lists[0])
+		w.issued = 1
+		if w.lists[0].fut.IsDone() {
+			// Everything completed in the caller (copies into a peer's
+			// mapped memory): finish here, without a goroutine's
+			// wakeup before the notification.
+			p.window.Release(w.lists[0].slots)
+			w.finish()
+			return w.x
 		}
-		w.finish()
-		return w.x
 	}
 	go w.complete()
 	return w.x
 }
 
-// allDone reports whether every run was issued and has completed.
-func (w *xferWork) allDone() bool {
-	for i := range w.runs {
-		if !w.runs[i].fut.IsDone() {
-			return false
-		}
-	}
-	return true
-}
-
 const (
-	// syncRuns: lists of up to this many runs are issued by the caller
-	// as far as the window allows; longer ones by issuers.
+	// syncRuns: transfers of up to this many runs are issued by the
+	// caller when the window has room; longer ones by the Xfer's
+	// goroutine.
 	syncRuns = 8
-	// parallelRuns: lists of this many runs or more are issued by
-	// several goroutines (copies into a peer's mapped memory run in the
-	// issuing goroutine: several use several cores).
-	parallelRuns = 32
-	maxIssuers   = 4
+	// maxListRuns bounds the runs of one engine list.
+	maxListRuns = 1024
 )
 
 // xferWork is an Xfer in progress.
@@ -346,96 +332,133 @@ type xferWork struct {
 	ctx    context.Context
 	write  bool
 	runs   []run
+	lists  []runList
 	ops    []engine.OpOption
 	notify []byte
 	x      *Xfer
 	// recycle, if set, takes the runs back once done.
 	recycle func([]run)
-	issued  int // runs post issued (each holding a slot of the window)
+	issued  int // lists post issued (each holding its slots of the window)
 }
 
-// issue issues run i; the caller took a slot of the window for it.
-func (w *xferWork) issue(i int) {
-	r := &w.runs[i]
-	switch err := r.key.Err(); {
-	case err != nil:
-		r.fut = engine.ResolvedFuture(err)
+// runList is runs [start, end) issued as one engine list, holding slots
+// of the peer's window (one per run, at most the whole window) until it
+// completes.
+type runList struct {
+	start, end int
+	slots      int64
+	fut        *engine.Future
+	// idx[k] is the run of the list's element k (nil: start+k).
+	idx []int32
+}
+
+// issue issues list l; the caller took its slots of the window. A run
+// whose key did not derive fails alone (its error stands in the list's
+// place for it).
+func (w *xferWork) issue(l *runList) {
+	n := l.end - l.start
+	locals, keys := make([]engine.Slice, 0, n), make([]engine.RemoteKey, 0, n)
+	for j := l.start; j < l.end; j++ {
+		r := &w.runs[j]
+		if err := r.key.Err(); err != nil {
+			if l.idx == nil {
+				l.idx = make([]int32, 0, n)
+				for k := l.start; k < j; k++ {
+					l.idx = append(l.idx, int32(k))
+				}
+			}
+			r.err = err
+			continue
+		}
+		if l.idx != nil {
+			l.idx = append(l.idx, int32(j))
+		}
+		locals = append(locals, *r.local)
+		keys = append(keys, *r.key)
+	}
+	switch {
+	case len(locals) == 0:
+		l.fut = engine.ResolvedFuture(nil)
 	case w.write:
-		r.fut = w.ep.Put(w.ctx, *r.local, *r.key, w.ops...)
+		l.fut = w.ep.PutList(w.ctx, locals, keys, w.ops...)
 	default:
-		r.fut = w.ep.Get(w.ctx, *r.local, *r.key, w.ops...)
+		l.fut = w.ep.GetList(w.ctx, locals, keys, w.ops...)
 	}
 }
 
-// issueEvery issues runs start, start+stride, ... (those before from were
-// issued already), each within a slot of the peer's window: when there is
-// no room, it waits for its own oldest run in flight to release one, or,
-// with none, for other Xfers' runs. It returns once its runs are done.
-func (w *xferWork) issueEvery(start, stride, from int) {
+// complete issues the lists left, each within its slots of the peer's
+// window: when there is no room, it waits for its own oldest list in
+// flight to give its slots back, or, with none, for other Xfers' lists.
+// Then it waits for all and finishes (the notification last).
+func (w *xferWork) complete() {
 	window := w.p.window
-	oldest, end := start, len(w.runs)
-	for i := from; i < end; i += stride {
-		for acquired := false; !acquired; {
-			select {
-			case window <- struct{}{}:
-				acquired = true
-				continue
-			default:
-			}
+	oldest, end := 0, len(w.lists)
+	for i := w.issued; i < end; i++ {
+		l := &w.lists[i]
+		for !window.TryAcquire(l.slots) {
 			if oldest < i {
-				<-w.runs[oldest].fut.Done()
-				<-window
-				oldest += stride
+				<-w.lists[oldest].fut.Done()
+				window.Release(w.lists[oldest].slots)
+				oldest++
 				continue
 			}
-			select {
-			case window <- struct{}{}:
-				acquired = true
-			case <-w.ctx.Done():
-				err := ctxErr(w.ctx)
-				for j := i; j < len(w.runs); j += stride {
-					w.runs[j].fut = engine.ResolvedFuture(err)
+			if err := window.Acquire(w.ctx, l.slots); err != nil {
+				err = ctxErr(w.ctx)
+				for j := i; j < len(w.lists); j++ {
+					w.lists[j].fut = engine.ResolvedFuture(err)
 				}
 				end = i
-				acquired = true
 			}
+			break
 		}
 		if i < end {
-			w.issue(i)
+			w.issue(l)
 		}
 	}
-	for ; oldest < end; oldest += stride {
-		<-w.runs[oldest].fut.Done()
-		<-window
-	}
-}
-
-// complete issues the runs left, waits for all, then sends the
-// notification.
-func (w *xferWork) complete() {
-	if n := len(w.runs) - w.issued; n < parallelRuns {
-		w.issueEvery(0, 1, w.issued)
-	} else {
-		k := min(runtime.GOMAXPROCS(0), maxIssuers)
-		var wg sync.WaitGroup
-		for id := range k {
-			wg.Go(func() { w.issueEvery(id, k, id) })
-		}
-		wg.Wait()
+	for ; oldest < end; oldest++ {
+		<-w.lists[oldest].fut.Done()
+		window.Release(w.lists[oldest].slots)
 	}
 	w.finish()
 }
 
-// finish releases the window slots of the runs post issued, sets the
-// statuses and sends the notification; every run has completed (or is
-// waited for here).
+// runErrs sets each run's outcome from its list's future (done).
+func (w *xferWork) runErrs() {
+	for li := range w.lists {
+		l := &w.lists[li]
+		errs := l.fut.Errs()
+		at := func(k int) int {
+			if l.idx == nil {
+				return l.start + k
+			}
+			return int(l.idx[k])
+		}
+		n := l.end - l.start
+		if l.idx != nil {
+			n = len(l.idx)
+		}
+		for k := range n {
+			r := &w.runs[at(k)]
+			switch {
+			case k < len(errs):
+				r.err = errs[k]
+			case errs == nil:
+				r.err = l.fut.Err()
+			}
+		}
+	}
+}
+
+// finish sets the statuses and sends the notification; every list has
+// completed and given its window slots back.
 func (w *xferWork) finish() {
 	p, a, x := w.p, w.p.a, w.x
 	defer a.stats.inFlight.Add(-1)
+	w.runErrs()
 	var bytes uint64
 	for i := range w.runs {
 		r := &w.runs[i]
-		err := r.fut.Err()
+		err := r.err
 		if err == nil {
 			// A peer dropped while the run was in flight fails it,
 			// even if the engine completed it (a copy into a mapping

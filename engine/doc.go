@@ -28,7 +28,8 @@
 // # Futures and ownership
 //
 // Every asynchronous operation ([Engine.Copy], [Batch], [Endpoint.Put],
-// [Endpoint.Get]) returns a [Future], which the engine completes. Wait(ctx)
+// [Endpoint.Get], [Endpoint.PutList], [Endpoint.GetList]) returns a
+// [Future], which the engine completes. Wait(ctx)
 // bounds the wait, not the operation. The buffers an operation uses are the
 // engine's while it runs and the caller's again once the future is done
 // (Done closed, IsDone true) — with one exception: a future that ended with

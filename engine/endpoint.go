@@ -233,23 +233,8 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	if err := ep.Err(); err != nil {
 		return resolved(err)
 	}
-	if err := e.validateSlice(local); err != nil {
+	if err := ep.check(put, local, remote); err != nil {
 		return resolved(err)
-	}
-	if remote.err != nil {
-		return resolved(remote.err)
-	}
-	if err := remote.k.Check(0, remote.k.Len); err != nil {
-		return resolved(newErr(ErrInvalid, "remote key view", err))
-	}
-	if remote.k.Len != local.n {
-		return resolved(newErr(ErrInvalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.n, remote.k.Len), nil))
-	}
-	if remote.k.Owner != ep.ch.PeerHello().EngineID {
-		return resolved(newErr(ErrInvalid, "remote key belongs to another engine than "+ep.Peer(), nil))
-	}
-	if put && !remote.k.Allows(wire.KeyWrite) || !put && !remote.k.Allows(wire.KeyRead) {
-		return resolved(newErr(ErrInvalid, "remote key does not grant this access", nil))
 	}
 	if put {
 		ep.puts.Add(1)
@@ -257,4 +242,28 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 		ep.gets.Add(1)
 	}
 	return ep.start(ctx, put, local, remote, opts)
+}
+
+// check is the check of one Put or Get (rma's and each element of a
+// list's) against the endpoint's peer.
+func (ep *Endpoint) check(put bool, local Slice, remote RemoteKey) error {
+	if err := ep.e.validateSlice(local); err != nil {
+		return err
+	}
+	if remote.err != nil {
+		return remote.err
+	}
+	if err := remote.k.Check(0, remote.k.Len); err != nil {
+		return newErr(ErrInvalid, "remote key view", err)
+	}
+	if remote.k.Len != local.n {
+		return newErr(ErrInvalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.n, remote.k.Len), nil)
+	}
+	if remote.k.Owner != ep.ch.PeerHello().EngineID {
+		return newErr(ErrInvalid, "remote key belongs to another engine than "+ep.Peer(), nil)
+	}
+	if put && !remote.k.Allows(wire.KeyWrite) || !put && !remote.k.Allows(wire.KeyRead) {
+		return newErr(ErrInvalid, "remote key does not grant this access", nil)
+	}
+	return nil
 }

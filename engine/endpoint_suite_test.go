@@ -16,7 +16,7 @@ import (
 // The endpoint suite: the semantics of an endpoint (every memory pair
 // byte for byte, refusals and their error kinds, cancellation, concurrent
 // operations, a peer that goes away, bindings, statistics, and the
-// "messages" group of messages_test.go), run over every transport: the
+// "messages" group of messages_test.go, the "lists" group of list_test.go), run over every transport: the
 // in-memory pair of data paths (no sockets at all), a unix socket, TCP on loopback, and RDMA where a device is present (the
 // Soft-RoCE VM: GXFER_REQUIRE_RDMA=1 with testbed/rxe/go-exec-in-vm.sh).
 
@@ -94,6 +94,16 @@ func TestEndpointSuite(t *testing.T) {
 					require.NoError(t, p.ba.Close())
 				})
 			}
+			t.Run("lists", func(t *testing.T) {
+				for _, c := range listSuite {
+					t.Run(c.name, func(t *testing.T) {
+						p := pm.make(t)
+						c.run(t, p)
+						require.NoError(t, p.ab.Close())
+						require.NoError(t, p.ba.Close())
+					})
+				}
+			})
 			t.Run("messages", func(t *testing.T) {
 				for _, c := range messageSuite {
 					t.Run(c.name, func(t *testing.T) {

@@ -69,6 +69,33 @@ func TestCloseWaitsForCallerCopies(t *testing.T) {
 			t.Cleanup(func() { _ = b.Close() })
 			return e, b.Put
 		}},
+		{"PutList over unix", func(t *testing.T) (*Engine, func() error) {
+			owner := newEngine(t, Config{Devices: DevicesNone})
+			e := newEngine(t, Config{Devices: DevicesNone})
+			ln, err := owner.Listen("unix", filepath.Join(t.TempDir(), "owner.sock"))
+			require.NoError(t, err)
+			inbox, err := owner.Alloc(8<<20, Host)
+			require.NoError(t, err)
+			key, err := inbox.Export()
+			require.NoError(t, err)
+			ep, err := e.Dial(ctx, "unix", ln.Addr())
+			require.NoError(t, err)
+			msg, err := e.Alloc(4<<20, Host)
+			require.NoError(t, err)
+			var ls []Slice
+			var ks []RemoteKey
+			for i := range 64 {
+				ls = append(ls, msg.Slice(i*(64<<10), 64<<10))
+				ks = append(ks, key.Slice(2*i*(64<<10), 64<<10))
+			}
+			return e, func() error {
+				err := ep.PutList(ctx, ls, ks).Wait(ctx)
+				if errors.Is(err, ErrPeer) {
+					return nil // the connection Close tore down: not a memory fault
+				}
+				return err
+			}
+		}},
 		{"TCP inline Put", func(t *testing.T) (*Engine, func() error) {
 			owner := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP})
 			e := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP})

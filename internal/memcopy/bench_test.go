@@ -78,3 +78,43 @@ func BenchmarkKernels(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCopyV: 64 MiB as 1000 scattered pieces of 64 KiB copied one
+// by one with Copy (each piece's kernel chosen by its 64 KiB), as one
+// CopyV (the kernel of 64 MiB, split over cores), and as one contiguous
+// Copy, with the engine's default copier.
+//
+//	go test -run '^$' -bench CopyV -benchtime 20x ./internal/memcopy/
+func BenchmarkCopyV(b *testing.B) {
+	const n, bs = 1000, 64 << 10
+	c := New(Config{})
+	src, dst := make([]byte, n*bs), make([]byte, 2*n*bs)
+	pattern(src, 1)
+	pattern(dst, 2)
+	srcs, dsts := make([][]byte, n), make([][]byte, n)
+	for i := range n {
+		srcs[i] = src[i*bs : (i+1)*bs]
+		o := 2 * ((i * 7) % n) * bs
+		dsts[i] = dst[o : o+bs]
+	}
+	b.Run("pieces", func(b *testing.B) {
+		b.SetBytes(n * bs)
+		for b.Loop() {
+			for i := range n {
+				c.Copy(dsts[i], srcs[i])
+			}
+		}
+	})
+	b.Run("copyv", func(b *testing.B) {
+		b.SetBytes(n * bs)
+		for b.Loop() {
+			c.CopyV(dsts, srcs)
+		}
+	})
+	b.Run("contiguous", func(b *testing.B) {
+		b.SetBytes(n * bs)
+		for b.Loop() {
+			c.Copy(dst[:n*bs], src)
+		}
+	})
+}

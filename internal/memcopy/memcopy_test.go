@@ -235,3 +235,73 @@ func TestDetect(t *testing.T) {
 	}
 	require.Equal(t, "kernel(9)", Kernel(9).String())
 }
+
+func TestCopyV(t *testing.T) {
+	m := Machine{CPU: detectCPU(), Caches: Caches{{Level: 3, Size: 4 << 20, Sharers: 1}}}
+	// piece sizes: empty pieces, odd sizes, pieces larger than a chunk
+	lists := map[string][]int{
+		"one":       {5<<20 + 3},
+		"many-64k":  {64 << 10, 64 << 10, 64 << 10, 64 << 10, 64 << 10, 64 << 10, 64 << 10, 64 << 10},
+		"mixed":     {0, 1, 4095, 0, 700 << 10, 33, 1<<20 + 5, 0, 3 << 20, 17},
+		"empty":     {},
+		"all-empty": {0, 0},
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"default", Config{Machine: &m}},
+		{"split", Config{Machine: &m, Workers: 3, ParallelMin: 64 << 10}},
+		{"split-nt", Config{Machine: &m, Workers: 2, ParallelMin: 64 << 10, NTFrom: 128 << 10}},
+		{"never", Config{Machine: &m, Workers: 4, ParallelMin: -1, NTFrom: -1}},
+	} {
+		for name, sizes := range lists {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				c := New(tc.cfg)
+				total := 0
+				for _, n := range sizes {
+					total += n
+				}
+				// One source and one destination arena; pieces at
+				// shuffled, unaligned places of the destination.
+				src, dst := make([]byte, total+len(sizes)), make([]byte, total+2*len(sizes)+64)
+				pattern(src, 3)
+				pattern(dst, 7)
+				want := bytes.Clone(dst)
+				srcs, dsts := make([][]byte, len(sizes)), make([][]byte, len(sizes))
+				so, do := 0, 64
+				for i := len(sizes) - 1; i >= 0; i-- { // destinations in reverse order
+					n := sizes[i]
+					srcs[i] = src[so : so+n]
+					dsts[i] = dst[do : do+n]
+					copy(want[do:do+n], src[so:so+n])
+					so += n + 1
+					do += n + 2
+				}
+				require.Equal(t, total, c.CopyV(dsts, srcs))
+				require.True(t, bytes.Equal(want, dst), "bytes differ")
+			})
+		}
+	}
+	// A shorter source copies min(len) bytes, as copy() does.
+	c := New(Config{Machine: &m, Workers: 2, ParallelMin: 1})
+	d1, d2 := make([]byte, 10), make([]byte, 3)
+	require.Equal(t, 6, c.CopyV([][]byte{d1, d2}, [][]byte{[]byte("abc"), []byte("defgh")}))
+	require.Equal(t, "abc", string(d1[:3]))
+	require.Equal(t, "def", string(d2))
+	// An overlapping piece: memmove semantics, the list not split.
+	b := make([]byte, 2<<20+4096)
+	pattern(b, 9)
+	want := bytes.Clone(b)
+	copy(want[4096:], want[:2<<20])
+	other, otherSrc := make([]byte, 1<<20), make([]byte, 1<<20)
+	pattern(otherSrc, 4)
+	require.Equal(t, 3<<20, c.CopyV([][]byte{b[4096:], other}, [][]byte{b[:2<<20], otherSrc}))
+	require.Equal(t, want, b)
+	require.Equal(t, otherSrc, other)
+	// nil copier, mismatched lists.
+	var nilc *Copier
+	require.Equal(t, 6, nilc.CopyV([][]byte{d1, d2}, [][]byte{[]byte("xyz"), []byte("uvw")}))
+	require.Equal(t, "xyz", string(d1[:3]))
+	require.Panics(t, func() { c.CopyV([][]byte{d1}, nil) })
+}

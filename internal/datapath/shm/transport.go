@@ -77,6 +77,9 @@ type Hooks struct {
 	// BounceFreed runs when a bounce buffer is freed, with the operation's
 	// outcome as it stood then.
 	BounceFreed func(err error)
+	// ListCopied runs after each copy job of a list (StartList), with
+	// its pieces and bytes.
+	ListCopied func(pieces int, bytes uint64)
 }
 
 var (

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/engine"
+)
+
+// TestListsShareTheWindow: transfers whose lists are larger than the
+// peer's window (MaxInFlight 2), several at once, one over the 1024 runs
+// of an engine list, into host and Gaudi sections: every byte lands, no
+// transfer waits forever for window slots, and every slot is given back
+// before the transfers are done.
+func TestListsShareTheWindow(t *testing.T) {
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			ctx := testCtx(t)
+			ea, eb := newEngine(t), newEngine(t)
+			a := newAgent(t, ea, "a", agentOpts{inFlight: 2})
+			b := newAgent(t, eb, "b", agentOpts{unix: network == "unix", tcp: network == "tcp"})
+			const workers, n, bs = 4, 40, 4096
+			host := alloc(t, eb, 2*workers*n*bs, engine.Host)
+			hbm := alloc(t, eb, 2*workers*n*bs, engine.Gaudi(0))
+			require.NoError(t, b.Publish("h", host.All()))
+			require.NoError(t, b.Publish("g", hbm.All()))
+			_, err := a.Connect(ctx, b.Metadata().Unix+b.Metadata().TCP)
+			require.NoError(t, err)
+			src := alloc(t, ea, workers*n*bs, engine.Host)
+			back := alloc(t, ea, workers*n*bs, engine.Host)
+			for i := range workers * n {
+				copy(src.Bytes()[i*bs:], pattern(bs, uint64(i)))
+			}
+			errs := make([]error, workers)
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					sec := "h"
+					if w%2 == 1 {
+						sec = "g"
+					}
+					var out, in []Desc
+					for i := range n {
+						k := w*n + i
+						off := 2 * (w*n + (i*7)%n) * bs // scattered: nothing coalesces
+						out = append(out, Desc{Local: src.Slice(k*bs, bs), Section: sec, Off: off})
+						in = append(in, Desc{Local: back.Slice(k*bs, bs), Section: sec, Off: off})
+					}
+					for range 3 {
+						if err := a.Write(ctx, "b", out).Wait(ctx); err != nil {
+							errs[w] = err
+							return
+						}
+						if err := a.Read(ctx, "b", in).Wait(ctx); err != nil {
+							errs[w] = err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			require.NoError(t, errors.Join(errs...))
+			require.True(t, bytes.Equal(src.Bytes(), back.Bytes()))
+
+			// More runs than one engine list holds.
+			const many, small = 1500, 256
+			var out, in []Desc
+			for i := range many {
+				off := 2 * ((i * 7) % many) * small
+				out = append(out, Desc{Local: src.Slice(i*small, small), Section: "h", Off: off})
+				in = append(in, Desc{Local: back.Slice(i*small, small), Section: "h", Off: off})
+			}
+			clear(back.Bytes())
+			x := a.Write(ctx, "b", out, WithNotify([]byte("many")))
+			require.NoError(t, x.Wait(ctx))
+			require.Len(t, x.Status(), many)
+			nt, err := b.Recv(ctx)
+			require.NoError(t, err)
+			require.Equal(t, "many", string(nt.Msg))
+			require.NoError(t, a.Read(ctx, "b", in).Wait(ctx))
+			require.True(t, bytes.Equal(src.Bytes()[:many*small], back.Bytes()[:many*small]))
+
+			p, err := a.Peer(ctx, "b")
+			require.NoError(t, err)
+			require.True(t, p.window.TryAcquire(2), "window slots still held after the transfers completed")
+			p.window.Release(2)
+			require.Zero(t, a.Stats().InFlight, fmt.Sprint(a.Stats()))
+		})
+	}
+}
