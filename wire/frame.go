@@ -54,8 +54,10 @@ const (
 	TypeCancel        Type = 16 // [Cancel]
 	TypeAppMsg        Type = 17 // [AppMsg]
 	TypeMsgCredit     Type = 18 // [MsgCredit]
+	TypeMsgRing       Type = 19 // [MsgRing]
+	TypeMsgBell       Type = 20 // [MsgBell]
 
-	typeMax = TypeMsgCredit
+	typeMax = TypeMsgBell
 )
 
 var typeNames = [...]string{
@@ -64,6 +66,7 @@ var typeNames = [...]string{
 	TypeImportRequest: "ImportRequest", TypeImportReply: "ImportReply", TypeBye: "Bye", TypeData: "Data",
 	TypeHeartbeat: "Heartbeat", TypeRDMAConnect: "RDMAConnect", TypeAuth: "Auth",
 	TypeCancel: "Cancel", TypeAppMsg: "AppMsg", TypeMsgCredit: "MsgCredit",
+	TypeMsgRing: "MsgRing", TypeMsgBell: "MsgBell",
 }
 
 func (t Type) String() string {
@@ -87,11 +90,14 @@ func (t Type) hasRequestID() bool {
 }
 
 // FDs returns the number of file descriptors a frame of type t carries
-// (ImportReply: 2, the allocation and its validity flag; every other
-// type: 0).
+// (ImportReply: 2, the allocation and its validity flag; MsgRing: 1, the
+// ring's memfd; every other type: 0).
 func (t Type) FDs() int {
-	if t == TypeImportReply {
+	switch t {
+	case TypeImportReply:
 		return 2
+	case TypeMsgRing:
+		return 1
 	}
 	return 0
 }
@@ -268,6 +274,10 @@ func NewMessage(t Type) Message {
 		return new(AppMsg)
 	case TypeMsgCredit:
 		return new(MsgCredit)
+	case TypeMsgRing:
+		return new(MsgRing)
+	case TypeMsgBell:
+		return new(MsgBell)
 	}
 	return nil
 }

@@ -82,6 +82,9 @@ func sampleMessages() []Message {
 		&AppMsg{Bytes: bytes.Repeat([]byte{0xa5}, MaxAppMsg)},
 		&MsgCredit{Msgs: 256, Bytes: 4 << 20},
 		&MsgCredit{Msgs: 1<<32 - 1, Bytes: 1<<64 - 1},
+		&MsgRing{Msgs: 256, Bytes: 4 << 20, Size: 4<<20 + 4096},
+		&MsgRing{Msgs: 1<<32 - 1, Bytes: 1<<64 - 1, Size: 1<<64 - 1},
+		&MsgBell{},
 	}
 }
 
