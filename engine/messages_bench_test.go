@@ -40,7 +40,8 @@ func benchPair(b *testing.B, network string) (a, o *Engine, ab, ba *Endpoint) {
 // each transport: put8-us is an 8-byte PutSync; msg-us half the round
 // trip of an 8-byte message answered by one; notify-us is an 8-byte Put
 // then a Send until the target took the message (the round trip with the
-// answer, less msg-us); ratio is notify-us over put8-us.
+// answer, less msg-us); ratio is notify-us over put8-us; bells/msg (unix)
+// the share of messages that found their receiver parked.
 func BenchmarkNotify(b *testing.B) {
 	for _, network := range []string{"unix", "tcp", "rdma"} {
 		b.Run(network, func(b *testing.B) {
@@ -104,6 +105,11 @@ func BenchmarkNotify(b *testing.B) {
 			b.ReportMetric(oneWay, "msg-us")
 			b.ReportMetric(notify, "notify-us")
 			b.ReportMetric(notify/put8, "ratio")
+			// unix: the share of messages whose receiver had parked (a
+			// MsgBell on the socket woke it; the others it found polling).
+			if out := ab.ch.MsgStats().Out + ba.ch.MsgStats().Out; out > 0 {
+				b.ReportMetric(float64(ab.ch.MsgStats().Bells+ba.ch.MsgStats().Bells)/float64(out), "bells/msg")
+			}
 		})
 	}
 }
