@@ -267,3 +267,166 @@ func TestRingFailKeepsArrived(t *testing.T) {
 	require.Equal(t, uint64(5), b.MsgStats().In)
 	require.False(t, b.msg.txRinged())
 }
+
+// rawRingChan starts a channel (window 2 messages, the least bytes,
+// MsgRing as ring says) on a unix socket to a raw peer, whose conn it
+// returns with the frames the channel sends (their fds the test's).
+func rawRingChan(t *testing.T, ring bool) (*Chan, *wire.Conn, <-chan wire.Frame) {
+	t.Helper()
+	env := &dptest.Env{}
+	a, raw := unixConns(t)
+	p := &fakePath{handle: func(wire.Message) (bool, error) { return false, nil }}
+	c := New(Config{Env: env, Conn: wire.NewConn(a, wire.ConnConfig{}), Name: "raw", Peer: ringPeer, MsgRing: ring, MsgWindow: 2, MsgWindowBytes: 1})
+	p.c = c
+	c.Start(p)
+	peer := wire.NewConn(raw, wire.ConnConfig{})
+	frames := make(chan wire.Frame, 64)
+	go func() {
+		defer close(frames)
+		for {
+			f, err := peer.Recv(context.Background())
+			if err != nil {
+				return
+			}
+			f.Payload = append([]byte(nil), f.Payload...)
+			select {
+			case frames <- f:
+			default:
+				_ = f.CloseFDs()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		require.NoError(t, c.Close())
+		_ = peer.Close()
+		for f := range frames {
+			_ = f.CloseFDs()
+		}
+		env.Wait()
+	})
+	return c, peer, frames
+}
+
+// mapGrant maps the ring of the channel's MsgRing grant (the first frame)
+// as its producer would; grantN overrides the window it may write.
+func mapGrant(t *testing.T, frames <-chan wire.Frame, grantN uint64) *txRing {
+	t.Helper()
+	f := <-frames
+	defer f.CloseFDs()
+	var mr wire.MsgRing
+	require.NoError(t, f.Decode(&mr))
+	require.Equal(t, wire.MsgRing{Msgs: 2, Bytes: wire.MaxAppMsg, Size: ringSize(2, wire.MaxAppMsg)}, mr)
+	mp, err := ipc.MapShared(f.FDs[0], int(ringHdr+mr.Size))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mp.Close() })
+	return &txRing{ringMem: newRingMem(mp.Bytes(), mr.Size), grantN: grantN, grantB: 1 << 40}
+}
+
+// TestRingHostilePeer: a peer that writes garbage into the ring it was
+// granted or more than it holds (the ring bounds what a receiver buffers),
+// returns more than was written into
+// the ring it granted, or sends ring frames out of turn fails the channel
+// with a peer error; the messages it sent properly before are still
+// returned.
+func TestRingHostilePeer(t *testing.T) {
+	ctx := context.Background()
+	producer := []struct {
+		name    string
+		write   func(tx *txRing)
+		ok      int
+		wantErr string
+	}{
+		{"tail beyond the ring", func(tx *txRing) {
+			tx.push(seqMsg(0, 8))
+			tx.word(offTail).Store(tx.tail + tx.size)
+		}, 0, "past the head"},
+		{"corrupt record", func(tx *txRing) {
+			tx.push(seqMsg(0, 8))
+			tx.push(seqMsg(1, 8))
+			tx.data[recLen(8)+4] ^= 0xff
+		}, 1, "corrupt record header"},
+		{"overfilling the ring", func(tx *txRing) { // its window is one largest message
+			tx.push(seqMsg(0, wire.MaxAppMsg))
+			tx.push(seqMsg(1, wire.MaxAppMsg))
+		}, 0, "past the head"},
+	}
+	for _, tc := range producer {
+		t.Run("producer "+tc.name, func(t *testing.T) {
+			c, peer, frames := rawRingChan(t, true)
+			tx := mapGrant(t, frames, 16)
+			tc.write(tx)
+			require.NoError(t, peer.Send(&wire.MsgBell{}))
+			for i := range tc.ok {
+				m, err := c.RecvMsg(ctx)
+				require.NoError(t, err)
+				require.Equal(t, uint64(i), binary.LittleEndian.Uint64(m))
+			}
+			_, err := c.RecvMsg(ctx)
+			require.ErrorIs(t, err, gxerr.Peer)
+			require.ErrorContains(t, err, tc.wantErr)
+			require.ErrorIs(t, c.Err(), gxerr.Peer)
+		})
+	}
+
+	t.Run("consumer returns beyond what was written", func(t *testing.T) {
+		c, peer, frames := rawRingChan(t, true)
+		<-frames // the channel's own grant
+		size := ringSize(4, 1<<20)
+		sh, err := ipc.NewShared(int(ringHdr+size), "test-ring")
+		require.NoError(t, err)
+		defer sh.Close()
+		require.NoError(t, peer.Send(&wire.MsgRing{Msgs: 4, Bytes: 1 << 20, Size: size}, sh.FD()))
+		require.NoError(t, c.SendMsg(ctx, seqMsg(0, 8), nil))
+		rx := &rxRing{ringMem: newRingMem(sh.Bytes(), size)}
+		m, ok, err := rx.pop()
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, seqMsg(0, 8), m)
+		rx.word(offRetMsgs).Store(100)
+		err = c.SendMsg(ctx, seqMsg(1, 8), nil)
+		require.ErrorIs(t, err, gxerr.Peer)
+		require.ErrorContains(t, err, "returns beyond what was written")
+	})
+
+	frames := []struct {
+		name    string
+		ring    bool // the channel takes rings
+		send    func(t *testing.T, peer *wire.Conn)
+		wantErr string
+	}{
+		{"ring too small", true, func(t *testing.T, peer *wire.Conn) { sendRing(t, peer, 4096) }, "message ring of"},
+		{"second ring", true, func(t *testing.T, peer *wire.Conn) {
+			sendRing(t, peer, ringSize(2, wire.MaxAppMsg))
+			sendRing(t, peer, ringSize(2, wire.MaxAppMsg))
+		}, "a second message ring"},
+		{"ring not offered", false, func(t *testing.T, peer *wire.Conn) { sendRing(t, peer, ringSize(2, wire.MaxAppMsg)) }, "without them"},
+		{"bell without rings", false, func(t *testing.T, peer *wire.Conn) { require.NoError(t, peer.Send(&wire.MsgBell{})) }, "without rings"},
+		{"credit on a ring", true, func(t *testing.T, peer *wire.Conn) {
+			sendRing(t, peer, ringSize(2, wire.MaxAppMsg))
+			require.NoError(t, peer.Send(&wire.MsgCredit{Msgs: 1, Bytes: 1}))
+		}, "through a ring"},
+	}
+	for _, tc := range frames {
+		t.Run(tc.name, func(t *testing.T) {
+			c, peer, _ := rawRingChan(t, tc.ring)
+			tc.send(t, peer)
+			select {
+			case <-c.Done():
+			case <-time.After(30 * time.Second):
+				t.Fatal("the channel did not fail")
+			}
+			require.ErrorIs(t, c.Err(), gxerr.Peer)
+			require.ErrorContains(t, c.Err(), tc.wantErr)
+		})
+	}
+}
+
+// sendRing sends a MsgRing granting a ring of size bytes (a memfd large
+// enough).
+func sendRing(t *testing.T, peer *wire.Conn, size uint64) {
+	t.Helper()
+	sh, err := ipc.NewShared(int(ringHdr+size), "test-ring")
+	require.NoError(t, err)
+	defer sh.Close()
+	require.NoError(t, peer.Send(&wire.MsgRing{Msgs: 2, Bytes: wire.MaxAppMsg, Size: size}, sh.FD()))
+}
