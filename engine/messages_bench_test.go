@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // benchPair is two engines connected by one endpoint over network.
@@ -112,4 +115,51 @@ func BenchmarkNotify(b *testing.B) {
 			}
 		})
 	}
+}
+
+// cpuTime is the CPU time (user and system) the process used so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkMsgIdleCPU: the CPU an idle unix endpoint costs, from
+// getrusage over a few seconds (the whole process: two engines, one
+// endpoint): idle-cpu-% with nothing waiting, recv-cpu-% while a Recv
+// waits for a message that does not come (it polls the ring for WaitSpin,
+// then parks: it must not keep a core busy). Run with -benchtime 1x.
+func BenchmarkMsgIdleCPU(b *testing.B) {
+	const idle = 3 * time.Second
+	_, _, ab, ba := benchPair(b, "unix")
+	ctx := context.Background()
+	// One message each way first: the rings are set up.
+	if err := ab.Send(ctx, []byte("x")); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := ba.Recv(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if !ab.ch.MsgRing() {
+		b.Fatal("the unix endpoint does not use the ring")
+	}
+	var quiet, waiting time.Duration
+	for b.Loop() {
+		c0 := cpuTime(b)
+		time.Sleep(idle)
+		c1 := cpuTime(b)
+		rctx, cancel := context.WithTimeout(ctx, idle)
+		_, err := ba.Recv(rctx)
+		cancel()
+		if !errors.Is(err, ErrTimeout) {
+			b.Fatalf("Recv: %v, want a timeout", err)
+		}
+		quiet += c1 - c0
+		waiting += cpuTime(b) - c1
+	}
+	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / (float64(b.N) * idle.Seconds()) }
+	b.ReportMetric(pct(quiet), "idle-cpu-%")
+	b.ReportMetric(pct(waiting), "recv-cpu-%")
 }

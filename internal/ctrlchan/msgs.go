@@ -329,6 +329,10 @@ func (c *Chan) MsgCredit() (msgs, bytes uint64) {
 	return c.msg.credN, c.msg.credB
 }
 
+// MsgRing reports whether this side's messages go through the ring its
+// peer granted (wire.MsgRing).
+func (c *Chan) MsgRing() bool { return c.msg.txRinged() }
+
 // MsgStats are a channel's application message counters.
 type MsgStats struct {
 	Out, OutBytes, In, InBytes uint64
