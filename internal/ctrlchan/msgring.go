@@ -186,6 +186,9 @@ func (m *msgs) popLocked() ([]byte, bool, error) {
 // channel ended (true: the caller looks), or until (false).
 func (c *Chan) spinRing(ctx context.Context, until time.Time) bool {
 	m := &c.msg
+	if m.spin <= 0 {
+		return false
+	}
 	for i := 0; ; i++ {
 		if i&63 == 63 && time.Now().After(until) {
 			return false
