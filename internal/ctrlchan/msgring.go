@@ -130,7 +130,11 @@ func (c *Chan) ringSend(b []byte) (done bool, err error) {
 		return false, nil
 	}
 	t.push(b)
-	bell := t.flag(offRxWait).CompareAndSwap(1, 0)
+	// push's last store is a full barrier: the flag is read after the
+	// tail is published (a Recv parking sets the flag, then reads the
+	// tail: one of the two sees the other).
+	rx := t.flag(offRxWait)
+	bell := rx.Load() == 1 && rx.CompareAndSwap(1, 0)
 	m.txMu.Unlock()
 	m.out.Add(1)
 	m.outB.Add(uint64(len(b)))
@@ -183,15 +187,22 @@ func (m *msgs) popLocked() ([]byte, bool, error) {
 }
 
 // spinRing polls the ring until something arrived (true), ctx or the
-// channel ended (true: the caller looks), or until (false).
+// channel ended (true: the caller looks), or until (false). It yields its
+// P now and then: the sender may be waiting for one.
 func (c *Chan) spinRing(ctx context.Context, until time.Time) bool {
 	m := &c.msg
 	if m.spin <= 0 {
 		return false
 	}
-	for i := 0; ; i++ {
-		if i&63 == 63 && time.Now().After(until) {
-			return false
+	for i := 1; ; i++ {
+		m.mu.Lock()
+		there := m.rx == nil || len(m.q) > 0 || m.rx.pending()
+		m.mu.Unlock()
+		if there {
+			return true
+		}
+		if i&7 != 0 {
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -200,13 +211,13 @@ func (c *Chan) spinRing(ctx context.Context, until time.Time) bool {
 			return true
 		default:
 		}
-		m.mu.Lock()
-		there := m.rx == nil || len(m.q) > 0 || m.rx.pending()
-		m.mu.Unlock()
-		if there {
-			return true
+		if i&63 != 0 {
+			continue
 		}
-		runtime.Gosched() // the sender may be waiting for this P
+		if time.Now().After(until) {
+			return false
+		}
+		runtime.Gosched()
 	}
 }
 

@@ -174,11 +174,15 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 	}
 	m := &c.msg
 	select {
-	case m.sendSem <- struct{}{}:
-	case <-c.done:
-		return c.Err()
-	case <-ctx.Done():
-		return gxerr.Ctx("send: waiting for an earlier Send", ctx.Err())
+	case m.sendSem <- struct{}{}: // the common case: no Send under way
+	default:
+		select {
+		case m.sendSem <- struct{}{}:
+		case <-c.done:
+			return c.Err()
+		case <-ctx.Done():
+			return gxerr.Ctx("send: waiting for an earlier Send", ctx.Err())
+		}
 	}
 	defer func() { <-m.sendSem }()
 	if err := c.Err(); err != nil {
