@@ -44,7 +44,7 @@ func (c *Chan) grantRing() bool {
 		return false
 	}
 	m.mu.Lock()
-	m.rx, m.rxMem = &rxRing{ringMem: newRingMem(sh.Bytes(), size)}, sh
+	m.rx, m.rxMem, m.ringGranted = &rxRing{ringMem: newRingMem(sh.Bytes(), size)}, sh, true
 	m.allowN, m.allowB = m.window, m.windowBytes
 	m.mu.Unlock()
 	if err := c.c.Send(&wire.MsgRing{Msgs: uint32(m.window), Bytes: m.windowBytes, Size: size}, sh.FD()); err != nil {

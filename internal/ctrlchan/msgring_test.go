@@ -401,6 +401,9 @@ func TestRingHostilePeer(t *testing.T) {
 		}, "a second message ring"},
 		{"ring not offered", false, func(t *testing.T, peer *wire.Conn) { sendRing(t, peer, ringSize(2, wire.MaxAppMsg)) }, "without them"},
 		{"bell without rings", false, func(t *testing.T, peer *wire.Conn) { require.NoError(t, peer.Send(&wire.MsgBell{})) }, "without rings"},
+		{"message on the socket", true, func(t *testing.T, peer *wire.Conn) {
+			require.NoError(t, peer.Send(&wire.AppMsg{Bytes: []byte("beside the ring")}))
+		}, "on the socket"},
 		{"credit on a ring", true, func(t *testing.T, peer *wire.Conn) {
 			sendRing(t, peer, ringSize(2, wire.MaxAppMsg))
 			require.NoError(t, peer.Send(&wire.MsgCredit{Msgs: 1, Bytes: 1}))

@@ -46,9 +46,10 @@ type msgs struct {
 	in, inBytes, out, outB atomic.Uint64
 	// receiving through a ring (msgring.go): the ring this side granted
 	// (nil when it granted credit, and once the channel failed)
-	rx    *rxRing
-	rxMem *ipc.Shared
-	spin  time.Duration // how long RecvMsg polls the ring before it parks
+	rx          *rxRing
+	rxMem       *ipc.Shared
+	ringGranted bool          // this side granted a ring: no AppMsg on the socket
+	spin        time.Duration // how long RecvMsg polls the ring before it parks
 	// sending
 	credN, credB uint64 // what we may still send
 	credit       chan struct{}
@@ -112,6 +113,10 @@ func (c *Chan) msgIn(f *wire.Frame) error {
 	n := uint64(len(am.Bytes))
 	m := &c.msg
 	m.mu.Lock()
+	if m.ringGranted {
+		m.mu.Unlock()
+		return fmt.Errorf("an application message on the socket of a connection whose messages go through a ring")
+	}
 	if m.allowN == 0 || m.allowB < n {
 		allowN, allowB := m.allowN, m.allowB
 		m.mu.Unlock()
