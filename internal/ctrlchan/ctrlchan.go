@@ -408,6 +408,7 @@ func (c *Chan) TakeReplies() []wire.Message {
 // writer sends the reader's replies and the heartbeats.
 func (c *Chan) writer(every time.Duration) {
 	defer close(c.writerEnd)
+	c.sendGrant()
 	var tick <-chan time.Time
 	if every > 0 {
 		t := time.NewTicker(every)

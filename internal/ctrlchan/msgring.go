@@ -34,7 +34,8 @@ import (
 
 // grantRing grants the window as a ring; false when no ring could be
 // made (the caller grants credit instead: the peer then sends on the
-// socket).
+// socket). The MsgRing goes out first thing on the writer (sendGrant):
+// Start must not block on a peer that does not read.
 func (c *Chan) grantRing() bool {
 	m := &c.msg
 	size := ringSize(m.window, m.windowBytes)
@@ -43,14 +44,42 @@ func (c *Chan) grantRing() bool {
 		c.log.Debug().Err(err).Str("peer", c.cfg.Name).Msg("no message ring; messages go on the socket")
 		return false
 	}
+	// The writer sends its own descriptor: the ring's is closed when the
+	// channel fails, maybe while the writer sends.
+	dup, err := sh.FD().Dup()
+	if err != nil {
+		_ = sh.Close()
+		c.log.Debug().Err(err).Str("peer", c.cfg.Name).Msg("no message ring; messages go on the socket")
+		return false
+	}
 	m.mu.Lock()
 	m.rx, m.rxMem, m.ringGranted = &rxRing{ringMem: newRingMem(sh.Bytes(), size)}, sh, true
 	m.allowN, m.allowB = m.window, m.windowBytes
+	m.grant = &wire.MsgRing{Msgs: uint32(m.window), Bytes: m.windowBytes, Size: size}
+	m.grantFD = dup
 	m.mu.Unlock()
-	if err := c.c.Send(&wire.MsgRing{Msgs: uint32(m.window), Bytes: m.windowBytes, Size: size}, sh.FD()); err != nil {
-		c.Fail(c.PeerErr("message ring", err))
-	}
 	return true
+}
+
+// sendGrant sends the MsgRing grantRing prepared (on the writer, before
+// anything else it sends).
+func (c *Chan) sendGrant() {
+	m := &c.msg
+	m.mu.Lock()
+	g, f := m.grant, m.grantFD
+	m.grant, m.grantFD = nil, nil
+	m.mu.Unlock()
+	if g == nil {
+		return
+	}
+	if c.Err() == nil {
+		if err := c.c.Send(g, f); err != nil {
+			c.Fail(c.PeerErr("message ring", err))
+		}
+	}
+	if err := f.Close(); err != nil {
+		c.log.Debug().Err(err).Msg("message ring descriptor not closed")
+	}
 }
 
 // ringIn takes the peer's MsgRing on the reader: the ring this side's

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gxfer/gxfer/internal/fd"
 	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
@@ -48,7 +49,9 @@ type msgs struct {
 	// (nil when it granted credit, and once the channel failed)
 	rx          *rxRing
 	rxMem       *ipc.Shared
-	ringGranted bool          // this side granted a ring: no AppMsg on the socket
+	ringGranted bool // this side granted a ring: no AppMsg on the socket
+	grant       *wire.MsgRing
+	grantFD     *fd.FD        // the ring's memfd, duplicated, for the writer to send
 	spin        time.Duration // how long RecvMsg polls the ring before it parks
 	// sending
 	credN, credB uint64 // what we may still send
