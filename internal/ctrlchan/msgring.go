@@ -215,9 +215,10 @@ func (m *msgs) popLocked() ([]byte, bool, error) {
 	return b, true, nil
 }
 
-// spinRing polls the ring until something arrived (true), ctx or the
-// channel ended (true: the caller looks), or until (false). It yields its
-// P now and then: the sender may be waiting for one.
+// spinRing polls the ring until something arrived or the channel ended
+// (true: the caller looks), or until ctx ends or until passes (false: the
+// caller parks, and sees ctx's end). It yields its P now and then: the
+// sender may be waiting for one.
 func (c *Chan) spinRing(ctx context.Context, until time.Time) bool {
 	m := &c.msg
 	if m.spin <= 0 {
@@ -235,7 +236,7 @@ func (c *Chan) spinRing(ctx context.Context, until time.Time) bool {
 		}
 		select {
 		case <-ctx.Done():
-			return true
+			return false
 		case <-c.done:
 			return true
 		default:

@@ -244,6 +244,26 @@ func TestRingCloseWhileSpinning(t *testing.T) {
 	}
 }
 
+// TestRingRecvCtxWhilePolling: a Recv whose ctx ends while it polls the
+// ring (for an hour) returns ctx's error.
+func TestRingRecvCtxWhilePolling(t *testing.T) {
+	_, b := ringPair(t, 16, 0, time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.RecvMsg(ctx)
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, gxerr.Timeout)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Recv kept polling after its ctx ended")
+	}
+}
+
 // TestRingFailKeepsArrived: the messages in the ring when the peer went
 // are returned, then the peer error; Send fails, nothing is touched
 // after (the rings are unmapped).
