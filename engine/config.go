@@ -83,7 +83,7 @@ type Config struct {
 	ChunkSize   uint64 // device copies are split in chunks of this size over the DMA queues; default 4 MiB
 
 	PollSpin   time.Duration // CQ actor spin window after its last progress, also with nothing outstanding (then polling for submissions); default 50 us (negative: none)
-	WaitSpin   time.Duration // Future.Wait spin before blocking; default 20 us
+	WaitSpin   time.Duration // Future.Wait spin before blocking, and a unix endpoint's Recv polling its message ring; default 20 us
 	CloseGrace time.Duration // how long Close lets in-flight work finish; default 2 s
 
 	// Transport is what Dial("tcp", ...) uses unless WithTransport says

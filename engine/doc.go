@@ -143,7 +143,8 @@
 //   - unix: a Put into mapped peer memory completes when this side's copy
 //     into the mapping is done (the bytes are in the owner's memory, the
 //     same pages), the others when the owner answered after its copy; the
-//     message goes on the socket after that.
+//     message is written after that, into a shared-memory ring the peer
+//     granted (below).
 //   - tcp: the owner answered after landing every byte, before the message
 //     was sent on the same connection.
 //   - RDMA: a write's completion only says the peer's NIC acknowledged it,
@@ -161,4 +162,17 @@
 // window is spent waits in Send until ctx ends ([ErrTimeout],
 // [ErrCanceled]); a receiver never buffers more than its window, and a
 // peer that sends beyond it fails the endpoint ([ErrPeer]).
+//
+// On a unix endpoint the messages do not travel on the socket: each side
+// grants its window as a ring in shared memory (a memfd of the window's
+// size, 4 MiB and a page by default, passed once), Send writes the
+// message into the peer's ring on the caller's goroutine, and Recv takes
+// it out on its own. A Recv finding the ring empty polls it for
+// [Config.WaitSpin] (20 us by default) before it parks, so a message sent
+// to a waiting receiver costs no system call and no wakeup; once parked,
+// the receiver is woken by a small frame on the socket, and an idle
+// endpoint costs no CPU. Credit returns are written into the ring. The
+// receiver checks everything the peer writes there (bounds, record
+// headers, credit): a peer that breaks the ring fails the endpoint
+// ([ErrPeer]).
 package engine

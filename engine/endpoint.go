@@ -44,6 +44,7 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		Env: e.env(), Conn: c, Peer: peer, Name: name, Dialer: dialer,
 		PeerID:     ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8]), Conn: e.ident.conns.Add(1)},
 		MaxReplies: tcp.MaxInbound + ctrlchan.MaxServing,
+		MsgRing:    kind == datapath.KindIPC && peer.Caps&wire.CapMsgRing != 0 && peer.Caps&wire.CapFDPassing != 0,
 		Loops:      &e.epLoops, // Engine.Close waits for the reader and writer before it releases buffers
 		OnFail: func(error) {
 			e.epMu.Lock()

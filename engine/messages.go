@@ -11,7 +11,9 @@ import (
 const MaxMessage = wire.MaxAppMsg
 
 // Send sends msg (at most MaxMessage bytes; empty is allowed) to the peer
-// on the control channel, where the peer's Recv returns it.
+// on the control channel, where the peer's Recv returns it. On a unix
+// endpoint it writes msg into a shared-memory ring the peer granted, on
+// the caller's goroutine (package doc, "Messages").
 //
 // Messages of one endpoint arrive in the order of Send calls that do not
 // overlap. A message is delivered only after every byte of every Put on
@@ -48,7 +50,9 @@ func (ep *Endpoint) Send(ctx context.Context, msg []byte) error {
 // Taking a message returns its room in the window to the peer. Once the
 // endpoint has failed or been closed, Recv still returns every message
 // that arrived before, then the endpoint's error (ErrPeer, ErrClosed).
-// Concurrent Recv calls each get different messages.
+// Concurrent Recv calls each get different messages. On a unix endpoint
+// a Recv with nothing to take polls the peer's ring for Config.WaitSpin
+// before it blocks.
 func (ep *Endpoint) Recv(ctx context.Context) ([]byte, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err

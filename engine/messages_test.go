@@ -302,3 +302,26 @@ func TestMsgPeerWithoutMessages(t *testing.T) {
 		require.NotContains(t, []wire.Type{wire.TypeAppMsg, wire.TypeMsgCredit}, f.Header.Type)
 	}
 }
+
+// TestMsgRingOnUnix: the messages of a unix endpoint go through the
+// shared-memory rings both ways (after the first Send found the grant),
+// those of the other transports on the connection.
+func TestMsgRingOnUnix(t *testing.T) {
+	for _, pm := range pairMakers {
+		if pm.name == "rdma" {
+			continue
+		}
+		t.Run(pm.name, func(t *testing.T) {
+			p := pm.make(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for _, ep := range []struct{ from, to *Endpoint }{{p.ab, p.ba}, {p.ba, p.ab}} {
+				require.NoError(t, ep.from.Send(ctx, []byte("ring?")))
+				m, err := ep.to.Recv(ctx)
+				require.NoError(t, err)
+				require.Equal(t, []byte("ring?"), m)
+				require.Equal(t, pm.name == "unix", ep.from.ch.MsgRing())
+			}
+		})
+	}
+}

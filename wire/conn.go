@@ -165,7 +165,7 @@ func (c *Conn) MaxFrame() int { return c.maxFrame }
 const maxKeptWriteBuf = 64 << 10
 
 // Send encodes m into one frame and sends it with fds, which must number
-// m.Type().FDs() (one for ImportReply, none otherwise). Send does not take
+// m.Type().FDs() (two for ImportReply, one for MsgRing, none otherwise). Send does not take
 // ownership of fds. Concurrent Sends are serialised.
 func (c *Conn) Send(m Message, fds ...*fd.FD) error {
 	if len(fds) != m.Type().FDs() {

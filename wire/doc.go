@@ -71,6 +71,9 @@
 //	AppMsg             an application message (at most MaxAppMsg bytes), within the receiver's credit
 //	MsgCredit          grants the peer more AppMsg credit: a window at the start, then what was taken
 //	                   (both only between peers with CapMessages)
+//	MsgRing            instead of the first MsgCredit, on a unix socket between peers with CapMsgRing:
+//	                   the window and a memfd holding the ring the peer writes its messages into
+//	MsgBell            "look at the message ring": a message for a parked receiver, credit for a waiting sender
 //
 // # Remote keys
 //

@@ -57,8 +57,10 @@ const (
 	TypePutList       Type = 19 // [PutList]
 	TypeGetList       Type = 20 // [GetList]
 	TypeListReply     Type = 21 // [ListReply]
+	TypeMsgRing       Type = 22 // [MsgRing]
+	TypeMsgBell       Type = 23 // [MsgBell]
 
-	typeMax = TypeListReply
+	typeMax = TypeMsgBell
 )
 
 var typeNames = [...]string{
@@ -68,6 +70,7 @@ var typeNames = [...]string{
 	TypeHeartbeat: "Heartbeat", TypeRDMAConnect: "RDMAConnect", TypeAuth: "Auth",
 	TypeCancel: "Cancel", TypeAppMsg: "AppMsg", TypeMsgCredit: "MsgCredit",
 	TypePutList: "PutList", TypeGetList: "GetList", TypeListReply: "ListReply",
+	TypeMsgRing: "MsgRing", TypeMsgBell: "MsgBell",
 }
 
 func (t Type) String() string {
@@ -92,11 +95,14 @@ func (t Type) hasRequestID() bool {
 }
 
 // FDs returns the number of file descriptors a frame of type t carries
-// (ImportReply: 2, the allocation and its validity flag; every other
-// type: 0).
+// (ImportReply: 2, the allocation and its validity flag; MsgRing: 1, the
+// ring's memfd; every other type: 0).
 func (t Type) FDs() int {
-	if t == TypeImportReply {
+	switch t {
+	case TypeImportReply:
 		return 2
+	case TypeMsgRing:
+		return 1
 	}
 	return 0
 }
@@ -279,6 +285,10 @@ func NewMessage(t Type) Message {
 		return new(GetList)
 	case TypeListReply:
 		return new(ListReply)
+	case TypeMsgRing:
+		return new(MsgRing)
+	case TypeMsgBell:
+		return new(MsgBell)
 	}
 	return nil
 }

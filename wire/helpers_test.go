@@ -86,6 +86,9 @@ func sampleMessages() []Message {
 		&GetList{ListRequest{RequestID: 10, Keys: []RemoteKey{k}, Entries: []ListEntry{{Offset: 1 << 19, Length: 1 << 19}}}},
 		&ListReply{RequestID: 9, Statuses: []Status{StatusOK, StatusBadKey, StatusOK}, Message: "entry 1: bad key"},
 		&ListReply{RequestID: 10, Statuses: []Status{StatusOK}},
+		&MsgRing{Msgs: 256, Bytes: 4 << 20, Size: 4<<20 + 4096},
+		&MsgRing{Msgs: 1<<32 - 1, Bytes: 1<<64 - 1, Size: 1<<64 - 1},
+		&MsgBell{},
 	}
 }
 

@@ -18,7 +18,8 @@
 //     and a heartbeat every PeerTimeout/4;
 //   - the endpoint's application messages (msgs.go): queued by the reader
 //     within the window this side granted, taken by RecvMsg, which returns
-//     their credit; SendMsg spends the peer's credit;
+//     their credit; SendMsg spends the peer's credit; on a unix socket
+//     they go through shared-memory rings instead (msgring.go);
 //   - failure: once, with the first error; pending replies get it, the
 //     path is told, Done closes;
 //   - Close: says goodbye, fails the channel, and returns once the reader,
@@ -63,6 +64,10 @@ type Config struct {
 	// MsgWindow and MsgWindowBytes are the window of application
 	// messages this side grants the peer (0: MsgWindow, MsgWindowBytes).
 	MsgWindow, MsgWindowBytes int
+	// MsgRing: the connection is a unix socket and the peer announced
+	// wire.CapMsgRing: each side grants its window as a shared-memory
+	// ring (msgring.go).
+	MsgRing bool
 	// Loops (optional) counts the reader and the writer: Start adds 2,
 	// each exit one.
 	Loops *sync.WaitGroup
@@ -118,7 +123,7 @@ func New(cfg Config) *Chan {
 		replySig:  make(chan struct{}, 1),
 		writerEnd: make(chan struct{}),
 	}
-	c.msg.init(cfg.MsgWindow, cfg.MsgWindowBytes)
+	c.msg.init(cfg.MsgWindow, cfg.MsgWindowBytes, cfg.Env.Config().WaitSpin)
 	if cfg.Dialer {
 		c.parity = 1
 		c.nextID.Store(1)
@@ -403,6 +408,7 @@ func (c *Chan) TakeReplies() []wire.Message {
 // writer sends the reader's replies and the heartbeats.
 func (c *Chan) writer(every time.Duration) {
 	defer close(c.writerEnd)
+	c.sendGrant()
 	var tick <-chan time.Time
 	if every > 0 {
 		t := time.NewTicker(every)
@@ -501,6 +507,10 @@ func (c *Chan) dispatch(f wire.Frame) error {
 		return c.msgIn(&f)
 	case wire.TypeMsgCredit:
 		return c.creditIn(&f)
+	case wire.TypeMsgRing:
+		return c.ringIn(&f)
+	case wire.TypeMsgBell:
+		return c.bellIn(&f)
 	}
 	m, err := f.Message()
 	if err != nil {

@@ -41,6 +41,7 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte{8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8})
 	f.Add(stream(f, &wire.AppMsg{Bytes: []byte("a")}, &wire.MsgCredit{Msgs: 3, Bytes: 9}, &wire.AppMsg{}, &wire.AppMsg{Bytes: make([]byte, 300)}))
 	f.Add(stream(f, &wire.AppMsg{}, &wire.AppMsg{}, &wire.AppMsg{}, &wire.AppMsg{}, &wire.AppMsg{}))
+	f.Add(stream(f, &wire.MsgBell{}, &wire.AppMsg{Bytes: []byte("b")}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env := &dptest.Env{}
 		a, raw := net.Pipe()

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/gxfer/gxfer/internal/fd"
 	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -42,13 +45,28 @@ type msgs struct {
 	takenN, takenB         uint64   // taken, not yet returned as credit
 	arrived                chan struct{}
 	in, inBytes, out, outB atomic.Uint64
+	// receiving through a ring (msgring.go): the ring this side granted
+	// (nil when it granted credit, and once the channel failed)
+	rx          *rxRing
+	rxMem       *ipc.Shared
+	ringGranted bool // this side granted a ring: no AppMsg on the socket
+	grant       *wire.MsgRing
+	grantFD     *fd.FD        // the ring's memfd, duplicated, for the writer to send
+	spin        time.Duration // how long RecvMsg polls the ring before it parks
 	// sending
 	credN, credB uint64 // what we may still send
 	credit       chan struct{}
 	sendSem      chan struct{} // one Send on the connection at a time
+	// sending through the ring the peer granted (msgring.go)
+	txMu     sync.Mutex
+	tx       *txRing
+	txMap    *ipc.Mapping
+	txFailed bool          // the channel failed: the ring is unmapped
+	bells    atomic.Uint64 // messages written while the receiver was parked
 }
 
-func (m *msgs) init(window, windowBytes int) {
+func (m *msgs) init(window, windowBytes int, spin time.Duration) {
+	m.spin = spin
 	if window <= 0 {
 		window = MsgWindow
 	}
@@ -76,6 +94,9 @@ func (c *Chan) grantWindow() {
 	if !c.MsgCapable() {
 		return
 	}
+	if c.cfg.MsgRing && c.grantRing() {
+		return
+	}
 	m := &c.msg
 	m.mu.Lock()
 	m.allowN, m.allowB = m.window, m.windowBytes
@@ -95,6 +116,10 @@ func (c *Chan) msgIn(f *wire.Frame) error {
 	n := uint64(len(am.Bytes))
 	m := &c.msg
 	m.mu.Lock()
+	if m.ringGranted {
+		m.mu.Unlock()
+		return fmt.Errorf("an application message on the socket of a connection whose messages go through a ring")
+	}
 	if m.allowN == 0 || m.allowB < n {
 		allowN, allowB := m.allowN, m.allowB
 		m.mu.Unlock()
@@ -129,6 +154,9 @@ func (c *Chan) creditIn(f *wire.Frame) error {
 		return err
 	}
 	m := &c.msg
+	if m.txRinged() {
+		return fmt.Errorf("message credit on a connection whose messages go through a ring")
+	}
 	m.mu.Lock()
 	n, b := m.credN+uint64(mc.Msgs), m.credB+mc.Bytes
 	if b < m.credB {
@@ -154,11 +182,15 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 	}
 	m := &c.msg
 	select {
-	case m.sendSem <- struct{}{}:
-	case <-c.done:
-		return c.Err()
-	case <-ctx.Done():
-		return gxerr.Ctx("send: waiting for an earlier Send", ctx.Err())
+	case m.sendSem <- struct{}{}: // the common case: no Send under way
+	default:
+		select {
+		case m.sendSem <- struct{}{}:
+		case <-c.done:
+			return c.Err()
+		case <-ctx.Done():
+			return gxerr.Ctx("send: waiting for an earlier Send", ctx.Err())
+		}
 	}
 	defer func() { <-m.sendSem }()
 	if err := c.Err(); err != nil {
@@ -171,6 +203,9 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 	}
 	n := uint64(len(b))
 	for {
+		if done, err := c.ringSend(b); done {
+			return err
+		}
 		m.mu.Lock()
 		if m.credN > 0 && m.credB >= n {
 			m.credN--
@@ -198,28 +233,24 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 // RecvMsg returns the next message of the peer, waiting while ctx lasts
 // (gxerr.Ctx of ctx's error when it ends). Once the channel has failed, the messages
 // that arrived are still returned, then the channel's error.
+//
+// With a message ring, RecvMsg takes the messages out of it on its own
+// goroutine; while none is there it polls the ring for the Env's WaitSpin
+// before it parks, announcing it in the ring so that the next message
+// comes with a MsgBell.
 func (c *Chan) RecvMsg(ctx context.Context) ([]byte, error) {
 	m := &c.msg
+	var spinUntil time.Time
 	for {
 		m.mu.Lock()
-		if len(m.q) > 0 {
-			b := m.q[0]
-			m.q[0] = nil
-			m.q = m.q[1:]
-			more := len(m.q) > 0
-			m.takenN++
-			m.takenB += uint64(len(b))
-			var ret *wire.MsgCredit
-			// A quarter of the window, in messages or bytes; in bytes at
-			// the latest when what is left of the window could no longer
-			// hold the largest message (a small window).
-			if m.takenN >= max(m.window/4, 1) || m.takenB >= min(m.windowBytes/4, m.windowBytes-wire.MaxAppMsg) {
-				ret = &wire.MsgCredit{Msgs: uint32(m.takenN), Bytes: m.takenB}
-				// Granted before it is sent: the peer may spend it at once.
-				m.allowN += m.takenN
-				m.allowB += m.takenB
-				m.takenN, m.takenB = 0, 0
-			}
+		b, ok, err := m.nextLocked()
+		if err != nil {
+			m.mu.Unlock()
+			c.Fail(c.PeerErr("message ring", err))
+			continue
+		}
+		if ok {
+			ret, bell, more := m.takeLocked(b)
 			m.mu.Unlock()
 			if more {
 				wake(m.arrived) // another Recv may be waiting
@@ -229,12 +260,25 @@ func (c *Chan) RecvMsg(ctx context.Context) ([]byte, error) {
 					c.Fail(c.PeerErr("message credit", err))
 				}
 			}
+			if bell && c.Err() == nil {
+				if err := c.QueueReply(&wire.MsgBell{}); err != nil {
+					c.Fail(c.PeerErr("message credit", err))
+				}
+			}
 			return b, nil
 		}
-		failed := m.failed
+		failed, ring := m.failed, m.rx != nil
 		m.mu.Unlock()
 		if failed {
 			return nil, c.Err()
+		}
+		if ring {
+			if spinUntil.IsZero() {
+				spinUntil = time.Now().Add(m.spin)
+			}
+			if c.spinRing(ctx, spinUntil) || m.parkRx() {
+				continue
+			}
 		}
 		select {
 		case <-m.arrived:
@@ -245,29 +289,73 @@ func (c *Chan) RecvMsg(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// msgFailed marks the failure (c.failed set): messages arriving from now
-// on are dropped, and Recv returns the error once the queue is empty.
-func (c *Chan) msgFailed() {
-	c.msg.mu.Lock()
-	c.msg.failed = true
-	c.msg.mu.Unlock()
+// nextLocked takes the next message that arrived: queued, or in the ring
+// (within the credit granted; an error when the peer broke either).
+func (m *msgs) nextLocked() ([]byte, bool, error) {
+	if len(m.q) > 0 {
+		b := m.q[0]
+		m.q[0] = nil
+		m.q = m.q[1:]
+		return b, true, nil
+	}
+	if m.rx == nil {
+		return nil, false, nil
+	}
+	return m.popLocked()
+}
+
+// takeLocked counts b as taken; a quarter of the window taken is returned
+// to the peer: as a MsgCredit for the caller to send (ret), or in the
+// ring (bell: the peer waits for it, the caller rings). more: another
+// message is there.
+func (m *msgs) takeLocked(b []byte) (ret *wire.MsgCredit, bell, more bool) {
+	m.takenN++
+	m.takenB += uint64(len(b))
+	// A quarter of the window, in messages or bytes; in bytes at the
+	// latest when what is left of the window could no longer hold the
+	// largest message (a small window).
+	if m.takenN >= max(m.window/4, 1) || m.takenB >= min(m.windowBytes/4, m.windowBytes-wire.MaxAppMsg) {
+		if m.rx != nil {
+			m.rx.ret(m.takenN, m.takenB)
+			bell = m.rx.flag(offTxWait).CompareAndSwap(1, 0)
+		} else {
+			ret = &wire.MsgCredit{Msgs: uint32(m.takenN), Bytes: m.takenB}
+		}
+		// Granted before it is sent: the peer may spend it at once.
+		m.allowN += m.takenN
+		m.allowB += m.takenB
+		m.takenN, m.takenB = 0, 0
+	}
+	more = len(m.q) > 0 || (m.rx != nil && m.rx.pending())
+	return ret, bell, more
 }
 
 // MsgCredit is what this side may still send before the peer returns
 // credit: messages and bytes.
 func (c *Chan) MsgCredit() (msgs, bytes uint64) {
+	if n, b, ok := c.msg.txCredit(); ok {
+		return n, b
+	}
 	c.msg.mu.Lock()
 	defer c.msg.mu.Unlock()
 	return c.msg.credN, c.msg.credB
 }
 
+// MsgRing reports whether this side's messages go through the ring its
+// peer granted (wire.MsgRing).
+func (c *Chan) MsgRing() bool { return c.msg.txRinged() }
+
 // MsgStats are a channel's application message counters.
 type MsgStats struct {
 	Out, OutBytes, In, InBytes uint64
+	// Bells counts the messages sent through a ring whose receiver was
+	// parked (each followed by a MsgBell on the socket).
+	Bells uint64
 }
 
 // MsgStats returns the messages sent and received (arrived) so far.
 func (c *Chan) MsgStats() MsgStats {
 	m := &c.msg
-	return MsgStats{Out: m.out.Load(), OutBytes: m.outB.Load(), In: m.in.Load(), InBytes: m.inBytes.Load()}
+	in, inB := m.arrivedIn()
+	return MsgStats{Out: m.out.Load(), OutBytes: m.outB.Load(), In: in, InBytes: inB, Bells: m.bells.Load()}
 }
