@@ -143,6 +143,36 @@ func TestRDMANICs(t *testing.T) {
 			t.Logf("work requests per NIC: %v -> %v", before, after)
 		})
 	}
+	// A list of small host transfers (none sliced) is spread over the
+	// NICs, each element whole on one: rdmapath's StartList.
+	t.Run("list of 64 x 64 KiB: spread", func(t *testing.T) {
+		const n, bs = 64, 64 << 10
+		src, err := req.Alloc(n*bs, Host)
+		require.NoError(t, err)
+		defer src.Free()
+		fill(src.Bytes(), 77)
+		locals, remotes := make([]Slice, n), make([]RemoteKey, n)
+		for i := range n {
+			locals[i] = src.Slice(i*bs, bs)
+			remotes[i] = k.Slice(((i*7)%n)*bs*2, bs) // scattered over 8 MiB of dst
+		}
+		before := ep.Stats().NICWRs
+		f := ep.PutList(ctx, locals, remotes)
+		require.NoError(t, f.Wait(ctx))
+		for i := range n {
+			o := ((i * 7) % n) * bs * 2
+			require.True(t, bytes.Equal(src.Bytes()[i*bs:(i+1)*bs], dst.Bytes()[o:o+bs]), "element %d", i)
+		}
+		after := ep.Stats().NICWRs
+		for i := range after {
+			require.Equal(t, before[i]+n/uint64(len(after)), after[i], "NIC %d: its share of the list, one WR each", i)
+		}
+		clear(src.Bytes())
+		require.NoError(t, ep.GetList(ctx, locals, remotes).Wait(ctx))
+		want := make([]byte, n*bs)
+		fill(want, 77)
+		require.True(t, bytes.Equal(want, src.Bytes()), "get list bytes differ")
+	})
 	require.NoError(t, dst.Free())
 	require.NoError(t, single.Close())
 	require.NoError(t, req.Close())
