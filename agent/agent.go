@@ -100,11 +100,12 @@ type Config struct {
 	InvalidateWait time.Duration
 	// MaxInFlight bounds the Puts and Gets in flight to one peer; the
 	// rest of a transfer is issued as they complete. A transfer's runs
-	// (coalesced descriptors) go to the engine as lists of up to 1024
-	// (Endpoint.PutList, GetList), a list of k runs counting as
-	// min(k, MaxInFlight). (The endpoint also
-	// keeps at most 64 requests its peer serves in progress, making
-	// further ones wait.) Default 48, at most 64.
+	// (coalesced descriptors) go to the engine as lists
+	// (Endpoint.PutList, GetList): its first 8 runs, issued by the
+	// caller, then lists of up to 1024; a list of k runs counts as
+	// min(k, MaxInFlight), or, after the first, min(k, MaxInFlight - 8).
+	// (The endpoint also keeps at most 64 requests its peer serves in
+	// progress, making further ones wait.) Default 48, at most 64.
 	MaxInFlight int
 	// StoreTimeout bounds the Store calls the agent makes without a
 	// caller's context (Publish, Withdraw, Close). Default 10 s.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -91,5 +92,51 @@ func TestListsShareTheWindow(t *testing.T) {
 			p.window.Release(2)
 			require.Zero(t, a.Stats().InFlight, fmt.Sprint(a.Stats()))
 		})
+	}
+}
+
+// TestFirstRunsIssuedByCaller: a long transfer's first runs are issued by
+// the caller before Write returns (the first byte moves without waiting
+// for the Xfer's goroutine, which GOMAXPROCS 1 keeps from running here):
+// over unix they are already in the peer's section; the rest follow.
+func TestFirstRunsIssuedByCaller(t *testing.T) {
+	ctx := testCtx(t)
+	ea, eb := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{})
+	b := newAgent(t, eb, "b", agentOpts{unix: true})
+	const n, bs = 100, 4096
+	dst := alloc(t, eb, 2*n*bs, engine.Host)
+	require.NoError(t, b.Publish("s", dst.All()))
+	_, err := a.Connect(ctx, b.Metadata().Unix)
+	require.NoError(t, err)
+	p, err := a.Peer(ctx, "b")
+	require.NoError(t, err)
+	ep, err := p.Endpoint(ctx)
+	require.NoError(t, err)
+	src := alloc(t, ea, n*bs, engine.Host)
+	descs := make([]Desc, n)
+	for i := range n {
+		copy(src.Bytes()[i*bs:], pattern(bs, uint64(i)))
+		descs[i] = Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: 2 * i * bs} // nothing coalesces
+	}
+	puts0 := ep.Stats().Puts
+
+	prev := runtime.GOMAXPROCS(1)
+	x := p.Write(ctx, descs)
+	puts := ep.Stats().Puts - puts0
+	landed := 0
+	for i := range n {
+		if !bytes.Equal(dst.Bytes()[2*i*bs:(2*i+1)*bs], pattern(bs, uint64(i))) {
+			break
+		}
+		landed++
+	}
+	runtime.GOMAXPROCS(prev)
+
+	require.Equal(t, uint64(syncRuns), puts, "the caller issued the first list only")
+	require.Equal(t, syncRuns, landed, "the first list's bytes are in place when Write returns")
+	require.NoError(t, x.Wait(ctx))
+	for i := range n {
+		require.Equal(t, pattern(bs, uint64(i)), dst.Bytes()[2*i*bs:(2*i+1)*bs], "descriptor %d", i)
 	}
 }

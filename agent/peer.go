@@ -31,8 +31,7 @@ type Peer struct {
 	deadErr error
 	dead    chan struct{}
 	// window bounds the Puts and Gets in flight to the peer
-	// (Config.MaxInFlight): an engine list of k of them holds
-	// min(k, MaxInFlight) slots.
+	// (Config.MaxInFlight): an engine list holds slots (see there).
 	window *semaphore.Weighted
 }
 

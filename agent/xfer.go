@@ -293,23 +293,33 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 	if cfg.hasNotify {
 		w.notify = encodeNotify(cfg.notify)
 	}
-	w.lists = make([]runList, 0, (len(runs)+maxListRuns-1)/maxListRuns)
-	for i := 0; i < len(runs); i += maxListRuns {
-		end := min(i+maxListRuns, len(runs))
-		w.lists = append(w.lists, runList{start: i, end: end, slots: int64(min(end-i, a.cfg.MaxInFlight))})
-	}
-	if len(runs) <= syncRuns && len(w.lists) == 1 && p.window.TryAcquire(w.lists[0].slots) {
-		// A short list: issued here (the first byte moves before Write
-		// returns).
-		w.issue(&w.lists[0])
-		w.issued = 1
-		if w.lists[0].fut.IsDone() {
-			// Everything completed in the caller (copies into a peer's
-			// mapped memory): finish here, without a goroutine's
-			// wakeup before the notification.
-			p.window.Release(w.lists[0].slots)
-			w.finish()
-			return w.x
+	// The first syncRuns runs are a list of their own, issued here when
+	// the window has room: the first byte moves before Write returns,
+	// however long the transfer. The rest go as lists of up to
+	// maxListRuns runs (one operation each, which a transport may move as
+	// one: one copy split over cores over a unix socket) from the Xfer's
+	// goroutine, each holding at most the window less the first list's
+	// slots (so that it need not wait for the first list to end).
+	if len(runs) > 0 {
+		first := min(len(runs), syncRuns)
+		w.lists = make([]runList, 0, 1+(len(runs)-first+maxListRuns-1)/maxListRuns)
+		w.lists = append(w.lists, runList{start: 0, end: first, slots: int64(min(first, a.cfg.MaxInFlight))})
+		rest := int64(max(1, a.cfg.MaxInFlight-first))
+		for i := first; i < len(runs); i += maxListRuns {
+			end := min(i+maxListRuns, len(runs))
+			w.lists = append(w.lists, runList{start: i, end: end, slots: min(int64(end-i), rest)})
+		}
+		if p.window.TryAcquire(w.lists[0].slots) {
+			w.issue(&w.lists[0])
+			w.issued = 1
+			if len(w.lists) == 1 && w.lists[0].fut.IsDone() {
+				// Everything completed in the caller (copies into a
+				// peer's mapped memory): finish here, without a
+				// goroutine's wakeup before the notification.
+				p.window.Release(w.lists[0].slots)
+				w.finish()
+				return w.x
+			}
 		}
 	}
 	go w.complete()
@@ -317,8 +327,8 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 }
 
 const (
-	// syncRuns: transfers of up to this many runs are issued by the
-	// caller when the window has room; longer ones by the Xfer's
+	// syncRuns: the first this many runs of a transfer are issued by
+	// the caller when the window has room; the rest by the Xfer's
 	// goroutine.
 	syncRuns = 8
 	// maxListRuns bounds the runs of one engine list.
