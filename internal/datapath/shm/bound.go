@@ -126,6 +126,61 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 	return b.checkAfter()
 }
 
+// Held is a binding admitted once through the engine's close gate for a
+// run of Puts or Gets on one goroutine (engine.Binding.Hold): each
+// operation is then the binding's checks (loads) and the copy, with no
+// atomic read-modify-write and no indirect call, as a UCT endpoint's
+// put_short is a memcpy into the peer's segment. While held, the engine's
+// Close waits in its gate drain: Do fails with gxerr.Closed once the
+// engine is closing, and the holder must Release then (or whenever it
+// stops). Not safe for concurrent use.
+type Held struct {
+	b        *bound
+	released bool
+}
+
+// Hold checks the binding and admits it through the engine's close gate
+// until Release. The caller (engine.Binding) holds its lock shared.
+func (b *bound) Hold() (*Held, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if !b.gate.Enter() {
+		return nil, gxerr.Closed
+	}
+	return &Held{b: b}, nil
+}
+
+// Do copies the local slice into the peer's (put) or back, once. The data
+// is in place on return: a Put's bytes are in the peer's memory, where
+// its loads see them (coherent shared memory: no completion step).
+func (h *Held) Do(put bool) error {
+	b := h.b
+	if h.released || b.gate.Closing() {
+		return gxerr.Closed
+	}
+	if b.h.Gone() || b.h.Value().revoked() {
+		return b.check()
+	}
+	b.gate.Hook()
+	if put {
+		b.hc.Copy(b.theirs, b.mine)
+	} else {
+		b.hc.Copy(b.mine, b.theirs)
+	}
+	return b.checkAfter()
+}
+
+// Release ends the hold (the engine's Close may then proceed).
+// Idempotent.
+func (h *Held) Release() {
+	if h.released {
+		return
+	}
+	h.released = true
+	h.b.gate.Exit()
+}
+
 // Flush has nothing to wait for: every copy is done when Do returns.
 func (b *bound) Flush() error {
 	return b.check()
