@@ -220,6 +220,7 @@ type pingPong struct {
 	seq          uint64
 	seedC, seedS byte            // patterns of the client's and the server's send buffers
 	bind         *engine.Binding // host to host: checked and imported once
+	held         *engine.Held    // bind, held by the rounds' goroutine (see RoundTrip)
 	wait         *landWait
 }
 
@@ -257,6 +258,11 @@ func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error
 	if w.bind, err = bind(ctx, w.ep, w.sendS, w.rk); err != nil {
 		return nil, err
 	}
+	if w.bind != nil {
+		if w.held, err = w.bind.Hold(); err != nil {
+			return nil, err
+		}
+	}
 	key, err := w.recv.Export()
 	if err != nil {
 		return nil, fmt.Errorf("export the receive buffer: %w", err)
@@ -291,14 +297,21 @@ func (w *pingPong) RoundTrip(ctx context.Context) error {
 		return w.roundTripFuture(ctx, want)
 	}
 	// A Put into the peer's host memory through a binding is done on
-	// return.
-	if err := w.bind.Put(); err != nil {
+	// return. The binding is held (its lock and the engine's close gate
+	// taken once, not per round): over ipc the Put is then its checks
+	// (loads) and the copy, with no atomic read-modify-write on the round
+	// trip, as ucx_perftest's put_short is a memcpy into the peer's
+	// segment.
+	if err := w.held.Put(); err != nil {
 		return err
 	}
 	return w.poll(ctx, want)
 }
 
-// poll spins until the answer of round want has landed.
+// poll spins until the answer of round want has landed. The load is
+// atomic: a plain MOV on amd64 (TSO: the peer's stores are seen in the
+// order it made them), LDAR (load-acquire) on arm64, where the polled
+// word is not otherwise ordered with the bytes stored before it.
 func (w *pingPong) poll(ctx context.Context, want uint64) error {
 	var t0 time.Time
 	for spins := 1; atomic.LoadUint64(w.recvSeq) != want; spins++ {
@@ -357,6 +370,13 @@ func (w *pingPong) check(ctx context.Context, t0 *time.Time, spins int, want uin
 	return nil
 }
 
+// release ends the hold on the binding (the engine's Close waits for it).
+func (w *pingPong) release() {
+	if w.held != nil {
+		w.held.Release()
+	}
+}
+
 // stop ends the server's responder and returns its verdict on the bytes
 // it received.
 func (w *pingPong) stop(ctx context.Context) error {
@@ -364,6 +384,7 @@ func (w *pingPong) stop(ctx context.Context) error {
 		return nil
 	}
 	w.running = false
+	w.release()
 	*w.sendSeq = stopSeq
 	perr := w.ep.PutSync(ctx, w.sendS, w.rk)
 	r, err := w.p.call(ctx, &ctlMsg{Op: opPingPongEnd, Seq: w.seq}, ctlTimeout)
@@ -393,6 +414,7 @@ func (w *pingPong) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
 	defer cancel()
 	errs := []error{w.stop(ctx)}
+	w.release()
 	if w.bind != nil {
 		errs = append(errs, w.bind.Close())
 	}
