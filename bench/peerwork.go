@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -70,6 +71,9 @@ type rmaWork struct {
 	rk    engine.RemoteKey
 	rlive bool
 	bind  *engine.Binding // host to host: checked and imported once
+	// held: bind held for Stream over ipc, where each put is one call
+	// (see Stream); nil until the first Stream, and after Verify.
+	held *engine.Held
 }
 
 // resolvedOK is returned for operations that completed in the caller.
@@ -146,21 +150,77 @@ func (w *rmaWork) CanStream() bool { return w.bind != nil }
 
 // Stream implements streamer: n Puts (or Gets) back to back through the
 // binding, each a copy of the whole message into (out of) the peer's
-// memory.
+// memory. Over ipc each put is one Put call of the held binding, which
+// returns with the bytes in the peer's memory (complete, and visible to
+// the peer: coherent shared memory), as each of ucx_perftest's put_bw
+// puts is one uct_ep_put_bcopy call into the peer's segment; over rdma
+// PutN posts the writes, up to 128 in flight, and Flush completes them.
 func (w *rmaWork) Stream(ctx context.Context, n int) error {
-	if w.put {
-		return w.bind.PutN(n)
+	if w.p.ep.Transport() != engine.TransportIPC {
+		if w.put {
+			return w.bind.PutN(n)
+		}
+		return w.bind.GetN(n)
 	}
-	return w.bind.GetN(n)
+	if w.held == nil {
+		h, err := w.bind.Hold()
+		if err != nil {
+			return err
+		}
+		w.held = h
+	}
+	if w.put {
+		for range n {
+			if err := w.held.Put(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for range n {
+		if err := w.held.Get(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// OpMeaning implements opDescriber.
+func (w *rmaWork) OpMeaning(streamed bool) string {
+	verb, into := "put", "into the peer's mapped memory"
+	if !w.put {
+		verb, into = "get", "out of the peer's mapped memory"
+	}
+	switch {
+	case streamed && w.p.ep.Transport() == engine.TransportIPC:
+		return fmt.Sprintf("one %s = one %s call of a held Binding: checks that the peer's buffer is still exported, copies the message %s and returns with it in place (complete; visible to the peer's loads, coherent shared memory, no completion step); the run ends with Flush", verb, cases(verb), into)
+	case streamed:
+		return fmt.Sprintf("one %s = one RDMA %s posted by Binding.%sN (up to 128 in flight), complete once Flush returns, which ends the run", verb, map[bool]string{true: "write", false: "read"}[w.put], cases(verb))
+	case w.bind != nil:
+		return fmt.Sprintf("one %s = one Binding.%s call, returning once it has completed", verb, cases(verb))
+	}
+	return fmt.Sprintf("one %s = one Endpoint.%s, from its submission to its future's completion", verb, cases(verb))
+}
+
+// cases capitalises an operation's name ("put" -> "Put").
+func cases(op string) string { return strings.ToUpper(op[:1]) + op[1:] }
 
 // Flush implements flusher: the binding's operations still in flight
 // (RDMA) are done on return.
 func (w *rmaWork) Flush() error { return w.bind.Flush() }
 
+// release ends the hold on the binding (the engine's Close waits for it).
+func (w *rmaWork) release() {
+	if w.held != nil {
+		w.held.Release()
+		w.held = nil
+	}
+}
+
 // Verify implements Workload: the destination, here or at the peer, holds
 // the source's pattern.
 func (w *rmaWork) Verify(ctx context.Context) error {
+	w.release()
 	if w.put {
 		return w.p.verify(ctx, w.rid, w.seed)
 	}
@@ -170,6 +230,7 @@ func (w *rmaWork) Verify(ctx context.Context) error {
 // Close implements Workload.
 func (w *rmaWork) Close() error {
 	var errs []error
+	w.release()
 	if w.bind != nil {
 		errs = append(errs, w.bind.Close())
 	}
@@ -273,6 +334,14 @@ func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error
 	}
 	w.running = true
 	return w, nil
+}
+
+// OpMeaning implements opDescriber.
+func (w *pingPong) OpMeaning(bool) string {
+	if w.held != nil {
+		return "one message = one Put call of a held Binding (the message copied into the peer's mapped memory), seen by the other side polling its memory; a round trip is two messages"
+	}
+	return "one message = one Endpoint.Put into the peer's buffer, seen by the other side polling its memory; a round trip is two messages"
 }
 
 // Submit implements Workload; the runner calls RoundTrip instead.

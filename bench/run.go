@@ -184,7 +184,11 @@ type Result struct {
 	// BandwidthMBs is bytes moved / wall time in MB/s with MB = 2^20 bytes.
 	BandwidthMBs float64 `json:"bandwidth_mb_s"`
 	MsgRate      float64 `json:"msg_rate"` // messages per second
-	Verified     bool    `json:"verified"`
+	// Op says what one message (of MsgRate) includes, for peer tests: for
+	// put_bw over ipc, one Put call that returns with the bytes in the
+	// peer's memory. Empty where the workload does not say.
+	Op       string `json:"op,omitempty"`
+	Verified bool   `json:"verified"`
 }
 
 // BytesPerSec is the bandwidth in bytes per second.
@@ -269,6 +273,9 @@ func measureOne(ctx context.Context, rs *runState, t Test, size, run int, frac f
 		res.LatencyKind = OneWay
 	case streamed || p.Window > 1 || p.Batch > 1:
 		res.LatencyKind = PerOp
+	}
+	if d, ok := w.(opDescriber); ok {
+		res.Op = d.OpMeaning(streamed)
 	}
 	run1 := func(limit int64, dur time.Duration, rec *recorder, frac func(float64)) (measured, error) {
 		switch {
@@ -495,6 +502,12 @@ func streamLoop(ctx context.Context, w streamer, p Params, size int, limit int64
 	}
 	m.elapsed = c.dur(now - start)
 	return m, nil
+}
+
+// opDescriber is a workload that says what one of its messages includes
+// (Result.Op); streamed: its operations run through streamLoop.
+type opDescriber interface {
+	OpMeaning(streamed bool) string
 }
 
 // roundTripper is a workload the runner times round by round (ping-pong):
