@@ -361,7 +361,7 @@ func TestIPCServerClientVanishes(t *testing.T) {
 	require.NoError(t, err)
 	w, err := tests[0].Prepare(ctx, env, 64)
 	require.NoError(t, err)
-	require.NoError(t, w.(roundTripper).RoundTrip(ctx))
+	require.NoError(t, w.(*pingPong).RoundTrip(ctx))
 	// The client goes away mid ping-pong without a word: the server's
 	// responder and session end, and so does a -once server, with an error.
 	require.NoError(t, p.ep.Close())

@@ -282,6 +282,7 @@ type pingPong struct {
 	seedC, seedS byte            // patterns of the client's and the server's send buffers
 	bind         *engine.Binding // host to host: checked and imported once
 	held         *engine.Held    // bind, held by the rounds' goroutine (see RoundTrip)
+	f            *engine.Future  // without a binding: the Put of the round Send started
 	wait         *landWait
 }
 
@@ -355,6 +356,15 @@ func (w *pingPong) Submit(ctx context.Context, n int) *engine.Future {
 // RoundTrip runs one ping-pong round: Put, then poll until the peer's
 // answer lands in the receive buffer.
 func (w *pingPong) RoundTrip(ctx context.Context) error {
+	if err := w.Send(ctx); err != nil {
+		return err
+	}
+	return w.Await(ctx)
+}
+
+// Send starts a round: its Put is issued (through a binding, done: the
+// bytes are in the peer's memory).
+func (w *pingPong) Send(ctx context.Context) error {
 	w.seq++
 	want := w.seq
 	w.wait.round(want)
@@ -363,7 +373,8 @@ func (w *pingPong) RoundTrip(ctx context.Context) error {
 	// on the critical path. Only the polled receive buffer needs atomics.
 	*w.sendSeq = want
 	if w.bind == nil {
-		return w.roundTripFuture(ctx, want)
+		w.f = w.ep.Put(ctx, w.sendS, w.rk)
+		return nil
 	}
 	// A Put into the peer's host memory through a binding is done on
 	// return. The binding is held (its lock and the engine's close gate
@@ -371,10 +382,17 @@ func (w *pingPong) RoundTrip(ctx context.Context) error {
 	// (loads) and the copy, with no atomic read-modify-write on the round
 	// trip, as ucx_perftest's put_short is a memcpy into the peer's
 	// segment.
-	if err := w.held.Put(); err != nil {
-		return err
+	return w.held.Put()
+}
+
+// Await returns once the answer of the round Send started has landed.
+func (w *pingPong) Await(ctx context.Context) error {
+	if w.bind == nil {
+		f := w.f
+		w.f = nil
+		return w.roundTripFuture(ctx, w.seq, f)
 	}
-	return w.poll(ctx, want)
+	return w.poll(ctx, w.seq)
 }
 
 // poll spins until the answer of round want has landed. The load is
@@ -399,8 +417,7 @@ func (w *pingPong) poll(ctx context.Context, want uint64) error {
 // buffer and the Put has completed (the send buffer is then ours again).
 // The Put's completion is not waited for before polling: over tcp it
 // comes back with the answer.
-func (w *pingPong) roundTripFuture(ctx context.Context, want uint64) error {
-	f := w.ep.Put(ctx, w.sendS, w.rk)
+func (w *pingPong) roundTripFuture(ctx context.Context, want uint64, f *engine.Future) error {
 	var t0 time.Time
 	for spins := 1; ; spins++ {
 		if atomic.LoadUint64(w.recvSeq) == want && f.IsDone() {

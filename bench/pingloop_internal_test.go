@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,15 +10,30 @@ import (
 )
 
 // fakeRounds counts the rounds pingLoop runs.
-type fakeRounds struct{ n int }
+type fakeRounds struct{ sent, n int }
 
-func (f *fakeRounds) RoundTrip(context.Context) error { f.n++; return nil }
+func (f *fakeRounds) Send(context.Context) error {
+	if f.sent != f.n {
+		return errors.New("Send before the previous round's Await")
+	}
+	f.sent++
+	return nil
+}
+
+func (f *fakeRounds) Await(context.Context) error {
+	if f.sent != f.n+1 {
+		return errors.New("Await without Send")
+	}
+	f.n++
+	return nil
+}
 
 // TestPingLoopOneClockReadPerRound: pingLoop reads the clock once per
-// round, as ucx_perftest does, so that a round's sample runs from the end
-// of the previous one: the samples tile the measurement, their sum is
-// exactly its elapsed time (with two reads per round, the time between a
-// round's end and the next one's start would be in no sample).
+// round (after its Send), as ucx_perftest does, so that a round's sample
+// runs from its Send to the next one's: the samples tile the
+// measurement, their sum is exactly its elapsed time (with two reads per
+// round, the time between a round's end and the next one's start would be
+// in no sample).
 func TestPingLoopOneClockReadPerRound(t *testing.T) {
 	p := Params{Clock: ClockMonotonic}.withDefaults()
 	for _, limit := range []int64{1, 10, 5000} {

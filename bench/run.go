@@ -511,39 +511,48 @@ type opDescriber interface {
 }
 
 // roundTripper is a workload the runner times round by round (ping-pong):
-// RoundTrip runs one round and returns when its answer has arrived.
+// Send starts a round (its message is on its way), Await returns when its
+// answer has arrived.
 type roundTripper interface {
-	RoundTrip(ctx context.Context) error
+	Send(ctx context.Context) error
+	Await(ctx context.Context) error
 }
 
-// pingLoop runs limit rounds (or, when limit is 0, rounds for dur), timing
-// every round with one clock read, as ucx_perftest's ucx_perf_update: a
-// round's sample runs from the previous round's end to its own, the
-// loop's bookkeeping included, so the samples tile the measurement.
+// pingLoop runs limit rounds (or, when limit is 0, rounds for dur) and
+// reads the clock once per round, right after the round's Send, as
+// ucx_perftest's ucx_perf_update follows its send_b: the clock read and
+// the bookkeeping overlap the message's flight instead of delaying the
+// next round's message. A round's sample runs from its Send to the next
+// one's (the last: to its answer), so the samples tile the measurement,
+// which starts at the first Send.
 func pingLoop(ctx context.Context, w roundTripper, p Params, limit int64, dur time.Duration, rec *recorder, frac func(float64)) (m measured, err error) {
 	c, err := clockFor(p.Clock)
 	if err != nil {
 		return m, err
 	}
 	durT, everyT := c.ticks(dur), c.ticks(p.ProgressEvery)
-	start := c.now()
-	now, lastProgress := start, start
-	if rec != nil {
-		rec.begin(c, start, 1)
-	}
+	var start, now, lastProgress int64
 	for (limit > 0 && m.msgs < limit) || (limit == 0 && (m.msgs == 0 || now-start < durT)) {
 		if m.msgs&1023 == 1023 {
 			if err := ctx.Err(); err != nil {
 				return m, err
 			}
 		}
-		t0 := now
-		if err := w.RoundTrip(ctx); err != nil {
+		if err := w.Send(ctx); err != nil {
 			return m, err
 		}
-		now = c.now()
-		if rec != nil {
-			rec.add(t0, now, 1)
+		t := c.now()
+		if m.msgs == 0 {
+			start, lastProgress = t, t
+			if rec != nil {
+				rec.begin(c, start, 1)
+			}
+		} else if rec != nil {
+			rec.add(now, t, 1) // the previous round
+		}
+		now = t
+		if err := w.Await(ctx); err != nil {
+			return m, err
 		}
 		m.msgs++
 		if frac != nil && now-lastProgress >= everyT {
@@ -554,6 +563,13 @@ func pingLoop(ctx context.Context, w roundTripper, p Params, limit int64, dur ti
 				frac(min(1, float64(now-start)/float64(durT)))
 			}
 		}
+	}
+	if m.msgs > 0 {
+		end := c.now()
+		if rec != nil {
+			rec.add(now, end, 1) // the last round
+		}
+		now = end
 	}
 	m.subs = m.msgs
 	m.elapsed = c.dur(now - start)

@@ -49,24 +49,46 @@ func (b *Binding) Hold() (*Held, error) {
 }
 
 // Put copies the local slice into the peer's, like Binding.Put.
-func (h *Held) Put() error { return h.do(true) }
+func (h *Held) Put() error {
+	if h.sh == nil || h.done {
+		return h.do(true)
+	}
+	if err := h.sh.Do(true); err != nil {
+		return h.failed(err)
+	}
+	h.ops++
+	return nil
+}
 
 // Get copies the peer's slice into the local one, like Binding.Get.
-func (h *Held) Get() error { return h.do(false) }
+func (h *Held) Get() error {
+	if h.sh == nil || h.done {
+		return h.do(false)
+	}
+	if err := h.sh.Do(false); err != nil {
+		return h.failed(err)
+	}
+	h.ops++
+	return nil
+}
 
+// do is an operation of a released Held, or through the binding's data
+// path.
 func (h *Held) do(put bool) error {
 	if h.done {
 		return errBindingClosed()
 	}
-	var err error
-	if h.sh != nil {
-		err = h.sh.Do(put)
-		if err != nil && errors.Is(err, ErrClosed) {
-			h.Release() // the engine is closing: its Close waits for this
-			return err
-		}
-	} else {
-		err = h.b.bd.Do(put, 1, true)
+	h.ops++
+	return h.b.bd.Do(put, 1, true)
+}
+
+// failed handles the error of an operation on the direct path: counted
+// as the binding counts its failed ones, and, when the engine is closing,
+// the Held released (the engine's Close waits for it).
+func (h *Held) failed(err error) error {
+	if errors.Is(err, ErrClosed) {
+		h.Release()
+		return err
 	}
 	h.ops++
 	return err

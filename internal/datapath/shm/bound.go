@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/internal/datapath"
@@ -135,7 +136,16 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 // engine is closing, and the holder must Release then (or whenever it
 // stops). Not safe for concurrent use.
 type Held struct {
-	b        *bound
+	b *bound
+	// What each Do reads, resolved at Hold: the engine's closing flag,
+	// the import's, the owner's validity flag (held: none goes away).
+	gate  *datapath.Gate
+	gone  *atomic.Bool
+	valid *ipc.ValidityView
+	// small: the copies take copy() (memmove) whatever the copier
+	// (Copier.Copy would, below its temporal and split thresholds), with
+	// no call to decide it.
+	small    bool
 	released bool
 }
 
@@ -148,27 +158,33 @@ func (b *bound) Hold() (*Held, error) {
 	if !b.gate.Enter() {
 		return nil, gxerr.Closed
 	}
-	return &Held{b: b}, nil
+	return &Held{b: b, gate: b.gate, gone: b.h.GoneFlag(), valid: b.h.Value().valid, small: b.hc.Small(len(b.mine))}, nil
 }
 
 // Do copies the local slice into the peer's (put) or back, once. The data
 // is in place on return: a Put's bytes are in the peer's memory, where
 // its loads see them (coherent shared memory: no completion step).
 func (h *Held) Do(put bool) error {
-	b := h.b
-	if h.released || b.gate.Closing() {
+	if h.released || h.gate.Closing() {
 		return gxerr.Closed
 	}
-	if b.h.Gone() || b.h.Value().revoked() {
-		return b.check()
+	if h.gone.Load() || h.valid.Revoked() {
+		return h.b.check()
 	}
-	b.gate.Hook()
-	if put {
-		b.hc.Copy(b.theirs, b.mine)
+	h.gate.Hook()
+	dst, src := h.b.theirs, h.b.mine
+	if !put {
+		dst, src = src, dst
+	}
+	if h.small {
+		copy(dst, src)
 	} else {
-		b.hc.Copy(b.mine, b.theirs)
+		h.b.hc.Copy(dst, src)
 	}
-	return b.checkAfter()
+	if h.valid.Revoked() {
+		return h.b.checkAfter()
+	}
+	return nil
 }
 
 // Release ends the hold (the engine's Close may then proceed).
