@@ -691,7 +691,7 @@ func (r *responder) run() {
 	for {
 		v := atomic.LoadUint64(recvSeq)
 		if v == next {
-			if !settle() {
+			if pending != nil && !settle() { // no call on the ipc path
 				return
 			}
 			*sendSeq = next // this goroutine's buffer: a plain store (see pingPong.RoundTrip)
