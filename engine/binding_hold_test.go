@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -106,4 +107,28 @@ func BenchmarkIPCBindingHeldPut(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestIPCBindingHoldStale: a held binding whose peer buffer the exporter
+// frees fails its Puts with ErrInvalid, as the binding's own do, and is
+// still released and closed normally.
+func TestIPCBindingHoldStale(t *testing.T) {
+	p := startPeer(t)
+	e := newEngine(t, Config{Devices: DevicesNone})
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	require.NoError(t, err)
+	h, _ := e.Alloc(64, Host)
+	bd, err := ep.Bind(ctx, h.All(), p.host.Slice(0, 64))
+	require.NoError(t, err)
+	held, err := bd.Hold()
+	require.NoError(t, err)
+	require.NoError(t, held.Put())
+	p.command(t, "realloc")
+	p.readKeys(t)
+	require.Eventually(t, func() bool { return held.Put() != nil }, 5*time.Second, time.Millisecond)
+	require.ErrorIs(t, held.Put(), ErrInvalid)
+	require.ErrorIs(t, held.Get(), ErrInvalid)
+	held.Release()
+	require.NoError(t, bd.Close())
 }
