@@ -177,6 +177,18 @@ func TestIPCRunHost(t *testing.T) {
 			k := int64(streamChunk(r.Size))
 			require.Equal(t, (r.Iterations+k-1)/k, r.Submissions, name)
 		}
+		// What one message includes: over ipc, one call per put or get.
+		switch r.Test {
+		case "put_lat":
+			require.Contains(t, r.Op, "one message = one Put call of a held Binding", name)
+		case "put_bw":
+			require.Contains(t, r.Op, "one put = one Put call of a held Binding", name)
+			require.Contains(t, r.Op, "visible to the peer's loads", name)
+		case "get_bw":
+			require.Contains(t, r.Op, "one get = one Get call of a held Binding", name)
+		case "get_lat":
+			require.Contains(t, r.Op, "one get = one Binding.Get call", name)
+		}
 	}
 	require.NotNil(t, rep.PeerEnv)
 	require.Equal(t, p.String(), rep.Params.Peer)
@@ -190,6 +202,7 @@ func TestIPCRunHost(t *testing.T) {
 	require.Contains(t, out, "# test get_bw: peer host -> host")
 	require.Contains(t, out, "one-way, half a ping-pong round trip")
 	require.Contains(t, out, "reused every iteration")
+	require.Contains(t, out, "# msg/s counts messages; one put = one Put call of a held Binding")
 
 	// Batches are refused: an endpoint has no batch API.
 	_, err = NewReport(env, tests, Params{Sizes: []int{8}, Iterations: 1, Batch: 2})
@@ -348,7 +361,7 @@ func TestIPCServerClientVanishes(t *testing.T) {
 	require.NoError(t, err)
 	w, err := tests[0].Prepare(ctx, env, 64)
 	require.NoError(t, err)
-	require.NoError(t, w.(roundTripper).RoundTrip(ctx))
+	require.NoError(t, w.(*pingPong).RoundTrip(ctx))
 	// The client goes away mid ping-pong without a word: the server's
 	// responder and session end, and so does a -once server, with an error.
 	require.NoError(t, p.ep.Close())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -70,6 +71,9 @@ type rmaWork struct {
 	rk    engine.RemoteKey
 	rlive bool
 	bind  *engine.Binding // host to host: checked and imported once
+	// held: bind held for Stream over ipc, where each put is one call
+	// (see Stream); nil until the first Stream, and after Verify.
+	held *engine.Held
 }
 
 // resolvedOK is returned for operations that completed in the caller.
@@ -146,21 +150,77 @@ func (w *rmaWork) CanStream() bool { return w.bind != nil }
 
 // Stream implements streamer: n Puts (or Gets) back to back through the
 // binding, each a copy of the whole message into (out of) the peer's
-// memory.
+// memory. Over ipc each put is one Put call of the held binding, which
+// returns with the bytes in the peer's memory (complete, and visible to
+// the peer: coherent shared memory), as each of ucx_perftest's put_bw
+// puts is one uct_ep_put_bcopy call into the peer's segment; over rdma
+// PutN posts the writes, up to 128 in flight, and Flush completes them.
 func (w *rmaWork) Stream(ctx context.Context, n int) error {
-	if w.put {
-		return w.bind.PutN(n)
+	if w.p.ep.Transport() != engine.TransportIPC {
+		if w.put {
+			return w.bind.PutN(n)
+		}
+		return w.bind.GetN(n)
 	}
-	return w.bind.GetN(n)
+	if w.held == nil {
+		h, err := w.bind.Hold()
+		if err != nil {
+			return err
+		}
+		w.held = h
+	}
+	if w.put {
+		for range n {
+			if err := w.held.Put(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for range n {
+		if err := w.held.Get(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// OpMeaning implements opDescriber.
+func (w *rmaWork) OpMeaning(streamed bool) string {
+	verb, into := "put", "into the peer's mapped memory"
+	if !w.put {
+		verb, into = "get", "out of the peer's mapped memory"
+	}
+	switch {
+	case streamed && w.p.ep.Transport() == engine.TransportIPC:
+		return fmt.Sprintf("one %s = one %s call of a held Binding: checks that the peer's buffer is still exported, copies the message %s and returns with it in place (complete; visible to the peer's loads, coherent shared memory, no completion step); the run ends with Flush", verb, cases(verb), into)
+	case streamed:
+		return fmt.Sprintf("one %s = one RDMA %s posted by Binding.%sN (up to 128 in flight), complete once Flush returns, which ends the run", verb, map[bool]string{true: "write", false: "read"}[w.put], cases(verb))
+	case w.bind != nil:
+		return fmt.Sprintf("one %s = one Binding.%s call, returning once it has completed", verb, cases(verb))
+	}
+	return fmt.Sprintf("one %s = one Endpoint.%s, from its submission to its future's completion", verb, cases(verb))
+}
+
+// cases capitalises an operation's name ("put" -> "Put").
+func cases(op string) string { return strings.ToUpper(op[:1]) + op[1:] }
 
 // Flush implements flusher: the binding's operations still in flight
 // (RDMA) are done on return.
 func (w *rmaWork) Flush() error { return w.bind.Flush() }
 
+// release ends the hold on the binding (the engine's Close waits for it).
+func (w *rmaWork) release() {
+	if w.held != nil {
+		w.held.Release()
+		w.held = nil
+	}
+}
+
 // Verify implements Workload: the destination, here or at the peer, holds
 // the source's pattern.
 func (w *rmaWork) Verify(ctx context.Context) error {
+	w.release()
 	if w.put {
 		return w.p.verify(ctx, w.rid, w.seed)
 	}
@@ -170,6 +230,7 @@ func (w *rmaWork) Verify(ctx context.Context) error {
 // Close implements Workload.
 func (w *rmaWork) Close() error {
 	var errs []error
+	w.release()
 	if w.bind != nil {
 		errs = append(errs, w.bind.Close())
 	}
@@ -220,6 +281,8 @@ type pingPong struct {
 	seq          uint64
 	seedC, seedS byte            // patterns of the client's and the server's send buffers
 	bind         *engine.Binding // host to host: checked and imported once
+	held         *engine.Held    // bind, held by the rounds' goroutine (see RoundTrip)
+	f            *engine.Future  // without a binding: the Put of the round Send started
 	wait         *landWait
 }
 
@@ -257,6 +320,11 @@ func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error
 	if w.bind, err = bind(ctx, w.ep, w.sendS, w.rk); err != nil {
 		return nil, err
 	}
+	if w.bind != nil {
+		if w.held, err = w.bind.Hold(); err != nil {
+			return nil, err
+		}
+	}
 	key, err := w.recv.Export()
 	if err != nil {
 		return nil, fmt.Errorf("export the receive buffer: %w", err)
@@ -267,6 +335,14 @@ func newPingPong(ctx context.Context, env *Env, size int) (_ Workload, err error
 	}
 	w.running = true
 	return w, nil
+}
+
+// OpMeaning implements opDescriber.
+func (w *pingPong) OpMeaning(bool) string {
+	if w.held != nil {
+		return "one message = one Put call of a held Binding (the message copied into the peer's mapped memory), seen by the other side polling its memory; a round trip is two messages"
+	}
+	return "one message = one Endpoint.Put into the peer's buffer, seen by the other side polling its memory; a round trip is two messages"
 }
 
 // Submit implements Workload; the runner calls RoundTrip instead.
@@ -280,6 +356,15 @@ func (w *pingPong) Submit(ctx context.Context, n int) *engine.Future {
 // RoundTrip runs one ping-pong round: Put, then poll until the peer's
 // answer lands in the receive buffer.
 func (w *pingPong) RoundTrip(ctx context.Context) error {
+	if err := w.Send(ctx); err != nil {
+		return err
+	}
+	return w.Await(ctx)
+}
+
+// Send starts a round: its Put is issued (through a binding, done: the
+// bytes are in the peer's memory).
+func (w *pingPong) Send(ctx context.Context) error {
 	w.seq++
 	want := w.seq
 	w.wait.round(want)
@@ -288,17 +373,32 @@ func (w *pingPong) RoundTrip(ctx context.Context) error {
 	// on the critical path. Only the polled receive buffer needs atomics.
 	*w.sendSeq = want
 	if w.bind == nil {
-		return w.roundTripFuture(ctx, want)
+		w.f = w.ep.Put(ctx, w.sendS, w.rk)
+		return nil
 	}
 	// A Put into the peer's host memory through a binding is done on
-	// return.
-	if err := w.bind.Put(); err != nil {
-		return err
-	}
-	return w.poll(ctx, want)
+	// return. The binding is held (its lock and the engine's close gate
+	// taken once, not per round): over ipc the Put is then its checks
+	// (loads) and the copy, with no atomic read-modify-write on the round
+	// trip, as ucx_perftest's put_short is a memcpy into the peer's
+	// segment.
+	return w.held.Put()
 }
 
-// poll spins until the answer of round want has landed.
+// Await returns once the answer of the round Send started has landed.
+func (w *pingPong) Await(ctx context.Context) error {
+	if w.bind == nil {
+		f := w.f
+		w.f = nil
+		return w.roundTripFuture(ctx, w.seq, f)
+	}
+	return w.poll(ctx, w.seq)
+}
+
+// poll spins until the answer of round want has landed. The load is
+// atomic: a plain MOV on amd64 (TSO: the peer's stores are seen in the
+// order it made them), LDAR (load-acquire) on arm64, where the polled
+// word is not otherwise ordered with the bytes stored before it.
 func (w *pingPong) poll(ctx context.Context, want uint64) error {
 	var t0 time.Time
 	for spins := 1; atomic.LoadUint64(w.recvSeq) != want; spins++ {
@@ -317,8 +417,7 @@ func (w *pingPong) poll(ctx context.Context, want uint64) error {
 // buffer and the Put has completed (the send buffer is then ours again).
 // The Put's completion is not waited for before polling: over tcp it
 // comes back with the answer.
-func (w *pingPong) roundTripFuture(ctx context.Context, want uint64) error {
-	f := w.ep.Put(ctx, w.sendS, w.rk)
+func (w *pingPong) roundTripFuture(ctx context.Context, want uint64, f *engine.Future) error {
 	var t0 time.Time
 	for spins := 1; ; spins++ {
 		if atomic.LoadUint64(w.recvSeq) == want && f.IsDone() {
@@ -357,6 +456,13 @@ func (w *pingPong) check(ctx context.Context, t0 *time.Time, spins int, want uin
 	return nil
 }
 
+// release ends the hold on the binding (the engine's Close waits for it).
+func (w *pingPong) release() {
+	if w.held != nil {
+		w.held.Release()
+	}
+}
+
 // stop ends the server's responder and returns its verdict on the bytes
 // it received.
 func (w *pingPong) stop(ctx context.Context) error {
@@ -364,6 +470,7 @@ func (w *pingPong) stop(ctx context.Context) error {
 		return nil
 	}
 	w.running = false
+	w.release()
 	*w.sendSeq = stopSeq
 	perr := w.ep.PutSync(ctx, w.sendS, w.rk)
 	r, err := w.p.call(ctx, &ctlMsg{Op: opPingPongEnd, Seq: w.seq}, ctlTimeout)
@@ -393,6 +500,7 @@ func (w *pingPong) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout)
 	defer cancel()
 	errs := []error{w.stop(ctx)}
+	w.release()
 	if w.bind != nil {
 		errs = append(errs, w.bind.Close())
 	}

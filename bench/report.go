@@ -548,6 +548,9 @@ func (t *TextWriter) header(x Result) {
 		}
 	}
 	t.printf("# window %d, batch %d | %s | bandwidth in MB/s, MB = 2^20 bytes\n", x.Window, x.Batch, x.LatencyKind.Describe())
+	if x.Op != "" {
+		t.printf("# msg/s counts messages; %s\n", x.Op)
+	}
 	if x.Peer != "" {
 		t.printf("# the same local and peer buffers are reused every iteration (as ucx_perftest); destination verified after each size\n")
 	} else {

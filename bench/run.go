@@ -184,7 +184,11 @@ type Result struct {
 	// BandwidthMBs is bytes moved / wall time in MB/s with MB = 2^20 bytes.
 	BandwidthMBs float64 `json:"bandwidth_mb_s"`
 	MsgRate      float64 `json:"msg_rate"` // messages per second
-	Verified     bool    `json:"verified"`
+	// Op says what one message (of MsgRate) includes, for peer tests: for
+	// put_bw over ipc, one Put call that returns with the bytes in the
+	// peer's memory. Empty where the workload does not say.
+	Op       string `json:"op,omitempty"`
+	Verified bool   `json:"verified"`
 }
 
 // BytesPerSec is the bandwidth in bytes per second.
@@ -269,6 +273,9 @@ func measureOne(ctx context.Context, rs *runState, t Test, size, run int, frac f
 		res.LatencyKind = OneWay
 	case streamed || p.Window > 1 || p.Batch > 1:
 		res.LatencyKind = PerOp
+	}
+	if d, ok := w.(opDescriber); ok {
+		res.Op = d.OpMeaning(streamed)
 	}
 	run1 := func(limit int64, dur time.Duration, rec *recorder, frac func(float64)) (measured, error) {
 		switch {
@@ -497,38 +504,55 @@ func streamLoop(ctx context.Context, w streamer, p Params, size int, limit int64
 	return m, nil
 }
 
-// roundTripper is a workload the runner times round by round (ping-pong):
-// RoundTrip runs one round and returns when its answer has arrived.
-type roundTripper interface {
-	RoundTrip(ctx context.Context) error
+// opDescriber is a workload that says what one of its messages includes
+// (Result.Op); streamed: its operations run through streamLoop.
+type opDescriber interface {
+	OpMeaning(streamed bool) string
 }
 
-// pingLoop runs limit rounds (or, when limit is 0, rounds for dur), timing
-// each one alone.
+// roundTripper is a workload the runner times round by round (ping-pong):
+// Send starts a round (its message is on its way), Await returns when its
+// answer has arrived.
+type roundTripper interface {
+	Send(ctx context.Context) error
+	Await(ctx context.Context) error
+}
+
+// pingLoop runs limit rounds (or, when limit is 0, rounds for dur) and
+// reads the clock once per round, right after the round's Send, as
+// ucx_perftest's ucx_perf_update follows its send_b: the clock read and
+// the bookkeeping overlap the message's flight instead of delaying the
+// next round's message. A round's sample runs from its Send to the next
+// one's (the last: to its answer), so the samples tile the measurement,
+// which starts at the first Send.
 func pingLoop(ctx context.Context, w roundTripper, p Params, limit int64, dur time.Duration, rec *recorder, frac func(float64)) (m measured, err error) {
 	c, err := clockFor(p.Clock)
 	if err != nil {
 		return m, err
 	}
 	durT, everyT := c.ticks(dur), c.ticks(p.ProgressEvery)
-	start := c.now()
-	now, lastProgress := start, start
-	if rec != nil {
-		rec.begin(c, start, 1)
-	}
+	var start, now, lastProgress int64
 	for (limit > 0 && m.msgs < limit) || (limit == 0 && (m.msgs == 0 || now-start < durT)) {
 		if m.msgs&1023 == 1023 {
 			if err := ctx.Err(); err != nil {
 				return m, err
 			}
 		}
-		t0 := c.now()
-		if err := w.RoundTrip(ctx); err != nil {
+		if err := w.Send(ctx); err != nil {
 			return m, err
 		}
-		now = c.now()
-		if rec != nil {
-			rec.add(t0, now, 1)
+		t := c.now()
+		if m.msgs == 0 {
+			start, lastProgress = t, t
+			if rec != nil {
+				rec.begin(c, start, 1)
+			}
+		} else if rec != nil {
+			rec.add(now, t, 1) // the previous round
+		}
+		now = t
+		if err := w.Await(ctx); err != nil {
+			return m, err
 		}
 		m.msgs++
 		if frac != nil && now-lastProgress >= everyT {
@@ -539,6 +563,13 @@ func pingLoop(ctx context.Context, w roundTripper, p Params, limit int64, dur ti
 				frac(min(1, float64(now-start)/float64(durT)))
 			}
 		}
+	}
+	if m.msgs > 0 {
+		end := c.now()
+		if rec != nil {
+			rec.add(now, end, 1) // the last round
+		}
+		now = end
 	}
 	m.subs = m.msgs
 	m.elapsed = c.dur(now - start)

@@ -646,6 +646,15 @@ func (r *responder) run() {
 	ep := r.ss.ep
 	recvSeq, sendSeq := r.seqPtr(r.recv), r.seqPtr(r.send)
 	sendS := r.send.All()
+	// The binding is held by this goroutine for the whole ping-pong (see
+	// pingPong.RoundTrip): each answer is then the checks and the copy.
+	var held *engine.Held
+	if r.bind != nil {
+		if held, r.err = r.bind.Hold(); r.err != nil {
+			return
+		}
+		defer held.Release()
+	}
 	ctx := context.Background()
 	wait := newLandWait(r.ss.s.eng, ep)
 	next := uint64(1)
@@ -682,13 +691,13 @@ func (r *responder) run() {
 	for {
 		v := atomic.LoadUint64(recvSeq)
 		if v == next {
-			if !settle() {
+			if pending != nil && !settle() { // no call on the ipc path
 				return
 			}
 			*sendSeq = next // this goroutine's buffer: a plain store (see pingPong.RoundTrip)
-			if r.bind != nil {
+			if held != nil {
 				// Done on return.
-				r.err = r.bind.Put()
+				r.err = held.Put()
 			} else if f := ep.Put(ctx, sendS, r.key); f.IsDone() {
 				r.err = f.Err()
 			} else {

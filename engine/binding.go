@@ -13,7 +13,9 @@ import (
 // slice of a peer's buffer: the arguments are checked and the buffers
 // referenced once (the shape of a UCT endpoint with an unpacked remote
 // key). Use it for small messages in a loop, or to stream puts; Endpoint
-// Put/Get are the general, asynchronous operations.
+// Put/Get are the general, asynchronous operations. A goroutine that runs
+// many operations in a row can Hold it (see Held): the lock and the
+// engine's close gate are then taken once, not per call.
 //
 // On a "unix" endpoint the peer's host memory is imported once, and each
 // Put or Get is only a copy into or out of its mapping. On an RDMA

@@ -257,6 +257,10 @@ func (h *Handle[V]) Value() V { return h.val }
 // freed the buffer, or the peer went away): a holder should stop using it.
 func (h *Handle[V]) Gone() bool { return h.gone.Load() }
 
+// GoneFlag is the flag Gone reads, for a caller that checks it on a hot
+// path without a call (the flag lives as long as the handle).
+func (h *Handle[V]) GoneFlag() *atomic.Bool { return &h.gone }
+
 // Key returns the key the value was imported for.
 func (h *Handle[V]) Key() Key { return h.key }
 

@@ -44,6 +44,12 @@ func (g *Gate) Enter() bool {
 // Exit ends an admitted copy.
 func (g *Gate) Exit() { g.n.Add(-1) }
 
+// Closing reports whether the engine has begun closing: a caller admitted
+// for a run of copies (a held binding) checks it before each one, and
+// exits once it is set, since Close waits for it (a load, no
+// read-modify-write).
+func (g *Gate) Closing() bool { return g.closed.Load() }
+
 // Hook runs the test hook (SetHook), if any: admitted copies call it
 // before they touch memory.
 func (g *Gate) Hook() {

@@ -263,6 +263,16 @@ func (c *Copier) Workers() (n, from int) {
 	return c.workers, c.parMin
 }
 
+// Small reports whether Copy takes copy() for n bytes whatever the
+// ranges (below the temporal kernel's and the split's thresholds), so that
+// a caller copying n bytes again and again can call copy() itself.
+func (c *Copier) Small(n int) bool {
+	if c == nil {
+		return true
+	}
+	return c.p.Kernel(n) == Go && (c.workers < 2 || n < c.parMin)
+}
+
 // Copy copies min(len(dst), len(src)) bytes of src to dst and returns
 // that count, like copy(); overlapping ranges are copied as copy() does
 // (memmove).

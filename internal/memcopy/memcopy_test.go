@@ -305,3 +305,30 @@ func TestCopyV(t *testing.T) {
 	require.Equal(t, "xyz", string(d1[:3]))
 	require.Panics(t, func() { c.CopyV([][]byte{d1}, nil) })
 }
+
+// TestSmall: Small is true exactly where Copy takes copy() whatever the
+// ranges: below the temporal kernel's threshold and, with workers, the
+// split's.
+func TestSmall(t *testing.T) {
+	amd := CPU{Vendor: "AuthenticAMD", AVX2: true, ERMS: true, FSRM: true}
+	m := Machine{CPU: amd, Caches: Caches{{Level: 2, Size: 512 << 10, Sharers: 1}, {Level: 3, Size: 32 << 20, Sharers: 2}}}
+	var nilCopier *Copier
+	require.True(t, nilCopier.Small(1<<30), "nil copies with copy()")
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		n    int
+		want bool
+	}{
+		{"8 B", Config{Machine: &m, Workers: 2}, 8, true},
+		{"below the temporal kernel", Config{Machine: &m, Workers: 2}, 1<<20 - 1, true},
+		{"temporal kernel", Config{Machine: &m, Workers: 2}, 1 << 20, false},
+		{"non-temporal", Config{Machine: &m, Workers: 2}, 8 << 20, false},
+		{"split, no AVX2", Config{Machine: &Machine{}, Workers: 2, ParallelMin: 64 << 10}, 64 << 10, false},
+		{"no split, no AVX2", Config{Machine: &Machine{}, Workers: 1}, 64 << 20, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, New(tc.cfg).Small(tc.n))
+		})
+	}
+}

@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/internal/datapath"
@@ -124,6 +125,76 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 	}
 	b.gate.Exit()
 	return b.checkAfter()
+}
+
+// Held is a binding admitted once through the engine's close gate for a
+// run of Puts or Gets on one goroutine (engine.Binding.Hold): each
+// operation is then the binding's checks (loads) and the copy, with no
+// atomic read-modify-write and no indirect call, as a UCT endpoint's
+// put_short is a memcpy into the peer's segment. While held, the engine's
+// Close waits in its gate drain: Do fails with gxerr.Closed once the
+// engine is closing, and the holder must Release then (or whenever it
+// stops). Not safe for concurrent use.
+type Held struct {
+	b *bound
+	// What each Do reads, resolved at Hold: the engine's closing flag,
+	// the import's, the owner's validity flag (held: none goes away).
+	gate  *datapath.Gate
+	gone  *atomic.Bool
+	valid *ipc.ValidityView
+	// small: the copies take copy() (memmove) whatever the copier
+	// (Copier.Copy would, below its temporal and split thresholds), with
+	// no call to decide it.
+	small    bool
+	released bool
+}
+
+// Hold checks the binding and admits it through the engine's close gate
+// until Release. The caller (engine.Binding) holds its lock shared.
+func (b *bound) Hold() (*Held, error) {
+	if err := b.check(); err != nil {
+		return nil, err
+	}
+	if !b.gate.Enter() {
+		return nil, gxerr.Closed
+	}
+	return &Held{b: b, gate: b.gate, gone: b.h.GoneFlag(), valid: b.h.Value().valid, small: b.hc.Small(len(b.mine))}, nil
+}
+
+// Do copies the local slice into the peer's (put) or back, once. The data
+// is in place on return: a Put's bytes are in the peer's memory, where
+// its loads see them (coherent shared memory: no completion step).
+func (h *Held) Do(put bool) error {
+	if h.released || h.gate.Closing() {
+		return gxerr.Closed
+	}
+	if h.gone.Load() || h.valid.Revoked() {
+		return h.b.check()
+	}
+	h.gate.Hook()
+	dst, src := h.b.theirs, h.b.mine
+	if !put {
+		dst, src = src, dst
+	}
+	if h.small {
+		copy(dst, src)
+	} else {
+		h.b.hc.Copy(dst, src)
+	}
+	if h.valid.Revoked() {
+		return h.b.checkAfter()
+	}
+	return nil
+}
+
+// Release ends the hold (the engine's Close may then proceed).
+// Idempotent.
+func (h *Held) Release() {
+	if h.released {
+		return
+	}
+	h.released = true
+	h.b.gate.Exit()
 }
 
 // Flush has nothing to wait for: every copy is done when Do returns.
