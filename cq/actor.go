@@ -27,9 +27,10 @@ type Submission struct {
 	Seq uint64
 	// Deadline, if not zero, is when the submission's operations time out.
 	Deadline time.Time
-	// OnDone is called exactly once, on the actor goroutine, when the CS
-	// retires: nil on success, the CS error, or ErrClosed at shutdown. It
-	// must not block.
+	// OnDone is called exactly once when the CS retires: nil on success,
+	// the CS error, or ErrClosed at shutdown. It runs on the actor
+	// goroutine, or on a waiter's that retired the CS through
+	// Ticket.Poll; never concurrently with OnTimeout. It must not block.
 	OnDone func(err error)
 	// OnTimeout, if set, is called on the actor goroutine when the deadline
 	// passes before the CS retires (the CS is polled once more first). It
@@ -71,8 +72,60 @@ func (c *ActorConfig) defaults() {
 	}
 }
 
-type tracked struct {
+// Ticket is one tracked submission. The actor retires it; a waiter may
+// also poll it (Poll) and retire it on its own goroutine when it sees the
+// CS end first, so that a caller waiting on a single CS needs no hand-off
+// through the actor. Whoever retires it first runs OnDone; the other only
+// drops it.
+type Ticket struct {
 	Submission
+	a     *DeviceActor
+	state atomic.Uint32 // ticketIdle, ticketBusy or ticketRetired
+}
+
+const (
+	ticketIdle    = iota
+	ticketBusy    // the actor is running OnTimeout: a waiter leaves it alone
+	ticketRetired // OnDone has been claimed
+)
+
+// Retired reports whether the ticket's OnDone has been claimed (it may
+// still be running on the goroutine that claimed it).
+func (t *Ticket) Retired() bool { return t.state.Load() == ticketRetired }
+
+// Poll checks the ticket's CS once (WAIT_CS with timeout 0) and, when it
+// has ended, retires the ticket on the calling goroutine: OnDone runs
+// here, not on the actor. It reports whether the ticket is retired (by
+// this call or before it). After the actor exited every ticket is
+// retired. A nil ticket is retired.
+func (t *Ticket) Poll() bool {
+	if t == nil {
+		return true
+	}
+	switch t.state.Load() {
+	case ticketRetired:
+		return true
+	case ticketBusy:
+		return false
+	}
+	a := t.a
+	// The read lock keeps the actor's exit (and so Close) from returning
+	// while OnDone runs here.
+	a.exitMu.RLock()
+	defer a.exitMu.RUnlock()
+	if a.exited {
+		return true // the actor ended every ticket before it exited
+	}
+	done, err := a.w.WaitCS(t.Seq, 0)
+	a.waiterPolls.Add(1)
+	if !done || !t.state.CompareAndSwap(ticketIdle, ticketRetired) {
+		return t.state.Load() == ticketRetired
+	}
+	a.safeCall(func() { t.OnDone(err) })
+	a.waiterRetired.Add(1)
+	a.retired.Add(1)
+	a.outstanding.Add(-1)
+	return true
 }
 
 // DeviceActor is the one goroutine that reaps a device's command
@@ -82,14 +135,15 @@ type tracked struct {
 // nothing is outstanding it keeps polling its submission channel for the
 // rest of the spin window (a submission then needs no wake-up), then
 // sleeps on it with a periodic safety-net timeout. The spin is bounded:
-// an idle actor burns no CPU.
+// an idle actor burns no CPU. A waiter holding a submission's Ticket may
+// retire it first (Ticket.Poll): the actor then only drops it.
 type DeviceActor struct {
 	name string
 	w    CSWaiter
 	cfg  ActorConfig
 	log  zerolog.Logger
 
-	in      chan Submission
+	in      chan *Ticket
 	exitMu  sync.RWMutex
 	exited  bool
 	stop    chan struct{}
@@ -102,6 +156,9 @@ type DeviceActor struct {
 	blocks      atomic.Uint64
 	retired     atomic.Uint64
 	parks       atomic.Uint64
+
+	waiterPolls   atomic.Uint64
+	waiterRetired atomic.Uint64
 }
 
 // NewDeviceActor starts the actor for one completion source.
@@ -112,7 +169,7 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 		w:       w,
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "cq").Str("source", name).Logger(),
-		in:      make(chan Submission, cfg.MaxOutstanding),
+		in:      make(chan *Ticket, cfg.MaxOutstanding),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -124,28 +181,36 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 // submissions are queued, until ctx ends. After Close it returns ErrClosed
 // and the caller still owns s (and must end it).
 func (a *DeviceActor) Track(ctx context.Context, s Submission) error {
+	_, err := a.TrackTicket(ctx, s)
+	return err
+}
+
+// TrackTicket is Track returning the submission's Ticket, which a waiter
+// may Poll to retire the CS itself.
+func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, error) {
+	t := &Ticket{Submission: s, a: a}
 	// The read lock makes Track and the actor's exit mutually exclusive:
 	// a submission is either refused or seen by the actor's final drain.
 	a.exitMu.RLock()
 	defer a.exitMu.RUnlock()
 	if a.exited {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	select {
 	case <-a.stop:
-		return ErrClosed
+		return nil, ErrClosed
 	default:
 	}
 	a.outstanding.Add(1)
 	select {
-	case a.in <- s:
-		return nil
+	case a.in <- t:
+		return t, nil
 	case <-a.stop:
 		a.outstanding.Add(-1)
-		return ErrClosed
+		return nil, ErrClosed
 	case <-ctx.Done():
 		a.outstanding.Add(-1)
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
@@ -162,11 +227,17 @@ type ActorStats struct {
 	// spin window over, went to sleep on its submission channel (the next
 	// Track then wakes it).
 	Parks uint64
+	// WaiterPolls counts Ticket.Poll's WAIT_CS calls; WaiterRetired the
+	// submissions retired by a waiter instead of the actor (included in
+	// Retired).
+	WaiterPolls   uint64
+	WaiterRetired uint64
 }
 
 // Stats returns the counters.
 func (a *DeviceActor) Stats() ActorStats {
-	return ActorStats{Outstanding: a.Outstanding(), Polls: a.polls.Load(), Blocks: a.blocks.Load(), Retired: a.retired.Load(), Parks: a.parks.Load()}
+	return ActorStats{Outstanding: a.Outstanding(), Polls: a.polls.Load(), Blocks: a.blocks.Load(), Retired: a.retired.Load(), Parks: a.parks.Load(),
+		WaiterPolls: a.waiterPolls.Load(), WaiterRetired: a.waiterRetired.Load()}
 }
 
 // Close stops accepting submissions, keeps reaping the outstanding ones for
@@ -182,19 +253,23 @@ func (a *DeviceActor) Close(grace time.Duration) {
 
 func (a *DeviceActor) run() {
 	defer close(a.stopped)
-	var pending []*tracked
+	var pending []*Ticket
 	lastProgress := time.Now()
 	var stopAt time.Time
 	cursor := 0
 	idle := time.NewTimer(a.cfg.IdleTimeout)
 	defer idle.Stop()
 
+	// finish retires pending[i] unless a waiter did (Ticket.Poll).
 	finish := func(i int, err error) {
 		t := pending[i]
+		pending[i] = nil
+		if !t.state.CompareAndSwap(ticketIdle, ticketRetired) {
+			return
+		}
 		a.safeCall(func() { t.OnDone(err) })
 		a.retired.Add(1)
 		a.outstanding.Add(-1)
-		pending[i] = nil
 	}
 	compact := func() {
 		j := 0
@@ -225,7 +300,7 @@ func (a *DeviceActor) run() {
 		for len(pending) < a.cfg.MaxOutstanding {
 			select {
 			case s := <-a.in:
-				pending = append(pending, &tracked{Submission: s})
+				pending = append(pending, s)
 			default:
 				break drain
 			}
@@ -238,7 +313,7 @@ func (a *DeviceActor) run() {
 			// Keep polling for new submissions for the rest of the spin
 			// window: a submission that arrives then costs no wake-up.
 			if s, ok := a.spinIdle(lastProgress); ok {
-				pending = append(pending, &tracked{Submission: s})
+				pending = append(pending, s)
 				lastProgress = time.Now()
 				continue
 			}
@@ -246,7 +321,7 @@ func (a *DeviceActor) run() {
 			idle.Reset(a.cfg.IdleTimeout)
 			select {
 			case s := <-a.in:
-				pending = append(pending, &tracked{Submission: s})
+				pending = append(pending, s)
 				lastProgress = time.Now()
 			case <-a.stop:
 			case <-idle.C:
@@ -264,6 +339,11 @@ func (a *DeviceActor) run() {
 		for k := 0; k < n; k++ {
 			i := (cursor + k) % len(pending)
 			if pending[i] == nil {
+				continue
+			}
+			if pending[i].Retired() { // by a waiter
+				pending[i] = nil
+				progressed = true
 				continue
 			}
 			done, err := a.w.WaitCS(pending[i].Seq, 0)
@@ -291,12 +371,19 @@ func (a *DeviceActor) run() {
 				progressed = true
 				continue
 			}
+			// Busy keeps a waiter from retiring it while OnTimeout runs.
+			if !t.state.CompareAndSwap(ticketIdle, ticketBusy) {
+				pending[i] = nil // retired by a waiter meanwhile
+				progressed = true
+				continue
+			}
 			missed = true
 			next := time.Time{}
 			if t.OnTimeout != nil {
 				a.safeCall(func() { next = t.OnTimeout(now) })
 			}
 			t.Deadline = next
+			t.state.Store(ticketIdle)
 		}
 		compact()
 		if missed && a.cfg.OnDeadline != nil {
@@ -337,18 +424,18 @@ func (a *DeviceActor) run() {
 // spinIdle polls the submission channel until the spin window that
 // started at lastProgress ends; false when it ended (or Close began)
 // with nothing submitted.
-func (a *DeviceActor) spinIdle(lastProgress time.Time) (Submission, bool) {
+func (a *DeviceActor) spinIdle(lastProgress time.Time) (*Ticket, bool) {
 	deadline := lastProgress.Add(a.cfg.Spin)
 	for i := 0; ; i++ {
 		select {
 		case s := <-a.in:
 			return s, true
 		case <-a.stop:
-			return Submission{}, false
+			return nil, false
 		default:
 		}
 		if i&15 == 0 && !time.Now().Before(deadline) {
-			return Submission{}, false
+			return nil, false
 		}
 		runtime.Gosched()
 	}
@@ -362,6 +449,9 @@ func (a *DeviceActor) exit() {
 	for {
 		select {
 		case s := <-a.in:
+			if !s.state.CompareAndSwap(ticketIdle, ticketRetired) {
+				continue // retired by a waiter
+			}
 			a.safeCall(func() { s.OnDone(ErrClosed) })
 			a.retired.Add(1)
 			a.outstanding.Add(-1)

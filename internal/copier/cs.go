@@ -183,8 +183,12 @@ func (r *csRec) submit() {
 	c.st.CS.Add(1)
 	c.st.Packets.Add(uint64(r.cs.Len()))
 	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.cs.Len()).Int("cbs", len(chunks)).Msg("CS submitted")
-	err = g.Actor.Track(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.finish, OnTimeout: r.timeout})
-	if err != nil {
+	t, err := g.Actor.TrackTicket(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.finish, OnTimeout: r.timeout})
+	if err == nil {
+		r.attach(t)
+		return
+	}
+	{
 		// The actor is closing: wait for the CS here so that nothing it
 		// uses is released early.
 		_, werr := g.Dev.Wait(seq, c.cfg.CloseGrace)
@@ -192,6 +196,19 @@ func (r *csRec) submit() {
 			werr = gxerr.Closed
 		}
 		r.finish(werr)
+	}
+}
+
+// attach lets the futures of the CS's operations poll it (Future.Wait).
+// The CS may already be retiring meanwhile: attach only reads the items'
+// jobs, which finish does not write.
+func (r *csRec) attach(t *cq.Ticket) {
+	var last *Future
+	for i := range r.items {
+		if f := r.items[i].j.Fut; f != last {
+			f.addTicket(t)
+			last = f
+		}
 	}
 }
 

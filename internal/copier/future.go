@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/internal/gxerr"
 )
 
@@ -27,6 +28,41 @@ type Future struct {
 	final   error   // err as of resolution; read without the lock once done
 	errs    []error // per-op status (batches), nil otherwise
 	spin    time.Duration
+	// tickets are command submissions carrying this future's operations,
+	// which Wait polls itself while it spins (see addTicket).
+	tickets [maxTickets]atomic.Pointer[cq.Ticket]
+}
+
+// maxTickets bounds the command submissions a future's Wait polls; those
+// of a larger batch are left to their devices' actors (a CS that finds no
+// free slot is not attached).
+const maxTickets = 4
+
+// addTicket attaches a command submission carrying some of f's
+// operations, for Wait to poll: a waiter that sees the CS end retires it
+// on its own goroutine, without waiting for the device's actor to notice
+// and hand the completion over. It takes a free slot, or one whose CS has
+// retired.
+func (f *Future) addTicket(t *cq.Ticket) {
+	if f.done.Load() {
+		return
+	}
+	for i := range f.tickets {
+		old := f.tickets[i].Load()
+		if (old == nil || old.Retired()) && f.tickets[i].CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+// pollTickets polls the attached command submissions once each, dropping
+// the retired ones.
+func (f *Future) pollTickets() {
+	for i := range f.tickets {
+		if t := f.tickets[i].Load(); t != nil && t.Poll() {
+			f.tickets[i].CompareAndSwap(t, nil)
+		}
+	}
 }
 
 // Init makes f resolve after n calls to Complete.
@@ -162,8 +198,11 @@ func (f *Future) Wait(ctx context.Context) error {
 		return f.Err()
 	}
 	if f.spin > 0 {
+		// Spin, polling the command submissions of f's operations: the
+		// one that sees the last of them end resolves f here.
 		deadline := time.Now().Add(f.spin)
 		for i := 0; ; i++ {
+			f.pollTickets()
 			if f.done.Load() {
 				return f.Err()
 			}

@@ -1,0 +1,75 @@
+package copier
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/cq"
+)
+
+// TestWaitRetiresItsCS: a future's Wait polls the command submission of
+// its copy and retires it on the waiting goroutine: the copy resolves,
+// releasing its references, while the device's completion actor is held
+// up elsewhere (here in another submission's OnDone).
+func TestWaitRetiresItsCS(t *testing.T) {
+	tests := []struct {
+		name  string
+		batch int
+	}{
+		{"copy", 0},
+		{"batch of 3", 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 1)
+			g := r.c.Devs[0]
+			src, d := r.host(t, 4096), r.gaudi(t, 0, 4096)
+			require.NoError(t, r.copy(context.Background(), d, src)) // CS 1, retired
+
+			// Hold the actor in the OnDone of CS 1 (tracked again).
+			stalled, release := make(chan struct{}), make(chan struct{})
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
+			require.NoError(t, g.Actor.Track(context.Background(), cq.Submission{Seq: 1, OnDone: func(error) {
+				close(stalled)
+				<-release
+			}}))
+			<-stalled
+			retired0 := g.Actor.Stats().WaiterRetired
+
+			f := &Future{}
+			n := max(tc.batch, 1)
+			ops := make([]Op, n)
+			for i := range ops {
+				src.Refs.Add(1)
+				d.Refs.Add(1)
+				ops[i] = Op{Dst: Slice{M: d, Off: uint64(i), N: 1024}, Src: Slice{M: src, Off: uint64(i), N: 1024}, Idx: i}
+			}
+			if tc.batch == 0 {
+				f.Init(1)
+				require.NoError(t, r.c.Copy(context.Background(), f, ops[0].Dst, ops[0].Src, time.Time{}))
+			} else {
+				f.InitBatch(n)
+				require.NoError(t, r.c.SubmitBatch(context.Background(), f, ops, time.Time{}))
+			}
+			// The spin outlasts any emulated copy; the ctx only keeps a
+			// failing test from hanging.
+			f.SetSpin(30 * time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(t, f.Wait(ctx))
+			require.Zero(t, src.Refs.Load(), "references released by the waiter")
+			require.Zero(t, d.Refs.Load())
+			require.Equal(t, retired0+1, g.Actor.Stats().WaiterRetired)
+			close(release)
+		})
+	}
+}
