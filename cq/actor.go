@@ -79,9 +79,19 @@ func (c *ActorConfig) defaults() {
 // drops it.
 type Ticket struct {
 	Submission
-	a     *DeviceActor
-	state atomic.Uint32 // ticketIdle, ticketBusy or ticketRetired
+	a        *DeviceActor
+	state    atomic.Uint32 // ticketIdle, ticketBusy or ticketRetired
+	watchers atomic.Int32  // waiters polling it now (Watch)
 }
+
+// Watch tells the actor that a waiter is polling the ticket (until
+// Unwatch): while every CS it tracks is watched, the actor does not
+// spin-poll them but sleeps in a blocking WAIT_CS, leaving the cores to
+// the waiters and the device.
+func (t *Ticket) Watch() { t.watchers.Add(1) }
+
+// Unwatch ends a Watch.
+func (t *Ticket) Unwatch() { t.watchers.Add(-1) }
 
 const (
 	ticketIdle    = iota
@@ -260,13 +270,19 @@ func (a *DeviceActor) run() {
 	idle := time.NewTimer(a.cfg.IdleTimeout)
 	defer idle.Stop()
 
+	// relied is whether the actor retired the last CS it saw end itself
+	// (no waiter polled it first): then it spins for new submissions
+	// when idle, else it parks at once.
+	relied := true
 	// finish retires pending[i] unless a waiter did (Ticket.Poll).
 	finish := func(i int, err error) {
 		t := pending[i]
 		pending[i] = nil
 		if !t.state.CompareAndSwap(ticketIdle, ticketRetired) {
+			relied = false
 			return
 		}
+		relied = true
 		a.safeCall(func() { t.OnDone(err) })
 		a.retired.Add(1)
 		a.outstanding.Add(-1)
@@ -312,6 +328,11 @@ func (a *DeviceActor) run() {
 			}
 			// Keep polling for new submissions for the rest of the spin
 			// window: a submission that arrives then costs no wake-up.
+			// Not when waiters retired what it saw last: they do not
+			// wait for the actor, which would only take a core from them.
+			if !relied {
+				lastProgress = time.Time{}
+			}
 			if s, ok := a.spinIdle(lastProgress); ok {
 				pending = append(pending, s)
 				lastProgress = time.Now()
@@ -343,7 +364,7 @@ func (a *DeviceActor) run() {
 			}
 			if pending[i].Retired() { // by a waiter
 				pending[i] = nil
-				progressed = true
+				progressed, relied = true, false
 				continue
 			}
 			done, err := a.w.WaitCS(pending[i].Seq, 0)
@@ -374,7 +395,7 @@ func (a *DeviceActor) run() {
 			// Busy keeps a waiter from retiring it while OnTimeout runs.
 			if !t.state.CompareAndSwap(ticketIdle, ticketBusy) {
 				pending[i] = nil // retired by a waiter meanwhile
-				progressed = true
+				progressed, relied = true, false
 				continue
 			}
 			missed = true
@@ -406,12 +427,19 @@ func (a *DeviceActor) run() {
 		if len(pending) == 0 {
 			continue
 		}
+		block := a.cfg.BlockTimeout
 		if now.Sub(lastProgress) < a.cfg.Spin {
-			runtime.Gosched()
-			continue
+			if !allWatched(pending) {
+				runtime.Gosched()
+				continue
+			}
+			// Waiters poll every CS tracked: sleep on the oldest instead
+			// of spinning, for no longer than the spin window so that a
+			// submission nobody waits for is not kept long.
+			block = a.cfg.Spin
 		}
 		// Block on the oldest outstanding CS for a short while.
-		done, err := a.w.WaitCS(pending[0].Seq, a.cfg.BlockTimeout)
+		done, err := a.w.WaitCS(pending[0].Seq, block)
 		a.blocks.Add(1)
 		if done {
 			finish(0, err)
@@ -419,6 +447,16 @@ func (a *DeviceActor) run() {
 			lastProgress = time.Now()
 		}
 	}
+}
+
+// allWatched reports whether a waiter polls every ticket (Watch).
+func allWatched(pending []*Ticket) bool {
+	for _, t := range pending {
+		if t.watchers.Load() == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // spinIdle polls the submission channel until the spin window that

@@ -142,3 +142,54 @@ func TestTicketPollLeavesTimeoutAlone(t *testing.T) {
 	require.NoError(t, <-done)
 	require.False(t, overlap.Load())
 }
+
+// gatedWaiter is a fakeWaiter whose blocking WaitCS calls announce
+// themselves and return "not done" once the gate opens.
+type gatedWaiter struct {
+	*fakeWaiter
+	blocking chan struct{}
+	gate     chan struct{}
+}
+
+func (g *gatedWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
+	if timeout <= 0 {
+		return g.fakeWaiter.WaitCS(seq, 0)
+	}
+	select {
+	case g.blocking <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return false, nil
+}
+
+// TestActorSleepsWhileWaitersPoll: while a waiter watches every tracked
+// CS, the actor sleeps in a blocking WAIT_CS instead of spin-polling them
+// (here its spin window would last an hour); once a waiter retired what
+// it saw, the actor parks at once instead of spinning for submissions.
+func TestActorSleepsWhileWaitersPoll(t *testing.T) {
+	w := &gatedWaiter{fakeWaiter: newFakeWaiter(), blocking: make(chan struct{}, 1), gate: make(chan struct{})}
+	a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Hour, BlockTimeout: time.Hour})
+	defer a.Close(0)
+	var once sync.Once
+	open := func() { once.Do(func() { close(w.gate) }) }
+	defer open()
+	// The actor is spinning (its window started when it did).
+	tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
+	require.NoError(t, err)
+	tk.Watch()
+	select {
+	case <-w.blocking: // within the spin window: only because watched
+	case <-time.After(30 * time.Second):
+		t.Fatal("the actor keeps spinning on a watched CS")
+	}
+	require.False(t, tk.Poll())
+	parks := a.Stats().Parks
+	w.finish(1, nil)
+	require.True(t, tk.Poll(), "the actor is held in its blocking WaitCS")
+	tk.Unwatch()
+	open()
+	require.Eventually(t, func() bool { return a.Stats().Parks > parks }, 30*time.Second, time.Millisecond,
+		"the actor parks although its spin window is not over")
+	require.Zero(t, a.Outstanding())
+}

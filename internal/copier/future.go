@@ -55,6 +55,38 @@ func (f *Future) addTicket(t *cq.Ticket) {
 	}
 }
 
+// spinWait spins for up to f.spin, polling the command submissions of
+// f's operations (the one that sees the last of them end resolves f
+// here), and reports whether f resolved. The polled CSs are watched
+// meanwhile: their device actor need not spin on them too.
+func (f *Future) spinWait() bool {
+	var watched [maxTickets]*cq.Ticket
+	for i := range f.tickets {
+		if t := f.tickets[i].Load(); t != nil {
+			t.Watch()
+			watched[i] = t
+		}
+	}
+	defer func() {
+		for _, t := range watched {
+			if t != nil {
+				t.Unwatch()
+			}
+		}
+	}()
+	deadline := time.Now().Add(f.spin)
+	for i := 0; ; i++ {
+		f.pollTickets()
+		if f.done.Load() {
+			return true
+		}
+		if i&63 == 63 && time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
+	}
+}
+
 // pollTickets polls the attached command submissions once each, dropping
 // the retired ones.
 func (f *Future) pollTickets() {
@@ -197,20 +229,8 @@ func (f *Future) Wait(ctx context.Context) error {
 	if f.done.Load() {
 		return f.Err()
 	}
-	if f.spin > 0 {
-		// Spin, polling the command submissions of f's operations: the
-		// one that sees the last of them end resolves f here.
-		deadline := time.Now().Add(f.spin)
-		for i := 0; ; i++ {
-			f.pollTickets()
-			if f.done.Load() {
-				return f.Err()
-			}
-			if i&63 == 63 && time.Now().After(deadline) {
-				break
-			}
-			runtime.Gosched()
-		}
+	if f.spin > 0 && f.spinWait() {
+		return f.Err()
 	}
 	select {
 	case <-f.Done():
