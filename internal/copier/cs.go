@@ -41,10 +41,10 @@ func (g *Device) processRefs(dir int, refs []ref) {
 		return
 	}
 	c := g.c
-	streams := g.streams(dir)
+	streams, oneQueue := g.streams(dir, refs)
 	newRec := func() (*csRec, error) {
 		cs, err := g.Dev.NewCSBuilder(dma.CSOptions{
-			Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.cbs.Get,
+			Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.cbs.Get, OneQueue: oneQueue,
 		})
 		if err != nil {
 			kind := gxerr.Device

@@ -73,3 +73,46 @@ func TestWaitRetiresItsCS(t *testing.T) {
 		})
 	}
 }
+
+// TestLoneCopyTakesOneQueue: a lone copy of one piece on an idle device
+// is put on one queue; several copies, a copy of several pieces, or a
+// device with CSs in flight spread over every queue.
+func TestLoneCopyTakesOneQueue(t *testing.T) {
+	r := newRig(t, 1)
+	g := r.c.Devs[0]
+	all := g.dirQs[dirH2D]
+	require.Greater(t, len(all), 1, "the emulated Gaudi2 has several H2D queues")
+	small := ref{o: &Op{Src: Slice{N: 4096}}}
+	big := ref{o: &Op{Src: Slice{N: r.c.cfg.ChunkSize + 1}}}
+	tests := []struct {
+		name string
+		refs []ref
+		busy bool
+		one  bool
+	}{
+		{"lone copy, idle device", []ref{small}, false, true},
+		{"two copies", []ref{small, small}, false, false},
+		{"copy of two pieces", []ref{big}, false, false},
+		{"lone copy, device busy", []ref{small}, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.busy {
+				// A CS the actor counts as outstanding until its OnDone
+				// returns (a never-submitted seq: WAIT_CS fails it at
+				// once, and OnDone holds the actor).
+				release := make(chan struct{})
+				stalled := make(chan struct{})
+				require.NoError(t, g.Actor.Track(context.Background(), cq.Submission{Seq: ^uint64(0) >> 1, OnDone: func(error) {
+					close(stalled)
+					<-release
+				}}))
+				<-stalled // the actor holds it: Outstanding counts it until OnDone returns
+				defer close(release)
+			}
+			qs, one := g.streams(dirH2D, tc.refs)
+			require.Equal(t, all, qs)
+			require.Equal(t, tc.one, one)
+		})
+	}
+}
