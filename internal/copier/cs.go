@@ -96,17 +96,15 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			c.finishOp(j, o, gxerr.New(gxerr.Device, "command buffer", err))
 			continue
 		}
-		dst, src, regs, err := g.resolve(o)
+		dst, src, err := g.resolve(o, &rec.regions)
 		if err != nil {
 			c.finishOp(j, o, err)
 			continue
 		}
 		if err := rec.cs.AddCopy(dst, src, o.n()); err != nil {
 			// Only an encoding bug gets here; the CBs may hold part of
-			// this op, so the whole CS is dropped.
-			for _, r := range regs {
-				g.HostMaps.Put(r)
-			}
+			// this op, so the whole CS is dropped (with this op's
+			// mappings, which finish releases).
 			err = gxerr.New(gxerr.Device, "add copy to command submission", err)
 			c.finishOp(j, o, err)
 			rec.finish(err)
@@ -114,7 +112,6 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			continue
 		}
 		o.handed = true
-		rec.regions = append(rec.regions, regs...)
 		rec.items = append(rec.items, csItem{j: j, o: o})
 	}
 	if rec != nil {
@@ -135,31 +132,38 @@ func (r *csRec) nextDeadline() time.Time {
 }
 
 // resolve turns an op's slices into device addresses, mapping host memory
-// into the device MMU through the registration cache.
-func (g *Device) resolve(o *Op) (dst, src uint64, regs []*memcache.Region, err error) {
-	addr := func(s Slice) (uint64, error) {
-		m := s.M
-		if m.Gaudi {
-			return m.Addr + s.Off, nil
-		}
-		r, err := g.HostMaps.Get(m.Addr, m.Size, memcache.AccessRead|memcache.AccessWrite)
-		if err != nil {
-			return 0, gxerr.New(gxerr.Device, fmt.Sprintf("map host memory into gaudi%d", g.Idx), err)
-		}
-		regs = append(regs, r)
-		hm := r.Value().(*dma.HostMapping)
-		return hm.DeviceAddr() + (m.Addr + s.Off - uint64(hm.HostAddr())), nil
-	}
-	if dst, err = addr(o.Dst); err == nil {
-		src, err = addr(o.Src)
+// into the device MMU through the registration cache; the mappings it
+// takes are appended to *regs (on an error none is left there).
+func (g *Device) resolve(o *Op, regs *[]*memcache.Region) (dst, src uint64, err error) {
+	held := len(*regs)
+	if dst, err = g.addr(o.Dst, regs); err == nil {
+		src, err = g.addr(o.Src, regs)
 	}
 	if err != nil {
-		for _, r := range regs {
+		for _, r := range (*regs)[held:] {
 			g.HostMaps.Put(r)
 		}
-		return 0, 0, nil, err
+		clear((*regs)[held:])
+		*regs = (*regs)[:held]
+		return 0, 0, err
 	}
-	return dst, src, regs, nil
+	return dst, src, nil
+}
+
+// addr is the device address of s, appending the host mapping it takes
+// (if any) to *regs.
+func (g *Device) addr(s Slice, regs *[]*memcache.Region) (uint64, error) {
+	m := s.M
+	if m.Gaudi {
+		return m.Addr + s.Off, nil
+	}
+	r, err := g.HostMaps.Get(m.Addr, m.Size, memcache.AccessRead|memcache.AccessWrite)
+	if err != nil {
+		return 0, gxerr.New(gxerr.Device, fmt.Sprintf("map host memory into gaudi%d", g.Idx), err)
+	}
+	*regs = append(*regs, r)
+	hm := r.Value().(*dma.HostMapping)
+	return hm.DeviceAddr() + (m.Addr + s.Off - uint64(hm.HostAddr())), nil
 }
 
 // submit sends the CS and hands it to the device's completion actor.

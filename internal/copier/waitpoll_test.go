@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/memcache"
 )
 
 // TestWaitRetiresItsCS: a future's Wait polls the command submission of
@@ -115,4 +116,30 @@ func TestLoneCopyTakesOneQueue(t *testing.T) {
 			require.Equal(t, tc.one, one)
 		})
 	}
+}
+
+// TestResolveAllocs: resolving a copy whose host buffer is mapped already
+// allocates nothing (the mappings go to the CS's own list, which a batch
+// grows once, not in a fresh slice per copy).
+func TestResolveAllocs(t *testing.T) {
+	r := newRig(t, 1)
+	g := r.c.Devs[0]
+	src, d := r.host(t, 8192), r.gaudi(t, 0, 8192)
+	o := &Op{Dst: Slice{M: d, Off: 4096, N: 4096}, Src: Slice{M: src, Off: 4096, N: 4096}}
+	regs := make([]*memcache.Region, 0, 4)
+	var dst, srcAddr uint64
+	var err error
+	resolve := func() {
+		regs = regs[:0]
+		if dst, srcAddr, err = g.resolve(o, &regs); err == nil {
+			g.HostMaps.Put(regs[0])
+		}
+	}
+	resolve() // maps the host buffer
+	require.NoError(t, err)
+	require.Equal(t, d.Addr+4096, dst)
+	require.NotZero(t, srcAddr)
+	require.Len(t, regs, 1)
+	require.Zero(t, testing.AllocsPerRun(100, resolve))
+	require.NoError(t, err)
 }
