@@ -244,17 +244,49 @@ func (r *csRec) finish(err error) {
 		r.g.HostMaps.Put(reg)
 	}
 	r.regions = nil
+	// The successful ops of one job are recorded and completed together
+	// (one latency reading, one update of the future): a batch's CS ends
+	// many of them at once.
+	var run doneRun
 	for i := range r.items {
 		it := &r.items[i]
 		if c.cfg.RegCacheOff {
 			r.g.uncache(it.o)
 		}
 		c.opRelease(it.j, it.o)
-		if !it.done {
-			it.done = true
-			c.opDone(it.j, it.o, err)
+		if it.done {
+			continue
 		}
+		it.done = true
+		if err != nil || it.j.Internal {
+			c.opDone(it.j, it.o, err)
+			continue
+		}
+		if run.j != it.j {
+			run.flush(c)
+			run = doneRun{j: it.j}
+		}
+		run.n++
+		run.bytes += it.o.n()
 	}
+	run.flush(c)
+}
+
+// doneRun is a run of successful ops of one job ending together.
+type doneRun struct {
+	j     *Job
+	n     int
+	bytes uint64
+}
+
+// flush records the run's ops and completes them in their future (which
+// keeps per-op status only for errors).
+func (d *doneRun) flush(c *Copier) {
+	if d.n == 0 {
+		return
+	}
+	c.st.RecordN(d.j.Start, d.n, d.bytes)
+	d.j.Fut.CompleteN(d.n)
 }
 
 // uncache drops host mappings after use when the registration cache is off.

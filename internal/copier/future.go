@@ -151,6 +151,17 @@ func (f *Future) Complete(idx int, err error) {
 	}
 }
 
+// CompleteN records the successful end of n operations (Complete(idx,
+// nil) for each: a success leaves no per-op status to record).
+func (f *Future) CompleteN(n int) {
+	if f.done.Load() {
+		return
+	}
+	if f.pending.Add(-int64(n)) == 0 {
+		f.resolve()
+	}
+}
+
 // CompleteAll ends every remaining operation with err.
 func (f *Future) CompleteAll(err error) {
 	f.mu.Lock()

@@ -143,3 +143,43 @@ func TestResolveAllocs(t *testing.T) {
 	require.Zero(t, testing.AllocsPerRun(100, resolve))
 	require.NoError(t, err)
 }
+
+// TestBatchCSRecordsEachCopy: a CS ending many copies of one batch
+// records and completes them together, and still counts every copy: the
+// counters, the latency histogram (one entry per copy) and the future.
+func TestBatchCSRecordsEachCopy(t *testing.T) {
+	r := newRig(t, 1)
+	src, d := r.host(t, 8*1024), r.gaudi(t, 0, 8*1024)
+	const n = 8
+	ops := make([]Op, n)
+	for i := range ops {
+		src.Refs.Add(1)
+		d.Refs.Add(1)
+		ops[i] = Op{Dst: Slice{M: d, Off: uint64(i) * 1024, N: 1024}, Src: Slice{M: src, Off: uint64(i) * 1024, N: 1024}, Idx: i}
+	}
+	_, lat0 := r.st.Lat.Quantile(0.5)
+	sum0 := r.st.Lat.Sum()
+	f := &Future{}
+	f.InitBatch(n)
+	require.NoError(t, r.c.SubmitBatch(context.Background(), f, ops, time.Time{}))
+	require.NoError(t, f.Wait(context.Background()))
+	require.Equal(t, make([]error, n), f.Errs())
+	require.Equal(t, uint64(n), r.st.Completed.Load())
+	require.Equal(t, uint64(n*1024), r.st.Bytes.Load())
+	_, lat := r.st.Lat.Quantile(0.5)
+	require.Equal(t, lat0+n, lat, "one latency per copy")
+	require.Greater(t, r.st.Lat.Sum(), sum0)
+	require.Zero(t, src.Refs.Load())
+	require.Zero(t, d.Refs.Load())
+}
+
+func TestLatencyHistAddN(t *testing.T) {
+	var a, b LatencyHist
+	for range 5 {
+		a.add(3 * time.Microsecond)
+	}
+	b.addN(3*time.Microsecond, 5)
+	qa, na := a.Quantile(0.5)
+	qb, nb := b.Quantile(0.5)
+	require.Equal(t, []any{qa, na, a.Sum(), a.Max()}, []any{qb, nb, b.Sum(), b.Max()})
+}
