@@ -85,9 +85,11 @@ type Ticket struct {
 }
 
 // Watch tells the actor that a waiter is polling the ticket (until
-// Unwatch): while every CS it tracks is watched, the actor does not
-// spin-poll them but sleeps in a blocking WAIT_CS, leaving the cores to
-// the waiters and the device.
+// Unwatch): the actor then leaves the ticket to the waiter, and while
+// every CS it tracks is watched it sleeps (until a submission comes, or
+// for its spin window) instead of spin-polling them, leaving the cores to
+// the waiters and the device. A watcher polls the ticket until it
+// retires or it unwatches.
 func (t *Ticket) Watch() { t.watchers.Add(1) }
 
 // Unwatch ends a Watch.
@@ -95,7 +97,7 @@ func (t *Ticket) Unwatch() { t.watchers.Add(-1) }
 
 const (
 	ticketIdle    = iota
-	ticketBusy    // the actor is running OnTimeout: a waiter leaves it alone
+	ticketBusy    // claimed by the actor or a waiter polling it (or in OnTimeout)
 	ticketRetired // OnDone has been claimed
 )
 
@@ -126,11 +128,19 @@ func (t *Ticket) Poll() bool {
 	if a.exited {
 		return true // the actor ended every ticket before it exited
 	}
-	done, err := a.w.WaitCS(t.Seq, 0)
-	a.waiterPolls.Add(1)
-	if !done || !t.state.CompareAndSwap(ticketIdle, ticketRetired) {
+	// Claim the ticket before WAIT_CS: a completion source may report an
+	// ended CS's outcome once (later WAIT_CSs say COMPLETED), so whoever
+	// sees it end must be the one that retires it.
+	if !t.state.CompareAndSwap(ticketIdle, ticketBusy) {
 		return t.state.Load() == ticketRetired
 	}
+	done, err := a.w.WaitCS(t.Seq, 0)
+	a.waiterPolls.Add(1)
+	if !done {
+		t.state.Store(ticketIdle)
+		return false
+	}
+	t.state.Store(ticketRetired)
 	a.safeCall(func() { t.OnDone(err) })
 	a.waiterRetired.Add(1)
 	a.retired.Add(1)
@@ -169,6 +179,7 @@ type DeviceActor struct {
 
 	waiterPolls   atomic.Uint64
 	waiterRetired atomic.Uint64
+	sleeps        atomic.Uint64
 }
 
 // NewDeviceActor starts the actor for one completion source.
@@ -242,12 +253,15 @@ type ActorStats struct {
 	// Retired).
 	WaiterPolls   uint64
 	WaiterRetired uint64
+	// Sleeps counts the times the actor slept because waiters polled
+	// every CS it tracked.
+	Sleeps uint64
 }
 
 // Stats returns the counters.
 func (a *DeviceActor) Stats() ActorStats {
 	return ActorStats{Outstanding: a.Outstanding(), Polls: a.polls.Load(), Blocks: a.blocks.Load(), Retired: a.retired.Load(), Parks: a.parks.Load(),
-		WaiterPolls: a.waiterPolls.Load(), WaiterRetired: a.waiterRetired.Load()}
+		WaiterPolls: a.waiterPolls.Load(), WaiterRetired: a.waiterRetired.Load(), Sleeps: a.sleeps.Load()}
 }
 
 // Close stops accepting submissions, keeps reaping the outstanding ones for
@@ -274,18 +288,46 @@ func (a *DeviceActor) run() {
 	// (no waiter polled it first): then it spins for new submissions
 	// when idle, else it parks at once.
 	relied := true
-	// finish retires pending[i] unless a waiter did (Ticket.Poll).
-	finish := func(i int, err error) {
+	// retire ends pending[i], which the actor holds (ticketBusy), with err.
+	retire := func(i int, err error) {
 		t := pending[i]
 		pending[i] = nil
-		if !t.state.CompareAndSwap(ticketIdle, ticketRetired) {
-			relied = false
-			return
-		}
 		relied = true
+		t.state.Store(ticketRetired)
 		a.safeCall(func() { t.OnDone(err) })
 		a.retired.Add(1)
 		a.outstanding.Add(-1)
+	}
+	// claim takes pending[i] for a WAIT_CS; false if a waiter holds it
+	// now or retired it (then it is dropped).
+	claim := func(i int) bool {
+		t := pending[i]
+		if t.state.CompareAndSwap(ticketIdle, ticketBusy) {
+			return true
+		}
+		if t.state.Load() == ticketRetired {
+			pending[i] = nil
+			relied = false
+		}
+		return false
+	}
+	// poll polls pending[i] (claimed) once with timeout: retired when it
+	// ended, else released.
+	poll := func(i int, timeout time.Duration) bool {
+		done, err := a.w.WaitCS(pending[i].Seq, timeout)
+		if done {
+			retire(i, err)
+			return true
+		}
+		pending[i].state.Store(ticketIdle)
+		return false
+	}
+	// finish ends pending[i] with err at shutdown (no waiter polls then).
+	finish := func(i int, err error) {
+		if pending[i].state.CompareAndSwap(ticketIdle, ticketBusy) {
+			retire(i, err)
+		}
+		pending[i] = nil
 	}
 	compact := func() {
 		j := 0
@@ -367,10 +409,11 @@ func (a *DeviceActor) run() {
 				progressed, relied = true, false
 				continue
 			}
-			done, err := a.w.WaitCS(pending[i].Seq, 0)
+			if pending[i].watchers.Load() > 0 || !claim(i) {
+				continue // its waiter polls it and retires it
+			}
 			a.polls.Add(1)
-			if done {
-				finish(i, err)
+			if poll(i, 0) {
 				progressed = true
 			}
 		}
@@ -385,17 +428,17 @@ func (a *DeviceActor) run() {
 			if t.Deadline.IsZero() || !now.After(t.Deadline) {
 				continue
 			}
+			// Held (busy), it is not retired by a waiter while its
+			// OnTimeout runs.
+			if !claim(i) {
+				progressed = progressed || pending[i] == nil
+				continue // a waiter holds it: next pass
+			}
 			done, err := a.w.WaitCS(t.Seq, 0)
 			a.polls.Add(1)
 			if done {
-				finish(i, err)
+				retire(i, err)
 				progressed = true
-				continue
-			}
-			// Busy keeps a waiter from retiring it while OnTimeout runs.
-			if !t.state.CompareAndSwap(ticketIdle, ticketBusy) {
-				pending[i] = nil // retired by a waiter meanwhile
-				progressed, relied = true, false
 				continue
 			}
 			missed = true
@@ -412,6 +455,7 @@ func (a *DeviceActor) run() {
 		}
 
 		if stopping() && now.After(stopAt) {
+			a.markExited() // no waiter polls a ticket from here on
 			for i := range pending {
 				finish(i, ErrClosed)
 			}
@@ -427,36 +471,50 @@ func (a *DeviceActor) run() {
 		if len(pending) == 0 {
 			continue
 		}
-		block := a.cfg.BlockTimeout
-		if now.Sub(lastProgress) < a.cfg.Spin {
-			if !allWatched(pending) {
-				runtime.Gosched()
-				continue
+		oldest := firstUnwatched(pending)
+		if oldest < 0 {
+			// Waiters poll every CS tracked and retire them: sleep until
+			// a submission comes, for no longer than the spin window or a
+			// blocking wait (a waiter may stop watching without having
+			// seen its CS end).
+			a.sleeps.Add(1)
+			idle.Reset(max(min(a.cfg.Spin, a.cfg.BlockTimeout), time.Microsecond))
+			select {
+			case s := <-a.in:
+				pending = append(pending, s)
+			case <-a.stop:
+			case <-idle.C:
 			}
-			// Waiters poll every CS tracked: sleep on the oldest instead
-			// of spinning, for no longer than the spin window so that a
-			// submission nobody waits for is not kept long.
-			block = a.cfg.Spin
+			continue
 		}
-		// Block on the oldest outstanding CS for a short while.
-		done, err := a.w.WaitCS(pending[0].Seq, block)
+		if now.Sub(lastProgress) < a.cfg.Spin {
+			runtime.Gosched()
+			continue
+		}
+		// Block on the oldest outstanding CS nobody watches for a short
+		// while.
+		if !claim(oldest) {
+			compact()
+			runtime.Gosched()
+			continue
+		}
 		a.blocks.Add(1)
-		if done {
-			finish(0, err)
+		if poll(oldest, a.cfg.BlockTimeout) {
 			compact()
 			lastProgress = time.Now()
 		}
 	}
 }
 
-// allWatched reports whether a waiter polls every ticket (Watch).
-func allWatched(pending []*Ticket) bool {
-	for _, t := range pending {
+// firstUnwatched is the index of the first ticket no waiter watches, or
+// -1.
+func firstUnwatched(pending []*Ticket) int {
+	for i, t := range pending {
 		if t.watchers.Load() == 0 {
-			return false
+			return i
 		}
 	}
-	return true
+	return -1
 }
 
 // spinIdle polls the submission channel until the spin window that
@@ -479,16 +537,22 @@ func (a *DeviceActor) spinIdle(lastProgress time.Time) (*Ticket, bool) {
 	}
 }
 
-// exit refuses further submissions and ends the ones still queued.
-func (a *DeviceActor) exit() {
+// markExited refuses further submissions and polls by waiters; it waits
+// for the polls under way.
+func (a *DeviceActor) markExited() {
 	a.exitMu.Lock()
 	a.exited = true
 	a.exitMu.Unlock()
+}
+
+// exit refuses further submissions and ends the ones still queued.
+func (a *DeviceActor) exit() {
+	a.markExited()
 	for {
 		select {
 		case s := <-a.in:
 			if !s.state.CompareAndSwap(ticketIdle, ticketRetired) {
-				continue // retired by a waiter
+				continue // retired by a waiter (none polls now)
 			}
 			a.safeCall(func() { s.OnDone(ErrClosed) })
 			a.retired.Add(1)

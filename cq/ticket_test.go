@@ -2,6 +2,9 @@ package cq
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -143,53 +146,118 @@ func TestTicketPollLeavesTimeoutAlone(t *testing.T) {
 	require.False(t, overlap.Load())
 }
 
-// gatedWaiter is a fakeWaiter whose blocking WaitCS calls announce
-// themselves and return "not done" once the gate opens.
-type gatedWaiter struct {
-	*fakeWaiter
-	blocking chan struct{}
-	gate     chan struct{}
-}
-
-func (g *gatedWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
-	if timeout <= 0 {
-		return g.fakeWaiter.WaitCS(seq, 0)
-	}
-	select {
-	case g.blocking <- struct{}{}:
-	default:
-	}
-	<-g.gate
-	return false, nil
-}
-
 // TestActorSleepsWhileWaitersPoll: while a waiter watches every tracked
-// CS, the actor sleeps in a blocking WAIT_CS instead of spin-polling them
-// (here its spin window would last an hour); once a waiter retired what
-// it saw, the actor parks at once instead of spinning for submissions.
+// CS, the actor sleeps instead of spin-polling them (here its spin window
+// would last an hour); once a waiter retired what it saw, the actor parks
+// at once instead of spinning for submissions.
 func TestActorSleepsWhileWaitersPoll(t *testing.T) {
-	w := &gatedWaiter{fakeWaiter: newFakeWaiter(), blocking: make(chan struct{}, 1), gate: make(chan struct{})}
-	a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Hour, BlockTimeout: time.Hour})
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Hour, BlockTimeout: time.Millisecond})
 	defer a.Close(0)
-	var once sync.Once
-	open := func() { once.Do(func() { close(w.gate) }) }
-	defer open()
 	// The actor is spinning (its window started when it did).
 	tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
 	require.NoError(t, err)
 	tk.Watch()
-	select {
-	case <-w.blocking: // within the spin window: only because watched
-	case <-time.After(30 * time.Second):
-		t.Fatal("the actor keeps spinning on a watched CS")
+	for a.Stats().Sleeps == 0 { // within the spin window: only because watched
+		runtime.Gosched()
 	}
 	require.False(t, tk.Poll())
 	parks := a.Stats().Parks
 	w.finish(1, nil)
-	require.True(t, tk.Poll(), "the actor is held in its blocking WaitCS")
+	require.True(t, tk.Poll())
 	tk.Unwatch()
-	open()
 	require.Eventually(t, func() bool { return a.Stats().Parks > parks }, 30*time.Second, time.Millisecond,
 		"the actor parks although its spin window is not over")
 	require.Zero(t, a.Outstanding())
+	require.Equal(t, uint64(1), a.Stats().WaiterRetired)
+}
+
+// TestActorLeavesWatchedToWaiter: a CS that ended while a waiter watches
+// it is retired by that waiter, not by the actor (which would hand the
+// completion over once more): the actor passes over it again and again;
+// once unwatched, the actor retires what is left.
+func TestActorLeavesWatchedToWaiter(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Hour, BlockTimeout: time.Microsecond})
+	defer a.Close(0)
+	tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
+	require.NoError(t, err)
+	tk.Watch()
+	w.finish(1, nil)
+	sleeps := a.Stats().Sleeps
+	for a.Stats().Sleeps < sleeps+100 && !tk.Retired() { // the actor has passed over CS 1 many times
+		runtime.Gosched()
+	}
+	require.False(t, tk.Retired(), "left to its waiter")
+	require.True(t, tk.Poll())
+	tk.Unwatch()
+	require.Equal(t, uint64(1), a.Stats().WaiterRetired)
+
+	// Unwatched, the actor retires it.
+	done := make(chan struct{})
+	tk2, err := a.TrackTicket(context.Background(), Submission{Seq: 2, OnDone: func(error) { close(done) }})
+	require.NoError(t, err)
+	tk2.Watch()
+	w.finish(2, nil)
+	tk2.Unwatch()
+	<-done
+	require.Equal(t, uint64(1), a.Stats().WaiterRetired)
+}
+
+// onceWaiter reports an ended CS's outcome once, then COMPLETED (as
+// Gaudi3's direct mode and the driver's outcome store do).
+type onceWaiter struct {
+	*fakeWaiter
+	mu       sync.Mutex
+	reported map[uint64]bool
+}
+
+func (o *onceWaiter) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
+	done, err := o.fakeWaiter.WaitCS(seq, timeout)
+	if !done {
+		return false, nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.reported[seq] {
+		return true, nil
+	}
+	o.reported[seq] = true
+	return true, err
+}
+
+// TestTicketOutcomeReportedOnce: with a completion source that reports
+// an outcome once, the CS's error reaches OnDone whether a waiter or the
+// actor saw it end, also when both poll at once (whoever polls holds the
+// ticket).
+func TestTicketOutcomeReportedOnce(t *testing.T) {
+	csErr := errors.New("aborted")
+	for _, watch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("watched=%v", watch), func(t *testing.T) {
+			w := &onceWaiter{fakeWaiter: newFakeWaiter(), reported: map[uint64]bool{}}
+			a := NewDeviceActor("fake", w, ActorConfig{BlockTimeout: time.Microsecond})
+			defer a.Close(0)
+			const n = 200
+			errs := make([]error, n+1)
+			var wg sync.WaitGroup
+			for i := uint64(1); i <= n; i++ {
+				tk, err := a.TrackTicket(context.Background(), Submission{Seq: i, OnDone: func(err error) { errs[i] = err }})
+				require.NoError(t, err)
+				if watch {
+					tk.Watch()
+				}
+				wg.Go(func() {
+					for !tk.Poll() {
+						runtime.Gosched()
+					}
+				})
+				w.finish(i, csErr)
+			}
+			wg.Wait()
+			require.Eventually(t, func() bool { return a.Outstanding() == 0 }, 30*time.Second, time.Millisecond)
+			for i := uint64(1); i <= n; i++ {
+				require.ErrorIs(t, errs[i], csErr, "seq %d", i)
+			}
+		})
+	}
 }
