@@ -27,9 +27,10 @@ type Submission struct {
 	Seq uint64
 	// Deadline, if not zero, is when the submission's operations time out.
 	Deadline time.Time
-	// OnDone is called exactly once, on the actor goroutine, when the CS
-	// retires: nil on success, the CS error, or ErrClosed at shutdown. It
-	// must not block.
+	// OnDone is called exactly once when the CS retires: nil on success,
+	// the CS error, or ErrClosed at shutdown. It runs on the actor
+	// goroutine, or on a waiter's that retired the CS through
+	// Ticket.Poll; never concurrently with OnTimeout. It must not block.
 	OnDone func(err error)
 	// OnTimeout, if set, is called on the actor goroutine when the deadline
 	// passes before the CS retires (the CS is polled once more first). It
@@ -71,8 +72,80 @@ func (c *ActorConfig) defaults() {
 	}
 }
 
-type tracked struct {
+// Ticket is one tracked submission. The actor retires it; a waiter may
+// also poll it (Poll) and retire it on its own goroutine when it sees the
+// CS end first, so that a caller waiting on a single CS needs no hand-off
+// through the actor. Whoever retires it first runs OnDone; the other only
+// drops it.
+type Ticket struct {
 	Submission
+	a        *DeviceActor
+	state    atomic.Uint32 // ticketIdle, ticketBusy or ticketRetired
+	watchers atomic.Int32  // waiters polling it now (Watch)
+}
+
+// Watch tells the actor that a waiter is polling the ticket (until
+// Unwatch): the actor then leaves the ticket to the waiter, and while
+// every CS it tracks is watched it sleeps (until a submission comes, or
+// for its spin window) instead of spin-polling them, leaving the cores to
+// the waiters and the device. A watcher polls the ticket until it
+// retires or it unwatches.
+func (t *Ticket) Watch() { t.watchers.Add(1) }
+
+// Unwatch ends a Watch.
+func (t *Ticket) Unwatch() { t.watchers.Add(-1) }
+
+const (
+	ticketIdle    = iota
+	ticketBusy    // claimed by the actor or a waiter polling it (or in OnTimeout)
+	ticketRetired // OnDone has been claimed
+)
+
+// Retired reports whether the ticket's OnDone has been claimed (it may
+// still be running on the goroutine that claimed it).
+func (t *Ticket) Retired() bool { return t.state.Load() == ticketRetired }
+
+// Poll checks the ticket's CS once (WAIT_CS with timeout 0) and, when it
+// has ended, retires the ticket on the calling goroutine: OnDone runs
+// here, not on the actor. It reports whether the ticket is retired (by
+// this call or before it). After the actor exited every ticket is
+// retired. A nil ticket is retired.
+func (t *Ticket) Poll() bool {
+	if t == nil {
+		return true
+	}
+	switch t.state.Load() {
+	case ticketRetired:
+		return true
+	case ticketBusy:
+		return false
+	}
+	a := t.a
+	// The read lock keeps the actor's exit (and so Close) from returning
+	// while OnDone runs here.
+	a.exitMu.RLock()
+	defer a.exitMu.RUnlock()
+	if a.exited {
+		return true // the actor ended every ticket before it exited
+	}
+	// Claim the ticket before WAIT_CS: a completion source may report an
+	// ended CS's outcome once (later WAIT_CSs say COMPLETED), so whoever
+	// sees it end must be the one that retires it.
+	if !t.state.CompareAndSwap(ticketIdle, ticketBusy) {
+		return t.state.Load() == ticketRetired
+	}
+	done, err := a.w.WaitCS(t.Seq, 0)
+	a.waiterPolls.Add(1)
+	if !done {
+		t.state.Store(ticketIdle)
+		return false
+	}
+	t.state.Store(ticketRetired)
+	a.safeCall(func() { t.OnDone(err) })
+	a.waiterRetired.Add(1)
+	a.retired.Add(1)
+	a.outstanding.Add(-1)
+	return true
 }
 
 // DeviceActor is the one goroutine that reaps a device's command
@@ -82,14 +155,15 @@ type tracked struct {
 // nothing is outstanding it keeps polling its submission channel for the
 // rest of the spin window (a submission then needs no wake-up), then
 // sleeps on it with a periodic safety-net timeout. The spin is bounded:
-// an idle actor burns no CPU.
+// an idle actor burns no CPU. A waiter holding a submission's Ticket may
+// retire it first (Ticket.Poll): the actor then only drops it.
 type DeviceActor struct {
 	name string
 	w    CSWaiter
 	cfg  ActorConfig
 	log  zerolog.Logger
 
-	in      chan Submission
+	in      chan *Ticket
 	exitMu  sync.RWMutex
 	exited  bool
 	stop    chan struct{}
@@ -102,6 +176,10 @@ type DeviceActor struct {
 	blocks      atomic.Uint64
 	retired     atomic.Uint64
 	parks       atomic.Uint64
+
+	waiterPolls   atomic.Uint64
+	waiterRetired atomic.Uint64
+	sleeps        atomic.Uint64
 }
 
 // NewDeviceActor starts the actor for one completion source.
@@ -112,7 +190,7 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 		w:       w,
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "cq").Str("source", name).Logger(),
-		in:      make(chan Submission, cfg.MaxOutstanding),
+		in:      make(chan *Ticket, cfg.MaxOutstanding),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -124,28 +202,36 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 // submissions are queued, until ctx ends. After Close it returns ErrClosed
 // and the caller still owns s (and must end it).
 func (a *DeviceActor) Track(ctx context.Context, s Submission) error {
+	_, err := a.TrackTicket(ctx, s)
+	return err
+}
+
+// TrackTicket is Track returning the submission's Ticket, which a waiter
+// may Poll to retire the CS itself.
+func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, error) {
+	t := &Ticket{Submission: s, a: a}
 	// The read lock makes Track and the actor's exit mutually exclusive:
 	// a submission is either refused or seen by the actor's final drain.
 	a.exitMu.RLock()
 	defer a.exitMu.RUnlock()
 	if a.exited {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	select {
 	case <-a.stop:
-		return ErrClosed
+		return nil, ErrClosed
 	default:
 	}
 	a.outstanding.Add(1)
 	select {
-	case a.in <- s:
-		return nil
+	case a.in <- t:
+		return t, nil
 	case <-a.stop:
 		a.outstanding.Add(-1)
-		return ErrClosed
+		return nil, ErrClosed
 	case <-ctx.Done():
 		a.outstanding.Add(-1)
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
@@ -162,11 +248,20 @@ type ActorStats struct {
 	// spin window over, went to sleep on its submission channel (the next
 	// Track then wakes it).
 	Parks uint64
+	// WaiterPolls counts Ticket.Poll's WAIT_CS calls; WaiterRetired the
+	// submissions retired by a waiter instead of the actor (included in
+	// Retired).
+	WaiterPolls   uint64
+	WaiterRetired uint64
+	// Sleeps counts the times the actor slept because waiters polled
+	// every CS it tracked.
+	Sleeps uint64
 }
 
 // Stats returns the counters.
 func (a *DeviceActor) Stats() ActorStats {
-	return ActorStats{Outstanding: a.Outstanding(), Polls: a.polls.Load(), Blocks: a.blocks.Load(), Retired: a.retired.Load(), Parks: a.parks.Load()}
+	return ActorStats{Outstanding: a.Outstanding(), Polls: a.polls.Load(), Blocks: a.blocks.Load(), Retired: a.retired.Load(), Parks: a.parks.Load(),
+		WaiterPolls: a.waiterPolls.Load(), WaiterRetired: a.waiterRetired.Load(), Sleeps: a.sleeps.Load()}
 }
 
 // Close stops accepting submissions, keeps reaping the outstanding ones for
@@ -182,18 +277,56 @@ func (a *DeviceActor) Close(grace time.Duration) {
 
 func (a *DeviceActor) run() {
 	defer close(a.stopped)
-	var pending []*tracked
+	var pending []*Ticket
 	lastProgress := time.Now()
 	var stopAt time.Time
 	cursor := 0
 	idle := time.NewTimer(a.cfg.IdleTimeout)
 	defer idle.Stop()
 
-	finish := func(i int, err error) {
+	// relied is whether the actor retired the last CS it saw end itself
+	// (no waiter polled it first): then it spins for new submissions
+	// when idle, else it parks at once.
+	relied := true
+	// retire ends pending[i], which the actor holds (ticketBusy), with err.
+	retire := func(i int, err error) {
 		t := pending[i]
+		pending[i] = nil
+		relied = true
+		t.state.Store(ticketRetired)
 		a.safeCall(func() { t.OnDone(err) })
 		a.retired.Add(1)
 		a.outstanding.Add(-1)
+	}
+	// claim takes pending[i] for a WAIT_CS; false if a waiter holds it
+	// now or retired it (then it is dropped).
+	claim := func(i int) bool {
+		t := pending[i]
+		if t.state.CompareAndSwap(ticketIdle, ticketBusy) {
+			return true
+		}
+		if t.state.Load() == ticketRetired {
+			pending[i] = nil
+			relied = false
+		}
+		return false
+	}
+	// poll polls pending[i] (claimed) once with timeout: retired when it
+	// ended, else released.
+	poll := func(i int, timeout time.Duration) bool {
+		done, err := a.w.WaitCS(pending[i].Seq, timeout)
+		if done {
+			retire(i, err)
+			return true
+		}
+		pending[i].state.Store(ticketIdle)
+		return false
+	}
+	// finish ends pending[i] with err at shutdown (no waiter polls then).
+	finish := func(i int, err error) {
+		if pending[i].state.CompareAndSwap(ticketIdle, ticketBusy) {
+			retire(i, err)
+		}
 		pending[i] = nil
 	}
 	compact := func() {
@@ -225,7 +358,7 @@ func (a *DeviceActor) run() {
 		for len(pending) < a.cfg.MaxOutstanding {
 			select {
 			case s := <-a.in:
-				pending = append(pending, &tracked{Submission: s})
+				pending = append(pending, s)
 			default:
 				break drain
 			}
@@ -237,8 +370,13 @@ func (a *DeviceActor) run() {
 			}
 			// Keep polling for new submissions for the rest of the spin
 			// window: a submission that arrives then costs no wake-up.
+			// Not when waiters retired what it saw last: they do not
+			// wait for the actor, which would only take a core from them.
+			if !relied {
+				lastProgress = time.Time{}
+			}
 			if s, ok := a.spinIdle(lastProgress); ok {
-				pending = append(pending, &tracked{Submission: s})
+				pending = append(pending, s)
 				lastProgress = time.Now()
 				continue
 			}
@@ -246,7 +384,7 @@ func (a *DeviceActor) run() {
 			idle.Reset(a.cfg.IdleTimeout)
 			select {
 			case s := <-a.in:
-				pending = append(pending, &tracked{Submission: s})
+				pending = append(pending, s)
 				lastProgress = time.Now()
 			case <-a.stop:
 			case <-idle.C:
@@ -266,10 +404,16 @@ func (a *DeviceActor) run() {
 			if pending[i] == nil {
 				continue
 			}
-			done, err := a.w.WaitCS(pending[i].Seq, 0)
+			if pending[i].Retired() { // by a waiter
+				pending[i] = nil
+				progressed, relied = true, false
+				continue
+			}
+			if pending[i].watchers.Load() > 0 || !claim(i) {
+				continue // its waiter polls it and retires it
+			}
 			a.polls.Add(1)
-			if done {
-				finish(i, err)
+			if poll(i, 0) {
 				progressed = true
 			}
 		}
@@ -284,10 +428,16 @@ func (a *DeviceActor) run() {
 			if t.Deadline.IsZero() || !now.After(t.Deadline) {
 				continue
 			}
+			// Held (busy), it is not retired by a waiter while its
+			// OnTimeout runs.
+			if !claim(i) {
+				progressed = progressed || pending[i] == nil
+				continue // a waiter holds it: next pass
+			}
 			done, err := a.w.WaitCS(t.Seq, 0)
 			a.polls.Add(1)
 			if done {
-				finish(i, err)
+				retire(i, err)
 				progressed = true
 				continue
 			}
@@ -297,6 +447,7 @@ func (a *DeviceActor) run() {
 				a.safeCall(func() { next = t.OnTimeout(now) })
 			}
 			t.Deadline = next
+			t.state.Store(ticketIdle)
 		}
 		compact()
 		if missed && a.cfg.OnDeadline != nil {
@@ -304,6 +455,7 @@ func (a *DeviceActor) run() {
 		}
 
 		if stopping() && now.After(stopAt) {
+			a.markExited() // no waiter polls a ticket from here on
 			for i := range pending {
 				finish(i, ErrClosed)
 			}
@@ -319,49 +471,89 @@ func (a *DeviceActor) run() {
 		if len(pending) == 0 {
 			continue
 		}
+		oldest := firstUnwatched(pending)
+		if oldest < 0 {
+			// Waiters poll every CS tracked and retire them: sleep until
+			// a submission comes, for no longer than the spin window or a
+			// blocking wait (a waiter may stop watching without having
+			// seen its CS end).
+			a.sleeps.Add(1)
+			idle.Reset(max(min(a.cfg.Spin, a.cfg.BlockTimeout), time.Microsecond))
+			select {
+			case s := <-a.in:
+				pending = append(pending, s)
+			case <-a.stop:
+			case <-idle.C:
+			}
+			continue
+		}
 		if now.Sub(lastProgress) < a.cfg.Spin {
 			runtime.Gosched()
 			continue
 		}
-		// Block on the oldest outstanding CS for a short while.
-		done, err := a.w.WaitCS(pending[0].Seq, a.cfg.BlockTimeout)
+		// Block on the oldest outstanding CS nobody watches for a short
+		// while.
+		if !claim(oldest) {
+			compact()
+			runtime.Gosched()
+			continue
+		}
 		a.blocks.Add(1)
-		if done {
-			finish(0, err)
+		if poll(oldest, a.cfg.BlockTimeout) {
 			compact()
 			lastProgress = time.Now()
 		}
 	}
 }
 
+// firstUnwatched is the index of the first ticket no waiter watches, or
+// -1.
+func firstUnwatched(pending []*Ticket) int {
+	for i, t := range pending {
+		if t.watchers.Load() == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
 // spinIdle polls the submission channel until the spin window that
 // started at lastProgress ends; false when it ended (or Close began)
 // with nothing submitted.
-func (a *DeviceActor) spinIdle(lastProgress time.Time) (Submission, bool) {
+func (a *DeviceActor) spinIdle(lastProgress time.Time) (*Ticket, bool) {
 	deadline := lastProgress.Add(a.cfg.Spin)
 	for i := 0; ; i++ {
 		select {
 		case s := <-a.in:
 			return s, true
 		case <-a.stop:
-			return Submission{}, false
+			return nil, false
 		default:
 		}
 		if i&15 == 0 && !time.Now().Before(deadline) {
-			return Submission{}, false
+			return nil, false
 		}
 		runtime.Gosched()
 	}
 }
 
-// exit refuses further submissions and ends the ones still queued.
-func (a *DeviceActor) exit() {
+// markExited refuses further submissions and polls by waiters; it waits
+// for the polls under way.
+func (a *DeviceActor) markExited() {
 	a.exitMu.Lock()
 	a.exited = true
 	a.exitMu.Unlock()
+}
+
+// exit refuses further submissions and ends the ones still queued.
+func (a *DeviceActor) exit() {
+	a.markExited()
 	for {
 		select {
 		case s := <-a.in:
+			if !s.state.CompareAndSwap(ticketIdle, ticketRetired) {
+				continue // retired by a waiter (none polls now)
+			}
 			a.safeCall(func() { s.OnDone(ErrClosed) })
 			a.retired.Add(1)
 			a.outstanding.Add(-1)

@@ -68,6 +68,12 @@ type CSOptions struct {
 	// empty CB of at least CBSize bytes made on the builder's Device. nil
 	// means Device.NewCB(CBSize).
 	NewCB func() (*CB, error)
+	// OneQueue puts the whole CS on one of Queues: the one the device's
+	// round robin picked last, which it does not advance. Consecutive
+	// one-queue CSs so share a queue, and the next round-robin placement
+	// moves past it (work that follows a CS that hung there is not put
+	// behind it).
+	OneQueue bool
 }
 
 // CSBuilder assembles one command submission (CS) of copies and memsets
@@ -91,6 +97,7 @@ type CSBuilder struct {
 	packets int
 	bytes   uint64
 	sealed  bool
+	oneQ    bool // CSOptions.OneQueue: the round robin is not advanced
 }
 
 // NewCSBuilder starts an empty CS on the queues of o. It fails with
@@ -113,7 +120,12 @@ func (d *Device) NewCSBuilder(o CSOptions) (*CSBuilder, error) {
 		return nil, newErr(op, ErrInvalid, fmt.Sprintf("command buffer size %d not in [%d, %d]",
 			o.CBSize, low, high), nil)
 	}
-	b := &CSBuilder{d: d, queues: o.Queues, cbSize: o.CBSize, piece: o.PieceSize, newCB: o.NewCB, cbs: make([]*CB, len(o.Queues))}
+	qs := o.Queues
+	if o.OneQueue {
+		i := int(d.rr.Load()) % len(qs)
+		qs = qs[i : i+1]
+	}
+	b := &CSBuilder{d: d, queues: qs, cbSize: o.CBSize, piece: o.PieceSize, newCB: o.NewCB, cbs: make([]*CB, len(qs)), oneQ: o.OneQueue}
 	if b.newCB == nil {
 		b.newCB = func() (*CB, error) { return d.NewCB(o.CBSize) }
 	}
@@ -218,7 +230,10 @@ func (b *CSBuilder) add(op string, dst, src, n uint64, memset bool) error {
 	for off := uint64(0); off < n; off += piece {
 		m := min(piece, n-off)
 		need := int(linDMACount(m)) * b.d.model.copyPacketSize()
-		s := int(b.d.rr.Add(1)) % len(b.queues)
+		s := 0
+		if !b.oneQ {
+			s = int(b.d.rr.Add(1)) % len(b.queues)
+		}
 		cb, err := b.cb(s)
 		if err != nil {
 			return err

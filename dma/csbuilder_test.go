@@ -359,3 +359,31 @@ func rawChunks(cs []Chunk) []hlsys.CSChunk {
 	}
 	return out
 }
+
+// TestCSBuilderOneQueue: a one-queue CS goes whole to the queue the
+// round robin picked last, without advancing it: consecutive one-queue
+// CSs share that queue, and the next round-robin piece goes to the queue
+// after it.
+func TestCSBuilderOneQueue(t *testing.T) {
+	d, _ := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	qs := []uint32{0, 1, 4}
+	d.rr.Store(4) // last pick: queue index 4%3 = 1
+	for range 2 {
+		cs, err := d.NewCSBuilder(CSOptions{Queues: qs, CBSize: 4096, PieceSize: 1, OneQueue: true})
+		require.NoError(t, err)
+		require.NoError(t, cs.AddCopy(tDst, tSrc, 3)) // three pieces, one queue
+		chunks, err := cs.Seal()
+		require.NoError(t, err)
+		require.Len(t, chunks, 1)
+		require.Equal(t, uint32(1), chunks[0].raw().QueueIndex)
+		cs.Release(nil)
+	}
+	require.Equal(t, uint32(4), d.rr.Load())
+	cs, err := d.NewCSBuilder(CSOptions{Queues: qs, CBSize: 4096})
+	require.NoError(t, err)
+	defer cs.Release(nil)
+	require.NoError(t, cs.AddCopy(tDst, tSrc, 1))
+	chunks, err := cs.Seal()
+	require.NoError(t, err)
+	require.Equal(t, uint32(4), chunks[0].raw().QueueIndex, "round robin: the queue after the one-queue CSs'")
+}

@@ -28,10 +28,23 @@ func (e *Engine) opConfig(opts []OpOption) opConfig {
 	if e.cfg.OpTimeout > 0 {
 		c.deadline = time.Now().Add(e.cfg.OpTimeout)
 	}
-	for _, o := range opts {
-		o(&c)
+	if len(opts) > 0 {
+		c = applyOpts(c, opts)
 	}
 	return c
+}
+
+// applyOpts applies options to c; apart from opConfig (and not inlined)
+// so that c escapes (the options are indirect calls) only when there are
+// options: a copy without options allocates no opConfig.
+//
+//go:noinline
+func applyOpts(c opConfig, opts []OpOption) opConfig {
+	p := &c
+	for _, o := range opts {
+		o(p)
+	}
+	return *p
 }
 
 // validateSlice checks one slice used in a transfer.

@@ -41,10 +41,10 @@ func (g *Device) processRefs(dir int, refs []ref) {
 		return
 	}
 	c := g.c
-	streams := g.streams(dir)
+	streams, oneQueue := g.streams(dir, refs)
 	newRec := func() (*csRec, error) {
 		cs, err := g.Dev.NewCSBuilder(dma.CSOptions{
-			Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.cbs.Get,
+			Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.cbs.Get, OneQueue: oneQueue,
 		})
 		if err != nil {
 			kind := gxerr.Device
@@ -96,17 +96,15 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			c.finishOp(j, o, gxerr.New(gxerr.Device, "command buffer", err))
 			continue
 		}
-		dst, src, regs, err := g.resolve(o)
+		dst, src, err := g.resolve(o, &rec.regions)
 		if err != nil {
 			c.finishOp(j, o, err)
 			continue
 		}
 		if err := rec.cs.AddCopy(dst, src, o.n()); err != nil {
 			// Only an encoding bug gets here; the CBs may hold part of
-			// this op, so the whole CS is dropped.
-			for _, r := range regs {
-				g.HostMaps.Put(r)
-			}
+			// this op, so the whole CS is dropped (with this op's
+			// mappings, which finish releases).
 			err = gxerr.New(gxerr.Device, "add copy to command submission", err)
 			c.finishOp(j, o, err)
 			rec.finish(err)
@@ -114,7 +112,6 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			continue
 		}
 		o.handed = true
-		rec.regions = append(rec.regions, regs...)
 		rec.items = append(rec.items, csItem{j: j, o: o})
 	}
 	if rec != nil {
@@ -135,31 +132,38 @@ func (r *csRec) nextDeadline() time.Time {
 }
 
 // resolve turns an op's slices into device addresses, mapping host memory
-// into the device MMU through the registration cache.
-func (g *Device) resolve(o *Op) (dst, src uint64, regs []*memcache.Region, err error) {
-	addr := func(s Slice) (uint64, error) {
-		m := s.M
-		if m.Gaudi {
-			return m.Addr + s.Off, nil
-		}
-		r, err := g.HostMaps.Get(m.Addr, m.Size, memcache.AccessRead|memcache.AccessWrite)
-		if err != nil {
-			return 0, gxerr.New(gxerr.Device, fmt.Sprintf("map host memory into gaudi%d", g.Idx), err)
-		}
-		regs = append(regs, r)
-		hm := r.Value().(*dma.HostMapping)
-		return hm.DeviceAddr() + (m.Addr + s.Off - uint64(hm.HostAddr())), nil
-	}
-	if dst, err = addr(o.Dst); err == nil {
-		src, err = addr(o.Src)
+// into the device MMU through the registration cache; the mappings it
+// takes are appended to *regs (on an error none is left there).
+func (g *Device) resolve(o *Op, regs *[]*memcache.Region) (dst, src uint64, err error) {
+	held := len(*regs)
+	if dst, err = g.addr(o.Dst, regs); err == nil {
+		src, err = g.addr(o.Src, regs)
 	}
 	if err != nil {
-		for _, r := range regs {
+		for _, r := range (*regs)[held:] {
 			g.HostMaps.Put(r)
 		}
-		return 0, 0, nil, err
+		clear((*regs)[held:])
+		*regs = (*regs)[:held]
+		return 0, 0, err
 	}
-	return dst, src, regs, nil
+	return dst, src, nil
+}
+
+// addr is the device address of s, appending the host mapping it takes
+// (if any) to *regs.
+func (g *Device) addr(s Slice, regs *[]*memcache.Region) (uint64, error) {
+	m := s.M
+	if m.Gaudi {
+		return m.Addr + s.Off, nil
+	}
+	r, err := g.HostMaps.Get(m.Addr, m.Size, memcache.AccessRead|memcache.AccessWrite)
+	if err != nil {
+		return 0, gxerr.New(gxerr.Device, fmt.Sprintf("map host memory into gaudi%d", g.Idx), err)
+	}
+	*regs = append(*regs, r)
+	hm := r.Value().(*dma.HostMapping)
+	return hm.DeviceAddr() + (m.Addr + s.Off - uint64(hm.HostAddr())), nil
 }
 
 // submit sends the CS and hands it to the device's completion actor.
@@ -183,8 +187,12 @@ func (r *csRec) submit() {
 	c.st.CS.Add(1)
 	c.st.Packets.Add(uint64(r.cs.Len()))
 	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.cs.Len()).Int("cbs", len(chunks)).Msg("CS submitted")
-	err = g.Actor.Track(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.finish, OnTimeout: r.timeout})
-	if err != nil {
+	t, err := g.Actor.TrackTicket(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.finish, OnTimeout: r.timeout})
+	if err == nil {
+		r.attach(t)
+		return
+	}
+	{
 		// The actor is closing: wait for the CS here so that nothing it
 		// uses is released early.
 		_, werr := g.Dev.Wait(seq, c.cfg.CloseGrace)
@@ -192,6 +200,19 @@ func (r *csRec) submit() {
 			werr = gxerr.Closed
 		}
 		r.finish(werr)
+	}
+}
+
+// attach lets the futures of the CS's operations poll it (Future.Wait).
+// The CS may already be retiring meanwhile: attach only reads the items'
+// jobs, which finish does not write.
+func (r *csRec) attach(t *cq.Ticket) {
+	var last *Future
+	for i := range r.items {
+		if f := r.items[i].j.Fut; f != last {
+			f.addTicket(t)
+			last = f
+		}
 	}
 }
 
@@ -223,17 +244,49 @@ func (r *csRec) finish(err error) {
 		r.g.HostMaps.Put(reg)
 	}
 	r.regions = nil
+	// The successful ops of one job are recorded and completed together
+	// (one latency reading, one update of the future): a batch's CS ends
+	// many of them at once.
+	var run doneRun
 	for i := range r.items {
 		it := &r.items[i]
 		if c.cfg.RegCacheOff {
 			r.g.uncache(it.o)
 		}
 		c.opRelease(it.j, it.o)
-		if !it.done {
-			it.done = true
-			c.opDone(it.j, it.o, err)
+		if it.done {
+			continue
 		}
+		it.done = true
+		if err != nil || it.j.Internal {
+			c.opDone(it.j, it.o, err)
+			continue
+		}
+		if run.j != it.j {
+			run.flush(c)
+			run = doneRun{j: it.j}
+		}
+		run.n++
+		run.bytes += it.o.n()
 	}
+	run.flush(c)
+}
+
+// doneRun is a run of successful ops of one job ending together.
+type doneRun struct {
+	j     *Job
+	n     int
+	bytes uint64
+}
+
+// flush records the run's ops and completes them in their future (which
+// keeps per-op status only for errors).
+func (d *doneRun) flush(c *Copier) {
+	if d.n == 0 {
+		return
+	}
+	c.st.RecordN(d.j.Start, d.n, d.bytes)
+	d.j.Fut.CompleteN(d.n)
 }
 
 // uncache drops host mappings after use when the registration cache is off.

@@ -31,6 +31,7 @@ type Device struct {
 
 	queues [NumDirs]*queue.Queue[*Job]
 	sched  [NumDirs]atomic.Bool
+	dirQs  [NumDirs][]uint32 // the device queues (streams) of each direction
 
 	HostMaps *memcache.Cache     // host range -> *dma.HostMapping
 	Exports  *memcache.Cache     // device range -> *dma.DMABuf
@@ -75,6 +76,7 @@ func (c *Copier) AddDevice(d *dma.Device, sim *hlsim.Device) *Device {
 	for i := range g.queues {
 		g.queues[i] = queue.New[*Job](cfg.QueueDepth, c.mode)
 	}
+	g.dirQs = [NumDirs][]uint32{dirH2D: d.H2DQueues(), dirD2H: d.D2HQueues(), dirD2D: d.D2DQueues()}
 	g.HostMaps, _ = memcache.New(memcache.Config{
 		Registrar: hostMapper{g}, MaxRegions: cfg.RegMaxRegions, MaxBytes: cfg.RegMaxBytes,
 		Logger: g.log,
@@ -196,14 +198,18 @@ func (g *Device) drain(dir int) {
 	}
 }
 
-func (g *Device) streams(dir int) []uint32 {
-	switch dir {
-	case dirH2D:
-		return g.Dev.H2DQueues()
-	case dirD2H:
-		return g.Dev.D2HQueues()
-	}
-	return g.Dev.D2DQueues()
+// streams are the device queues the command submissions of refs, going
+// in direction dir, are spread over, and whether they should use only
+// one of them (dma.CSOptions.OneQueue). A lone copy of one piece on an
+// idle device takes one queue, the same as the lone copy before it:
+// spreading gains it nothing, and on an emulated device the other
+// queues' engines then park instead of spinning for work on the cores
+// the copy needs.
+func (g *Device) streams(dir int, refs []ref) (qs []uint32, one bool) {
+	qs = g.dirQs[dir]
+	one = len(qs) > 1 && len(refs) == 1 && g.Actor.Outstanding() == 0 &&
+		(g.c.cfg.ChunkSize == 0 || refs[0].o.n() <= g.c.cfg.ChunkSize)
+	return qs, one
 }
 
 // ref names one op of a job.

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/internal/gxerr"
 )
 
@@ -27,6 +28,73 @@ type Future struct {
 	final   error   // err as of resolution; read without the lock once done
 	errs    []error // per-op status (batches), nil otherwise
 	spin    time.Duration
+	// tickets are command submissions carrying this future's operations,
+	// which Wait polls itself while it spins (see addTicket).
+	tickets [maxTickets]atomic.Pointer[cq.Ticket]
+}
+
+// maxTickets bounds the command submissions a future's Wait polls; those
+// of a larger batch are left to their devices' actors (a CS that finds no
+// free slot is not attached).
+const maxTickets = 4
+
+// addTicket attaches a command submission carrying some of f's
+// operations, for Wait to poll: a waiter that sees the CS end retires it
+// on its own goroutine, without waiting for the device's actor to notice
+// and hand the completion over. It takes a free slot, or one whose CS has
+// retired.
+func (f *Future) addTicket(t *cq.Ticket) {
+	if f.done.Load() {
+		return
+	}
+	for i := range f.tickets {
+		old := f.tickets[i].Load()
+		if (old == nil || old.Retired()) && f.tickets[i].CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+// spinWait spins for up to f.spin, polling the command submissions of
+// f's operations (the one that sees the last of them end resolves f
+// here), and reports whether f resolved. The polled CSs are watched
+// meanwhile: their device actor need not spin on them too.
+func (f *Future) spinWait() bool {
+	var watched [maxTickets]*cq.Ticket
+	for i := range f.tickets {
+		if t := f.tickets[i].Load(); t != nil {
+			t.Watch()
+			watched[i] = t
+		}
+	}
+	defer func() {
+		for _, t := range watched {
+			if t != nil {
+				t.Unwatch()
+			}
+		}
+	}()
+	deadline := time.Now().Add(f.spin)
+	for i := 0; ; i++ {
+		f.pollTickets()
+		if f.done.Load() {
+			return true
+		}
+		if i&63 == 63 && time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
+	}
+}
+
+// pollTickets polls the attached command submissions once each, dropping
+// the retired ones.
+func (f *Future) pollTickets() {
+	for i := range f.tickets {
+		if t := f.tickets[i].Load(); t != nil && t.Poll() {
+			f.tickets[i].CompareAndSwap(t, nil)
+		}
+	}
 }
 
 // Init makes f resolve after n calls to Complete.
@@ -79,6 +147,17 @@ func (f *Future) Complete(idx int, err error) {
 		f.mu.Unlock()
 	}
 	if f.pending.Add(-1) == 0 {
+		f.resolve()
+	}
+}
+
+// CompleteN records the successful end of n operations (Complete(idx,
+// nil) for each: a success leaves no per-op status to record).
+func (f *Future) CompleteN(n int) {
+	if f.done.Load() {
+		return
+	}
+	if f.pending.Add(-int64(n)) == 0 {
 		f.resolve()
 	}
 }
@@ -161,17 +240,8 @@ func (f *Future) Wait(ctx context.Context) error {
 	if f.done.Load() {
 		return f.Err()
 	}
-	if f.spin > 0 {
-		deadline := time.Now().Add(f.spin)
-		for i := 0; ; i++ {
-			if f.done.Load() {
-				return f.Err()
-			}
-			if i&63 == 63 && time.Now().After(deadline) {
-				break
-			}
-			runtime.Gosched()
-		}
+	if f.spin > 0 && f.spinWait() {
+		return f.Err()
 	}
 	select {
 	case <-f.Done():

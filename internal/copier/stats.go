@@ -31,6 +31,14 @@ func (s *Counters) Record(start time.Time, n uint64, err error) {
 	s.Lat.add(time.Since(start))
 }
 
+// RecordN records n successful copies started at start that ended now,
+// of bytes bytes in all (Record for each, with one reading of the clock).
+func (s *Counters) RecordN(start time.Time, n int, bytes uint64) {
+	s.Completed.Add(uint64(n))
+	s.Bytes.Add(bytes)
+	s.Lat.addN(time.Since(start), uint64(n))
+}
+
 // RecordInline counts a copy of n bytes done on the caller's goroutine.
 func (s *Counters) RecordInline(n uint64) {
 	s.Completed.Add(1)
@@ -60,15 +68,18 @@ type LatencyHist struct {
 // Add records d.
 func (h *LatencyHist) Add(d time.Duration) { h.add(d) }
 
-func (h *LatencyHist) add(d time.Duration) {
-	h.sum.Add(int64(d))
+func (h *LatencyHist) add(d time.Duration) { h.addN(d, 1) }
+
+// addN records d n times.
+func (h *LatencyHist) addN(d time.Duration, n uint64) {
+	h.sum.Add(int64(d) * int64(n))
 	ns := max(uint64(d), 1)
 	e := bits.Len64(ns) - 1
 	sub := uint64(0)
 	if e >= 3 {
 		sub = (ns >> (e - 3)) & 7
 	}
-	h.b[e*8+int(sub)].Add(1)
+	h.b[e*8+int(sub)].Add(n)
 	for {
 		m := h.max.Load()
 		if int64(d) <= m || h.max.CompareAndSwap(m, int64(d)) {

@@ -1,0 +1,185 @@
+package copier
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/cq"
+	"github.com/gxfer/gxfer/memcache"
+)
+
+// TestWaitRetiresItsCS: a future's Wait polls the command submission of
+// its copy and retires it on the waiting goroutine: the copy resolves,
+// releasing its references, while the device's completion actor is held
+// up elsewhere (here in another submission's OnDone).
+func TestWaitRetiresItsCS(t *testing.T) {
+	tests := []struct {
+		name  string
+		batch int
+	}{
+		{"copy", 0},
+		{"batch of 3", 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 1)
+			g := r.c.Devs[0]
+			src, d := r.host(t, 4096), r.gaudi(t, 0, 4096)
+			require.NoError(t, r.copy(context.Background(), d, src)) // CS 1, retired
+
+			// Hold the actor in the OnDone of CS 1 (tracked again).
+			stalled, release := make(chan struct{}), make(chan struct{})
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
+			require.NoError(t, g.Actor.Track(context.Background(), cq.Submission{Seq: 1, OnDone: func(error) {
+				close(stalled)
+				<-release
+			}}))
+			<-stalled
+			retired0 := g.Actor.Stats().WaiterRetired
+
+			f := &Future{}
+			n := max(tc.batch, 1)
+			ops := make([]Op, n)
+			for i := range ops {
+				src.Refs.Add(1)
+				d.Refs.Add(1)
+				ops[i] = Op{Dst: Slice{M: d, Off: uint64(i), N: 1024}, Src: Slice{M: src, Off: uint64(i), N: 1024}, Idx: i}
+			}
+			if tc.batch == 0 {
+				f.Init(1)
+				require.NoError(t, r.c.Copy(context.Background(), f, ops[0].Dst, ops[0].Src, time.Time{}))
+			} else {
+				f.InitBatch(n)
+				require.NoError(t, r.c.SubmitBatch(context.Background(), f, ops, time.Time{}))
+			}
+			// The spin outlasts any emulated copy; the ctx only keeps a
+			// failing test from hanging.
+			f.SetSpin(30 * time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(t, f.Wait(ctx))
+			require.Zero(t, src.Refs.Load(), "references released by the waiter")
+			require.Zero(t, d.Refs.Load())
+			require.Equal(t, retired0+1, g.Actor.Stats().WaiterRetired)
+			close(release)
+		})
+	}
+}
+
+// TestLoneCopyTakesOneQueue: a lone copy of one piece on an idle device
+// is put on one queue; several copies, a copy of several pieces, or a
+// device with CSs in flight spread over every queue.
+func TestLoneCopyTakesOneQueue(t *testing.T) {
+	r := newRig(t, 1)
+	g := r.c.Devs[0]
+	all := g.dirQs[dirH2D]
+	require.Greater(t, len(all), 1, "the emulated Gaudi2 has several H2D queues")
+	small := ref{o: &Op{Src: Slice{N: 4096}}}
+	big := ref{o: &Op{Src: Slice{N: r.c.cfg.ChunkSize + 1}}}
+	tests := []struct {
+		name string
+		refs []ref
+		busy bool
+		one  bool
+	}{
+		{"lone copy, idle device", []ref{small}, false, true},
+		{"two copies", []ref{small, small}, false, false},
+		{"copy of two pieces", []ref{big}, false, false},
+		{"lone copy, device busy", []ref{small}, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.busy {
+				// A CS the actor counts as outstanding until its OnDone
+				// returns (a never-submitted seq: WAIT_CS fails it at
+				// once, and OnDone holds the actor).
+				release := make(chan struct{})
+				stalled := make(chan struct{})
+				require.NoError(t, g.Actor.Track(context.Background(), cq.Submission{Seq: ^uint64(0) >> 1, OnDone: func(error) {
+					close(stalled)
+					<-release
+				}}))
+				<-stalled // the actor holds it: Outstanding counts it until OnDone returns
+				defer close(release)
+			}
+			qs, one := g.streams(dirH2D, tc.refs)
+			require.Equal(t, all, qs)
+			require.Equal(t, tc.one, one)
+		})
+	}
+}
+
+// TestResolveAllocs: resolving a copy whose host buffer is mapped already
+// allocates nothing (the mappings go to the CS's own list, which a batch
+// grows once, not in a fresh slice per copy).
+func TestResolveAllocs(t *testing.T) {
+	r := newRig(t, 1)
+	g := r.c.Devs[0]
+	src, d := r.host(t, 8192), r.gaudi(t, 0, 8192)
+	o := &Op{Dst: Slice{M: d, Off: 4096, N: 4096}, Src: Slice{M: src, Off: 4096, N: 4096}}
+	regs := make([]*memcache.Region, 0, 4)
+	var dst, srcAddr uint64
+	var err error
+	resolve := func() {
+		regs = regs[:0]
+		if dst, srcAddr, err = g.resolve(o, &regs); err == nil {
+			g.HostMaps.Put(regs[0])
+		}
+	}
+	resolve() // maps the host buffer
+	require.NoError(t, err)
+	require.Equal(t, d.Addr+4096, dst)
+	require.NotZero(t, srcAddr)
+	require.Len(t, regs, 1)
+	require.Zero(t, testing.AllocsPerRun(100, resolve))
+	require.NoError(t, err)
+}
+
+// TestBatchCSRecordsEachCopy: a CS ending many copies of one batch
+// records and completes them together, and still counts every copy: the
+// counters, the latency histogram (one entry per copy) and the future.
+func TestBatchCSRecordsEachCopy(t *testing.T) {
+	r := newRig(t, 1)
+	src, d := r.host(t, 8*1024), r.gaudi(t, 0, 8*1024)
+	const n = 8
+	ops := make([]Op, n)
+	for i := range ops {
+		src.Refs.Add(1)
+		d.Refs.Add(1)
+		ops[i] = Op{Dst: Slice{M: d, Off: uint64(i) * 1024, N: 1024}, Src: Slice{M: src, Off: uint64(i) * 1024, N: 1024}, Idx: i}
+	}
+	_, lat0 := r.st.Lat.Quantile(0.5)
+	sum0 := r.st.Lat.Sum()
+	f := &Future{}
+	f.InitBatch(n)
+	require.NoError(t, r.c.SubmitBatch(context.Background(), f, ops, time.Time{}))
+	require.NoError(t, f.Wait(context.Background()))
+	require.Equal(t, make([]error, n), f.Errs())
+	require.Equal(t, uint64(n), r.st.Completed.Load())
+	require.Equal(t, uint64(n*1024), r.st.Bytes.Load())
+	_, lat := r.st.Lat.Quantile(0.5)
+	require.Equal(t, lat0+n, lat, "one latency per copy")
+	require.Greater(t, r.st.Lat.Sum(), sum0)
+	require.Zero(t, src.Refs.Load())
+	require.Zero(t, d.Refs.Load())
+}
+
+func TestLatencyHistAddN(t *testing.T) {
+	var a, b LatencyHist
+	for range 5 {
+		a.add(3 * time.Microsecond)
+	}
+	b.addN(3*time.Microsecond, 5)
+	qa, na := a.Quantile(0.5)
+	qb, nb := b.Quantile(0.5)
+	require.Equal(t, []any{qa, na, a.Sum(), a.Max()}, []any{qb, nb, b.Sum(), b.Max()})
+}
