@@ -78,8 +78,13 @@ func BenchmarkHit(b *testing.B) {
 						i = 0
 					}
 				}
-				cpu.stop("hit")
+				hit := cpu.stop("hit")
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/hit")
+				if p.name == "random" {
+					miss := missLatency(b, 2*s.n)
+					b.ReportMetric(miss, "cpu-ns/miss")
+					b.ReportMetric(hit/miss, "misses/hit")
+				}
 				if st := c.Stats(); st.Misses != uint64(s.n) {
 					b.Fatalf("%d misses", st.Misses-uint64(s.n))
 				}
@@ -87,6 +92,40 @@ func BenchmarkHit(b *testing.B) {
 		}
 	}
 }
+
+// missLatency returns the thread CPU time, in nanoseconds, of one dependent
+// load that misses the CPU caches as often as a random hit's loads do: a
+// walk of a random cycle through lines cache lines (64 B apart), each load's
+// address read by the one before. BenchmarkHit's random rows measure it
+// right after their own loop and report the hit's CPU time in these units
+// ("misses/hit"): on a machine shared with memory-heavy jobs a miss can cost
+// several hundred nanoseconds, and the ratio says how many misses' worth of
+// latency a hit costs whatever the load.
+func missLatency(b *testing.B, lines int) float64 {
+	const stride = 8 // uint64s per cache line
+	next := make([]uint64, lines*stride)
+	perm := rand.New(rand.NewPCG(7, 8)).Perm(lines)
+	for i, l := range perm {
+		next[l*stride] = uint64(perm[(i+1)%lines] * stride)
+	}
+	p := uint64(0)
+	for range lines { // warm up: bring in what fits
+		p = next[p]
+	}
+	const steps = 1 << 18
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := threadCPU(b)
+	for range steps {
+		p = next[p]
+	}
+	d := threadCPU(b) - start
+	missSink.Store(p)
+	return float64(d) / steps
+}
+
+// missSink keeps missLatency's walk from being optimised away.
+var missSink atomic.Uint64
 
 // BenchmarkHitLargeRegion measures hits at random page offsets inside one
 // 4 GiB region: a million pages, each its own hint-table granule, so most
