@@ -3,7 +3,6 @@ package memcache
 import (
 	"math/bits"
 	"sync/atomic"
-	"unsafe"
 )
 
 // This file holds the hint table, the first thing a Get consults.
@@ -50,36 +49,7 @@ type hintTable struct {
 }
 
 func newHintTable(log2 uint) *hintTable {
-	return &hintTable{shift: 64 - log2, slots: allocSlots(1 << log2)}
-}
-
-// hugePage is the size of a transparent huge page (x86-64 and arm64 with
-// 4 KiB base pages); hugeMinBytes is the smallest table backed by them.
-const (
-	hugePage     = 2 << 20
-	hugeMinBytes = 1 << 20
-)
-
-// allocSlots returns n zeroed slots. A table of hugeMinBytes or more starts
-// on a huge-page boundary and its pages are advised huge (adviseHuge): a
-// random hit's slot load then costs no page walk. At 100k regions the table
-// is 2 MiB, 512 small pages, which next to the regions' own pages overflows
-// the L2 TLB, and under virtualisation each walk is two-dimensional. The
-// alignment costs up to one huge page of address space past the table; it
-// is never written, so it stays unbacked unless the collector's scan of the
-// (all-nil) tail maps it.
-func allocSlots(n int) []atomic.Pointer[Region] {
-	size := uintptr(n) * unsafe.Sizeof(atomic.Pointer[Region]{})
-	if size < hugeMinBytes {
-		return make([]atomic.Pointer[Region], n)
-	}
-	span := (size + hugePage - 1) &^ (hugePage - 1) // the huge pages the table occupies
-	per := int(unsafe.Sizeof(atomic.Pointer[Region]{}))
-	raw := make([]atomic.Pointer[Region], int(span+hugePage)/per)
-	base := uintptr(unsafe.Pointer(&raw[0]))
-	off := int((hugePage-base%hugePage)%hugePage) / per
-	adviseHuge(unsafe.Pointer(&raw[off]), span)
-	return raw[off : off+n : off+n]
+	return &hintTable{shift: 64 - log2, slots: make([]atomic.Pointer[Region], 1<<log2)}
 }
 
 // slot returns the slot of granule g (Fibonacci hashing: consecutive

@@ -1,9 +1,7 @@
 package memcache
 
 import (
-	"strconv"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -132,36 +130,4 @@ func TestHintSubPageRegions(t *testing.T) {
 	}
 	c.Put(a)
 	c.Put(b)
-}
-
-// TestAllocSlots: tables of hugeMinBytes or more start on a huge-page
-// boundary (so the huge-page advice covers them), smaller ones are plain;
-// every table has exactly the slots asked for, all empty.
-func TestAllocSlots(t *testing.T) {
-	for _, tc := range []struct {
-		log2    uint
-		aligned bool
-	}{
-		{minHintShift, false},
-		{16, false}, // 512 KiB
-		{17, true},  // 1 MiB = hugeMinBytes
-		{18, true},  // 2 MiB: the table at 100k regions
-		{maxHintShift, true},
-	} {
-		t.Run(strconv.Itoa(int(tc.log2)), func(t *testing.T) {
-			tb := newHintTable(tc.log2)
-			require.Len(t, tb.slots, 1<<tc.log2)
-			require.Equal(t, 1<<tc.log2, cap(tb.slots), "the alignment slack is not reachable")
-			if tc.aligned {
-				require.Zero(t, uintptr(unsafe.Pointer(&tb.slots[0]))%hugePage)
-			}
-			for i := range tb.slots {
-				require.Nil(t, tb.slots[i].Load())
-			}
-			r := &Region{start: 1 << 30, end: 1<<30 + pg}
-			s := tb.slot(r.start >> pageShift)
-			s.Store(r)
-			require.Same(t, r, tb.slot(r.start>>pageShift).Load())
-		})
-	}
 }
