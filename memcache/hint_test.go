@@ -1,6 +1,10 @@
 package memcache
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,7 +16,22 @@ func hinted(c *Cache, addr uint64) *Region {
 	if t == nil {
 		return nil
 	}
-	return t.slot(addr >> c.gshift).Load()
+	return t.lookup(addr >> c.gshift)
+}
+
+// setHint overwrites what the table holds for addr's granule with r, as a
+// reader refilling from an old tree or a torn tag/region pair could leave it.
+func setHint(c *Cache, addr uint64, r *Region) {
+	g := addr >> c.gshift
+	b := c.hints.Load().bucket(g)
+	for i := range b {
+		if b[i].tag.Load() == g && b[i].r.Load() != nil {
+			b[i].r.Store(r)
+			return
+		}
+	}
+	b[0].tag.Store(g)
+	b[0].r.Store(r)
 }
 
 // TestHintTable checks that hits are served from the hint table and that
@@ -40,7 +59,7 @@ func TestHintTable(t *testing.T) {
 			// A slot still holding the detached region (a reader refilled
 			// it from an old tree, or the region was too large to clear)
 			// must be ignored: the region is no longer indexed.
-			c.hints.Load().slot(base >> c.gshift).Store(held)
+			setHint(c, base, held)
 			again := mustGet(t, c, base, pg, AccessRead)
 			require.NotSame(t, held, again)
 			require.Same(t, again, hinted(c, base), "the slot is repaired")
@@ -74,12 +93,50 @@ func TestHintTable(t *testing.T) {
 		{"slot holding a neighbour", func(t *testing.T, c *Cache, f *fakeReg) {
 			a := mustGet(t, c, base, pg, AccessRead)
 			b := mustGet(t, c, base+2*pg, pg, AccessRead)
-			c.hints.Load().slot(base >> c.gshift).Store(b) // as if the granules collided
+			setHint(c, base, b) // as if a torn tag/region pair
 			x := mustGet(t, c, base+10, 10, AccessRead)
 			require.Same(t, a, x, "the tree finds the right region")
 			require.Same(t, a, hinted(c, base))
 			for _, r := range []*Region{a, b, x} {
 				c.Put(r)
+			}
+		}},
+		{"colliding granules", func(t *testing.T, c *Cache, f *fakeReg) {
+			// Four pages whose granules share a bucket are all served
+			// from the table (a direct-mapped table holds one).
+			pages := collidingPages(c.hints.Load(), base/pg, 4)
+			rs := make([]*Region, len(pages))
+			for i, p := range pages {
+				rs[i] = mustGet(t, c, p*pg, pg, AccessRead)
+				c.Put(rs[i])
+			}
+			for i, p := range pages {
+				require.Same(t, rs[i], hinted(c, p*pg), "page %d", i)
+			}
+			pre := c.Stats().HitsFast
+			for i, p := range pages {
+				x := mustGet(t, c, p*pg+8, 8, AccessRead)
+				require.Same(t, rs[i], x)
+				c.Put(x)
+			}
+			require.Equal(t, pre+4, c.Stats().HitsFast)
+		}},
+		{"full bucket", func(t *testing.T, c *Cache, f *fakeReg) {
+			// More colliding granules than ways: each Get still finds
+			// its own region, the newest fill is in the table.
+			pages := collidingPages(c.hints.Load(), base/pg, 12)
+			rs := make([]*Region, len(pages))
+			for i, p := range pages {
+				rs[i] = mustGet(t, c, p*pg, pg, AccessRead)
+				c.Put(rs[i])
+			}
+			for range 3 {
+				for i, p := range pages {
+					x := mustGet(t, c, p*pg+100, 1, AccessRead)
+					require.Same(t, rs[i], x)
+					require.Same(t, x, hinted(c, p*pg))
+					c.Put(x)
+				}
 			}
 		}},
 		{"growth", func(t *testing.T, c *Cache, f *fakeReg) {
@@ -89,7 +146,7 @@ func TestHintTable(t *testing.T) {
 				rs[i] = mustGet(t, c, base+uint64(i)*2*pg, pg, AccessRead)
 				c.Put(rs[i])
 			}
-			require.GreaterOrEqual(t, len(c.hints.Load().slots), 2*n)
+			require.GreaterOrEqual(t, c.hints.Load().entries(), 2*n)
 			pre := c.Stats().HitsFast
 			for i, r := range rs {
 				x := mustGet(t, c, base+uint64(i)*2*pg+100, 100, AccessRead)
@@ -130,4 +187,83 @@ func TestHintSubPageRegions(t *testing.T) {
 	}
 	c.Put(a)
 	c.Put(b)
+}
+
+// collidingPages returns n page numbers from first on whose granules (a page
+// each) share one bucket of t.
+func collidingPages(t *hintTable, first uint64, n int) []uint64 {
+	want := t.bucket(first)
+	pages := []uint64{first}
+	for p := first + 2; len(pages) < n; p += 2 { // gaps keep regions apart
+		if t.bucket(p) == want {
+			pages = append(pages, p)
+		}
+	}
+	return pages
+}
+
+// TestHintBucketRace: goroutines hit regions whose granules all share one
+// bucket, more of them than it has ways, while another invalidates them, so
+// fills, evictions from the bucket, clears and hits race on one cache line.
+// Every Get must return a region covering its request; the fake registrar
+// fails the test if a held region is deregistered.
+func TestHintBucketRace(t *testing.T) {
+	c, f, _ := newTestCache(t, Config{Align: pg})
+	pages := collidingPages(c.hints.Load(), modelBase/pg, 2*hintWays)
+	const workers = 4
+	iters := 4000
+	if testing.Short() {
+		iters = 500
+	}
+	errs := make(chan error, workers)
+	done := make(chan struct{})
+	var bg, wg sync.WaitGroup
+	bg.Add(1)
+	go func() { // invalidator
+		defer bg.Done()
+		rng := rand.New(rand.NewPCG(7, 0))
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			c.Invalidate(pages[rng.IntN(len(pages))]*pg, pg)
+			runtime.Gosched()
+		}
+	}()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 2))
+			for range iters {
+				addr := pages[rng.IntN(len(pages))]*pg + rng.Uint64N(pg-64)
+				r, err := c.Get(addr, 64, AccessRead)
+				if err != nil {
+					errs <- err
+					return
+				}
+				f.hold(r).Add(1)
+				if !r.Contains(addr, 64) {
+					errs <- fmt.Errorf("Get(%#x) returned [%#x, %#x)", addr, r.Addr(), r.End())
+				}
+				f.hold(r).Add(-1)
+				c.Put(r)
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	bg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, f.check())
+	require.NoError(t, checkCache(c, f))
+	s := c.Stats()
+	require.Equal(t, uint64(workers*iters), s.Gets)
+	require.NotZero(t, s.HitsFast)
+	require.Zero(t, s.InUseRegions)
 }
