@@ -225,8 +225,7 @@ func (c *Cache) Get(addr, length uint64, access Access) (*Region, error) {
 	// Fast path, first the hint table: an indexed region covering the
 	// request is the answer, however it was found (see hint.go).
 	if t := c.hints.Load(); t != nil {
-		if r := t.lookup(addr >> c.gshift); r != nil && r.start <= addr && end <= r.end &&
-			r.access&access == access && r.acquire() {
+		if r := t.lookup(addr>>c.gshift, addr, end); r != nil && r.access&access == access && r.acquire() {
 			return r, nil
 		}
 	}

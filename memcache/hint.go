@@ -12,59 +12,64 @@ import (
 // the leaf's lines and the region's line are all cache misses, taken one after
 // the other. The hint table is a hash table of granules (Config.Align, at
 // least a page): for a granule that holds a requested address, the region
-// last found there. A bucket is one cache line of hintWays entries, each a
-// granule number (the tag) and a region, so a lookup reads one line, finds
-// the entry tagged with its granule without touching any other region, and
-// then touches the region, which the hit must do anyway to take its
-// reference. Four ways keep colliding granules apart: a direct-mapped table
-// at the same load sent a quarter of the random hits over irregularly laid
-// out regions to the tree (BenchmarkHitIrregular).
+// last found there. A bucket is one cache line holding hintWays regions and
+// a word of short tags (a few bits of each entry's granule hash), so a
+// lookup reads one line, picks the entry by tag without touching any other
+// region, and then touches the region, which the hit must do anyway to take
+// its reference. Seven ways keep colliding granules apart: a direct-mapped
+// table of the same size sent a quarter of the random hits over irregularly
+// laid out regions to the tree (BenchmarkHitIrregular), and since multi-page
+// regions take an entry per page, the table is sized by granules.
 //
 // The table is only a hint: a region found there is used if it covers the
 // request with enough access and acquire succeeds, which it does only while
 // the region is indexed. Indexed regions never overlap, so an indexed region
 // that covers the request is exactly the one the tree would return. A tag
-// and its region are two words written one after the other, so a reader may
-// see a tag with another granule's region; that, like an empty entry, a
-// granule with no entry, or a region that has left the index, falls through
-// to the tree, and a region found there is written back. Readers write an
-// entry only when it does not already hold that region, so hot lines stay
-// shared in every core's cache.
+// and its region are two words written one after the other, and two
+// granules may share a tag, so a reader may find another granule's region
+// under its tag; that, like an empty entry, a granule with no entry, or a
+// region that has left the index, falls through to the tree, and a region
+// found there is written back. Readers write an entry only when it does not
+// already hold that region, so hot lines stay shared in every core's cache.
 //
 // A hit still takes two dependent cache lines when neither is cached: the
 // bucket, then the region, whose state word holds the reference count (Get
 // returns the *Region and Put(r) has only r to find the count by, so the
-// count cannot live in the table).
+// count cannot live in the table). With the loop of independent hits that
+// BenchmarkHit runs, the CPU overlaps them with the next hits' and a random
+// hit costs about one miss's latency.
 //
-// The writer keeps the table at no less than twice as many entries as the
-// indexed regions have granules (a region counting at most clearGranules),
-// from 1<<minHintShift up to 1<<maxHintShift entries; it never shrinks. It
-// clears the entries of small regions that leave the index. Entries of a
-// large region that left, or refilled by a reader that found it in an older
-// tree, are overwritten by later fills or dropped when the table grows or
-// the cache closes; until then they keep the dead Region reachable, which
-// costs memory but not correctness.
+// The writer keeps at least one entry per granule of the indexed regions (a
+// region counting at most clearGranules), from 1<<minHintShift up to
+// 1<<maxHintShift buckets; the table never shrinks. It clears the entries of
+// small regions that leave the index. Entries of a large region that left,
+// or refilled by a reader that found it in an older tree, are overwritten by
+// later fills or dropped when the table grows or the cache closes; until
+// then they keep the dead Region reachable, which costs memory but not
+// correctness.
 
 const (
-	hintWays     = 4  // entries per bucket: 4 x 16 B, one cache line
-	minHintShift = 10 // 1024 entries (16 KiB)
-	maxHintShift = 19 // 512Ki entries (8 MiB)
+	hintWays     = 7 // entries per bucket: a tag word and 7 regions, 64 B
+	tagBits      = 9 // bits of a tag: hintWays*tagBits <= 64
+	tagMask      = 1<<tagBits - 1
+	minHintShift = 10 // 1024 buckets (64 KiB: see hintBucket)
+	maxHintShift = 17 // 128Ki buckets (8 MiB)
 	pageShift    = 12 // a granule is at least 4 KiB
 	// clearGranules bounds the entries the writer clears for a region that
 	// leaves the index, and how many granules a region counts for sizing.
 	clearGranules = 64
 )
 
-// hintEntry maps a granule (tag) to a region. An entry whose region is nil
-// is empty, whatever its tag.
-type hintEntry struct {
-	tag atomic.Uint64
-	r   atomic.Pointer[Region]
+// hintBucket is one cache line: hintWays regions and, packed in one word,
+// their tags, tagBits of their granule's hash taken below the bucket index.
+// A region slot that is nil is empty, whatever its tag. A table is at least
+// 64 KiB, above the largest small size class, so Go allocates it on its own
+// pages without a malloc header and a bucket never straddles two lines
+// (smaller objects with pointers start 8 bytes into their slot).
+type hintBucket struct {
+	tags atomic.Uint64
+	r    [hintWays]atomic.Pointer[Region]
 }
-
-// hintBucket is one cache line of entries (Go allocates power-of-two sizes
-// of 64 B and more on their own alignment, so buckets never straddle lines).
-type hintBucket [hintWays]hintEntry
 
 // hintTable is one version of the table. Its size never changes: growing
 // publishes a new table.
@@ -73,27 +78,30 @@ type hintTable struct {
 	buckets []hintBucket // len is a power of two
 }
 
-// newHintTable returns an empty table of 1<<log2 entries.
+// newHintTable returns an empty table of 1<<log2 buckets.
 func newHintTable(log2 uint) *hintTable {
-	nb := uint(1) << log2 / hintWays
-	return &hintTable{shift: 64 - uint(bits.Len(nb-1)), buckets: make([]hintBucket, nb)}
+	return &hintTable{shift: 64 - log2, buckets: make([]hintBucket, 1<<log2)}
 }
 
 // entries returns the number of entries.
 func (t *hintTable) entries() int { return len(t.buckets) * hintWays }
 
-// bucket returns the bucket of granule g (Fibonacci hashing: consecutive
-// granules land in distinct, well spread buckets).
-func (t *hintTable) bucket(g uint64) *hintBucket {
-	return &t.buckets[(g*0x9E3779B97F4A7C15)>>t.shift]
+// bucket returns the bucket of granule g and g's tag in it (Fibonacci
+// hashing: consecutive granules land in distinct, well spread buckets).
+func (t *hintTable) bucket(g uint64) (*hintBucket, uint64) {
+	h := g * 0x9E3779B97F4A7C15
+	return &t.buckets[h>>t.shift], h >> (t.shift - tagBits) & tagMask
 }
 
-// lookup returns the region of the entry tagged g, or nil.
-func (t *hintTable) lookup(g uint64) *Region {
-	b := t.bucket(g)
-	for i := range b {
-		if b[i].tag.Load() == g {
-			if r := b[i].r.Load(); r != nil {
+// lookup returns a region the table holds for granule g that covers
+// [addr, end), or nil. A tag is a filter, so a tag that matches but belongs
+// to another granule costs a look at the wrong region, never a wrong answer.
+func (t *hintTable) lookup(g, addr, end uint64) *Region {
+	b, tag := t.bucket(g)
+	tags := b.tags.Load()
+	for i := range hintWays {
+		if tags>>(i*tagBits)&tagMask == tag {
+			if r := b.r[i].Load(); r != nil && r.start <= addr && end <= r.end {
 				return r
 			}
 		}
@@ -101,39 +109,52 @@ func (t *hintTable) lookup(g uint64) *Region {
 	return nil
 }
 
-// store makes r the region of granule g: in the entry already tagged g if
-// there is one (writing only if it holds another region), else in an empty
-// entry, else in a random one.
+// store makes r the region of granule g, unless an entry with g's tag
+// already holds it: in the first entry with g's tag (which did not serve),
+// else in an empty one, else in a random one.
 func (t *hintTable) store(g uint64, r *Region) {
-	b := t.bucket(g)
-	free := -1
-	for i := range b {
-		e := &b[i]
-		old := e.r.Load()
-		if e.tag.Load() == g && old != nil {
-			if old != r {
-				e.r.Store(r)
+	b, tag := t.bucket(g)
+	tags := b.tags.Load()
+	way, free := -1, -1
+	for i := range hintWays {
+		old := b.r[i].Load()
+		if tags>>(i*tagBits)&tagMask == tag && old != nil {
+			if old == r {
+				return
 			}
-			return
+			if way < 0 {
+				way = i
+			}
 		}
 		if old == nil && free < 0 {
 			free = i
 		}
 	}
-	if free < 0 {
-		free = int(rand.Uint32() % hintWays)
+	if way < 0 {
+		way = free
 	}
-	e := &b[free]
-	e.r.Store(nil) // readers of the old tag see an empty entry, not r under it
-	e.tag.Store(g)
-	e.r.Store(r)
+	if way < 0 {
+		way = int(rand.Uint32() % hintWays)
+	}
+	// Empty the entry first, so no reader finds r under the old tag's
+	// granule or the old region under r's tag (both would only cost a
+	// look, but need not).
+	b.r[way].Store(nil)
+	shift := uint(way * tagBits)
+	for {
+		old := b.tags.Load()
+		if b.tags.CompareAndSwap(old, old&^(tagMask<<shift)|tag<<shift) {
+			break
+		}
+	}
+	b.r[way].Store(r)
 }
 
-// clear empties granule g's entries that hold r.
+// clear empties the entries of granule g's bucket that hold r.
 func (t *hintTable) clear(g uint64, r *Region) {
-	b := t.bucket(g)
-	for i := range b {
-		b[i].r.CompareAndSwap(r, nil)
+	b, _ := t.bucket(g)
+	for i := range b.r {
+		b.r[i].CompareAndSwap(r, nil)
 	}
 }
 
@@ -160,10 +181,11 @@ func (c *Cache) hint(addr uint64, r *Region) {
 // granule.
 func (c *Cache) growHintsLocked() {
 	t := c.hints.Load()
-	if t == nil || t.entries() >= 1<<maxHintShift || 2*c.granules <= t.entries() {
+	if t == nil || len(t.buckets) >= 1<<maxHintShift || c.granules <= t.entries() {
 		return
 	}
-	nt := newHintTable(min(uint(bits.Len(uint(2*c.granules-1))), maxHintShift)) // >= 2*granules entries
+	nb := (c.granules + hintWays - 1) / hintWays
+	nt := newHintTable(min(uint(bits.Len(uint(nb-1))), maxHintShift)) // >= granules entries
 	c.root.Load().ascend(0, func(_ uint64, r *Region) bool {
 		nt.store(r.start>>c.gshift, r)
 		return true

@@ -6,32 +6,44 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
 
-// hinted returns the region in the hint slot of addr's granule.
+// hinted returns the region in the first non-empty entry with the tag of
+// addr's granule, whether it covers addr or not.
 func hinted(c *Cache, addr uint64) *Region {
 	t := c.hints.Load()
 	if t == nil {
 		return nil
 	}
-	return t.lookup(addr >> c.gshift)
+	b, tag := t.bucket(addr >> c.gshift)
+	tags := b.tags.Load()
+	for i := range hintWays {
+		if tags>>(i*tagBits)&tagMask == tag {
+			if r := b.r[i].Load(); r != nil {
+				return r
+			}
+		}
+	}
+	return nil
 }
 
 // setHint overwrites what the table holds for addr's granule with r, as a
-// reader refilling from an old tree or a torn tag/region pair could leave it.
+// reader refilling from an old tree or a tag shared by two granules could
+// leave it.
 func setHint(c *Cache, addr uint64, r *Region) {
-	g := addr >> c.gshift
-	b := c.hints.Load().bucket(g)
-	for i := range b {
-		if b[i].tag.Load() == g && b[i].r.Load() != nil {
-			b[i].r.Store(r)
+	b, tag := c.hints.Load().bucket(addr >> c.gshift)
+	tags := b.tags.Load()
+	for i := range hintWays {
+		if tags>>(i*tagBits)&tagMask == tag && b.r[i].Load() != nil {
+			b.r[i].Store(r)
 			return
 		}
 	}
-	b[0].tag.Store(g)
-	b[0].r.Store(r)
+	b.tags.Store(tags&^tagMask | tag)
+	b.r[0].Store(r)
 }
 
 // TestHintTable checks that hits are served from the hint table and that
@@ -146,7 +158,7 @@ func TestHintTable(t *testing.T) {
 				rs[i] = mustGet(t, c, base+uint64(i)*2*pg, pg, AccessRead)
 				c.Put(rs[i])
 			}
-			require.GreaterOrEqual(t, c.hints.Load().entries(), 2*n)
+			require.GreaterOrEqual(t, c.hints.Load().entries(), n, "an entry per indexed granule")
 			pre := c.Stats().HitsFast
 			for i, r := range rs {
 				x := mustGet(t, c, base+uint64(i)*2*pg+100, 100, AccessRead)
@@ -192,10 +204,10 @@ func TestHintSubPageRegions(t *testing.T) {
 // collidingPages returns n page numbers from first on whose granules (a page
 // each) share one bucket of t.
 func collidingPages(t *hintTable, first uint64, n int) []uint64 {
-	want := t.bucket(first)
+	want, _ := t.bucket(first)
 	pages := []uint64{first}
 	for p := first + 2; len(pages) < n; p += 2 { // gaps keep regions apart
-		if t.bucket(p) == want {
+		if b, _ := t.bucket(p); b == want {
 			pages = append(pages, p)
 		}
 	}
@@ -266,4 +278,13 @@ func TestHintBucketRace(t *testing.T) {
 	require.Equal(t, uint64(workers*iters), s.Gets)
 	require.NotZero(t, s.HitsFast)
 	require.Zero(t, s.InUseRegions)
+}
+
+// TestHintBucketLayout: a bucket is one cache line and its tags fit its tag
+// word.
+func TestHintBucketLayout(t *testing.T) {
+	require.Equal(t, uintptr(64), unsafe.Sizeof(hintBucket{}))
+	require.LessOrEqual(t, hintWays*tagBits, 64)
+	tb := newHintTable(minHintShift)
+	require.Zero(t, uintptr(unsafe.Pointer(&tb.buckets[0]))%64)
 }
