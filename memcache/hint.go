@@ -16,10 +16,11 @@ import (
 // a word of short tags (a few bits of each entry's granule hash), so a
 // lookup reads one line, picks the entry by tag without touching any other
 // region, and then touches the region, which the hit must do anyway to take
-// its reference. Seven ways keep colliding granules apart: a direct-mapped
-// table of the same size sent a quarter of the random hits over irregularly
-// laid out regions to the tree (BenchmarkHitIrregular), and since multi-page
-// regions take an entry per page, the table is sized by granules.
+// its reference. Seven ways keep colliding granules apart: the direct-mapped
+// table this replaced (a pointer per slot, two slots per region) sent a
+// quarter of the random hits over irregularly laid out regions to the tree
+// (BenchmarkHitIrregular); and since multi-page regions take an entry per
+// page, the table is sized by granules.
 //
 // The table is only a hint: a region found there is used if it covers the
 // request with enough access and acquire succeeds, which it does only while
