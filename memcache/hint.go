@@ -20,7 +20,10 @@ import (
 // table this replaced (a pointer per slot, two slots per region) sent a
 // quarter of the random hits over irregularly laid out regions to the tree
 // (BenchmarkHitIrregular); and since multi-page regions take an entry per
-// page, the table is sized by granules.
+// page, the table is sized by granules. A region of more than clearGranules
+// granules is the exception: it is stored under tagLarge, which every
+// lookup in the bucket checks, so it takes one entry per bucket however many
+// of its pages are hit (BenchmarkHitLargeRegion).
 //
 // The table is only a hint: a region found there is used if it covers the
 // request with enough access and acquire succeeds, which it does only while
@@ -50,9 +53,14 @@ import (
 // correctness.
 
 const (
-	hintWays     = 7 // entries per bucket: a tag word and 7 regions, 64 B
-	tagBits      = 9 // bits of a tag: hintWays*tagBits <= 64
-	tagMask      = 1<<tagBits - 1
+	hintWays = 7 // entries per bucket: a tag word and 7 regions, 64 B
+	tagBits  = 9 // bits of a tag: hintWays*tagBits <= 64
+	tagMask  = 1<<tagBits - 1
+	// tagLarge marks an entry of a region of more than clearGranules
+	// granules: a lookup checks it whatever its granule's tag, so a large
+	// region takes one entry in a bucket, not one per granule (no granule
+	// gets this tag).
+	tagLarge     = tagMask
 	minHintShift = 10 // 1024 buckets (64 KiB: see hintBucket)
 	maxHintShift = 17 // 128Ki buckets (8 MiB)
 	pageShift    = 12 // a granule is at least 4 KiB
@@ -91,7 +99,11 @@ func (t *hintTable) entries() int { return len(t.buckets) * hintWays }
 // hashing: consecutive granules land in distinct, well spread buckets).
 func (t *hintTable) bucket(g uint64) (*hintBucket, uint64) {
 	h := g * 0x9E3779B97F4A7C15
-	return &t.buckets[h>>t.shift], h >> (t.shift - tagBits) & tagMask
+	tag := h >> (t.shift - tagBits) & tagMask
+	if tag == tagLarge {
+		tag = 0
+	}
+	return &t.buckets[h>>t.shift], tag
 }
 
 // lookup returns a region the table holds for granule g that covers
@@ -101,7 +113,7 @@ func (t *hintTable) lookup(g, addr, end uint64) *Region {
 	b, tag := t.bucket(g)
 	tags := b.tags.Load()
 	for i := range hintWays {
-		if tags>>(i*tagBits)&tagMask == tag {
+		if lt := tags >> (i * tagBits) & tagMask; lt == tag || lt == tagLarge {
 			if r := b.r[i].Load(); r != nil && r.start <= addr && end <= r.end {
 				return r
 			}
@@ -112,14 +124,21 @@ func (t *hintTable) lookup(g, addr, end uint64) *Region {
 
 // store makes r the region of granule g, unless an entry with g's tag
 // already holds it: in the first entry with g's tag (which did not serve),
-// else in an empty one, else in a random one.
-func (t *hintTable) store(g uint64, r *Region) {
+// else in an empty one, else in a random one. A large region is stored
+// under tagLarge, once per bucket.
+func (t *hintTable) store(g uint64, r *Region, large bool) {
 	b, tag := t.bucket(g)
+	if large {
+		tag = tagLarge
+	}
 	tags := b.tags.Load()
 	way, free := -1, -1
 	for i := range hintWays {
 		old := b.r[i].Load()
-		if tags>>(i*tagBits)&tagMask == tag && old != nil {
+		if large && old == r {
+			return
+		}
+		if !large && tags>>(i*tagBits)&tagMask == tag && old != nil {
 			if old == r {
 				return
 			}
@@ -164,6 +183,11 @@ func hintShift(align uint64) uint {
 	return max(uint(bits.TrailingZeros64(align)), pageShift)
 }
 
+// large reports whether r spans more than clearGranules granules.
+func (c *Cache) large(r *Region) bool {
+	return (r.end-1)>>c.gshift-r.start>>c.gshift >= clearGranules
+}
+
 // hintKeys returns how many granules r counts for when sizing the table.
 func (c *Cache) hintKeys(r *Region) int {
 	return int(min((r.end-1)>>c.gshift-r.start>>c.gshift+1, clearGranules))
@@ -173,7 +197,7 @@ func (c *Cache) hintKeys(r *Region) int {
 // holds it.
 func (c *Cache) hint(addr uint64, r *Region) {
 	if t := c.hints.Load(); t != nil {
-		t.store(addr>>c.gshift, r)
+		t.store(addr>>c.gshift, r, c.large(r))
 	}
 }
 
@@ -188,7 +212,7 @@ func (c *Cache) growHintsLocked() {
 	nb := (c.granules + hintWays - 1) / hintWays
 	nt := newHintTable(min(uint(bits.Len(uint(nb-1))), maxHintShift)) // >= granules entries
 	c.root.Load().ascend(0, func(_ uint64, r *Region) bool {
-		nt.store(r.start>>c.gshift, r)
+		nt.store(r.start>>c.gshift, r, c.large(r))
 		return true
 	})
 	c.hints.Store(nt)
@@ -201,10 +225,10 @@ func (c *Cache) clearHintsLocked(r *Region) {
 	if t == nil {
 		return
 	}
-	first, last := r.start>>c.gshift, (r.end-1)>>c.gshift
-	if last-first >= clearGranules {
+	if c.large(r) {
 		return
 	}
+	first, last := r.start>>c.gshift, (r.end-1)>>c.gshift
 	for g := first; g <= last; g++ {
 		t.clear(g, r)
 	}

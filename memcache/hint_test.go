@@ -12,7 +12,8 @@ import (
 )
 
 // hinted returns the region in the first non-empty entry with the tag of
-// addr's granule, whether it covers addr or not.
+// addr's granule, whether it covers addr or not, else a large region in its
+// bucket that covers addr.
 func hinted(c *Cache, addr uint64) *Region {
 	t := c.hints.Load()
 	if t == nil {
@@ -20,14 +21,20 @@ func hinted(c *Cache, addr uint64) *Region {
 	}
 	b, tag := t.bucket(addr >> c.gshift)
 	tags := b.tags.Load()
+	var large *Region
 	for i := range hintWays {
-		if tags>>(i*tagBits)&tagMask == tag {
+		switch tags >> (i * tagBits) & tagMask {
+		case tag:
 			if r := b.r[i].Load(); r != nil {
 				return r
 			}
+		case tagLarge:
+			if r := b.r[i].Load(); r != nil && large == nil && r.Contains(addr, 0) {
+				large = r
+			}
 		}
 	}
-	return nil
+	return large
 }
 
 // setHint overwrites what the table holds for addr's granule with r, as a
@@ -93,6 +100,37 @@ func TestHintTable(t *testing.T) {
 			x := mustGet(t, c, base+7*pg, 1, AccessRead)
 			require.NotSame(t, r, x, "but not used")
 			c.Put(x)
+		}},
+		{"large region takes one entry per bucket", func(t *testing.T, c *Cache, f *fakeReg) {
+			// More granules of one region than the table has entries:
+			// a large region's entry serves every granule of its bucket.
+			const pages = 1 << 16
+			r := mustGet(t, c, base, pages*pg, AccessRead)
+			c.Put(r)
+			rng := rand.New(rand.NewPCG(5, 6))
+			addrs := make([]uint64, 4*c.hints.Load().entries())
+			for i := range addrs {
+				addrs[i] = base + rng.Uint64N(pages)*pg
+				x := mustGet(t, c, addrs[i], 1, AccessRead)
+				c.Put(x)
+			}
+			tb := c.hints.Load()
+			served := 0
+			for _, a := range addrs {
+				if tb.lookup(a>>c.gshift, a, a+1) == r {
+					served++
+				}
+			}
+			require.Equal(t, len(addrs), served)
+			for i := range tb.buckets {
+				n := 0
+				for w := range tb.buckets[i].r {
+					if tb.buckets[i].r[w].Load() == r {
+						n++
+					}
+				}
+				require.LessOrEqual(t, n, 1, "bucket %d", i)
+			}
 		}},
 		{"region without the access", func(t *testing.T, c *Cache, f *fakeReg) {
 			r := mustGet(t, c, base, pg, AccessRead)
