@@ -138,6 +138,13 @@ func (t *hintTable) store(g uint64, r *Region, large bool) {
 		if large && old == r {
 			return
 		}
+		if old != nil && old != r && tags>>(i*tagBits)&tagMask == tagLarge &&
+			old.state.Load()&stateIndexed == 0 && b.r[i].CompareAndSwap(old, nil) {
+			// A large region that left the index (never cleared, see
+			// clearHintsLocked) would be found first by every lookup
+			// it covers, only to fail acquire: drop it.
+			old = nil
+		}
 		if !large && tags>>(i*tagBits)&tagMask == tag && old != nil {
 			if old == r {
 				return

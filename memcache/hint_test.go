@@ -132,6 +132,25 @@ func TestHintTable(t *testing.T) {
 				require.LessOrEqual(t, n, 1, "bucket %d", i)
 			}
 		}},
+		{"stale large region does not shadow its successor", func(t *testing.T, c *Cache, f *fakeReg) {
+			const pages = 4 * clearGranules
+			r := mustGet(t, c, base, pages*pg, AccessRead)
+			c.Put(r)
+			a := uint64(base + 5*pg)
+			c.Put(mustGet(t, c, a, 1, AccessRead))
+			c.Invalidate(base, pages*pg) // too large to clear: r stays in the table
+			n := mustGet(t, c, a, 1, AccessRead)
+			c.Put(n)
+			require.NotSame(t, r, n)
+			pre := c.Stats()
+			for range 3 {
+				c.Put(mustGet(t, c, a+8, 8, AccessRead))
+			}
+			post := c.Stats()
+			require.Equal(t, pre.HitsFast+3, post.HitsFast)
+			tb := c.hints.Load()
+			require.Same(t, n, tb.lookup(a>>c.gshift, a, a+1), "the table serves the new region, not the dead one")
+		}},
 		{"region without the access", func(t *testing.T, c *Cache, f *fakeReg) {
 			r := mustGet(t, c, base, pg, AccessRead)
 			w := mustGet(t, c, base, pg, AccessWrite)
