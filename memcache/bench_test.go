@@ -78,8 +78,13 @@ func BenchmarkHit(b *testing.B) {
 						i = 0
 					}
 				}
-				cpu.stop("hit")
+				hit := cpu.stop("hit")
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/hit")
+				if p.name == "random" {
+					miss := missLatency(b, 2*s.n)
+					b.ReportMetric(miss, "cpu-ns/miss")
+					b.ReportMetric(hit/miss, "misses/hit")
+				}
 				if st := c.Stats(); st.Misses != uint64(s.n) {
 					b.Fatalf("%d misses", st.Misses-uint64(s.n))
 				}
@@ -87,6 +92,93 @@ func BenchmarkHit(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHitIrregular is BenchmarkHit's random pattern over regions laid
+// out like real buffers rather than on a stride: 1 to 4 pages long,
+// separated by gaps of 1 to 16 pages, hit at a random offset. Multi-page
+// regions occupy one hint-table granule per page, so the table sees more
+// keys than regions, and irregular addresses collide in it as random keys
+// do, where a fixed stride spreads perfectly.
+func BenchmarkHitIrregular(b *testing.B) {
+	for _, s := range benchSizes {
+		b.Run("regions="+s.name+"/pattern=random", func(b *testing.B) {
+			c, err := New(Config{Registrar: nopRegistrar{}, Align: 4096})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			rng := rand.New(rand.NewPCG(3, 4))
+			addrs := make([]uint64, s.n)
+			a := uint64(benchBase)
+			for i := range addrs {
+				size, gap := uint64(1+rng.IntN(4))*4096, uint64(1+rng.IntN(16))*4096
+				r, err := c.Get(a, size, AccessRead|AccessWrite)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Put(r)
+				addrs[i] = a + uint64(rng.IntN(int(size)-256))
+				a += size + gap
+			}
+			rng.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+			runtime.GC()
+			i := 0
+			cpu := startCPU(b)
+			for b.Loop() {
+				r, err := c.Get(addrs[i], 256, AccessRead)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Put(r)
+				if i++; i == len(addrs) {
+					i = 0
+				}
+			}
+			hit := cpu.stop("hit")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/hit")
+			miss := missLatency(b, 2*s.n)
+			b.ReportMetric(miss, "cpu-ns/miss")
+			b.ReportMetric(hit/miss, "misses/hit")
+			if st := c.Stats(); st.Misses != uint64(s.n) {
+				b.Fatalf("%d misses", st.Misses-uint64(s.n))
+			}
+		})
+	}
+}
+
+// missLatency returns the thread CPU time, in nanoseconds, of one dependent
+// load that misses the CPU caches as often as a random hit's loads do: a
+// walk of a random cycle through lines cache lines (64 B apart), each load's
+// address read by the one before. BenchmarkHit's random rows measure it
+// right after their own loop and report the hit's CPU time in these units
+// ("misses/hit"): on a machine shared with memory-heavy jobs a miss can cost
+// several hundred nanoseconds, and the ratio says how many misses' worth of
+// latency a hit costs whatever the load.
+func missLatency(b *testing.B, lines int) float64 {
+	const stride = 8 // uint64s per cache line
+	next := make([]uint64, lines*stride)
+	perm := rand.New(rand.NewPCG(7, 8)).Perm(lines)
+	for i, l := range perm {
+		next[l*stride] = uint64(perm[(i+1)%lines] * stride)
+	}
+	p := uint64(0)
+	for range lines { // warm up: bring in what fits
+		p = next[p]
+	}
+	const steps = 1 << 18
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := threadCPU(b)
+	for range steps {
+		p = next[p]
+	}
+	d := threadCPU(b) - start
+	missSink.Store(p)
+	return float64(d) / steps
+}
+
+// missSink keeps missLatency's walk from being optimised away.
+var missSink atomic.Uint64
 
 // BenchmarkHitLargeRegion measures hits at random page offsets inside one
 // 4 GiB region: a million pages, each its own hint-table granule, so most

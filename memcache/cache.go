@@ -152,6 +152,7 @@ type Cache struct {
 	mu        sync.Mutex // the slow-path lock; guards everything below and all Registrar calls
 	closed    bool
 	indexed   int                  // regions in the index
+	granules  int                  // sum of hintKeys over the index: what the hint table is sized by
 	live      int                  // registered and not yet deregistered
 	liveBytes uint64               // bytes of live
 	detached  map[*Region]struct{} // live, out of the index, still referenced
@@ -224,8 +225,7 @@ func (c *Cache) Get(addr, length uint64, access Access) (*Region, error) {
 	// Fast path, first the hint table: an indexed region covering the
 	// request is the answer, however it was found (see hint.go).
 	if t := c.hints.Load(); t != nil {
-		if r := t.slot(addr >> c.gshift).Load(); r != nil && r.start <= addr && end <= r.end &&
-			r.access&access == access && r.acquire() {
+		if r := t.lookup(addr>>c.gshift, addr, end); r != nil && r.access&access == access && r.acquire() {
 			return r, nil
 		}
 	}
@@ -356,6 +356,7 @@ func (c *Cache) indexLocked(r *Region, touching bool) {
 	}
 	c.root.Store(c.root.Load().insert(r.start, r))
 	c.indexed++
+	c.granules += c.hintKeys(r)
 	c.growHintsLocked()
 	c.log.Debug().Uint64("addr", r.start).Uint64("len", r.Len()).Stringer("access", r.access).
 		Int("absorbed", len(old)).Msg("registered")
@@ -399,6 +400,7 @@ func (c *Cache) deleteLocked(r *Region) {
 	}
 	c.root.Store(root)
 	c.indexed--
+	c.granules -= c.hintKeys(r)
 	c.clearHintsLocked(r)
 }
 
@@ -615,7 +617,7 @@ func (c *Cache) Close() error {
 	})
 	c.root.Store(nil)
 	c.hints.Store(nil)
-	c.indexed = 0
+	c.indexed, c.granules = 0, 0
 	c.neg.entries = nil
 	return errors.Join(errs...)
 }

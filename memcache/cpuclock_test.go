@@ -32,11 +32,15 @@ func startCPU(b *testing.B) *cpuTimer {
 	return &cpuTimer{b: b, start: threadCPU(b)}
 }
 
-// stop reports the CPU time per op under cpu-ns/unit and unlocks the thread.
-func (t *cpuTimer) stop(unit string) {
+// stop reports the CPU time per op under cpu-ns/unit, unlocks the thread
+// and returns the time it reported.
+func (t *cpuTimer) stop(unit string) float64 {
 	d := threadCPU(t.b) - t.start
 	runtime.UnlockOSThread()
-	if t.b.N > 0 {
-		t.b.ReportMetric(float64(d)/float64(t.b.N), "cpu-ns/"+unit)
+	if t.b.N == 0 {
+		return 0
 	}
+	per := float64(d) / float64(t.b.N)
+	t.b.ReportMetric(per, "cpu-ns/"+unit)
+	return per
 }

@@ -28,11 +28,12 @@
 // Hits are lock-free: the index is a copy-on-write B+tree whose root is
 // published through an atomic pointer, and a hit takes its reference with a
 // compare-and-swap that fails once the region has left the index. In front
-// of the tree, a direct-mapped hint table keyed by a hash of the address's
+// of the tree, a 7-way set-associative hint table keyed by the address's
 // page (or Config.Align granule) remembers the region last found there, so
-// that a typical hit reads one slot and the region itself instead of walking
-// the tree; a hint is used only if its region is still indexed and covers
-// the request, so a stale hint costs a tree walk, never a wrong answer. Misses,
+// that a typical hit reads one cache line of the table and the region itself
+// instead of walking the tree; a hint is used only if its region is still
+// indexed and covers the request, so a stale hint costs a tree walk, never a
+// wrong answer. Misses,
 // merges, evictions and invalidations are serialised by a per-cache mutex,
 // which is also held while the Registrar runs. Eviction uses CLOCK: a hit sets
 // a bit in the word it updates anyway, and the eviction hand sweeps the index

@@ -131,7 +131,8 @@ func (f *fakeReg) check() error {
 
 // checkCache verifies the cache's internal invariants: a well-formed index of
 // sorted, non-overlapping, aligned, indexed regions whose counts match the
-// bookkeeping; detached regions out of the index and still referenced. If f
+// bookkeeping, and a hint table sized for them; detached regions out of the
+// index and still referenced. If f
 // is not nil, the live registrations must be exactly the indexed and detached
 // regions, with matching ranges and access.
 func checkCache(c *Cache, f *fakeReg) error {
@@ -148,6 +149,7 @@ func checkCache(c *Cache, f *fakeReg) error {
 	live := map[int]*Region{}
 	var bytes uint64
 	var prev *Region
+	granules := 0
 	root.ascend(0, func(k uint64, r *Region) bool {
 		switch st := r.state.Load(); {
 		case k != r.start:
@@ -164,6 +166,7 @@ func checkCache(c *Cache, f *fakeReg) error {
 		}
 		prev = r
 		bytes += r.Len()
+		granules += c.hintKeys(r)
 		if v, ok := r.value.(int); ok {
 			live[v] = r
 		}
@@ -171,6 +174,12 @@ func checkCache(c *Cache, f *fakeReg) error {
 	})
 	if err != nil {
 		return err
+	}
+	if granules != c.granules {
+		return fmt.Errorf("index holds %d granules, granules = %d", granules, c.granules)
+	}
+	if t := c.hints.Load(); t != nil && len(t.buckets) < 1<<maxHintShift && t.entries() < granules {
+		return fmt.Errorf("hint table of %d entries for %d granules", t.entries(), granules)
 	}
 	for r := range c.detached {
 		if st := r.state.Load(); st&stateIndexed != 0 || st&stateRefs == 0 {
