@@ -223,15 +223,20 @@ func (ep *Endpoint) start(ctx context.Context, put bool, local Slice, remote Rem
 	return &o.Future
 }
 
-func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {
-	e := ep.e
+// usable is nil when an operation may start on the endpoint: ctx not
+// ended, the engine not closed, the endpoint not failed.
+func (ep *Endpoint) usable(ctx context.Context) error {
 	if err := checkCtx(ctx); err != nil {
-		return resolved(err)
+		return err
 	}
-	if e.closed.Load() {
-		return resolved(ErrClosed)
+	if ep.e.closed.Load() {
+		return ErrClosed
 	}
-	if err := ep.Err(); err != nil {
+	return ep.Err()
+}
+
+func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {
+	if err := ep.usable(ctx); err != nil {
 		return resolved(err)
 	}
 	if err := ep.check(put, local, remote); err != nil {

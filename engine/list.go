@@ -39,16 +39,10 @@ func (ep *Endpoint) GetList(ctx context.Context, locals []Slice, remotes []Remot
 }
 
 func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes []RemoteKey, opts []OpOption) *Future {
+	if err := ep.usable(ctx); err != nil {
+		return resolved(err)
+	}
 	e := ep.e
-	if err := checkCtx(ctx); err != nil {
-		return resolved(err)
-	}
-	if e.closed.Load() {
-		return resolved(ErrClosed)
-	}
-	if err := ep.Err(); err != nil {
-		return resolved(err)
-	}
 	n := len(locals)
 	if len(remotes) != n {
 		return resolved(newErr(ErrInvalid, fmt.Sprintf("list of %d local slices and %d remote keys", n, len(remotes)), nil))

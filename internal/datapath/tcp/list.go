@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/internal/datapath"
@@ -114,7 +112,7 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 		k.Offset, k.Len = k.GrantOffset, k.GrantLen
 		idx, ok := keys[k]
 		if o == nil || len(o.msg.Entries) == wire.MaxListEntries || (!ok && len(o.msg.Keys) == wire.MaxListKeys) {
-			o = &listOp{p: p, put: r.Put, base: base + i, c: c, deadline: r.Deadline}
+			o = &listOp{reqState: reqState{p: p}, put: r.Put, base: base + i, c: c, deadline: r.Deadline}
 			ops = append(ops, o)
 			keys = map[wire.RemoteKey]uint16{}
 			ok = false
@@ -145,8 +143,7 @@ func (s shifted) CompleteAll(err error)     { s.c.CompleteAll(err) }
 // reply; for a PutList the sending of its bytes, for a GetList their
 // landing) or is abandoned (ctx, deadline).
 type listOp struct {
-	p        *path
-	id       uint64
+	reqState
 	put      bool
 	base     int
 	c        datapath.Completer
@@ -154,16 +151,7 @@ type listOp struct {
 	msg      wire.ListRequest
 	locals   []datapath.Mem
 	total    uint64
-	in       *inbound // GetList
-	parts    atomic.Int32
-
-	mu       sync.Mutex
-	err      error   // the whole request's
-	errs     []error // per entry (nil: none failed)
-	stopped  atomic.Bool
-	timer    *time.Timer
-	stopCtx  func() bool
-	finished bool
+	errs     []error // per entry (nil: none failed), under mu
 }
 
 // completeAll resolves every entry of a request that never started.
@@ -186,28 +174,13 @@ func (o *listOp) entryErr(i int, err error) {
 }
 
 func (o *listOp) partDone(err error) {
-	if err != nil {
-		o.mu.Lock()
-		if o.err == nil {
-			o.err = err
-		}
-		o.mu.Unlock()
-	}
-	if o.parts.Add(-1) != 0 {
+	o.setErr(err)
+	if !o.lastPart() {
 		return
 	}
-	o.p.outstanding.Add(-1)
 	o.mu.Lock()
-	o.finished = true
 	err, errs := o.err, o.errs
-	timer, stopCtx := o.timer, o.stopCtx
 	o.mu.Unlock()
-	if timer != nil {
-		timer.Stop()
-	}
-	if stopCtx != nil {
-		stopCtx()
-	}
 	for _, m := range o.locals {
 		m.B.Release()
 	}
@@ -274,18 +247,9 @@ func (o *listOp) takeReply(f wire.Frame) error {
 // abandon ends the request early with err (its context ended, its
 // deadline passed), as op.abandon.
 func (o *listOp) abandon(err error) {
-	o.stopped.Store(true)
-	p := o.p
-	if !p.c.Forget(o.id) {
-		return // the reply (or the endpoint's failure) came first
+	if o.stop(err, true) {
+		o.partDone(err)
 	}
-	if o.in != nil {
-		if in := p.removeInbound(o.id); in != nil {
-			in.cancel(err)
-		}
-		_ = p.c.QueueReply(&wire.Cancel{RequestID: o.id})
-	}
-	o.partDone(err)
 }
 
 // startList runs one list request on this connection; a PutList's bytes
@@ -337,18 +301,7 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 			return
 		}
 	}
-	o.mu.Lock()
-	if !o.finished && !o.deadline.IsZero() {
-		o.timer = time.AfterFunc(time.Until(o.deadline), func() {
-			o.abandon(gxerr.New(gxerr.Timeout, p.c.Name()+": list request "+fmt.Sprint(o.id), nil))
-		})
-	}
-	if !o.finished && ctx.Done() != nil {
-		o.stopCtx = context.AfterFunc(ctx, func() {
-			o.abandon(gxerr.Ctx(p.c.Name()+": list request "+fmt.Sprint(o.id), ctx.Err()))
-		})
-	}
-	o.mu.Unlock()
+	o.watch(ctx, o.deadline, "list request", o.abandon)
 	if o.put {
 		p.sendList(ctx, o)
 		return

@@ -23,44 +23,110 @@ import (
 // the owner asked to stop sending them); it resolves once no frame reads
 // or writes its local memory.
 type op struct {
-	p     *path
-	id    uint64
+	reqState
 	local datapath.Mem
 	c     datapath.Completer
-	in    *inbound // Get
+}
+
+// reqState is what a request of this path (op, listOp) keeps while it
+// runs: it ends when its parts (the sending of a Put's bytes or the
+// landing of a Get's, and the owner's reply) are done, or is abandoned.
+type reqState struct {
+	p     *path
+	id    uint64
+	in    *inbound // a Get's
 	parts atomic.Int32
 
 	mu       sync.Mutex
-	err      error
+	err      error       // the whole request's
 	stopped  atomic.Bool // abandoned: send nothing more
 	timer    *time.Timer
 	stopCtx  func() bool
 	finished bool // both parts are done
 }
 
-func (o *op) partDone(err error) {
-	if err != nil {
-		o.mu.Lock()
-		if o.err == nil {
-			o.err = err
-		}
-		o.mu.Unlock()
-	}
-	if o.parts.Add(-1) != 0 {
+// setErr keeps the request's first error.
+func (r *reqState) setErr(err error) {
+	if err == nil {
 		return
 	}
-	o.p.outstanding.Add(-1)
-	o.mu.Lock()
-	o.finished = true
-	err = o.err
-	timer, stopCtx := o.timer, o.stopCtx
-	o.mu.Unlock()
+	r.mu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.mu.Unlock()
+}
+
+// lastPart reports whether this was the request's last part; the last
+// marks it finished and stops its watches.
+func (r *reqState) lastPart() bool {
+	if r.parts.Add(-1) != 0 {
+		return false
+	}
+	r.p.outstanding.Add(-1)
+	r.mu.Lock()
+	r.finished = true
+	timer, stopCtx := r.timer, r.stopCtx
+	r.mu.Unlock()
 	if timer != nil {
 		timer.Stop()
 	}
 	if stopCtx != nil {
 		stopCtx()
 	}
+	return true
+}
+
+// watch abandons the request (what names it in errors) when ctx ends or
+// its deadline passes, unless it finished first.
+func (r *reqState) watch(ctx context.Context, deadline time.Time, what string, abandon func(error)) {
+	name := r.p.c.Name() + ": " + what + " " + fmt.Sprint(r.id)
+	r.mu.Lock()
+	if !r.finished && !deadline.IsZero() {
+		r.timer = time.AfterFunc(time.Until(deadline), func() {
+			abandon(gxerr.New(gxerr.Timeout, name, nil))
+		})
+	}
+	if !r.finished && ctx.Done() != nil {
+		r.stopCtx = context.AfterFunc(ctx, func() {
+			abandon(gxerr.Ctx(name, ctx.Err()))
+		})
+	}
+	r.mu.Unlock()
+}
+
+// stop is the first half of abandoning the request: nothing more is sent,
+// the reply no longer waited for, a Get's bytes still arriving dropped
+// (and, cancel, the owner asked to stop sending them). false: the reply
+// (or the endpoint's failure) came first.
+func (r *reqState) stop(err error, cancel bool) bool {
+	r.stopped.Store(true)
+	p := r.p
+	if !p.c.Forget(r.id) {
+		return false
+	}
+	if r.in != nil {
+		if in := p.removeInbound(r.id); in != nil {
+			in.cancel(err)
+		}
+		if cancel {
+			// What is on its way is dropped: the id is no longer in
+			// p.inbound. A Cancel that overtakes its Get is ignored, and
+			// the Get's answer dropped.
+			_ = p.c.QueueReply(&wire.Cancel{RequestID: r.id})
+		}
+	}
+	return true
+}
+
+func (o *op) partDone(err error) {
+	o.setErr(err)
+	if !o.lastPart() {
+		return
+	}
+	o.mu.Lock()
+	err = o.err
+	o.mu.Unlock()
 	o.local.B.Release()
 	o.c.Complete(0, err)
 }
@@ -93,23 +159,9 @@ func (o *op) onReply(f wire.Frame, err error) {
 // deadline passed): the reply is no longer waited for, a Put's sender
 // stops before its next frame, a Get's bytes are dropped.
 func (o *op) abandon(err error) {
-	o.stopped.Store(true)
-	p := o.p
-	if !p.c.Forget(o.id) {
-		return // the reply (or the endpoint's failure) came first
+	if o.stop(err, o.p.cancelCap) {
+		o.partDone(err)
 	}
-	if o.in != nil {
-		if in := p.removeInbound(o.id); in != nil {
-			in.cancel(err)
-		}
-		if p.cancelCap {
-			// Ask the owner to stop sending (what is on its way is
-			// dropped: the id is no longer in p.inbound). A Cancel that
-			// overtakes its Get is ignored, and the Get's answer dropped.
-			_ = p.c.QueueReply(&wire.Cancel{RequestID: o.id})
-		}
-	}
-	o.partDone(err)
 }
 
 // Start runs a Put or Get (lanes.go splits large ones over the lanes and
@@ -129,7 +181,7 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 		c.Complete(0, err)
 		return
 	}
-	o := &op{p: p, id: p.newID(), local: local, c: c}
+	o := &op{reqState: reqState{p: p, id: p.newID()}, local: local, c: c}
 	o.parts.Store(2)
 	req := wire.Request{RequestID: o.id, Key: r.Key, Length: local.Len, Local: wire.Local{Kind: wire.LocalInline}}
 	if !r.Put {
@@ -155,18 +207,7 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 			return
 		}
 	}
-	o.mu.Lock()
-	if !o.finished && !r.Deadline.IsZero() {
-		o.timer = time.AfterFunc(time.Until(r.Deadline), func() {
-			o.abandon(gxerr.New(gxerr.Timeout, p.c.Name()+": request "+fmt.Sprint(o.id), nil))
-		})
-	}
-	if !o.finished && ctx.Done() != nil {
-		o.stopCtx = context.AfterFunc(ctx, func() {
-			o.abandon(gxerr.Ctx(p.c.Name()+": request "+fmt.Sprint(o.id), ctx.Err()))
-		})
-	}
-	o.mu.Unlock()
+	o.watch(ctx, r.Deadline, "request", o.abandon)
 	if r.Put {
 		p.startPut(ctx, o, req)
 		return
