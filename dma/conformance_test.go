@@ -556,7 +556,7 @@ func confCSFaults(t *testing.T, tg confTarget) {
 	seq, err = c.Submit(chunk)
 	require.NoError(t, err)
 	st, err = c.Wait(seq, time.Minute)
-	require.Equal(t, CSAborted, st)
+	require.Equal(t, CSAborted, st, "%v", err)
 	require.ErrorIs(t, err, ErrCSAborted)
 	require.ErrorIs(t, err, unix.EIO)
 

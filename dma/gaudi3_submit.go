@@ -233,6 +233,17 @@ func (g *g3Dev) sleep(op string, cs *g3CS, wait time.Duration, delay *time.Durat
 		case errors.Is(err, unix.EIO):
 			return nil // a reset: checkReset follows
 		case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EPERM):
+			// hl_wait_ioctl refuses waits while the device is not
+			// operational (RULES.md W1). A reset in progress ends with
+			// the device operational again, and checkReset then ends
+			// what was in flight ABORTED: wait it out within this
+			// wait's time rather than fail the caller's Wait. A broken
+			// device (or an unreadable status) is an error.
+			if raw, serr := hlsys.GetDeviceStatus(g.d.b); serr == nil && !DeviceStatus(raw).Broken() {
+				time.Sleep(min(wait, *delay))
+				*delay = min(2**delay, time.Millisecond)
+				return nil
+			}
 			if e := g.d.notOperational(op, "the driver refused the wait", err); e != nil {
 				return e
 			}

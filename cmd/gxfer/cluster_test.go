@@ -385,10 +385,11 @@ func TestClusterNetns(t *testing.T) {
 	for _, p := range ps {
 		want[p.name] = p.inc
 	}
+	var got map[string]string
 	poll(t, func() bool {
-		got := listAgents(t, srv.URL())
+		got = listAgents(t, srv.URL())
 		return fmt.Sprint(got) == fmt.Sprint(want)
-	}, 30*time.Second, "the records are back")
+	}, 60*time.Second, func() string { return fmt.Sprintf("the records are back: want %v, last listed %v", want, got) })
 	xferAll(ps, 2)
 	for _, p := range ps {
 		st := p.call(t, clCmd{Op: "stats"}).Stats
@@ -402,12 +403,18 @@ func TestClusterNetns(t *testing.T) {
 	poll(t, func() bool { return len(listAgents(t, srv.URL())) == 0 }, 15*time.Second, "closed agents withdraw their records")
 }
 
-// poll calls cond on the test goroutine until it holds, for d at most.
+// poll calls cond on the test goroutine until it holds, for d at most; a
+// lone func() string in msgAndArgs makes the failure's message then.
 func poll(t *testing.T, cond func() bool, d time.Duration, msgAndArgs ...any) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if len(msgAndArgs) == 1 {
+				if f, ok := msgAndArgs[0].(func() string); ok {
+					msgAndArgs = []any{f()}
+				}
+			}
 			require.FailNow(t, "condition not met within "+d.String(), msgAndArgs...)
 		}
 		time.Sleep(50 * time.Millisecond)
