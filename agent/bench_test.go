@@ -32,13 +32,16 @@ func benchPair(b *testing.B, network string, n int, loc engine.Location) (*Agent
 	return a, t, buf, p
 }
 
-// BenchmarkWriteList: 1000 descriptors of 64 KiB (scattered: no two
-// coalesce; adjacent: one put after coalescing) against one contiguous
-// put of the same 64 MiB, per transport.
+// BenchmarkWriteList: 1000 descriptors of 64 KiB against one contiguous
+// put of the same 64 MiB, per transport: adjacent (one put after
+// coalescing); scattered (the same destination bytes as the contiguous
+// put, the blocks in a permuted order: no two coalesce); sparse (every
+// other block of twice the span, permuted: the destination's footprint
+// doubles, which costs memory-bound copies by itself).
 func BenchmarkWriteList(b *testing.B) {
 	const n, bs = 1000, 64 << 10
 	for _, network := range []string{"unix", "tcp"} {
-		for _, mode := range []string{"contiguous", "adjacent", "scattered"} {
+		for _, mode := range []string{"contiguous", "adjacent", "scattered", "sparse"} {
 			b.Run(network+"/"+mode, func(b *testing.B) {
 				ctx := testCtx(b)
 				a, _, _, p := benchPair(b, network, 2*n*bs, engine.Host)
@@ -52,6 +55,10 @@ func BenchmarkWriteList(b *testing.B) {
 						descs = append(descs, Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: i * bs})
 					}
 				case "scattered":
+					for i := range n {
+						descs = append(descs, Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: ((i * 7) % n) * bs})
+					}
+				case "sparse":
 					for i := range n {
 						descs = append(descs, Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: 2 * ((i * 7) % n) * bs})
 					}
