@@ -201,36 +201,55 @@ func (c *Conn) sendWithData(msgs []Message, reqID, off uint64, p []byte) error {
 	}
 	rs, ok := c.t.(routedStream)
 	if !ok {
-		for _, m := range msgs {
-			if err := c.Send(m); err != nil {
-				return err
-			}
+		if err := c.sendEach(msgs); err != nil {
+			return err
 		}
 		return c.Send(&Data{RequestID: reqID, Offset: off, Bytes: p})
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.closed.Load() {
-		return ErrClosed
-	}
-	// Each frame behind its length prefix, all in one write.
-	b, err := c.appendMsgs(c.wbuf[:0], msgs)
+	b, err := c.dataHead(msgs, reqID, off, len(p))
 	if err != nil {
 		return err
-	}
-	b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+len(p)))
-	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + len(p)), RequestID: reqID}.Append(b)
-	b = appendU64(b, off)
-	c.keepWriteBuf(b)
-	if c.wto > 0 && c.wdl != nil {
-		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
-			return c.sendErr(err)
-		}
 	}
 	if err := rs.writeFramed(b, p, 512); err != nil {
 		return c.sendErr(err)
 	}
 	return nil
+}
+
+// sendEach sends msgs one by one (a transport that is not a routed
+// stream).
+func (c *Conn) sendEach(msgs []Message) error {
+	for _, m := range msgs {
+		if err := c.Send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dataHead puts msgs, each behind its length prefix, and the head of a
+// Data frame of n payload bytes in the write buffer (wmu held) and arms
+// the write deadline: what one write sends before the payload.
+func (c *Conn) dataHead(msgs []Message, reqID, off uint64, n int) ([]byte, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	b, err := c.appendMsgs(c.wbuf[:0], msgs)
+	if err != nil {
+		return nil, err
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+n))
+	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + n), RequestID: reqID}.Append(b)
+	b = appendU64(b, off)
+	c.keepWriteBuf(b)
+	if c.wto > 0 && c.wdl != nil {
+		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
+			return nil, c.sendErr(err)
+		}
+	}
+	return b, nil
 }
 
 // SendDataV sends msgs (as SendWithData) and then one Data frame of
@@ -249,10 +268,8 @@ func (c *Conn) SendDataV(msgs []Message, reqID, off uint64, parts [][]byte) erro
 	}
 	rs, ok := c.t.(routedStream)
 	if !ok {
-		for _, m := range msgs {
-			if err := c.Send(m); err != nil {
-				return err
-			}
+		if err := c.sendEach(msgs); err != nil {
+			return err
 		}
 		b := make([]byte, 0, n)
 		for _, p := range parts {
@@ -262,27 +279,15 @@ func (c *Conn) SendDataV(msgs []Message, reqID, off uint64, parts [][]byte) erro
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if c.closed.Load() {
-		return ErrClosed
-	}
-	b, err := c.appendMsgs(c.wbuf[:0], msgs)
+	b, err := c.dataHead(msgs, reqID, off, n)
 	if err != nil {
 		return err
 	}
-	b = binary.LittleEndian.AppendUint32(b, uint32(dataHeadSize+n))
-	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + n), RequestID: reqID}.Append(b)
-	b = appendU64(b, off)
-	c.keepWriteBuf(b)
 	v := make(net.Buffers, 1, 1+len(parts))
 	v[0] = b
 	for _, p := range parts {
 		if len(p) > 0 {
 			v = append(v, p)
-		}
-	}
-	if c.wto > 0 && c.wdl != nil {
-		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
-			return c.sendErr(err)
 		}
 	}
 	if err := rs.writeFramedV(v); err != nil {
