@@ -140,3 +140,27 @@ func TestFirstRunsIssuedByCaller(t *testing.T) {
 		require.Equal(t, pattern(bs, uint64(i)), dst.Bytes()[2*i*bs:(2*i+1)*bs], "descriptor %d", i)
 	}
 }
+
+// TestInFlightZeroAfterWait: a transfer counts as in flight until Done,
+// not after: once Wait returns, Stats no longer counts it (the Xfer's
+// goroutine finishes it; its decrement used to follow Done).
+func TestInFlightZeroAfterWait(t *testing.T) {
+	ctx := testCtx(t)
+	ea, eb := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{})
+	b := newAgent(t, eb, "b", agentOpts{unix: true})
+	const n, bs = 16, 256 // more runs than the caller issues: the Xfer's goroutine finishes
+	dst := alloc(t, eb, 2*n*bs, engine.Host)
+	require.NoError(t, b.Publish("s", dst.All()))
+	_, err := a.Connect(ctx, b.Metadata().Unix)
+	require.NoError(t, err)
+	src := alloc(t, ea, n*bs, engine.Host)
+	descs := make([]Desc, n)
+	for i := range n {
+		descs[i] = Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: 2 * i * bs}
+	}
+	for i := range 500 {
+		require.NoError(t, a.Write(ctx, "b", descs).Wait(ctx))
+		require.Zero(t, a.Stats().InFlight, "round %d", i)
+	}
+}

@@ -463,7 +463,6 @@ func (w *xferWork) runErrs() {
 // completed and given its window slots back.
 func (w *xferWork) finish() {
 	p, a, x := w.p, w.p.a, w.x
-	defer a.stats.inFlight.Add(-1)
 	w.runErrs()
 	var bytes uint64
 	for i := range w.runs {
@@ -511,5 +510,6 @@ func (w *xferWork) finish() {
 			a.stats.countErr(err)
 		}
 	}
+	a.stats.inFlight.Add(-1) // before Done: a Stats read after Wait sees it
 	close(x.done)
 }
