@@ -68,6 +68,13 @@ func (s *StreamTransport) writeFramed(pre, body []byte, copyMax int) error {
 	} else {
 		n, err = s.writev(net.Buffers{pre, body})
 	}
+	return s.wrote(n, err)
+}
+
+// wrote is the outcome of a write of whole frames that sent n bytes (wmu
+// held): a failure that sent nothing leaves the stream intact, one part-way
+// breaks it.
+func (s *StreamTransport) wrote(n int64, err error) error {
 	if err != nil && n == 0 {
 		return err // nothing went out: the stream is intact
 	}
@@ -101,15 +108,7 @@ func (s *StreamTransport) writeFramedV(v net.Buffers) error {
 	if s.wbroken != nil {
 		return s.wbroken
 	}
-	n, err := s.writev(v)
-	if err != nil && n == 0 {
-		return err // nothing went out: the stream is intact
-	}
-	if err != nil {
-		s.wbroken = fmt.Errorf("wire: stream: write failed, stream broken: %w", err)
-		return s.wbroken
-	}
-	return nil
+	return s.wrote(s.writev(v))
 }
 
 // RecvRouted reads one length-prefixed frame into buf, except a Data

@@ -62,36 +62,11 @@ func (p *path) servePutList(r *wire.ListRequest) error {
 			ok++
 		}
 	}
-	id := r.RequestID
 	in.onDone = func(err error) {
 		release()
-		if in.quiet {
-			return // the peer canceled it: no reply
-		}
-		var rep wire.Message = &wire.ListReply{RequestID: id, Statuses: sts, Message: msg}
-		if err != nil {
-			rep = wire.NewError(id, wire.StatusInternal, err.Error())
-		} else {
-			p.served.Add(ok)
-		}
-		if p.c.Err() == nil {
-			_ = p.c.QueueReply(rep)
-		}
+		p.answerLanded(in, &wire.ListReply{RequestID: in.id, Statuses: sts, Message: msg}, ok, err)
 	}
-	if in.n == 0 {
-		in.mu.Lock()
-		fin := in.finishLocked()
-		in.mu.Unlock()
-		if fin {
-			in.onDone(nil)
-		}
-		return nil
-	}
-	if err := p.addInbound(in); err != nil {
-		in.cancel(err)
-		return err
-	}
-	return nil
+	return p.startInbound(in)
 }
 
 // serveGetList answers a peer's GetList with every entry's bytes in Data

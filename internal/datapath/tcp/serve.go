@@ -34,21 +34,34 @@ func (p *path) servePut(r wire.Request) error {
 		in.dst = mine
 		in.onDone = func(err error) {
 			mine.B.Release()
-			if in.quiet {
-				return // the peer canceled it: no reply
-			}
-			var rep wire.Message = &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
-			if err != nil {
-				rep = wire.NewError(r.RequestID, wire.StatusInternal, err.Error())
-			} else {
-				p.served.Add(1)
-			}
-			if p.c.Err() == nil {
-				_ = p.c.QueueReply(rep)
-			}
+			p.answerLanded(in, &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}, 1, err)
 		}
 	}
-	if r.Length == 0 {
+	return p.startInbound(in)
+}
+
+// answerLanded queues the reply to a request whose bytes have landed (or
+// failed to: an Error then), ok of its puts served, unless the peer
+// canceled it.
+func (p *path) answerLanded(in *inbound, ok wire.Message, served uint64, err error) {
+	if in.quiet {
+		return // the peer canceled it: no reply
+	}
+	rep := ok
+	if err != nil {
+		rep = wire.NewError(in.id, wire.StatusInternal, err.Error())
+	} else {
+		p.served.Add(served)
+	}
+	if p.c.Err() == nil {
+		_ = p.c.QueueReply(rep)
+	}
+}
+
+// startInbound waits for the bytes of in (or finishes it at once when it
+// has none).
+func (p *path) startInbound(in *inbound) error {
+	if in.n == 0 {
 		in.mu.Lock()
 		fin := in.finishLocked()
 		in.mu.Unlock()
