@@ -138,6 +138,9 @@ type Agent struct {
 
 	wg    sync.WaitGroup
 	stats counters
+	// scratch holds *scratch: the slices of engine lists being issued;
+	// runPool *runBufs: the runs of transfers that ended.
+	scratch, runPool sync.Pool
 }
 
 type section struct {

@@ -16,7 +16,7 @@ import (
 
 // benchPair is agent a connected to agent b (listening on network only),
 // b offering a section "s" of n bytes at loc.
-func benchPair(b *testing.B, network string, n int, loc engine.Location) (*Agent, *Agent, *engine.Buffer, *Peer) {
+func benchPair(b testing.TB, network string, n int, loc engine.Location) (*Agent, *Agent, *engine.Buffer, *Peer) {
 	ctx := testCtx(b)
 	ea, eb := newEngine(b), newEngine(b)
 	a := newAgent(b, ea, "a", agentOpts{})

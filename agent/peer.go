@@ -22,7 +22,7 @@ import (
 type Peer struct {
 	a    *Agent
 	md   meta.Metadata
-	keys map[string]peerSection
+	keys map[string]*peerSection
 
 	mu      sync.Mutex
 	ep      *engine.Endpoint
@@ -52,10 +52,10 @@ type resolve struct {
 }
 
 func (a *Agent) newPeer(md meta.Metadata) *Peer {
-	p := &Peer{a: a, md: md, keys: make(map[string]peerSection, len(md.Sections)), dead: make(chan struct{}),
+	p := &Peer{a: a, md: md, keys: make(map[string]*peerSection, len(md.Sections)), dead: make(chan struct{}),
 		window: semaphore.NewWeighted(int64(a.cfg.MaxInFlight))}
 	for _, s := range md.Sections {
-		ps := peerSection{s: s}
+		ps := &peerSection{s: s}
 		ps.key, ps.err = engine.ParseRemoteKey(s.Key)
 		if ps.err == nil && uint64(ps.key.Len()) != s.Len {
 			ps.err = fmt.Errorf("%w: section %q: key of %d bytes for %d", engine.ErrPeer, s.Name, ps.key.Len(), s.Len)

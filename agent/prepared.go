@@ -65,13 +65,10 @@ func (p *Peer) Prepare(ctx context.Context, local []engine.Slice, remote []Remot
 		keys: make([]engine.RemoteKey, n), next: make([]bool, n),
 		base: make([]int32, n), baseKey: make([]engine.RemoteKey, n), roff: make([]int, n),
 	}
-	var (
-		sec      peerSection
-		lastName string
-	)
+	var sec *peerSection
 	for i := range n {
 		d := Desc{Local: local[i], Section: remote[i].Section, Off: remote[i].Off, Len: remote[i].Len}
-		if err := p.check(i, &d, &sec, &lastName); err != nil {
+		if err := p.check(i, &d, &sec); err != nil {
 			return nil, err
 		}
 		x.roff[i] = d.Off

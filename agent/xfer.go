@@ -116,8 +116,12 @@ func failedXfer(n int, err error) *Xfer {
 type run struct {
 	first, n int32
 	local    *engine.Slice
-	key      *engine.RemoteKey // the prepared key, or one made for the run
-	err      error             // its outcome, once its list is done
+	// key is the run's key (a prepared one); if nil, the run's key is
+	// base's view of [roff, roff+bytes), made when its list is issued.
+	key         *engine.RemoteKey
+	base        *engine.RemoteKey
+	roff, bytes int
+	err         error // its outcome, once its list is done
 }
 
 // Write copies each descriptor's local slice into the named peer's
@@ -158,13 +162,14 @@ func (p *Peer) Read(ctx context.Context, descs []Desc, opts ...XferOption) *Xfer
 
 // check validates descriptor i against its section; it returns the
 // section.
-func (p *Peer) check(i int, d *Desc, sec *peerSection, lastName *string) error {
-	if d.Section != *lastName || sec.s.Name == "" {
+func (p *Peer) check(i int, d *Desc, psec **peerSection) error {
+	sec := *psec
+	if sec == nil || d.Section != sec.s.Name {
 		ps, ok := p.keys[d.Section]
 		if !ok {
 			return &DescError{Index: i, Err: p.wrap(fmt.Errorf("%w: %q", ErrNoSection, d.Section))}
 		}
-		*sec, *lastName = ps, d.Section
+		sec, *psec = ps, ps
 	}
 	if sec.err != nil {
 		return &DescError{Index: i, Err: p.wrap(sec.err)}
@@ -202,21 +207,16 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 	if len(descs) == 0 && !cfg.hasNotify {
 		return a.failed(0, invalid("no descriptors"))
 	}
-	// Check every descriptor and find the runs of neighbours.
-	type span struct {
-		first, n   int
-		loff, roff int
-		bytes      int
-		key        *engine.RemoteKey // the section's
-	}
-	var (
-		spans    = make([]span, 0, min(len(descs), 256))
-		sec      peerSection
-		lastName string
-	)
+	// Check every descriptor and find the runs of neighbours: each run
+	// a view of its section's key, made when its list is issued (no key
+	// copied per descriptor, nothing allocated per descriptor).
+	rb := a.runBufs(len(descs))
+	runs := rb.runs
+	var sec *peerSection
 	for i := range descs {
 		d := &descs[i]
-		if err := p.check(i, d, &sec, &lastName); err != nil {
+		if err := p.check(i, d, &sec); err != nil {
+			a.putRunBufs(rb)
 			x := failedXfer(len(descs), err)
 			for j := range x.errs {
 				if j != i {
@@ -227,33 +227,54 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 			return x
 		}
 		n, loff := d.Local.Len(), d.Local.Offset()
-		if k := len(spans) - 1; k >= 0 {
-			c := &spans[k]
-			prev := &descs[c.first]
-			if prev.Local.Buffer() == d.Local.Buffer() && prev.Section == d.Section &&
-				c.loff+c.bytes == loff && c.roff+c.bytes == d.Off {
-				c.n++
-				c.bytes += n
+		if k := len(runs) - 1; k >= 0 {
+			r := &runs[k]
+			prev := &descs[r.first]
+			if prev.Local.Buffer() == d.Local.Buffer() && r.base == &sec.key &&
+				prev.Local.Offset()+r.bytes == loff && r.roff+r.bytes == d.Off {
+				r.n++
+				r.bytes += n
 				continue
 			}
 		}
-		ps := p.keys[d.Section]
-		spans = append(spans, span{first: i, n: 1, loff: loff, roff: d.Off, bytes: n, key: &ps.key})
+		runs = append(runs, run{first: int32(i), n: 1, base: &sec.key, roff: d.Off, bytes: n})
 	}
-	// The runs own their slices and keys (descs is the caller's).
-	runs := make([]run, len(spans))
-	locals := make([]engine.Slice, len(spans))
-	keys := make([]engine.RemoteKey, len(spans))
-	for k, c := range spans {
-		if c.n == 1 {
-			locals[k] = descs[c.first].Local
+	// The runs own their slices (descs is the caller's).
+	rb.runs = runs
+	locals := rb.locals[:len(runs)]
+	for k := range runs {
+		r := &runs[k]
+		if r.n == 1 {
+			locals[k] = descs[r.first].Local
 		} else {
-			locals[k] = descs[c.first].Local.Buffer().Slice(c.loff, c.bytes)
+			l := &descs[r.first].Local
+			locals[k] = l.Buffer().Slice(l.Offset(), r.bytes)
 		}
-		keys[k] = c.key.View(c.roff, c.bytes) // a view of the section's grant: no signature per run
-		runs[k] = run{first: int32(c.first), n: int32(c.n), local: &locals[k], key: &keys[k]}
+		r.local = &locals[k]
 	}
-	return p.post(ctx, write, len(descs), runs, &cfg, nil)
+	return p.post(ctx, write, len(descs), runs, &cfg, func([]run) { a.putRunBufs(rb) })
+}
+
+// runBufs is a transfer's runs and the local slices they own, reused.
+type runBufs struct {
+	runs   []run
+	locals []engine.Slice
+}
+
+// runBufs returns empty runs and locals with room for n.
+func (a *Agent) runBufs(n int) *runBufs {
+	if rb, _ := a.runPool.Get().(*runBufs); rb != nil && cap(rb.runs) >= n {
+		return rb
+	}
+	return &runBufs{runs: make([]run, 0, n), locals: make([]engine.Slice, n)}
+}
+
+// putRunBufs takes them back, cleared (they point at buffers and keys).
+func (a *Agent) putRunBufs(rb *runBufs) {
+	clear(rb.runs[:cap(rb.runs)])
+	clear(rb.locals)
+	rb.runs = rb.runs[:0]
+	a.runPool.Put(rb)
 }
 
 func (a *Agent) failed(n int, err error) *Xfer {
@@ -367,10 +388,19 @@ type runList struct {
 // place for it).
 func (w *xferWork) issue(l *runList) {
 	n := l.end - l.start
-	locals, keys := make([]engine.Slice, 0, n), make([]engine.RemoteKey, 0, n)
+	sc := w.p.a.listScratch(n)
+	locals, keys := sc.locals, sc.keys
 	for j := l.start; j < l.end; j++ {
 		r := &w.runs[j]
-		if err := r.key.Err(); err != nil {
+		keys = keys[:len(keys)+1]
+		k := &keys[len(keys)-1]
+		if r.key != nil {
+			*k = *r.key
+		} else {
+			*k = r.base.View(r.roff, r.bytes)
+		}
+		if err := k.Err(); err != nil {
+			keys = keys[:len(keys)-1]
 			if l.idx == nil {
 				l.idx = make([]int32, 0, n)
 				for k := l.start; k < j; k++ {
@@ -384,7 +414,6 @@ func (w *xferWork) issue(l *runList) {
 			l.idx = append(l.idx, int32(j))
 		}
 		locals = append(locals, *r.local)
-		keys = append(keys, *r.key)
 	}
 	switch {
 	case len(locals) == 0:
@@ -394,6 +423,31 @@ func (w *xferWork) issue(l *runList) {
 	default:
 		l.fut = w.ep.GetList(w.ctx, locals, keys, w.ops...)
 	}
+	// The engine keeps neither slice once PutList or GetList returns.
+	sc.locals, sc.keys = locals, keys
+	w.p.a.putListScratch(sc)
+}
+
+// scratch is the slices an issue hands the engine, reused.
+type scratch struct {
+	locals []engine.Slice
+	keys   []engine.RemoteKey
+}
+
+// listScratch returns empty slices with room for n elements.
+func (a *Agent) listScratch(n int) *scratch {
+	if sc, _ := a.scratch.Get().(*scratch); sc != nil && cap(sc.keys) >= n && cap(sc.locals) >= n {
+		return sc
+	}
+	return &scratch{locals: make([]engine.Slice, 0, max(n, syncRuns)), keys: make([]engine.RemoteKey, 0, max(n, syncRuns))}
+}
+
+// putListScratch takes slices back, cleared (they hold buffers).
+func (a *Agent) putListScratch(sc *scratch) {
+	clear(sc.locals)
+	clear(sc.keys)
+	sc.locals, sc.keys = sc.locals[:0], sc.keys[:0]
+	a.scratch.Put(sc)
 }
 
 // complete issues the lists left, each within its slots of the peer's

@@ -239,7 +239,7 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	if err := ep.usable(ctx); err != nil {
 		return resolved(err)
 	}
-	if err := ep.check(put, local, remote); err != nil {
+	if err := ep.check(put, &local, &remote); err != nil {
 		return resolved(err)
 	}
 	if put {
@@ -252,8 +252,8 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 
 // check is the check of one Put or Get (rma's and each element of a
 // list's) against the endpoint's peer.
-func (ep *Endpoint) check(put bool, local Slice, remote RemoteKey) error {
-	if err := ep.e.validateSlice(local); err != nil {
+func (ep *Endpoint) check(put bool, local *Slice, remote *RemoteKey) error {
+	if err := ep.e.validateSlice(*local); err != nil {
 		return err
 	}
 	if remote.err != nil {

@@ -33,6 +33,8 @@ type Engine struct {
 	// copies split across cores): the copier's host copies and the unix
 	// transport's.
 	hostCopy *memcopy.Copier
+	// reqPool holds *[]datapath.Req: the requests of lists that ended.
+	reqPool sync.Pool
 
 	// Tasks that wait on other work (requests to peers) run as goroutines
 	// bounded by semaphores taken inside them.

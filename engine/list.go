@@ -51,7 +51,7 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 		return e.resolved
 	}
 	for i := range n {
-		if err := ep.check(put, locals[i], remotes[i]); err != nil {
+		if err := ep.check(put, &locals[i], &remotes[i]); err != nil {
 			return listInvalid(n, i, err)
 		}
 	}
@@ -59,7 +59,7 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	if len(opts) > 0 || e.cfg.OpTimeout > 0 {
 		deadline = e.opConfig(opts).deadline
 	}
-	reqs := make([]datapath.Req, n)
+	reqs := e.listReqs(n)
 	for i := range n {
 		r := &reqs[i]
 		k := &remotes[i]
@@ -81,6 +81,12 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	o.setSpin(e.cfg.WaitSpin)
 	if l, ok := ep.path.(datapath.Lister); ok {
 		l.StartList(ctx, reqs, o)
+		if o.IsDone() {
+			// Every element ended in StartList (copies through shared
+			// memory): nothing reads reqs any more (datapath.Lister).
+			o.reqs = nil
+			e.putListReqs(reqs)
+		}
 		return &o.Future
 	}
 	cs := make([]listElem, n)
@@ -89,6 +95,22 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 		ep.path.Start(ctx, reqs[i], &cs[i])
 	}
 	return &o.Future
+}
+
+// listReqs returns n zeroed requests, reused when it can (a list's
+// requests are a few hundred bytes per element).
+func (e *Engine) listReqs(n int) []datapath.Req {
+	if p, _ := e.reqPool.Get().(*[]datapath.Req); p != nil && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]datapath.Req, n)
+}
+
+// putListReqs takes back requests nothing reads any more.
+func (e *Engine) putListReqs(reqs []datapath.Req) {
+	clear(reqs) // they point at buffers
+	reqs = reqs[:0]
+	e.reqPool.Put(&reqs)
 }
 
 // listInvalid is the future of a list that was not started because
@@ -129,6 +151,25 @@ func (o *listOp) Complete(idx int, err error) {
 	}
 }
 
+// CompleteOK implements datapath.ManyCompleter: the elements of idx
+// ended without error, counted together (one clock reading).
+func (o *listOp) CompleteOK(idx []int) {
+	var n, bytes uint64
+	for _, i := range idx {
+		if i >= 0 && i < len(o.done) && o.done[i].CompareAndSwap(false, true) {
+			n++
+			bytes += o.reqs[i].Local.Len
+		}
+	}
+	if n == 0 {
+		return
+	}
+	d := opClock() - o.start
+	o.ep.ops.recordOK(n, bytes)
+	o.ep.e.transportOps(o.ep.path.Kind()).recordOK(n, bytes, d)
+	o.f.CompleteN(int(n))
+}
+
 // CompleteAll implements datapath.Completer: every element not ended yet
 // ends with err.
 func (o *listOp) CompleteAll(err error) {
@@ -138,7 +179,7 @@ func (o *listOp) CompleteAll(err error) {
 	o.f.CompleteAll(err)
 }
 
-var _ datapath.Completer = (*listOp)(nil)
+var _ datapath.ManyCompleter = (*listOp)(nil)
 
 // listElem is the completer of element i of a list run by Start (paths
 // without a list form): its operation's end, or its CompleteAll (its

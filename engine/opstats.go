@@ -64,6 +64,12 @@ func (c *opCounters) record(n uint64, err error) {
 	}
 }
 
+// recordOK records n operations of bytes in all that succeeded.
+func (c *opCounters) recordOK(n, bytes uint64) {
+	c.completed.Add(n)
+	c.bytes.Add(bytes)
+}
+
 func (c *opCounters) snapshot() OpStats {
 	return OpStats{Completed: c.completed.Load(), Failed: c.failed.Load(), Bytes: c.bytes.Load(), Errors: errorCounts(&c.errs)}
 }
@@ -82,6 +88,13 @@ type transportCounters struct {
 func (c *transportCounters) record(n uint64, d time.Duration, err error) {
 	c.opCounters.record(n, err)
 	c.lat.Add(d)
+}
+
+// recordOK records n operations of bytes in all that succeeded, each
+// after d.
+func (c *transportCounters) recordOK(n, bytes uint64, d time.Duration) {
+	c.opCounters.recordOK(n, bytes)
+	c.lat.AddN(d, n)
 }
 
 func (c *transportCounters) snapshot() OpStats {

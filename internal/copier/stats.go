@@ -68,6 +68,9 @@ type LatencyHist struct {
 // Add records d.
 func (h *LatencyHist) Add(d time.Duration) { h.add(d) }
 
+// AddN records d n times (n operations that ended together).
+func (h *LatencyHist) AddN(d time.Duration, n uint64) { h.addN(d, n) }
+
 func (h *LatencyHist) add(d time.Duration) { h.addN(d, 1) }
 
 // addN records d n times.

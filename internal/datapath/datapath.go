@@ -119,6 +119,14 @@ type Completer interface {
 	CompleteAll(err error)
 }
 
+// ManyCompleter is a Completer of a list that also takes the successful
+// end of many of its elements at once (a Lister's job that moved them
+// together): CompleteOK(idx) is Complete(i, nil) for each i of idx.
+type ManyCompleter interface {
+	Completer
+	CompleteOK(idx []int)
+}
+
 // Config is the part of the engine's configuration data paths read.
 type Config struct {
 	WaitSpin    time.Duration // Future.Wait's spin
@@ -335,8 +343,10 @@ type Fencer interface {
 // request of reqs has the same direction (reqs[i].Put) and deadline, and
 // was checked as Start's are. StartList resolves c once per request:
 // c.Complete(i, err) for reqs[i] once nothing touches reqs[i].Local any
-// more (CompleteAll at the deadline). ctx is as Start's. The engine
-// calls Start for each request of paths that do not implement it.
+// more (CompleteAll at the deadline). ctx is as Start's. Once StartList
+// has returned and every request has been resolved, the path does not
+// read reqs again (the engine reuses it). The engine calls Start for
+// each request of paths that do not implement it.
 type Lister interface {
 	StartList(ctx context.Context, reqs []Req, c Completer)
 }

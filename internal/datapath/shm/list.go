@@ -34,7 +34,10 @@ type listPiece struct {
 // request is completed on its own: a revoked or unmappable allocation
 // fails its requests only.
 func (p *Path) StartList(ctx context.Context, reqs []datapath.Req, c datapath.Completer) {
-	pieces := make([]listPiece, 0, len(reqs))
+	sc := p.listScratch(len(reqs))
+	defer p.putListScratch(sc)
+	pieces := sc.pieces
+	var last *ipc.Handle[*imported] // the import of the piece before
 	for i := range reqs {
 		r := &reqs[i]
 		mk := mapKey(r)
@@ -42,18 +45,57 @@ func (p *Path) StartList(ctx context.Context, reqs []datapath.Req, c datapath.Co
 			p.Start(ctx, *r, &listElem{c: c, i: i})
 			continue
 		}
-		h, err := p.importKey(ctx, r.Deadline, *mk)
-		if err != nil {
-			c.Complete(i, p.importErr(err))
-			continue
+		// Pieces of one allocation (the usual list) share its import:
+		// one lookup and reference for the run of them.
+		h := last
+		if h == nil || h.Key().AllocID != mk.AllocID || h.Key().Generation != mk.Generation {
+			var err error
+			if h, err = p.importKey(ctx, r.Deadline, *mk); err != nil {
+				c.Complete(i, p.importErr(err))
+				continue
+			}
+			sc.handles = append(sc.handles, h)
 		}
-		pieces = append(pieces, listPiece{i: i, h: h, local: r.Local, theirs: h.Value().mem(r.Key.Offset, r.Key.Len)})
+		last = h
+		pieces = pieces[:len(pieces)+1]
+		pieces[len(pieces)-1] = listPiece{i: i, h: h, local: r.Local, theirs: h.Value().mem(r.Key.Offset, r.Key.Len)}
 	}
+	sc.pieces = pieces
 	if len(pieces) == 0 {
 		return
 	}
 	first := &reqs[pieces[0].i] // every request has the same direction and deadline
-	p.copyList(ctx, first.Put, first.Deadline, reqs, pieces, c)
+	p.copyList(ctx, first.Put, first.Deadline, reqs, sc, c)
+}
+
+// listScratch is the slices of a list's copy job, reused (a list is
+// copied on its caller's goroutine: nothing keeps them after StartList).
+type listScratch struct {
+	pieces     []listPiece
+	dsts, srcs [][]byte
+	handles    []*ipc.Handle[*imported] // the references the pieces share
+	held       []datapath.Buf           // the buffers held for the copy
+	ok         []int
+	failed     []failedPiece
+}
+
+func (p *Path) listScratch(n int) *listScratch {
+	if sc, _ := p.t.listPool.Get().(*listScratch); sc != nil && cap(sc.pieces) >= n {
+		return sc
+	}
+	return &listScratch{pieces: make([]listPiece, 0, n)}
+}
+
+// putListScratch takes the slices back, cleared (they point at buffers).
+func (p *Path) putListScratch(sc *listScratch) {
+	p.dropImports(sc) // a list none of whose pieces reached copyList
+	clear(sc.pieces)
+	clear(sc.dsts)
+	clear(sc.srcs)
+	clear(sc.held)
+	clear(sc.failed)
+	sc.pieces, sc.dsts, sc.srcs, sc.held, sc.ok, sc.failed = sc.pieces[:0], sc.dsts[:0], sc.srcs[:0], sc.held[:0], sc.ok[:0], sc.failed[:0]
+	p.t.listPool.Put(sc)
 }
 
 // mapKey is the key that maps the peer's memory of r (one granting the
@@ -68,12 +110,18 @@ func mapKey(r *datapath.Req) *wire.RemoteKey {
 	return r.MapKey
 }
 
-// copyList copies the pieces (each holding its import, released here) as
-// one job and completes each.
-func (p *Path) copyList(ctx context.Context, put bool, deadline time.Time, reqs []datapath.Req, pieces []listPiece, c datapath.Completer) {
+// copyList copies the pieces as one job and completes each. The pieces
+// share the imports in sc.handles (one reference each, dropped here
+// before any piece completes), and each distinct buffer is held once for
+// the copy.
+func (p *Path) copyList(ctx context.Context, put bool, deadline time.Time, reqs []datapath.Req, sc *listScratch, c datapath.Completer) {
+	pieces := sc.pieces
 	fail := func(err error) {
+		p.dropImports(sc)
+		for _, f := range sc.failed {
+			c.Complete(f.i, f.err)
+		}
 		for _, pc := range pieces {
-			p.t.imports.Put(pc.h)
 			c.Complete(pc.i, err)
 		}
 	}
@@ -85,78 +133,131 @@ func (p *Path) copyList(ctx context.Context, put bool, deadline time.Time, reqs 
 		fail(gxerr.New(gxerr.Timeout, p.name+": deadline passed before the list copy started", nil))
 		return
 	}
-	// Hold both sides of every piece: a freed buffer (or import) fails
-	// its piece only.
-	held := pieces[:0]
-	for _, pc := range pieces {
-		err := p.holdPiece(&reqs[pc.i], &pc)
-		if err != nil {
-			p.t.imports.Put(pc.h)
-			c.Complete(pc.i, err)
+	// Hold both sides of every piece, each buffer once for a run of
+	// pieces in it: a freed buffer (or import) fails its pieces only.
+	held := 0
+	var local, theirs holdRun
+	for k := range pieces {
+		pc := &pieces[k]
+		if err := p.holdPiece(sc, &reqs[pc.i], pc, &local, &theirs); err != nil {
+			sc.failed = append(sc.failed, failedPiece{pc.i, err})
 			continue
 		}
-		held = append(held, pc)
+		if held != k {
+			pieces[held] = *pc
+		}
+		held++
 	}
-	pieces = held
-	if len(pieces) == 0 {
-		return
-	}
+	pieces = pieces[:held]
 	release := func() {
-		for _, pc := range pieces {
-			pc.local.B.Release()
-			pc.theirs.B.Release()
+		for _, b := range sc.held {
+			b.Release()
 		}
 	}
-	if !p.env.Enter() { // Close unmaps nothing while the copy runs
+	if len(pieces) > 0 && !p.env.Enter() { // Close unmaps nothing while the copy runs
 		release()
 		fail(gxerr.New(gxerr.Closed, "engine closing", nil))
 		return
 	}
-	dsts, srcs := make([][]byte, len(pieces)), make([][]byte, len(pieces))
 	var total uint64
-	for k, pc := range pieces {
-		if put {
-			dsts[k], srcs[k] = pc.theirs.Host(), pc.local.Host()
-		} else {
-			dsts[k], srcs[k] = pc.local.Host(), pc.theirs.Host()
+	if len(pieces) > 0 {
+		if cap(sc.dsts) < len(pieces) {
+			sc.dsts, sc.srcs = make([][]byte, len(pieces)), make([][]byte, len(pieces))
 		}
-		total += pc.local.Len
-	}
-	// Slices of equal lengths: cannot panic, no defer for Exit.
-	p.env.Config().HostCopy.CopyV(dsts, srcs)
-	p.env.Exit()
-	release()
-	if h := p.t.hooks.ListCopied; h != nil {
-		h(len(pieces), total)
-	}
-	for _, pc := range pieces {
-		var err error
-		if pc.h.Value().revoked() { // the owner freed it before or during the copy
-			err = p.staleImport(&reqs[pc.i].Key)
+		dsts, srcs := sc.dsts[:len(pieces)], sc.srcs[:len(pieces)]
+		for k := range pieces {
+			pc := &pieces[k]
+			if put {
+				dsts[k], srcs[k] = pc.theirs.Host(), pc.local.Host()
+			} else {
+				dsts[k], srcs[k] = pc.local.Host(), pc.theirs.Host()
+			}
+			total += pc.local.Len
 		}
-		p.t.imports.Put(pc.h)
-		p.env.CountInline(1, pc.local.Len)
-		c.Complete(pc.i, err)
+		// Slices of equal lengths: cannot panic, no defer for Exit.
+		p.env.Config().HostCopy.CopyV(dsts, srcs)
+		p.env.Exit()
+		release()
+		if h := p.t.hooks.ListCopied; h != nil {
+			h(len(pieces), total)
+		}
+		p.env.CountInline(uint64(len(pieces)), total)
+	}
+	// A piece whose allocation the owner freed before or during the copy
+	// fails; the others end together.
+	var last *ipc.Handle[*imported]
+	revoked := false
+	for k := range pieces {
+		pc := &pieces[k]
+		if pc.h != last {
+			last, revoked = pc.h, pc.h.Value().revoked()
+		}
+		if revoked {
+			sc.failed = append(sc.failed, failedPiece{pc.i, p.staleImport(&reqs[pc.i].Key)})
+			continue
+		}
+		sc.ok = append(sc.ok, pc.i)
+	}
+	p.dropImports(sc)
+	for _, f := range sc.failed {
+		c.Complete(f.i, f.err)
+	}
+	if mc, many := c.(datapath.ManyCompleter); many {
+		mc.CompleteOK(sc.ok)
+		return
+	}
+	for _, i := range sc.ok {
+		c.Complete(i, nil)
 	}
 }
 
-// holdPiece acquires both buffers of a piece, refusing an allocation its
+// failedPiece is a piece that failed: its request's index and why.
+type failedPiece struct {
+	i   int
+	err error
+}
+
+// holdRun is the buffer of the run of pieces before (nil: none) and the
+// outcome of holding it.
+type holdRun struct {
+	b   datapath.Buf
+	err error
+}
+
+// hold holds b unless it is the run's buffer (held, or refused, already).
+func (r *holdRun) hold(sc *listScratch, b datapath.Buf) error {
+	if r.b != nil && b == r.b {
+		return r.err
+	}
+	r.b, r.err = b, b.Acquire()
+	if r.err == nil {
+		sc.held = append(sc.held, b)
+	}
+	return r.err
+}
+
+// dropImports drops the list's references to its imports (once).
+func (p *Path) dropImports(sc *listScratch) {
+	for _, h := range sc.handles {
+		p.t.imports.Put(h)
+	}
+	clear(sc.handles)
+	sc.handles = sc.handles[:0]
+}
+
+// holdPiece holds both buffers of a piece, refusing an allocation its
 // owner freed already.
-func (p *Path) holdPiece(r *datapath.Req, pc *listPiece) error {
+func (p *Path) holdPiece(sc *listScratch, r *datapath.Req, pc *listPiece, local, theirs *holdRun) error {
 	if pc.h.Value().revoked() {
 		return p.staleImport(&r.Key)
 	}
 	if pc.local.IsGaudi() || pc.local.B.HostBytes() == nil {
 		return gxerr.New(gxerr.Invalid, fmt.Sprintf("list element %d: local memory is not host memory", pc.i), nil)
 	}
-	if err := pc.local.B.Acquire(); err != nil {
+	if err := local.hold(sc, pc.local.B); err != nil {
 		return err
 	}
-	if err := pc.theirs.B.Acquire(); err != nil {
-		pc.local.B.Release()
-		return err
-	}
-	return nil
+	return theirs.hold(sc, pc.theirs.B)
 }
 
 // listElem completes element i of a list for a request run by Start: once,

@@ -61,6 +61,8 @@ type Transport struct {
 	// validity holds the validity flag (*ipc.Validity) of each exported
 	// host buffer (datapath.Buf) a peer imported, until the buffer goes.
 	validity sync.Map
+	// listPool holds *listScratch: the slices of list copy jobs.
+	listPool sync.Pool
 
 	hooks Hooks
 }
