@@ -148,7 +148,8 @@ func threadCPU() time.Duration {
 
 // BenchmarkNotifyLatency: one way, from the call to the target's Recv
 // returning (agents in one process): an 8 B write with a notification,
-// a notification alone, against an 8 B put's latency (PutSync).
+// a notification alone, against an 8 B put's latency: the engine's
+// (PutSync) and the agent's (Write and Wait).
 func BenchmarkNotifyLatency(b *testing.B) {
 	for _, network := range []string{"unix", "tcp"} {
 		b.Run(network, func(b *testing.B) {
@@ -180,6 +181,13 @@ func BenchmarkNotifyLatency(b *testing.B) {
 				b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/observed")
 			}
 			descs := []Desc{{Local: src.All(), Section: "s", Off: 64}}
+			b.Run("write8", func(b *testing.B) { // the agent's 8 B put
+				for b.Loop() {
+					if err := p.Write(ctx, descs).Wait(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 			msg := []byte("ready")
 			b.Run("write8+notify", func(b *testing.B) {
 				observe(b, func() error {

@@ -418,6 +418,10 @@ func (w *xferWork) issue(l *runList) {
 	switch {
 	case len(locals) == 0:
 		l.fut = engine.ResolvedFuture(nil)
+	case len(locals) == 1 && w.write: // a lone run: the engine's Put is lighter than a list
+		l.fut = w.ep.Put(w.ctx, locals[0], keys[0], w.ops...)
+	case len(locals) == 1:
+		l.fut = w.ep.Get(w.ctx, locals[0], keys[0], w.ops...)
 	case w.write:
 		l.fut = w.ep.PutList(w.ctx, locals, keys, w.ops...)
 	default:
