@@ -189,6 +189,9 @@ type Device struct {
 	dram *rangeAlloc // Gaudi1 physical DRAM allocator
 	g3   *g3Dev      // Gaudi3 direct PDMA mode, nil on Gaudi1/2
 
+	// waitArgs holds *hlsys.WaitCSArgs for Wait's polls.
+	waitArgs sync.Pool
+
 	rr            atomic.Uint32
 	submitted     atomic.Uint64
 	submitRetries atomic.Uint64

@@ -209,10 +209,15 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 	}
 	remaining := max(timeout, 0)
 	intr := 0
+	args, _ := d.waitArgs.Get().(*hlsys.WaitCSArgs)
+	if args == nil {
+		args = new(hlsys.WaitCSArgs)
+	}
+	defer d.waitArgs.Put(args)
 	for {
 		chunk := min(remaining, MaxWaitPerCall)
 		d.waits.Add(1)
-		out, err := hlsys.WaitForCS(d.b, seq, uint64(chunk/time.Microsecond))
+		out, err := hlsys.WaitForCSIn(d.b, args, seq, uint64(chunk/time.Microsecond))
 		if errors.Is(err, unix.EINTR) && intr < 100 {
 			intr++
 			continue

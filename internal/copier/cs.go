@@ -42,7 +42,9 @@ func (g *Device) processRefs(dir int, refs []ref) {
 	}
 	c := g.c
 	streams, oneQueue := g.streams(dir, refs)
-	newRec := func() (*csRec, error) {
+	// newRec starts a CS for up to limit copies (its items and mappings
+	// allocated once, not grown copy by copy).
+	newRec := func(limit int) (*csRec, error) {
 		cs, err := g.Dev.NewCSBuilder(dma.CSOptions{
 			Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.cbs.Get, OneQueue: oneQueue,
 		})
@@ -56,11 +58,12 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			}
 			return nil, gxerr.New(kind, fmt.Sprintf("command submission on gaudi%d (Config.CBSize %d)", g.Idx, c.cfg.CBSize), err)
 		}
-		return &csRec{g: g, cs: cs}, nil
+		n := min(limit, len(refs))
+		return &csRec{g: g, cs: cs, items: make([]csItem, 0, n), regions: make([]*memcache.Region, 0, 2*n)}, nil
 	}
-	// recErr fails every op of this device: its CSs cannot be built.
-	rec, recErr := newRec()
 	limit := min(c.cfg.MaxOpsPerCS, pipelineFirstOps) // copies in the CS being built
+	// recErr fails every op of this device: its CSs cannot be built.
+	rec, recErr := newRec(limit)
 	capacity := 0                                     // LIN_DMA packets an empty CS holds
 	if recErr == nil {
 		capacity = rec.cs.Capacity()
@@ -88,7 +91,7 @@ func (g *Device) processRefs(dir int, refs []ref) {
 		if len(rec.items) >= limit || !rec.cs.Fits(o.n()) {
 			rec.submit()
 			limit = min(2*limit, c.cfg.MaxOpsPerCS)
-			rec, _ = newRec() // the options were accepted above
+			rec, _ = newRec(limit) // the options were accepted above
 		}
 		// Get every command buffer first: then adding packets cannot fail
 		// half-way through an op.
@@ -108,7 +111,7 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			err = gxerr.New(gxerr.Device, "add copy to command submission", err)
 			c.finishOp(j, o, err)
 			rec.finish(err)
-			rec, _ = newRec()
+			rec, _ = newRec(limit)
 			continue
 		}
 		o.handed = true

@@ -230,7 +230,11 @@ func (g *Device) process(dir int, jobs []*Job) {
 	if h := g.c.HookProcess.Load(); h != nil {
 		(*h)()
 	}
-	var mine []ref
+	n := 0
+	for _, j := range jobs {
+		n += len(j.Ops)
+	}
+	mine := make([]ref, 0, n) // usually every op is this queue's
 	var others map[routeKey][]ref
 	for _, j := range jobs {
 		if g.c.dropCanceled(j) {

@@ -315,7 +315,14 @@ func SubmitCS(b Backend, restore, execute []CSChunk, flags, timeoutSec uint32) (
 // TIMEDOUT and -EIO with ABORTED. A timeout with the CS still running is
 // not an error: status BUSY.
 func WaitForCS(b Backend, seq, timeoutUs uint64) (WaitCSOut, error) {
-	a := &WaitCSArgs{In: WaitCSIn{Seq: seq, TimeoutUs: timeoutUs}}
+	return WaitForCSIn(b, new(WaitCSArgs), seq, timeoutUs)
+}
+
+// WaitForCSIn is WaitForCS with the caller's argument struct (a poller
+// reuses one rather than allocate one per WAIT_CS: the struct escapes to
+// the heap through the Backend call).
+func WaitForCSIn(b Backend, a *WaitCSArgs, seq, timeoutUs uint64) (WaitCSOut, error) {
+	*a = WaitCSArgs{In: WaitCSIn{Seq: seq, TimeoutUs: timeoutUs}}
 	err := WaitCS(b, a)
 	return *a.Out(), wrap(b, "WAIT_CS", err)
 }

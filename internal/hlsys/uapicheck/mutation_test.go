@@ -230,8 +230,8 @@ func TestMutationsAreCaught(t *testing.T) {
 			})
 		}, "probe MemFree: request"},
 		{"WAIT_CS timeout in the seq slot", Both, func(s *Spec) {
-			setProbe(s, "WaitForCS", func(b hlsys.Backend) (map[string]uint64, error) {
-				out, err := hlsys.WaitForCS(b, sB, sA)
+			setProbe(s, "WaitForCSIn", func(b hlsys.Backend) (map[string]uint64, error) {
+				out, err := hlsys.WaitForCSIn(b, new(hlsys.WaitCSArgs), sB, sA)
 				return map[string]uint64{"status": uint64(out.Status), "flags": uint64(out.Flags),
 					"ts": uint64(out.TimestampNsec), "map": uint64(out.CsCompletionMap)}, err
 			})

@@ -174,9 +174,9 @@ func Probes() []Probe {
 				{Type: csIn, Member: "timeout", Want: sW}},
 			Out: []Out{{Type: csOut, Member: "seq", Val: sA, Result: "seq"},
 				{Type: csOut, Member: "status", Val: sW, Result: "status"}}},
-		{Name: "WaitForCS", Gens: Both, Ioctl: "WAIT_CS",
+		{Name: "WaitForCSIn", Gens: Both, Ioctl: "WAIT_CS",
 			Call: func(b hlsys.Backend) (map[string]uint64, error) {
-				out, err := hlsys.WaitForCS(b, sA, sB)
+				out, err := hlsys.WaitForCSIn(b, &hlsys.WaitCSArgs{In: hlsys.WaitCSIn{Seq: ^uint64(sA), TimeoutUs: ^uint64(sB)}}, sA, sB)
 				return map[string]uint64{"status": uint64(out.Status), "flags": uint64(out.Flags),
 					"ts": uint64(out.TimestampNsec), "map": uint64(out.CsCompletionMap)}, err
 			},
