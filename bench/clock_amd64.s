@@ -7,3 +7,8 @@ TEXT ·rdtsc(SB),NOSPLIT,$0-8
 	ORQ	DX, AX
 	MOVQ	AX, ret+0(FP)
 	RET
+
+// func spinPause()
+TEXT ·spinPause(SB),NOSPLIT,$0-0
+	PAUSE
+	RET

@@ -6,3 +6,6 @@ package bench
 const tscArch = false
 
 func rdtsc() int64 { return 0 }
+
+// spinPause has no counterpart here.
+func spinPause() {}

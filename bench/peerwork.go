@@ -402,6 +402,7 @@ func (w *pingPong) Await(ctx context.Context) error {
 func (w *pingPong) poll(ctx context.Context, want uint64) error {
 	var t0 time.Time
 	for spins := 1; atomic.LoadUint64(w.recvSeq) != want; spins++ {
+		spinPause()
 		if spins&0xfff != 0 {
 			continue
 		}

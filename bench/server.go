@@ -716,6 +716,7 @@ func (r *responder) run() {
 			return
 		}
 		idle++
+		spinPause()
 		if r.bind == nil { // tcp: see landWait
 			if pending == nil || !pending.IsDone() {
 				wait.idle(idle)
