@@ -137,7 +137,10 @@ func (x *Prepared) post(ctx context.Context, write bool, idx []int, opts []XferO
 	if cfg.hasNotify && len(cfg.notify) > MaxNotify {
 		return p.a.failed(nd, invalid("notification of %d bytes, over %d", len(cfg.notify), MaxNotify))
 	}
-	runs, err := x.plan(idx, nd)
+	// Only the first list's runs are planned before it is issued: the
+	// first byte moves after the indices' check and a few runs, the rest
+	// is planned meanwhile (p.post calls planRest).
+	runs, err := x.planFirst(idx, nd, syncRuns)
 	if err != nil {
 		xf := p.a.failed(nd, err)
 		var de *DescError
@@ -150,7 +153,7 @@ func (x *Prepared) post(ctx context.Context, write bool, idx []int, opts []XferO
 		}
 		return xf
 	}
-	return p.post(ctx, write, nd, runs, &cfg, x.recycle)
+	return p.post(ctx, write, nd, runs, &cfg, x.recycle, func(runs []run) []run { return x.planRest(idx, nd, runs) })
 }
 
 // recycle takes back the run list of a finished post.
@@ -169,11 +172,22 @@ type merged struct {
 // plan turns the indices into coalesced runs (the work a post does before
 // its first Put or Get).
 func (x *Prepared) plan(idx []int, nd int) ([]run, error) {
-	at := func(k int) int {
-		if idx == nil {
-			return k
+	runs, err := x.planFirst(idx, nd, nd)
+	if err != nil {
+		return nil, err
+	}
+	return x.planRest(idx, nd, runs), nil
+}
+
+// planFirst checks every index, then plans the runs of the first ones:
+// until it has maxRuns runs (see planRest for the others).
+func (x *Prepared) planFirst(idx []int, nd, maxRuns int) ([]run, error) {
+	if idx != nil {
+		for k, i := range idx[:nd] {
+			if i < 0 || i >= len(x.local) {
+				return nil, &DescError{Index: k, Err: invalid("index %d of %d prepared descriptors", i, len(x.local))}
+			}
 		}
-		return idx[k]
 	}
 	var runs []run
 	if rp, _ := x.runs.Get().(*[]run); rp != nil && cap(*rp) >= nd {
@@ -181,16 +195,35 @@ func (x *Prepared) plan(idx []int, nd int) ([]run, error) {
 	} else {
 		runs = make([]run, 0, max(nd, len(x.local)))
 	}
-	for k := 0; k < nd; {
-		i := at(k)
-		if i < 0 || i >= len(x.local) {
-			return nil, &DescError{Index: k, Err: invalid("index %d of %d prepared descriptors", i, len(x.local))}
+	return x.planRuns(idx, nd, 0, maxRuns, runs), nil
+}
+
+// planRest appends the runs of the indices after those of runs.
+func (x *Prepared) planRest(idx []int, nd int, runs []run) []run {
+	k := 0
+	if len(runs) > 0 {
+		last := &runs[len(runs)-1]
+		k = int(last.first + last.n)
+	}
+	return x.planRuns(idx, nd, k, nd, runs)
+}
+
+// planRuns appends the runs of indices k.. (checked) until there are
+// maxRuns runs (each whole: planRest goes on where a run ended).
+func (x *Prepared) planRuns(idx []int, nd, k, maxRuns int, runs []run) []run {
+	at := func(k int) int {
+		if idx == nil {
+			return k
 		}
+		return idx[k]
+	}
+	for k < nd && len(runs) < maxRuns {
+		i := at(k)
 		// Extend over following indices that continue i's group.
 		j, last := k+1, i
 		for j < nd {
 			nx := at(j)
-			if nx != last+1 || nx >= len(x.local) || !x.next[last] {
+			if nx != last+1 || !x.next[last] {
 				break
 			}
 			last = nx
@@ -210,5 +243,5 @@ func (x *Prepared) plan(idx []int, nd int) ([]run, error) {
 		}
 		k = j
 	}
-	return runs, nil
+	return runs
 }

@@ -252,7 +252,7 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 		}
 		r.local = &locals[k]
 	}
-	return p.post(ctx, write, len(descs), runs, &cfg, func([]run) { a.putRunBufs(rb) })
+	return p.post(ctx, write, len(descs), runs, &cfg, func([]run) { a.putRunBufs(rb) }, nil)
 }
 
 // runBufs is a transfer's runs and the local slices they own, reused.
@@ -289,7 +289,10 @@ func (a *Agent) failed(n int, err error) *Xfer {
 // list is issued here when the window has room (the first byte moves
 // before Write returns), the rest by the Xfer's goroutine as earlier
 // lists complete.
-func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg *xferConfig, recycle func([]run)) *Xfer {
+//
+// If rest is not nil, runs holds the first runs only: rest appends the
+// others, once the first list was issued.
+func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg *xferConfig, recycle func([]run), rest func([]run) []run) *Xfer {
 	a := p.a
 	ep, err := p.conn(ctx)
 	if err != nil {
@@ -300,6 +303,36 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 		x.unsent = true
 		return x
 	}
+	w := &xferWork{p: p, ep: ep, ctx: ctx, write: write, runs: runs, ops: cfg.ops, recycle: recycle,
+		x: &Xfer{done: make(chan struct{}), nDesc: nDesc}}
+	if cfg.hasNotify {
+		w.notify = encodeNotify(cfg.notify)
+	}
+	// The first syncRuns runs are a list of their own, issued here when
+	// the window has room: the first byte moves before Write returns,
+	// however long the transfer (and before the rest is planned, with
+	// rest). The rest go as lists of up to maxListRuns runs (one operation
+	// each, which a transport may move as one: one copy split over cores
+	// over a unix socket) from the Xfer's goroutine, each holding at most
+	// the window less the first list's slots (so that it need not wait for
+	// the first list to end).
+	first := min(len(runs), syncRuns)
+	if first > 0 {
+		w.lists = append(make([]runList, 0, 2), runList{start: 0, end: first, slots: int64(min(first, a.cfg.MaxInFlight))})
+		if p.window.TryAcquire(w.lists[0].slots) {
+			w.issue(&w.lists[0])
+			w.issued = 1
+		}
+	}
+	if rest != nil {
+		runs = rest(runs)
+		w.runs = runs
+	}
+	slots := int64(max(1, a.cfg.MaxInFlight-first))
+	for i := first; i < len(runs); i += maxListRuns {
+		end := min(i+maxListRuns, len(runs))
+		w.lists = append(w.lists, runList{start: i, end: end, slots: min(int64(end-i), slots)})
+	}
 	if write {
 		a.stats.writes.Add(1)
 		a.stats.puts.Add(uint64(len(runs)))
@@ -309,39 +342,13 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 	}
 	a.stats.descs.Add(uint64(nDesc))
 	a.stats.inFlight.Add(1)
-	w := &xferWork{p: p, ep: ep, ctx: ctx, write: write, runs: runs, ops: cfg.ops, recycle: recycle,
-		x: &Xfer{done: make(chan struct{}), nDesc: nDesc}}
-	if cfg.hasNotify {
-		w.notify = encodeNotify(cfg.notify)
-	}
-	// The first syncRuns runs are a list of their own, issued here when
-	// the window has room: the first byte moves before Write returns,
-	// however long the transfer. The rest go as lists of up to
-	// maxListRuns runs (one operation each, which a transport may move as
-	// one: one copy split over cores over a unix socket) from the Xfer's
-	// goroutine, each holding at most the window less the first list's
-	// slots (so that it need not wait for the first list to end).
-	if len(runs) > 0 {
-		first := min(len(runs), syncRuns)
-		w.lists = make([]runList, 0, 1+(len(runs)-first+maxListRuns-1)/maxListRuns)
-		w.lists = append(w.lists, runList{start: 0, end: first, slots: int64(min(first, a.cfg.MaxInFlight))})
-		rest := int64(max(1, a.cfg.MaxInFlight-first))
-		for i := first; i < len(runs); i += maxListRuns {
-			end := min(i+maxListRuns, len(runs))
-			w.lists = append(w.lists, runList{start: i, end: end, slots: min(int64(end-i), rest)})
-		}
-		if p.window.TryAcquire(w.lists[0].slots) {
-			w.issue(&w.lists[0])
-			w.issued = 1
-			if len(w.lists) == 1 && w.lists[0].fut.IsDone() {
-				// Everything completed in the caller (copies into a
-				// peer's mapped memory): finish here, without a
-				// goroutine's wakeup before the notification.
-				p.window.Release(w.lists[0].slots)
-				w.finish()
-				return w.x
-			}
-		}
+	if w.issued == 1 && len(w.lists) == 1 && w.lists[0].fut.IsDone() {
+		// Everything completed in the caller (copies into a peer's
+		// mapped memory): finish here, without a goroutine's wakeup
+		// before the notification.
+		p.window.Release(w.lists[0].slots)
+		w.finish()
+		return w.x
 	}
 	go w.complete()
 	return w.x
