@@ -299,6 +299,7 @@ func TestPrepared(t *testing.T) {
 		{"pair backwards", []int{7, 6}, 2},
 		{"across groups", []int{7, 8}, 2},
 		{"scattered", []int{15, 0, 9, 4, 5}, 4},
+		{"more runs than the first list", []int{0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7}, 12},
 		{"all", nil, n / 2},
 	}
 	for _, tt := range tests {
@@ -331,6 +332,14 @@ func TestPrepared(t *testing.T) {
 	require.ErrorAs(t, x.Wait(ctx), &de)
 	require.Equal(t, 1, de.Index)
 	require.ErrorIs(t, de, engine.ErrInvalid)
+	// A bad index past the first list's runs refuses the post too, before
+	// anything moves (the first list is issued before the rest is planned,
+	// but every index is checked first).
+	setBytes(t, eb, rbuf, 0, make([]byte, 4*n*bs))
+	x = px.Write(ctx, []int{0, 2, 4, 6, 8, 10, 12, 14, 1, 3, -1})
+	require.ErrorAs(t, x.Wait(ctx), &de)
+	require.Equal(t, 10, de.Index)
+	require.Equal(t, make([]byte, bs), getBytes(t, eb, rbuf, remote[0].Off, bs), "nothing moved")
 
 	_, err = a.Prepare(ctx, "b", local[:1], []RemoteDesc{{Section: "kv", Off: 4 * n * bs}})
 	require.ErrorIs(t, err, engine.ErrInvalid)
