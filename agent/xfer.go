@@ -216,6 +216,7 @@ func (p *Peer) xfer(ctx context.Context, write bool, descs []Desc, opts []XferOp
 	for i := range descs {
 		d := &descs[i]
 		if err := p.check(i, d, &sec); err != nil {
+			rb.runs = runs
 			a.putRunBufs(rb)
 			x := failedXfer(len(descs), err)
 			for j := range x.errs {
@@ -269,10 +270,12 @@ func (a *Agent) runBufs(n int) *runBufs {
 	return &runBufs{runs: make([]run, 0, n), locals: make([]engine.Slice, n)}
 }
 
-// putRunBufs takes them back, cleared (they point at buffers and keys).
+// putRunBufs takes them back, the runs used (rb.runs) and their slices
+// cleared (they point at buffers and keys; the rest was cleared when last
+// used).
 func (a *Agent) putRunBufs(rb *runBufs) {
-	clear(rb.runs[:cap(rb.runs)])
-	clear(rb.locals)
+	clear(rb.locals[:len(rb.runs)])
+	clear(rb.runs)
 	rb.runs = rb.runs[:0]
 	a.runPool.Put(rb)
 }

@@ -165,6 +165,7 @@ func (p *Path) copyList(ctx context.Context, put bool, deadline time.Time, reqs 
 			sc.dsts, sc.srcs = make([][]byte, len(pieces)), make([][]byte, len(pieces))
 		}
 		dsts, srcs := sc.dsts[:len(pieces)], sc.srcs[:len(pieces)]
+		sc.dsts, sc.srcs = dsts, srcs // cleared when the scratch is put back
 		for k := range pieces {
 			pc := &pieces[k]
 			if put {
