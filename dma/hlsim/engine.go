@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/internal/hlsys"
@@ -21,6 +22,8 @@ type engine struct {
 	c    *hctx
 	q    int
 	wake chan struct{}
+	// parked: the engine sleeps on wake (its spin window passed).
+	parked atomic.Bool
 
 	mu      sync.Mutex
 	jobs    []*job
@@ -37,7 +40,9 @@ func newEngine(c *hctx, q int) *engine {
 	return &engine{c: c, q: q, wake: make(chan struct{}, 1)}
 }
 
-func (e *engine) push(j *job) {
+// push queues j and wakes the engine; it reports whether the engine was
+// parked (see csIoctl).
+func (e *engine) push(j *job) bool {
 	e.mu.Lock()
 	e.jobs = append(e.jobs, j)
 	e.mu.Unlock()
@@ -45,6 +50,7 @@ func (e *engine) push(j *job) {
 	case e.wake <- struct{}{}:
 	default:
 	}
+	return e.parked.Load()
 }
 
 func (e *engine) busy() bool {
@@ -75,11 +81,14 @@ func (e *engine) pop() *job {
 			continue
 		}
 		e.c.d.st.parks.Add(1)
+		e.parked.Store(true)
 		select {
 		case <-e.wake:
 		case <-e.c.quit:
+			e.parked.Store(false)
 			return nil
 		}
+		e.parked.Store(false)
 	}
 }
 

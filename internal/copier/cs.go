@@ -64,7 +64,7 @@ func (g *Device) processRefs(dir int, refs []ref) {
 	limit := min(c.cfg.MaxOpsPerCS, pipelineFirstOps) // copies in the CS being built
 	// recErr fails every op of this device: its CSs cannot be built.
 	rec, recErr := newRec(limit)
-	capacity := 0                                     // LIN_DMA packets an empty CS holds
+	capacity := 0 // LIN_DMA packets an empty CS holds
 	if recErr == nil {
 		capacity = rec.cs.Capacity()
 	}

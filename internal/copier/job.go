@@ -94,18 +94,20 @@ func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline 
 	now := time.Now()
 	var dev *Job
 	var host []Op
-	for _, o := range ops {
+	for i := range ops {
+		o := &ops[i]
 		if !o.Dst.M.Gaudi && !o.Src.M.Gaudi {
-			host = append(host, o)
+			host = append(host, *o)
 			continue
 		}
 		if dev == nil {
-			dev = &Job{Fut: f, Start: now, Deadline: deadline}
+			// Room for every op: usually all are device copies.
+			dev = &Job{Fut: f, Start: now, Deadline: deadline, Ops: make([]Op, 0, len(ops)-i)}
 			if ctx.Done() != nil {
 				dev.Ctx = ctx
 			}
 		}
-		dev.Ops = append(dev.Ops, o)
+		dev.Ops = append(dev.Ops, *o)
 	}
 	if dev != nil {
 		if err := c.Submit(ctx, dev); err != nil {
