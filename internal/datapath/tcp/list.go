@@ -196,24 +196,10 @@ func (o *listOp) partDone(err error) {
 // onReply takes the owner's ListReply (or an Error refusing the whole
 // request, or the endpoint's failure).
 func (o *listOp) onReply(f wire.Frame, err error) {
-	p := o.p
 	if err == nil {
 		err = o.takeReply(f)
 	}
-	if err == nil && o.in != nil {
-		o.in.mu.Lock()
-		short := o.in.got < o.in.n
-		o.in.mu.Unlock()
-		if short {
-			err = p.c.PeerErr(fmt.Sprintf("list request %d completed before all its data arrived", o.id), nil)
-			p.c.Fail(err)
-		}
-	}
-	if err != nil && o.in != nil {
-		p.removeInbound(o.id)
-		o.in.cancel(err)
-	}
-	o.partDone(err)
+	o.partDone(o.replied("list request", err))
 }
 
 // takeReply records the entries' statuses of a ListReply; an error is

@@ -133,26 +133,33 @@ func (o *op) partDone(err error) {
 
 // onReply takes the owner's answer (or the endpoint's failure).
 func (o *op) onReply(f wire.Frame, err error) {
-	p := o.p
 	if err == nil {
-		err = p.c.ReplyErr(f)
+		err = o.p.c.ReplyErr(f)
 	}
-	if err == nil && o.in != nil {
-		// The owner sends every byte before its Completion, on the same
-		// stream: the reader has read them all by now.
-		o.in.mu.Lock()
-		short := o.in.got < o.in.n
-		o.in.mu.Unlock()
+	o.partDone(o.replied("request", err))
+}
+
+// replied is the outcome of a request whose reply came with err (nil:
+// success): a Get whose bytes did not all arrive before its reply fails
+// (and the endpoint with it: the owner sends every byte before its reply,
+// on the same stream, so the reader has read them all by now), and a
+// failed Get stops landing bytes.
+func (r *reqState) replied(what string, err error) error {
+	p := r.p
+	if err == nil && r.in != nil {
+		r.in.mu.Lock()
+		short := r.in.got < r.in.n
+		r.in.mu.Unlock()
 		if short {
-			err = p.c.PeerErr(fmt.Sprintf("request %d completed before all its data arrived", o.id), nil)
+			err = p.c.PeerErr(fmt.Sprintf("%s %d completed before all its data arrived", what, r.id), nil)
 			p.c.Fail(err)
 		}
 	}
-	if err != nil && o.in != nil {
-		p.removeInbound(o.id)
-		o.in.cancel(err)
+	if err != nil && r.in != nil {
+		p.removeInbound(r.id)
+		r.in.cancel(err)
 	}
-	o.partDone(err)
+	return err
 }
 
 // abandon ends the operation early with err (its context ended, its
