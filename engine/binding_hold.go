@@ -49,23 +49,17 @@ func (b *Binding) Hold() (*Held, error) {
 }
 
 // Put copies the local slice into the peer's, like Binding.Put.
-func (h *Held) Put() error {
-	if h.sh == nil || h.done {
-		return h.do(true)
-	}
-	if err := h.sh.Do(true); err != nil {
-		return h.failed(err)
-	}
-	h.ops++
-	return nil
-}
+func (h *Held) Put() error { return h.move(true) }
 
 // Get copies the peer's slice into the local one, like Binding.Get.
-func (h *Held) Get() error {
+func (h *Held) Get() error { return h.move(false) }
+
+// move is a Put or Get: on the held direct path when there is one.
+func (h *Held) move(put bool) error {
 	if h.sh == nil || h.done {
-		return h.do(false)
+		return h.do(put)
 	}
-	if err := h.sh.Do(false); err != nil {
+	if err := h.sh.Do(put); err != nil {
 		return h.failed(err)
 	}
 	h.ops++
