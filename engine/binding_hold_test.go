@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -63,14 +62,7 @@ func TestIPCBindingHoldEngineClose(t *testing.T) {
 	p := startPeer(t)
 	e, err := New(Config{Devices: DevicesNone})
 	require.NoError(t, err)
-	ctx := context.Background()
-	ep, err := e.Dial(ctx, "unix", p.path)
-	require.NoError(t, err)
-	h, _ := e.Alloc(64, Host)
-	bd, err := ep.Bind(ctx, h.All(), p.host.Slice(0, 64))
-	require.NoError(t, err)
-	held, err := bd.Hold()
-	require.NoError(t, err)
+	bd, held := holdPeerSlice(t, e, p, 64)
 	require.NoError(t, held.Put())
 	closed := make(chan error, 1)
 	go func() { closed <- e.Close() }()
@@ -82,47 +74,13 @@ func TestIPCBindingHoldEngineClose(t *testing.T) {
 	require.NoError(t, bd.Close())
 }
 
-// BenchmarkIPCBindingHeldPut: 8-byte and 4 KiB puts into a peer's host
-// buffer through a held Binding (BenchmarkIPCBindingPut without the
-// per-call lock, gate and counter).
-func BenchmarkIPCBindingHeldPut(b *testing.B) {
-	p := startPeer(b)
-	e := newEngine(b, Config{Devices: DevicesNone})
-	ctx := context.Background()
-	ep, err := e.Dial(ctx, "unix", p.path)
-	require.NoError(b, err)
-	for _, n := range []int{8, 4096} {
-		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
-			h, _ := e.Alloc(n, Host)
-			bd, err := ep.Bind(ctx, h.All(), p.host.Slice(0, n))
-			require.NoError(b, err)
-			defer bd.Close()
-			held, err := bd.Hold()
-			require.NoError(b, err)
-			defer held.Release()
-			for b.Loop() {
-				if err := held.Put(); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
 // TestIPCBindingHoldStale: a held binding whose peer buffer the exporter
 // frees fails its Puts with ErrInvalid, as the binding's own do, and is
 // still released and closed normally.
 func TestIPCBindingHoldStale(t *testing.T) {
 	p := startPeer(t)
 	e := newEngine(t, Config{Devices: DevicesNone})
-	ctx := context.Background()
-	ep, err := e.Dial(ctx, "unix", p.path)
-	require.NoError(t, err)
-	h, _ := e.Alloc(64, Host)
-	bd, err := ep.Bind(ctx, h.All(), p.host.Slice(0, 64))
-	require.NoError(t, err)
-	held, err := bd.Hold()
-	require.NoError(t, err)
+	bd, held := holdPeerSlice(t, e, p, 64)
 	require.NoError(t, held.Put())
 	p.command(t, "realloc")
 	p.readKeys(t)
@@ -131,4 +89,18 @@ func TestIPCBindingHoldStale(t *testing.T) {
 	require.ErrorIs(t, held.Get(), ErrInvalid)
 	held.Release()
 	require.NoError(t, bd.Close())
+}
+
+// holdPeerSlice binds a new host buffer of n bytes of e to the first n
+// bytes of p's host buffer, over unix, and holds the binding.
+func holdPeerSlice(t *testing.T, e *Engine, p *peerProc, n int) (*Binding, *Held) {
+	ep, err := e.Dial(context.Background(), "unix", p.path)
+	require.NoError(t, err)
+	h, err := e.Alloc(n, Host)
+	require.NoError(t, err)
+	bd, err := ep.Bind(context.Background(), h.All(), p.host.Slice(0, n))
+	require.NoError(t, err)
+	held, err := bd.Hold()
+	require.NoError(t, err)
+	return bd, held
 }

@@ -392,7 +392,8 @@ func TestIPCBinding(t *testing.T) {
 }
 
 // BenchmarkIPCBindingPut: 8-byte and 4 KiB puts into a peer's host buffer
-// through a Binding.
+// through a Binding, and through the same binding held (without the
+// per-call lock, gate and counter).
 func BenchmarkIPCBindingPut(b *testing.B) {
 	p := startPeer(b)
 	e := newEngine(b, Config{Devices: DevicesNone})
@@ -400,16 +401,29 @@ func BenchmarkIPCBindingPut(b *testing.B) {
 	ep, err := e.Dial(ctx, "unix", p.path)
 	require.NoError(b, err)
 	for _, n := range []int{8, 4096} {
-		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
-			h, _ := e.Alloc(n, Host)
-			bd, err := ep.Bind(ctx, h.All(), p.host.Slice(0, n))
-			require.NoError(b, err)
-			defer bd.Close()
-			for b.Loop() {
-				if err := bd.Put(); err != nil {
-					b.Fatal(err)
-				}
+		for _, held := range []bool{false, true} {
+			name := fmt.Sprintf("size=%d", n)
+			if held {
+				name += "/held"
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				h, _ := e.Alloc(n, Host)
+				bd, err := ep.Bind(ctx, h.All(), p.host.Slice(0, n))
+				require.NoError(b, err)
+				defer bd.Close()
+				put := bd.Put
+				if held {
+					hd, err := bd.Hold()
+					require.NoError(b, err)
+					defer hd.Release()
+					put = hd.Put
+				}
+				for b.Loop() {
+					if err := put(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
