@@ -173,12 +173,7 @@ func TestHintTable(t *testing.T) {
 		{"colliding granules", func(t *testing.T, c *Cache, f *fakeReg) {
 			// Four pages whose granules share a bucket are all served
 			// from the table (a direct-mapped table holds one).
-			pages := collidingPages(c.hints.Load(), base/pg, 4)
-			rs := make([]*Region, len(pages))
-			for i, p := range pages {
-				rs[i] = mustGet(t, c, p*pg, pg, AccessRead)
-				c.Put(rs[i])
-			}
+			pages, rs := registerColliding(t, c, base, 4)
 			for i, p := range pages {
 				require.Same(t, rs[i], hinted(c, p*pg), "page %d", i)
 			}
@@ -193,12 +188,7 @@ func TestHintTable(t *testing.T) {
 		{"full bucket", func(t *testing.T, c *Cache, f *fakeReg) {
 			// More colliding granules than ways: each Get still finds
 			// its own region, the newest fill is in the table.
-			pages := collidingPages(c.hints.Load(), base/pg, 12)
-			rs := make([]*Region, len(pages))
-			for i, p := range pages {
-				rs[i] = mustGet(t, c, p*pg, pg, AccessRead)
-				c.Put(rs[i])
-			}
+			pages, rs := registerColliding(t, c, base, 12)
 			for range 3 {
 				for i, p := range pages {
 					x := mustGet(t, c, p*pg+100, 1, AccessRead)
@@ -344,4 +334,16 @@ func TestHintBucketLayout(t *testing.T) {
 	require.LessOrEqual(t, hintWays*tagBits, 64)
 	tb := newHintTable(minHintShift)
 	require.Zero(t, uintptr(unsafe.Pointer(&tb.buckets[0]))%64)
+}
+
+// registerColliding registers n one-page regions whose granules share the
+// hint-table bucket of base's page (Get and Put: registered, unused).
+func registerColliding(t *testing.T, c *Cache, base uint64, n int) ([]uint64, []*Region) {
+	pages := collidingPages(c.hints.Load(), base/pg, n)
+	rs := make([]*Region, len(pages))
+	for i, p := range pages {
+		rs[i] = mustGet(t, c, p*pg, pg, AccessRead)
+		c.Put(rs[i])
+	}
+	return pages, rs
 }
