@@ -71,15 +71,10 @@ func newChan(t *testing.T, env *dptest.Env, dialer bool, p *fakePath) (*Chan, ne
 	return c, b
 }
 
-// pair connects two channels.
-func pair(t *testing.T, env *dptest.Env) (a, b *Chan, pa, pb *fakePath) {
-	t.Helper()
-	ca, cb := net.Pipe()
-	cfg := wire.ConnConfig{ReadTimeout: env.Cfg.PeerTimeout}
-	pa, pb = &fakePath{}, &fakePath{}
-	a = New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(ca), cfg), Name: "b", Dialer: true})
-	b = New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(cb), cfg), Name: "a"})
-	pa.c, pb.c = a, b
+// startPair starts channels a and b with a fake path each, closed (and
+// env waited for) when the test ends.
+func startPair(t *testing.T, env *dptest.Env, a, b *Chan) (pa, pb *fakePath) {
+	pa, pb = &fakePath{c: a}, &fakePath{c: b}
 	a.Start(pa)
 	b.Start(pb)
 	t.Cleanup(func() {
@@ -87,6 +82,17 @@ func pair(t *testing.T, env *dptest.Env) (a, b *Chan, pa, pb *fakePath) {
 		require.NoError(t, b.Close())
 		env.Wait()
 	})
+	return pa, pb
+}
+
+// pair connects two channels.
+func pair(t *testing.T, env *dptest.Env) (a, b *Chan, pa, pb *fakePath) {
+	t.Helper()
+	ca, cb := net.Pipe()
+	cfg := wire.ConnConfig{ReadTimeout: env.Cfg.PeerTimeout}
+	a = New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(ca), cfg), Name: "b", Dialer: true})
+	b = New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(cb), cfg), Name: "a"})
+	pa, pb = startPair(t, env, a, b)
 	return a, b, pa, pb
 }
 

@@ -51,20 +51,12 @@ func ringPair(t *testing.T, window, windowBytes int, spin time.Duration) (a, b *
 	t.Helper()
 	env := &dptest.Env{Cfg: datapath.Config{WaitSpin: spin}}
 	ca, cb := unixConns(t)
-	pa, pb := &fakePath{}, &fakePath{}
 	cfg := func(c *ipc.Conn, name string, dialer bool) Config {
 		return Config{Env: env, Conn: wire.NewConn(c, wire.ConnConfig{}), Name: name, Dialer: dialer, Peer: ringPeer,
 			MsgRing: true, MsgWindow: window, MsgWindowBytes: windowBytes}
 	}
 	a, b = New(cfg(ca, "b", true)), New(cfg(cb, "a", false))
-	pa.c, pb.c = a, b
-	a.Start(pa)
-	b.Start(pb)
-	t.Cleanup(func() {
-		require.NoError(t, a.Close())
-		require.NoError(t, b.Close())
-		env.Wait()
-	})
+	startPair(t, env, a, b)
 	return a, b
 }
 

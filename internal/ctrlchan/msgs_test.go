@@ -23,17 +23,9 @@ func msgPair(t *testing.T, window int) (a, b *Chan) {
 	t.Helper()
 	env := &dptest.Env{}
 	ca, cb := net.Pipe()
-	pa, pb := &fakePath{}, &fakePath{}
 	a = New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(ca), wire.ConnConfig{}), Name: "b", Dialer: true, Peer: msgPeer, MsgWindow: window})
 	b = New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(cb), wire.ConnConfig{}), Name: "a", Peer: msgPeer, MsgWindow: window})
-	pa.c, pb.c = a, b
-	a.Start(pa)
-	b.Start(pb)
-	t.Cleanup(func() {
-		require.NoError(t, a.Close())
-		require.NoError(t, b.Close())
-		env.Wait()
-	})
+	startPair(t, env, a, b)
 	return a, b
 }
 
