@@ -130,9 +130,23 @@ def part_skip(parts, name):
     return "%s%s" % ("" if st == "skipped" else st + ": ", why or st)
 
 
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
+def part_data(g, out, parts, part, fname, parse, area, goals, empty_why=None):
+    """parse(the text of OUT/fname) once part ran. When part did not run
+    or fname cannot be read or parsed (or, with empty_why, parses to
+    nothing), marks goals skipped and returns None."""
+    why = part_skip(parts, part)
+    if why is None:
+        try:
+            with open(os.path.join(out, fname)) as f:
+                res = parse(f.read())
+            if res or empty_why is None:
+                return res
+            why = empty_why
+        except (OSError, ValueError, KeyError) as e:
+            why = "cannot read %s: %s" % (fname, e)
+    for goal in goals:
+        g.skip(area, goal, why)
+    return None
 
 
 # ---------------------------------------------------------------- unix vs UCX
@@ -144,15 +158,9 @@ def unix_goals(g, out, parts):
     area = "unix vs UCX"
     bw_goals = ["put_bw %s >= 1.0x UCX" % size_name(s) for s in UNIX_BW_SIZES]
     lat_goal = "put_lat 8 B p50 <= 1.1x UCX posix"
-    why = part_skip(parts, "ucx")
-    if why is None:
-        try:
-            summary = {int(r["size"]): r for r in load_json(os.path.join(out, "ucx", "summary.json"))}
-        except (OSError, ValueError, KeyError) as e:
-            why = "cannot read ucx/summary.json: %s" % e
-    if why is not None:
-        for goal in bw_goals + [lat_goal]:
-            g.skip(area, goal, why)
+    summary = part_data(g, out, parts, "ucx", "ucx/summary.json",
+                        lambda t: {int(r["size"]): r for r in json.loads(t)}, area, bw_goals + [lat_goal])
+    if summary is None:
         return
     for s, goal in zip(UNIX_BW_SIZES, bw_goals):
         r = summary.get(s)
@@ -180,15 +188,8 @@ def tcp_goals(g, out, parts):
     area = "tcp vs iperf3/UCX"
     bw_goals = ["put_bw %s >= 1.0x iperf3 (keep the lead)" % size_name(s) for s in TCP_SIZES]
     lat_goal = "put_lat 8 B p50 <= 1.2x UCX tcp (issue 8)"
-    why = part_skip(parts, "tcp")
-    if why is None:
-        try:
-            summary = load_json(os.path.join(out, "tcp", "summary.json"))
-        except (OSError, ValueError) as e:
-            why = "cannot read tcp/summary.json: %s" % e
-    if why is not None:
-        for goal in bw_goals + [lat_goal]:
-            g.skip(area, goal, why)
+    summary = part_data(g, out, parts, "tcp", "tcp/summary.json", json.loads, area, bw_goals + [lat_goal])
+    if summary is None:
         return
     for s, goal in zip(TCP_SIZES, bw_goals):
         ip = summary["iperf3"].get(str(s))
@@ -273,19 +274,8 @@ def rdma_goals(g, out, parts):
              "put_lat 8 B <= 1.2x ib_write_lat (event CQ, the default)",
              "put_lat 8 B <= 1.1x ib_write_lat (busy CQ)",
              "put_lat 8 B median <= 1.1x rdmafloor's"]
-    why = part_skip(parts, "rdma")
-    text = ""
-    if why is None:
-        try:
-            text = open(os.path.join(out, "rdma.log")).read()
-        except OSError as e:
-            why = "cannot read rdma.log: %s" % e
-    rounds = parse_rdma(text) if why is None else []
-    if why is None and not rounds:
-        why = "no rounds in rdma.log"
-    if why is not None:
-        for goal in goals:
-            g.skip(area, goal, why)
+    rounds = part_data(g, out, parts, "rdma", "rdma.log", parse_rdma, area, goals, "no rounds in rdma.log")
+    if rounds is None:
         return
     modes = sorted({k[3:] for r in rounds for k in r if k.startswith("bw-")} |
                    {k[4:-7] for r in rounds for k in r if k.startswith("lat-")})
@@ -352,18 +342,8 @@ def metric(runs, unit):
 def bench_runs(g, out, parts, part, area, goals):
     """Loads OUT/bench-PART.txt; on failure marks goals skipped and
     returns None."""
-    why = part_skip(parts, part)
-    if why is None:
-        try:
-            res = parse_bench(open(os.path.join(out, "bench-%s.txt" % part)).read())
-            if res:
-                return res
-            why = "no benchmark lines in bench-%s.txt" % part
-        except OSError as e:
-            why = "cannot read bench-%s.txt: %s" % (part, e)
-    for goal in goals:
-        g.skip(area, goal, why)
-    return None
+    fname = "bench-%s.txt" % part
+    return part_data(g, out, parts, part, fname, parse_bench, area, goals, "no benchmark lines in " + fname)
 
 
 def engine_goals(g, out, parts):
