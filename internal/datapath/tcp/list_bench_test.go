@@ -22,32 +22,14 @@ func BenchmarkList(b *testing.B) {
 		for _, list := range []bool{false, true} {
 			name := map[bool]string{true: "put", false: "get"}[put] + "/" + map[bool]string{true: "list", false: "contiguous"}[list]
 			b.Run(name, func(b *testing.B) {
-				a, _ := lanePaths(b, n*size, listCaps, 2)
-				sizes := make([]uint64, n)
-				for i := range sizes {
-					sizes[i] = size
-				}
-				s := scatter(b, sizes, n*size, put, rand.New(rand.NewPCG(1, 1)), viewKey)
-				whole := datapath.Req{Put: put, Local: datapath.Mem{B: s.local, Len: n * size}, Key: viewKey(n*size, 0, n*size)}
+				runList, runWhole := listRuns(b, put, n, size)
 				b.SetBytes(n * size)
 				b.ResetTimer()
 				for range b.N {
 					if list {
-						c := newListCompletion(n)
-						a.path.StartList(context.Background(), s.reqs, c)
-						<-c.done
-						for i, err := range c.errs {
-							if err != nil {
-								b.Fatal(fmt.Sprint("entry ", i, ": ", err))
-							}
-						}
-						continue
-					}
-					c := newCompletion()
-					a.path.Start(context.Background(), whole, c)
-					<-c.done
-					if c.err != nil {
-						b.Fatal(c.err)
+						runList()
+					} else {
+						runWhole()
 					}
 				}
 			})
@@ -73,32 +55,8 @@ func BenchmarkListRatio(b *testing.B) {
 }
 
 func listRatio(b *testing.B, put bool, n, size int) {
-	a, _ := lanePaths(b, n*size, listCaps, 2)
-	sizes := make([]uint64, n)
-	for i := range sizes {
-		sizes[i] = uint64(size)
-	}
-	total := uint64(n * size)
-	s := scatter(b, sizes, total, put, rand.New(rand.NewPCG(1, 1)), viewKey)
-	whole := datapath.Req{Put: put, Local: datapath.Mem{B: s.local, Len: total}, Key: viewKey(total, 0, total)}
-	runList := func() {
-		c := newListCompletion(n)
-		a.path.StartList(context.Background(), s.reqs, c)
-		<-c.done
-		for i, err := range c.errs {
-			if err != nil {
-				b.Fatal(fmt.Sprint("entry ", i, ": ", err))
-			}
-		}
-	}
-	runWhole := func() {
-		c := newCompletion()
-		a.path.Start(context.Background(), whole, c)
-		<-c.done
-		if c.err != nil {
-			b.Fatal(c.err)
-		}
-	}
+	runList, runWhole := listRuns(b, put, n, size)
+	total := n * size
 	var tl, tw, cl, cw time.Duration
 	b.SetBytes(int64(2 * total))
 	b.ResetTimer()
@@ -121,6 +79,40 @@ func listRatio(b *testing.B, put bool, n, size int) {
 	// steadier measure of what the list costs more than the contiguous
 	// transfer.
 	b.ReportMetric(float64(cw)/float64(cl), "cpu-ratio")
+}
+
+// listRuns sets up BenchmarkList's two transfers over two lanes: n
+// entries of size bytes scattered in local and remote memory (runList,
+// one StartList) and the same bytes contiguous (runWhole, one Start);
+// each runs one transfer and fails b on an error.
+func listRuns(b *testing.B, put bool, n, size int) (runList, runWhole func()) {
+	a, _ := lanePaths(b, n*size, listCaps, 2)
+	sizes := make([]uint64, n)
+	for i := range sizes {
+		sizes[i] = uint64(size)
+	}
+	total := uint64(n * size)
+	s := scatter(b, sizes, total, put, rand.New(rand.NewPCG(1, 1)), viewKey)
+	whole := datapath.Req{Put: put, Local: datapath.Mem{B: s.local, Len: total}, Key: viewKey(total, 0, total)}
+	runList = func() {
+		c := newListCompletion(n)
+		a.path.StartList(context.Background(), s.reqs, c)
+		<-c.done
+		for i, err := range c.errs {
+			if err != nil {
+				b.Fatal(fmt.Sprint("entry ", i, ": ", err))
+			}
+		}
+	}
+	runWhole = func() {
+		c := newCompletion()
+		a.path.Start(context.Background(), whole, c)
+		<-c.done
+		if c.err != nil {
+			b.Fatal(c.err)
+		}
+	}
+	return runList, runWhole
 }
 
 // cpuTime is the process's user and system time.
