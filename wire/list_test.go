@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -88,29 +87,4 @@ func TestListDecodeRefuses(t *testing.T) {
 	f, err := AppendFrame(nil, &PutList{r})
 	require.NoError(t, err)
 	require.Less(t, len(f), MaxAppMsg)
-}
-
-func TestListEncodeRefuses(t *testing.T) {
-	k := testKey()
-	bad := k
-	bad.MemType = 9
-	for _, tc := range []struct {
-		name string
-		m    Message
-	}{
-		{"no keys", &PutList{ListRequest{Entries: []ListEntry{{}}}}},
-		{"no entries", &GetList{ListRequest{Keys: []RemoteKey{k}}}},
-		{"too many entries", &PutList{ListRequest{Keys: []RemoteKey{k}, Entries: make([]ListEntry, MaxListEntries+1)}}},
-		{"too many keys", &PutList{ListRequest{Keys: make([]RemoteKey, MaxListKeys+1), Entries: []ListEntry{{}}}}},
-		{"key index", &PutList{ListRequest{Keys: []RemoteKey{k}, Entries: []ListEntry{{Key: 1}}}}},
-		{"bad key", &PutList{ListRequest{Keys: []RemoteKey{bad}, Entries: []ListEntry{{}}}}},
-		{"overflow", &PutList{ListRequest{Keys: []RemoteKey{k}, Entries: []ListEntry{{Length: math.MaxUint64}, {Length: 1}}}}},
-		{"reply empty", &ListReply{}},
-		{"reply message", &ListReply{Statuses: []Status{StatusOK}, Message: strings.Repeat("x", MaxErrorLen+1)}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := AppendFrame(nil, tc.m)
-			require.ErrorIs(t, err, ErrInvalid)
-		})
-	}
 }

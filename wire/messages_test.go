@@ -79,6 +79,15 @@ func TestEncodeRefusesInvalid(t *testing.T) {
 		{"import reply wraps", &ImportReply{Kind: FDMemfd, FileOffset: math.MaxUint64, Size: 2}},
 		{"data empty", &Data{}},
 		{"app message too large", &AppMsg{Bytes: make([]byte, MaxAppMsg+1)}},
+		{"list no keys", &PutList{ListRequest{Entries: []ListEntry{{}}}}},
+		{"list no entries", &GetList{ListRequest{Keys: []RemoteKey{k}}}},
+		{"list too many entries", &PutList{ListRequest{Keys: []RemoteKey{k}, Entries: make([]ListEntry, MaxListEntries+1)}}},
+		{"list too many keys", &PutList{ListRequest{Keys: make([]RemoteKey, MaxListKeys+1), Entries: []ListEntry{{}}}}},
+		{"list key index", &PutList{ListRequest{Keys: []RemoteKey{k}, Entries: []ListEntry{{Key: 1}}}}},
+		{"list bad key", &PutList{ListRequest{Keys: []RemoteKey{bad}, Entries: []ListEntry{{}}}}},
+		{"list overflow", &PutList{ListRequest{Keys: []RemoteKey{k}, Entries: []ListEntry{{Length: math.MaxUint64}, {Length: 1}}}}},
+		{"list reply empty", &ListReply{}},
+		{"list reply message", &ListReply{Statuses: []Status{StatusOK}, Message: strings.Repeat("x", MaxErrorLen+1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := AppendFrame([]byte("x"), tc.m)
