@@ -504,6 +504,9 @@ func (w *xferWork) complete() {
 func (w *xferWork) runErrs() {
 	for li := range w.lists {
 		l := &w.lists[li]
+		if l.fut.Err() == nil {
+			continue // every element succeeded: its runs' errors stay nil
+		}
 		errs := l.fut.Errs()
 		at := func(k int) int {
 			if l.idx == nil {

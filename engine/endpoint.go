@@ -253,6 +253,12 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 // check is the check of one Put or Get (rma's and each element of a
 // list's) against the endpoint's peer.
 func (ep *Endpoint) check(put bool, local *Slice, remote *RemoteKey) error {
+	return ep.checkOwned(put, local, remote, &ep.ch.PeerHello().EngineID)
+}
+
+// checkOwned is check with the peer's engine id looked up once (a list's
+// elements share it).
+func (ep *Endpoint) checkOwned(put bool, local *Slice, remote *RemoteKey, peer *wire.EngineID) error {
 	if err := ep.e.validateSlice(*local); err != nil {
 		return err
 	}
@@ -265,7 +271,7 @@ func (ep *Endpoint) check(put bool, local *Slice, remote *RemoteKey) error {
 	if remote.k.Len != local.n {
 		return newErr(ErrInvalid, fmt.Sprintf("length mismatch: local %d, remote %d", local.n, remote.k.Len), nil)
 	}
-	if remote.k.Owner != ep.ch.PeerHello().EngineID {
+	if remote.k.Owner != *peer {
 		return newErr(ErrInvalid, "remote key belongs to another engine than "+ep.Peer(), nil)
 	}
 	if put && !remote.k.Allows(wire.KeyWrite) || !put && !remote.k.Allows(wire.KeyRead) {

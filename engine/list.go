@@ -50,8 +50,9 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	if n == 0 {
 		return e.resolved
 	}
+	peer := &ep.ch.PeerHello().EngineID
 	for i := range n {
-		if err := ep.check(put, &locals[i], &remotes[i]); err != nil {
+		if err := ep.checkOwned(put, &locals[i], &remotes[i], peer); err != nil {
 			return listInvalid(n, i, err)
 		}
 	}
@@ -69,6 +70,8 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 			r.MapKey = &r.Key
 		case k.root != nil:
 			r.MapKey = k.root // never written once made
+		default:
+			r.MapKey = nil
 		}
 	}
 	if put {
@@ -97,8 +100,8 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	return &o.Future
 }
 
-// listReqs returns n zeroed requests, reused when it can (a list's
-// requests are a few hundred bytes per element).
+// listReqs returns n requests, reused when it can (a list's requests are a
+// few hundred bytes per element): list sets every field of each.
 func (e *Engine) listReqs(n int) []datapath.Req {
 	if p, _ := e.reqPool.Get().(*[]datapath.Req); p != nil && cap(*p) >= n {
 		return (*p)[:n]
@@ -108,7 +111,9 @@ func (e *Engine) listReqs(n int) []datapath.Req {
 
 // putListReqs takes back requests nothing reads any more.
 func (e *Engine) putListReqs(reqs []datapath.Req) {
-	clear(reqs) // they point at buffers
+	for i := range reqs { // their pointers (to buffers, keys); list overwrites the rest
+		reqs[i].Local.B, reqs[i].MapKey = nil, nil
+	}
 	reqs = reqs[:0]
 	e.reqPool.Put(&reqs)
 }

@@ -364,6 +364,9 @@ func (k *RemoteKey) Check(off, n uint64) error {
 // Span is Check that also returns where the request starts in the
 // allocation (k.Offset+off); the owner's address is Base plus that.
 func (k *RemoteKey) Span(off, n uint64) (uint64, error) {
+	if start, ok := k.InSpan(off, n); ok {
+		return start, nil
+	}
 	rerr := func(why string) error {
 		return &RangeError{Off: off, Len: n, ViewOff: k.Offset, ViewLen: k.Len, Length: k.Length, Reason: why}
 	}
@@ -377,7 +380,16 @@ func (k *RemoteKey) Span(off, n uint64) (uint64, error) {
 	case off > k.Len || n > k.Len-off:
 		return 0, rerr("request outside the view")
 	}
-	return k.Offset + off, nil
+	return 0, rerr("out of range") // not reached: InSpan refuses only what a case above names
+}
+
+// InSpan is Span without the error: whether the request is inside the
+// view (and the view inside the grant), and where it starts.
+func (k *RemoteKey) InSpan(off, n uint64) (uint64, bool) {
+	ok := n != 0 && k.Offset <= k.Length && k.Len <= k.Length-k.Offset &&
+		k.Offset >= k.GrantOffset && k.Offset-k.GrantOffset <= k.GrantLen && k.Len <= k.GrantLen-(k.Offset-k.GrantOffset) &&
+		off <= k.Len && n <= k.Len-off
+	return k.Offset + off, ok
 }
 
 // Allows reports whether k grants every access in f.

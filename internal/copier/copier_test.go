@@ -25,6 +25,7 @@ func TestFutureResolves(t *testing.T) {
 		{"single ok", false, []error{nil}, nil},
 		{"first error wins", false, []error{nil, e1, e2}, e1},
 		{"batch per-op status", true, []error{e2, nil, e1}, e2},
+		{"batch all ok", true, []error{nil, nil, nil}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,6 +51,22 @@ func TestFutureResolves(t *testing.T) {
 			require.Equal(t, tc.wantErr, f.Err())
 		})
 	}
+}
+
+// TestBatchStatusLazy: a batch that succeeds carries no per-op slice (a
+// thousand-element list's 16 KB of nils, made and cleared for nothing)
+// until Errs asks for it.
+func TestBatchStatusLazy(t *testing.T) {
+	const n = 1000
+	var f *Future
+	allocs := testing.AllocsPerRun(20, func() {
+		f = &Future{}
+		f.InitBatch(n)
+		f.CompleteN(n)
+	})
+	require.LessOrEqual(t, allocs, 1.0, "the future only")
+	require.NoError(t, f.Err())
+	require.Equal(t, make([]error, n), f.Errs())
 }
 
 func TestFutureWaitCtx(t *testing.T) {

@@ -26,7 +26,8 @@ type Future struct {
 	ch      chan struct{}
 	err     error
 	final   error   // err as of resolution; read without the lock once done
-	errs    []error // per-op status (batches), nil otherwise
+	errs    []error // per-op status of a batch, made at its first error or Errs
+	batch   int     // the operations of a batch (0: not a batch)
 	spin    time.Duration
 	// tickets are command submissions carrying this future's operations,
 	// which Wait polls itself while it spins (see addTicket).
@@ -103,7 +104,16 @@ func (f *Future) Init(n int) { f.pending.Store(int64(n)) }
 // InitBatch makes f a future of n operations with per-op status.
 func (f *Future) InitBatch(n int) {
 	f.Init(n)
-	f.errs = make([]error, n)
+	f.batch = n
+}
+
+// errsLocked is the batch's per-op status, made when first needed (a
+// batch that succeeds need not carry a slice of nils).
+func (f *Future) errsLocked() []error {
+	if f.errs == nil && f.batch > 0 {
+		f.errs = make([]error, f.batch)
+	}
+	return f.errs
 }
 
 // SetResolved makes f an already completed future with err.
@@ -138,8 +148,8 @@ func (f *Future) Complete(idx int, err error) {
 	}
 	if err != nil {
 		f.mu.Lock()
-		if f.errs != nil && idx >= 0 && idx < len(f.errs) && f.errs[idx] == nil {
-			f.errs[idx] = err
+		if errs := f.errsLocked(); idx >= 0 && idx < len(errs) && errs[idx] == nil {
+			errs[idx] = err
 		}
 		if f.err == nil {
 			f.err = err
@@ -172,9 +182,10 @@ func (f *Future) CompleteAll(err error) {
 	if f.err == nil {
 		f.err = err
 	}
-	for i := range f.errs {
-		if f.errs[i] == nil {
-			f.errs[i] = err
+	errs := f.errsLocked()
+	for i := range errs {
+		if errs[i] == nil {
+			errs[i] = err
 		}
 	}
 	f.mu.Unlock()
@@ -231,7 +242,7 @@ func (f *Future) Errs() []error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.errs
+	return f.errsLocked()
 }
 
 // Wait waits until the future resolves or ctx ends (then the typed error

@@ -2,7 +2,6 @@ package shm
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +37,7 @@ func (p *Path) StartList(ctx context.Context, reqs []datapath.Req, c datapath.Co
 	defer p.putListScratch(sc)
 	pieces := sc.pieces
 	var last *ipc.Handle[*imported] // the import of the piece before
+	var lastAlloc, lastGen uint64   // its key's
 	for i := range reqs {
 		r := &reqs[i]
 		mk := mapKey(r)
@@ -48,17 +48,19 @@ func (p *Path) StartList(ctx context.Context, reqs []datapath.Req, c datapath.Co
 		// Pieces of one allocation (the usual list) share its import:
 		// one lookup and reference for the run of them.
 		h := last
-		if h == nil || h.Key().AllocID != mk.AllocID || h.Key().Generation != mk.Generation {
+		if h == nil || lastAlloc != mk.AllocID || lastGen != mk.Generation {
 			var err error
 			if h, err = p.importKey(ctx, r.Deadline, *mk); err != nil {
 				c.Complete(i, p.importErr(err))
 				continue
 			}
 			sc.handles = append(sc.handles, h)
+			lastAlloc, lastGen = mk.AllocID, mk.Generation
 		}
 		last = h
 		pieces = pieces[:len(pieces)+1]
-		pieces[len(pieces)-1] = listPiece{i: i, h: h, local: r.Local, theirs: h.Value().mem(r.Key.Offset, r.Key.Len)}
+		pc := &pieces[len(pieces)-1]
+		pc.i, pc.h, pc.local, pc.theirs = i, h, r.Local, h.Value().mem(r.Key.Offset, r.Key.Len)
 	}
 	sc.pieces = pieces
 	if len(pieces) == 0 {
@@ -135,20 +137,38 @@ func (p *Path) copyList(ctx context.Context, put bool, deadline time.Time, reqs 
 	}
 	// Hold both sides of every piece, each buffer once for a run of
 	// pieces in it: a freed buffer (or import) fails its pieces only.
+	if cap(sc.dsts) < len(pieces) {
+		sc.dsts, sc.srcs = make([][]byte, len(pieces)), make([][]byte, len(pieces))
+	}
+	dsts, srcs := sc.dsts[:len(pieces)], sc.srcs[:len(pieces)]
+	sc.dsts, sc.srcs = dsts, srcs // cleared when the scratch is put back
 	held := 0
+	var total uint64
 	var local, theirs holdRun
+	var lastH *ipc.Handle[*imported]
 	for k := range pieces {
 		pc := &pieces[k]
-		if err := p.holdPiece(sc, &reqs[pc.i], pc, &local, &theirs); err != nil {
+		if pc.h != lastH { // a run of pieces in one import: checked once
+			lastH = pc.h
+			theirs.revoked = pc.h.Value().revoked()
+		}
+		lb, tb, err := p.holdPiece(sc, &reqs[pc.i], pc, &local, &theirs)
+		if err != nil {
 			sc.failed = append(sc.failed, failedPiece{pc.i, err})
 			continue
 		}
 		if held != k {
 			pieces[held] = *pc
 		}
+		if put {
+			dsts[held], srcs[held] = tb, lb
+		} else {
+			dsts[held], srcs[held] = lb, tb
+		}
+		total += pc.local.Len
 		held++
 	}
-	pieces = pieces[:held]
+	pieces, dsts, srcs = pieces[:held], dsts[:held], srcs[:held]
 	release := func() {
 		for _, b := range sc.held {
 			b.Release()
@@ -159,22 +179,7 @@ func (p *Path) copyList(ctx context.Context, put bool, deadline time.Time, reqs 
 		fail(gxerr.New(gxerr.Closed, "engine closing", nil))
 		return
 	}
-	var total uint64
 	if len(pieces) > 0 {
-		if cap(sc.dsts) < len(pieces) {
-			sc.dsts, sc.srcs = make([][]byte, len(pieces)), make([][]byte, len(pieces))
-		}
-		dsts, srcs := sc.dsts[:len(pieces)], sc.srcs[:len(pieces)]
-		sc.dsts, sc.srcs = dsts, srcs // cleared when the scratch is put back
-		for k := range pieces {
-			pc := &pieces[k]
-			if put {
-				dsts[k], srcs[k] = pc.theirs.Host(), pc.local.Host()
-			} else {
-				dsts[k], srcs[k] = pc.local.Host(), pc.theirs.Host()
-			}
-			total += pc.local.Len
-		}
 		// Slices of equal lengths: cannot panic, no defer for Exit.
 		p.env.Config().HostCopy.CopyV(dsts, srcs)
 		p.env.Exit()
@@ -218,23 +223,31 @@ type failedPiece struct {
 	err error
 }
 
-// holdRun is the buffer of the run of pieces before (nil: none) and the
-// outcome of holding it.
+// holdRun is the buffer of the run of pieces before (nil: none), the
+// outcome of holding it and its bytes; for the peer's side, whether the
+// run's import was revoked.
 type holdRun struct {
-	b   datapath.Buf
-	err error
+	b       datapath.Buf
+	bytes   []byte
+	err     error
+	revoked bool
 }
 
-// hold holds b unless it is the run's buffer (held, or refused, already).
-func (r *holdRun) hold(sc *listScratch, b datapath.Buf) error {
+// hold holds b unless it is the run's buffer (held, or refused, already),
+// and returns its host bytes.
+func (r *holdRun) hold(sc *listScratch, b datapath.Buf) ([]byte, error) {
 	if r.b != nil && b == r.b {
-		return r.err
+		return r.bytes, r.err
 	}
-	r.b, r.err = b, b.Acquire()
-	if r.err == nil {
-		sc.held = append(sc.held, b)
+	r.b, r.bytes, r.err = b, nil, b.Acquire()
+	if r.err != nil {
+		return nil, r.err
 	}
-	return r.err
+	sc.held = append(sc.held, b)
+	if r.bytes = b.HostBytes(); r.bytes == nil {
+		r.err = gxerr.New(gxerr.Invalid, "list element: memory without host bytes", nil)
+	}
+	return r.bytes, r.err
 }
 
 // dropImports drops the list's references to its imports (once).
@@ -247,18 +260,18 @@ func (p *Path) dropImports(sc *listScratch) {
 }
 
 // holdPiece holds both buffers of a piece, refusing an allocation its
-// owner freed already.
-func (p *Path) holdPiece(sc *listScratch, r *datapath.Req, pc *listPiece, local, theirs *holdRun) error {
-	if pc.h.Value().revoked() {
-		return p.staleImport(&r.Key)
+// owner freed already, and returns their bytes the piece names.
+func (p *Path) holdPiece(sc *listScratch, r *datapath.Req, pc *listPiece, local, theirs *holdRun) (lb, tb []byte, err error) {
+	if theirs.revoked {
+		return nil, nil, p.staleImport(&r.Key)
 	}
-	if pc.local.IsGaudi() || pc.local.B.HostBytes() == nil {
-		return gxerr.New(gxerr.Invalid, fmt.Sprintf("list element %d: local memory is not host memory", pc.i), nil)
+	if lb, err = local.hold(sc, pc.local.B); err != nil {
+		return nil, nil, err
 	}
-	if err := local.hold(sc, pc.local.B); err != nil {
-		return err
+	if tb, err = theirs.hold(sc, pc.theirs.B); err != nil {
+		return nil, nil, err
 	}
-	return theirs.hold(sc, pc.theirs.B)
+	return lb[pc.local.Off : pc.local.Off+pc.local.Len], tb[pc.theirs.Off : pc.theirs.Off+pc.theirs.Len], nil
 }
 
 // listElem completes element i of a list for a request run by Start: once,
