@@ -9,8 +9,8 @@
 #             namespaces vs iperf3 and ucx_perftest over tcp
 #   rdma      bench/rdma-compare.sh: rdma on Soft-RoCE in the   the VM testbed (testbed/rxe):
 #             QEMU VM vs ib_write_bw/ib_write_lat, rdmafloor    qemu and a built VM, or RDMA=1
-#   gaudi     engine BenchmarkGaudiOverhead (batch 1, 16, 256)
-#   idle      engine BenchmarkIdleCPU (10 s per repetition)
+#   gaudi     engine BenchmarkGaudiOverhead (gaudi2 and gaudi3 models, batch 1 and 256)
+#   idle      engine BenchmarkIdleCPU (gaudi2 and gaudi3 models, 10 s per repetition each)
 #   memcache  memcache BenchmarkHit, 100k regions
 #   hostcopy  bench/memcpyprobe -engine: engine CopySync and a unix put
 #             of 64 MiB against the memory-copy limit (best of 1..N
@@ -201,7 +201,7 @@ gobench() {
 		mark "$part" failed "see $OUT/bench-$part.txt"
 	fi
 }
-want gaudi && gobench gaudi engine '^BenchmarkGaudiOverhead$/^batch=(1|256)$' "$BENCHTIME_GAUDI"
+want gaudi && gobench gaudi engine '^BenchmarkGaudiOverhead$/^gaudi[23]$/^batch=(1|256)$' "$BENCHTIME_GAUDI"
 want idle && gobench idle engine '^BenchmarkIdleCPU$' 1x
 want memcache && gobench memcache memcache '^BenchmarkHit$/^regions=100k$' "$BENCHTIME_MEMCACHE"
 if want hostcopy; then

@@ -117,12 +117,18 @@ gxfer perf -x rdma -rdma-cq event -t put_lat -s 8: median 25.0 us, avg 26.0 us, 
 === summary: medians over the valid rounds
 `
 	gaudiBench = `goos: linux
-BenchmarkGaudiOverhead/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	     13900 overhead-ns/op
-BenchmarkGaudiOverhead/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       400.5 overhead-ns/op
-BenchmarkGaudiOverhead/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	     1500 overhead-ns/op
-BenchmarkGaudiOverhead/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       450 overhead-ns/op
-BenchmarkGaudiOverhead/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	     1900 overhead-ns/op
-BenchmarkGaudiOverhead/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       700 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi2/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	     13900 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi2/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       400.5 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi3/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	      3100 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi3/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       300 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi2/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	     1500 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi2/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       450 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi3/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	      2900 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi3/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       310 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi2/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	     1900 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi2/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       700 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi3/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	      3000 overhead-ns/op
+BenchmarkGaudiOverhead/gaudi3/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       320 overhead-ns/op
 PASS
 `
 	hostcopyBench = `BenchmarkHostCopyVsLimit/size=64MiB	20	  21427805 ns/op	         8.6 engine-GB/s	         0.6628 engine/limit	         0.7222 engine/onecore	         9.785 limit-GB/s	         8.8 onecore-GB/s	         6.057 put-GB/s	         0.6190 put/limit
@@ -152,25 +158,27 @@ func TestCompareGoals(t *testing.T) {
 		want  map[string]string // goal substring -> verdict prefix
 	}{
 		{"all", all, map[string]string{
-			"put_bw 4 KiB >= 1.0x UCX":   "met (memory-bound rule",
-			"put_bw 64 KiB >= 1.0x UCX":  "met",
-			"put_bw 1 MiB >= 1.0x UCX":   "NOT met (median 0.57x)",
-			"put_bw 16 MiB >= 1.0x UCX":  "skipped: size not measured",
-			"put_lat 8 B p50 <= 1.1x":    "NOT met (median 1.25x)",
-			"put_bw 1 MiB >= 1.0x iper":  "met",
-			"put_bw 16 MiB >= 1.0x iper": "NOT met (median 0.93x)",
-			"<= 1.2x UCX tcp":            "met",
-			"every round (event CQ)":     "NOT met (min 0.89x)",
-			"(event CQ, the default)":    "met",
-			"-rdma-cq busy1":             "met",
-			"rdmafloor's":                "met",
-			"batch 1 <= 2 us":            "met",
-			"batch 256 <= 0.5 us":        "met",
-			"idle engine CPU":            "skipped: PARTS",
-			"random <= 120 ns":           "skipped: failed: see memcache.err",
-			"engine CopySync >= 0.9x":    "met (memory-bound rule",
-			"unix put >= 0.9x":           "NOT met (median 0.62x)",
-			"engine CopySync >= 1.0x":    "met (memory-bound rule",
+			"put_bw 4 KiB >= 1.0x UCX":                     "met (memory-bound rule",
+			"put_bw 64 KiB >= 1.0x UCX":                    "met",
+			"put_bw 1 MiB >= 1.0x UCX":                     "NOT met (median 0.57x)",
+			"put_bw 16 MiB >= 1.0x UCX":                    "skipped: size not measured",
+			"put_lat 8 B p50 <= 1.1x":                      "NOT met (median 1.25x)",
+			"put_bw 1 MiB >= 1.0x iper":                    "met",
+			"put_bw 16 MiB >= 1.0x iper":                   "NOT met (median 0.93x)",
+			"<= 1.2x UCX tcp":                              "met",
+			"every round (event CQ)":                       "NOT met (min 0.89x)",
+			"(event CQ, the default)":                      "met",
+			"-rdma-cq busy1":                               "met",
+			"rdmafloor's":                                  "met",
+			"gaudi2: overhead per op, batch 1 <= 2 us":     "met",
+			"gaudi2: overhead per op, batch 256 <= 0.5 us": "met",
+			"gaudi3: overhead per op, batch 1 <= 2 us":     "NOT met",
+			"gaudi3: overhead per op, batch 256 <= 0.5 us": "met",
+			"gaudi2: idle engine CPU":                      "skipped: PARTS",
+			"random <= 120 ns":                             "skipped: failed: see memcache.err",
+			"engine CopySync >= 0.9x":                      "met (memory-bound rule",
+			"unix put >= 0.9x":                             "NOT met (median 0.62x)",
+			"engine CopySync >= 1.0x":                      "met (memory-bound rule",
 		}},
 		{"nothing-ran", map[string]string{"parts.txt": "rdma skipped no VM testbed\n"}, map[string]string{
 			"put_bw 4 KiB >= 1.0x UCX": "skipped: not run",
@@ -190,7 +198,7 @@ func TestCompareGoals(t *testing.T) {
 			out, err := exec.Command("python3", "compare-goals.py", dir).CombinedOutput()
 			require.NoError(t, err, "%s", out)
 			rows := parseGoalTable(t, string(out))
-			require.Len(t, rows, 21)
+			require.Len(t, rows, 24)
 			for goal, verdict := range tc.want {
 				r := findRow(t, rows, goal)
 				require.True(t, strings.HasPrefix(r.Verdict, verdict), "%s: verdict %q, want %q", goal, r.Verdict, verdict)

@@ -102,8 +102,10 @@ type g3Dev struct {
 	scratch, scratchVA  uint64 // HBM allocation handle and VA: completion writes land here
 	intrOff             atomic.Bool
 	lastCheck           atomic.Int64 // unix ns of the last RESET_COUNT read in a polling wait
-	mu                  sync.Mutex   // guards what follows; taken after channel locks
-	epoch               uint32       // RESET_COUNT the channels were programmed under
+	lastHealth          atomic.Int64 // unix ns of checkHealth's last look that found the device well (0: look)
+	healthEvery         time.Duration
+	mu                  sync.Mutex // guards what follows; taken after channel locks
+	epoch               uint32     // RESET_COUNT the channels were programmed under
 	nextSeq             uint64
 	pending             map[uint64]*g3CS
 	ended               map[uint64]CSStatus // failed submissions not yet reported
@@ -166,7 +168,7 @@ func g3Preference(mask uint64) []uint32 {
 // until the first command buffer or submission.
 func newG3(d *Device, info hlsys.HwIPInfo, b Backend) *g3Dev {
 	g := &g3Dev{d: d, intrFirst: uint32(info.FirstAvailableInterruptID), intrN: uint32(info.NumberOfUserInterrupts),
-		nextSeq: 1, pending: map[uint64]*g3CS{}, ended: map[uint64]CSStatus{}}
+		nextSeq: 1, pending: map[uint64]*g3CS{}, ended: map[uint64]CSStatus{}, healthEvery: healthEvery}
 	g.bell, _ = b.(doorbeller)
 	g.tdr = d.opts.CSTimeout
 	if g.tdr <= 0 {

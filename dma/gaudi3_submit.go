@@ -14,16 +14,13 @@ import (
 // g3Submit is Submit in direct PDMA mode: the chunks' packets go into
 // their channels' rings and MSQ_PI is stored once per chunk. Either every
 // chunk is written or none is.
-func (d *Device) g3Submit(op string, chunks []Chunk) (uint64, error) {
+func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 	g := d.g3
 	if err := g.ensure(); err != nil {
 		return 0, err
 	}
-	if err := g.checkReset(); err != nil {
-		return 0, d.ioErr(op, "", err)
-	}
-	if e := d.notOperational(op, "submission refused", unix.EBUSY); e != nil {
-		return 0, e
+	if err := g.checkHealth(op); err != nil {
+		return 0, err
 	}
 	if err := g.slot(op); err != nil {
 		return 0, err
@@ -33,11 +30,11 @@ func (d *Device) g3Submit(op string, chunks []Chunk) (uint64, error) {
 		c := g.byCh[ch.Queue]
 		switch {
 		case c == nil:
-			return 0, newErr(op, ErrInvalid, fmt.Sprintf("queue %d is not a PDMA channel this device uses (%v)", ch.Queue, g.chans), nil)
+			return 0, newErr(op(), ErrInvalid, fmt.Sprintf("queue %d is not a PDMA channel this device uses (%v)", ch.Queue, g.chans), nil)
 		case !ch.direct || len(ch.pkts) == 0 || len(ch.pkts)%gaudi3.PIAlign != 0:
-			return 0, newErr(op, ErrInvalid, "chunk is not a Gaudi3 command buffer's packets", nil)
+			return 0, newErr(op(), ErrInvalid, "chunk is not a Gaudi3 command buffer's packets", nil)
 		case len(ch.pkts) > g3MaxChunk:
-			return 0, newErr(op, ErrInvalid, fmt.Sprintf("%d bytes of packets, a chunk takes at most %d", len(ch.pkts), g3MaxChunk), nil)
+			return 0, newErr(op(), ErrInvalid, fmt.Sprintf("%d bytes of packets, a chunk takes at most %d", len(ch.pkts), g3MaxChunk), nil)
 		}
 		chans[i] = c
 	}
@@ -51,7 +48,7 @@ func (d *Device) g3Submit(op string, chunks []Chunk) (uint64, error) {
 	}
 	for _, c := range locked {
 		if need[c] > g3RingSize {
-			return 0, newErr(op, ErrInvalid, fmt.Sprintf("%d bytes of packets for PDMA channel %d, its ring holds %d", need[c], c.ch, g3RingSize), nil)
+			return 0, newErr(op(), ErrInvalid, fmt.Sprintf("%d bytes of packets for PDMA channel %d, its ring holds %d", need[c], c.ch, g3RingSize), nil)
 		}
 		if err := g.room(op, c, need[c]); err != nil {
 			return 0, err
@@ -78,9 +75,42 @@ func (d *Device) g3Submit(op string, chunks []Chunk) (uint64, error) {
 	return cs.seq, nil
 }
 
+// checkHealth is a submission's look at the device: a reset since the
+// channels were programmed programs them again (checkReset), and a device
+// that is not operational refuses the submission. Each look costs two
+// ioctls (RESET_COUNT, DEVICE_STATUS), more than the rest of a submission
+// through the rings, which the driver takes no part in: so while the last
+// look found the device operational, the next is at most once per
+// healthEvery (g3Dev.healthEvery). A reset is then noticed within that time (Wait looks too),
+// and a submission written into the channels meanwhile ends ABORTED, as
+// the ones in flight when the device was reset do.
+func (g *g3Dev) checkHealth(op func() string) error {
+	now := time.Now().UnixNano()
+	if last := g.lastHealth.Load(); last != 0 && now-last < int64(g.healthEvery) {
+		return nil
+	}
+	g.lastHealth.Store(0) // looked at again until a look finds the device well
+	if err := g.checkReset(); err != nil {
+		return g.d.ioErr(op(), "", err)
+	}
+	raw, serr := hlsys.GetDeviceStatus(g.d.b)
+	if serr != nil || !DeviceStatus(raw).Operational() {
+		return g.d.notOperational(op(), "submission refused", unix.EBUSY)
+	}
+	g.lastHealth.Store(now)
+	return nil
+}
+
+// maxG3Sleep bounds one sleep of a blocking Wait between looks for a reset.
+const maxG3Sleep = 100 * time.Millisecond
+
+// healthEvery is the default of g3Dev.healthEvery: how often checkHealth
+// looks at a device that was operational at its last look.
+const healthEvery = time.Millisecond
+
 // slot waits until fewer than g3MaxPending submissions are in flight,
 // forgetting those whose counters have reached their targets.
-func (g *g3Dev) slot(op string) error {
+func (g *g3Dev) slot(op func() string) error {
 	backoff := g.d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
 		g.mu.Lock()
@@ -97,7 +127,7 @@ func (g *g3Dev) slot(op string) error {
 			return nil
 		}
 		if attempt >= g.d.opts.SubmitRetries {
-			return newErr(op, ErrBusy, fmt.Sprintf("%d submissions still in flight after %d retries", n, attempt), unix.EAGAIN)
+			return newErr(op(), ErrBusy, fmt.Sprintf("%d submissions still in flight after %d retries", n, attempt), unix.EAGAIN)
 		}
 		g.d.submitRetries.Add(1)
 		time.Sleep(backoff)
@@ -108,7 +138,7 @@ func (g *g3Dev) slot(op string) error {
 // room waits until c's ring has n free bytes (c locked), after bringing
 // MSQ_PI back to 0 once the channel is idle if it would pass g3PILimit.
 // It retries like a CS submission that finds its queue full.
-func (g *g3Dev) room(op string, c *g3Chan, n uint32) error {
+func (g *g3Dev) room(op func() string, c *g3Chan, n uint32) error {
 	backoff := g.d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
 		idle := c.count() >= c.issued
@@ -120,7 +150,7 @@ func (g *g3Dev) room(op string, c *g3Chan, n uint32) error {
 			return nil
 		}
 		if attempt >= g.d.opts.SubmitRetries {
-			return newErr(op, ErrBusy, fmt.Sprintf("PDMA channel %d ring still full after %d retries", c.ch, attempt), unix.EAGAIN)
+			return newErr(op(), ErrBusy, fmt.Sprintf("PDMA channel %d ring still full after %d retries", c.ch, attempt), unix.EAGAIN)
 		}
 		g.d.submitRetries.Add(1)
 		time.Sleep(backoff)
@@ -144,7 +174,7 @@ func (g *g3Dev) write(c *g3Chan, pkts []byte) {
 }
 
 // g3Wait is Wait in direct PDMA mode.
-func (d *Device) g3Wait(op string, seq uint64, timeout time.Duration) (CSStatus, error) {
+func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CSStatus, error) {
 	g := d.g3
 	remaining := max(timeout, 0)
 	delay := 20 * time.Microsecond
@@ -163,7 +193,7 @@ func (d *Device) g3Wait(op string, seq uint64, timeout time.Duration) (CSStatus,
 			now := time.Now().UnixNano()
 			if last := g.lastCheck.Load(); now-last > int64(time.Millisecond) && g.lastCheck.CompareAndSwap(last, now) {
 				if err := g.checkReset(); err != nil {
-					return CSUnknown, d.ioErr(op, "", err)
+					return CSUnknown, d.ioErr(op(), "", err)
 				}
 				if st, _, err := g.status(op, seq); st != CSBusy || err != nil {
 					return st, err
@@ -171,13 +201,21 @@ func (d *Device) g3Wait(op string, seq uint64, timeout time.Duration) (CSStatus,
 			}
 			return CSBusy, nil
 		}
-		wait := min(remaining, g.tdr-time.Since(cs.start)+time.Millisecond)
+		// Before each sleep, a look for a reset: a submission written
+		// into the channels of a device reset since Submit's last look
+		// (checkHealth) never reaches its target, and a reset before the
+		// sleep wakes nobody. Sleeps are bounded for a reset between the
+		// look and the sleep.
+		if err := g.checkReset(); err != nil {
+			return CSUnknown, d.ioErr(op(), "", err)
+		}
+		if st, _, err := g.status(op, seq); st != CSBusy || err != nil {
+			return st, err
+		}
+		wait := min(remaining, g.tdr-time.Since(cs.start)+time.Millisecond, maxG3Sleep)
 		start := time.Now()
 		if err := g.sleep(op, cs, wait, &delay); err != nil {
 			return CSUnknown, err
-		}
-		if err := g.checkReset(); err != nil {
-			return CSUnknown, d.ioErr(op, "", err)
 		}
 		remaining -= time.Since(start)
 	}
@@ -185,13 +223,13 @@ func (d *Device) g3Wait(op string, seq uint64, timeout time.Duration) (CSStatus,
 
 // status reports a submission's state: CSBusy with the submission while
 // it runs.
-func (g *g3Dev) status(op string, seq uint64) (CSStatus, *g3CS, error) {
+func (g *g3Dev) status(op func() string, seq uint64) (CSStatus, *g3CS, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	cs := g.pending[seq]
 	if cs == nil {
 		if seq >= g.nextSeq {
-			return CSUnknown, nil, newErr(op, ErrInvalid, "sequence number never submitted", unix.EINVAL)
+			return CSUnknown, nil, newErr(op(), ErrInvalid, "sequence number never submitted", unix.EINVAL)
 		}
 		st, failed := g.ended[seq]
 		if !failed {
@@ -199,9 +237,9 @@ func (g *g3Dev) status(op string, seq uint64) (CSStatus, *g3CS, error) {
 		}
 		delete(g.ended, seq)
 		if st == CSTimedOut {
-			return st, nil, newErr(op, ErrCSTimedOut, "the submission did not finish within the timeout; its PDMA channels were reset", unix.ETIMEDOUT)
+			return st, nil, newErr(op(), ErrCSTimedOut, "the submission did not finish within the timeout; its PDMA channels were reset", unix.ETIMEDOUT)
 		}
-		return st, nil, newErr(op, ErrCSAborted, "the device was reset or its PDMA channel was reset", unix.EIO)
+		return st, nil, newErr(op(), ErrCSAborted, "the device was reset or its PDMA channel was reset", unix.EIO)
 	}
 	if cs.reached() {
 		delete(g.pending, seq)
@@ -213,7 +251,7 @@ func (g *g3Dev) status(op string, seq uint64) (CSStatus, *g3CS, error) {
 // sleep blocks up to wait for cs's first unfinished channel: in WAIT_CS
 // on its user interrupt where the driver takes it, else by sleeping
 // between looks at the counter.
-func (g *g3Dev) sleep(op string, cs *g3CS, wait time.Duration, delay *time.Duration) error {
+func (g *g3Dev) sleep(op func() string, cs *g3CS, wait time.Duration, delay *time.Duration) error {
 	var p g3Part
 	for _, x := range cs.parts {
 		if x.c.count() < x.target {
@@ -244,7 +282,7 @@ func (g *g3Dev) sleep(op string, cs *g3CS, wait time.Duration, delay *time.Durat
 				*delay = min(2**delay, time.Millisecond)
 				return nil
 			}
-			if e := g.d.notOperational(op, "the driver refused the wait", err); e != nil {
+			if e := g.d.notOperational(op(), "the driver refused the wait", err); e != nil {
 				return e
 			}
 			return nil
@@ -252,7 +290,7 @@ func (g *g3Dev) sleep(op string, cs *g3CS, wait time.Duration, delay *time.Durat
 			g.d.log.Info().Err(err).Msg("WAIT_CS on a user interrupt refused: polling the Gaudi3 completion counters instead")
 			g.intrOff.Store(true)
 		default:
-			return g.d.ioErr(op, "", err)
+			return g.d.ioErr(op(), "", err)
 		}
 	}
 	time.Sleep(min(wait, *delay))

@@ -204,11 +204,60 @@ func TestGaudi3Submit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, CSCompleted, st)
 
-	// Device not operational: the submission is refused.
+	// Device not operational: the submission is refused once Submit looks
+	// (at most healthEvery after a look that found the device well), and
+	// every submission looks until one finds it well again.
 	sim.ForceStatus(hlsys.DeviceStatusInReset)
-	_, err = d.Submit([]Chunk{cb.Chunk(2)})
-	require.ErrorIs(t, err, ErrNotOperational)
+	time.Sleep(2 * healthEvery)
+	for range 2 {
+		_, err = d.Submit([]Chunk{cb.Chunk(2)})
+		require.ErrorIs(t, err, ErrNotOperational)
+	}
 	sim.ForceStatus(hlsys.DeviceStatusOperational)
+	seq, err = d.Submit([]Chunk{cb.Chunk(2)})
+	require.NoError(t, err)
+	st, err = d.Wait(seq, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, CSCompleted, st)
+}
+
+// TestGaudi3ResetBetweenLooks: Submit looks at the device at most once per
+// healthEvery (two ioctls, more than the rest of a submission). A
+// submission written into the channels of a device reset since the last
+// look ends ABORTED when its Wait finds the reset, as the ones in flight
+// at the reset do, and moves nothing; the channels are then programmed
+// again and the next submission completes.
+func TestGaudi3ResetBetweenLooks(t *testing.T) {
+	d, sim := openG3(t, hlsim.Config{}, nil)
+	d.g3.healthEvery = time.Hour // no look after the first
+	m, err := d.AllocDevice(4096)
+	require.NoError(t, err)
+	h, err := AllocHostPages(4096)
+	require.NoError(t, err)
+	defer FreeHostPages(h)
+	hm, err := d.MapHostBytes(h)
+	require.NoError(t, err)
+	cb, err := d.NewCB(4096)
+	require.NoError(t, err)
+	defer cb.Close()
+	require.NoError(t, cb.AddLinDMA(m.Addr(), hm.DeviceAddr(), 4096))
+	submit := func() CSStatus {
+		seq, err := d.Submit([]Chunk{cb.Chunk(2)})
+		require.NoError(t, err)
+		st, err := d.Wait(seq, 5*time.Second)
+		if st == CSAborted {
+			require.ErrorIs(t, err, ErrCSAborted)
+		} else {
+			require.NoError(t, err)
+		}
+		return st
+	}
+	require.Equal(t, CSCompleted, submit())
+	moved := sim.Stats().PacketsExecuted
+	sim.Reset()
+	require.Equal(t, CSAborted, submit(), "written into the channels of a reset device")
+	require.Equal(t, moved, sim.Stats().PacketsExecuted, "nothing ran on the reset channels")
+	require.Equal(t, CSCompleted, submit(), "the channels were programmed again")
 }
 
 // TestGaudi3AttachProgramsNoChannel: attached to a runtime that owns a

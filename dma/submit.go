@@ -54,7 +54,7 @@ func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	}
 	defer d.leave()
 	if d.g3 != nil {
-		return d.g3Submit(opName(), chunks)
+		return d.g3Submit(opName, chunks)
 	}
 	raw := make([]hlsys.CSChunk, len(chunks))
 	for i, c := range chunks {
@@ -205,7 +205,7 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 	}
 	defer d.leave()
 	if d.g3 != nil {
-		return d.g3Wait(opName(), seq, timeout)
+		return d.g3Wait(opName, seq, timeout)
 	}
 	remaining := max(timeout, 0)
 	intr := 0

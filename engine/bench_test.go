@@ -81,36 +81,42 @@ func BenchmarkHostCopy16MiB(b *testing.B) {
 // is gxfer's own software, its goroutine hand-offs and the time to notice
 // completions.
 func BenchmarkGaudiOverhead(b *testing.B) {
-	for _, batch := range []int{1, 16, 256} {
-		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
-			e := newEngine(b, Config{})
-			const size = 4096
-			h, _ := e.Alloc(size*batch, Host)
-			d, _ := e.Alloc(size*batch, Gaudi(0))
-			ctx := context.Background()
-			bt := e.NewBatch()
-			sim := e.cp.Devs[0].Sim
-			st0 := sim.Stats()
-			ops := 0
-			for b.Loop() {
-				for i := 0; i < batch; i++ {
-					bt.Copy(d.Slice(i*size, size), h.Slice(i*size, size))
-				}
-				if err := bt.Submit(ctx).Wait(ctx); err != nil {
-					b.Fatal(err)
-				}
-				ops += batch
-			}
-			st := sim.Stats()
-			active, emu := st.DMAActive-st0.DMAActive, st.EmuActive-st0.EmuActive
-			perOp := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(ops) }
-			b.ReportMetric(perOp(b.Elapsed()), "ns/op-total")
-			b.ReportMetric(perOp(active), "dma-ns/op")
-			b.ReportMetric(perOp(st.DMABusy-st0.DMABusy), "dma-sum-ns/op")
-			b.ReportMetric(perOp(b.Elapsed()-active), "overhead-ns/op")
-			b.ReportMetric(perOp(b.Elapsed()-emu), "sw-ns/op")
-		})
+	for _, model := range []string{"gaudi2", "gaudi3"} {
+		for _, batch := range []int{1, 16, 256} {
+			b.Run(fmt.Sprintf("%s/batch=%d", model, batch), func(b *testing.B) {
+				gaudiOverhead(b, model, batch)
+			})
+		}
 	}
+}
+
+func gaudiOverhead(b *testing.B, model string, batch int) {
+	e := newEngine(b, Config{Emulator: EmulatorConfig{Model: model}})
+	const size = 4096
+	h, _ := e.Alloc(size*batch, Host)
+	d, _ := e.Alloc(size*batch, Gaudi(0))
+	ctx := context.Background()
+	bt := e.NewBatch()
+	sim := e.cp.Devs[0].Sim
+	st0 := sim.Stats()
+	ops := 0
+	for b.Loop() {
+		for i := 0; i < batch; i++ {
+			bt.Copy(d.Slice(i*size, size), h.Slice(i*size, size))
+		}
+		if err := bt.Submit(ctx).Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ops += batch
+	}
+	st := sim.Stats()
+	active, emu := st.DMAActive-st0.DMAActive, st.EmuActive-st0.EmuActive
+	perOp := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(ops) }
+	b.ReportMetric(perOp(b.Elapsed()), "ns/op-total")
+	b.ReportMetric(perOp(active), "dma-ns/op")
+	b.ReportMetric(perOp(st.DMABusy-st0.DMABusy), "dma-sum-ns/op")
+	b.ReportMetric(perOp(b.Elapsed()-active), "overhead-ns/op")
+	b.ReportMetric(perOp(b.Elapsed()-emu), "sw-ns/op")
 }
 
 // BenchmarkIdleCPU: the CPU time of an engine with one emulated Gaudi
@@ -123,8 +129,14 @@ func BenchmarkGaudiOverhead(b *testing.B) {
 //
 //	go test -run '^$' -bench IdleCPU -benchtime 1x ./engine/
 func BenchmarkIdleCPU(b *testing.B) {
+	for _, model := range []string{"gaudi2", "gaudi3"} {
+		b.Run(model, func(b *testing.B) { idleCPU(b, model) })
+	}
+}
+
+func idleCPU(b *testing.B, model string) {
 	const idle = 10 * time.Second
-	e := newEngine(b, Config{})
+	e := newEngine(b, Config{Emulator: EmulatorConfig{Model: model}})
 	const size = 4096
 	h, _ := e.Alloc(16*size, Host)
 	d, _ := e.Alloc(16*size, Gaudi(0))

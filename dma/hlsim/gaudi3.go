@@ -2,6 +2,7 @@ package hlsim
 
 import (
 	"encoding/binary"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,9 +74,12 @@ const (
 	// GAUDI3_QUEUE_ID_CPU_PQ (0).
 	g3QueueSize = 1
 
-	// g3IdlePoll is how often an idle channel worker looks at MSQ_PI when
-	// nobody calls the Doorbell hint.
-	g3IdlePoll = 2 * time.Millisecond
+	// g3IdlePoll is how often a channel worker looks at MSQ_PI when
+	// nobody calls the Doorbell hint, after work; each look that finds
+	// none doubles the interval, up to g3IdlePollMax (an idle channel
+	// then wakes a few times a second: the model burns no core).
+	g3IdlePoll    = 2 * time.Millisecond
+	g3IdlePollMax = 128 * time.Millisecond
 )
 
 // G3UserChannelMask is the pdma_user_owned_ch_mask the model reports:
@@ -89,6 +93,8 @@ type g3chan struct {
 	regs []byte // the emulated register file: 4 KiB, also the user's mmap
 	maps int    // live user mmaps (memMu)
 	wake chan struct{}
+	// parked: the worker sleeps on wake (its spin window passed).
+	parked atomic.Bool
 
 	mu      sync.Mutex // guards what follows; held while a doorbell runs
 	active  bool       // MSQ mode programmed and seen
@@ -215,7 +221,8 @@ func (c *hctx) munmapBlock(b []byte) bool {
 // block; the worker then takes the new MSQ_PI as one submission at once,
 // and a channel stopped by its FIFO mode is stopped before Doorbell
 // returns. Without the call the worker finds the same values within
-// g3IdlePoll. Real hardware needs no such call.
+// g3IdlePoll after work, g3IdlePollMax when idle long. Real hardware
+// needs no such call.
 func (c *hctx) Doorbell(block []byte) {
 	if len(block) == 0 || c.usable() != nil {
 		return
@@ -259,6 +266,12 @@ func (c *hctx) Doorbell(block []byte) {
 	case g.wake <- struct{}{}:
 	default:
 	}
+	if g.parked.Load() {
+		// As a CS ioctl that wakes a parked engine (csIoctl): the
+		// worker's goroutine was made runnable on this core; let it run
+		// now rather than after this caller blocks.
+		runtime.Gosched()
+	}
 }
 
 // stopped reports whether software has stopped the queue: a
@@ -293,28 +306,71 @@ func (g *g3chan) run() {
 	defer c.engWG.Done()
 	t := time.NewTimer(g3IdlePoll)
 	defer t.Stop()
+	poll := g3IdlePoll
 	for {
+		worked := false
+		for g.step() {
+			worked = true
+		}
+		if worked {
+			poll = g3IdlePoll
+			if g.spin() {
+				continue
+			}
+		} else {
+			poll = min(2*poll, g3IdlePollMax)
+		}
+		t.Reset(g.nextWake(poll))
+		g.parked.Store(true)
 		select {
 		case <-c.quit:
 			return
 		case <-g.wake:
 		case <-t.C:
 		}
-		for g.step() {
+		g.parked.Store(false)
+	}
+}
+
+// spin polls for a doorbell for up to Config.EngineSpin, as the gaudi2
+// model's idle engines poll their queues (engine.spin: a channel's queue
+// manager picks up a new MSQ_PI without being woken), and reports whether
+// one came (false: park). It follows work only, not the idle poll (which
+// would make an idle channel spin every g3IdlePoll), and a channel holding
+// delayed completions does not spin: its timer is due.
+func (g *g3chan) spin() bool {
+	d := g.c.d.cfg.EngineSpin
+	g.mu.Lock()
+	held := len(g.pend) > 0
+	g.mu.Unlock()
+	if d <= 0 || held {
+		return false
+	}
+	deadline := time.Now().Add(d)
+	for i := 0; ; i++ {
+		select {
+		case <-g.wake:
+			return true
+		case <-g.c.quit:
+			return false // run sees quit
+		default:
 		}
-		t.Reset(g.nextWake())
+		if i&15 == 15 && time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
 	}
 }
 
 // nextWake is when the worker looks again: at the next delayed completion
-// or after g3IdlePoll.
-func (g *g3chan) nextWake() time.Duration {
+// or after poll.
+func (g *g3chan) nextWake(poll time.Duration) time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.pend) > 0 {
-		return min(max(time.Until(g.pend[0].at), 0), g3IdlePoll)
+		return min(max(time.Until(g.pend[0].at), 0), poll)
 	}
-	return g3IdlePoll
+	return poll
 }
 
 // flushLocked signals the completions that are due, in order: the
