@@ -1,6 +1,7 @@
 package dma
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -79,6 +80,45 @@ func BenchmarkCSRoundTrip(b *testing.B) {
 						break
 					}
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkAddrKind: the lookup each Gaudi3 copy makes (twice) to choose
+// its packets' direction, among n live host mappings.
+func BenchmarkAddrKind(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("regions=%d", n), func(b *testing.B) {
+			sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 64 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sim.Close()
+			d, err := OpenBackend(sim.Name(), sim.Open, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Close()
+			host, err := AllocHostPages(uint64(n) * 4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer FreeHostPages(host)
+			addrs := make([]uint64, n)
+			for i := range n {
+				hm, err := d.MapHostBytes(host[i*4096 : (i+1)*4096])
+				if err != nil {
+					b.Fatal(err)
+				}
+				addrs[i] = hm.DeviceAddr()
+			}
+			i := 0
+			for b.Loop() {
+				if d.AddrKind(addrs[i%n]+100) != AddrHost {
+					b.Fatal("not a host mapping")
+				}
+				i += 7
 			}
 		})
 	}

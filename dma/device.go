@@ -183,6 +183,7 @@ type Device struct {
 	// ioctl.
 	mu     sync.Mutex
 	live   map[uint64]resource
+	spans  []addrSpan // the live DeviceMems' and HostMappings', by address (AddrKind)
 	nextID uint64
 	cbPool []*CB
 
@@ -480,6 +481,12 @@ func (d *Device) track(r resource) uint64 {
 	defer d.mu.Unlock()
 	d.nextID++
 	d.live[d.nextID] = r
+	switch v := r.(type) {
+	case *DeviceMem:
+		d.addSpanLocked(addrSpan{lo: v.addr, n: v.allocSize, kind: AddrDevice, id: d.nextID})
+	case *HostMapping:
+		d.addSpanLocked(addrSpan{lo: v.va, n: v.size, kind: AddrHost, id: d.nextID})
+	}
 	return d.nextID
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -770,4 +771,63 @@ func TestConcurrentUse(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, d.Close())
+}
+
+// TestAddrKindSpans: AddrKind finds the allocation or mapping holding an
+// address among many (a binary search over their spans, where it scanned
+// every live resource per copy), at each span's first and last byte and
+// one past it, and forgets freed ones.
+func TestAddrKindSpans(t *testing.T) {
+	for _, m := range []Model{ModelGaudi1, ModelGaudi2} {
+		t.Run(m.String(), func(t *testing.T) {
+			d, _ := openFake(t, m, hlsys.Accel, "6.8")
+			type span struct {
+				lo, n uint64
+				kind  AddrKind
+				free  func() error
+			}
+			var spans []span
+			for i := range 40 {
+				dev, err := d.AllocDevice(uint64(4096 * (i%3 + 1)))
+				require.NoError(t, err)
+				spans = append(spans, span{dev.Addr(), dev.AllocSize(), AddrDevice, dev.Free})
+				host, err := AllocHostPages(uint64(4096 * (i%2 + 1)))
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = FreeHostPages(host) })
+				hm, err := d.MapHostBytes(host)
+				require.NoError(t, err)
+				spans = append(spans, span{hm.DeviceAddr(), uint64(len(host)), AddrHost, hm.Unmap})
+			}
+			inAny := func(a uint64) bool {
+				for _, s := range spans {
+					if a >= s.lo && a-s.lo < s.n {
+						return true
+					}
+				}
+				return false
+			}
+			check := func() {
+				for _, s := range spans {
+					require.Equal(t, s.kind, d.AddrKind(s.lo), "first byte of %#x", s.lo)
+					require.Equal(t, s.kind, d.AddrKind(s.lo+s.n-1), "last byte of %#x", s.lo)
+					if past := s.lo + s.n; !inAny(past) && m != ModelGaudi1 {
+						require.Equal(t, AddrUnknown, d.AddrKind(past), "one past %#x", s.lo)
+					}
+				}
+			}
+			check()
+			var freed []span
+			for i := 0; i < len(spans); i += 3 {
+				require.NoError(t, spans[i].free())
+				freed = append(freed, spans[i])
+			}
+			spans = slices.DeleteFunc(spans, func(s span) bool { return slices.ContainsFunc(freed, func(f span) bool { return f.lo == s.lo }) })
+			check()
+			for _, f := range freed {
+				if !inAny(f.lo) && m != ModelGaudi1 {
+					require.Equal(t, AddrUnknown, d.AddrKind(f.lo), "freed %#x", f.lo)
+				}
+			}
+		})
+	}
 }

@@ -1,9 +1,11 @@
 package dma
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -154,6 +156,7 @@ func (m *DeviceMem) release() error {
 	}
 	m.freed = true
 	delete(d.live, m.id)
+	d.dropSpanLocked(m.id)
 	d.mu.Unlock()
 
 	if !d.model.hasDeviceMMU() {
@@ -244,6 +247,7 @@ func (h *HostMapping) release() error {
 	}
 	h.done = true
 	delete(d.live, h.id)
+	d.dropSpanLocked(h.id)
 	d.mu.Unlock()
 	err := hlsys.MemUnmap(d.b, h.va)
 	return d.ioErr(fmt.Sprintf("unmap host memory %#x on %s", h.va, d.Name()), "", err)
@@ -308,19 +312,16 @@ func (k AddrKind) String() string {
 // told apart by their value alone.
 func (d *Device) AddrKind(addr uint64) AddrKind {
 	d.mu.Lock()
-	for _, r := range d.live {
-		switch v := r.(type) {
-		case *DeviceMem:
-			if addr >= v.addr && addr-v.addr < v.allocSize {
-				d.mu.Unlock()
-				return AddrDevice
-			}
-		case *HostMapping:
-			if addr >= v.va && addr-v.va < v.size {
-				d.mu.Unlock()
-				return AddrHost
-			}
-		}
+	// The last span starting at or below addr: spans do not overlap (each
+	// is an allocation or a mapping in the device's address space).
+	i, _ := slices.BinarySearchFunc(d.spans, addr, func(s addrSpan, a uint64) int { return cmp.Compare(s.lo, a) })
+	if i < len(d.spans) && d.spans[i].lo == addr {
+		i++
+	}
+	if i > 0 && addr-d.spans[i-1].lo < d.spans[i-1].n {
+		k := d.spans[i-1].kind
+		d.mu.Unlock()
+		return k
 	}
 	d.mu.Unlock()
 	if d.model == ModelGaudi1 {
@@ -330,6 +331,24 @@ func (d *Device) AddrKind(addr uint64) AddrKind {
 		}
 	}
 	return AddrUnknown
+}
+
+// addrSpan is the device-address range of a live DeviceMem or HostMapping.
+type addrSpan struct {
+	lo, n uint64
+	kind  AddrKind
+	id    uint64 // its resource's
+}
+
+// addSpanLocked inserts s in address order (d.mu held).
+func (d *Device) addSpanLocked(s addrSpan) {
+	i, _ := slices.BinarySearchFunc(d.spans, s.lo, func(x addrSpan, lo uint64) int { return cmp.Compare(x.lo, lo) })
+	d.spans = slices.Insert(d.spans, i, s)
+}
+
+// dropSpanLocked removes the span of resource id (d.mu held).
+func (d *Device) dropSpanLocked(id uint64) {
+	d.spans = slices.DeleteFunc(d.spans, func(s addrSpan) bool { return s.id == id })
 }
 
 // rangeAlloc is a first-fit allocator over [base, limit) used for Gaudi1's
