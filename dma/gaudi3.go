@@ -128,11 +128,15 @@ type g3Chan struct {
 }
 
 // g3CS is a submission in flight.
+// g3Chans is the most PDMA channels direct mode uses (newG3).
+const g3Chans = 3
+
 type g3CS struct {
 	seq   uint64
 	epoch uint32
 	start time.Time
 	parts []g3Part
+	buf   [g3Chans]g3Part // parts' first backing (a CS uses at most every channel once)
 }
 
 type g3Part struct {
@@ -185,7 +189,7 @@ func newG3(d *Device, info hlsys.HwIPInfo, b Backend) *g3Dev {
 	case len(chs) == 2:
 		g.chans, g.h2d, g.d2h = chs[:2], chs[:1], chs[1:2]
 	default:
-		g.chans, g.h2d, g.d2h = chs[:3], chs[:2], chs[2:3]
+		g.chans, g.h2d, g.d2h = chs[:g3Chans], chs[:2], chs[2:g3Chans]
 	}
 	g.d2d = g.h2d
 	return g
@@ -378,13 +382,19 @@ func (g *g3Dev) resetCount() (uint32, error) {
 // lockAll locks the given channels in slot order (each once) and returns
 // them for unlockAll.
 func lockAll(cs []*g3Chan) []*g3Chan {
-	cs = slices.Clone(cs)
-	slices.SortFunc(cs, func(a, b *g3Chan) int { return a.slot - b.slot })
-	cs = slices.Compact(cs)
-	for _, c := range cs {
+	return lockAllInto(nil, cs)
+}
+
+// lockAllInto is lockAll appending the locked channels to dst (a caller's
+// buffer: a submission's usual one or two channels need no allocation).
+func lockAllInto(dst, cs []*g3Chan) []*g3Chan {
+	dst = append(dst[:0], cs...)
+	slices.SortFunc(dst, func(a, b *g3Chan) int { return a.slot - b.slot })
+	dst = slices.Compact(dst)
+	for _, c := range dst {
 		c.mu.Lock()
 	}
-	return cs
+	return dst
 }
 
 func unlockAll(cs []*g3Chan) {

@@ -25,7 +25,12 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 	if err := g.slot(op); err != nil {
 		return 0, err
 	}
-	chans := make([]*g3Chan, len(chunks))
+	var chanBuf, lockBuf [g3Chans]*g3Chan // a submission's usual chunks need no allocation
+	chans := chanBuf[:0]
+	if len(chunks) > len(chanBuf) {
+		chans = make([]*g3Chan, 0, len(chunks))
+	}
+	chans = chans[:len(chunks)]
 	for i, ch := range chunks {
 		c := g.byCh[ch.Queue]
 		switch {
@@ -38,7 +43,7 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 		}
 		chans[i] = c
 	}
-	locked := lockAll(chans)
+	locked := lockAllInto(lockBuf[:0], chans)
 	defer unlockAll(locked)
 	need := map[*g3Chan]uint32{}
 	for i, ch := range chunks {
@@ -65,6 +70,7 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 	}
 	g.mu.Lock()
 	cs := &g3CS{seq: g.nextSeq, epoch: g.epoch, start: time.Now()}
+	cs.parts = cs.buf[:0]
 	g.nextSeq++
 	for _, c := range locked {
 		cs.parts = append(cs.parts, g3Part{c: c, target: targets[c]})
@@ -102,7 +108,7 @@ func (g *g3Dev) checkHealth(op func() string) error {
 }
 
 // maxG3Sleep bounds one sleep of a blocking Wait between looks for a reset.
-const maxG3Sleep = 100 * time.Millisecond
+const maxG3Sleep = 10 * time.Millisecond
 
 // healthEvery is the default of g3Dev.healthEvery: how often checkHealth
 // looks at a device that was operational at its last look.
@@ -178,6 +184,7 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 	g := d.g3
 	remaining := max(timeout, 0)
 	delay := 20 * time.Microsecond
+	slept := false // a sleep ended with the submission still running
 	for {
 		st, cs, err := g.status(op, seq)
 		if st != CSBusy || err != nil {
@@ -201,16 +208,20 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 			}
 			return CSBusy, nil
 		}
-		// Before each sleep, a look for a reset: a submission written
-		// into the channels of a device reset since Submit's last look
-		// (checkHealth) never reaches its target, and a reset before the
-		// sleep wakes nobody. Sleeps are bounded for a reset between the
-		// look and the sleep.
-		if err := g.checkReset(); err != nil {
-			return CSUnknown, d.ioErr(op(), "", err)
-		}
-		if st, _, err := g.status(op, seq); st != CSBusy || err != nil {
-			return st, err
+		// A look for a reset before the first sleep (at most once per
+		// healthEvery, as a polling wait's) and after each sleep the
+		// submission did not end in: a submission written into the
+		// channels of a device reset since Submit's last look
+		// (checkHealth) never reaches its target, and a reset before a
+		// sleep wakes nobody (sleeps are bounded: maxG3Sleep).
+		if now := time.Now().UnixNano(); slept || now-g.lastCheck.Load() > int64(g.healthEvery) {
+			g.lastCheck.Store(now)
+			if err := g.checkReset(); err != nil {
+				return CSUnknown, d.ioErr(op(), "", err)
+			}
+			if st, _, err := g.status(op, seq); st != CSBusy || err != nil {
+				return st, err
+			}
 		}
 		wait := min(remaining, g.tdr-time.Since(cs.start)+time.Millisecond, maxG3Sleep)
 		start := time.Now()
@@ -218,6 +229,7 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 			return CSUnknown, err
 		}
 		remaining -= time.Since(start)
+		slept = true
 	}
 }
 
