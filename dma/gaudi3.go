@@ -38,7 +38,11 @@ import (
 //
 // Failure handling, where the driver's CS machinery does it on Gaudi1/2:
 // a device reset (RESET_COUNT moves) ends every unfinished submission
-// ABORTED and the channels are programmed again before the next one;
+// ABORTED and the channels are programmed again. Submit and Wait look at
+// RESET_COUNT (and Submit at DEVICE_STATUS) at most once per millisecond
+// while the device is well, not per submission (two ioctls would cost
+// more than the rest of one): a submission written in the millisecond
+// after a reset ends ABORTED too;
 // a submission unfinished after Options.CSTimeout ends TIMEDOUT and the
 // channels it used are stopped (MSQ reconfiguration) and programmed again,
 // ending the other unfinished submissions on them ABORTED, as the

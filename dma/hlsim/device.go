@@ -136,8 +136,9 @@ type Stats struct {
 	// own).
 	EmuActive time.Duration
 
-	// EngineParks counts the times a DMA engine, idle for its whole
-	// EngineSpin window, went to sleep (the next job then wakes it).
+	// EngineParks counts the times a DMA engine (Gaudi3: a PDMA channel's
+	// worker, after work), idle for its whole EngineSpin window, went to
+	// sleep (the next job or doorbell then wakes it).
 	EngineParks uint64
 
 	EngineFaults uint64 // jobs that failed in an engine (MMU fault, bad packet)

@@ -317,6 +317,7 @@ func (g *g3chan) run() {
 			if g.spin() {
 				continue
 			}
+			g.c.d.st.parks.Add(1)
 		} else {
 			poll = min(2*poll, g3IdlePollMax)
 		}

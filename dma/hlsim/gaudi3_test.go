@@ -182,6 +182,44 @@ func TestGaudi3Copy(t *testing.T) {
 	}
 }
 
+// TestGaudi3ChannelSpinsBeforeParking: G6. After work a channel's worker
+// polls for the next doorbell for Config.EngineSpin before it parks, as a
+// Gaudi1/2 engine polls its queue (TestEngineSpinsBeforeParking): a
+// doorbell within the window needs no wake-up. With no spin it parks once
+// its work is done.
+func TestGaudi3ChannelSpinsBeforeParking(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		spin      time.Duration
+		wantParks bool
+	}{
+		{"spin window", 2 * time.Second, false},
+		{"no spin", -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newG3Rig(t, Config{EngineSpin: tc.spin}, 1)
+			_, srcVA := r.host(4096)
+			dev := r.dram(4096)
+			parks := r.d.Stats().EngineParks
+			r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+			out, err := r.wait(1)
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+			if tc.wantParks {
+				// It parks when it gets the CPU: wait for it, do not time it.
+				require.Eventually(t, func() bool { return r.d.Stats().EngineParks > parks }, 10*time.Second, time.Millisecond)
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // idle, well within the window
+			r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+			out, err = r.wait(2)
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+			require.Zero(t, r.d.Stats().EngineParks-parks, "parks between the doorbells")
+		})
+	}
+}
+
 // TestRulesGaudi3InterruptWait: W11-W15.
 func TestRulesGaudi3InterruptWait(t *testing.T) {
 	r := newG3Rig(t, Config{}, 0)
