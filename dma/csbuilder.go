@@ -88,16 +88,20 @@ type CSOptions struct {
 // the command buffers. A CSBuilder is used by one goroutine at a time; it
 // is not reused after Seal.
 type CSBuilder struct {
-	d       *Device
-	queues  []uint32
-	cbSize  int
-	piece   uint64
-	newCB   func() (*CB, error)
-	cbs     []*CB
-	packets int
-	bytes   uint64
-	sealed  bool
-	oneQ    bool // CSOptions.OneQueue: the round robin is not advanced
+	d      *Device
+	queues []uint32
+	cbSize int
+	piece  uint64
+	newCB  func() (*CB, error)
+	cbs    []*CB
+	// cbBuf and chunkBuf back cbs and Seal's chunks for a CS on up to
+	// two queues (the usual one or two streams): no allocation for them.
+	cbBuf    [2]*CB
+	chunkBuf [2]Chunk
+	packets  int
+	bytes    uint64
+	sealed   bool
+	oneQ     bool // CSOptions.OneQueue: the round robin is not advanced
 }
 
 // NewCSBuilder starts an empty CS on the queues of o. It fails with
@@ -125,7 +129,12 @@ func (d *Device) NewCSBuilder(o CSOptions) (*CSBuilder, error) {
 		i := int(d.rr.Load()) % len(qs)
 		qs = qs[i : i+1]
 	}
-	b := &CSBuilder{d: d, queues: qs, cbSize: o.CBSize, piece: o.PieceSize, newCB: o.NewCB, cbs: make([]*CB, len(qs)), oneQ: o.OneQueue}
+	b := &CSBuilder{d: d, queues: qs, cbSize: o.CBSize, piece: o.PieceSize, newCB: o.NewCB, oneQ: o.OneQueue}
+	if len(qs) <= len(b.cbBuf) {
+		b.cbs = b.cbBuf[:len(qs)]
+	} else {
+		b.cbs = make([]*CB, len(qs))
+	}
 	if b.newCB == nil {
 		b.newCB = func() (*CB, error) { return d.NewCB(o.CBSize) }
 	}
@@ -270,14 +279,14 @@ func (b *CSBuilder) add(op string, dst, src, n uint64, memset bool) error {
 // only when its DMA engine has finished) and returns its chunks, one per
 // non-empty command buffer, for Device.Submit. Nothing can be added after
 // Seal; an empty CS gives no chunks. The command buffers stay the
-// builder's until Release.
+// builder's until Release, and so may the chunks' slice.
 func (b *CSBuilder) Seal() ([]Chunk, error) {
 	const op = "seal CS"
 	if b.sealed {
 		return nil, newErr(op, ErrInvalid, "the CS is already sealed", nil)
 	}
 	b.sealed = true
-	chunks := make([]Chunk, 0, len(b.cbs))
+	chunks := b.chunkBuf[:0]
 	for s, cb := range b.cbs {
 		if cb == nil || cb.Len() == 0 {
 			continue

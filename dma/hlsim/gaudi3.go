@@ -104,6 +104,9 @@ type g3chan struct {
 	stalled bool       // HangNextCS: the channel is stuck at a doorbell
 	pkt     []byte
 	segs    []seg
+	// dma moves a packet's bytes (engine.copy, memset) with its bounce
+	// buffer and translation scratch, kept from packet to packet.
+	dma *engine
 }
 
 func (g *g3chan) reg(off int) *uint32 { return (*uint32)(unsafe.Pointer(&g.regs[off])) }
@@ -182,7 +185,7 @@ func (c *hctx) g3channel(ch int) (*g3chan, error) {
 	if err != nil {
 		return nil, unix.ENOMEM
 	}
-	g := &g3chan{c: c, ch: ch, regs: regs, wake: make(chan struct{}, 1)}
+	g := &g3chan{c: c, ch: ch, regs: regs, wake: make(chan struct{}, 1), dma: &engine{c: c}}
 	c.g3chans[ch] = g
 	c.engWG.Add(1)
 	go g.run()
@@ -380,10 +383,14 @@ func (g *g3chan) nextWake(poll time.Duration) time.Duration {
 // has moved meanwhile).
 func (g *g3chan) flushLocked() {
 	now := time.Now()
-	for len(g.pend) > 0 && !g.pend[0].at.After(now) {
-		g.complete(g.pend[0].incs)
+	k := 0
+	for k < len(g.pend) && !g.pend[k].at.After(now) {
+		g.complete(g.pend[k].incs)
 		g.c.d.st.completed.Add(1)
-		g.pend = g.pend[1:]
+		k++
+	}
+	if k > 0 {
+		g.pend = g.pend[:copy(g.pend, g.pend[k:])] // keeps its array: step's append does not allocate
 	}
 }
 
@@ -413,7 +420,9 @@ func (g *g3chan) step() bool {
 	found := false
 	for len(g.marks) > 0 && !found {
 		m = g.marks[0]
-		g.marks = g.marks[1:]
+		// Popped by moving the rest down: the queue keeps its array
+		// (a few marks at most), and Doorbell's append does not allocate.
+		g.marks = g.marks[:copy(g.marks, g.marks[1:])]
 		found = m.pi-g.ci <= pi-g.ci && m.pi != g.ci
 	}
 	if found {
@@ -485,13 +494,24 @@ func (g *g3chan) execute(end uint32) (incs uint64, err error) {
 		if err != nil {
 			return incs, err
 		}
-		p, n, derr := gaudi3.Decode(buf)
+		// A LIN_PDMA (the usual packet) is decoded without boxing it.
+		var inc bool
+		lin, n, isLin, derr := gaudi3.DecodeLinPDMA(buf)
+		if !isLin {
+			var p gaudi3.Packet
+			if p, n, derr = gaudi3.Decode(buf); derr == nil {
+				inc, err = g.exec(p, int(off))
+			}
+		} else if derr == nil {
+			inc, err = g.execLin(lin, int(off))
+		}
 		if derr != nil {
 			return incs, &packetError{off: int(off), msg: "ring packet: " + derr.Error()}
 		}
-		if inc, err := g.exec(p, int(off)); err != nil {
+		if err != nil {
 			return incs, err
-		} else if inc {
+		}
+		if inc {
 			incs++
 		}
 		c.d.st.packets.Add(1)
@@ -507,37 +527,42 @@ func (g *g3chan) exec(p gaudi3.Packet, off int) (inc bool, err error) {
 	case gaudi3.NOP:
 		return false, nil
 	case gaudi3.LinPDMA:
-		if p.AdvanceCQ && !p.WrComp {
-			return false, &packetError{off: off, op: gaudi3.OpLinPDMA, msg: "advcnt_hbw_complq without a completion write", notEmulated: true}
-		}
-		if p.Fence {
-			return false, &packetError{off: off, op: gaudi3.OpLinPDMA, msg: "fence", notEmulated: true}
-		}
-		if err := g.linPDMA(p); err != nil {
-			return false, err
-		}
-		if p.WrComp {
-			var b [4]byte
-			binary.LittleEndian.PutUint32(b[:], p.WrCompData)
-			if err := g.write(p.WrCompAddr, b[:]); err != nil {
-				return false, err
-			}
-		}
-		return p.AdvanceCQ, nil
+		return g.execLin(p, off)
 	}
 	return false, &packetError{off: off, msg: "only LIN_PDMA and NOP are executed", notEmulated: true}
+}
+
+// execLin runs a LIN_PDMA: its bytes, then its completion write.
+func (g *g3chan) execLin(p gaudi3.LinPDMA, off int) (inc bool, err error) {
+	if p.AdvanceCQ && !p.WrComp {
+		return false, &packetError{off: off, op: gaudi3.OpLinPDMA, msg: "advcnt_hbw_complq without a completion write", notEmulated: true}
+	}
+	if p.Fence {
+		return false, &packetError{off: off, op: gaudi3.OpLinPDMA, msg: "fence", notEmulated: true}
+	}
+	if err := g.linPDMA(p); err != nil {
+		return false, err
+	}
+	if p.WrComp {
+		var b [4]byte
+		binary.LittleEndian.PutUint32(b[:], p.WrCompData)
+		if err := g.write(p.WrCompAddr, b[:]); err != nil {
+			return false, err
+		}
+	}
+	return p.AdvanceCQ, nil
 }
 
 func (g *g3chan) linPDMA(p gaudi3.LinPDMA) error {
 	if p.Size == 0 {
 		return nil
 	}
-	c := g.c
-	e := &engine{c: c}
+	c, e := g.c, g.dma
 	c.memMu.RLock()
 	defer c.memMu.RUnlock()
 	n := uint64(p.Size)
-	dsts, err := c.translate(nil, p.Dst, n)
+	dsts, err := c.translate(e.segsA[:0], p.Dst, n)
+	e.segsA = dsts
 	if err != nil {
 		return err
 	}
@@ -545,7 +570,9 @@ func (g *g3chan) linPDMA(p gaudi3.LinPDMA) error {
 		err = e.memset(dsts, p.Src, n)
 	} else {
 		var srcs []seg
-		if srcs, err = c.translate(nil, p.Src, n); err != nil {
+		srcs, err = c.translate(e.segsB[:0], p.Src, n)
+		e.segsB = srcs
+		if err != nil {
 			return err
 		}
 		err = e.copy(dsts, srcs, n)
@@ -561,7 +588,8 @@ func (g *g3chan) write(addr uint64, b []byte) error {
 	c := g.c
 	c.memMu.RLock()
 	defer c.memMu.RUnlock()
-	segs, err := c.translate(nil, addr, uint64(len(b)))
+	segs, err := c.translate(g.dma.segsA[:0], addr, uint64(len(b)))
+	g.dma.segsA = segs
 	if err == nil {
 		err = scatterAt(segs, 0, b)
 	}

@@ -27,6 +27,10 @@ type csRec struct {
 	cs      *dma.CSBuilder
 	items   []csItem
 	regions []*memcache.Region
+	// itemBuf and regionBuf back items and regions for a CS of one copy
+	// (a lone copy, or the first of a drain): no allocation for them.
+	itemBuf   [1]csItem
+	regionBuf [2]*memcache.Region
 }
 
 // pipelineFirstOps caps the first command submission a drain sends; each
@@ -46,7 +50,7 @@ func (g *Device) processRefs(dir int, refs []ref) {
 	// allocated once, not grown copy by copy).
 	newRec := func(limit int) (*csRec, error) {
 		cs, err := g.Dev.NewCSBuilder(dma.CSOptions{
-			Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.cbs.Get, OneQueue: oneQueue,
+			Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.getCB, OneQueue: oneQueue,
 		})
 		if err != nil {
 			kind := gxerr.Device
@@ -59,7 +63,13 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			return nil, gxerr.New(kind, fmt.Sprintf("command submission on gaudi%d (Config.CBSize %d)", g.Idx, c.cfg.CBSize), err)
 		}
 		n := min(limit, len(refs))
-		return &csRec{g: g, cs: cs, items: make([]csItem, 0, n), regions: make([]*memcache.Region, 0, 2*n)}, nil
+		r := &csRec{g: g, cs: cs}
+		if n <= len(r.itemBuf) {
+			r.items, r.regions = r.itemBuf[:0], r.regionBuf[:0]
+		} else {
+			r.items, r.regions = make([]csItem, 0, n), make([]*memcache.Region, 0, 2*n)
+		}
+		return r, nil
 	}
 	limit := min(c.cfg.MaxOpsPerCS, pipelineFirstOps) // copies in the CS being built
 	// recErr fails every op of this device: its CSs cannot be built.
@@ -219,7 +229,7 @@ func (r *csRec) attach(t *cq.Ticket) {
 	}
 }
 
-func (r *csRec) releaseCBs() { r.cs.Release(r.g.cbs.Put) }
+func (r *csRec) releaseCBs() { r.cs.Release(r.g.putCB) }
 
 // timeout ends the CS's operations whose deadline passed with ErrTimeout
 // and returns the next deadline. The CS stays tracked: buffers, mappings

@@ -37,8 +37,10 @@ type Device struct {
 	Exports  *memcache.Cache     // device range -> *dma.DMABuf
 	Types    *memcache.TypeCache // device range -> *Mem
 
-	cbs  *dma.CBPool   // command buffers of retired CSs
-	Regs atomic.Uint64 // host mappings performed
+	cbs   *dma.CBPool // command buffers of retired CSs
+	getCB func() (*dma.CB, error)
+	putCB func(*dma.CB) // cbs' methods as values, made once (not per CS)
+	Regs  atomic.Uint64 // host mappings performed
 }
 
 type hostMapper struct{ g *Device }
@@ -72,6 +74,7 @@ func (x exporter) Deregister(_, _ uint64, v any) error { return v.(*dma.DMABuf).
 func (c *Copier) AddDevice(d *dma.Device, sim *hlsim.Device) *Device {
 	cfg := &c.cfg
 	g := &Device{c: c, Idx: len(c.Devs), Dev: d, Sim: sim, Types: memcache.NewTypeCache(), cbs: d.NewCBPool(cfg.CBSize, cbPoolSize)}
+	g.getCB, g.putCB = g.cbs.Get, g.cbs.Put
 	g.log = c.log.With().Int("dev", g.Idx).Str("node", d.Name()).Logger()
 	for i := range g.queues {
 		g.queues[i] = queue.New[*Job](cfg.QueueDepth, c.mode)

@@ -324,7 +324,11 @@ func Decode(b []byte) (Packet, int, error) {
 	eb := CtlEngBarrier.Get(ctl) == 1
 	switch CtlOpcode.Get(ctl) {
 	case OpLinPDMA:
-		return decodeLin(b, ctl, eb)
+		p, n, err := decodeLin(b, ctl, eb)
+		if err != nil {
+			return nil, 0, err
+		}
+		return p, n, nil
 	case OpMsgLong:
 		if len(b) < MsgLongSize {
 			return nil, 0, ErrShort
@@ -350,14 +354,30 @@ func Decode(b []byte) (Packet, int, error) {
 	return nil, 0, fmt.Errorf("%w: opcode %#x", ErrMalformed, CtlOpcode.Get(ctl))
 }
 
-func decodeLin(b []byte, ctl uint32, eb bool) (Packet, int, error) {
+// DecodeLinPDMA is Decode for a packet that may be a LIN_PDMA, without
+// boxing it in a Packet (an executor's per-packet allocation): lin
+// reports whether b holds a LIN_PDMA's opcode (false: use Decode); then
+// p, n and err are what Decode returns for it.
+func DecodeLinPDMA(b []byte) (p LinPDMA, n int, lin bool, err error) {
+	if len(b) < 8 {
+		return LinPDMA{}, 0, false, nil
+	}
+	ctl := binary.LittleEndian.Uint32(b[4:])
+	if CtlOpcode.Get(ctl) != OpLinPDMA {
+		return LinPDMA{}, 0, false, nil
+	}
+	p, n, err = decodeLin(b, ctl, CtlEngBarrier.Get(ctl) == 1)
+	return p, n, true, err
+}
+
+func decodeLin(b []byte, ctl uint32, eb bool) (LinPDMA, int, error) {
 	if ctl&linUnknownCtl != 0 {
-		return nil, 0, fmt.Errorf("%w: LIN_PDMA control %#x", ErrMalformed, ctl)
+		return LinPDMA{}, 0, fmt.Errorf("%w: LIN_PDMA control %#x", ErrMalformed, ctl)
 	}
 	unsupported := LinEndianSwap.Mask() | LinWrCompHiFromReg.Mask() | LinConsecutiveComp12.Mask() |
 		LinAddOffset0.Mask() | LinSrcDstMSBFromReg.Mask()
 	if ctl&unsupported != 0 || LinWrComp.Get(ctl) > 1 || (LinFenceEn.Get(ctl) == 1 && LinWrComp.Get(ctl) == 0) {
-		return nil, 0, fmt.Errorf("%w: LIN_PDMA control %#x", ErrUnsupported, ctl)
+		return LinPDMA{}, 0, fmt.Errorf("%w: LIN_PDMA control %#x", ErrUnsupported, ctl)
 	}
 	p := LinPDMA{
 		Dir: Dir(LinDirection.Get(ctl)), Memset: LinMemset.Get(ctl) == 1, EngBarrier: eb,
@@ -365,7 +385,7 @@ func decodeLin(b []byte, ctl uint32, eb bool) (Packet, int, error) {
 		AdvanceCQ: LinAdvanceCQ.Get(ctl) == 1, WrComp: LinWrComp.Get(ctl) == 1, Fence: LinFenceEn.Get(ctl) == 1,
 	}
 	if len(b) < p.Len() {
-		return nil, 0, ErrShort
+		return LinPDMA{}, 0, ErrShort
 	}
 	le := binary.LittleEndian
 	p.Size = le.Uint32(b[LinTSizeOff:])
@@ -376,7 +396,7 @@ func decodeLin(b []byte, ctl uint32, eb bool) (Packet, int, error) {
 		p.WrCompData = le.Uint32(b[LinWrCompDataOff:])
 		fence := le.Uint32(b[LinFenceOff:])
 		if !p.Fence && fence != 0 || fence&linFenceUnknown != 0 {
-			return nil, 0, fmt.Errorf("%w: LIN_PDMA fence dword %#x", ErrMalformed, fence)
+			return LinPDMA{}, 0, fmt.Errorf("%w: LIN_PDMA fence dword %#x", ErrMalformed, fence)
 		}
 		p.FenceAt = decodeFence(fence)
 	}

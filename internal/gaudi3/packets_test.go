@@ -137,6 +137,14 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, n, err := Decode(b)
+		if lp, ln, lin, lerr := DecodeLinPDMA(b); lin {
+			// The unboxed form agrees with Decode.
+			if (err == nil) != (lerr == nil) || err != nil && err.Error() != lerr.Error() || err == nil && (Packet(lp) != p || ln != n) {
+				t.Fatalf("DecodeLinPDMA %+v, %d, %v; Decode %+v, %d, %v", lp, ln, lerr, p, n, err)
+			}
+		} else if _, isLin := p.(LinPDMA); isLin {
+			t.Fatalf("Decode found a LIN_PDMA that DecodeLinPDMA did not: %+v", p)
+		}
 		if err != nil {
 			if p != nil || n != 0 {
 				t.Fatalf("error %v with packet %+v, %d bytes", err, p, n)
