@@ -190,15 +190,16 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 		if st != CSBusy || err != nil {
 			return st, err
 		}
-		if time.Since(cs.start) >= g.tdr {
+		t := time.Now() // one clock read per poll
+		if t.Sub(cs.start) >= g.tdr {
 			g.timeout(cs)
 			continue
 		}
 		if remaining <= 0 {
 			// Polled: look for a reset now and then, so that a reset ends
 			// the submissions of a caller that only polls.
-			now := time.Now().UnixNano()
-			if last := g.lastCheck.Load(); now-last > int64(time.Millisecond) && g.lastCheck.CompareAndSwap(last, now) {
+			now := t.UnixNano()
+			if last := g.lastCheck.Load(); now-last > int64(g.healthEvery) && g.lastCheck.CompareAndSwap(last, now) {
 				if err := g.checkReset(); err != nil {
 					return CSUnknown, d.ioErr(op(), "", err)
 				}
@@ -214,7 +215,7 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 		// channels of a device reset since Submit's last look
 		// (checkHealth) never reaches its target, and a reset before a
 		// sleep wakes nobody (sleeps are bounded: maxG3Sleep).
-		if now := time.Now().UnixNano(); slept || now-g.lastCheck.Load() > int64(g.healthEvery) {
+		if now := t.UnixNano(); slept || now-g.lastCheck.Load() > int64(g.healthEvery) {
 			g.lastCheck.Store(now)
 			if err := g.checkReset(); err != nil {
 				return CSUnknown, d.ioErr(op(), "", err)
