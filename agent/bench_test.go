@@ -89,13 +89,7 @@ func BenchmarkWriteList(b *testing.B) {
 // to one contiguous Write of the same bytes.
 func BenchmarkWriteListSoftware(b *testing.B) {
 	ctx := testCtx(b)
-	const n, bs = 1000, 64
-	a, _, _, p := benchPair(b, "unix", 16*n*bs, engine.Host)
-	src := alloc(b, a.eng, n*bs, engine.Host)
-	descs := make([]Desc, n)
-	for i := range n {
-		descs[i] = Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: 2 * ((i * 7) % n) * bs}
-	}
+	p, descs := smallScattered(b)
 	for b.Loop() {
 		if err := p.Write(ctx, descs).Wait(ctx); err != nil {
 			b.Fatal(err)

@@ -170,17 +170,14 @@ func TestInFlightZeroAfterWait(t *testing.T) {
 // copy job's slices are reused. It allocated about 1.2 MB and 1,030
 // objects per Write before (a key copied to the heap per descriptor, four
 // slices of a thousand keys or requests), which cost a quarter of the
-// list's bandwidth in allocation and GC. Under the race detector, which
+// list's bandwidth in allocation and GC; then 19 KB, 16 of them a slice
+// of a thousand nil errors per list that succeeded (now made only when
+// asked for, copier.Future). Under the race detector, which
 // drops a quarter of sync.Pool's puts, the bounds are looser.
 func TestWriteListAllocations(t *testing.T) {
 	ctx := testCtx(t)
-	const n, bs = 1000, 64
-	a, _, _, p := benchPair(t, "unix", 16*n*bs, engine.Host)
-	src := alloc(t, a.eng, n*bs, engine.Host)
-	descs := make([]Desc, n)
-	for i := range n {
-		descs[i] = Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: 2 * ((i * 7) % n) * bs}
-	}
+	p, descs := smallScattered(t)
+	n := len(descs)
 	write := func() {
 		if err := p.Write(ctx, descs).Wait(ctx); err != nil {
 			panic(err)
@@ -194,10 +191,24 @@ func TestWriteListAllocations(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	perWrite := (after.TotalAlloc - before.TotalAlloc) / (runs + 1) // AllocsPerRun runs once more
 	t.Logf("per Write of %d descriptors: %.0f objects, %d bytes", n, objs, perWrite)
-	maxObjs, maxBytes := 50.0, uint64(100<<10)
+	maxObjs, maxBytes := 50.0, uint64(16<<10)
 	if raceEnabled {
 		maxObjs, maxBytes = 200, 600<<10
 	}
 	require.Less(t, objs, maxObjs, "objects allocated per Write")
 	require.Less(t, perWrite, maxBytes, "bytes allocated per Write")
+}
+
+// smallScattered is a peer over unix and 1000 descriptors of 64 B
+// scattered over its section "s" (every other 64 B slot, out of order):
+// a list whose cost is its software, not its copy.
+func smallScattered(tb testing.TB) (*Peer, []Desc) {
+	const n, bs = 1000, 64
+	a, _, _, p := benchPair(tb, "unix", 16*n*bs, engine.Host)
+	src := alloc(tb, a.eng, n*bs, engine.Host)
+	descs := make([]Desc, n)
+	for i := range n {
+		descs[i] = Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: 2 * ((i * 7) % n) * bs}
+	}
+	return p, descs
 }

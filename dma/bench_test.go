@@ -29,16 +29,7 @@ func BenchmarkEncodeLinDMA(b *testing.B) {
 func BenchmarkCSRoundTrip(b *testing.B) {
 	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2} {
 		b.Run("model="+m.String(), func(b *testing.B) {
-			sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 64 << 20})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sim.Close()
-			d, err := OpenBackend(sim.Name(), sim.Open, Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer d.Close()
+			d := benchDevice(b, m)
 			mem, err := d.AllocDevice(4096)
 			if err != nil {
 				b.Fatal(err)
@@ -90,16 +81,7 @@ func BenchmarkCSRoundTrip(b *testing.B) {
 func BenchmarkAddrKind(b *testing.B) {
 	for _, n := range []int{10, 1000} {
 		b.Run(fmt.Sprintf("regions=%d", n), func(b *testing.B) {
-			sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 64 << 20})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer sim.Close()
-			d, err := OpenBackend(sim.Name(), sim.Open, Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer d.Close()
+			d := benchDevice(b, hlsim.ModelGaudi2)
 			host, err := AllocHostPages(uint64(n) * 4096)
 			if err != nil {
 				b.Fatal(err)
@@ -122,4 +104,20 @@ func BenchmarkAddrKind(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchDevice opens an emulated device of model m for a benchmark.
+func benchDevice(b *testing.B, m hlsim.Model) *Device {
+	b.Helper()
+	sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = sim.Close() })
+	d, err := OpenBackend(sim.Name(), sim.Open, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	return d
 }

@@ -230,17 +230,7 @@ func TestGaudi3Submit(t *testing.T) {
 func TestGaudi3ResetBetweenLooks(t *testing.T) {
 	d, sim := openG3(t, hlsim.Config{}, nil)
 	d.g3.healthEvery = time.Hour // no look after the first
-	m, err := d.AllocDevice(4096)
-	require.NoError(t, err)
-	h, err := AllocHostPages(4096)
-	require.NoError(t, err)
-	defer FreeHostPages(h)
-	hm, err := d.MapHostBytes(h)
-	require.NoError(t, err)
-	cb, err := d.NewCB(4096)
-	require.NoError(t, err)
-	defer cb.Close()
-	require.NoError(t, cb.AddLinDMA(m.Addr(), hm.DeviceAddr(), 4096))
+	cb := copyCB(t, d)
 	submit := func() CSStatus {
 		seq, err := d.Submit([]Chunk{cb.Chunk(2)})
 		require.NoError(t, err)
@@ -287,16 +277,7 @@ func TestGaudi3PendingLimit(t *testing.T) {
 	d, err := OpenBackend(sim.Name(), sim.Open, Options{SubmitRetries: 2})
 	require.NoError(t, err)
 	defer d.Close()
-	m, err := d.AllocDevice(4096)
-	require.NoError(t, err)
-	h, err := AllocHostPages(4096)
-	require.NoError(t, err)
-	defer FreeHostPages(h)
-	hm, err := d.MapHostBytes(h)
-	require.NoError(t, err)
-	cb, err := d.NewCB(4096)
-	require.NoError(t, err)
-	require.NoError(t, cb.AddLinDMA(m.Addr(), hm.DeviceAddr(), 4096))
+	cb := copyCB(t, d)
 	sim.HangNextCS(1)
 	for range g3MaxPending {
 		_, err := d.Submit([]Chunk{cb.Chunk(2)})
@@ -306,4 +287,22 @@ func TestGaudi3PendingLimit(t *testing.T) {
 	require.ErrorIs(t, err, ErrBusy)
 	require.ErrorIs(t, err, unix.EAGAIN)
 	require.NoError(t, d.Close())
+}
+
+// copyCB is a command buffer on d holding one 4 KiB host-to-device
+// LIN_DMA (its memory, mapping and buffer go with the test).
+func copyCB(t *testing.T, d *Device) *CB {
+	t.Helper()
+	m, err := d.AllocDevice(4096)
+	require.NoError(t, err)
+	h, err := AllocHostPages(4096)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = FreeHostPages(h) })
+	hm, err := d.MapHostBytes(h)
+	require.NoError(t, err)
+	cb, err := d.NewCB(4096)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cb.Close() })
+	require.NoError(t, cb.AddLinDMA(m.Addr(), hm.DeviceAddr(), 4096))
+	return cb
 }

@@ -94,18 +94,22 @@ func (e *engine) pop() *job {
 
 // spin polls the queue for up to Config.EngineSpin, as a queue manager
 // does, and reports whether a job arrived (false: park).
-func (e *engine) spin() bool {
-	d := e.c.d.cfg.EngineSpin
+func (e *engine) spin() bool { return spinFor(e.wake, e.c.quit, e.c.d.cfg.EngineSpin) }
+
+// spinFor polls wake for up to d, yielding between looks, and reports
+// whether it was signalled (false: d passed, or quit; the caller's wait
+// sees quit).
+func spinFor(wake, quit <-chan struct{}, d time.Duration) bool {
 	if d <= 0 {
 		return false
 	}
 	deadline := time.Now().Add(d)
 	for i := 0; ; i++ {
 		select {
-		case <-e.wake:
+		case <-wake:
 			return true
-		case <-e.c.quit:
-			return false // pop sees quit
+		case <-quit:
+			return false
 		default:
 		}
 		if i&15 == 15 && time.Now().After(deadline) {

@@ -343,27 +343,10 @@ func (g *g3chan) run() {
 // would make an idle channel spin every g3IdlePoll), and a channel holding
 // delayed completions does not spin: its timer is due.
 func (g *g3chan) spin() bool {
-	d := g.c.d.cfg.EngineSpin
 	g.mu.Lock()
 	held := len(g.pend) > 0
 	g.mu.Unlock()
-	if d <= 0 || held {
-		return false
-	}
-	deadline := time.Now().Add(d)
-	for i := 0; ; i++ {
-		select {
-		case <-g.wake:
-			return true
-		case <-g.c.quit:
-			return false // run sees quit
-		default:
-		}
-		if i&15 == 15 && time.Now().After(deadline) {
-			return false
-		}
-		runtime.Gosched()
-	}
+	return !held && spinFor(g.wake, g.c.quit, g.c.d.cfg.EngineSpin)
 }
 
 // nextWake is when the worker looks again: at the next delayed completion
