@@ -131,10 +131,10 @@ type g3Chan struct {
 	hasIntr bool
 }
 
-// g3CS is a submission in flight.
 // g3Chans is the most PDMA channels direct mode uses (newG3).
 const g3Chans = 3
 
+// g3CS is a submission in flight.
 type g3CS struct {
 	seq   uint64
 	epoch uint32

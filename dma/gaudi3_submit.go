@@ -87,9 +87,9 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 // ioctls (RESET_COUNT, DEVICE_STATUS), more than the rest of a submission
 // through the rings, which the driver takes no part in: so while the last
 // look found the device operational, the next is at most once per
-// healthEvery (g3Dev.healthEvery). A reset is then noticed within that time (Wait looks too),
-// and a submission written into the channels meanwhile ends ABORTED, as
-// the ones in flight when the device was reset do.
+// g3Dev.healthEvery. A reset is then noticed within that time (Wait looks
+// too), and a submission written into the channels meanwhile ends
+// ABORTED, as the ones in flight when the device was reset do.
 func (g *g3Dev) checkHealth(op func() string) error {
 	now := time.Now().UnixNano()
 	if last := g.lastHealth.Load(); last != 0 && now-last < int64(g.healthEvery) {

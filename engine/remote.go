@@ -144,8 +144,9 @@ func (k RemoteKey) Slice(off, n int) RemoteKey {
 // (a Put or Get naming part of a buffer); hand a peer a key made by Slice.
 // A bad range yields a key whose use fails with ErrInvalid.
 func (k RemoteKey) View(off, n int) RemoteKey {
-	// The common case is small enough to inline: a list of views (the
-	// agent's descriptors) then copies each key once, not four times.
+	// The common case checks the range without building an error (Span's
+	// closure) and returns the key it was given, narrowed: a list of views
+	// (the agent's descriptors) copies each key fewer times.
 	if k.err == nil && off >= 0 && n >= 0 {
 		if start, ok := k.k.InSpan(uint64(off), uint64(n)); ok {
 			k.k.Offset, k.k.Len = start, uint64(n)
