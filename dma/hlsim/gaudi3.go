@@ -589,7 +589,8 @@ func (g *g3chan) complete(incs uint64) {
 	c := g.c
 	addr := uint64(g.load(gaudi3.RegECQBaseHi))<<32 | uint64(g.load(gaudi3.RegECQBaseLo))
 	c.memMu.RLock()
-	segs, err := c.translate(nil, addr, 8)
+	var buf [2]seg // an 8-byte counter spans at most two pages
+	segs, err := c.translate(buf[:0], addr, 8)
 	if err == nil {
 		if len(segs) == 1 && segs[0].mem != nil && addr%8 == 0 {
 			atomic.AddUint64((*uint64)(unsafe.Pointer(&segs[0].mem[0])), incs)

@@ -10,6 +10,7 @@ import (
 // Job is one submission: a single copy or a batch's copies.
 type Job struct {
 	Ops      []Op
+	one      [1]Op // Ops' backing for a job of one copy
 	Fut      *Future
 	Start    time.Time
 	Deadline time.Time
@@ -19,6 +20,14 @@ type Job struct {
 	// Ctx, if set (a Copy whose ctx can end), drops the job's ops not yet
 	// in a command submission once it ends (see dropCanceled).
 	Ctx context.Context
+}
+
+// oneOp is a job of one copy, its op in the job's own array.
+func oneOp(dst, src Slice) *Job {
+	j := &Job{}
+	j.one[0] = Op{Dst: dst, Src: src}
+	j.Ops = j.one[:1]
+	return j
 }
 
 // Op is one copy.
@@ -77,7 +86,8 @@ func (c *Copier) Submit(ctx context.Context, j *Job) error {
 // while it is queued. On an error nothing was queued and the references
 // are still the caller's.
 func (c *Copier) Copy(ctx context.Context, f *Future, dst, src Slice, deadline time.Time) error {
-	j := &Job{Ops: []Op{{Dst: dst, Src: src}}, Fut: f, Start: time.Now(), Deadline: deadline}
+	j := oneOp(dst, src)
+	j.Fut, j.Start, j.Deadline = f, time.Now(), deadline
 	if ctx.Done() != nil {
 		j.Ctx = ctx
 	}
@@ -102,7 +112,12 @@ func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline 
 		}
 		if dev == nil {
 			// Room for every op: usually all are device copies.
-			dev = &Job{Fut: f, Start: now, Deadline: deadline, Ops: make([]Op, 0, len(ops)-i)}
+			dev = &Job{Fut: f, Start: now, Deadline: deadline}
+			if n := len(ops) - i; n == 1 {
+				dev.Ops = dev.one[:0]
+			} else {
+				dev.Ops = make([]Op, 0, n)
+			}
 			if ctx.Done() != nil {
 				dev.Ctx = ctx
 			}
@@ -195,7 +210,8 @@ func (c *Copier) opDone(j *Job, o *Op, err error) {
 // hardware is done with it. The future counts two completions: opDone
 // (the result, possibly at the deadline) and opRelease (the retirement).
 func (c *Copier) CopyInternal(dst, src Slice, deadline time.Time) *Future {
-	j := &Job{Ops: []Op{{Dst: dst, Src: src}}, Fut: NewFuture(2), Start: time.Now(), Deadline: deadline, Internal: true}
+	j := oneOp(dst, src)
+	j.Fut, j.Start, j.Deadline, j.Internal = NewFuture(2), time.Now(), deadline, true
 	if err := c.Submit(context.Background(), j); err != nil {
 		return Resolved(err)
 	}
