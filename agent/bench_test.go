@@ -269,3 +269,13 @@ func BenchmarkNotifyLatency(b *testing.B) {
 		})
 	}
 }
+
+// plan turns the indices into coalesced runs, all of them (what a post
+// plans, before and after its first list: BenchmarkPreparedPost's plan).
+func (x *Prepared) plan(idx []int, nd int) ([]run, error) {
+	runs, err := x.planFirst(idx, nd, nd)
+	if err != nil {
+		return nil, err
+	}
+	return x.planRest(idx, nd, runs), nil
+}

@@ -169,16 +169,6 @@ type merged struct {
 	key   engine.RemoteKey
 }
 
-// plan turns the indices into coalesced runs (the work a post does before
-// its first Put or Get).
-func (x *Prepared) plan(idx []int, nd int) ([]run, error) {
-	runs, err := x.planFirst(idx, nd, nd)
-	if err != nil {
-		return nil, err
-	}
-	return x.planRest(idx, nd, runs), nil
-}
-
 // planFirst checks every index, then plans the runs of the first ones:
 // until it has maxRuns runs (see planRest for the others).
 func (x *Prepared) planFirst(idx []int, nd, maxRuns int) ([]run, error) {
