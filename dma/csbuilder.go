@@ -109,19 +109,31 @@ type CSBuilder struct {
 // PDMA channel to users) and ErrInvalid when o.CBSize cannot hold one LIN_DMA packet and
 // the seal, or exceeds MaxCBSize.
 func (d *Device) NewCSBuilder(o CSOptions) (*CSBuilder, error) {
+	b := &CSBuilder{}
+	if err := d.InitCSBuilder(b, o); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// InitCSBuilder is NewCSBuilder into a builder the caller holds (one it
+// keeps for its next CS, say, once Release gave back the last one's
+// command buffers): b is reset to an empty CS on the queues of o. On an
+// error b is left as it was.
+func (d *Device) InitCSBuilder(b *CSBuilder, o CSOptions) error {
 	const op = "new CS builder"
 	if len(o.Queues) == 0 {
-		return nil, newErr(op, ErrNotSupported, "no known DMA queues for "+d.model.String(), nil)
+		return newErr(op, ErrNotSupported, "no known DMA queues for "+d.model.String(), nil)
 	}
 	if len(o.Queues) > MaxChunksPerCS {
-		return nil, newErr(op, ErrInvalid, fmt.Sprintf("%d queues, a CS holds at most %d chunks", len(o.Queues), MaxChunksPerCS), nil)
+		return newErr(op, ErrInvalid, fmt.Sprintf("%d queues, a CS holds at most %d chunks", len(o.Queues), MaxChunksPerCS), nil)
 	}
 	high := MaxCBSize
 	if d.model.direct() {
 		high = g3MaxChunk // Submit copies a chunk into a ring
 	}
 	if low := d.model.copyPacketSize() + d.model.sealReserve(); o.CBSize < low || o.CBSize > high {
-		return nil, newErr(op, ErrInvalid, fmt.Sprintf("command buffer size %d not in [%d, %d]",
+		return newErr(op, ErrInvalid, fmt.Sprintf("command buffer size %d not in [%d, %d]",
 			o.CBSize, low, high), nil)
 	}
 	qs := o.Queues
@@ -129,7 +141,7 @@ func (d *Device) NewCSBuilder(o CSOptions) (*CSBuilder, error) {
 		i := int(d.rr.Load()) % len(qs)
 		qs = qs[i : i+1]
 	}
-	b := &CSBuilder{d: d, queues: qs, cbSize: o.CBSize, piece: o.PieceSize, newCB: o.NewCB, oneQ: o.OneQueue}
+	*b = CSBuilder{d: d, queues: qs, cbSize: o.CBSize, piece: o.PieceSize, newCB: o.NewCB, oneQ: o.OneQueue}
 	if len(qs) <= len(b.cbBuf) {
 		b.cbs = b.cbBuf[:len(qs)]
 	} else {
@@ -138,7 +150,7 @@ func (d *Device) NewCSBuilder(o CSOptions) (*CSBuilder, error) {
 	if b.newCB == nil {
 		b.newCB = func() (*CB, error) { return d.NewCB(o.CBSize) }
 	}
-	return b, nil
+	return nil
 }
 
 // perCB is the number of LIN_DMA packets an empty command buffer holds

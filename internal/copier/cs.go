@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/cq"
@@ -22,15 +23,69 @@ type csItem struct {
 // csRec is one command submission under construction or in flight: the
 // CS itself (dma.CSBuilder: packets, queues, sealing) and what the copier
 // ties to it (the ops it carries, the host mappings they hold).
+//
+// Records are reused (Device.recs): one that carried a CS goes back to
+// its device's pool when both the code that built and submitted it and
+// finish are done with it (refs), so that a CS costs no allocation for
+// its record, builder or callbacks.
 type csRec struct {
 	g       *Device
-	cs      *dma.CSBuilder
+	cs      dma.CSBuilder
 	items   []csItem
 	regions []*memcache.Region
 	// itemBuf and regionBuf back items and regions for a CS of one copy
-	// (a lone copy, or the first of a drain): no allocation for them.
-	itemBuf   [1]csItem
-	regionBuf [2]*memcache.Region
+	// (a lone copy, or the first of a drain); bigItems and bigRegions
+	// are the larger arrays a record made before, kept for its next CS.
+	itemBuf    [1]csItem
+	regionBuf  [2]*memcache.Region
+	bigItems   []csItem
+	bigRegions []*memcache.Region
+	// onDone and onTimeout are finish and timeout as the values a
+	// cq.Submission takes, made once per record.
+	onDone    func(error)
+	onTimeout func(time.Time) time.Time
+	// refs counts the record's holders: the build (processRefs, then
+	// submit) and finish. The last to let go returns it to the pool.
+	refs atomic.Int32
+}
+
+// newRec starts a record for a CS of up to n copies on queues qs.
+func (g *Device) newRec(o dma.CSOptions, n int) (*csRec, error) {
+	r, _ := g.recs.Get().(*csRec)
+	if r == nil {
+		r = &csRec{g: g}
+		r.onDone, r.onTimeout = r.finish, r.timeout
+	}
+	if err := g.Dev.InitCSBuilder(&r.cs, o); err != nil {
+		g.recs.Put(r)
+		return nil, err
+	}
+	switch {
+	case n <= len(r.itemBuf):
+		r.items, r.regions = r.itemBuf[:0], r.regionBuf[:0]
+	case cap(r.bigItems) >= n:
+		r.items, r.regions = r.bigItems[:0], r.bigRegions[:0]
+	default:
+		r.bigItems, r.bigRegions = make([]csItem, 0, n), make([]*memcache.Region, 0, 2*n)
+		r.items, r.regions = r.bigItems, r.bigRegions
+	}
+	r.refs.Store(2)
+	return r, nil
+}
+
+// unref drops one holder of r; the last returns r to the pool, keeping
+// nothing of its CS (jobs, mappings, command buffers).
+func (r *csRec) unref() {
+	if r.refs.Add(-1) != 0 {
+		return
+	}
+	clear(r.items)
+	clear(r.itemBuf[:])
+	clear(r.regionBuf[:])
+	clear(r.bigRegions[:cap(r.bigRegions)])
+	r.items, r.regions = nil, nil
+	r.cs = dma.CSBuilder{}
+	r.g.recs.Put(r)
 }
 
 // pipelineFirstOps caps the first command submission a drain sends; each
@@ -46,12 +101,13 @@ func (g *Device) processRefs(dir int, refs []ref) {
 	}
 	c := g.c
 	streams, oneQueue := g.streams(dir, refs)
+	opts := dma.CSOptions{
+		Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.getCB, OneQueue: oneQueue,
+	}
 	// newRec starts a CS for up to limit copies (its items and mappings
 	// allocated once, not grown copy by copy).
 	newRec := func(limit int) (*csRec, error) {
-		cs, err := g.Dev.NewCSBuilder(dma.CSOptions{
-			Queues: streams, CBSize: c.cfg.CBSize, PieceSize: c.cfg.ChunkSize, NewCB: g.getCB, OneQueue: oneQueue,
-		})
+		r, err := g.newRec(opts, min(limit, len(refs)))
 		if err != nil {
 			kind := gxerr.Device
 			switch {
@@ -61,13 +117,6 @@ func (g *Device) processRefs(dir int, refs []ref) {
 				kind = gxerr.Invalid
 			}
 			return nil, gxerr.New(kind, fmt.Sprintf("command submission on gaudi%d (Config.CBSize %d)", g.Idx, c.cfg.CBSize), err)
-		}
-		n := min(limit, len(refs))
-		r := &csRec{g: g, cs: cs}
-		if n <= len(r.itemBuf) {
-			r.items, r.regions = r.itemBuf[:0], r.regionBuf[:0]
-		} else {
-			r.items, r.regions = make([]csItem, 0, n), make([]*memcache.Region, 0, 2*n)
 		}
 		return r, nil
 	}
@@ -121,6 +170,7 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			err = gxerr.New(gxerr.Device, "add copy to command submission", err)
 			c.finishOp(j, o, err)
 			rec.finish(err)
+			rec.unref()
 			rec, _ = newRec(limit)
 			continue
 		}
@@ -179,12 +229,15 @@ func (g *Device) addr(s Slice, regs *[]*memcache.Region) (uint64, error) {
 	return hm.DeviceAddr() + (m.Addr + s.Off - uint64(hm.HostAddr())), nil
 }
 
-// submit sends the CS and hands it to the device's completion actor.
+// submit sends the CS and hands it to the device's completion actor. The
+// builder's hold on r ends here.
 func (r *csRec) submit() {
+	defer r.unref()
 	g := r.g
 	c := g.c
 	if len(r.items) == 0 {
 		r.releaseCBs()
+		r.unref() // finish's: it is not called
 		return
 	}
 	chunks, err := r.cs.Seal()
@@ -200,7 +253,7 @@ func (r *csRec) submit() {
 	c.st.CS.Add(1)
 	c.st.Packets.Add(uint64(r.cs.Len()))
 	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.cs.Len()).Int("cbs", len(chunks)).Msg("CS submitted")
-	t, err := g.Actor.TrackTicket(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.finish, OnTimeout: r.timeout})
+	t, err := g.Actor.TrackTicket(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.onDone, OnTimeout: r.onTimeout})
 	if err == nil {
 		r.attach(t)
 		return
@@ -246,8 +299,10 @@ func (r *csRec) timeout(now time.Time) time.Time {
 }
 
 // finish retires the CS: releases command buffers, host mappings and
-// buffer references, then completes the operations.
+// buffer references, then completes the operations. It is called once
+// per CS, and its hold on r ends with it.
 func (r *csRec) finish(err error) {
+	defer r.unref()
 	if err != nil {
 		err = mapDeviceErr(err)
 	}

@@ -37,6 +37,7 @@ type Device struct {
 	Exports  *memcache.Cache     // device range -> *dma.DMABuf
 	Types    *memcache.TypeCache // device range -> *Mem
 
+	recs  sync.Pool   // *csRec whose CSs retired (csRec.unref)
 	cbs   *dma.CBPool // command buffers of retired CSs
 	getCB func() (*dma.CB, error)
 	putCB func(*dma.CB) // cbs' methods as values, made once (not per CS)

@@ -32,6 +32,21 @@ type Future struct {
 	// tickets are command submissions carrying this future's operations,
 	// which Wait polls itself while it spins (see addTicket).
 	tickets [maxTickets]atomic.Pointer[cq.Ticket]
+	// job is the first job made for this future (ownJob): a copy, or a
+	// batch's device copies, and its future then cost one allocation.
+	job      Job
+	jobTaken bool
+}
+
+// ownJob returns a new job for f's operations: the future's own the
+// first time, an allocated one after. Called while f is set up, before
+// anything shares it.
+func (f *Future) ownJob() *Job {
+	if f.jobTaken {
+		return &Job{}
+	}
+	f.jobTaken = true
+	return &f.job
 }
 
 // maxTickets bounds the command submissions a future's Wait polls; those

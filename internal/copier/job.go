@@ -22,9 +22,10 @@ type Job struct {
 	Ctx context.Context
 }
 
-// oneOp is a job of one copy, its op in the job's own array.
-func oneOp(dst, src Slice) *Job {
-	j := &Job{}
+// oneOp is a job of one copy for f, its op in the job's own array.
+func oneOp(f *Future, dst, src Slice) *Job {
+	j := f.ownJob()
+	j.Fut = f
 	j.one[0] = Op{Dst: dst, Src: src}
 	j.Ops = j.one[:1]
 	return j
@@ -86,8 +87,8 @@ func (c *Copier) Submit(ctx context.Context, j *Job) error {
 // while it is queued. On an error nothing was queued and the references
 // are still the caller's.
 func (c *Copier) Copy(ctx context.Context, f *Future, dst, src Slice, deadline time.Time) error {
-	j := oneOp(dst, src)
-	j.Fut, j.Start, j.Deadline = f, time.Now(), deadline
+	j := oneOp(f, dst, src)
+	j.Start, j.Deadline = time.Now(), deadline
 	if ctx.Done() != nil {
 		j.Ctx = ctx
 	}
@@ -112,7 +113,8 @@ func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline 
 		}
 		if dev == nil {
 			// Room for every op: usually all are device copies.
-			dev = &Job{Fut: f, Start: now, Deadline: deadline}
+			dev = f.ownJob()
+			dev.Fut, dev.Start, dev.Deadline = f, now, deadline
 			if n := len(ops) - i; n == 1 {
 				dev.Ops = dev.one[:0]
 			} else {
@@ -210,8 +212,8 @@ func (c *Copier) opDone(j *Job, o *Op, err error) {
 // hardware is done with it. The future counts two completions: opDone
 // (the result, possibly at the deadline) and opRelease (the retirement).
 func (c *Copier) CopyInternal(dst, src Slice, deadline time.Time) *Future {
-	j := oneOp(dst, src)
-	j.Fut, j.Start, j.Deadline, j.Internal = NewFuture(2), time.Now(), deadline, true
+	j := oneOp(NewFuture(2), dst, src)
+	j.Start, j.Deadline, j.Internal = time.Now(), deadline, true
 	if err := c.Submit(context.Background(), j); err != nil {
 		return Resolved(err)
 	}
