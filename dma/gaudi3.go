@@ -125,6 +125,7 @@ type g3Chan struct {
 	ring    []byte     // host pages
 	ringVA  uint64
 	pi      uint32 // MSQ_PI as last written
+	ci      uint32 // MSQ_CI as last read (room): it only grows until program
 	issued  uint64 // counter value once everything written has completed
 	counter *uint64
 	intr    uint32
@@ -350,7 +351,7 @@ func (g *g3Dev) program(c *g3Chan, zero bool) {
 	if zero {
 		atomic.StoreUint64(c.counter, 0)
 	}
-	c.issued, c.pi = c.count(), 0
+	c.issued, c.pi, c.ci = c.count(), 0, 0
 	va := g.cqVA + 8*uint64(c.slot)
 	c.store(gaudi3.RegECQBaseLo, uint32(va))
 	c.store(gaudi3.RegECQBaseHi, uint32(va>>32))

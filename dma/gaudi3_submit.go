@@ -3,6 +3,7 @@ package dma
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -19,7 +20,9 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 	if err := g.ensure(); err != nil {
 		return 0, err
 	}
-	if err := g.checkHealth(op); err != nil {
+	now := time.Now() // the submission's start too, unless it waits for room
+	retries := g.d.submitRetries.Load()
+	if err := g.checkHealth(op, now); err != nil {
 		return 0, err
 	}
 	if err := g.slot(op); err != nil {
@@ -45,35 +48,43 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 	}
 	locked := lockAllInto(lockBuf[:0], chans)
 	defer unlockAll(locked)
-	need := map[*g3Chan]uint32{}
-	for i, ch := range chunks {
-		c := chans[i]
-		pi := c.pi + need[c]
-		need[c] += gaudi3.PadBeforeWrap(pi, g3RingSize, len(ch.pkts)) + uint32(len(ch.pkts))
+	// need[k] is the ring bytes the chunks take on locked[k].
+	var needBuf [g3Chans]uint32
+	need := needBuf[:0]
+	if len(locked) > len(needBuf) {
+		need = make([]uint32, 0, len(locked))
 	}
-	for _, c := range locked {
-		if need[c] > g3RingSize {
-			return 0, newErr(op(), ErrInvalid, fmt.Sprintf("%d bytes of packets for PDMA channel %d, its ring holds %d", need[c], c.ch, g3RingSize), nil)
+	need = need[:len(locked)]
+	for i, ch := range chunks {
+		k := slices.Index(locked, chans[i])
+		pi := chans[i].pi + need[k]
+		need[k] += gaudi3.PadBeforeWrap(pi, g3RingSize, len(ch.pkts)) + uint32(len(ch.pkts))
+	}
+	for k, c := range locked {
+		if need[k] > g3RingSize {
+			return 0, newErr(op(), ErrInvalid, fmt.Sprintf("%d bytes of packets for PDMA channel %d, its ring holds %d", need[k], c.ch, g3RingSize), nil)
 		}
-		if err := g.room(op, c, need[c]); err != nil {
+		if err := g.room(op, c, need[k]); err != nil {
 			return 0, err
 		}
 	}
-	targets := map[*g3Chan]uint64{}
+	if g.d.submitRetries.Load() != retries {
+		now = time.Now()
+	}
 	for i, ch := range chunks {
 		c := chans[i]
 		g.write(c, ch.pkts)
 		c.issued += uint64(ch.incs)
-		targets[c] = c.issued
 		c.store(gaudi3.RegMSQPI, c.pi)
 		g.ring(c)
 	}
 	g.mu.Lock()
-	cs := &g3CS{seq: g.nextSeq, epoch: g.epoch, start: time.Now()}
+	cs := &g3CS{seq: g.nextSeq, epoch: g.epoch, start: now}
 	cs.parts = cs.buf[:0]
 	g.nextSeq++
 	for _, c := range locked {
-		cs.parts = append(cs.parts, g3Part{c: c, target: targets[c]})
+		// Its counter reaches c.issued once the last chunk on it is done.
+		cs.parts = append(cs.parts, g3Part{c: c, target: c.issued})
 	}
 	g.pending[cs.seq] = cs
 	g.mu.Unlock()
@@ -90,8 +101,8 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 // g3Dev.healthEvery. A reset is then noticed within that time (Wait looks
 // too), and a submission written into the channels meanwhile ends
 // ABORTED, as the ones in flight when the device was reset do.
-func (g *g3Dev) checkHealth(op func() string) error {
-	now := time.Now().UnixNano()
+func (g *g3Dev) checkHealth(op func() string, t time.Time) error {
+	now := t.UnixNano()
 	if last := g.lastHealth.Load(); last != 0 && now-last < int64(g.healthEvery) {
 		return nil
 	}
@@ -143,17 +154,23 @@ func (g *g3Dev) slot(op func() string) error {
 
 // room waits until c's ring has n free bytes (c locked), after bringing
 // MSQ_PI back to 0 once the channel is idle if it would pass g3PILimit.
-// It retries like a CS submission that finds its queue full.
+// It retries like a CS submission that finds its queue full. The
+// registers and the counter are read only when needed: they are the
+// device's (the emulator's worker writes them on another core), and the
+// MSQ_CI read last is a lower bound of the current one.
 func (g *g3Dev) room(op func() string, c *g3Chan, n uint32) error {
 	backoff := g.d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
-		idle := c.count() >= c.issued
-		if uint64(c.pi)+uint64(n) > g3PILimit && idle {
+		if uint64(c.pi)+uint64(n) > g3PILimit && c.count() >= c.issued {
 			g.program(c, false)
 		}
-		ci := c.load(gaudi3.RegMSQCI)
-		if uint64(c.pi)+uint64(n) <= g3PILimit && gaudi3.RingFree(c.pi, ci, g3RingSize) >= n {
-			return nil
+		if uint64(c.pi)+uint64(n) <= g3PILimit {
+			if gaudi3.RingFree(c.pi, c.ci, g3RingSize) < n {
+				c.ci = c.load(gaudi3.RegMSQCI)
+			}
+			if gaudi3.RingFree(c.pi, c.ci, g3RingSize) >= n {
+				return nil
+			}
 		}
 		if attempt >= g.d.opts.SubmitRetries {
 			return newErr(op(), ErrBusy, fmt.Sprintf("PDMA channel %d ring still full after %d retries", c.ch, attempt), unix.EAGAIN)

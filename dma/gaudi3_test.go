@@ -306,3 +306,55 @@ func copyCB(t *testing.T, d *Device) *CB {
 	require.NoError(t, cb.AddLinDMA(m.Addr(), hm.DeviceAddr(), 4096))
 	return cb
 }
+
+// TestGaudi3RingRefill: submissions that together hold more packets than
+// a channel's ring, written without waiting for any: the later ones find
+// the ring full as of the MSQ_CI last read and must read it again (room),
+// and every copy lands.
+func TestGaudi3RingRefill(t *testing.T) {
+	d, _ := openG3(t, hlsim.Config{}, nil)
+	const piece, pieces, subs = 64, 4096, 12 // 12 CSs of 4096 packets: over g3RingSize
+	const n = piece * pieces
+	h, err := AllocHostPages(n)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, FreeHostPages(h)) }()
+	copy(h, pattern(n))
+	hm, err := d.MapHostBytes(h)
+	require.NoError(t, err)
+	defer hm.Unmap()
+	src, err := d.AllocDevice(n)
+	require.NoError(t, err)
+	defer src.Free()
+	require.NoError(t, d.CopySync(src.Addr(), hm.DeviceAddr(), n))
+	q := d.D2DQueues()[:1]
+	var ring int
+	seqs := make([]uint64, 0, subs)
+	dsts := make([]*DeviceMem, 0, subs)
+	for range subs {
+		dst, err := d.AllocDevice(n)
+		require.NoError(t, err)
+		defer dst.Free()
+		dsts = append(dsts, dst)
+		cs, err := d.NewCSBuilder(CSOptions{Queues: q, CBSize: g3MaxChunk, PieceSize: piece})
+		require.NoError(t, err)
+		require.NoError(t, cs.AddCopy(dst.Addr(), src.Addr(), n))
+		chunks, err := cs.Seal()
+		require.NoError(t, err)
+		ring += len(chunks[0].pkts)
+		seq, err := d.Submit(chunks)
+		require.NoError(t, err)
+		seqs = append(seqs, seq)
+		defer cs.Release(nil)
+	}
+	require.Greater(t, ring, g3RingSize, "the submissions hold more than one ring")
+	for _, seq := range seqs {
+		st, err := d.Wait(seq, 30*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, CSCompleted, st)
+	}
+	for _, dst := range dsts {
+		clear(h)
+		require.NoError(t, d.CopySync(hm.DeviceAddr(), dst.Addr(), n))
+		require.True(t, bytes.Equal(pattern(n), h))
+	}
+}

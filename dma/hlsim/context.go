@@ -63,6 +63,10 @@ type hctx struct {
 	// Gaudi3: the register files of the mapped PDMA CH_A blocks (memMu)
 	// and the interrupt waits.
 	g3chans [gaudi3.PDMAChannels]*g3chan
+	// bells holds g3chans for Doorbell, which finds a channel without
+	// memMu: the engines take memMu's read lock for every packet, and a
+	// submission taking it too would move its cache line between cores.
+	bells [gaudi3.PDMAChannels]atomic.Pointer[g3chan]
 	irq     g3irq
 	quit    chan struct{}
 	engWG   sync.WaitGroup

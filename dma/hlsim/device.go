@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/internal/hlsys"
@@ -191,10 +192,16 @@ type Device struct {
 	sram    []byte
 
 	st struct {
-		submitted, completed, aborted, timedout atomic.Uint64
-		packets, bytes, faults, resets, parks   atomic.Uint64
-		blocks                                  atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
-		busy                                    atomic.Int64
+		// submitted is counted by the submitting side (CS ioctl,
+		// Doorbell), the rest mostly by the engines: apart, on its own
+		// cache line, a submission does not take the engines' counters
+		// from the core that runs them.
+		submitted                             atomic.Uint64
+		_                                     cpu.CacheLinePad
+		completed, aborted, timedout          atomic.Uint64
+		packets, bytes, faults, resets, parks atomic.Uint64
+		blocks                                atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
+		busy                                  atomic.Int64
 	}
 	dmaT activity // engines executing (Stats.DMAActive)
 	emuT activity // engines executing or a CS ioctl running (Stats.EmuActive)

@@ -187,6 +187,7 @@ func (c *hctx) g3channel(ch int) (*g3chan, error) {
 	}
 	g := &g3chan{c: c, ch: ch, regs: regs, wake: make(chan struct{}, 1), dma: &engine{c: c}}
 	c.g3chans[ch] = g
+	c.bells[ch].Store(g)
 	c.engWG.Add(1)
 	go g.run()
 	return g, nil
@@ -230,14 +231,13 @@ func (c *hctx) Doorbell(block []byte) {
 	if len(block) == 0 || c.usable() != nil {
 		return
 	}
-	c.memMu.RLock()
 	var g *g3chan
-	for _, x := range c.g3chans {
-		if x != nil && &x.regs[0] == &block[0] {
+	for i := range c.bells {
+		if x := c.bells[i].Load(); x != nil && &x.regs[0] == &block[0] {
 			g = x
+			break
 		}
 	}
-	c.memMu.RUnlock()
 	if g == nil {
 		return
 	}
@@ -662,6 +662,7 @@ func (c *hctx) g3Reset() {
 func (c *hctx) g3Release() {
 	for i, g := range c.g3chans {
 		if g != nil {
+			c.bells[i].Store(nil)
 			_ = unix.Munmap(g.regs)
 			c.g3chans[i] = nil
 		}
