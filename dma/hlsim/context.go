@@ -67,9 +67,9 @@ type hctx struct {
 	// memMu: the engines take memMu's read lock for every packet, and a
 	// submission taking it too would move its cache line between cores.
 	bells [gaudi3.PDMAChannels]atomic.Pointer[g3chan]
-	irq     g3irq
-	quit    chan struct{}
-	engWG   sync.WaitGroup
+	irq   g3irq
+	quit  chan struct{}
+	engWG sync.WaitGroup
 
 	outMu    sync.Mutex
 	outcomes []outcome // CS outcome store, oldest first
