@@ -105,8 +105,9 @@ type g3Dev struct {
 	cqMem               []byte
 	scratch, scratchVA  uint64 // HBM allocation handle and VA: completion writes land here
 	intrOff             atomic.Bool
-	lastCheck           atomic.Int64 // unix ns of the last RESET_COUNT read in a polling wait
-	lastHealth          atomic.Int64 // unix ns of checkHealth's last look that found the device well (0: look)
+	t0                  time.Time    // clock's origin
+	lastCheck           atomic.Int64 // clock of the last RESET_COUNT read in a polling wait
+	lastHealth          atomic.Int64 // clock of checkHealth's last look that found the device well (0: look)
 	healthEvery         time.Duration
 	mu                  sync.Mutex // guards what follows; taken after channel locks
 	epoch               uint32     // RESET_COUNT the channels were programmed under
@@ -139,7 +140,7 @@ const g3Chans = 3
 type g3CS struct {
 	seq   uint64
 	epoch uint32
-	start time.Time
+	start time.Duration // clock at submission
 	parts []g3Part
 	buf   [g3Chans]g3Part // parts' first backing (a CS uses at most every channel once)
 }
@@ -171,13 +172,18 @@ func g3Preference(mask uint64) []uint32 {
 	return out
 }
 
+// clock is the time since g.t0, from the monotonic clock alone: a
+// polling wait reads it at every poll, and reading the wall clock too
+// would double the cost.
+func (g *g3Dev) clock() time.Duration { return time.Since(g.t0) }
+
 // newG3 plans direct mode from HW_IP_INFO: two channels for host-to-device
 // and device-to-device copies, one for device-to-host (as the Gaudi2 path
 // uses two streams of PDMA_0 and one of PDMA_1). No channel is touched
 // until the first command buffer or submission.
 func newG3(d *Device, info hlsys.HwIPInfo, b Backend) *g3Dev {
 	g := &g3Dev{d: d, intrFirst: uint32(info.FirstAvailableInterruptID), intrN: uint32(info.NumberOfUserInterrupts),
-		nextSeq: 1, pending: map[uint64]*g3CS{}, ended: map[uint64]CSStatus{}, healthEvery: healthEvery}
+		nextSeq: 1, pending: map[uint64]*g3CS{}, ended: map[uint64]CSStatus{}, healthEvery: healthEvery, t0: time.Now()}
 	g.bell, _ = b.(doorbeller)
 	g.tdr = d.opts.CSTimeout
 	if g.tdr <= 0 {

@@ -20,7 +20,7 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 	if err := g.ensure(); err != nil {
 		return 0, err
 	}
-	now := time.Now() // the submission's start too, unless it waits for room
+	now := g.clock() // the submission's start too, unless it waits for room
 	retries := g.d.submitRetries.Load()
 	if err := g.checkHealth(op, now); err != nil {
 		return 0, err
@@ -69,7 +69,7 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 		}
 	}
 	if g.d.submitRetries.Load() != retries {
-		now = time.Now()
+		now = g.clock()
 	}
 	for i, ch := range chunks {
 		c := chans[i]
@@ -101,8 +101,8 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 // g3Dev.healthEvery. A reset is then noticed within that time (Wait looks
 // too), and a submission written into the channels meanwhile ends
 // ABORTED, as the ones in flight when the device was reset do.
-func (g *g3Dev) checkHealth(op func() string, t time.Time) error {
-	now := t.UnixNano()
+func (g *g3Dev) checkHealth(op func() string, t time.Duration) error {
+	now := int64(t)
 	if last := g.lastHealth.Load(); last != 0 && now-last < int64(g.healthEvery) {
 		return nil
 	}
@@ -207,15 +207,15 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 		if st != CSBusy || err != nil {
 			return st, err
 		}
-		t := time.Now() // one clock read per poll
-		if t.Sub(cs.start) >= g.tdr {
+		t := g.clock() // one clock read per poll
+		if t-cs.start >= g.tdr {
 			g.timeout(cs)
 			continue
 		}
 		if remaining <= 0 {
 			// Polled: look for a reset now and then, so that a reset ends
 			// the submissions of a caller that only polls.
-			now := t.UnixNano()
+			now := int64(t)
 			if last := g.lastCheck.Load(); now-last > int64(g.healthEvery) && g.lastCheck.CompareAndSwap(last, now) {
 				if err := g.checkReset(); err != nil {
 					return CSUnknown, d.ioErr(op(), "", err)
@@ -232,7 +232,7 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 		// channels of a device reset since Submit's last look
 		// (checkHealth) never reaches its target, and a reset before a
 		// sleep wakes nobody (sleeps are bounded: maxG3Sleep).
-		if now := t.UnixNano(); slept || now-g.lastCheck.Load() > int64(g.healthEvery) {
+		if now := int64(t); slept || now-g.lastCheck.Load() > int64(g.healthEvery) {
 			g.lastCheck.Store(now)
 			if err := g.checkReset(); err != nil {
 				return CSUnknown, d.ioErr(op(), "", err)
@@ -241,7 +241,7 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 				return st, err
 			}
 		}
-		wait := min(remaining, g.tdr-time.Since(cs.start)+time.Millisecond, maxG3Sleep)
+		wait := min(remaining, g.tdr-(g.clock()-cs.start)+time.Millisecond, maxG3Sleep)
 		start := time.Now()
 		if err := g.sleep(op, cs, wait, &delay); err != nil {
 			return CSUnknown, err

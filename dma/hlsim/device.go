@@ -253,8 +253,9 @@ func (d *Device) dmaBegin() time.Time {
 	return now
 }
 
-// dmaEnd ends an engine's execution begun at start (dmaBegin).
-func (d *Device) dmaEnd(start time.Time) {
+// dmaEnd ends an engine's execution begun at start (dmaBegin) and
+// returns its end.
+func (d *Device) dmaEnd(start time.Time) time.Time {
 	d.dmaT.mu.Lock()
 	d.emuT.mu.Lock()
 	now := time.Now()
@@ -263,6 +264,7 @@ func (d *Device) dmaEnd(start time.Time) {
 	d.emuT.mu.Unlock()
 	d.dmaT.mu.Unlock()
 	d.st.busy.Add(int64(now.Sub(start)))
+	return now
 }
 
 // driverBegin and driverEnd bracket a CS ioctl (Stats.EmuActive).

@@ -364,10 +364,21 @@ func (g *g3chan) nextWake(poll time.Duration) time.Duration {
 // counter of a channel only grows, so a completion held back by
 // DelayNextCS holds back the later ones of its channel too (their data
 // has moved meanwhile).
+//
+// A completion without a delay (at zero) is due at once: no clock read
+// for it, on the path from a copy's end to its counter.
 func (g *g3chan) flushLocked() {
-	now := time.Now()
+	var now time.Time
 	k := 0
-	for k < len(g.pend) && !g.pend[k].at.After(now) {
+	for k < len(g.pend) {
+		if at := g.pend[k].at; !at.IsZero() {
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if at.After(now) {
+				break
+			}
+		}
 		g.complete(g.pend[k].incs)
 		g.c.d.st.completed.Add(1)
 		k++
@@ -428,7 +439,7 @@ func (g *g3chan) step() bool {
 	}
 	start := c.d.dmaBegin()
 	incs, err := g.execute(end)
-	c.d.dmaEnd(start)
+	done := c.d.dmaEnd(start)
 	if err != nil {
 		g.mu.Unlock()
 		c.d.st.faults.Add(1)
@@ -442,7 +453,11 @@ func (g *g3chan) step() bool {
 		c.d.reset(c, "PDMA channel error")
 		return false
 	}
-	g.pend = append(g.pend, g3done{incs: incs, at: time.Now().Add(m.delay)})
+	var at time.Time // due at once
+	if m.delay > 0 {
+		at = done.Add(m.delay)
+	}
+	g.pend = append(g.pend, g3done{incs: incs, at: at})
 	g.flushLocked()
 	g.mu.Unlock()
 	return true
