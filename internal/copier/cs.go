@@ -353,7 +353,7 @@ func (d *doneRun) flush(c *Copier) {
 	if d.n == 0 {
 		return
 	}
-	c.st.RecordN(d.j.Start, d.n, d.bytes)
+	c.st.RecordN(c.clock()-d.j.Start, d.n, d.bytes)
 	d.j.Fut.CompleteN(d.n)
 }
 

@@ -266,41 +266,42 @@ func (g *Device) process(dir int, jobs []*Job) {
 
 // inlineRuns counts the jobs processed on their callers' goroutines
 // (runInline), so that Close can wait for them: they build command
-// buffers and submit to the device that Close then releases.
+// buffers and submit to the device that Close then releases. One atomic
+// word holds the count and whether close began (inlineClosed): a run's
+// enter and exit cost an atomic operation each, no lock.
 type inlineRuns struct {
-	mu     sync.Mutex
-	cond   sync.Cond
-	n      int
-	closed bool
+	state atomic.Int64
+	done  atomic.Pointer[chan struct{}] // closed by the last exit after close began
 }
+
+const inlineClosed = 1 << 62
 
 // enter registers an inline run; false once close began.
 func (r *inlineRuns) enter() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
+	for {
+		v := r.state.Load()
+		if v&inlineClosed != 0 {
+			return false
+		}
+		if r.state.CompareAndSwap(v, v+1) {
+			return true
+		}
 	}
-	r.n++
-	return true
 }
 
 func (r *inlineRuns) exit() {
-	r.mu.Lock()
-	r.n--
-	if r.n == 0 && r.closed { // close set cond.L with closed
-		r.cond.Broadcast()
+	if r.state.Add(-1) == inlineClosed { // the last run since close began
+		close(*r.done.Load())
 	}
-	r.mu.Unlock()
 }
 
-// close refuses new inline runs and waits for those that entered.
+// close refuses new inline runs and waits for those that entered; a
+// second close waits as the first did.
 func (r *inlineRuns) close() {
-	r.mu.Lock()
-	r.closed = true
-	r.cond.L = &r.mu
-	for r.n > 0 {
-		r.cond.Wait()
+	done := make(chan struct{})
+	// done is stored before the flag: an exit that sees the flag finds it.
+	if r.done.CompareAndSwap(nil, &done) && r.state.Add(inlineClosed) == inlineClosed {
+		close(done) // none running
 	}
-	r.mu.Unlock()
+	<-*r.done.Load()
 }

@@ -82,7 +82,7 @@ func (h *hostPath) drain() {
 				h.actor.Post(cq.HostCompletion{F: j.Fut, Idx: o.Idx, Err: err, Then: func() {
 					c.opRelease(jj, oo)
 					if !jj.Internal {
-						c.st.Record(jj.Start, oo.n(), err)
+						c.st.Record(c.clock()-jj.Start, oo.n(), err)
 					}
 				}})
 			}

@@ -154,3 +154,34 @@ func TestStopWaitsForInlineRuns(t *testing.T) {
 	<-stopped
 	require.False(t, r.c.inline.enter(), "no inline run after Stop")
 }
+
+// TestInlineRunsClose: close waits for every run that entered, whichever
+// exits last; it returns at once with none running; a second close waits
+// as the first; no run enters after close began.
+func TestInlineRunsClose(t *testing.T) {
+	for _, running := range []int{0, 1, 3} {
+		var r inlineRuns
+		for range running {
+			require.True(t, r.enter())
+		}
+		closed := make(chan struct{}, 2)
+		for range 2 {
+			go func() {
+				r.close()
+				closed <- struct{}{}
+			}()
+		}
+		for i := range running {
+			select {
+			case <-closed:
+				t.Fatalf("%d runs: close returned with %d still running", running, running-i)
+			case <-time.After(20 * time.Millisecond):
+			}
+			require.False(t, r.enter(), "no run enters once close began")
+			r.exit()
+		}
+		<-closed
+		<-closed
+		require.False(t, r.enter())
+	}
+}

@@ -12,7 +12,7 @@ type Job struct {
 	Ops      []Op
 	one      [1]Op // Ops' backing for a job of one copy
 	Fut      *Future
-	Start    time.Time
+	Start    time.Duration // Copier.clock at submission
 	Deadline time.Time
 	// Internal: submitted by the engine for an operation that holds the
 	// buffers (no references dropped, nothing counted; see CopyInternal).
@@ -88,7 +88,7 @@ func (c *Copier) Submit(ctx context.Context, j *Job) error {
 // are still the caller's.
 func (c *Copier) Copy(ctx context.Context, f *Future, dst, src Slice, deadline time.Time) error {
 	j := oneOp(f, dst, src)
-	j.Start, j.Deadline = time.Now(), deadline
+	j.Start, j.Deadline = c.clock(), deadline
 	if ctx.Done() != nil {
 		j.Ctx = ctx
 	}
@@ -102,7 +102,7 @@ func (c *Copier) Copy(ctx context.Context, f *Future, dst, src Slice, deadline t
 // before anything runs; then the host-to-host copies, run here. ctx, if it
 // can end, drops the device copies still queued when it ends.
 func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline time.Time) error {
-	now := time.Now()
+	now := c.clock()
 	var dev *Job
 	var host []Op
 	for i := range ops {
@@ -194,7 +194,7 @@ func (c *Copier) release(m *Mem) {
 // opDone records the op and completes its future entry.
 func (c *Copier) opDone(j *Job, o *Op, err error) {
 	if !j.Internal {
-		c.st.Record(j.Start, o.n(), err)
+		c.st.Record(c.clock()-j.Start, o.n(), err)
 	}
 	j.Fut.Complete(o.Idx, err)
 }
@@ -213,7 +213,7 @@ func (c *Copier) opDone(j *Job, o *Op, err error) {
 // (the result, possibly at the deadline) and opRelease (the retirement).
 func (c *Copier) CopyInternal(dst, src Slice, deadline time.Time) *Future {
 	j := oneOp(NewFuture(2), dst, src)
-	j.Start, j.Deadline, j.Internal = time.Now(), deadline, true
+	j.Start, j.Deadline, j.Internal = c.clock(), deadline, true
 	if err := c.Submit(context.Background(), j); err != nil {
 		return Resolved(err)
 	}

@@ -141,7 +141,7 @@ func CheckRuntime(dst, src Slice) (*Runtime, error) {
 // operation that holds the buffers; else the copy holds a reference to
 // each buffer, dropped when it ends.
 func (c *Copier) CopyRuntime(r *Runtime, f *Future, dst, src Slice, deadline time.Time, internal bool) {
-	start := time.Now()
+	start := c.clock()
 	c.runtime.Add(1)
 	go func() {
 		defer c.runtime.Done()
@@ -159,7 +159,7 @@ func (c *Copier) CopyRuntime(r *Runtime, f *Future, dst, src Slice, deadline tim
 		if !internal {
 			c.release(dst.M)
 			c.release(src.M)
-			c.st.Record(start, src.N, err)
+			c.st.Record(c.clock()-start, src.N, err)
 		}
 		f.Complete(0, err)
 	}()

@@ -19,8 +19,8 @@ type Counters struct {
 	Errs          gxerr.KindCounters // failed copies by kind
 }
 
-// Record counts an asynchronous copy of n bytes submitted at start.
-func (s *Counters) Record(start time.Time, n uint64, err error) {
+// Record counts an asynchronous copy of n bytes that took lat.
+func (s *Counters) Record(lat time.Duration, n uint64, err error) {
 	if err != nil {
 		s.Failed.Add(1)
 		s.Errs.Add(err)
@@ -28,15 +28,15 @@ func (s *Counters) Record(start time.Time, n uint64, err error) {
 		s.Completed.Add(1)
 		s.Bytes.Add(n)
 	}
-	s.Lat.add(time.Since(start))
+	s.Lat.add(lat)
 }
 
-// RecordN records n successful copies started at start that ended now,
-// of bytes bytes in all (Record for each, with one reading of the clock).
-func (s *Counters) RecordN(start time.Time, n int, bytes uint64) {
+// RecordN records n successful copies that each took lat, of bytes bytes
+// in all (Record for each).
+func (s *Counters) RecordN(lat time.Duration, n int, bytes uint64) {
 	s.Completed.Add(uint64(n))
 	s.Bytes.Add(bytes)
-	s.Lat.addN(time.Since(start), uint64(n))
+	s.Lat.addN(lat, uint64(n))
 }
 
 // RecordInline counts a copy of n bytes done on the caller's goroutine.
