@@ -49,7 +49,7 @@ type csRec struct {
 	refs atomic.Int32
 }
 
-// newRec starts a record for a CS of up to n copies on queues qs.
+// newRec starts a record for a CS of up to n copies built with o.
 func (g *Device) newRec(o dma.CSOptions, n int) (*csRec, error) {
 	r, _ := g.recs.Get().(*csRec)
 	if r == nil {
