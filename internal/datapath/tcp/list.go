@@ -107,10 +107,19 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 	var ops []*listOp
 	var o *listOp
 	var keys map[wire.RemoteKey]uint16
+	last := -1 // the key index of the entry before, in o.msg.Keys
 	for i, r := range reqs {
 		k := r.Key
 		k.Offset, k.Len = k.GrantOffset, k.GrantLen
-		idx, ok := keys[k]
+		// Entries of one key usually follow each other: compared with
+		// the last one's, a key needs no hashing.
+		var idx uint16
+		ok := last >= 0 && o.msg.Keys[last] == k
+		if ok {
+			idx = uint16(last)
+		} else {
+			idx, ok = keys[k]
+		}
 		if o == nil || len(o.msg.Entries) == wire.MaxListEntries || (!ok && len(o.msg.Keys) == wire.MaxListKeys) {
 			o = &listOp{reqState: reqState{p: p}, put: r.Put, base: base + i, c: c, deadline: r.Deadline}
 			ops = append(ops, o)
@@ -122,6 +131,7 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 			keys[k] = idx
 			o.msg.Keys = append(o.msg.Keys, k)
 		}
+		last = int(idx)
 		o.msg.Entries = append(o.msg.Entries, wire.ListEntry{Key: idx, Offset: r.Key.Offset - r.Key.GrantOffset, Length: r.Local.Len})
 		o.locals = append(o.locals, r.Local)
 		o.total += r.Local.Len

@@ -438,3 +438,48 @@ func TestListGaudi(t *testing.T) {
 		require.Equal(t, remote(i), want(i), "Get entry %d", i)
 	}
 }
+
+// TestListOpsKeys: listOps names every entry's key by its index in its
+// request's key table, whether the key is the entry before's, one seen
+// earlier in the request or a new one, and starts a new request at
+// MaxListEntries entries or MaxListKeys keys.
+func TestListOpsKeys(t *testing.T) {
+	key := func(i int) wire.RemoteKey { return grantKey(1<<20, uint64(i)<<12, 64) }
+	for _, tc := range []struct {
+		name string
+		keys []int // each entry's key
+	}{
+		{"one key", []int{0, 0, 0, 0}},
+		{"runs", []int{0, 0, 1, 1, 1, 0, 2, 2}},
+		{"alternating", []int{0, 1, 0, 1, 2, 0}},
+		{"over MaxListEntries", make([]int, wire.MaxListEntries+3)},
+		{"over MaxListKeys", func() []int {
+			k := make([]int, wire.MaxListKeys+5)
+			for i := range k {
+				k[i] = i
+			}
+			return append(k, 0, wire.MaxListKeys+4, wire.MaxListKeys+4)
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p path
+			reqs := make([]datapath.Req, len(tc.keys))
+			for i, k := range tc.keys {
+				reqs[i] = datapath.Req{Put: true, Local: datapath.Mem{Len: 8}, Key: key(k)}
+			}
+			ops := p.listOps(reqs, 0, nil)
+			n := 0
+			for _, o := range ops {
+				require.LessOrEqual(t, len(o.msg.Entries), wire.MaxListEntries)
+				require.LessOrEqual(t, len(o.msg.Keys), wire.MaxListKeys)
+				for _, e := range o.msg.Entries {
+					want := key(tc.keys[n])
+					want.Offset, want.Len = want.GrantOffset, want.GrantLen
+					require.Equal(t, want, o.msg.Keys[e.Key], "entry %d", n)
+					n++
+				}
+			}
+			require.Equal(t, len(tc.keys), n)
+		})
+	}
+}
