@@ -9,8 +9,12 @@ import (
 
 // maxBatch is the most pieces of memory a Data frame of a list carries
 // (wire.Conn.SendDataV: one vectored write); a frame also ends at Chunk
-// bytes.
-const maxBatch = 64
+// bytes. Each frame costs a write on the sender and a read on the
+// receiver, so lists of small entries want many in a frame: 256 fill a
+// frame with entries of 4 KiB, and a frame's pieces plus its neighbours'
+// heads stay far below IOV_MAX (1024) in either side's readv or writev.
+// (With 64, lists of 1 KiB and 4 KiB entries moved 15-25% slower.)
+const maxBatch = 256
 
 // streamer sends the Data frames of one list request, entry after entry:
 // host memory in frames of up to Chunk bytes that span entries (the
