@@ -122,3 +122,44 @@ func sendDataV(t *testing.T, conns func() (net.Conn, net.Conn)) {
 		require.ErrorIs(t, ca.SendDataV(nil, 1, 0, ps), ErrInvalid, name)
 	}
 }
+
+// TestRoutedManyPieces: a Data frame a DataSinkV cuts into more pieces
+// than one readv takes (IOV_MAX, 1024 on Linux) lands whole: a list's
+// frame may span that many small entries.
+func TestRoutedManyPieces(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		acc <- c
+	}()
+	a, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	ca, cb := NewConn(NewStreamTransport(a), ConnConfig{}), NewConn(NewStreamTransport(<-acc), ConnConfig{})
+	t.Cleanup(func() {
+		_ = ca.Close()
+		_ = cb.Close()
+	})
+	for _, pieces := range []int{1023, 1024, 1025, 3000, 8000, 30000} {
+		const piece = 32
+		want := bytes.Repeat([]byte("0123456789abcdef"), pieces*piece/16)
+		errc := make(chan error, 1)
+		go func() { errc <- errors.Join(ca.SendData(7, 0, want), ca.Send(&Heartbeat{})) }()
+		got := make([]byte, len(want))
+		cb.SetDataSinkV(func(id, off uint64, n int, into [][]byte) ([][]byte, error) {
+			for k := 0; k < n; k += piece {
+				into = append(into, got[k:k+piece])
+			}
+			return into, nil
+		})
+		for _, typ := range []Type{TypeData, TypeHeartbeat} {
+			f, err := cb.RecvRouted(context.Background(), nil)
+			require.NoError(t, err, "%d pieces", pieces)
+			require.Equal(t, typ, f.Header.Type)
+		}
+		require.NoError(t, <-errc)
+		require.Equal(t, want, got, "%d pieces", pieces)
+	}
+}

@@ -168,7 +168,14 @@ func (s *StreamTransport) readVec(v [][]byte) error {
 		if s.rbuf == nil {
 			s.rbuf = make([]byte, streamReadAhead)
 		}
-		s.iov = append(append(s.iov[:0], v...), s.rbuf[:4+dataHeadSize])
+		// One readv takes at most maxIov buffers: a payload cut into more
+		// (a list's frame over many small entries) takes several, the
+		// next frame's prefix and head only with the last.
+		if len(v) < maxIov {
+			s.iov = append(append(s.iov[:0], v...), s.rbuf[:4+dataHeadSize])
+		} else {
+			s.iov = append(s.iov[:0], v[:maxIov]...)
+		}
 		n, err := s.readv(s.iov)
 		clear(s.iov)
 		if err != nil {
@@ -187,6 +194,10 @@ func (s *StreamTransport) readVec(v [][]byte) error {
 	}
 	return nil
 }
+
+// maxIov is the most buffers one readv or writev takes (Linux's
+// UIO_MAXIOV, IOV_MAX; more fail with EINVAL).
+const maxIov = 1024
 
 // readv is one readv on the socket (waiting for it to be readable).
 func (s *StreamTransport) readv(iov [][]byte) (int, error) {
