@@ -41,20 +41,23 @@ func (c *vecConn) WriteBuffers(v *net.Buffers) (int64, error) {
 func TestSendDataV(t *testing.T) {
 	t.Run("pipe", func(t *testing.T) { sendDataV(t, net.Pipe) })
 	t.Run("tcp", func(t *testing.T) { // large payloads read with readv
-		sendDataV(t, func() (net.Conn, net.Conn) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			defer l.Close()
-			acc := make(chan net.Conn, 1)
-			go func() {
-				c, _ := l.Accept()
-				acc <- c
-			}()
-			a, err := net.Dial("tcp", l.Addr().String())
-			require.NoError(t, err)
-			return a, <-acc
-		})
+		sendDataV(t, func() (net.Conn, net.Conn) { return tcpPair(t) })
 	})
+}
+
+// tcpPair is both ends of a TCP connection over loopback.
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		acc <- c
+	}()
+	a, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	return a, <-acc
 }
 
 func sendDataV(t *testing.T, conns func() (net.Conn, net.Conn)) {
@@ -127,17 +130,8 @@ func sendDataV(t *testing.T, conns func() (net.Conn, net.Conn)) {
 // than one readv takes (IOV_MAX, 1024 on Linux) lands whole: a list's
 // frame may span that many small entries.
 func TestRoutedManyPieces(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		acc <- c
-	}()
-	a, err := net.Dial("tcp", l.Addr().String())
-	require.NoError(t, err)
-	ca, cb := NewConn(NewStreamTransport(a), ConnConfig{}), NewConn(NewStreamTransport(<-acc), ConnConfig{})
+	a, b := tcpPair(t)
+	ca, cb := NewConn(NewStreamTransport(a), ConnConfig{}), NewConn(NewStreamTransport(b), ConnConfig{})
 	t.Cleanup(func() {
 		_ = ca.Close()
 		_ = cb.Close()

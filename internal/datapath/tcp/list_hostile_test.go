@@ -181,21 +181,11 @@ func TestListSmallEntriesFrames(t *testing.T) {
 	}
 	c := newListCompletion(n)
 	req.path.StartList(ctx, reqs, c)
-	f, err := raw.Recv(ctx)
-	require.NoError(t, err)
-	m, err := f.Message()
-	require.NoError(t, err)
-	pl, ok := m.(*wire.PutList)
-	require.True(t, ok, "%T", m)
+	pl := recvMsg[*wire.PutList](t, raw)
 	require.Len(t, pl.Entries, n)
 	frames, got := 0, 0
 	for got < n*size {
-		f, err := raw.Recv(ctx)
-		require.NoError(t, err)
-		m, err := f.Message()
-		require.NoError(t, err)
-		d, ok := m.(*wire.Data)
-		require.True(t, ok, "%T", m)
+		d := recvMsg[*wire.Data](t, raw)
 		require.Equal(t, uint64(got), d.Offset)
 		got += len(d.Bytes)
 		frames++
@@ -210,4 +200,16 @@ func TestListSmallEntriesFrames(t *testing.T) {
 	for i, err := range c.wait(t) {
 		require.NoError(t, err, "entry %d", i)
 	}
+}
+
+// recvMsg receives the next frame from raw, which must be a T.
+func recvMsg[T wire.Message](t *testing.T, raw *wire.Conn) T {
+	t.Helper()
+	f, err := raw.Recv(context.Background())
+	require.NoError(t, err)
+	m, err := f.Message()
+	require.NoError(t, err)
+	v, ok := m.(T)
+	require.True(t, ok, "%T", m)
+	return v
 }
