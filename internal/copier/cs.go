@@ -74,17 +74,15 @@ func (g *Device) newRec(o dma.CSOptions, n int) (*csRec, error) {
 }
 
 // unref drops one holder of r; the last returns r to the pool, keeping
-// nothing of its CS (jobs, mappings, command buffers).
+// nothing of its CS: its jobs are cleared here, its mappings by finish,
+// its command buffers by Release (the builder keeps only what its
+// device does, and newRec initializes it again).
 func (r *csRec) unref() {
 	if r.refs.Add(-1) != 0 {
 		return
 	}
 	clear(r.items)
-	clear(r.itemBuf[:])
-	clear(r.regionBuf[:])
-	clear(r.bigRegions[:cap(r.bigRegions)])
 	r.items, r.regions = nil, nil
-	r.cs = dma.CSBuilder{}
 	r.g.recs.Put(r)
 }
 
@@ -311,6 +309,7 @@ func (r *csRec) finish(err error) {
 	for _, reg := range r.regions {
 		r.g.HostMaps.Put(reg)
 	}
+	clear(r.regions) // the record's arrays are reused (unref)
 	r.regions = nil
 	// The successful ops of one job are recorded and completed together
 	// (one latency reading, one update of the future): a batch's CS ends
