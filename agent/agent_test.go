@@ -621,3 +621,31 @@ func TestStaleRecordOnDial(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, b.Metadata(), p2.Metadata())
 }
+
+// TestDoneThenPeer: once a dropped peer's Done is closed, asking for the
+// name again never returns the dropped peer (it used to stay cached for
+// a moment after Done closed, so a caller woken by Done could get it back
+// with its old record).
+func TestDoneThenPeer(t *testing.T) {
+	ctx := testCtx(t)
+	ea, eb := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{})
+	b := newAgent(t, eb, "b", agentOpts{unix: true})
+	buf := alloc(t, eb, 4096, engine.Host)
+	_, err := a.Connect(ctx, b.Metadata().Unix)
+	require.NoError(t, err)
+	for i := range 300 {
+		old, err := a.Peer(ctx, "b")
+		require.NoError(t, err)
+		_, err = old.Endpoint(ctx)
+		require.NoError(t, err)
+		name := fmt.Sprintf("s%d", i)
+		require.NoError(t, b.Publish(name, buf.All()))
+		<-old.Done()
+		p, err := a.Peer(ctx, "b")
+		require.NoError(t, err)
+		require.False(t, old == p, "round %d: the dropped peer was handed back", i)
+		_, err = p.Section(name)
+		require.NoError(t, err, "round %d", i)
+	}
+}

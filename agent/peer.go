@@ -301,19 +301,22 @@ func (p *Peer) event(ev meta.Event) {
 // connection (failing the transfers in flight on it).
 func (p *Peer) invalidate(cause error) {
 	a := p.a
+	// Out of the cache before Done closes: whoever sees Done and asks
+	// for the name again must not be handed this peer.
+	a.mu.Lock()
 	p.mu.Lock()
 	if p.deadErr != nil {
 		p.mu.Unlock()
+		a.mu.Unlock()
 		return
 	}
 	p.deadErr = &PeerError{Name: p.md.Name, Incarnation: p.md.Incarnation, Err: cause}
 	ep := p.ep
-	close(p.dead)
-	p.mu.Unlock()
-	a.mu.Lock()
 	if a.peers[p.md.Name] == p {
 		delete(a.peers, p.md.Name)
 	}
+	close(p.dead)
+	p.mu.Unlock()
 	a.mu.Unlock()
 	a.stats.invalidations.Add(1)
 	a.log.Debug().Str("peer", p.md.Name).Uint64("incarnation", p.md.Incarnation).Err(cause).Msg("peer dropped")
