@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"time"
 
@@ -61,10 +62,12 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 		deadline = e.opConfig(opts).deadline
 	}
 	reqs := e.listReqs(n)
+	var total uint64
 	for i := range n {
 		r := &reqs[i]
 		k := &remotes[i]
 		r.Put, r.Local, r.Key, r.Deadline = put, locals[i].mem(), k.k, deadline
+		total += r.Local.Len
 		switch { // mapKey's, without a copy on the heap per element
 		case k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length:
 			r.MapKey = &r.Key
@@ -79,7 +82,7 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	} else {
 		ep.gets.Add(uint64(n))
 	}
-	o := &listOp{ep: ep, reqs: reqs, done: make([]atomic.Bool, n), start: opClock()}
+	o := &listOp{ep: ep, reqs: reqs, n: n, bytes: total, done: make([]atomic.Uint64, (n+63)/64), start: opClock()}
 	o.f.InitBatch(n)
 	o.setSpin(e.cfg.WaitSpin)
 	if l, ok := ep.path.(datapath.Lister); ok {
@@ -109,11 +112,13 @@ func (e *Engine) listReqs(n int) []datapath.Req {
 	return make([]datapath.Req, n)
 }
 
-// putListReqs takes back requests nothing reads any more.
+// putListReqs takes back requests nothing reads any more. They are not
+// cleared: list sets every field of each before use, and clearing a
+// thousand requests (their cache lines evicted by the copy they
+// described) would delay the list's completion. What they point at
+// (buffers, keys) stays reachable only until they are reused or a GC
+// empties the pool.
 func (e *Engine) putListReqs(reqs []datapath.Req) {
-	for i := range reqs { // their pointers (to buffers, keys); list overwrites the rest
-		reqs[i].Local.B, reqs[i].MapKey = nil, nil
-	}
 	reqs = reqs[:0]
 	e.reqPool.Put(&reqs)
 }
@@ -134,12 +139,18 @@ type listOp struct {
 	Future
 	ep    *Endpoint
 	reqs  []datapath.Req
-	done  []atomic.Bool // element i was counted
+	n     int    // elements
+	bytes uint64 // in all of them
+	// done has bit i%64 of word i/64 set once element i was counted.
+	done  []atomic.Uint64
 	start time.Duration // monotonic, since clockBase (opClock)
 }
 
 func (o *listOp) count(i int, err error) bool {
-	if i < 0 || i >= len(o.done) || !o.done[i].CompareAndSwap(false, true) {
+	if i < 0 || i >= o.n {
+		return false
+	}
+	if bit := uint64(1) << (i % 64); o.done[i/64].Or(bit)&bit != 0 {
 		return false
 	}
 	d := opClock() - o.start
@@ -159,26 +170,57 @@ func (o *listOp) Complete(idx int, err error) {
 // CompleteOK implements datapath.ManyCompleter: the elements of idx
 // ended without error, counted together (one clock reading).
 func (o *listOp) CompleteOK(idx []int) {
-	var n, bytes uint64
-	for _, i := range idx {
-		if i >= 0 && i < len(o.done) && o.done[i].CompareAndSwap(false, true) {
-			n++
-			bytes += o.reqs[i].Local.Len
+	// The bits of a word are set together: one atomic operation for up
+	// to 64 elements when idx runs in order, as a path's does. The
+	// elements' bytes are read only if not every element ends here.
+	var stack [16]uint64
+	fresh := stack[:0] // bit i%64 of fresh[i/64]: element i ends here
+	if len(o.done) > len(stack) {
+		fresh = make([]uint64, 0, len(o.done))
+	}
+	fresh = fresh[:len(o.done)]
+	n := 0
+	word, mask := -1, uint64(0)
+	flush := func() {
+		if mask != 0 {
+			f := mask &^ o.done[word].Or(mask)
+			fresh[word] |= f
+			n += bits.OnesCount64(f)
 		}
 	}
+	for _, i := range idx {
+		if i < 0 || i >= o.n {
+			continue
+		}
+		if i/64 != word {
+			flush()
+			word, mask = i/64, 0
+		}
+		mask |= 1 << (i % 64)
+	}
+	flush()
 	if n == 0 {
 		return
 	}
+	bytes := o.bytes
+	if n != o.n {
+		bytes = 0
+		for w, f := range fresh {
+			for ; f != 0; f &= f - 1 {
+				bytes += o.reqs[w*64+bits.TrailingZeros64(f)].Local.Len
+			}
+		}
+	}
 	d := opClock() - o.start
-	o.ep.ops.recordOK(n, bytes)
-	o.ep.e.transportOps(o.ep.path.Kind()).recordOK(n, bytes, d)
-	o.f.CompleteN(int(n))
+	o.ep.ops.recordOK(uint64(n), bytes)
+	o.ep.e.transportOps(o.ep.path.Kind()).recordOK(uint64(n), bytes, d)
+	o.f.CompleteN(n)
 }
 
 // CompleteAll implements datapath.Completer: every element not ended yet
 // ends with err.
 func (o *listOp) CompleteAll(err error) {
-	for i := range o.done {
+	for i := range o.n {
 		o.count(i, err)
 	}
 	o.f.CompleteAll(err)
