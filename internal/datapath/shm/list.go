@@ -88,12 +88,13 @@ func (p *Path) listScratch(n int) *listScratch {
 	return &listScratch{pieces: make([]listPiece, 0, n)}
 }
 
-// putListScratch takes the slices back, cleared (they point at buffers).
+// putListScratch takes the slices back. The per-piece ones are not
+// cleared (StartList and copyList set every element they use; clearing
+// them, evicted by the copy, would delay the list's completion): what
+// they point at stays reachable only until they are reused or a GC
+// empties the pool.
 func (p *Path) putListScratch(sc *listScratch) {
 	p.dropImports(sc) // a list none of whose pieces reached copyList
-	clear(sc.pieces)
-	clear(sc.dsts)
-	clear(sc.srcs)
 	clear(sc.held)
 	clear(sc.failed)
 	sc.pieces, sc.dsts, sc.srcs, sc.held, sc.ok, sc.failed = sc.pieces[:0], sc.dsts[:0], sc.srcs[:0], sc.held[:0], sc.ok[:0], sc.failed[:0]
