@@ -101,9 +101,11 @@ type Config struct {
 	// MaxInFlight bounds the Puts and Gets in flight to one peer; the
 	// rest of a transfer is issued as they complete. A transfer's runs
 	// (coalesced descriptors) go to the engine as lists
-	// (Endpoint.PutList, GetList): its first 8 runs, issued by the
-	// caller, then lists of up to 1024; a list of k runs counts as
-	// min(k, MaxInFlight), or, after the first, min(k, MaxInFlight - 8).
+	// (Endpoint.PutList, GetList): its first runs, issued by the caller
+	// (8, or as many as hold up to an eighth of a Write's or Read's
+	// bytes and 8 MiB), then lists of up to 1024; the first list counts
+	// as min(k, 8, MaxInFlight) of its k runs, the others as
+	// min(k, MaxInFlight - 8).
 	// (The endpoint also keeps at most 64 requests its peer serves in
 	// progress, making further ones wait.) Default 48, at most 64.
 	MaxInFlight int

@@ -503,6 +503,7 @@ func TestPeerClosedInFlight(t *testing.T) {
 	em, err := ea.Emulator(0)
 	require.NoError(t, err)
 	em.DelayNextCS(1, 3*time.Second)
+	bytes0 := a.Stats().Bytes
 	x := a.Write(ctx, "b", []Desc{{Local: src.All(), Section: "g"}})
 	select {
 	case <-x.Done():
@@ -516,11 +517,13 @@ func TestPeerClosedInFlight(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "b", pe.Name)
 	require.Equal(t, b.Incarnation(), pe.Incarnation)
+	require.Equal(t, bytes0, a.Stats().Bytes, "a failed transfer's bytes are not counted")
 
 	b2 := newAgent(t, eb, "b", agentOpts{unix: true, dir: dir})
 	require.NotEqual(t, b.Incarnation(), b2.Incarnation())
 	require.NoError(t, b2.Publish("g", rbuf.All()))
 	require.NoError(t, a.Write(ctx, "b", []Desc{{Local: src.All(), Section: "g"}}).Wait(ctx))
+	require.Equal(t, bytes0+1<<20, a.Stats().Bytes)
 	p, err := a.Peer(ctx, "b")
 	require.NoError(t, err)
 	require.Equal(t, b2.Incarnation(), p.Incarnation())

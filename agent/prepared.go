@@ -224,12 +224,13 @@ func (x *Prepared) planRuns(idx []int, nd, k, maxRuns int, runs []run) []run {
 		r.first, r.n, r.err = int32(k), int32(j-k), nil
 		if last == i {
 			r.local, r.key = &x.local[i], &x.keys[i]
+			r.bytes = x.local[i].Len()
 		} else {
 			n := x.local[last].Offset() + x.local[last].Len() - x.local[i].Offset()
 			m := &merged{local: x.local[i].Buffer().Slice(x.local[i].Offset(), n)}
 			b := x.base[i]
 			m.key = x.baseKey[b].Slice(x.roff[i]-x.roff[b], n)
-			r.local, r.key = &m.local, &m.key
+			r.local, r.key, r.bytes = &m.local, &m.key, n
 		}
 		k = j
 	}

@@ -118,10 +118,12 @@ type run struct {
 	local    *engine.Slice
 	// key is the run's key (a prepared one); if nil, the run's key is
 	// base's view of [roff, roff+bytes), made when its list is issued.
-	key         *engine.RemoteKey
-	base        *engine.RemoteKey
-	roff, bytes int
-	err         error // its outcome, once its list is done
+	key  *engine.RemoteKey
+	base *engine.RemoteKey
+	roff int
+	// bytes is the run's length.
+	bytes int
+	err   error // its outcome, once its list is done
 }
 
 // Write copies each descriptor's local slice into the named peer's
@@ -311,40 +313,50 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 	if cfg.hasNotify {
 		w.notify = encodeNotify(cfg.notify)
 	}
-	// The first syncRuns runs are a list of their own, issued here when
-	// the window has room: the first byte moves before Write returns,
-	// however long the transfer (and before the rest is planned, with
-	// rest). The rest go as lists of up to maxListRuns runs (one operation
-	// each, which a transport may move as one: one copy split over cores
-	// over a unix socket) from the Xfer's goroutine, each holding at most
-	// the window less the first list's slots (so that it need not wait for
-	// the first list to end).
+	// The first runs (syncRuns, more for a Write or Read: firstRuns) are
+	// a list of their own, issued here when the window has room: the
+	// first byte moves before Write returns, however long the transfer
+	// (and before the rest is planned, with rest). The rest go as lists
+	// of up to maxListRuns runs (one operation each, which a transport
+	// may move as one: one copy split over cores over a unix socket) from
+	// the Xfer's goroutine, each holding at most the window less the
+	// first list's slots (so that it need not wait for the first list to
+	// end). Without rest, that goroutine starts before the first list is
+	// issued, so that it issues the second while the first moves (over a
+	// unix socket, while the caller copies it).
 	first := min(len(runs), syncRuns)
+	if rest == nil {
+		first = firstRuns(runs)
+	}
+	slots := int64(max(1, a.cfg.MaxInFlight-syncRuns))
+	split := func() {
+		for i := first; i < len(runs); i += maxListRuns {
+			end := min(i+maxListRuns, len(runs))
+			w.lists = append(w.lists, runList{start: i, end: end, slots: min(int64(end-i), slots)})
+		}
+	}
 	if first > 0 {
-		w.lists = append(make([]runList, 0, 2), runList{start: 0, end: first, slots: int64(min(first, a.cfg.MaxInFlight))})
+		w.lists = append(make([]runList, 0, 2), runList{start: 0, end: first, slots: int64(min(first, syncRuns, a.cfg.MaxInFlight))})
 		if p.window.TryAcquire(w.lists[0].slots) {
-			w.issue(&w.lists[0])
 			w.issued = 1
+			if rest == nil && len(runs) > first {
+				split()
+				w.countStats(nDesc)
+				w.firstIssued = make(chan struct{})
+				go w.complete()
+				w.issue(&w.lists[0])
+				close(w.firstIssued)
+				return w.x
+			}
+			w.issue(&w.lists[0])
 		}
 	}
 	if rest != nil {
 		runs = rest(runs)
 		w.runs = runs
 	}
-	slots := int64(max(1, a.cfg.MaxInFlight-first))
-	for i := first; i < len(runs); i += maxListRuns {
-		end := min(i+maxListRuns, len(runs))
-		w.lists = append(w.lists, runList{start: i, end: end, slots: min(int64(end-i), slots)})
-	}
-	if write {
-		a.stats.writes.Add(1)
-		a.stats.puts.Add(uint64(len(runs)))
-	} else {
-		a.stats.reads.Add(1)
-		a.stats.gets.Add(uint64(len(runs)))
-	}
-	a.stats.descs.Add(uint64(nDesc))
-	a.stats.inFlight.Add(1)
+	split()
+	w.countStats(nDesc)
 	if w.issued == 1 && len(w.lists) == 1 && w.lists[0].fut.IsDone() {
 		// Everything completed in the caller (copies into a peer's
 		// mapped memory): finish here, without a goroutine's wakeup
@@ -364,7 +376,50 @@ const (
 	syncRuns = 8
 	// maxListRuns bounds the runs of one engine list.
 	maxListRuns = 1024
+	// firstBytes bounds the bytes of the first list beyond its syncRuns
+	// runs.
+	firstBytes = 8 << 20
 )
+
+// firstRuns is how many runs of a Write or Read post issues itself:
+// syncRuns, and more while they hold at most an eighth of the transfer's
+// bytes and firstBytes. Where the caller's list is copied on the caller's
+// goroutine (into a peer's mapped memory), that copy then hides the
+// planning of the rest on the Xfer's goroutine: the rest's checks and
+// views are not a pause between the first copy and the others.
+func firstRuns(runs []run) int {
+	if len(runs) <= syncRuns {
+		return len(runs)
+	}
+	total := 0
+	for i := range runs {
+		total += runs[i].bytes
+	}
+	want := min(total/8, firstBytes)
+	n, b := 0, 0
+	for n < len(runs) && n < maxListRuns && (n < syncRuns || b+runs[n].bytes <= want) {
+		b += runs[n].bytes
+		n++
+	}
+	return n
+}
+
+// countStats counts the transfer as started, and its bytes.
+func (w *xferWork) countStats(nDesc int) {
+	for i := range w.runs {
+		w.bytes += uint64(w.runs[i].bytes)
+	}
+	st := &w.p.a.stats
+	if w.write {
+		st.writes.Add(1)
+		st.puts.Add(uint64(len(w.runs)))
+	} else {
+		st.reads.Add(1)
+		st.gets.Add(uint64(len(w.runs)))
+	}
+	st.descs.Add(uint64(nDesc))
+	st.inFlight.Add(1)
+}
 
 // xferWork is an Xfer in progress.
 type xferWork struct {
@@ -379,7 +434,11 @@ type xferWork struct {
 	x      *Xfer
 	// recycle, if set, takes the runs back once done.
 	recycle func([]run)
-	issued  int // lists post issued (each holding its slots of the window)
+	issued  int    // lists post issued (each holding its slots of the window)
+	bytes   uint64 // in all the runs
+	// firstIssued, if not nil, is closed once post has issued the first
+	// list (while the Xfer's goroutine issues the others).
+	firstIssued chan struct{}
 }
 
 // runList is runs [start, end) issued as one engine list, holding slots
@@ -456,10 +515,10 @@ func (a *Agent) listScratch(n int) *scratch {
 	return &scratch{locals: make([]engine.Slice, 0, max(n, syncRuns)), keys: make([]engine.RemoteKey, 0, max(n, syncRuns))}
 }
 
-// putListScratch takes slices back, cleared (they hold buffers).
+// putListScratch takes slices back. They are not cleared (issue sets
+// every element it uses): what they point at stays reachable only until
+// they are reused or a GC empties the pool (see engine's putListReqs).
 func (a *Agent) putListScratch(sc *scratch) {
-	clear(sc.locals)
-	clear(sc.keys)
 	sc.locals, sc.keys = sc.locals[:0], sc.keys[:0]
 	a.scratch.Put(sc)
 }
@@ -475,7 +534,7 @@ func (w *xferWork) complete() {
 		l := &w.lists[i]
 		for !window.TryAcquire(l.slots) {
 			if oldest < i {
-				<-w.lists[oldest].fut.Done()
+				<-w.listDone(oldest)
 				window.Release(w.lists[oldest].slots)
 				oldest++
 				continue
@@ -494,19 +553,32 @@ func (w *xferWork) complete() {
 		}
 	}
 	for ; oldest < end; oldest++ {
-		<-w.lists[oldest].fut.Done()
+		<-w.listDone(oldest)
 		window.Release(w.lists[oldest].slots)
 	}
 	w.finish()
 }
 
+// listDone is list i's future's Done, once it was issued.
+func (w *xferWork) listDone(i int) <-chan struct{} {
+	if i == 0 && w.firstIssued != nil {
+		<-w.firstIssued
+	}
+	return w.lists[i].fut.Done()
+}
+
 // runErrs sets each run's outcome from its list's future (done).
-func (w *xferWork) runErrs() {
+func (w *xferWork) runErrs() (allOK bool) {
+	allOK = true
 	for li := range w.lists {
 		l := &w.lists[li]
+		if l.idx != nil {
+			allOK = false // a run failed when its list was issued
+		}
 		if l.fut.Err() == nil {
 			continue // every element succeeded: its runs' errors stay nil
 		}
+		allOK = false
 		errs := l.fut.Errs()
 		at := func(k int) int {
 			if l.idx == nil {
@@ -528,45 +600,28 @@ func (w *xferWork) runErrs() {
 			}
 		}
 	}
+	return allOK
 }
 
 // finish sets the statuses and sends the notification; every list has
 // completed and given its window slots back.
 func (w *xferWork) finish() {
 	p, a, x := w.p, w.p.a, w.x
-	w.runErrs()
-	var bytes uint64
-	for i := range w.runs {
-		r := &w.runs[i]
-		err := r.err
-		if err == nil {
-			// A peer dropped while the run was in flight fails it,
-			// even if the engine completed it (a copy into a mapping
-			// of the dead peer's memory, say).
-			select {
-			case <-p.dead:
-				err = p.Err()
-			default:
-			}
-		}
-		if err == nil {
-			bytes += uint64(r.local.Len())
-			continue
-		}
-		err = p.wrap(err)
-		if x.errs == nil {
-			x.errs = make([]error, x.nDesc)
-		}
-		for j := r.first; j < r.first+r.n; j++ {
-			x.errs[j] = &DescError{Index: int(j), Err: err}
-			a.stats.countErr(err)
-		}
+	allOK := w.runErrs()
+	// A peer dropped while a run was in flight fails it, even if the
+	// engine completed it (a copy into a mapping of the dead peer's
+	// memory, say).
+	var dead error
+	select {
+	case <-p.dead:
+		dead = p.Err()
+	default:
+	}
+	bytes := w.bytes
+	if !allOK || dead != nil {
+		bytes = w.runStatus(dead)
 	}
 	a.stats.bytes.Add(bytes)
-	if w.recycle != nil {
-		w.recycle(w.runs)
-		w.runs = nil
-	}
 	for _, e := range x.errs {
 		if e != nil {
 			x.err = e
@@ -583,4 +638,35 @@ func (w *xferWork) finish() {
 	}
 	a.stats.inFlight.Add(-1) // before Done: a Stats read after Wait sees it
 	close(x.done)
+	if w.recycle != nil { // nothing reads the runs after Done
+		w.recycle(w.runs)
+		w.runs = nil
+	}
+}
+
+// runStatus sets the status of each descriptor from its run's outcome
+// (every run's that succeeded fails with dead, if not nil) and returns
+// the bytes of the runs that succeeded.
+func (w *xferWork) runStatus(dead error) (bytes uint64) {
+	p, a, x := w.p, w.p.a, w.x
+	for i := range w.runs {
+		r := &w.runs[i]
+		err := r.err
+		if err == nil {
+			err = dead
+		}
+		if err == nil {
+			bytes += uint64(r.bytes)
+			continue
+		}
+		err = p.wrap(err)
+		if x.errs == nil {
+			x.errs = make([]error, x.nDesc)
+		}
+		for j := r.first; j < r.first+r.n; j++ {
+			x.errs[j] = &DescError{Index: int(j), Err: err}
+			a.stats.countErr(err)
+		}
+	}
+	return bytes
 }
