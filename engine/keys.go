@@ -34,7 +34,7 @@ func (e *Engine) lookupKey(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags)
 // peer repeating it (a loop of small transfers to one buffer) presents
 // the same signed bytes, and equal bytes need no second MAC.
 func (e *Engine) verifyKey(k *wire.RemoteKey) error {
-	signed := *k
+	signed := *k                     // on the stack: only a key verified anew is kept
 	signed.Offset, signed.Len = 0, 0 // the view is not signed
 	if last := e.lastVerified.Load(); last != nil && *last == signed {
 		return nil
@@ -42,6 +42,7 @@ func (e *Engine) verifyKey(k *wire.RemoteKey) error {
 	if err := e.ident.signer.Verify(k); err != nil {
 		return err
 	}
-	e.lastVerified.Store(&signed)
+	kept := signed
+	e.lastVerified.Store(&kept)
 	return nil
 }

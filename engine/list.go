@@ -82,24 +82,18 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	} else {
 		ep.gets.Add(uint64(n))
 	}
-	o := &listOp{ep: ep, reqs: reqs, n: n, bytes: total, done: make([]atomic.Uint64, (n+63)/64), start: opClock()}
-	o.f.InitBatch(n)
+	o := newListOp(ep, reqs, total)
 	o.setSpin(e.cfg.WaitSpin)
 	if l, ok := ep.path.(datapath.Lister); ok {
 		l.StartList(ctx, reqs, o)
-		if o.IsDone() {
-			// Every element ended in StartList (copies through shared
-			// memory): nothing reads reqs any more (datapath.Lister).
-			o.reqs = nil
-			e.putListReqs(reqs)
+	} else {
+		cs := make([]listElem, n)
+		for i := range n {
+			cs[i] = listElem{o: o, i: i}
+			ep.path.Start(ctx, reqs[i], &cs[i]) // a copy of the request
 		}
-		return &o.Future
 	}
-	cs := make([]listElem, n)
-	for i := range n {
-		cs[i] = listElem{o: o, i: i}
-		ep.path.Start(ctx, reqs[i], &cs[i])
-	}
+	o.release()
 	return &o.Future
 }
 
@@ -143,7 +137,39 @@ type listOp struct {
 	bytes uint64 // in all of them
 	// done has bit i%64 of word i/64 set once element i was counted.
 	done  []atomic.Uint64
+	left  atomic.Int64  // elements not counted yet
 	start time.Duration // monotonic, since clockBase (opClock)
+	// holds: the call that started the list (until StartList returned)
+	// and its elements (until the last was counted). The last to let go
+	// gives reqs back: the path reads them no more (datapath.Lister).
+	holds atomic.Int32
+}
+
+// newListOp is the operation of a list of reqs (of total bytes), held by
+// its caller until it calls release.
+func newListOp(ep *Endpoint, reqs []datapath.Req, total uint64) *listOp {
+	n := len(reqs)
+	o := &listOp{ep: ep, reqs: reqs, n: n, bytes: total, done: make([]atomic.Uint64, (n+63)/64), start: opClock()}
+	o.left.Store(int64(n))
+	o.holds.Store(2)
+	o.f.InitBatch(n)
+	return o
+}
+
+// ended notes that k more elements were counted (their requests read).
+func (o *listOp) ended(k int) {
+	if o.left.Add(-int64(k)) == 0 {
+		o.release()
+	}
+}
+
+// release lets go of one of the two holds on the requests.
+func (o *listOp) release() {
+	if o.holds.Add(-1) == 0 {
+		reqs := o.reqs
+		o.reqs = nil
+		o.ep.e.putListReqs(reqs)
+	}
 }
 
 func (o *listOp) count(i int, err error) bool {
@@ -155,6 +181,7 @@ func (o *listOp) count(i int, err error) bool {
 	}
 	d := opClock() - o.start
 	n := o.reqs[i].Local.Len
+	o.ended(1)
 	o.ep.ops.record(n, err)
 	o.ep.e.transportOps(o.ep.path.Kind()).record(n, d, err)
 	return true
@@ -211,6 +238,7 @@ func (o *listOp) CompleteOK(idx []int) {
 			}
 		}
 	}
+	o.ended(n)
 	d := opClock() - o.start
 	o.ep.ops.recordOK(uint64(n), bytes)
 	o.ep.e.transportOps(o.ep.path.Kind()).recordOK(uint64(n), bytes, d)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,7 +12,8 @@ import (
 // TestListOpCompleteOK: a list's elements are counted once each, whether
 // they end through CompleteOK (any order, duplicates, out-of-range
 // indices, several calls) or Complete; the bytes counted are those of the
-// elements that ended, and the future resolves when every one has.
+// elements that ended, the future resolves when every one has, and the
+// requests go back to the pool once, also, the list's caller let go.
 func TestListOpCompleteOK(t *testing.T) {
 	p := listenDialPair(t, "unix", t.TempDir()+"/s.sock")
 	tests := []struct {
@@ -40,8 +40,7 @@ func TestListOpCompleteOK(t *testing.T) {
 				reqs[i].Local.Len = uint64(i + 1)
 				total += uint64(i + 1)
 			}
-			o := &listOp{ep: p.ab, reqs: reqs, n: tt.n, bytes: total, done: make([]atomic.Uint64, (tt.n+63)/64), start: opClock()}
-			o.f.InitBatch(tt.n)
+			o := newListOp(p.ab, reqs, total)
 			failed := map[int]bool{}
 			for _, i := range tt.fail {
 				o.Complete(i, errors.New("failed"))
@@ -51,6 +50,9 @@ func TestListOpCompleteOK(t *testing.T) {
 				o.CompleteOK(idx)
 			}
 			require.True(t, o.IsDone())
+			require.NotNil(t, o.reqs, "held until its caller lets go")
+			o.release()
+			require.Nil(t, o.reqs, "given back once every element ended and the caller let go")
 			var okBytes uint64
 			for i := range tt.n {
 				if !failed[i] {

@@ -122,6 +122,8 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 		}
 		if o == nil || len(o.msg.Entries) == wire.MaxListEntries || (!ok && len(o.msg.Keys) == wire.MaxListKeys) {
 			o = &listOp{reqState: reqState{p: p}, put: r.Put, base: base + i, c: c, deadline: r.Deadline}
+			n := min(len(reqs)-i, wire.MaxListEntries) // its entries, at most
+			o.msg.Entries, o.locals = make([]wire.ListEntry, 0, n), make([]datapath.Mem, 0, n)
 			ops = append(ops, o)
 			keys = map[wire.RemoteKey]uint16{}
 			ok = false
