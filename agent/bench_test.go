@@ -82,6 +82,51 @@ func BenchmarkWriteList(b *testing.B) {
 	}
 }
 
+// BenchmarkWriteListRatio: BenchmarkWriteList's contiguous and scattered
+// Writes alternately, per transport, so that both see the same load of a
+// shared machine: "ratio" is the contiguous time over the scattered time
+// (list bandwidth over contiguous bandwidth; issue 19's goal is >= 0.95),
+// "median-ratio" the median of the pairs' ratios.
+func BenchmarkWriteListRatio(b *testing.B) {
+	const n, bs = 1000, 64 << 10
+	for _, network := range []string{"unix", "tcp"} {
+		b.Run(network, func(b *testing.B) {
+			ctx := testCtx(b)
+			a, _, _, p := benchPair(b, network, 2*n*bs, engine.Host)
+			src := alloc(b, a.eng, n*bs, engine.Host)
+			whole := []Desc{{Local: src.All(), Section: "s"}}
+			descs := make([]Desc, n)
+			for i := range n {
+				descs[i] = Desc{Local: src.Slice(i*bs, bs), Section: "s", Off: ((i * 7) % n) * bs}
+			}
+			for _, d := range [][]Desc{whole, descs} { // fault the pages in
+				require.NoError(b, p.Write(ctx, d).Wait(ctx))
+			}
+			var tw, tl time.Duration
+			var ratios []float64
+			b.SetBytes(2 * n * bs)
+			b.ResetTimer()
+			for b.Loop() {
+				t0 := time.Now()
+				if err := p.Write(ctx, whole).Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := p.Write(ctx, descs).Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				tw += t1.Sub(t0)
+				tl += t2.Sub(t1)
+				ratios = append(ratios, float64(t1.Sub(t0))/float64(t2.Sub(t1)))
+			}
+			slices.Sort(ratios)
+			b.ReportMetric(float64(tw)/float64(tl), "ratio")
+			b.ReportMetric(ratios[len(ratios)/2], "median-ratio")
+		})
+	}
+}
+
 // BenchmarkWriteListSoftware: the software cost of a 1000-descriptor
 // Write over unix, planning to completion: 64 B pieces scattered in the
 // peer's section, so that copying them costs next to nothing (64 KB).
