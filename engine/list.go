@@ -86,14 +86,17 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	o.setSpin(e.cfg.WaitSpin)
 	if l, ok := ep.path.(datapath.Lister); ok {
 		l.StartList(ctx, reqs, o)
-	} else {
-		cs := make([]listElem, n)
-		for i := range n {
-			cs[i] = listElem{o: o, i: i}
-			ep.path.Start(ctx, reqs[i], &cs[i]) // a copy of the request
-		}
+		o.release()
+		return &o.Future
 	}
-	o.release()
+	// Start promises nothing about what a request points at (its MapKey
+	// points into reqs) once it resolved: these requests are never
+	// reused.
+	cs := make([]listElem, n)
+	for i := range n {
+		cs[i] = listElem{o: o, i: i}
+		ep.path.Start(ctx, reqs[i], &cs[i])
+	}
 	return &o.Future
 }
 
@@ -139,9 +142,10 @@ type listOp struct {
 	done  []atomic.Uint64
 	left  atomic.Int64  // elements not counted yet
 	start time.Duration // monotonic, since clockBase (opClock)
-	// holds: the call that started the list (until StartList returned)
-	// and its elements (until the last was counted). The last to let go
-	// gives reqs back: the path reads them no more (datapath.Lister).
+	// holds: the call that started the list (until StartList returned;
+	// for ever with a path that is not a datapath.Lister) and its
+	// elements (until the last was counted). The last to let go gives
+	// reqs back: the path reads them no more (datapath.Lister).
 	holds atomic.Int32
 }
 
