@@ -214,7 +214,7 @@ func smallScattered(tb testing.TB) (*Peer, []Desc) {
 
 // TestFirstRuns: the caller's first list is syncRuns runs, or more while
 // they hold at most an eighth of the transfer's bytes and firstBytes, and
-// never more than maxListRuns.
+// never more than maxListRuns; firstRuns also returns their bytes.
 func TestFirstRuns(t *testing.T) {
 	runsOf := func(sizes ...[2]int) []run { // (count, bytes) pairs
 		var rs []run
@@ -243,7 +243,13 @@ func TestFirstRuns(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			require.Equal(t, tt.want, firstRuns(tt.runs))
+			n, bytes := firstRuns(tt.runs)
+			require.Equal(t, tt.want, n)
+			want := 0
+			for _, r := range tt.runs[:n] {
+				want += r.bytes
+			}
+			require.Equal(t, want, bytes)
 		})
 	}
 }

@@ -321,12 +321,14 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 	// may move as one: one copy split over cores over a unix socket) from
 	// the Xfer's goroutine, each holding at most the window less the
 	// first list's slots (so that it need not wait for the first list to
-	// end). Without rest, that goroutine starts before the first list is
-	// issued, so that it issues the second while the first moves (over a
-	// unix socket, while the caller copies it).
-	first := min(len(runs), syncRuns)
+	// end). Without rest, and when the first list holds overlapMin bytes
+	// or more, that goroutine starts before the first list is issued, so
+	// that it issues the second while the first moves (over a unix
+	// socket, while the caller copies it); for less, the wakeup of a
+	// goroutine on the other core would cost more than it hides.
+	first, firstB := min(len(runs), syncRuns), 0
 	if rest == nil {
-		first = firstRuns(runs)
+		first, firstB = firstRuns(runs)
 	}
 	slots := int64(max(1, a.cfg.MaxInFlight-syncRuns))
 	split := func() {
@@ -339,7 +341,7 @@ func (p *Peer) post(ctx context.Context, write bool, nDesc int, runs []run, cfg 
 		w.lists = append(make([]runList, 0, 2), runList{start: 0, end: first, slots: int64(min(first, syncRuns, a.cfg.MaxInFlight))})
 		if p.window.TryAcquire(w.lists[0].slots) {
 			w.issued = 1
-			if rest == nil && len(runs) > first {
+			if rest == nil && len(runs) > first && firstB >= overlapMin {
 				split()
 				w.countStats(nDesc)
 				w.firstIssued = make(chan struct{})
@@ -379,29 +381,29 @@ const (
 	// firstBytes bounds the bytes of the first list beyond its syncRuns
 	// runs.
 	firstBytes = 8 << 20
+	// overlapMin is the first list's size from which the Xfer's
+	// goroutine starts before the first list is issued.
+	overlapMin = 1 << 20
 )
 
-// firstRuns is how many runs of a Write or Read post issues itself:
-// syncRuns, and more while they hold at most an eighth of the transfer's
-// bytes and firstBytes. Where the caller's list is copied on the caller's
-// goroutine (into a peer's mapped memory), that copy then hides the
-// planning of the rest on the Xfer's goroutine: the rest's checks and
-// views are not a pause between the first copy and the others.
-func firstRuns(runs []run) int {
-	if len(runs) <= syncRuns {
-		return len(runs)
-	}
+// firstRuns is how many runs of a Write or Read post issues itself, and
+// their bytes: syncRuns, and more while they hold at most an eighth of
+// the transfer's bytes and firstBytes. Where the caller's list is copied
+// on the caller's goroutine (into a peer's mapped memory), that copy then
+// hides the planning of the rest on the Xfer's goroutine: the rest's
+// checks and views are not a pause between the first copy and the
+// others.
+func firstRuns(runs []run) (n, bytes int) {
 	total := 0
 	for i := range runs {
 		total += runs[i].bytes
 	}
 	want := min(total/8, firstBytes)
-	n, b := 0, 0
-	for n < len(runs) && n < maxListRuns && (n < syncRuns || b+runs[n].bytes <= want) {
-		b += runs[n].bytes
+	for n < len(runs) && n < maxListRuns && (n < syncRuns || bytes+runs[n].bytes <= want) {
+		bytes += runs[n].bytes
 		n++
 	}
-	return n
+	return n, bytes
 }
 
 // countStats counts the transfer as started, and its bytes.
