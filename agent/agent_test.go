@@ -553,40 +553,64 @@ func TestClose(t *testing.T) {
 	require.ErrorIs(t, err, engine.ErrInvalid)
 }
 
-// TestLongLists: lists far longer than the requests an endpoint serves at
+// TestLongLists: several Xfers at once, on unix and TCP, of scattered
+// descriptors: lists far longer than the requests an endpoint serves at
 // once (64), into the peer's Gaudi memory (each descriptor a request the
-// owner serves), scattered, on unix and TCP; several such Xfers at once.
+// owner serves); and lists into its host memory whose first list holds
+// overlapMin bytes or more (over unix the caller copies it while the
+// Xfer's goroutine issues the rest).
 func TestLongLists(t *testing.T) {
-	const n, bs, xfers = 1000, 4096, 4
-	for _, network := range []string{"unix", "tcp"} {
-		t.Run(network, func(t *testing.T) {
-			ctx := testCtx(t)
-			ea, eb := newEngine(t), newEngine(t)
-			a := newAgent(t, ea, "a", agentOpts{})
-			b := newAgent(t, eb, "b", agentOpts{unix: network == "unix", tcp: network == "tcp"})
-			kv := alloc(t, eb, xfers*2*n*bs, engine.Gaudi(0))
-			require.NoError(t, b.Publish("kv", kv.All()))
-			_, err := a.Connect(ctx, b.Metadata().Unix+b.Metadata().TCP)
-			require.NoError(t, err)
-			src := alloc(t, ea, xfers*n*bs, engine.Host)
-			data := pattern(xfers*n*bs, 11)
-			copy(src.Bytes(), data)
-			xs := make([]*Xfer, xfers)
-			for k := range xfers {
-				descs := make([]Desc, n)
-				for i := range n {
-					descs[i] = Desc{Local: src.Slice((k*n+i)*bs, bs), Section: "kv", Off: (k*n + i) * 2 * bs}
+	const xfers = 4
+	tests := []struct {
+		name  string
+		n, bs int
+		loc   engine.Location
+	}{
+		{"gaudi", 1000, 4096, engine.Gaudi(0)},
+		{"host, first list overlapped", 48, 256 << 10, engine.Host},
+	}
+	for _, tt := range tests {
+		for _, network := range []string{"unix", "tcp"} {
+			t.Run(tt.name+"/"+network, func(t *testing.T) {
+				n, bs := tt.n, tt.bs
+				runs := make([]run, n)
+				for i := range runs {
+					runs[i].bytes = bs
 				}
-				xs[k] = a.Write(ctx, "b", descs)
-			}
-			for _, x := range xs {
-				require.NoError(t, x.Wait(ctx))
-			}
-			got := getBytes(t, eb, kv, 0, xfers*2*n*bs)
-			for i := range xfers * n {
-				require.Equal(t, data[i*bs:(i+1)*bs], got[i*2*bs:i*2*bs+bs], "descriptor %d", i)
-			}
-		})
+				_, firstB := firstRuns(runs)
+				require.Equal(t, tt.loc == engine.Host, firstB >= overlapMin, "the case the test means")
+				ctx := testCtx(t)
+				ea, eb := newEngine(t), newEngine(t)
+				a := newAgent(t, ea, "a", agentOpts{})
+				b := newAgent(t, eb, "b", agentOpts{unix: network == "unix", tcp: network == "tcp"})
+				kv := alloc(t, eb, xfers*2*n*bs, tt.loc)
+				require.NoError(t, b.Publish("kv", kv.All()))
+				_, err := a.Connect(ctx, b.Metadata().Unix+b.Metadata().TCP)
+				require.NoError(t, err)
+				src := alloc(t, ea, xfers*n*bs, engine.Host)
+				data := pattern(xfers*n*bs, 11)
+				copy(src.Bytes(), data)
+				xs := make([]*Xfer, xfers)
+				for k := range xfers {
+					descs := make([]Desc, n)
+					for i := range n {
+						j := (i * 7) % n // scattered in the section
+						descs[i] = Desc{Local: src.Slice((k*n+i)*bs, bs), Section: "kv", Off: (k*n + j) * 2 * bs}
+					}
+					xs[k] = a.Write(ctx, "b", descs)
+				}
+				for _, x := range xs {
+					require.NoError(t, x.Wait(ctx))
+				}
+				got := getBytes(t, eb, kv, 0, xfers*2*n*bs)
+				for k := range xfers {
+					for i := range n {
+						j := k*n + (i*7)%n
+						require.Equal(t, data[(k*n+i)*bs:(k*n+i+1)*bs], got[j*2*bs:j*2*bs+bs], "xfer %d descriptor %d", k, i)
+					}
+				}
+			})
+		}
 	}
 }
 
