@@ -175,7 +175,7 @@ func TestInFlightZeroAfterWait(t *testing.T) {
 // drops a quarter of sync.Pool's puts, the bounds are looser.
 func TestWriteListAllocations(t *testing.T) {
 	ctx := testCtx(t)
-	p, descs := smallScattered(t)
+	p, descs := smallScattered(t, "unix")
 	n := len(descs)
 	write := func() {
 		if err := p.Write(ctx, descs).Wait(ctx); err != nil {
@@ -198,12 +198,12 @@ func TestWriteListAllocations(t *testing.T) {
 	require.Less(t, perWrite, maxBytes, "bytes allocated per Write")
 }
 
-// smallScattered is a peer over unix and 1000 descriptors of 64 B
+// smallScattered is a peer over network and 1000 descriptors of 64 B
 // scattered over its section "s" (every other 64 B slot, out of order):
 // a list whose cost is its software, not its copy.
-func smallScattered(tb testing.TB) (*Peer, []Desc) {
+func smallScattered(tb testing.TB, network string) (*Peer, []Desc) {
 	const n, bs = 1000, 64
-	a, _, _, p := benchPair(tb, "unix", 16*n*bs, engine.Host)
+	a, _, _, p := benchPair(tb, network, 16*n*bs, engine.Host)
 	src := alloc(tb, a.eng, n*bs, engine.Host)
 	descs := make([]Desc, n)
 	for i := range n {

@@ -108,7 +108,9 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 	var o *listOp
 	var keys map[wire.RemoteKey]uint16
 	last := -1 // the key index of the entry before, in o.msg.Keys
-	for i, r := range reqs {
+	first := 0 // o's first request, in reqs
+	for i := range reqs {
+		r := &reqs[i]
 		k := r.Key
 		k.Offset, k.Len = k.GrantOffset, k.GrantLen
 		// Entries of one key usually follow each other: compared with
@@ -121,12 +123,15 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 			idx, ok = keys[k]
 		}
 		if o == nil || len(o.msg.Entries) == wire.MaxListEntries || (!ok && len(o.msg.Keys) == wire.MaxListKeys) {
+			if o != nil {
+				o.reqs = reqs[first:i]
+			}
 			o = &listOp{reqState: reqState{p: p}, put: r.Put, base: base + i, c: c, deadline: r.Deadline}
-			n := min(len(reqs)-i, wire.MaxListEntries) // its entries, at most
-			o.msg.Entries, o.locals = make([]wire.ListEntry, 0, n), make([]datapath.Mem, 0, n)
+			o.msg.Entries = make([]wire.ListEntry, 0, min(len(reqs)-i, wire.MaxListEntries))
 			ops = append(ops, o)
 			keys = map[wire.RemoteKey]uint16{}
 			ok = false
+			first = i
 		}
 		if !ok {
 			idx = uint16(len(o.msg.Keys))
@@ -135,8 +140,10 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 		}
 		last = int(idx)
 		o.msg.Entries = append(o.msg.Entries, wire.ListEntry{Key: idx, Offset: r.Key.Offset - r.Key.GrantOffset, Length: r.Local.Len})
-		o.locals = append(o.locals, r.Local)
 		o.total += r.Local.Len
+	}
+	if o != nil {
+		o.reqs = reqs[first:]
 	}
 	return ops
 }
@@ -161,14 +168,16 @@ type listOp struct {
 	c        datapath.Completer
 	deadline time.Time
 	msg      wire.ListRequest
-	locals   []datapath.Mem
-	total    uint64
-	errs     []error // per entry (nil: none failed), under mu
+	// reqs are the entries' requests, the engine's (datapath.Lister: read
+	// only until each is completed).
+	reqs  []datapath.Req
+	total uint64
+	errs  []error // per entry (nil: none failed), under mu
 }
 
 // completeAll resolves every entry of a request that never started.
 func (o *listOp) completeAll(err error) {
-	for i := range o.locals {
+	for i := range o.reqs {
 		o.c.Complete(o.base+i, err)
 	}
 }
@@ -177,7 +186,7 @@ func (o *listOp) completeAll(err error) {
 func (o *listOp) entryErr(i int, err error) {
 	o.mu.Lock()
 	if o.errs == nil {
-		o.errs = make([]error, len(o.locals))
+		o.errs = make([]error, len(o.reqs))
 	}
 	if o.errs[i] == nil {
 		o.errs[i] = err
@@ -193,10 +202,23 @@ func (o *listOp) partDone(err error) {
 	o.mu.Lock()
 	err, errs := o.err, o.errs
 	o.mu.Unlock()
-	for _, m := range o.locals {
-		m.B.Release()
+	for i := range o.reqs {
+		o.reqs[i].Local.B.Release()
 	}
-	for i := range o.locals {
+	n := len(o.reqs) // o.reqs is not read once its entries completed
+	if mc, ok := o.c.(datapath.ManyCompleter); ok && err == nil && errs == nil {
+		// Every entry succeeded: counted 64 at a time, not one by one.
+		var idx [64]int
+		for i := 0; i < n; i += len(idx) {
+			k := min(n-i, len(idx))
+			for j := range k {
+				idx[j] = o.base + i + j
+			}
+			mc.CompleteOK(idx[:k])
+		}
+		return
+	}
+	for i := range n {
 		e := err
 		if e == nil && errs != nil {
 			e = errs[i]
@@ -227,8 +249,8 @@ func (o *listOp) takeReply(f wire.Frame) error {
 		return err
 	}
 	var m wire.ListReply
-	if err := f.Decode(&m); err != nil || len(m.Statuses) != len(o.locals) {
-		err = p.c.PeerErr(fmt.Sprintf("list request %d of %d entries: bad reply (%d statuses)", o.id, len(o.locals), len(m.Statuses)), err)
+	if err := f.Decode(&m); err != nil || len(m.Statuses) != len(o.reqs) {
+		err = p.c.PeerErr(fmt.Sprintf("list request %d of %d entries: bad reply (%d statuses)", o.id, len(o.reqs), len(m.Statuses)), err)
 		p.c.Fail(err)
 		return err
 	}
@@ -258,10 +280,10 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 		o.completeAll(gxerr.New(gxerr.Timeout, p.c.Name()+": list request not started before its deadline", nil))
 		return
 	}
-	for i, m := range o.locals {
-		if err := m.B.Acquire(); err != nil {
-			for _, h := range o.locals[:i] {
-				h.B.Release()
+	for i := range o.reqs {
+		if err := o.reqs[i].Local.B.Acquire(); err != nil {
+			for j := range i {
+				o.reqs[j].Local.B.Release()
 			}
 			o.completeAll(err)
 			return
@@ -271,17 +293,18 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 	o.msg.RequestID = o.id
 	o.parts.Store(2)
 	if !o.put {
-		segs := make([]seg, len(o.locals))
+		segs := make([]seg, len(o.reqs))
 		var end uint64
-		for i, m := range o.locals {
+		for i := range o.reqs {
+			m := o.reqs[i].Local
 			end += m.Len
 			segs[i] = seg{end: end, dst: m}
 		}
 		o.in = &inbound{id: o.id, n: o.total, segs: segs, onDone: o.partDone}
 	}
 	if err := p.c.ExpectRequest(ctx, o.id, o.onReply); err != nil {
-		for _, m := range o.locals {
-			m.B.Release()
+		for i := range o.reqs {
+			o.reqs[i].Local.B.Release()
 		}
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = gxerr.Ctx(p.c.Name()+": waiting for a request slot", err)
@@ -318,7 +341,8 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 func (p *path) sendList(ctx context.Context, o *listOp) {
 	s := &streamer{p: p, id: o.id, first: &wire.PutList{ListRequest: o.msg}, stop: o.stopped.Load}
 	var err error
-	for i, m := range o.locals {
+	for i := range o.reqs {
+		m := o.reqs[i].Local
 		if m.Len == 0 {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,6 +58,21 @@ func (c *listCompletion) CompleteAll(err error) {
 	if c.left > 0 {
 		c.left = 0
 		close(c.done)
+	}
+}
+
+// manyCompletion is a listCompletion that also takes successful entries
+// together (datapath.ManyCompleter, as the engine's lists), counting the
+// calls that did.
+type manyCompletion struct {
+	*listCompletion
+	bulk atomic.Int32
+}
+
+func (c *manyCompletion) CompleteOK(idx []int) {
+	c.bulk.Add(1)
+	for _, i := range idx {
+		c.Complete(i, nil)
 	}
 }
 
@@ -195,10 +211,15 @@ func TestListPutGet(t *testing.T) {
 				r.Put, r.Local.B = false, dst
 				back[i] = r
 			}
-			c = newListCompletion(len(back))
-			a.path.StartList(context.Background(), back, c)
-			for i, err := range c.wait(t) {
+			// The Gets' completer takes entries together: a list request
+			// whose entries all succeeded completes them so.
+			mc := &manyCompletion{listCompletion: newListCompletion(len(back))}
+			a.path.StartList(context.Background(), back, mc)
+			for i, err := range mc.wait(t) {
 				require.NoError(t, err, "Get entry %d", i)
+			}
+			if tc.caps&listCaps == listCaps && total > 0 {
+				require.NotZero(t, mc.bulk.Load(), "entries completed together")
 			}
 			require.Equal(t, s.local.mem, dst.mem)
 			require.NoError(t, a.Err())
@@ -236,7 +257,9 @@ func TestListBadEntries(t *testing.T) {
 				}
 			}
 			before := append([]byte(nil), s.local.mem...)
-			c := newListCompletion(n)
+			// A completer taking entries together still gets each
+			// failure of its own.
+			c := &manyCompletion{listCompletion: newListCompletion(n)}
 			a.path.StartList(context.Background(), s.reqs, c)
 			for i, err := range c.wait(t) {
 				if want[i] != wire.StatusOK {
