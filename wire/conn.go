@@ -130,12 +130,15 @@ type Conn struct {
 
 	rmu     sync.Mutex
 	rbuf    []byte
-	rdlZero bool     // the transport's read deadline is known to be unset
-	vec     [][]byte // the reader's: where a routed payload goes
+	rdlZero bool                                       // the transport's read deadline is known to be unset
+	vec     [][]byte                                   // the reader's: where a routed payload goes
+	sink    DataSink                                   // RecvRouted's, while it reads
+	routeFn func(head []byte, n int) ([][]byte, error) // c.route, made once
 	sinkV   atomic.Pointer[DataSinkV]
 
 	wmu  sync.Mutex
 	wbuf []byte
+	wv   [][]byte // SendDataV's, under wmu (kept: a list's frame has 17 parts and more)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -152,6 +155,7 @@ func NewConn(t Transport, cfg ConnConfig) *Conn {
 		rbuf: make([]byte, cfg.MaxFrame), wbuf: make([]byte, 0, 512)}
 	c.rdl, _ = t.(readDeadliner)
 	c.wdl, _ = t.(writeDeadliner)
+	c.routeFn = c.route
 	return c
 }
 

@@ -66,7 +66,9 @@ func (s *StreamTransport) writeFramed(pre, body []byte, copyMax int) error {
 		m, err = s.c.Write(b)
 		n = int64(m)
 	} else {
-		n, err = s.writev(net.Buffers{pre, body})
+		s.wv2 = [2][]byte{pre, body}
+		n, err = s.writev(s.wv2[:])
+		s.wv2 = [2][]byte{}
 	}
 	return s.wrote(n, err)
 }
@@ -92,12 +94,15 @@ type BuffersWriter interface {
 	WriteBuffers(v *net.Buffers) (int64, error)
 }
 
-// writev writes v with one system call where the connection can.
+// writev writes v with one system call where the connection can (wmu
+// held).
 func (s *StreamTransport) writev(v net.Buffers) (int64, error) {
+	s.wv = v
+	defer func() { s.wv = nil }()
 	if bw, ok := s.c.(BuffersWriter); ok {
-		return bw.WriteBuffers(&v)
+		return bw.WriteBuffers(&s.wv)
 	}
-	return v.WriteTo(s.c)
+	return s.wv.WriteTo(s.c)
 }
 
 // writeFramedV writes v, whole length-prefixed frames, with writev (as
@@ -282,14 +287,16 @@ func (c *Conn) SendDataV(msgs []Message, reqID, off uint64, parts [][]byte) erro
 	if err != nil {
 		return err
 	}
-	v := make(net.Buffers, 1, 1+len(parts))
-	v[0] = b
+	v := append(c.wv[:0], b)
 	for _, p := range parts {
 		if len(p) > 0 {
 			v = append(v, p)
 		}
 	}
-	if err := rs.writeFramedV(v); err != nil {
+	err = rs.writeFramedV(v) // (consumes a copy of v's header, not v)
+	clear(v)                 // nothing kept reachable from here
+	c.wv = v[:0]
+	if err != nil {
 		return c.sendErr(err)
 	}
 	return nil
@@ -342,49 +349,56 @@ func (c *Conn) RecvRouted(ctx context.Context, sink DataSink) (Frame, error) {
 		return c.Recv(ctx)
 	}
 	return c.recv(ctx, func(buf []byte) (int, bool, []*fd.FD, error) {
-		n, routed, err := rs.RecvRouted(buf, func(head []byte, n int) ([][]byte, error) {
-			h, err := ParseHeader(head, dataHeadSize+MaxDataPayload)
-			if err != nil {
-				return nil, err
-			}
-			if h.NumFDs != 0 || uint64(h.Length) != 8+uint64(n) {
-				return nil, malformed("Data: bad header (fds %d, length %d for %d bytes)", h.NumFDs, h.Length, n)
-			}
-			off := binary.LittleEndian.Uint64(head[HeaderSize:])
-			var v [][]byte
-			if sv := c.sinkV.Load(); sv != nil {
-				if v, err = (*sv)(h.RequestID, off, n, c.vec[:0]); err != nil {
-					return nil, err
-				}
-				got := 0
-				for _, p := range v {
-					got += len(p)
-				}
-				if v != nil && got != n {
-					return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", got, n)
-				}
-			} else {
-				dst, err := sink(h.RequestID, off, n)
-				if err != nil {
-					return nil, err
-				}
-				if dst != nil && len(dst) != n {
-					return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", len(dst), n)
-				}
-				if dst != nil {
-					v = append(c.vec[:0], dst)
-				}
-			}
-			if v != nil {
-				c.vec = v[:0]
-			}
-			if c.rto > 0 && c.rdl != nil {
-				// The sink may have waited for memory: the peer is not
-				// to blame for that time.
-				_ = c.rdl.SetReadDeadline(time.Now().Add(c.rto))
-			}
-			return v, nil
-		})
+		c.sink = sink // (rmu held)
+		n, routed, err := rs.RecvRouted(buf, c.routeFn)
+		c.sink = nil
 		return n, routed, nil, err
 	})
+}
+
+// route is where RecvRouted's Data frame goes: its DataSinkV's choice, or
+// its DataSink's (c.sink; rmu held). head is the frame's first
+// dataHeadSize bytes, n its payload's length.
+func (c *Conn) route(head []byte, n int) ([][]byte, error) {
+	h, err := ParseHeader(head, dataHeadSize+MaxDataPayload)
+	if err != nil {
+		return nil, err
+	}
+	if h.NumFDs != 0 || uint64(h.Length) != 8+uint64(n) {
+		return nil, malformed("Data: bad header (fds %d, length %d for %d bytes)", h.NumFDs, h.Length, n)
+	}
+	off := binary.LittleEndian.Uint64(head[HeaderSize:])
+	var v [][]byte
+	if sv := c.sinkV.Load(); sv != nil {
+		if v, err = (*sv)(h.RequestID, off, n, c.vec[:0]); err != nil {
+			return nil, err
+		}
+		got := 0
+		for _, p := range v {
+			got += len(p)
+		}
+		if v != nil && got != n {
+			return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", got, n)
+		}
+	} else {
+		dst, err := c.sink(h.RequestID, off, n)
+		if err != nil {
+			return nil, err
+		}
+		if dst != nil && len(dst) != n {
+			return nil, fmt.Errorf("wire: data sink returned %d bytes for a %d-byte payload", len(dst), n)
+		}
+		if dst != nil {
+			v = append(c.vec[:0], dst)
+		}
+	}
+	if v != nil {
+		c.vec = v[:0]
+	}
+	if c.rto > 0 && c.rdl != nil {
+		// The sink may have waited for memory: the peer is not to blame
+		// for that time.
+		_ = c.rdl.SetReadDeadline(time.Now().Add(c.rto))
+	}
+	return v, nil
 }

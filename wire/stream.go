@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -32,6 +33,8 @@ type StreamTransport struct {
 	wmu     sync.Mutex
 	wbuf    []byte
 	wbroken error
+	wv      net.Buffers // writev's, consumed by the write (kept: a net.Buffers passed on escapes)
+	wv2     [2][]byte   // writeFramed's two buffers
 
 	rmu  sync.Mutex
 	rhdr [4]byte
@@ -43,7 +46,14 @@ type StreamTransport struct {
 	// likely large too, and is better read straight into its place than
 	// through rbuf).
 	exact  bool
-	iov    [][]byte // readVec's
+	iov    [][]byte     // readVec's
+	iovecs []unix.Iovec // readv's, kept: a list's frame is read into 17 places and more
+	// readv's call of readvFD, made once (a closure made per call would
+	// be allocated per frame), its buffers and its results.
+	rvFn   func(fd uintptr) bool
+	rvIov  [][]byte
+	rvN    int
+	rvErr  error
 	broken error
 
 	closeOnce sync.Once
@@ -55,6 +65,7 @@ var _ Transport = (*StreamTransport)(nil)
 // NewStreamTransport returns a transport over c, which it owns.
 func NewStreamTransport(c net.Conn) *StreamTransport {
 	s := &StreamTransport{c: c, wbuf: make([]byte, 0, 512)}
+	s.rvFn = s.readvReady
 	if sc, ok := c.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			s.rc = rc
@@ -201,19 +212,10 @@ const maxIov = 1024
 
 // readv is one readv on the socket (waiting for it to be readable).
 func (s *StreamTransport) readv(iov [][]byte) (int, error) {
-	var (
-		n   int
-		err error
-	)
-	rerr := s.rc.Read(func(fd uintptr) bool {
-		for {
-			n, err = unix.Readv(int(fd), iov)
-			if err == unix.EINTR {
-				continue
-			}
-			return err != unix.EAGAIN
-		}
-	})
+	s.rvIov = iov
+	rerr := s.rc.Read(s.rvFn)
+	n, err := s.rvN, s.rvErr
+	s.rvIov, s.rvErr = nil, nil
 	switch {
 	case rerr != nil:
 		return 0, rerr
@@ -223,6 +225,45 @@ func (s *StreamTransport) readv(iov [][]byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// readvReady is readv's attempt on the socket's fd (syscall.RawConn.Read):
+// false asks to wait until it is readable.
+func (s *StreamTransport) readvReady(fd uintptr) bool {
+	for {
+		s.rvN, s.rvErr = s.readvFD(int(fd), s.rvIov)
+		if s.rvErr == unix.EINTR {
+			continue
+		}
+		return s.rvErr != unix.EAGAIN
+	}
+}
+
+// readvFD is readv(2) into iov (unix.Readv without its allocation of
+// the iovecs, which a list's frames made one of per frame: s.iovecs is
+// kept; rmu held).
+func (s *StreamTransport) readvFD(fd int, iov [][]byte) (int, error) {
+	v := s.iovecs[:0]
+	for _, b := range iov {
+		if len(b) > 0 {
+			e := unix.Iovec{Base: &b[0]}
+			e.SetLen(len(b))
+			v = append(v, e)
+		}
+	}
+	if len(v) == 0 {
+		return 0, nil
+	}
+	r, _, errno := unix.Syscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+	n := int(r)
+	var err error
+	if errno != 0 {
+		n, err = 0, errno
+	}
+	raceWritten(v, n)
+	clear(v) // (nothing kept reachable from here)
+	s.iovecs = v[:0]
+	return n, err
 }
 
 // readPayload reads into rest, a large payload's bytes, straight from
