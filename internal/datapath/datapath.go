@@ -144,7 +144,9 @@ type Env interface {
 	// Lookup checks a key a peer presented for access need to n bytes at
 	// off of its view and returns the memory it names; every owner-side
 	// check is there. A status other than StatusOK comes with a message
-	// for the peer.
+	// for the peer. A key that passed names one buffer of its length: the
+	// memory of another range inside its view (wire.RemoteKey.InSpan) is
+	// in the same buffer, as far from this one as the ranges are apart.
 	Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (Mem, wire.Status, string)
 	// DMA copies between Gaudi memory and host memory (or two Gaudi
 	// ranges) for a data path that holds both buffers; the waiter resolves

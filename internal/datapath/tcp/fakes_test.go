@@ -47,6 +47,8 @@ type fakeEnv struct {
 	dev   *devBuf // device memory (keys of MemGaudi), when set
 	lanes int
 	wg    sync.WaitGroup
+	// lookups counts Lookup's calls.
+	lookups atomic.Int64
 
 	gateOnce sync.Once
 	gate     datapath.Gate
@@ -61,6 +63,7 @@ func (e *fakeEnv) Config() datapath.Config {
 const badAlloc = 666
 
 func (e *fakeEnv) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (datapath.Mem, wire.Status, string) {
+	e.lookups.Add(1)
 	if k.AllocID == badAlloc {
 		return datapath.Mem{}, wire.StatusBadKey, "refused by the test"
 	}
@@ -72,7 +75,9 @@ func (e *fakeEnv) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (
 		}
 		mem = e.dev
 	}
-	if off+n > mem.Len() {
+	if off+n > mem.Len() || k.Length > mem.Len() {
+		// (As the engine's, a key names memory of its length: what is
+		// inside its view is inside the memory.)
 		return datapath.Mem{}, wire.StatusOutOfRange, "beyond"
 	}
 	return datapath.Mem{B: mem, Off: off, Len: n}, wire.StatusOK, ""

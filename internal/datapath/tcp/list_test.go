@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -503,6 +504,66 @@ func TestListOpsKeys(t *testing.T) {
 				}
 			}
 			require.Equal(t, len(tc.keys), n)
+		})
+	}
+}
+
+// TestListLookupsPerKey: the owner of a list request looks up an
+// entry's key only when it differs from the entry before's (or that one
+// was refused), checking only the range of the others; every entry still
+// lands where its own offset says, and a refused key fails its entries
+// alone.
+func TestListLookupsPerKey(t *testing.T) {
+	const n, size = 300, 64
+	const mem = 40 << 10 // (>= 2*n*size, whole 4 KiB grants)
+	other := func(_, off, n uint64) wire.RemoteKey { // a key per 4 KiB
+		k := grantKey(mem, off&^4095, 4096)
+		k.Offset, k.Len = off, n
+		return k
+	}
+	for _, tc := range []struct {
+		name    string
+		key     func(i int) func(size, off, n uint64) wire.RemoteKey
+		bad     []int // entries of a refused key
+		lookups int64
+	}{
+		{"one key", func(int) func(size, off, n uint64) wire.RemoteKey { return viewKey }, nil, 1},
+		{"two keys in turn", func(i int) func(size, off, n uint64) wire.RemoteKey {
+			if i%2 == 1 {
+				return other
+			}
+			return viewKey
+		}, nil, n},
+		// Entries 0, 10, 11 (a refusal is not remembered), 12, 200, 201.
+		{"a refused key among one key's", func(int) func(size, off, n uint64) wire.RemoteKey { return viewKey }, []int{10, 11, 200}, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pair(t, mem, listCaps)
+			reqs := make([]datapath.Req, n)
+			local := &hostBuf{mem: make([]byte, n*size)}
+			fillBytes(local.mem, 3)
+			remote := make([]uint64, n)
+			for i, j := range rand.New(rand.NewPCG(4, 4)).Perm(n) {
+				remote[i] = uint64(2 * j * size) // every other slot, shuffled
+				reqs[i] = datapath.Req{Put: true, Local: datapath.Mem{B: local, Off: uint64(i * size), Len: size}, Key: tc.key(i)(mem, remote[i], size)}
+			}
+			for _, i := range tc.bad {
+				reqs[i].Key.AllocID = badAlloc
+			}
+			c := newListCompletion(n)
+			a.path.StartList(context.Background(), reqs, c)
+			errs := c.wait(t)
+			for i := range n {
+				if slices.Contains(tc.bad, i) {
+					var we *wire.Error
+					require.ErrorAs(t, errs[i], &we, "entry %d", i)
+					require.Equal(t, wire.StatusBadKey, we.Code, "entry %d", i)
+					continue
+				}
+				require.NoError(t, errs[i], "entry %d", i)
+				require.Equal(t, local.mem[i*size:(i+1)*size], b.env.mem.mem[remote[i]:remote[i]+size], "entry %d", i)
+			}
+			require.Equal(t, tc.lookups, b.env.lookups.Load(), "lookups")
 		})
 	}
 }

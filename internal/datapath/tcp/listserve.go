@@ -11,14 +11,42 @@ import (
 )
 
 // lookupList checks every entry of a peer's list request (need: the
-// access) and holds the memory of those that pass: their Mems (zero for
-// a refused entry), every entry's status, and the first refusal's
-// message. release gives the memory back.
-func (p *path) lookupList(r *wire.ListRequest, need wire.KeyFlags) (mems []datapath.Mem, sts []wire.Status, msg string, release func()) {
-	mems = make([]datapath.Mem, len(r.Entries))
+// access) and holds the memory of those that pass: the entries as
+// segments of the request's stream of bytes (a refused entry's dropped),
+// every entry's status, and the first refusal's message. release gives
+// the memory back.
+//
+// An entry of the same key as the one before it that passed is not
+// looked up again: its key's checks (signature, access, the buffer's
+// state) hold for the whole request, and only its range is checked
+// (datapath.Env.Lookup: one key's memory is one buffer, at offsets that
+// follow the key's). A buffer freed meanwhile fails the entry's Acquire.
+func (p *path) lookupList(r *wire.ListRequest, need wire.KeyFlags) (segs []seg, sts []wire.Status, msg string, release func()) {
+	segs = make([]seg, len(r.Entries))
 	sts = make([]wire.Status, len(r.Entries))
+	lastKey := -1         // the index in r.Keys of the last entry that passed
+	var last datapath.Buf // its memory
+	var base uint64       // the Mem offset of its key's allocation offset 0 (modulo 2^64)
+	var end uint64
 	for i, e := range r.Entries {
-		mine, st, m := p.env.Lookup(&r.Keys[e.Key], e.Offset, e.Length, need)
+		end += e.Length
+		segs[i].end = end
+		k := &r.Keys[e.Key]
+		var mine datapath.Mem
+		st, m := wire.StatusNotSupported, ""
+		if int(e.Key) == lastKey {
+			if start, ok := k.InSpan(e.Offset, e.Length); ok {
+				mine, st = datapath.Mem{B: last, Off: base + start, Len: e.Length}, wire.StatusOK
+			}
+		}
+		if st != wire.StatusOK {
+			mine, st, m = p.env.Lookup(k, e.Offset, e.Length, need)
+			if start, ok := k.InSpan(e.Offset, e.Length); ok && st == wire.StatusOK {
+				lastKey, last, base = int(e.Key), mine.B, mine.Off-start
+			} else {
+				lastKey = -1
+			}
+		}
 		if st == wire.StatusOK {
 			if err := mine.B.Acquire(); err != nil {
 				st, m = wire.StatusStale, "buffer no longer exported"
@@ -26,6 +54,7 @@ func (p *path) lookupList(r *wire.ListRequest, need wire.KeyFlags) (mems []datap
 		}
 		if st != wire.StatusOK {
 			sts[i] = st
+			segs[i].drop = true
 			if msg == "" {
 				msg = fmt.Sprintf("entry %d: %s", i, m)
 				if len(msg) > wire.MaxErrorLen {
@@ -34,12 +63,12 @@ func (p *path) lookupList(r *wire.ListRequest, need wire.KeyFlags) (mems []datap
 			}
 			continue
 		}
-		mems[i] = mine
+		segs[i].dst = mine
 	}
-	return mems, sts, msg, func() {
-		for _, m := range mems {
-			if m.B != nil {
-				m.B.Release()
+	return segs, sts, msg, func() {
+		for _, s := range segs {
+			if !s.drop {
+				s.dst.B.Release()
 			}
 		}
 	}
@@ -52,13 +81,14 @@ func (p *path) servePutList(r *wire.ListRequest) error {
 	if p.c.Ours(r.RequestID) {
 		return fmt.Errorf("PutList with request id %d of our parity", r.RequestID)
 	}
-	mems, sts, msg, release := p.lookupList(r, wire.KeyWrite)
-	in := &inbound{id: r.RequestID, segs: make([]seg, len(r.Entries))}
+	segs, sts, msg, release := p.lookupList(r, wire.KeyWrite)
+	in := &inbound{id: r.RequestID, segs: segs}
+	if len(segs) > 0 {
+		in.n = segs[len(segs)-1].end
+	}
 	ok := uint64(0)
-	for i, e := range r.Entries {
-		in.n += e.Length
-		in.segs[i] = seg{end: in.n, dst: mems[i], drop: sts[i] != wire.StatusOK}
-		if sts[i] == wire.StatusOK {
+	for _, st := range sts {
+		if st == wire.StatusOK {
 			ok++
 		}
 	}
@@ -95,8 +125,8 @@ func (p *path) serveGetList(r *wire.ListRequest) error {
 	}
 	ok := p.c.Serve(func() wire.Message {
 		defer done()
-		mems, sts, msg, release := p.lookupList(r, wire.KeyRead)
-		err := p.sendListEntries(id, r.Entries, mems, sts, &msg, stop)
+		segs, sts, msg, release := p.lookupList(r, wire.KeyRead)
+		err := p.sendListEntries(id, r.Entries, segs, sts, &msg, stop)
 		release()
 		switch {
 		case errors.Is(err, errStopped):
@@ -123,7 +153,7 @@ func (p *path) serveGetList(r *wire.ListRequest) error {
 // sendListEntries streams a GetList's entries: their bytes, zeros for
 // the refused ones and for those whose source failed (their status then
 // set, and *msg if it is the first failure).
-func (p *path) sendListEntries(id uint64, entries []wire.ListEntry, mems []datapath.Mem, sts []wire.Status, msg *string, stop *atomic.Bool) error {
+func (p *path) sendListEntries(id uint64, entries []wire.ListEntry, segs []seg, sts []wire.Status, msg *string, stop *atomic.Bool) error {
 	s := &streamer{p: p, id: id, stop: stop.Load}
 	for i, e := range entries {
 		if e.Length == 0 {
@@ -132,7 +162,7 @@ func (p *path) sendListEntries(id uint64, entries []wire.ListEntry, mems []datap
 		var err error
 		if sts[i] != wire.StatusOK {
 			err = s.zeros(e.Length)
-		} else if err = s.mem(context.Background(), mems[i]); errors.Is(err, errSourceFailed) {
+		} else if err = s.mem(context.Background(), segs[i].dst); errors.Is(err, errSourceFailed) {
 			sts[i] = wire.StatusInternal
 			if *msg == "" {
 				*msg = fmt.Sprintf("entry %d: %v", i, err)
