@@ -20,19 +20,30 @@ import (
 
 func TestMain(m *testing.M) { testutil.Main(m) }
 
-// hostBuf is host memory as a datapath.Buf.
+// hostBuf is host memory as a datapath.Buf, counting its holds (a
+// freed one refuses them).
 type hostBuf struct {
-	mem []byte
-	st  datapath.BufState
+	mem      []byte
+	st       datapath.BufState
+	acquires atomic.Int64
+	releases atomic.Int64
+	freed    bool
 }
 
-func (b *hostBuf) ID() uint64                { return 1 }
-func (b *hostBuf) Len() uint64               { return uint64(len(b.mem)) }
-func (b *hostBuf) IsGaudi() bool             { return false }
-func (b *hostBuf) Addr() uint64              { return 0 }
-func (b *hostBuf) HostBytes() []byte         { return b.mem }
-func (b *hostBuf) Acquire() error            { return nil }
-func (b *hostBuf) Release()                  {}
+func (b *hostBuf) ID() uint64        { return 1 }
+func (b *hostBuf) Len() uint64       { return uint64(len(b.mem)) }
+func (b *hostBuf) IsGaudi() bool     { return false }
+func (b *hostBuf) Addr() uint64      { return 0 }
+func (b *hostBuf) HostBytes() []byte { return b.mem }
+func (b *hostBuf) Release()          { b.releases.Add(1) }
+
+func (b *hostBuf) Acquire() error {
+	if b.freed {
+		return gxerr.New(gxerr.Freed, "the test freed it", nil)
+	}
+	b.acquires.Add(1)
+	return nil
+}
 func (b *hostBuf) Shared() *ipc.Shared       { return nil }
 func (b *hostBuf) State() *datapath.BufState { return &b.st }
 func (b *hostBuf) ExportDMABuf() (datapath.DMABuf, error) {

@@ -58,6 +58,8 @@ func (p *path) StartList(ctx context.Context, reqs []datapath.Req, c datapath.Co
 		run := func() {
 			for _, o := range ops {
 				l.startList(ctx, o)
+				l.t.putListEntries(o.msg.Entries) // (sent, or never to be)
+				o.msg.Entries = nil
 			}
 		}
 		switch {
@@ -70,6 +72,7 @@ func (p *path) StartList(ctx context.Context, reqs []datapath.Req, c datapath.Co
 				p.c.Fail(gxerr.Closed)
 				for _, o := range ops {
 					o.completeAll(gxerr.Closed)
+					l.t.putListEntries(o.msg.Entries)
 				}
 				continue
 			}
@@ -127,15 +130,21 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 				o.reqs = reqs[first:i]
 			}
 			o = &listOp{reqState: reqState{p: p}, put: r.Put, base: base + i, c: c, deadline: r.Deadline}
-			o.msg.Entries = make([]wire.ListEntry, 0, min(len(reqs)-i, wire.MaxListEntries))
+			o.msg.Entries = p.t.listEntries(min(len(reqs)-i, wire.MaxListEntries))
 			ops = append(ops, o)
-			keys = map[wire.RemoteKey]uint16{}
+			keys = nil
 			ok = false
 			first = i
 		}
 		if !ok {
 			idx = uint16(len(o.msg.Keys))
-			keys[k] = idx
+			if idx > 0 { // (a request's only key is found as the last one)
+				if keys == nil {
+					keys = make(map[wire.RemoteKey]uint16, 2)
+					keys[o.msg.Keys[0]] = 0
+				}
+				keys[k] = idx
+			}
 			o.msg.Keys = append(o.msg.Keys, k)
 		}
 		last = int(idx)
@@ -146,6 +155,37 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 		o.reqs = reqs[first:]
 	}
 	return ops
+}
+
+// acquire holds the local memory of entries [0, n) of o, once per run of
+// entries of one buffer (a list's entries are mostly slices of a few
+// buffers: a thousand atomic operations on one word are not free); on a
+// failure it holds nothing and returns the error.
+func (o *listOp) acquire(n int) error {
+	var held datapath.Buf
+	for i := range n {
+		b := o.reqs[i].Local.B
+		if b == held {
+			continue
+		}
+		if err := b.Acquire(); err != nil {
+			o.release(i)
+			return err
+		}
+		held = b
+	}
+	return nil
+}
+
+// release lets go of what acquire(n) held.
+func (o *listOp) release(n int) {
+	var held datapath.Buf
+	for i := range n {
+		if b := o.reqs[i].Local.B; b != held {
+			b.Release()
+			held = b
+		}
+	}
 }
 
 // shifted completes entry base of a list for a Start of its own.
@@ -202,10 +242,8 @@ func (o *listOp) partDone(err error) {
 	o.mu.Lock()
 	err, errs := o.err, o.errs
 	o.mu.Unlock()
-	for i := range o.reqs {
-		o.reqs[i].Local.B.Release()
-	}
 	n := len(o.reqs) // o.reqs is not read once its entries completed
+	o.release(n)
 	if mc, ok := o.c.(datapath.ManyCompleter); ok && err == nil && errs == nil {
 		// Every entry succeeded: counted 64 at a time, not one by one.
 		var idx [64]int
@@ -280,14 +318,9 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 		o.completeAll(gxerr.New(gxerr.Timeout, p.c.Name()+": list request not started before its deadline", nil))
 		return
 	}
-	for i := range o.reqs {
-		if err := o.reqs[i].Local.B.Acquire(); err != nil {
-			for j := range i {
-				o.reqs[j].Local.B.Release()
-			}
-			o.completeAll(err)
-			return
-		}
+	if err := o.acquire(len(o.reqs)); err != nil {
+		o.completeAll(err)
+		return
 	}
 	o.id = p.newID()
 	o.msg.RequestID = o.id
@@ -303,9 +336,7 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 		o.in = &inbound{id: o.id, n: o.total, segs: segs, onDone: o.partDone}
 	}
 	if err := p.c.ExpectRequest(ctx, o.id, o.onReply); err != nil {
-		for i := range o.reqs {
-			o.reqs[i].Local.B.Release()
-		}
+		o.release(len(o.reqs))
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = gxerr.Ctx(p.c.Name()+": waiting for a request slot", err)
 		}

@@ -486,7 +486,7 @@ func TestListOpsKeys(t *testing.T) {
 		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var p path
+			p := path{t: &Transport{}}
 			reqs := make([]datapath.Req, len(tc.keys))
 			for i, k := range tc.keys {
 				reqs[i] = datapath.Req{Put: true, Local: datapath.Mem{Len: 8}, Key: key(k)}
@@ -515,7 +515,7 @@ func TestListOpsKeys(t *testing.T) {
 // alone.
 func TestListLookupsPerKey(t *testing.T) {
 	const n, size = 300, 64
-	const mem = 40 << 10 // (>= 2*n*size, whole 4 KiB grants)
+	const mem = 40 << 10                             // (>= 2*n*size, whole 4 KiB grants)
 	other := func(_, off, n uint64) wire.RemoteKey { // a key per 4 KiB
 		k := grantKey(mem, off&^4095, 4096)
 		k.Offset, k.Len = off, n
@@ -564,6 +564,60 @@ func TestListLookupsPerKey(t *testing.T) {
 				require.Equal(t, local.mem[i*size:(i+1)*size], b.env.mem.mem[remote[i]:remote[i]+size], "entry %d", i)
 			}
 			require.Equal(t, tc.lookups, b.env.lookups.Load(), "lookups")
+		})
+	}
+}
+
+// TestListHolds: a list holds each buffer once per run of its entries in
+// that buffer, on both sides, and lets go of every hold once it
+// completed; a local buffer that cannot be held fails the list, holding
+// nothing.
+func TestListHolds(t *testing.T) {
+	const size = 512
+	for _, tc := range []struct {
+		name  string
+		bufs  string // each entry's local buffer
+		runs  map[byte]int64
+		freed byte // a buffer that refuses holds
+	}{
+		{"one buffer", "AAAAAAAA", map[byte]int64{'A': 1}, 0},
+		{"runs", "AAABBACCA", map[byte]int64{'A': 3, 'B': 1, 'C': 1}, 0},
+		{"every entry its own run", "ABABAB", map[byte]int64{'A': 3, 'B': 3}, 0},
+		{"a freed buffer", "AABAC", map[byte]int64{'A': 1}, 'B'},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := len(tc.bufs)
+			a, b := pair(t, n*size, listCaps)
+			bufs := map[byte]*hostBuf{}
+			reqs := make([]datapath.Req, n)
+			for i := range n {
+				name := tc.bufs[i]
+				if bufs[name] == nil {
+					bufs[name] = &hostBuf{mem: make([]byte, n*size), freed: name == tc.freed}
+					fillBytes(bufs[name].mem, name)
+				}
+				reqs[i] = datapath.Req{Put: true, Local: datapath.Mem{B: bufs[name], Off: uint64(i * size), Len: size}, Key: viewKey(uint64(n*size), uint64(i*size), size)}
+			}
+			c := newListCompletion(n)
+			a.path.StartList(context.Background(), reqs, c)
+			for i, err := range c.wait(t) {
+				if tc.freed != 0 {
+					require.ErrorIs(t, err, gxerr.Freed, "entry %d", i)
+					continue
+				}
+				require.NoError(t, err, "entry %d", i)
+				require.Equal(t, bufs[tc.bufs[i]].mem[i*size:(i+1)*size], b.env.mem.mem[i*size:(i+1)*size], "entry %d", i)
+			}
+			for name, buf := range bufs {
+				require.Equal(t, tc.runs[name], buf.acquires.Load(), "holds of %c", name)
+				require.Equal(t, buf.acquires.Load(), buf.releases.Load(), "%c let go", name)
+			}
+			if tc.freed == 0 {
+				// The owner's memory, one buffer: held once, let go before
+				// the reply.
+				require.Equal(t, int64(1), b.env.mem.acquires.Load())
+				require.Equal(t, int64(1), b.env.mem.releases.Load())
+			}
 		})
 	}
 }

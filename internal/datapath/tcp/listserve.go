@@ -21,12 +21,15 @@ import (
 // state) hold for the whole request, and only its range is checked
 // (datapath.Env.Lookup: one key's memory is one buffer, at offsets that
 // follow the key's). A buffer freed meanwhile fails the entry's Acquire.
+// A buffer is held once per run of entries in it (the entries refused
+// aside).
 func (p *path) lookupList(r *wire.ListRequest, need wire.KeyFlags) (segs []seg, sts []wire.Status, msg string, release func()) {
 	segs = make([]seg, len(r.Entries))
 	sts = make([]wire.Status, len(r.Entries))
 	lastKey := -1         // the index in r.Keys of the last entry that passed
 	var last datapath.Buf // its memory
 	var base uint64       // the Mem offset of its key's allocation offset 0 (modulo 2^64)
+	var held datapath.Buf // the buffer of the last entry that passed
 	var end uint64
 	for i, e := range r.Entries {
 		end += e.Length
@@ -47,9 +50,11 @@ func (p *path) lookupList(r *wire.ListRequest, need wire.KeyFlags) (segs []seg, 
 				lastKey = -1
 			}
 		}
-		if st == wire.StatusOK {
+		if st == wire.StatusOK && mine.B != held {
 			if err := mine.B.Acquire(); err != nil {
 				st, m = wire.StatusStale, "buffer no longer exported"
+			} else {
+				held = mine.B
 			}
 		}
 		if st != wire.StatusOK {
@@ -66,9 +71,11 @@ func (p *path) lookupList(r *wire.ListRequest, need wire.KeyFlags) (segs []seg, 
 		segs[i].dst = mine
 	}
 	return segs, sts, msg, func() {
+		var held datapath.Buf
 		for _, s := range segs {
-			if !s.drop {
+			if !s.drop && s.dst.B != held {
 				s.dst.B.Release()
+				held = s.dst.B
 			}
 		}
 	}

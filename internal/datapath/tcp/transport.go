@@ -79,6 +79,26 @@ type Transport struct {
 	env     datapath.Env
 	in, out *staging.Pool
 	zeros   func() []byte // Chunk zero bytes (the rest of a Put an old peer still expects)
+	// entries are the entry slices of list requests sent (*[]wire.ListEntry,
+	// reused: 24 KB for a request of a thousand entries).
+	entries sync.Pool
+}
+
+// listEntries is an empty entry slice with room for n.
+func (t *Transport) listEntries(n int) []wire.ListEntry {
+	if p, _ := t.entries.Get().(*[]wire.ListEntry); p != nil && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]wire.ListEntry, 0, n)
+}
+
+// putListEntries takes back the entries of a request that went out (or
+// never will): they were encoded, and nothing reads them any more.
+func (t *Transport) putListEntries(e []wire.ListEntry) {
+	if cap(e) > 0 {
+		e = e[:0]
+		t.entries.Put(&e)
+	}
 }
 
 var _ datapath.Transport = (*Transport)(nil)
