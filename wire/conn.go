@@ -130,10 +130,12 @@ type Conn struct {
 
 	rmu     sync.Mutex
 	rbuf    []byte
-	rdlZero bool                                       // the transport's read deadline is known to be unset
-	vec     [][]byte                                   // the reader's: where a routed payload goes
-	sink    DataSink                                   // RecvRouted's, while it reads
-	routeFn func(head []byte, n int) ([][]byte, error) // c.route, made once
+	rdlZero bool     // the transport's read deadline is known to be unset
+	vec     [][]byte // the reader's: where a routed payload goes
+	// sink is RecvRouted's while it reads; routeFn is c.route, made once
+	// (a closure made per call would be allocated per frame).
+	sink    DataSink
+	routeFn func(head []byte, n int) ([][]byte, error)
 	sinkV   atomic.Pointer[DataSinkV]
 
 	wmu  sync.Mutex
