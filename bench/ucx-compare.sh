@@ -105,7 +105,7 @@ def reap(proc, timeout):
         proc.kill()  # this one process, by its pid
         proc.wait()
 
-port = 20000 + random.randrange(20000)
+port = 20000 + random.randrange(10000)  # below the ephemeral ports (32768-)
 log_n = 0
 
 def save(name, text):
@@ -119,14 +119,22 @@ def run_ucx(test, tl, size):
     port += 1
     n = iters(test, tl, size)
     w = min(max(n // 10, 1), 10000)
-    srv = subprocess.Popen(["taskset", "-c", core_s, "ucx_perftest", "-p", str(port)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    # A port another socket holds (an ephemeral one, a TIME_WAIT) fails
+    # the server's bind: it is tried again on the next port.
+    for attempt in range(5):
+        srv = subprocess.Popen(["taskset", "-c", core_s, "ucx_perftest", "-p", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         t0 = time.time()
-        while not listening(port):
-            if srv.poll() is not None or time.time() - t0 > 10:
-                raise RuntimeError("ucx_perftest server did not start: " + (srv.stdout.read() if srv.poll() is not None else "timeout"))
+        while not listening(port) and srv.poll() is None and time.time() - t0 <= 10:
             time.sleep(0.01)
+        if listening(port):
+            break
+        why = srv.stdout.read() if srv.poll() is not None else "timeout"
+        reap(srv, 10)
+        if "Address already in use" not in why or attempt == 4:
+            raise RuntimeError("ucx_perftest server did not start: " + why)
+        port += 1
+    try:
         cmd = ["taskset", "-c", core_c, "ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s", str(size),
                "-n", str(n), "-w", str(w), "-f", "-x", tl, "-d", "memory", "-D", layout(test, tl, size)]
         cl = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
