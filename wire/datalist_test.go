@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -200,4 +201,29 @@ func TestDataVAllocations(t *testing.T) {
 		require.Equal(t, out[i], dst[(parts-1-i)*piece:(parts-i)*piece], "piece %d", i)
 	}
 	require.Zero(t, allocs, "allocations per frame")
+}
+
+// TestLargeFrameAllocations: a frame whose payload is read straight into
+// the receive buffer (readPayload: one readv that also takes the next
+// frame's head) allocates nothing once the connection is warm.
+func TestLargeFrameAllocations(t *testing.T) {
+	a, b := tcpPair(t)
+	ca, cb := NewConn(NewStreamTransport(a), ConnConfig{}), NewConn(NewStreamTransport(b), ConnConfig{MaxFrame: 1 << 20})
+	t.Cleanup(func() {
+		_ = ca.Close()
+		_ = cb.Close()
+	})
+	p := make([]byte, 512<<10) // past the read-ahead: read with readPayload
+	ctx := context.Background()
+	frame := func() {
+		if err := ca.SendData(1, 0, p); err != nil {
+			panic(err)
+		}
+		f, err := cb.Recv(ctx)
+		if err != nil || f.Header.Type != TypeData {
+			panic(fmt.Sprint(f.Header.Type, err))
+		}
+	}
+	frame()
+	require.Zero(t, testing.AllocsPerRun(50, frame), "allocations per frame")
 }

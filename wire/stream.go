@@ -54,6 +54,7 @@ type StreamTransport struct {
 	rvIov  [][]byte
 	rvN    int
 	rvErr  error
+	rp     [2][]byte // readPayload's two buffers
 	broken error
 
 	closeOnce sync.Once
@@ -277,7 +278,9 @@ func (s *StreamTransport) readPayload(rest []byte) (int, error) {
 	if s.rbuf == nil {
 		s.rbuf = make([]byte, streamReadAhead)
 	}
-	n, err := s.readv([][]byte{rest, s.rbuf[:4+dataHeadSize]})
+	s.rp = [2][]byte{rest, s.rbuf[:4+dataHeadSize]}
+	n, err := s.readv(s.rp[:])
+	s.rp = [2][]byte{}
 	if n > len(rest) {
 		s.rpos, s.rend = 0, n-len(rest)
 		return len(rest), nil

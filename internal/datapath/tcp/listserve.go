@@ -18,11 +18,12 @@ import (
 //
 // An entry of the same key as the one before it that passed is not
 // looked up again: its key's checks (signature, access, the buffer's
-// state) hold for the whole request, and only its range is checked
+// state) are made once for the run, and only its range is checked
 // (datapath.Env.Lookup: one key's memory is one buffer, at offsets that
-// follow the key's). A buffer freed meanwhile fails the entry's Acquire.
-// A buffer is held once per run of entries in it (the entries refused
-// aside).
+// follow the key's). A buffer is held once per run of entries in it (the
+// entries refused aside), from the run's first entry: a buffer freed or
+// unexported while the run is checked fails no later entry of the run,
+// whose memory the hold keeps (as a request checked before the Free).
 func (p *path) lookupList(r *wire.ListRequest, need wire.KeyFlags) (segs []seg, sts []wire.Status, msg string, release func()) {
 	segs = make([]seg, len(r.Entries))
 	sts = make([]wire.Status, len(r.Entries))
