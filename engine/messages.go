@@ -59,3 +59,24 @@ func (ep *Endpoint) Recv(ctx context.Context) ([]byte, error) {
 	}
 	return ep.ch.RecvMsg(ctx)
 }
+
+// TryRecv is Recv without the wait: it takes the next message from the
+// peer if one is there (ok false: none yet). Once the endpoint has failed
+// or been closed and no message is left, it returns the endpoint's error.
+// With WaitRecv it lets a caller poll several endpoints on its own
+// goroutine, or take a message only under a lock of its own.
+func (ep *Endpoint) TryRecv() (msg []byte, ok bool, err error) {
+	return ep.ch.TryRecvMsg()
+}
+
+// WaitRecv waits, while ctx lasts, until a message from the peer is there
+// for Recv or TryRecv to take (or the endpoint has failed or been closed:
+// TryRecv then says which), taking none. It waits as Recv does: on a unix
+// endpoint polling the peer's ring for Config.WaitSpin before it blocks.
+// Another caller may take the message first.
+func (ep *Endpoint) WaitRecv(ctx context.Context) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	return ep.ch.WaitMsg(ctx)
+}

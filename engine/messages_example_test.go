@@ -57,3 +57,50 @@ func ExampleEndpoint_Send() {
 	fmt.Println(string(note), "->", string(kv.Bytes()[:10]))
 	// Output: block 7 ready -> kv block 7
 }
+
+// A consumer takes messages from two producers on one goroutine:
+// WaitRecv waits for one of them without taking it, TryRecv takes what is
+// there without waiting (here the consumer polls both endpoints in turn).
+func ExampleEndpoint_TryRecv() {
+	cfg := engine.Config{Devices: engine.DevicesNone}
+	consumer, _ := engine.New(cfg)
+	defer consumer.Close()
+	dir, _ := os.MkdirTemp("", "gxfer-example")
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "consumer.sock")
+	ln, err := consumer.Listen("unix", sock)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ln.Close()
+
+	ctx := context.Background()
+	var from [2]*engine.Endpoint
+	for i := range from {
+		producer, _ := engine.New(cfg)
+		defer producer.Close()
+		ep, err := producer.Dial(ctx, "unix", sock)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer ep.Close()
+		from[i], _ = ln.Accept(ctx)
+		defer from[i].Close()
+		_ = ep.Send(ctx, fmt.Appendf(nil, "from producer %d", i))
+	}
+
+	_ = from[1].WaitRecv(ctx) // producer 1's message is there
+	for got := 0; got < 2; {
+		for _, ep := range from {
+			if m, ok, _ := ep.TryRecv(); ok {
+				fmt.Println(string(m))
+				got++
+			}
+		}
+	}
+	// Unordered output:
+	// from producer 0
+	// from producer 1
+}

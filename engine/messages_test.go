@@ -25,6 +25,7 @@ var messageSuite = []struct {
 	{"back-pressure", suiteMsgBackPressure},
 	{"sizes", suiteMsgSizes},
 	{"peer closes", suiteMsgPeerCloses},
+	{"try and wait", suiteMsgTryWait},
 	{"notification after data", suiteMsgAfterData},
 }
 
@@ -209,6 +210,57 @@ func suiteMsgPeerCloses(t *testing.T, p epPair) {
 	require.True(t, errors.Is(err, ErrClosed) || errors.Is(err, ErrPeer), "%v", err)
 	_, err = p.ba.Recv(ctx)
 	require.True(t, errors.Is(err, ErrClosed) || errors.Is(err, ErrPeer), "%v", err)
+}
+
+// suiteMsgTryWait: TryRecv takes nothing when nothing arrived and
+// WaitRecv waits for ctx then; messages taken by WaitRecv then TryRecv
+// arrive in order, each once (WaitRecv takes none: it returns at once
+// while one is there); once the peer closed, WaitRecv returns and TryRecv
+// gives what is left, then ErrPeer.
+func suiteMsgTryWait(t *testing.T, p epPair) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, ok, err := p.ab.TryRecv()
+	require.NoError(t, err)
+	require.False(t, ok, "a message before any was sent")
+	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
+	require.ErrorIs(t, p.ab.WaitRecv(short), ErrTimeout)
+	cancelShort()
+
+	const n = 500
+	errc := sendSeq(ctx, p.ba, 0, n, func(i int) int { return 8 + i%300 })
+	for i := 0; i < n; {
+		require.NoError(t, p.ab.WaitRecv(ctx), "wait %d", i)
+		require.NoError(t, p.ab.WaitRecv(ctx), "a second wait for %d", i) // nothing taken
+		m, ok, err := p.ab.TryRecv()
+		require.NoError(t, err, "try %d", i)
+		require.True(t, ok, "WaitRecv returned, but nothing to take (%d)", i)
+		require.NoError(t, checkSeq(m, i))
+		i++
+	}
+	require.NoError(t, <-errc)
+
+	require.NoError(t, <-sendSeq(ctx, p.ba, n, n+2, func(int) int { return 64 }))
+	for p.ab.Stats().MsgsIn < n+2 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the messages did not arrive")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	require.NoError(t, p.ba.Close())
+	<-p.ab.Done()
+	for i := n; i < n+2; i++ {
+		require.NoError(t, p.ab.WaitRecv(ctx))
+		m, ok, err := p.ab.TryRecv()
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, checkSeq(m, i))
+	}
+	require.NoError(t, p.ab.WaitRecv(ctx), "a failed endpoint has nothing to wait for")
+	_, ok, err = p.ab.TryRecv()
+	require.False(t, ok)
+	require.ErrorIs(t, err, ErrPeer)
 }
 
 // suiteMsgAfterData: a Put, then a Send naming it; when the message

@@ -239,8 +239,22 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 // before it parks, announcing it in the ring so that the next message
 // comes with a MsgBell.
 func (c *Chan) RecvMsg(ctx context.Context) ([]byte, error) {
+	for {
+		b, ok, err := c.TryRecvMsg()
+		if err != nil || ok {
+			return b, err
+		}
+		if err := c.WaitMsg(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// TryRecvMsg takes the next message if one arrived; ok is false when none
+// is there yet. Once the channel has failed and no message is left, it
+// returns the channel's error.
+func (c *Chan) TryRecvMsg() (b []byte, ok bool, err error) {
 	m := &c.msg
-	var spinUntil time.Time
 	for {
 		m.mu.Lock()
 		b, ok, err := m.nextLocked()
@@ -249,28 +263,46 @@ func (c *Chan) RecvMsg(ctx context.Context) ([]byte, error) {
 			c.Fail(c.PeerErr("message ring", err))
 			continue
 		}
-		if ok {
-			ret, bell, more := m.takeLocked(b)
+		if !ok {
+			failed := m.failed
 			m.mu.Unlock()
-			if more {
-				wake(m.arrived) // another Recv may be waiting
+			if failed {
+				return nil, false, c.Err()
 			}
-			if ret != nil && c.Err() == nil {
-				if err := c.QueueReply(ret); err != nil {
-					c.Fail(c.PeerErr("message credit", err))
-				}
-			}
-			if bell && c.Err() == nil {
-				if err := c.QueueReply(&wire.MsgBell{}); err != nil {
-					c.Fail(c.PeerErr("message credit", err))
-				}
-			}
-			return b, nil
+			return nil, false, nil
 		}
-		failed, ring := m.failed, m.rx != nil
+		ret, bell, more := m.takeLocked(b)
 		m.mu.Unlock()
-		if failed {
-			return nil, c.Err()
+		if more {
+			wake(m.arrived) // another Recv may be waiting
+		}
+		if ret != nil && c.Err() == nil {
+			if err := c.QueueReply(ret); err != nil {
+				c.Fail(c.PeerErr("message credit", err))
+			}
+		}
+		if bell && c.Err() == nil {
+			if err := c.QueueReply(&wire.MsgBell{}); err != nil {
+				c.Fail(c.PeerErr("message credit", err))
+			}
+		}
+		return b, true, nil
+	}
+}
+
+// WaitMsg waits while ctx lasts until a message is there to take (or the
+// channel failed), taking none: as RecvMsg waits, polling a message ring
+// for the Env's WaitSpin before it parks.
+func (c *Chan) WaitMsg(ctx context.Context) error {
+	m := &c.msg
+	var spinUntil time.Time
+	for {
+		m.mu.Lock()
+		there := m.failed || len(m.q) > 0 || (m.rx != nil && m.rx.pending())
+		ring := m.rx != nil
+		m.mu.Unlock()
+		if there {
+			return nil
 		}
 		if ring {
 			if spinUntil.IsZero() {
@@ -284,7 +316,7 @@ func (c *Chan) RecvMsg(ctx context.Context) ([]byte, error) {
 		case <-m.arrived:
 		case <-c.done:
 		case <-ctx.Done():
-			return nil, gxerr.Ctx("recv", ctx.Err())
+			return gxerr.Ctx("recv", ctx.Err())
 		}
 	}
 }
