@@ -65,6 +65,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -137,6 +138,9 @@ type Agent struct {
 	addrs     map[string]string   // side-channel addresses by name (Connect)
 	inbound   map[*inbound]struct{}
 	watches   map[string]func() // store watches by peer name
+	// inList is inbound's keys, made again under mu at each change: what
+	// a spinning Recv polls.
+	inList atomic.Pointer[[]*inbound]
 
 	wg    sync.WaitGroup
 	stats counters
@@ -430,6 +434,15 @@ func (a *Agent) Close() error {
 	return errors.Join(errs...)
 }
 
+// listInboundLocked makes inList again (mu held).
+func (a *Agent) listInboundLocked() {
+	ins := make([]*inbound, 0, len(a.inbound))
+	for in := range a.inbound {
+		ins = append(ins, in)
+	}
+	a.inList.Store(&ins)
+}
+
 // acceptLoop takes the endpoints peers open on l and serves each.
 func (a *Agent) acceptLoop(l *engine.Listener) {
 	defer a.wg.Done()
@@ -449,6 +462,7 @@ func (a *Agent) acceptLoop(l *engine.Listener) {
 			return
 		}
 		a.inbound[in] = struct{}{}
+		a.listInboundLocked()
 		a.mu.Unlock()
 		a.stats.inbound.Add(1)
 		a.wg.Add(1)

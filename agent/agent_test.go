@@ -447,6 +447,54 @@ func TestNotifyBackPressure(t *testing.T) {
 	require.NoError(t, <-sent)
 }
 
+// TestNotifyOrderManySenders: three peers send at once to one agent
+// whose queue is small, and its Recv sometimes pauses: notifications come
+// both from the queue and straight from the peers' endpoints (Recv's
+// polling), and each peer's arrive in order, every one once.
+func TestNotifyOrderManySenders(t *testing.T) {
+	const senders, each = 3, 3000
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			ctx := testCtx(t)
+			eb := newEngine(t)
+			b := newAgent(t, eb, "b", agentOpts{unix: network == "unix", tcp: network == "tcp", queue: 8})
+			sent := make(chan error, senders)
+			for s := range senders {
+				a := newAgent(t, newEngine(t), fmt.Sprint("s", s), agentOpts{})
+				_, err := a.Connect(ctx, b.Metadata().Unix+b.Metadata().TCP)
+				require.NoError(t, err)
+				go func() {
+					for i := range each {
+						if err := a.Notify(ctx, "b", []byte(fmt.Sprint(i))); err != nil {
+							sent <- err
+							return
+						}
+					}
+					sent <- nil
+				}()
+			}
+			next := map[string]int{}
+			for k := range senders * each {
+				if k%500 == 0 {
+					time.Sleep(2 * time.Millisecond) // the queue fills meanwhile
+				}
+				n, err := b.Recv(ctx)
+				require.NoError(t, err)
+				require.Equal(t, fmt.Sprint(next[n.From]), string(n.Msg), "from %s", n.From)
+				next[n.From]++
+			}
+			for range senders {
+				require.NoError(t, <-sent)
+			}
+			for s := range senders {
+				require.Equal(t, each, next[fmt.Sprint("s", s)])
+			}
+			require.Equal(t, uint64(senders*each), b.Stats().NotifyRecv)
+			require.Zero(t, b.Stats().NotifyQueued)
+		})
+	}
+}
+
 // TestWithdraw: after Withdraw the peer's next transfer to the section
 // fails; re-resolution brings the new record, and other sections work.
 func TestWithdraw(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/engine"
@@ -14,9 +16,17 @@ import (
 // metadata requests, its notifications, and the peer's Puts and Gets (the
 // engine serves those).
 type inbound struct {
-	ep   *engine.Endpoint
-	name string // the peer's, after its hello
+	ep *engine.Endpoint
+	// take is held while a message is taken from ep and handled (a
+	// notification queued, or handed to a Recv): by serve, or by a Recv
+	// that polls the endpoint itself (pollInbound). The peer's messages
+	// are handled one at a time, in order.
+	take sync.Mutex
+	name string // the peer's, after its hello (written under take)
 	inc  uint64
+	// queued counts its notifications in the agent's queue (raised under
+	// take, before the notification goes in).
+	queued atomic.Int64
 }
 
 // errUnreached: the peer could not be reached (nothing was sent).
@@ -28,6 +38,8 @@ type Notification struct {
 	From        string // the sender's name
 	Incarnation uint64 // and incarnation
 	Msg         []byte
+
+	in *inbound // the endpoint it came on
 }
 
 // serve runs the agent protocol on an accepted endpoint until it ends.
@@ -37,46 +49,70 @@ func (a *Agent) serve(in *inbound) {
 		in.ep.Close()
 		a.mu.Lock()
 		delete(a.inbound, in)
+		a.listInboundLocked()
 		a.mu.Unlock()
 		a.stats.inbound.Add(-1)
 	}()
 	for {
-		b, err := recvMsg(in.ep, a.ctx)
-		if err != nil {
+		if err := in.ep.WaitRecv(a.ctx); err != nil {
 			return
 		}
-		m, err := decode(b)
-		if err != nil {
-			a.refuse(in, err)
-			return
+		in.take.Lock()
+		b, ok, err := in.ep.TryRecv()
+		stop := err != nil
+		if ok {
+			_, _, stop = a.handle(in, b, false)
 		}
-		switch {
-		case m.typ == msgHello && in.name == "":
-			if m.expect != 0 && m.expect != a.inc {
-				a.refuse(in, fmt.Errorf("%w: this is incarnation %016x of %s, not %016x", engine.ErrPeer, a.inc, a.cfg.Name, m.expect))
-				return
-			}
-			in.name, in.inc = m.name, m.incarnation
-			if err := a.hello(in, m.wantMeta); err != nil {
-				a.log.Debug().Err(err).Str("peer", in.name).Msg("hello failed")
-				return
-			}
-		case m.typ == msgNotify && in.name != "":
-			n := Notification{From: in.name, Incarnation: in.inc, Msg: m.data}
-			select {
-			case a.notifyQ <- n:
-				a.stats.notifyRecv.Add(1)
-			case <-a.ctx.Done():
-				return
-			}
-		case m.typ == msgRefuse:
-			a.log.Debug().Str("peer", in.name).Str("why", string(m.data)).Msg("peer refused")
-			return
-		default:
-			a.refuse(in, protoErr("unexpected %v from %q", m.typ, in.name))
+		in.take.Unlock()
+		if stop {
 			return
 		}
 	}
+}
+
+// handle acts on message b of in's peer (in.take held). A notification
+// goes into the agent's queue, or, direct, comes back (got) for the
+// caller to return. stop: the endpoint is done with (a refusal either
+// way, a malformed message, the agent closing).
+func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got, stop bool) {
+	m, err := decode(b)
+	if err != nil {
+		a.refuse(in, err)
+		return n, false, true
+	}
+	switch {
+	case m.typ == msgHello && in.name == "":
+		if m.expect != 0 && m.expect != a.inc {
+			a.refuse(in, fmt.Errorf("%w: this is incarnation %016x of %s, not %016x", engine.ErrPeer, a.inc, a.cfg.Name, m.expect))
+			return n, false, true
+		}
+		in.name, in.inc = m.name, m.incarnation
+		if err := a.hello(in, m.wantMeta); err != nil {
+			a.log.Debug().Err(err).Str("peer", in.name).Msg("hello failed")
+			return n, false, true
+		}
+	case m.typ == msgNotify && in.name != "":
+		n = Notification{From: in.name, Incarnation: in.inc, Msg: m.data, in: in}
+		if direct {
+			a.stats.notifyRecv.Add(1)
+			return n, true, false
+		}
+		in.queued.Add(1)
+		select {
+		case a.notifyQ <- n:
+			a.stats.notifyRecv.Add(1)
+		case <-a.ctx.Done():
+			in.queued.Add(-1)
+			return n, false, true
+		}
+	case m.typ == msgRefuse:
+		a.log.Debug().Str("peer", in.name).Str("why", string(m.data)).Msg("peer refused")
+		return n, false, true
+	default:
+		a.refuse(in, protoErr("unexpected %v from %q", m.typ, in.name))
+		return n, false, true
+	}
+	return n, false, false
 }
 
 // hello answers a peer's hello: this agent's name, incarnation and Version,
@@ -115,21 +151,23 @@ func (a *Agent) refuse(in *inbound, why error) {
 // fails with ctx's error (engine.ErrCanceled or engine.ErrTimeout) or
 // engine.ErrClosed once the agent is closed.
 func (a *Agent) Recv(ctx context.Context) (Notification, error) {
-	select {
-	case n := <-a.notifyQ:
+	if n, ok := a.popQueued(); ok {
 		return n, nil
-	default:
 	}
-	// Poll for the engine's WaitSpin before parking: a notification that
-	// arrives meanwhile is taken without a goroutine's wakeup (about a
-	// microsecond and a half across cores).
+	// Poll for the engine's WaitSpin before parking: the queue, and the
+	// peers' endpoints themselves (pollInbound). A notification that
+	// arrives meanwhile is taken on this goroutine, without the hop
+	// through the serving goroutine, which may share this goroutine's P
+	// (they then hand it to each other through Gosched, the other P
+	// idle: 1.5-2 us a notification, measured).
 	if spin := a.eng.Config().WaitSpin; spin > 0 {
 		until := time.Now().Add(spin)
 		for i := 1; ; i++ {
-			select {
-			case n := <-a.notifyQ:
+			if n, ok := a.popQueued(); ok {
 				return n, nil
-			default:
+			}
+			if n, ok := a.pollInbound(); ok {
+				return n, nil
 			}
 			if i&63 == 0 {
 				if time.Now().After(until) || ctx.Err() != nil {
@@ -141,6 +179,7 @@ func (a *Agent) Recv(ctx context.Context) (Notification, error) {
 	}
 	select {
 	case n := <-a.notifyQ:
+		n.in.queued.Add(-1)
 		return n, nil
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -150,6 +189,53 @@ func (a *Agent) Recv(ctx context.Context) (Notification, error) {
 	case <-a.ctx.Done():
 		return Notification{}, engine.ErrClosed
 	}
+}
+
+// popQueued takes a queued notification, if there is one.
+func (a *Agent) popQueued() (Notification, bool) {
+	select {
+	case n := <-a.notifyQ:
+		n.in.queued.Add(-1)
+		return n, true
+	default:
+		return Notification{}, false
+	}
+}
+
+// pollInbound takes a notification straight from a peer's endpoint, for
+// Recv to return: from a peer that said hello, none of whose
+// notifications is queued (the one taken is its next, then), whose
+// endpoint no other goroutine is taking from. A message that is not a
+// notification is handled as serve would, and a peer that is done with
+// has its endpoint closed (serve then ends).
+func (a *Agent) pollInbound() (Notification, bool) {
+	ins := a.inList.Load()
+	if ins == nil {
+		return Notification{}, false
+	}
+	for _, in := range *ins {
+		if !in.take.TryLock() {
+			continue
+		}
+		if in.name == "" || in.queued.Load() != 0 {
+			in.take.Unlock()
+			continue
+		}
+		b, ok, err := in.ep.TryRecv()
+		if err != nil || !ok {
+			in.take.Unlock() // (an error is serve's to see)
+			continue
+		}
+		n, got, stop := a.handle(in, b, true)
+		in.take.Unlock()
+		if stop {
+			in.ep.Close()
+		}
+		if got {
+			return n, true
+		}
+	}
+	return Notification{}, false
 }
 
 // Notify sends msg (at most MaxNotify bytes) to the named peer, without
