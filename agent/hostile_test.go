@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"time"
 
@@ -51,6 +52,68 @@ func TestHostileDialer(t *testing.T) {
 		})
 	}
 	require.Eventually(t, func() bool { return a.Stats().Inbound == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestHostileDialerWhileRecv: a peer that said hello sends a bad message,
+// then a notification, while the agent's Recv polls the endpoints itself:
+// the peer is refused and closed, its later notification is never
+// delivered (whichever goroutine took the bad message), and Recv keeps
+// its own deadline meanwhile (a refusal waits for the peer elsewhere).
+func TestHostileDialerWhileRecv(t *testing.T) {
+	ctx := testCtx(t)
+	ea, em := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{unix: true})
+	recvd := make(chan Notification, 100)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { // Recv, in short waits, all along
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			t0 := time.Now()
+			n, err := a.Recv(rctx)
+			cancel()
+			if err == nil {
+				recvd <- n
+			} else if d := time.Since(t0); d > 2*time.Second {
+				done <- fmt.Errorf("a Recv of a 20 ms context returned after %v", d)
+				return
+			}
+		}
+	}()
+	const rounds = 20
+	for i := range rounds {
+		ep, err := em.Dial(ctx, "unix", a.Metadata().Unix)
+		require.NoError(t, err)
+		name := fmt.Sprint("m", i)
+		require.NoError(t, ep.Send(ctx, encodeHello(name, 1, 0, 0, false)))
+		require.NoError(t, ep.Send(ctx, encodeNotify([]byte("before"))))
+		// Not for an agent to receive; then a notification, if a has not
+		// closed the connection already.
+		require.NoError(t, ep.Send(ctx, encodeMeta([]byte("rec"))[0]))
+		_ = ep.Send(ctx, encodeNotify([]byte("after")))
+		for { // until a closed the connection
+			if _, err := ep.Recv(ctx); err != nil {
+				break
+			}
+		}
+		ep.Close()
+	}
+	require.Eventually(t, func() bool { return a.Stats().Inbound == 0 }, 10*time.Second, 10*time.Millisecond)
+	close(stop)
+	require.NoError(t, <-done)
+	close(recvd)
+	got := 0
+	for n := range recvd {
+		require.Equal(t, "before", string(n.Msg), "from %s", n.From)
+		got++
+	}
+	require.Equal(t, rounds, got)
 }
 
 // TestHostileServer: a "peer" answering the side channel with a

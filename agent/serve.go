@@ -24,6 +24,9 @@ type inbound struct {
 	take sync.Mutex
 	name string // the peer's, after its hello (written under take)
 	inc  uint64
+	// done (under take): the peer is done with (refused, or serve ended):
+	// nothing more of its messages is taken.
+	done bool
 	// queued counts its notifications in the agent's queue (raised under
 	// take, before the notification goes in).
 	queued atomic.Int64
@@ -46,6 +49,9 @@ type Notification struct {
 func (a *Agent) serve(in *inbound) {
 	defer a.wg.Done()
 	defer func() {
+		in.take.Lock()
+		in.done = true // (a Recv polling the endpoint takes no more)
+		in.take.Unlock()
 		in.ep.Close()
 		a.mu.Lock()
 		delete(a.inbound, in)
@@ -58,11 +64,16 @@ func (a *Agent) serve(in *inbound) {
 			return
 		}
 		in.take.Lock()
+		if in.done {
+			in.take.Unlock()
+			return
+		}
 		b, ok, err := in.ep.TryRecv()
 		stop := err != nil
 		if ok {
 			_, _, stop = a.handle(in, b, false)
 		}
+		in.done = stop
 		in.take.Unlock()
 		if stop {
 			return
@@ -73,17 +84,31 @@ func (a *Agent) serve(in *inbound) {
 // handle acts on message b of in's peer (in.take held). A notification
 // goes into the agent's queue, or, direct, comes back (got) for the
 // caller to return. stop: the endpoint is done with (a refusal either
-// way, a malformed message, the agent closing).
+// way, a malformed message, the agent closing). Direct (a Recv's
+// goroutine), a refusal is sent, and the endpoint closed, by a goroutine
+// of its own: they may wait for the peer.
 func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got, stop bool) {
+	refuse := func(why error) {
+		if !direct {
+			a.refuse(in, why)
+			return
+		}
+		a.wg.Add(1) // (serve still runs: it sets done, under take, before it ends)
+		go func() {
+			defer a.wg.Done()
+			a.refuse(in, why)
+			in.ep.Close()
+		}()
+	}
 	m, err := decode(b)
 	if err != nil {
-		a.refuse(in, err)
+		refuse(err)
 		return n, false, true
 	}
 	switch {
 	case m.typ == msgHello && in.name == "":
 		if m.expect != 0 && m.expect != a.inc {
-			a.refuse(in, fmt.Errorf("%w: this is incarnation %016x of %s, not %016x", engine.ErrPeer, a.inc, a.cfg.Name, m.expect))
+			refuse(fmt.Errorf("%w: this is incarnation %016x of %s, not %016x", engine.ErrPeer, a.inc, a.cfg.Name, m.expect))
 			return n, false, true
 		}
 		in.name, in.inc = m.name, m.incarnation
@@ -107,9 +132,16 @@ func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got,
 		}
 	case m.typ == msgRefuse:
 		a.log.Debug().Str("peer", in.name).Str("why", string(m.data)).Msg("peer refused")
+		if direct {
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				in.ep.Close()
+			}()
+		}
 		return n, false, true
 	default:
-		a.refuse(in, protoErr("unexpected %v from %q", m.typ, in.name))
+		refuse(protoErr("unexpected %v from %q", m.typ, in.name))
 		return n, false, true
 	}
 	return n, false, false
@@ -205,9 +237,10 @@ func (a *Agent) popQueued() (Notification, bool) {
 // pollInbound takes a notification straight from a peer's endpoint, for
 // Recv to return: from a peer that said hello, none of whose
 // notifications is queued (the one taken is its next, then), whose
-// endpoint no other goroutine is taking from. A message that is not a
-// notification is handled as serve would, and a peer that is done with
-// has its endpoint closed (serve then ends).
+// endpoint no other goroutine is taking from, and that is not done with.
+// A message that is not a notification is handled as serve would (a
+// refusal and the endpoint's close on a goroutine of their own: serve
+// then ends).
 func (a *Agent) pollInbound() (Notification, bool) {
 	ins := a.inList.Load()
 	if ins == nil {
@@ -217,7 +250,7 @@ func (a *Agent) pollInbound() (Notification, bool) {
 		if !in.take.TryLock() {
 			continue
 		}
-		if in.name == "" || in.queued.Load() != 0 {
+		if in.done || in.name == "" || in.queued.Load() != 0 {
 			in.take.Unlock()
 			continue
 		}
@@ -227,10 +260,8 @@ func (a *Agent) pollInbound() (Notification, bool) {
 			continue
 		}
 		n, got, stop := a.handle(in, b, true)
+		in.done = stop
 		in.take.Unlock()
-		if stop {
-			in.ep.Close()
-		}
 		if got {
 			return n, true
 		}
