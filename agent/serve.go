@@ -70,11 +70,15 @@ func (a *Agent) serve(in *inbound) {
 		}
 		b, ok, err := in.ep.TryRecv()
 		stop := err != nil
+		var refuse error
 		if ok {
-			_, _, stop = a.handle(in, b, false)
+			_, _, stop, refuse = a.handle(in, b, false)
 		}
 		in.done = stop
 		in.take.Unlock()
+		if refuse != nil {
+			a.refuse(in, refuse)
+		}
 		if stop {
 			return
 		}
@@ -84,43 +88,29 @@ func (a *Agent) serve(in *inbound) {
 // handle acts on message b of in's peer (in.take held). A notification
 // goes into the agent's queue, or, direct, comes back (got) for the
 // caller to return. stop: the endpoint is done with (a refusal either
-// way, a malformed message, the agent closing). Direct (a Recv's
-// goroutine), a refusal is sent, and the endpoint closed, by a goroutine
-// of its own: they may wait for the peer.
-func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got, stop bool) {
-	refuse := func(why error) {
-		if !direct {
-			a.refuse(in, why)
-			return
-		}
-		a.wg.Add(1) // (serve still runs: it sets done, under take, before it ends)
-		go func() {
-			defer a.wg.Done()
-			a.refuse(in, why)
-			in.ep.Close()
-		}()
-	}
+// way, a malformed message, the agent closing); refuse: why the peer is
+// to be told it is refused, if it is (the caller sends it: serve at
+// once, a Recv from a goroutine of its own, as it may wait for the peer).
+func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got, stop bool, refuse error) {
 	m, err := decode(b)
 	if err != nil {
-		refuse(err)
-		return n, false, true
+		return n, false, true, err
 	}
 	switch {
 	case m.typ == msgHello && in.name == "":
 		if m.expect != 0 && m.expect != a.inc {
-			refuse(fmt.Errorf("%w: this is incarnation %016x of %s, not %016x", engine.ErrPeer, a.inc, a.cfg.Name, m.expect))
-			return n, false, true
+			return n, false, true, fmt.Errorf("%w: this is incarnation %016x of %s, not %016x", engine.ErrPeer, a.inc, a.cfg.Name, m.expect)
 		}
 		in.name, in.inc = m.name, m.incarnation
 		if err := a.hello(in, m.wantMeta); err != nil {
 			a.log.Debug().Err(err).Str("peer", in.name).Msg("hello failed")
-			return n, false, true
+			return n, false, true, nil
 		}
 	case m.typ == msgNotify && in.name != "":
 		n = Notification{From: in.name, Incarnation: in.inc, Msg: m.data, in: in}
 		if direct {
 			a.stats.notifyRecv.Add(1)
-			return n, true, false
+			return n, true, false, nil
 		}
 		in.queued.Add(1)
 		select {
@@ -128,23 +118,15 @@ func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got,
 			a.stats.notifyRecv.Add(1)
 		case <-a.ctx.Done():
 			in.queued.Add(-1)
-			return n, false, true
+			return n, false, true, nil
 		}
 	case m.typ == msgRefuse:
 		a.log.Debug().Str("peer", in.name).Str("why", string(m.data)).Msg("peer refused")
-		if direct {
-			a.wg.Add(1)
-			go func() {
-				defer a.wg.Done()
-				in.ep.Close()
-			}()
-		}
-		return n, false, true
+		return n, false, true, nil
 	default:
-		refuse(protoErr("unexpected %v from %q", m.typ, in.name))
-		return n, false, true
+		return n, false, true, protoErr("unexpected %v from %q", m.typ, in.name)
 	}
-	return n, false, false
+	return n, false, false, nil
 }
 
 // hello answers a peer's hello: this agent's name, incarnation and Version,
@@ -259,9 +241,22 @@ func (a *Agent) pollInbound() (Notification, bool) {
 			in.take.Unlock() // (an error is serve's to see)
 			continue
 		}
-		n, got, stop := a.handle(in, b, true)
+		n, got, stop, refuse := a.handle(in, b, true)
 		in.done = stop
 		in.take.Unlock()
+		if stop {
+			// The refusal and the close may wait for the peer: not on the
+			// caller's goroutine (serve still runs: it sets done, under
+			// take, before it ends, so the group cannot be done).
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				if refuse != nil {
+					a.refuse(in, refuse)
+				}
+				in.ep.Close() // (serve then ends)
+			}()
+		}
 		if got {
 			return n, true
 		}
