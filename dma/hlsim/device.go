@@ -179,6 +179,7 @@ type Device struct {
 	resetMu sync.Mutex // serializes resets
 
 	faultMu   sync.Mutex
+	faulty    atomic.Bool // some fault is armed: hangN, abortN or delayN > 0
 	hangN     int
 	abortN    int
 	delayN    int
@@ -495,6 +496,7 @@ func (d *Device) releaseDeviceMemory() {
 func (d *Device) DelayNextCS(n int, delay time.Duration) {
 	d.faultMu.Lock()
 	d.delayN, d.delayTime = max(n, 0), delay
+	d.armedLocked()
 	d.faultMu.Unlock()
 }
 
@@ -506,6 +508,7 @@ func (d *Device) DelayNextCS(n int, delay time.Duration) {
 func (d *Device) HangNextCS(n int) {
 	d.faultMu.Lock()
 	d.hangN = max(n, 0)
+	d.armedLocked()
 	d.faultMu.Unlock()
 }
 
@@ -515,13 +518,21 @@ func (d *Device) HangNextCS(n int) {
 func (d *Device) AbortNextCS(n int) {
 	d.faultMu.Lock()
 	d.abortN = max(n, 0)
+	d.armedLocked()
 	d.faultMu.Unlock()
 }
 
+// armedLocked records whether a fault is armed (faultMu held).
+func (d *Device) armedLocked() { d.faulty.Store(d.hangN > 0 || d.abortN > 0 || d.delayN > 0) }
+
 // injected returns the faults for the next CS and consumes them.
 func (d *Device) injected() (hang, abort bool, delay time.Duration) {
+	if !d.faulty.Load() { // no lock on every submission's path
+		return false, false, 0
+	}
 	d.faultMu.Lock()
 	defer d.faultMu.Unlock()
+	defer d.armedLocked()
 	if d.hangN > 0 {
 		d.hangN--
 		hang = true

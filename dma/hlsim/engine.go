@@ -3,10 +3,7 @@ package hlsim
 import (
 	"encoding/binary"
 	"errors"
-	"runtime"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
@@ -21,9 +18,7 @@ var errAborted = errors.New("CS aborted")
 type engine struct {
 	c    *hctx
 	q    int
-	wake chan struct{}
-	// parked: the engine sleeps on wake (its spin window passed).
-	parked atomic.Bool
+	bell bell // rung by push
 
 	mu      sync.Mutex
 	jobs    []*job
@@ -37,7 +32,7 @@ type engine struct {
 }
 
 func newEngine(c *hctx, q int) *engine {
-	return &engine{c: c, q: q, wake: make(chan struct{}, 1)}
+	return &engine{c: c, q: q, bell: newBell()}
 }
 
 // push queues j and wakes the engine; it reports whether the engine was
@@ -46,11 +41,7 @@ func (e *engine) push(j *job) bool {
 	e.mu.Lock()
 	e.jobs = append(e.jobs, j)
 	e.mu.Unlock()
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
-	return e.parked.Load()
+	return e.bell.ring()
 }
 
 func (e *engine) busy() bool {
@@ -81,43 +72,22 @@ func (e *engine) pop() *job {
 			continue
 		}
 		e.c.d.st.parks.Add(1)
-		e.parked.Store(true)
+		if !e.bell.park() {
+			continue
+		}
 		select {
-		case <-e.wake:
+		case <-e.bell.ch:
 		case <-e.c.quit:
-			e.parked.Store(false)
+			e.bell.unpark()
 			return nil
 		}
-		e.parked.Store(false)
+		e.bell.unpark()
 	}
 }
 
 // spin polls the queue for up to Config.EngineSpin, as a queue manager
 // does, and reports whether a job arrived (false: park).
-func (e *engine) spin() bool { return spinFor(e.wake, e.c.quit, e.c.d.cfg.EngineSpin) }
-
-// spinFor polls wake for up to d, yielding between looks, and reports
-// whether it was signalled (false: d passed, or quit; the caller's wait
-// sees quit).
-func spinFor(wake, quit <-chan struct{}, d time.Duration) bool {
-	if d <= 0 {
-		return false
-	}
-	deadline := time.Now().Add(d)
-	for i := 0; ; i++ {
-		select {
-		case <-wake:
-			return true
-		case <-quit:
-			return false
-		default:
-		}
-		if i&15 == 15 && time.Now().After(deadline) {
-			return false
-		}
-		runtime.Gosched()
-	}
-}
+func (e *engine) spin() bool { return e.bell.spin(e.c.quit, e.c.d.cfg.EngineSpin) }
 
 func (e *engine) run() {
 	defer e.c.engWG.Done()

@@ -92,9 +92,7 @@ type g3chan struct {
 	ch   int
 	regs []byte // the emulated register file: 4 KiB, also the user's mmap
 	maps int    // live user mmaps (memMu)
-	wake chan struct{}
-	// parked: the worker sleeps on wake (its spin window passed).
-	parked atomic.Bool
+	bell bell   // rung by Doorbell
 
 	mu      sync.Mutex // guards what follows; held while a doorbell runs
 	active  bool       // MSQ mode programmed and seen
@@ -185,7 +183,7 @@ func (c *hctx) g3channel(ch int) (*g3chan, error) {
 	if err != nil {
 		return nil, unix.ENOMEM
 	}
-	g := &g3chan{c: c, ch: ch, regs: regs, wake: make(chan struct{}, 1), dma: &engine{c: c}}
+	g := &g3chan{c: c, ch: ch, regs: regs, bell: newBell(), dma: &engine{c: c}}
 	c.g3chans[ch] = g
 	c.bells[ch].Store(g)
 	c.engWG.Add(1)
@@ -265,11 +263,7 @@ func (c *hctx) Doorbell(block []byte) {
 		g.marks = append(g.marks, m)
 	}
 	g.mu.Unlock()
-	select {
-	case g.wake <- struct{}{}:
-	default:
-	}
-	if g.parked.Load() {
+	if g.bell.ring() {
 		// As a CS ioctl that wakes a parked engine (csIoctl): the
 		// worker's goroutine was made runnable on this core; let it run
 		// now rather than after this caller blocks.
@@ -310,14 +304,22 @@ func (g *g3chan) run() {
 	t := time.NewTimer(g3IdlePoll)
 	defer t.Stop()
 	poll := g3IdlePoll
+	// rang: the worker spun and a doorbell rang. It spins on even when
+	// the ring found nothing to do, which happens when the worker took
+	// the new MSQ_PI before Doorbell announced it (a submitter stores
+	// MSQ_PI, then calls Doorbell): parking then would make the next
+	// doorbell wake it.
+	rang := false
 	for {
-		worked := false
+		worked := rang
+		rang = false
 		for g.step() {
 			worked = true
 		}
 		if worked {
 			poll = g3IdlePoll
 			if g.spin() {
+				rang = true
 				continue
 			}
 			g.c.d.st.parks.Add(1)
@@ -325,14 +327,18 @@ func (g *g3chan) run() {
 			poll = min(2*poll, g3IdlePollMax)
 		}
 		t.Reset(g.nextWake(poll))
-		g.parked.Store(true)
+		if !g.bell.park() {
+			rang = true
+			continue
+		}
 		select {
 		case <-c.quit:
 			return
-		case <-g.wake:
+		case <-g.bell.ch:
+			rang = true
 		case <-t.C:
 		}
-		g.parked.Store(false)
+		g.bell.unpark()
 	}
 }
 
@@ -346,7 +352,7 @@ func (g *g3chan) spin() bool {
 	g.mu.Lock()
 	held := len(g.pend) > 0
 	g.mu.Unlock()
-	return !held && spinFor(g.wake, g.c.quit, g.c.d.cfg.EngineSpin)
+	return !held && g.bell.spin(g.c.quit, g.c.d.cfg.EngineSpin)
 }
 
 // nextWake is when the worker looks again: at the next delayed completion
