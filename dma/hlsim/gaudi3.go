@@ -712,7 +712,7 @@ func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
 	}
 	read := func() (uint64, error) {
 		var b [8]byte
-		if err := readHost(b[:], in.Seq); err != nil {
+		if err := copyIn(b[:], in.Seq); err != nil {
 			return 0, unix.EFAULT
 		}
 		return binary.NativeEndian.Uint64(b[:]), nil

@@ -16,7 +16,9 @@ import (
 // address, never by converting a uint64 into an unsafe.Pointer (which would
 // break checkptr and go vet). process_vm_readv/writev on this process play
 // copy_from_user/copy_to_user; a bad address yields EFAULT instead of a
-// crash, so a DMA through a stale host mapping fails its CS cleanly.
+// crash, so a DMA through a stale host mapping fails its CS cleanly. The
+// small structures an ioctl reads take copyIn, which reads in place where
+// it can and turns a fault into EFAULT the same way.
 
 // maxHostRW bounds one process_vm call (the kernel's MAX_RW_COUNT is just
 // under 2 GiB).
@@ -59,12 +61,10 @@ func hostRW(write bool, local []byte, addr uint64) error {
 }
 
 // readStruct copies size bytes at host address addr into the object at p
-// (an ioctl argument or a chunk array owned by the emulator).
+// (an ioctl argument or a chunk array owned by the emulator), as
+// copy_from_user does (copyIn).
 func readStruct(p unsafe.Pointer, size uintptr, addr uint64) error {
-	if addr == 0 {
-		return unix.EFAULT
-	}
-	return readHost(unsafe.Slice((*byte)(p), size), addr)
+	return copyIn(unsafe.Slice((*byte)(p), size), addr)
 }
 
 // hostRangeMapped checks that every page of [addr, addr+size) is mapped in
