@@ -22,9 +22,12 @@
 // other numbering (ENOTTY), reads and writes the argument struct in place
 // and reaches user pointers inside it (INFO return buffers, CS chunk
 // arrays, USERPTR host memory, host memory reached by DMA, Gaudi2 user
-// CBs) with process_vm_readv/writev on the own process, the way the kernel
-// uses copy_from_user: a bad pointer yields EFAULT (or a failed CS), never
-// a crash, and no uint64 is ever turned into an unsafe.Pointer. Failing
+// CBs) the way the kernel uses copy_from_user: a bad pointer yields EFAULT
+// (or a failed CS), never a crash, and no uint64 is ever turned into an
+// unsafe.Pointer. DMA and INFO buffers go through process_vm_readv/writev
+// on the own process; the small arrays an ioctl reads (CS chunks, a user
+// counter) are read in place on amd64, a fault there recovered as EFAULT
+// (copyIn), since a system call per CS would dwarf the driver's cost. Failing
 // ioctls return a bare unix.Errno (hlsys wraps it in *hlsys.Error); the
 // WAIT_CS output is written before -ETIMEDOUT/-EIO is returned, as the
 // driver's dispatcher copies it out on failure.
