@@ -25,8 +25,8 @@ const (
 // hctx is an open compute context: what the driver calls hl_fpriv plus
 // hl_ctx. It implements hlsys.Backend.
 //
-// Lock order: csMu, then memMu, then the per-CS mutex; evMu and the
-// device's faultMu are leaves. d.mu is never taken while holding a
+// Lock order: csMu, then memMu, then the per-CS mutex; evMu, tdrMu and
+// the device's faultMu are leaves. d.mu is never taken while holding a
 // context lock, except by teardown after all context locks are released.
 type hctx struct {
 	d     *Device
@@ -37,6 +37,10 @@ type hctx struct {
 	closed  bool
 	nextSeq uint64 // next CS sequence number (starts at 1)
 	slots   []*cs  // completion slots, indexed by seq & (MaxPendingCS-1)
+
+	// tdrMu guards mirror and the CSs' TDR timers (tdr.go).
+	tdrMu  sync.Mutex
+	mirror []*cs // scheduled CSs not yet ended, oldest first
 
 	evMu    sync.Mutex
 	eventfd int    // registered eventfd (our dup), or -1

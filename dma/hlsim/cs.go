@@ -66,12 +66,16 @@ type cs struct {
 	timestamp bool          // CS_FLAGS_TIMESTAMP
 	skipReset bool          // CS_FLAGS_SKIP_RESET_ON_TIMEOUT
 
+	timeout time.Duration // its TDR's, once armed (armTDRLocked)
+
+	// tdr is the CS's TDR timer, nil until armed (hctx.tdrMu).
+	tdr *time.Timer
+
 	mu       sync.Mutex
 	ended    bool
 	timedout bool
 	status   uint32 // WAIT_CS status once ended
 	doneNs   int64  // CLOCK_MONOTONIC completion time
-	tdr      *time.Timer
 	delayT   *time.Timer
 	held     []*job // jobs of a hung CS: they keep their CBs in use until it ends
 }
@@ -191,17 +195,20 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 	hang, abort, delay := c.d.injected()
 	s.delay = delay
 	c.d.st.submitted.Add(1)
-	s.mu.Lock() // the timer may fire at once (a custom timeout of 0)
-	s.tdr = time.AfterFunc(timeout, func() { c.tdrExpired(s) })
 	if hang {
 		for _, j := range jobs {
 			if j.kcb != nil {
 				j.kcb.inUse.Add(1)
 			}
 		}
+		s.mu.Lock()
 		s.held = jobs
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
+	// On the mirror list before its jobs can end it (and after held is
+	// set: a TDR of 0 fires at once).
+	s.timeout = timeout
+	c.scheduleTDR(s)
 	woke := false // a parked engine was woken
 	if !hang && !abort {
 		s.jobsLeft.Store(int32(len(jobs)))
@@ -415,9 +422,7 @@ func (c *hctx) finish(s *cs, status uint32) {
 	if s.timestamp { // only CS_FLAGS_TIMESTAMP CSs report it: spare the syscall
 		s.doneNs = monotonicNow()
 	}
-	if s.tdr != nil {
-		s.tdr.Stop()
-	}
+	timedout := s.timedout
 	if s.delayT != nil {
 		s.delayT.Stop()
 	}
@@ -428,6 +433,7 @@ func (c *hctx) finish(s *cs, status uint32) {
 	}
 	s.held = nil
 	s.mu.Unlock()
+	c.releaseTDR(s, timedout)
 	c.recordOutcome(s)
 	switch status {
 	case hlsys.WaitCSStatusCompleted:

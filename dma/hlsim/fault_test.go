@@ -109,17 +109,18 @@ func TestHangNextCSResets(t *testing.T) {
 			defer unix.Close(efd)
 			require.NoError(t, hlsys.RegisterEventFD(r.b, efd))
 
-			// Another CS in flight with a long custom timeout: the reset
-			// caused by the hung CS aborts it.
+			// The hung CS is the oldest in flight: the TDR watches it.
+			r.d.HangNextCS(1)
+			cb, _, dst := r.copyCB()
+			seq, err := r.submit(0, 0, r.chunk(0, cb))
+			require.NoError(t, err)
+			// Another CS in flight after it, with a long custom timeout:
+			// the reset caused by the hung CS aborts it.
 			r.d.DelayNextCS(1, time.Hour)
 			other, err := r.submit(hlsys.CSFlagsCustomTimeout, 3600, r.chunk(4, nop()))
 			require.NoError(t, err)
 			otherDone := waitAsync(r.b, other, uint64(safety.Microseconds()))
 
-			r.d.HangNextCS(1)
-			cb, _, dst := r.copyCB()
-			seq, err := r.submit(0, 0, r.chunk(0, cb))
-			require.NoError(t, err)
 			out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
 			isErrno(t, err, unix.ETIMEDOUT)
 			require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
@@ -162,13 +163,13 @@ func TestHangWithoutReset(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t, tc.cfg)
+			r.d.HangNextCS(1)
+			seq, err := r.submit(tc.flags, 0, r.chunk(0, nop()))
+			require.NoError(t, err)
 			r.d.DelayNextCS(1, time.Hour)
 			other, err := r.submit(hlsys.CSFlagsCustomTimeout, 3600, r.chunk(4, nop()))
 			require.NoError(t, err)
 
-			r.d.HangNextCS(1)
-			seq, err := r.submit(tc.flags, 0, r.chunk(0, nop()))
-			require.NoError(t, err)
 			out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
 			isErrno(t, err, unix.ETIMEDOUT)
 			require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
@@ -343,4 +344,45 @@ func TestFaultInjectionConcurrent(t *testing.T) {
 	<-done
 	st := r.d.Stats()
 	require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut)
+}
+
+// TestTDRWatchesOldest checks the driver's TDR rule: only the oldest CS in
+// flight has its timeout running (hl_hw_queue_schedule_cs arms it for the
+// first on the mirror list; cs_handle_tdr for the next as one ends).
+func TestTDRWatchesOldest(t *testing.T) {
+	const ahead = 200 * time.Millisecond
+	for _, m := range models {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m, CSTimeout: time.Hour})
+			flags := uint32(hlsys.CSFlagsCustomTimeout | hlsys.CSFlagsSkipResetOnTimeout)
+
+			// Behind a hung CS, a CS whose timeout is 0 is not watched:
+			// it completes.
+			r.d.HangNextCS(1)
+			hung, err := r.submit(0, 0, r.chunk(0, nop()))
+			require.NoError(t, err)
+			seq, err := r.submit(flags, 0, r.chunk(4, nop()))
+			require.NoError(t, err)
+			out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+			r.d.Reset() // ends the hung CS
+			_, err = hlsys.WaitForCS(r.b, hung, uint64(safety.Microseconds()))
+			isErrno(t, err, unix.EIO)
+
+			// Behind a CS that ends after `ahead`, the same CS, held for
+			// an hour, has its timeout start then, and times out then.
+			r.d.DelayNextCS(1, ahead)
+			_, err = r.submit(0, 0, r.chunk(0, nop()))
+			require.NoError(t, err)
+			r.d.DelayNextCS(1, time.Hour)
+			start := time.Now()
+			seq, err = r.submit(flags, 0, r.chunk(4, nop()))
+			require.NoError(t, err)
+			out, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+			isErrno(t, err, unix.ETIMEDOUT)
+			require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
+			require.GreaterOrEqual(t, time.Since(start), ahead/2, "timed out before the CS ahead of it ended")
+		})
+	}
 }
