@@ -66,10 +66,8 @@ type cs struct {
 	timestamp bool          // CS_FLAGS_TIMESTAMP
 	skipReset bool          // CS_FLAGS_SKIP_RESET_ON_TIMEOUT
 
-	timeout time.Duration // its TDR's, once armed (armTDRLocked)
-
-	// tdr is the CS's TDR timer, nil until armed (hctx.tdrMu).
-	tdr *time.Timer
+	timeout time.Duration // the TDR's (default or custom), from when it is armed
+	tdr     *time.Timer   // the TDR, nil until armed (hctx.tdrMu; tdr.go)
 
 	mu       sync.Mutex
 	ended    bool

@@ -71,10 +71,10 @@ func (e *engine) pop() *job {
 		if e.spin() {
 			continue
 		}
-		e.c.d.st.parks.Add(1)
 		if !e.bell.park() {
 			continue
 		}
+		e.c.d.st.parks.Add(1)
 		select {
 		case <-e.bell.ch:
 		case <-e.c.quit:

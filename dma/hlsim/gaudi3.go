@@ -322,7 +322,6 @@ func (g *g3chan) run() {
 				rang = true
 				continue
 			}
-			g.c.d.st.parks.Add(1)
 		} else {
 			poll = min(2*poll, g3IdlePollMax)
 		}
@@ -330,6 +329,9 @@ func (g *g3chan) run() {
 		if !g.bell.park() {
 			rang = true
 			continue
+		}
+		if worked {
+			g.c.d.st.parks.Add(1)
 		}
 		select {
 		case <-c.quit:
