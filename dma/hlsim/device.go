@@ -204,85 +204,100 @@ type Device struct {
 		blocks                                atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
 		busy                                  atomic.Int64
 	}
-	dmaT activity // engines executing (Stats.DMAActive)
-	emuT activity // engines executing or a CS ioctl running (Stats.EmuActive)
+	// actMu guards dmaT and emuT, which an engine's execution opens and
+	// closes together. Their times are the device clock's (clock).
+	actMu sync.Mutex
+	dmaT  activity // engines executing (Stats.DMAActive)
+	emuT  activity // engines executing or a CS ioctl running (Stats.EmuActive)
+	t0    time.Time
 }
 
 // activity accumulates the union of possibly overlapping busy intervals:
 // the wall time during which at least one was open.
 type activity struct {
-	mu    sync.Mutex
-	open  int       // intervals open
-	since time.Time // when open last went from 0 to 1
+	open  int           // intervals open
+	since time.Duration // when open last went from 0 to 1
 	total time.Duration
 }
 
-func (a *activity) begin(now time.Time) {
+func (a *activity) begin(now time.Duration) {
 	if a.open == 0 {
 		a.since = now
 	}
 	a.open++
 }
 
-func (a *activity) end(now time.Time) {
+func (a *activity) end(now time.Duration) {
 	a.open--
 	if a.open == 0 {
-		a.total += now.Sub(a.since)
+		a.total += now - a.since
 	}
 }
 
-// read is the total including the interval still open.
-func (a *activity) read() time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// read is the total including the interval still open (actMu held).
+func (a *activity) read(now time.Duration) time.Duration {
 	t := a.total
 	if a.open > 0 {
-		t += time.Since(a.since)
+		t += now - a.since
 	}
 	return t
 }
 
+// clock is the device's monotonic clock for the busy intervals: time
+// since t0 (New), a monotonic reading only: half the cost of time.Now
+// here, which also reads the wall clock, and it is read twice on every
+// execution's path.
+func (d *Device) clock() time.Duration { return time.Since(d.t0) }
+
 // dmaBegin marks an engine as executing and returns the start time.
-func (d *Device) dmaBegin() time.Time {
-	d.dmaT.mu.Lock()
-	d.emuT.mu.Lock()
-	now := time.Now()
+func (d *Device) dmaBegin() time.Duration {
+	d.actMu.Lock()
+	now := d.clock()
 	d.dmaT.begin(now)
 	d.emuT.begin(now)
-	d.emuT.mu.Unlock()
-	d.dmaT.mu.Unlock()
+	d.actMu.Unlock()
 	return now
 }
 
 // dmaEnd ends an engine's execution begun at start (dmaBegin) and
 // returns its end.
-func (d *Device) dmaEnd(start time.Time) time.Time {
-	d.dmaT.mu.Lock()
-	d.emuT.mu.Lock()
-	now := time.Now()
+func (d *Device) dmaEnd(start time.Duration) time.Duration {
+	d.actMu.Lock()
+	now := d.clock()
 	d.dmaT.end(now)
 	d.emuT.end(now)
-	d.emuT.mu.Unlock()
-	d.dmaT.mu.Unlock()
-	d.st.busy.Add(int64(now.Sub(start)))
+	d.actMu.Unlock()
+	d.st.busy.Add(int64(now - start))
 	return now
 }
 
 // driverBegin and driverEnd bracket a CS ioctl (Stats.EmuActive).
 func (d *Device) driverBegin() {
-	d.emuT.mu.Lock()
-	d.emuT.begin(time.Now())
-	d.emuT.mu.Unlock()
+	d.actMu.Lock()
+	d.emuT.begin(d.clock())
+	d.actMu.Unlock()
 }
 
 func (d *Device) driverEnd() {
-	d.emuT.mu.Lock()
-	d.emuT.end(time.Now())
-	d.emuT.mu.Unlock()
+	d.actMu.Lock()
+	d.emuT.end(d.clock())
+	d.actMu.Unlock()
+}
+
+// active returns Stats.DMAActive and Stats.EmuActive, each including
+// its current interval.
+func (d *Device) active() (dma, emu time.Duration) {
+	d.actMu.Lock()
+	defer d.actMu.Unlock()
+	now := d.clock()
+	return d.dmaT.read(now), d.emuT.read(now)
 }
 
 // dmaActive is Stats.DMAActive, including the current interval.
-func (d *Device) dmaActive() time.Duration { return d.dmaT.read() }
+func (d *Device) dmaActive() time.Duration {
+	dma, _ := d.active()
+	return dma
+}
 
 // New creates an emulated device. It fails when the configuration is
 // invalid or when the kernel refuses what the emulator needs
@@ -343,6 +358,7 @@ func New(cfg Config) (_ *Device, err error) {
 	}
 
 	d := &Device{
+		t0:        time.Now(),
 		cfg:       cfg,
 		name:      "hlsim" + strconv.Itoa(cfg.Index),
 		num:       hlsys.Legacy,
@@ -626,6 +642,7 @@ func (d *Device) operational() bool {
 
 // Stats returns a snapshot of the counters.
 func (d *Device) Stats() Stats {
+	dmaActive, emuActive := d.active()
 	return Stats{
 		CSSubmitted:     d.st.submitted.Load(),
 		CSCompleted:     d.st.completed.Load(),
@@ -634,8 +651,8 @@ func (d *Device) Stats() Stats {
 		PacketsExecuted: d.st.packets.Load(),
 		BytesMoved:      d.st.bytes.Load(),
 		DMABusy:         time.Duration(d.st.busy.Load()),
-		DMAActive:       d.dmaActive(),
-		EmuActive:       d.emuT.read(),
+		DMAActive:       dmaActive,
+		EmuActive:       emuActive,
 		EngineParks:     d.st.parks.Load(),
 		EngineFaults:    d.st.faults.Load(),
 		Resets:          d.st.resets.Load(),

@@ -463,7 +463,7 @@ func (g *g3chan) step() bool {
 	}
 	var at time.Time // due at once
 	if m.delay > 0 {
-		at = done.Add(m.delay)
+		at = c.d.t0.Add(done + m.delay)
 	}
 	g.pend = append(g.pend, g3done{incs: incs, at: at})
 	g.flushLocked()
