@@ -207,9 +207,9 @@ type Device struct {
 	// actMu guards dmaT and emuT, which an engine's execution opens and
 	// closes together. Their times are the device clock's (clock).
 	actMu sync.Mutex
-	dmaT  activity // engines executing (Stats.DMAActive)
-	emuT  activity // engines executing or a CS ioctl running (Stats.EmuActive)
-	t0    time.Time
+	dmaT  activity  // engines executing (Stats.DMAActive)
+	emuT  activity  // engines executing or a CS ioctl running (Stats.EmuActive)
+	t0    time.Time // clock's origin
 }
 
 // activity accumulates the union of possibly overlapping busy intervals:
