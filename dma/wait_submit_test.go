@@ -1,0 +1,128 @@
+package dma
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// WAIT_CS and CS submission through the fake backend: errno mapping,
+// timeout conversion, retries.
+
+func TestWaitMapping(t *testing.T) {
+	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	type reply struct {
+		out hlsys.WaitCSOut
+		err error
+	}
+	for _, tt := range []struct {
+		name string
+		r    reply
+		want CSStatus
+		is   []error
+	}{
+		{"completed", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusCompleted}, nil}, CSCompleted, nil},
+		{"gone", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusCompleted, Flags: hlsys.WaitCSStatusFlagGone}, nil}, CSCompleted, nil},
+		{"busy", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusBusy}, nil}, CSBusy, nil},
+		{"timedout", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusTimedOut}, unix.ETIMEDOUT}, CSTimedOut, []error{ErrCSTimedOut, unix.ETIMEDOUT}},
+		{"aborted", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusAborted}, unix.EIO}, CSAborted, []error{ErrCSAborted, unix.EIO}},
+		{"timedout status only", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusTimedOut}, nil}, CSTimedOut, []error{ErrCSTimedOut}},
+		{"aborted status only", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusAborted}, nil}, CSAborted, []error{ErrCSAborted}},
+		{"einval", reply{hlsys.WaitCSOut{}, unix.EINVAL}, CSUnknown, []error{ErrInvalid, unix.EINVAL}},
+		{"ebusy", reply{hlsys.WaitCSOut{}, unix.EBUSY}, CSUnknown, []error{unix.EBUSY}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f.wait = func(seq, tmo uint64) (hlsys.WaitCSOut, error) { return tt.r.out, tt.r.err }
+			st, err := d.Wait(3, time.Millisecond)
+			require.Equal(t, tt.want, st)
+			if tt.is == nil {
+				require.NoError(t, err)
+			}
+			for _, e := range tt.is {
+				require.ErrorIs(t, err, e)
+			}
+		})
+	}
+	_, err := d.Wait(0, 0)
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestWaitTimeoutConversion(t *testing.T) {
+	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	var got []uint64
+	f.wait = func(seq, tmo uint64) (hlsys.WaitCSOut, error) {
+		got = append(got, tmo)
+		return hlsys.WaitCSOut{Status: hlsys.WaitCSStatusBusy}, nil
+	}
+	st, err := d.Wait(1, 9000*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, CSBusy, st)
+	require.Equal(t, []uint64{4000e6, 4000e6, 1000e6}, got, "long timeouts are split below the driver's u32 limit")
+
+	got = nil
+	_, _ = d.Wait(1, 0)
+	_, _ = d.Wait(1, -time.Second)
+	_, _ = d.Wait(1, 1500*time.Microsecond)
+	require.Equal(t, []uint64{0, 0, 1500}, got)
+
+	// EINTR is retried.
+	n := 0
+	f.wait = func(seq, tmo uint64) (hlsys.WaitCSOut, error) {
+		n++
+		if n < 3 {
+			return hlsys.WaitCSOut{}, unix.EINTR
+		}
+		return hlsys.WaitCSOut{}, nil
+	}
+	st, err = d.Wait(1, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, CSCompleted, st)
+	require.Equal(t, 3, n)
+}
+
+func TestSubmitRetries(t *testing.T) {
+	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	chunk := []Chunk{{Handle: 0x1000, Queue: 0, Size: 8, UserCB: true}}
+
+	n := 0
+	f.submit = func([]hlsys.CSChunk) (uint64, error) {
+		n++
+		switch n {
+		case 1, 2:
+			return 0, unix.EAGAIN
+		case 3:
+			return 0, unix.EINTR
+		}
+		return 42, nil
+	}
+	seq, err := d.Submit(chunk)
+	require.NoError(t, err)
+	require.Equal(t, uint64(42), seq)
+	require.Equal(t, uint64(3), d.Stats().SubmitRetries)
+	require.Equal(t, uint64(1), d.Stats().Submitted)
+
+	f.submit = func([]hlsys.CSChunk) (uint64, error) { return 0, unix.EAGAIN }
+	d.opts.SubmitRetries = 5
+	_, err = d.Submit(chunk)
+	require.ErrorIs(t, err, ErrBusy)
+	require.ErrorIs(t, err, unix.EAGAIN)
+	require.Equal(t, uint64(8), d.Stats().SubmitRetries)
+
+	f.submit = func([]hlsys.CSChunk) (uint64, error) { return 0, unix.EINVAL }
+	_, err = d.Submit(chunk)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, unix.EINVAL)
+	f.submit = func([]hlsys.CSChunk) (uint64, error) { return 0, unix.EPERM }
+	_, err = d.Submit(chunk)
+	require.ErrorIs(t, err, ErrNotOperational, "Gaudi2 has no packet parser: EPERM is the device state (see TestCSRefusalByDeviceState)")
+	require.ErrorIs(t, err, unix.EPERM)
+
+	_, err = d.Submit(nil)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = d.Submit(make([]Chunk, MaxChunksPerCS+1))
+	require.ErrorIs(t, err, ErrInvalid)
+}
