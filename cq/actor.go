@@ -44,7 +44,7 @@ type ActorConfig struct {
 	MaxOutstanding int           // tracked submissions before Track waits (default 256)
 	MaxPoll        int           // WAIT_CS polls per sweep (default 16)
 	Spin           time.Duration // spin-polling window after the last progress (default 50us)
-	BlockTimeout   time.Duration // blocking WAIT_CS on the oldest CS when spinning ends (default 1ms)
+	BlockTimeout   time.Duration // blocking WAIT_CS on the oldest CS when spinning ends, and the longest sleep while waiters watch every CS (default 1ms)
 	IdleTimeout    time.Duration // safety-net wakeup while idle (default 100ms)
 	// OnDeadline is called (on the actor goroutine) whenever a submission
 	// misses its deadline, so the owner can check the device's health.
@@ -86,14 +86,35 @@ type Ticket struct {
 
 // Watch tells the actor that a waiter is polling the ticket (until
 // Unwatch): the actor then leaves the ticket to the waiter, and while
-// every CS it tracks is watched it sleeps (until a submission comes, or
-// for its spin window) instead of spin-polling them, leaving the cores to
-// the waiters and the device. A watcher polls the ticket until it
-// retires or it unwatches.
+// every CS it tracks is watched it sleeps instead of spin-polling them,
+// leaving the cores to the waiters and the device. A watcher polls the
+// ticket until it retires or it unwatches.
+//
+// While it sleeps so, new submissions do not wake it: their submitters
+// usually watch them next, and a wake-up per submission puts the actor on
+// the core its waiter needs. What needs the actor wakes it (Kick): the
+// last watcher leaving a ticket not retired (Unwatch does that), a
+// submission nobody will watch, a caller that starts waiting on a
+// channel, a submission with a deadline (TrackTicket does that).
+// Otherwise it looks again after ActorConfig.BlockTimeout, or at the
+// earliest deadline.
 func (t *Ticket) Watch() { t.watchers.Add(1) }
 
-// Unwatch ends a Watch.
-func (t *Ticket) Unwatch() { t.watchers.Add(-1) }
+// Unwatch ends a Watch. The last watcher to leave a ticket that is not
+// retired wakes the actor, which retires it from then on.
+func (t *Ticket) Unwatch() {
+	if t.watchers.Add(-1) == 0 && !t.Retired() {
+		t.a.Kick()
+	}
+}
+
+// Kick wakes the ticket's actor if it sleeps while waiters watch every
+// CS it tracks (see Watch): the ticket needs it.
+func (t *Ticket) Kick() {
+	if t != nil && !t.Retired() {
+		t.a.Kick()
+	}
+}
 
 const (
 	ticketIdle    = iota
@@ -151,7 +172,8 @@ func (t *Ticket) Poll() bool {
 // DeviceActor is the one goroutine that reaps a device's command
 // submissions. While work is in flight it polls WAIT_CS (timeout 0) over the
 // outstanding sequence numbers in bounded sweeps, spins for a short window
-// after progress, then blocks in a short WAIT_CS on the oldest; when
+// after progress, then blocks in a short WAIT_CS on the oldest (or, when
+// waiters watch every CS it tracks, sleeps: see Ticket.Watch); when
 // nothing is outstanding it keeps polling its submission channel for the
 // rest of the spin window (a submission then needs no wake-up), then
 // sleeps on it with a periodic safety-net timeout. The spin is bounded:
@@ -164,6 +186,7 @@ type DeviceActor struct {
 	log  zerolog.Logger
 
 	in      chan *Ticket
+	kick    chan struct{} // Kick's token (one: a Kick never blocks)
 	exitMu  sync.RWMutex
 	exited  bool
 	stop    chan struct{}
@@ -180,6 +203,7 @@ type DeviceActor struct {
 	waiterPolls   atomic.Uint64
 	waiterRetired atomic.Uint64
 	sleeps        atomic.Uint64
+	kicks         atomic.Uint64
 }
 
 // NewDeviceActor starts the actor for one completion source.
@@ -191,6 +215,7 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "cq").Str("source", name).Logger(),
 		in:      make(chan *Ticket, cfg.MaxOutstanding),
+		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -225,6 +250,9 @@ func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, e
 	a.outstanding.Add(1)
 	select {
 	case a.in <- t:
+		if !s.Deadline.IsZero() {
+			a.Kick() // its deadline is the actor's to watch, also while it sleeps
+		}
 		return t, nil
 	case <-a.stop:
 		a.outstanding.Add(-1)
@@ -232,6 +260,17 @@ func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, e
 	case <-ctx.Done():
 		a.outstanding.Add(-1)
 		return nil, ctx.Err()
+	}
+}
+
+// Kick wakes the actor if it sleeps while waiters watch every CS it
+// tracks (see Ticket.Watch), or makes its next such sleep end at once. It
+// never blocks.
+func (a *DeviceActor) Kick() {
+	select {
+	case a.kick <- struct{}{}:
+		a.kicks.Add(1)
+	default:
 	}
 }
 
@@ -256,12 +295,15 @@ type ActorStats struct {
 	// Sleeps counts the times the actor slept because waiters polled
 	// every CS it tracked.
 	Sleeps uint64
+	// Kicks counts the Kicks that found no token pending (each wakes the
+	// actor from such a sleep, or ends its next one at once).
+	Kicks uint64
 }
 
 // Stats returns the counters.
 func (a *DeviceActor) Stats() ActorStats {
 	return ActorStats{Outstanding: a.Outstanding(), Polls: a.polls.Load(), Blocks: a.blocks.Load(), Retired: a.retired.Load(), Parks: a.parks.Load(),
-		WaiterPolls: a.waiterPolls.Load(), WaiterRetired: a.waiterRetired.Load(), Sleeps: a.sleeps.Load()}
+		WaiterPolls: a.waiterPolls.Load(), WaiterRetired: a.waiterRetired.Load(), Sleeps: a.sleeps.Load(), Kicks: a.kicks.Load()}
 }
 
 // Close stops accepting submissions, keeps reaping the outstanding ones for
@@ -474,14 +516,13 @@ func (a *DeviceActor) run() {
 		oldest := firstUnwatched(pending)
 		if oldest < 0 {
 			// Waiters poll every CS tracked and retire them: sleep until
-			// a submission comes, for no longer than the spin window or a
-			// blocking wait (a waiter may stop watching without having
-			// seen its CS end).
+			// kicked (see Ticket.Watch), for no longer than a blocking
+			// wait or until the earliest deadline. Submissions meanwhile
+			// wait in a.in.
 			a.sleeps.Add(1)
-			idle.Reset(max(min(a.cfg.Spin, a.cfg.BlockTimeout), time.Microsecond))
+			idle.Reset(max(min(a.cfg.BlockTimeout, untilDeadline(pending, now)), time.Microsecond))
 			select {
-			case s := <-a.in:
-				pending = append(pending, s)
+			case <-a.kick:
 			case <-a.stop:
 			case <-idle.C:
 			}
@@ -504,6 +545,18 @@ func (a *DeviceActor) run() {
 			lastProgress = time.Now()
 		}
 	}
+}
+
+// untilDeadline is the time from now to the earliest deadline of
+// pending (an hour when none has one).
+func untilDeadline(pending []*Ticket, now time.Time) time.Duration {
+	d := time.Hour
+	for _, t := range pending {
+		if !t.Deadline.IsZero() {
+			d = min(d, t.Deadline.Sub(now))
+		}
+	}
+	return d
 }
 
 // firstUnwatched is the index of the first ticket no waiter watches, or

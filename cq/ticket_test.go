@@ -261,3 +261,71 @@ func TestTicketOutcomeReportedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestActorWatchSleepWakes: while waiters watch every CS it tracks, the
+// actor sleeps without looking at new submissions (here for up to an
+// hour: BlockTimeout); what needs it wakes it. Each case fails (times
+// out) if that wake-up is missing.
+func TestActorWatchSleepWakes(t *testing.T) {
+	cases := []struct {
+		name string
+		run  func(t *testing.T, a *DeviceActor, w *fakeWaiter, watched *Ticket)
+	}{
+		{"a waiter leaving a CS it did not retire", func(t *testing.T, a *DeviceActor, w *fakeWaiter, watched *Ticket) {
+			w.finish(1, nil)
+			watched.Unwatch() // without having polled it again
+			require.Eventually(t, watched.Retired, 10*time.Second, time.Millisecond, "retired by the actor")
+		}},
+		{"a submission nobody watches, kicked", func(t *testing.T, a *DeviceActor, w *fakeWaiter, watched *Ticket) {
+			done := make(chan struct{})
+			tk, err := a.TrackTicket(context.Background(), Submission{Seq: 2, OnDone: func(error) { close(done) }})
+			require.NoError(t, err)
+			w.finish(2, nil)
+			tk.Kick()
+			recvWithin(t, done, "retired once kicked")
+			require.True(t, tk.Retired())
+			w.finish(1, nil)
+			require.True(t, watched.Poll())
+			watched.Unwatch()
+		}},
+		{"a deadline", func(t *testing.T, a *DeviceActor, w *fakeWaiter, watched *Ticket) {
+			timedOut := make(chan struct{})
+			tk, err := a.TrackTicket(context.Background(), Submission{Seq: 2, Deadline: time.Now().Add(20 * time.Millisecond),
+				OnDone: func(error) {}, OnTimeout: func(time.Time) time.Time { close(timedOut); return time.Time{} }})
+			require.NoError(t, err)
+			tk.Watch() // watched too: only the deadline needs the actor
+			recvWithin(t, timedOut, "timed out at its deadline")
+			w.finish(1, nil)
+			w.finish(2, nil)
+			require.True(t, tk.Poll())
+			tk.Unwatch()
+			watched.Unwatch()
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newFakeWaiter()
+			a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Microsecond, BlockTimeout: time.Hour})
+			defer a.Close(0)
+			tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
+			require.NoError(t, err)
+			tk.Watch()
+			sleeps := a.Stats().Sleeps
+			for a.Stats().Sleeps == sleeps {
+				runtime.Gosched()
+			}
+			tc.run(t, a, w, tk)
+			require.Eventually(t, func() bool { return a.Outstanding() == 0 }, 10*time.Second, time.Millisecond)
+		})
+	}
+}
+
+// recvWithin waits for ch to be closed, failing after 10 s.
+func recvWithin(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not " + what)
+	}
+}

@@ -268,15 +268,22 @@ func (r *csRec) submit() {
 }
 
 // attach lets the futures of the CS's operations poll it (Future.Wait).
-// The CS may already be retiring meanwhile: attach only reads the items'
-// jobs, which finish does not write.
+// A CS that some future could not take (its slots are full) is the
+// actor's to retire for it: the actor is kicked, in case it sleeps while
+// waiters watch what it tracks (cq.Ticket.Watch). The CS may already be
+// retiring meanwhile: attach only reads the items' jobs, which finish
+// does not write.
 func (r *csRec) attach(t *cq.Ticket) {
 	var last *Future
+	all := true
 	for i := range r.items {
 		if f := r.items[i].j.Fut; f != last {
-			f.addTicket(t)
+			all = f.addTicket(t) && all
 			last = f
 		}
+	}
+	if !all {
+		t.Kick()
 	}
 }
 

@@ -58,16 +58,27 @@ const maxTickets = 4
 // operations, for Wait to poll: a waiter that sees the CS end retires it
 // on its own goroutine, without waiting for the device's actor to notice
 // and hand the completion over. It takes a free slot, or one whose CS has
-// retired.
-func (f *Future) addTicket(t *cq.Ticket) {
+// retired, and reports whether it found one.
+func (f *Future) addTicket(t *cq.Ticket) bool {
 	if f.done.Load() {
-		return
+		return false
 	}
 	for i := range f.tickets {
 		old := f.tickets[i].Load()
 		if (old == nil || old.Retired()) && f.tickets[i].CompareAndSwap(old, t) {
-			return
+			return true
 		}
+	}
+	return false
+}
+
+// kick wakes the actors of f's attached command submissions: a caller
+// is about to wait for f without polling them (Done), or looks at it
+// without waiting (IsDone, Err). An actor sleeping while waiters watch
+// its CSs does not look at new ones until then (cq.Ticket.Watch).
+func (f *Future) kick() {
+	for i := range f.tickets {
+		f.tickets[i].Load().Kick()
 	}
 }
 
@@ -229,6 +240,7 @@ func (f *Future) Done() <-chan struct{} {
 	if f.done.Load() {
 		return closedChan
 	}
+	f.kick()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ch == nil {
@@ -238,12 +250,19 @@ func (f *Future) Done() <-chan struct{} {
 }
 
 // IsDone reports whether the future has resolved.
-func (f *Future) IsDone() bool { return f.done.Load() }
+func (f *Future) IsDone() bool {
+	if f.done.Load() {
+		return true
+	}
+	f.kick()
+	return false
+}
 
 // Err returns the result: nil on success, the first error, or
 // gxerr.NotDone while pending.
 func (f *Future) Err() error {
 	if !f.done.Load() {
+		f.kick()
 		return gxerr.NotDone
 	}
 	return f.final // written before done was set, never after

@@ -183,3 +183,59 @@ func TestLatencyHistAddN(t *testing.T) {
 	qb, nb := b.Quantile(0.5)
 	require.Equal(t, []any{qa, na, a.Sum(), a.Max()}, []any{qb, nb, b.Sum(), b.Max()})
 }
+
+// neverEnds is a completion source whose CSs never end.
+type neverEnds struct{}
+
+func (neverEnds) WaitCS(_ uint64, timeout time.Duration) (bool, error) {
+	time.Sleep(min(timeout, time.Millisecond))
+	return false, nil
+}
+
+// TestFutureKicksActor: what needs a device's actor while it may sleep
+// for waiters that watch its CSs (cq.Ticket.Watch) wakes it: a caller
+// that waits on Done or looks with IsDone or Err, and a CS a future had
+// no slot to attach. A future that takes the CS, or is already resolved,
+// does not.
+func TestFutureKicksActor(t *testing.T) {
+	cases := []struct {
+		name string
+		run  func(f *Future, attach func() *cq.Ticket)
+		kick bool
+	}{
+		{"Done", func(f *Future, attach func() *cq.Ticket) { attach(); f.Done() }, true},
+		{"IsDone", func(f *Future, attach func() *cq.Ticket) { attach(); f.IsDone() }, true},
+		{"Err", func(f *Future, attach func() *cq.Ticket) { attach(); _ = f.Err() }, true},
+		{"attached", func(f *Future, attach func() *cq.Ticket) { attach() }, false},
+		{"no slot left", func(f *Future, attach func() *cq.Ticket) {
+			for range maxTickets + 1 {
+				attach()
+			}
+		}, true},
+		{"resolved", func(f *Future, attach func() *cq.Ticket) {
+			attach()
+			f.Complete(0, nil)
+			f.Done()
+			f.IsDone()
+			_ = f.Err()
+		}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a := cq.NewDeviceActor("never", neverEnds{}, cq.ActorConfig{Spin: time.Microsecond})
+			defer a.Close(0)
+			f := NewFuture(1)
+			seq := uint64(0)
+			attach := func() *cq.Ticket {
+				seq++
+				tk, err := a.TrackTicket(context.Background(), cq.Submission{Seq: seq, OnDone: func(error) {}})
+				require.NoError(t, err)
+				r := &csRec{items: []csItem{{j: &Job{Fut: f}}}}
+				r.attach(tk)
+				return tk
+			}
+			tc.run(f, attach)
+			require.Equal(t, tc.kick, a.Stats().Kicks > 0)
+		})
+	}
+}
