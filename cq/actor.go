@@ -250,17 +250,24 @@ func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, e
 	a.outstanding.Add(1)
 	select {
 	case a.in <- t:
-		if !s.Deadline.IsZero() {
-			a.Kick() // its deadline is the actor's to watch, also while it sleeps
+	default:
+		// Full: the actor may be asleep while waiters watch (see
+		// Ticket.Watch), the submissions piling up; it takes them now.
+		a.Kick()
+		select {
+		case a.in <- t:
+		case <-a.stop:
+			a.outstanding.Add(-1)
+			return nil, ErrClosed
+		case <-ctx.Done():
+			a.outstanding.Add(-1)
+			return nil, ctx.Err()
 		}
-		return t, nil
-	case <-a.stop:
-		a.outstanding.Add(-1)
-		return nil, ErrClosed
-	case <-ctx.Done():
-		a.outstanding.Add(-1)
-		return nil, ctx.Err()
 	}
+	if !s.Deadline.IsZero() {
+		a.Kick() // its deadline is the actor's to watch, also while it sleeps
+	}
+	return t, nil
 }
 
 // Kick wakes the actor if it sleeps while waiters watch every CS it

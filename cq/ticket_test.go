@@ -288,6 +288,18 @@ func TestActorWatchSleepWakes(t *testing.T) {
 			require.True(t, watched.Poll())
 			watched.Unwatch()
 		}},
+		{"a full submission queue", func(t *testing.T, a *DeviceActor, w *fakeWaiter, watched *Ticket) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for seq := uint64(2); seq <= 2+uint64(cap(a.in)); seq++ { // one more than a.in holds
+				_, err := a.TrackTicket(ctx, Submission{Seq: seq, OnDone: func(error) {}})
+				require.NoError(t, err)
+				w.finish(seq, nil)
+			}
+			w.finish(1, nil)
+			require.True(t, watched.Poll())
+			watched.Unwatch()
+		}},
 		{"a deadline", func(t *testing.T, a *DeviceActor, w *fakeWaiter, watched *Ticket) {
 			timedOut := make(chan struct{})
 			tk, err := a.TrackTicket(context.Background(), Submission{Seq: 2, Deadline: time.Now().Add(20 * time.Millisecond),
@@ -305,7 +317,7 @@ func TestActorWatchSleepWakes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newFakeWaiter()
-			a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Microsecond, BlockTimeout: time.Hour})
+			a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Microsecond, BlockTimeout: time.Hour, MaxOutstanding: 4})
 			defer a.Close(0)
 			tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
 			require.NoError(t, err)
