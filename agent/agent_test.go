@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -421,15 +422,7 @@ func TestNotifyBackPressure(t *testing.T) {
 	_, err := a.Connect(ctx, b.Metadata().Unix)
 	require.NoError(t, err)
 	sent := make(chan error, 1)
-	go func() {
-		for i := range total {
-			if err := a.Notify(ctx, "b", []byte(fmt.Sprint(i))); err != nil {
-				sent <- err
-				return
-			}
-		}
-		sent <- nil
-	}()
+	go notifyCount(ctx, a, "b", total, sent)
 	// The queue fills, then the engine's window: the sender cannot have
 	// finished while nothing is taken.
 	require.Eventually(t, func() bool { return b.Stats().NotifyQueued == 4 }, time.Minute, time.Millisecond)
@@ -463,15 +456,7 @@ func TestNotifyOrderManySenders(t *testing.T) {
 				a := newAgent(t, newEngine(t), fmt.Sprint("s", s), agentOpts{})
 				_, err := a.Connect(ctx, b.Metadata().Unix+b.Metadata().TCP)
 				require.NoError(t, err)
-				go func() {
-					for i := range each {
-						if err := a.Notify(ctx, "b", []byte(fmt.Sprint(i))); err != nil {
-							sent <- err
-							return
-						}
-					}
-					sent <- nil
-				}()
+				go notifyCount(ctx, a, "b", each, sent)
 			}
 			next := map[string]int{}
 			for k := range senders * each {
@@ -723,4 +708,16 @@ func TestDoneThenPeer(t *testing.T) {
 		_, err = p.Section(name)
 		require.NoError(t, err, "round %d", i)
 	}
+}
+
+// notifyCount sends to the notifications "0" to n-1 in order, then its
+// outcome on sent.
+func notifyCount(ctx context.Context, a *Agent, to string, n int, sent chan<- error) {
+	for i := range n {
+		if err := a.Notify(ctx, to, []byte(fmt.Sprint(i))); err != nil {
+			sent <- err
+			return
+		}
+	}
+	sent <- nil
 }

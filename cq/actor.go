@@ -103,8 +103,8 @@ func (t *Ticket) Watch() { t.watchers.Add(1) }
 // Unwatch ends a Watch. The last watcher to leave a ticket that is not
 // retired wakes the actor, which retires it from then on.
 func (t *Ticket) Unwatch() {
-	if t.watchers.Add(-1) == 0 && !t.Retired() {
-		t.a.Kick()
+	if t.watchers.Add(-1) == 0 {
+		t.Kick()
 	}
 }
 

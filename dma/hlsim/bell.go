@@ -13,8 +13,8 @@ import (
 // they would contend for on every look with a select on ch.
 //
 // The mark is set before parked is read, and parked is set before the
-// mark is read again before sleeping (sleep's caller checks rung): either
-// the sleeper sees the mark or the submitter sees it parked and sends.
+// mark is read again (park): either the sleeper sees the mark or the
+// submitter sees it parked and sends.
 // This is emulator machinery; the driver has no counterpart (a queue
 // manager polls its PI register in hardware).
 type bell struct {

@@ -293,12 +293,6 @@ func (d *Device) active() (dma, emu time.Duration) {
 	return d.dmaT.read(now), d.emuT.read(now)
 }
 
-// dmaActive is Stats.DMAActive, including the current interval.
-func (d *Device) dmaActive() time.Duration {
-	dma, _ := d.active()
-	return dma
-}
-
 // New creates an emulated device. It fails when the configuration is
 // invalid or when the kernel refuses what the emulator needs
 // (process_vm_readv on itself, memfd_create).
