@@ -309,7 +309,8 @@ func TestActorWatchSleepWakes(t *testing.T) {
 			recvWithin(t, timedOut, "timed out at its deadline")
 			w.finish(1, nil)
 			w.finish(2, nil)
-			require.True(t, tk.Poll())
+			// The actor holds the ticket until OnTimeout has returned.
+			require.Eventually(t, tk.Poll, 10*time.Second, time.Millisecond)
 			tk.Unwatch()
 			watched.Unwatch()
 		}},
