@@ -79,6 +79,7 @@ func (s *Store) putLocked(ctx context.Context, m meta.Metadata, val []byte) erro
 			return s.unavailable(fmt.Sprintf("publish %q", m.Name), err)
 		}
 		if resp.Succeeded {
+			s.written = s.lease
 			return nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
@@ -108,6 +109,9 @@ func (s *Store) grantLocked(ctx context.Context) error {
 	s.stats.grants.Add(1)
 	s.lease = resp.ID
 	s.log.Debug().Int64("lease", int64(resp.ID)).Int64("ttl", resp.TTL).Msg("lease granted")
+	if s.afterGrant != nil {
+		s.afterGrant()
+	}
 	return nil
 }
 
@@ -177,8 +181,8 @@ func (s *Store) recover(old clientv3.LeaseID) bool {
 func (s *Store) republish(old clientv3.LeaseID) (stop bool, err error) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
-	if s.lease != old && s.lease != 0 {
-		return false, nil // Publish already took a new lease and wrote the record
+	if s.lease != old && s.lease != 0 && s.written == s.lease {
+		return false, nil // a new lease holds the record already (Publish, or an earlier attempt)
 	}
 	if s.published == nil {
 		s.lease, s.keeping = 0, false
@@ -186,7 +190,9 @@ func (s *Store) republish(old clientv3.LeaseID) (stop bool, err error) {
 	}
 	ctx, cancel := s.reqCtx(s.ctx)
 	defer cancel()
-	s.lease = 0
+	if s.lease == old {
+		s.lease = 0 // else an earlier attempt's grant, its write failed: use it
+	}
 	val, err := s.published.Encode()
 	if err != nil {
 		return false, err // cannot happen: it encoded when published

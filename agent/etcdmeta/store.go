@@ -150,11 +150,16 @@ type Store struct {
 	wg     sync.WaitGroup
 
 	// pmu serializes publishing and lease changes; it guards lease,
-	// published and keeping.
+	// written, published and keeping.
 	pmu       sync.Mutex
 	lease     clientv3.LeaseID // 0: none yet, or lost
+	written   clientv3.LeaseID // the lease the record was last written under
 	published *meta.Metadata   // the last record published, to republish
 	keeping   bool             // the keep-alive goroutine runs
+
+	// afterGrant, if set (by a test, before the first Publish), runs
+	// after each lease grant, pmu held.
+	afterGrant func()
 
 	mu     sync.Mutex
 	closed bool

@@ -228,6 +228,53 @@ func TestEtcdRestart(t *testing.T) {
 	rec.waitFor(t, limit, "Put of version 3 after the restart", func(ev meta.Event) bool { return ev.Kind == meta.Put && ev.Meta.Version == 3 })
 }
 
+// TestRecoverWriteFails: when the lease is lost and the recovery's grant
+// succeeds but its write of the record does not (etcd cut off between
+// the two), the next attempt still writes the record, under the lease it
+// was granted: the record is back. Before, the second attempt took the
+// granted lease for a written record, kept that lease alive and never
+// wrote the record (a flake of TestClusterNetns). The TTL is long enough
+// that the granted lease outlives the cut: were it to expire, its loss
+// would start a recovery that hides the fault.
+func TestRecoverWriteFails(t *testing.T) {
+	srv := etcdtest.New(t)
+	const ttl = 6 * time.Second
+	pub, obs := open(t, srv, ttl), open(t, srv, ttl)
+	ctx := ctxT(t)
+	grants := 0 // guarded by pub.pmu: afterGrant runs under it
+	resumed := make(chan error, 1)
+	pub.afterGrant = func() {
+		if grants++; grants != 2 { // the first grant of the recovery
+			return
+		}
+		srv.Pause()
+		go func() {
+			// Longer than RequestTimeout (2 s): the write fails.
+			time.Sleep(2500 * time.Millisecond)
+			resumed <- srv.Resume()
+		}()
+	}
+	require.NoError(t, pub.Publish(ctx, record("r", 6, 1)))
+
+	srv.Pause()
+	time.Sleep(ttl + 2*time.Second) // the client gives the lease up; etcd expires it
+	require.NoError(t, srv.Resume())
+	select {
+	case err := <-resumed:
+		require.NoError(t, err)
+	case <-time.After(limit):
+		t.Fatal("the recovery took no new lease")
+	}
+	eventually(t, limit, func() error {
+		_, err := obs.Lookup(ctx, "r")
+		return err
+	})
+	got, err := obs.Lookup(ctx, "r")
+	require.NoError(t, err)
+	require.Equal(t, record("r", 6, 1), got)
+	require.Equal(t, uint64(2), pub.Stats().LeaseGrants, "the recovery wrote under the lease it was granted")
+}
+
 // TestWatchCompaction: a watch cut off from etcd while the record was
 // deleted and the history compacted re-reads its key when it reconnects
 // and reports the deletion it missed.
