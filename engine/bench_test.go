@@ -76,10 +76,8 @@ func BenchmarkHostCopy16MiB(b *testing.B) {
 //
 // sw-ns/op also leaves out the emulated driver's CS ioctl (hlsim's
 // EmuActive: engines executing or a CS ioctl running), whose cost is the
-// emulator's (it reads the chunk array with process_vm_readv, ~1.7 us on
-// a VM, where the kernel's copy_from_user takes tens of ns): what is left
-// is gxfer's own software, its goroutine hand-offs and the time to notice
-// completions.
+// emulator's, not gxfer's: what is left is gxfer's own software, its
+// goroutine hand-offs and the time to notice completions.
 func BenchmarkGaudiOverhead(b *testing.B) {
 	for _, model := range []string{"gaudi2", "gaudi3"} {
 		for _, batch := range []int{1, 16, 256} {

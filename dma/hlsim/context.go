@@ -38,9 +38,11 @@ type hctx struct {
 	nextSeq uint64 // next CS sequence number (starts at 1)
 	slots   []*cs  // completion slots, indexed by seq & (MaxPendingCS-1)
 
-	// tdrMu guards mirror and the CSs' TDR timers (tdr.go).
+	// tdrMu guards mirror, the TDR timer and the CSs' TDR state (tdr.go).
 	tdrMu  sync.Mutex
-	mirror []*cs // scheduled CSs not yet ended, oldest first
+	mirror []*cs         // scheduled CSs not yet ended, oldest first
+	tdrT   *time.Timer   // the TDR timer, made by the first arming
+	tdrAt  time.Duration // when tdrT fires (Device.clock), 0: not pending
 
 	evMu    sync.Mutex
 	eventfd int    // registered eventfd (our dup), or -1
@@ -190,6 +192,7 @@ func (c *hctx) teardown(gone bool) {
 		c.csMu.Unlock()
 
 		c.abortAll(nil)
+		c.stopTDR()
 		close(c.quit)
 		c.engWG.Wait()
 		c.waitBG()

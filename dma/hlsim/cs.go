@@ -66,8 +66,9 @@ type cs struct {
 	timestamp bool          // CS_FLAGS_TIMESTAMP
 	skipReset bool          // CS_FLAGS_SKIP_RESET_ON_TIMEOUT
 
-	timeout time.Duration // the TDR's (default or custom), from when it is armed
-	tdr     *time.Timer   // the TDR, nil until armed (hctx.tdrMu; tdr.go)
+	timeout  time.Duration // the TDR's (default or custom), from when it is armed
+	tdrArmed bool          // its TDR runs (hctx.tdrMu; tdr.go)
+	tdrDue   time.Duration // its TDR's deadline on Device.clock, once armed
 
 	mu       sync.Mutex
 	ended    bool

@@ -131,8 +131,8 @@ type Stats struct {
 	DMAActive time.Duration
 	// EmuActive is the wall time during which an engine was executing or
 	// a CS ioctl was running (the emulated driver validating the CS,
-	// reading its chunk array with process_vm_readv, building and queueing
-	// the jobs): DMAActive plus the emulated driver's submission work that
+	// reading its chunk array, building and queueing the jobs, arming
+	// the TDR): DMAActive plus the emulated driver's submission work that
 	// did not overlap it. WAIT_CS is not counted (a poller's time is its
 	// own).
 	EmuActive time.Duration

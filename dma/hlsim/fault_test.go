@@ -386,3 +386,44 @@ func TestTDRWatchesOldest(t *testing.T) {
 		})
 	}
 }
+
+// TestTDRTimerFollowsArmedCS: the context's one TDR timer (tdr.go) fires
+// by the armed CS's deadline and no sooner. A CS armed as the one ahead
+// of it ends is watched for its own whole timeout, though the timer was
+// set for the earlier CS's deadline (it re-arms when it fires early); a
+// CS whose deadline comes before the timer's moves the timer.
+func TestTDRTimerFollowsArmedCS(t *testing.T) {
+	const tdr = 300 * time.Millisecond
+	const ahead = 150 * time.Millisecond
+	cases := []struct {
+		name       string
+		aheadFlags uint32
+		aheadSec   uint32 // custom timeout of the CS ahead
+		min, max   time.Duration
+	}{
+		// The timer, set for the CS ahead (tdr), fires before the hung
+		// CS's deadline (ahead+tdr) and must wait on.
+		{"timer fires early", 0, 0, ahead + tdr - 50*time.Millisecond, 10 * time.Second},
+		// The CS ahead has an hour: the hung CS's deadline moves the
+		// timer earlier.
+		{"timer moves earlier", hlsys.CSFlagsCustomTimeout, 3600, ahead + tdr - 50*time.Millisecond, 10 * time.Second},
+	}
+	for _, m := range models {
+		for _, tc := range cases {
+			t.Run(m.String()+"/"+tc.name, func(t *testing.T) {
+				r := newRig(t, Config{Model: m, CSTimeout: tdr})
+				r.d.DelayNextCS(1, ahead)
+				start := time.Now()
+				_, err := r.submit(tc.aheadFlags, tc.aheadSec, r.chunk(0, nop()))
+				require.NoError(t, err)
+				r.d.HangNextCS(1)
+				seq, err := r.submit(hlsys.CSFlagsSkipResetOnTimeout, 0, r.chunk(4, nop()))
+				require.NoError(t, err)
+				out, err := hlsys.WaitForCS(r.b, seq, uint64(tc.max.Microseconds()))
+				isErrno(t, err, unix.ETIMEDOUT)
+				require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
+				require.GreaterOrEqual(t, time.Since(start), tc.min, "timed out before its own deadline")
+			})
+		}
+	}
+}
