@@ -58,7 +58,7 @@ type outcome struct {
 // cs is one command submission in flight or completed (its fence).
 type cs struct {
 	seq       uint64
-	done      chan struct{} // closed once the CS has ended
+	done      atomic.Bool   // the CS has ended (set after its status)
 	jobsLeft  atomic.Int32  // jobs not yet through their engine
 	aborting  atomic.Bool   // reset / close: engines drop its remaining work
 	faulted   atomic.Bool   // a job failed in its engine
@@ -76,16 +76,40 @@ type cs struct {
 	status   uint32 // WAIT_CS status once ended
 	doneNs   int64  // CLOCK_MONOTONIC completion time
 	delayT   *time.Timer
-	held     []*job // jobs of a hung CS: they keep their CBs in use until it ends
+	held     []*job        // jobs of a hung CS: they keep their CBs in use until it ends
+	wake     chan struct{} // made by the first blocking WAIT_CS, closed as the CS ends
+
+	// The job of a one-chunk CS, and its list: one allocation for the
+	// common CS.
+	job0  job
+	jobs0 [1]*job
 }
 
-func (s *cs) isDone() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
+func (s *cs) isDone() bool { return s.done.Load() }
+
+// endCh returns a channel closed once the CS has ended (made on demand:
+// most WAIT_CS calls poll with a timeout of 0 and need none).
+func (s *cs) endCh() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+		if s.done.Load() {
+			close(s.wake)
+		}
 	}
+	return s.wake
+}
+
+// markDone publishes the end of the CS (its status set) and wakes its
+// blocked waiters.
+func (s *cs) markDone() {
+	s.mu.Lock()
+	s.done.Store(true)
+	if s.wake != nil {
+		close(s.wake)
+	}
+	s.mu.Unlock()
 }
 
 // job is one chunk of a CS, run by its queue's engine.
@@ -137,7 +161,13 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 		c.log.Debug().Uint32("chunks", in.NumChunksExecute).Msg("CS: more than 512 chunks")
 		return fail(unix.EINVAL)
 	}
-	chunks := make([]hlsys.CSChunk, in.NumChunksExecute)
+	var few [4]hlsys.CSChunk // the chunk array of a small CS stays on the stack
+	chunks := few[:0]
+	if in.NumChunksExecute <= uint32(len(few)) {
+		chunks = few[:in.NumChunksExecute]
+	} else {
+		chunks = make([]hlsys.CSChunk, in.NumChunksExecute)
+	}
 	if err := readStruct(unsafe.Pointer(&chunks[0]), uintptr(len(chunks))*unsafe.Sizeof(chunks[0]), in.ChunksExecute); err != nil {
 		return fail(unix.EFAULT)
 	}
@@ -147,7 +177,6 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 	}
 
 	s := &cs{
-		done:      make(chan struct{}),
 		timestamp: flags&hlsys.CSFlagsTimestamp != 0,
 		skipReset: flags&hlsys.CSFlagsSkipResetOnTimeout != 0,
 	}
@@ -170,7 +199,7 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 	c.nextSeq++
 	c.slots[slot] = s
 
-	jobs, err := c.buildJobs(chunks)
+	jobs, err := c.buildJobs(s, chunks)
 	if err == nil && c.d.beforeSchedule != nil {
 		c.d.beforeSchedule()
 	}
@@ -252,7 +281,7 @@ func (c *hctx) reject(s *cs) {
 	s.status = statusRejected
 	s.mu.Unlock()
 	c.recordOutcome(s)
-	close(s.done)
+	s.markDone()
 }
 
 // engineFor returns the engine of queue q, starting it on first use
@@ -273,8 +302,13 @@ func (c *hctx) engineFor(q uint32) *engine {
 // refuses a CS of internal queues only, and builds the jobs. It returns a
 // bare unix.Errno; EOPNOTSUPP marks a CS the driver would take on a queue
 // the emulator does not model.
-func (c *hctx) buildJobs(chunks []hlsys.CSChunk) ([]*job, error) {
-	jobs := make([]*job, len(chunks))
+func (c *hctx) buildJobs(s *cs, chunks []hlsys.CSChunk) ([]*job, error) {
+	var jobs []*job
+	if len(chunks) == 1 {
+		jobs = s.jobs0[:]
+	} else {
+		jobs = make([]*job, len(chunks))
+	}
 	a := &c.d.amap
 	if !a.gaudi2 {
 		c.memMu.RLock()
@@ -296,7 +330,13 @@ func (c *hctx) buildJobs(chunks []hlsys.CSChunk) ([]*job, error) {
 			c.log.Debug().Uint32("queue", q).Msg("CS: queue is restricted for the kernel driver")
 			return nil, unix.EINVAL
 		}
-		j := &job{size: ch.CBSize, queue: q}
+		var j *job
+		if len(chunks) == 1 {
+			j = &s.job0
+		} else {
+			j = new(job)
+		}
+		j.size, j.queue = ch.CBSize, q
 		if a.gaudi2 {
 			// Every Gaudi2 queue is QUEUE_TYPE_HW with CB_ALLOC_USER: the
 			// chunk must say USER_ALLOC_CB and carry a CB address; the
@@ -442,7 +482,7 @@ func (c *hctx) finish(s *cs, status uint32) {
 	default:
 		c.d.st.aborted.Add(1)
 	}
-	close(s.done)
+	s.markDone()
 }
 
 // tdrExpired is the TDR: the CS is still in flight after its timeout.
@@ -597,12 +637,12 @@ func (c *hctx) waitIoctl(a *hlsys.WaitCSArgs) error {
 		c.waiting.Add(1)
 		defer c.waiting.Add(-1)
 		if in.TimeoutUs == waitForever {
-			<-s.done
+			<-s.endCh()
 		} else {
 			// usecs_to_jiffies takes an unsigned int: larger values wrap.
 			t := time.NewTimer(time.Duration(uint32(in.TimeoutUs)) * time.Microsecond)
 			select {
-			case <-s.done:
+			case <-s.endCh():
 				t.Stop()
 			case <-t.C:
 				if !s.isDone() {

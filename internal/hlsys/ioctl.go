@@ -69,15 +69,18 @@ var (
 // Decode maps a request number back to (numbering, ioctl index). ok is false
 // for a request that is neither.
 func Decode(req uintptr) (n Numbering, nr int, ok bool) {
-	for i := range argSizes {
-		if req == Legacy.Request(i) {
-			return Legacy, i, true
-		}
-		if req == Accel.Request(i) {
-			return Accel, i, true
-		}
+	switch byte(req >> 8) {
+	case legacyType:
+		n, nr = Legacy, int(uint8(req))-legacyNRBase
+	case drmType:
+		n, nr = Accel, int(uint8(req))-drmCommandBase
+	default:
+		return 0, 0, false
 	}
-	return 0, 0, false
+	if nr < 0 || nr >= len(argSizes) || req != n.Request(nr) {
+		return 0, 0, false
+	}
+	return n, nr, true
 }
 
 // Ioctl indices for Decode.
