@@ -167,6 +167,9 @@ type Device struct {
 	// in which hl_hw_queue_schedule_cs sees a device that went
 	// non-operational.
 	beforeSchedule func()
+	// execHook, when set (tests), runs in a Gaudi3 channel's worker as it
+	// starts a doorbell's packets (the channel's mu held).
+	execHook func()
 
 	mu        sync.Mutex // guards closed, ctx, open stats
 	closed    bool

@@ -94,10 +94,18 @@ type g3chan struct {
 	maps int    // live user mmaps (memMu)
 	bell bell   // rung by Doorbell
 
+	// bmu guards the doorbells announced and how far the worker took
+	// work, which Doorbell reads: it is never held while packets run, so
+	// a doorbell does not wait for the channel's running work, as a
+	// register store does not. A worker holding mu takes bmu inside it.
+	bmu     sync.Mutex
+	marks   []g3mark // doorbells announced through Doorbell, in order
+	taken   uint32   // MSQ_PI up to which the worker took work
+	tactive bool     // active, as bmu sees it (else taken is MSQ_CI's)
+
 	mu      sync.Mutex // guards what follows; held while a doorbell runs
 	active  bool       // MSQ mode programmed and seen
 	ci      uint32     // bytes consumed
-	marks   []g3mark   // doorbells announced through Doorbell, in order
 	pend    []g3done   // executed doorbells whose completion is not yet signalled
 	stalled bool       // HangNextCS: the channel is stuck at a doorbell
 	pkt     []byte
@@ -124,18 +132,6 @@ type g3mark struct {
 type g3done struct {
 	incs uint64
 	at   time.Time
-}
-
-// g3irq tracks the interrupt waits blocked in WAIT_CS.
-type g3irq struct {
-	mu      sync.Mutex
-	waiters map[*g3waiter]struct{}
-}
-
-type g3waiter struct {
-	id      uint32
-	done    chan struct{}
-	aborted bool
 }
 
 // g3BlockChannel returns the channel whose CH_A block starts exactly at
@@ -245,10 +241,10 @@ func (c *hctx) Doorbell(block []byte) {
 		g.mu.Unlock()
 		return
 	}
-	g.mu.Lock()
+	g.bmu.Lock()
 	pi := g.load(gaudi3.RegMSQPI)
-	base := g.ci
-	if !g.active {
+	base := g.taken
+	if !g.tactive {
 		base = g.load(gaudi3.RegMSQCI)
 	}
 	if n := len(g.marks); n > 0 {
@@ -262,7 +258,7 @@ func (c *hctx) Doorbell(block []byte) {
 		g.c.d.st.submitted.Add(1)
 		g.marks = append(g.marks, m)
 	}
-	g.mu.Unlock()
+	g.bmu.Unlock()
 	if g.bell.ring() {
 		// As a CS ioctl that wakes a parked engine (csIoctl): the
 		// worker's goroutine was made runnable on this core; let it run
@@ -288,7 +284,10 @@ func (g *g3chan) stopLocked() {
 		n++ // the hung doorbell
 	}
 	g.c.d.st.aborted.Add(uint64(n))
-	g.active, g.stalled, g.ci, g.marks, g.pend = false, false, 0, g.marks[:0], g.pend[:0]
+	g.active, g.stalled, g.ci, g.pend = false, false, 0, g.pend[:0]
+	g.bmu.Lock()
+	g.marks, g.tactive, g.taken = g.marks[:0], false, 0
+	g.bmu.Unlock()
 }
 
 // resetLocked is a device reset as the channel sees it: every register
@@ -410,6 +409,9 @@ func (g *g3chan) step() bool {
 	}
 	if !g.active {
 		g.active, g.ci = true, g.load(gaudi3.RegMSQCI)
+		g.bmu.Lock()
+		g.tactive, g.taken = true, g.ci
+		g.bmu.Unlock()
 	}
 	g.flushLocked()
 	pi := g.load(gaudi3.RegMSQPI)
@@ -420,6 +422,7 @@ func (g *g3chan) step() bool {
 	end := pi
 	var m g3mark
 	found := false
+	g.bmu.Lock()
 	for len(g.marks) > 0 && !found {
 		m = g.marks[0]
 		// Popped by moving the rest down: the queue keeps its array
@@ -429,7 +432,10 @@ func (g *g3chan) step() bool {
 	}
 	if found {
 		end = m.pi
-	} else {
+	}
+	g.taken = end
+	g.bmu.Unlock()
+	if !found {
 		// Found by polling: no Doorbell announced it.
 		m.hang, m.abort, m.delay = c.d.injected()
 		c.d.st.submitted.Add(1)
@@ -444,6 +450,9 @@ func (g *g3chan) step() bool {
 		c.d.st.aborted.Add(1)
 		c.d.reset(c, "injected abort on a PDMA channel")
 		return false
+	}
+	if c.d.execHook != nil {
+		c.d.execHook()
 	}
 	start := c.d.dmaBegin()
 	incs, err := g.execute(end)
@@ -645,19 +654,6 @@ func (g *g3chan) complete(incs uint64) {
 // channel blocks) over the device's life.
 func (d *Device) MappedBlocks() uint64 { return d.st.blocks.Load() }
 
-// g3Interrupt wakes the waits on user interrupt id (and those on any CQ
-// interrupt).
-func (c *hctx) g3Interrupt(id uint32) {
-	c.irq.mu.Lock()
-	defer c.irq.mu.Unlock()
-	for w := range c.irq.waiters {
-		if w.id == id || w.id == g3AnyCQInterrupt {
-			delete(c.irq.waiters, w)
-			close(w.done)
-		}
-	}
-}
-
 // g3Reset is a device reset for the context's channels: their registers
 // are cleared and the blocked interrupt waits end aborted
 // (hl_release_pending_user_interrupts: -EIO, ABORTED).
@@ -688,102 +684,6 @@ func (c *hctx) g3Release() {
 			c.bells[i].Store(nil)
 			_ = unix.Munmap(g.regs)
 			c.g3chans[i] = nil
-		}
-	}
-}
-
-// interruptWait serves WAIT_CS with HL_WAIT_CS_FLAGS_INTERRUPT on Gaudi3
-// in the order of _hl_interrupt_wait_ioctl (UP command_submission.c): the
-// interrupt id must be a user interrupt or the any-CQ id; the counter is
-// the u64 at index cq_counters_offset of the kernel CB cq_counters_handle
-// (KERNEL_CQ) or at the user address in addr; the wait is registered, then
-// the counter compared (>= target: COMPLETED at once); timeout 0 reports
-// BUSY; the wait ends COMPLETED when the interrupt comes and the counter
-// has reached the target, BUSY with rc 0 at the timeout ("the workload
-// wasn't submitted through the driver"), ABORTED with -EIO on a reset.
-func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
-	in := a.In
-	out := a.Out()
-	id := (in.Flags & hlsys.WaitCSFlagsInterruptMask) >> hlsys.WaitCSFlagsInterruptShift
-	if id != g3AnyCQInterrupt && (id < g3FirstUserInterrupt || id >= g3FirstUserInterrupt+g3UserInterrupts) {
-		c.log.Debug().Uint32("id", id).Msg("WAIT_CS: invalid user interrupt")
-		return unix.EINVAL
-	}
-	if in.Flags&hlsys.WaitCSFlagsRegisterInterrupt != 0 {
-		return unix.EOPNOTSUPP // timestamp registration is not emulated
-	}
-	read := func() (uint64, error) {
-		var b [8]byte
-		if err := copyIn(b[:], in.Seq); err != nil {
-			return 0, unix.EFAULT
-		}
-		return binary.NativeEndian.Uint64(b[:]), nil
-	}
-	if in.Flags&hlsys.WaitCSFlagsInterruptKernelCQ != 0 {
-		c.memMu.RLock()
-		cb := c.lookupCB(in.Seq)
-		var p *uint64
-		// The emulator bounds the index by the CB (it must not read
-		// outside its memory); the driver versions read do not check it.
-		if cb != nil && in.CqCountersOffset < uint64(len(cb.mem))/8 {
-			p = (*uint64)(unsafe.Pointer(&cb.mem[in.CqCountersOffset*8]))
-		}
-		c.memMu.RUnlock()
-		if p == nil {
-			return unix.EINVAL
-		}
-		read = func() (uint64, error) { return atomic.LoadUint64(p), nil }
-	}
-	target, timeoutUs := in.TimeoutUs, in.InterruptTimeoutUs
-	*a = hlsys.WaitCSArgs{}
-	var deadline <-chan time.Time
-	if timeoutUs != 0 && timeoutUs < waitForever/1000 {
-		t := time.NewTimer(time.Duration(timeoutUs) * time.Microsecond)
-		defer t.Stop()
-		deadline = t.C
-	}
-	for {
-		w := &g3waiter{id: id, done: make(chan struct{})}
-		c.irq.mu.Lock()
-		c.irq.waiters[w] = struct{}{}
-		c.irq.mu.Unlock()
-		v, err := read()
-		if err != nil || v >= target || timeoutUs == 0 {
-			c.irq.mu.Lock()
-			delete(c.irq.waiters, w)
-			c.irq.mu.Unlock()
-			switch {
-			case err != nil:
-				return err
-			case v >= target:
-				out.Status = hlsys.WaitCSStatusCompleted
-			default:
-				out.Status = hlsys.WaitCSStatusBusy
-			}
-			return nil
-		}
-		c.waiting.Add(1)
-		select {
-		case <-w.done:
-		case <-deadline:
-		case <-c.quit:
-			c.irq.mu.Lock()
-			w.aborted = true
-			c.irq.mu.Unlock()
-		}
-		c.waiting.Add(-1)
-		c.irq.mu.Lock()
-		_, still := c.irq.waiters[w]
-		delete(c.irq.waiters, w)
-		aborted := w.aborted
-		c.irq.mu.Unlock()
-		if aborted {
-			out.Status = hlsys.WaitCSStatusAborted
-			return unix.EIO
-		}
-		if still { // the timeout
-			out.Status = hlsys.WaitCSStatusBusy
-			return nil
 		}
 	}
 }

@@ -2,6 +2,7 @@ package hlsim
 
 import (
 	"encoding/binary"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -355,4 +356,46 @@ func TestRulesGaudi3Ring(t *testing.T) {
 	r3.post(b)
 	require.Eventually(t, func() bool { return r3.d.Stats().Resets == 1 }, safety, time.Millisecond)
 	require.Equal(t, uint32(0), binary.LittleEndian.Uint32(r3.cqMem))
+}
+
+// TestGaudi3DoorbellDuringWork: a doorbell returns while its channel runs
+// earlier work (as a store to MSQ_PI does), and the work it announces
+// runs after that work, as its own submission.
+func TestGaudi3DoorbellDuringWork(t *testing.T) {
+	r := newG3Rig(t, Config{}, 1)
+	src, srcVA := r.host(4096)
+	copy(src, pattern(4096, 5))
+	dev := r.dram(8192)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	r.d.execHook = func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	}
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+	select {
+	case <-entered:
+	case <-time.After(safety):
+		t.Fatal("the channel did not start the first doorbell's work")
+	}
+	rang := make(chan struct{})
+	go func() {
+		defer close(rang)
+		r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
+	}()
+	select {
+	case <-rang:
+	case <-time.After(5 * time.Second):
+		close(release)
+		<-rang
+		t.Fatal("Doorbell waited for the channel's running work")
+	}
+	close(release)
+	out, err := r.wait(2)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+	require.Equal(t, uint64(2), r.d.Stats().CSSubmitted, "each doorbell is one submission")
+	require.Equal(t, uint64(2), r.counter())
 }
