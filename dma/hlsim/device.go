@@ -59,7 +59,7 @@ const (
 	DefaultKernel       = "6.8"
 	DefaultMaxPendingCS = 64
 	DefaultCSTimeout    = 30 * time.Second
-	DefaultEngineSpin   = 50 * time.Microsecond
+	DefaultEngineSpin   = 100 * time.Microsecond
 
 	// MaxDRAMSize bounds Config.DRAMSize so the emulated address map stays
 	// free of overlaps (the DRAM is sparse; only touched pages cost memory).
@@ -90,12 +90,14 @@ type Config struct {
 	MaxPendingCS int
 
 	// EngineSpin is how long an idle DMA engine keeps polling its queue
-	// before it parks (default 50 us, negative: parks at once). A
+	// before it parks (default 100 us, negative: parks at once). A
 	// hardware queue manager picks up new work without being woken; an
 	// engine goroutine parked on a channel pays a goroutine wake-up
-	// (several microseconds across cores) per submission instead, which
-	// the real device does not have. The spin is bounded, so an idle
-	// device burns no CPU.
+	// (several microseconds across cores, tens when the other core's
+	// thread sleeps: measured on a 2-vCPU VM) per submission instead,
+	// which the real device does not have. 100 us covers the pause
+	// between two 256-copy batches of BenchmarkGaudiOverhead, 50 us did
+	// not. The spin is bounded, so an idle device burns no CPU.
 	EngineSpin time.Duration
 
 	// CSTimeout is the TDR (the driver's timeout_locked), default 30 s. A
