@@ -467,6 +467,8 @@ func TestNotifyOrderManySenders(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, fmt.Sprint(next[n.From]), string(n.Msg), "from %s", n.From)
 				next[n.From]++
+				// Stats never counts fewer than Recv returned.
+				require.GreaterOrEqual(t, b.Stats().NotifyRecv, uint64(k+1))
 			}
 			for range senders {
 				require.NoError(t, <-sent)

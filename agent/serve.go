@@ -112,12 +112,15 @@ func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got,
 			a.stats.notifyRecv.Add(1)
 			return n, true, false, nil
 		}
+		// Counted before it is queued: a Recv may return it at once, and
+		// Stats must not then count fewer than Recv returned.
 		in.queued.Add(1)
+		a.stats.notifyRecv.Add(1)
 		select {
 		case a.notifyQ <- n:
-			a.stats.notifyRecv.Add(1)
 		case <-a.ctx.Done():
 			in.queued.Add(-1)
+			a.stats.notifyRecv.Add(^uint64(0))
 			return n, false, true, nil
 		}
 	case m.typ == msgRefuse:
