@@ -190,8 +190,10 @@ type Device struct {
 	dram *rangeAlloc // Gaudi1 physical DRAM allocator
 	g3   *g3Dev      // Gaudi3 direct PDMA mode, nil on Gaudi1/2
 
-	// waitArgs holds *hlsys.WaitCSArgs for Wait's polls.
+	// waitArgs holds *hlsys.WaitCSArgs for Wait's polls, csCalls
+	// *csCall for Submit.
 	waitArgs sync.Pool
+	csCalls  sync.Pool
 
 	rr            atomic.Uint32
 	submitted     atomic.Uint64

@@ -42,6 +42,15 @@ func (d *Device) D2DQueues() []uint32 { return slices.Clone(d.queues().d2d) }
 // refused because the device is not operational (resetting, in
 // malfunction) an error wrapping ErrNotOperational (see csRefused for how
 // EPERM and EBUSY are told apart).
+// csCall is the CS ioctl's argument struct and chunk array, reused from
+// one Submit to the next (hlsys.SubmitCSIn): both on the heap, so the
+// emulator, running on the caller's goroutine, reads them where the
+// struct says even when the stack moves.
+type csCall struct {
+	args hlsys.CSArgs
+	raw  []hlsys.CSChunk
+}
+
 func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	// The op string is built only when needed (errors, Gaudi3): Submit is
 	// on every copy's path.
@@ -56,13 +65,18 @@ func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	if d.g3 != nil {
 		return d.g3Submit(opName, chunks)
 	}
-	raw := make([]hlsys.CSChunk, len(chunks))
-	for i, c := range chunks {
-		raw[i] = c.raw()
+	call, _ := d.csCalls.Get().(*csCall)
+	if call == nil {
+		call = new(csCall)
+	}
+	defer d.csCalls.Put(call)
+	call.raw = call.raw[:0]
+	for _, c := range chunks {
+		call.raw = append(call.raw, c.raw())
 	}
 	backoff := d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
-		out, err := hlsys.SubmitCS(d.b, nil, raw, 0, 0)
+		out, err := hlsys.SubmitCSIn(d.b, &call.args, call.raw, 0, 0)
 		if err == nil && out.Status != hlsys.CSStatusSuccess {
 			err = newErr(opName(), ErrInvalid, fmt.Sprintf("CS status %d", out.Status), nil)
 		}

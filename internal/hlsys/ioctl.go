@@ -313,6 +313,24 @@ func SubmitCS(b Backend, restore, execute []CSChunk, flags, timeoutSec uint32) (
 	return *a.Out(), nil
 }
 
+// SubmitCSIn is SubmitCS of execute chunks only, with the caller's
+// argument struct and without pinning: a and execute's array must be heap
+// objects (fields of a pooled struct, say), which the emulator's calls on
+// this goroutine cannot move as they can a stack; they stay reachable for
+// the call. A submitter reuses them rather than pin and allocate per CS.
+func SubmitCSIn(b Backend, a *CSArgs, execute []CSChunk, flags, timeoutSec uint32) (CSOut, error) {
+	*a = CSArgs{In: CSIn{NumChunksExecute: uint32(len(execute)), Timeout: timeoutSec, CSFlags: flags}}
+	if len(execute) > 0 {
+		a.In.ChunksExecute = uint64(uintptr(unsafe.Pointer(&execute[0])))
+	}
+	err := CommandSubmission(b, a)
+	runtime.KeepAlive(execute)
+	if err != nil {
+		return CSOut{}, wrap(b, "CS", err)
+	}
+	return *a.Out(), nil
+}
+
 // WaitForCS waits up to timeoutUs (0 polls) for CS seq. The output is
 // returned even when the ioctl fails: -ETIMEDOUT comes with status
 // TIMEDOUT and -EIO with ABORTED. A timeout with the CS still running is

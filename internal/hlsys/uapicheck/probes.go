@@ -174,6 +174,23 @@ func Probes() []Probe {
 				{Type: csIn, Member: "timeout", Want: sW}},
 			Out: []Out{{Type: csOut, Member: "seq", Val: sA, Result: "seq"},
 				{Type: csOut, Member: "status", Val: sW, Result: "status"}}},
+		{Name: "SubmitCSIn", Gens: Both, Ioctl: "CS",
+			Call: func(b hlsys.Backend) (map[string]uint64, error) {
+				execute := make([]hlsys.CSChunk, 3)
+				// A reused struct: what the last CS left must not reach this one.
+				a := &hlsys.CSArgs{In: hlsys.CSIn{ChunksRestore: ^uint64(0), NumChunksRestore: 7, CSFlags: ^uint32(0)}}
+				out, err := hlsys.SubmitCSIn(b, a, execute, sX, sW)
+				return map[string]uint64{"seq": out.Seq, "status": uint64(out.Status),
+					"execute": uint64(uintptr(unsafe.Pointer(&execute[0])))}, err
+			},
+			In: []In{{Type: csIn, Member: "chunks_restore", Want: 0},
+				{Type: csIn, Member: "chunks_execute", WantResult: "execute"},
+				{Type: csIn, Member: "num_chunks_restore", Want: 0},
+				{Type: csIn, Member: "num_chunks_execute", Want: 3},
+				{Type: csIn, Member: "cs_flags", Want: sX},
+				{Type: csIn, Member: "timeout", Want: sW}},
+			Out: []Out{{Type: csOut, Member: "seq", Val: sA, Result: "seq"},
+				{Type: csOut, Member: "status", Val: sW, Result: "status"}}},
 		{Name: "WaitForCSIn", Gens: Both, Ioctl: "WAIT_CS",
 			Call: func(b hlsys.Backend) (map[string]uint64, error) {
 				out, err := hlsys.WaitForCSIn(b, &hlsys.WaitCSArgs{In: hlsys.WaitCSIn{Seq: ^uint64(sA), TimeoutUs: ^uint64(sB)}}, sA, sB)
