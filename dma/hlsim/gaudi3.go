@@ -278,7 +278,16 @@ func (g *g3chan) stopped() bool {
 // stopLocked drops the channel's queued work and the completions not yet
 // signalled; it resumes from the MSQ_CI software writes while stopped.
 // The registers are software's.
-func (g *g3chan) stopLocked() {
+func (g *g3chan) stopLocked() { g.dropLocked(false) }
+
+// resetLocked is a device reset as the channel sees it: every register
+// cleared.
+func (g *g3chan) resetLocked() { g.dropLocked(true) }
+
+// dropLocked is stopLocked, and clears the registers too if regs is set:
+// with the doorbells, under bmu, so that no Doorbell announces the old
+// MSQ_PI after the marks were dropped and before the registers were.
+func (g *g3chan) dropLocked(regs bool) {
 	n := len(g.pend)
 	if g.stalled {
 		n++ // the hung doorbell
@@ -286,15 +295,11 @@ func (g *g3chan) stopLocked() {
 	g.c.d.st.aborted.Add(uint64(n))
 	g.active, g.stalled, g.ci, g.pend = false, false, 0, g.pend[:0]
 	g.bmu.Lock()
+	if regs {
+		clear(g.regs)
+	}
 	g.marks, g.tactive, g.taken = g.marks[:0], false, 0
 	g.bmu.Unlock()
-}
-
-// resetLocked is a device reset as the channel sees it: every register
-// cleared.
-func (g *g3chan) resetLocked() {
-	g.stopLocked()
-	clear(g.regs)
 }
 
 func (g *g3chan) run() {
