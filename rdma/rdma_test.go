@@ -296,13 +296,26 @@ func goroutineState(fn string) string {
 
 // TestNetpollerWakeups checks that an idle CQ's goroutine sleeps in the
 // netpoller ("IO wait" on the completion channel fd), not in C and not
-// polling, and that completions wake it through channel events.
+// polling, and that completions wake it through channel events. Each
+// write waits for the goroutine to be asleep first: one still busy with
+// the last completion finds the next by its re-poll after arming, without
+// an event (which a slow or loaded VM made happen for 17 of 20 writes).
 func TestNetpollerWakeups(t *testing.T) {
 	e := newEnv(t, rdma.CQConfig{AckEvery: 4})
 	a, _ := e.pair(t)
 	m := e.mem(t, 8192)
 	ctx := testCtx(t)
+	asleep := func() bool {
+		for range 500 {
+			if goroutineState("rdma.(*CQ).wait") == "IO wait" {
+				return true
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return false
+	}
 	for i := 0; i < 20; i++ {
+		require.True(t, asleep(), "write %d: the CQ goroutine never slept in the netpoller", i)
 		_, err := a.Do(ctx, rdma.WR{Op: rdma.OpWrite, Local: []rdma.Seg{m.mr.Seg(0, 8)}, Remote: m.mr.Remote().At(4096)})
 		require.NoError(t, err)
 	}
