@@ -80,9 +80,9 @@
 //     return EOPNOTSUPP.
 //   - Engines: one goroutine per queue, started on first use, runs its
 //     jobs in order; an idle engine polls its queue for Config.EngineSpin
-//     (default 50 us) before it parks, as a queue manager fetches new work
-//     without being woken; jobs of one
-//     CS on different queues run concurrently; the CS ends when all its
+//     (default 100 us) before it parks, as a queue manager fetches new
+//     work without being woken; jobs of one CS on different queues run
+//     concurrently; the CS ends when all its
 //     jobs have. LIN_DMA (copy with memmove semantics, or memset of the
 //     64-bit value in src_addr; Gaudi1 masks dst to 56 bits) and NOP are
 //     executed. Any other packet, a truncated packet, an unmapped byte or a
