@@ -65,6 +65,10 @@ type cs struct {
 	delay     time.Duration // DelayNextCS
 	timestamp bool          // CS_FLAGS_TIMESTAMP
 	skipReset bool          // CS_FLAGS_SKIP_RESET_ON_TIMEOUT
+	// accepted: counted in Stats.CSSubmitted (set under csMu). A CS
+	// refused after it took a sequence number is not, nor is its end,
+	// should a reset end it before reject does.
+	accepted bool
 
 	timeout  time.Duration // the TDR's (default or custom), from when it is armed
 	tdrArmed bool          // its TDR runs (hctx.tdrMu; tdr.go)
@@ -222,6 +226,7 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 	}
 	hang, abort, delay := c.d.injected()
 	s.delay = delay
+	s.accepted = true
 	c.d.st.submitted.Add(1)
 	if hang {
 		for _, j := range jobs {
@@ -474,10 +479,11 @@ func (c *hctx) finish(s *cs, status uint32) {
 	s.mu.Unlock()
 	c.releaseTDR(s, timedout)
 	c.recordOutcome(s)
-	switch status {
-	case hlsys.WaitCSStatusCompleted:
+	switch {
+	case !s.accepted:
+	case status == hlsys.WaitCSStatusCompleted:
 		c.d.st.completed.Add(1)
-	case hlsys.WaitCSStatusTimedOut:
+	case status == hlsys.WaitCSStatusTimedOut:
 		c.d.st.timedout.Add(1)
 	default:
 		c.d.st.aborted.Add(1)

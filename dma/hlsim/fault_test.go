@@ -393,8 +393,10 @@ func TestTDRWatchesOldest(t *testing.T) {
 // set for the earlier CS's deadline (it re-arms when it fires early); a
 // CS whose deadline comes before the timer's moves the timer.
 func TestTDRTimerFollowsArmedCS(t *testing.T) {
-	const tdr = 300 * time.Millisecond
-	const ahead = 150 * time.Millisecond
+	// The CS ahead ends well within its own TDR (a late timer on a loaded
+	// machine must not make it time out and reset the device).
+	const tdr = time.Second
+	const ahead = 300 * time.Millisecond
 	cases := []struct {
 		name       string
 		aheadFlags uint32
@@ -426,4 +428,29 @@ func TestTDRTimerFollowsArmedCS(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestRefusedCSNotCounted: a CS refused after it took a sequence number
+// (C24: the device went non-operational after validation) holds a slot
+// from the moment csIoctl releases csMu until reject ends it; a reset in
+// between ends it ABORTED. It was never counted as submitted, so its end
+// must not be counted either: CSSubmitted = CSCompleted + CSAborted +
+// CSTimedOut holds (TestFaultInjectionConcurrent found the race once in
+// about a hundred runs; this is its interleaving, made directly).
+func TestRefusedCSNotCounted(t *testing.T) {
+	r := newRig(t, Config{})
+	c := r.b.(*hctx)
+	s := &cs{}
+	c.csMu.Lock()
+	s.seq = c.nextSeq
+	c.nextSeq++
+	c.slots[s.seq&uint64(len(c.slots)-1)] = s
+	c.csMu.Unlock()
+	c.abortAll(nil) // the reset's part: every CS in a slot and not ended
+	c.reject(s)     // csIoctl's part, too late: the CS has ended
+	require.True(t, s.isDone())
+	st := r.d.Stats()
+	require.Zero(t, st.CSSubmitted)
+	require.Zero(t, st.CSAborted, "a CS never accepted is not counted when it ends")
+	require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut)
 }
