@@ -293,14 +293,9 @@ func TestDMASplitMappings(t *testing.T) {
 		t.Run(m.String(), func(t *testing.T) {
 			r := newRig(t, Config{Model: m})
 			a := hostMem(t, 8192)
-			// b must not start on a 2 MiB boundary, which mmap gives now
-			// and then: its mapping would then need a 2 MiB-aligned VA
-			// (mapHost), and the hint next to vaA could not be honoured.
-			b := hostMem(t, 3*4096)
-			if uintptr(unsafe.Pointer(&b[0]))%hugePageSize == 0 {
-				b = b[4096:]
-			}
-			b = b[:8192]
+			// b must not start on a 2 MiB boundary, or the hint next to
+			// vaA could not be honoured (smallPageMem).
+			b := smallPageMem(t, 8192)
 			// Far from where other mappings go, so nothing follows vaB.
 			vaA, err := hlsys.MemMapHost(r.b, unsafe.Pointer(&a[0]), 8192, r.d.amap.pmmuBase+1<<30, 0)
 			require.NoError(t, err)

@@ -114,6 +114,23 @@ func hostMem(t testing.TB, n int) []byte {
 	return m
 }
 
+// smallPageMem is hostMem whose 4 KiB pages none starts on a 2 MiB
+// boundary. mmap returns such a boundary now and then, and a mapping from
+// there needs a 2 MiB-aligned device VA (mapHost): tests of VA hints
+// would then fail by chance.
+func smallPageMem(t testing.TB, n int) []byte {
+	t.Helper()
+	for range 8 {
+		m := hostMem(t, n) // a failed try stays mapped: the next differs
+		first := uintptr(unsafe.Pointer(&m[0]))
+		if (first+uintptr(n)-1)/hugePageSize == first/hugePageSize && first%hugePageSize != 0 {
+			return m
+		}
+	}
+	t.Fatal("no small-page-only host range in 8 tries")
+	return nil
+}
+
 // host returns n bytes of host memory mapped into the device (USERPTR).
 func (r *rig) host(n int) ([]byte, uint64) {
 	r.t.Helper()

@@ -242,7 +242,7 @@ func TestRulesMapHost(t *testing.T) {
 		t.Run(m.String(), func(t *testing.T) {
 			r := newRig(t, Config{Model: m})
 			a := &r.d.amap
-			buf := hostMem(t, 8*4096)
+			buf := smallPageMem(t, 8*4096) // the hints below are not 2 MiB aligned
 			hint := a.pmmuBase + 64<<20
 			// Unaligned source with FORCE_HINT: EINVAL ("source memory is
 			// not aligned").
