@@ -36,7 +36,7 @@ func BenchmarkKernels(b *testing.B) {
 		}
 	}
 	ks = append(ks, kern{"glibc-memcpy", probe.Glibc})
-	for _, size := range []int{4 << 10, 64 << 10, 256 << 10, 1 << 20, 3 << 19, 2 << 20, 3 << 20, 4 << 20, 6 << 20, 8 << 20, 12 << 20, 16 << 20, 64 << 20} {
+	for _, size := range []int{4 << 10, 64 << 10, 256 << 10, 1 << 20, 3 << 19, 2 << 20, 3 << 20, 4 << 20, 6 << 20, 8 << 20, 12 << 20, 16 << 20, 32 << 20, 48 << 20, 64 << 20} {
 		for _, fresh := range []bool{false, true} {
 			mode := "hot"
 			if fresh {
