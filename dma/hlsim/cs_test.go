@@ -73,8 +73,10 @@ func TestCSValidationGaudi2(t *testing.T) {
 		isErrno(t, err, unix.EOPNOTSUPP)
 	})
 	t.Run("bad chunk pointer", func(t *testing.T) {
-		a := hlsys.CSArgs{In: hlsys.CSIn{ChunksExecute: 0x1000, NumChunksExecute: 1}}
-		require.ErrorIs(t, hlsys.CommandSubmission(r.b, &a), unix.EFAULT)
+		for _, p := range []uint64{0x1000, 0x10} {
+			a := hlsys.CSArgs{In: hlsys.CSIn{ChunksExecute: p, NumChunksExecute: 1}}
+			require.ErrorIs(t, hlsys.CommandSubmission(r.b, &a), unix.EFAULT, "chunks at %#x", p)
+		}
 	})
 	t.Run("pad", func(t *testing.T) {
 		a := hlsys.CSArgs{In: hlsys.CSIn{ChunksExecute: addrOf(hostPtr), NumChunksExecute: 1, Pad: 1}}

@@ -18,7 +18,11 @@ func copyIn(dst []byte, addr uint64) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	if addr == 0 || addr+uint64(len(dst)) < addr {
+	// Nothing is ever mapped in the first page (the kernel's
+	// mmap_min_addr is larger), and Go reports a fault there as a nil
+	// dereference that carries no address, which faultSafe would not
+	// take for a fault: copy_from_user's EFAULT is decided here.
+	if addr < firstUserAddr || addr+uint64(len(dst)) < addr {
 		return unix.EFAULT
 	}
 	if !userCopyArch {
@@ -26,6 +30,10 @@ func copyIn(dst []byte, addr uint64) error {
 	}
 	return faultSafe(func() { userCopy(&dst[0], uintptr(addr), uintptr(len(dst))) })
 }
+
+// firstUserAddr is the lowest address copyIn reads: the end of the first
+// page, below which the Go runtime reports a fault without its address.
+const firstUserAddr = 0x1000
 
 // faultSafe runs f, reporting EFAULT if it faults on a memory access
 // instead of crashing the process. Other panics go on.

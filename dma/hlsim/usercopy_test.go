@@ -38,6 +38,8 @@ func TestCopyIn(t *testing.T) {
 		{"inaccessible page", base + uint64(page), 8, nil},
 		{"unmapped page", base + 2*uint64(page), 8, nil},
 		{"null", 0, 8, nil},
+		{"first page", 0x10, 8, nil},
+		{"end of the first page", 0xff8, 8, nil},
 		{"wraps around", ^uint64(0) - 3, 8, nil},
 		{"empty", 0, 0, []byte{}},
 	}
