@@ -268,21 +268,24 @@ func (r *csRec) submit() {
 }
 
 // attach lets the futures of the CS's operations poll it (Future.Wait).
-// A CS that some future could not take (its slots are full) is the
-// actor's to retire for it: the actor is kicked, in case it sleeps while
+// A CS that some future could not take (its slots are full), or whose
+// future's caller already blocks in Done (it polls nothing), is the
+// actor's to retire: the actor is kicked, in case it sleeps while
 // waiters watch what it tracks (cq.Ticket.Watch). The CS may already be
 // retiring meanwhile: attach only reads the items' jobs, which finish
 // does not write.
 func (r *csRec) attach(t *cq.Ticket) {
 	var last *Future
-	all := true
+	kick := false
 	for i := range r.items {
 		if f := r.items[i].j.Fut; f != last {
-			all = f.addTicket(t) && all
+			// A future with no free slot leaves the CS to the actor; one
+			// whose caller already blocks in Done will not poll it.
+			kick = !f.addTicket(t) || f.blocked.Load() || kick
 			last = f
 		}
 	}
-	if !all {
+	if kick {
 		t.Kick()
 	}
 }

@@ -22,6 +22,12 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 type Future struct {
 	pending atomic.Int64
 	done    atomic.Bool
+	// blocked: a caller waits on Done without polling the tickets. A
+	// ticket attached after it kicked f's tickets (its CS was submitted
+	// by a worker after the caller began to wait) is kicked by attach: a
+	// device actor asleep while waiters watch its CSs would not look at
+	// it before its sleep ends.
+	blocked atomic.Bool
 	mu      sync.Mutex
 	ch      chan struct{}
 	err     error
@@ -240,6 +246,9 @@ func (f *Future) Done() <-chan struct{} {
 	if f.done.Load() {
 		return closedChan
 	}
+	// Set before the tickets are kicked: attach, which adds a ticket
+	// before it reads the flag, kicks any ticket this kick misses.
+	f.blocked.Store(true)
 	f.kick()
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -2,6 +2,8 @@ package copier
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,5 +239,59 @@ func TestFutureKicksActor(t *testing.T) {
 			tc.run(f, attach)
 			require.Equal(t, tc.kick, a.Stats().Kicks > 0)
 		})
+	}
+}
+
+// doneSeqs is a completion source whose CSs end when the test says so.
+type doneSeqs struct {
+	mu   sync.Mutex
+	done map[uint64]bool
+}
+
+func (d *doneSeqs) end(seq uint64) {
+	d.mu.Lock()
+	d.done[seq] = true
+	d.mu.Unlock()
+}
+
+func (d *doneSeqs) WaitCS(seq uint64, timeout time.Duration) (bool, error) {
+	d.mu.Lock()
+	ok := d.done[seq]
+	d.mu.Unlock()
+	if !ok {
+		time.Sleep(min(timeout, time.Millisecond))
+	}
+	return ok, nil
+}
+
+// TestBlockedWaiterKicksLateTicket: a caller blocks in Done before its
+// copy's CS is submitted (a worker submits queued copies), so Done kicks
+// nothing. The actor sleeps meanwhile, because another waiter watches
+// every CS it tracks, for as long as BlockTimeout (an hour here). The
+// CS's ticket, attached to the blocked future later, must wake it: else
+// the ended CS stays unretired until the sleep ends.
+func TestBlockedWaiterKicksLateTicket(t *testing.T) {
+	src := &doneSeqs{done: map[uint64]bool{}}
+	a := cq.NewDeviceActor("fake", src, cq.ActorConfig{Spin: time.Microsecond, BlockTimeout: time.Hour})
+	defer a.Close(0)
+	ctx := context.Background()
+	watched, err := a.TrackTicket(ctx, cq.Submission{Seq: 1, OnDone: func(error) {}})
+	require.NoError(t, err)
+	watched.Watch()
+	defer watched.Unwatch()
+	for a.Stats().Sleeps == 0 {
+		runtime.Gosched()
+	}
+
+	f := NewFuture(1)
+	done := f.Done() // blocked: no ticket to kick yet
+	late, err := a.TrackTicket(ctx, cq.Submission{Seq: 2, OnDone: func(err error) { f.Complete(0, err) }})
+	require.NoError(t, err)
+	(&csRec{items: []csItem{{j: &Job{Fut: f}}}}).attach(late)
+	src.end(2)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("CS 2 ended and was not retired: the sleeping actor was not kicked (kicks %d)", a.Stats().Kicks)
 	}
 }
