@@ -33,15 +33,6 @@ func (d *Device) D2HQueues() []uint32 { return slices.Clone(d.queues().d2h) }
 // engine setup this package does not do.
 func (d *Device) D2DQueues() []uint32 { return slices.Clone(d.queues().d2d) }
 
-// Submit submits one CS executing chunks and returns its sequence number.
-// EAGAIN (completion slot or queue full) and EINTR are retried with
-// exponential backoff (Options.SubmitRetries, SubmitBackoff); retries are
-// counted in Stats and logged at Warn. A queue that stays full gives an
-// error wrapping ErrBusy and unix.EAGAIN; a CS the driver rejects (bad
-// queue, bad CB, Gaudi1 parser refusal) an error wrapping ErrInvalid; a CS
-// refused because the device is not operational (resetting, in
-// malfunction) an error wrapping ErrNotOperational (see csRefused for how
-// EPERM and EBUSY are told apart).
 // csCall is the CS ioctl's argument struct and chunk array, reused from
 // one Submit to the next (hlsys.SubmitCSIn): both on the heap, so the
 // emulator, running on the caller's goroutine, reads them where the
@@ -51,6 +42,15 @@ type csCall struct {
 	raw  []hlsys.CSChunk
 }
 
+// Submit submits one CS executing chunks and returns its sequence number.
+// EAGAIN (completion slot or queue full) and EINTR are retried with
+// exponential backoff (Options.SubmitRetries, SubmitBackoff); retries are
+// counted in Stats and logged at Warn. A queue that stays full gives an
+// error wrapping ErrBusy and unix.EAGAIN; a CS the driver rejects (bad
+// queue, bad CB, Gaudi1 parser refusal) an error wrapping ErrInvalid; a CS
+// refused because the device is not operational (resetting, in
+// malfunction) an error wrapping ErrNotOperational (see csRefused for how
+// EPERM and EBUSY are told apart).
 func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	// The op string is built only when needed (errors, Gaudi3): Submit is
 	// on every copy's path.

@@ -172,6 +172,10 @@ type Device struct {
 	// execHook, when set (tests), runs in a Gaudi3 channel's worker as it
 	// starts a doorbell's packets (the channel's mu held).
 	execHook func()
+	// pollHook, when set (tests), runs in a Gaudi3 channel's worker after
+	// it saw MSQ_PI move and before it takes the doorbell lock; atomic,
+	// as a test sets it while the worker polls.
+	pollHook atomic.Pointer[func()]
 
 	mu        sync.Mutex // guards closed, ctx, open stats
 	closed    bool

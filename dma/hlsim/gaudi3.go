@@ -424,10 +424,19 @@ func (g *g3chan) step() bool {
 		g.mu.Unlock()
 		return false
 	}
-	end := pi
+	if h := c.d.pollHook.Load(); h != nil {
+		(*h)()
+	}
 	var m g3mark
 	found := false
 	g.bmu.Lock()
+	// MSQ_PI again, under the doorbell lock: a Doorbell since the look
+	// above (doorbells take bmu only) announced a PI beyond pi, and its
+	// mark, popped below as not in (ci, pi], would be lost with its
+	// injected fault while the worker found its packets by polling and
+	// counted them again. MSQ_PI only moves on: it is still not ci.
+	pi = g.load(gaudi3.RegMSQPI)
+	end := pi
 	for len(g.marks) > 0 && !found {
 		m = g.marks[0]
 		// Popped by moving the rest down: the queue keeps its array

@@ -399,3 +399,35 @@ func TestGaudi3DoorbellDuringWork(t *testing.T) {
 	require.Equal(t, uint64(2), r.d.Stats().CSSubmitted, "each doorbell is one submission")
 	require.Equal(t, uint64(2), r.counter())
 }
+
+// TestGaudi3DoorbellAfterPILook: a Doorbell that comes after the channel's
+// worker saw MSQ_PI move (to a PI stored without a doorbell) and before
+// it compares the doorbells' marks with it. The worker must take the
+// doorbell's PI with its mark: the fault injected for that submission
+// (a hang) happens, and no submission is counted twice.
+func TestGaudi3DoorbellAfterPILook(t *testing.T) {
+	r := newG3Rig(t, Config{}, 1)
+	src, srcVA := r.host(4096)
+	copy(src, pattern(4096, 5))
+	dev := r.dram(8192)
+	looked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func() {
+		once.Do(func() {
+			close(looked)
+			<-release
+		})
+	}
+	r.d.pollHook.Store(&hook)
+	r.bell = false
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)) // found by polling
+	<-looked
+	r.bell = true
+	r.d.HangNextCS(1) // drawn by the next doorbell
+	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
+	close(release)
+	_, err := hlsys.WaitForInterruptKernelCQ(r.b, r.cqH, 0, 2, g3FirstUserInterrupt, uint64((300 * time.Millisecond).Microseconds()))
+	require.NoError(t, err)
+	require.Less(t, r.counter(), uint64(2), "the doorbell's submission drew a hang")
+	require.LessOrEqual(t, r.d.Stats().CSSubmitted, uint64(2))
+}
