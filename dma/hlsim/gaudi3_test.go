@@ -362,18 +362,9 @@ func TestRulesGaudi3Ring(t *testing.T) {
 // earlier work (as a store to MSQ_PI does), and the work it announces
 // runs after that work, as its own submission.
 func TestGaudi3DoorbellDuringWork(t *testing.T) {
-	r := newG3Rig(t, Config{}, 1)
-	src, srcVA := r.host(4096)
-	copy(src, pattern(4096, 5))
-	dev := r.dram(8192)
+	r, srcVA, dev := newG3CopyRig(t)
 	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	r.d.execHook = func() {
-		once.Do(func() {
-			close(entered)
-			<-release
-		})
-	}
+	r.d.execHook = stopOnce(entered, release)
 	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
 	select {
 	case <-entered:
@@ -406,18 +397,9 @@ func TestGaudi3DoorbellDuringWork(t *testing.T) {
 // doorbell's PI with its mark: the fault injected for that submission
 // (a hang) happens, and no submission is counted twice.
 func TestGaudi3DoorbellAfterPILook(t *testing.T) {
-	r := newG3Rig(t, Config{}, 1)
-	src, srcVA := r.host(4096)
-	copy(src, pattern(4096, 5))
-	dev := r.dram(8192)
+	r, srcVA, dev := newG3CopyRig(t)
 	looked, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook := func() {
-		once.Do(func() {
-			close(looked)
-			<-release
-		})
-	}
+	hook := stopOnce(looked, release)
 	r.d.pollHook.Store(&hook)
 	r.bell = false
 	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)) // found by polling
@@ -430,4 +412,25 @@ func TestGaudi3DoorbellAfterPILook(t *testing.T) {
 	require.NoError(t, err)
 	require.Less(t, r.counter(), uint64(2), "the doorbell's submission drew a hang")
 	require.LessOrEqual(t, r.d.Stats().CSSubmitted, uint64(2))
+}
+
+// newG3CopyRig is a one-channel Gaudi3 rig with a 4 KiB host source
+// (filled) and 8 KiB of device memory.
+func newG3CopyRig(t *testing.T) (r *g3rig, srcVA, dev uint64) {
+	r = newG3Rig(t, Config{}, 1)
+	src, srcVA := r.host(4096)
+	copy(src, pattern(4096, 5))
+	return r, srcVA, r.dram(8192)
+}
+
+// stopOnce is a worker hook that, the first time it runs, closes entered
+// and waits for release.
+func stopOnce(entered, release chan struct{}) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+	}
 }
