@@ -287,19 +287,23 @@ func (g *g3chan) resetLocked() { g.dropLocked(true) }
 // dropLocked is stopLocked, and clears the registers too if regs is set:
 // with the doorbells, under bmu, so that no Doorbell announces the old
 // MSQ_PI after the marks were dropped and before the registers were.
+// Every submission dropped ends ABORTED: the executed ones whose
+// completion was held back, the hung one, and the doorbells announced
+// (counted submitted by Doorbell) that the worker had not taken yet.
 func (g *g3chan) dropLocked(regs bool) {
 	n := len(g.pend)
 	if g.stalled {
 		n++ // the hung doorbell
 	}
-	g.c.d.st.aborted.Add(uint64(n))
 	g.active, g.stalled, g.ci, g.pend = false, false, 0, g.pend[:0]
 	g.bmu.Lock()
+	n += len(g.marks)
 	if regs {
 		clear(g.regs)
 	}
 	g.marks, g.tactive, g.taken = g.marks[:0], false, 0
 	g.bmu.Unlock()
+	g.c.d.st.aborted.Add(uint64(n))
 }
 
 func (g *g3chan) run() {

@@ -434,3 +434,42 @@ func stopOnce(entered, release chan struct{}) func() {
 		})
 	}
 }
+
+// TestGaudi3DropCountsAnnouncedDoorbells: a channel stopped or reset with
+// doorbells announced (counted submitted) but not yet taken ends them
+// ABORTED, as it does the hung one: every submission ends once,
+// CSSubmitted = CSCompleted + CSAborted + CSTimedOut.
+func TestGaudi3DropCountsAnnouncedDoorbells(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		drop func(r *g3rig)
+	}{
+		{"stop", func(r *g3rig) {
+			r.w(gaudi3.RegCQReconfig, 1)
+			r.b.(*hctx).Doorbell(r.regs)
+		}},
+		{"reset", func(r *g3rig) { r.d.Reset() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, srcVA, dev := newG3CopyRig(t)
+			pkt := r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)
+			r.d.HangNextCS(1)
+			r.post(pkt) // the channel sticks here
+			require.Eventually(t, func() bool {
+				r.channel().mu.Lock()
+				defer r.channel().mu.Unlock()
+				return r.channel().stalled
+			}, safety, time.Millisecond)
+			r.post(pkt) // announced, never taken
+			r.post(pkt)
+			tc.drop(r)
+			st := r.d.Stats()
+			require.Equal(t, uint64(3), st.CSSubmitted)
+			require.Zero(t, st.CSCompleted)
+			require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut, "%+v", st)
+		})
+	}
+}
+
+// channel is the rig's channel as the model holds it.
+func (r *g3rig) channel() *g3chan { return r.b.(*hctx).g3chans[r.ch] }
