@@ -189,6 +189,7 @@ type DeviceActor struct {
 	kick    chan struct{} // Kick's token (one: a Kick never blocks)
 	exitMu  sync.RWMutex
 	exited  bool
+	refused bool // Track refuses submissions (exitMu): Close found none pending
 	stop    chan struct{}
 	stopped chan struct{}
 	grace   atomic.Int64
@@ -239,7 +240,7 @@ func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, e
 	// a submission is either refused or seen by the actor's final drain.
 	a.exitMu.RLock()
 	defer a.exitMu.RUnlock()
-	if a.exited {
+	if a.exited || a.refused {
 		return nil, ErrClosed
 	}
 	select {
@@ -414,6 +415,13 @@ func (a *DeviceActor) run() {
 		}
 		if len(pending) == 0 {
 			if stopping() {
+				// Refuse further submissions first: one Track accepted
+				// since the drain above is polled in the grace, as the
+				// others were, not ended unpolled by exit.
+				a.refuse()
+				if len(a.in) > 0 {
+					continue
+				}
 				a.exit()
 				return
 			}
@@ -521,6 +529,16 @@ func (a *DeviceActor) run() {
 			continue
 		}
 		oldest := firstUnwatched(pending)
+		if oldest < 0 && len(pending) >= a.cfg.MaxOutstanding && len(a.in) > 0 {
+			// Submissions wait for room, which only a waiter's
+			// retirement makes, and a waiter that retires its CS wakes
+			// nobody (a kick per retirement would wake the actor for
+			// every copy): look again rather than sleep. The watchers
+			// spin for a bounded window; unwatched, a CS is the actor's
+			// to block on (below).
+			runtime.Gosched()
+			continue
+		}
 		if oldest < 0 {
 			// Waiters poll every CS tracked and retire them: sleep until
 			// kicked (see Ticket.Watch), for no longer than a blocking
@@ -602,6 +620,14 @@ func (a *DeviceActor) spinIdle(lastProgress time.Time) (*Ticket, bool) {
 func (a *DeviceActor) markExited() {
 	a.exitMu.Lock()
 	a.exited = true
+	a.exitMu.Unlock()
+}
+
+// refuse makes Track refuse further submissions; it waits for the Tracks
+// under way.
+func (a *DeviceActor) refuse() {
+	a.exitMu.Lock()
+	a.refused = true
 	a.exitMu.Unlock()
 }
 
