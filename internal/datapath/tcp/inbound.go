@@ -172,7 +172,14 @@ func (p *path) routeV(id, off uint64, n int, into [][]byte) ([][]byte, error) {
 				}
 				p.cur.stage = stage
 			}
-			into = append(into, p.cur.stage.HostBytes()[pc.at:pc.at+pc.dst.Len])
+			// gxfer sends at most Chunk, a staging buffer, per frame; a
+			// frame may be larger (wire.MaxDataPayload), but not into
+			// Gaudi memory, which it reaches through one buffer.
+			hb := p.cur.stage.HostBytes()
+			if pc.at+pc.dst.Len > uint64(len(hb)) {
+				return nil, fmt.Errorf("%w: request %d: a %d-byte Data frame into Gaudi memory (at most %d)", wire.ErrMalformed, id, n, len(hb))
+			}
+			into = append(into, hb[pc.at:pc.at+pc.dst.Len])
 		default:
 			into = append(into, pc.dst.Host())
 		}
