@@ -316,7 +316,7 @@ func (c *Chan) Serve(fn func() wire.Message) bool {
 			return
 		}
 		if err := c.c.Send(m); err != nil {
-			c.log.Debug().Err(err).Str("peer", c.cfg.Name).Msg("reply not sent")
+			c.replyNotSent(err)
 		}
 	})
 	return true
@@ -405,6 +405,15 @@ func (c *Chan) TakeReplies() []wire.Message {
 	return q
 }
 
+// replyNotSent fails the channel when a reply or heartbeat could not be
+// sent: the peer did not take it within the write timeout (the stream may
+// then be cut mid-frame), or the connection is gone. Going on would leave
+// the peer's requests unanswered on an endpoint that looks up.
+func (c *Chan) replyNotSent(err error) {
+	c.log.Debug().Err(err).Str("peer", c.cfg.Name).Msg("reply not sent: the channel fails")
+	c.Fail(c.SendErr(err))
+}
+
 // writer sends the reader's replies and the heartbeats.
 func (c *Chan) writer(every time.Duration) {
 	defer close(c.writerEnd)
@@ -424,11 +433,15 @@ func (c *Chan) writer(every time.Duration) {
 			runtime.Gosched()
 			for _, m := range c.TakeReplies() {
 				if err := c.c.Send(m); err != nil {
-					c.log.Debug().Err(err).Str("peer", c.cfg.Name).Msg("reply not sent")
+					c.replyNotSent(err)
+					return
 				}
 			}
 		case <-tick:
-			_ = c.c.Send(hb)
+			if err := c.c.Send(hb); err != nil {
+				c.replyNotSent(err)
+				return
+			}
 			c.path.Tick()
 		case <-c.done:
 			return

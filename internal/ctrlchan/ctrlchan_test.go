@@ -358,3 +358,32 @@ func TestRequestSlots(t *testing.T) {
 	_ = raw.Close()
 	env.Wait()
 }
+
+// TestReplyNotSentFailsChannel: a reply that cannot be sent (the peer
+// does not read it within the write timeout; part of it may have gone
+// out, which breaks the stream) fails the channel, so that the peer's
+// requests end with an error and the endpoint is not left up with its
+// replies lost.
+func TestReplyNotSentFailsChannel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply func(c *Chan)
+	}{
+		{"served", func(c *Chan) { require.True(t, c.Serve(func() wire.Message { return &wire.Completion{RequestID: 2} })) }},
+		{"queued", func(c *Chan) { require.NoError(t, c.QueueReply(&wire.Completion{RequestID: 2})) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := &dptest.Env{} // no PeerTimeout: no heartbeats, no read timeout
+			a, raw := net.Pipe() // raw is never read
+			c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(a), wire.ConnConfig{WriteTimeout: 50 * time.Millisecond}), Name: "peer"})
+			p := &fakePath{c: c}
+			c.Start(p)
+			tc.reply(c)
+			require.Eventually(t, func() bool { return c.Err() != nil }, 5*time.Second, time.Millisecond, "the channel failed")
+			require.ErrorIs(t, c.Err(), gxerr.Peer)
+			require.NoError(t, c.Close())
+			_ = raw.Close()
+			env.Wait()
+		})
+	}
+}
