@@ -75,6 +75,14 @@ const (
 	// MaxPendingCS): Submit waits for one to retire, retrying like a CS
 	// that gets EAGAIN.
 	g3MaxPending = 64
+
+	// g3EndedKeep is how many submissions a failure is remembered for:
+	// every Wait on a failed submission reports the failure until
+	// g3EndedKeep later ones were made (the driver keeps a CS's fence
+	// for its completion slots' window, then answers WAIT_CS on it as a
+	// gone CS, COMPLETED). It bounds the record of failures nobody
+	// waits for.
+	g3EndedKeep = 4096
 )
 
 // g3PILimit is where a channel's free-running MSQ_PI is brought back to
@@ -113,7 +121,7 @@ type g3Dev struct {
 	epoch               uint32     // RESET_COUNT the channels were programmed under
 	nextSeq             uint64
 	pending             map[uint64]*g3CS
-	ended               map[uint64]CSStatus // failed submissions not yet reported
+	ended               map[uint64]CSStatus // failed submissions of the last g3EndedKeep (endLocked)
 	submitted, programs atomic.Uint64
 }
 
@@ -284,6 +292,17 @@ func (g *g3Dev) setup() error {
 func (g *g3Dev) teardown() {
 	b := g.d.b
 	log := g.d.log
+	// Stop the channels before their rings go: a submission nobody waited
+	// for would otherwise read its next packet from freed memory (an MMU
+	// fault, a device reset). The emulator's stop waits for the packet
+	// running; how soon a stop takes effect on hardware is not confirmed
+	// (docs/gaudi3.md).
+	for _, c := range g.slots {
+		if c.regs != nil {
+			c.store(gaudi3.RegCQReconfig, gaudi3.CQReconfigEn.Put(0, 1))
+			g.ring(c)
+		}
+	}
 	for _, c := range g.slots {
 		if c.regs != nil {
 			if err := b.Munmap(c.regs); err != nil {
@@ -432,13 +451,24 @@ func (g *g3Dev) recoverLocked(chans []*g3Chan, status CSStatus, zero bool) {
 			continue
 		}
 		if !cs.reached() {
-			g.ended[seq] = status
+			g.endLocked(seq, status)
 		}
 		delete(g.pending, seq)
 	}
 	for _, c := range chans {
 		g.program(c, zero)
 	}
+}
+
+// endLocked records that submission seq failed with status (g.mu held),
+// forgetting failures older than g3EndedKeep submissions.
+func (g *g3Dev) endLocked(seq uint64, status CSStatus) {
+	for old := range g.ended {
+		if old+g3EndedKeep < g.nextSeq {
+			delete(g.ended, old)
+		}
+	}
+	g.ended[seq] = status
 }
 
 func (cs *g3CS) reached() bool {

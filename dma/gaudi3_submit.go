@@ -131,10 +131,15 @@ func (g *g3Dev) slot(op func() string) error {
 	backoff := g.d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
 		g.mu.Lock()
+		var expired *g3CS // the oldest submission past its TDR
 		if len(g.pending) >= g3MaxPending {
+			now := g.clock()
 			for seq, cs := range g.pending {
-				if cs.reached() {
+				switch {
+				case cs.reached():
 					delete(g.pending, seq)
+				case now-cs.start >= g.tdr && (expired == nil || cs.seq < expired.seq):
+					expired = cs
 				}
 			}
 		}
@@ -142,6 +147,13 @@ func (g *g3Dev) slot(op func() string) error {
 		g.mu.Unlock()
 		if n < g3MaxPending {
 			return nil
+		}
+		if expired != nil {
+			// The TDR does not wait for a Wait: a hung submission nobody
+			// waits for would hold its slot for good (no channel lock is
+			// held here, which timeout takes).
+			g.timeout(expired)
+			continue
 		}
 		if attempt >= g.d.opts.SubmitRetries {
 			return newErr(op(), ErrBusy, fmt.Sprintf("%d submissions still in flight after %d retries", n, attempt), unix.EAGAIN)
@@ -262,10 +274,9 @@ func (g *g3Dev) status(op func() string, seq uint64) (CSStatus, *g3CS, error) {
 			return CSUnknown, nil, newErr(op(), ErrInvalid, "sequence number never submitted", unix.EINVAL)
 		}
 		st, failed := g.ended[seq]
-		if !failed {
-			return CSCompleted, nil, nil // completed, or reported before (as a gone CS)
+		if !failed || seq+g3EndedKeep < g.nextSeq {
+			return CSCompleted, nil, nil // completed, or failed too long ago (as a gone CS)
 		}
-		delete(g.ended, seq)
 		if st == CSTimedOut {
 			return st, nil, newErr(op(), ErrCSTimedOut, "the submission did not finish within the timeout; its PDMA channels were reset", unix.ETIMEDOUT)
 		}
@@ -347,7 +358,7 @@ func (g *g3Dev) timeout(cs *g3CS) {
 	timedOut := !cs.reached()
 	g.recoverLocked(locked, CSAborted, false)
 	if timedOut {
-		g.ended[cs.seq] = CSTimedOut
+		g.endLocked(cs.seq, CSTimedOut)
 	}
 }
 

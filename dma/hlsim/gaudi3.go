@@ -416,6 +416,17 @@ func (g *g3chan) step() bool {
 		g.mu.Unlock()
 		return false
 	}
+	if g.active && g.load(gaudi3.RegMSQCI) != g.ci {
+		// Software writes MSQ_CI only while the queue is stopped, and
+		// the channel's own writes keep it at ci: software stopped and
+		// programmed the channel between two looks of a worker that polls
+		// (without the Doorbell hint a stop of a few microseconds is not
+		// seen). Hardware sees the stop itself; the model takes it now.
+		// A reprogramming that leaves MSQ_CI at ci stays unseen.
+		g.stopLocked()
+		g.mu.Unlock()
+		return false
+	}
 	if !g.active {
 		g.active, g.ci = true, g.load(gaudi3.RegMSQCI)
 		g.bmu.Lock()
