@@ -77,6 +77,11 @@ func (p *Pool) tryGet() (datapath.Buf, error) {
 	}
 }
 
+// Ready is the channel of free buffers: a receive from it takes one (for
+// a caller that waits for a buffer from this pool or something else). It
+// yields only buffers made before, so call it after TryGet found none.
+func (p *Pool) Ready() <-chan datapath.Buf { return p.free }
+
 // Put returns a buffer to the pool.
 func (p *Pool) Put(b datapath.Buf) { p.free <- b }
 

@@ -166,7 +166,7 @@ func (p *path) routeV(id, off uint64, n int, into [][]byte) ([][]byte, error) {
 			into = append(into, p.scratch(pc.dst.Len))
 		case pc.dst.IsGaudi():
 			if p.cur.stage == nil {
-				stage, err := p.t.in.Get(context.Background(), p.c.Done())
+				stage, err := p.in.Get(context.Background(), p.c.Done())
 				if err != nil {
 					return nil, err
 				}
@@ -227,7 +227,7 @@ func (p *path) Landed() {
 		p.removeInbound(in.id)
 	}
 	if cur.stage != nil && !dma {
-		p.t.in.Put(cur.stage)
+		p.in.Put(cur.stage)
 	}
 	if dma {
 		ws := make([]datapath.Waiter, len(dmas))
@@ -242,7 +242,7 @@ func (p *path) Landed() {
 					err = e
 				}
 			}
-			p.t.in.Put(cur.stage)
+			p.in.Put(cur.stage)
 			in.mu.Lock()
 			in.dmas--
 			if err != nil && in.err == nil {
@@ -265,7 +265,7 @@ func (p *path) abortRouting() {
 	cur := p.cur
 	p.cur = routed{pieces: cur.pieces[:0]}
 	if cur.stage != nil {
-		p.t.in.Put(cur.stage)
+		p.in.Put(cur.stage)
 	}
 	if in := cur.in; in != nil {
 		// A transfer canceled while its bytes were being read (its reply

@@ -31,6 +31,9 @@ type path struct {
 	drop    []byte        // reader only: where bytes of refused list entries are dropped
 
 	served, bytesOut, bytesIn atomic.Uint64
+	// in and out hand out the staging buffers of Gaudi memory landing
+	// (the reader) and leaving (sendMem) through this connection.
+	in, out *stager
 
 	lanes  []lane // the extra connections of a dialed endpoint (set once, by Connect)
 	parent *path  // a lane's endpoint
@@ -43,7 +46,8 @@ type path struct {
 var _ datapath.Path = (*path)(nil)
 
 func newPath(t *Transport, c datapath.Ctrl) *path {
-	p := &path{t: t, c: c, env: t.env, inbound: map[uint64]*inbound{}, serving: map[uint64]*atomic.Bool{}}
+	p := &path{t: t, c: c, env: t.env, inbound: map[uint64]*inbound{}, serving: map[uint64]*atomic.Bool{},
+		in: newStager(t, t.in), out: newStager(t, t.out)}
 	if conn := c.Conn(); conn != nil {
 		conn.SetDataSinkV(p.routeV)
 	}
@@ -125,6 +129,8 @@ func (p *path) Closed(err error) {
 	p.abortRouting()
 	p.cancelInbound(err)
 	p.closeLanes()
+	p.in.Close()
+	p.out.Close()
 }
 
 // Stats adds the counters of the path and its lanes.

@@ -63,7 +63,7 @@ func (p *path) sendMem(ctx context.Context, id, base uint64, s datapath.Mem, fir
 		}
 		return sent, nil
 	}
-	pool := p.t.out
+	pool := p.out
 	var stage [2]datapath.Buf
 	var fut [2]datapath.Waiter
 	defer func() {

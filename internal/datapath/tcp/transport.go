@@ -54,7 +54,7 @@ const (
 	MaxFrame     = wire.MaxAppMsg + 4<<10
 	inlineMax    = 64 << 10 // host Puts up to this size are sent by the caller
 	MaxInbound   = 4096     // transfers a peer may have in progress toward us (and replies queued)
-	StageBuffers = 8        // staging buffers per pool (inbound, outbound), Chunk bytes each
+	StageBuffers = 8        // shared staging buffers per pool (inbound, outbound), Chunk bytes each; a connection has one of its own each way too
 )
 
 // Caps are the capabilities a TCP endpoint announces in its Hello.
@@ -73,8 +73,9 @@ func Frame(c net.Conn, spin time.Duration) *wire.StreamTransport {
 	return wire.NewStreamTransport(SpinConn(c, spin))
 }
 
-// Transport is the TCP data path engine-wide: the staging buffers of
-// Gaudi memory, for bytes landing (in) and leaving (out).
+// Transport is the TCP data path engine-wide: the shared staging buffers
+// of Gaudi memory, for bytes landing (in) and leaving (out), which each
+// connection borrows beside its own (stager).
 type Transport struct {
 	env     datapath.Env
 	in, out *staging.Pool
