@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/binary"
-	"net"
 	"testing"
 	"time"
 
@@ -19,13 +18,7 @@ import (
 // connection as malformed. It used to slice past the buffer and panic on
 // the reader goroutine, ending the process. The engine goes on serving.
 func TestTCPGaudiFrameOverChunk(t *testing.T) {
-	e := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 64 << 20}})
-	l, err := e.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dev, err := e.Alloc(4<<20, Gaudi(0))
-	require.NoError(t, err)
-	key, err := dev.Export()
-	require.NoError(t, err)
+	e, l, dev, key := gaudiOverTCP(t, Config{}, 4<<20)
 	for _, n := range []int{tcp.Chunk + 8, 2 * tcp.Chunk, wire.MaxDataPayload} {
 		p := dialFake(t, l.Addr())
 		put := &wire.Put{Request: wire.Request{RequestID: 3, Key: key.k, Length: uint64(n), Local: wire.Local{Kind: wire.LocalInline}}}
@@ -50,22 +43,14 @@ func TestTCPGaudiFrameOverChunk(t *testing.T) {
 // holds a staging buffer for it until the peer's timeout.
 func stallMidFrame(t *testing.T, addr string, key wire.RemoteKey, n int) {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	c := wire.NewConn(wire.NewStreamTransport(nc), wire.ConnConfig{MaxFrame: tcp.MaxFrame})
-	t.Cleanup(func() { _ = c.Close() })
-	h := fakeHello()
-	require.NoError(t, c.Send(&h))
-	f, err := c.Recv(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, wire.TypeHelloAck, f.Header.Type)
-	require.NoError(t, c.Send(&wire.Put{Request: wire.Request{RequestID: 3, Key: key, Length: uint64(n), Local: wire.Local{Kind: wire.LocalInline}}}))
+	p := dialFake(t, addr)
+	require.NoError(t, p.c.Send(&wire.Put{Request: wire.Request{RequestID: 3, Key: key, Length: uint64(n), Local: wire.Local{Kind: wire.LocalInline}}}))
 	var b []byte
 	b = binary.LittleEndian.AppendUint32(b, uint32(wire.HeaderSize+8+n))
 	b = wire.Header{Version: wire.Version, Type: wire.TypeData, Length: uint32(8 + n), RequestID: 3}.Append(b)
 	b = binary.LittleEndian.AppendUint64(b, 0)
 	b = append(b, make([]byte, 16)...)
-	_, err = nc.Write(b)
+	_, err := p.nc.Write(b)
 	require.NoError(t, err)
 }
 
@@ -95,13 +80,7 @@ func TestTCPStalledPeersDoNotLockOthersOut(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			owner := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 128 << 20}, PeerTimeout: 10 * time.Second})
-			l, err := owner.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			dev, err := owner.Alloc(40<<20, Gaudi(0))
-			require.NoError(t, err)
-			key, err := dev.Export()
-			require.NoError(t, err)
+			_, l, _, key := gaudiOverTCP(t, Config{PeerTimeout: 10 * time.Second}, 40<<20)
 			tc.stall(t, l.Addr(), key)
 			time.Sleep(200 * time.Millisecond)
 
@@ -120,4 +99,19 @@ func TestTCPStalledPeersDoNotLockOthersOut(t *testing.T) {
 			require.Equal(t, h.Bytes(), back.Bytes())
 		})
 	}
+}
+
+// gaudiOverTCP is an engine (cfg, with 128 MiB of emulated device memory)
+// listening on TCP, with size bytes of Gaudi memory exported.
+func gaudiOverTCP(t *testing.T, cfg Config, size int) (*Engine, *Listener, *Buffer, RemoteKey) {
+	t.Helper()
+	cfg.Emulator.DRAMSize = 128 << 20
+	e := newEngine(t, cfg)
+	l, err := e.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dev, err := e.Alloc(size, Gaudi(0))
+	require.NoError(t, err)
+	key, err := dev.Export()
+	require.NoError(t, err)
+	return e, l, dev, key
 }

@@ -36,7 +36,8 @@ func TestTCPPutGetEveryPair(t *testing.T) {
 // fakePeer speaks the protocol by hand over TCP, to send what a real
 // engine never would.
 type fakePeer struct {
-	c *wire.Conn
+	c  *wire.Conn
+	nc net.Conn // under c: for bytes that are not frames
 }
 
 func fakeHello() wire.Hello {
@@ -59,7 +60,7 @@ func dialFake(t *testing.T, addr string) *fakePeer {
 	f, err := c.Recv(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, wire.TypeHelloAck, f.Header.Type)
-	return &fakePeer{c: c}
+	return &fakePeer{c: c, nc: nc}
 }
 
 // closedByPeer reads until the engine closes the connection.
