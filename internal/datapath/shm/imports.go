@@ -205,6 +205,12 @@ func (p *Path) importKey(ctx context.Context, deadline time.Time, k wire.RemoteK
 		p.t.imports.Put(h)
 		return nil, gxerr.New(gxerr.Invalid, "remote key: its MAC does not match the key the allocation was imported with", nil)
 	}
+	if h.Size() != k.Length {
+		// The MAC is the peer's own: a key of the same allocation that
+		// claims a larger Length would reach past the mapping.
+		p.t.imports.Put(h)
+		return nil, gxerr.New(gxerr.Invalid, fmt.Sprintf("remote key: length %d, the allocation was imported with %d", k.Length, h.Size()), nil)
+	}
 	return h, nil
 }
 
