@@ -299,8 +299,7 @@ func (g *g3Dev) teardown() {
 	// (docs/gaudi3.md).
 	for _, c := range g.slots {
 		if c.regs != nil {
-			c.store(gaudi3.RegCQReconfig, gaudi3.CQReconfigEn.Put(0, 1))
-			g.ring(c)
+			g.stop(c)
 		}
 	}
 	for _, c := range g.slots {
@@ -358,14 +357,19 @@ func (g *g3Dev) ring(c *g3Chan) {
 	}
 }
 
+// stop stops channel c's queue (CQ_RECONFIG): it drops its queued work.
+func (g *g3Dev) stop(c *g3Chan) {
+	c.store(gaudi3.RegCQReconfig, gaudi3.CQReconfigEn.Put(0, 1))
+	g.ring(c)
+}
+
 // program (re)programs channel c (its lock held, or during setup): stop
 // the queue (CQ_RECONFIG), ring base and size in MSQ mode, indices 0, the
 // completion queue (counter, interrupt message), start. With zero the
 // counter restarts at 0; otherwise it keeps its value, so that
 // submissions that completed before stay completed.
 func (g *g3Dev) program(c *g3Chan, zero bool) {
-	c.store(gaudi3.RegCQReconfig, gaudi3.CQReconfigEn.Put(0, 1))
-	g.ring(c)
+	g.stop(c)
 	c.store(gaudi3.RegDescSubmitFifoCfg, gaudi3.FifoCfgMode.Put(0, gaudi3.FifoCfgMSQ))
 	c.store(gaudi3.RegMSQBaseHi, uint32(c.ringVA>>32))
 	c.store(gaudi3.RegMSQBaseLo, uint32(c.ringVA))

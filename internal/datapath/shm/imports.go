@@ -198,20 +198,28 @@ func (p *Path) importKey(ctx context.Context, deadline time.Time, k wire.RemoteK
 	if err != nil {
 		return nil, err
 	}
-	if !hmac.Equal(h.Value().mac[:], k.MAC[:]) {
+	if why := importMismatch(h, k); why != "" {
+		p.t.imports.Put(h)
+		return nil, gxerr.New(gxerr.Invalid, "remote key: "+why, nil)
+	}
+	return h, nil
+}
+
+// importMismatch says why key k may not use the import h of its
+// allocation ("" when it may).
+func importMismatch(h *ipc.Handle[*imported], k wire.RemoteKey) string {
+	switch {
+	case !hmac.Equal(h.Value().mac[:], k.MAC[:]):
 		// The owner verified the key the mapping was made for; this one
 		// names the same allocation with another MAC: forged or edited
 		// (e.g. a narrowed key re-encoded with a wider grant).
-		p.t.imports.Put(h)
-		return nil, gxerr.New(gxerr.Invalid, "remote key: its MAC does not match the key the allocation was imported with", nil)
-	}
-	if h.Size() != k.Length {
+		return "its MAC does not match the key the allocation was imported with"
+	case h.Size() != k.Length:
 		// The MAC is the peer's own: a key of the same allocation that
 		// claims a larger Length would reach past the mapping.
-		p.t.imports.Put(h)
-		return nil, gxerr.New(gxerr.Invalid, fmt.Sprintf("remote key: length %d, the allocation was imported with %d", k.Length, h.Size()), nil)
+		return fmt.Sprintf("length %d, the allocation was imported with %d", k.Length, h.Size())
 	}
-	return h, nil
+	return ""
 }
 
 // mapImport maps a peer's memfd and validity flag.

@@ -48,9 +48,9 @@ func (p *Path) StartList(ctx context.Context, reqs []datapath.Req, c datapath.Co
 		// Pieces of one allocation (the usual list) share its import:
 		// one lookup and reference for the run of them.
 		h := last
-		// A piece shares it only with its MAC and length (importKey's
-		// checks): else it is imported, and checked, on its own.
-		if h == nil || lastAlloc != mk.AllocID || lastGen != mk.Generation || h.Value().mac != mk.MAC || h.Size() != mk.Length {
+		// A piece whose key may not use it (importMismatch) is imported,
+		// and refused, on its own.
+		if h == nil || lastAlloc != mk.AllocID || lastGen != mk.Generation || importMismatch(h, *mk) != "" {
 			var err error
 			if h, err = p.importKey(ctx, r.Deadline, *mk); err != nil {
 				c.Complete(i, p.importErr(err))
