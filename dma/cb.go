@@ -273,6 +273,12 @@ func (cb *CB) destroy() error {
 		return err
 	}
 	if !cb.model.userCB() {
+		if d.gone {
+			// The backend's Close unmapped it; the context's teardown
+			// destroyed it.
+			cb.mapped = nil
+			return nil
+		}
 		var errs []error
 		if err := d.b.Munmap(cb.mapped); err != nil {
 			errs = append(errs, err)
@@ -282,6 +288,12 @@ func (cb *CB) destroy() error {
 			errs = append(errs, err)
 		}
 		return joinWrap(op, errs)
+	}
+	if d.gone {
+		// The context's teardown unmapped the pages and dropped its pin.
+		err := FreeHostPages(cb.pages)
+		cb.pages = nil
+		return err
 	}
 	if err := hlsys.MemUnmap(d.b, cb.va); err != nil {
 		// The pages stay pinned by the device; do not return them to the

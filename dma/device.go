@@ -177,6 +177,10 @@ type Device struct {
 	// Close, so Close never races an ioctl on a closed backend.
 	gate   sync.RWMutex
 	closed bool // guarded by gate
+	// gone: CloseRunning closed the backend before releasing the
+	// resources, which then skip the driver (set and read by Close's
+	// goroutine, under gate).
+	gone bool
 
 	// mu guards the tracking state below and the state fields of every
 	// resource (done flags, export counts). It is never held across an
@@ -496,8 +500,23 @@ func (d *Device) track(r resource) uint64 {
 // reverse order of creation (DMA-BUF exports, command buffers, host
 // mappings, device memory: unmapped before freed), then closes the
 // backend. It waits for calls in progress to return. Errors are joined; a
-// second Close returns nil.
-func (d *Device) Close() error {
+// second Close returns nil. Close expects no submission to be running:
+// after giving up on one, use CloseRunning.
+func (d *Device) Close() error { return d.close(false) }
+
+// CloseRunning is Close for a device that may still be running
+// submissions the caller gave up on (their memory must not be unmapped or
+// freed under them). It closes the backend first: the driver hard-resets
+// a device whose fd is released while CSs are still active
+// (hl_device_release in drivers/accel/habanalabs/common/device.c), and
+// its context teardown then unmaps and frees what the context held; the
+// emulator aborts the CSs and stops its engines before it releases
+// anything. The resources are then dropped without release calls; only
+// their host side (CB mappings, DMA-BUF fds, host pages) is undone. On
+// Gaudi3 the PDMA channels are stopped first, as by Close.
+func (d *Device) CloseRunning() error { return d.close(true) }
+
+func (d *Device) close(running bool) error {
 	d.gate.Lock()
 	defer d.gate.Unlock()
 	if d.closed {
@@ -519,14 +538,24 @@ func (d *Device) Close() error {
 
 	d.g3.close() // its rings and blocks first: nothing may run into freed memory
 	var errs []error
+	if running {
+		// The device's context goes first; d.gone makes the releases
+		// below skip the driver.
+		if err := d.b.Close(); err != nil {
+			errs = append(errs, wrapErr("close "+d.b.Name(), err))
+		}
+		d.gone = true
+	}
 	for _, e := range live {
 		if err := e.r.release(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := d.b.Close(); err != nil {
-		errs = append(errs, wrapErr("close "+d.b.Name(), err))
+	if !running {
+		if err := d.b.Close(); err != nil {
+			errs = append(errs, wrapErr("close "+d.b.Name(), err))
+		}
 	}
-	d.log.Debug().Int("released", len(live)).Msg("device closed")
+	d.log.Debug().Int("released", len(live)).Bool("running", running).Msg("device closed")
 	return errors.Join(errs...)
 }

@@ -158,6 +158,9 @@ func (m *DeviceMem) release() error {
 	delete(d.live, m.id)
 	d.dropSpanLocked(m.id)
 	d.mu.Unlock()
+	if d.gone {
+		return nil // the context's teardown freed it
+	}
 
 	if !d.model.hasDeviceMMU() {
 		err := hlsys.MemFree(d.b, m.allocSize) // Gaudi1: FREE takes the size
@@ -249,6 +252,9 @@ func (h *HostMapping) release() error {
 	delete(d.live, h.id)
 	d.dropSpanLocked(h.id)
 	d.mu.Unlock()
+	if d.gone {
+		return nil // the context's teardown unmapped and unpinned it
+	}
 	err := hlsys.MemUnmap(d.b, h.va)
 	return d.ioErr(fmt.Sprintf("unmap host memory %#x on %s", h.va, d.Name()), "", err)
 }

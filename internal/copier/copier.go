@@ -217,6 +217,9 @@ func (c *Copier) Stop() {
 			c.failQueued(q, gxerr.Closed)
 		}
 		g.Actor.Close(c.cfg.CloseGrace)
+		// A CS still running after the grace stops the device now: the
+		// staging tasks waited for below end only once it retires.
+		g.closeAbandoned()
 	}
 	c.failQueued(c.host.q, gxerr.Closed)
 	c.host.actor.Close()
@@ -232,7 +235,7 @@ func (c *Copier) CloseDevices() error {
 	}
 	var errs []error
 	for _, g := range c.Devs {
-		errs = append(errs, g.Dev.Close())
+		errs = append(errs, g.Dev.Close(), g.closeErr())
 	}
 	return errors.Join(errs...)
 }

@@ -258,12 +258,17 @@ func (r *csRec) submit() {
 	}
 	{
 		// The actor is closing: wait for the CS here so that nothing it
-		// uses is released early.
-		_, werr := g.Dev.Wait(seq, c.cfg.CloseGrace)
-		if werr == nil {
-			werr = gxerr.Closed
+		// uses is released early; one still running after the grace waits
+		// for the device to stop.
+		st, werr := g.Dev.Wait(seq, c.cfg.CloseGrace)
+		switch {
+		case werr == nil && st == dma.CSBusy:
+			g.abandon(r)
+		case werr == nil:
+			r.retire(nil) // it completed
+		default:
+			r.retire(werr)
 		}
-		r.finish(werr)
 	}
 }
 
@@ -306,10 +311,22 @@ func (r *csRec) timeout(now time.Time) time.Time {
 	return r.nextDeadline()
 }
 
-// finish retires the CS: releases command buffers, host mappings and
-// buffer references, then completes the operations. It is called once
-// per CS, and its hold on r ends with it.
+// finish ends the CS (the actor's OnDone): it retires it, unless the
+// actor gave up on it at Close (cq.ErrClosed itself, not a wrapped one):
+// the device may still run it, so it waits for the device to stop
+// (Device.abandon). It is called once per CS.
 func (r *csRec) finish(err error) {
+	if err == cq.ErrClosed {
+		r.g.abandon(r)
+		return
+	}
+	r.retire(err)
+}
+
+// retire releases the CS's command buffers, host mappings and buffer
+// references, then completes its operations. It is called once per CS,
+// and its hold on r ends with it.
+func (r *csRec) retire(err error) {
 	defer r.unref()
 	if err != nil {
 		err = mapDeviceErr(err)

@@ -42,6 +42,8 @@ type Device struct {
 	getCB func() (*dma.CB, error)
 	putCB func(*dma.CB) // cbs' methods as values, made once (not per CS)
 	Regs  atomic.Uint64 // host mappings performed
+
+	aband abandoned // CSs given up on at Close, kept until the device stops
 }
 
 type hostMapper struct{ g *Device }

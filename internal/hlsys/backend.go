@@ -54,7 +54,8 @@ type Backend interface {
 	Mmap(offset int64, length int) ([]byte, error)
 	// Munmap undoes Mmap.
 	Munmap(b []byte) error
-	// Close releases the device context.
+	// Close releases the device context, and undoes the Mmaps still in
+	// place (their memory must not be used after it).
 	Close() error
 	// Numbering is the ioctl numbering the node takes.
 	Numbering() Numbering

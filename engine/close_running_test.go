@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCloseDoesNotFreeUnderRunningCS closes the engine while a copy much
+// longer than CloseGrace runs on the device. Close gives up on the CS,
+// but nothing the device may still touch (the host mapping, the device
+// memory, the buffers the copy holds, also when the caller freed them
+// meanwhile) may be released before the device has stopped: the emulated
+// DMA engine must not fault on an unmapped address, and caller memory
+// must not change after Close returns.
+func TestCloseDoesNotFreeUnderRunningCS(t *testing.T) {
+	for _, tc := range []struct {
+		model, dir string
+		free       bool // the caller frees both buffers while the copy runs
+	}{
+		{"gaudi2", "h2d", false}, {"gaudi2", "d2h", false}, {"gaudi2", "h2d", true}, {"gaudi2", "d2h", true},
+		{"gaudi3", "h2d", false}, {"gaudi3", "d2h", true},
+	} {
+		model, dir := tc.model, tc.dir
+		{
+			t.Run(fmt.Sprintf("%s/%s/free=%v", model, dir, tc.free), func(t *testing.T) {
+				const size = 512 << 20
+				e, err := New(Config{Devices: DevicesEmulated, CloseGrace: time.Millisecond,
+					Emulator: EmulatorConfig{Model: model, DRAMSize: 2 << 30}})
+				require.NoError(t, err)
+				mem := make([]byte, size)
+				h, err := e.Register(mem)
+				require.NoError(t, err)
+				d, err := e.Alloc(size, Gaudi(0))
+				require.NoError(t, err)
+				sim := e.cp.Devs[0].Sim
+				var f *Future
+				if dir == "h2d" {
+					f = e.Copy(context.Background(), d.All(), h.All())
+				} else {
+					f = e.Copy(context.Background(), h.All(), d.All())
+				}
+				// The copy is on the device once a CS was submitted.
+				for sim.Stats().CSSubmitted == 0 && !f.IsDone() {
+					time.Sleep(100 * time.Microsecond)
+				}
+				if tc.free {
+					require.NoError(t, h.Deregister())
+					require.NoError(t, d.Free())
+				}
+				time.Sleep(2 * time.Millisecond)
+				require.NoError(t, e.Close())
+				require.True(t, f.IsDone(), "Close resolves the copy it gave up on")
+				t.Logf("copy: %v", f.Err())
+				require.ErrorIs(t, f.Err(), ErrClosed)
+				snap := bytes.Clone(mem[:1<<20])
+				tail := bytes.Clone(mem[size-1<<20:])
+				time.Sleep(20 * time.Millisecond)
+				require.Zero(t, sim.Stats().EngineFaults, "the device ran into memory Close released")
+				require.Equal(t, snap, mem[:1<<20], "caller memory changed after Close returned")
+				require.Equal(t, tail, mem[size-1<<20:], "caller memory changed after Close returned")
+			})
+		}
+	}
+}
