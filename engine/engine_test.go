@@ -366,28 +366,48 @@ func TestQueueFull(t *testing.T) {
 		require.Positive(t, full)
 		require.Positive(t, e.Stats().QueueFull)
 	})
-	t.Run("wait", func(t *testing.T) {
-		e := newEngine(t, Config{QueueDepth: 1})
-		h, _ := e.Alloc(1<<20, Host)
-		d, _ := e.Alloc(1<<20, Gaudi(0))
-		release := holdDrains(t, e)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-		defer cancel()
-		var sawDeadline bool
-		var futs []*Future
-		for i := 0; i < 200 && !sawDeadline; i++ {
-			f := e.Copy(ctx, d.Slice(i*8, 8), h.Slice(i*8, 8))
-			if f.IsDone() && errors.Is(f.Err(), context.DeadlineExceeded) {
-				sawDeadline = true
+	// A full queue waits until the context ends; the copy then fails with
+	// the typed error of how it ended (wrapping the context's).
+	for _, tc := range []struct {
+		name     string
+		ctx      func() (context.Context, context.CancelFunc)
+		kind     error
+		ctxError error
+	}{
+		{"wait/deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 30*time.Millisecond)
+		}, ErrTimeout, context.DeadlineExceeded},
+		{"wait/cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(30*time.Millisecond, cancel)
+			return ctx, cancel
+		}, ErrCanceled, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, Config{QueueDepth: 1})
+			h, _ := e.Alloc(1<<20, Host)
+			d, _ := e.Alloc(1<<20, Gaudi(0))
+			release := holdDrains(t, e)
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			var ended error
+			var futs []*Future
+			for i := 0; i < 200 && ended == nil; i++ {
+				f := e.Copy(ctx, d.Slice(i*8, 8), h.Slice(i*8, 8))
+				if f.IsDone() && f.Err() != nil {
+					ended = f.Err()
+				}
+				futs = append(futs, f)
 			}
-			futs = append(futs, f)
-		}
-		release()
-		for _, f := range futs {
-			<-f.Done()
-		}
-		require.True(t, sawDeadline, "a full queue waits up to the context deadline")
-	})
+			release()
+			for _, f := range futs {
+				<-f.Done()
+			}
+			require.Error(t, ended, "a full queue waits until the context ends")
+			require.ErrorIs(t, ended, tc.kind)
+			require.ErrorIs(t, ended, tc.ctxError)
+		})
+	}
 }
 
 func TestCancelWaitKeepsBuffer(t *testing.T) {

@@ -160,7 +160,7 @@ func (c *Copier) push(ctx context.Context, q *queue.Queue[*Job], j *Job, name st
 		return gxerr.New(gxerr.QueueFull, name, nil)
 	}
 	c.st.QueueFull.Add(1)
-	return err
+	return gxerr.Ctx("waiting for room in queue "+name, err)
 }
 
 // failOps fails the ops of jobs a panicking worker held that no CS or
