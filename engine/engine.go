@@ -57,6 +57,7 @@ type Engine struct {
 
 	gate      datapath.Gate          // calls Close waits for before it unmaps (gate.go); its hook (tests) runs in an admitted call before its copy
 	hookDrain atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls
+	hookAlloc atomic.Pointer[func()] // tests: Alloc and Register run it once admitted
 
 	ident        identity
 	lastVerified atomic.Pointer[wire.RemoteKey] // see verifyKey
@@ -222,9 +223,10 @@ func (e *Engine) device(l Location) (*copier.Device, error) {
 // Alloc allocates size bytes at loc: page-aligned host memory outside the
 // Go heap (Host), or device memory (Gaudi(i)).
 func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
-	if e.closed.Load() {
+	if !e.admitAlloc() {
 		return nil, ErrClosed
 	}
+	defer e.exit()
 	if size <= 0 {
 		return nil, newErr(ErrInvalid, fmt.Sprintf("size %d", size), nil)
 	}
@@ -235,6 +237,9 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 			return nil, err
 		}
 		m, err := g.Dev.AllocDevice(uint64(size))
+		if errors.Is(err, dma.ErrClosed) {
+			return nil, newErr(ErrClosed, fmt.Sprintf("alloc %d bytes on gaudi%d", size, loc.dev), err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("gxfer: alloc %d bytes on gaudi%d: %w", size, loc.dev, err)
 		}
@@ -267,9 +272,10 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 // engine when memory is freed). Mappings into devices are made on first
 // use through the registration cache.
 func (e *Engine) Register(mem []byte) (*Buffer, error) {
-	if e.closed.Load() {
+	if !e.admitAlloc() {
 		return nil, ErrClosed
 	}
+	defer e.exit()
 	if len(mem) == 0 {
 		return nil, newErr(ErrInvalid, "empty memory", nil)
 	}
@@ -280,6 +286,19 @@ func (e *Engine) Register(mem []byte) (*Buffer, error) {
 	}
 	e.track(b)
 	return b, nil
+}
+
+// admitAlloc admits Alloc or Register through the close gate: Close
+// collects the buffers to release only once no call that may still add
+// one is in. An admitted call must call exit.
+func (e *Engine) admitAlloc() bool {
+	if !e.enter() {
+		return false
+	}
+	if h := e.hookAlloc.Load(); h != nil {
+		(*h)()
+	}
+	return true
 }
 
 func (e *Engine) track(b *Buffer) {
@@ -385,7 +404,7 @@ func (e *Engine) Close() error {
 		}
 		e.mu.Unlock()
 		for _, b := range live {
-			b.state.Store(freedBit)
+			b.state.Or(freedBit) // operations still counted release into a freed buffer
 			if err := b.destroy(); err != nil {
 				errs = append(errs, err)
 			}

@@ -3,10 +3,12 @@ package engine
 // The close gate (datapath.Gate) counts the calls that may touch host
 // memory outside the engine's queues: Copy and Batch.Submit (host-to-host
 // copies run on the caller's goroutine), host workers' copies and the
-// bindings' Puts and Gets over "unix". Close sets Engine.closed, then
-// waits for the count to reach zero before it unmaps any buffer, so that
-// no copy ever touches memory Close has released: a call that got in
-// finishes; one that comes after fails with ErrClosed.
+// bindings' Puts and Gets over "unix", and Alloc and Register (a buffer
+// they add after Close collected the live ones would never be released).
+// Close sets Engine.closed, then waits for the count to reach zero before
+// it unmaps any buffer, so that no copy ever touches memory Close has
+// released: a call that got in finishes; one that comes after fails with
+// ErrClosed.
 
 // enter admits a call unless the engine is closed; an admitted call must
 // call exit.
