@@ -143,8 +143,11 @@ func (p *Path) rmaMapped(ctx context.Context, r *datapath.Req, h *ipc.Handle[*im
 
 // rmaDevice runs a Put or Get the peer performs (its Gaudi memory, or a
 // key granting part of an allocation): remoteDMA, on a goroutine of its
-// own within the engine's transfer slots. (A separate function so that
-// the request escapes to the heap only on this path.)
+// own within the engine's transfer slots. The slot is the operation's:
+// once it has ended (its caller gave up) while the peer has not answered,
+// the slot goes back, so that peers that never answer cannot hold them
+// all. (A separate function so that the request escapes to the heap only
+// on this path.)
 func (p *Path) rmaDevice(ctx context.Context, r datapath.Req, c datapath.Completer) {
 	if err := r.Local.B.Acquire(); err != nil {
 		c.Complete(0, err)
@@ -157,8 +160,9 @@ func (p *Path) rmaDevice(ctx context.Context, r datapath.Req, c datapath.Complet
 			c.Complete(0, err)
 			return
 		}
-		defer release()
-		p.remoteDMA(ctx, &r, c)
+		giveBack := sync.OnceFunc(release)
+		defer giveBack()
+		p.remoteDMA(ctx, &r, c, giveBack)
 	})
 }
 
@@ -174,9 +178,10 @@ func (p *Path) rmaDevice(ctx context.Context, r datapath.Req, c datapath.Complet
 // what has not started is dropped: a copy into or out of the bounce
 // buffer still queued, the request not yet sent, the copy out of the
 // bounce buffer after the peer answered. A request the peer is
-// performing does not touch r.Local: the operation ends at once, and the
-// bounce buffer stays until the peer answered (or the endpoint ended).
-func (p *Path) remoteDMA(ctx context.Context, r *datapath.Req, c datapath.Completer) {
+// performing does not touch r.Local: the operation ends at once (giving
+// its transfer slot back), and the bounce buffer stays until the peer
+// answered, the endpoint ended, or PeerTimeout passed (lateAnswer).
+func (p *Path) remoteDMA(ctx context.Context, r *datapath.Req, c datapath.Completer, giveBack func()) {
 	ctx, cancel := withDeadline(ctx, r.Deadline)
 	defer cancel()
 	local := r.Local
@@ -205,7 +210,7 @@ func (p *Path) remoteDMA(ctx context.Context, r *datapath.Req, c datapath.Comple
 			return
 		}
 	}
-	ch, err := p.request(ctx, r, region)
+	ch, id, err := p.request(ctx, r, region)
 	if err != nil {
 		free(err)
 		finish(err)
@@ -221,8 +226,8 @@ func (p *Path) remoteDMA(ctx context.Context, r *datapath.Req, c datapath.Comple
 			// buffer, not r.Local: the operation ends now, the bounce
 			// buffer once the peer is done with it.
 			finish(gxerr.Ctx(p.name+": waiting for the peer's answer", ctx.Err()))
-			err = <-ch
-			free(err)
+			giveBack()
+			free(p.lateAnswer(ch, id))
 			return
 		}
 	}
@@ -240,18 +245,41 @@ func (p *Path) remoteDMA(ctx context.Context, r *datapath.Req, c datapath.Comple
 	finish(err)
 }
 
+// lateAnswer waits for the answer to request id, whose operation has
+// ended, for up to PeerTimeout (without one, until the answer or the
+// endpoint's end). After it, the request is forgotten (a late answer is
+// dropped) and the bounce buffer may go: the peer's own mapping of it
+// keeps its pages for as long as it still writes.
+func (p *Path) lateAnswer(ch <-chan error, id uint64) error {
+	pt := p.env.Config().PeerTimeout
+	if pt <= 0 {
+		return <-ch
+	}
+	t := time.NewTimer(pt)
+	defer t.Stop()
+	select {
+	case err := <-ch:
+		return err
+	case <-t.C:
+		if !p.c.Forget(id) {
+			return <-ch // being delivered
+		}
+		return gxerr.New(gxerr.Timeout, fmt.Sprintf("%s: no answer to request %d within the peer timeout (%v)", p.name, id, pt), nil)
+	}
+}
+
 // request sends the Put or Get of r the peer performs against region (our
-// bounce buffer) and returns the channel its outcome arrives on: the
-// peer's answer, or the endpoint's failure. A request not sent when ctx
-// has ended is dropped (the error is ctx's).
-func (p *Path) request(ctx context.Context, r *datapath.Req, region datapath.Mem) (<-chan error, error) {
+// bounce buffer) and returns the channel its outcome arrives on (the
+// peer's answer, or the endpoint's failure) and the request's id. A
+// request not sent when ctx has ended is dropped (the error is ctx's).
+func (p *Path) request(ctx context.Context, r *datapath.Req, region datapath.Mem) (<-chan error, uint64, error) {
 	exp, ok := p.env.(Exporter)
 	if !ok {
-		return nil, gxerr.New(gxerr.NotSupported, "the engine exports no bounce buffers", nil)
+		return nil, 0, gxerr.New(gxerr.NotSupported, "the engine exports no bounce buffers", nil)
 	}
 	lk, err := exp.ExportKey(region.B)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	req := wire.Request{RequestID: p.c.NewID(), Key: r.Key, Offset: 0, Length: r.Local.Len,
 		Local: wire.Local{Kind: wire.LocalKey, Key: lk, Offset: region.Off}}
@@ -271,22 +299,22 @@ func (p *Path) request(ctx context.Context, r *datapath.Req, region datapath.Mem
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = gxerr.Ctx(p.name+": waiting for a request slot", err)
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	if h := p.t.hooks.BeforeRequest; h != nil {
 		h()
 	}
 	if err := ctx.Err(); err != nil {
 		c.Forget(req.RequestID)
-		return nil, gxerr.Ctx(p.name+": request dropped before it was sent", err)
+		return nil, 0, gxerr.Ctx(p.name+": request dropped before it was sent", err)
 	}
 	if err := c.Conn().Send(m); err != nil {
 		if !c.Forget(req.RequestID) {
 			<-ch // the endpoint's failure, being delivered
 		}
-		return nil, c.SendErr(err)
+		return nil, 0, c.SendErr(err)
 	}
-	return ch, nil
+	return ch, req.RequestID, nil
 }
 
 // copyWait copies src to dst and waits until the copy is done (ctx drops
