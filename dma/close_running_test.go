@@ -10,6 +10,34 @@ import (
 	"github.com/gxfer/gxfer/dma/hlsim"
 )
 
+// longCopy opens a device on a new emulator of model and submits one CS
+// copying n bytes from mapped host pages into device memory; it returns
+// the device, the emulator, the CS's seq and the copy's two ends.
+func longCopy(t *testing.T, model hlsim.Model, n uint64) (*Device, *hlsim.Device, uint64, *HostMapping, *DeviceMem) {
+	t.Helper()
+	sim, err := hlsim.New(hlsim.Config{Model: model, DRAMSize: 1 << 30,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sim.Close() })
+	d, err := OpenBackend(sim.Name(), simOpen(sim), Options{})
+	require.NoError(t, err)
+	h, err := AllocHostPages(n)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = FreeHostPages(h) })
+	hm, err := d.MapHostBytes(h)
+	require.NoError(t, err)
+	m, err := d.AllocDevice(n)
+	require.NoError(t, err)
+	cs, err := d.NewCSBuilder(CSOptions{Queues: d.H2DQueues(), CBSize: 64 << 10, PieceSize: 1 << 20})
+	require.NoError(t, err)
+	require.NoError(t, cs.AddCopy(m.Addr(), hm.DeviceAddr(), n))
+	chunks, err := cs.Seal()
+	require.NoError(t, err)
+	seq, err := d.Submit(chunks)
+	require.NoError(t, err)
+	return d, sim, seq, hm, m
+}
+
 // TestCloseRunning closes a device while a long CS runs on it.
 // CloseRunning closes the context before anything is released, so the
 // engine never runs into an unmapped host page or freed device memory;
@@ -29,27 +57,7 @@ func TestCloseRunning(t *testing.T) {
 		{"gaudi3/CloseRunning", hlsim.ModelGaudi3, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sim, err := hlsim.New(hlsim.Config{Model: tc.model, DRAMSize: 1 << 30,
-				Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
-			require.NoError(t, err)
-			defer sim.Close()
-			d, err := OpenBackend(sim.Name(), simOpen(sim), Options{})
-			require.NoError(t, err)
-			const n = 256 << 20
-			h, err := AllocHostPages(n)
-			require.NoError(t, err)
-			defer FreeHostPages(h)
-			hm, err := d.MapHostBytes(h)
-			require.NoError(t, err)
-			m, err := d.AllocDevice(n)
-			require.NoError(t, err)
-			cs, err := d.NewCSBuilder(CSOptions{Queues: d.H2DQueues(), CBSize: 64 << 10, PieceSize: 1 << 20})
-			require.NoError(t, err)
-			require.NoError(t, cs.AddCopy(m.Addr(), hm.DeviceAddr(), n))
-			chunks, err := cs.Seal()
-			require.NoError(t, err)
-			seq, err := d.Submit(chunks)
-			require.NoError(t, err)
+			d, sim, seq, hm, m := longCopy(t, tc.model, 256<<20)
 			for sim.Stats().BytesMoved == 0 {
 				time.Sleep(50 * time.Microsecond)
 			}

@@ -48,27 +48,7 @@ func TestGaudi3FailureSeenByEveryWait(t *testing.T) {
 // on into the freed ring: an MMU fault, a device reset, and a Close that
 // failed with the user's memory still mapped.
 func TestGaudi3CloseWithSubmissionInFlight(t *testing.T) {
-	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi3, DRAMSize: 256 << 20,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	require.NoError(t, err)
-	defer sim.Close()
-	d, err := OpenBackend(sim.Name(), simOpen(sim), Options{})
-	require.NoError(t, err)
-	const n = 64 << 20
-	h, err := AllocHostPages(n)
-	require.NoError(t, err)
-	defer FreeHostPages(h)
-	hm, err := d.MapHostBytes(h)
-	require.NoError(t, err)
-	m, err := d.AllocDevice(n)
-	require.NoError(t, err)
-	cs, err := d.NewCSBuilder(CSOptions{Queues: d.H2DQueues(), CBSize: 4096, PieceSize: 1 << 20})
-	require.NoError(t, err)
-	require.NoError(t, cs.AddCopy(m.Addr(), hm.DeviceAddr(), n))
-	chunks, err := cs.Seal()
-	require.NoError(t, err)
-	_, err = d.Submit(chunks)
-	require.NoError(t, err)
+	d, sim, _, _, _ := longCopy(t, hlsim.ModelGaudi3, 64<<20)
 	time.Sleep(time.Millisecond)
 	require.NoError(t, d.Close())
 	require.Zero(t, sim.Stats().EngineFaults, "a channel ran into memory Close released")
