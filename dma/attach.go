@@ -316,6 +316,14 @@ func (a *Attached) KernelRelease() string { return a.release }
 
 // DramUsage returns DRAM_USAGE (an INFO ioctl on the borrowed fd).
 func (a *Attached) DramUsage() (DramUsage, error) {
+	// No ioctl through the borrowed fd once detached (the runtime may
+	// have closed it, and the number may name another file); the lock
+	// keeps Detach from returning while one is under way.
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.detached {
+		return DramUsage{}, newErr("DRAM usage", ErrDetached, "", nil)
+	}
 	u, err := hlsys.GetDramUsage(a.b)
 	return DramUsage{Free: u.DramFreeMem, Used: u.CtxDramMem}, wrapErr("DRAM usage", err)
 }
@@ -332,8 +340,11 @@ func (a *Attached) Detach() error {
 	}
 	a.detached = true
 	f := a.f
+	// Closed under the lock, so that a concurrent Detach (or DramUsage)
+	// does not return before the DMA-BUF is closed.
+	err := f.Close()
 	a.mu.Unlock()
-	if err := f.Close(); err != nil {
+	if err != nil {
 		return newErr("detach: close the pool's DMA-BUF", nil, "", err)
 	}
 	a.log.Debug().Msg("detached")

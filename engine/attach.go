@@ -24,7 +24,10 @@ var ErrNoCopier = gxerr.NoCopier
 // command submission of its own (the runtime's scheduler owns the DMA
 // engines), so every device copy it needs goes through the copier. The
 // methods are called from engine goroutines, possibly concurrently, and
-// return when the copy is complete. Host memory passed to them is
+// return when the copy is complete, or once ctx is done (a deadline, or
+// Engine.Close after CloseGrace) with nothing left touching the memory
+// passed to them: the engine releases it when they return. Host memory
+// passed to them is
 // gxfer's (Alloc(Host) buffers, staging buffers, registered memory); a
 // runtime that needs host memory mapped first (synHostMap) must map it in
 // the call or copy through its own pinned buffers.
@@ -59,6 +62,9 @@ type Attachment struct {
 	idx int
 	att *dma.Attached
 	rt  *copier.Runtime // its buffers and copier (internal/copier)
+	// detached is closed once the first Detach has closed the DMA-BUF;
+	// later (concurrent) calls wait for it.
+	detached chan struct{}
 }
 
 // attachedMem is what a Buffer over runtime memory carries.
@@ -87,7 +93,7 @@ func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
 	}
 	s := &e.attach
 	s.mu.Lock()
-	a := &Attachment{e: e, idx: len(s.list), att: att, rt: copier.NewRuntime(len(s.list), att, cfg.Copier)}
+	a := &Attachment{e: e, idx: len(s.list), att: att, rt: copier.NewRuntime(len(s.list), att, cfg.Copier), detached: make(chan struct{})}
 	s.list = append(s.list, a)
 	s.mu.Unlock()
 	e.log.Info().Str("device", att.Name()).Str("lent_by", att.Source()).Uint64("pool", cfg.Anchor.PoolStart).
@@ -133,8 +139,10 @@ func (a *Attachment) Register(va uint64, n int) (*Buffer, error) {
 func (a *Attachment) Detach() error {
 	bufs, ok := a.rt.Detach()
 	if !ok {
+		<-a.detached // return once the first call has closed the export
 		return nil
 	}
+	defer close(a.detached)
 	var errs []error
 	for _, m := range bufs {
 		errs = append(errs, m.Owner.(*Buffer).Free())

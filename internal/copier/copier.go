@@ -88,6 +88,10 @@ type Copier struct {
 	stages   sync.WaitGroup // staging tasks
 	inline   inlineRuns     // device jobs processed on their callers' goroutines
 	runtime  sync.WaitGroup // copies handed to runtimes' copiers
+	// rtCtx is the parent context of runtime copies, canceled by
+	// WaitRuntime once CloseGrace has passed.
+	rtCtx    context.Context
+	rtCancel context.CancelFunc
 	host     *hostPath
 	mode     queue.Mode // of every queue
 
@@ -118,6 +122,7 @@ func New(cfg Config) (*Copier, error) {
 	if cfg.FailWhenFull {
 		c.mode = queue.FailFast
 	}
+	c.rtCtx, c.rtCancel = context.WithCancel(context.Background())
 	var err error
 	c.pool, err = ants.NewPool(cfg.Workers, ants.WithPanicHandler(c.onPanic), ants.WithLogger(antsLogger{c.log}))
 	if err != nil {

@@ -145,15 +145,26 @@ func (c *Copier) CopyRuntime(r *Runtime, f *Future, dst, src Slice, deadline tim
 	c.runtime.Add(1)
 	go func() {
 		defer c.runtime.Done()
-		cctx, cancel := context.Background(), context.CancelFunc(func() {})
-		if !deadline.IsZero() {
-			cctx, cancel = context.WithDeadline(cctx, deadline)
+		// The copy's context derives from c.rtCtx, which Close cancels
+		// after CloseGrace.
+		var (
+			cctx   context.Context
+			cancel context.CancelFunc
+		)
+		if deadline.IsZero() {
+			cctx, cancel = context.WithCancel(c.rtCtx)
+		} else {
+			cctx, cancel = context.WithDeadline(c.rtCtx, deadline)
 		}
 		err := r.copy(cctx, dst, src)
 		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case err == nil, errors.Is(err, gxerr.NotSupported):
+		case c.rtCtx.Err() != nil:
+			err = gxerr.New(gxerr.Closed, "the engine closed while the device copier ran (after CloseGrace)", err)
+		case errors.Is(err, context.DeadlineExceeded):
 			err = gxerr.New(gxerr.Timeout, "the device copier did not finish by the deadline", err)
-		} else if err != nil && !errors.Is(err, gxerr.NotSupported) {
+		default:
 			err = gxerr.New(gxerr.Device, "device copier", err)
 		}
 		if !internal {
@@ -165,11 +176,23 @@ func (c *Copier) CopyRuntime(r *Runtime, f *Future, dst, src Slice, deadline tim
 	}()
 }
 
-// WaitRuntime waits for the copies handed to runtimes' copiers.
+// WaitRuntime waits for the copies handed to runtimes' copiers: up to
+// CloseGrace, then it cancels their context and waits for them to return.
 func (c *Copier) WaitRuntime() {
-	if c != nil {
-		c.runtime.Wait()
+	if c == nil {
+		return
 	}
+	done := make(chan struct{})
+	go func() { c.runtime.Wait(); close(done) }()
+	t := time.NewTimer(c.cfg.CloseGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.rtCancel()
+		<-done
+	}
+	c.rtCancel()
 }
 
 // copy makes one copy with the copier.

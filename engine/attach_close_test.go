@@ -1,0 +1,89 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/dma/hlsim"
+)
+
+// Detach is idempotent, and "closes the pool's DMA-BUF before it returns":
+// a second Detach (or Engine.Close) made while the first is still waiting
+// for a busy buffer must not return before the DMA-BUF is closed.
+func TestAttachConcurrentDetachWaitsForTheExportClose(t *testing.T) {
+	x := newAttached(t, "6.8", 0, true)
+	b, err := x.a.Register(x.rt.Anchor().PoolStart, 1<<20)
+	require.NoError(t, err)
+	d, err := b.ExportDMABuf() // holds the buffer: the first Detach waits CloseGrace
+	require.NoError(t, err)
+	first := make(chan error, 1)
+	go func() { first <- x.a.Detach() }()
+	for !x.a.rt.Detached() {
+		time.Sleep(time.Millisecond)
+	}
+	err = x.a.Detach()
+	live := x.a.Stats().Export.Live
+	d.Release()
+	<-first
+	require.NoError(t, err)
+	require.False(t, live, "the second Detach returned while the pool's DMA-BUF was still open")
+}
+
+// blockingCopier is a runtime copier whose copies end only when their
+// context does (a stuck stream, a runtime waiting on a device).
+type blockingCopier struct{ started, stop chan struct{} }
+
+func (c blockingCopier) wait(ctx context.Context) error {
+	c.started <- struct{}{}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.stop: // the test gives up
+		return context.Canceled
+	}
+}
+func (c blockingCopier) CopyHostToDevice(ctx context.Context, _ uint64, _ []byte) error {
+	return c.wait(ctx)
+}
+func (c blockingCopier) CopyDeviceToHost(ctx context.Context, _ []byte, _ uint64) error {
+	return c.wait(ctx)
+}
+func (c blockingCopier) CopyDeviceToDevice(ctx context.Context, _, _, _ uint64) error {
+	return c.wait(ctx)
+}
+
+// Close gives a copy on a device CloseGrace: a copy in the runtime's
+// copier must be told to stop (its context canceled) rather than make
+// Close wait for ever.
+func TestCloseCancelsRuntimeCopierAfterGrace(t *testing.T) {
+	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20, Kernel: "6.8"})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, sim.Close()) })
+	rt, err := sim.NewRuntime(hlsim.RuntimeConfig{PoolSize: 4 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	e, err := New(Config{Devices: DevicesNone, RDMA: RDMAConfig{Disabled: true}, CloseGrace: 100 * time.Millisecond})
+	require.NoError(t, err)
+	cp := blockingCopier{started: make(chan struct{}, 1), stop: make(chan struct{})}
+	a, err := e.Attach(AttachConfig{Target: rt.Target(), Anchor: rt.Anchor(), Copier: cp})
+	require.NoError(t, err)
+	dev, err := a.Register(rt.Anchor().PoolStart, 4096)
+	require.NoError(t, err)
+	host, err := e.Alloc(4096, Host)
+	require.NoError(t, err)
+	f := e.Copy(context.Background(), dev.All(), host.All())
+	<-cp.started
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		close(cp.stop) // unblock the copier so the test ends (and leaks nothing)
+		<-closed
+		t.Fatal("Engine.Close still waiting for the runtime copier 5 s after Close (CloseGrace 100 ms)")
+	}
+	require.ErrorIs(t, f.Wait(context.Background()), ErrClosed)
+}
