@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -298,15 +299,30 @@ func NewHandleCache[V any](cfg CacheConfig[V]) *HandleCache[V] {
 // imp on a miss (see HandleCache for the rules). Errors: ErrClosed,
 // ErrStale, ErrInvalid (nil imp), or an *ImportError.
 func (c *HandleCache[V]) Get(k Key, imp Importer[V]) (*Handle[V], error) {
+	return c.GetCtx(context.Background(), k, imp)
+}
+
+// TryGet is Get's hit path alone: a reference to the ready entry of k,
+// or nil (without the lock, no import).
+func (c *HandleCache[V]) TryGet(k Key) *Handle[V] {
+	if h := c.lookupReady(slot{k.Peer, k.AllocID}); h != nil && h.key.Generation == k.Generation && h.tryAcquire() {
+		c.hits.Add(1)
+		return h
+	}
+	return nil
+}
+
+// GetCtx is Get whose wait for an import another Get is running ends
+// with ctx: it then fails with ctx's error, wrapped. The import itself is
+// bounded by imp, as for Get.
+func (c *HandleCache[V]) GetCtx(ctx context.Context, k Key, imp Importer[V]) (*Handle[V], error) {
 	if imp == nil {
 		return nil, fmt.Errorf("%w: nil Importer", ErrInvalid)
 	}
-	s := slot{k.Peer, k.AllocID}
-	// The hit path: a ready entry of this generation, without the lock.
-	if h := c.lookupReady(s); h != nil && h.key.Generation == k.Generation && h.tryAcquire() {
-		c.hits.Add(1)
+	if h := c.TryGet(k); h != nil {
 		return h, nil
 	}
+	s := slot{k.Peer, k.AllocID}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -323,7 +339,15 @@ func (c *HandleCache[V]) Get(k Key, imp Importer[V]) (*Handle[V], error) {
 				return h, nil
 			}
 			c.mu.Unlock()
-			<-h.done
+			select {
+			case <-h.done:
+			case <-ctx.Done():
+				c.mu.Lock()
+				victims = c.unrefLocked(h, victims)
+				c.mu.Unlock()
+				c.release(victims)
+				return nil, fmt.Errorf("ipc: waiting for the import of alloc %d: %w", k.AllocID, ctx.Err())
+			}
 			c.mu.Lock()
 			if h.state == ready {
 				c.mu.Unlock()

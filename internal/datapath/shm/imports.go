@@ -162,39 +162,11 @@ func (p *Path) importKey(ctx context.Context, deadline time.Time, k wire.RemoteK
 		return nil, gxerr.New(gxerr.NotSupported, "a key granting part of an allocation cannot map it (bind or put with the key it was sliced from)", nil)
 	}
 	key := ipc.Key{Peer: p.pid, AllocID: k.AllocID, Generation: k.Generation}
-	h, err := p.t.imports.Get(key, func(ipc.Key) (*imported, uint64, error) {
-		ctx, cancel := context.WithTimeout(ctx, importTimeout)
-		defer cancel()
-		ctx, cancel2 := withDeadline(ctx, deadline)
-		defer cancel2()
-		id := p.c.NewID()
-		full := k
-		full.Offset, full.Len = 0, k.Length
-		f, err := p.c.RoundTrip(ctx, id, &wire.ImportRequest{RequestID: id, Key: full})
-		if err != nil {
-			return nil, 0, err
-		}
-		defer f.CloseFDs()
-		m, err := f.Message()
-		if err != nil {
-			return nil, 0, p.c.PeerErr("import reply", err)
-		}
-		switch m := m.(type) {
-		case *wire.Error:
-			return nil, 0, p.c.Refusal("import refused", m)
-		case *wire.ImportReply:
-			if len(f.FDs) != 2 || m.Kind != wire.FDMemfd || m.Size != k.Length || m.AllocID != k.AllocID ||
-				m.Generation != k.Generation || m.FileOffset != 0 {
-				return nil, 0, p.c.PeerErr("import reply does not match the request", nil)
-			}
-			im, n, err := p.t.mapImport(f.FDs[0], f.FDs[1], m.Size)
-			if err == nil {
-				im.mac = k.MAC
-			}
-			return im, n, err
-		}
-		return nil, 0, p.c.PeerErr("unexpected reply to an import", nil)
-	})
+	h := p.t.imports.TryGet(key) // a hit costs no context or timer
+	var err error
+	if h == nil {
+		h, err = p.importSlow(ctx, deadline, key, k)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +175,68 @@ func (p *Path) importKey(ctx context.Context, deadline time.Time, k wire.RemoteK
 		return nil, gxerr.New(gxerr.Invalid, "remote key: "+why, nil)
 	}
 	return h, nil
+}
+
+// importSlow is importKey on a miss: it imports, or waits for the import
+// another caller runs, within the caller's ctx and deadline.
+func (p *Path) importSlow(ctx context.Context, deadline time.Time, key ipc.Key, k wire.RemoteKey) (*ipc.Handle[*imported], error) {
+	cctx, cancel := withDeadline(ctx, deadline) // the caller's bound
+	defer cancel()
+	for {
+		h, err := p.t.imports.GetCtx(cctx, key, func(ipc.Key) (*imported, uint64, error) {
+			return p.runImport(cctx, k)
+		})
+		// An import another caller ran failed because that caller's ctx
+		// ended: this caller imports on its own.
+		var ce *callerEnded
+		if err == nil || !errors.As(err, &ce) || cctx.Err() != nil {
+			return h, err
+		}
+	}
+}
+
+// callerEnded is the failure of an import whose caller's ctx ended: the
+// callers that waited for it do not share it.
+type callerEnded struct{ err error }
+
+func (e *callerEnded) Error() string { return e.err.Error() }
+func (e *callerEnded) Unwrap() error { return e.err }
+
+// runImport asks the peer for the allocation k grants all of and maps
+// it; cctx is the caller's ctx (importTimeout bounds it further).
+func (p *Path) runImport(cctx context.Context, k wire.RemoteKey) (*imported, uint64, error) {
+	ctx, cancel := context.WithTimeout(cctx, importTimeout)
+	defer cancel()
+	id := p.c.NewID()
+	full := k
+	full.Offset, full.Len = 0, k.Length
+	f, err := p.c.RoundTrip(ctx, id, &wire.ImportRequest{RequestID: id, Key: full})
+	if err != nil {
+		if cerr := cctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			return nil, 0, &callerEnded{err}
+		}
+		return nil, 0, err
+	}
+	defer f.CloseFDs()
+	m, err := f.Message()
+	if err != nil {
+		return nil, 0, p.c.PeerErr("import reply", err)
+	}
+	switch m := m.(type) {
+	case *wire.Error:
+		return nil, 0, p.c.Refusal("import refused", m)
+	case *wire.ImportReply:
+		if len(f.FDs) != 2 || m.Kind != wire.FDMemfd || m.Size != k.Length || m.AllocID != k.AllocID ||
+			m.Generation != k.Generation || m.FileOffset != 0 {
+			return nil, 0, p.c.PeerErr("import reply does not match the request", nil)
+		}
+		im, n, err := p.t.mapImport(f.FDs[0], f.FDs[1], m.Size)
+		if err == nil {
+			im.mac = k.MAC
+		}
+		return im, n, err
+	}
+	return nil, 0, p.c.PeerErr("unexpected reply to an import", nil)
 }
 
 // importMismatch says why key k may not use the import h of its
