@@ -375,6 +375,11 @@ func (p *Path) serveRequest(put bool, r wire.Request) (wire.Status, string) {
 	} else {
 		err = copyWait(ctx, p.env, theirs, mine)
 	}
+	if errors.Is(err, gxerr.Freed) {
+		// Our buffer was freed after the key was looked up (during the
+		// import): the key is stale, as Lookup would now say.
+		return wire.StatusStale, "buffer no longer exported"
+	}
 	if err != nil {
 		return wire.StatusInternal, err.Error()
 	}
