@@ -90,6 +90,12 @@ func (p *Path) move(ctx context.Context, r datapath.Req) error {
 		return p.c.Refusal("request refused", wire.NewError(0, wire.StatusStale, "buffer no longer exported"))
 	}
 	defer theirs.B.Release()
+	// The owner's Close releases its buffers, held or not, once no copy
+	// is in its gate: this one must be.
+	if !p.t.peer.Enter() {
+		return p.c.PeerErr("the peer's engine is closing", nil)
+	}
+	defer p.t.peer.Exit()
 	src, srcEnv, dst, dstEnv := r.Local, p.t.local, theirs, p.t.peer
 	if !r.Put {
 		src, srcEnv, dst, dstEnv = theirs, p.t.peer, r.Local, p.t.local
@@ -208,6 +214,19 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 		return gxerr.Closed
 	}
 	defer env.Exit()
+	// The owner's memory: inside its engine's gate too (its Close
+	// releases its buffers, held or not, once no copy is in), and refused
+	// once its owner freed it (the binding's reference only keeps it
+	// mapped).
+	peer := b.p.t.peer
+	if !peer.Enter() {
+		return b.p.c.PeerErr("the peer's engine is closing", nil)
+	}
+	defer peer.Exit()
+	if err := b.theirs.B.Acquire(); err != nil {
+		return gxerr.New(gxerr.Invalid, b.p.c.Name()+": the peer's buffer is no longer exported", err)
+	}
+	b.theirs.B.Release() // the binding's own reference remains
 	dst, src := b.theirs.Host(), b.mine.Host()
 	if !put {
 		dst, src = src, dst
