@@ -44,6 +44,7 @@ type msgs struct {
 	allowN, allowB         uint64   // what the peer may still send
 	takenN, takenB         uint64   // taken, not yet returned as credit
 	arrived                chan struct{}
+	waiting                int // WaitMsg calls parked on arrived
 	in, inBytes, out, outB atomic.Uint64
 	// receiving through a ring (msgring.go): the ring this side granted
 	// (nil when it granted credit, and once the channel failed)
@@ -143,6 +144,7 @@ func (c *Chan) msgIn(f *wire.Frame) error {
 	m.mu.Unlock()
 	m.in.Add(1)
 	m.inBytes.Add(n)
+	c.MarkActive() // a peer sending messages is not idle (MaxPeers)
 	wake(m.arrived)
 	return nil
 }
@@ -273,6 +275,7 @@ func (c *Chan) TryRecvMsg() (b []byte, ok bool, err error) {
 		}
 		ret, bell, more := m.takeLocked(b)
 		m.mu.Unlock()
+		c.MarkActive() // the peer sent it (a ring's messages come without a frame)
 		if more {
 			wake(m.arrived) // another Recv may be waiting
 		}
@@ -300,8 +303,15 @@ func (c *Chan) WaitMsg(ctx context.Context) error {
 		m.mu.Lock()
 		there := m.failed || len(m.q) > 0 || (m.rx != nil && m.rx.pending())
 		ring := m.rx != nil
+		others := m.waiting > 0
 		m.mu.Unlock()
 		if there {
+			// The one wake-up (a bell, whose flag the producer
+			// cleared, or a queued message's) may have come to us; another
+			// waiter parked must look again (and re-arm the ring's flag).
+			if others {
+				wake(m.arrived)
+			}
 			return nil
 		}
 		if ring {
@@ -312,11 +322,21 @@ func (c *Chan) WaitMsg(ctx context.Context) error {
 				continue
 			}
 		}
+		m.mu.Lock()
+		m.waiting++
+		m.mu.Unlock()
+		var ctxErr error
 		select {
 		case <-m.arrived:
 		case <-c.done:
 		case <-ctx.Done():
-			return gxerr.Ctx("recv", ctx.Err())
+			ctxErr = ctx.Err()
+		}
+		m.mu.Lock()
+		m.waiting--
+		m.mu.Unlock()
+		if ctxErr != nil {
+			return gxerr.Ctx("recv", ctxErr)
 		}
 	}
 }
