@@ -101,8 +101,9 @@ type Chan struct {
 	replyQ    []wire.Message // the reader's frames, sent by the writer or carried by a sender
 	replySig  chan struct{}
 	writerEnd chan struct{}
-	active    atomic.Bool // the peer made a request
-	msg       msgs        // application messages (msgs.go)
+	active    atomic.Bool  // the peer made a request
+	unsent    atomic.Int64 // Serve replies waiting to be sent
+	msg       msgs         // application messages (msgs.go)
 }
 
 var _ datapath.Ctrl = (*Chan)(nil)
@@ -315,7 +316,17 @@ func (c *Chan) Serve(fn func() wire.Message) bool {
 		if m == nil {
 			return
 		}
-		if err := c.c.Send(m); err != nil {
+		// The slot is free again, the reply not sent yet: a peer that
+		// does not read must not pile up goroutines (and their replies)
+		// beyond the bound of the reply queue.
+		if c.unsent.Add(1) > int64(c.cfg.MaxReplies) {
+			c.unsent.Add(-1)
+			c.Fail(c.PeerErr("reply", errors.New("peer is not reading its replies")))
+			return
+		}
+		err := c.c.Send(m)
+		c.unsent.Add(-1)
+		if err != nil {
 			c.replyNotSent(err)
 		}
 	})
