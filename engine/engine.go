@@ -383,9 +383,13 @@ func (e *Engine) Close() error {
 		for _, l := range ls {
 			errs = append(errs, l.Close())
 		}
+		// At once, not one after the other: each waits up to 200ms for
+		// its Bye to a peer that does not read.
+		var epWG sync.WaitGroup
 		for _, ep := range eps {
-			_ = ep.Close()
+			epWG.Go(func() { _ = ep.Close() })
 		}
+		epWG.Wait()
 		errs = append(errs, e.transports.Close())
 		// Stop intake, fail what is still queued, give the devices
 		// CloseGrace, wait for staging.

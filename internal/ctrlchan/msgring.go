@@ -128,6 +128,7 @@ func (c *Chan) bellIn(f *wire.Frame) error {
 	if !c.cfg.MsgRing {
 		return errors.New("a message bell on a connection without rings")
 	}
+	c.MarkActive() // a peer ringing is exchanging messages, not idle
 	wake(c.msg.arrived)
 	wake(c.msg.credit)
 	return nil
