@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -555,6 +557,43 @@ func TestHandleCacheSingleflight(t *testing.T) {
 		c.Put(first)
 	}
 	require.Equal(t, 0, c.Stats().InUse)
+	require.NoError(t, c.Close())
+	require.Equal(t, 1, f.releases)
+	f.check(t)
+}
+
+// TestHandleCacheGetCtxWaiterGivesUp: a Get waiting for another Get's
+// import ends with its own ctx (the import goes on), drops its reference,
+// and the importer's value is then held once and released once.
+func TestHandleCacheGetCtxWaiterGivesUp(t *testing.T) {
+	f := newFakeImporter()
+	f.gate = make(chan struct{})
+	c := newTestCache(f, 0, 0)
+	first := make(chan *Handle[*fakeVal], 1)
+	go func() {
+		h, err := c.Get(key(p1, 1, 1), f.imp)
+		if err != nil {
+			h = nil
+		}
+		first <- h
+	}()
+	for c.Stats().Misses != 1 {
+		runtime.Gosched()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	h, err := c.GetCtx(ctx, key(p1, 1, 1), f.imp)
+	require.Nil(t, h)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	close(f.gate)
+	h = <-first
+	require.NotNil(t, h, "the importer's Get succeeds")
+	require.Equal(t, 1, c.Stats().InUse)
+	require.Same(t, h, c.TryGet(key(p1, 1, 1)), "a hit once ready")
+	c.Put(h)
+	c.Put(h)
+	require.Zero(t, c.Stats().InUse, "the waiter that gave up holds nothing")
+	require.Nil(t, c.TryGet(key(p1, 1, 2)), "another generation is a miss")
 	require.NoError(t, c.Close())
 	require.Equal(t, 1, f.releases)
 	f.check(t)
