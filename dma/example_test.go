@@ -135,3 +135,56 @@ func ExampleCSBuilder() {
 	// Output:
 	// completed <nil> packets: 4 queues: 2
 }
+
+// ExampleDevice_CloseRunning gives up on a copy still running and closes
+// the device the way that stops it before anything it uses is released:
+// the context goes first (the driver resets a device released with CSs
+// active), and the mappings and memory are dropped with it.
+func ExampleDevice_CloseRunning() {
+	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 512 << 20})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer sim.Close()
+	dev, err := dma.OpenBackend(sim.Name(), sim.Open, dma.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	const n = 256 << 20
+	src, _ := dma.AllocHostPages(n)
+	defer dma.FreeHostPages(src) // after the device is closed
+	hsrc, err := dev.MapHostBytes(src)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mem, err := dev.AllocDevice(n)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cs, err := dev.NewCSBuilder(dma.CSOptions{Queues: dev.H2DQueues(), CBSize: 64 << 10, PieceSize: 1 << 20})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = cs.AddCopy(mem.Addr(), hsrc.DeviceAddr(), n)
+	chunks, _ := cs.Seal()
+	seq, err := dev.Submit(chunks)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if st, _ := dev.Wait(seq, time.Millisecond); st != dma.CSCompleted {
+		// Not done in time: the caller gives up on it.
+		fmt.Println("close:", dev.CloseRunning())
+	} else {
+		fmt.Println("close:", dev.Close())
+	}
+	fmt.Println("engine faults:", sim.Stats().EngineFaults)
+	// Output:
+	// close: <nil>
+	// engine faults: 0
+}
