@@ -318,7 +318,10 @@ func TestActorWatchSleepWakes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newFakeWaiter()
-			a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Microsecond, BlockTimeout: time.Hour, MaxOutstanding: 4})
+			// A long spin window: the actor must not block on the first
+			// CS (for BlockTimeout) before the test gets to watch it;
+			// unwatched CSs are still polled in its sweeps.
+			a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Minute, BlockTimeout: time.Hour, MaxOutstanding: 4})
 			defer a.Close(0)
 			tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
 			require.NoError(t, err)
