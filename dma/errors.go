@@ -28,6 +28,11 @@ var (
 	ErrCSTimedOut = errors.New("command submission timed out")
 	// ErrCSAborted: a CS was aborted (device reset, context teardown).
 	ErrCSAborted = errors.New("command submission aborted")
+	// ErrCSOutcomeLost: the driver no longer knows how a CS ended: its
+	// fence is gone (later CSs took its completion slot) and its outcome
+	// left the driver's store (WAIT_CS reports COMPLETED with the GONE
+	// flag and no timestamp). Whether its copies happened is unknown.
+	ErrCSOutcomeLost = errors.New("command submission outcome lost")
 	// ErrCBFull: the packets do not fit in the command buffer.
 	ErrCBFull = errors.New("command buffer full")
 	// ErrNotSupported: the device, model or kernel API cannot do this.

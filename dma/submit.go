@@ -76,7 +76,11 @@ func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	}
 	backoff := d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
-		out, err := hlsys.SubmitCSIn(d.b, &call.args, call.raw, 0, 0)
+		// CS_FLAGS_TIMESTAMP: the driver keeps the CS's outcome once its
+		// fence is gone (hl_push_cs_outcome), so that a CS that ended,
+		// aborted say, and whose completion slot later CSs took is not
+		// read as completed (Wait).
+		out, err := hlsys.SubmitCSIn(d.b, &call.args, call.raw, hlsys.CSFlagsTimestamp, 0)
 		if err == nil && out.Status != hlsys.CSStatusSuccess {
 			err = newErr(opName(), ErrInvalid, fmt.Sprintf("CS status %d", out.Status), nil)
 		}
@@ -204,8 +208,10 @@ const MaxWaitPerCall = 4000 * time.Second
 // timeout, an error wrapping ErrCSTimedOut when the device's CS timeout
 // fired (-ETIMEDOUT), ErrCSAborted when the CS was aborted (-EIO),
 // ErrNotOperational when the driver refuses the wait because the device is
-// not operational (EBUSY, and DEVICE_STATUS says so), and the wrapped errno
-// otherwise (errors.Is(err, unix.EINVAL) for an unknown seq).
+// not operational (EBUSY, and DEVICE_STATUS says so), ErrCSOutcomeLost when
+// the CS's fence is gone and the driver's outcome store no longer holds it
+// (the store keeps 256; an outcome is given to one wait only), and the
+// wrapped errno otherwise (errors.Is(err, unix.EINVAL) for an unknown seq).
 // Wait does not block other calls on the Device; Close waits for it.
 func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 	// The op string is built only when needed (errors, Gaudi3): a
@@ -236,7 +242,8 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 			intr++
 			continue
 		}
-		if err == nil && (out.Status == hlsys.WaitCSStatusCompleted || out.Status == hlsys.WaitCSStatusBusy) {
+		if err == nil && (out.Status == hlsys.WaitCSStatusCompleted && out.Flags&hlsys.WaitCSStatusFlagGone == 0 ||
+			out.Status == hlsys.WaitCSStatusBusy) {
 			// The common outcomes, without an op string.
 			st := CSCompleted
 			if out.Status == hlsys.WaitCSStatusBusy {
@@ -301,6 +308,12 @@ func waitResult(op string, out hlsys.WaitCSOut, err error) (CSStatus, error) {
 	case err == nil:
 		switch out.Status {
 		case hlsys.WaitCSStatusCompleted:
+			// A gone fence whose outcome the store gave back has a
+			// timestamp; one without was not found there (or was taken
+			// by an earlier wait): COMPLETED then only means "old".
+			if out.Flags&hlsys.WaitCSStatusFlagGone != 0 && out.Flags&hlsys.WaitCSStatusFlagTimestampVld == 0 {
+				return CSUnknown, newErr(op, ErrCSOutcomeLost, "its fence is gone and the driver's outcome store no longer holds it", nil)
+			}
 			return CSCompleted, nil
 		case hlsys.WaitCSStatusBusy:
 			return CSBusy, nil

@@ -26,7 +26,9 @@ func TestWaitMapping(t *testing.T) {
 		is   []error
 	}{
 		{"completed", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusCompleted}, nil}, CSCompleted, nil},
-		{"gone", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusCompleted, Flags: hlsys.WaitCSStatusFlagGone}, nil}, CSCompleted, nil},
+		{"completed, timestamp", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusCompleted, Flags: hlsys.WaitCSStatusFlagTimestampVld}, nil}, CSCompleted, nil},
+		// A gone fence without a stored outcome: how it ended is unknown.
+		{"gone", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusCompleted, Flags: hlsys.WaitCSStatusFlagGone}, nil}, CSUnknown, []error{ErrCSOutcomeLost}},
 		{"busy", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusBusy}, nil}, CSBusy, nil},
 		{"timedout", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusTimedOut}, unix.ETIMEDOUT}, CSTimedOut, []error{ErrCSTimedOut, unix.ETIMEDOUT}},
 		{"aborted", reply{hlsys.WaitCSOut{Status: hlsys.WaitCSStatusAborted}, unix.EIO}, CSAborted, []error{ErrCSAborted, unix.EIO}},

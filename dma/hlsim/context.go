@@ -78,7 +78,7 @@ type hctx struct {
 	engWG sync.WaitGroup
 
 	outMu    sync.Mutex
-	outcomes []outcome // CS outcome store, oldest first
+	outcomes outcomeStore // CS outcome store (CS_FLAGS_TIMESTAMP)
 
 	waiting atomic.Int32 // WAIT_CS calls blocked on a CS (tests)
 

@@ -558,12 +558,40 @@ func (c *hctx) recordOutcome(s *cs) {
 	}
 	s.mu.Unlock()
 	c.outMu.Lock()
-	defer c.outMu.Unlock()
-	if len(c.outcomes) == outcomeHistory {
-		copy(c.outcomes, c.outcomes[1:])
-		c.outcomes = c.outcomes[:outcomeHistory-1]
+	c.outcomes.push(o)
+	c.outMu.Unlock()
+}
+
+// outcomeStore holds up to outcomeHistory outcomes, oldest first, in a
+// ring: a push into a full store drops the oldest (in O(1): every CS
+// with CS_FLAGS_TIMESTAMP pushes); a pop takes one out from anywhere.
+type outcomeStore struct {
+	ring    [outcomeHistory]outcome
+	head, n int
+}
+
+func (s *outcomeStore) at(i int) *outcome { return &s.ring[(s.head+i)%outcomeHistory] }
+
+func (s *outcomeStore) push(o outcome) {
+	if s.n == outcomeHistory {
+		s.head = (s.head + 1) % outcomeHistory
+		s.n--
 	}
-	c.outcomes = append(c.outcomes, o)
+	*s.at(s.n) = o
+	s.n++
+}
+
+func (s *outcomeStore) pop(seq uint64) (outcome, bool) {
+	for i := range s.n {
+		if o := *s.at(i); o.seq == seq {
+			for j := i; j < s.n-1; j++ {
+				*s.at(j) = *s.at(j + 1)
+			}
+			s.n--
+			return o, true
+		}
+	}
+	return outcome{}, false
 }
 
 // popOutcome removes and returns the stored outcome of seq
@@ -571,13 +599,7 @@ func (c *hctx) recordOutcome(s *cs) {
 func (c *hctx) popOutcome(seq uint64) (outcome, bool) {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
-	for i, o := range c.outcomes {
-		if o.seq == seq {
-			c.outcomes = append(c.outcomes[:i], c.outcomes[i+1:]...)
-			return o, true
-		}
-	}
-	return outcome{}, false
+	return c.outcomes.pop(seq)
 }
 
 // waitIoctl serves HL_IOCTL_WAIT_CS in the order of hl_wait_ioctl: EBUSY
