@@ -42,7 +42,9 @@ func (e *Engine) opConfig(opts []OpOption) opConfig {
 func applyOpts(c opConfig, opts []OpOption) opConfig {
 	p := &c
 	for _, o := range opts {
-		o(p)
+		if o != nil { // a nil option is skipped (Copy holds the buffers by now)
+			o(p)
+		}
 	}
 	return *p
 }
