@@ -115,6 +115,12 @@ func (a antsLogger) Printf(format string, args ...any) { a.l.Debug().Msgf(format
 // New starts the worker pool and the host path; devices are added by
 // OpenDevices or AddDevice.
 func New(cfg Config) (*Copier, error) {
+	// AddDevice builds the host-mapping caches from these and cannot
+	// fail: a negative MaxRegions (memcache.New refuses it) is refused
+	// here.
+	if cfg.RegMaxRegions < 0 {
+		return nil, gxerr.New(gxerr.Invalid, fmt.Sprintf("Config.RegCache.MaxRegions %d is negative", cfg.RegMaxRegions), nil)
+	}
 	if cfg.HostCopy == nil {
 		cfg.HostCopy = memcopy.New(memcopy.Config{ParallelMin: cfg.ParallelCopyMin})
 	}
