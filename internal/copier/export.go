@@ -1,6 +1,7 @@
 package copier
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gxfer/gxfer/dma"
@@ -39,7 +40,15 @@ func ExportOf(m *Mem) (Export, error) {
 	g := m.Device
 	r, err := g.Exports.Get(m.Addr, m.Size, memcache.AccessRead|memcache.AccessWrite)
 	if err != nil {
-		return Export{}, fmt.Errorf("gxfer: export gaudi%d buffer %d: %w", g.Idx, m.ID, err)
+		// Typed: the device refusing the export is ErrDevice.
+		kind := gxerr.Device
+		switch {
+		case errors.Is(err, gxerr.Invalid):
+			kind = gxerr.Invalid
+		case errors.Is(err, memcache.ErrClosed):
+			kind = gxerr.Closed
+		}
+		return Export{}, gxerr.New(kind, fmt.Sprintf("export gaudi%d buffer %d", g.Idx, m.ID), err)
 	}
 	db := r.Value().(*dma.DMABuf)
 	off, err := DMABufOffset(m, db)
