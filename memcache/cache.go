@@ -422,6 +422,7 @@ func (c *Cache) dropIndexRefLocked(r *Region) error {
 // destroyLocked deregisters a dead region (out of the index, unreferenced).
 func (c *Cache) destroyLocked(r *Region) error {
 	delete(c.detached, r)
+	c.purgeHintsLocked(r) // no hint may keep a dead region (and its value) reachable
 	c.live--
 	c.liveBytes -= r.Len()
 	c.deadHits += r.fastHits()

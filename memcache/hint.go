@@ -47,10 +47,10 @@ import (
 // region counting at most clearGranules), from 1<<minHintShift up to
 // 1<<maxHintShift buckets; the table never shrinks. It clears the entries of
 // small regions that leave the index. Entries of a large region that left,
-// or refilled by a reader that found it in an older tree, are overwritten by
-// later fills or dropped when the table grows or the cache closes; until
-// then they keep the dead Region reachable, which costs memory but not
-// correctness.
+// or refilled by a reader that found it in an older tree, stay until the
+// region is deregistered: purgeHintsLocked then drops them, so that a dead
+// Region (and its value, which may keep caller memory alive) is never
+// kept reachable by the table.
 
 const (
 	hintWays = 7 // entries per bucket: a tag word and 7 regions, 64 B
@@ -238,5 +238,33 @@ func (c *Cache) clearHintsLocked(r *Region) {
 	first, last := r.start>>c.gshift, (r.end-1)>>c.gshift
 	for g := first; g <= last; g++ {
 		t.clear(g, r)
+	}
+}
+
+// purgeHintsLocked drops every entry of the table that still holds r,
+// which is being deregistered. Entries hold the region and
+// so its value, which may keep large memory reachable (a host mapping
+// keeps the mapped caller memory alive): a dead region must not stay in
+// the table. Nothing stores r any more (stores follow a successful
+// acquire, and r has no reference left and is out of the index). A
+// small region's granules are cleared again (a reader may have refilled
+// one after clearHintsLocked); a large region's entries can be in any
+// bucket, so the table is swept (loads only; a CAS only where r is).
+func (c *Cache) purgeHintsLocked(r *Region) {
+	t := c.hints.Load()
+	if t == nil {
+		return
+	}
+	if !c.large(r) {
+		c.clearHintsLocked(r)
+		return
+	}
+	for i := range t.buckets {
+		b := &t.buckets[i]
+		for w := range b.r {
+			if b.r[w].Load() == r {
+				b.r[w].CompareAndSwap(r, nil)
+			}
+		}
 	}
 }

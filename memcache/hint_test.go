@@ -96,7 +96,7 @@ func TestHintTable(t *testing.T) {
 				require.Same(t, r, x)
 			}
 			c.Invalidate(base, 1)
-			require.Same(t, r, hinted(c, base+7*pg), "too large to clear")
+			require.Nil(t, hinted(c, base+7*pg), "REVIEW FIX: a deregistered large region leaves no hint behind")
 			x := mustGet(t, c, base+7*pg, 1, AccessRead)
 			require.NotSame(t, r, x, "but not used")
 			c.Put(x)
