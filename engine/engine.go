@@ -81,6 +81,9 @@ func New(cfg Config) (_ *Engine, err error) {
 	if c := cfg.RDMA; len(c.Devices) > 0 && (c.Device != "" || len(c.Devices) > wire.MaxNICs) {
 		return nil, newErr(ErrInvalid, fmt.Sprintf("Config.RDMA: Devices %q with Device %q (at most %d devices, and not both)", c.Devices, c.Device, wire.MaxNICs), nil)
 	}
+	if n := cfg.IPCCache.MaxRegions; n < 0 {
+		return nil, newErr(ErrInvalid, fmt.Sprintf("Config.IPCCache.MaxRegions %d is negative", n), nil)
+	}
 	e := &Engine{
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str("component", "engine").Logger(),

@@ -11,7 +11,8 @@ import (
 // bad input. memcache.New refuses it, but copier.AddDevice drops that
 // error and leaves Device.HostMaps nil: New succeeds, every copy between
 // host and device memory then panics on the nil cache (ErrPanic), and
-// Free/Close of a host buffer panic in Forget.
+// Free/Close of a host buffer panic in Forget. A negative
+// IPCCache.MaxRegions is refused too.
 func TestNegativeRegCacheMaxRegions(t *testing.T) {
 	e, err := New(Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: 64 << 20},
 		RegCache: RegCacheConfig{MaxRegions: -1}})
@@ -30,4 +31,6 @@ func TestNegativeRegCacheMaxRegions(t *testing.T) {
 		t.Fatalf("New accepted RegCache.MaxRegions -1; copy: %v; Close panicked: %v", cerr, closePanic)
 	}
 	require.ErrorIs(t, err, ErrInvalid)
+	_, err = New(Config{Devices: DevicesNone, IPCCache: RegCacheConfig{MaxRegions: -1}})
+	require.ErrorIs(t, err, ErrInvalid, "a negative IPCCache.MaxRegions")
 }
