@@ -60,7 +60,9 @@ func TestSaturatedActorWakesOnWaiterRetire(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newFakeWaiter()
-			a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Microsecond, BlockTimeout: time.Hour, MaxOutstanding: 1})
+			// A long spin window: the actor must not block on the first
+			// CS (for BlockTimeout) before the test gets to watch it.
+			a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Minute, BlockTimeout: time.Hour, MaxOutstanding: 1})
 			defer a.Close(0)
 			tk1, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
 			require.NoError(t, err)
