@@ -78,7 +78,7 @@ type hctx struct {
 	engWG sync.WaitGroup
 
 	outMu    sync.Mutex
-	outcomes outcomeStore // CS outcome store (CS_FLAGS_TIMESTAMP)
+	outcomes *outcomeStore // CS outcome store (CS_FLAGS_TIMESTAMP), made at the first push
 
 	waiting atomic.Int32 // WAIT_CS calls blocked on a CS (tests)
 

@@ -463,8 +463,8 @@ func (c *hctx) finish(s *cs, status uint32) {
 		status = hlsys.WaitCSStatusTimedOut
 	}
 	s.status = status
-	if s.timestamp { // only CS_FLAGS_TIMESTAMP CSs report it: spare the syscall
-		s.doneNs = monotonicNow()
+	if s.timestamp { // only CS_FLAGS_TIMESTAMP CSs report it
+		s.doneNs = c.d.ktime()
 	}
 	timedout := s.timedout
 	if s.delayT != nil {
@@ -558,6 +558,9 @@ func (c *hctx) recordOutcome(s *cs) {
 	}
 	s.mu.Unlock()
 	c.outMu.Lock()
+	if c.outcomes == nil {
+		c.outcomes = new(outcomeStore) // 6 KiB, out of the context's hot fields
+	}
 	c.outcomes.push(o)
 	c.outMu.Unlock()
 }
@@ -582,6 +585,9 @@ func (s *outcomeStore) push(o outcome) {
 }
 
 func (s *outcomeStore) pop(seq uint64) (outcome, bool) {
+	if s == nil {
+		return outcome{}, false
+	}
 	for i := range s.n {
 		if o := *s.at(i); o.seq == seq {
 			for j := i; j < s.n-1; j++ {

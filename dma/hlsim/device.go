@@ -219,6 +219,7 @@ type Device struct {
 	dmaT  activity  // engines executing (Stats.DMAActive)
 	emuT  activity  // engines executing or a CS ioctl running (Stats.EmuActive)
 	t0    time.Time // clock's origin
+	mono0 int64     // CLOCK_MONOTONIC at t0 (ns): ktime is mono0 + clock()
 }
 
 // activity accumulates the union of possibly overlapping busy intervals:
@@ -257,6 +258,10 @@ func (a *activity) read(now time.Duration) time.Duration {
 // here, which also reads the wall clock, and it is read twice on every
 // execution's path.
 func (d *Device) clock() time.Duration { return time.Since(d.t0) }
+
+// ktime is CLOCK_MONOTONIC in ns (the driver's ktime_get), from Go's
+// monotonic clock (no system call: a CS's end reads it).
+func (d *Device) ktime() int64 { return d.mono0 + int64(d.clock()) }
 
 // dmaBegin marks an engine as executing and returns the start time.
 func (d *Device) dmaBegin() time.Duration {
@@ -360,8 +365,10 @@ func New(cfg Config) (_ *Device, err error) {
 		return nil, fmt.Errorf("hlsim: host memory access (process_vm_readv on self) unavailable: %w", err)
 	}
 
+	mono0 := monotonicNow()
 	d := &Device{
 		t0:        time.Now(),
+		mono0:     mono0,
 		cfg:       cfg,
 		name:      "hlsim" + strconv.Itoa(cfg.Index),
 		num:       hlsys.Legacy,
@@ -752,7 +759,9 @@ func writeLeaseBusy(fd int) error {
 	return err
 }
 
-// monotonicNow is CLOCK_MONOTONIC in ns, the clock of ktime_get().
+// monotonicNow is CLOCK_MONOTONIC in ns, the clock of ktime_get(), by a
+// system call (read once per device: ktime then follows the device clock,
+// Device.ktime).
 func monotonicNow() int64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
