@@ -285,7 +285,9 @@ func (c *hctx) reject(s *cs) {
 	s.ended = true
 	s.status = statusRejected
 	s.mu.Unlock()
-	c.recordOutcome(s)
+	if s.timestamp {
+		c.recordOutcome(outcome{seq: s.seq, status: statusRejected})
+	}
 	s.markDone()
 }
 
@@ -463,8 +465,13 @@ func (c *hctx) finish(s *cs, status uint32) {
 		status = hlsys.WaitCSStatusTimedOut
 	}
 	s.status = status
-	if s.timestamp { // only CS_FLAGS_TIMESTAMP CSs report it
+	var o outcome // what the outcome store keeps (CS_FLAGS_TIMESTAMP)
+	if s.timestamp {
 		s.doneNs = c.d.ktime()
+		o = outcome{seq: s.seq, status: status}
+		if status == hlsys.WaitCSStatusCompleted {
+			o.tsNs = s.doneNs
+		}
 	}
 	timedout := s.timedout
 	if s.delayT != nil {
@@ -478,7 +485,9 @@ func (c *hctx) finish(s *cs, status uint32) {
 	s.held = nil
 	s.mu.Unlock()
 	c.releaseTDR(s, timedout)
-	c.recordOutcome(s)
+	if s.timestamp {
+		c.recordOutcome(o)
+	}
 	switch {
 	case !s.accepted:
 	case status == hlsys.WaitCSStatusCompleted:
@@ -545,18 +554,9 @@ func (c *hctx) abortAll(between func()) {
 }
 
 // recordOutcome stores the outcome of an ended CS that had
-// CS_FLAGS_TIMESTAMP (hl_push_cs_outcome from cs_do_release): when the
-// store is full the oldest outcome is lost.
-func (c *hctx) recordOutcome(s *cs) {
-	if !s.timestamp {
-		return
-	}
-	s.mu.Lock()
-	o := outcome{seq: s.seq, status: s.status}
-	if s.status == hlsys.WaitCSStatusCompleted {
-		o.tsNs = s.doneNs
-	}
-	s.mu.Unlock()
+// CS_FLAGS_TIMESTAMP (hl_push_cs_outcome from cs_do_release, before the
+// fence completes): when the store is full the oldest outcome is lost.
+func (c *hctx) recordOutcome(o outcome) {
 	c.outMu.Lock()
 	if c.outcomes == nil {
 		c.outcomes = new(outcomeStore) // 6 KiB, out of the context's hot fields
