@@ -538,12 +538,15 @@ func (d *Device) close(running bool) error {
 
 	d.g3.close() // its rings and blocks first: nothing may run into freed memory
 	var errs []error
-	if running {
-		// The device's context goes first; d.gone makes the releases
-		// below skip the driver.
+	closeBackend := func() {
 		if err := d.b.Close(); err != nil {
 			errs = append(errs, wrapErr("close "+d.b.Name(), err))
 		}
+	}
+	if running {
+		// The device's context goes first; d.gone makes the releases
+		// below skip the driver.
+		closeBackend()
 		d.gone = true
 	}
 	for _, e := range live {
@@ -552,9 +555,7 @@ func (d *Device) close(running bool) error {
 		}
 	}
 	if !running {
-		if err := d.b.Close(); err != nil {
-			errs = append(errs, wrapErr("close "+d.b.Name(), err))
-		}
+		closeBackend()
 	}
 	d.log.Debug().Int("released", len(live)).Bool("running", running).Msg("device closed")
 	return errors.Join(errs...)

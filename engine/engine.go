@@ -364,11 +364,11 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 // a device get up to Config.CloseGrace to finish: a device still running
 // one after that is closed first, which stops it, and only then are its
 // copies failed with ErrClosed and their memory released), stops every
-// goroutine and releases every buffer, mapping, fd and device. Copies that run on
-// the caller's goroutine (small host-to-host Copy, a Batch's host copies,
-// Binding Put and Get over "unix") and host workers' copies finish before
-// any memory is released; those that start once Close has begun fail with
-// ErrClosed. Idempotent.
+// goroutine and releases every buffer, mapping, fd and device. Copies
+// that run on the caller's goroutine (small host-to-host Copy, a Batch's
+// host copies, Binding Put and Get over "unix") and host workers' copies
+// finish before any memory is released; those that start once Close has
+// begun fail with ErrClosed. Idempotent.
 func (e *Engine) Close() error {
 	e.once.Do(func() {
 		e.epMu.Lock()

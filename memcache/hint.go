@@ -242,10 +242,9 @@ func (c *Cache) clearHintsLocked(r *Region) {
 }
 
 // purgeHintsLocked drops every entry of the table that still holds r,
-// which is being deregistered. Entries hold the region and
-// so its value, which may keep large memory reachable (a host mapping
-// keeps the mapped caller memory alive): a dead region must not stay in
-// the table. Nothing stores r any more (stores follow a successful
+// which is being deregistered. Entries hold the region and so its value,
+// which may keep large memory reachable (a host mapping keeps the mapped
+// caller memory alive): a dead region must not stay in the table. Nothing stores r any more (stores follow a successful
 // acquire, and r has no reference left and is out of the index). A
 // small region's granules are cleared again (a reader may have refilled
 // one after clearHintsLocked); a large region's entries can be in any

@@ -32,12 +32,7 @@ func (g *Device) abandon(r *csRec) {
 		return
 	}
 	a.mu.Unlock()
-	if err := g.Dev.CloseRunning(); err != nil {
-		a.mu.Lock()
-		a.err = errors.Join(a.err, err)
-		a.mu.Unlock()
-	}
-	r.retire(g.givenUp())
+	g.stopRunning([]*csRec{r})
 }
 
 // closeAbandoned (Stop, once the actor has closed) closes the device if
@@ -51,11 +46,20 @@ func (g *Device) closeAbandoned() {
 	if len(recs) == 0 {
 		return
 	}
+	g.stopRunning(recs)
+}
+
+// stopRunning closes the device the way that stops it (CloseRunning: a
+// second close is a no-op), then retires recs, the CSs given up on.
+func (g *Device) stopRunning(recs []*csRec) {
 	err := g.Dev.CloseRunning()
 	g.log.Warn().Int("cs", len(recs)).Err(err).Msg("closed the device: it was still running CSs Close gave up on")
-	a.mu.Lock()
-	a.err = errors.Join(a.err, err)
-	a.mu.Unlock()
+	if err != nil {
+		a := &g.aband
+		a.mu.Lock()
+		a.err = errors.Join(a.err, err)
+		a.mu.Unlock()
+	}
 	for _, r := range recs {
 		r.retire(g.givenUp())
 	}
