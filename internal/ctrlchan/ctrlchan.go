@@ -276,7 +276,9 @@ type reply struct {
 }
 
 // RoundTrip sends a request and waits for its reply frame (the caller
-// owns the frame's fds). When ctx ends first it returns ctx's error.
+// owns the frame's fds). When ctx ends first it returns ctx's error; a
+// request that could not be sent, the error SendErr maps it to (the
+// channel's own once it failed).
 func (c *Chan) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wire.Frame, error) {
 	ch := make(chan reply, 1)
 	if err := c.Expect(id, func(f wire.Frame, err error) { ch <- reply{f, err} }); err != nil {
@@ -284,7 +286,7 @@ func (c *Chan) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wire.F
 	}
 	if err := c.c.Send(m); err != nil {
 		c.Forget(id)
-		return wire.Frame{}, c.PeerErr("send", err)
+		return wire.Frame{}, c.SendErr(err)
 	}
 	select {
 	case r := <-ch:

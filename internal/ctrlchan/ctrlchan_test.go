@@ -152,6 +152,52 @@ func TestRoundTripCanceled(t *testing.T) {
 	env.Wait()
 }
 
+// TestRoundTripSendFailure: a round trip whose request cannot be sent
+// because the channel failed meanwhile (its write blocked on a peer that
+// does not read) returns the channel's error, as SendMsg and the paths'
+// sends (SendErr) do: gxerr.Closed when this side closed it, a peer
+// error when the peer went.
+func TestRoundTripSendFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(c *Chan, raw net.Conn) error
+		want error
+	}{
+		{"closed", func(c *Chan, _ net.Conn) error { return c.Close() }, gxerr.Closed},
+		{"peer hung up", func(_ *Chan, raw net.Conn) error { return raw.Close() }, gxerr.Peer},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := &dptest.Env{}
+			c, raw := newChan(t, env, true, &fakePath{}) // raw is never read: the request's write blocks
+			id := c.NewID()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.RoundTrip(context.Background(), id, &wire.Get{Request: req(id, wire.LocalInline)})
+				errc <- err
+			}()
+			waitFor(t, "the request to be registered", func() bool {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				_, ok := c.pending[id]
+				return ok
+			})
+			require.NoError(t, tc.end(c, raw))
+			select {
+			case err := <-errc:
+				require.ErrorIs(t, err, tc.want)
+				if tc.want != gxerr.Peer {
+					require.NotErrorIs(t, err, gxerr.Peer)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("RoundTrip did not return")
+			}
+			require.NoError(t, c.Close())
+			_ = raw.Close()
+			env.Wait()
+		})
+	}
+}
+
 // TestHeartbeats: two idle channels with a PeerTimeout stay up (each
 // heartbeats, and ticks its path); a peer that stays silent fails the
 // channel with a peer error wrapping gxerr.Timeout.
