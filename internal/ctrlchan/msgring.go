@@ -136,7 +136,8 @@ func (c *Chan) bellIn(f *wire.Frame) error {
 
 // ringSend writes b into the peer's ring when there is one: done says
 // whether it did (or failed: err); not done, the caller waits for credit
-// (the ring's flag is set: the peer rings when it returns some).
+// (the ring's flag is set: the peer rings when it returns some). Once in
+// the ring the message is sent, whatever becomes of its bell.
 func (c *Chan) ringSend(b []byte) (done bool, err error) {
 	m := &c.msg
 	m.txMu.Lock()
@@ -171,7 +172,10 @@ func (c *Chan) ringSend(b []byte) (done bool, err error) {
 	if bell {
 		m.bells.Add(1)
 		if err := c.c.Send(&wire.MsgBell{}); err != nil {
-			return true, c.SendErr(err)
+			// The peer's parked Recv would never wake (its flag is
+			// cleared): the channel fails, and the peer, seeing it,
+			// takes the messages left in its ring (msgFailed).
+			c.Fail(c.SendErr(err))
 		}
 	}
 	return true, nil

@@ -445,3 +445,85 @@ func sendRing(t *testing.T, peer *wire.Conn, size uint64) {
 	defer sh.Close()
 	require.NoError(t, peer.Send(&wire.MsgRing{Msgs: 2, Bytes: wire.MaxAppMsg, Size: size}, sh.FD()))
 }
+
+// stalledRingChan starts a channel (its socket's write timeout wto) on a
+// unix socket to a raw peer that takes the channel's ring grant, then
+// reads no more: the socket is filled up, so that the channel's next
+// write blocks. The peer grants the channel a ring (returned, as its
+// consumer) and parks on it, so that the next message rings.
+func stalledRingChan(t *testing.T, wto time.Duration) (*Chan, *wire.Conn, *rxRing) {
+	t.Helper()
+	env := &dptest.Env{} // no PeerTimeout: no heartbeats
+	a, raw := unixConns(t)
+	p := &fakePath{handle: func(wire.Message) (bool, error) { return false, nil }}
+	c := New(Config{Env: env, Conn: wire.NewConn(a, wire.ConnConfig{WriteTimeout: wto}), Name: "raw", Peer: ringPeer, MsgRing: true, MsgWindow: 2, MsgWindowBytes: 1})
+	p.c = c
+	c.Start(p)
+	peer := wire.NewConn(raw, wire.ConnConfig{})
+	f, err := peer.Recv(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, wire.TypeMsgRing, f.Header.Type)
+	require.NoError(t, f.CloseFDs())
+	// Fill the socket (the channel's writer is idle: nothing else writes).
+	hb, err := wire.AppendFrame(nil, &wire.Heartbeat{})
+	require.NoError(t, err)
+	for i := 0; ; i++ {
+		require.Less(t, i, 1<<20, "the socket never filled up")
+		require.NoError(t, a.SetWriteDeadline(time.Now().Add(20*time.Millisecond)))
+		if a.Send(hb, nil) != nil {
+			break
+		}
+	}
+	require.NoError(t, a.SetWriteDeadline(time.Time{}))
+	size := ringSize(2, wire.MaxAppMsg)
+	sh, err := ipc.NewShared(int(ringHdr+size), "test-ring")
+	require.NoError(t, err)
+	require.NoError(t, peer.Send(&wire.MsgRing{Msgs: 2, Bytes: wire.MaxAppMsg, Size: size}, sh.FD()))
+	rx := &rxRing{ringMem: newRingMem(sh.Bytes(), size)}
+	rx.flag(offRxWait).Store(1) // parked
+	waitFor(t, "the channel to take the ring", c.MsgRing)
+	t.Cleanup(func() {
+		require.NoError(t, c.Close())
+		_ = peer.Close()
+		_ = sh.Close()
+		env.Wait()
+	})
+	return c, peer, rx
+}
+
+// TestRingBellNotSent: a message written into the peer's ring is sent,
+// even when its bell cannot go out: Send returns nil (the peer takes the
+// message, a retry would duplicate it). A bell lost to the write timeout
+// fails the channel: the peer's parked Recv is woken by the failure and
+// takes the messages left in its ring.
+func TestRingBellNotSent(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		wto    time.Duration
+		failed bool // the channel failed
+	}{
+		{"write timeout", 50 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, rx := stalledRingChan(t, tc.wto)
+			sent := make(chan error, 1)
+			go func() { sent <- c.SendMsg(context.Background(), []byte("ding"), nil) }()
+			select {
+			case err := <-sent:
+				require.NoError(t, err, "the message is in the peer's ring")
+			case <-time.After(10 * time.Second):
+				t.Fatal("Send did not return")
+			}
+			m, ok, err := rx.pop()
+			require.NoError(t, err)
+			require.True(t, ok)
+			require.Equal(t, []byte("ding"), m)
+			require.Equal(t, MsgStats{Out: 1, OutBytes: 4, Bells: 1}, c.MsgStats())
+			if tc.failed {
+				require.ErrorIs(t, c.Err(), gxerr.Peer)
+			} else {
+				require.NoError(t, c.Err())
+			}
+		})
+	}
+}
