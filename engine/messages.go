@@ -25,9 +25,11 @@ const MaxMessage = wire.MaxAppMsg
 // act on: when the message arrives, the bytes are there.
 //
 // Send blocks while the peer has not taken earlier messages with Recv
-// (a bounded window of messages and bytes the peer grants); ctx bounds the
-// wait: ErrCanceled or ErrTimeout, wrapping ctx's error, and the message
-// was not sent. It returns ErrInvalid for a message larger than
+// (a bounded window of messages and bytes the peer grants), and while a
+// peer that does not read holds up the connection; ctx bounds the wait:
+// ErrCanceled or ErrTimeout, wrapping ctx's error, and the message was
+// not sent (on TCP, a write ctx cut part-way also fails the endpoint:
+// ErrPeer from then on). It returns ErrInvalid for a message larger than
 // MaxMessage, ErrPeer or ErrClosed once the endpoint has failed or been
 // closed, ErrNotSupported if the peer does not take messages (an older
 // engine). Send does not keep msg.

@@ -138,7 +138,7 @@ type Conn struct {
 	routeFn func(head []byte, n int) ([][]byte, error)
 	sinkV   atomic.Pointer[DataSinkV]
 
-	wmu  sync.Mutex
+	wmu  chan struct{} // one send at a time (a semaphore: SendCtx may stop waiting)
 	wbuf []byte
 	wv   [][]byte // SendDataV's, under wmu (kept: a list's frame has 17 parts and more)
 
@@ -154,7 +154,7 @@ func NewConn(t Transport, cfg ConnConfig) *Conn {
 	}
 	cfg.MaxFrame = max(cfg.MaxFrame, HeaderSize)
 	c := &Conn{t: t, maxFrame: cfg.MaxFrame, rto: cfg.ReadTimeout, wto: cfg.WriteTimeout,
-		rbuf: make([]byte, cfg.MaxFrame), wbuf: make([]byte, 0, 512)}
+		rbuf: make([]byte, cfg.MaxFrame), wbuf: make([]byte, 0, 512), wmu: make(chan struct{}, 1)}
 	c.rdl, _ = t.(readDeadliner)
 	c.wdl, _ = t.(writeDeadliner)
 	c.routeFn = c.route
@@ -174,11 +174,40 @@ const maxKeptWriteBuf = 64 << 10
 // m.Type().FDs() (two for ImportReply, one for MsgRing, none otherwise). Send does not take
 // ownership of fds. Concurrent Sends are serialised.
 func (c *Conn) Send(m Message, fds ...*fd.FD) error {
+	c.lockW()
+	defer c.unlockW()
+	return c.send(context.Background(), m, fds)
+}
+
+// SendCtx is Send bounded by ctx too: when ctx ends while the frame
+// waits for an earlier Send, or while the transport writes it (its write
+// deadline is then moved to the past, when it has one), SendCtx returns
+// an error wrapping ctx's error. Nothing of the frame went out then,
+// unless the error also matches ErrBroken: a stream transport cut it
+// part-way, and the connection is of no further use.
+func (c *Conn) SendCtx(ctx context.Context, m Message, fds ...*fd.FD) error {
+	select {
+	case c.wmu <- struct{}{}: // the common case: no Send under way
+	default:
+		select {
+		case c.wmu <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("wire: send: %w", ctx.Err())
+		}
+	}
+	defer c.unlockW()
+	return c.send(ctx, m, fds)
+}
+
+// lockW takes the connection for one send (wmu); unlockW gives it back.
+func (c *Conn) lockW()   { c.wmu <- struct{}{} }
+func (c *Conn) unlockW() { <-c.wmu }
+
+// send is Send and SendCtx with the connection taken (wmu).
+func (c *Conn) send(ctx context.Context, m Message, fds []*fd.FD) error {
 	if len(fds) != m.Type().FDs() {
 		return invalid("%v with %d fds (want %d)", m.Type(), len(fds), m.Type().FDs())
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -192,12 +221,31 @@ func (c *Conn) Send(m Message, fds ...*fd.FD) error {
 	if len(b) > c.maxFrame {
 		return &detailError{kind: ErrTooLarge, msg: fmt.Sprintf("%v: %d-byte frame exceeds the %d-byte limit", m.Type(), len(b), c.maxFrame)}
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("wire: send: %w", err)
+	}
 	if c.wto > 0 && c.wdl != nil {
 		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
 			return c.sendErr(err)
 		}
 	}
+	if ctx.Done() != nil && c.wdl != nil {
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			_ = c.wdl.SetWriteDeadline(aLongTimeAgo)
+			close(fired)
+		})
+		defer func() {
+			if !stop() {
+				<-fired
+				_ = c.wdl.SetWriteDeadline(time.Time{}) // a later Send sets its own, if any
+			}
+		}()
+	}
 	if err := c.t.Send(b, fds); err != nil {
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, os.ErrDeadlineExceeded) && !c.closed.Load() {
+			return fmt.Errorf("wire: send: %w (%w)", cerr, err)
+		}
 		return c.sendErr(err)
 	}
 	return nil

@@ -169,6 +169,65 @@ func TestConnCloseUnblocks(t *testing.T) {
 	require.ErrorIs(t, <-errc, ErrClosed)
 }
 
+// TestConnSendCtx: a SendCtx whose ctx ends while its frame is written to
+// a peer that does not read, or while an earlier Send holds the
+// connection, returns ctx's error at once, nothing of the frame sent: the
+// connection is still usable, and the next frame is the one the peer gets
+// next. A write ctx cuts part-way breaks the stream (ErrBroken).
+func TestConnSendCtx(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before func(t *testing.T, ca *Conn, raw net.Conn) // what holds up the SendCtx
+		first  Type                                       // the first frame the peer then gets (0: none, broken)
+	}{
+		{"writing", func(*testing.T, *Conn, net.Conn) {}, TypeInvalidate},
+		{"waiting for an earlier Send", func(t *testing.T, ca *Conn, _ net.Conn) {
+			go func() { _ = ca.Send(&Heartbeat{}) }()
+			require.Eventually(t, func() bool { return len(ca.wmu) == 1 }, 5*time.Second, time.Millisecond)
+		}, TypeHeartbeat},
+		{"cut part-way", func(t *testing.T, _ *Conn, raw net.Conn) {
+			go func() { _, _ = io.ReadFull(raw, make([]byte, 3)) }() // then reads no more
+		}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, raw := net.Pipe()
+			ca, cb := NewConn(NewStreamTransport(a), ConnConfig{}), NewConn(NewStreamTransport(raw), ConnConfig{})
+			t.Cleanup(func() {
+				_ = ca.Close()
+				_ = cb.Close()
+			})
+			tc.before(t, ca, raw)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- ca.SendCtx(ctx, &Bye{}) }()
+			var err error
+			select {
+			case err = <-errc:
+			case <-time.After(5 * time.Second):
+				t.Fatal("SendCtx did not return when its ctx ended")
+			}
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			if tc.first == 0 {
+				require.ErrorIs(t, err, ErrBroken)
+				require.ErrorIs(t, ca.Send(&Invalidate{}), ErrBroken, "the stream stays broken")
+				return
+			}
+			require.NotErrorIs(t, err, ErrBroken)
+			go func() { errc <- ca.Send(&Invalidate{AllocID: 1}) }()
+			f, err := cb.Recv(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, tc.first, f.Header.Type, "the Bye was not sent")
+			if tc.first != TypeInvalidate {
+				f, err = cb.Recv(context.Background())
+				require.NoError(t, err)
+				require.Equal(t, TypeInvalidate, f.Header.Type, "the Bye was not sent")
+			}
+			require.NoError(t, <-errc)
+		})
+	}
+}
+
 func TestConnPeerClosed(t *testing.T) {
 	ca, cb := pipeConns(t, ConnConfig{})
 	require.NoError(t, ca.Close())

@@ -81,7 +81,7 @@ func (s *StreamTransport) wrote(n int64, err error) error {
 		return err // nothing went out: the stream is intact
 	}
 	if err != nil {
-		s.wbroken = fmt.Errorf("wire: stream: write failed, stream broken: %w", err)
+		s.wbroken = fmt.Errorf("%w: write failed part-way through a frame: %w", ErrBroken, err)
 		return s.wbroken
 	}
 	return nil
@@ -210,8 +210,8 @@ func (c *Conn) sendWithData(msgs []Message, reqID, off uint64, p []byte) error {
 		}
 		return c.Send(&Data{RequestID: reqID, Offset: off, Bytes: p})
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	c.lockW()
+	defer c.unlockW()
 	b, err := c.dataHead(msgs, reqID, off, len(p))
 	if err != nil {
 		return err
@@ -281,8 +281,8 @@ func (c *Conn) SendDataV(msgs []Message, reqID, off uint64, parts [][]byte) erro
 		}
 		return c.Send(&Data{RequestID: reqID, Offset: off, Bytes: b})
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	c.lockW()
+	defer c.unlockW()
 	b, err := c.dataHead(msgs, reqID, off, n)
 	if err != nil {
 		return err

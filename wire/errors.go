@@ -34,6 +34,10 @@ var (
 	// ErrFDsNotSupported: file descriptors were given to a transport that
 	// cannot carry them (a byte stream such as TCP).
 	ErrFDsNotSupported = errors.New("wire: transport cannot carry file descriptors")
+	// ErrBroken: a write failed part-way through a frame (a stream
+	// transport): the stream is out of step, and every later send on it
+	// fails the same way. The connection should be closed.
+	ErrBroken = errors.New("wire: stream broken")
 	// ErrClosed: the connection is closed. It also matches os.ErrClosed
 	// and net.ErrClosed.
 	ErrClosed = os.ErrClosed

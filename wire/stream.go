@@ -20,8 +20,9 @@ import (
 // socket, net.Pipe): each frame is preceded by its length as a
 // little-endian uint32. It cannot carry file descriptors.
 //
-// A write that fails breaks the sending side the same way (part of the
-// frame may be out). A read that fails part-way through a frame (an error, a deadline that
+// A write that fails part-way through a frame breaks the sending side:
+// every later Send returns the same error, matching ErrBroken (one that
+// sent nothing leaves it usable). A read that fails part-way through a frame (an error, a deadline that
 // expires mid-frame, a frame larger than the receive buffer, a zero
 // length) leaves the stream out of step: the transport is then broken and
 // every later Recv returns the same error. A deadline that expires before

@@ -137,8 +137,9 @@ func (c *Chan) bellIn(f *wire.Frame) error {
 // ringSend writes b into the peer's ring when there is one: done says
 // whether it did (or failed: err); not done, the caller waits for credit
 // (the ring's flag is set: the peer rings when it returns some). Once in
-// the ring the message is sent, whatever becomes of its bell.
-func (c *Chan) ringSend(b []byte) (done bool, err error) {
+// the ring the message is sent, whatever becomes of its bell: one that
+// ctx kept from going out goes on the writer.
+func (c *Chan) ringSend(ctx context.Context, b []byte) (done bool, err error) {
 	m := &c.msg
 	m.txMu.Lock()
 	t := m.tx
@@ -171,11 +172,19 @@ func (c *Chan) ringSend(b []byte) (done bool, err error) {
 	m.outB.Add(uint64(len(b)))
 	if bell {
 		m.bells.Add(1)
-		if err := c.c.Send(&wire.MsgBell{}); err != nil {
-			// The peer's parked Recv would never wake (its flag is
-			// cleared): the channel fails, and the peer, seeing it,
-			// takes the messages left in its ring (msgFailed).
-			c.Fail(c.SendErr(err))
+		if err := c.c.SendCtx(ctx, &wire.MsgBell{}); err != nil {
+			cerr := ctx.Err()
+			if cerr != nil && errors.Is(err, cerr) && !errors.Is(err, wire.ErrBroken) {
+				// Nothing went out: the writer rings once the peer reads.
+				if err := c.QueueReply(&wire.MsgBell{}); err != nil {
+					c.Fail(c.PeerErr("message bell", err))
+				}
+			} else {
+				// The peer's parked Recv would never wake (its flag is
+				// cleared): the channel fails, and the peer, seeing it,
+				// takes the messages left in its ring (msgFailed).
+				c.Fail(c.SendErr(err))
+			}
 		}
 	}
 	return true, nil

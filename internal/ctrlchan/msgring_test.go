@@ -495,23 +495,31 @@ func stalledRingChan(t *testing.T, wto time.Duration) (*Chan, *wire.Conn, *rxRin
 // even when its bell cannot go out: Send returns nil (the peer takes the
 // message, a retry would duplicate it). A bell lost to the write timeout
 // fails the channel: the peer's parked Recv is woken by the failure and
-// takes the messages left in its ring.
+// takes the messages left in its ring. A bell whose Send's ctx ended (no
+// write timeout) goes out on the writer once the peer reads.
 func TestRingBellNotSent(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		wto    time.Duration
-		failed bool // the channel failed
+		ctx    time.Duration // the Send's (0: none)
+		failed bool          // the channel failed
 	}{
-		{"write timeout", 50 * time.Millisecond, true},
+		{"write timeout", 50 * time.Millisecond, 0, true},
+		{"ctx ends", 0, 50 * time.Millisecond, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _, rx := stalledRingChan(t, tc.wto)
+			c, peer, rx := stalledRingChan(t, tc.wto)
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if tc.ctx > 0 {
+				ctx, cancel = context.WithTimeout(ctx, tc.ctx)
+			}
+			defer cancel()
 			sent := make(chan error, 1)
-			go func() { sent <- c.SendMsg(context.Background(), []byte("ding"), nil) }()
+			go func() { sent <- c.SendMsg(ctx, []byte("ding"), nil) }()
 			select {
 			case err := <-sent:
 				require.NoError(t, err, "the message is in the peer's ring")
-			case <-time.After(10 * time.Second):
+			case <-time.After(5 * time.Second):
 				t.Fatal("Send did not return")
 			}
 			m, ok, err := rx.pop()
@@ -521,9 +529,17 @@ func TestRingBellNotSent(t *testing.T) {
 			require.Equal(t, MsgStats{Out: 1, OutBytes: 4, Bells: 1}, c.MsgStats())
 			if tc.failed {
 				require.ErrorIs(t, c.Err(), gxerr.Peer)
-			} else {
-				require.NoError(t, c.Err())
+				return
 			}
+			require.NoError(t, c.Err())
+			for { // the peer reads again: the bell comes after what filled the socket
+				f, err := peer.Recv(context.Background())
+				require.NoError(t, err)
+				if f.Header.Type == wire.TypeMsgBell {
+					break
+				}
+			}
+			require.NoError(t, c.Err())
 		})
 	}
 }

@@ -3,6 +3,7 @@ package ctrlchan
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -172,7 +173,10 @@ func (c *Chan) creditIn(f *wire.Frame) error {
 }
 
 // SendMsg sends b (at most wire.MaxAppMsg bytes) to the peer once it
-// holds the credit, waiting while ctx lasts (gxerr.Ctx of ctx's error when it ends).
+// holds the credit, waiting while ctx lasts (gxerr.Ctx of ctx's error when
+// it ends; the message was not sent): for an earlier Send, for credit, and
+// for the connection and the write of the message to a peer that does not
+// read (a write ctx cut part-way, on a stream, fails the channel).
 // before, when not nil, runs once this Send's turn has come, before it
 // waits for credit (the RDMA fence): its error ends the Send.
 func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Context) error) error {
@@ -205,7 +209,7 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 	}
 	n := uint64(len(b))
 	for {
-		if done, err := c.ringSend(b); done {
+		if done, err := c.ringSend(ctx, b); done {
 			return err
 		}
 		m.mu.Lock()
@@ -224,7 +228,19 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 			return gxerr.Ctx("send: waiting for the peer to take earlier messages", ctx.Err())
 		}
 	}
-	if err := c.c.Send(&wire.AppMsg{Bytes: b}); err != nil {
+	if err := c.c.SendCtx(ctx, &wire.AppMsg{Bytes: b}); err != nil {
+		if errors.Is(err, wire.ErrBroken) { // part of it went out: the stream is out of step
+			c.Fail(c.SendErr(err))
+		}
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			if !errors.Is(err, wire.ErrBroken) { // nothing went out: the credit is not spent
+				m.mu.Lock()
+				m.credN++
+				m.credB += n
+				m.mu.Unlock()
+			}
+			return gxerr.Ctx("send: writing to the peer", cerr)
+		}
 		return c.SendErr(err)
 	}
 	m.out.Add(1)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -254,5 +255,98 @@ func TestMsgSmallByteWindow(t *testing.T) {
 		m, err := b.RecvMsg(ctx)
 		require.NoError(t, err)
 		require.Len(t, m, max(n, 8))
+	}
+}
+
+// TestMsgSendCtxWhileWriting: a Send whose ctx ends while it writes to a
+// peer that does not read (no write timeout), or while it waits for the
+// connection another write holds, returns ctx's error at once: the
+// message was not sent, its credit not spent, the channel still up; the
+// next Send, once the peer reads, is the first message the peer gets. A
+// write ctx cut part-way (the stream out of step) fails the channel.
+func TestMsgSendCtxWhileWriting(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		setup  func(t *testing.T, c *Chan, raw net.Conn)
+		broken bool
+	}{
+		{"writing", func(*testing.T, *Chan, net.Conn) {}, false},
+		{"waiting for the connection", func(t *testing.T, c *Chan, _ net.Conn) {
+			require.NoError(t, c.QueueReply(&wire.Heartbeat{}))
+			waitFor(t, "the writer to take the reply", func() bool {
+				c.replyMu.Lock()
+				defer c.replyMu.Unlock()
+				return len(c.replyQ) == 0
+			})
+		}, false},
+		{"cut part-way", func(t *testing.T, _ *Chan, raw net.Conn) {
+			go func() { _, _ = io.ReadFull(raw, make([]byte, 3)) }() // then reads no more
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := &dptest.Env{} // no PeerTimeout: no heartbeats
+			a, raw := net.Pipe() // raw reads nothing until the test says so
+			p := &fakePath{handle: func(wire.Message) (bool, error) { return false, nil }}
+			c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(a), wire.ConnConfig{}), Name: "raw", Peer: msgPeer})
+			p.c = c
+			c.Start(p)
+			peer := wire.NewConn(wire.NewStreamTransport(raw), wire.ConnConfig{})
+			t.Cleanup(func() {
+				require.NoError(t, c.Close())
+				_ = peer.Close()
+				env.Wait()
+			})
+			f, err := peer.Recv(context.Background()) // the channel's grant
+			require.NoError(t, err)
+			require.Equal(t, wire.TypeMsgCredit, f.Header.Type)
+			require.NoError(t, peer.Send(&wire.MsgCredit{Msgs: 4, Bytes: 1 << 20}))
+			waitFor(t, "the credit", func() bool { n, _ := c.MsgCredit(); return n == 4 })
+			tc.setup(t, c, raw)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			sent := make(chan error, 1)
+			go func() { sent <- c.SendMsg(ctx, []byte("first"), nil) }()
+			select {
+			case err := <-sent:
+				require.ErrorIs(t, err, gxerr.Timeout)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			case <-time.After(5 * time.Second):
+				t.Fatal("Send did not return when its ctx ended")
+			}
+			if tc.broken {
+				require.ErrorIs(t, c.Err(), gxerr.Peer)
+				require.ErrorIs(t, c.Err(), wire.ErrBroken)
+				return
+			}
+			require.NoError(t, c.Err())
+			n, b := c.MsgCredit()
+			require.Equal(t, []uint64{4, 1 << 20}, []uint64{n, b}, "the credit is not spent")
+			require.Zero(t, c.MsgStats().Out)
+
+			frames := make(chan wire.Frame, 16)
+			go func() {
+				defer close(frames)
+				for {
+					f, err := peer.Recv(context.Background())
+					if err != nil {
+						return
+					}
+					f.Payload = bytes.Clone(f.Payload)
+					frames <- f
+				}
+			}()
+			require.NoError(t, c.SendMsg(context.Background(), []byte("second"), nil))
+			for f := range frames {
+				if f.Header.Type != wire.TypeAppMsg {
+					continue
+				}
+				var am wire.AppMsg
+				require.NoError(t, f.Decode(&am))
+				require.Equal(t, []byte("second"), am.Bytes, "the first message was not sent")
+				break
+			}
+			require.NoError(t, c.Err())
+		})
 	}
 }
