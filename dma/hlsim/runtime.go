@@ -45,6 +45,12 @@ type Runtime struct {
 	alloc  uint64 // allocation size
 	anchor lent.Anchor
 
+	// use is held shared by a copy from span to its last system call on
+	// copyFD and exclusively by Unmap, so Unmap never closes the export
+	// under a copy (which would then use a closed, possibly reused, fd
+	// number) and waits for copies in flight, as the runtime synchronizes
+	// its streams before it frees memory. Order: use, then mu.
+	use      sync.RWMutex
 	mu       sync.Mutex
 	copyFD   *fd.FD // the runtime's own export, for its copies
 	copyBase uint64 // file offset of mapVA in copyFD
@@ -145,6 +151,7 @@ func (r *Runtime) Usable() error {
 var ErrRange = errors.New("hlsim runtime: range outside the pool")
 
 // span returns the file offset of [va, va+n) in the runtime's export.
+// The caller holds r.use shared while it uses the fd.
 func (r *Runtime) span(va, n uint64) (*fd.FD, int64, error) {
 	end := r.anchor.PoolStart + r.anchor.PoolLen
 	if va < r.anchor.PoolStart || va >= end || n > end-va {
@@ -195,6 +202,8 @@ func (r *Runtime) CopyHostToDevice(ctx context.Context, dst uint64, src []byte) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	r.use.RLock()
+	defer r.use.RUnlock()
 	f, off, err := r.span(dst, uint64(len(src)))
 	if err != nil {
 		return err
@@ -211,6 +220,8 @@ func (r *Runtime) CopyDeviceToHost(ctx context.Context, dst []byte, src uint64) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	r.use.RLock()
+	defer r.use.RUnlock()
 	f, off, err := r.span(src, uint64(len(dst)))
 	if err != nil {
 		return err
@@ -228,6 +239,8 @@ func (r *Runtime) CopyDeviceToDevice(ctx context.Context, dst, src, n uint64) er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	r.use.RLock()
+	defer r.use.RUnlock()
 	sf, soff, err := r.span(src, n)
 	if err != nil {
 		return err
@@ -247,10 +260,13 @@ func (r *Runtime) CopyDeviceToDevice(ctx context.Context, dst, src, n uint64) er
 	return nil
 }
 
-// Unmap unmaps the pool (closing the runtime's own export first), as the
-// runtime does before it releases the device. The driver refuses (EINVAL)
+// Unmap unmaps the pool (closing the runtime's own export first, once the
+// runtime's copies in flight have ended), as the runtime does before it
+// releases the device. The driver refuses (EINVAL)
 // while a DMA-BUF exported from the pool is open, gxfer's included.
 func (r *Runtime) Unmap() error {
+	r.use.Lock()
+	defer r.use.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.copyFD != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -97,4 +98,45 @@ func TestRuntimeUnmapWaitsForExports(t *testing.T) {
 	require.ErrorIs(t, rt.CopyHostToDevice(context.Background(), rt.Anchor().PoolStart, []byte{1}), unix.ENODEV)
 	require.NoError(t, rt.Close())
 	require.NoError(t, rt.Close())
+}
+
+// TestRuntimeUnmapDuringCopies: an Unmap racing the runtime's own copies
+// waits for them. A copy either completes or finds the pool gone (ENODEV);
+// it never uses the export's fd number after Unmap closed it (EBADF, or a
+// read or write through a descriptor the number now names), and Unmap is
+// not refused because a copy still had the export open.
+func TestRuntimeUnmapDuringCopies(t *testing.T) {
+	const n = 2 << 20
+	for round := range 8 {
+		_, rt := newTestRuntime(t, ModelGaudi2, "6.8", 0)
+		an := rt.Anchor()
+		ctx := context.Background()
+		errs := make(chan error, 2)
+		started := make(chan struct{}, 2)
+		for range 2 {
+			go func() {
+				for i := 0; ; i++ {
+					err := rt.CopyDeviceToDevice(ctx, an.PoolStart+4<<20, an.PoolStart, n)
+					if i == 0 {
+						started <- struct{}{}
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		<-started
+		<-started
+		require.NoError(t, rt.Unmap(), "round %d", round)
+		for range 2 {
+			select {
+			case err := <-errs:
+				require.ErrorIs(t, err, unix.ENODEV, "round %d", round)
+			case <-time.After(safety):
+				require.FailNow(t, "a copy did not end after Unmap")
+			}
+		}
+	}
 }
