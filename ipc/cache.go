@@ -117,6 +117,9 @@ type HandleCache[V any] struct {
 	index   map[slot]*Handle[V]
 	zombies map[*Handle[V]]struct{} // out of the index but still referenced
 	closed  bool
+	// closeDone is closed once the first Close has released what it
+	// removed: a concurrent Close waits for it.
+	closeDone chan struct{}
 
 	regions int
 	bytes   uint64
@@ -285,7 +288,7 @@ func (e *ImportError) Unwrap() error { return e.Err }
 // NewHandleCache returns an empty cache.
 func NewHandleCache[V any](cfg CacheConfig[V]) *HandleCache[V] {
 	c := &HandleCache[V]{cfg: cfg, maxRegions: cfg.MaxRegions, maxBytes: cfg.MaxBytes, index: map[slot]*Handle[V]{},
-		zombies: map[*Handle[V]]struct{}{}}
+		zombies: map[*Handle[V]]struct{}{}, closeDone: make(chan struct{})}
 	if c.maxRegions == 0 {
 		c.maxRegions = DefaultMaxRegions
 	}
@@ -591,14 +594,17 @@ func (c *HandleCache[V]) PurgePeer(peer PeerID) {
 // Close removes every entry and releases the unreferenced ones; values
 // still in use are released at their last Put. Get fails with ErrClosed
 // afterwards. Close returns the Release errors of the values it released;
-// later calls return nil.
+// later calls return nil, once the first has released them (a concurrent
+// Close does not return while the first is still releasing).
 func (c *HandleCache[V]) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		<-c.closeDone
 		return nil
 	}
 	c.closed = true
+	defer close(c.closeDone)
 	var victims []*Handle[V]
 	for _, h := range c.index {
 		victims = c.removeLocked(h, ErrClosed, victims)

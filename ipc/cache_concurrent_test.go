@@ -271,3 +271,50 @@ func TestHandleCacheManyKeys(t *testing.T) {
 	f.mu.Unlock()
 	f.check(t)
 }
+
+// TestHandleCacheConcurrentCloseWaits: a Close that finds another Close
+// under way returns only once that one has released every unreferenced
+// value, so a caller may check for leaks as soon as its Close returns.
+func TestHandleCacheConcurrentCloseWaits(t *testing.T) {
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var released atomic.Bool
+	c := NewHandleCache(CacheConfig[int]{Release: func(int) error {
+		close(entered)
+		<-unblock
+		released.Store(true)
+		return nil
+	}})
+	h, err := c.Get(key(p1, 1, 1), func(Key) (int, uint64, error) { return 7, 1, nil })
+	require.NoError(t, err)
+	c.Put(h)
+	unblockOnce := sync.OnceFunc(func() { close(unblock) })
+	defer unblockOnce() // on failure too: no goroutine left blocked
+
+	first, second := make(chan error, 1), make(chan bool, 1)
+	go func() { first <- c.Close() }()
+	<-entered // the first Close is releasing the value
+	go func() {
+		_ = c.Close()
+		second <- released.Load()
+	}()
+	select {
+	case done := <-second:
+		require.True(t, done, "the second Close returned while the first was still releasing")
+		unblockOnce()
+	case <-time.After(50 * time.Millisecond): // not returned yet: let the release end
+		unblockOnce()
+		select {
+		case done := <-second:
+			require.True(t, done, "the second Close returned before the release ended")
+		case <-time.After(20 * time.Second):
+			require.FailNow(t, "the second Close did not return")
+		}
+	}
+	select {
+	case err := <-first:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		require.FailNow(t, "the first Close did not return")
+	}
+	require.NoError(t, c.Close(), "a later Close returns nil")
+}
