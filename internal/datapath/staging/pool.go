@@ -14,12 +14,15 @@ import (
 
 // Pool hands out host staging buffers of Size bytes, allocated on first
 // use (up to Max) and kept until Close. Get blocks while all are in use:
-// that is the back-pressure of a sender faster than the device.
+// that is the back-pressure of a sender faster than the device. It also
+// blocks, rather than fail, when another buffer cannot be made while some
+// are in use (they come back).
 type Pool struct {
 	env  datapath.Env
 	size uint64
 	free chan datapath.Buf
-	made atomic.Int32
+	made atomic.Int32 // buffers made or being made (at most max)
+	have atomic.Int32 // buffers made
 	max  int32
 }
 
@@ -32,11 +35,16 @@ func NewPool(env datapath.Env, n int, size uint64) *Pool {
 func (p *Pool) Size() uint64 { return p.size }
 
 // Get returns a staging buffer, waiting for one until done is closed
-// (gxerr.Closed) or ctx ends (gxerr.Canceled or gxerr.Timeout).
+// (gxerr.Closed) or ctx ends (gxerr.Canceled or gxerr.Timeout). It fails
+// with the allocation's error only when no buffer was ever made (none
+// can come back to wait for).
 func (p *Pool) Get(ctx context.Context, done <-chan struct{}) (datapath.Buf, error) {
 	b, err := p.tryGet()
-	if b != nil || err != nil {
-		return b, err
+	if b != nil {
+		return b, nil
+	}
+	if err != nil && p.have.Load() == 0 {
+		return nil, err
 	}
 	select {
 	case b := <-p.free:
@@ -72,6 +80,7 @@ func (p *Pool) tryGet() (datapath.Buf, error) {
 				p.made.Add(-1)
 				return nil, err
 			}
+			p.have.Add(1)
 			return b, nil
 		}
 	}
