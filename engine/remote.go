@@ -3,6 +3,7 @@ package engine
 import (
 	"crypto/rand"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -84,11 +85,18 @@ func (k RemoteKey) mapKey() (wire.RemoteKey, bool) {
 	return k.k, false
 }
 
-// ParseRemoteKey parses the bytes of an exported key (untrusted input).
+// ParseRemoteKey parses the bytes of an exported key (untrusted input). A
+// key whose view is longer than an int holds is refused (ErrInvalid,
+// wrapping wire.ErrMalformed): no buffer is that long.
 func ParseRemoteKey(b []byte) (RemoteKey, error) {
 	var k wire.RemoteKey
 	if err := k.UnmarshalBinary(b); err != nil {
 		return RemoteKey{}, newErr(ErrInvalid, "remote key", err)
+	}
+	if k.Len > math.MaxInt {
+		// Well-formed for the wire (uint64), but no buffer is that long and
+		// Len (an int) could not say how long it is.
+		return RemoteKey{}, newErr(ErrInvalid, "remote key", fmt.Errorf("%w: view of %d bytes", wire.ErrMalformed, k.Len))
 	}
 	return RemoteKey{k: k}, nil
 }
