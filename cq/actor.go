@@ -46,6 +46,10 @@ type ActorConfig struct {
 	Spin           time.Duration // spin-polling window after the last progress (default 50us)
 	BlockTimeout   time.Duration // blocking WAIT_CS on the oldest CS when spinning ends, and the longest sleep while waiters watch every CS (default 1ms)
 	IdleTimeout    time.Duration // safety-net wakeup while idle (default 100ms)
+	// RetireHorizon, when > 0, bounds how far a submission may fall
+	// behind the newest one tracked before it is polled: see horizon.go.
+	// It is rounded up to a power of two.
+	RetireHorizon int
 	// OnDeadline is called (on the actor goroutine) whenever a submission
 	// misses its deadline, so the owner can check the device's health.
 	OnDeadline func()
@@ -69,6 +73,9 @@ func (c *ActorConfig) defaults() {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 100 * time.Millisecond
+	}
+	if c.RetireHorizon < 0 {
+		c.RetireHorizon = 0
 	}
 }
 
@@ -162,6 +169,7 @@ func (t *Ticket) Poll() bool {
 		return false
 	}
 	t.state.Store(ticketRetired)
+	a.horizon.drop(t)
 	a.safeCall(func() { t.OnDone(err) })
 	a.waiterRetired.Add(1)
 	a.retired.Add(1)
@@ -201,6 +209,8 @@ type DeviceActor struct {
 	retired     atomic.Uint64
 	parks       atomic.Uint64
 
+	horizon horizon
+
 	waiterPolls   atomic.Uint64
 	waiterRetired atomic.Uint64
 	sleeps        atomic.Uint64
@@ -219,6 +229,7 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
+		horizon: newHorizon(cfg.RetireHorizon),
 	}
 	go a.run()
 	return a
@@ -235,6 +246,14 @@ func (a *DeviceActor) Track(ctx context.Context, s Submission) error {
 // TrackTicket is Track returning the submission's Ticket, which a waiter
 // may Poll to retire the CS itself.
 func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, error) {
+	t, err := a.track(ctx, s)
+	if err == nil {
+		a.horizon.pass(t)
+	}
+	return t, err
+}
+
+func (a *DeviceActor) track(ctx context.Context, s Submission) (*Ticket, error) {
 	t := &Ticket{Submission: s, a: a}
 	// The read lock makes Track and the actor's exit mutually exclusive:
 	// a submission is either refused or seen by the actor's final drain.
@@ -306,12 +325,16 @@ type ActorStats struct {
 	// Kicks counts the Kicks that found no token pending (each wakes the
 	// actor from such a sleep, or ends its next one at once).
 	Kicks uint64
+	// HorizonPolls counts the submissions a Track polled because they
+	// fell RetireHorizon behind it unretired (see horizon.go).
+	HorizonPolls uint64
 }
 
 // Stats returns the counters.
 func (a *DeviceActor) Stats() ActorStats {
 	return ActorStats{Outstanding: a.Outstanding(), Polls: a.polls.Load(), Blocks: a.blocks.Load(), Retired: a.retired.Load(), Parks: a.parks.Load(),
-		WaiterPolls: a.waiterPolls.Load(), WaiterRetired: a.waiterRetired.Load(), Sleeps: a.sleeps.Load(), Kicks: a.kicks.Load()}
+		WaiterPolls: a.waiterPolls.Load(), WaiterRetired: a.waiterRetired.Load(), Sleeps: a.sleeps.Load(), Kicks: a.kicks.Load(),
+		HorizonPolls: a.horizon.polls.Load()}
 }
 
 // Close stops accepting submissions, keeps reaping the outstanding ones for
@@ -344,6 +367,7 @@ func (a *DeviceActor) run() {
 		pending[i] = nil
 		relied = true
 		t.state.Store(ticketRetired)
+		a.horizon.drop(t)
 		a.safeCall(func() { t.OnDone(err) })
 		a.retired.Add(1)
 		a.outstanding.Add(-1)
@@ -640,10 +664,12 @@ func (a *DeviceActor) exit() {
 			if !s.state.CompareAndSwap(ticketIdle, ticketRetired) {
 				continue // retired by a waiter (none polls now)
 			}
+			a.horizon.drop(s)
 			a.safeCall(func() { s.OnDone(ErrClosed) })
 			a.retired.Add(1)
 			a.outstanding.Add(-1)
 		default:
+			a.horizon.clear()
 			return
 		}
 	}

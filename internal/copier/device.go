@@ -89,11 +89,14 @@ func (c *Copier) AddDevice(d *dma.Device, sim *hlsim.Device) *Device {
 	})
 	g.Exports, _ = memcache.New(memcache.Config{Registrar: exporter{g}, Logger: g.log})
 	// dma.Device.WaitCS tells a retired CS from one still running, also
-	// across a device reset.
+	// across a device reset. A CS left unpolled (a waiter descheduled)
+	// is polled by the Track of the CS retireHorizon after it, before
+	// the driver can forget its outcome (cq's horizon.go).
 	g.Actor = cq.NewDeviceActor(d.Name(), d, cq.ActorConfig{
-		Spin:       cfg.PollSpin,
-		OnDeadline: g.checkHealth,
-		Logger:     cfg.BaseLogger,
+		Spin:          cfg.PollSpin,
+		RetireHorizon: retireHorizon,
+		OnDeadline:    g.checkHealth,
+		Logger:        cfg.BaseLogger,
 	})
 	c.Devs = append(c.Devs, g)
 	// At most one drain per (device, direction) and one for host copies
@@ -117,6 +120,10 @@ func (g *Device) checkHealth() {
 // driver's completion slots). Such a device is busy anyway: a hand-off
 // costs it nothing.
 const inlineMaxOutstanding = 32
+
+// retireHorizon is cq.ActorConfig.RetireHorizon for every device: half
+// the driver's CS outcome store (HL_CS_OUTCOME_HISTORY_LEN, 256).
+const retireHorizon = 128
 
 // enqueue hands a job to a direction's queue. When the queue is idle
 // (empty, no drain scheduled) and the device not loaded, the caller takes
