@@ -77,7 +77,8 @@ func (f *Future) Errs() []error { return f.f.Errs() }
 // Wait waits until the future resolves or ctx ends. It returns the
 // future's result, or, if ctx ended first, ErrCanceled or ErrTimeout
 // wrapping ctx's error; ending the wait does not cancel the operation
-// (the ctx given to the operation does).
+// (the ctx given to the operation does). A nil ctx is refused with
+// ErrInvalid, whether or not the future has resolved.
 func (f *Future) Wait(ctx context.Context) error { return f.f.Wait(ctx) }
 
 // ErrCanceled: the operation's context was cancelled before the operation

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sort"
 	"sync"
@@ -103,5 +104,43 @@ func TestCtxErr(t *testing.T) {
 		for _, w := range tc.want {
 			require.ErrorIs(t, err, w)
 		}
+	}
+}
+
+// TestFutureWaitNilCtx: the public Future.Wait refuses a nil context with
+// ErrInvalid, as Copy, Recv and the other calls taking a ctx do (checkCtx).
+// Before the fix Wait(nil) on a pending future panicked (nil pointer
+// dereference in internal/copier's Wait), on a resolved one returned its
+// result.
+func TestFutureWaitNilCtx(t *testing.T) {
+	tests := []struct {
+		name string
+		f    func() *Future
+	}{
+		{"pending", func() *Future { return newFuture(1) }},
+		{"resolved", func() *Future { return ResolvedFuture(nil) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.f()
+			res := make(chan error, 1)
+			go func() {
+				defer func() {
+					if p := recover(); p != nil {
+						res <- fmt.Errorf("panic: %v", p)
+					}
+				}()
+				var nilCtx context.Context // the input under test
+				res <- f.Wait(nilCtx)
+			}()
+			var err error
+			select {
+			case err = <-res:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Wait(nil) did not return") // liveness bound only
+			}
+			require.ErrorIs(t, err, ErrInvalid)
+			f.completeAll(nil)
+		})
 	}
 }

@@ -289,8 +289,12 @@ func (f *Future) Errs() []error {
 }
 
 // Wait waits until the future resolves or ctx ends (then the typed error
-// of ctx's end); ending the wait does not cancel the operation.
+// of ctx's end); ending the wait does not cancel the operation. A nil ctx
+// is refused with gxerr.Invalid, whether or not the future has resolved.
 func (f *Future) Wait(ctx context.Context) error {
+	if ctx == nil {
+		return gxerr.New(gxerr.Invalid, "wait: nil context", nil)
+	}
 	if f.done.Load() {
 		return f.Err()
 	}
