@@ -177,8 +177,12 @@ func (o *perfOpts) checkAgent(set map[string]bool) (agentPlan, error) {
 	case a.initiators < 0:
 		return pl, usagef("bad -initiators %d", a.initiators)
 	}
-	if int64(bs)*int64(a.blocks)*int64(o.window) > 16<<30 {
-		return pl, usagef("the section would exceed 16 GiB (-O x -blocks x -block-size)")
+	// The target's section holds a region per initiator (setupTarget);
+	// the per-region product is at most 2^52 here, and the division keeps
+	// -initiators from overflowing it.
+	const maxSection = 16 << 30
+	if region := int64(bs) * int64(a.blocks) * int64(o.window); region > maxSection || int64(max(1, a.initiators)) > maxSection/region {
+		return pl, usagef("the section would exceed 16 GiB (-initiators x -O x -blocks x -block-size)")
 	}
 	pl.bsize, pl.window = bs, o.window
 	pl.local, pl.sectionMem = bench.Host, bench.Host

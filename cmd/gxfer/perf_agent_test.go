@@ -156,3 +156,33 @@ func TestPerfAgentMetrics(t *testing.T) {
 	require.GreaterOrEqual(t, sample(t, fs, "gxfer_agent_notifications_sent_total", "agent", "initiator"), float64(40))
 	require.Positive(t, sample(t, fs, "gxfer_transport_ops_completed_total", "transport", "ipc"))
 }
+
+// TestPerfAgentSectionCap: the 16 GiB cap on a target's section counts
+// its -initiators regions (the section has -initiators x -O x -blocks
+// slots of -block-size bytes), and their product cannot overflow. Before
+// the fix the cap left -initiators out: -initiators 2 with 16 GiB per
+// initiator allocated a 32 GiB section and served it; -initiators 2^30
+// wrapped the section's size to 0 (exit 1, "allocate 0 bytes").
+func TestPerfAgentSectionCap(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "t.sock")
+	per16G := []string{"-blocks", "64", "-block-size", "64M", "-O", "4"} // 16 GiB per initiator
+	for _, tc := range []struct {
+		name       string
+		initiators string
+	}{
+		{"twice the cap", "2"},
+		{"size wraps to 0", "1073741824"},
+		{"size wraps to 16 GiB", "1073741825"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Liveness bound only: before the fix the target served its section.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var out, errb bytes.Buffer
+			args := append([]string{"perf", "-agent", "-role", "target", "-unix", sock, "-initiators", tc.initiators}, per16G...)
+			code := runContext(ctx, args, &out, &errb)
+			require.Equal(t, exitUsage, code, errb.String()+out.String())
+			assert.Contains(t, errb.String(), "the section would exceed 16 GiB")
+		})
+	}
+}
