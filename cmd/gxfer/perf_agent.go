@@ -102,6 +102,10 @@ type agentPlan struct {
 	window            int
 }
 
+// maxSlots bounds -O x -blocks: the slots of an initiator's region, each
+// a descriptor it prepares.
+const maxSlots = 1 << 20
+
 func (o *perfOpts) checkAgent(set map[string]bool) (agentPlan, error) {
 	a := &o.agent
 	var pl agentPlan
@@ -170,6 +174,9 @@ func (o *perfOpts) checkAgent(set map[string]bool) (agentPlan, error) {
 		return pl, usagef("bad -requests %d (want 1 or more)", a.requests)
 	case o.window < 1 || o.window > 1024:
 		return pl, usagef("bad -O %d (want 1..1024 requests in flight)", o.window)
+	case o.window*a.blocks > maxSlots:
+		// An initiator prepares a descriptor per slot (about 1 KiB each).
+		return pl, usagef("bad -O %d with -blocks %d: -O x -blocks is at most %d descriptors", o.window, a.blocks, maxSlots)
 	case a.ttl < time.Second:
 		return pl, usagef("bad -ttl %v (want 1s or more)", a.ttl)
 	case a.wait <= 0:

@@ -186,3 +186,37 @@ func TestPerfAgentSectionCap(t *testing.T) {
 		})
 	}
 }
+
+// TestPerfAgentSlotCap: -O x -blocks, the descriptors an initiator
+// prepares (and the slots of its region), is capped at 2^20. Before the
+// fix only the bytes were capped: -O 1024 -blocks 65536 -block-size 8 (a
+// 512 MiB section) passed the checks and had the initiator prepare 2^26
+// descriptors, about 1 KiB of memory each (~70 GB), in agent.Prepare's
+// loop that does not look at ctx: the command ignored Ctrl-C and SIGTERM
+// for minutes. The check is called directly: the command line that
+// failed it must not run here.
+func TestPerfAgentSlotCap(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"-O", "1024", "-blocks", "65536", "-block-size", "8"}, false},
+		{[]string{"-O", "17", "-blocks", "65536", "-block-size", "8"}, false},
+		{[]string{"-O", "16", "-blocks", "65536", "-block-size", "8"}, true},
+		{[]string{"-O", "1024", "-blocks", "1024", "-block-size", "8"}, true},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			fs, o := perfFlags()
+			set, err := parseFlags(fs, append([]string{"-agent"}, tc.args...), &o.common)
+			require.NoError(t, err)
+			_, err = o.checkAgent(set)
+			if tc.ok {
+				require.NoError(t, err)
+				return
+			}
+			var ue *usageError
+			require.ErrorAs(t, err, &ue)
+			assert.Contains(t, err.Error(), "-O x -blocks")
+		})
+	}
+}
