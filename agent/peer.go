@@ -98,7 +98,12 @@ func (p *Peer) Transport() (engine.TransportKind, bool) {
 
 // Endpoint is the connection to the peer, dialed if there is none yet
 // (for its statistics; transfers go through Write, Read and Prepare).
-func (p *Peer) Endpoint(ctx context.Context) (*engine.Endpoint, error) { return p.conn(ctx) }
+func (p *Peer) Endpoint(ctx context.Context) (*engine.Endpoint, error) {
+	if ctx == nil {
+		return nil, invalid("nil context")
+	}
+	return p.conn(ctx)
+}
 
 // Section returns the named section of the peer's record.
 func (p *Peer) Section(name string) (meta.Section, error) {
@@ -129,6 +134,9 @@ func (p *Peer) wrap(err error) error {
 // reached it at). Errors match meta.ErrNotFound when no such agent is
 // known, meta.ErrUnavailable when the store cannot be reached.
 func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
+	if ctx == nil {
+		return nil, invalid("nil context")
+	}
 	for {
 		a.mu.Lock()
 		if a.closed {
@@ -549,6 +557,9 @@ func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, cached *meta.Me
 // Without a store, this is how peers are found: a peer dropped later is
 // fetched again from addr.
 func (a *Agent) Connect(ctx context.Context, addr string) (string, error) {
+	if ctx == nil {
+		return "", invalid("nil context")
+	}
 	p, err := a.connect(ctx, addr)
 	if err != nil {
 		a.stats.countErr(err)

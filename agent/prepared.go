@@ -38,9 +38,17 @@ type Prepared struct {
 	runs sync.Pool
 }
 
+// prepareCtxEvery: Prepare looks at its ctx every this many descriptors
+// (a list of millions takes seconds to check).
+const prepareCtxEvery = 1 << 14
+
 // Prepare checks the pairs (local[i], remote[i]) against the named peer's
 // sections and prepares them; a failure names the index (DescError).
+// It ends with ErrCanceled or ErrTimeout when ctx ends first.
 func (a *Agent) Prepare(ctx context.Context, peer string, local []engine.Slice, remote []RemoteDesc) (*Prepared, error) {
+	if ctx == nil {
+		return nil, invalid("nil context")
+	}
 	p, err := a.Peer(ctx, peer)
 	if err != nil {
 		return nil, err
@@ -50,6 +58,9 @@ func (a *Agent) Prepare(ctx context.Context, peer string, local []engine.Slice, 
 
 // Prepare prepares descriptor lists for this peer (see Agent.Prepare).
 func (p *Peer) Prepare(ctx context.Context, local []engine.Slice, remote []RemoteDesc) (*Prepared, error) {
+	if ctx == nil {
+		return nil, invalid("nil context")
+	}
 	if len(local) != len(remote) {
 		return nil, invalid("%d local and %d remote descriptors", len(local), len(remote))
 	}
@@ -67,6 +78,9 @@ func (p *Peer) Prepare(ctx context.Context, local []engine.Slice, remote []Remot
 	}
 	var sec *peerSection
 	for i := range n {
+		if i%prepareCtxEvery == 0 && ctx.Err() != nil {
+			return nil, ctxErr(ctx)
+		}
 		d := Desc{Local: local[i], Section: remote[i].Section, Off: remote[i].Off, Len: remote[i].Len}
 		if err := p.check(i, &d, &sec); err != nil {
 			return nil, err
@@ -81,7 +95,13 @@ func (p *Peer) Prepare(ctx context.Context, local []engine.Slice, remote []Remot
 		}
 	}
 	// One key per group, then each descriptor's narrowed from it.
-	for i := 0; i < n; {
+	for i, seen := 0, 0; i < n; {
+		if i >= seen {
+			if ctx.Err() != nil {
+				return nil, ctxErr(ctx)
+			}
+			seen = i + prepareCtxEvery
+		}
 		j := i + 1
 		for j < n && x.next[j-1] {
 			j++

@@ -168,6 +168,9 @@ func (a *Agent) refuse(in *inbound, why error) {
 // fails with ctx's error (engine.ErrCanceled or engine.ErrTimeout) or
 // engine.ErrClosed once the agent is closed.
 func (a *Agent) Recv(ctx context.Context) (Notification, error) {
+	if ctx == nil {
+		return Notification{}, invalid("nil context")
+	}
 	if n, ok := a.popQueued(); ok {
 		return n, nil
 	}

@@ -62,6 +62,9 @@ func (x *Xfer) Done() <-chan struct{} { return x.done }
 // failed (wrapping a PeerError naming the peer, or engine.ErrInvalid for a
 // descriptor that did not check), or the notification's failure.
 func (x *Xfer) Wait(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("nil context")
+	}
 	select {
 	case <-x.done:
 		return x.err
