@@ -276,16 +276,24 @@ type reply struct {
 }
 
 // RoundTrip sends a request and waits for its reply frame (the caller
-// owns the frame's fds). When ctx ends first it returns ctx's error; a
-// request that could not be sent, the error SendErr maps it to (the
+// owns the frame's fds). When ctx ends first, also while the request
+// waits for the connection or is being written to a peer that does not
+// read, it returns ctx's error (a write cut part-way fails the channel);
+// a request that could not be sent, the error SendErr maps it to (the
 // channel's own once it failed).
 func (c *Chan) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wire.Frame, error) {
 	ch := make(chan reply, 1)
 	if err := c.Expect(id, func(f wire.Frame, err error) { ch <- reply{f, err} }); err != nil {
 		return wire.Frame{}, err
 	}
-	if err := c.c.Send(m); err != nil {
+	if err := c.c.SendCtx(ctx, m); err != nil {
 		c.Forget(id)
+		if errors.Is(err, wire.ErrBroken) { // part of it went out: the stream is out of step
+			c.Fail(c.SendErr(err))
+		}
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			return wire.Frame{}, cerr
+		}
 		return wire.Frame{}, c.SendErr(err)
 	}
 	select {
