@@ -9,21 +9,28 @@ import (
 	"github.com/gxfer/gxfer/engine"
 )
 
+// peerWithSection connects agent a to agent b (over unix), which
+// publishes a host section "sec" of n bytes; src is a host buffer of a's
+// of n bytes.
+func peerWithSection(t *testing.T, n int) (a, b *Agent, p *Peer, src *engine.Buffer) {
+	ctx := testCtx(t)
+	ea, eb := newEngine(t), newEngine(t)
+	a = newAgent(t, ea, "a", agentOpts{})
+	b = newAgent(t, eb, "b", agentOpts{unix: true})
+	require.NoError(t, b.Publish("sec", alloc(t, eb, n, engine.Host).Slice(0, n)))
+	_, err := a.Connect(ctx, b.Metadata().Unix)
+	require.NoError(t, err)
+	p, err = a.Peer(ctx, "b")
+	require.NoError(t, err)
+	return a, b, p, alloc(t, ea, n, engine.Host)
+}
+
 // TestNilCtx: every method that takes a context refuses a nil one with
 // ErrInvalid, as the engine does, instead of panicking (a nil ctx
 // reached ctx.Done() on the first wait).
 func TestNilCtx(t *testing.T) {
 	ctx := testCtx(t)
-	ea, eb := newEngine(t), newEngine(t)
-	a := newAgent(t, ea, "a", agentOpts{})
-	b := newAgent(t, eb, "b", agentOpts{unix: true})
-	rbuf := alloc(t, eb, 8192, engine.Host)
-	require.NoError(t, b.Publish("sec", rbuf.Slice(0, 8192)))
-	_, err := a.Connect(ctx, b.Metadata().Unix)
-	require.NoError(t, err)
-	p, err := a.Peer(ctx, "b")
-	require.NoError(t, err)
-	src := alloc(t, ea, 4096, engine.Host)
+	a, b, p, src := peerWithSection(t, 8192)
 	descs := []Desc{{Local: src.Slice(0, 4096), Section: "sec"}}
 	rd := []RemoteDesc{{Section: "sec", Len: 4096}}
 	prep, err := p.Prepare(ctx, []engine.Slice{src.Slice(0, 4096)}, rd)
@@ -66,16 +73,7 @@ func TestNilCtx(t *testing.T) {
 // of millions takes, whatever the ctx).
 func TestPrepareEndsWithCtx(t *testing.T) {
 	ctx := testCtx(t)
-	ea, eb := newEngine(t), newEngine(t)
-	a := newAgent(t, ea, "a", agentOpts{})
-	b := newAgent(t, eb, "b", agentOpts{unix: true})
-	rbuf := alloc(t, eb, 1<<20, engine.Host)
-	require.NoError(t, b.Publish("sec", rbuf.Slice(0, 1<<20)))
-	_, err := a.Connect(ctx, b.Metadata().Unix)
-	require.NoError(t, err)
-	p, err := a.Peer(ctx, "b")
-	require.NoError(t, err)
-	src := alloc(t, ea, 1<<20, engine.Host)
+	_, _, p, src := peerWithSection(t, 1<<20)
 	for _, n := range []int{1, 3 * prepareCtxEvery} {
 		local := make([]engine.Slice, n)
 		remote := make([]RemoteDesc, n)
