@@ -326,8 +326,9 @@ const (
 	// a DMA when either side is Gaudi memory.
 	LocalKey LocalKind = 2
 	// LocalRDMA: the requester's side is Length bytes at Addr of a memory
-	// region it registered with its RDMA device (remote read and write
-	// allowed, RKey), on an endpoint whose queue pairs are connected (both
+	// region it registered with its RDMA device (RKey: remote read
+	// allowed, and remote write for a Get only: a Put's owner only reads
+	// it), on an endpoint whose queue pairs are connected (both
 	// sides accepted CapRDMA). The owner moves the data itself with RDMA
 	// reads (Put) or writes (Get) against that region, staging through its
 	// own host memory where its side is Gaudi memory, then answers. The

@@ -84,8 +84,13 @@ func (p *Path) delegateRegion(ctx context.Context, put bool, region datapath.Mem
 	}
 	// The owner reaches this region by RDMA with the rkey it is sent: a
 	// registration of its own, not the cache's, deregistered once the
-	// request is over, so that the peer's access ends with it.
-	mr, err := p.t.nics[0].pd.Register(region.Host(), rdma.AccessDefault)
+	// request is over, so that the peer's access ends with it, and
+	// granting only what serving the request takes (regionAccess).
+	register := p.t.registerHook
+	if register == nil {
+		register = p.t.nics[0].pd.Register
+	}
+	mr, err := register(region.Host(), regionAccess(put))
 	if err != nil {
 		return gxerr.New(gxerr.NotSupported, "RDMA registration of local memory", err)
 	}
@@ -93,6 +98,18 @@ func (p *Path) delegateRegion(ctx context.Context, put bool, region datapath.Mem
 	req := wire.Request{RequestID: p.c.NewID(), Key: k, Length: region.Len,
 		Local: wire.Local{Kind: wire.LocalRDMA, Addr: mr.Addr(), RKey: mr.RKey()}}
 	return p.ask(ctx, put, req, deadline)
+}
+
+// regionAccess is what the owner of a delegated request may do to the
+// region it names: a Put's owner reads it (RDMA READ), and nothing more:
+// the region is the Put's source, the caller's own memory for host
+// memory, which a hostile owner must not be able to write; a Get's owner
+// writes it, then reads a few bytes of it back (readBack, the fence).
+func regionAccess(put bool) rdma.Access {
+	if put {
+		return rdma.AccessRemoteRead
+	}
+	return rdma.AccessLocalWrite | rdma.AccessRemoteWrite | rdma.AccessRemoteRead
 }
 
 // ask sends a delegated request and waits for the owner's answer: past

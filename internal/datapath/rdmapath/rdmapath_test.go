@@ -299,3 +299,38 @@ func TestBindRefusals(t *testing.T) {
 		require.Zero(t, host.Held()+dev.Held(), tc.name)
 	}
 }
+
+// TestDelegatedRegionAccess: the region a delegated request names grants
+// the owner only what serving it takes. A Put's owner reads the region
+// (RDMA READ): a hostile owner must not be able to write into it, which
+// is the Put's source (the caller's own buffer, for host memory). A Get's
+// owner writes it, then reads a few bytes back (readBack, the fence).
+func TestDelegatedRegionAccess(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		put   bool
+		want  rdma.Access
+		never rdma.Access
+	}{
+		{"put: remote read only", true, rdma.AccessRemoteRead, rdma.AccessRemoteWrite | rdma.AccessRemoteAtomic},
+		{"get: remote write, and read for the fence", false, rdma.AccessLocalWrite | rdma.AccessRemoteWrite | rdma.AccessRemoteRead, rdma.AccessRemoteAtomic},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, c, env := testPath(time.Minute)
+			var got []rdma.Access
+			refused := errors.New("test: not registered")
+			p.t.registerHook = func(_ []byte, a rdma.Access) (*rdma.MR, error) {
+				got = append(got, a)
+				return nil, refused
+			}
+			b := env.NewBuf(4096, false)
+			err := p.delegateRegion(context.Background(), tc.put, datapath.Mem{B: b, Len: 4096}, wire.RemoteKey{}, time.Time{})
+			require.ErrorIs(t, err, gxerr.NotSupported)
+			require.ErrorIs(t, err, refused)
+			require.Empty(t, c.sent, "no request without a region")
+			require.Len(t, got, 1)
+			require.Equal(t, tc.want, got[0]&tc.want, "access %#x", uint32(got[0]))
+			require.Zero(t, got[0]&tc.never, "access %#x", uint32(got[0]))
+		})
+	}
+}

@@ -144,6 +144,9 @@ type Transport struct {
 	closed bool
 
 	serveHook atomic.Pointer[func()] // tests: runs before each delegated request served
+	// registerHook (tests) replaces the first NIC's PD.Register for the
+	// regions delegated requests name (delegateRegion).
+	registerHook func(b []byte, access rdma.Access) (*rdma.MR, error)
 
 	// scratch is where fences read into (fence.go), made on first use.
 	scratchMu     sync.Mutex
