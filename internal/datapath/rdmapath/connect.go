@@ -114,14 +114,15 @@ func (t *Transport) connect(ctx context.Context, wc *wire.Conn, dialer bool) (_ 
 			return nil, err
 		}
 	}
-	peer, err := recvConnects(ctx, wc)
+	most := wire.MaxNICs // the dialer's offer
+	if dialer {
+		most = len(conns) // the answer names as many NICs at most
+	}
+	peer, err := recvConnects(ctx, wc, most)
 	if err != nil {
 		return nil, err
 	}
 	if dialer {
-		if len(peer) > len(conns) {
-			return nil, fmt.Errorf("RDMA: the peer answered for %d NICs, %d offered", len(peer), len(conns))
-		}
 		for _, c := range conns[len(peer):] {
 			c.close()
 		}
@@ -143,8 +144,9 @@ func (t *Transport) connect(ctx context.Context, wc *wire.Conn, dialer bool) (_ 
 }
 
 // recvConnects receives the peer's RDMAConnect messages: one per NIC,
-// in order, all naming the same count (or the peer's error).
-func recvConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, error) {
+// in order, all naming the same count, most at most (or the peer's
+// error). Any other sequence is malformed (wire.ErrMalformed).
+func recvConnects(ctx context.Context, wc *wire.Conn, most int) ([]wire.RDMAConnect, error) {
 	var out []wire.RDMAConnect
 	for {
 		f, err := wc.Recv(ctx)
@@ -155,7 +157,7 @@ func recvConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, error
 		if err := f.DecodeOrError(&m); err != nil {
 			return nil, err
 		}
-		if err := checkConnect(out, &m); err != nil {
+		if err := checkConnect(out, &m, most); err != nil {
 			return nil, err
 		}
 		out = append(out, m)
@@ -166,10 +168,13 @@ func recvConnects(ctx context.Context, wc *wire.Conn) ([]wire.RDMAConnect, error
 }
 
 // checkConnect refuses an RDMAConnect out of order (got: those received
-// before it).
-func checkConnect(got []wire.RDMAConnect, m *wire.RDMAConnect) error {
-	if int(m.NIC) != len(got) || (len(got) > 0 && m.NICs != got[0].NICs) {
-		return fmt.Errorf("RDMA: the peer's RDMAConnect for NIC %d of %d came after %d", m.NIC, m.NICs, len(got))
+// before it), or naming more than most NICs, as malformed.
+func checkConnect(got []wire.RDMAConnect, m *wire.RDMAConnect, most int) error {
+	switch {
+	case int(m.NICs) > most:
+		return fmt.Errorf("%w: RDMA: the peer's RDMAConnect names %d NICs, %d offered", wire.ErrMalformed, m.NICs, most)
+	case int(m.NIC) != len(got) || (len(got) > 0 && m.NICs != got[0].NICs):
+		return fmt.Errorf("%w: RDMA: the peer's RDMAConnect for NIC %d of %d came after %d", wire.ErrMalformed, m.NIC, m.NICs, len(got))
 	}
 	return nil
 }

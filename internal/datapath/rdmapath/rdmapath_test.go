@@ -243,7 +243,7 @@ func TestCheckConnect(t *testing.T) {
 		{[]wire.RDMAConnect{m(0, 2)}, m(1, 3), false},
 		{[]wire.RDMAConnect{m(0, 3)}, m(2, 3), false},
 	} {
-		err := checkConnect(tc.got, &tc.next)
+		err := checkConnect(tc.got, &tc.next, wire.MaxNICs)
 		require.Equal(t, tc.ok, err == nil, "%v then %v: %v", tc.got, tc.next, err)
 	}
 }
