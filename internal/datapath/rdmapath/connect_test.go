@@ -75,3 +75,68 @@ func TestRecvConnectsMalformed(t *testing.T) {
 		})
 	}
 }
+
+// FuzzRecvConnects feeds arbitrary bytes, as the peer's side of the
+// control connection, to recvConnects (the first byte picks how many NICs
+// this side offered). Nothing may panic; what it returns is a sequence
+// connect can use: 1 to most RDMAConnects, NIC i at i, all naming their
+// count, each valid.
+func FuzzRecvConnects(f *testing.F) {
+	seq := func(most byte, msgs ...wire.Message) []byte {
+		b := []byte{most}
+		for _, m := range msgs {
+			fr, err := wire.AppendFrame(nil, m)
+			if err != nil {
+				f.Fatal(err)
+			}
+			b = append(b, fr...)
+		}
+		return b
+	}
+	c := func(nic, nics uint8) wire.Message {
+		return &wire.RDMAConnect{QPN: 0x11, PSN: 7, MTU: 5, GID: [16]byte{0xfe, 0x80, 15: 1}, NIC: nic, NICs: nics}
+	}
+	f.Add(seq(0, c(0, 1)))
+	f.Add(seq(2, c(0, 3), c(1, 3), c(2, 3)))
+	f.Add(seq(2, c(0, 2), c(0, 2)))
+	f.Add(seq(0, c(0, 2), c(1, 2)))
+	f.Add(seq(1, wire.NewError(0, wire.StatusNoResources, "no QP")))
+	f.Add(seq(1, &wire.Heartbeat{}))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		most := wire.MaxNICs
+		if len(data) > 0 {
+			most = 1 + int(data[0])%wire.MaxNICs
+			data = data[1:]
+		}
+		a, b := net.Pipe()
+		wb := wire.NewConn(wire.NewStreamTransport(b), wire.ConnConfig{})
+		written := make(chan struct{})
+		go func() {
+			defer close(written)
+			_, _ = a.Write(data)
+			_ = a.Close()
+		}()
+		got, err := recvConnects(context.Background(), wb, most)
+		_ = wb.Close() // a writer whose bytes were not all read ends
+		<-written
+		if err != nil {
+			return
+		}
+		if len(got) < 1 || len(got) > most {
+			t.Fatalf("%d RDMAConnects, %d offered", len(got), most)
+		}
+		for i := range got {
+			m := &got[i]
+			if int(m.NIC) != i || int(m.NICs) != len(got) {
+				t.Fatalf("RDMAConnect %d: NIC %d of %d, %d returned", i, m.NIC, m.NICs, len(got))
+			}
+			if _, err := m.AppendPayload(nil); err != nil {
+				t.Fatalf("RDMAConnect %d does not re-encode: %v", i, err)
+			}
+			if err := fromWireEndpoint(m).Validate(); err != nil {
+				t.Fatalf("RDMAConnect %d: endpoint %v", i, err)
+			}
+		}
+	})
+}
