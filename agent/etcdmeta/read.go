@@ -12,13 +12,16 @@ import (
 
 // Lookup returns the live record of the named agent: an error matching
 // meta.ErrNotFound if there is none (or only a malformed value),
-// meta.ErrUnavailable if etcd did not answer.
+// meta.ErrUnavailable if etcd did not answer. A name no record can have
+// (see meta.CheckName) is ErrNotFound without a request.
 func (s *Store) Lookup(ctx context.Context, name string) (meta.Metadata, error) {
 	if s.isClosed() {
 		return meta.Metadata{}, ErrClosed
 	}
-	if name == "" {
-		return meta.Metadata{}, fmt.Errorf("%w: empty name", meta.ErrNotFound)
+	if err := meta.CheckName(name); err != nil {
+		// No record can have it: not worth a request (nor one etcd
+		// refuses, failing as ErrUnavailable).
+		return meta.Metadata{}, fmt.Errorf("%w: %w", meta.ErrNotFound, err)
 	}
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
@@ -65,7 +68,11 @@ func (s *Store) List(ctx context.Context) ([]meta.Metadata, error) {
 		if ok {
 			out = append(out, m)
 		}
-		found[strings.TrimPrefix(key, s.cfg.Prefix)] = readState{rev: rev, present: ok, modRev: kv.ModRevision, meta: m}
+		name := strings.TrimPrefix(key, s.cfg.Prefix)
+		if meta.CheckName(name) != nil {
+			continue // junk no Lookup or Watch asks about: keep nothing of it
+		}
+		found[name] = readState{rev: rev, present: ok, modRev: kv.ModRevision, meta: m}
 	}
 	// The read covers every name: those the store knows and did not find
 	// are absent at rev.

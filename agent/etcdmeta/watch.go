@@ -40,6 +40,9 @@ type watch struct {
 // meanwhile (a Gone for a record that vanished), then follows on. While
 // etcd is unreachable the watch waits for it; nothing is reported.
 //
+// A watch of a name no record can have (see meta.CheckName) runs nothing
+// and never calls fn.
+//
 // stop ends the watch: once it returns, fn is not called again except for
 // a call already in progress (so stop may be called from fn). Close ends
 // every watch and waits for their goroutines.
@@ -51,7 +54,10 @@ func (s *Store) Watch(name string, fn func(meta.Event)) (stop func()) {
 		w.stopped.Store(true)
 		w.cancel()
 	}
-	if !s.spawn(func() { s.runWatch(w) }) {
+	// A name no record can have (meta.CheckName) never changes: nothing
+	// to follow (and the re-reads of a key etcd refuses would go on
+	// until Close).
+	if meta.CheckName(name) != nil || !s.spawn(func() { s.runWatch(w) }) {
 		stop()
 	}
 	return stop

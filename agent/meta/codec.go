@@ -141,6 +141,12 @@ func checkSection(s Section) error {
 	return nil
 }
 
+// CheckName says why s cannot be an agent's name (Decode accepts no
+// record of that name), or nil if it can be: it must be non-empty, at most
+// MaxName bytes of UTF-8 without control characters. Errors match
+// ErrMalformed and do not quote a name over MaxName bytes.
+func CheckName(s string) error { return checkName("agent name", s) }
+
 // checkName: a non-empty checkStr.
 func checkName(what, s string) error {
 	if s == "" {

@@ -232,3 +232,34 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckName(t *testing.T) {
+	tests := []struct {
+		name, s string
+		want    string // "" if valid
+	}{
+		{"plain", "prefill-0", ""},
+		{"unicode", "décodeur-ü", ""},
+		{"with slash", "pool/a", ""},
+		{"max length", strings.Repeat("n", MaxName), ""},
+		{"empty", "", "empty agent name"},
+		{"too long, not quoted", strings.Repeat("n", 1<<20), "agent name of 1048576 bytes"},
+		{"not UTF-8", "a\xff", "not UTF-8"},
+		{"control character", "a\x1bb", "control character"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckName(tt.s)
+			if tt.want == "" {
+				require.NoError(t, err)
+				m := Metadata{Name: tt.s, Incarnation: 1}
+				_, err := m.Encode()
+				require.NoError(t, err, "a valid name encodes")
+				return
+			}
+			require.ErrorIs(t, err, ErrMalformed)
+			require.Contains(t, err.Error(), tt.want)
+			require.Less(t, len(err.Error()), 2*MaxName)
+		})
+	}
+}
