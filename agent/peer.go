@@ -191,7 +191,6 @@ func ctxErr(ctx context.Context) error {
 // lookup finds the named agent's record and caches a peer for it.
 func (a *Agent) lookup(ctx context.Context, name, addr string) (*Peer, error) {
 	if a.store != nil {
-		a.watch(name)
 		a.stats.storeLookups.Add(1)
 		md, err := a.store.Lookup(ctx, name)
 		if err != nil {
@@ -200,7 +199,14 @@ func (a *Agent) lookup(ctx context.Context, name, addr string) (*Peer, error) {
 		if md.Name != name || md.Incarnation == 0 {
 			return nil, fmt.Errorf("agent %s: lookup %q: %w: record of %q, incarnation %d", a.cfg.Name, name, meta.ErrMalformed, md.Name, md.Incarnation)
 		}
-		return a.install(a.newPeer(md), nil)
+		p, err := a.install(a.newPeer(md), nil)
+		if err == nil {
+			// Only a name found is watched (a failed lookup leaves no
+			// watch behind), once cached: the store's watch starts
+			// from this lookup's read, so a change since reaches p.
+			a.watch(name)
+		}
+		return p, err
 	}
 	if addr == "" {
 		return nil, fmt.Errorf("agent %s: %q: %w (no store, and no address: Connect to it first)", a.cfg.Name, name, meta.ErrNotFound)
@@ -261,9 +267,9 @@ func (a *Agent) install(p *Peer, ep *engine.Endpoint) (*Peer, error) {
 	return p, nil
 }
 
-// watch watches the named agent's record in the store, once per name for
-// the agent's life (a peer dropped and found again is watched by the same
-// watch): events go to the name's cached peer.
+// watch watches the named agent's record in the store, once per name
+// found (a peer dropped and found again is watched by the same watch):
+// events go to the name's cached peer.
 func (a *Agent) watch(name string) {
 	a.mu.Lock()
 	if _, ok := a.watches[name]; ok || a.closed {
