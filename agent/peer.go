@@ -268,8 +268,9 @@ func (a *Agent) install(p *Peer, ep *engine.Endpoint) (*Peer, error) {
 }
 
 // watch watches the named agent's record in the store, once per name
-// found (a peer dropped and found again is watched by the same watch):
-// events go to the name's cached peer.
+// found (a peer dropped and found again is watched by the same watch,
+// unless its record left the store meanwhile: see unwatchIdle): events
+// go to the name's cached peer.
 func (a *Agent) watch(name string) {
 	a.mu.Lock()
 	if _, ok := a.watches[name]; ok || a.closed {
@@ -297,6 +298,26 @@ func (a *Agent) event(ev meta.Event) {
 	if p != nil {
 		p.event(ev)
 	}
+	if ev.Kind == meta.Gone {
+		a.unwatchIdle(ev.Name)
+	}
+}
+
+// unwatchIdle stops the named agent's watch if no peer of the name is
+// cached or being resolved (its record left the store): else the
+// watches of peers gone for good would add up for the agent's life. A
+// later lookup that finds the name watches it again (from that lookup).
+// Called by the watch itself, which the store allows.
+func (a *Agent) unwatchIdle(name string) {
+	a.mu.Lock()
+	stop := a.watches[name]
+	if stop == nil || a.closed || a.peers[name] != nil || a.resolving[name] != nil {
+		a.mu.Unlock()
+		return
+	}
+	delete(a.watches, name)
+	a.mu.Unlock()
+	stop()
 }
 
 // event drops the peer if ev says its record is stale.

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -56,4 +57,45 @@ func TestEtcdFailedLookupNoWatch(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p2.Section("kv")
 	require.NoError(t, err)
+}
+
+// TestEtcdGoneStopsWatch: once a peer's record left the store and no
+// peer of the name is cached, the name's store watch stops: before, it
+// ran until Close, so an agent whose peers come and go under new names
+// (restarted pods) kept a watch per name it ever reached. The name found
+// again is watched again.
+func TestEtcdGoneStopsWatch(t *testing.T) {
+	ctx := testCtx(t)
+	srv := etcdtest.New(t)
+	ea, eb := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{store: openStore(t, srv.Endpoints())})
+	dir := sockDir(t)
+	b1, err := New(ctx, Config{Name: "b", Engine: eb, Unix: dir + "/b1.sock", Store: openStore(t, srv.Endpoints())})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b1.Close() })
+	p1, err := a.Peer(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, []string{"b"}, watching(a))
+	require.NoError(t, b1.Close())
+	select {
+	case <-p1.Done():
+	case <-ctx.Done():
+		t.Fatal("b left the store and a did not drop it")
+	}
+	require.Eventually(t, func() bool { return len(watching(a)) == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the watch of a name gone from the store, with no peer cached, stops")
+
+	b2 := newAgent(t, eb, "b", agentOpts{unix: true, dir: dir, store: openStore(t, srv.Endpoints())})
+	p2, err := a.Peer(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, b2.Incarnation(), p2.Incarnation())
+	require.Equal(t, []string{"b"}, watching(a))
+	kv := alloc(t, eb, 4096, engine.Host)
+	require.NoError(t, b2.Publish("kv", kv.All()))
+	select {
+	case <-p2.Done():
+	case <-ctx.Done():
+		t.Fatal("b republished and a did not drop it")
+	}
+	require.ErrorIs(t, p2.Err(), engine.ErrPeer)
 }
