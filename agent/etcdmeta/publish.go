@@ -24,6 +24,9 @@ const publishAttempts = 8
 // ErrNameTaken (*NameTakenError), a record that does not encode an error
 // matching meta.ErrMalformed, an unreachable etcd meta.ErrUnavailable.
 // One store publishes one agent: another name than the first is refused.
+// A record of the published incarnation with a lower Version than the last
+// one published is stale: it is not written (and no error: the newer one
+// is published).
 func (s *Store) Publish(ctx context.Context, m meta.Metadata) error {
 	if s.isClosed() {
 		return ErrClosed
@@ -36,6 +39,12 @@ func (s *Store) Publish(ctx context.Context, m meta.Metadata) error {
 	defer s.pmu.Unlock()
 	if s.published != nil && s.published.Name != m.Name {
 		return fmt.Errorf("etcdmeta: this store publishes agent %q, not %q", s.published.Name, m.Name)
+	}
+	if p := s.published; p != nil && p.Incarnation == m.Incarnation && m.Version < p.Version {
+		// Stale: a newer record of this agent is published (versions
+		// published concurrently reach pmu in any order). Writing it
+		// would take back what was published since.
+		return nil
 	}
 	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
