@@ -212,3 +212,44 @@ func TestEtcdConcurrentPublish(t *testing.T) {
 	require.Equal(t, b.Metadata(), md)
 	require.Len(t, md.Sections, n)
 }
+
+// TestEtcdLookupCtxEnds: a lookup ended by the caller's ctx fails with
+// the ctx's error (engine.ErrCanceled, engine.ErrTimeout), as a dial or a
+// transfer does, and is counted so: before, the store's error came back,
+// a meta.ErrUnavailable (the caller's cancel read as etcd down).
+func TestEtcdLookupCtxEnds(t *testing.T) {
+	srv := etcdtest.New(t)
+	ea, eb := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{store: openStore(t, srv.Endpoints())})
+	b := newAgent(t, eb, "b", agentOpts{unix: true, store: openStore(t, srv.Endpoints())})
+	kv := alloc(t, eb, 4096, engine.Host)
+	require.NoError(t, b.Publish("kv", kv.All()))
+	src := alloc(t, ea, 4096, engine.Host)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	tests := []struct {
+		name  string
+		ctx   context.Context
+		want  error
+		count func(ErrorStats) uint64
+	}{
+		{"canceled", canceled, engine.ErrCanceled, func(e ErrorStats) uint64 { return e.Canceled }},
+		{"deadline passed", expired, engine.ErrTimeout, func(e ErrorStats) uint64 { return e.Timeout }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.count(a.Stats().Errors)
+			_, err := a.Peer(tt.ctx, "b")
+			require.ErrorIs(t, err, tt.want)
+			require.NotErrorIs(t, err, meta.ErrUnavailable)
+			require.Equal(t, before+1, tt.count(a.Stats().Errors))
+			err = a.Write(tt.ctx, "b", []Desc{{Local: src.All(), Section: "kv"}}).Wait(testCtx(t))
+			require.ErrorIs(t, err, tt.want)
+			require.NotErrorIs(t, err, meta.ErrUnavailable)
+		})
+	}
+	_, err := a.Peer(testCtx(t), "b")
+	require.NoError(t, err, "with a live ctx b is found")
+}

@@ -132,7 +132,8 @@ func (p *Peer) wrap(err error) error {
 // Peer returns the named peer: the cached one, else its record from the
 // store (or, without a store, fetched again from the address Connect
 // reached it at). Errors match meta.ErrNotFound when no such agent is
-// known, meta.ErrUnavailable when the store cannot be reached.
+// known, meta.ErrUnavailable when the store cannot be reached,
+// engine.ErrCanceled or engine.ErrTimeout when ctx ended the lookup.
 func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
 	if ctx == nil {
 		return nil, invalid("nil context")
@@ -193,6 +194,11 @@ func (a *Agent) lookup(ctx context.Context, name, addr string) (*Peer, error) {
 	if a.store != nil {
 		a.stats.storeLookups.Add(1)
 		md, err := a.store.Lookup(ctx, name)
+		if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// The caller's ctx ended it: its error, as a dial's, not
+			// the store's (a cancel is no sign of an unreachable store).
+			return nil, fmt.Errorf("agent %s: lookup %q: %w (%v)", a.cfg.Name, name, ctxErr(ctx), err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("agent %s: lookup %q: %w", a.cfg.Name, name, err)
 		}
