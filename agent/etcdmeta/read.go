@@ -96,12 +96,30 @@ func (s *Store) noteRead(name string, st readState) {
 	s.noteReadLocked(name, st)
 }
 
+// The last reads are only where a watch starts (a watch without one reads
+// the key itself): a name found absent is forgotten, and at most
+// maxSeen names are remembered, so that the names a long-lived store is
+// asked about (agents come and go under new names) do not add up.
 func (s *Store) noteReadLocked(name string, st readState) {
-	if old, ok := s.seen[name]; ok && old.rev >= st.rev {
+	old, ok := s.seen[name]
+	if ok && old.rev >= st.rev {
 		return
+	}
+	if !st.present {
+		delete(s.seen, name)
+		return
+	}
+	if !ok && len(s.seen) >= maxSeen {
+		for n := range s.seen { // any one: map order
+			delete(s.seen, n)
+			break
+		}
 	}
 	s.seen[name] = st
 }
+
+// maxSeen bounds Store.seen (noteReadLocked).
+const maxSeen = 4096
 
 // lastRead returns the store's last read of name, if any.
 func (s *Store) lastRead(name string) (readState, bool) {
