@@ -181,6 +181,11 @@ func decode(b []byte) (message, error) {
 			return m, protoErr("hello with incarnation 0")
 		}
 		m.name = string(body[26:])
+		if err := meta.CheckName(m.name); err != nil {
+			// No agent can have it (its record would not encode): it
+			// would reach Notification.From and the logs as it is.
+			return m, protoErr("hello: %v", err)
+		}
 	case msgMetaChunk:
 		if len(body) < 8 {
 			return m, protoErr("metadata chunk of %d bytes", len(body))

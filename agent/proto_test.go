@@ -85,6 +85,8 @@ func TestProtoMalformed(t *testing.T) {
 		{"hello trailing", append(bytes.Clone(hello), 0)},
 		{"hello no name", encodeHello("", 1, 0, 0, false)},
 		{"hello incarnation 0", encodeHello("a", 0, 0, 0, false)},
+		{"hello name with a control character", encodeHello("a\x1b[2Jb", 1, 0, 0, false)},
+		{"hello name not UTF-8", encodeHello("a\xffb", 1, 0, 0, false)},
 		{"hello flags", mod(hello, headerLen, 0x80)},
 		{"hello header only", header(msgHello, 0)},
 		{"chunk short", header(msgMetaChunk, 0)},
