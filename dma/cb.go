@@ -117,7 +117,11 @@ func (cb *CB) Bytes() []byte { return cb.buf[:cb.n] }
 
 // linDMACount is the number of LIN_DMA packets needed for size bytes.
 func linDMACount(size uint64) uint64 {
-	return (size + hlsys.LinDMAMaxTSize - 1) / hlsys.LinDMAMaxTSize
+	n := size / hlsys.LinDMAMaxTSize // size+max-1 would wrap near 2^64
+	if size%hlsys.LinDMAMaxTSize != 0 {
+		n++
+	}
+	return n
 }
 
 func (cb *CB) checkRange(op string, dst, size uint64) error {

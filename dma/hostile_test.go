@@ -1,0 +1,60 @@
+package dma
+
+import (
+	"math"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/dma/hlsim"
+)
+
+// openSim opens a Device on a new emulator of model, closed at the end of
+// the test.
+func openSim(t *testing.T, m hlsim.Model) *Device {
+	t.Helper()
+	sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 256 << 20,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sim.Close() })
+	d, err := OpenBackend(sim.Name(), simOpen(sim), Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// TestHugeCopySize: a copy or memset whose packet count overflows the
+// rounding of linDMACount (sizes within 2 GiB of 2^64) does not fit a
+// command buffer: ErrCBFull, nothing appended, no panic; Fits says no.
+func TestHugeCopySize(t *testing.T) {
+	sizes := []uint64{math.MaxUint64, math.MaxUint64 - MaxLinDMASize + 2}
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi2, hlsim.ModelGaudi3} {
+		d := openSim(t, m)
+		for _, size := range sizes {
+			for _, op := range []struct {
+				name string
+				add  func(cb *CB) error
+			}{
+				{"AddLinDMA", func(cb *CB) error { return cb.AddLinDMA(0, 0, size) }},
+				{"AddMemset", func(cb *CB) error { return cb.AddMemset(0, 0, size) }},
+			} {
+				cb, err := d.NewCB(4096)
+				require.NoError(t, err)
+				var addErr error
+				require.NotPanics(t, func() { addErr = op.add(cb) }, "%v %s(%d)", m, op.name, size)
+				require.ErrorIs(t, addErr, ErrCBFull, "%v %s(%d)", m, op.name, size)
+				require.Zero(t, cb.Len(), "nothing appended")
+				require.NoError(t, cb.Close())
+			}
+			cs, err := d.NewCSBuilder(CSOptions{Queues: d.H2DQueues(), CBSize: 4096})
+			require.NoError(t, err)
+			require.False(t, cs.Fits(size), "%v Fits(%d)", m, size)
+			require.Greater(t, cs.Packets(size), cs.Capacity())
+			var addErr error
+			require.NotPanics(t, func() { addErr = cs.AddCopy(0, 0, size) })
+			require.ErrorIs(t, addErr, ErrCBFull)
+			cs.Release(nil)
+		}
+	}
+}
