@@ -125,6 +125,7 @@ type Chunk struct {
 	direct bool
 	pkts   []byte
 	incs   int // packets that advance the channel's completion counter
+	cb     *CB // the command buffer the packets are in
 }
 
 func (c Chunk) raw() hlsys.CSChunk {

@@ -11,9 +11,11 @@ import (
 // CB is a command buffer: packets the device executes from one queue.
 //
 // Gaudi1 uses a kernel CB (CB CREATE, mmapped for filling); a chunk names
-// it by handle. Gaudi2/3 use a user CB: pages from AllocHostPages mapped
+// it by handle. Gaudi2 uses a user CB: pages from AllocHostPages mapped
 // into the device MMU with MapHost; a chunk names it by device VA with
-// CSChunkFlagsUserAllocCB (every Gaudi2 queue is "user CB only").
+// CSChunkFlagsUserAllocCB (every Gaudi2 queue is "user CB only"). A
+// Gaudi3 CB is Go memory whose packets Submit copies into a PDMA
+// channel's ring; Submit refuses a chunk of a closed one (ErrClosed).
 //
 // A CB is filled and submitted by one goroutine at a time, and must not be
 // changed, Reset or closed while a CS that uses it is in flight.
@@ -27,7 +29,7 @@ type CB struct {
 	// Gaudi1 kernel CB
 	handle uint64
 	mapped []byte // the whole mmap
-	// Gaudi2 user CB (va set), Gaudi3 packets for a channel's ring
+	// Gaudi2 user CB (va set)
 	pages []byte
 	va    uint64
 	incs  int // Gaudi3: packets that advance the completion counter
@@ -57,17 +59,14 @@ func (d *Device) NewCB(capacity int) (*CB, error) {
 func (d *Device) newCB(capacity int) (*CB, error) {
 	cb := &CB{d: d, model: d.model}
 	if d.model.direct() {
-		// The packets are copied into a channel's ring at Submit: host
-		// pages the device never reads. The completion writes they carry
-		// need direct mode set up.
+		// The packets are copied into a channel's ring at Submit: memory
+		// the device never reads, so Go memory, which a chunk keeps alive
+		// (pages unmapped at Close would fault a Submit of a stale chunk).
+		// The completion writes they carry need direct mode set up.
 		if err := d.g3.ensure(); err != nil {
 			return nil, err
 		}
-		pages, err := AllocHostPages(uint64(capacity))
-		if err != nil {
-			return nil, err
-		}
-		cb.pages, cb.buf = pages, pages[:capacity:capacity]
+		cb.buf = make([]byte, capacity)
 		return cb, nil
 	}
 	if !d.model.userCB() {
@@ -220,7 +219,7 @@ func (cb *CB) addG3(dst, src, size uint64, memset bool) {
 func (cb *CB) Chunk(queue uint32) Chunk {
 	c := Chunk{Queue: queue, Size: uint32(cb.n)}
 	if cb.model.direct() {
-		c.direct, c.pkts, c.incs = true, cb.buf[:cb.n], cb.incs
+		c.direct, c.pkts, c.incs, c.cb = true, cb.buf[:cb.n], cb.incs, cb
 		return c
 	}
 	if cb.model.userCB() {
@@ -231,7 +230,7 @@ func (cb *CB) Chunk(queue uint32) Chunk {
 	return c
 }
 
-// Close releases the buffer (Gaudi1: munmap + CB DESTROY; Gaudi2/3: UNMAP
+// Close releases the buffer (Gaudi1: munmap + CB DESTROY; Gaudi2: UNMAP
 // + free the pages). A second Close (or Close after Device.Close) returns
 // nil.
 func (cb *CB) Close() error {
@@ -272,9 +271,7 @@ func (cb *CB) destroy() error {
 	op := "destroy command buffer on " + d.Name()
 	cb.buf, cb.n = nil, 0
 	if cb.model.direct() {
-		err := FreeHostPages(cb.pages)
-		cb.pages = nil
-		return err
+		return nil
 	}
 	if !cb.model.userCB() {
 		if d.gone {

@@ -43,6 +43,10 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk) (uint64, error) {
 			return 0, newErr(op(), ErrInvalid, "chunk is not a Gaudi3 command buffer's packets", nil)
 		case len(ch.pkts) > g3MaxChunk:
 			return 0, newErr(op(), ErrInvalid, fmt.Sprintf("%d bytes of packets, a chunk takes at most %d", len(ch.pkts), g3MaxChunk), nil)
+		case ch.cb == nil || ch.cb.d != d:
+			return 0, newErr(op(), ErrInvalid, "chunk of another device's command buffer", nil)
+		case ch.cb.released():
+			return 0, newErr(op(), ErrClosed, "chunk of a closed command buffer", nil)
 		}
 		chans[i] = c
 	}

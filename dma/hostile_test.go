@@ -58,3 +58,46 @@ func TestHugeCopySize(t *testing.T) {
 		}
 	}
 }
+
+// TestGaudi3SubmitForeignChunk: in direct mode Submit copies a chunk's
+// packets from its command buffer. A chunk of a closed CB is refused with
+// ErrClosed (its pages used to be unmapped: the copy faulted and killed
+// the process), one of another Device's CB with ErrInvalid (its packets'
+// completion writes target that device's scratch VA).
+func TestGaudi3SubmitForeignChunk(t *testing.T) {
+	d := openSim(t, hlsim.ModelGaudi3)
+	other := openSim(t, hlsim.ModelGaudi3)
+	m, err := d.AllocDevice(1 << 20)
+	require.NoError(t, err)
+	om, err := other.AllocDevice(1 << 20)
+	require.NoError(t, err)
+	q := d.H2DQueues()[0]
+	for _, tc := range []struct {
+		name  string
+		chunk func() Chunk
+		want  error
+	}{
+		{"closed CB", func() Chunk {
+			cb, err := d.NewCB(4096)
+			require.NoError(t, err)
+			require.NoError(t, cb.AddMemset(m.Addr(), 0, 4096))
+			c := cb.Chunk(q)
+			require.NoError(t, cb.Close())
+			return c
+		}, ErrClosed},
+		{"another device's CB", func() Chunk {
+			cb, err := other.NewCB(4096)
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, cb.Close()) })
+			require.NoError(t, cb.AddMemset(om.Addr(), 0, 4096))
+			return cb.Chunk(q)
+		}, ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := d.Submit([]Chunk{tc.chunk()})
+			require.ErrorIs(t, err, tc.want)
+		})
+	}
+	// The device still works.
+	require.NoError(t, d.MemsetSync(m.Addr(), 0, 4096))
+}
