@@ -27,19 +27,34 @@ func (d *Device) NewCBPool(size, max int) *CBPool {
 }
 
 // Get returns an empty command buffer of the pool's size: a pooled one,
-// or a new one (Device.NewCB).
+// or a new one (Device.NewCB). Once the Device is closed (which releases
+// the pooled CBs) it fails with ErrClosed.
 func (p *CBPool) Get() (*CB, error) {
-	p.mu.Lock()
-	if n := len(p.free); n > 0 {
+	d := p.d
+	// The gate keeps Close from destroying the CB handed out meanwhile.
+	if err := d.enter("get a pooled command buffer on " + d.Name()); err != nil {
+		return nil, err
+	}
+	for {
+		p.mu.Lock()
+		n := len(p.free)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
 		cb := p.free[n-1]
 		p.free[n-1] = nil
 		p.free = p.free[:n-1]
 		p.mu.Unlock()
+		if cb.released() {
+			continue // closed behind the pool's back
+		}
 		cb.Reset()
+		d.leave()
 		return cb, nil
 	}
-	p.mu.Unlock()
-	return p.d.NewCB(p.size)
+	d.leave()
+	return d.NewCB(p.size)
 }
 
 // Put gives back a command buffer from Get that no CS uses any more. It

@@ -2,6 +2,7 @@ package dma
 
 import (
 	"math"
+	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -100,4 +101,43 @@ func TestGaudi3SubmitForeignChunk(t *testing.T) {
 	}
 	// The device still works.
 	require.NoError(t, d.MemsetSync(m.Addr(), 0, 4096))
+}
+
+// TestCBPoolGetAfterDeviceClose: Device.Close releases the CBs a pool
+// holds. Get then fails with ErrClosed (it returned a released CB with no
+// buffer and a nil error), and a Get racing Close does not touch a CB
+// Close is destroying.
+func TestCBPoolGetAfterDeviceClose(t *testing.T) {
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2, hlsim.ModelGaudi3} {
+		t.Run(m.String(), func(t *testing.T) {
+			d := openSim(t, m)
+			p := d.NewCBPool(4096, 4)
+			cb, err := p.Get()
+			require.NoError(t, err)
+			p.Put(cb)
+			require.Equal(t, 1, p.Len())
+			require.NoError(t, d.Close())
+			got, err := p.Get()
+			require.ErrorIs(t, err, ErrClosed)
+			require.Nil(t, got)
+			require.NoError(t, p.Close())
+
+			// Racing: Get either wins (a live CB, emptied) or fails.
+			d = openSim(t, m)
+			p = d.NewCBPool(4096, 4)
+			cb, err = p.Get()
+			require.NoError(t, err)
+			p.Put(cb)
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = d.Close() }()
+			got, err = p.Get()
+			wg.Wait()
+			if err == nil {
+				require.Same(t, cb, got)
+			} else {
+				require.ErrorIs(t, err, ErrClosed)
+			}
+		})
+	}
 }
