@@ -123,7 +123,19 @@ func linDMACount(size uint64) uint64 {
 	return n
 }
 
+// closedErr is the error of adding packets to a released CB (its buffer
+// is gone), nil while it is open.
+func (cb *CB) closedErr(op string) error {
+	if cb.buf == nil {
+		return newErr(op, ErrClosed, "command buffer closed", nil)
+	}
+	return nil
+}
+
 func (cb *CB) checkRange(op string, dst, size uint64) error {
+	if err := cb.closedErr(op); err != nil {
+		return err
+	}
 	if size == 0 {
 		return newErr(op, ErrInvalid, "size 0", nil)
 	}
@@ -191,6 +203,9 @@ func (cb *CB) AddMemset(dst, value, size uint64) error {
 // AddNOP appends a NOP. On Gaudi2 a trailing AddNOP(EB|MB) after the last
 // LIN_DMA makes the completion wait for the DMA engine (gaudi-uapi §7.3).
 func (cb *CB) AddNOP(flags PacketFlags) error {
+	if err := cb.closedErr("add NOP"); err != nil {
+		return err
+	}
 	if cb.Remaining() < NOPSize {
 		return newErr("add NOP", ErrCBFull, "", nil)
 	}

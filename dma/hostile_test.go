@@ -141,3 +141,32 @@ func TestCBPoolGetAfterDeviceClose(t *testing.T) {
 		})
 	}
 }
+
+// TestClosedCBRefusesPackets: adding packets to a closed command buffer
+// (CB.Close or Device.Close) fails with ErrClosed, not ErrCBFull, which
+// tells a caller to start another CB on a Device that is gone.
+func TestClosedCBRefusesPackets(t *testing.T) {
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2, hlsim.ModelGaudi3} {
+		for _, byDevice := range []bool{false, true} {
+			d := openSim(t, m)
+			mem, err := d.AllocDevice(4096)
+			require.NoError(t, err)
+			cb, err := d.NewCB(4096)
+			require.NoError(t, err)
+			if byDevice {
+				require.NoError(t, d.Close())
+			} else {
+				require.NoError(t, cb.Close())
+			}
+			for name, add := range map[string]func() error{
+				"AddLinDMA": func() error { return cb.AddLinDMA(mem.Addr(), mem.Addr(), 64) },
+				"AddMemset": func() error { return cb.AddMemset(mem.Addr(), 0, 64) },
+				"AddNOP":    func() error { return cb.AddNOP(MB) },
+			} {
+				err := add()
+				require.ErrorIs(t, err, ErrClosed, "%v %s (device closed: %v)", m, name, byDevice)
+				require.NotErrorIs(t, err, ErrCBFull)
+			}
+		}
+	}
+}
