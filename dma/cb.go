@@ -19,6 +19,8 @@ import (
 //
 // A CB is filled and submitted by one goroutine at a time, and must not be
 // changed, Reset or closed while a CS that uses it is in flight.
+// Device.Close waits for a change in progress (AddLinDMA, AddMemset,
+// AddNOP, Reset); once the CB is released those fail with ErrClosed.
 type CB struct {
 	d     *Device
 	id    uint64
@@ -100,7 +102,16 @@ func (d *Device) newCB(capacity int) (*CB, error) {
 }
 
 // Reset empties the buffer.
-func (cb *CB) Reset() { cb.n, cb.incs = 0, 0 }
+func (cb *CB) Reset() {
+	if !cb.d.enterFast() {
+		return // Device.Close emptied it
+	}
+	cb.reset()
+	cb.d.leave()
+}
+
+// reset is Reset for a caller that holds the gate.
+func (cb *CB) reset() { cb.n, cb.incs = 0, 0 }
 
 // Len is the number of bytes of packets in the buffer.
 func (cb *CB) Len() int { return cb.n }
@@ -123,19 +134,22 @@ func linDMACount(size uint64) uint64 {
 	return n
 }
 
-// closedErr is the error of adding packets to a released CB (its buffer
-// is gone), nil while it is open.
-func (cb *CB) closedErr(op string) error {
+// enter read-locks the Device's gate for a change to the buffer, so that
+// Device.Close, which releases it (Gaudi1/2: unmaps it), waits for the
+// change; it fails with ErrClosed once the buffer is released. Call
+// cb.d.leave after the change.
+func (cb *CB) enter(op string) error {
+	if !cb.d.enterFast() {
+		return newErr(op, ErrClosed, "device closed", nil)
+	}
 	if cb.buf == nil {
+		cb.d.leave()
 		return newErr(op, ErrClosed, "command buffer closed", nil)
 	}
 	return nil
 }
 
 func (cb *CB) checkRange(op string, dst, size uint64) error {
-	if err := cb.closedErr(op); err != nil {
-		return err
-	}
 	if size == 0 {
 		return newErr(op, ErrInvalid, "size 0", nil)
 	}
@@ -155,6 +169,10 @@ func (cb *CB) checkRange(op string, dst, size uint64) error {
 // not fit, nothing is appended and the error wraps ErrCBFull.
 func (cb *CB) AddLinDMA(dst, src, size uint64) error {
 	const op = "add LIN_DMA"
+	if err := cb.enter(op); err != nil {
+		return err
+	}
+	defer cb.d.leave()
 	if err := cb.checkRange(op, dst, size); err != nil {
 		return err
 	}
@@ -181,6 +199,10 @@ func (cb *CB) AddLinDMA(dst, src, size uint64) error {
 // the 64-bit pattern value (see EncodeMemset), split like AddLinDMA.
 func (cb *CB) AddMemset(dst, value, size uint64) error {
 	const op = "add LIN_DMA memset"
+	if err := cb.enter(op); err != nil {
+		return err
+	}
+	defer cb.d.leave()
 	if err := cb.checkRange(op, dst, size); err != nil {
 		return err
 	}
@@ -203,9 +225,10 @@ func (cb *CB) AddMemset(dst, value, size uint64) error {
 // AddNOP appends a NOP. On Gaudi2 a trailing AddNOP(EB|MB) after the last
 // LIN_DMA makes the completion wait for the DMA engine (gaudi-uapi §7.3).
 func (cb *CB) AddNOP(flags PacketFlags) error {
-	if err := cb.closedErr("add NOP"); err != nil {
+	if err := cb.enter("add NOP"); err != nil {
 		return err
 	}
+	defer cb.d.leave()
 	if cb.Remaining() < NOPSize {
 		return newErr("add NOP", ErrCBFull, "", nil)
 	}

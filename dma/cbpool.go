@@ -49,7 +49,7 @@ func (p *CBPool) Get() (*CB, error) {
 		if cb.released() {
 			continue // closed behind the pool's back
 		}
-		cb.Reset()
+		cb.reset()
 		d.leave()
 		return cb, nil
 	}

@@ -1,6 +1,7 @@
 package dma
 
 import (
+	"errors"
 	"math"
 	"sync"
 	"testing"
@@ -168,5 +169,41 @@ func TestClosedCBRefusesPackets(t *testing.T) {
 				require.NotErrorIs(t, err, ErrCBFull)
 			}
 		}
+	}
+}
+
+// TestCBFillDuringDeviceClose: a goroutine filling a command buffer while
+// another closes the Device. Close releases the CB (Gaudi1 munmaps the
+// kernel CB, Gaudi2 unmaps and frees its pages): filling it then faulted
+// and killed the process. Close waits for a fill in progress; later fills
+// fail with ErrClosed.
+func TestCBFillDuringDeviceClose(t *testing.T) {
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2, hlsim.ModelGaudi3} {
+		t.Run(m.String(), func(t *testing.T) {
+			for range 100 {
+				d := openSim(t, m)
+				cb, err := d.NewCB(1 << 20)
+				require.NoError(t, err)
+				done := make(chan error, 1)
+				go func() {
+					for {
+						err := cb.AddLinDMA(0x1000, 0x2000, 64)
+						if err == nil {
+							err = cb.AddNOP(0)
+						}
+						switch {
+						case err == nil:
+						case errors.Is(err, ErrCBFull):
+							cb.Reset()
+						default:
+							done <- err
+							return
+						}
+					}
+				}()
+				require.NoError(t, d.Close())
+				require.ErrorIs(t, <-done, ErrClosed)
+			}
+		})
 	}
 }

@@ -125,9 +125,9 @@ func decodeLinDMAs(t *testing.T, b []byte) []pkt {
 	return out
 }
 
-// testCB is a CB with a plain buffer: encoding only, no device.
+// testCB is a CB with a plain buffer on a bare Device: encoding only.
 func testCB(m Model, capacity int) *CB {
-	return &CB{model: m, buf: make([]byte, capacity), va: 0xfff0_0000_1000, handle: 0x1000_0000_0000_5000}
+	return &CB{d: &Device{}, model: m, buf: make([]byte, capacity), va: 0xfff0_0000_1000, handle: 0x1000_0000_0000_5000}
 }
 
 func TestCBSplit5GiB(t *testing.T) {
