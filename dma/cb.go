@@ -3,6 +3,8 @@ package dma
 import (
 	"fmt"
 	"os"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/gxfer/gxfer/internal/gaudi3"
 	"github.com/gxfer/gxfer/internal/hlsys"
@@ -37,6 +39,9 @@ type CB struct {
 	incs  int // Gaudi3: packets that advance the completion counter
 
 	done bool // guarded by d.mu
+	// use counts the changes in progress (enter, leave); release sets
+	// cbReleased in it and waits for them before it unmaps the buffer.
+	use atomic.Int32
 }
 
 // NewCB creates a command buffer that holds capacity bytes of packets
@@ -103,11 +108,11 @@ func (d *Device) newCB(capacity int) (*CB, error) {
 
 // Reset empties the buffer.
 func (cb *CB) Reset() {
-	if !cb.d.enterFast() {
-		return // Device.Close emptied it
+	if cb.enter("reset") != nil {
+		return // released: Close emptied it
 	}
 	cb.reset()
-	cb.d.leave()
+	cb.leave()
 }
 
 // reset is Reset for a caller that holds the gate.
@@ -134,19 +139,40 @@ func linDMACount(size uint64) uint64 {
 	return n
 }
 
-// enter read-locks the Device's gate for a change to the buffer, so that
-// Device.Close, which releases it (Gaudi1/2: unmaps it), waits for the
-// change; it fails with ErrClosed once the buffer is released. Call
-// cb.d.leave after the change.
+// enter marks a change to the buffer in progress, so that its release
+// (CB.Close, Device.Close: Gaudi1/2 unmap it) waits for the change; it
+// fails with ErrClosed once the buffer is released. Call cb.leave after
+// the change. The count is the CB's own: a change touches no cache line
+// another core writes.
 func (cb *CB) enter(op string) error {
-	if !cb.d.enterFast() {
-		return newErr(op, ErrClosed, "device closed", nil)
-	}
-	if cb.buf == nil {
-		cb.d.leave()
+	if cb.use.Add(1) >= cbReleased {
+		cb.use.Add(-1)
 		return newErr(op, ErrClosed, "command buffer closed", nil)
 	}
 	return nil
+}
+
+func (cb *CB) leave() { cb.use.Add(-1) }
+
+// released reports whether the buffer was released (CB.Close or
+// Device.Close).
+func (cb *CB) released() bool { return cb.use.Load() >= cbReleased }
+
+// cbReleased is the bit of CB.use that release sets.
+const cbReleased = 1 << 30
+
+// markReleased sets cbReleased (once) and waits for the changes begun
+// before it: later ones see it and fail.
+func (cb *CB) markReleased() {
+	for {
+		u := cb.use.Load()
+		if u >= cbReleased || cb.use.CompareAndSwap(u, u+cbReleased) {
+			break
+		}
+	}
+	for cb.use.Load() != cbReleased {
+		runtime.Gosched()
+	}
 }
 
 func (cb *CB) checkRange(op string, dst, size uint64) error {
@@ -172,7 +198,7 @@ func (cb *CB) AddLinDMA(dst, src, size uint64) error {
 	if err := cb.enter(op); err != nil {
 		return err
 	}
-	defer cb.d.leave()
+	defer cb.leave()
 	if err := cb.checkRange(op, dst, size); err != nil {
 		return err
 	}
@@ -202,7 +228,7 @@ func (cb *CB) AddMemset(dst, value, size uint64) error {
 	if err := cb.enter(op); err != nil {
 		return err
 	}
-	defer cb.d.leave()
+	defer cb.leave()
 	if err := cb.checkRange(op, dst, size); err != nil {
 		return err
 	}
@@ -228,7 +254,7 @@ func (cb *CB) AddNOP(flags PacketFlags) error {
 	if err := cb.enter("add NOP"); err != nil {
 		return err
 	}
-	defer cb.d.leave()
+	defer cb.leave()
 	if cb.Remaining() < NOPSize {
 		return newErr("add NOP", ErrCBFull, "", nil)
 	}
@@ -307,6 +333,7 @@ func (cb *CB) release() error {
 func (cb *CB) destroy() error {
 	d := cb.d
 	op := "destroy command buffer on " + d.Name()
+	cb.markReleased()
 	cb.buf, cb.n = nil, 0
 	if cb.model.direct() {
 		return nil

@@ -30,11 +30,6 @@ func (d *Device) NewCBPool(size, max int) *CBPool {
 // or a new one (Device.NewCB). Once the Device is closed (which releases
 // the pooled CBs) it fails with ErrClosed.
 func (p *CBPool) Get() (*CB, error) {
-	d := p.d
-	// The gate keeps Close from destroying the CB handed out meanwhile.
-	if err := d.enter("get a pooled command buffer on " + d.Name()); err != nil {
-		return nil, err
-	}
 	for {
 		p.mu.Lock()
 		n := len(p.free)
@@ -46,15 +41,14 @@ func (p *CBPool) Get() (*CB, error) {
 		p.free[n-1] = nil
 		p.free = p.free[:n-1]
 		p.mu.Unlock()
-		if cb.released() {
-			continue // closed behind the pool's back
+		if cb.enter("reset") != nil {
+			continue // released (Device.Close, or closed behind the pool's back)
 		}
 		cb.reset()
-		d.leave()
+		cb.leave()
 		return cb, nil
 	}
-	d.leave()
-	return d.NewCB(p.size)
+	return p.d.NewCB(p.size)
 }
 
 // Put gives back a command buffer from Get that no CS uses any more. It
@@ -98,11 +92,4 @@ func (p *CBPool) Close() error {
 		errs = append(errs, cb.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// released reports whether the CB was closed (by CB.Close or Device.Close).
-func (cb *CB) released() bool {
-	cb.d.mu.Lock()
-	defer cb.d.mu.Unlock()
-	return cb.done
 }

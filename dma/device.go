@@ -536,6 +536,13 @@ func (d *Device) close(running bool) error {
 	d.mu.Unlock()
 	slices.SortFunc(live, func(a, b entry) int { return cmp.Compare(b.id, a.id) }) // newest first
 
+	// Fills of the CBs in progress end first (a Gaudi3 fill reads the
+	// direct-mode state g3.close clears); later ones fail.
+	for _, e := range live {
+		if cb, ok := e.r.(*CB); ok {
+			cb.markReleased()
+		}
+	}
 	d.g3.close() // its rings and blocks first: nothing may run into freed memory
 	var errs []error
 	closeBackend := func() {
