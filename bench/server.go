@@ -355,7 +355,13 @@ func (ss *session) run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, ss.cleanup()) }()
 	ss.s.logf("# %s connected", ss.who)
 	for {
-		m, err := ss.c.recv(0)
+		// The hello must come first, and soon: until then the client is
+		// not identified, and it holds the server (one client at a time).
+		timeout := time.Duration(0)
+		if ss.requests == 0 {
+			timeout = firstRequestTimeout
+		}
+		m, err := ss.c.recv(timeout)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -366,6 +372,11 @@ func (ss *session) run(ctx context.Context) (err error) {
 			return err
 		}
 		ss.requests++
+		if ss.requests == 1 && m.Op != opHello {
+			r := refusal("%q before hello: say hello first", m.Op)
+			_ = ss.c.send(r, refuseTimeout)
+			return errors.New(r.Error)
+		}
 		r := ss.handle(ctx, m)
 		if err := ss.c.send(r, ctlTimeout); err != nil {
 			return err
@@ -637,6 +648,10 @@ func (r *responder) seqPtr(b *engine.Buffer) *uint64 {
 
 // refuseTimeout bounds the exchange with a client the server refuses.
 const refuseTimeout = 2 * time.Second
+
+// firstRequestTimeout bounds the wait for a client's hello: a client
+// that connects and says nothing is dropped, not served forever.
+var firstRequestTimeout = helloTimeout
 
 // idleTimeout ends a responder whose client stopped sending.
 var idleTimeout = 30 * time.Second

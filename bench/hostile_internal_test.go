@@ -1,0 +1,108 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/engine"
+)
+
+// startRawServer starts a perf server over tcp on 127.0.0.1 with its own
+// engine; Cleanup stops it.
+func startRawServer(t *testing.T) (*Server, *engine.Engine) {
+	t.Helper()
+	srvEng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	srv, err := Listen(srvEng, ServerConfig{TCP: "127.0.0.1:0"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, srvEng.Close())
+	})
+	return srv, srvEng
+}
+
+// rawCtl is a hand-driven control connection.
+type rawCtl struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+func dialRaw(t *testing.T, srv *Server) *rawCtl {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(srv.Addr(), "tcp:"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return &rawCtl{c: c, r: bufio.NewReader(c)}
+}
+
+// call sends line and returns the reply (nil: the server closed the
+// connection).
+func (r *rawCtl) call(t *testing.T, line string) *ctlMsg {
+	t.Helper()
+	require.NoError(t, r.c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err := r.c.Write([]byte(line + "\n"))
+	require.NoError(t, err)
+	b, err := r.r.ReadBytes('\n')
+	if err != nil {
+		return nil
+	}
+	var m ctlMsg
+	require.NoError(t, json.Unmarshal(b, &m))
+	return &m
+}
+
+// TestServerRequestsBeforeHello: a client that has not said hello (no
+// version check, over tcp no pid) is refused whatever it asks, and the
+// session ends.
+func TestServerRequestsBeforeHello(t *testing.T) {
+	for _, line := range []string{
+		`{"op":"alloc","mem":"host","size":64}`,
+		`{"op":"attach"}`,
+		`{"op":"verify","buf":1}`,
+		`{"op":"pingpong_end"}`,
+		`{"op":"bye"}`,
+	} {
+		t.Run(line, func(t *testing.T) {
+			srv, _ := startRawServer(t)
+			c := dialRaw(t, srv)
+			r := c.call(t, line)
+			require.NotNil(t, r)
+			require.Contains(t, r.Error, "hello first")
+			require.Nil(t, c.call(t, `{"op":"hello","version":1,"pid":1}`), "the session is over")
+		})
+	}
+}
+
+// TestServerSilentClient: a client that connects and never says hello
+// does not hold the server: it is dropped after firstRequestTimeout and
+// the next client is served.
+func TestServerSilentClient(t *testing.T) {
+	saved := firstRequestTimeout
+	firstRequestTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { firstRequestTimeout = saved })
+	srv, _ := startRawServer(t)
+	silent := dialRaw(t, srv) // connects, never says a word
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	require.Eventually(t, func() bool {
+		p, err := DialPeerTCP(context.Background(), eng, strings.TrimPrefix(srv.Addr(), "tcp:"))
+		if err != nil {
+			return false
+		}
+		return p.Close() == nil
+	}, 10*time.Second, 50*time.Millisecond, "the silent client still holds the server")
+	require.Nil(t, silent.call(t, `{"op":"hello","version":1,"pid":1}`), "the silent client was dropped")
+}
