@@ -106,3 +106,54 @@ func TestServerSilentClient(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "the silent client still holds the server")
 	require.Nil(t, silent.call(t, `{"op":"hello","version":1,"pid":1}`), "the silent client was dropped")
 }
+
+// TestServerCapsBuffers: one client cannot have the server allocate
+// buffers without bound (each host buffer is a memfd and its memory).
+func TestServerCapsBuffers(t *testing.T) {
+	srv, _ := startRawServer(t)
+	c := dialRaw(t, srv)
+	require.Empty(t, c.call(t, `{"op":"hello","version":1,"pid":1}`).Error)
+	n := 0
+	for ; n < 1000; n++ {
+		r := c.call(t, `{"op":"alloc","mem":"host","size":1}`)
+		require.NotNil(t, r)
+		if r.Error != "" {
+			require.Contains(t, r.Error, "too many buffers")
+			break
+		}
+	}
+	require.Equal(t, 64, n, "buffers allocated before the refusal")
+	// Freeing one makes room for one.
+	require.Empty(t, c.call(t, `{"op":"free","buf":1}`).Error)
+	require.Empty(t, c.call(t, `{"op":"alloc","mem":"host","size":1}`).Error)
+	require.NotEmpty(t, c.call(t, `{"op":"alloc","mem":"host","size":1}`).Error)
+}
+
+// TestServerCapsBufferBytes: nor buffers of more than maxSessionBytes in
+// all.
+func TestServerCapsBufferBytes(t *testing.T) {
+	saved := maxSessionBytes
+	maxSessionBytes = 1000
+	t.Cleanup(func() { maxSessionBytes = saved })
+	srv, _ := startRawServer(t)
+	c := dialRaw(t, srv)
+	require.Empty(t, c.call(t, `{"op":"hello","version":1,"pid":1}`).Error)
+	for _, tc := range []struct {
+		req, refused string
+	}{
+		{`{"op":"alloc","mem":"host","size":600}`, ""},
+		{`{"op":"alloc","mem":"host","size":401}`, "would exceed"},
+		{`{"op":"alloc","mem":"host","size":400}`, ""},
+		{`{"op":"alloc","mem":"host","size":1}`, "would exceed"},
+		{`{"op":"free","buf":1}`, ""},
+		{`{"op":"alloc","mem":"host","size":600}`, ""},
+	} {
+		r := c.call(t, tc.req)
+		require.NotNil(t, r, tc.req)
+		if tc.refused == "" {
+			require.Empty(t, r.Error, tc.req)
+		} else {
+			require.Contains(t, r.Error, tc.refused, tc.req)
+		}
+	}
+}

@@ -334,6 +334,7 @@ type session struct {
 	who      string // "client pid 123", "client pid 123 at 10.0.0.2:41000"
 	ep       *engine.Endpoint
 	bufs     map[uint64]*srvBuf
+	bytes    int // the size of bufs' buffers, summed
 	nextID   uint64
 	requests int
 	resp     *responder
@@ -455,6 +456,13 @@ func (ss *session) handle(ctx context.Context, m *ctlMsg) *ctlMsg {
 		if m.Size <= 0 || m.Size > MaxSize {
 			return refusal("bad size %d (want 1..%d)", m.Size, MaxSize)
 		}
+		if len(ss.bufs) >= maxSessionBufs {
+			return refusal("too many buffers: %d allocated (max %d); free one first", len(ss.bufs), maxSessionBufs)
+		}
+		if ss.bytes+m.Size > maxSessionBytes {
+			return refusal("too many buffers: %s allocated, %s more would exceed %s; free one first",
+				FormatSize(ss.bytes), FormatSize(m.Size), FormatSize(maxSessionBytes))
+		}
 		loc := engine.Host
 		switch m.Mem {
 		case Host:
@@ -481,6 +489,7 @@ func (ss *session) handle(ctx context.Context, m *ctlMsg) *ctlMsg {
 		}
 		ss.nextID++
 		ss.bufs[ss.nextID] = &srvBuf{b: b, seed: m.Seed}
+		ss.bytes += m.Size
 		return &ctlMsg{Buf: ss.nextID, Key: k.Bytes()}
 	case opFree:
 		b, ok := ss.bufs[m.Buf]
@@ -491,6 +500,7 @@ func (ss *session) handle(ctx context.Context, m *ctlMsg) *ctlMsg {
 			return refusal("buffer %d is in use by the ping-pong", m.Buf)
 		}
 		delete(ss.bufs, m.Buf)
+		ss.bytes -= b.b.Size()
 		if err := b.b.Free(); err != nil {
 			return refusal("free: %v", err)
 		}
@@ -563,6 +573,12 @@ func (ss *session) ours(peer string) bool {
 
 // refuseTimeout bounds the exchange with a client the server refuses.
 const refuseTimeout = 2 * time.Second
+
+// A session holds at most maxSessionBufs buffers of maxSessionBytes in
+// all: a client needs one or two at a time (see newRMA, newPingPong).
+const maxSessionBufs = 64
+
+var maxSessionBytes = 2 * MaxSize
 
 // firstRequestTimeout bounds the wait for a client's hello: a client
 // that connects and says nothing is dropped, not served forever.
