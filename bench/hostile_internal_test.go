@@ -157,3 +157,41 @@ func TestServerCapsBufferBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestServerAttachClosesStrayEndpoints: endpoints another process opened
+// to the server's engine, passed over while a session looks for its
+// client's, are closed, not left open.
+func TestServerAttachClosesStrayEndpoints(t *testing.T) {
+	srvEng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer srvEng.Close()
+	srv, err := Listen(srvEng, ServerConfig{TCP: "127.0.0.1:0"})
+	require.NoError(t, err)
+	defer srv.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	sc, err := l.Accept()
+	require.NoError(t, err)
+	defer sc.Close()
+	ss := &session{s: srv, c: newCtlConn(sc, "client"), pid: -1} // no endpoint is ours
+
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	stray, err := eng.Dial(context.Background(), "tcp", srv.EngineAddr())
+	require.NoError(t, err)
+	defer stray.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = ss.accept(ctx)
+	require.ErrorContains(t, err, "no engine endpoint")
+	select {
+	case <-stray.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stray endpoint the server passed over is still open")
+	}
+}

@@ -539,7 +539,8 @@ func (ss *session) accept(ctx context.Context) (*engine.Endpoint, error) {
 		}
 		select {
 		case <-ep.Done():
-			continue // a previous client's, already closed
+			_ = ep.Close() // a previous client's, already closed
+			continue
 		default:
 		}
 		if ss.ours(ep.Peer()) {
@@ -549,6 +550,9 @@ func (ss *session) accept(ctx context.Context) (*engine.Endpoint, error) {
 			}
 			return ep, nil
 		}
+		// Not this session's client: no session will take it.
+		ss.s.logf("# %s: closed an engine endpoint from %s", ss.who, ep.Peer())
+		_ = ep.Close()
 	}
 }
 
