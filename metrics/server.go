@@ -24,6 +24,10 @@ type Server struct {
 	closeErr error
 }
 
+// idleTimeout closes a connection that has had no request for this long
+// (without it, net/http keeps an idle keep-alive connection open forever).
+var idleTimeout = 30 * time.Second
+
 // Serve listens on the TCP address addr ("127.0.0.1:9464"; port 0 picks
 // one: see Addr) and serves g at /metrics until Close. Errors of the
 // collectors are reported in the scrape (promhttp.ContinueOnError), a
@@ -35,7 +39,7 @@ func Serve(addr string, g prometheus.Gatherer) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	s := &Server{ln: ln, done: make(chan struct{}), srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	s := &Server{ln: ln, done: make(chan struct{}), srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout}}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
