@@ -49,11 +49,9 @@ func FuzzCtlRecv(f *testing.F) {
 	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
 	require.NoError(f, err)
 	f.Cleanup(func() { _ = eng.Close() })
-	saved := maxSessionBytes
-	maxSessionBytes = 1 << 20 // no fuzz input allocates more
-	f.Cleanup(func() { maxSessionBytes = saved })
 	srv, err := Listen(eng, ServerConfig{TCP: "127.0.0.1:0"}) // not served: handle is called directly
 	require.NoError(f, err)
+	srv.maxBytes = 1 << 20 // no fuzz input allocates more
 	f.Cleanup(func() { _ = srv.Close() })
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := newCtlConn(&bytesConn{r: bytes.NewReader(data)}, "fuzz")
@@ -70,7 +68,7 @@ func FuzzCtlRecv(f *testing.F) {
 			r := ss.handle(context.Background(), m)
 			require.NotNil(t, r)
 			require.LessOrEqual(t, len(ss.bufs), maxSessionBufs)
-			require.LessOrEqual(t, ss.bytes, maxSessionBytes)
+			require.LessOrEqual(t, ss.bytes, srv.maxBytes)
 		}
 	})
 }

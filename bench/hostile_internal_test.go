@@ -16,12 +16,15 @@ import (
 
 // startRawServer starts a perf server over tcp on 127.0.0.1 with its own
 // engine; Cleanup stops it.
-func startRawServer(t *testing.T) (*Server, *engine.Engine) {
+func startRawServer(t *testing.T, tune ...func(*Server)) (*Server, *engine.Engine) {
 	t.Helper()
 	srvEng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
 	require.NoError(t, err)
 	srv, err := Listen(srvEng, ServerConfig{TCP: "127.0.0.1:0"})
 	require.NoError(t, err)
+	for _, f := range tune {
+		f(srv)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
@@ -86,13 +89,10 @@ func TestServerRequestsBeforeHello(t *testing.T) {
 }
 
 // TestServerSilentClient: a client that connects and never says hello
-// does not hold the server: it is dropped after firstRequestTimeout and
+// does not hold the server: it is dropped after the server's helloWait and
 // the next client is served.
 func TestServerSilentClient(t *testing.T) {
-	saved := firstRequestTimeout
-	firstRequestTimeout = 200 * time.Millisecond
-	t.Cleanup(func() { firstRequestTimeout = saved })
-	srv, _ := startRawServer(t)
+	srv, _ := startRawServer(t, func(s *Server) { s.helloWait = 200 * time.Millisecond })
 	silent := dialRaw(t, srv) // connects, never says a word
 	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
 	require.NoError(t, err)
@@ -129,13 +129,10 @@ func TestServerCapsBuffers(t *testing.T) {
 	require.NotEmpty(t, c.call(t, `{"op":"alloc","mem":"host","size":1}`).Error)
 }
 
-// TestServerCapsBufferBytes: nor buffers of more than maxSessionBytes in
+// TestServerCapsBufferBytes: nor buffers of more than the server's maxBytes in
 // all.
 func TestServerCapsBufferBytes(t *testing.T) {
-	saved := maxSessionBytes
-	maxSessionBytes = 1000
-	t.Cleanup(func() { maxSessionBytes = saved })
-	srv, _ := startRawServer(t)
+	srv, _ := startRawServer(t, func(s *Server) { s.maxBytes = 1000 })
 	c := dialRaw(t, srv)
 	require.Empty(t, c.call(t, `{"op":"hello","version":1,"pid":1}`).Error)
 	for _, tc := range []struct {

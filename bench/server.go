@@ -61,6 +61,12 @@ type Server struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// helloWait bounds the wait for a client's hello and maxBytes the
+	// bytes a session may allocate (helloTimeout, maxSessionBytes; tests
+	// change them before Serve).
+	helloWait time.Duration
+	maxBytes  int
 }
 
 // Listen starts a perf server on eng: it creates the engine socket and the
@@ -85,7 +91,7 @@ func Listen(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	s := &Server{eng: eng, cfg: cfg}
+	s := &Server{eng: eng, cfg: cfg, helloWait: helloTimeout, maxBytes: maxSessionBytes}
 	if s.ln, err = eng.Listen("unix", cfg.Path); err != nil {
 		return nil, fmt.Errorf("perf server: %w", err)
 	}
@@ -132,7 +138,7 @@ func listenTCP(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
 			_ = l.Close()
 		}
 	}()
-	s := &Server{eng: eng, cfg: cfg, ctl: l, tcp: true, rdma: cfg.RDMA}
+	s := &Server{eng: eng, cfg: cfg, ctl: l, tcp: true, rdma: cfg.RDMA, helloWait: helloTimeout, maxBytes: maxSessionBytes}
 	ip := l.Addr().(*net.TCPAddr).IP.String()
 	if s.ln, err = eng.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
 		return nil, fmt.Errorf("perf server: engine: %w", err)
@@ -357,7 +363,7 @@ func (ss *session) run(ctx context.Context) (err error) {
 		// not identified, and it holds the server (one client at a time).
 		timeout := time.Duration(0)
 		if ss.requests == 0 {
-			timeout = firstRequestTimeout
+			timeout = ss.s.helloWait
 		}
 		m, err := ss.c.recv(timeout)
 		if err != nil {
@@ -459,9 +465,9 @@ func (ss *session) handle(ctx context.Context, m *ctlMsg) *ctlMsg {
 		if len(ss.bufs) >= maxSessionBufs {
 			return refusal("too many buffers: %d allocated (max %d); free one first", len(ss.bufs), maxSessionBufs)
 		}
-		if ss.bytes+m.Size > maxSessionBytes {
+		if ss.bytes+m.Size > ss.s.maxBytes {
 			return refusal("too many buffers: %s allocated, %s more would exceed %s; free one first",
-				FormatSize(ss.bytes), FormatSize(m.Size), FormatSize(maxSessionBytes))
+				FormatSize(ss.bytes), FormatSize(m.Size), FormatSize(ss.s.maxBytes))
 		}
 		loc := engine.Host
 		switch m.Mem {
@@ -582,8 +588,4 @@ const refuseTimeout = 2 * time.Second
 // all: a client needs one or two at a time (see newRMA, newPingPong).
 const maxSessionBufs = 64
 
-var maxSessionBytes = 2 * MaxSize
-
-// firstRequestTimeout bounds the wait for a client's hello: a client
-// that connects and says nothing is dropped, not served forever.
-var firstRequestTimeout = helloTimeout
+const maxSessionBytes = 2 * MaxSize

@@ -17,11 +17,8 @@ import (
 // its connection open without another request does not hold it (and a
 // goroutine and a descriptor of the server) forever.
 func TestServerClosesIdleConnections(t *testing.T) {
-	saved := idleTimeout
-	idleTimeout = 200 * time.Millisecond
-	defer func() { idleTimeout = saved }()
 	wait := 5 * time.Second
-	s, err := Serve("127.0.0.1:0", prometheus.NewRegistry())
+	s, err := serve("127.0.0.1:0", prometheus.NewRegistry(), 200*time.Millisecond)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	c, err := net.Dial("tcp", s.Addr())
