@@ -115,7 +115,7 @@ func (cb *CB) Reset() {
 	cb.leave()
 }
 
-// reset is Reset for a caller that holds the gate.
+// reset is Reset for a caller that marked the change (enter).
 func (cb *CB) reset() { cb.n, cb.incs = 0, 0 }
 
 // Len is the number of bytes of packets in the buffer.
