@@ -86,8 +86,9 @@ type Config struct {
 	MaxRegions int
 	MaxBytes   uint64
 	// NegativeTTL is how long a range that failed to register is
-	// remembered; a Get inside it fails with a cached RegisterError without
-	// calling the Registrar. 0 means the default (100ms), < 0 disables.
+	// remembered; a Get of the same aligned range fails with a cached
+	// RegisterError without calling the Registrar (see Cache.Get). 0
+	// means the default (100ms), < 0 disables.
 	NegativeTTL time.Duration
 	// Logger receives the cache's logs. The zero value discards them.
 	Logger zerolog.Logger
@@ -210,9 +211,11 @@ func New(cfg Config) (*Cache, error) {
 // holding them keep valid registrations until they Put them.
 //
 // A failed registration returns a [*RegisterError]. The failed range is
-// remembered for Config.NegativeTTL, and a later Get inside it asking for at
-// least the same access fails with a cached RegisterError (matching
-// [ErrRecentlyFailed]) without calling the Registrar.
+// remembered for Config.NegativeTTL, and a later Get whose aligned range is
+// the same, asking for at least the same access, fails with a cached
+// RegisterError (matching [ErrRecentlyFailed]) without calling the
+// Registrar. A Get of a smaller range inside it is tried: the failure may
+// come from a page that range does not touch.
 //
 // Get returns ErrInvalid for a zero length or a range that wraps around the
 // address space, and ErrClosed after Close.
@@ -252,7 +255,7 @@ func (c *Cache) getSlow(addr, end uint64, access Access) (*Region, error) {
 		c.hint(addr, r)
 		return r, nil
 	}
-	if err := c.neg.lookup(addr, end, access, c.now()); err != nil {
+	if err := c.neg.lookup(addr&^(c.align-1), (end+c.align-1)&^(c.align-1), access, c.now()); err != nil {
 		c.st.NegativeHits++
 		return nil, err
 	}

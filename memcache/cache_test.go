@@ -244,7 +244,7 @@ func TestNegativeCache(t *testing.T) {
 	require.Equal(t, []uint64{3 * pg, pg}, []uint64{re.Addr, re.Len})
 	require.Equal(t, 1, f.fails)
 
-	// Within the failed range, asking for at least the same access: cached.
+	// The same aligned range, asking for at least the same access: cached.
 	_, err = c.Get(3*pg+100, 1, AccessRead|AccessWrite|AccessRemoteRead)
 	require.ErrorIs(t, err, ErrRecentlyFailed)
 	require.ErrorIs(t, err, errBadPage, "wraps the original error")
@@ -253,7 +253,7 @@ func TestNegativeCache(t *testing.T) {
 	require.Equal(t, 1, f.fails, "registrar not called")
 	require.Contains(t, err.Error(), "failed recently")
 
-	// Less access, or a range not inside: the registrar is asked again.
+	// Less access, or another range: the registrar is asked again.
 	_, err = c.Get(3*pg, 1, AccessRead)
 	require.NotErrorIs(t, err, ErrRecentlyFailed)
 	require.Equal(t, 2, f.fails)

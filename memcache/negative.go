@@ -22,11 +22,13 @@ type negCache struct {
 	entries []negEntry    // oldest first
 }
 
-// lookup returns a cached error if [addr, end) lies inside a remembered
-// range whose failed access is a subset of access (asking for at least as
-// much would fail again; asking for less might not). Expired entries are
-// dropped on the way.
-func (n *negCache) lookup(addr, end uint64, access Access, now time.Time) error {
+// lookup returns a cached error if the aligned request [start, end) is a
+// remembered range whose failed access is a subset of access (asking for at
+// least as much would fail again; asking for less might not). A request
+// inside a failed range is tried: another caller's larger range may have
+// failed on a page this request does not touch, and must not lock it out.
+// Expired entries are dropped on the way.
+func (n *negCache) lookup(start, end uint64, access Access, now time.Time) error {
 	if len(n.entries) == 0 {
 		return nil
 	}
@@ -37,7 +39,7 @@ func (n *negCache) lookup(addr, end uint64, access Access, now time.Time) error 
 			continue
 		}
 		live = append(live, e)
-		if hit == nil && addr >= e.start && end <= e.end && access&e.access == e.access {
+		if hit == nil && start == e.start && end == e.end && access&e.access == e.access {
 			hit = &live[len(live)-1]
 		}
 	}
