@@ -138,8 +138,14 @@ func (b *Buffer) Slice(off, n int) Slice {
 	return s
 }
 
-// All returns the whole buffer as a Slice.
-func (b *Buffer) All() Slice { return b.Slice(0, int(b.Size())) }
+// All returns the whole buffer as a Slice (of a nil buffer: an invalid
+// Slice, as Slice's).
+func (b *Buffer) All() Slice {
+	if b == nil {
+		return b.Slice(0, 0)
+	}
+	return b.Slice(0, int(b.Size()))
+}
 
 // acquire counts an operation in flight; it fails once the buffer is freed.
 func (b *Buffer) acquire() error {
