@@ -286,13 +286,10 @@ func (c *Chan) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wire.F
 	if err := c.Expect(id, func(f wire.Frame, err error) { ch <- reply{f, err} }); err != nil {
 		return wire.Frame{}, err
 	}
-	if err := c.c.SendCtx(ctx, m); err != nil {
+	if byCtx, _, err := c.sendCtx(ctx, m); err != nil {
 		c.Forget(id)
-		if errors.Is(err, wire.ErrBroken) { // part of it went out: the stream is out of step
-			c.Fail(c.SendErr(err))
-		}
-		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
-			return wire.Frame{}, cerr
+		if byCtx {
+			return wire.Frame{}, ctx.Err()
 		}
 		return wire.Frame{}, c.SendErr(err)
 	}
@@ -306,6 +303,22 @@ func (c *Chan) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wire.F
 		}
 		return wire.Frame{}, ctx.Err()
 	}
+}
+
+// sendCtx sends m within ctx (wire.Conn.SendCtx) and sorts out a
+// failure: byCtx when ctx ended it (the error then wraps ctx's), broken
+// when part of the frame went out. A broken stream is out of step: the
+// channel fails here. Ended by ctx and not broken, nothing went out and
+// the channel stays up.
+func (c *Chan) sendCtx(ctx context.Context, m wire.Message) (byCtx, broken bool, err error) {
+	if err = c.c.SendCtx(ctx, m); err == nil {
+		return false, false, nil
+	}
+	if broken = errors.Is(err, wire.ErrBroken); broken {
+		c.Fail(c.SendErr(err))
+	}
+	cerr := ctx.Err()
+	return cerr != nil && errors.Is(err, cerr), broken, err
 }
 
 // Serve runs fn on a goroutine (the Env's) within MaxServing requests in

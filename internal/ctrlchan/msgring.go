@@ -172,19 +172,19 @@ func (c *Chan) ringSend(ctx context.Context, b []byte) (done bool, err error) {
 	m.outB.Add(uint64(len(b)))
 	if bell {
 		m.bells.Add(1)
-		if err := c.c.SendCtx(ctx, &wire.MsgBell{}); err != nil {
-			cerr := ctx.Err()
-			if cerr != nil && errors.Is(err, cerr) && !errors.Is(err, wire.ErrBroken) {
-				// Nothing went out: the writer rings once the peer reads.
-				if err := c.QueueReply(&wire.MsgBell{}); err != nil {
-					c.Fail(c.PeerErr("message bell", err))
-				}
-			} else {
-				// The peer's parked Recv would never wake (its flag is
-				// cleared): the channel fails, and the peer, seeing it,
-				// takes the messages left in its ring (msgFailed).
-				c.Fail(c.SendErr(err))
+		byCtx, broken, err := c.sendCtx(ctx, &wire.MsgBell{})
+		switch {
+		case err == nil || broken: // broken: sendCtx failed the channel
+		case byCtx:
+			// Nothing went out: the writer rings once the peer reads.
+			if err := c.QueueReply(&wire.MsgBell{}); err != nil {
+				c.Fail(c.PeerErr("message bell", err))
 			}
+		default:
+			// The peer's parked Recv would never wake (its flag is
+			// cleared): the channel fails, and the peer, seeing it,
+			// takes the messages left in its ring (msgFailed).
+			c.Fail(c.SendErr(err))
 		}
 	}
 	return true, nil

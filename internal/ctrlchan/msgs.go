@@ -3,7 +3,6 @@ package ctrlchan
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -228,20 +227,17 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 			return gxerr.Ctx("send: waiting for the peer to take earlier messages", ctx.Err())
 		}
 	}
-	if err := c.c.SendCtx(ctx, &wire.AppMsg{Bytes: b}); err != nil {
-		if errors.Is(err, wire.ErrBroken) { // part of it went out: the stream is out of step
-			c.Fail(c.SendErr(err))
+	if byCtx, broken, err := c.sendCtx(ctx, &wire.AppMsg{Bytes: b}); err != nil {
+		if !byCtx {
+			return c.SendErr(err)
 		}
-		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
-			if !errors.Is(err, wire.ErrBroken) { // nothing went out: the credit is not spent
-				m.mu.Lock()
-				m.credN++
-				m.credB += n
-				m.mu.Unlock()
-			}
-			return gxerr.Ctx("send: writing to the peer", cerr)
+		if !broken { // nothing went out: the credit is not spent
+			m.mu.Lock()
+			m.credN++
+			m.credB += n
+			m.mu.Unlock()
 		}
-		return c.SendErr(err)
+		return gxerr.Ctx("send: writing to the peer", ctx.Err())
 	}
 	m.out.Add(1)
 	m.outB.Add(n)
