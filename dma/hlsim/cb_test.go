@@ -2,6 +2,7 @@ package hlsim
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -112,16 +113,29 @@ func TestCBUsageCount(t *testing.T) {
 	mm, err := r.b.Mmap(int64(h), 4096)
 	require.NoError(t, err)
 	copy(mm, nop())
-	r.d.HangNextCS(1) // a hung CS keeps its CB in use (the TDR is 30 s away)
+	r.d.DelayNextCS(1, 50*time.Millisecond) // the job runs at once: its CB is free again then
 	seq, err := r.submit(0, 0, hlsys.CSChunk{CBHandle: h, CBSize: 8})
+	require.NoError(t, err)
+	_, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
 	require.NoError(t, err)
 	a := hlsys.CBArgs{Handle: h, Op: hlsys.CBOpInfo}
 	require.NoError(t, hlsys.CommandBuffer(r.b, &a))
-	require.Equal(t, uint64(1), a.Handle)
-	r.d.Reset()
-	_, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
-	isErrno(t, err, unix.EIO)
+	require.Zero(t, a.Handle)
+
+	registerEventFD(t, r)
+	r.d.HangNextCS(1) // a hung CS keeps its CB in use (the TDR is 30 s away)
+	seq, err = r.submit(0, 0, hlsys.CSChunk{CBHandle: h, CBSize: 8})
+	require.NoError(t, err)
 	a = hlsys.CBArgs{Handle: h, Op: hlsys.CBOpInfo}
 	require.NoError(t, hlsys.CommandBuffer(r.b, &a))
-	require.Zero(t, a.Handle)
+	require.Equal(t, uint64(1), a.Handle)
+	w := waitAsync(r.b, seq, uint64(safety.Microseconds()))
+	blockedWaiters(t, r.b, 1)
+	// The conditional reset completes the fence (-EIO) but leaves the
+	// hardware running: the hung CS still holds its CB (R2).
+	r.d.Reset()
+	isErrno(t, recvWait(t, w).err, unix.EIO)
+	a = hlsys.CBArgs{Handle: h, Op: hlsys.CBOpInfo}
+	require.NoError(t, hlsys.CommandBuffer(r.b, &a))
+	require.Equal(t, uint64(1), a.Handle)
 }

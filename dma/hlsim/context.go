@@ -20,6 +20,7 @@ const (
 	ctxOpen   = iota
 	ctxClosed // Close was called: ioctls return os.ErrClosed, like a closed fd
 	ctxGone   // the device was closed: ioctls return ENODEV
+	ctxKilled // a hard reset killed the holder (Config.Kill): ioctls return ENODEV until Close
 )
 
 // hctx is an open compute context: what the driver calls hl_fpriv plus
@@ -93,7 +94,13 @@ type hctx struct {
 	bgN      int
 	bgClosed bool
 
+	// tdrPosted: the CS_TIMEOUT event was posted since the open (the
+	// driver posts it for the first TDR only: captured_err_info's
+	// cs_timeout.write_enable, set again by hl_device_open).
+	tdrPosted atomic.Bool
+
 	closeOnce sync.Once
+	released  chan struct{} // closed once teardown has finished
 }
 
 func newCtx(d *Device) *hctx {
@@ -110,6 +117,7 @@ func newCtx(d *Device) *hctx {
 		cbMmaps:    map[*byte]*cbuf{},
 		engines:    map[uint32]*engine{},
 		quit:       make(chan struct{}),
+		released:   make(chan struct{}),
 	}
 	c.irq.waiters = map[*g3waiter]struct{}{}
 	c.bgCond.L = &c.bgMu
@@ -128,7 +136,7 @@ func (c *hctx) usable() error {
 	switch c.state.Load() {
 	case ctxClosed:
 		return os.ErrClosed
-	case ctxGone:
+	case ctxGone, ctxKilled:
 		return unix.ENODEV
 	}
 	return nil
@@ -173,7 +181,9 @@ func (c *hctx) Ioctl(req uintptr, arg unsafe.Pointer) error {
 // calls return -EIO), the engine goroutines stop, every allocation,
 // mapping and CB of the context is released and the registered eventfd
 // is closed. DMA-BUF fds already exported stay valid (they hold the
-// memory). Close is idempotent; afterwards every call returns
+// memory). A release under the release watchdog, or of a context whose
+// CSs are in flight while the device needs a reset, hard-resets the
+// device (reset.go). Close is idempotent; afterwards every call returns
 // os.ErrClosed.
 func (c *hctx) Close() error {
 	c.teardown(false)
@@ -191,6 +201,8 @@ func (c *hctx) teardown(gone bool) {
 		c.closed = true
 		c.csMu.Unlock()
 
+		d := c.d
+		reset := d.releaseReset(c)
 		c.abortAll(nil)
 		c.stopTDR()
 		close(c.quit)
@@ -210,14 +222,17 @@ func (c *hctx) teardown(gone bool) {
 		}
 		c.evMu.Unlock()
 
-		d := c.d
 		d.mu.Lock()
 		if d.ctx == c {
 			d.ctx = nil
 			d.lastClose = time.Now()
 		}
+		if reset && !d.closed {
+			d.status.Store(hlsys.DeviceStatusOperational)
+		}
 		d.mu.Unlock()
-		c.log.Debug().Bool("device_closed", gone).Msg("compute context released")
+		close(c.released)
+		c.log.Debug().Bool("device_closed", gone).Bool("reset", reset).Msg("compute context released")
 	})
 }
 
@@ -238,6 +253,13 @@ func (c *hctx) CSTimeout() time.Duration { return c.d.cfg.CSTimeout }
 // KernelRelease is the emulated kernel release; the driver layer picks the
 // DMA-BUF export form from it.
 func (c *hctx) KernelRelease() string { return c.d.cfg.Kernel }
+
+// hasEventFD reports whether an eventfd is registered.
+func (c *hctx) hasEventFD() bool {
+	c.evMu.Lock()
+	defer c.evMu.Unlock()
+	return c.eventfd >= 0
+}
 
 // notify records notifier events and signals the registered eventfd.
 func (c *hctx) notify(bits uint64) {

@@ -75,13 +75,17 @@ type cs struct {
 	tdrDue   time.Duration // its TDR's deadline on Device.clock, once armed
 
 	mu       sync.Mutex
-	ended    bool
-	timedout bool
-	status   uint32 // WAIT_CS status once ended
-	doneNs   int64  // CLOCK_MONOTONIC completion time
-	delayT   *time.Timer
-	held     []*job        // jobs of a hung CS: they keep their CBs in use until it ends
-	wake     chan struct{} // made by the first blocking WAIT_CS, closed as the CS ends
+	ended    bool // the CS was released (its jobs done or rolled back)
+	timedout bool // its TDR fired and made it count as timed out (not with SKIP_RESET)
+	// forced: its fence was completed with -EIO by force_complete_cs
+	// (the release watchdog armed) while the CS stays in flight; its
+	// later end changes neither its status nor the counters.
+	forced bool
+	status uint32 // WAIT_CS status once ended
+	doneNs int64  // CLOCK_MONOTONIC completion time
+	delayT *time.Timer
+	held   []*job        // jobs of a hung CS: they keep their CBs in use until it ends
+	wake   chan struct{} // made by the first blocking WAIT_CS, closed as the CS ends
 
 	// The job of a one-chunk CS, and its list: one allocation for the
 	// common CS.
@@ -461,10 +465,20 @@ func (c *hctx) finish(s *cs, status uint32) {
 		return
 	}
 	s.ended = true
-	if s.timedout && status != hlsys.WaitCSStatusCompleted {
+	forced := s.forced
+	switch {
+	case forced:
+		// The fence completed already: its status stays (WAIT_CS reads it
+		// without the lock once done).
+		status = s.status
+	case s.timedout:
+		// cs_do_release: a CS marked timed out ends -ETIMEDOUT, also
+		// when the hardware finishes it after its TDR (reset_on_lockup=0).
 		status = hlsys.WaitCSStatusTimedOut
 	}
-	s.status = status
+	if !forced {
+		s.status = status
+	}
 	var o outcome // what the outcome store keeps (CS_FLAGS_TIMESTAMP)
 	if s.timestamp {
 		s.doneNs = c.d.ktime()
@@ -485,6 +499,12 @@ func (c *hctx) finish(s *cs, status uint32) {
 	s.held = nil
 	s.mu.Unlock()
 	c.releaseTDR(s, timedout)
+	if forced {
+		// Counted and woken when the fence was forced; what the store
+		// would keep cannot be waited for any more (WAIT_CS is EBUSY
+		// until the context is gone).
+		return
+	}
 	if s.timestamp {
 		c.recordOutcome(o)
 	}
@@ -498,59 +518,6 @@ func (c *hctx) finish(s *cs, status uint32) {
 		c.d.st.aborted.Add(1)
 	}
 	s.markDone()
-}
-
-// tdrExpired is the TDR: the CS is still in flight after its timeout.
-func (c *hctx) tdrExpired(s *cs) {
-	if !c.enterBG() {
-		return
-	}
-	defer c.exitBG()
-	s.mu.Lock()
-	if s.ended {
-		s.mu.Unlock()
-		return
-	}
-	s.timedout = true
-	s.mu.Unlock()
-	c.log.Warn().Uint64("seq", s.seq).Msg("CS timed out (TDR)")
-	c.notify(hlsys.NotifierCSTimeout)
-	if !c.d.cfg.NoResetOnLockup && !s.skipReset {
-		c.d.reset(c, "CS timeout")
-	}
-	// Without a reset (or when the context went away meanwhile) the CS
-	// ends TIMEDOUT now; an engine still running it carries on, as the
-	// hardware would.
-	c.finish(s, hlsys.WaitCSStatusTimedOut)
-}
-
-// abortAll ends every CS in flight ABORTED (TIMEDOUT if the TDR had
-// fired): engines drop the queued jobs and stop a running one at the next
-// packet boundary; once all have drained, between runs (a reset makes the
-// device operational again there) and only then are the waiters woken.
-func (c *hctx) abortAll(between func()) {
-	c.csMu.Lock()
-	var list []*cs
-	for _, s := range c.slots {
-		if s != nil && !s.isDone() {
-			s.aborting.Store(true)
-			list = append(list, s)
-		}
-	}
-	c.csMu.Unlock()
-	c.drainMu.Lock()
-	for _, s := range list {
-		for s.jobsLeft.Load() != 0 {
-			c.drainCond.Wait()
-		}
-	}
-	c.drainMu.Unlock()
-	if between != nil {
-		between()
-	}
-	for _, s := range list {
-		c.finish(s, s.abortStatus())
-	}
 }
 
 // recordOutcome stores the outcome of an ended CS that had
@@ -609,12 +576,13 @@ func (c *hctx) popOutcome(seq uint64) (outcome, bool) {
 }
 
 // waitIoctl serves HL_IOCTL_WAIT_CS in the order of hl_wait_ioctl: EBUSY
-// while the device is not operational, then the interrupt and multi-CS
-// forms (not emulated), then one sequence number (hl_cs_wait_ioctl).
+// while the device is not operational or the release watchdog runs (for
+// every form and sequence number, completed ones too), then the interrupt
+// and multi-CS forms, then one sequence number (hl_cs_wait_ioctl).
 func (c *hctx) waitIoctl(a *hlsys.WaitCSArgs) error {
 	in := a.In
 	out := a.Out()
-	if !c.d.operational() {
+	if !c.d.operational() || c.d.wdActive.Load() {
 		return unix.EBUSY
 	}
 	if in.Flags&waitFlagsInterrupt != 0 {

@@ -59,7 +59,9 @@ const (
 	DefaultKernel       = "6.8"
 	DefaultMaxPendingCS = 64
 	DefaultCSTimeout    = 30 * time.Second
-	DefaultEngineSpin   = 100 * time.Microsecond
+	// DefaultReleaseWatchdog is HL_DEVICE_RELEASE_WATCHDOG_TIMEOUT_SEC.
+	DefaultReleaseWatchdog = 30 * time.Second
+	DefaultEngineSpin      = 100 * time.Microsecond
 
 	// MaxDRAMSize bounds Config.DRAMSize so the emulated address map stays
 	// free of overlaps (the DRAM is sparse; only touched pages cost memory).
@@ -105,11 +107,32 @@ type Config struct {
 	// overrides it per CS (in seconds).
 	CSTimeout time.Duration
 
-	// NoResetOnLockup keeps the device running after a TDR timeout (the
-	// driver's reset_on_lockup=0). By default, as in the driver, a timeout
-	// resets the device, which aborts every other CS in flight, unless the
-	// timed-out CS had CS_FLAGS_SKIP_RESET_ON_TIMEOUT.
+	// NoResetOnLockup is the driver's reset_on_lockup=0 (a module
+	// parameter, default 1): a TDR does not reset the device but marks it
+	// as needing a reset (DEVICE_STATUS NEEDS_RESET: CS, WAIT_CS, MEMORY,
+	// CB and most INFO ops EBUSY, Open EPERM) until the context is
+	// released. By default a TDR goes through the driver's conditional
+	// reset (reset.go, RULES.md R rows), unless the timed-out CS had
+	// CS_FLAGS_SKIP_RESET_ON_TIMEOUT.
 	NoResetOnLockup bool
+
+	// ReleaseWatchdog is how long the driver waits, after notifying a
+	// context that registered an eventfd of a reset (a TDR, Reset), for
+	// that context to be released before it hard-resets the device and
+	// kills the process holding it: HL_DEVICE_RELEASE_WATCHDOG_TIMEOUT_SEC
+	// (30 s, the default), a define the driver lets only debugfs change
+	// (device_release_watchdog_timeout_sec), not a module parameter.
+	ReleaseWatchdog time.Duration
+
+	// Kill stands for the SIGKILL with which a hard reset ends a process
+	// that still holds the device open (device_kill_open_processes, 1 s
+	// after the CSs were rolled back). Nil (the default) means the
+	// emulator sends SIGKILL to its own process, as the driver would.
+	// Non-nil (tests) is called instead, and the context is then dead:
+	// every later call on its Backend but Close fails with ENODEV (an
+	// emulator-only answer: on hardware the process no longer exists),
+	// and the device stays IN_RESET until that Backend is closed.
+	Kill func()
 
 	// Logger receives the emulator's logs (validation failures at debug
 	// level, engine faults and TDR at warn). Default: disabled.
@@ -145,7 +168,14 @@ type Stats struct {
 	EngineParks uint64
 
 	EngineFaults uint64 // jobs that failed in an engine (MMU fault, bad packet)
-	Resets       uint64 // device resets (Reset, TDR)
+	// Resets counts hard resets of the device (RESET_COUNT): a TDR or
+	// Reset without a registered eventfd, the release watchdog expiring,
+	// the release of a context under the watchdog or needing a reset.
+	// Arming the watchdog is not a reset.
+	Resets uint64
+	// Kills counts the processes a hard reset killed (Config.Kill, or the
+	// emulator's own SIGKILL, which the counter cannot outlive).
+	Kills uint64
 }
 
 // Device is one emulated ASIC plus its driver instance. Its methods are
@@ -185,7 +215,15 @@ type Device struct {
 	lastClose time.Time
 	status    atomic.Uint32 // hlsys.DeviceStatus*
 
-	resetMu sync.Mutex // serializes resets
+	// The driver's reset state (reset.go), under mu: the release
+	// watchdog (wdActive is also read without mu, by WAIT_CS), the
+	// context it watches and its timer; quit is closed by Close; bg
+	// counts hard resets running in the background.
+	wdActive atomic.Bool
+	wdCtx    *hctx
+	wdT      *time.Timer
+	quit     chan struct{}
+	bg       sync.WaitGroup
 
 	faultMu   sync.Mutex
 	faulty    atomic.Bool // some fault is armed: hangN, abortN or delayN > 0
@@ -210,6 +248,7 @@ type Device struct {
 		_                                     cpu.CacheLinePad
 		completed, aborted, timedout          atomic.Uint64
 		packets, bytes, faults, resets, parks atomic.Uint64
+		kills                                 atomic.Uint64
 		blocks                                atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
 		busy                                  atomic.Int64
 	}
@@ -358,6 +397,9 @@ func New(cfg Config) (_ *Device, err error) {
 	if cfg.CSTimeout <= 0 {
 		cfg.CSTimeout = DefaultCSTimeout
 	}
+	if cfg.ReleaseWatchdog <= 0 {
+		cfg.ReleaseWatchdog = DefaultReleaseWatchdog
+	}
 	if cfg.Index < 0 {
 		return nil, fmt.Errorf("hlsim: negative Index %d", cfg.Index)
 	}
@@ -376,6 +418,7 @@ func New(cfg Config) (_ *Device, err error) {
 		newInfo:   atLeast(major, minor, 6, 3),
 		arenaFD:   -1,
 		exports:   map[int]exportRec{},
+		quit:      make(chan struct{}),
 	}
 	// Accel registration and the DRM ioctl numbers arrived together with
 	// the dma-buf offset fix in the 6.7 merge window.
@@ -489,14 +532,15 @@ func (d *Device) Close() error {
 	}
 	d.closed = true
 	c := d.ctx
+	d.stopWatchdogLocked()
+	close(d.quit)
 	d.mu.Unlock()
 	if c != nil {
 		c.teardown(true)
 	}
-	d.resetMu.Lock() // wait for a reset in progress
+	d.bg.Wait() // a hard reset in progress
 	d.status.Store(hlsys.DeviceStatusMalfunction)
 	d.releaseDeviceMemory()
-	d.resetMu.Unlock()
 	d.log.Debug().Msg("emulated device closed")
 	return nil
 }
@@ -527,10 +571,13 @@ func (d *Device) DelayNextCS(n int, delay time.Duration) {
 }
 
 // HangNextCS makes the next n submitted CSs never complete by themselves:
-// their packets are not executed (the queue goes on with later work) and
-// the TDR ends them TIMEDOUT after the CS timeout, then resets the device
-// unless Config.NoResetOnLockup or the CS had SKIP_RESET_ON_TIMEOUT. It
-// replaces an earlier HangNextCS; n <= 0 cancels it.
+// their packets are not executed (the queue goes on with later work). The
+// TDR then fires after the CS timeout, with the driver's consequences
+// (reset.go): a conditional reset, or NEEDS_RESET with
+// Config.NoResetOnLockup, or only the CS_TIMEOUT event for a CS with
+// SKIP_RESET_ON_TIMEOUT; the hung CS itself ends only with the hard reset
+// or the release of its context. It replaces an earlier HangNextCS; n <= 0
+// cancels it.
 func (d *Device) HangNextCS(n int) {
 	d.faultMu.Lock()
 	d.hangN = max(n, 0)
@@ -574,60 +621,10 @@ func (d *Device) injected() (hang, abort bool, delay time.Duration) {
 	return hang, abort, delay
 }
 
-// Reset resets the device now. The status reads IN_RESET while every CS in
-// flight is aborted: engines drop queued jobs and stop a running one at
-// the next packet boundary. The status is OPERATIONAL again before the
-// waiters are woken (WAIT_CS -EIO + ABORTED; TIMEDOUT for a CS whose TDR
-// caused the reset), so a woken waiter may submit again at once. The open
-// context survives with its memory, mappings, CBs and sequence numbers
-// (the driver's hard reset would kill the owning process instead); it sees
-// NOTIFIER_DEVICE_RESET and its eventfd is signalled.
-func (d *Device) Reset() { d.reset(nil, "requested") }
-
-// reset resets the device. With only != nil, the reset applies only if
-// that context is still the open one (a TDR of a closing context).
-func (d *Device) reset(only *hctx, reason string) {
-	d.resetMu.Lock()
-	defer d.resetMu.Unlock()
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return
-	}
-	c := d.ctx
-	if only != nil && c != only {
-		d.mu.Unlock()
-		return
-	}
-	d.status.Store(hlsys.DeviceStatusInReset)
-	d.mu.Unlock()
-
-	d.log.Warn().Str("reason", reason).Msg("device reset")
-	operational := func() {
-		d.mu.Lock()
-		if !d.closed {
-			d.status.Store(hlsys.DeviceStatusOperational)
-		}
-		d.mu.Unlock()
-	}
-	if c == nil {
-		d.st.resets.Add(1)
-		operational()
-		return
-	}
-	c.notify(hlsys.NotifierDeviceReset)
-	c.g3Reset()
-	// RESET_COUNT moves once the Gaudi3 channels are cleared: a device
-	// path that sees it may program them again (when the device is
-	// operational).
-	d.st.resets.Add(1)
-	c.abortAll(operational)
-}
-
 // ForceStatus makes the device report status (a DEVICE_STATUS value:
-// uint32(dma.StatusMalfunction) and the like) until Reset or another ForceStatus: fault injection for the
-// states the emulator does not reach by itself (NEEDS_RESET after a TDR
-// with reset_on_lockup=0, MALFUNCTION after a failed reset). Every ioctl
+// uint32(dma.StatusMalfunction) and the like) until a hard reset or
+// another ForceStatus: fault injection for the states the emulator does
+// not reach by itself (MALFUNCTION after a failed reset). Every ioctl
 // then reacts as the driver does in that state (hl_device_operational).
 // DeviceStatusOperational restores normal operation. It has no effect
 // after Close.
@@ -666,6 +663,7 @@ func (d *Device) Stats() Stats {
 		EngineParks:     d.st.parks.Load(),
 		EngineFaults:    d.st.faults.Load(),
 		Resets:          d.st.resets.Load(),
+		Kills:           d.st.kills.Load(),
 	}
 }
 

@@ -1,11 +1,11 @@
 package hlsim
 
 import (
-	"encoding/binary"
 	"errors"
 	"os"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -100,139 +100,21 @@ func TestAbortNextCS(t *testing.T) {
 	}
 }
 
-func TestHangNextCSResets(t *testing.T) {
-	for _, m := range models {
-		t.Run(m.String(), func(t *testing.T) {
-			r := newRig(t, Config{Model: m, CSTimeout: 50 * time.Millisecond})
-			efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-			require.NoError(t, err)
-			defer unix.Close(efd)
-			require.NoError(t, hlsys.RegisterEventFD(r.b, efd))
-
-			// The hung CS is the oldest in flight: the TDR watches it.
-			r.d.HangNextCS(1)
-			cb, _, dst := r.copyCB()
-			seq, err := r.submit(0, 0, r.chunk(0, cb))
-			require.NoError(t, err)
-			// Another CS in flight after it, with a long custom timeout:
-			// the reset caused by the hung CS aborts it.
-			r.d.DelayNextCS(1, time.Hour)
-			other, err := r.submit(hlsys.CSFlagsCustomTimeout, 3600, r.chunk(4, nop()))
-			require.NoError(t, err)
-			otherDone := waitAsync(r.b, other, uint64(safety.Microseconds()))
-
-			out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
-			isErrno(t, err, unix.ETIMEDOUT)
-			require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
-			require.Equal(t, make([]byte, 4096), dst, "a hung CS never ran")
-
-			res := recvWait(t, otherDone)
-			isErrno(t, res.err, unix.EIO)
-			require.Equal(t, uint32(hlsys.WaitCSStatusAborted), res.out.Status)
-
-			var v [8]byte
-			_, err = unix.Read(efd, v[:])
-			require.NoError(t, err)
-			require.NotZero(t, binary.NativeEndian.Uint64(v[:]))
-			ev, err := hlsys.GetEvents(r.b)
-			require.NoError(t, err)
-			require.Equal(t, uint64(hlsys.NotifierCSTimeout|hlsys.NotifierDeviceReset), ev)
-			st := r.d.Stats()
-			require.Equal(t, uint64(1), st.Resets)
-			require.Equal(t, uint64(1), st.CSTimedOut)
-			require.Equal(t, uint64(1), st.CSAborted)
-
-			// The context survives the reset with its mappings.
-			status, err := hlsys.GetDeviceStatus(r.b)
-			require.NoError(t, err)
-			require.Equal(t, uint32(hlsys.DeviceStatusOperational), status)
-			r.mustRun(cb)
-			require.Equal(t, pattern(4096, 11), dst)
-		})
-	}
-}
-
-func TestHangWithoutReset(t *testing.T) {
-	cases := map[string]struct {
-		cfg   Config
-		flags uint32
-	}{
-		"SKIP_RESET_ON_TIMEOUT": {Config{CSTimeout: 50 * time.Millisecond}, hlsys.CSFlagsSkipResetOnTimeout},
-		"NoResetOnLockup":       {Config{CSTimeout: 50 * time.Millisecond, NoResetOnLockup: true}, 0},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			r := newRig(t, tc.cfg)
-			r.d.HangNextCS(1)
-			seq, err := r.submit(tc.flags, 0, r.chunk(0, nop()))
-			require.NoError(t, err)
-			r.d.DelayNextCS(1, time.Hour)
-			other, err := r.submit(hlsys.CSFlagsCustomTimeout, 3600, r.chunk(4, nop()))
-			require.NoError(t, err)
-
-			out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
-			isErrno(t, err, unix.ETIMEDOUT)
-			require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
-
-			out, err = hlsys.WaitForCS(r.b, other, 0)
-			require.NoError(t, err)
-			require.Equal(t, uint32(hlsys.WaitCSStatusBusy), out.Status, "no reset: the other CS is still in flight")
-			require.Zero(t, r.d.Stats().Resets)
-			ev, err := hlsys.GetEvents(r.b)
-			require.NoError(t, err)
-			require.Equal(t, uint64(hlsys.NotifierCSTimeout), ev)
-		})
-	}
-}
-
+// TestCustomTimeout: CUSTOM_TIMEOUT of 0 seconds arms a TDR that fires at
+// once; with SKIP_RESET_ON_TIMEOUT it only posts CS_TIMEOUT (X2 done: R8).
 func TestCustomTimeout(t *testing.T) {
 	r := newRig(t, Config{CSTimeout: time.Hour})
+	efd := registerEventFD(t, r)
 	r.d.HangNextCS(1)
-	// CUSTOM_TIMEOUT of 0 seconds: the TDR fires at once.
 	seq, err := r.submit(hlsys.CSFlagsCustomTimeout|hlsys.CSFlagsSkipResetOnTimeout, 0, r.chunk(0, nop()))
 	require.NoError(t, err)
-	out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
-	isErrno(t, err, unix.ETIMEDOUT)
-	require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
-}
-
-func TestReset(t *testing.T) {
-	for _, m := range models {
-		t.Run(m.String(), func(t *testing.T) {
-			r := newRig(t, Config{Model: m})
-			cb, src, dst := r.copyCB()
-			r.d.DelayNextCS(2, time.Hour)
-			s1, err := r.submit(0, 0, r.chunk(0, nop()))
-			require.NoError(t, err)
-			s2, err := r.submit(0, 0, r.chunk(4, nop()))
-			require.NoError(t, err)
-			w1 := waitAsync(r.b, s1, uint64(safety.Microseconds()))
-			blockedWaiters(t, r.b, 1)
-			r.d.Reset()
-			res := recvWait(t, w1)
-			isErrno(t, res.err, unix.EIO)
-			require.Equal(t, uint32(hlsys.WaitCSStatusAborted), res.out.Status)
-			out, err := hlsys.WaitForCS(r.b, s2, 0)
-			isErrno(t, err, unix.EIO)
-			require.Equal(t, uint32(hlsys.WaitCSStatusAborted), out.Status)
-
-			status, err := hlsys.GetDeviceStatus(r.b)
-			require.NoError(t, err)
-			require.Equal(t, uint32(hlsys.DeviceStatusOperational), status)
-			rc := outBuf(t, 8)
-			a := hlsys.InfoArgs{ReturnPointer: addrOf(rc), ReturnSize: 8, Op: hlsys.InfoResetCount}
-			require.NoError(t, hlsys.Info(r.b, &a))
-			require.Equal(t, uint32(1), binary.LittleEndian.Uint32(rc))
-
-			// Memory mappings and CBs survive; sequence numbers go on.
-			seq, err := r.submit(0, 0, r.chunk(0, cb))
-			require.NoError(t, err)
-			require.Equal(t, s2+1, seq)
-			_, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
-			require.NoError(t, err)
-			require.Equal(t, src, dst)
-		})
-	}
+	waitEvent(t, efd, safety)
+	ev, err := hlsys.GetEvents(r.b)
+	require.NoError(t, err)
+	require.Equal(t, uint64(hlsys.NotifierCSTimeout), ev)
+	out, err := hlsys.WaitForCS(r.b, seq, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusBusy), out.Status)
 }
 
 // TestCloseWithWorkInFlight: closing the context with CSs in flight and a
@@ -298,10 +180,43 @@ func TestDeviceCloseWithWorkInFlight(t *testing.T) {
 }
 
 // TestFaultInjectionConcurrent calls the injectors while work runs (for
-// the race detector; outcomes vary, nothing may hang or leak).
+// the race detector; outcomes vary, nothing may hang or leak). The client
+// does what the driver asks of it: on a DEVICE_RESET event, or once
+// killed (ENODEV), it releases the context and opens it again.
 func TestFaultInjectionConcurrent(t *testing.T) {
-	r := newRig(t, Config{CSTimeout: 20 * time.Millisecond, MaxPendingCS: 16})
-	chunk := r.chunk(0, nop())
+	d, err := New(Config{CSTimeout: 20 * time.Millisecond, ReleaseWatchdog: 30 * time.Millisecond,
+		MaxPendingCS: 16, Kill: func() {}})
+	require.NoError(t, err)
+	defer d.Close()
+	cbMem := hostMem(t, 4096)
+	copy(cbMem, nop())
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	require.NoError(t, err)
+	defer unix.Close(efd)
+	deadline := time.Now().Add(safety)
+	// open gets a context set up (a concurrent reset may refuse any step:
+	// then it starts over).
+	open := func() (hlsys.Backend, hlsys.CSChunk) {
+		for {
+			require.True(t, time.Now().Before(deadline), "no usable context")
+			b, err := d.open()
+			if err != nil {
+				require.True(t, errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY), "%v", err)
+				time.Sleep(100 * time.Microsecond)
+				continue
+			}
+			va, err := hlsys.MemMapHost(b, unsafe.Pointer(&cbMem[0]), 4096, 0, 0)
+			if err == nil {
+				err = hlsys.RegisterEventFD(b, efd)
+			}
+			if err == nil {
+				return b, hlsys.CSChunk{CBHandle: va, CBSize: 8, Flags: hlsys.CSChunkFlagsUserAllocCB}
+			}
+			require.True(t, errors.Is(err, unix.EBUSY) || errors.Is(err, unix.ENODEV), "%v", err)
+			require.NoError(t, b.Close())
+		}
+	}
+	b, chunk := open()
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -314,75 +229,98 @@ func TestFaultInjectionConcurrent(t *testing.T) {
 			}
 			switch i % 4 {
 			case 0:
-				r.d.DelayNextCS(1, time.Millisecond)
+				d.DelayNextCS(1, time.Millisecond)
 			case 1:
-				r.d.AbortNextCS(1)
+				d.AbortNextCS(1)
 			case 2:
-				r.d.HangNextCS(1)
+				d.HangNextCS(1)
 			case 3:
-				r.d.Reset()
+				if i%16 == 3 {
+					d.Reset()
+				}
 			}
 			time.Sleep(200 * time.Microsecond)
 		}
 	}()
+	recycles := 0
 	for i := 0; i < 200; i++ {
-		out, err := hlsys.SubmitCS(r.b, nil, []hlsys.CSChunk{chunk}, 0, 0)
-		if err != nil {
-			// EPERM: a concurrent Reset began after validation (C24).
-			require.True(t, errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EPERM), "%v", err)
-			time.Sleep(100 * time.Microsecond)
-			continue
+		out, err := hlsys.SubmitCS(b, nil, []hlsys.CSChunk{chunk}, 0, 0)
+		if err == nil {
+			var res hlsys.WaitCSOut
+			res, err = hlsys.WaitForCS(b, out.Seq, uint64(safety.Microseconds()))
+			if err != nil {
+				// EIO: aborted or forced; ETIMEDOUT: rolled back after its
+				// TDR; EBUSY: the watchdog runs or the device is in reset.
+				require.True(t, errors.Is(err, unix.EIO) || errors.Is(err, unix.ETIMEDOUT) ||
+					errors.Is(err, unix.EBUSY) || errors.Is(err, unix.ENODEV), "%v", err)
+				require.NotEqual(t, uint32(hlsys.WaitCSStatusCompleted), res.Status)
+			}
+		} else {
+			// EAGAIN: slots busy; EBUSY: in reset; EPERM: a reset began
+			// after validation (C24); ENODEV: killed.
+			require.True(t, errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY) ||
+				errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENODEV), "%v", err)
 		}
-		res, err := hlsys.WaitForCS(r.b, out.Seq, uint64(safety.Microseconds()))
-		if err != nil {
-			// EBUSY: the wait came while a Reset ran (W1).
-			require.True(t, errors.Is(err, unix.EIO) || errors.Is(err, unix.ETIMEDOUT) || errors.Is(err, unix.EBUSY), "%v", err)
-			require.NotEqual(t, uint32(hlsys.WaitCSStatusCompleted), res.Status)
+		ev, evErr := hlsys.GetEvents(b)
+		if evErr != nil || ev&hlsys.NotifierDeviceReset != 0 || errors.Is(err, unix.ENODEV) {
+			require.NoError(t, b.Close())
+			b, chunk = open()
+			recycles++
 		}
 	}
 	close(stop)
 	<-done
-	st := r.d.Stats()
-	require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut)
+	require.NoError(t, b.Close())
+	st := d.Stats()
+	require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut, "%+v", st)
+	t.Logf("recycles %d, %+v", recycles, st)
 }
 
 // TestTDRWatchesOldest checks the driver's TDR rule: only the oldest CS in
 // flight has its timeout running (hl_hw_queue_schedule_cs arms it for the
-// first on the mirror list; cs_handle_tdr for the next as one ends).
+// first on the mirror list; cs_handle_tdr for the next as one ends). The
+// TDR of a CS with SKIP_RESET_ON_TIMEOUT shows only as the CS_TIMEOUT
+// event (R8), which signals the eventfd.
 func TestTDRWatchesOldest(t *testing.T) {
 	const ahead = 200 * time.Millisecond
+	flags := uint32(hlsys.CSFlagsCustomTimeout | hlsys.CSFlagsSkipResetOnTimeout)
 	for _, m := range models {
-		t.Run(m.String(), func(t *testing.T) {
-			r := newRig(t, Config{Model: m, CSTimeout: time.Hour})
-			flags := uint32(hlsys.CSFlagsCustomTimeout | hlsys.CSFlagsSkipResetOnTimeout)
-
+		t.Run(m.String()+"/behind_hung", func(t *testing.T) {
 			// Behind a hung CS, a CS whose timeout is 0 is not watched:
 			// it completes.
+			r := newRig(t, Config{Model: m, CSTimeout: time.Hour})
 			r.d.HangNextCS(1)
-			hung, err := r.submit(0, 0, r.chunk(0, nop()))
+			_, err := r.submit(0, 0, r.chunk(0, nop()))
 			require.NoError(t, err)
 			seq, err := r.submit(flags, 0, r.chunk(4, nop()))
 			require.NoError(t, err)
 			out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
 			require.NoError(t, err)
 			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
-			r.d.Reset() // ends the hung CS
-			_, err = hlsys.WaitForCS(r.b, hung, uint64(safety.Microseconds()))
-			isErrno(t, err, unix.EIO)
-
+			ev, err := hlsys.GetEvents(r.b)
+			require.NoError(t, err)
+			require.Zero(t, ev, "no TDR fired")
+		})
+		t.Run(m.String()+"/behind_delayed", func(t *testing.T) {
 			// Behind a CS that ends after `ahead`, the same CS, held for
 			// an hour, has its timeout start then, and times out then.
+			r := newRig(t, Config{Model: m, CSTimeout: time.Hour})
+			efd := registerEventFD(t, r)
 			r.d.DelayNextCS(1, ahead)
-			_, err = r.submit(0, 0, r.chunk(0, nop()))
+			_, err := r.submit(0, 0, r.chunk(0, nop()))
 			require.NoError(t, err)
 			r.d.DelayNextCS(1, time.Hour)
 			start := time.Now()
-			seq, err = r.submit(flags, 0, r.chunk(4, nop()))
+			seq, err := r.submit(flags, 0, r.chunk(4, nop()))
 			require.NoError(t, err)
-			out, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
-			isErrno(t, err, unix.ETIMEDOUT)
-			require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
+			waitEvent(t, efd, safety)
 			require.GreaterOrEqual(t, time.Since(start), ahead/2, "timed out before the CS ahead of it ended")
+			ev, err := hlsys.GetEvents(r.b)
+			require.NoError(t, err)
+			require.Equal(t, uint64(hlsys.NotifierCSTimeout), ev)
+			out, err := hlsys.WaitForCS(r.b, seq, 0)
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.WaitCSStatusBusy), out.Status, "SKIP_RESET: still in flight")
 		})
 	}
 }
@@ -414,16 +352,15 @@ func TestTDRTimerFollowsArmedCS(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(m.String()+"/"+tc.name, func(t *testing.T) {
 				r := newRig(t, Config{Model: m, CSTimeout: tdr})
+				efd := registerEventFD(t, r)
 				r.d.DelayNextCS(1, ahead)
 				start := time.Now()
 				_, err := r.submit(tc.aheadFlags, tc.aheadSec, r.chunk(0, nop()))
 				require.NoError(t, err)
 				r.d.HangNextCS(1)
-				seq, err := r.submit(hlsys.CSFlagsSkipResetOnTimeout, 0, r.chunk(4, nop()))
+				_, err = r.submit(hlsys.CSFlagsSkipResetOnTimeout, 0, r.chunk(4, nop()))
 				require.NoError(t, err)
-				out, err := hlsys.WaitForCS(r.b, seq, uint64(tc.max.Microseconds()))
-				isErrno(t, err, unix.ETIMEDOUT)
-				require.Equal(t, uint32(hlsys.WaitCSStatusTimedOut), out.Status)
+				waitEvent(t, efd, tc.max)
 				require.GreaterOrEqual(t, time.Since(start), tc.min, "timed out before its own deadline")
 			})
 		}

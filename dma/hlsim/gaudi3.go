@@ -477,7 +477,7 @@ func (g *g3chan) step() bool {
 	if m.abort {
 		g.mu.Unlock()
 		c.d.st.aborted.Add(1)
-		c.d.reset(c, "injected abort on a PDMA channel")
+		c.d.condReset(c, hlsys.NotifierDeviceReset, "injected abort on a PDMA channel")
 		return false
 	}
 	if c.d.execHook != nil {
@@ -496,7 +496,7 @@ func (g *g3chan) step() bool {
 		}
 		c.log.Warn().Err(err).Int("channel", g.ch).Msg("PDMA channel error: the device resets")
 		c.notify(bits)
-		c.d.reset(c, "PDMA channel error")
+		c.d.condReset(c, hlsys.NotifierDeviceReset, "PDMA channel error")
 		return false
 	}
 	var at time.Time // due at once
@@ -683,9 +683,10 @@ func (g *g3chan) complete(incs uint64) {
 // channel blocks) over the device's life.
 func (d *Device) MappedBlocks() uint64 { return d.st.blocks.Load() }
 
-// g3Reset is a device reset for the context's channels: their registers
+// g3Reset is a hard reset for the context's channels: their registers
 // are cleared and the blocked interrupt waits end aborted
-// (hl_release_pending_user_interrupts: -EIO, ABORTED).
+// (hl_release_pending_user_interrupts: -EIO, ABORTED). Arming the release
+// watchdog (reset.go) aborts the waits only: the channels run on.
 func (c *hctx) g3Reset() {
 	c.memMu.RLock()
 	chans := c.g3chans
@@ -697,6 +698,12 @@ func (c *hctx) g3Reset() {
 			g.mu.Unlock()
 		}
 	}
+	c.g3AbortWaits()
+}
+
+// g3AbortWaits ends the blocked interrupt waits -EIO, ABORTED
+// (hl_release_pending_user_interrupts).
+func (c *hctx) g3AbortWaits() {
 	c.irq.mu.Lock()
 	for w := range c.irq.waiters {
 		delete(c.irq.waiters, w)

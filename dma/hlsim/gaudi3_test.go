@@ -255,7 +255,10 @@ func TestRulesGaudi3InterruptWait(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
 
-	// A reset ends a blocked wait ABORTED with EIO.
+	// A conditional reset ends a blocked wait ABORTED with EIO
+	// (hl_abort_waiting_for_completions); while the release watchdog runs
+	// every WAIT_CS is EBUSY, interrupt waits too (R3).
+	registerEventFD(t, r.rig)
 	done := make(chan error, 1)
 	go func() {
 		_, err := wait(g3FirstUserInterrupt, r.cqH, 0, 100, uint64(safety/time.Microsecond))
@@ -264,6 +267,10 @@ func TestRulesGaudi3InterruptWait(t *testing.T) {
 	require.Eventually(t, func() bool { return r.b.(*hctx).waiting.Load() == 1 }, safety, time.Millisecond)
 	r.d.Reset()
 	isErrno(t, <-done, unix.EIO)
+	_, err = wait(g3FirstUserInterrupt, r.cqH, 0, 1, 0)
+	isErrno(t, err, unix.EBUSY)
+	require.Zero(t, r.d.Stats().Resets, "the watchdog is armed, no reset yet")
+	require.NotZero(t, r.rd(gaudi3.RegMSQSize), "the channel keeps its registers until the hard reset")
 
 	// Not operational: EBUSY (W1).
 	r.d.ForceStatus(hlsys.DeviceStatusInReset)
@@ -448,7 +455,10 @@ func TestGaudi3DropCountsAnnouncedDoorbells(t *testing.T) {
 			r.w(gaudi3.RegCQReconfig, 1)
 			r.b.(*hctx).Doorbell(r.regs)
 		}},
-		{"reset", func(r *g3rig) { r.d.Reset() }},
+		{"reset", func(r *g3rig) {
+			r.d.Reset() // no eventfd: a hard reset at once, in the background
+			require.Eventually(t, func() bool { return r.d.Stats().Resets == 1 }, safety, time.Millisecond)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, srcVA, dev := newG3CopyRig(t)

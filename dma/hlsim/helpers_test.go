@@ -94,6 +94,12 @@ type rig struct {
 
 func newRig(t testing.TB, cfg Config) *rig {
 	t.Helper()
+	if cfg.Kill == nil {
+		// A hard reset with the context open must not SIGKILL the test
+		// binary: tests that expect a kill read Stats.Kills (the real
+		// SIGKILL is TestKillsProcess's, in a child process).
+		cfg.Kill = func() {}
+	}
 	d, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
