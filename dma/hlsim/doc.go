@@ -100,8 +100,10 @@
 //     waits are not emulated (EPERM where the ASIC lacks them, EOPNOTSUPP
 //     otherwise).
 //   - TDR: a CS in flight after Config.CSTimeout (or its custom timeout)
-//     ends TIMEDOUT, the context gets CS_TIMEOUT, and unless
-//     Config.NoResetOnLockup or SKIP_RESET_ON_TIMEOUT the device resets.
+//     goes through the driver's conditional reset (reset.go, RULES.md R
+//     rows): release watchdog and forced -EIO fences with an eventfd, a
+//     hard reset and a kill of the holder without; SKIP_RESET_ON_TIMEOUT
+//     and Config.NoResetOnLockup as the driver has them.
 //   - Exclusive open (EBUSY), device close (ENODEV on later ioctls), the
 //     status seen during a reset (IN_RESET; Open returns EAGAIN, CS, WAIT_CS,
 //     CB and MEMORY EBUSY) and in MALFUNCTION/NEEDS_RESET (Open EPERM).
@@ -115,7 +117,7 @@
 //     advances the completion counter in memory and raises the user
 //     interrupt; WAIT_CS on a user interrupt (KERNEL_CQ or a user
 //     address); the faults per doorbell, a channel error resetting the
-//     device. The readings of hardware behaviour the sources leave open
+//     device conditionally, as a TDR does. The readings of hardware behaviour the sources leave open
 //     are marked in RULES.md.
 //
 // # Address map
@@ -167,18 +169,20 @@
 //
 // # Reset and close
 //
-// Reset (explicit, or after a TDR) aborts every CS in flight: engines drop
-// queued jobs and stop a running job at the next packet boundary; the
-// status reads IN_RESET meanwhile and is OPERATIONAL again before the
-// waiters are woken (-EIO, ABORTED; TIMEDOUT for the CS that timed out).
-// The context survives with its memory, mappings, CBs and sequence
-// numbers: this models a compute reset that keeps the context, where the
-// driver's hard reset would kill the owning process. Closing the context,
-// or the device, aborts in-flight CSs the same way, wakes blocked WAIT_CS
-// calls, stops every goroutine (engines, TDR and delay timers) and
-// releases every fd, mapping and CB of the context; nothing waits on user
-// memory. Close is synchronous: Open answers EAGAIN only while a Close is
-// in progress.
+// A TDR or Reset is the driver's conditional reset (reset.go). With an
+// eventfd registered the context is notified, every fence in flight
+// completes -EIO while the engines run on, WAIT_CS answers EBUSY and the
+// device stays OPERATIONAL until the context is released (a hard reset)
+// or Config.ReleaseWatchdog ends (a hard reset and a kill). Without one
+// the hard reset comes at once: IN_RESET, engines halted, CSs rolled back
+// (-EIO, ABORTED; -ETIMEDOUT, TIMEDOUT for the CS that timed out), the
+// holding process killed 1 s later (Config.Kill; by default a real
+// SIGKILL), the device OPERATIONAL again once the context is closed.
+// Closing the context, or the device, aborts in-flight CSs the same way,
+// wakes blocked WAIT_CS calls, stops every goroutine (engines, TDR and
+// delay timers) and releases every fd, mapping and CB of the context;
+// nothing waits on user memory. Close is synchronous: Open answers EAGAIN
+// only while a Close or a hard reset is in progress.
 //
 // # Not modeled
 //
