@@ -475,6 +475,9 @@ func (g *g3chan) step() bool {
 		return false
 	}
 	if m.abort {
+		// A channel error halts the channel until the device is reset
+		// (the reset is not immediate when the context has an eventfd).
+		g.stalled = true
 		g.mu.Unlock()
 		c.d.st.aborted.Add(1)
 		c.d.condReset(c, hlsys.NotifierDeviceReset, "injected abort on a PDMA channel")
@@ -487,6 +490,7 @@ func (g *g3chan) step() bool {
 	incs, err := g.execute(end)
 	done := c.d.dmaEnd(start)
 	if err != nil {
+		g.stalled = true // halted until the reset, as on an injected abort
 		g.mu.Unlock()
 		c.d.st.faults.Add(1)
 		c.d.st.aborted.Add(1)

@@ -483,3 +483,25 @@ func TestGaudi3DropCountsAnnouncedDoorbells(t *testing.T) {
 
 // channel is the rig's channel as the model holds it.
 func (r *g3rig) channel() *g3chan { return r.b.(*hctx).g3chans[r.ch] }
+
+// TestGaudi3ChannelErrorHalts: a PDMA channel error (here injected)
+// halts the channel. With an eventfd registered the device is not reset
+// until the context is released, and the channel must not meanwhile run
+// the failed submission again: it used to, found by polling, so the
+// copy completed after all.
+func TestGaudi3ChannelErrorHalts(t *testing.T) {
+	r := newG3Rig(t, Config{}, 2)
+	efd := registerEventFD(t, r.rig)
+	_, dstVA := r.host(4096)
+	_, srcVA := r.host(4096)
+	pkt := r.lin(dstVA, srcVA, 4096, gaudi3.DirHostToDevice)
+	r.d.AbortNextCS(1)
+	r.post(pkt)
+	waitEvent(t, efd, safety)
+	time.Sleep(20 * time.Millisecond)
+	st := r.d.Stats()
+	require.Zero(t, r.counter(), "the failed submission ran")
+	require.Zero(t, st.PacketsExecuted)
+	require.Equal(t, uint64(1), st.CSSubmitted, "counted once")
+	require.Zero(t, st.Resets, "no reset before the release")
+}
