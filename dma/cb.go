@@ -147,6 +147,9 @@ func linDMACount(size uint64) uint64 {
 func (cb *CB) enter(op string) error {
 	if cb.use.Add(1) >= cbReleased {
 		cb.use.Add(-1)
+		if cb.d != nil && cb.d.lost() {
+			return cb.d.closedErr(op)
+		}
 		return newErr(op, ErrClosed, "command buffer closed", nil)
 	}
 	return nil

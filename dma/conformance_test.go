@@ -463,24 +463,6 @@ func confErrors(t *testing.T, tg confTarget) {
 	h := c.hostBuf(t, 1<<20)
 	require.ErrorIs(t, c.CopySync(m.Addr(), h.va(0), 0), ErrInvalid)
 
-	// An unmapped VA in a packet: the CS must fail (rejected at submission
-	// or ending with an error), never report success. On hardware an MMU
-	// fault may reset the device, so it runs there only on request.
-	if c.sim != nil || os.Getenv("GXFER_DEVICE_FAULTS") == "1" {
-		bogus := h.va(0) + 64<<30
-		err = c.CopySync(m.Addr(), bogus, 4096)
-		require.Error(t, err, "copy from an unmapped VA")
-		t.Logf("copy from an unmapped VA: %v", err)
-		st, err := c.Status()
-		require.NoError(t, err)
-		if st != StatusOperational {
-			t.Fatalf("device status %d after the faulting CS", st)
-		}
-		require.NoError(t, c.CopySync(m.Addr(), h.va(0), 4096), "the device still works")
-	} else {
-		t.Log("skipping the unmapped-VA CS on hardware (set GXFER_DEVICE_FAULTS=1 to run it)")
-	}
-
 	// Out of device memory.
 	_, err = c.AllocDevice(c.Info().DramSize + 1)
 	require.ErrorIs(t, err, ErrNoMemory)
@@ -516,18 +498,41 @@ func confErrors(t *testing.T, tg confTarget) {
 	// WAIT_CS on a sequence number never submitted.
 	_, err = c.Wait(1<<40, 0)
 	require.ErrorIs(t, err, unix.EINVAL)
+
+	// Last, an unmapped VA in a packet: the CS must fail (rejected at submission
+	// or ending with an error), never report success. On hardware an MMU
+	// fault may reset the device, so it runs there only on request.
+	if c.sim != nil || os.Getenv("GXFER_DEVICE_FAULTS") == "1" {
+		h := c.hostBuf(t, 1<<20)
+		bogus := h.va(0) + 64<<30
+		err = c.CopySync(m.Addr(), bogus, 4096)
+		require.Error(t, err, "copy from an unmapped VA")
+		t.Logf("copy from an unmapped VA: %v", err)
+		if c.sim != nil && c.Model().direct() {
+			// The emulated Gaudi3's PDMA channel error is a device error,
+			// which resets the device: the Device released its context.
+			require.ErrorIs(t, err, ErrDeviceReset)
+			require.Zero(t, c.sim.Stats().Kills, "released within the watchdog")
+			return
+		}
+		st, err := c.Status()
+		require.NoError(t, err)
+		if st != StatusOperational {
+			t.Fatalf("device status %d after the faulting CS", st)
+		}
+		require.NoError(t, c.CopySync(m.Addr(), h.va(0), 4096), "the device still works")
+	} else {
+		t.Log("skipping the unmapped-VA CS on hardware (set GXFER_DEVICE_FAULTS=1 to run it)")
+	}
 }
 
-// confCSFaults drives BUSY, TIMEDOUT and ABORTED through the emulator's
-// fault injection (emulator only).
+// confCSFaults drives BUSY, ABORTED, a delayed completion and a device
+// reset (a hung CS) through the emulator's fault injection (emulator only).
 func confCSFaults(t *testing.T, tg confTarget) {
 	if tg.newSim == nil {
 		t.Skip("fault injection needs the emulator")
 	}
-	c := tg.open(t, func(cfg *hlsim.Config) {
-		cfg.CSTimeout = 200 * time.Millisecond
-		cfg.NoResetOnLockup = true
-	})
+	c := tg.open(t, func(cfg *hlsim.Config) { cfg.CSTimeout = 200 * time.Millisecond })
 	m := c.alloc(t, 1<<20)
 	h := c.hostBuf(t, 1<<20)
 	cb, err := c.NewCB(4096)
@@ -539,30 +544,10 @@ func confCSFaults(t *testing.T, tg confTarget) {
 	}
 	chunk := []Chunk{cb.Chunk(c.H2DQueues()[0])}
 
-	c.sim.HangNextCS(1)
+	c.sim.DelayNextCS(1, 20*time.Millisecond)
 	seq, err := c.Submit(chunk)
 	require.NoError(t, err)
-	st, err := c.Wait(seq, 0)
-	require.NoError(t, err)
-	require.Equal(t, CSBusy, st, "a hung CS is BUSY when polled")
-	for st == CSBusy {
-		st, err = c.Wait(seq, time.Second)
-	}
-	require.Equal(t, CSTimedOut, st)
-	require.ErrorIs(t, err, ErrCSTimedOut)
-	require.ErrorIs(t, err, unix.ETIMEDOUT)
-
-	c.sim.AbortNextCS(1)
-	seq, err = c.Submit(chunk)
-	require.NoError(t, err)
-	st, err = c.Wait(seq, time.Minute)
-	require.Equal(t, CSAborted, st, "%v", err)
-	require.ErrorIs(t, err, ErrCSAborted)
-	require.ErrorIs(t, err, unix.EIO)
-
-	c.sim.DelayNextCS(1, 20*time.Millisecond)
-	seq, err = c.Submit(chunk)
-	require.NoError(t, err)
+	var st CSStatus
 	for st = CSBusy; st == CSBusy; {
 		st, err = c.Wait(seq, time.Second)
 	}
@@ -606,6 +591,44 @@ func confCSFaults(t *testing.T, tg confTarget) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+	if c.Model().direct() {
+		// Gaudi3 direct mode: the driver sees no CS; a PDMA channel error
+		// is a device error, which resets the device.
+		c.sim.AbortNextCS(1)
+		seq, err = c.Submit(chunk)
+		require.NoError(t, err)
+		done := false
+		for !done {
+			done, err = c.WaitCS(seq, time.Second)
+		}
+		require.ErrorIs(t, err, ErrDeviceReset)
+		require.Zero(t, c.sim.Stats().Kills, "released within the watchdog")
+		return
+	}
+	c.sim.AbortNextCS(1)
+	seq, err = c.Submit(chunk)
+	require.NoError(t, err)
+	st, err = c.Wait(seq, time.Minute)
+	require.Equal(t, CSAborted, st, "%v", err)
+	require.ErrorIs(t, err, ErrCSAborted)
+	require.ErrorIs(t, err, unix.EIO)
+
+	// Last, a hung CS: the TDR resets the device (hl_device_cond_reset);
+	// the Device sees the reset on its eventfd and releases its context,
+	// and the CS ends with ErrDeviceReset once it has.
+	c.sim.HangNextCS(1)
+	seq, err = c.Submit(chunk)
+	require.NoError(t, err)
+	st, err = c.Wait(seq, 0)
+	require.NoError(t, err)
+	require.Equal(t, CSBusy, st, "a hung CS is BUSY when polled")
+	done := false
+	for !done {
+		done, err = c.WaitCS(seq, time.Second)
+	}
+	require.ErrorIs(t, err, ErrDeviceReset)
+	require.ErrorIs(t, c.ResetErr(), ErrDeviceReset)
+	require.Zero(t, c.sim.Stats().Kills, "released within the watchdog")
 }
 
 // confExclusive checks that a second open of the same device fails with

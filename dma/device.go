@@ -66,6 +66,10 @@ type Options struct {
 	// work). 0 means the backend's CSTimeout() if it has one (the
 	// emulator's Config.CSTimeout), else DefaultCSTimeout.
 	CSTimeout time.Duration
+	// OnReset, if set, is called (on the Device's watcher goroutine) once
+	// the driver has reported a device reset and d has released its
+	// context; err wraps ErrDeviceReset. See Device.ResetErr.
+	OnReset func(d *Device, err error)
 }
 
 func (o Options) withDefaults() Options {
@@ -193,6 +197,7 @@ type Device struct {
 
 	dram *rangeAlloc // Gaudi1 physical DRAM allocator
 	g3   *g3Dev      // Gaudi3 direct PDMA mode, nil on Gaudi1/2
+	rw   *resetWatch // the reset eventfd's watcher, nil without one
 
 	// waitArgs holds *hlsys.WaitCSArgs for Wait's polls, csCalls
 	// *csCall for Submit.
@@ -270,6 +275,7 @@ func NewDevice(b Backend, opts Options) (_ *Device, err error) {
 	if model.direct() {
 		d.g3 = newG3(d, info, b)
 	}
+	d.startResetWatch()
 	d.log.Debug().Str("numbering", hb.Numbering().String()).Str("export", d.exportAPI).
 		Uint64("dram_base", info.DramBaseAddress).Uint64("dram_size", info.DramSize).
 		Uint64("page", d.allocPage).Bool("emulated", hb.Emulated()).Msg("device open")
@@ -463,7 +469,7 @@ func (d *Device) enter(op string) error {
 	d.gate.RLock()
 	if d.closed {
 		d.gate.RUnlock()
-		return newErr(op, ErrClosed, "", nil)
+		return d.closedErr(op)
 	}
 	return nil
 }
@@ -502,7 +508,7 @@ func (d *Device) track(r resource) uint64 {
 // backend. It waits for calls in progress to return. Errors are joined; a
 // second Close returns nil. Close expects no submission to be running:
 // after giving up on one, use CloseRunning.
-func (d *Device) Close() error { return d.close(false) }
+func (d *Device) Close() error { return d.close(false, false) }
 
 // CloseRunning is Close for a device that may still be running
 // submissions the caller gave up on (their memory must not be unmapped or
@@ -514,13 +520,24 @@ func (d *Device) Close() error { return d.close(false) }
 // anything. The resources are then dropped without release calls; only
 // their host side (CB mappings, DMA-BUF fds, host pages) is undone. On
 // Gaudi3 the PDMA channels are stopped first, as by Close.
-func (d *Device) CloseRunning() error { return d.close(true) }
+func (d *Device) CloseRunning() error { return d.close(true, false) }
 
-func (d *Device) close(running bool) error {
+// close closes the Device once; the reset watcher calls it with
+// fromWatcher (it must not wait for itself to return).
+func (d *Device) close(running, fromWatcher bool) error {
+	first, err := d.closeGated(running)
+	if first {
+		// After the gate: the watcher may be waiting for it.
+		d.stopResetWatch(fromWatcher)
+	}
+	return err
+}
+
+func (d *Device) closeGated(running bool) (first bool, err error) {
 	d.gate.Lock()
 	defer d.gate.Unlock()
 	if d.closed {
-		return nil
+		return false, nil
 	}
 	d.closed = true
 
@@ -565,5 +582,5 @@ func (d *Device) close(running bool) error {
 		closeBackend()
 	}
 	d.log.Debug().Int("released", len(live)).Bool("running", running).Msg("device closed")
-	return errors.Join(errs...)
+	return true, errors.Join(errs...)
 }

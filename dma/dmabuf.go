@@ -121,7 +121,7 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 	freed := m.freed
 	d.mu.Unlock()
 	if freed {
-		return nil, newErr(op, ErrClosed, "memory already freed", nil)
+		return nil, d.freedErr(op)
 	}
 	if size == 0 {
 		return nil, newErr(op, ErrInvalid, "size 0", nil)
@@ -141,7 +141,7 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 	d.mu.Lock()
 	if m.freed {
 		d.mu.Unlock()
-		return nil, newErr(op, ErrClosed, "memory already freed", nil)
+		return nil, d.freedErr(op)
 	}
 	m.exports++ // blocks Free while the export is being made
 	d.mu.Unlock()

@@ -46,6 +46,12 @@ var (
 	// the driver refused a CS or a wait because the device was not
 	// operational (reset in progress, malfunction).
 	ErrNotOperational = errors.New("device not operational")
+	// ErrDeviceReset: the driver reset the device (it reported
+	// DEVICE_RESET on the Device's eventfd). The Device released its
+	// context: every CS in flight, every later call and every memory,
+	// mapping and command buffer of the Device fail with it. Open the
+	// device again for a new context.
+	ErrDeviceReset = errors.New("device reset")
 	// ErrMalfunction: the driver reports the device in malfunction (open
 	// returned EPERM, or DEVICE_STATUS is MALFUNCTION / NEEDS_RESET).
 	ErrMalfunction = errors.New("device malfunction")

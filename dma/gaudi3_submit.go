@@ -223,6 +223,10 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 		if st != CSBusy || err != nil {
 			return st, err
 		}
+		if d.lost() {
+			// The context is about to be released (reset.go).
+			return CSUnknown, newErr(op(), ErrDeviceReset, "the driver reset the device; the submission may run until the context is released", nil)
+		}
 		t := g.clock() // one clock read per poll
 		if t-cs.start >= g.tdr {
 			g.timeout(cs)

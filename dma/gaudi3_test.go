@@ -221,33 +221,36 @@ func TestGaudi3Submit(t *testing.T) {
 	require.Equal(t, CSCompleted, st)
 }
 
-// TestGaudi3ResetBetweenLooks: Submit looks at the device at most once per
-// healthEvery (two ioctls, more than the rest of a submission). A
-// submission written into the channels of a device reset since the last
-// look ends ABORTED when its Wait finds the reset, as the ones in flight
-// at the reset do, and moves nothing; the channels are then programmed
-// again and the next submission completes.
+// TestGaudi3ResetBetweenLooks: a device reset (a fatal device error)
+// between two submissions is seen on the reset eventfd, not only by the
+// RESET_COUNT look a Wait makes every healthEvery: the next submission
+// fails with ErrDeviceReset and moves nothing, and a new context of the
+// device programs its channels and completes one.
 func TestGaudi3ResetBetweenLooks(t *testing.T) {
 	d, sim := openG3(t, hlsim.Config{}, nil)
 	d.g3.healthEvery = time.Hour // no look after the first
 	cb := copyCB(t, d)
-	submit := func() CSStatus {
-		seq, err := d.Submit([]Chunk{cb.Chunk(2)})
-		require.NoError(t, err)
-		st, err := d.Wait(seq, 5*time.Second)
-		if st == CSAborted {
-			require.ErrorIs(t, err, ErrCSAborted)
-		} else {
-			require.NoError(t, err)
-		}
-		return st
-	}
-	require.Equal(t, CSCompleted, submit())
+	seq, err := d.Submit([]Chunk{cb.Chunk(2)})
+	require.NoError(t, err)
+	st, err := d.Wait(seq, 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, CSCompleted, st)
 	moved := sim.Stats().PacketsExecuted
 	sim.Reset()
-	require.Equal(t, CSAborted, submit(), "written into the channels of a reset device")
+	require.Eventually(t, func() bool { return d.rw.released.Load() }, 5*time.Second, time.Millisecond)
+	_, err = d.Submit([]Chunk{cb.Chunk(2)})
+	require.ErrorIs(t, err, ErrDeviceReset)
 	require.Equal(t, moved, sim.Stats().PacketsExecuted, "nothing ran on the reset channels")
-	require.Equal(t, CSCompleted, submit(), "the channels were programmed again")
+
+	d2, err := OpenBackend(sim.Name(), simOpen(sim), Options{})
+	require.NoError(t, err)
+	defer d2.Close()
+	cb2 := copyCB(t, d2)
+	seq, err = d2.Submit([]Chunk{cb2.Chunk(2)})
+	require.NoError(t, err)
+	st, err = d2.Wait(seq, 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, CSCompleted, st, "the new context's channels were programmed")
 }
 
 // TestGaudi3AttachProgramsNoChannel: attached to a runtime that owns a

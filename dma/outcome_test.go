@@ -27,10 +27,9 @@ func TestWaitOutcomeOfGoneCS(t *testing.T) {
 	t.Cleanup(func() { _ = d.Close() })
 	cb := copyCB(t, d)
 
-	sim.HangNextCS(1)
+	sim.AbortNextCS(1)
 	lost, err := d.Submit([]Chunk{cb.Chunk(d.H2DQueues()[0])})
 	require.NoError(t, err)
-	sim.Reset() // aborts it
 	for range hlsim.DefaultMaxPendingCS + 1 {
 		seq, err := d.Submit([]Chunk{cb.Chunk(d.H2DQueues()[0])})
 		require.NoError(t, err)

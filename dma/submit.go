@@ -59,9 +59,14 @@ func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 		return 0, newErr(opName(), ErrInvalid, fmt.Sprintf("need 1 to %d chunks", MaxChunksPerCS), nil)
 	}
 	if !d.enterFast() {
-		return 0, newErr(opName(), ErrClosed, "", nil)
+		return 0, d.closedErr(opName())
 	}
 	defer d.leave()
+	if d.lost() {
+		// The driver would still take it, but the context is about to be
+		// released: nothing new goes to the device.
+		return 0, d.closedErr(opName())
+	}
 	if d.g3 != nil {
 		return d.g3Submit(opName, chunks)
 	}
@@ -221,7 +226,7 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 		return CSUnknown, newErr(opName(), ErrInvalid, "seq 0 is never valid", nil)
 	}
 	if !d.enterFast() {
-		return CSUnknown, newErr(opName(), ErrClosed, "", nil)
+		return CSUnknown, d.closedErr(opName())
 	}
 	defer d.leave()
 	if d.g3 != nil {
@@ -257,6 +262,15 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 		}
 		op := opName()
 		st, err := waitResult(op, out, err)
+		if st == CSAborted || st == CSUnknown && errors.Is(err, unix.EBUSY) {
+			// A fence force-completed (-EIO) or a wait refused (EBUSY) at
+			// a reset whose release has not happened: the device may still
+			// run the CS (see reset.go).
+			if d.resetPending(args, seq) {
+				return CSUnknown, newErr(op, ErrDeviceReset,
+					"the driver reset the device; the CS may run until the context is released", err)
+			}
+		}
 		if st == CSUnknown && (errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EPERM)) {
 			// hl_wait_ioctl refuses every wait while the device is not
 			// operational (EBUSY; EPERM on older drivers).
@@ -292,6 +306,11 @@ const resetPause = time.Millisecond
 // does not come back: that ends the CS (ErrMalfunction).
 func (d *Device) WaitCS(seq uint64, timeout time.Duration) (done bool, err error) {
 	st, err := d.Wait(seq, timeout)
+	if err != nil && errors.Is(err, ErrDeviceReset) && !d.rw.released.Load() {
+		// The CS ends when the context is released (reset.go).
+		time.Sleep(min(timeout, resetPause))
+		return false, nil
+	}
 	if err != nil {
 		transient := errors.Is(err, ErrBusy) || errors.Is(err, ErrNotOperational)
 		if transient && !errors.Is(err, ErrMalfunction) {

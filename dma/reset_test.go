@@ -1,0 +1,145 @@
+package dma
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/dma/hlsim"
+)
+
+// resetSim is an emulated device with a short CS timeout and a release
+// watchdog far longer than the tests take, so that only a Device that
+// releases its context in time avoids the kill.
+func resetSim(t *testing.T, m hlsim.Model, kills *atomic.Int32) *hlsim.Device {
+	t.Helper()
+	sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 256 << 20, CSTimeout: 50 * time.Millisecond,
+		ReleaseWatchdog: 20 * time.Second, Kill: func() { kills.Add(1) },
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sim.Close() })
+	return sim
+}
+
+// TestResetReleasesContext: a hung CS makes the driver reset the device
+// (TDR); the Device sees DEVICE_RESET on its eventfd, releases its
+// context within the watchdog (no kill), fails the hung CS and every
+// later call with ErrDeviceReset, and reports the CS over only once the
+// context is released (the hardware may run it until then). The device
+// then opens again and moves bytes. The Gaudi3 row's reset is a fatal
+// device error (Reset: hl_device_cond_reset without a timed-out CS).
+func TestResetReleasesContext(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		model hlsim.Model
+		fault func(*hlsim.Device)
+	}{
+		{"gaudi2 hung CS", hlsim.ModelGaudi2, func(s *hlsim.Device) { s.HangNextCS(1) }},
+		{"gaudi2 device error", hlsim.ModelGaudi2, func(s *hlsim.Device) { s.HangNextCS(1); time.AfterFunc(5*time.Millisecond, s.Reset) }},
+		{"gaudi3 device error", hlsim.ModelGaudi3, func(s *hlsim.Device) { s.HangNextCS(1); time.AfterFunc(5*time.Millisecond, s.Reset) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var kills atomic.Int32
+			sim := resetSim(t, tc.model, &kills)
+			var resets atomic.Int32
+			var hookErr atomic.Pointer[error]
+			d, err := OpenBackend(sim.Name(), simOpen(sim), Options{OnReset: func(got *Device, err error) {
+				resets.Add(1)
+				hookErr.Store(&err)
+			}})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = d.Close() })
+			cb := copyCB(t, d)
+
+			tc.fault(sim)
+			seq, err := d.Submit([]Chunk{cb.Chunk(d.H2DQueues()[0])})
+			require.NoError(t, err)
+			var done bool
+			deadline := time.Now().Add(10 * time.Second)
+			for !done && time.Now().Before(deadline) {
+				done, err = d.WaitCS(seq, 10*time.Millisecond)
+			}
+			require.True(t, done, "the CS ends once the context is released")
+			require.True(t, d.rw.released.Load(), "reported over before the context was released")
+			require.ErrorIs(t, err, ErrDeviceReset)
+			require.ErrorIs(t, d.ResetErr(), ErrDeviceReset)
+			require.Equal(t, int32(1), resets.Load())
+			require.ErrorIs(t, *hookErr.Load(), ErrDeviceReset)
+
+			_, err = d.Submit([]Chunk{cb.Chunk(d.H2DQueues()[0])})
+			require.ErrorIs(t, err, ErrDeviceReset)
+			_, err = d.AllocDevice(4096)
+			require.ErrorIs(t, err, ErrDeviceReset)
+			require.ErrorIs(t, cb.AddNOP(0), ErrDeviceReset)
+			require.NoError(t, d.Close(), "Close after the release")
+
+			// A new context moves bytes.
+			d2, err := OpenBackend(sim.Name(), simOpen(sim), Options{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = d2.Close() })
+			m, err := d2.AllocDevice(4096)
+			require.NoError(t, err)
+			src, err := AllocHostPages(4096)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = FreeHostPages(src) })
+			dst, err := AllocHostPages(4096)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = FreeHostPages(dst) })
+			for i := range src {
+				src[i] = byte(i * 7)
+			}
+			hs, err := d2.MapHostBytes(src)
+			require.NoError(t, err)
+			hd, err := d2.MapHostBytes(dst)
+			require.NoError(t, err)
+			require.NoError(t, d2.CopySync(m.Addr(), hs.DeviceAddr(), 4096))
+			require.NoError(t, d2.CopySync(hd.DeviceAddr(), m.Addr(), 4096))
+			require.True(t, bytes.Equal(src, dst))
+			require.Nil(t, d2.ResetErr())
+			require.Zero(t, kills.Load(), "the driver would have killed the process")
+		})
+	}
+}
+
+// TestResetDuringClose: a reset racing the user's Close neither
+// deadlocks nor leaks the watcher (goleak in TestMain).
+func TestResetDuringClose(t *testing.T) {
+	var kills atomic.Int32
+	sim := resetSim(t, hlsim.ModelGaudi2, &kills)
+	for range 20 {
+		d, err := OpenBackend(sim.Name(), simOpen(sim), Options{})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); sim.Reset() }()
+		go func() { defer wg.Done(); _ = d.Close() }()
+		wg.Wait()
+		require.NoError(t, d.Close())
+	}
+	require.Zero(t, kills.Load())
+}
+
+// TestResetBlockedWait: a Wait blocked in the driver when the reset
+// comes returns (force-completed, then refused) instead of holding the
+// release past the watchdog, and reports ErrDeviceReset.
+func TestResetBlockedWait(t *testing.T) {
+	var kills atomic.Int32
+	sim := resetSim(t, hlsim.ModelGaudi2, &kills)
+	d, err := OpenBackend(sim.Name(), simOpen(sim), Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	cb := copyCB(t, d)
+	sim.HangNextCS(1)
+	seq, err := d.Submit([]Chunk{cb.Chunk(d.H2DQueues()[0])})
+	require.NoError(t, err)
+	start := time.Now()
+	st, err := d.Wait(seq, time.Minute)
+	require.ErrorIs(t, err, ErrDeviceReset, "status %v", st)
+	require.Less(t, time.Since(start), 15*time.Second)
+	require.Zero(t, kills.Load())
+}
