@@ -10,7 +10,7 @@ import (
 )
 
 // Test a program's error handling against device faults: an aborted
-// command submission, a hung one, and a reset.
+// command submission, a hung one, and a device reset.
 func ExampleEngine_Emulator() {
 	eng, err := engine.New(engine.Config{
 		Devices:  engine.DevicesEmulated,
@@ -38,10 +38,21 @@ func ExampleEngine_Emulator() {
 	err = eng.CopySync(ctx, hbm.All(), host.All(), engine.Timeout(50*time.Millisecond))
 	fmt.Println("hung:", errors.Is(err, engine.ErrTimeout))
 
-	emu.Reset() // also ends the hung submission at once
-	fmt.Println("after reset:", eng.CopySync(ctx, hbm.All(), host.All()))
+	// A device reset (a fatal device error; a hung submission's TDR does
+	// the same): the engine releases the device and opens it again, and
+	// the buffers of the old context are lost.
+	emu.Reset()
+	err = eng.CopySync(ctx, hbm.All(), host.All())
+	fmt.Println("after reset:", errors.Is(err, engine.ErrDeviceLost))
+	if err := eng.WaitDevice(ctx, 0); err != nil {
+		fmt.Println(err)
+		return
+	}
+	hbm2, _ := eng.Alloc(4096, engine.Gaudi(0))
+	fmt.Println("new buffer:", eng.CopySync(ctx, hbm2.All(), host.All()))
 	// Output:
 	// aborted: true
 	// hung: true
-	// after reset: <nil>
+	// after reset: true
+	// new buffer: <nil>
 }

@@ -11,7 +11,10 @@ import (
 // TestEmulator: each injected fault reaches the copies of the emulated
 // device through the public API, with the error a user matches, on the
 // Gaudi2 model (command submission) and the Gaudi3 model (direct PDMA
-// mode, where the device path detects resets and applies the TDR).
+// mode, where the device path applies the TDR itself). A fault that makes
+// the driver reset the device (a TDR on Gaudi2, a PDMA channel error on
+// Gaudi3, Reset) loses the device's buffers: the engine opens the device
+// again and a new buffer works.
 func TestEmulator(t *testing.T) {
 	for _, model := range []string{"gaudi2", "gaudi3"} {
 		t.Run(model, func(t *testing.T) { testEmulator(t, model) })
@@ -20,41 +23,49 @@ func TestEmulator(t *testing.T) {
 
 func testEmulator(t *testing.T, model string) {
 	ctx := context.Background()
+	g2 := model == "gaudi2"
+	errOf := func(g2Err, g3Err error) error {
+		if g2 {
+			return g2Err
+		}
+		return g3Err
+	}
 	for _, tc := range []struct {
 		name   string
 		inject func(m *Emulator)
 		opts   []OpOption
 		check  func(t *testing.T, f *Future, m *Emulator)
+		lost   bool // the driver resets the device
 	}{
 		{"abort", func(m *Emulator) { m.AbortNextCS(1) }, nil, func(t *testing.T, f *Future, _ *Emulator) {
-			require.ErrorIs(t, f.Wait(ctx), ErrAborted)
-		}},
+			require.ErrorIs(t, f.Wait(ctx), errOf(ErrAborted, ErrDeviceLost)) // Gaudi3: a PDMA channel error resets the device
+		}, !g2},
 		{"hang past the deadline", func(m *Emulator) { m.HangNextCS(1) }, []OpOption{Timeout(20 * time.Millisecond)},
 			func(t *testing.T, f *Future, _ *Emulator) {
 				require.ErrorIs(t, f.Wait(ctx), ErrTimeout)
-			}},
+			}, g2}, // on Gaudi2 the TDR then resets the device
 		{"hang until the TDR", func(m *Emulator) { m.HangNextCS(1) }, nil, func(t *testing.T, f *Future, _ *Emulator) {
-			require.ErrorIs(t, f.Wait(ctx), ErrTimeout)
-		}},
+			require.ErrorIs(t, f.Wait(ctx), errOf(ErrDeviceLost, ErrTimeout))
+		}, g2},
 		{"delay", func(m *Emulator) { m.DelayNextCS(1, 50*time.Millisecond) }, nil, func(t *testing.T, f *Future, _ *Emulator) {
 			start := time.Now()
 			require.NoError(t, f.Wait(ctx))
 			require.GreaterOrEqual(t, time.Since(start), 40*time.Millisecond, "completion held back")
-		}},
+		}, false},
 		{"delay past the deadline", func(m *Emulator) { m.DelayNextCS(1, 300*time.Millisecond) }, []OpOption{Timeout(20 * time.Millisecond)},
 			func(t *testing.T, f *Future, _ *Emulator) {
 				require.ErrorIs(t, f.Wait(ctx), ErrTimeout)
-			}},
+			}, false},
 		{"reset", func(m *Emulator) { m.HangNextCS(1) }, nil, func(t *testing.T, f *Future, m *Emulator) {
 			// The hung CS must be on the device before the reset.
 			require.Eventually(t, func() bool { return m.sim.Stats().CSSubmitted > 0 }, 5*time.Second, time.Millisecond)
 			require.False(t, f.IsDone())
 			m.Reset()
-			require.ErrorIs(t, f.Wait(ctx), ErrAborted)
-		}},
+			require.ErrorIs(t, f.Wait(ctx), ErrDeviceLost)
+		}, true},
 		{"cancelled", func(m *Emulator) { m.AbortNextCS(1); m.AbortNextCS(0) }, nil, func(t *testing.T, f *Future, _ *Emulator) {
 			require.NoError(t, f.Wait(ctx))
-		}},
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEngine(t, Config{EmulatedCount: 2, Emulator: EmulatorConfig{Model: model, DRAMSize: 64 << 20, CSTimeout: 500 * time.Millisecond}})
@@ -68,11 +79,23 @@ func testEmulator(t *testing.T, model string) {
 			// Device 0 is untouched by device 1's faults.
 			require.NoError(t, e.CopySync(ctx, d0.All(), h.All()))
 			tc.check(t, e.Copy(ctx, d.All(), h.All(), tc.opts...), m)
+			if tc.lost {
+				require.Eventually(t, func() bool { return e.Devices()[1].Resets == 1 }, 10*time.Second, time.Millisecond, "opened again")
+				require.NoError(t, e.WaitDevice(ctx, 1))
+				require.ErrorIs(t, e.CopySync(ctx, d.All(), h.All()), ErrDeviceLost, "the old context's buffer")
+				require.NoError(t, d.Free())
+				d, err = e.Alloc(1<<20, Gaudi(1))
+				require.NoError(t, err)
+			}
 			fill(h.Bytes(), 9)
 			require.NoError(t, e.CopySync(ctx, d.All(), h.All()), "the device works again")
 			back, _ := e.Alloc(1<<20, Host)
 			require.NoError(t, e.CopySync(ctx, back.All(), d.All()))
 			require.Equal(t, h.Bytes(), back.Bytes())
+			require.Zero(t, e.Devices()[0].Resets, "device 0 untouched")
+			if !tc.lost {
+				require.Zero(t, e.Devices()[1].Resets)
+			}
 		})
 	}
 }

@@ -176,15 +176,27 @@ type DeviceInfo struct {
 	LentBy    string // who lent it ("fd", "synapse (libSynapse.so)", "hlsim runtime")
 	PoolStart uint64 // the runtime's pool, attached devices only
 	PoolLen   uint64 // the runtime pool's length in bytes, attached devices only
+	// Lost is non-nil (it wraps ErrDeviceLost) once the driver reset the
+	// device: the engine released its context, and its buffers are gone,
+	// until the engine has opened the device again (WaitDevice).
+	Lost error
+	// Resets is how many times the engine opened the device again after
+	// the driver reset it.
+	Resets int
 }
 
 // Devices describes the devices the engine drives.
 func (e *Engine) Devices() []DeviceInfo {
-	out := make([]DeviceInfo, 0, len(e.cp.Devs))
-	for _, g := range e.cp.Devs {
+	devs := e.cp.DevList()
+	out := make([]DeviceInfo, 0, len(devs))
+	for _, g := range devs {
 		di, n := describe(g.Idx, g.Dev), g.Node
 		di.Node, di.ControlNode, di.PCIAddr, di.DeviceType, di.Driver = n.Path, n.ControlPath, n.PCIAddr, n.DeviceType, n.Driver
 		di.DMAPath, di.H2DQueues, di.D2HQueues, di.D2DQueues = g.Dev.DMAPath(), g.Dev.H2DQueues(), g.Dev.D2HQueues(), g.Dev.D2DQueues()
+		if err := g.Dev.ResetErr(); err != nil {
+			di.Lost = newErr(ErrDeviceLost, fmt.Sprintf("gaudi%d", g.Idx), err)
+		}
+		di.Resets = g.Gen
 		out = append(out, di)
 	}
 	return append(out, e.attach.devices()...)
@@ -242,6 +254,9 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 		m, err := g.Dev.AllocDevice(uint64(size))
 		if errors.Is(err, dma.ErrClosed) {
 			return nil, newErr(ErrClosed, fmt.Sprintf("alloc %d bytes on gaudi%d", size, loc.dev), err)
+		}
+		if errors.Is(err, dma.ErrDeviceReset) {
+			return nil, newErr(ErrDeviceLost, fmt.Sprintf("alloc %d bytes on gaudi%d", size, loc.dev), err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("gxfer: alloc %d bytes on gaudi%d: %w", size, loc.dev, err)

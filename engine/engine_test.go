@@ -261,7 +261,9 @@ func TestRegisterAndLookup(t *testing.T) {
 
 func TestFaults(t *testing.T) {
 	e := newEngine(t, Config{Emulator: EmulatorConfig{CSTimeout: 100 * time.Millisecond}})
-	sim := e.cp.Devs[0].Sim
+	m, err := e.Emulator(0)
+	require.NoError(t, err)
+	sim := m.sim
 	ctx := context.Background()
 	h, err := e.Alloc(1<<20, Host)
 	require.NoError(t, err)
@@ -276,23 +278,36 @@ func TestFaults(t *testing.T) {
 	require.ErrorIs(t, e.CopySync(ctx, d.All(), h.All()), ErrAborted)
 	ok()
 
-	sim.HangNextCS(1)
-	require.ErrorIs(t, e.CopySync(ctx, d.All(), h.All()), ErrTimeout)
-	ok()
-
 	// A per-op deadline shorter than the device's delay: ErrTimeout at the
 	// deadline; the CS still retires later.
 	sim.DelayNextCS(1, 200*time.Millisecond)
 	require.ErrorIs(t, e.CopySync(ctx, d.All(), h.All(), Timeout(20*time.Millisecond)), ErrTimeout)
 	ok()
 
-	// A reset while copies are in flight: the affected ones are aborted.
+	// A hung CS: the driver's TDR resets the device, the copy fails with
+	// ErrDeviceLost and so does the buffer; the engine opens the device
+	// again, where a new buffer works.
+	sim.HangNextCS(1)
+	require.ErrorIs(t, e.CopySync(ctx, d.All(), h.All()), ErrDeviceLost)
+	require.NoError(t, e.WaitDevice(ctx, 0))
+	require.ErrorIs(t, e.CopySync(ctx, d.All(), h.All()), ErrDeviceLost)
+	require.NoError(t, d.Free())
+	d, err = e.Alloc(1<<20, Gaudi(0))
+	require.NoError(t, err)
+	ok()
+
+	// A reset while copies are in flight: the affected ones fail with
+	// ErrDeviceLost.
 	sim.DelayNextCS(1, 200*time.Millisecond)
 	f := e.Copy(ctx, d.All(), h.All())
 	time.Sleep(20 * time.Millisecond)
 	sim.Reset()
-	require.ErrorIs(t, f.Wait(ctx), ErrAborted)
+	require.ErrorIs(t, f.Wait(ctx), ErrDeviceLost)
+	require.NoError(t, e.WaitDevice(ctx, 0))
+	d, err = e.Alloc(1<<20, Gaudi(0))
+	require.NoError(t, err)
 	ok()
+	require.Equal(t, 2, e.Devices()[0].Resets)
 	require.Eventually(t, func() bool { return e.Stats().InFlight == 0 }, 5*time.Second, time.Millisecond)
 }
 

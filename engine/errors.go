@@ -28,6 +28,12 @@ var (
 	ErrAborted = gxerr.Aborted
 	// ErrDevice: the device failed the operation (MMU fault, bad packet...).
 	ErrDevice = gxerr.Device
+	// ErrDeviceLost: the driver reset the Gaudi device (a command
+	// submission hung past its timeout, or a fatal device error). The
+	// engine released the device's context at once, as the driver
+	// requires: copies in flight on it failed, and every buffer on it is
+	// gone (its copies fail with ErrDeviceLost; Free still succeeds).
+	ErrDeviceLost = gxerr.DeviceLost
 	// ErrPanic: a worker panicked while handling the operation.
 	ErrPanic = gxerr.Panic
 	// ErrNotEmulated: the device is real hardware; Engine.Emulator (fault

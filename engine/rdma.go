@@ -82,8 +82,8 @@ func (e *Engine) RDMA() RDMAInfo {
 // there is none. RDMA is optional: a failure here never fails New.
 func (e *Engine) openRDMA() {
 	cfg := rdmapath.Config{DeviceConfig: rdmapath.DeviceConfig(e.cfg.RDMA), Logger: e.log, SysRoot: e.cfg.SysRoot}
-	if len(e.cp.Devs) > 0 {
-		cfg.GaudiPCI = e.cp.Devs[0].Node.PCIAddr
+	if devs := e.cp.DevList(); len(devs) > 0 {
+		cfg.GaudiPCI = devs[0].Node.PCIAddr
 	}
 	t, err := rdmapath.Open(e.env(), cfg)
 	if err != nil {

@@ -90,7 +90,7 @@ func (e *Engine) Stats() Stats {
 	s.Latency = latencyOf(&e.st.Lat)
 	s.Transports = e.transportStats()
 	s.IPCCache = e.ipcCacheStats()
-	for _, g := range e.cp.Devs {
+	for _, g := range e.cp.DevList() {
 		s.Devices = append(s.Devices, DeviceStats{
 			Index: g.Idx, HostMappings: g.Regs.Load(), RegCache: g.HostMaps.Stats(),
 			ExportCache: g.Exports.Stats(), Actor: g.Actor.Stats(),

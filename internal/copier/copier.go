@@ -100,9 +100,13 @@ type Copier struct {
 	Types *memcache.TypeCache
 
 	// Devs are the devices, Gaudi(i) being Devs[i]; Sims the emulators
-	// behind emulated ones (closed last).
-	Devs []*Device
-	Sims []*hlsim.Device
+	// behind emulated ones (closed last). A device reopened after a reset
+	// replaces its lost Device in Devs under devMu (reopen.go): read Devs
+	// through Device(i) or devList where a reset may happen.
+	Devs  []*Device
+	Sims  []*hlsim.Device
+	devMu sync.RWMutex
+	re    reopens
 
 	// HookProcess (tests) runs in workers before they process jobs.
 	HookProcess atomic.Pointer[func()]
@@ -129,6 +133,7 @@ func New(cfg Config) (*Copier, error) {
 		c.mode = queue.FailFast
 	}
 	c.rtCtx, c.rtCancel = context.WithCancel(context.Background())
+	c.re.stop = make(chan struct{})
 	var err error
 	c.pool, err = ants.NewPool(cfg.Workers, ants.WithPanicHandler(c.onPanic), ants.WithLogger(antsLogger{c.log}))
 	if err != nil {
@@ -140,6 +145,8 @@ func New(cfg Config) (*Copier, error) {
 
 // Device is Gaudi(i), or an ErrNoDevice error.
 func (c *Copier) Device(i int) (*Device, error) {
+	c.devMu.RLock()
+	defer c.devMu.RUnlock()
 	if i < 0 || i >= len(c.Devs) {
 		return nil, gxerr.New(gxerr.NoDevice, fmt.Sprintf("gaudi%d (engine has %d)", i, len(c.Devs)), nil)
 	}
@@ -213,6 +220,7 @@ func (c *Copier) Stop() {
 	if c == nil {
 		return
 	}
+	c.stopReopens() // Devs stays as it is from here on
 	for _, g := range c.Devs {
 		for _, q := range g.queues {
 			q.Close()
@@ -301,7 +309,7 @@ func (c *Copier) Forget(m *Mem) {
 		m.Device.Exports.Invalidate(m.Addr, m.Size)
 		return
 	}
-	for _, g := range c.Devs {
+	for _, g := range c.DevList() {
 		g.HostMaps.Invalidate(m.Addr, m.Size)
 	}
 	c.Types.Remove(m.Addr, m.Size)

@@ -153,7 +153,7 @@ func (g *Device) processRefs(dir int, refs []ref) {
 		// Get every command buffer first: then adding packets cannot fail
 		// half-way through an op.
 		if err := rec.cs.Reserve(); err != nil {
-			c.finishOp(j, o, gxerr.New(gxerr.Device, "command buffer", err))
+			c.finishOp(j, o, DeviceErr("command buffer", err))
 			continue
 		}
 		dst, src, err := g.resolve(o, &rec.regions)
@@ -165,7 +165,7 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			// Only an encoding bug gets here; the CBs may hold part of
 			// this op, so the whole CS is dropped (with this op's
 			// mappings, which finish releases).
-			err = gxerr.New(gxerr.Device, "add copy to command submission", err)
+			err = DeviceErr("add copy to command submission", err)
 			c.finishOp(j, o, err)
 			rec.finish(err)
 			rec.unref()
@@ -220,7 +220,7 @@ func (g *Device) addr(s Slice, regs *[]*memcache.Region) (uint64, error) {
 	}
 	r, err := g.HostMaps.Get(m.Addr, m.Size, memcache.AccessRead|memcache.AccessWrite)
 	if err != nil {
-		return 0, gxerr.New(gxerr.Device, fmt.Sprintf("map host memory into gaudi%d", g.Idx), err)
+		return 0, DeviceErr(fmt.Sprintf("map host memory into gaudi%d", g.Idx), err)
 	}
 	*regs = append(*regs, r)
 	hm := r.Value().(*dma.HostMapping)
@@ -240,12 +240,12 @@ func (r *csRec) submit() {
 	}
 	chunks, err := r.cs.Seal()
 	if err != nil {
-		r.finish(gxerr.New(gxerr.Device, "seal command submission", err))
+		r.finish(DeviceErr("seal command submission", err))
 		return
 	}
 	seq, err := g.Dev.Submit(chunks)
 	if err != nil {
-		r.finish(gxerr.New(gxerr.Device, fmt.Sprintf("submit CS on gaudi%d", g.Idx), err))
+		r.finish(DeviceErr(fmt.Sprintf("submit CS on gaudi%d", g.Idx), err))
 		return
 	}
 	c.st.CS.Add(1)
@@ -392,10 +392,22 @@ func (g *Device) uncache(o *Op) {
 	}
 }
 
+// DeviceErr is the error of a failed dma call: ErrDeviceLost's kind if the
+// driver reset the device, gxerr.Device otherwise.
+func DeviceErr(what string, err error) error {
+	if errors.Is(err, dma.ErrDeviceReset) {
+		return gxerr.New(gxerr.DeviceLost, what, err)
+	}
+	return gxerr.New(gxerr.Device, what, err)
+}
+
 func mapDeviceErr(err error) error {
 	switch {
-	case errors.Is(err, gxerr.Closed), errors.Is(err, gxerr.Timeout), errors.Is(err, gxerr.Aborted), errors.Is(err, gxerr.Device):
+	case errors.Is(err, gxerr.Closed), errors.Is(err, gxerr.Timeout), errors.Is(err, gxerr.Aborted), errors.Is(err, gxerr.Device),
+		errors.Is(err, gxerr.DeviceLost):
 		return err
+	case errors.Is(err, dma.ErrDeviceReset):
+		return gxerr.New(gxerr.DeviceLost, "the driver reset the device: the copy did not complete and the device's buffers are gone", err)
 	case errors.Is(err, dma.ErrCSTimedOut):
 		return gxerr.New(gxerr.Timeout, "command submission timed out on the device", err)
 	case errors.Is(err, dma.ErrCSAborted):

@@ -44,6 +44,10 @@ type Device struct {
 	Regs  atomic.Uint64 // host mappings performed
 
 	aband abandoned // CSs given up on at Close, kept until the device stops
+
+	open     Opener    // opens the device again after a reset (nil: cannot)
+	Gen      int       // contexts opened before this one at this index (resets)
+	lostOnce sync.Once // the reset is handled once (reopen.go)
 }
 
 type hostMapper struct{ g *Device }
@@ -75,8 +79,31 @@ func (x exporter) Deregister(_, _ uint64, v any) error { return v.(*dma.DMABuf).
 // AddDevice adds an opened device (sim: its emulator, or nil) as
 // Gaudi(len(Devs)).
 func (c *Copier) AddDevice(d *dma.Device, sim *hlsim.Device) *Device {
+	return c.addDevice(d, sim, dma.NodeInfo{}, nil)
+}
+
+// addDevice is AddDevice with the device's node and how to open it again
+// after a reset (reopen.go).
+func (c *Copier) addDevice(d *dma.Device, sim *hlsim.Device, node dma.NodeInfo, open Opener) *Device {
+	c.devMu.Lock()
+	g := c.newDevice(d, sim, len(c.Devs))
+	g.Node, g.open = node, open
+	c.Devs = append(c.Devs, g)
+	n := len(c.Devs)
+	c.devMu.Unlock()
+	// At most one drain per (device, direction) and one for host copies
+	// run at a time: the pool must hold them all.
+	c.pool.Tune(max(c.cfg.Workers, NumDirs*n+1))
+	if err := d.ResetErr(); err != nil {
+		c.lostDevice(g, err) // reset before its hook could find it
+	}
+	return g
+}
+
+// newDevice builds Gaudi(idx) on d.
+func (c *Copier) newDevice(d *dma.Device, sim *hlsim.Device, idx int) *Device {
 	cfg := &c.cfg
-	g := &Device{c: c, Idx: len(c.Devs), Dev: d, Sim: sim, Types: memcache.NewTypeCache(), cbs: d.NewCBPool(cfg.CBSize, cbPoolSize)}
+	g := &Device{c: c, Idx: idx, Dev: d, Sim: sim, Types: memcache.NewTypeCache(), cbs: d.NewCBPool(cfg.CBSize, cbPoolSize)}
 	g.getCB, g.putCB = g.cbs.Get, g.cbs.Put
 	g.log = c.log.With().Int("dev", g.Idx).Str("node", d.Name()).Logger()
 	for i := range g.queues {
@@ -98,10 +125,6 @@ func (c *Copier) AddDevice(d *dma.Device, sim *hlsim.Device) *Device {
 		OnDeadline:    g.checkHealth,
 		Logger:        cfg.BaseLogger,
 	})
-	c.Devs = append(c.Devs, g)
-	// At most one drain per (device, direction) and one for host copies
-	// run at a time: the pool must hold them all.
-	c.pool.Tune(max(cfg.Workers, NumDirs*len(c.Devs)+1))
 	return g
 }
 
@@ -138,12 +161,15 @@ func (g *Device) enqueue(ctx context.Context, dir int, j *Job) error {
 		// inline runs that entered before it releases the device.
 		if q.Closed() || !g.c.inline.enter() {
 			g.sched[dir].Store(false)
-			return gxerr.Closed
+			return g.closedErr()
 		}
 		g.runInline(dir, j)
 		return nil
 	}
 	if err := g.c.push(ctx, q, j, g.queueName(dir)); err != nil {
+		if err == gxerr.Closed {
+			return g.closedErr()
+		}
 		return err
 	}
 	g.schedule(dir)

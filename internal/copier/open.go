@@ -27,7 +27,7 @@ type Devices struct {
 
 // OpenDevices opens the devices d asks for.
 func (c *Copier) OpenDevices(d Devices) error {
-	opts := dma.Options{Logger: c.cfg.BaseLogger}
+	opts := c.devOptions()
 	if d.Discover {
 		nodes, err := dma.Discover(d.SysRoot)
 		if err != nil {
@@ -38,7 +38,7 @@ func (c *Copier) OpenDevices(d Devices) error {
 			if err != nil {
 				return fmt.Errorf("gxfer: open %s: %w", n.Path, err)
 			}
-			c.AddDevice(dev, nil).Node = n
+			c.addDevice(dev, nil, n, nodeOpener(n))
 		}
 		if len(c.Devs) > 0 {
 			return nil
@@ -78,7 +78,8 @@ func (c *Copier) OpenDevices(d Devices) error {
 		if err != nil {
 			return fmt.Errorf("gxfer: emulated device %d: %w", i, err)
 		}
-		c.AddDevice(dev, sim).Node = dma.NodeInfo{Index: i, Path: dev.Name(), DeviceType: dev.Model().String(), Driver: "hlsim", Emulated: true}
+		node := dma.NodeInfo{Index: i, Path: dev.Name(), DeviceType: dev.Model().String(), Driver: "hlsim", Emulated: true}
+		c.addDevice(dev, sim, node, emulatorOpener(sim))
 	}
 	return nil
 }

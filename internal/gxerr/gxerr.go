@@ -32,6 +32,7 @@ var (
 	Unauthenticated = errors.New("gxfer: peer not authenticated")
 	TooManyPeers    = errors.New("gxfer: too many peers")
 	NoCopier        = errors.New("gxfer: attached device has no device copier")
+	DeviceLost      = errors.New("gxfer: device lost (reset)")
 )
 
 // opError wraps a kind with a message and the underlying cause.

@@ -11,11 +11,13 @@ import (
 var kinds = [...]error{
 	Closed, QueueFull, Timeout, Invalid, Freed, Foreign, NotSupported, NoDevice, Aborted, Device,
 	Panic, NotEmulated, Peer, Canceled, NotDone, Unauthenticated, TooManyPeers, NoCopier,
+	DeviceLost,
 }
 
 var kindNames = [...]string{
 	"closed", "queue_full", "timeout", "invalid", "freed", "foreign", "not_supported", "no_device", "aborted", "device",
 	"panic", "not_emulated", "peer", "canceled", "not_done", "unauthenticated", "too_many_peers", "no_copier",
+	"device_lost",
 }
 
 // NumKinds is the number of kinds KindOf returns: every error kind of

@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Device resets.
+//
+// When the driver resets a Gaudi (a command submission hung past the CS
+// timeout, or a fatal device error), it kills the process that holds the
+// device open unless that process releases it within its release
+// watchdog (30 s). The engine therefore releases the device's context as
+// soon as the driver reports the reset (package dma's reset.go has the
+// driver's rules): copies in flight on it fail with ErrDeviceLost, and
+// so does every later copy with one of its buffers (their Free still
+// succeeds). The engine then opens the device again on its own; buffers
+// allocated from then on live in the new context. Host memory and the
+// other devices are not affected.
+
+// WaitDevice waits until Gaudi(i) is usable: it returns nil at once for a
+// device that is not lost, and after a reset once the engine has opened
+// the device again. It fails with ErrNoDevice for an index the engine
+// does not drive, and with ctx's error (ErrTimeout, ErrCanceled) or
+// ErrClosed when those end the wait first.
+func (e *Engine) WaitDevice(ctx context.Context, i int) error {
+	if ctx == nil {
+		return newErr(ErrInvalid, "nil context", nil)
+	}
+	const poll = time.Millisecond
+	var t *time.Timer
+	for {
+		if !e.enter() {
+			return ErrClosed
+		}
+		g, err := e.cp.Device(i)
+		e.exit()
+		if err != nil {
+			return err
+		}
+		if g.Dev.ResetErr() == nil {
+			return nil
+		}
+		if t == nil {
+			t = time.NewTimer(poll)
+			defer t.Stop()
+		} else {
+			t.Reset(poll)
+		}
+		select {
+		case <-ctx.Done():
+			return ctxErr(fmt.Sprintf("waiting for gaudi%d to be opened again after its reset", i), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
