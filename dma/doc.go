@@ -51,8 +51,18 @@
 // LIN_PDMA packets, Submit copies them into the rings and stores MSQ_PI,
 // and Wait compares the counters with the submission's targets, sleeping
 // in WAIT_CS on the channel's user interrupt. The Device applies its own
-// TDR (Options.CSTimeout) and reprograms its channels after a device reset,
-// since the driver sees none of this work. Attach never touches a channel.
+// TDR (Options.CSTimeout), since the driver sees none of this work. Attach
+// never touches a channel.
+//
+// # Device resets
+//
+// When the driver resets the device (a CS past its timeout, a fatal
+// device error) it kills the process holding the fd unless the fd is
+// released within its 30 s release watchdog. A Device registers an
+// eventfd for the driver's events and, on DEVICE_RESET, releases its
+// context at once: everything in flight and every later call fails with
+// ErrDeviceReset, and a new Device (Open) is a new context (reset.go has
+// the driver's rules).
 //
 // # DMA-BUF
 //
