@@ -260,6 +260,13 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 			if st, _, err := g.status(op, seq); st != CSBusy || err != nil {
 				return st, err
 			}
+			if slept && d.g3ResetPending(seq) {
+				// The release watchdog runs (the driver refuses every
+				// wait): the watcher may not have seen the reset yet,
+				// or be held at the gate by a Close that waits for this
+				// Wait. Sleeping on would hold the release (reset.go).
+				return CSUnknown, newErr(op(), ErrDeviceReset, "the driver reset the device; the submission may run until the context is released", nil)
+			}
 		}
 		wait := min(remaining, g.tdr-(g.clock()-cs.start)+time.Millisecond, maxG3Sleep)
 		start := time.Now()

@@ -175,6 +175,21 @@ func (d *Device) resetPending(args *hlsys.WaitCSArgs, seq uint64) bool {
 	return serr == nil && DeviceStatus(st).Operational()
 }
 
+// g3ResetPending is resetPending for a direct-mode (Gaudi3) Wait, whose
+// submissions are not the driver's CSs: hl_wait_ioctl tests the release
+// watchdog before it looks at the sequence number.
+func (d *Device) g3ResetPending(seq uint64) bool {
+	if d.rw == nil {
+		return false
+	}
+	args, _ := d.waitArgs.Get().(*hlsys.WaitCSArgs)
+	if args == nil {
+		args = new(hlsys.WaitCSArgs)
+	}
+	defer d.waitArgs.Put(args)
+	return d.resetPending(args, seq)
+}
+
 // stopResetWatch closes the eventfd (after the backend: the driver keeps
 // its own reference until the context is released) and, unless called by
 // the watcher itself, waits for the watcher to return.
