@@ -540,6 +540,12 @@ func (d *Device) closeGated(running bool) (first bool, err error) {
 		return false, nil
 	}
 	d.closed = true
+	if !running && d.resetBeforeClose() {
+		// The driver reset the device: it may still run the CSs whose
+		// fences it forced, so the context goes as the watcher would
+		// release it (reset.go).
+		running = true
+	}
 
 	type entry struct {
 		id uint64
@@ -580,6 +586,9 @@ func (d *Device) closeGated(running bool) (first bool, err error) {
 	}
 	if !running {
 		closeBackend()
+	}
+	if d.rw != nil {
+		d.rw.released.Store(true)
 	}
 	d.log.Debug().Int("released", len(live)).Bool("running", running).Msg("device closed")
 	return true, errors.Join(errs...)

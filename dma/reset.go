@@ -112,13 +112,35 @@ func (d *Device) lose(ev uint64) {
 		"the driver reset the device (events %#x); the context and everything it held are gone", ev), nil)
 	d.rw.err.Store(e)
 	start := time.Now()
-	err := d.close(true, true)
-	d.rw.released.Store(true)
+	err := d.close(true, true) // sets released
 	d.log.Warn().Str("events", fmt.Sprintf("%#x", ev)).Err(err).Dur("release", time.Since(start)).
 		Msg("device reset: context released; every copy in flight on it failed")
 	if d.opts.OnReset != nil {
 		d.opts.OnReset(d, e)
 	}
+}
+
+// resetBeforeClose tells Close (gate held for writing) whether the
+// driver reset the device: the watcher saw it, or it has not read the
+// event yet (it may be waiting for the gate Close holds, and then finds
+// the Device closed). The event read here is the watcher's: the Device
+// records the reset as lose does, without OnReset (the Device is being
+// closed).
+func (d *Device) resetBeforeClose() bool {
+	if d.rw == nil {
+		return false
+	}
+	if d.lost() {
+		return true
+	}
+	ev, err := hlsys.GetEvents(d.b)
+	if err != nil || ev&(hlsys.NotifierDeviceReset|hlsys.NotifierDeviceUnavailable) == 0 {
+		return false
+	}
+	d.rw.err.Store(newErr("device "+d.Name(), ErrDeviceReset, fmt.Sprintf(
+		"the driver reset the device (events %#x) as it was closed; the context and everything it held are gone", ev), nil))
+	d.log.Warn().Str("events", fmt.Sprintf("%#x", ev)).Msg("device reset seen by Close: the context is released at once")
+	return true
 }
 
 // ResetErr returns the error the Device fails with since the driver

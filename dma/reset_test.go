@@ -6,11 +6,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
 // resetSim is an emulated device with a short CS timeout and a release
@@ -178,4 +180,68 @@ func TestResetG3WaitUnderClose(t *testing.T) {
 	}
 	require.ErrorIs(t, <-waitErr, ErrDeviceReset)
 	require.Zero(t, kills.Load(), "the context was not released within the driver's release watchdog")
+}
+
+// releaseCounter counts the MEMORY and CB ioctls (releases among them)
+// made on a backend while counting is on.
+type releaseCounter struct {
+	hlsys.Backend
+	on, n atomic.Int32
+}
+
+func (b *releaseCounter) Ioctl(req uintptr, arg unsafe.Pointer) error {
+	if _, nr, ok := hlsys.Decode(req); ok && b.on.Load() != 0 && (nr == hlsys.IoctlMemory || nr == hlsys.IoctlCB) {
+		b.n.Add(1)
+	}
+	return b.Backend.Ioctl(req, arg)
+}
+
+// TestResetCloseWins: the user's Close gets the gate before the watcher
+// has read the reset event (the watcher is held at the gate). The
+// hardware may still run every CS whose fence the driver forced, so
+// Close must release the context as the watcher would (CloseRunning: the
+// backend first, no unmap or free ioctl while the engines run), and the
+// Device reports the reset.
+func TestResetCloseWins(t *testing.T) {
+	var kills atomic.Int32
+	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20, CSTimeout: 10 * time.Second,
+		ReleaseWatchdog: 20 * time.Second, Kill: func() { kills.Add(1) },
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sim.Close() })
+	var rc *releaseCounter
+	d, err := OpenBackend(sim.Name(), func() (hlsys.Backend, error) {
+		b, err := simOpen(sim)()
+		if err != nil {
+			return nil, err
+		}
+		rc = &releaseCounter{Backend: b}
+		return rc, nil
+	}, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	cb := copyCB(t, d)
+	sim.HangNextCS(1)
+	seq, err := d.Submit([]Chunk{cb.Chunk(d.H2DQueues()[0])})
+	require.NoError(t, err)
+
+	d.gate.RLock() // a call in progress
+	closed := make(chan error, 1)
+	go func() { closed <- d.Close() }()
+	time.Sleep(20 * time.Millisecond) // Close waits for the gate
+	sim.Reset()
+	time.Sleep(20 * time.Millisecond) // the watcher waits behind Close
+	rc.on.Store(1)
+	d.gate.RUnlock()
+	select {
+	case err = <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	t.Logf("Close: %v", err)
+	require.Zero(t, rc.n.Load(), "release ioctls while the device may still run the forced CSs")
+	require.ErrorIs(t, d.ResetErr(), ErrDeviceReset)
+	_, err = d.Wait(seq, 0)
+	require.ErrorIs(t, err, ErrDeviceReset)
+	require.Zero(t, kills.Load())
 }
