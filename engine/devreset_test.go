@@ -84,3 +84,20 @@ func TestDeviceResetCloseRace(t *testing.T) {
 		require.True(t, f.IsDone())
 	}
 }
+
+// TestDeviceResetLostExport: exporting a buffer of a context the driver
+// reset fails with ErrDeviceLost, not ErrClosed (the engine is open; the
+// lost Device's export cache was closed when it was retired).
+func TestDeviceResetLostExport(t *testing.T) {
+	e := newEngine(t, Config{Emulator: EmulatorConfig{Model: "gaudi2", CSTimeout: 100 * time.Millisecond}})
+	old, err := e.Alloc(1<<20, Gaudi(0))
+	require.NoError(t, err)
+	m, err := e.Emulator(0)
+	require.NoError(t, err)
+	m.Reset()
+	require.Eventually(t, func() bool { return e.cp.Reopened() == 1 }, 10*time.Second, time.Millisecond)
+	_, err = old.ExportDMABuf()
+	require.ErrorIs(t, err, ErrDeviceLost)
+	require.NotErrorIs(t, err, ErrClosed)
+	require.NoError(t, old.Free())
+}

@@ -43,6 +43,13 @@ func ExportOf(m *Mem) (Export, error) {
 		// Typed: the device refusing the export is ErrDevice.
 		kind := gxerr.Device
 		switch {
+		case g.Dev.ResetErr() != nil || errors.Is(err, dma.ErrDeviceReset):
+			// The driver reset the device: the buffer went with its
+			// context (its export cache is closed once it is retired).
+			kind = gxerr.DeviceLost
+			if rerr := g.Dev.ResetErr(); rerr != nil && !errors.Is(err, dma.ErrDeviceReset) {
+				err = errors.Join(rerr, err)
+			}
 		case errors.Is(err, gxerr.Invalid):
 			kind = gxerr.Invalid
 		case errors.Is(err, memcache.ErrClosed):
