@@ -159,6 +159,10 @@ func (g *g3Dev) slot(op func() string) error {
 			g.timeout(expired)
 			continue
 		}
+		if g.d.lost() {
+			// The watcher's release waits for this call (reset.go).
+			return g.d.closedErr(op())
+		}
 		if attempt >= g.d.opts.SubmitRetries {
 			return newErr(op(), ErrBusy, fmt.Sprintf("%d submissions still in flight after %d retries", n, attempt), unix.EAGAIN)
 		}
@@ -187,6 +191,9 @@ func (g *g3Dev) room(op func() string, c *g3Chan, n uint32) error {
 			if gaudi3.RingFree(c.pi, c.ci, g3RingSize) >= n {
 				return nil
 			}
+		}
+		if g.d.lost() {
+			return g.d.closedErr(op())
 		}
 		if attempt >= g.d.opts.SubmitRetries {
 			return newErr(op(), ErrBusy, fmt.Sprintf("PDMA channel %d ring still full after %d retries", c.ch, attempt), unix.EAGAIN)

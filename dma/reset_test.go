@@ -245,3 +245,39 @@ func TestResetCloseWins(t *testing.T) {
 	require.ErrorIs(t, err, ErrDeviceReset)
 	require.Zero(t, kills.Load())
 }
+
+// TestResetSubmitRetrying: a Gaudi3 Submit waiting for a submission
+// slot (every slot held by submissions queued behind a hung one) when the
+// driver resets the device. The watcher's release waits for it (gate), so
+// it must stop retrying once the Device is lost, not only at its last
+// retry or the CS timeout: else the release comes after the watchdog.
+func TestResetSubmitRetrying(t *testing.T) {
+	var kills atomic.Int32
+	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi3, DRAMSize: 256 << 20, CSTimeout: 5 * time.Second,
+		ReleaseWatchdog: 300 * time.Millisecond, Kill: func() { kills.Add(1) },
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sim.Close() })
+	d, err := OpenBackend(sim.Name(), simOpen(sim), Options{CSTimeout: 5 * time.Second, SubmitRetries: 1 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	cb := copyCB(t, d)
+	q := d.H2DQueues()[0]
+	sim.HangNextCS(1)
+	for range g3MaxPending {
+		_, err := d.Submit([]Chunk{cb.Chunk(q)})
+		require.NoError(t, err)
+	}
+	subErr := make(chan error, 1)
+	go func() { _, err := d.Submit([]Chunk{cb.Chunk(q)}); subErr <- err }()
+	time.Sleep(20 * time.Millisecond) // it waits for a slot, holding the gate
+	sim.Reset()
+	select {
+	case err = <-subErr:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Submit did not return")
+	}
+	require.ErrorIs(t, err, ErrDeviceReset)
+	require.Eventually(t, func() bool { return d.rw.released.Load() }, 10*time.Second, time.Millisecond)
+	require.Zero(t, kills.Load(), "the context was not released within the driver's release watchdog")
+}

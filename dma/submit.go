@@ -98,6 +98,11 @@ func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 		}
 		op := opName()
 		retryable := errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR)
+		if retryable && d.lost() {
+			// A queue behind a CS the reset left running stays full, and
+			// the watcher's release waits for this call (reset.go).
+			return 0, d.closedErr(op)
+		}
 		if retryable && attempt < d.opts.SubmitRetries {
 			d.submitRetries.Add(1)
 			time.Sleep(backoff)
