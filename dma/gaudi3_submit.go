@@ -224,7 +224,8 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 	g := d.g3
 	remaining := max(timeout, 0)
 	delay := 20 * time.Microsecond
-	slept := false // a sleep ended with the submission still running
+	slept := false  // a sleep ended with the submission still running
+	polled := false // that sleep polled the counters (no interrupt wait)
 	for {
 		st, cs, err := g.status(op, seq)
 		if st != CSBusy || err != nil {
@@ -267,17 +268,19 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 			if st, _, err := g.status(op, seq); st != CSBusy || err != nil {
 				return st, err
 			}
-			if slept && d.g3ResetPending(seq) {
-				// The release watchdog runs (the driver refuses every
-				// wait): the watcher may not have seen the reset yet,
-				// or be held at the gate by a Close that waits for this
-				// Wait. Sleeping on would hold the release (reset.go).
+			if slept && d.lost() || slept && polled && d.g3ResetPending() {
+				// The release watchdog runs: the watcher may not have
+				// seen the reset yet, or be held at the gate by a Close
+				// that waits for this Wait. Sleeping on would hold the
+				// release (reset.go). An interrupt wait sees the
+				// watchdog itself (sleep); a counter poll asks the
+				// driver.
 				return CSUnknown, newErr(op(), ErrDeviceReset, "the driver reset the device; the submission may run until the context is released", nil)
 			}
 		}
 		wait := min(remaining, g.tdr-(g.clock()-cs.start)+time.Millisecond, maxG3Sleep)
 		start := time.Now()
-		if err := g.sleep(op, cs, wait, &delay); err != nil {
+		if err := g.sleep(op, cs, wait, &delay, &polled); err != nil {
 			return CSUnknown, err
 		}
 		remaining -= time.Since(start)
@@ -314,7 +317,8 @@ func (g *g3Dev) status(op func() string, seq uint64) (CSStatus, *g3CS, error) {
 // sleep blocks up to wait for cs's first unfinished channel: in WAIT_CS
 // on its user interrupt where the driver takes it, else by sleeping
 // between looks at the counter.
-func (g *g3Dev) sleep(op func() string, cs *g3CS, wait time.Duration, delay *time.Duration) error {
+func (g *g3Dev) sleep(op func() string, cs *g3CS, wait time.Duration, delay *time.Duration, polled *bool) error {
+	*polled = false
 	var p g3Part
 	for _, x := range cs.parts {
 		if x.c.count() < x.target {
@@ -340,7 +344,13 @@ func (g *g3Dev) sleep(op func() string, cs *g3CS, wait time.Duration, delay *tim
 			// what was in flight ABORTED: wait it out within this
 			// wait's time rather than fail the caller's Wait. A broken
 			// device (or an unreadable status) is an error.
-			if raw, serr := hlsys.GetDeviceStatus(g.d.b); serr == nil && !DeviceStatus(raw).Broken() {
+			raw, serr := hlsys.GetDeviceStatus(g.d.b)
+			if serr == nil && DeviceStatus(raw).Operational() && g.d.rw != nil {
+				// Refused on an operational device: the release
+				// watchdog of a reset runs (reset.go's resetPending).
+				return newErr(op(), ErrDeviceReset, "the driver reset the device; the submission may run until the context is released", err)
+			}
+			if serr == nil && !DeviceStatus(raw).Broken() {
 				time.Sleep(min(wait, *delay))
 				*delay = min(2**delay, time.Millisecond)
 				return nil
@@ -356,6 +366,7 @@ func (g *g3Dev) sleep(op func() string, cs *g3CS, wait time.Duration, delay *tim
 			return g.d.ioErr(op(), "", err)
 		}
 	}
+	*polled = true
 	time.Sleep(min(wait, *delay))
 	*delay = min(2**delay, time.Millisecond)
 	return nil

@@ -197,10 +197,12 @@ func (d *Device) resetPending(args *hlsys.WaitCSArgs, seq uint64) bool {
 	return serr == nil && DeviceStatus(st).Operational()
 }
 
-// g3ResetPending is resetPending for a direct-mode (Gaudi3) Wait, whose
-// submissions are not the driver's CSs: hl_wait_ioctl tests the release
-// watchdog before it looks at the sequence number.
-func (d *Device) g3ResetPending(seq uint64) bool {
+// g3ResetPending is resetPending for a direct-mode (Gaudi3) Wait that
+// polls the completion counters: its submissions are not the driver's
+// CSs, so the probe asks for CS 0 (hl_wait_ioctl tests the release
+// watchdog before it looks at the sequence number; 0 is below every
+// context's sequence, so the driver has nothing to log about it).
+func (d *Device) g3ResetPending() bool {
 	if d.rw == nil {
 		return false
 	}
@@ -209,7 +211,7 @@ func (d *Device) g3ResetPending(seq uint64) bool {
 		args = new(hlsys.WaitCSArgs)
 	}
 	defer d.waitArgs.Put(args)
-	return d.resetPending(args, seq)
+	return d.resetPending(args, 0)
 }
 
 // stopResetWatch closes the eventfd (after the backend: the driver keeps

@@ -153,33 +153,38 @@ func TestResetBlockedWait(t *testing.T) {
 // return ErrDeviceReset: sleeping on until its CS timeout holds the
 // release past the watchdog, and the driver kills the process.
 func TestResetG3WaitUnderClose(t *testing.T) {
-	var kills atomic.Int32
-	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi3, DRAMSize: 256 << 20, CSTimeout: 5 * time.Second,
-		ReleaseWatchdog: 300 * time.Millisecond, Kill: func() { kills.Add(1) },
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sim.Close() })
-	d, err := OpenBackend(sim.Name(), simOpen(sim), Options{CSTimeout: 5 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Close() })
-	cb := copyCB(t, d)
-	sim.HangNextCS(1)
-	seq, err := d.Submit([]Chunk{cb.Chunk(d.H2DQueues()[0])})
-	require.NoError(t, err)
-	waitErr := make(chan error, 1)
-	go func() { _, err := d.Wait(seq, time.Minute); waitErr <- err }()
-	time.Sleep(20 * time.Millisecond) // the Wait sleeps, holding the gate
-	closed := make(chan struct{})
-	go func() { _ = d.Close(); close(closed) }()
-	time.Sleep(20 * time.Millisecond) // Close waits for the Wait
-	sim.Reset()
-	select {
-	case <-closed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not return")
+	for _, polled := range []bool{false, true} { // interrupt waits, or counter polls
+		t.Run(map[bool]string{false: "interrupt", true: "polled"}[polled], func(t *testing.T) {
+			var kills atomic.Int32
+			sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi3, DRAMSize: 256 << 20, CSTimeout: 5 * time.Second,
+				ReleaseWatchdog: 300 * time.Millisecond, Kill: func() { kills.Add(1) },
+				Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sim.Close() })
+			d, err := OpenBackend(sim.Name(), simOpen(sim), Options{CSTimeout: 5 * time.Second})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = d.Close() })
+			d.g3.intrOff.Store(polled)
+			cb := copyCB(t, d)
+			sim.HangNextCS(1)
+			seq, err := d.Submit([]Chunk{cb.Chunk(d.H2DQueues()[0])})
+			require.NoError(t, err)
+			waitErr := make(chan error, 1)
+			go func() { _, err := d.Wait(seq, time.Minute); waitErr <- err }()
+			time.Sleep(20 * time.Millisecond) // the Wait sleeps, holding the gate
+			closed := make(chan struct{})
+			go func() { _ = d.Close(); close(closed) }()
+			time.Sleep(20 * time.Millisecond) // Close waits for the Wait
+			sim.Reset()
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close did not return")
+			}
+			require.ErrorIs(t, <-waitErr, ErrDeviceReset)
+			require.Zero(t, kills.Load(), "the context was not released within the driver's release watchdog")
+		})
 	}
-	require.ErrorIs(t, <-waitErr, ErrDeviceReset)
-	require.Zero(t, kills.Load(), "the context was not released within the driver's release watchdog")
 }
 
 // releaseCounter counts the MEMORY and CB ioctls (releases among them)
