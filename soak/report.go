@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/engine"
+	"github.com/gxfer/gxfer/wire"
 )
 
 // errClasses are the typed errors a failed operation may end with, in the
@@ -28,6 +29,7 @@ var errClasses = []struct {
 	{"ErrPanic", engine.ErrPanic},
 	{"ErrClosed", engine.ErrClosed},
 	{"ErrFreed", engine.ErrFreed},
+	{"ErrDeviceLost", engine.ErrDeviceLost},
 	{"ErrTimeout", engine.ErrTimeout},
 	{"ErrAborted", engine.ErrAborted},
 	{"ErrDevice", engine.ErrDevice},
@@ -41,14 +43,39 @@ var errClasses = []struct {
 	{"context", context.Canceled},
 }
 
+// classPeerDeviceLost is the class of a remote operation that failed
+// because the owner's device was reset under the buffer it named: the
+// owner answers StatusInternal with its ErrDeviceLost's text, which the
+// initiator gets as an ErrPeer wrapping that wire.Error (the wire has no
+// status of its own for it).
+const classPeerDeviceLost = "ErrPeer/device-lost"
+
 // classify names err's typed class, or "untyped".
 func classify(err error) string {
 	for _, c := range errClasses {
 		if errors.Is(err, c.err) {
+			if c.name == "ErrPeer" && peerDeviceLost(err) {
+				return classPeerDeviceLost
+			}
 			return c.name
 		}
 	}
 	return "untyped"
+}
+
+// peerDeviceLost reports whether err carries the owner's refusal of a
+// request because its device was reset (see classPeerDeviceLost).
+func peerDeviceLost(err error) bool {
+	var we *wire.Error
+	return errors.As(err, &we) && we.Code == wire.StatusInternal &&
+		strings.Contains(we.Message, engine.ErrDeviceLost.Error())
+}
+
+// staleRefusal reports whether err is the owner's refusal of a key whose
+// allocation it freed (wire.StatusStale, an ErrInvalid at the initiator).
+func staleRefusal(err error) bool {
+	var we *wire.Error
+	return errors.Is(err, engine.ErrInvalid) && errors.As(err, &we) && we.Code == wire.StatusStale
 }
 
 // Report is what a run injected and what survived it.
@@ -72,6 +99,12 @@ type Report struct {
 	DialsFailed   uint64 // ... that failed
 	Hostile       uint64 // hostile connections opened
 	PeerRestarts  uint64
+	// DeviceRecoveries counts this process's device buffers freed and
+	// allocated again after their device was reset; KeyRefreshes the
+	// peers' exported device buffers that were, as the driver learnt of
+	// them (new keys).
+	DeviceRecoveries uint64
+	KeyRefreshes     uint64
 
 	// Violations break a rule the soak checks: wrong bytes after a
 	// success, an untyped or unexplained error, a future not resolved in
@@ -108,6 +141,8 @@ func (r *Report) Write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "peer restarts %d, hostile connections %d, legitimate dials %d ok / %d failed\n",
 		r.PeerRestarts, r.Hostile, r.DialsOK, r.DialsFailed)
+	fmt.Fprintf(w, "after device resets: %d buffers of this process allocated again, %d peer buffers exported again\n",
+		r.DeviceRecoveries, r.KeyRefreshes)
 	fmt.Fprintln(w, "operations (ok / failed by error):")
 	var okTotal, failTotal uint64
 	for _, k := range slices.Sorted(maps.Keys(r.Ops)) {
@@ -155,6 +190,7 @@ type tally struct {
 	notes      []string
 
 	bytes, dialsOK, dialsFailed, hostile, restarts atomic.Uint64
+	recoveries, keyRefreshes                       atomic.Uint64
 }
 
 func newTally() *tally {
@@ -162,6 +198,16 @@ func newTally() *tally {
 }
 
 func (t *tally) op(kind string, err error) {
+	cls := ""
+	if err != nil {
+		cls = classify(err)
+	}
+	t.opClass(kind, cls)
+}
+
+// opClass counts an operation of kind that ended with error class cls
+// ("" for success).
+func (t *tally) opClass(kind, cls string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := t.ops[kind]
@@ -169,11 +215,11 @@ func (t *tally) op(kind string, err error) {
 		c = &OpCounts{Failed: map[string]uint64{}}
 		t.ops[kind] = c
 	}
-	if err == nil {
+	if cls == "" {
 		c.OK++
 		return
 	}
-	c.Failed[classify(err)]++
+	c.Failed[cls]++
 }
 
 func (t *tally) inject(f Fault) {
@@ -218,6 +264,7 @@ func (t *tally) fill(r *Report) {
 	r.DialsOK, r.DialsFailed = t.dialsOK.Load(), t.dialsFailed.Load()
 	r.Hostile = t.hostile.Load()
 	r.PeerRestarts = t.restarts.Load()
+	r.DeviceRecoveries, r.KeyRefreshes = t.recoveries.Load(), t.keyRefreshes.Load()
 }
 
 // Resources are what a process holds that the soak checks returns to its

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gxfer/gxfer/engine"
 	"github.com/gxfer/gxfer/internal/testutil"
+	"github.com/gxfer/gxfer/wire"
 )
 
 // TestMain runs the peer role when the test binary is re-executed as a
@@ -147,9 +148,17 @@ func TestClassify(t *testing.T) {
 		{engine.ErrClosed, "ErrClosed"},
 		{errors.New("plain"), "untyped"},
 		{context.DeadlineExceeded, "context"},
+		{fmt.Errorf("gaudi0: %w", engine.ErrDeviceLost), "ErrDeviceLost"},
+		{fmt.Errorf("peer: %w: %w", engine.ErrPeer, wire.NewError(3, wire.StatusInternal, "copy: "+engine.ErrDeviceLost.Error()+": gaudi0")), classPeerDeviceLost},
+		{fmt.Errorf("peer: %w: %w", engine.ErrPeer, wire.NewError(3, wire.StatusInternal, "something else")), "ErrPeer"},
+		{fmt.Errorf("peer: %w: %w", engine.ErrPeer, wire.NewError(3, wire.StatusNoResources, engine.ErrDeviceLost.Error())), "ErrPeer"},
 	} {
 		require.Equal(t, tc.want, classify(tc.err), tc.err.Error())
 	}
+	stale := fmt.Errorf("peer: %w: %w", engine.ErrInvalid, wire.NewError(3, wire.StatusStale, "buffer no longer exported"))
+	require.True(t, staleRefusal(stale))
+	require.False(t, staleRefusal(fmt.Errorf("peer: %w: %w", engine.ErrInvalid, wire.NewError(3, wire.StatusOutOfRange, "x"))))
+	require.False(t, staleRefusal(fmt.Errorf("peer: %w: %w", engine.ErrPeer, wire.NewError(3, wire.StatusStale, "x"))))
 }
 
 func TestTargetExplains(t *testing.T) {
