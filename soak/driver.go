@@ -24,7 +24,8 @@ type driver struct {
 	log          zerolog.Logger
 	dir          string
 	e            *engine.Engine
-	self         *target // faults on this process's devices
+	self         *target    // faults on this process's devices
+	selfDev      [2]*target // CS faults on each of them (what a device reset explains)
 	peers        []*peerProc
 	ns           *netns
 	slotsPerPeer int
@@ -45,6 +46,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	base := measure()
 	d := &driver{cfg: cfg, t: newTally(), log: cfg.Logger, self: &target{name: "this process's devices"}}
+	for i := range d.selfDev {
+		d.selfDev[i] = &target{name: fmt.Sprintf("this process's gaudi%d", i), dev: localDev}
+	}
 	rep := &Report{Seed: cfg.Seed, Procs: cfg.Procs, Skipped: map[Fault]string{}, Baseline: base}
 	var err error
 	if d.dir, err = os.MkdirTemp("", "gxfer-soak-"); err != nil {
@@ -102,6 +106,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	d.slotsPerPeer = cfg.Workers * slotsPerWorker
 	for i := range cfg.Procs {
 		p := &peerProc{d: d, idx: i, inNS: d.ns != nil && i == 0, faults: &target{name: fmt.Sprintf("peer %d", i)}}
+		for j := range p.dev {
+			p.dev[j] = &target{name: fmt.Sprintf("peer %d gaudi%d", i, j), dev: peerDev}
+		}
 		d.peers = append(d.peers, p)
 		if err := p.start(0, uint64(cfg.Seed)^uint64(i+1)<<40); err != nil {
 			d.stopAll()
@@ -283,8 +290,32 @@ func (d *driver) progress(t0 time.Time) {
 // is explained.
 type target struct {
 	name string
-	mu   sync.Mutex
-	iv   []*interval
+	// dev marks the target of one device's CS faults: a lost device
+	// (ErrDeviceLost here, classPeerDeviceLost from a peer) is explained
+	// only by such a target, of the device the operation touched.
+	dev devScope
+	mu  sync.Mutex
+	iv  []*interval
+}
+
+// devScope says whose device a target's CS faults are on, if any.
+type devScope uint8
+
+const (
+	notDev   devScope = iota
+	localDev          // one of this process's devices
+	peerDev           // one of a peer's devices
+)
+
+// admits reports whether a fault of t may explain an error of class cls.
+func (t *target) admits(cls string) bool {
+	switch cls {
+	case "ErrDeviceLost":
+		return t.dev == localDev
+	case classPeerDeviceLost:
+		return t.dev == peerDev
+	}
+	return true
 }
 
 type interval struct {
@@ -375,11 +406,42 @@ func (d *driver) result(kind string, err error, start time.Time, what func() str
 	}
 	end := time.Now()
 	for _, t := range targets {
-		if t.explains(start, end) {
+		if t.admits(cls) && t.explains(start, end) {
 			return
 		}
 	}
+	if cls == "ErrDeviceLost" || cls == classPeerDeviceLost {
+		d.t.violate("unexplained", "%s (%s) failed with a lost device outside a CS fault window of a device it touches: %v", kind, what(), err)
+		return
+	}
 	d.t.violate("unexplained", "%s (%s) failed with no fault injected into what it touches: %v", kind, what(), err)
+}
+
+// classSuperseded counts a refusal of a peer's key that a reset of the
+// peer's device replaced (see remoteResult).
+const classSuperseded = "ErrInvalid/superseded-key"
+
+// remoteResult is result for an operation on a peer's buffer named by a
+// key of view v on the peer's device rdev (-1: host memory). When a
+// reset of that device lost the buffer, the peer exports a new one
+// (a new key generation, which the driver takes before the peer frees
+// the lost buffer): an operation that still used the old key may then
+// be refused as stale (ErrInvalid). That refusal is explained if the
+// driver has the newer key and the device's CS fault window covers the
+// operation; any other ErrInvalid remains a violation.
+func (d *driver) remoteResult(kind string, err error, start time.Time, what func() string, p *peerProc, v peerView, rdev int, targets ...*target) {
+	if err != nil && rdev >= 0 && staleRefusal(err) {
+		now := p.snapshot()
+		if now.gen == v.gen && now.kgen[rdev] > v.kgen[rdev] {
+			d.t.opClass(kind, classSuperseded)
+			if !p.dev[rdev].explains(start, time.Now()) {
+				d.t.violate("unexplained", "%s (%s): a key of peer %d gaudi%d (generation %d) that a device reset superseded was refused outside the device's CS fault window: %v",
+					kind, what(), p.idx, rdev, v.kgen[rdev], err)
+			}
+			return
+		}
+	}
+	d.result(kind, err, start, what, targets...)
 }
 
 // rng returns a source for a goroutine of the run.

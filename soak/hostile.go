@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
@@ -166,9 +167,26 @@ func (d *driver) timedOutCopy(rng *mrand.Rand) {
 			_ = b.Free()
 		}
 	}()
+	// After a reset of a device, its buffers are allocated in its new
+	// context; an allocation that a reset fails meanwhile is explained
+	// by the device's CS fault window.
+	for dev := range 2 {
+		wctx, cancel := context.WithTimeout(ctx, d.cfg.Bound)
+		err := d.e.WaitDevice(wctx, dev)
+		cancel()
+		if err != nil {
+			d.t.violate("recover", "timed-out copy: gaudi%d not usable within %v: %v", dev, d.cfg.Bound, err)
+			return
+		}
+	}
 	alloc := func(n int, loc engine.Location) *engine.Buffer {
+		start := time.Now()
 		b, err := d.e.Alloc(n, loc)
 		if err != nil {
+			if loc.IsGaudi() && errors.Is(err, engine.ErrDeviceLost) {
+				d.result("alloc/gaudi", err, start, func() string { return fmt.Sprintf("%s %d bytes", loc, n) }, d.devTarget(loc.Device()))
+				return nil
+			}
 			d.t.violate("alloc", "%s %d bytes: %v", loc, n, err)
 			return nil
 		}
@@ -183,9 +201,10 @@ func (d *driver) timedOutCopy(rng *mrand.Rand) {
 	seed := rng.Uint64()
 	fill(pat.Bytes(), seed, 0)
 	what := func() string { return fmt.Sprintf("timed-out gaudi1<-gaudi0 copy, seed %#x", seed) }
+	g0, g1 := d.devTarget(0), d.devTarget(1)
 	start := time.Now()
 	err := d.wait(d.e.Copy(ctx, src.All(), pat.All()), what)
-	d.result("copy/h2d", err, start, what, d.self)
+	d.result("copy/h2d", err, start, what, d.self, g0)
 	if err != nil {
 		return
 	}
@@ -198,7 +217,7 @@ func (d *driver) timedOutCopy(rng *mrand.Rand) {
 	err = d.wait(d.e.Copy(ctx, dst.All(), src.All(), engine.Timeout(time.Duration(1+rng.IntN(4))*time.Millisecond)), what)
 	d.t.op("timeout/d2d", err)
 	if err != nil && classify(err) != "ErrTimeout" {
-		d.result("timeout/d2d-other", err, start, what, d.self)
+		d.result("timeout/d2d-other", err, start, what, d.self, g0, g1)
 	}
 	var canaries []*engine.Buffer
 	for range canarys {
@@ -213,7 +232,7 @@ func (d *driver) timedOutCopy(rng *mrand.Rand) {
 	}
 	for _, f := range load {
 		err := d.wait(f, what)
-		d.result("copy/d2h", err, start, what, d.self)
+		d.result("copy/d2h", err, start, what, d.self, g0)
 	}
 	time.Sleep(2 * csTimeout) // what the timed-out copy left queued runs meanwhile
 	for i, c := range canaries {

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -24,6 +27,7 @@ func IsPeer() bool { return os.Getenv(peerEnv) != "" }
 
 // peerSpec is what a peer process is told.
 type peerSpec struct {
+	Gen      int    // its generation (restarts), echoed by "keys"
 	Seed     uint64 // its read-only buffers hold this pattern
 	Unix     string // socket path to listen on
 	TCP      string // host:port to listen on
@@ -38,7 +42,15 @@ type peerSpec struct {
 //	fault hang|abort|reset <dev>  -> OK | ERR <why>
 //	salloc host|gaudi             -> KEY <key>   (an allocation, exported)
 //	sfree <seed>                  -> FREED | ERR <why>   (freed; allocated again at once as a canary holding pattern seed)
-//	check                         -> OK | BAD <why>   (the canary is intact; then freed)
+//	check                         -> OK | BAD <why> | LOST <why>   (the canary is intact, or its device was reset; then freed)
+//	keys                          -> KEYS <gen> <key gen gaudi0> <key gen gaudi1> <rw host key> <rw gaudi key> <ro host key> <ro gaudi key> | ERR <why>
+//
+// A peer watches its devices: when one is reset, it frees nothing yet,
+// waits for the engine to open the device again, allocates each of its
+// exported buffers there anew (the read-only one refilled with its
+// pattern), exports them and counts a new key generation of that device.
+// "keys" hands out the current keys, and frees the lost buffers whose
+// replacements an earlier "keys" handed out.
 //	stats                         -> STATS <goroutines> <fds> <maps> <file maps> <heap> <threads>
 //	fds                           -> FDS <fd>-><target> ...
 //	EOF on stdin: close everything and exit 0.
@@ -61,8 +73,10 @@ func PeerMain(stdin io.Reader, stdout io.Writer) int {
 		return 1
 	}
 	defer p.close()
+	p.mu.Lock()
 	fmt.Fprintf(stdout, "READY %s %s %s %s %s %s\n", p.lunix.Addr(), p.ltcp.Addr(),
-		keyHex(p.rwHost), keyHex(p.rwDev), keyHex(p.roHost), keyHex(p.roDev))
+		keyHex(p.rwHost.key), keyHex(p.rwDev.key), keyHex(p.roHost.key), keyHex(p.roDev.key))
+	p.mu.Unlock()
 	sc := bufio.NewScanner(stdin)
 	for sc.Scan() {
 		// "<id> <command>": the answer is "<id> <answer>", so that the
@@ -90,53 +104,100 @@ func parseKey(s string) (engine.RemoteKey, error) {
 
 // peerSide is a peer process's engine and buffers.
 type peerSide struct {
-	e                            *engine.Engine
-	lunix, ltcp                  *engine.Listener
-	bufs                         []*engine.Buffer
-	rwHost, rwDev, roHost, roDev engine.RemoteKey
+	e            *engine.Engine
+	gen          int
+	lunix, ltcp  *engine.Listener
+	acceptCancel context.CancelFunc
+	acceptDone   chan struct{}
+	watchCtx     context.Context
+	watchCancel  context.CancelFunc
+	watchDone    chan struct{}
+
+	mu                           sync.Mutex // what follows, between the commands and the device watcher
+	rwHost, rwDev, roHost, roDev *exported
+	kgen                         [2]int    // key generations per device (peerView.kgen)
+	retired                      []retired // lost buffers that were replaced
+	recErr                       string    // a recovery's failure, for the next "keys"
 	canary                       *engine.Buffer
+	canaryResets                 int // DeviceInfo.Resets before the canary's allocation
 	stale                        *engine.Buffer
 	canarySeed                   uint64
-	acceptCancel                 context.CancelFunc
-	acceptDone                   chan struct{}
 }
+
+// exported is one of the buffers whose keys a peer hands out.
+type exported struct {
+	b      *engine.Buffer
+	key    engine.RemoteKey
+	dev    int                        // its device; -1 for host memory
+	resets int                        // the device's DeviceInfo.Resets before its allocation
+	fill   func(*engine.Buffer) error // what a replacement must hold before its key is handed out
+}
+
+// retired is a lost buffer a reset's recovery replaced; published once a
+// "keys" handed out its replacement (the next one frees it).
+type retired struct {
+	b         *engine.Buffer
+	published bool
+}
+
+// How often a peer looks at its devices, and how long it waits for one
+// to be opened again after a reset.
+const (
+	watchEvery     = 5 * time.Millisecond
+	reopenDeadline = 10 * time.Second
+)
 
 func startPeerSide(spec peerSpec, log zerolog.Logger) (_ *peerSide, err error) {
 	e, err := engine.New(engineConfig(2, log))
 	if err != nil {
 		return nil, err
 	}
-	p := &peerSide{e: e}
+	p := &peerSide{e: e, gen: spec.Gen}
 	defer func() {
 		if err != nil {
 			p.close()
 		}
 	}()
-	alloc := func(n int, loc engine.Location) (*engine.Buffer, engine.RemoteKey, error) {
-		b, err := e.Alloc(n, loc)
-		if err != nil {
-			return nil, engine.RemoteKey{}, err
+	alloc := func(n int, loc engine.Location, fill func(*engine.Buffer) error) (*exported, error) {
+		x := &exported{dev: -1, fill: fill}
+		if loc.IsGaudi() {
+			x.dev = loc.Device()
+			x.resets = e.Devices()[x.dev].Resets
 		}
-		p.bufs = append(p.bufs, b)
-		k, err := b.Export()
-		return b, k, err
+		var err error
+		if x.b, err = e.Alloc(n, loc); err != nil {
+			return nil, err
+		}
+		if fill != nil {
+			if err := fill(x.b); err != nil {
+				_ = x.b.Free()
+				return nil, err
+			}
+		}
+		if x.key, err = x.b.Export(); err != nil {
+			_ = x.b.Free()
+			return nil, err
+		}
+		return x, nil
 	}
 	rw := spec.Slots * slotSize
-	if _, p.rwHost, err = alloc(rw, engine.Host); err != nil {
+	if p.rwHost, err = alloc(rw, engine.Host, nil); err != nil {
 		return nil, err
 	}
-	if _, p.rwDev, err = alloc(rw, engine.Gaudi(0)); err != nil {
+	if p.rwDev, err = alloc(rw, engine.Gaudi(rwDevice), nil); err != nil {
 		return nil, err
 	}
-	var roh, rod *engine.Buffer
-	if roh, p.roHost, err = alloc(roSize, engine.Host); err != nil {
+	fillRO := func(b *engine.Buffer) error {
+		fill(b.Bytes(), spec.Seed, 0)
+		return nil
+	}
+	if p.roHost, err = alloc(roSize, engine.Host, fillRO); err != nil {
 		return nil, err
 	}
-	fill(roh.Bytes(), spec.Seed, 0)
-	if rod, p.roDev, err = alloc(roSize, engine.Gaudi(1)); err != nil {
-		return nil, err
-	}
-	if err := e.CopySync(context.Background(), rod.All(), roh.All()); err != nil {
+	// The read-only Gaudi buffer (and any replacement after a reset)
+	// holds the read-only host buffer's pattern.
+	copyRO := func(b *engine.Buffer) error { return e.CopySync(context.Background(), b.All(), p.roHost.b.All()) }
+	if p.roDev, err = alloc(roSize, engine.Gaudi(roDevice), copyRO); err != nil {
 		return nil, err
 	}
 	if p.lunix, err = e.Listen("unix", spec.Unix); err != nil {
@@ -165,10 +226,17 @@ func startPeerSide(spec peerSpec, log zerolog.Logger) (_ *peerSide, err error) {
 		<-done
 		<-done
 	}()
+	p.watchCtx, p.watchCancel = context.WithCancel(context.Background())
+	p.watchDone = make(chan struct{})
+	go p.watch()
 	return p, nil
 }
 
 func (p *peerSide) close() {
+	if p.watchCancel != nil {
+		p.watchCancel()
+		<-p.watchDone
+	}
 	if p.acceptCancel != nil {
 		p.acceptCancel()
 		<-p.acceptDone
@@ -179,6 +247,121 @@ func (p *peerSide) close() {
 		}
 	}
 	_ = p.e.Close()
+}
+
+// watch replaces the exported buffers of a device that was reset, as
+// soon as the engine has opened it again.
+func (p *peerSide) watch() {
+	defer close(p.watchDone)
+	tk := time.NewTicker(watchEvery)
+	defer tk.Stop()
+	for {
+		select {
+		case <-p.watchCtx.Done():
+			return
+		case <-tk.C:
+		}
+		p.mu.Lock()
+		p.checkDevices()
+		p.mu.Unlock()
+	}
+}
+
+func (p *peerSide) exports() []*exported { return []*exported{p.rwHost, p.rwDev, p.roHost, p.roDev} }
+
+// checkDevices (under mu) recovers each device that is lost, or that
+// was opened again since one of the exported buffers on it was allocated.
+func (p *peerSide) checkDevices() {
+	infos := p.e.Devices()
+	for dev := range min(len(infos), len(p.kgen)) {
+		need := infos[dev].Lost != nil
+		for _, x := range p.exports() {
+			need = need || x.dev == dev && x.resets != infos[dev].Resets
+		}
+		if !need {
+			continue
+		}
+		err := p.recoverDev(dev)
+		switch {
+		case err == nil, p.watchCtx.Err() != nil:
+		case errors.Is(err, engine.ErrDeviceLost):
+			// reset again meanwhile: the next look recovers it
+		case p.recErr == "":
+			p.recErr = fmt.Sprintf("recovering gaudi%d after its reset: %s", dev, oneLine(err.Error()))
+		}
+	}
+}
+
+// recoverDev (under mu) waits for the engine to open dev again and
+// replaces the exported buffers the reset lost: a new allocation, filled
+// as the old one was, exported; the old one is retired (freed later, see
+// keys).
+func (p *peerSide) recoverDev(dev int) error {
+	ctx, cancel := context.WithTimeout(p.watchCtx, reopenDeadline)
+	defer cancel()
+	if err := p.e.WaitDevice(ctx, dev); err != nil {
+		return err
+	}
+	resets := p.e.Devices()[dev].Resets
+	changed := false
+	for _, x := range p.exports() {
+		if x.dev != dev || x.resets == resets {
+			continue
+		}
+		nb, err := p.e.Alloc(x.b.Size(), x.b.Location())
+		if err != nil {
+			return err
+		}
+		if x.fill != nil {
+			if err := x.fill(nb); err != nil {
+				_ = nb.Free()
+				return err
+			}
+		}
+		k, err := nb.Export()
+		if err != nil {
+			_ = nb.Free()
+			return err
+		}
+		p.retired = append(p.retired, retired{b: x.b})
+		x.b, x.key, x.resets = nb, k, resets
+		changed = true
+	}
+	if changed {
+		p.kgen[dev]++
+	}
+	return nil
+}
+
+// keys hands out the current keys (recovering a lost device first) and
+// frees the lost buffers whose replacements an earlier keys handed out.
+func (p *peerSide) keys() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.checkDevices()
+	var errs []string
+	if p.recErr != "" {
+		errs = append(errs, p.recErr)
+		p.recErr = ""
+	}
+	keep := p.retired[:0]
+	for _, r := range p.retired {
+		if !r.published {
+			r.published = true
+			keep = append(keep, r)
+			continue
+		}
+		if err := r.b.Free(); err != nil { // a lost buffer still frees
+			errs = append(errs, "freeing a lost buffer: "+oneLine(err.Error()))
+		}
+	}
+	clear(p.retired[len(keep):])
+	p.retired = keep
+	if len(errs) > 0 {
+		return "ERR " + strings.Join(errs, "; ")
+	}
+	return fmt.Sprintf("KEYS %d %d %d %s %s %s %s", p.gen, p.kgen[0], p.kgen[1],
+		keyHex(p.rwHost.key), keyHex(p.rwDev.key), keyHex(p.roHost.key), keyHex(p.roDev.key))
 }
 
 func (p *peerSide) command(f []string) string {
@@ -210,15 +393,23 @@ func (p *peerSide) command(f []string) string {
 		}
 		return "OK"
 	case f[0] == "salloc" && len(f) == 2:
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		return p.staleAlloc(f[1])
 	case f[0] == "sfree" && len(f) == 2:
 		var seed uint64
 		if _, err := fmt.Sscan(f[1], &seed); err != nil {
 			return "ERR bad seed"
 		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		return p.staleFree(seed)
 	case f[0] == "check":
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		return p.checkCanary()
+	case f[0] == "keys":
+		return p.keys()
 	case f[0] == "stats":
 		r := measure()
 		return fmt.Sprintf("STATS %d %d %d %d %d %d", r.Goroutines, r.FDs, r.Maps, r.FileMaps, r.Heap, r.Threads)
@@ -234,11 +425,19 @@ const staleSize = 256 << 10
 func (p *peerSide) staleAlloc(where string) string {
 	loc := engine.Host
 	if where == "gaudi" {
-		loc = engine.Gaudi(0)
+		loc = engine.Gaudi(staleDevice)
+		// After a reset, allocate in the device's new context.
+		ctx, cancel := context.WithTimeout(context.Background(), reopenDeadline)
+		err := p.e.WaitDevice(ctx, staleDevice)
+		cancel()
+		if err != nil {
+			return "ERR " + oneLine(err.Error())
+		}
 	}
 	p.freeCanary()
 	if p.stale != nil {
 		_ = p.stale.Free()
+		p.stale = nil
 	}
 	b, err := p.e.Alloc(staleSize, loc)
 	if err != nil {
@@ -263,6 +462,9 @@ func (p *peerSide) staleFree(seed uint64) string {
 	p.stale = nil
 	if err := b.Free(); err != nil {
 		return "ERR " + oneLine(err.Error())
+	}
+	if b.Location().IsGaudi() {
+		p.canaryResets = p.e.Devices()[b.Location().Device()].Resets
 	}
 	c, err := p.e.Alloc(staleSize, b.Location())
 	if err != nil {
@@ -297,12 +499,21 @@ func (p *peerSide) checkCanary() string {
 	defer p.freeCanary()
 	data := c.Bytes()
 	if c.Location().IsGaudi() {
+		// A reset of its device lost the canary's contents: nothing to
+		// check (the driver accepts that within the device's CS fault
+		// window only).
+		if info := p.e.Devices()[c.Location().Device()]; info.Lost != nil || info.Resets != p.canaryResets {
+			return "LOST the canary's device was reset"
+		}
 		h, err := p.e.Alloc(c.Size(), engine.Host)
 		if err != nil {
 			return "ERR " + oneLine(err.Error())
 		}
 		defer h.Free()
 		if err := p.e.CopySync(context.Background(), h.All(), c.All()); err != nil {
+			if errors.Is(err, engine.ErrDeviceLost) {
+				return "LOST " + oneLine(err.Error())
+			}
 			return "ERR " + oneLine(err.Error())
 		}
 		data = h.Bytes()

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ type peerProc struct {
 	idx    int
 	inNS   bool // lives in network namespace A; its TCP address is on the veth
 	faults *target
+	dev    [2]*target // CS faults on each of its devices (what a device reset explains)
 
 	cmdMu sync.Mutex // one command at a time
 	seq   uint64     // under cmdMu
@@ -62,13 +64,26 @@ func (p *peerProc) newFDs() []string {
 	return out
 }
 
-// peerView is one generation of a peer: its addresses and keys.
+// peerView is one generation of a peer: its addresses and keys. kgen
+// counts, per device of the peer, the times it exported its buffers on
+// that device again after a reset of the device (new keys; the old
+// ones are then refused as stale).
 type peerView struct {
 	gen                          int
 	alive                        bool
 	unix, tcp                    string
 	rwHost, rwDev, roHost, roDev engine.RemoteKey
 	roSeed                       uint64
+	kgen                         [2]int
+}
+
+// keyGen is the key generation of the view's keys on device dev (0 for
+// host memory, dev < 0).
+func (v peerView) keyGen(dev int) int {
+	if dev < 0 {
+		return 0
+	}
+	return v.kgen[dev]
 }
 
 func (p *peerProc) snapshot() peerView {
@@ -82,6 +97,7 @@ const peerStartTimeout = 60 * time.Second
 // start starts generation gen of the peer and waits for it to be ready.
 func (p *peerProc) start(gen int, seed uint64) error {
 	spec := peerSpec{
+		Gen:   gen,
 		Seed:  seed,
 		Unix:  filepath.Join(p.d.dir, fmt.Sprintf("p%d.%d.sock", p.idx, gen)),
 		TCP:   "127.0.0.1:0",
@@ -184,6 +200,51 @@ func (p *peerProc) start(gen int, seed uint64) error {
 }
 
 var errPeerGone = errors.New("peer process gone")
+
+// refreshKeys takes the peer's current keys ("keys") into its view, if
+// generation gen of the peer is still the one running and they are newer
+// (a device reset made it export its buffers there again). The peer frees
+// a lost buffer only at the "keys" after the one that handed out its
+// replacement: by then the driver has the new key, so a refusal of the
+// old one is seen as superseded (remoteResult).
+func (p *peerProc) refreshKeys(gen int) error {
+	a, err := p.command("keys")
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(a)
+	if len(f) != 8 || f[0] != "KEYS" {
+		return fmt.Errorf("peer %d answered %q to keys", p.idx, a)
+	}
+	var pgen int
+	var kgen [2]int
+	if _, err := fmt.Sscan(strings.Join(f[1:4], " "), &pgen, &kgen[0], &kgen[1]); err != nil {
+		return fmt.Errorf("peer %d: keys answer %q: %w", p.idx, a, err)
+	}
+	var keys [4]engine.RemoteKey
+	for i := range keys {
+		if keys[i], err = parseKey(f[4+i]); err != nil {
+			return fmt.Errorf("peer %d: keys answer: key %d: %w", p.idx, i, err)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := &p.view
+	if pgen != gen || v.gen != gen || !v.alive {
+		return nil // another generation answered, or the view is not yet (or no longer) this one's
+	}
+	for dev := range kgen {
+		if kgen[dev] < v.kgen[dev] {
+			return fmt.Errorf("peer %d: key generation of gaudi%d went back from %d to %d", p.idx, dev, v.kgen[dev], kgen[dev])
+		}
+		p.d.t.keyRefreshes.Add(uint64(kgen[dev] - v.kgen[dev]))
+	}
+	if !bytes.Equal(keys[0].Bytes(), v.rwHost.Bytes()) || !bytes.Equal(keys[2].Bytes(), v.roHost.Bytes()) {
+		return fmt.Errorf("peer %d: the keys of its host buffers changed", p.idx)
+	}
+	v.rwDev, v.roDev, v.kgen = keys[1], keys[3], kgen
+	return nil
+}
 
 // recv takes the peer's next line.
 func (p *peerProc) recv(timeout time.Duration) (string, error) {

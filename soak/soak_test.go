@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/engine"
@@ -199,6 +201,13 @@ func TestResultRules(t *testing.T) {
 	faulted := &target{name: "faulted"}
 	faulted.begin(FaultPeerKill) // open: explains everything from now on
 	quiet := &target{name: "quiet"}
+	localG0 := &target{name: "gaudi0", dev: localDev}
+	localG0.begin(FaultCSReset)
+	peerG0 := &target{name: "peer 0 gaudi0", dev: peerDev}
+	peerG0.begin(FaultCSHang)
+	quietG1 := &target{name: "gaudi1", dev: localDev}
+	lost := fmt.Errorf("gaudi0: %w", engine.ErrDeviceLost)
+	peerLost := fmt.Errorf("peer: %w: %w", engine.ErrPeer, wire.NewError(3, wire.StatusInternal, engine.ErrDeviceLost.Error()))
 	for _, tc := range []struct {
 		name    string
 		err     error
@@ -211,6 +220,14 @@ func TestResultRules(t *testing.T) {
 		{"untyped", errors.New("boom"), []*target{faulted}, "bad-error"},
 		{"panic", engine.ErrPanic, []*target{faulted}, "bad-error"},
 		{"invalid on a valid op", engine.ErrInvalid, []*target{faulted}, "bad-error"},
+		{"device lost in its device's window", lost, []*target{quiet, localG0}, ""},
+		{"device lost, another device's window", lost, []*target{faulted, quietG1}, "unexplained"},
+		{"device lost, only another fault", lost, []*target{faulted}, "unexplained"},
+		{"device lost, a peer's device window", lost, []*target{peerG0}, "unexplained"},
+		{"aborted in a device's window", fmt.Errorf("x: %w", engine.ErrAborted), []*target{localG0}, ""},
+		{"peer device lost in its window", peerLost, []*target{quiet, peerG0}, ""},
+		{"peer device lost, only a peer fault", peerLost, []*target{faulted}, "unexplained"},
+		{"peer device lost, a local device window", peerLost, []*target{localG0}, "unexplained"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &driver{t: newTally()}
@@ -249,4 +266,124 @@ func TestStaleResult(t *testing.T) {
 	d.staleResult("Put", nil, func() string { return "w" })
 	require.Len(t, d.t.violations, 1)
 	require.Contains(t, d.t.violations[0], "stale-success")
+}
+
+// TestPeerDeviceLostErrors: what an initiator gets from an owner whose
+// device was reset under the buffer a key names (classPeerDeviceLost),
+// and once the owner freed that lost buffer and exported a new one (a
+// stale refusal, which remoteResult explains as a superseded key); the
+// new key works. Over both transports.
+func TestPeerDeviceLostErrors(t *testing.T) {
+	for _, tr := range []string{"unix", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			owner, err := engine.New(engineConfig(1, zerolog.Nop()))
+			require.NoError(t, err)
+			defer owner.Close()
+			init, err := engine.New(engineConfig(1, zerolog.Nop()))
+			require.NoError(t, err)
+			defer init.Close()
+			addr := filepath.Join(t.TempDir(), "owner.sock")
+			if tr == "tcp" {
+				addr = "127.0.0.1:0"
+			}
+			l, err := owner.Listen(tr, addr)
+			require.NoError(t, err)
+			defer l.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ep, err := init.Dial(ctx, tr, l.Addr())
+			require.NoError(t, err)
+			defer ep.Close()
+
+			const n = 64 << 10
+			h, err := init.Alloc(n, engine.Host)
+			require.NoError(t, err)
+			old, err := owner.Alloc(n, engine.Gaudi(0))
+			require.NoError(t, err)
+			k, err := old.Export()
+			require.NoError(t, err)
+			fill(h.Bytes(), 7, 0)
+			require.NoError(t, ep.Put(ctx, h.All(), k).Wait(ctx))
+
+			m, err := owner.Emulator(0)
+			require.NoError(t, err)
+			m.Reset()
+			// The engine learns of the reset from the driver's event, a
+			// little later: WaitDevice waits only once it has.
+			require.Eventually(t, func() bool { return owner.Devices()[0].Resets >= 1 }, 10*time.Second, time.Millisecond)
+			require.NoError(t, owner.WaitDevice(ctx, 0))
+			err = ep.Get(ctx, h.All(), k).Wait(ctx)
+			require.Error(t, err)
+			require.Equal(t, classPeerDeviceLost, classify(err), "%v", err)
+			require.False(t, staleRefusal(err))
+
+			require.NoError(t, old.Free(), "a lost buffer frees")
+			err = ep.Put(ctx, h.All(), k).Wait(ctx)
+			require.True(t, staleRefusal(err), "%v", err)
+			require.Equal(t, "ErrInvalid", classify(err))
+
+			nb, err := owner.Alloc(n, engine.Gaudi(0))
+			require.NoError(t, err)
+			defer nb.Free()
+			nk, err := nb.Export()
+			require.NoError(t, err)
+			fill(h.Bytes(), 7, 0) // a failed Get's destination is undefined (over TCP it is zeroed)
+			require.NoError(t, ep.Put(ctx, h.All(), nk).Wait(ctx))
+			clear(h.Bytes())
+			require.NoError(t, ep.Get(ctx, h.All(), nk).Wait(ctx))
+			require.Equal(t, -1, check(h.Bytes(), 7, 0))
+		})
+	}
+}
+
+// TestRemoteResultSuperseded: a stale refusal of a peer's device key is
+// explained only when a newer key of that device replaced it and the
+// device's CS fault window covers the operation.
+func TestRemoteResultSuperseded(t *testing.T) {
+	stale := fmt.Errorf("peer: %w: %w", engine.ErrInvalid, wire.NewError(3, wire.StatusStale, "buffer no longer exported"))
+	newPeer := func(kgen int, window bool) (*driver, *peerProc) {
+		d := &driver{t: newTally(), self: &target{name: "self"}}
+		p := &peerProc{d: d, faults: &target{name: "peer"}}
+		for i := range p.dev {
+			p.dev[i] = &target{name: "peer gaudi", dev: peerDev}
+		}
+		if window {
+			p.dev[0].begin(FaultCSReset)
+		}
+		p.view = peerView{gen: 2, alive: true, kgen: [2]int{kgen, 0}}
+		return d, p
+	}
+	old := peerView{gen: 2, alive: true}
+	what := func() string { return "w" }
+	for _, tc := range []struct {
+		name   string
+		kgen   int
+		window bool
+		err    error
+		rdev   int
+		want   string
+	}{
+		{"superseded in the window", 1, true, stale, 0, ""},
+		{"superseded, no window", 1, false, stale, 0, "unexplained"},
+		{"not superseded", 0, true, stale, 0, "bad-error"},
+		{"host key", 1, true, stale, -1, "bad-error"},
+		{"another device's key", 1, true, stale, 1, "bad-error"},
+		{"another invalid", 1, true, fmt.Errorf("x: %w", engine.ErrInvalid), 0, "bad-error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, p := newPeer(tc.kgen, tc.window)
+			d.remoteResult("get", tc.err, time.Now(), what, p, old, tc.rdev, d.remoteTargets(p, tc.rdev)...)
+			if tc.want == "" {
+				require.Empty(t, d.t.violations)
+				require.EqualValues(t, 1, d.t.ops["get"].Failed[classSuperseded])
+				return
+			}
+			require.Len(t, d.t.violations, 1)
+			require.True(t, strings.HasPrefix(d.t.violations[0], tc.want+":"), d.t.violations[0])
+		})
+	}
+	d, p := newPeer(1, true)
+	p.view.gen = 3 // the peer was started again: its old keys are refused for that
+	d.remoteResult("get", stale, time.Now(), what, p, old, 0, d.remoteTargets(p, 0)...)
+	require.Len(t, d.t.violations, 1)
 }

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
@@ -18,8 +19,8 @@ type worker struct {
 	eps   map[epKey]*wep
 	srcH  *engine.Buffer // host: patterns are written here
 	backH *engine.Buffer // host: data read back is checked here
-	dev   *engine.Buffer // Gaudi(id%2)
-	dev2  *engine.Buffer // the other Gaudi
+	dev   *devBuf        // on Gaudi(id%2)
+	dev2  *devBuf        // on the other Gaudi
 	bufs  []*engine.Buffer
 	// retired[peer][rw host/gaudi][slot]: until when the slot is not
 	// used (a failed operation may still write it).
@@ -42,18 +43,37 @@ const (
 	dialTimeout     = 10 * time.Second
 )
 
+// devBuf is a buffer on one of this process's devices, and the
+// generation of the device's context it was allocated in.
+type devBuf struct {
+	b      *engine.Buffer
+	dev    int
+	size   int
+	resets int  // DeviceInfo.Resets before the allocation
+	lost   bool // an operation with it ended with ErrDeviceLost
+}
+
 func (d *driver) newWorker(id int) (*worker, error) {
 	w := &worker{d: d, id: id, rng: d.rng(uint64(id) + 1), eps: map[epKey]*wep{}, retired: map[[3]int]time.Time{}}
 	n := 4 * d.cfg.MaxOp
-	ptrs := []**engine.Buffer{&w.srcH, &w.backH, &w.dev, &w.dev2}
-	for i, loc := range []engine.Location{engine.Host, engine.Host, engine.Gaudi(id % 2), engine.Gaudi(1 - id%2)} {
-		b, err := d.e.Alloc(n, loc)
+	for _, p := range []**engine.Buffer{&w.srcH, &w.backH} {
+		b, err := d.e.Alloc(n, engine.Host)
 		if err != nil {
 			w.close()
 			return nil, err
 		}
 		w.bufs = append(w.bufs, b)
-		*ptrs[i] = b
+		*p = b
+	}
+	w.dev, w.dev2 = &devBuf{dev: id % 2, size: n}, &devBuf{dev: 1 - id%2, size: n}
+	for _, db := range []*devBuf{w.dev, w.dev2} {
+		db.resets = d.e.Devices()[db.dev].Resets
+		b, err := d.e.Alloc(n, engine.Gaudi(db.dev))
+		if err != nil {
+			w.close()
+			return nil, err
+		}
+		db.b = b
 	}
 	return w, nil
 }
@@ -67,10 +87,87 @@ func (w *worker) close() {
 		_ = b.Free()
 	}
 	w.bufs = nil
+	for _, db := range []*devBuf{w.dev, w.dev2} {
+		if db != nil && db.b != nil {
+			_ = db.b.Free()
+			db.b = nil
+		}
+	}
+}
+
+// devTarget is the CS fault target of this process's device dev.
+func (d *driver) devTarget(dev int) *target { return d.selfDev[dev] }
+
+// ready makes the worker's device buffers usable before an operation:
+// a buffer whose device the driver reset since its allocation (the
+// device is lost, or was opened again: DeviceInfo.Lost, Resets), or that
+// an operation found lost, is freed, and once the engine has opened the
+// device again (WaitDevice) a new one takes its place: the old one's
+// contents are gone, and every operation with it would fail. It returns
+// false when a buffer could not be replaced (the worker skips this
+// operation and tries again at the next).
+func (w *worker) ready() bool {
+	ok := true
+	for _, db := range []*devBuf{w.dev, w.dev2} {
+		if !w.d.renew(db, fmt.Sprintf("worker %d", w.id)) {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// renew replaces db's buffer if its device was reset (see worker.ready).
+func (d *driver) renew(db *devBuf, who string) bool {
+	info := d.e.Devices()[db.dev]
+	if db.b != nil && !db.lost && info.Lost == nil && info.Resets == db.resets {
+		return true
+	}
+	start := time.Now()
+	if db.b != nil {
+		// A lost buffer still frees (and must).
+		if err := db.b.Free(); err != nil {
+			d.t.violate("recover", "%s: freeing a buffer of gaudi%d after its reset: %v", who, db.dev, err)
+		}
+		db.b = nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.Bound)
+	err := d.e.WaitDevice(ctx, db.dev)
+	cancel()
+	d.t.op("recover/wait-device", err)
+	if err != nil {
+		d.t.violate("recover", "%s: gaudi%d not usable again within %v of its reset: %v", who, db.dev, d.cfg.Bound, err)
+		return false
+	}
+	db.resets, db.lost = d.e.Devices()[db.dev].Resets, false
+	b, err := d.e.Alloc(db.size, engine.Gaudi(db.dev))
+	d.t.op("recover/alloc", err)
+	if err != nil {
+		// Reset again meanwhile: explained as any lost device is.
+		what := func() string { return fmt.Sprintf("%s: allocating again on gaudi%d after its reset", who, db.dev) }
+		d.result("recover/alloc", err, start, what, d.devTarget(db.dev))
+		return false
+	}
+	db.b = b
+	d.t.recoveries.Add(1)
+	return true
+}
+
+// lostIf marks the device buffers of an operation that ended with
+// ErrDeviceLost (ready replaces them).
+func lostIf(err error, dbs ...*devBuf) {
+	if errors.Is(err, engine.ErrDeviceLost) {
+		for _, db := range dbs {
+			db.lost = true
+		}
+	}
 }
 
 func (w *worker) run() {
 	for w.ops = 0; w.ops < maxOpsPerWorker && w.d.loadCtx.Err() == nil; w.ops++ {
+		if !w.ready() {
+			w.d.sleep(10 * time.Millisecond)
+			continue
+		}
 		r := w.rng.IntN(100)
 		switch {
 		case r < 40 && len(w.d.peers) > 0:
@@ -247,11 +344,32 @@ func (w *worker) putGet() {
 	w.putGetOn(p, v, tr, ep)
 }
 
+// rwDevice is the peer's device of its read-write Gaudi buffer, roDevice
+// of its read-only one, staleDevice of its stale-key probes' allocations.
+const (
+	rwDevice    = 0
+	roDevice    = 1
+	staleDevice = 0
+)
+
+// remoteTargets are the targets of an operation with peer p's memory (on
+// its device rdev, -1 for host memory) and this process's devices local.
+func (d *driver) remoteTargets(p *peerProc, rdev int, local ...*devBuf) []*target {
+	ts := []*target{d.self, p.faults}
+	if rdev >= 0 {
+		ts = append(ts, p.dev[rdev])
+	}
+	for _, db := range local {
+		ts = append(ts, d.devTarget(db.dev))
+	}
+	return ts
+}
+
 func (w *worker) putGetOn(p *peerProc, v peerView, tr string, ep *engine.Endpoint) {
 	remoteDev := w.rng.IntN(2) == 0
-	key := v.rwHost
+	key, rdev := v.rwHost, -1
 	if remoteDev {
-		key = v.rwDev
+		key, rdev = v.rwDev, rwDevice
 	}
 	s := w.slot(p.idx, remoteDev)
 	if s < 0 {
@@ -262,29 +380,33 @@ func (w *worker) putGetOn(p *peerProc, v peerView, tr string, ep *engine.Endpoin
 	seed := w.rng.Uint64()
 	localDev := w.rng.IntN(3) == 0
 	what := func() string {
-		return fmt.Sprintf("peer %d gen %d %s, %s slot %d offset %d, %d bytes, seed %#x", p.idx, v.gen, tr, locName(remoteDev), s, off, n, seed)
+		return fmt.Sprintf("peer %d gen %d %s, %s slot %d offset %d (key generation %d), %d bytes, seed %#x", p.idx, v.gen, tr, locName(remoteDev), s, off, v.keyGen(rdev), n, seed)
 	}
 	fill(w.srcH.Bytes()[:n], seed, 0)
 	ctx := context.Background()
 	src := w.srcH.Slice(0, n)
+	var local []*devBuf
 	if localDev {
 		start := time.Now()
-		err := w.d.wait(w.d.e.Copy(ctx, w.dev.Slice(0, n), src), what)
-		w.d.result("copy/h2d", err, start, what, w.d.self)
+		err := w.d.wait(w.d.e.Copy(ctx, w.dev.b.Slice(0, n), src), what)
+		w.d.result("copy/h2d", err, start, what, w.d.self, w.d.devTarget(w.dev.dev))
 		if err != nil {
+			lostIf(err, w.dev)
 			return
 		}
-		src = w.dev.Slice(0, n)
+		src = w.dev.b.Slice(0, n)
+		local = append(local, w.dev)
 	}
 	kind := "put/" + tr + "/" + locName(localDev) + "->" + locName(remoteDev)
 	start := time.Now()
 	err := w.d.wait(ep.Put(ctx, src, key.Slice(off, n)), what)
-	w.d.result(kind, err, start, what, w.d.self, p.faults)
+	w.d.remoteResult(kind, err, start, what, p, v, rdev, w.d.remoteTargets(p, rdev, local...)...)
 	if err != nil {
+		lostIf(err, local...)
 		w.retire(p.idx, remoteDev, s)
 		return
 	}
-	w.getInto(p, v, ep, tr, key, off, n, seed, 0, remoteDev, what, func() { w.retire(p.idx, remoteDev, s) })
+	w.getInto(p, v, ep, tr, key, rdev, off, n, seed, 0, remoteDev, what, func() { w.retire(p.idx, remoteDev, s) })
 }
 
 // getRO gets a window of one of the peer's read-only buffers and checks it.
@@ -299,42 +421,46 @@ func (w *worker) getRO() {
 		return
 	}
 	remoteDev := w.rng.IntN(2) == 0
-	key := v.roHost
+	key, rdev := v.roHost, -1
 	if remoteDev {
-		key = v.roDev
+		key, rdev = v.roDev, roDevice
 	}
 	n := w.size()
 	off := w.rng.IntN(roSize - n + 1)
 	what := func() string {
-		return fmt.Sprintf("peer %d gen %d %s, read-only %s offset %d, %d bytes, seed %#x", p.idx, v.gen, tr, locName(remoteDev), off, n, v.roSeed)
+		return fmt.Sprintf("peer %d gen %d %s, read-only %s offset %d (key generation %d), %d bytes, seed %#x", p.idx, v.gen, tr, locName(remoteDev), off, v.keyGen(rdev), n, v.roSeed)
 	}
-	w.getInto(p, v, ep, tr, key, off, n, v.roSeed, off, remoteDev, what, func() {})
+	w.getInto(p, v, ep, tr, key, rdev, off, n, v.roSeed, off, remoteDev, what, func() {})
 }
 
 // getInto gets key[off, off+n) into host or Gaudi memory here and checks
 // it holds the pattern seed at pos.
-func (w *worker) getInto(p *peerProc, v peerView, ep *engine.Endpoint, tr string, key engine.RemoteKey, off, n int, seed uint64, pos int, remoteDev bool, what func() string, onFail func()) {
+func (w *worker) getInto(p *peerProc, v peerView, ep *engine.Endpoint, tr string, key engine.RemoteKey, rdev, off, n int, seed uint64, pos int, remoteDev bool, what func() string, onFail func()) {
 	ctx := context.Background()
 	back := w.backH.Bytes()[:n]
 	fill(back, ^seed, 0) // not the pattern: a Get that moves nothing is caught
 	localDev := w.rng.IntN(3) == 0
 	dst := w.backH.Slice(0, n)
+	var local []*devBuf
 	if localDev {
-		dst = w.dev2.Slice(0, n)
+		dst = w.dev2.b.Slice(0, n)
+		local = append(local, w.dev2)
 	}
 	kind := "get/" + tr + "/" + locName(remoteDev) + "->" + locName(localDev)
 	start := time.Now()
 	err := w.d.wait(ep.Get(ctx, dst, key.Slice(off, n)), what)
-	w.d.result(kind, err, start, what, w.d.self, p.faults)
+	w.d.remoteResult(kind, err, start, what, p, v, rdev, w.d.remoteTargets(p, rdev, local...)...)
 	if err != nil {
+		lostIf(err, local...)
 		onFail()
 		return
 	}
 	if localDev {
 		start := time.Now()
 		err := w.d.wait(w.d.e.Copy(ctx, w.backH.Slice(0, n), dst), what)
-		w.d.result("copy/d2h", err, start, what, w.d.self)
+		w.d.result("copy/d2h", err, start, what, w.d.self, w.d.devTarget(w.dev2.dev))
 		if err != nil {
+			lostIf(err, w.dev2)
 			return
 		}
 	}
@@ -365,16 +491,22 @@ func (w *worker) local() {
 		steps := []struct {
 			kind     string
 			dst, src engine.Slice
+			devs     []*devBuf
 		}{
-			{"copy/h2d", w.dev.Slice(0, n), w.srcH.Slice(0, n)},
-			{"copy/d2d", w.dev2.Slice(0, n), w.dev.Slice(0, n)},
-			{"copy/d2h", w.backH.Slice(0, n), w.dev2.Slice(0, n)},
+			{"copy/h2d", w.dev.b.Slice(0, n), w.srcH.Slice(0, n), []*devBuf{w.dev}},
+			{"copy/d2d", w.dev2.b.Slice(0, n), w.dev.b.Slice(0, n), []*devBuf{w.dev, w.dev2}},
+			{"copy/d2h", w.backH.Slice(0, n), w.dev2.b.Slice(0, n), []*devBuf{w.dev2}},
 		}
 		for _, s := range steps {
+			ts := []*target{w.d.self}
+			for _, db := range s.devs {
+				ts = append(ts, w.d.devTarget(db.dev))
+			}
 			start := time.Now()
 			err := w.d.wait(w.d.e.Copy(ctx, s.dst, s.src), what)
-			w.d.result(s.kind, err, start, what, w.d.self)
+			w.d.result(s.kind, err, start, what, ts...)
 			if err != nil {
+				lostIf(err, s.devs...)
 				return
 			}
 		}
