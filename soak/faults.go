@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -155,7 +156,7 @@ func (d *driver) csFault(k Fault, rng *rand.Rand) {
 	d.async.Add(1)
 	go func() {
 		defer d.async.Done()
-		d.followPeer(p, v.gen)
+		d.followPeer(p)
 		end := time.Now().Add(csAfter)
 		iv.end(end)
 		ivd.end(end)
@@ -165,17 +166,22 @@ func (d *driver) csFault(k Fault, rng *rand.Rand) {
 // followPeer takes peer p's keys while a reset that a CS fault of its
 // may cause comes (a hung CS's TDR fires within the CS timeout of the
 // fault's clearing) and the peer replaces the buffers it lost, then
-// twice more, so that the peer frees the lost buffers (it frees one at
-// the "keys" after the one that handed out its replacement).
-func (d *driver) followPeer(p *peerProc, gen int) {
+// twice more, so that the peer learns the driver holds the new keys and
+// frees the lost buffers. It follows whichever generation of the peer
+// runs: a restart may have put the fault into the new one.
+func (d *driver) followPeer(p *peerProc) {
 	deadline := time.Now().Add(csTimeout + time.Second)
 	late := 0 // polls after the deadline
 	for {
-		if err := p.refreshKeys(gen); err != nil {
-			if v := p.snapshot(); v.alive && v.gen == gen {
-				d.t.violate("peer-recovery", "peer %d gen %d: %v", p.idx, gen, err)
+		before := p.snapshot()
+		if err := p.refreshKeys(); err != nil {
+			// A peer that is being killed or started again answers nothing
+			// (or is not the one asked): only a live one's bad answer is a
+			// violation.
+			if now := p.snapshot(); now.alive && now.gen == before.gen && !errors.Is(err, errPeerGone) {
+				d.t.violate("peer-recovery", "peer %d gen %d: %v", p.idx, now.gen, err)
+				return
 			}
-			return
 		}
 		if time.Now().After(deadline) {
 			if late++; late == 2 {

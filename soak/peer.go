@@ -43,14 +43,16 @@ type peerSpec struct {
 //	salloc host|gaudi             -> KEY <key>   (an allocation, exported)
 //	sfree <seed>                  -> FREED | ERR <why>   (freed; allocated again at once as a canary holding pattern seed)
 //	check                         -> OK | BAD <why> | LOST <why>   (the canary is intact, or its device was reset; then freed)
-//	keys                          -> KEYS <gen> <key gen gaudi0> <key gen gaudi1> <rw host key> <rw gaudi key> <ro host key> <ro gaudi key> | ERR <why>
+//	keys <gen> <kgen0> <kgen1>    -> KEYS <gen> <key gen gaudi0> <key gen gaudi1> <rw host key> <rw gaudi key> <ro host key> <ro gaudi key> | ERR <why>
 //
 // A peer watches its devices: when one is reset, it frees nothing yet,
 // waits for the engine to open the device again, allocates each of its
 // exported buffers there anew (the read-only one refilled with its
 // pattern), exports them and counts a new key generation of that device.
-// "keys" hands out the current keys, and frees the lost buffers whose
-// replacements an earlier "keys" handed out.
+// "keys" hands out the current keys; its arguments say which key
+// generations of this peer generation the driver holds, and the peer
+// frees the lost buffers those replaced (so that the driver always has
+// the new key before the old one is refused as stale).
 //	stats                         -> STATS <goroutines> <fds> <maps> <file maps> <heap> <threads>
 //	fds                           -> FDS <fd>-><target> ...
 //	EOF on stdin: close everything and exit 0.
@@ -133,11 +135,11 @@ type exported struct {
 	fill   func(*engine.Buffer) error // what a replacement must hold before its key is handed out
 }
 
-// retired is a lost buffer a reset's recovery replaced; published once a
-// "keys" handed out its replacement (the next one frees it).
+// retired is a lost buffer a reset's recovery replaced by one of key
+// generation gen of its device; freed once the driver holds that key.
 type retired struct {
-	b         *engine.Buffer
-	published bool
+	b        *engine.Buffer
+	dev, gen int
 }
 
 // How often a peer looks at its devices, and how long it waits for one
@@ -323,7 +325,7 @@ func (p *peerSide) recoverDev(dev int) error {
 			_ = nb.Free()
 			return err
 		}
-		p.retired = append(p.retired, retired{b: x.b})
+		p.retired = append(p.retired, retired{b: x.b, dev: dev, gen: p.kgen[dev] + 1})
 		x.b, x.key, x.resets = nb, k, resets
 		changed = true
 	}
@@ -334,8 +336,9 @@ func (p *peerSide) recoverDev(dev int) error {
 }
 
 // keys hands out the current keys (recovering a lost device first) and
-// frees the lost buffers whose replacements an earlier keys handed out.
-func (p *peerSide) keys() string {
+// frees the lost buffers whose replacements the driver holds: it holds
+// key generations held of peer generation gen.
+func (p *peerSide) keys(gen int, held [2]int) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.checkDevices()
@@ -346,8 +349,7 @@ func (p *peerSide) keys() string {
 	}
 	keep := p.retired[:0]
 	for _, r := range p.retired {
-		if !r.published {
-			r.published = true
+		if gen != p.gen || r.gen > held[r.dev] {
 			keep = append(keep, r)
 			continue
 		}
@@ -408,8 +410,13 @@ func (p *peerSide) command(f []string) string {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return p.checkCanary()
-	case f[0] == "keys":
-		return p.keys()
+	case f[0] == "keys" && len(f) == 4:
+		var gen int
+		var held [2]int
+		if _, err := fmt.Sscan(strings.Join(f[1:], " "), &gen, &held[0], &held[1]); err != nil {
+			return "ERR bad keys command"
+		}
+		return p.keys(gen, held)
 	case f[0] == "stats":
 		r := measure()
 		return fmt.Sprintf("STATS %d %d %d %d %d %d", r.Goroutines, r.FDs, r.Maps, r.FileMaps, r.Heap, r.Threads)

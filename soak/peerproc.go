@@ -201,14 +201,18 @@ func (p *peerProc) start(gen int, seed uint64) error {
 
 var errPeerGone = errors.New("peer process gone")
 
-// refreshKeys takes the peer's current keys ("keys") into its view, if
-// generation gen of the peer is still the one running and they are newer
-// (a device reset made it export its buffers there again). The peer frees
-// a lost buffer only at the "keys" after the one that handed out its
-// replacement: by then the driver has the new key, so a refusal of the
-// old one is seen as superseded (remoteResult).
-func (p *peerProc) refreshKeys(gen int) error {
-	a, err := p.command("keys")
+// refreshKeys takes the peer's current keys ("keys") into its view when
+// they are newer (a device reset made it export its buffers there
+// again). The command tells the peer which key generations the view
+// holds: the peer frees a lost buffer only once the driver holds its
+// replacement's key, so a refusal of the old key as stale is always seen
+// as superseded (remoteResult). errPeerGone: no peer is running.
+func (p *peerProc) refreshKeys() error {
+	v := p.snapshot()
+	if !v.alive {
+		return errPeerGone
+	}
+	a, err := p.command(fmt.Sprintf("keys %d %d %d", v.gen, v.kgen[0], v.kgen[1]))
 	if err != nil {
 		return err
 	}
@@ -229,20 +233,20 @@ func (p *peerProc) refreshKeys(gen int) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v := &p.view
-	if pgen != gen || v.gen != gen || !v.alive {
-		return nil // another generation answered, or the view is not yet (or no longer) this one's
+	cur := &p.view
+	if pgen != cur.gen || !cur.alive {
+		return nil // another generation answered (restarted meanwhile)
 	}
 	for dev := range kgen {
-		if kgen[dev] < v.kgen[dev] {
-			return fmt.Errorf("peer %d: key generation of gaudi%d went back from %d to %d", p.idx, dev, v.kgen[dev], kgen[dev])
+		if kgen[dev] < cur.kgen[dev] {
+			return fmt.Errorf("peer %d: key generation of gaudi%d went back from %d to %d", p.idx, dev, cur.kgen[dev], kgen[dev])
 		}
-		p.d.t.keyRefreshes.Add(uint64(kgen[dev] - v.kgen[dev]))
+		p.d.t.keyRefreshes.Add(uint64(kgen[dev] - cur.kgen[dev]))
 	}
-	if !bytes.Equal(keys[0].Bytes(), v.rwHost.Bytes()) || !bytes.Equal(keys[2].Bytes(), v.roHost.Bytes()) {
+	if !bytes.Equal(keys[0].Bytes(), cur.rwHost.Bytes()) || !bytes.Equal(keys[2].Bytes(), cur.roHost.Bytes()) {
 		return fmt.Errorf("peer %d: the keys of its host buffers changed", p.idx)
 	}
-	v.rwDev, v.roDev, v.kgen = keys[1], keys[3], kgen
+	cur.rwDev, cur.roDev, cur.kgen = keys[1], keys[3], kgen
 	return nil
 }
 
