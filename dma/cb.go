@@ -27,8 +27,9 @@ type CB struct {
 	d     *Device
 	id    uint64
 	model Model
-	buf   []byte // packet area, len == capacity
-	n     int    // bytes used
+	buf   []byte // packet area, len == capacity; left alone at release (readers)
+	cap   int    // capacity, fixed
+	n     int    // bytes used (written by the owner only)
 
 	// Gaudi1 kernel CB
 	handle uint64
@@ -59,6 +60,7 @@ func (d *Device) NewCB(capacity int) (*CB, error) {
 	if err != nil {
 		return nil, d.ioErr(op, "", err)
 	}
+	cb.cap = capacity
 	cb.id = d.track(cb)
 	return cb, nil
 }
@@ -122,13 +124,19 @@ func (cb *CB) reset() { cb.n, cb.incs = 0, 0 }
 func (cb *CB) Len() int { return cb.n }
 
 // Cap is the capacity in bytes.
-func (cb *CB) Cap() int { return len(cb.buf) }
+func (cb *CB) Cap() int { return cb.cap }
 
 // Remaining is Cap() - Len().
-func (cb *CB) Remaining() int { return len(cb.buf) - cb.n }
+func (cb *CB) Remaining() int { return cb.cap - cb.n }
 
-// Bytes returns the packets written so far (aliasing the buffer).
-func (cb *CB) Bytes() []byte { return cb.buf[:cb.n] }
+// Bytes returns the packets written so far (aliasing the buffer), nil
+// once the buffer is released.
+func (cb *CB) Bytes() []byte {
+	if cb.released() {
+		return nil
+	}
+	return cb.buf[:cb.n]
+}
 
 // linDMACount is the number of LIN_DMA packets needed for size bytes.
 func linDMACount(size uint64) uint64 {
@@ -286,7 +294,8 @@ func (cb *CB) addG3(dst, src, size uint64, memset bool) {
 func (cb *CB) Chunk(queue uint32) Chunk {
 	c := Chunk{Queue: queue, Size: uint32(cb.n)}
 	if cb.model.direct() {
-		c.direct, c.pkts, c.incs, c.cb = true, cb.buf[:cb.n], cb.incs, cb
+		c.direct, c.incs, c.cb = true, cb.incs, cb
+		c.pkts = cb.Bytes() // nil once released: Submit refuses the chunk
 		return c
 	}
 	if cb.model.userCB() {
@@ -336,8 +345,7 @@ func (cb *CB) release() error {
 func (cb *CB) destroy() error {
 	d := cb.d
 	op := "destroy command buffer on " + d.Name()
-	cb.markReleased()
-	cb.buf, cb.n = nil, 0
+	cb.markReleased() // from here no change and no Bytes: buf is left as it is for racing readers of the owner
 	if cb.model.direct() {
 		return nil
 	}

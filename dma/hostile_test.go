@@ -207,3 +207,44 @@ func TestCBFillDuringDeviceClose(t *testing.T) {
 		})
 	}
 }
+
+// TestCBReadDuringDeviceClose: a CB's owner may read its size and bytes
+// (Cap, Remaining, Len, Bytes, Chunk: what a CSBuilder does) while the
+// Device closes, e.g. when the reset watcher releases the context.
+// Close's release of the CB wrote the fields they read (a data race the
+// soak hit: -race). After the release Bytes is empty.
+func TestCBReadDuringDeviceClose(t *testing.T) {
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2, hlsim.ModelGaudi3} {
+		t.Run(m.String(), func(t *testing.T) {
+			for range 50 {
+				d := openSim(t, m)
+				cb, err := d.NewCB(4096)
+				require.NoError(t, err)
+				require.NoError(t, cb.AddNOP(0))
+				stop, started := make(chan struct{}), make(chan struct{})
+				done := make(chan int)
+				go func() {
+					n := 0
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							done <- n
+							return
+						default:
+						}
+						n += cb.Cap() + cb.Remaining() + cb.Len() + len(cb.Bytes()) + int(cb.Chunk(0).Size)
+						if i == 0 {
+							close(started)
+						}
+					}
+				}()
+				<-started
+				require.NoError(t, d.Close())
+				close(stop)
+				require.Positive(t, <-done)
+				require.Equal(t, 4096, cb.Cap(), "the capacity does not change")
+				require.Empty(t, cb.Bytes(), "no bytes of a released buffer")
+			}
+		})
+	}
+}

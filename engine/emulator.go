@@ -43,13 +43,17 @@ func (m *Emulator) Device() int { return m.dev }
 // HangNextCS makes the next n command submissions never complete: their
 // copies end with ErrTimeout at their deadline (Timeout, Config.OpTimeout)
 // or, at the latest, when the emulated TDR (EmulatorConfig.CSTimeout)
-// times the submission out and resets the device, as the driver does on a
-// lockup. It replaces an earlier HangNextCS; n <= 0 cancels it.
+// times the submission out. On the gaudi2 model the TDR then resets the
+// device, as the driver does on a lockup: its copies in flight and its
+// buffers are lost (ErrDeviceLost) and the engine opens it again. On the
+// gaudi3 model gxfer times its own submissions out (ErrTimeout) without a
+// reset. It replaces an earlier HangNextCS; n <= 0 cancels it.
 func (m *Emulator) HangNextCS(n int) { m.sim.HangNextCS(n) }
 
 // AbortNextCS makes the next n command submissions end aborted without
-// moving any data: their copies end with ErrAborted. It replaces an
-// earlier AbortNextCS; n <= 0 cancels it.
+// moving any data: their copies end with ErrAborted. On the gaudi3 model
+// the abort is a PDMA channel error, which resets the device (as Reset).
+// It replaces an earlier AbortNextCS; n <= 0 cancels it.
 func (m *Emulator) AbortNextCS(n int) { m.sim.AbortNextCS(n) }
 
 // DelayNextCS makes the next n command submissions complete only delay
@@ -59,6 +63,9 @@ func (m *Emulator) AbortNextCS(n int) { m.sim.AbortNextCS(n) }
 // DelayNextCS; n <= 0 cancels it.
 func (m *Emulator) DelayNextCS(n int, delay time.Duration) { m.sim.DelayNextCS(n, delay) }
 
-// Reset resets the device at once, as a driver-initiated reset would:
-// copies in flight on it end with ErrAborted; later copies run normally.
+// Reset stands for a fatal device error that makes the driver reset the
+// device: the engine learns of it from the driver's event (shortly after
+// Reset returns, not before: Devices()[i].Lost), releases the device at
+// once, fails its copies in flight with ErrDeviceLost and opens it again;
+// the buffers of the old context stay lost (see WaitDevice).
 func (m *Emulator) Reset() { m.sim.Reset() }
