@@ -60,13 +60,12 @@ func (d *Device) NewCB(capacity int) (*CB, error) {
 	if err != nil {
 		return nil, d.ioErr(op, "", err)
 	}
-	cb.cap = capacity
 	cb.id = d.track(cb)
 	return cb, nil
 }
 
 func (d *Device) newCB(capacity int) (*CB, error) {
-	cb := &CB{d: d, model: d.model}
+	cb := &CB{d: d, model: d.model, cap: capacity}
 	if d.model.direct() {
 		// The packets are copied into a channel's ring at Submit: memory
 		// the device never reads, so Go memory, which a chunk keeps alive

@@ -127,7 +127,7 @@ func decodeLinDMAs(t *testing.T, b []byte) []pkt {
 
 // testCB is a CB with a plain buffer on a bare Device: encoding only.
 func testCB(m Model, capacity int) *CB {
-	return &CB{d: &Device{}, model: m, buf: make([]byte, capacity), va: 0xfff0_0000_1000, handle: 0x1000_0000_0000_5000}
+	return &CB{d: &Device{}, model: m, buf: make([]byte, capacity), cap: capacity, va: 0xfff0_0000_1000, handle: 0x1000_0000_0000_5000}
 }
 
 func TestCBSplit5GiB(t *testing.T) {
