@@ -19,9 +19,14 @@ import (
 // watchdog far longer than the tests take, so that only a Device that
 // releases its context in time avoids the kill.
 func resetSim(t *testing.T, m hlsim.Model, kills *atomic.Int32) *hlsim.Device {
+	return resetSimT(t, m, 50*time.Millisecond, 20*time.Second, kills)
+}
+
+// resetSimT is resetSim with the CS timeout and the release watchdog.
+func resetSimT(t *testing.T, m hlsim.Model, csTimeout, watchdog time.Duration, kills *atomic.Int32) *hlsim.Device {
 	t.Helper()
-	sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 256 << 20, CSTimeout: 50 * time.Millisecond,
-		ReleaseWatchdog: 20 * time.Second, Kill: func() { kills.Add(1) },
+	sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 256 << 20, CSTimeout: csTimeout,
+		ReleaseWatchdog: watchdog, Kill: func() { kills.Add(1) },
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sim.Close() })
@@ -156,11 +161,7 @@ func TestResetG3WaitUnderClose(t *testing.T) {
 	for _, polled := range []bool{false, true} { // interrupt waits, or counter polls
 		t.Run(map[bool]string{false: "interrupt", true: "polled"}[polled], func(t *testing.T) {
 			var kills atomic.Int32
-			sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi3, DRAMSize: 256 << 20, CSTimeout: 5 * time.Second,
-				ReleaseWatchdog: 300 * time.Millisecond, Kill: func() { kills.Add(1) },
-				Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = sim.Close() })
+			sim := resetSimT(t, hlsim.ModelGaudi3, 5 * time.Second, 300 * time.Millisecond, &kills)
 			d, err := OpenBackend(sim.Name(), simOpen(sim), Options{CSTimeout: 5 * time.Second})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = d.Close() })
@@ -209,11 +210,7 @@ func (b *releaseCounter) Ioctl(req uintptr, arg unsafe.Pointer) error {
 // Device reports the reset.
 func TestResetCloseWins(t *testing.T) {
 	var kills atomic.Int32
-	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20, CSTimeout: 10 * time.Second,
-		ReleaseWatchdog: 20 * time.Second, Kill: func() { kills.Add(1) },
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sim.Close() })
+	sim := resetSimT(t, hlsim.ModelGaudi2, 10 * time.Second, 20 * time.Second, &kills)
 	var rc *releaseCounter
 	d, err := OpenBackend(sim.Name(), func() (hlsys.Backend, error) {
 		b, err := simOpen(sim)()
@@ -258,11 +255,7 @@ func TestResetCloseWins(t *testing.T) {
 // retry or the CS timeout: else the release comes after the watchdog.
 func TestResetSubmitRetrying(t *testing.T) {
 	var kills atomic.Int32
-	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi3, DRAMSize: 256 << 20, CSTimeout: 5 * time.Second,
-		ReleaseWatchdog: 300 * time.Millisecond, Kill: func() { kills.Add(1) },
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sim.Close() })
+	sim := resetSimT(t, hlsim.ModelGaudi3, 5 * time.Second, 300 * time.Millisecond, &kills)
 	d, err := OpenBackend(sim.Name(), simOpen(sim), Options{CSTimeout: 5 * time.Second, SubmitRetries: 1 << 20})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
