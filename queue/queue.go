@@ -35,7 +35,11 @@ type Queue[T any] struct {
 	ch     chan T
 	mode   Mode
 	closed chan struct{}
-	once   atomic.Bool
+	// once closes closed; a concurrent Close waits in it until that is
+	// done (with a flag, the loser could pass the barrier and return
+	// before the winner closed the channel, and a push after that
+	// Close returned would succeed).
+	once sync.Once
 	// gate: pushes hold it shared while they send; Close takes it
 	// exclusively after closing, so no push lands after Close returns.
 	gate sync.RWMutex
@@ -133,9 +137,7 @@ func (q *Queue[T]) Cap() int { return cap(q.ch) }
 // consumer's final drain sees every accepted item. Queued items stay for
 // the consumer to drain. Idempotent.
 func (q *Queue[T]) Close() {
-	if q.once.CompareAndSwap(false, true) {
-		close(q.closed)
-	}
+	q.once.Do(func() { close(q.closed) })
 	q.gate.Lock()
 	q.gate.Unlock() //nolint:staticcheck // a barrier: waits for pushes in progress
 }
