@@ -101,7 +101,8 @@ type Ticket struct {
 // usually watch them next, and a wake-up per submission puts the actor on
 // the core its waiter needs. What needs the actor wakes it (Kick): the
 // last watcher leaving a ticket not retired (Unwatch does that), a
-// submission nobody will watch, a caller that starts waiting on a
+// submission nobody will watch (Track does that; the holder of a Ticket
+// it will not watch kicks it), a caller that starts waiting on a
 // channel, a submission with a deadline (TrackTicket does that).
 // Otherwise it looks again after ActorConfig.BlockTimeout, or at the
 // earliest deadline.
@@ -238,8 +239,15 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 // Track hands a submitted CS to the actor. It waits while MaxOutstanding
 // submissions are queued, until ctx ends. After Close it returns ErrClosed
 // and the caller still owns s (and must end it).
+//
+// Nobody can watch or kick a submission tracked so (it has no Ticket), so
+// Track wakes the actor should it sleep while waiters watch every other
+// CS (see Ticket.Watch).
 func (a *DeviceActor) Track(ctx context.Context, s Submission) error {
 	_, err := a.TrackTicket(ctx, s)
+	if err == nil {
+		a.Kick()
+	}
 	return err
 }
 

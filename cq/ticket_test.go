@@ -288,6 +288,15 @@ func TestActorWatchSleepWakes(t *testing.T) {
 			require.True(t, watched.Poll())
 			watched.Unwatch()
 		}},
+		{"a Track, whose submission nobody can watch or kick", func(t *testing.T, a *DeviceActor, w *fakeWaiter, watched *Ticket) {
+			done := make(chan struct{})
+			w.finish(2, nil)
+			require.NoError(t, a.Track(context.Background(), Submission{Seq: 2, OnDone: func(error) { close(done) }}))
+			recvWithin(t, done, "retired while a waiter watches another CS")
+			w.finish(1, nil)
+			require.True(t, watched.Poll())
+			watched.Unwatch()
+		}},
 		{"a full submission queue", func(t *testing.T, a *DeviceActor, w *fakeWaiter, watched *Ticket) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
