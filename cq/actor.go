@@ -576,11 +576,20 @@ func (a *DeviceActor) run() {
 			// kicked (see Ticket.Watch), for no longer than a blocking
 			// wait or until the earliest deadline. Submissions meanwhile
 			// wait in a.in.
+			// In Close's grace (stopping above set stopAt), stop is
+			// closed: the sleep ends at the grace's end instead, else
+			// the actor would loop for the whole grace.
 			a.sleeps.Add(1)
-			idle.Reset(max(min(a.cfg.BlockTimeout, untilDeadline(pending, now)), time.Microsecond))
+			d := min(a.cfg.BlockTimeout, untilDeadline(pending, now))
+			stop := a.stop
+			if !stopAt.IsZero() {
+				stop = nil
+				d = min(d, stopAt.Sub(now))
+			}
+			idle.Reset(max(d, time.Microsecond))
 			select {
 			case <-a.kick:
-			case <-a.stop:
+			case <-stop:
 			case <-idle.C:
 			}
 			continue

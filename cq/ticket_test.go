@@ -354,3 +354,27 @@ func recvWithin(t *testing.T, ch <-chan struct{}, what string) {
 		t.Fatal("not " + what)
 	}
 }
+
+// TestCloseGraceSleepsWhileWatched: in Close's grace an actor whose CSs
+// are all watched keeps sleeping as it did before Close (until the grace
+// ends), instead of looping on the closed stop channel and burning a
+// core for the whole grace.
+func TestCloseGraceSleepsWhileWatched(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Minute, BlockTimeout: time.Hour})
+	tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
+	require.NoError(t, err)
+	tk.Watch()
+	defer tk.Unwatch()
+	sleeps := a.Stats().Sleeps
+	for a.Stats().Sleeps == sleeps {
+		runtime.Gosched()
+	}
+	const grace = 200 * time.Millisecond
+	start := time.Now()
+	before := a.Stats().Sleeps
+	a.Close(grace)
+	require.GreaterOrEqual(t, time.Since(start), grace, "the grace is kept")
+	require.True(t, tk.Retired(), "ended at the grace's end")
+	require.LessOrEqual(t, a.Stats().Sleeps-before, uint64(3), "sleeps in the grace")
+}
