@@ -347,7 +347,9 @@ func (a *DeviceActor) Stats() ActorStats {
 
 // Close stops accepting submissions, keeps reaping the outstanding ones for
 // up to grace, then ends the rest with ErrClosed and returns once the actor
-// goroutine has exited. Idempotent; always finishes.
+// goroutine has exited. Idempotent; always finishes: a blocking WAIT_CS
+// under way when Close begins (ActorConfig.BlockTimeout at most) ends
+// first, later ones last no longer than what is left of grace.
 func (a *DeviceActor) Close(grace time.Duration) {
 	a.once.Do(func() {
 		a.grace.Store(int64(grace))
@@ -605,8 +607,13 @@ func (a *DeviceActor) run() {
 			runtime.Gosched()
 			continue
 		}
+		// In Close's grace, for no longer than what is left of it.
+		timeout := a.cfg.BlockTimeout
+		if !stopAt.IsZero() {
+			timeout = max(min(timeout, stopAt.Sub(now)), 0)
+		}
 		a.blocks.Add(1)
-		if poll(oldest, a.cfg.BlockTimeout) {
+		if poll(oldest, timeout) {
 			compact()
 			lastProgress = time.Now()
 		}

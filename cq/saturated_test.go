@@ -124,3 +124,40 @@ func TestCloseGraceCoversLateTracks(t *testing.T) {
 	}
 	require.Zero(t, closedEnds.Load(), "accepted submissions of ended CSs ended with ErrClosed (%d accepted)", accepted.Load())
 }
+
+// neverDone is a CS that never ends; blocking waits sleep their timeout.
+// It counts the blocking waits of a millisecond or more that begin once
+// late is set.
+type neverDone struct {
+	blocked    chan struct{} // closed at the first blocking wait
+	once       sync.Once
+	late       atomic.Bool
+	lateBlocks atomic.Int64
+}
+
+func (w *neverDone) WaitCS(_ uint64, timeout time.Duration) (bool, error) {
+	if timeout > 0 {
+		if w.late.Load() && timeout >= time.Millisecond {
+			w.lateBlocks.Add(1)
+		}
+		w.once.Do(func() { close(w.blocked) })
+		time.Sleep(timeout)
+	}
+	return false, nil
+}
+
+// TestCloseGraceBoundsBlockingWait: once Close has begun, the actor's
+// blocking WAIT_CS on an unwatched CS lasts no longer than what is left
+// of the grace. It used to take a whole BlockTimeout more: Close(0)
+// called while the actor blocked returned only after a second block.
+func TestCloseGraceBoundsBlockingWait(t *testing.T) {
+	w := &neverDone{blocked: make(chan struct{})}
+	a := NewDeviceActor("fake", w, ActorConfig{Spin: -1, BlockTimeout: 300 * time.Millisecond})
+	ended := make(chan error, 1)
+	require.NoError(t, a.Track(context.Background(), Submission{Seq: 1, OnDone: func(err error) { ended <- err }}))
+	<-w.blocked // the actor sleeps in its first blocking wait
+	w.late.Store(true)
+	a.Close(0)
+	require.ErrorIs(t, <-ended, ErrClosed)
+	require.Zero(t, w.lateBlocks.Load(), "blocking waits begun after Close(0)")
+}
