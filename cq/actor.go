@@ -155,7 +155,9 @@ func (t *Ticket) Poll() bool {
 	a.exitMu.RLock()
 	defer a.exitMu.RUnlock()
 	if a.exited {
-		return true // the actor ended every ticket before it exited
+		// The actor ends every ticket before it exits, but may not
+		// have claimed this one yet.
+		return t.state.Load() == ticketRetired
 	}
 	// Claim the ticket before WAIT_CS: a completion source may report an
 	// ended CS's outcome once (later WAIT_CSs say COMPLETED), so whoever

@@ -378,3 +378,34 @@ func TestCloseGraceSleepsWhileWatched(t *testing.T) {
 	require.True(t, tk.Retired(), "ended at the grace's end")
 	require.LessOrEqual(t, a.Stats().Sleeps-before, uint64(3), "sleeps in the grace")
 }
+
+// TestPollWhileCloseEndsTickets: while Close ends the tickets left at the
+// grace's end, Poll reports a ticket retired only once its OnDone has
+// been claimed. It used to report every ticket retired as soon as the
+// actor began ending them, before their OnDone ran.
+func TestPollWhileCloseEndsTickets(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{})
+	inFirst, leave := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(leave) })
+	defer release()
+	t1, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {
+		close(inFirst)
+		<-leave
+	}})
+	require.NoError(t, err)
+	var ran2 atomic.Bool
+	t2, err := a.TrackTicket(context.Background(), Submission{Seq: 2, OnDone: func(error) { ran2.Store(true) }})
+	require.NoError(t, err)
+	closed := make(chan struct{})
+	go func() { a.Close(0); close(closed) }()
+	defer func() { release(); <-closed }()
+	<-inFirst // the actor ends ticket 1 and holds on in its OnDone
+	require.True(t, t1.Retired())
+	require.Equal(t, t2.Retired(), t2.Poll(), "Poll agrees with Retired")
+	require.False(t, t2.Poll() && !ran2.Load(), "Poll reported ticket 2 retired before its OnDone was claimed")
+	release()
+	<-closed
+	require.True(t, t2.Poll())
+	require.True(t, ran2.Load())
+}
