@@ -179,7 +179,7 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 	// Past this point the connection is not evicted as a pending
 	// handshake; it counts toward MaxPeers instead, from admission on
 	// (its dialer may make requests before Connect below returns here).
-	a, err := l.admit(p)
+	a, err := l.admit(p, hello.Caps&wire.CapLane != 0)
 	if err != nil {
 		return fail(wire.StatusNoResources, err)
 	}
@@ -203,9 +203,14 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 }
 
 // admitted is one admitted peer: peer is nil until its endpoint is made;
-// one evicted meanwhile is failed once it is.
+// one evicted meanwhile is failed once it is. A lane (wire.CapLane) is
+// never evicted: it is an extra connection of an endpoint whose requests
+// may all go over its other connections (small transfers do), so that it
+// looks idle while its endpoint is busy, and its failure fails that
+// endpoint at the dialer.
 type admitted struct {
 	peer    Peer
+	lane    bool
 	evicted bool
 }
 
@@ -265,9 +270,10 @@ func (l *Listener[P]) dropPendingLocked(p *pending) {
 
 // admit takes p out of the pending handshakes (it can no longer be
 // evicted as one) and makes room for one more peer: at MaxPeers
-// endpoints, the oldest that never made a request is closed; if every
-// peer is busy, p is refused with gxerr.TooManyPeers.
-func (l *Listener[P]) admit(p *pending) (*admitted, error) {
+// endpoints, the oldest that never made a request is closed (never a
+// lane: see admitted); if every peer is busy, p is refused with
+// gxerr.TooManyPeers.
+func (l *Listener[P]) admit(p *pending, lane bool) (*admitted, error) {
 	l.mu.Lock()
 	if p.evicted {
 		l.mu.Unlock()
@@ -288,13 +294,13 @@ func (l *Listener[P]) admit(p *pending) (*admitted, error) {
 		// (admitted, its endpoint not made yet, so no request served).
 		pick := -1
 		for i, a := range l.peers {
-			if a.peer != nil && !a.peer.Active() {
+			if a.peer != nil && !a.lane && !a.peer.Active() {
 				pick = i
 				break
 			}
 		}
 		for i, a := range l.peers {
-			if pick < 0 && a.peer == nil {
+			if pick < 0 && a.peer == nil && !a.lane {
 				pick = i
 			}
 		}
@@ -308,7 +314,7 @@ func (l *Listener[P]) admit(p *pending) (*admitted, error) {
 			return nil, fmt.Errorf("%w: %d endpoints, all in use (Config.MaxPeers)", gxerr.TooManyPeers, l.cfg.MaxPeers)
 		}
 	}
-	a := &admitted{}
+	a := &admitted{lane: lane}
 	l.peers = append(l.peers, a)
 	l.mu.Unlock()
 	if victim != nil && victim.peer != nil {
