@@ -197,9 +197,11 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 	evicted := a.evicted
 	l.mu.Unlock()
 	if evicted { // chosen to make room while it was connecting: it made no request yet
-		peer.Fail(peer.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil))
+		err := peer.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil)
+		peer.Fail(err)
+		return zero, hello, err // not handed to Accept: it is closed already
 	}
-	return ep, hello, err
+	return ep, hello, nil
 }
 
 // admitted is one admitted peer: peer is nil until its endpoint is made;

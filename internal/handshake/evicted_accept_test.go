@@ -1,0 +1,49 @@
+package handshake
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// An endpoint evicted while its Connect ran (to make room for a newer
+// peer, Config.MaxPeers) is failed once made; Accept must not hand it
+// out as a new endpoint.
+func TestEvictedWhileConnectingNotAccepted(t *testing.T) {
+	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
+	entered, release := make(chan struct{}, 2), make(chan struct{})
+	var started atomic.Bool
+	connect := func(ctx context.Context, wc *wire.Conn, h wire.Hello, path datapath.Kind, addr string, dialer bool) (*peer, Peer, error) {
+		if !started.Swap(true) { // the first connection's Connect waits (only the listener's goroutines run it)
+			entered <- struct{}{}
+			<-release
+		}
+		return ls.connect(ctx, wc, h, path, addr, dialer)
+	}
+	l, err := Listen(ListenConfig[*peer]{Local: ls.local, Network: "unix", Addr: filepath.Join(t.TempDir(), "l.sock"), MaxPeers: 1, Connect: connect})
+	require.NoError(t, err)
+	defer l.Close()
+
+	go func() { _, _ = ds.dial(l, "unix", 0, false) }()
+	<-entered // admitted, connecting
+	_, err = ds.dial(l, "unix", 0, false) // evicts the first: admitted, no endpoint yet
+	require.NoError(t, err)
+	a, err := l.Accept(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, a.Err(), "the newer endpoint is up")
+	close(release)
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	ev, err := l.Accept(short)
+	if err == nil {
+		t.Fatalf("Accept returned the evicted endpoint (its error: %v)", ev.Err())
+	}
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
