@@ -34,7 +34,10 @@ func (ep *Endpoint) PutList(ctx context.Context, locals []Slice, remotes []Remot
 }
 
 // GetList copies the peer's memory each remotes[i] names into locals[i],
-// as one operation (the list form of Get; see PutList).
+// as one operation (the list form of Get; see PutList). Over "tcp" the
+// peer refuses a whole GetList (every element fails with the refusal)
+// when the elements it refuses (stale or bad keys) add up to more than
+// 1 MiB; smaller refusals fail only their own elements.
 func (ep *Endpoint) GetList(ctx context.Context, locals []Slice, remotes []RemoteKey, opts ...OpOption) *Future {
 	return ep.list(ctx, false, locals, remotes, opts)
 }

@@ -213,3 +213,46 @@ func recvMsg[T wire.Message](t *testing.T, raw *wire.Conn) T {
 	require.True(t, ok, "%T", m)
 	return v
 }
+
+// TestGetListRefusedHugeEntry: a GetList whose refused entries add up to
+// more than maxRefusedZeros is refused as a whole with an Error and no
+// data. The owner used to stream zeros for a refused entry of any length
+// the requester named (2^40 bytes here: one request holding a serving
+// slot, its CPU and bandwidth for as long as the peer read).
+func TestGetListRefusedHugeEntry(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lens  []uint64
+		error bool
+	}{
+		{"one huge refused entry", []uint64{1 << 40}, true},
+		{"valid entry and a huge refused one", []uint64{4096, 1 << 40}, true},
+		{"small refused entry", []uint64{4096, 1 << 20}, false}, // the second goes past the 1 MiB view: zeros, then a reply
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, raw := rawPeer(t, false, 1<<20)
+			require.NoError(t, raw.Send(&wire.GetList{ListRequest: list(1, tc.lens...)}))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			data := 0
+			for {
+				f, err := raw.Recv(ctx)
+				require.NoError(t, err, "after %d data frames", data)
+				switch f.Header.Type {
+				case wire.TypeData:
+					data++
+					require.False(t, tc.error, "data for a request refused as a whole")
+					continue
+				case wire.TypeError:
+					require.True(t, tc.error)
+					require.Zero(t, data)
+				case wire.TypeListReply:
+					require.False(t, tc.error, "a reply after %d data frames", data)
+				default:
+					t.Fatalf("unexpected %v", f.Header.Type)
+				}
+				return
+			}
+		})
+	}
+}

@@ -621,3 +621,30 @@ func TestListHolds(t *testing.T) {
 		})
 	}
 }
+
+// TestListGetRefusedLarge: a GetList whose refused entries exceed
+// maxRefusedZeros fails as a whole (every entry with the refusal's
+// status), without zeros streamed for them, and the connection stays up.
+func TestListGetRefusedLarge(t *testing.T) {
+	const size = 4 << 20
+	a, b := pair(t, size, listCaps)
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := scatter(t, []uint64{4096, 2 << 20}, size, false, rng, viewKey)
+	s.reqs[1].Key.AllocID = badAlloc
+	c := newListCompletion(2)
+	a.path.StartList(context.Background(), s.reqs, c)
+	for i, err := range c.wait(t) {
+		var we *wire.Error
+		require.ErrorAs(t, err, &we, "entry %d", i)
+		require.Equal(t, wire.StatusBadKey, we.Code, "entry %d", i)
+	}
+	require.NoError(t, a.Err())
+	require.NoError(t, b.Err())
+	// The connection is in step: a valid list still works.
+	s = scatter(t, []uint64{4096}, size, false, rng, viewKey)
+	c = newListCompletion(1)
+	a.path.StartList(context.Background(), s.reqs, c)
+	for _, err := range c.wait(t) {
+		require.NoError(t, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"github.com/gxfer/gxfer/internal/datapath"
@@ -134,6 +135,12 @@ func (p *path) serveGetList(r *wire.ListRequest) error {
 	ok := p.c.Serve(func() wire.Message {
 		defer done()
 		segs, sts, msg, release := p.lookupList(r, wire.KeyRead)
+		if st, refused := refusedBytes(r.Entries, sts); refused > maxRefusedZeros {
+			// Zeros keep the stream aligned for small refusals only: a
+			// refused entry may name any length.
+			release()
+			return wire.NewError(id, st, fmt.Sprintf("%s (refused entries of %d bytes: the whole list is refused)", msg, refused))
+		}
 		err := p.sendListEntries(id, r.Entries, segs, sts, &msg, stop)
 		release()
 		switch {
@@ -156,6 +163,27 @@ func (p *path) serveGetList(r *wire.ListRequest) error {
 		return p.c.QueueReply(wire.NewError(id, wire.StatusNoResources, "too many requests in progress"))
 	}
 	return nil
+}
+
+// maxRefusedZeros bounds the zeros a GetList's refused entries get in
+// the stream; past it the request is refused as a whole (an Error, no
+// data), which the requester takes for every entry.
+const maxRefusedZeros = 1 << 20
+
+// refusedBytes sums the lengths of the refused entries (saturating) and
+// returns the first refused entry's status.
+func refusedBytes(entries []wire.ListEntry, sts []wire.Status) (wire.Status, uint64) {
+	first, n := wire.StatusOK, uint64(0)
+	for i, e := range entries {
+		if sts[i] == wire.StatusOK {
+			continue
+		}
+		if first == wire.StatusOK {
+			first = sts[i]
+		}
+		n += min(e.Length, math.MaxUint64-n)
+	}
+	return first, n
 }
 
 // sendListEntries streams a GetList's entries: their bytes, zeros for
