@@ -337,3 +337,23 @@ func TestDeviceActorSpinsWhileIdle(t *testing.T) {
 		})
 	}
 }
+
+// TestHostActorCallbackPanics: a panicking Then completes its operation
+// with ErrPanic, and a panicking Complete is dropped; the actor (and the
+// process) goes on with the next records. Both used to crash the process.
+func TestHostActorCallbackPanics(t *testing.T) {
+	h := NewHostActor(4)
+	defer h.Close()
+	got := make(chan error, 3)
+	ok := completerFunc(func(_ int, err error) { got <- err })
+	h.Post(HostCompletion{F: ok, Then: func() { panic("then") }})
+	h.Post(HostCompletion{F: completerFunc(func(int, error) { panic("complete") })})
+	h.Post(HostCompletion{F: ok})
+	h.Post(HostCompletion{Then: func() {}}) // no completer
+	require.ErrorIs(t, <-got, ErrPanic)
+	require.NoError(t, <-got, "the next record is applied")
+}
+
+type completerFunc func(int, error)
+
+func (f completerFunc) Complete(i int, err error) { f(i, err) }

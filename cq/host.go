@@ -6,8 +6,13 @@
 package cq
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 )
+
+// ErrPanic: a completion callback panicked (the engine's ErrPanic).
+var ErrPanic = errors.New("gxfer: internal panic")
 
 // Completer is what a completion record resolves: one operation (idx) of a
 // counted completion ends with err. It must not block.
@@ -59,11 +64,27 @@ func (h *HostActor) Post(c HostCompletion) {
 	h.mu.RUnlock()
 }
 
+// apply runs c's Then and completes it. A panicking Then completes the
+// operation with an error wrapping ErrPanic instead of ending the
+// process (the device actor recovers its callbacks too); a panicking
+// Complete is dropped, so the actor goes on with the others.
 func apply(c HostCompletion) {
+	err := c.Err
 	if c.Then != nil {
-		c.Then()
+		if p := recovered(c.Then); p != nil {
+			err = fmt.Errorf("%w: completion of host operation %d: %v", ErrPanic, c.Idx, p)
+		}
 	}
-	c.F.Complete(c.Idx, c.Err)
+	if c.F != nil {
+		recovered(func() { c.F.Complete(c.Idx, err) })
+	}
+}
+
+// recovered runs fn and returns what it panicked with, if it did.
+func recovered(fn func()) (p any) {
+	defer func() { p = recover() }()
+	fn()
+	return nil
 }
 
 func (h *HostActor) run() {

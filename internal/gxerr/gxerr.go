@@ -24,7 +24,7 @@ var (
 	NoDevice        = errors.New("gxfer: no such device")
 	Aborted         = errors.New("gxfer: operation aborted by the device")
 	Device          = errors.New("gxfer: device error")
-	Panic           = errors.New("gxfer: internal panic")
+	Panic           = cq.ErrPanic
 	NotEmulated     = errors.New("gxfer: not an emulated device")
 	Peer            = errors.New("gxfer: peer error")
 	Canceled        = errors.New("gxfer: operation canceled")
