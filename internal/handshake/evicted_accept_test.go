@@ -32,7 +32,7 @@ func TestEvictedWhileConnectingNotAccepted(t *testing.T) {
 	defer l.Close()
 
 	go func() { _, _ = ds.dial(l, "unix", 0, false) }()
-	<-entered // admitted, connecting
+	<-entered                             // admitted, connecting
 	_, err = ds.dial(l, "unix", 0, false) // evicts the first: admitted, no endpoint yet
 	require.NoError(t, err)
 	a, err := l.Accept(context.Background())
