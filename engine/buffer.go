@@ -93,15 +93,28 @@ func (b *Buffer) initMem() {
 // cs is s as the copier sees it.
 func (s Slice) cs() copier.Slice { return copier.Slice{M: &s.buf.m, Off: s.off, N: s.n} }
 
-// Location returns where the buffer lives.
-func (b *Buffer) Location() Location { return b.loc }
+// Location returns where the buffer lives (Host for a nil buffer).
+func (b *Buffer) Location() Location {
+	if b == nil {
+		return Location{}
+	}
+	return b.loc
+}
 
-// Size returns the buffer's size in bytes.
-func (b *Buffer) Size() int { return int(b.size) }
+// Size returns the buffer's size in bytes (0 for a nil buffer).
+func (b *Buffer) Size() int {
+	if b == nil {
+		return 0
+	}
+	return int(b.size)
+}
 
 // Addr returns the buffer's address: a host virtual address, or the device
 // address (device VA on Gaudi2, physical on Gaudi1) for Gaudi memory.
 func (b *Buffer) Addr() uint64 {
+	if b == nil {
+		return 0
+	}
 	if b.att != nil {
 		return b.att.va
 	}
@@ -114,7 +127,7 @@ func (b *Buffer) Addr() uint64 {
 // Bytes returns host memory as a slice (nil for Gaudi memory, which the
 // CPU cannot access). The slice is valid until Free.
 func (b *Buffer) Bytes() []byte {
-	if b.loc.gaudi {
+	if b == nil || b.loc.gaudi {
 		return nil
 	}
 	if b.user != nil {
@@ -169,7 +182,11 @@ func (b *Buffer) release() {
 
 // Free releases the buffer. Operations in flight keep the memory alive
 // until they complete; new operations fail with ErrFreed. Idempotent.
+// Free of a nil buffer is ErrInvalid.
 func (b *Buffer) Free() error {
+	if b == nil {
+		return newErr(ErrInvalid, "Free of a nil buffer", nil)
+	}
 	for {
 		s := b.state.Load()
 		if s&freedBit != 0 {

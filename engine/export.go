@@ -23,6 +23,9 @@ type DMABuf struct {
 // use. The buffer stays allocated while references are held (Free is
 // deferred until every DMABuf is released).
 func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
+	if b == nil {
+		return nil, newErr(ErrInvalid, "export of a nil buffer", nil)
+	}
 	if !b.loc.gaudi {
 		return nil, newErr(ErrNotSupported, "only Gaudi memory is exported as a DMA-BUF (host memory is shared as a memfd)", nil)
 	}

@@ -189,6 +189,9 @@ func (k *RemoteKey) viewErr(off, n int) RemoteKey {
 // RDMA peer holding a key narrowed by RemoteKey.Slice can still reach the
 // rest of the allocation (the NIC checks the region, not the view).
 func (b *Buffer) Export() (RemoteKey, error) {
+	if b == nil {
+		return RemoteKey{}, newErr(ErrInvalid, "export of a nil buffer", nil)
+	}
 	if err := b.acquire(); err != nil {
 		return RemoteKey{}, err
 	}
