@@ -29,8 +29,11 @@ type Submission struct {
 	Deadline time.Time
 	// OnDone is called exactly once when the CS retires: nil on success,
 	// the CS error, or ErrClosed at shutdown. It runs on the actor
-	// goroutine, or on a waiter's that retired the CS through
-	// Ticket.Poll; never concurrently with OnTimeout. It must not block.
+	// goroutine, on a waiter's that retired the CS through Ticket.Poll,
+	// or (with ActorConfig.RetireHorizon) on the goroutine of a later
+	// Track or TrackTicket that polled this old CS before the driver
+	// forgets its outcome: a caller of Track must not hold a lock OnDone
+	// takes. Never concurrently with OnTimeout. It must not block.
 	OnDone func(err error)
 	// OnTimeout, if set, is called on the actor goroutine when the deadline
 	// passes before the CS retires (the CS is polled once more first). It
