@@ -286,8 +286,10 @@ func (p *peerSide) checkDevices() {
 		err := p.recoverDev(dev)
 		switch {
 		case err == nil, p.watchCtx.Err() != nil:
-		case errors.Is(err, engine.ErrDeviceLost):
-			// reset again meanwhile: the next look recovers it
+		case errors.Is(err, engine.ErrDeviceLost), errors.Is(err, engine.ErrAborted), errors.Is(err, engine.ErrTimeout):
+			// Reset again meanwhile, or a CS fault the driver injected
+			// into this device hit the refill's copy (its window explains
+			// it): the next look tries again.
 		case p.recErr == "":
 			p.recErr = fmt.Sprintf("recovering gaudi%d after its reset: %s", dev, oneLine(err.Error()))
 		}
