@@ -161,7 +161,7 @@ func TestResetG3WaitUnderClose(t *testing.T) {
 	for _, polled := range []bool{false, true} { // interrupt waits, or counter polls
 		t.Run(map[bool]string{false: "interrupt", true: "polled"}[polled], func(t *testing.T) {
 			var kills atomic.Int32
-			sim := resetSimT(t, hlsim.ModelGaudi3, 5 * time.Second, 300 * time.Millisecond, &kills)
+			sim := resetSimT(t, hlsim.ModelGaudi3, 5*time.Second, 300*time.Millisecond, &kills)
 			d, err := OpenBackend(sim.Name(), simOpen(sim), Options{CSTimeout: 5 * time.Second})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = d.Close() })
@@ -210,7 +210,7 @@ func (b *releaseCounter) Ioctl(req uintptr, arg unsafe.Pointer) error {
 // Device reports the reset.
 func TestResetCloseWins(t *testing.T) {
 	var kills atomic.Int32
-	sim := resetSimT(t, hlsim.ModelGaudi2, 10 * time.Second, 20 * time.Second, &kills)
+	sim := resetSimT(t, hlsim.ModelGaudi2, 10*time.Second, 20*time.Second, &kills)
 	var rc *releaseCounter
 	d, err := OpenBackend(sim.Name(), func() (hlsys.Backend, error) {
 		b, err := simOpen(sim)()
@@ -255,7 +255,7 @@ func TestResetCloseWins(t *testing.T) {
 // retry or the CS timeout: else the release comes after the watchdog.
 func TestResetSubmitRetrying(t *testing.T) {
 	var kills atomic.Int32
-	sim := resetSimT(t, hlsim.ModelGaudi3, 5 * time.Second, 300 * time.Millisecond, &kills)
+	sim := resetSimT(t, hlsim.ModelGaudi3, 5*time.Second, 300*time.Millisecond, &kills)
 	d, err := OpenBackend(sim.Name(), simOpen(sim), Options{CSTimeout: 5 * time.Second, SubmitRetries: 1 << 20})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
