@@ -233,7 +233,7 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 		}
 		if d.lost() {
 			// The context is about to be released (reset.go).
-			return CSUnknown, newErr(op(), ErrDeviceReset, "the driver reset the device; the submission may run until the context is released", nil)
+			return CSUnknown, pendingErr(op(), nil)
 		}
 		t := g.clock() // one clock read per poll
 		if t-cs.start >= g.tdr {
@@ -268,14 +268,14 @@ func (d *Device) g3Wait(op func() string, seq uint64, timeout time.Duration) (CS
 			if st, _, err := g.status(op, seq); st != CSBusy || err != nil {
 				return st, err
 			}
-			if slept && d.lost() || slept && polled && d.g3ResetPending() {
+			if slept && polled && d.g3ResetPending() {
 				// The release watchdog runs: the watcher may not have
 				// seen the reset yet, or be held at the gate by a Close
 				// that waits for this Wait. Sleeping on would hold the
 				// release (reset.go). An interrupt wait sees the
 				// watchdog itself (sleep); a counter poll asks the
-				// driver.
-				return CSUnknown, newErr(op(), ErrDeviceReset, "the driver reset the device; the submission may run until the context is released", nil)
+				// driver (a reset the watcher saw ends the loop above).
+				return CSUnknown, pendingErr(op(), nil)
 			}
 		}
 		wait := min(remaining, g.tdr-(g.clock()-cs.start)+time.Millisecond, maxG3Sleep)
@@ -348,7 +348,7 @@ func (g *g3Dev) sleep(op func() string, cs *g3CS, wait time.Duration, delay *tim
 			if serr == nil && DeviceStatus(raw).Operational() && g.d.rw != nil {
 				// Refused on an operational device: the release
 				// watchdog of a reset runs (reset.go's resetPending).
-				return newErr(op(), ErrDeviceReset, "the driver reset the device; the submission may run until the context is released", err)
+				return pendingErr(op(), err)
 			}
 			if serr == nil && !DeviceStatus(raw).Broken() {
 				time.Sleep(min(wait, *delay))

@@ -50,6 +50,22 @@ import (
 // An attached device (Attach) belongs to the runtime that owns it, which
 // registers its own eventfd; only a Device that owns its fd watches.
 
+// resetEvents are the notifier events that mean the device was reset.
+const resetEvents = hlsys.NotifierDeviceReset | hlsys.NotifierDeviceUnavailable
+
+// resetErr is the Device's error after a reset the driver reported with
+// events ev; when says how it was seen.
+func (d *Device) resetErr(ev uint64, when string) *Error {
+	return newErr("device "+d.Name(), ErrDeviceReset, fmt.Sprintf(
+		"the driver reset the device (events %#x)%s; the context and everything it held are gone", ev, when), nil)
+}
+
+// pendingErr is the error of a wait for a submission of a Device whose
+// reset the driver reported and whose context is not released yet.
+func pendingErr(op string, cause error) error {
+	return newErr(op, ErrDeviceReset, "the driver reset the device; the submission may run until the context is released", cause)
+}
+
 // resetWatch is a Device's eventfd and its watcher goroutine.
 type resetWatch struct {
 	efd    *os.File      // the registered eventfd, in Go's poller
@@ -98,7 +114,7 @@ func (d *Device) watchResets(w *resetWatch) {
 		case err != nil:
 			d.log.Warn().Err(err).Msg("INFO GET_EVENTS after an eventfd signal")
 			continue
-		case ev&(hlsys.NotifierDeviceReset|hlsys.NotifierDeviceUnavailable) != 0:
+		case ev&resetEvents != 0:
 			d.lose(ev)
 			return
 		}
@@ -108,8 +124,7 @@ func (d *Device) watchResets(w *resetWatch) {
 
 // lose marks the Device lost and releases its context.
 func (d *Device) lose(ev uint64) {
-	e := newErr("device "+d.Name(), ErrDeviceReset, fmt.Sprintf(
-		"the driver reset the device (events %#x); the context and everything it held are gone", ev), nil)
+	e := d.resetErr(ev, "")
 	d.rw.err.Store(e)
 	start := time.Now()
 	err := d.close(true, true) // sets released
@@ -134,11 +149,10 @@ func (d *Device) resetBeforeClose() bool {
 		return true
 	}
 	ev, err := hlsys.GetEvents(d.b)
-	if err != nil || ev&(hlsys.NotifierDeviceReset|hlsys.NotifierDeviceUnavailable) == 0 {
+	if err != nil || ev&resetEvents == 0 {
 		return false
 	}
-	d.rw.err.Store(newErr("device "+d.Name(), ErrDeviceReset, fmt.Sprintf(
-		"the driver reset the device (events %#x) as it was closed; the context and everything it held are gone", ev), nil))
+	d.rw.err.Store(d.resetErr(ev, " as it was closed"))
 	d.log.Warn().Str("events", fmt.Sprintf("%#x", ev)).Msg("device reset seen by Close: the context is released at once")
 	return true
 }

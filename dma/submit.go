@@ -272,8 +272,7 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 			// a reset whose release has not happened: the device may still
 			// run the CS (see reset.go).
 			if d.resetPending(args, seq) {
-				return CSUnknown, newErr(op, ErrDeviceReset,
-					"the driver reset the device; the CS may run until the context is released", err)
+				return CSUnknown, pendingErr(op, err)
 			}
 		}
 		if st == CSUnknown && (errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EPERM)) {
