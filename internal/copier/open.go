@@ -34,11 +34,12 @@ func (c *Copier) OpenDevices(d Devices) error {
 			c.log.Warn().Err(err).Msg("device discovery failed")
 		}
 		for _, n := range nodes {
-			dev, err := dma.Open(n, opts)
+			open := nodeOpener(n) // also its reopening after a reset
+			dev, err := open(opts)
 			if err != nil {
 				return fmt.Errorf("gxfer: open %s: %w", n.Path, err)
 			}
-			c.addDevice(dev, nil, n, nodeOpener(n))
+			c.addDevice(dev, nil, n, open)
 		}
 		if len(c.Devs) > 0 {
 			return nil
@@ -70,16 +71,13 @@ func (c *Copier) OpenDevices(d Devices) error {
 			return fmt.Errorf("gxfer: emulated device %d: %w", i, err)
 		}
 		c.Sims = append(c.Sims, sim)
-		b, err := sim.Open()
+		open := emulatorOpener(sim) // also its reopening after a reset
+		dev, err := open(opts)
 		if err != nil {
 			return fmt.Errorf("gxfer: open emulated device %d: %w", i, err)
 		}
-		dev, err := dma.NewDevice(b, opts)
-		if err != nil {
-			return fmt.Errorf("gxfer: emulated device %d: %w", i, err)
-		}
 		node := dma.NodeInfo{Index: i, Path: dev.Name(), DeviceType: dev.Model().String(), Driver: "hlsim", Emulated: true}
-		c.addDevice(dev, sim, node, emulatorOpener(sim))
+		c.addDevice(dev, sim, node, open)
 	}
 	return nil
 }
