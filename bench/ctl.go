@@ -29,12 +29,21 @@ import (
 const CtlSuffix = ".ctl"
 
 const (
-	ctlVersion    = 1
+	ctlVersion    = 2 // 2: ping, and the server's idle limit between requests
 	ctlMaxLine    = 1 << 20
 	ctlTimeout    = 60 * time.Second // one request, including a server-side fill or check of 1 GiB
 	helloTimeout  = 10 * time.Second
 	attachTimeout = 10 * time.Second
+	// sessionIdleTimeout is how long a server waits for a session's next
+	// request: a client that stopped (killed without a FIN, suspended,
+	// cut off by a firewall) frees the server, which serves one client at
+	// a time, after it. A client pings every keepaliveEvery while it
+	// measures on the engine endpoint and sends no request.
+	sessionIdleTimeout = 2 * time.Minute
 )
+
+// keepaliveEvery: see sessionIdleTimeout (tests shorten it).
+var keepaliveEvery = 20 * time.Second
 
 // Control operations.
 const (
@@ -46,6 +55,7 @@ const (
 	opPingPong    = "pingpong"     // start the ping-pong responder
 	opPingPongEnd = "pingpong_end" // wait for the responder (stopped by the client's stop sequence) and check
 	opBye         = "bye"          // the client is done
+	opPing        = "ping"         // the client is alive (it measures and has no request)
 )
 
 // ctlMsg is a request or a reply: one JSON line.
@@ -143,7 +153,7 @@ func (c *ctlConn) recv(timeout time.Duration) (*ctlMsg, error) {
 			if timeout == 0 {
 				return nil, fmt.Errorf("connection to %s aborted", c.to)
 			}
-			return nil, fmt.Errorf("no answer from %s within %v", c.to, timeout)
+			return nil, fmt.Errorf("no answer from %s within %v: %w", c.to, timeout, err)
 		}
 		return nil, fmt.Errorf("receive from %s: %w", c.to, err)
 	}

@@ -35,7 +35,7 @@ func (c *bytesConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: 
 // the session's buffer limits.
 func FuzzCtlRecv(f *testing.F) {
 	for _, s := range []string{
-		`{"op":"hello","version":1,"pid":1}` + "\n" + `{"op":"alloc","mem":"host","size":64,"seed":3}` + "\n" + `{"op":"verify","buf":1,"seed":3,"has_seq":true,"seq_off":-9223372036854775808}` + "\n",
+		rawHello + "\n" + `{"op":"alloc","mem":"host","size":64,"seed":3}` + "\n" + `{"op":"verify","buf":1,"seed":3,"has_seq":true,"seq_off":-9223372036854775808}` + "\n",
 		`{"op":"alloc","mem":"gaudi","size":1}` + "\n" + `{"op":"free","buf":1}` + "\n" + `{"op":"free","buf":1}` + "\n",
 		`{"op":"pingpong","buf":1,"size":8,"key":"AAAA"}` + "\n" + `{"op":"pingpong_end","seq":1}` + "\n",
 		`{"op":"bye"}`,

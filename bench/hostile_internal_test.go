@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -35,6 +36,9 @@ func startRawServer(t *testing.T, tune ...func(*Server)) (*Server, *engine.Engin
 	})
 	return srv, srvEng
 }
+
+// rawHello is a hello of this control version, from pid 1.
+var rawHello = fmt.Sprintf(`{"op":"hello","version":%d,"pid":1}`, ctlVersion)
 
 // rawCtl is a hand-driven control connection.
 type rawCtl struct {
@@ -83,7 +87,7 @@ func TestServerRequestsBeforeHello(t *testing.T) {
 			r := c.call(t, line)
 			require.NotNil(t, r)
 			require.Contains(t, r.Error, "hello first")
-			require.Nil(t, c.call(t, `{"op":"hello","version":1,"pid":1}`), "the session is over")
+			require.Nil(t, c.call(t, rawHello), "the session is over")
 		})
 	}
 }
@@ -104,7 +108,57 @@ func TestServerSilentClient(t *testing.T) {
 		}
 		return p.Close() == nil
 	}, 10*time.Second, 50*time.Millisecond, "the silent client still holds the server")
-	require.Nil(t, silent.call(t, `{"op":"hello","version":1,"pid":1}`), "the silent client was dropped")
+	require.Nil(t, silent.call(t, rawHello), "the silent client was dropped")
+}
+
+// TestServerIdleClient: a client that said hello, then stopped without
+// closing its connection (killed without a FIN, suspended, cut off), does
+// not hold the server for good: the session ends after the server's
+// idleWait, and the next client is served. One that pings in time is kept.
+func TestServerIdleClient(t *testing.T) {
+	srv, _ := startRawServer(t, func(s *Server) { s.idleWait = 300 * time.Millisecond })
+	pinging := dialRaw(t, srv)
+	require.Empty(t, pinging.call(t, rawHello).Error)
+	for range 6 { // 900 ms in all, three idle limits
+		time.Sleep(150 * time.Millisecond)
+		r := pinging.call(t, `{"op":"ping"}`)
+		require.NotNil(t, r, "a client that pings in time is kept")
+		require.Empty(t, r.Error)
+	}
+	require.Empty(t, pinging.call(t, `{"op":"bye"}`).Error)
+
+	idle := dialRaw(t, srv)
+	require.Empty(t, idle.call(t, rawHello).Error)
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	require.Eventually(t, func() bool {
+		p, err := DialPeerTCP(context.Background(), eng, strings.TrimPrefix(srv.Addr(), "tcp:"))
+		if err != nil {
+			return false
+		}
+		return p.Close() == nil
+	}, 10*time.Second, 50*time.Millisecond, "the idle client still holds the server")
+	require.Nil(t, idle.call(t, `{"op":"ping"}`), "the idle client was dropped")
+}
+
+// TestPeerKeepalive: a Peer that measures for longer than the server's
+// idle limit without a control request keeps its session: it pings.
+func TestPeerKeepalive(t *testing.T) {
+	srv, _ := startRawServer(t, func(s *Server) { s.idleWait = 400 * time.Millisecond })
+	saved := keepaliveEvery
+	keepaliveEvery = 100 * time.Millisecond
+	t.Cleanup(func() { keepaliveEvery = saved })
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	p, err := DialPeerTCP(context.Background(), eng, strings.TrimPrefix(srv.Addr(), "tcp:"))
+	require.NoError(t, err)
+	time.Sleep(1200 * time.Millisecond) // three idle limits without a request
+	id, _, err := p.alloc(context.Background(), Host, 64, 1, false)
+	require.NoError(t, err, "the session outlived the server's idle limit")
+	require.NoError(t, p.free(context.Background(), id))
+	require.NoError(t, p.Close())
 }
 
 // TestServerCapsBuffers: one client cannot have the server allocate
@@ -112,7 +166,7 @@ func TestServerSilentClient(t *testing.T) {
 func TestServerCapsBuffers(t *testing.T) {
 	srv, _ := startRawServer(t)
 	c := dialRaw(t, srv)
-	require.Empty(t, c.call(t, `{"op":"hello","version":1,"pid":1}`).Error)
+	require.Empty(t, c.call(t, rawHello).Error)
 	n := 0
 	for ; n < 1000; n++ {
 		r := c.call(t, `{"op":"alloc","mem":"host","size":1}`)
@@ -134,7 +188,7 @@ func TestServerCapsBuffers(t *testing.T) {
 func TestServerCapsBufferBytes(t *testing.T) {
 	srv, _ := startRawServer(t, func(s *Server) { s.maxBytes = 1000 })
 	c := dialRaw(t, srv)
-	require.Empty(t, c.call(t, `{"op":"hello","version":1,"pid":1}`).Error)
+	require.Empty(t, c.call(t, rawHello).Error)
 	for _, tc := range []struct {
 		req, refused string
 	}{

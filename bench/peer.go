@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/engine"
@@ -30,6 +31,11 @@ type Peer struct {
 	ep  *engine.Endpoint
 	mu  sync.Mutex // one control request at a time
 	ctl *ctlConn
+	// last is when the last control request ended (UnixNano); the
+	// keepalive pings when it is older than keepaliveEvery.
+	last   atomic.Int64
+	kaStop chan struct{} // closed by Close: the keepalive ends
+	kaDone chan struct{} // closed as it has ended
 }
 
 // DialPeer connects to the perf server listening at path (the engine
@@ -66,6 +72,7 @@ func DialPeer(ctx context.Context, eng *engine.Engine, path string) (_ *Peer, er
 	if _, err := p.call(ctx, &ctlMsg{Op: opAttach}, attachTimeout); err != nil {
 		return nil, err
 	}
+	p.keepalive(keepaliveEvery)
 	return p, nil
 }
 
@@ -135,6 +142,7 @@ func dialPeerNet(ctx context.Context, eng *engine.Engine, addr, transport string
 	if _, err := p.call(ctx, &ctlMsg{Op: opAttach}, attachTimeout); err != nil {
 		return nil, err
 	}
+	p.keepalive(keepaliveEvery)
 	return p, nil
 }
 
@@ -182,8 +190,41 @@ func (p *Peer) Transport() string {
 // String names the server: "unix:/tmp/s (pid 123)", "tcp:10.0.0.1:5000 (pid 123)".
 func (p *Peer) String() string { return fmt.Sprintf("%s (pid %d)", p.Addr, p.PID) }
 
+// keepalive pings the server whenever the control channel has carried no
+// request for every (the client measures on the engine endpoint
+// meanwhile): the server ends a session silent for sessionIdleTimeout.
+// Close stops it.
+func (p *Peer) keepalive(every time.Duration) {
+	p.kaStop, p.kaDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(p.kaDone)
+		t := time.NewTicker(every / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.kaStop:
+				return
+			case <-t.C:
+			}
+			if time.Since(time.Unix(0, p.last.Load())) < every {
+				continue
+			}
+			// A ping the server does not answer leaves the next request to
+			// report the broken session.
+			if _, err := p.call(context.Background(), &ctlMsg{Op: opPing}, helloTimeout); err != nil {
+				return
+			}
+		}
+	}()
+}
+
 // Close says goodbye and closes the endpoint and the control connection.
 func (p *Peer) Close() error {
+	if p.kaStop != nil {
+		close(p.kaStop)
+		<-p.kaDone
+		p.kaStop = nil
+	}
 	var errs []error
 	if p.ctl != nil && p.ep != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -206,6 +247,7 @@ func (p *Peer) Close() error {
 func (p *Peer) call(ctx context.Context, m *ctlMsg, timeout time.Duration) (*ctlMsg, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer func() { p.last.Store(time.Now().UnixNano()) }()
 	return p.ctl.call(ctx, m, timeout)
 }
 

@@ -62,10 +62,12 @@ type Server struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// helloWait bounds the wait for a client's hello and maxBytes the
-	// bytes a session may allocate (helloTimeout, maxSessionBytes; tests
-	// change them before Serve).
+	// helloWait bounds the wait for a client's hello, idleWait the wait
+	// for each later request, and maxBytes the bytes a session may
+	// allocate (helloTimeout, sessionIdleTimeout, maxSessionBytes; tests change
+	// them before Serve).
 	helloWait time.Duration
+	idleWait  time.Duration
 	maxBytes  int
 }
 
@@ -91,7 +93,7 @@ func Listen(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
 			return nil, err
 		}
 	}
-	s := &Server{eng: eng, cfg: cfg, helloWait: helloTimeout, maxBytes: maxSessionBytes}
+	s := &Server{eng: eng, cfg: cfg, helloWait: helloTimeout, idleWait: sessionIdleTimeout, maxBytes: maxSessionBytes}
 	if s.ln, err = eng.Listen("unix", cfg.Path); err != nil {
 		return nil, fmt.Errorf("perf server: %w", err)
 	}
@@ -138,7 +140,7 @@ func listenTCP(eng *engine.Engine, cfg ServerConfig) (_ *Server, err error) {
 			_ = l.Close()
 		}
 	}()
-	s := &Server{eng: eng, cfg: cfg, ctl: l, tcp: true, rdma: cfg.RDMA, helloWait: helloTimeout, maxBytes: maxSessionBytes}
+	s := &Server{eng: eng, cfg: cfg, ctl: l, tcp: true, rdma: cfg.RDMA, helloWait: helloTimeout, idleWait: sessionIdleTimeout, maxBytes: maxSessionBytes}
 	ip := l.Addr().(*net.TCPAddr).IP.String()
 	if s.ln, err = eng.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
 		return nil, fmt.Errorf("perf server: engine: %w", err)
@@ -361,7 +363,10 @@ func (ss *session) run(ctx context.Context) (err error) {
 	for {
 		// The hello must come first, and soon: until then the client is
 		// not identified, and it holds the server (one client at a time).
-		timeout := time.Duration(0)
+		// Later requests (a ping at least) must come within idleWait, or
+		// a client that stopped without closing its connection would hold
+		// the server for good.
+		timeout := ss.s.idleWait
 		if ss.requests == 0 {
 			timeout = ss.s.helloWait
 		}
@@ -372,6 +377,9 @@ func (ss *session) run(ctx context.Context) (err error) {
 			}
 			if errors.Is(err, io.EOF) {
 				return errors.New("disconnected without saying bye")
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) && ss.requests > 0 {
+				return fmt.Errorf("no request or ping within %v: the client is gone or stopped; the server is free again", timeout)
 			}
 			return err
 		}
@@ -456,7 +464,7 @@ func (ss *session) handle(ctx context.Context, m *ctlMsg) *ctlMsg {
 		}
 		ss.ep = ep
 		return &ctlMsg{}
-	case opBye:
+	case opBye, opPing:
 		return &ctlMsg{}
 	case opAlloc:
 		if m.Size <= 0 || m.Size > MaxSize {
