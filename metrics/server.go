@@ -26,23 +26,35 @@ type Server struct {
 
 // idleTimeout closes a connection that has had no request for this long
 // (without it, net/http keeps an idle keep-alive connection open forever).
-const idleTimeout = 30 * time.Second
+// writeTimeout bounds a scrape's response: a client that stops reading
+// one larger than the socket buffers would otherwise hold its connection
+// and the handler's goroutine until Close. Prometheus gives up on a
+// scrape after 10 s by default.
+const (
+	idleTimeout  = 30 * time.Second
+	writeTimeout = 30 * time.Second
+)
 
 // Serve listens on the TCP address addr ("127.0.0.1:9464"; port 0 picks
 // one: see Addr) and serves g at /metrics until Close. Errors of the
 // collectors are reported in the scrape (promhttp.ContinueOnError), a
 // scrape does not fail because one metric could not be read.
-func Serve(addr string, g prometheus.Gatherer) (*Server, error) { return serve(addr, g, idleTimeout) }
+func Serve(addr string, g prometheus.Gatherer) (*Server, error) {
+	return serve(addr, g, idleTimeout, writeTimeout)
+}
 
-// serve is Serve with the idle timeout given (tests shorten it).
-func serve(addr string, g prometheus.Gatherer, idle time.Duration) (*Server, error) {
+// serve is Serve with the idle and write timeouts given (tests shorten
+// them).
+func serve(addr string, g prometheus.Gatherer, idle, write time.Duration) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	s := &Server{ln: ln, done: make(chan struct{}), srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle}}
+	s := &Server{ln: ln, done: make(chan struct{}), srv: &http.Server{
+		Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle, WriteTimeout: write,
+	}}
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

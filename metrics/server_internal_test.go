@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 // goroutine and a descriptor of the server) forever.
 func TestServerClosesIdleConnections(t *testing.T) {
 	wait := 5 * time.Second
-	s, err := serve("127.0.0.1:0", prometheus.NewRegistry(), 200*time.Millisecond)
+	s, err := serve("127.0.0.1:0", prometheus.NewRegistry(), 200*time.Millisecond, writeTimeout)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	c, err := net.Dial("tcp", s.Addr())
@@ -39,4 +40,35 @@ func TestServerClosesIdleConnections(t *testing.T) {
 	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the idle connection is still open after %v", wait)
 	require.ErrorIs(t, err, io.EOF, "closed by the server")
+}
+
+// TestServerBoundsStalledScrape: a client that asks for a page larger
+// than the socket buffers and stops reading does not hold the connection
+// (and the handler's goroutine) until Close: the response is cut at the
+// write timeout.
+func TestServerBoundsStalledScrape(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gxfer_test_series", Help: "A large page."}, []string{"k"})
+	reg.MustRegister(v)
+	for i := range 100000 { // about 5 MB of text
+		v.WithLabelValues(strconv.Itoa(i)).Set(float64(i))
+	}
+	s, err := serve("127.0.0.1:0", reg, idleTimeout, 300*time.Millisecond)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	c, err := net.Dial("tcp", s.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.(*net.TCPConn).SetReadBuffer(4096))
+	_, err = c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: text/plain\r\n\r\n"))
+	require.NoError(t, err)
+	time.Sleep(time.Second) // stalled past the write timeout
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err == nil { // else cut within the header
+		_, err = io.Copy(io.Discard, resp.Body)
+	}
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server still holds the connection")
+	require.Error(t, err, "the stalled response was cut, not completed")
 }
