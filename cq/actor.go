@@ -176,10 +176,12 @@ func (t *Ticket) Poll() bool {
 	}
 	t.state.Store(ticketRetired)
 	a.horizon.drop(t)
-	a.safeCall(func() { t.OnDone(err) })
+	// Counted out before OnDone: the goroutine it wakes may read
+	// Outstanding for its next submission at once.
 	a.waiterRetired.Add(1)
 	a.retired.Add(1)
 	a.outstanding.Add(-1)
+	a.safeCall(func() { t.OnDone(err) })
 	return true
 }
 
@@ -314,7 +316,8 @@ func (a *DeviceActor) Kick() {
 	}
 }
 
-// Outstanding is the number of submissions not yet retired.
+// Outstanding is the number of submissions not yet retired. A
+// submission is counted out before its OnDone runs.
 func (a *DeviceActor) Outstanding() int { return int(a.outstanding.Load()) }
 
 // ActorStats are an actor's counters.
@@ -383,9 +386,9 @@ func (a *DeviceActor) run() {
 		relied = true
 		t.state.Store(ticketRetired)
 		a.horizon.drop(t)
-		a.safeCall(func() { t.OnDone(err) })
-		a.retired.Add(1)
+		a.retired.Add(1) // before OnDone, as in Ticket.Poll
 		a.outstanding.Add(-1)
+		a.safeCall(func() { t.OnDone(err) })
 	}
 	// claim takes pending[i] for a WAIT_CS; false if a waiter holds it
 	// now or retired it (then it is dropped).
@@ -694,9 +697,9 @@ func (a *DeviceActor) exit() {
 				continue // retired by a waiter (none polls now)
 			}
 			a.horizon.drop(s)
-			a.safeCall(func() { s.OnDone(ErrClosed) })
-			a.retired.Add(1)
+			a.retired.Add(1) // before OnDone, as in Ticket.Poll
 			a.outstanding.Add(-1)
+			a.safeCall(func() { s.OnDone(ErrClosed) })
 		default:
 			a.horizon.clear()
 			return

@@ -357,3 +357,49 @@ func TestHostActorCallbackPanics(t *testing.T) {
 type completerFunc func(int, error)
 
 func (f completerFunc) Complete(i int, err error) { f(i, err) }
+
+// TestOutstandingDroppedBeforeOnDone: when OnDone runs, its submission no
+// longer counts in Outstanding and Stats, whoever retires it (the actor, a
+// waiter's Poll, the actor's exit). The goroutine OnDone wakes goes on at
+// once, and reads Outstanding to place its next submission (the engine
+// puts a lone copy on the queue of the last one only when nothing is
+// outstanding).
+func TestOutstandingDroppedBeforeOnDone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, a *DeviceActor, w *fakeWaiter, tk *Ticket)
+		err  error
+	}{
+		{"actor", func(_ *testing.T, _ *DeviceActor, w *fakeWaiter, _ *Ticket) { w.finish(1, nil) }, nil},
+		{"waiter", func(t *testing.T, _ *DeviceActor, w *fakeWaiter, tk *Ticket) {
+			w.finish(1, nil)
+			require.True(t, tk.Poll())
+		}, nil},
+		{"exit", func(_ *testing.T, a *DeviceActor, _ *fakeWaiter, _ *Ticket) { a.Close(0) }, ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newFakeWaiter()
+			cfg := ActorConfig{Spin: -1, BlockTimeout: time.Millisecond}
+			if tc.name == "waiter" {
+				cfg.BlockTimeout = time.Hour // the actor blocks on another CS meanwhile
+			}
+			a := NewDeviceActor("fake", w, cfg)
+			defer a.Close(0)
+			type seen struct {
+				outstanding int
+				retired     uint64
+				err         error
+			}
+			got := make(chan seen, 1)
+			tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(err error) {
+				got <- seen{a.Outstanding(), a.Stats().Retired, err}
+			}})
+			require.NoError(t, err)
+			tc.end(t, a, w, tk)
+			s := <-got
+			require.ErrorIs(t, s.err, tc.err)
+			require.Equal(t, 0, s.outstanding, "Outstanding when OnDone ran")
+			require.Equal(t, uint64(1), s.retired, "Stats.Retired when OnDone ran")
+		})
+	}
+}

@@ -101,17 +101,17 @@ func TestLoneCopyTakesOneQueue(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.busy {
-				// A CS the actor counts as outstanding until its OnDone
-				// returns (a never-submitted seq: WAIT_CS fails it at
-				// once, and OnDone holds the actor).
-				release := make(chan struct{})
-				stalled := make(chan struct{})
-				require.NoError(t, g.Actor.Track(context.Background(), cq.Submission{Seq: ^uint64(0) >> 1, OnDone: func(error) {
-					close(stalled)
-					<-release
-				}}))
-				<-stalled // the actor holds it: Outstanding counts it until OnDone returns
-				defer close(release)
+				// A CS in flight: the emulator ends it only 200 ms after
+				// its packets ran.
+				g.Sim.DelayNextCS(1, 200*time.Millisecond)
+				src, d := r.host(t, 4096), r.gaudi(t, 0, 4096)
+				src.Refs.Add(1)
+				d.Refs.Add(1)
+				f := &Future{}
+				f.Init(1)
+				require.NoError(t, r.c.Copy(context.Background(), f, Slice{M: d, N: 4096}, Slice{M: src, N: 4096}, time.Time{}))
+				require.Eventually(t, func() bool { return g.Actor.Outstanding() == 1 }, 10*time.Second, time.Millisecond)
+				defer func() { require.NoError(t, f.Wait(context.Background())) }()
 			}
 			qs, one := g.streams(dirH2D, tc.refs)
 			require.Equal(t, all, qs)
