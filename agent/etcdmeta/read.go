@@ -46,36 +46,25 @@ func (s *Store) Lookup(ctx context.Context, name string) (meta.Metadata, error) 
 }
 
 // List returns every live record, sorted by name (malformed values are
-// skipped).
+// skipped), as of one etcd revision: a record published while List runs
+// is not in the list, one deleted meanwhile still is.
+//
+// The records are read in pages of at most 500 keys, one request each
+// (each bounded by RequestTimeout), so that a large cluster's list is
+// neither one huge response nor one heavy request for etcd: the first
+// page at the current revision, the next ones at that revision, each
+// from the key after the previous page's last.
 func (s *Store) List(ctx context.Context) ([]meta.Metadata, error) {
 	if s.isClosed() {
 		return nil, ErrClosed
 	}
-	rctx, cancel := s.reqCtx(ctx)
-	defer cancel()
 	s.stats.lists.Add(1)
-	s.stats.requests.Add(1)
-	resp, err := s.cli.Get(rctx, s.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	out, found, rev, err := s.listPages(ctx)
 	if err != nil {
 		return nil, s.unavailable("list", err)
 	}
-	rev := resp.Header.Revision
-	out := make([]meta.Metadata, 0, len(resp.Kvs))
-	found := map[string]readState{}
-	for _, kv := range resp.Kvs {
-		key := string(kv.Key)
-		m, ok := s.decode(key, kv.Value)
-		if ok {
-			out = append(out, m)
-		}
-		name := strings.TrimPrefix(key, s.cfg.Prefix)
-		if meta.CheckName(name) != nil {
-			continue // junk no Lookup or Watch asks about: keep nothing of it
-		}
-		found[name] = readState{rev: rev, present: ok, modRev: kv.ModRevision, meta: m}
-	}
-	// The read covers every name: those the store knows and did not find
-	// are absent at rev.
+	// The pages cover every name at rev: those the store knows and did
+	// not find are absent at rev.
 	s.mu.Lock()
 	for name := range s.seen {
 		if _, ok := found[name]; !ok {
@@ -87,6 +76,57 @@ func (s *Store) List(ctx context.Context) ([]meta.Metadata, error) {
 	}
 	s.mu.Unlock()
 	return out, nil
+}
+
+// listPages reads every key under the prefix, s.listPage keys a request,
+// all at the revision of the first request: the records (sorted by
+// name), what was found of each valid name, and that revision. The error
+// is a request's.
+func (s *Store) listPages(ctx context.Context) (out []meta.Metadata, found map[string]readState, rev int64, err error) {
+	found = map[string]readState{}
+	from, end := s.cfg.Prefix, clientv3.GetPrefixRangeEnd(s.cfg.Prefix)
+	for {
+		opts := []clientv3.OpOption{
+			clientv3.WithRange(end),
+			clientv3.WithLimit(s.listPage),
+			// Key order is etcd's own: the client sends no sort, and
+			// the server applies the limit without reading the whole
+			// range.
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend),
+		}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		rctx, cancel := s.reqCtx(ctx)
+		s.stats.requests.Add(1)
+		resp, err := s.cli.Get(rctx, from, opts...)
+		cancel()
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision // later pages' headers are etcd's current revision
+		}
+		for _, kv := range resp.Kvs {
+			key := string(kv.Key)
+			m, ok := s.decode(key, kv.Value)
+			if ok {
+				out = append(out, m)
+			}
+			name := strings.TrimPrefix(key, s.cfg.Prefix)
+			if meta.CheckName(name) != nil {
+				continue // junk no Lookup or Watch asks about: keep nothing of it
+			}
+			found[name] = readState{rev: rev, present: ok, modRev: kv.ModRevision, meta: m}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, found, rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		if s.betweenPages != nil {
+			s.betweenPages()
+		}
+	}
 }
 
 // noteRead records a read of name, unless the store knows a later one.

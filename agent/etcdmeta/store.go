@@ -49,6 +49,9 @@ const (
 	DefaultRequestTimeout = 5 * time.Second
 )
 
+// defaultListPage is Store.listPage: the keys of one List request.
+const defaultListPage = 500
+
 // closeTimeout bounds the lease revocation of Close.
 const closeTimeout = 2 * time.Second
 
@@ -67,9 +70,9 @@ type Config struct {
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
 	// RequestTimeout bounds each request of Publish, Lookup and List
-	// (besides the caller's context): an unreachable etcd fails them
-	// with ErrUnavailable after this long at most. Default
-	// DefaultRequestTimeout.
+	// (each page of a List; besides the caller's context): an
+	// unreachable etcd fails them with ErrUnavailable after this long at
+	// most. Default DefaultRequestTimeout.
 	RequestTimeout time.Duration
 	// Logger receives the store's logs; default none.
 	Logger zerolog.Logger
@@ -78,12 +81,13 @@ type Config struct {
 // Stats counts the requests a Store made to etcd.
 type Stats struct {
 	Lookups   uint64 // Lookup calls that sent a request to etcd
-	Lists     uint64 // List calls that sent a request to etcd
+	Lists     uint64 // List calls that sent a request to etcd (one each, whatever its pages)
 	Publishes uint64 // Publish calls that sent a request to etcd
 	Watches   uint64 // Watch calls
-	// Requests counts every request to etcd, of any kind (reads, writes,
-	// lease grants and revocations, watch re-reads; not the lease
-	// keep-alives nor the watch streams themselves).
+	// Requests counts every request to etcd, of any kind (reads, each
+	// page of a List, writes, lease grants and revocations, watch
+	// re-reads; not the lease keep-alives nor the watch streams
+	// themselves).
 	Requests uint64
 	// LeaseGrants counts leases granted: 1 after the first Publish, one
 	// more each time the lease was lost (etcd unreachable for longer
@@ -161,6 +165,13 @@ type Store struct {
 	// after each lease grant, pmu held.
 	afterGrant func()
 
+	// listPage is the most keys List asks for in one request
+	// (defaultListPage; a test may lower it before the first List).
+	listPage int64
+	// betweenPages, if set (by a test, before the List), runs in List
+	// after each page that has a next one, before that next request.
+	betweenPages func()
+
 	mu     sync.Mutex
 	closed bool
 	seen   map[string]readState // last read of each name
@@ -221,10 +232,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, &UnavailableError{Op: "open", Endpoints: cfg.Endpoints, Err: err}
 	}
 	s := &Store{
-		cfg:  cfg,
-		log:  cfg.Logger.With().Str("component", "etcdmeta").Logger(),
-		cli:  cli,
-		seen: map[string]readState{},
+		cfg:      cfg,
+		log:      cfg.Logger.With().Str("component", "etcdmeta").Logger(),
+		cli:      cli,
+		seen:     map[string]readState{},
+		listPage: defaultListPage,
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	octx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
