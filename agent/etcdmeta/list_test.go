@@ -74,3 +74,58 @@ func TestListPages(t *testing.T) {
 		})
 	}
 }
+
+// TestListSnapshot: a List is one snapshot, at its first page's revision:
+// a record published, replaced or deleted between two of its pages (on
+// a later page) is listed as it was at that revision, and the store's
+// last reads are of that revision, so a watch from them reports the
+// changes the List did not.
+func TestListSnapshot(t *testing.T) {
+	srv := etcdtest.New(t)
+	cli := rawClient(t, srv.Endpoints())
+	ctx := ctxT(t)
+	s := open(t, srv, 0)
+	s.listPage = 3
+	want := records(10)
+	for _, m := range want {
+		putRecord(ctx, t, cli, s, m)
+	}
+	var deletedAt int64
+	pages := 0
+	s.betweenPages = func() {
+		if pages++; pages != 1 {
+			return
+		}
+		// After the first page (agent-00..02); each change is on a
+		// later page.
+		putRecord(ctx, t, cli, s, record("agent-10", 11, 1))
+		putRecord(ctx, t, cli, s, record("agent-07", 8, 2))
+		resp, err := cli.Delete(ctx, s.key("agent-08"))
+		require.NoError(t, err)
+		require.Equal(t, int64(1), resp.Deleted)
+		deletedAt = resp.Header.Revision
+	}
+	got, err := s.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "as of the first page")
+	require.Equal(t, 3, pages, "betweenPages ran between each two of the 4 pages")
+	st, ok := s.lastRead("agent-08")
+	require.True(t, ok)
+	require.True(t, st.present)
+	require.Less(t, st.rev, deletedAt, "read before the deletion")
+
+	// A watch from the List's reads sees what happened since.
+	rec7, rec8 := newRecorder(), newRecorder()
+	defer s.Watch("agent-07", rec7.fn)()
+	defer s.Watch("agent-08", rec8.fn)()
+	ev := rec7.waitFor(t, limit, "Put of version 2", func(ev meta.Event) bool { return ev.Kind == meta.Put })
+	require.Equal(t, record("agent-07", 8, 2), ev.Meta)
+	ev = rec8.waitFor(t, limit, "Gone", func(ev meta.Event) bool { return ev.Kind == meta.Gone })
+	require.Equal(t, want[8], ev.Meta)
+
+	s.betweenPages = nil
+	got, err = s.List(ctx)
+	require.NoError(t, err)
+	now := append(append(append([]meta.Metadata(nil), want[:7]...), record("agent-07", 8, 2), want[9]), record("agent-10", 11, 1))
+	require.Equal(t, now, got, "a new List sees the changes")
+}
