@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gxfer/gxfer/agent/etcdmeta/etcdtest"
@@ -128,4 +129,70 @@ func TestListSnapshot(t *testing.T) {
 	require.NoError(t, err)
 	now := append(append(append([]meta.Metadata(nil), want[:7]...), record("agent-07", 8, 2), want[9]), record("agent-10", 11, 1))
 	require.Equal(t, now, got, "a new List sees the changes")
+}
+
+// TestListCompacted: when etcd compacts the revision of a List's first
+// page before its next page, the List reads every page again at a new
+// revision (listing what changed meanwhile); if that revision is
+// compacted too, the List fails with ErrUnavailable, caused by the
+// compaction.
+func TestListCompacted(t *testing.T) {
+	tests := []struct {
+		name     string
+		compacts int // listings whose revision is compacted after their first page
+		hooks    int // betweenPages calls
+		requests uint64
+	}{
+		// Pages 1 and 2 (refused), then the 3 pages of the new
+		// listing (9 records).
+		{"once", 1, 1 + 2, 2 + 3},
+		{"twice", 2, 2, 2 + 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := etcdtest.New(t)
+			cli := rawClient(t, srv.Endpoints())
+			ctx := ctxT(t)
+			s := open(t, srv, 0)
+			s.listPage = 3
+			want := records(10)
+			for _, m := range want {
+				putRecord(ctx, t, cli, s, m)
+			}
+			hooks := 0
+			s.betweenPages = func() {
+				if hooks++; hooks > tt.compacts {
+					return
+				}
+				// A change after the listing's revision, then a
+				// compaction past it.
+				_, err := cli.Delete(ctx, s.key(want[9-hooks].Name))
+				require.NoError(t, err)
+				resp, err := cli.Put(ctx, "/other", "x")
+				require.NoError(t, err)
+				_, err = cli.Compact(ctx, resp.Header.Revision)
+				require.NoError(t, err)
+			}
+			_, err := s.Lookup(ctx, "agent-08") // the store knows it: present
+			require.NoError(t, err)
+			before := s.Stats()
+			got, err := s.List(ctx)
+			if tt.compacts > 1 {
+				require.ErrorIs(t, err, meta.ErrUnavailable)
+				require.ErrorIs(t, err, rpctypes.ErrCompacted)
+			} else {
+				require.NoError(t, err)
+				require.Equal(t, append(want[:8:8], want[9]), got, "as of the new listing's revision: agent-08 deleted")
+				st, ok := s.lastRead("agent-07")
+				require.True(t, ok)
+				require.True(t, st.present)
+				_, ok = s.lastRead("agent-08")
+				require.False(t, ok, "the List found it absent at its revision")
+			}
+			require.Equal(t, tt.hooks, hooks)
+			after := s.Stats()
+			require.Equal(t, tt.requests, after.Requests-before.Requests)
+			require.Equal(t, uint64(1), after.Lists-before.Lists)
+		})
+	}
 }

@@ -2,9 +2,11 @@ package etcdmeta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/gxfer/gxfer/agent/meta"
@@ -53,13 +55,20 @@ func (s *Store) Lookup(ctx context.Context, name string) (meta.Metadata, error) 
 // (each bounded by RequestTimeout), so that a large cluster's list is
 // neither one huge response nor one heavy request for etcd: the first
 // page at the current revision, the next ones at that revision, each
-// from the key after the previous page's last.
+// from the key after the previous page's last. If etcd compacts that
+// revision before the last page, List reads every page again at a new
+// revision, once; a second compaction fails it with ErrUnavailable (a
+// history kept too short for the listing).
 func (s *Store) List(ctx context.Context) ([]meta.Metadata, error) {
 	if s.isClosed() {
 		return nil, ErrClosed
 	}
 	s.stats.lists.Add(1)
 	out, found, rev, err := s.listPages(ctx)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		s.log.Debug().Err(err).Msg("list: revision compacted between pages; listing again")
+		out, found, rev, err = s.listPages(ctx)
+	}
 	if err != nil {
 		return nil, s.unavailable("list", err)
 	}
@@ -81,7 +90,8 @@ func (s *Store) List(ctx context.Context) ([]meta.Metadata, error) {
 // listPages reads every key under the prefix, s.listPage keys a request,
 // all at the revision of the first request: the records (sorted by
 // name), what was found of each valid name, and that revision. The error
-// is a request's.
+// is a request's (rpctypes.ErrCompacted if the revision was compacted
+// before the last page).
 func (s *Store) listPages(ctx context.Context) (out []meta.Metadata, found map[string]readState, rev int64, err error) {
 	found = map[string]readState{}
 	from, end := s.cfg.Prefix, clientv3.GetPrefixRangeEnd(s.cfg.Prefix)
