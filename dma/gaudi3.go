@@ -441,6 +441,9 @@ func unlockAll(cs []*g3Chan) {
 // g.mu held): those whose counters reached their targets completed, the
 // others end with status (ABORTED after a reset, TIMEDOUT for the one the
 // TDR caught is set by the caller). It then programs the channels again.
+// chans must hold every channel on which those submissions have work
+// left (stopSetLocked), or a channel left running writes for a
+// submission reported ended.
 func (g *g3Dev) recoverLocked(chans []*g3Chan, status CSStatus, zero bool) {
 	in := map[*g3Chan]bool{}
 	for _, c := range chans {

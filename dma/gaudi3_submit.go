@@ -374,25 +374,65 @@ func (g *g3Dev) sleep(op func() string, cs *g3CS, wait time.Duration, delay *tim
 
 // timeout is the TDR of direct mode: cs (and every other unfinished
 // submission on its channels) ends, and the channels are stopped and
-// programmed again, before anyone learns that it ended.
+// programmed again, before anyone learns that it ended. A submission that
+// ends so may have work queued on other channels too: those are stopped
+// as well (stopSetLocked), or they would go on writing its destination
+// after it was reported ABORTED.
 func (g *g3Dev) timeout(cs *g3CS) {
-	chans := make([]*g3Chan, 0, len(cs.parts))
-	for _, p := range cs.parts {
-		chans = append(chans, p.c)
-	}
-	locked := lockAll(chans)
+	locked := lockAll(g.slots) // the channels to stop are known only under g.mu
 	defer unlockAll(locked)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.pending[cs.seq] != cs {
 		return // decided meanwhile
 	}
-	g.d.log.Warn().Uint64("seq", cs.seq).Dur("timeout", g.tdr).Msg("Gaudi3 submission timed out: its PDMA channels are reset")
+	seed := make([]*g3Chan, 0, len(cs.parts))
+	for _, p := range cs.parts {
+		seed = append(seed, p.c)
+	}
+	stop := g.stopSetLocked(seed)
+	g.d.log.Warn().Uint64("seq", cs.seq).Dur("timeout", g.tdr).Int("channels", len(stop)).
+		Msg("Gaudi3 submission timed out: its PDMA channels are reset")
 	timedOut := !cs.reached()
-	g.recoverLocked(locked, CSAborted, false)
+	g.recoverLocked(stop, CSAborted, false)
 	if timedOut {
 		g.endLocked(cs.seq, CSTimedOut)
 	}
+}
+
+// stopSetLocked returns the channels a recovery of seed must stop (g.mu
+// held, every channel locked): seed, and every channel on which an
+// unfinished submission touching the set still has work, until no
+// channel is added. recoverLocked ends such a submission as a whole.
+func (g *g3Dev) stopSetLocked(seed []*g3Chan) []*g3Chan {
+	in := make(map[*g3Chan]bool, len(g.slots))
+	for _, c := range seed {
+		in[c] = true
+	}
+	for grew := true; grew; {
+		grew = false
+		for _, cs := range g.pending {
+			touches := false
+			for _, p := range cs.parts {
+				touches = touches || in[p.c]
+			}
+			if !touches {
+				continue
+			}
+			for _, p := range cs.parts {
+				if !in[p.c] && p.c.count() < p.target {
+					in[p.c], grew = true, true
+				}
+			}
+		}
+	}
+	out := make([]*g3Chan, 0, len(in))
+	for _, c := range g.slots {
+		if in[c] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // g3Packets encodes the LIN_PDMA packets of a copy (or memset) into b:
