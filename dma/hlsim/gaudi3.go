@@ -69,6 +69,9 @@ const (
 	g3FirstUserInterrupt = 64
 	g3UserInterrupts     = 256
 	g3AnyCQInterrupt     = hlsys.WaitCSFlagsAnyCQInterrupt >> hlsys.WaitCSFlagsInterruptShift
+	// g3AnyDecInterrupt is HL_COMMON_DEC_INTERRUPT_ID: a wait on any
+	// decoder interrupt, which nothing in the model raises.
+	g3AnyDecInterrupt = hlsys.WaitCSFlagsAnyDecInterrupt >> hlsys.WaitCSFlagsInterruptShift
 
 	// g3QueueSize is GAUDI3_QUEUE_ID_SIZE: one queue, the driver's
 	// GAUDI3_QUEUE_ID_CPU_PQ (0).

@@ -42,7 +42,8 @@ func (c *hctx) g3Interrupt(id uint32) {
 
 // interruptWait serves WAIT_CS with HL_WAIT_CS_FLAGS_INTERRUPT on Gaudi3
 // in the order of _hl_interrupt_wait_ioctl (UP command_submission.c): the
-// interrupt id must be a user interrupt or the any-CQ id; the counter is
+// interrupt id must be a user interrupt, the any-CQ id or the any-decoder
+// id (hl_interrupt_wait_ioctl); the counter is
 // the u64 at index cq_counters_offset of the kernel CB cq_counters_handle
 // (KERNEL_CQ) or at the user address in addr; the wait is registered, then
 // the counter compared (>= target: COMPLETED at once); timeout 0 reports
@@ -53,7 +54,7 @@ func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
 	in := a.In
 	out := a.Out()
 	id := (in.Flags & hlsys.WaitCSFlagsInterruptMask) >> hlsys.WaitCSFlagsInterruptShift
-	if id != g3AnyCQInterrupt && (id < g3FirstUserInterrupt || id >= g3FirstUserInterrupt+g3UserInterrupts) {
+	if id != g3AnyCQInterrupt && id != g3AnyDecInterrupt && (id < g3FirstUserInterrupt || id >= g3FirstUserInterrupt+g3UserInterrupts) {
 		c.log.Debug().Uint32("id", id).Msg("WAIT_CS: invalid user interrupt")
 		return unix.EINVAL
 	}

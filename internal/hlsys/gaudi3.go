@@ -43,11 +43,12 @@ const MmapTypeBlock = uint64(0x4) << (59 - 12)
 // More WAIT_CS flags (hl_wait_cs_in.flags). With WaitCSFlagsInterrupt, bits
 // 31..20 hold the user interrupt id (WaitCSFlagsInterruptMask); all ones
 // there (WaitCSFlagsAnyCQInterrupt) waits for any completion-queue
-// interrupt.
+// interrupt, 0xFFE (WaitCSFlagsAnyDecInterrupt) for any decoder interrupt.
 const (
 	WaitCSFlagsInterruptMask     = 0xFFF00000
 	WaitCSFlagsInterruptShift    = 20
 	WaitCSFlagsAnyCQInterrupt    = 0xFFF00000
+	WaitCSFlagsAnyDecInterrupt   = 0xFFE00000
 	WaitCSFlagsInterruptKernelCQ = 0x10
 	WaitCSFlagsRegisterInterrupt = 0x20
 )
