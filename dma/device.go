@@ -519,7 +519,8 @@ func (d *Device) Close() error { return d.close(false, false) }
 // emulator aborts the CSs and stops its engines before it releases
 // anything. The resources are then dropped without release calls; only
 // their host side (CB mappings, DMA-BUF fds, host pages) is undone. On
-// Gaudi3 the PDMA channels are stopped first, as by Close.
+// Gaudi3 the PDMA channels are stopped first, and their rings and
+// completion counters go with the context.
 func (d *Device) CloseRunning() error { return d.close(true, false) }
 
 // close closes the Device once; the reset watcher calls it with
@@ -566,7 +567,10 @@ func (d *Device) closeGated(running bool) (first bool, err error) {
 			cb.markReleased()
 		}
 	}
-	d.g3.close() // its rings and blocks first: nothing may run into freed memory
+	// Its channels are stopped first; with running the rest goes with
+	// the context (g3Dev.close, released): nothing may run into freed
+	// memory.
+	d.g3.close(running)
 	var errs []error
 	closeBackend := func() {
 		if err := d.b.Close(); err != nil {
@@ -578,6 +582,7 @@ func (d *Device) closeGated(running bool) (first bool, err error) {
 		// below skip the driver.
 		closeBackend()
 		d.gone = true
+		d.g3.released()
 	}
 	for _, e := range live {
 		if err := e.r.release(); err != nil {

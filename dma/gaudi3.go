@@ -341,14 +341,50 @@ func (g *g3Dev) teardown() {
 	g.ready = false
 }
 
-// close releases direct mode (Device.Close, gate held).
-func (g *g3Dev) close() {
+// close releases direct mode (Device.Close, gate held). With running
+// (the context is released first: CloseRunning, a reset the driver
+// reported) it only stops the channels: a stop is a register store the
+// engine may act on later, so nothing a channel may still read or write
+// (its ring, the counters, the completion-write scratch) is unmapped or
+// freed before the backend is closed; released then frees the host side.
+func (g *g3Dev) close(running bool) {
 	if g == nil {
 		return
 	}
 	g.setupMu.Lock()
 	defer g.setupMu.Unlock()
-	g.teardown()
+	if !running {
+		g.teardown()
+		return
+	}
+	for _, c := range g.slots {
+		if c.regs != nil {
+			g.stop(c)
+		}
+	}
+}
+
+// released forgets direct mode's resources once the backend is closed
+// (d.gone): the backend's Close unmapped the register blocks and the
+// counters' CB, and the context's teardown (after the driver's reset of a
+// device left running) unmapped and freed the rest; only the rings' host
+// pages, no longer pinned, are left to free.
+func (g *g3Dev) released() {
+	if g == nil {
+		return
+	}
+	g.setupMu.Lock()
+	defer g.setupMu.Unlock()
+	for _, c := range g.slots {
+		c.regs, c.ringVA = nil, 0
+		if c.ring != nil {
+			_ = FreeHostPages(c.ring)
+			c.ring = nil
+		}
+	}
+	g.slots, g.byCh = nil, nil
+	g.cqMem, g.cqHandle, g.scratch, g.scratchVA = nil, 0, 0, 0
+	g.ready = false
 }
 
 func (g *g3Dev) ring(c *g3Chan) {
