@@ -386,6 +386,12 @@ func (g *g3Dev) timeout(cs *g3CS) {
 	if g.pending[cs.seq] != cs {
 		return // decided meanwhile
 	}
+	if cs.reached() {
+		// It completed after the caller saw it unfinished: nothing timed
+		// out, and the work behind it on its channels is healthy.
+		delete(g.pending, cs.seq)
+		return
+	}
 	seed := make([]*g3Chan, 0, len(cs.parts))
 	for _, p := range cs.parts {
 		seed = append(seed, p.c)

@@ -84,3 +84,51 @@ func TestGaudi3TDRStopsEveryChannelOfAnAbortedSubmission(t *testing.T) {
 		})
 	}
 }
+
+// TestGaudi3TDRAfterTheSubmissionCompleted: the TDR of a submission that
+// completed after its caller (a Wait, or a Submit looking for a slot) last
+// saw it unfinished past its timeout ends it COMPLETED and resets nothing.
+// timeout stopped and programmed its channels anyway and ended every
+// other unfinished submission on them ABORTED, healthy ones included.
+// Each row calls timeout as such a caller would, once the submission's
+// counter has reached its target, with another submission still running
+// on the channel (its completion held back by DelayNextCS).
+func TestGaudi3TDRAfterTheSubmissionCompleted(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		queue func(d *Device) uint32
+	}{
+		{"H2D channel", func(d *Device) uint32 { return d.H2DQueues()[0] }},
+		{"D2H channel", func(d *Device) uint32 { return d.D2HQueues()[0] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, sim := openG3(t, hlsim.Config{}, nil)
+			g, q := d.g3, tc.queue(d)
+			cb := copyCB(t, d)
+			done, err := d.Submit([]Chunk{cb.Chunk(q)})
+			require.NoError(t, err)
+			pending := func(seq uint64) *g3CS {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return g.pending[seq]
+			}
+			cs := pending(done)
+			require.NotNil(t, cs)
+			require.Eventually(t, cs.reached, 5*time.Second, time.Millisecond)
+			sim.DelayNextCS(1, 300*time.Millisecond)
+			running, err := d.Submit([]Chunk{cb.Chunk(q)})
+			require.NoError(t, err)
+			programs := g.programs.Load()
+
+			g.timeout(cs)
+
+			require.Equal(t, programs, g.programs.Load(), "a channel was reset")
+			st, err := d.Wait(done, 0)
+			require.NoError(t, err)
+			require.Equal(t, CSCompleted.String(), st.String())
+			st, err = d.Wait(running, 5*time.Second)
+			require.NoError(t, err, "the submission running on the channel")
+			require.Equal(t, CSCompleted.String(), st.String())
+		})
+	}
+}
