@@ -26,6 +26,7 @@ func gaudi3Consts() []Const {
 		k("HL_WAIT_CS_FLAGS_INTERRUPT_MASK", hlsys.WaitCSFlagsInterruptMask),
 		k("__builtin_ctz(HL_WAIT_CS_FLAGS_INTERRUPT_MASK)", hlsys.WaitCSFlagsInterruptShift),
 		k("HL_WAIT_CS_FLAGS_ANY_CQ_INTERRUPT", hlsys.WaitCSFlagsAnyCQInterrupt),
+		k("HL_WAIT_CS_FLAGS_ANY_DEC_INTERRUPT", hlsys.WaitCSFlagsAnyDecInterrupt),
 		k("HL_WAIT_CS_FLAGS_INTERRUPT_KERNEL_CQ", hlsys.WaitCSFlagsInterruptKernelCQ),
 		k("HL_WAIT_CS_FLAGS_REGISTER_INTERRUPT", hlsys.WaitCSFlagsRegisterInterrupt),
 		// MAP_BLOCK's output: handle in the first u64, size in the low
