@@ -48,11 +48,22 @@ type Queue[T any] struct {
 	fullHits atomic.Uint64
 }
 
-// New returns a queue holding at most capacity items.
+// MaxCapacity bounds a queue's capacity. The channel behind a queue is
+// allocated whole by New (8 MiB at this bound for pointer items), so a
+// larger capacity costs memory up front, and a capacity of 1<<40 ended
+// the process in make ("fatal error: runtime: out of memory", which no
+// recover catches). A deeper queue is never useful either: a queue feeds
+// one consumer that drains it in batches, and a million queued
+// submissions are already seconds of work for a device (a DMA copy
+// takes microseconds at the least): more only delays the submitters'
+// backpressure and keeps more buffers referenced.
+const MaxCapacity = 1 << 20
+
+// New returns a queue holding at most capacity items; capacity is
+// clamped into [1, MaxCapacity] (callers taking it from users validate
+// it first: see engine.Config.QueueDepth).
 func New[T any](capacity int, mode Mode) *Queue[T] {
-	if capacity < 1 {
-		capacity = 1
-	}
+	capacity = min(max(capacity, 1), MaxCapacity)
 	return &Queue[T]{ch: make(chan T, capacity), mode: mode, closed: make(chan struct{})}
 }
 
