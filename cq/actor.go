@@ -44,14 +44,14 @@ type Submission struct {
 
 // ActorConfig tunes a DeviceActor.
 type ActorConfig struct {
-	MaxOutstanding int           // tracked submissions before Track waits (default 256)
+	MaxOutstanding int           // tracked submissions before Track waits (default 256, at most MaxDepth)
 	MaxPoll        int           // WAIT_CS polls per sweep (default 16)
 	Spin           time.Duration // spin-polling window after the last progress (default 50us)
 	BlockTimeout   time.Duration // blocking WAIT_CS on the oldest CS when spinning ends, and the longest sleep while waiters watch every CS (default 1ms)
 	IdleTimeout    time.Duration // safety-net wakeup while idle (default 100ms)
 	// RetireHorizon, when > 0, bounds how far a submission may fall
 	// behind the newest one tracked before it is polled: see horizon.go.
-	// It is rounded up to a power of two.
+	// It is rounded up to a power of two, and clamped to MaxDepth.
 	RetireHorizon int
 	// OnDeadline is called (on the actor goroutine) whenever a submission
 	// misses its deadline, so the owner can check the device's health.
@@ -59,10 +59,24 @@ type ActorConfig struct {
 	Logger     zerolog.Logger
 }
 
+// MaxDepth bounds the sizes the actors allocate up front:
+// ActorConfig.MaxOutstanding and RetireHorizon, and NewHostActor's depth
+// (a larger one is clamped). Each is a channel or slice allocated whole
+// when the actor starts (8 MiB at this bound), so a huge one ended the
+// process in make ("fatal error: runtime: out of memory", which no
+// recover catches). No larger one is useful: a device holds at most its
+// driver's max_pending_cs submissions in flight (64 by default), the
+// driver keeps the outcome of the last 256 that ended (see horizon.go),
+// and a host actor's inbox holds the completions of at most the host
+// queue's jobs, which package queue bounds the same way
+// (queue.MaxCapacity).
+const MaxDepth = 1 << 20
+
 func (c *ActorConfig) defaults() {
 	if c.MaxOutstanding <= 0 {
 		c.MaxOutstanding = 256
 	}
+	c.MaxOutstanding = min(c.MaxOutstanding, MaxDepth)
 	if c.MaxPoll <= 0 {
 		c.MaxPoll = 16
 	}
@@ -77,9 +91,7 @@ func (c *ActorConfig) defaults() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 100 * time.Millisecond
 	}
-	if c.RetireHorizon < 0 {
-		c.RetireHorizon = 0
-	}
+	c.RetireHorizon = min(max(c.RetireHorizon, 0), MaxDepth)
 }
 
 // Ticket is one tracked submission. The actor retires it; a waiter may

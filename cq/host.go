@@ -41,11 +41,13 @@ type HostActor struct {
 	once sync.Once
 }
 
-// NewHostActor starts a host actor whose inbox holds depth records.
+// NewHostActor starts a host actor whose inbox holds depth records
+// (default 1024 for depth < 1; clamped to MaxDepth).
 func NewHostActor(depth int) *HostActor {
 	if depth < 1 {
 		depth = 1024
 	}
+	depth = min(depth, MaxDepth)
 	h := &HostActor{in: make(chan HostCompletion, depth), done: make(chan struct{})}
 	go h.run()
 	return h
