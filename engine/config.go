@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"fmt"
 	"runtime"
 	"time"
 
 	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/queue"
 	"github.com/rs/zerolog"
 )
 
@@ -60,7 +62,12 @@ type Config struct {
 	Emulator      EmulatorConfig // the emulated devices' model and limits
 	SysRoot       string         // root of /sys and /dev for discovery (tests); default "/"
 
-	QueueDepth int           // per (device, direction) queue; default 4096
+	// QueueDepth is the capacity of each (device, direction) queue and
+	// of the host copies' queue: default 4096, at most queue.MaxCapacity
+	// (1<<20; New refuses more with ErrInvalid). Every queue is
+	// allocated whole by New, and a deeper one holds seconds of a
+	// device's work: it only delays backpressure.
+	QueueDepth int
 	QueueFull  QueueFullMode // default WaitForRoom
 	Workers    int           // worker pool size; default 4*GOMAXPROCS + 8 (at least 3 per device + 1)
 
@@ -181,4 +188,27 @@ func (c Config) withDefaults() Config {
 		c.CloseGrace = 2 * time.Second
 	}
 	return c
+}
+
+// validate refuses the values of c (defaults applied) that New cannot
+// honour: each bound is documented on its field, with why no larger
+// value is useful. It names the field, the value and the limit.
+func (c Config) validate() error {
+	checks := []struct {
+		field string
+		value int64
+		limit int64
+	}{
+		// The queues are channels New allocates whole: 1<<40 ended the
+		// process in make ("fatal error: runtime: out of memory"), and
+		// package queue clamps to its MaxCapacity (see there why no
+		// deeper queue is useful).
+		{"QueueDepth", int64(c.QueueDepth), queue.MaxCapacity},
+	}
+	for _, ch := range checks {
+		if ch.value > ch.limit {
+			return newErr(ErrInvalid, fmt.Sprintf("Config.%s %d above the limit %d", ch.field, ch.value, ch.limit), nil)
+		}
+	}
+	return nil
 }

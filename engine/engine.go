@@ -78,6 +78,9 @@ type Engine struct {
 // New opens the devices Config asks for and starts the engine.
 func New(cfg Config) (_ *Engine, err error) {
 	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	if c := cfg.RDMA; len(c.Devices) > 0 && (c.Device != "" || len(c.Devices) > wire.MaxNICs) {
 		return nil, newErr(ErrInvalid, fmt.Sprintf("Config.RDMA: Devices %q with Device %q (at most %d devices, and not both)", c.Devices, c.Device, wire.MaxNICs), nil)
 	}

@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"math"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/queue"
+)
+
+// TestConfigBounds: New refuses an absurd Config value with ErrInvalid,
+// naming the field, the value and the limit, instead of crashing,
+// hanging or failing every later operation. Before the bounds:
+// QueueDepth 1<<40 ended the process in make(chan) ("fatal error:
+// runtime: out of memory": the test binary died, nothing to assert) and
+// math.MaxInt panicked ("makechan: size out of range").
+func TestConfigBounds(t *testing.T) {
+	emulated := func(c Config) Config {
+		c.Devices, c.Emulator.DRAMSize = DevicesEmulated, 64<<20
+		return c
+	}
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string // in the message, with the value and the limit
+		value string
+		limit int64
+	}{
+		{"QueueDepth 1<<40", emulated(Config{QueueDepth: 1 << 40}), "Config.QueueDepth", "1099511627776", queue.MaxCapacity},
+		{"QueueDepth MaxInt", emulated(Config{QueueDepth: math.MaxInt}), "Config.QueueDepth", strconv.Itoa(math.MaxInt), queue.MaxCapacity},
+		{"QueueDepth over by one", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity + 1}, "Config.QueueDepth", strconv.Itoa(queue.MaxCapacity + 1), queue.MaxCapacity},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := New(tt.cfg)
+			if err == nil {
+				require.NoError(t, e.Close())
+				t.Fatalf("New accepted %s %s", tt.field, tt.value)
+			}
+			require.ErrorIs(t, err, ErrInvalid)
+			require.ErrorContains(t, err, tt.field+" "+tt.value)
+			require.ErrorContains(t, err, strconv.FormatInt(tt.limit, 10))
+		})
+	}
+}
+
+// TestConfigAtBounds: the largest value each bound admits works.
+func TestConfigAtBounds(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"QueueDepth", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := New(tt.cfg)
+			require.NoError(t, err)
+			require.NoError(t, e.Close())
+		})
+	}
+}
