@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"time"
 
@@ -69,7 +70,10 @@ type Config struct {
 	// device's work: it only delays backpressure.
 	QueueDepth int
 	QueueFull  QueueFullMode // default WaitForRoom
-	Workers    int           // worker pool size; default 4*GOMAXPROCS + 8 (at least 3 per device + 1)
+	// Workers is the worker pool's size: default 4*GOMAXPROCS + 8 (at
+	// least 3 per device + 1), at most math.MaxInt32 (New refuses more
+	// with ErrInvalid: the pool keeps its size in an int32).
+	Workers int
 
 	// OpTimeout, if set, is the default deadline of every operation.
 	OpTimeout time.Duration
@@ -204,6 +208,12 @@ func (c Config) validate() error {
 		// package queue clamps to its MaxCapacity (see there why no
 		// deeper queue is useful).
 		{"QueueDepth", int64(c.QueueDepth), queue.MaxCapacity},
+		// The ants pool keeps its capacity in an int32: 1<<40 wrapped
+		// to 0, a pool that runs nothing (host copies then hung for
+		// ever). The pool only runs the queues' drains, one per
+		// (device, direction) and one for host copies at a time, so no
+		// value near this is ever used.
+		{"Workers", int64(c.Workers), math.MaxInt32},
 	}
 	for _, ch := range checks {
 		if ch.value > ch.limit {

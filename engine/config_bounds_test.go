@@ -30,6 +30,8 @@ func TestConfigBounds(t *testing.T) {
 	}{
 		{"QueueDepth 1<<40", emulated(Config{QueueDepth: 1 << 40}), "Config.QueueDepth", "1099511627776", queue.MaxCapacity},
 		{"QueueDepth MaxInt", emulated(Config{QueueDepth: math.MaxInt}), "Config.QueueDepth", strconv.Itoa(math.MaxInt), queue.MaxCapacity},
+		{"Workers 1<<40", Config{Devices: DevicesNone, Workers: 1 << 40}, "Config.Workers", "1099511627776", math.MaxInt32},
+		{"Workers MaxInt32+1", Config{Devices: DevicesNone, Workers: math.MaxInt32 + 1}, "Config.Workers", "2147483648", math.MaxInt32},
 		{"QueueDepth over by one", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity + 1}, "Config.QueueDepth", strconv.Itoa(queue.MaxCapacity + 1), queue.MaxCapacity},
 	}
 	for _, tt := range tests {
@@ -53,6 +55,7 @@ func TestConfigAtBounds(t *testing.T) {
 		cfg  Config
 	}{
 		{"QueueDepth", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity}},
+		{"Workers", Config{Devices: DevicesNone, Workers: math.MaxInt32}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
