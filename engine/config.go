@@ -59,7 +59,7 @@ type Config struct {
 
 	// Devices says which Gaudi devices to open (default DevicesAuto).
 	Devices       DeviceMode
-	EmulatedCount int            // emulated devices to open (default 1)
+	EmulatedCount int            // emulated devices to open (default 1, at most 256: New refuses more with ErrInvalid)
 	Emulator      EmulatorConfig // the emulated devices' model and limits
 	SysRoot       string         // root of /sys and /dev for discovery (tests); default "/"
 
@@ -194,6 +194,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// maxEmulatedCount bounds Config.EmulatedCount (see validate).
+const maxEmulatedCount = 256
+
 // validate refuses the values of c (defaults applied) that New cannot
 // honour: each bound is documented on its field, with why no larger
 // value is useful. It names the field, the value and the limit.
@@ -214,6 +217,13 @@ func (c Config) validate() error {
 		// (device, direction) and one for host copies at a time, so no
 		// value near this is ever used.
 		{"Workers", int64(c.Workers), math.MaxInt32},
+		// New opens every emulated device before it returns, each with
+		// its emulator, memfd and goroutines: 1<<20 kept New busy for
+		// minutes and growing. No machine has more Gaudis than the
+		// kernel has device numbers for them: 256 (ACCEL_MAX_MINORS of
+		// drivers/accel, and the legacy habanalabs class's
+		// HL_MAX_MINORS).
+		{"EmulatedCount", int64(c.EmulatedCount), maxEmulatedCount},
 	}
 	for _, ch := range checks {
 		if ch.value > ch.limit {

@@ -32,6 +32,8 @@ func TestConfigBounds(t *testing.T) {
 		{"QueueDepth MaxInt", emulated(Config{QueueDepth: math.MaxInt}), "Config.QueueDepth", strconv.Itoa(math.MaxInt), queue.MaxCapacity},
 		{"Workers 1<<40", Config{Devices: DevicesNone, Workers: 1 << 40}, "Config.Workers", "1099511627776", math.MaxInt32},
 		{"Workers MaxInt32+1", Config{Devices: DevicesNone, Workers: math.MaxInt32 + 1}, "Config.Workers", "2147483648", math.MaxInt32},
+		{"EmulatedCount 1<<20", Config{Devices: DevicesEmulated, EmulatedCount: 1 << 20}, "Config.EmulatedCount", "1048576", maxEmulatedCount},
+		{"EmulatedCount MaxInt", Config{Devices: DevicesEmulated, EmulatedCount: math.MaxInt}, "Config.EmulatedCount", strconv.Itoa(math.MaxInt), maxEmulatedCount},
 		{"QueueDepth over by one", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity + 1}, "Config.QueueDepth", strconv.Itoa(queue.MaxCapacity + 1), queue.MaxCapacity},
 	}
 	for _, tt := range tests {
@@ -56,6 +58,7 @@ func TestConfigAtBounds(t *testing.T) {
 	}{
 		{"QueueDepth", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity}},
 		{"Workers", Config{Devices: DevicesNone, Workers: math.MaxInt32}},
+		{"EmulatedCount", Config{Devices: DevicesEmulated, EmulatedCount: maxEmulatedCount, Emulator: EmulatorConfig{DRAMSize: 64 << 20}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
