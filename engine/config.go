@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gxfer/gxfer/dma"
+	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/queue"
 	"github.com/rs/zerolog"
 )
@@ -40,7 +41,7 @@ const (
 // submission's PDMA channels rather than the device.
 type EmulatorConfig struct {
 	Model     string        // "gaudi2" (default), "gaudi1" or "gaudi3"
-	DRAMSize  uint64        // default 4 GiB (sparse)
+	DRAMSize  uint64        // default 4 GiB (sparse); from 2 MiB (one DRAM page) to hlsim.MaxDRAMSize (256 GiB): New refuses others with ErrInvalid
 	Kernel    string        // emulated uAPI generation, default "6.8"
 	CSTimeout time.Duration // emulated TDR, default 30 s
 }
@@ -199,36 +200,51 @@ const maxEmulatedCount = 256
 
 // validate refuses the values of c (defaults applied) that New cannot
 // honour: each bound is documented on its field, with why no larger
-// value is useful. It names the field, the value and the limit.
+// value is useful. The error names the field, the value and the limit.
 func (c Config) validate() error {
-	checks := []struct {
-		field string
-		value int64
-		limit int64
-	}{
+	errs := []error{
 		// The queues are channels New allocates whole: 1<<40 ended the
 		// process in make ("fatal error: runtime: out of memory"), and
 		// package queue clamps to its MaxCapacity (see there why no
 		// deeper queue is useful).
-		{"QueueDepth", int64(c.QueueDepth), queue.MaxCapacity},
+		inRange("QueueDepth", c.QueueDepth, 1, queue.MaxCapacity),
 		// The ants pool keeps its capacity in an int32: 1<<40 wrapped
 		// to 0, a pool that runs nothing (host copies then hung for
 		// ever). The pool only runs the queues' drains, one per
 		// (device, direction) and one for host copies at a time, so no
 		// value near this is ever used.
-		{"Workers", int64(c.Workers), math.MaxInt32},
+		inRange("Workers", c.Workers, 1, math.MaxInt32),
 		// New opens every emulated device before it returns, each with
 		// its emulator, memfd and goroutines: 1<<20 kept New busy for
 		// minutes and growing. No machine has more Gaudis than the
 		// kernel has device numbers for them: 256 (ACCEL_MAX_MINORS of
 		// drivers/accel, and the legacy habanalabs class's
 		// HL_MAX_MINORS).
-		{"EmulatedCount", int64(c.EmulatedCount), maxEmulatedCount},
+		inRange("EmulatedCount", c.EmulatedCount, 1, maxEmulatedCount),
 	}
-	for _, ch := range checks {
-		if ch.value > ch.limit {
-			return newErr(ErrInvalid, fmt.Sprintf("Config.%s %d above the limit %d", ch.field, ch.value, ch.limit), nil)
+	if c.Emulator.DRAMSize != 0 { // 0: the emulator's default
+		// The emulator's own limits (hlsim.New refuses the rest, but
+		// with an error that is not ErrInvalid): the emulated address
+		// map holds at most MaxDRAMSize, and the size is rounded down
+		// to whole DRAM pages.
+		errs = append(errs, inRange("Emulator.DRAMSize", c.Emulator.DRAMSize, hlsim.DefaultDRAMPageSize, hlsim.MaxDRAMSize))
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// inRange is nil when lo <= v <= hi, else the ErrInvalid error of
+// Config.field.
+func inRange[T int | uint64](field string, v, lo, hi T) error {
+	switch {
+	case v > hi:
+		return newErr(ErrInvalid, fmt.Sprintf("Config.%s %d above the limit %d", field, v, hi), nil)
+	case v < lo:
+		return newErr(ErrInvalid, fmt.Sprintf("Config.%s %d below the minimum %d", field, v, lo), nil)
 	}
 	return nil
 }

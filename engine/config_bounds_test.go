@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/queue"
 )
 
@@ -34,6 +35,9 @@ func TestConfigBounds(t *testing.T) {
 		{"Workers MaxInt32+1", Config{Devices: DevicesNone, Workers: math.MaxInt32 + 1}, "Config.Workers", "2147483648", math.MaxInt32},
 		{"EmulatedCount 1<<20", Config{Devices: DevicesEmulated, EmulatedCount: 1 << 20}, "Config.EmulatedCount", "1048576", maxEmulatedCount},
 		{"EmulatedCount MaxInt", Config{Devices: DevicesEmulated, EmulatedCount: math.MaxInt}, "Config.EmulatedCount", strconv.Itoa(math.MaxInt), maxEmulatedCount},
+		{"DRAMSize MaxUint64", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: math.MaxUint64}}, "Config.Emulator.DRAMSize", "18446744073709551615", hlsim.MaxDRAMSize},
+		{"DRAMSize over by one", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: hlsim.MaxDRAMSize + 1}}, "Config.Emulator.DRAMSize", strconv.Itoa(hlsim.MaxDRAMSize + 1), hlsim.MaxDRAMSize},
+		{"DRAMSize under a page", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: 1}}, "Config.Emulator.DRAMSize", "1", hlsim.DefaultDRAMPageSize},
 		{"QueueDepth over by one", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity + 1}, "Config.QueueDepth", strconv.Itoa(queue.MaxCapacity + 1), queue.MaxCapacity},
 	}
 	for _, tt := range tests {
@@ -58,6 +62,8 @@ func TestConfigAtBounds(t *testing.T) {
 	}{
 		{"QueueDepth", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity}},
 		{"Workers", Config{Devices: DevicesNone, Workers: math.MaxInt32}},
+		{"DRAMSize max", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: hlsim.MaxDRAMSize}}},
+		{"DRAMSize one page", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: hlsim.DefaultDRAMPageSize}}},
 		{"EmulatedCount", Config{Devices: DevicesEmulated, EmulatedCount: maxEmulatedCount, Emulator: EmulatorConfig{DRAMSize: 64 << 20}}},
 	}
 	for _, tt := range tests {
