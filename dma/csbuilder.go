@@ -29,6 +29,18 @@ const MaxChunksPerCS = hlsys.MaxJobsPerCS
 // counter once its data is written (gaudi3.go).
 func (m Model) trailingNOP() bool { return m == ModelGaudi2 }
 
+// CBSizeRange is the command buffer sizes (CSOptions.CBSize) the model
+// takes: from room for one copy packet and the seal, up to MaxCBSize (the
+// driver's limit) or, on Gaudi3, half a PDMA ring (Submit copies a chunk
+// into the ring).
+func (m Model) CBSizeRange() (low, high int) {
+	high = MaxCBSize
+	if m.direct() {
+		high = g3MaxChunk
+	}
+	return m.copyPacketSize() + m.sealReserve(), high
+}
+
 // sealReserve is the room every CB keeps for its seal.
 func (m Model) sealReserve() int {
 	if m.trailingNOP() {
@@ -128,11 +140,7 @@ func (d *Device) InitCSBuilder(b *CSBuilder, o CSOptions) error {
 	if len(o.Queues) > MaxChunksPerCS {
 		return newErr(op, ErrInvalid, fmt.Sprintf("%d queues, a CS holds at most %d chunks", len(o.Queues), MaxChunksPerCS), nil)
 	}
-	high := MaxCBSize
-	if d.model.direct() {
-		high = g3MaxChunk // Submit copies a chunk into a ring
-	}
-	if low := d.model.copyPacketSize() + d.model.sealReserve(); o.CBSize < low || o.CBSize > high {
+	if low, high := d.model.CBSizeRange(); o.CBSize < low || o.CBSize > high {
 		return newErr(op, ErrInvalid, fmt.Sprintf("command buffer size %d not in [%d, %d]",
 			o.CBSize, low, high), nil)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/queue"
 	"github.com/rs/zerolog"
 )
@@ -89,8 +90,13 @@ type Config struct {
 	// stores (bypassing the caches): default a quarter of one CPU's share
 	// of the last-level cache, from sysfs (internal/memcopy,
 	// docs/copy-kernels.md); negative: never.
-	CopyNTMin   int
-	CBSize      int    // command buffer size; default 64 KiB
+	CopyNTMin int
+	// CBSize is the command buffer size: default 64 KiB, at most
+	// dma.MaxCBSize (the driver's limit, 2 MiB - 32) and within the range
+	// of every device's model (dma.Model.CBSizeRange: at least one copy
+	// packet and its seal, on Gaudi3 at most 512 KiB). New refuses
+	// others with ErrInvalid.
+	CBSize      int
 	MaxOpsPerCS int    // copies coalesced into one CS; default 1024 (a batch's first CS carries at most 32, each next one twice as many, so the device starts early)
 	ChunkSize   uint64 // device copies are split in chunks of this size over the DMA queues; default 4 MiB
 
@@ -221,6 +227,11 @@ func (c Config) validate() error {
 		// drivers/accel, and the legacy habanalabs class's
 		// HL_MAX_MINORS).
 		inRange("EmulatedCount", c.EmulatedCount, 1, maxEmulatedCount),
+		// No device takes a larger command buffer than its driver
+		// (HL_MAX_CB_SIZE); New checks each device model's own range
+		// once it has opened them (checkCBSize). New used to accept any
+		// size, and every device copy then failed.
+		inRange("CBSize", c.CBSize, 1, dma.MaxCBSize),
 	}
 	if c.Emulator.DRAMSize != 0 { // 0: the emulator's default
 		// The emulator's own limits (hlsim.New refuses the rest, but
@@ -245,6 +256,17 @@ func inRange[T int | uint64](field string, v, lo, hi T) error {
 		return newErr(ErrInvalid, fmt.Sprintf("Config.%s %d above the limit %d", field, v, hi), nil)
 	case v < lo:
 		return newErr(ErrInvalid, fmt.Sprintf("Config.%s %d below the minimum %d", field, v, lo), nil)
+	}
+	return nil
+}
+
+// checkCBSize refuses a Config.CBSize that one of the devices' models
+// does not take (dma.Model.CBSizeRange): every copy on it would fail.
+func checkCBSize(n int, devs []*copier.Device) error {
+	for _, g := range devs {
+		if lo, hi := g.Dev.Model().CBSizeRange(); n < lo || n > hi {
+			return newErr(ErrInvalid, fmt.Sprintf("Config.CBSize %d not in [%d, %d], the range of gaudi%d (%s)", n, lo, hi, g.Idx, g.Dev.Model()), nil)
+		}
 	}
 	return nil
 }

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/queue"
 )
@@ -38,6 +40,10 @@ func TestConfigBounds(t *testing.T) {
 		{"DRAMSize MaxUint64", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: math.MaxUint64}}, "Config.Emulator.DRAMSize", "18446744073709551615", hlsim.MaxDRAMSize},
 		{"DRAMSize over by one", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: hlsim.MaxDRAMSize + 1}}, "Config.Emulator.DRAMSize", strconv.Itoa(hlsim.MaxDRAMSize + 1), hlsim.MaxDRAMSize},
 		{"DRAMSize under a page", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: 1}}, "Config.Emulator.DRAMSize", "1", hlsim.DefaultDRAMPageSize},
+		{"CBSize MaxInt", Config{Devices: DevicesNone, CBSize: math.MaxInt}, "Config.CBSize", strconv.Itoa(math.MaxInt), dma.MaxCBSize},
+		{"CBSize over by one", emulated(Config{CBSize: dma.MaxCBSize + 1}), "Config.CBSize", strconv.Itoa(dma.MaxCBSize + 1), dma.MaxCBSize},
+		{"CBSize below a copy packet", emulated(Config{CBSize: 3}), "Config.CBSize", "3", int64(dma.LinDMASize + dma.NOPSize)},
+		{"CBSize above Gaudi3's", emulated(Config{CBSize: dma.MaxCBSize, Emulator: EmulatorConfig{Model: "gaudi3"}}), "Config.CBSize", strconv.Itoa(dma.MaxCBSize), int64(gaudi3MaxCB)},
 		{"QueueDepth over by one", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity + 1}, "Config.QueueDepth", strconv.Itoa(queue.MaxCapacity + 1), queue.MaxCapacity},
 	}
 	for _, tt := range tests {
@@ -54,7 +60,11 @@ func TestConfigBounds(t *testing.T) {
 	}
 }
 
-// TestConfigAtBounds: the largest value each bound admits works.
+// gaudi3MaxCB is the largest command buffer Gaudi3's direct mode takes.
+var _, gaudi3MaxCB = dma.ModelGaudi3.CBSizeRange()
+
+// TestConfigAtBounds: the largest value each bound admits works: New,
+// a copy from host memory to each device (if any) and back, Close.
 func TestConfigAtBounds(t *testing.T) {
 	tests := []struct {
 		name string
@@ -64,13 +74,24 @@ func TestConfigAtBounds(t *testing.T) {
 		{"Workers", Config{Devices: DevicesNone, Workers: math.MaxInt32}},
 		{"DRAMSize max", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: hlsim.MaxDRAMSize}}},
 		{"DRAMSize one page", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: hlsim.DefaultDRAMPageSize}}},
+		{"CBSize max", Config{Devices: DevicesEmulated, CBSize: dma.MaxCBSize, Emulator: EmulatorConfig{DRAMSize: 64 << 20}}},
+		{"CBSize Gaudi3 max", Config{Devices: DevicesEmulated, CBSize: gaudi3MaxCB, Emulator: EmulatorConfig{Model: "gaudi3", DRAMSize: 64 << 20}}},
 		{"EmulatedCount", Config{Devices: DevicesEmulated, EmulatedCount: maxEmulatedCount, Emulator: EmulatorConfig{DRAMSize: 64 << 20}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e, err := New(tt.cfg)
 			require.NoError(t, err)
-			require.NoError(t, e.Close())
+			defer func() { require.NoError(t, e.Close()) }()
+			ctx := context.Background()
+			h, err := e.Alloc(1<<20, Host)
+			require.NoError(t, err)
+			for i := range e.NumDevices() {
+				d, err := e.Alloc(1<<20, Gaudi(i))
+				require.NoError(t, err)
+				require.NoError(t, e.CopySync(ctx, d.All(), h.All()))
+				require.NoError(t, e.CopySync(ctx, h.All(), d.All()))
+			}
 		})
 	}
 }

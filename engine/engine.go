@@ -137,10 +137,13 @@ func (e *Engine) openCopier() (err error) {
 	if err != nil || c.Devices == DevicesNone {
 		return err
 	}
-	return e.cp.OpenDevices(copier.Devices{
+	if err := e.cp.OpenDevices(copier.Devices{
 		Discover: c.Devices == DevicesAuto, SysRoot: c.SysRoot, Emulated: c.EmulatedCount, Model: c.Emulator.Model,
 		DRAMSize: c.Emulator.DRAMSize, Kernel: c.Emulator.Kernel, CSTimeout: c.Emulator.CSTimeout,
-	})
+	}); err != nil {
+		return err
+	}
+	return checkCBSize(c.CBSize, e.cp.DevList())
 }
 
 // Config returns the engine's configuration with every default applied.
