@@ -124,7 +124,7 @@ type Config struct {
 	TCPReadSpin time.Duration
 	// TCPLanes is the number of connections a TCP endpoint Dial opens;
 	// transfers of 4 MiB and more are split over them (default 2; 1: one
-	// connection).
+	// connection; at most 64: New refuses more with ErrInvalid).
 	TCPLanes int
 
 	// ClusterSecret, when set (at least 16 bytes, the same on every
@@ -204,6 +204,9 @@ func (c Config) withDefaults() Config {
 // maxEmulatedCount bounds Config.EmulatedCount (see validate).
 const maxEmulatedCount = 256
 
+// maxTCPLanes bounds Config.TCPLanes (see validate).
+const maxTCPLanes = 64
+
 // validate refuses the values of c (defaults applied) that New cannot
 // honour: each bound is documented on its field, with why no larger
 // value is useful. The error names the field, the value and the limit.
@@ -232,6 +235,12 @@ func (c Config) validate() error {
 		// once it has opened them (checkCBSize). New used to accept any
 		// size, and every device copy then failed.
 		inRange("CBSize", c.CBSize, 1, dma.MaxCBSize),
+		// Every lane is a connection the peer's listener admits as one
+		// of its MaxPeers (default 1024) and never evicts while its
+		// endpoint lives: 1<<20 lanes had one Dial fill a listener and
+		// push its other peers out. Nor do more lanes than cores copy
+		// any faster (each lane's reader and writer copy on a core).
+		inRange("TCPLanes", c.TCPLanes, 1, maxTCPLanes),
 	}
 	if c.Emulator.DRAMSize != 0 { // 0: the emulator's default
 		// The emulator's own limits (hlsim.New refuses the rest, but

@@ -44,6 +44,8 @@ func TestConfigBounds(t *testing.T) {
 		{"CBSize over by one", emulated(Config{CBSize: dma.MaxCBSize + 1}), "Config.CBSize", strconv.Itoa(dma.MaxCBSize + 1), dma.MaxCBSize},
 		{"CBSize below a copy packet", emulated(Config{CBSize: 3}), "Config.CBSize", "3", int64(dma.LinDMASize + dma.NOPSize)},
 		{"CBSize above Gaudi3's", emulated(Config{CBSize: dma.MaxCBSize, Emulator: EmulatorConfig{Model: "gaudi3"}}), "Config.CBSize", strconv.Itoa(dma.MaxCBSize), int64(gaudi3MaxCB)},
+		{"TCPLanes 1<<20", Config{Devices: DevicesNone, TCPLanes: 1 << 20}, "Config.TCPLanes", "1048576", maxTCPLanes},
+		{"TCPLanes over by one", Config{Devices: DevicesNone, TCPLanes: maxTCPLanes + 1}, "Config.TCPLanes", strconv.Itoa(maxTCPLanes + 1), maxTCPLanes},
 		{"QueueDepth over by one", Config{Devices: DevicesNone, QueueDepth: queue.MaxCapacity + 1}, "Config.QueueDepth", strconv.Itoa(queue.MaxCapacity + 1), queue.MaxCapacity},
 	}
 	for _, tt := range tests {
@@ -76,6 +78,7 @@ func TestConfigAtBounds(t *testing.T) {
 		{"DRAMSize one page", Config{Devices: DevicesEmulated, Emulator: EmulatorConfig{DRAMSize: hlsim.DefaultDRAMPageSize}}},
 		{"CBSize max", Config{Devices: DevicesEmulated, CBSize: dma.MaxCBSize, Emulator: EmulatorConfig{DRAMSize: 64 << 20}}},
 		{"CBSize Gaudi3 max", Config{Devices: DevicesEmulated, CBSize: gaudi3MaxCB, Emulator: EmulatorConfig{Model: "gaudi3", DRAMSize: 64 << 20}}},
+		{"TCPLanes", Config{Devices: DevicesNone, TCPLanes: maxTCPLanes}},
 		{"EmulatedCount", Config{Devices: DevicesEmulated, EmulatedCount: maxEmulatedCount, Emulator: EmulatorConfig{DRAMSize: 64 << 20}}},
 	}
 	for _, tt := range tests {
