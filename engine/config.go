@@ -102,7 +102,7 @@ type Config struct {
 
 	PollSpin   time.Duration // CQ actor spin window after its last progress, also with nothing outstanding (then polling for submissions); default 50 us (negative: none)
 	WaitSpin   time.Duration // Future.Wait spin before blocking, and a unix endpoint's Recv polling its message ring; default 20 us
-	CloseGrace time.Duration // how long Close lets in-flight work finish; default 2 s
+	CloseGrace time.Duration // how long Close lets in-flight work finish; default 2 s (any longer one, up to the largest Duration, is honoured)
 
 	// Transport is what Dial("tcp", ...) uses unless WithTransport says
 	// otherwise: TransportAuto (default: RDMA when both sides have a usable

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -97,4 +98,35 @@ func TestConfigAtBounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCloseGraceMax: a CloseGrace as long as a Duration holds means
+// Close waits for a worker still running a copy. Before, Close added a
+// second to it for the worker pool's release, which overflowed to a
+// negative timeout: Close gave up on the workers at once ("workers did
+// not stop in time") and went on releasing while one still ran a copy.
+func TestCloseGraceMax(t *testing.T) {
+	e, err := New(Config{Devices: DevicesNone, CloseGrace: math.MaxInt64})
+	require.NoError(t, err)
+	src, err := e.Alloc(1<<20, Host) // above InlineHostMax: a host worker copies it
+	require.NoError(t, err)
+	dst, err := e.Alloc(1<<20, Host)
+	require.NoError(t, err)
+	entered, release := blockFirstProcess(e)
+	f := e.Copy(context.Background(), dst.All(), src.All())
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	select {
+	case err := <-closed:
+		close(release)
+		<-f.Done()
+		t.Fatalf("Close returned (%v) while a worker still held a copy", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-closed)
+	<-f.Done()
+	// It had not started when Close began (the hook runs first).
+	require.ErrorIs(t, f.Err(), ErrClosed)
 }

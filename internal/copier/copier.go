@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -228,7 +229,14 @@ func (c *Copier) Stop() {
 	}
 	c.host.q.Close()
 	c.inline.close() // the callers' own submissions, like the workers' below
-	if err := c.pool.ReleaseTimeout(c.cfg.CloseGrace + time.Second); err != nil {
+	// A second more than the grace, saturated: CloseGrace may be as long
+	// as a Duration holds ("wait for the work"), and the sum overflowed
+	// to a negative timeout, which gave up on the workers at once.
+	release := c.cfg.CloseGrace
+	if release <= math.MaxInt64-time.Second {
+		release += time.Second
+	}
+	if err := c.pool.ReleaseTimeout(release); err != nil {
 		c.log.Warn().Err(err).Msg("workers did not stop in time")
 	}
 	for _, g := range c.Devs {
