@@ -241,6 +241,14 @@ func (c Config) validate() error {
 		// push its other peers out. Nor do more lanes than cores copy
 		// any faster (each lane's reader and writer copy on a core).
 		inRange("TCPLanes", c.TCPLanes, 1, maxTCPLanes),
+		// Verbs carries both in uint8 fields (port_num, sgid_index): no
+		// port outside [1, 255] exists (0 picks one), and a GIDIndex
+		// above 255 was truncated (rdma.QP: uint8(GIDIndex)), so the
+		// queue pairs used GID 0 while the handshake announced GID
+		// 256's address. A Port that matches none of the device's just
+		// turns RDMA off (Engine.RDMAInfo says why), as before.
+		inRange("RDMA.Port", c.RDMA.Port, 0, math.MaxUint8),
+		inRange("RDMA.GIDIndex", c.RDMA.GIDIndex, 0, math.MaxUint8),
 	}
 	if c.Emulator.DRAMSize != 0 { // 0: the emulator's default
 		// The emulator's own limits (hlsim.New refuses the rest, but

@@ -32,9 +32,13 @@ type RDMAConfig struct {
 	// opens is, alone, if the first does not).
 	Devices []string
 	// Port forces this port (default: the device's first active port).
+	// Verbs numbers ports in a uint8: New refuses one outside [0, 255]
+	// with ErrInvalid.
 	Port int
 	// GIDIndex is the source GID index of the queue pairs (default 0; on
 	// RoCE v2 over an IPv4 address it may need to be another entry).
+	// Verbs carries it in a uint8 (sgid_index): New refuses one outside
+	// [0, 255] with ErrInvalid.
 	GIDIndex int
 	// CQSpin keeps the completion queue's goroutine polling this long
 	// after the last completion before it sleeps in the netpoller (lower
