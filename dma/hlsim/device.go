@@ -66,6 +66,13 @@ const (
 	// MaxDRAMSize bounds Config.DRAMSize so the emulated address map stays
 	// free of overlaps (the DRAM is sparse; only touched pages cost memory).
 	MaxDRAMSize = 256 << 30
+
+	// MaxMaxPendingCS bounds Config.MaxPendingCS: the most completion
+	// slots the driver gives an ASIC (GAUDI_MAX_PENDING_CS, SZ_16K, on
+	// Gaudi1; Gaudi2 has 64). Every context allocates its slots whole
+	// when it opens, so 1<<40 ended the process there ("fatal error:
+	// runtime: out of memory").
+	MaxMaxPendingCS = 16 << 10
 )
 
 // Config describes one emulated ASIC and its driver. The zero value is a
@@ -87,8 +94,8 @@ type Config struct {
 	Kernel string
 
 	// MaxPendingCS is the number of CS completion slots (a power of two,
-	// default 64): CS returns EAGAIN while slot seq&(MaxPendingCS-1) still
-	// holds a CS in flight.
+	// default 64, at most MaxMaxPendingCS): CS returns EAGAIN while slot
+	// seq&(MaxPendingCS-1) still holds a CS in flight.
 	MaxPendingCS int
 
 	// EngineSpin is how long an idle DMA engine keeps polling its queue
@@ -387,6 +394,9 @@ func New(cfg Config) (_ *Device, err error) {
 	}
 	if cfg.MaxPendingCS < 1 || cfg.MaxPendingCS&(cfg.MaxPendingCS-1) != 0 {
 		return nil, fmt.Errorf("hlsim: MaxPendingCS %d is not a power of two", cfg.MaxPendingCS)
+	}
+	if cfg.MaxPendingCS > MaxMaxPendingCS {
+		return nil, fmt.Errorf("hlsim: MaxPendingCS %d above the limit %d", cfg.MaxPendingCS, MaxMaxPendingCS)
 	}
 	switch {
 	case cfg.EngineSpin == 0:

@@ -30,7 +30,12 @@ func TestNewConfig(t *testing.T) {
 		"kernel":       {Kernel: "six"},
 		"old kernel":   {Kernel: "5.15"},
 		"pending":      {MaxPendingCS: 48},
-		"index":        {Index: -1},
+		// 1<<40 (a power of two) was accepted, and the first Open
+		// ended the process allocating its completion slots ("fatal
+		// error: runtime: out of memory").
+		"pending > max": {MaxPendingCS: MaxMaxPendingCS * 2},
+		"pending 1<<40": {MaxPendingCS: 1 << 40},
+		"index":         {Index: -1},
 	}
 	for name, cfg := range bad {
 		t.Run(name, func(t *testing.T) {
