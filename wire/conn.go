@@ -44,7 +44,8 @@ type writeDeadliner interface{ SetWriteDeadline(time.Time) error }
 // ConnConfig configures a [Conn].
 type ConnConfig struct {
 	// MaxFrame bounds frames received and sent, header included (0 means
-	// MaxFrame). The receive buffer is this large.
+	// MaxFrame; clamped into [HeaderSize, MaxFrameLimit]). The receive
+	// buffer is this large, allocated by NewConn.
 	MaxFrame int
 	// ReadTimeout, if > 0, bounds each Recv (when the transport supports
 	// deadlines). A context deadline that comes first wins.
@@ -153,6 +154,9 @@ func NewConn(t Transport, cfg ConnConfig) *Conn {
 		cfg.MaxFrame = MaxFrame
 	}
 	cfg.MaxFrame = max(cfg.MaxFrame, HeaderSize)
+	if limit := MaxFrameLimit; uint64(cfg.MaxFrame) > limit {
+		cfg.MaxFrame = int(limit)
+	}
 	c := &Conn{t: t, maxFrame: cfg.MaxFrame, rto: cfg.ReadTimeout, wto: cfg.WriteTimeout,
 		rbuf: make([]byte, cfg.MaxFrame), wbuf: make([]byte, 0, 512), wmu: make(chan struct{}, 1)}
 	c.rdl, _ = t.(readDeadliner)

@@ -16,6 +16,9 @@ const (
 	// that a decoder accepts. Control frames are far smaller; data frames
 	// of the TCP path may use a larger limit (see ConnConfig.MaxFrame).
 	MaxFrame = 1 << 20
+	// MaxFrameLimit is the longest frame the header can describe (its
+	// Length is 32 bits): ConnConfig.MaxFrame is clamped to it.
+	MaxFrameLimit uint64 = HeaderSize + math.MaxUint32
 	// MaxFDs is the largest fd count a header may announce (the kernel's
 	// SCM_MAX_FD).
 	MaxFDs = 253
