@@ -224,8 +224,8 @@ func (c Config) validate() error {
 		// value near this is ever used.
 		inRange("Workers", c.Workers, 1, math.MaxInt32),
 		// New opens every emulated device before it returns, each with
-		// its emulator, memfd and goroutines: 1<<20 kept New busy for
-		// minutes and growing. No machine has more Gaudis than the
+		// its emulator, memfd and goroutines: with 1<<20 New was still
+		// opening them after 30 s. No machine has more Gaudis than the
 		// kernel has device numbers for them: 256 (ACCEL_MAX_MINORS of
 		// drivers/accel, and the legacy habanalabs class's
 		// HL_MAX_MINORS).
