@@ -29,6 +29,12 @@ func TestRetireHorizon(t *testing.T) {
 			w := newFakeWaiter()
 			a := NewDeviceActor("horizon", w, ActorConfig{RetireHorizon: tc.horizon})
 			ctx := context.Background()
+			// The actor, held up in another CS's OnDone, cannot retire
+			// CS 1 itself: only a Track's horizon poll can. (Watch alone
+			// left a window: the actor could take CS 1 before it was
+			// watched and retire it once it ended.)
+			release := stallActor(t, a, w, 0)
+			defer release()
 			done := make(chan error, 1)
 			first, err := a.TrackTicket(ctx, Submission{Seq: 1, OnDone: func(err error) { done <- err }})
 			require.NoError(t, err)
@@ -44,6 +50,7 @@ func TestRetireHorizon(t *testing.T) {
 				require.Equal(t, uint64(1), a.Stats().HorizonPolls)
 			}
 			first.Unwatch()
+			release()
 			for seq := uint64(2); seq <= tc.last; seq++ {
 				w.finish(seq, nil)
 			}
