@@ -25,12 +25,12 @@ var ErrNoCopier = gxerr.NoCopier
 // engines), so every device copy it needs goes through the copier. The
 // methods are called from engine goroutines, possibly concurrently, and
 // return when the copy is complete, or once ctx is done (a deadline, or
-// Engine.Close after CloseGrace) with nothing left touching the memory
-// passed to them: the engine releases it when they return. Host memory
-// passed to them is
-// gxfer's (Alloc(Host) buffers, staging buffers, registered memory); a
-// runtime that needs host memory mapped first (synHostMap) must map it in
-// the call or copy through its own pinned buffers.
+// Engine.Close or Attachment.Detach after CloseGrace) with nothing left
+// touching the memory passed to them: the engine releases it when they
+// return. Host memory passed to them is gxfer's (Alloc(Host) buffers,
+// staging buffers, registered memory); a runtime that needs host memory
+// mapped first (synHostMap) must map it in the call or copy through its
+// own pinned buffers.
 type DeviceCopier interface {
 	CopyHostToDevice(ctx context.Context, dst uint64, src []byte) error
 	CopyDeviceToHost(ctx context.Context, dst []byte, src uint64) error
@@ -134,7 +134,9 @@ func (a *Attachment) Register(va uint64, n int) (*Buffer, error) {
 // Detach frees every buffer registered on the attachment (closing their
 // memory regions) and closes the pool's DMA-BUF before it returns: the
 // runtime's device release waits for both. Buffers with operations in
-// flight are waited for up to Config.CloseGrace. The borrowed fd stays
+// flight are waited for up to Config.CloseGrace; then the copies in the
+// runtime's copier have their context canceled (they fail with ErrClosed)
+// and Detach waits for the copier to return them. The borrowed fd stays
 // open. Idempotent.
 func (a *Attachment) Detach() error {
 	bufs, ok := a.rt.Detach()
@@ -147,7 +149,14 @@ func (a *Attachment) Detach() error {
 	for _, m := range bufs {
 		errs = append(errs, m.Owner.(*Buffer).Free())
 	}
-	if left := a.rt.WaitEmpty(a.e.cfg.CloseGrace); left > 0 {
+	left := a.rt.WaitEmpty(a.e.cfg.CloseGrace)
+	// Copies still in the runtime's copier are told to stop (their
+	// context canceled) and waited for, as Engine.Close does: once Detach
+	// returns the runtime may free the memory or release the device.
+	if a.rt.StopCopies() > 0 && left > 0 {
+		left = a.rt.WaitEmpty(a.e.cfg.CloseGrace) // the stopped copies release their buffers
+	}
+	if left > 0 {
 		errs = append(errs, newErr(ErrTimeout, fmt.Sprintf("detach: %d buffers still in use; their DMA-BUF is closed anyway", left), nil))
 	}
 	errs = append(errs, a.att.Detach())

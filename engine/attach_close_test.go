@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,4 +87,75 @@ func TestCloseCancelsRuntimeCopierAfterGrace(t *testing.T) {
 		t.Fatal("Engine.Close still waiting for the runtime copier 5 s after Close (CloseGrace 100 ms)")
 	}
 	require.ErrorIs(t, f.Wait(context.Background()), ErrClosed)
+}
+
+// Detach "frees every buffer registered on the attachment ... before it
+// returns", and the runtime may release its device (and free the tensors)
+// once it has: a copy still in the runtime's copier after CloseGrace must
+// be told to stop (its context canceled) and have returned before Detach
+// does, as Engine.Close does for every attachment.
+func TestDetachCancelsRuntimeCopierAfterGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		copy func(e *Engine, dev, host *Buffer) *Future
+	}{
+		{"host to runtime", func(e *Engine, dev, host *Buffer) *Future { return e.Copy(context.Background(), dev.All(), host.All()) }},
+		{"runtime to host", func(e *Engine, dev, host *Buffer) *Future { return e.Copy(context.Background(), host.All(), dev.All()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20, Kernel: "6.8"})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, sim.Close()) })
+			rt, err := sim.NewRuntime(hlsim.RuntimeConfig{PoolSize: 4 << 20})
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, rt.Close()) })
+			e := newEngine(t, Config{Devices: DevicesNone, RDMA: RDMAConfig{Disabled: true}, CloseGrace: 100 * time.Millisecond})
+			cp := blockingCopier{started: make(chan struct{}, 1), stop: make(chan struct{})}
+			var returned atomic.Int32 // copier calls that have returned
+			a, err := e.Attach(AttachConfig{Target: rt.Target(), Anchor: rt.Anchor(), Copier: countingCopier{cp, &returned}})
+			require.NoError(t, err)
+			dev, err := a.Register(rt.Anchor().PoolStart, 4096)
+			require.NoError(t, err)
+			host, err := e.Alloc(4096, Host)
+			require.NoError(t, err)
+			f := tc.copy(e, dev, host)
+			<-cp.started
+			detached := make(chan error, 1)
+			go func() { detached <- a.Detach() }()
+			var derr error
+			select {
+			case derr = <-detached:
+			case <-time.After(5 * time.Second):
+				close(cp.stop)
+				<-detached
+				t.Fatal("Detach still waiting for the runtime copier 5 s after it began (CloseGrace 100 ms)")
+			}
+			stillRunning := returned.Load() == 0
+			if stillRunning {
+				close(cp.stop) // let the test end
+			}
+			require.False(t, stillRunning, "Detach returned (%v) while the runtime's copier was still copying attached memory", derr)
+			require.ErrorIs(t, f.Wait(context.Background()), ErrClosed)
+			require.Zero(t, a.Stats().Buffers, "buffers left registered after Detach")
+		})
+	}
+}
+
+// countingCopier counts the calls of a copier that have returned.
+type countingCopier struct {
+	c DeviceCopier
+	n *atomic.Int32
+}
+
+func (c countingCopier) CopyHostToDevice(ctx context.Context, dst uint64, src []byte) error {
+	defer c.n.Add(1)
+	return c.c.CopyHostToDevice(ctx, dst, src)
+}
+func (c countingCopier) CopyDeviceToHost(ctx context.Context, dst []byte, src uint64) error {
+	defer c.n.Add(1)
+	return c.c.CopyDeviceToHost(ctx, dst, src)
+}
+func (c countingCopier) CopyDeviceToDevice(ctx context.Context, dst, src, n uint64) error {
+	defer c.n.Add(1)
+	return c.c.CopyDeviceToDevice(ctx, dst, src, n)
 }

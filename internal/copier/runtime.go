@@ -30,14 +30,53 @@ type Runtime struct {
 	// memory regions registered over the pool.
 	Copies, CopyBytes, MRs atomic.Uint64
 
+	// stopCtx is canceled by StopCopies (Detach, after CloseGrace): the
+	// copies in the copier are told to stop, as Engine.Close tells them.
+	stopCtx context.Context
+	stop    context.CancelFunc
+
 	mu       sync.Mutex
 	bufs     map[*Mem]struct{}
 	detached bool
+	copying  int        // copier calls under way (CopyRuntime)
+	idle     *sync.Cond // on mu: copying dropped to 0
 }
 
 // NewRuntime is the runtime device att, attachment idx.
 func NewRuntime(idx int, att *dma.Attached, cp DeviceCopier) *Runtime {
-	return &Runtime{Idx: idx, Att: att, Copier: cp, bufs: map[*Mem]struct{}{}}
+	r := &Runtime{Idx: idx, Att: att, Copier: cp, bufs: map[*Mem]struct{}{}}
+	r.stopCtx, r.stop = context.WithCancel(context.Background())
+	r.idle = sync.NewCond(&r.mu)
+	return r
+}
+
+// StopCopies cancels the context of every copy in the copier, now and
+// later, and waits for those under way to return; it reports how many
+// there were. Detach calls it once CloseGrace has passed, so that nothing
+// of gxfer's still runs on the runtime's memory once Detach returns.
+func (r *Runtime) StopCopies() int {
+	r.stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.copying
+	for r.copying > 0 {
+		r.idle.Wait()
+	}
+	return n
+}
+
+func (r *Runtime) beginCopy() {
+	r.mu.Lock()
+	r.copying++
+	r.mu.Unlock()
+}
+
+func (r *Runtime) endCopy() {
+	r.mu.Lock()
+	if r.copying--; r.copying == 0 {
+		r.idle.Broadcast()
+	}
+	r.mu.Unlock()
 }
 
 // Add records a buffer registered over the pool; false once detached.
@@ -143,9 +182,12 @@ func CheckRuntime(dst, src Slice) (*Runtime, error) {
 func (c *Copier) CopyRuntime(r *Runtime, f *Future, dst, src Slice, deadline time.Time, internal bool) {
 	start := c.clock()
 	c.runtime.Add(1)
+	r.beginCopy()
 	go func() {
 		defer c.runtime.Done()
+		defer r.endCopy()
 		// The copy's context derives from c.rtCtx, which Close cancels
+		// after CloseGrace, and ends with r.stopCtx, which Detach cancels
 		// after CloseGrace.
 		var (
 			cctx   context.Context
@@ -156,12 +198,16 @@ func (c *Copier) CopyRuntime(r *Runtime, f *Future, dst, src Slice, deadline tim
 		} else {
 			cctx, cancel = context.WithDeadline(c.rtCtx, deadline)
 		}
+		unhook := context.AfterFunc(r.stopCtx, cancel)
 		err := r.copy(cctx, dst, src)
+		unhook()
 		cancel()
 		switch {
 		case err == nil, errors.Is(err, gxerr.NotSupported):
 		case c.rtCtx.Err() != nil:
 			err = gxerr.New(gxerr.Closed, "the engine closed while the device copier ran (after CloseGrace)", err)
+		case r.stopCtx.Err() != nil:
+			err = gxerr.New(gxerr.Closed, "the attachment was detached while the device copier ran (after CloseGrace)", err)
 		case errors.Is(err, context.DeadlineExceeded):
 			err = gxerr.New(gxerr.Timeout, "the device copier did not finish by the deadline", err)
 		default:
