@@ -2,11 +2,14 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 	"unsafe"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/internal/copier"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/ipc"
@@ -57,7 +60,7 @@ func (b *dpBuf) State() *datapath.BufState { return &b.dpState }
 // ExportDMABuf exports Gaudi memory for RDMA registration: through the
 // device's export cache (at the buffer's offset in the DMA-BUF, which
 // package dma carries where the kernel ignores an export offset), or, for
-// runtime memory, the pool's DMA-BUF.
+// runtime memory, a duplicate of the pool's DMA-BUF (closed by Release).
 func (b *dpBuf) ExportDMABuf() (datapath.DMABuf, error) {
 	if !b.loc.gaudi {
 		return datapath.DMABuf{}, newErr(ErrInvalid, "not device memory", nil)
@@ -67,7 +70,19 @@ func (b *dpBuf) ExportDMABuf() (datapath.DMABuf, error) {
 		if err != nil {
 			return datapath.DMABuf{}, err
 		}
-		return datapath.DMABuf{FD: reg.FD, Offset: reg.Offset, Registered: func() { rt.MRs.Add(1) }}, nil
+		// A duplicate of the pool's DMA-BUF, the data path's until its
+		// Release: a Detach that stops waiting for this buffer
+		// (CloseGrace) closes the attachment's own fd, whose number the
+		// process may then reuse while the registration still uses it.
+		f, err := rt.Att.DupDMABuf()
+		if err != nil {
+			kind := ErrDevice
+			if errors.Is(err, dma.ErrDetached) {
+				kind = ErrClosed
+			}
+			return datapath.DMABuf{}, newErr(kind, fmt.Sprintf("buffer %d: duplicate the pool's DMA-BUF", b.id), err)
+		}
+		return datapath.DMABuf{FD: f.Int(), Offset: reg.Offset, Release: func() { _ = f.Close() }, Registered: func() { rt.MRs.Add(1) }}, nil
 	}
 	x, err := copier.ExportOf(&b.m)
 	if err != nil {
