@@ -81,7 +81,10 @@ type attachState struct {
 
 // Attach attaches the engine to a device the runtime owns (see
 // AttachConfig and dma.Attach). The device appears in Devices with
-// Attached set. Engine.Close detaches it.
+// Attached set. Engine.Close detaches it. A refusal wraps the dma error
+// and ErrInvalid (bad anchor or fd), ErrNotSupported (a kernel whose
+// export API attach cannot use), ErrNoDevice (no target given and no
+// runtime in this process) or ErrDevice.
 func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
 	if !e.enter() {
 		return nil, ErrClosed
@@ -89,7 +92,7 @@ func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
 	defer e.exit()
 	att, err := dma.Attach(cfg.Target, cfg.Anchor, dma.AttachOptions{Logger: e.cfg.Logger})
 	if err != nil {
-		return nil, fmt.Errorf("gxfer: attach: %w", err)
+		return nil, newErr(attachErrKind(err), "attach", err)
 	}
 	s := &e.attach
 	s.mu.Lock()
@@ -99,6 +102,22 @@ func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
 	e.log.Info().Str("device", att.Name()).Str("lent_by", att.Source()).Uint64("pool", cfg.Anchor.PoolStart).
 		Uint64("pool_len", cfg.Anchor.PoolLen).Bool("copier", cfg.Copier != nil).Msg("attached")
 	return a, nil
+}
+
+// attachErrKind is the engine's error kind for a refused dma.Attach: bad
+// input (the anchor, the fd, or an export the driver refuses with EINVAL)
+// is ErrInvalid, an export API attach cannot use ErrNotSupported, no
+// runtime in this process ErrNoDevice; anything else is the device's.
+func attachErrKind(err error) error {
+	switch {
+	case errors.Is(err, dma.ErrNoRuntime):
+		return ErrNoDevice
+	case errors.Is(err, dma.ErrInvalid):
+		return ErrInvalid
+	case errors.Is(err, dma.ErrNotSupported):
+		return ErrNotSupported
+	}
+	return ErrDevice
 }
 
 // Location is where the attachment's buffers live.
