@@ -47,7 +47,7 @@ type CQConfig struct {
 	// flight on the CQ (default 1024).
 	Size int
 	// Batch is the most completions one poll (one cgo call) returns
-	// (default 64).
+	// (default 64; at most Size and MaxCQBatch).
 	Batch int
 	// BusyPoll polls without ever sleeping: lowest latency, and it keeps a
 	// CPU core busy for as long as the CQ is open. No completion channel is
@@ -71,6 +71,13 @@ type CQConfig struct {
 	Vector int
 }
 
+// MaxCQBatch bounds CQConfig.Batch: NewCQ allocates that many
+// completion records up front, and a device that reports no CQ size
+// limit leaves Size unbounded, so a huge Batch ended the process in make.
+// One poll never needs more: at 4096 completions a cgo call, the call's
+// cost is already nothing next to the completions' handling.
+const MaxCQBatch = 4096
+
 func (c *CQConfig) defaults() {
 	if c.Size <= 0 {
 		c.Size = 1024
@@ -78,7 +85,7 @@ func (c *CQConfig) defaults() {
 	if c.Batch <= 0 {
 		c.Batch = 64
 	}
-	c.Batch = min(c.Batch, c.Size)
+	c.Batch = min(c.Batch, c.Size, MaxCQBatch)
 	if c.Spin < 0 {
 		c.Spin = 0
 	}

@@ -71,3 +71,25 @@ func TestSlotGenerationWraps(t *testing.T) {
 	}
 	assert.Equal(t, []uint16{0xffff, 1, 2}, gens, "generation 0 is skipped")
 }
+
+// TestCQConfigBatchBounds: NewCQ allocates Batch completion records up
+// front, so a huge Batch (with a Size to match, on a device that reports
+// no CQ size limit) must not reach make: it is clamped to MaxCQBatch.
+func TestCQConfigBatchBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		size, batch int
+		want        int
+	}{
+		{"defaults", 0, 0, 64},
+		{"at most Size", 16, 64, 16},
+		{"huge", 1 << 40, 1 << 40, MaxCQBatch},
+		{"at the bound", 1 << 20, MaxCQBatch, MaxCQBatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := CQConfig{Size: tc.size, Batch: tc.batch}
+			c.defaults()
+			require.Equal(t, tc.want, c.Batch)
+		})
+	}
+}
