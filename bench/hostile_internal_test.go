@@ -133,6 +133,8 @@ func TestServerIdleClient(t *testing.T) {
 	}
 	require.Empty(t, pinging.call(t, `{"op":"bye"}`).Error)
 
+	// A server of its own: the one above frees itself only after the bye.
+	srv, _ = startRawServer(t, func(s *Server) { s.idleWait = 300 * time.Millisecond })
 	idle := dialRaw(t, srv)
 	require.Empty(t, idle.call(t, rawHello).Error)
 	requireServed(t, srv, "the idle client still holds the server")
