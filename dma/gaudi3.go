@@ -158,6 +158,16 @@ type g3Part struct {
 	target uint64
 }
 
+// on reports whether cs has a part on one of the channels in.
+func (cs *g3CS) on(in map[*g3Chan]bool) bool {
+	for _, p := range cs.parts {
+		if in[p.c] {
+			return true
+		}
+	}
+	return false
+}
+
 func (c *g3Chan) reg(off int) *uint32 { return (*uint32)(unsafe.Pointer(&c.regs[off])) }
 func (c *g3Chan) store(off int, v uint32) {
 	atomic.StoreUint32(c.reg(off), v)
@@ -486,11 +496,7 @@ func (g *g3Dev) recoverLocked(chans []*g3Chan, status CSStatus, zero bool) {
 		in[c] = true
 	}
 	for seq, cs := range g.pending {
-		touches := false
-		for _, p := range cs.parts {
-			touches = touches || in[p.c]
-		}
-		if !touches {
+		if !cs.on(in) {
 			continue
 		}
 		if !cs.reached() {

@@ -418,11 +418,7 @@ func (g *g3Dev) stopSetLocked(seed []*g3Chan) []*g3Chan {
 	for grew := true; grew; {
 		grew = false
 		for _, cs := range g.pending {
-			touches := false
-			for _, p := range cs.parts {
-				touches = touches || in[p.c]
-			}
-			if !touches {
+			if !cs.on(in) {
 				continue
 			}
 			for _, p := range cs.parts {
