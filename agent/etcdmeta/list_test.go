@@ -32,6 +32,22 @@ func records(n int) []meta.Metadata {
 	return out
 }
 
+// pagedStore is a store on a new etcd server that lists 3 keys a page,
+// with records(10) put under its prefix by cli.
+func pagedStore(t *testing.T) (context.Context, *clientv3.Client, *Store, []meta.Metadata) {
+	t.Helper()
+	srv := etcdtest.New(t)
+	cli := rawClient(t, srv.Endpoints())
+	ctx := ctxT(t)
+	s := open(t, srv, 0)
+	s.listPage = 3
+	want := records(10)
+	for _, m := range want {
+		putRecord(ctx, t, cli, s, m)
+	}
+	return ctx, cli, s, want
+}
+
 // TestListPages: List reads the records in pages of listPage keys, one
 // request each, and returns them all, sorted by name, with one Lists
 // count per List. It used to read them all with one request.
@@ -82,15 +98,7 @@ func TestListPages(t *testing.T) {
 // last reads are of that revision, so a watch from them reports the
 // changes the List did not.
 func TestListSnapshot(t *testing.T) {
-	srv := etcdtest.New(t)
-	cli := rawClient(t, srv.Endpoints())
-	ctx := ctxT(t)
-	s := open(t, srv, 0)
-	s.listPage = 3
-	want := records(10)
-	for _, m := range want {
-		putRecord(ctx, t, cli, s, m)
-	}
+	ctx, cli, s, want := pagedStore(t)
 	var deletedAt int64
 	pages := 0
 	s.betweenPages = func() {
@@ -150,15 +158,7 @@ func TestListCompacted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := etcdtest.New(t)
-			cli := rawClient(t, srv.Endpoints())
-			ctx := ctxT(t)
-			s := open(t, srv, 0)
-			s.listPage = 3
-			want := records(10)
-			for _, m := range want {
-				putRecord(ctx, t, cli, s, m)
-			}
+			ctx, cli, s, want := pagedStore(t)
 			hooks := 0
 			s.betweenPages = func() {
 				if hooks++; hooks > tt.compacts {
