@@ -60,12 +60,7 @@ func (c blockingCopier) CopyDeviceToDevice(ctx context.Context, _, _, _ uint64) 
 // copier must be told to stop (its context canceled) rather than make
 // Close wait for ever.
 func TestCloseCancelsRuntimeCopierAfterGrace(t *testing.T) {
-	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20, Kernel: "6.8"})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, sim.Close()) })
-	rt, err := sim.NewRuntime(hlsim.RuntimeConfig{PoolSize: 4 << 20})
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	_, rt := emulatedRuntime(t, "6.8", hlsim.RuntimeConfig{PoolSize: 4 << 20})
 	e, err := New(Config{Devices: DevicesNone, RDMA: RDMAConfig{Disabled: true}, CloseGrace: 100 * time.Millisecond})
 	require.NoError(t, err)
 	cp := blockingCopier{started: make(chan struct{}, 1), stop: make(chan struct{})}
@@ -103,12 +98,7 @@ func TestDetachCancelsRuntimeCopierAfterGrace(t *testing.T) {
 		{"runtime to host", func(e *Engine, dev, host *Buffer) *Future { return e.Copy(context.Background(), host.All(), dev.All()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20, Kernel: "6.8"})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, sim.Close()) })
-			rt, err := sim.NewRuntime(hlsim.RuntimeConfig{PoolSize: 4 << 20})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, rt.Close()) })
+			_, rt := emulatedRuntime(t, "6.8", hlsim.RuntimeConfig{PoolSize: 4 << 20})
 			e := newEngine(t, Config{Devices: DevicesNone, RDMA: RDMAConfig{Disabled: true}, CloseGrace: 100 * time.Millisecond})
 			cp := blockingCopier{started: make(chan struct{}, 1), stop: make(chan struct{})}
 			var returned atomic.Int32 // copier calls that have returned

@@ -19,12 +19,7 @@ import (
 func TestAttachDataPathExportOutlivesDetach(t *testing.T) {
 	for _, kernel := range []string{"6.5", "6.8"} {
 		t.Run(kernel, func(t *testing.T) {
-			sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20, Kernel: kernel})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, sim.Close()) })
-			rt, err := sim.NewRuntime(hlsim.RuntimeConfig{PoolSize: 4 << 20})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, rt.Close()) })
+			_, rt := emulatedRuntime(t, kernel, hlsim.RuntimeConfig{PoolSize: 4 << 20})
 			e := newEngine(t, Config{Devices: DevicesNone, RDMA: RDMAConfig{Disabled: true}, CloseGrace: 20 * time.Millisecond})
 			a, err := e.Attach(AttachConfig{Target: rt.Target(), Anchor: rt.Anchor(), Copier: rt})
 			require.NoError(t, err)

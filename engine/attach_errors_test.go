@@ -41,12 +41,7 @@ func TestAttachRefusalsAreTyped(t *testing.T) {
 		{"no runtime in this process", "6.8", func(*hlsim.Runtime) dma.AttachTarget { return dma.AttachTarget{} }, nil, ErrNoDevice, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20, Kernel: tc.kernel})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, sim.Close()) })
-			rt, err := sim.NewRuntime(hlsim.RuntimeConfig{PoolSize: 4 << 20, PoolOffset: 1 << 20})
-			require.NoError(t, err)
-			t.Cleanup(func() { require.NoError(t, rt.Close()) })
+			_, rt := emulatedRuntime(t, tc.kernel, hlsim.RuntimeConfig{PoolSize: 4 << 20, PoolOffset: 1 << 20})
 			e := newEngine(t, Config{Devices: DevicesNone, RDMA: RDMAConfig{Disabled: true}})
 			cfg := AttachConfig{Target: rt.Target(), Anchor: rt.Anchor(), Copier: rt}
 			if tc.target != nil {

@@ -20,14 +20,22 @@ type attached struct {
 	a   *Attachment
 }
 
-func newAttached(t *testing.T, kernel string, poolOffset uint64, copier bool) *attached {
+// emulatedRuntime is an emulated Gaudi2 (uAPI of kernel) with the
+// emulated runtime rc on it; both close with the test.
+func emulatedRuntime(t *testing.T, kernel string, rc hlsim.RuntimeConfig) (*hlsim.Device, *hlsim.Runtime) {
 	t.Helper()
 	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20, Kernel: kernel})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, sim.Close()) })
-	rt, err := sim.NewRuntime(hlsim.RuntimeConfig{PoolSize: 32 << 20, PoolOffset: poolOffset})
+	rt, err := sim.NewRuntime(rc)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	return sim, rt
+}
+
+func newAttached(t *testing.T, kernel string, poolOffset uint64, copier bool) *attached {
+	t.Helper()
+	sim, rt := emulatedRuntime(t, kernel, hlsim.RuntimeConfig{PoolSize: 32 << 20, PoolOffset: poolOffset})
 	// The engine opens no device of its own: the runtime holds the only one.
 	e := newEngine(t, Config{Devices: DevicesNone, RDMA: RDMAConfig{Disabled: true}})
 	cfg := AttachConfig{Target: rt.Target(), Anchor: rt.Anchor()}
