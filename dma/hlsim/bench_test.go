@@ -1,8 +1,12 @@
 package hlsim
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/cpu"
 
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
@@ -38,4 +42,48 @@ func BenchmarkCSRoundTrip(b *testing.B) {
 			b.ReportMetric(float64((r.d.Stats().DMABusy-busy0).Nanoseconds())/float64(n), "dma-busy-ns/cs")
 		})
 	}
+}
+
+// BenchmarkCoreHandoff is the machine's floor for handing work between
+// two cores: two goroutines, each locked to its own thread, pass a
+// counter back and forth through two cache lines, spinning without
+// yielding; ns/op is one round trip. A batch-1 copy on the emulated
+// Gaudi2 makes such a round trip at least once (to the emulated engine
+// and back to the waiter), plus one for every further line the two sides
+// both write on the way.
+//
+//	go test -run '^$' -bench CoreHandoff ./dma/hlsim/
+func BenchmarkCoreHandoff(b *testing.B) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		b.Skip("needs two cores: the spinning sides never yield")
+	}
+	var ping, pong struct {
+		v atomic.Int64
+		_ cpu.CacheLinePad
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for i := int64(1); ; i++ {
+			for ping.v.Load() != i {
+				if ping.v.Load() < 0 {
+					return
+				}
+			}
+			pong.v.Store(i)
+		}
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	i := int64(0)
+	for b.Loop() {
+		i++
+		ping.v.Store(i)
+		for pong.v.Load() != i {
+		}
+	}
+	ping.v.Store(-1)
+	<-done
 }
