@@ -101,8 +101,13 @@ func ParseRemoteKey(b []byte) (RemoteKey, error) {
 	return RemoteKey{k: k}, nil
 }
 
-// Bytes encodes the key for sending to a peer.
+// Bytes encodes the key for sending to a peer. A key with a range error
+// (Err) encodes to nil: its key is the one it was sliced from, which
+// grants more than the range asked for.
 func (k RemoteKey) Bytes() []byte {
+	if k.err != nil {
+		return nil
+	}
 	b, _ := k.k.MarshalBinary()
 	return b
 }
