@@ -14,10 +14,10 @@ import (
 // (same lengths, pairwise), as one operation: one future with a status per
 // element (Future.Errs, index i for element i). It is the list form of Put
 // (see Put for ctx, options and completion): every element is checked as
-// Put checks it, and if one fails the check nothing is started and the
-// future resolves at once: Errs[i] names element i and wraps its error
-// (ErrInvalid, ErrForeign, the slice's own), the others say the list was
-// not started.
+// Put checks it, and its local buffer must not be freed already; if one
+// fails the check nothing is started and the future resolves at once:
+// Errs[i] names element i and wraps its error (ErrInvalid, ErrForeign,
+// ErrFreed, the slice's own), the others say the list was not started.
 //
 // What a list gains over as many Puts depends on the transport. Over
 // "unix", elements between host memory and the peer's mapped host memory
@@ -58,6 +58,12 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	for i := range n {
 		if err := ep.checkOwned(put, &locals[i], &remotes[i], peer); err != nil {
 			return listInvalid(n, i, err)
+		}
+		// A freed buffer is a bad argument: refused before anything
+		// moves, not left to the data path (which failed it alone, or
+		// with the elements of its whole request over "tcp").
+		if b := locals[i].buf; b.state.Load()&freedBit != 0 {
+			return listInvalid(n, i, newErr(ErrFreed, fmt.Sprintf("buffer %d (%s)", b.id, b.loc), nil))
 		}
 	}
 	var deadline time.Time
