@@ -67,3 +67,26 @@ func TestInfoAttachRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestInfoAttachEmulatedModel: -attach emulated lends a device of the
+// model -model asks for, as the owned mode opens one.
+func TestInfoAttachEmulatedModel(t *testing.T) {
+	for _, tc := range []struct {
+		model, want string
+	}{
+		{"gaudi1", "Gaudi"},
+		{"gaudi2", "Gaudi2"},
+		{"gaudi3", "Gaudi3"},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			code, out, errs := gxfer(t, "info", "-json", "-attach", "emulated", "-model", tc.model)
+			require.Equal(t, 0, code, errs)
+			var doc infoDoc
+			require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+			require.Len(t, doc.Devices, 1)
+			assert.Equal(t, "attached", doc.Devices[0].Mode)
+			assert.Equal(t, tc.want, doc.Devices[0].Model)
+			assert.True(t, doc.Devices[0].Emulated)
+		})
+	}
+}
