@@ -344,7 +344,7 @@ func BenchmarkName(x Result, gomaxprocs int) string {
 // benchstat can compare runs. Bandwidth is written in B/s (exact bytes per
 // second; benchstat scales it with binary prefixes), not "MB/s", which the
 // format defines as 10^6 bytes per second. The latency metrics p50-ns and
-// p99-ns follow the latency kind of the run.
+// p99-ns follow the latency kind (gxfer-latency) of each result.
 func (r *Report) WriteBenchfmt(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "goos: %s\ngoarch: %s\npkg: github.com/gxfer/gxfer/cmd/gxfer\n", r.Env.GOOS, r.Env.GOARCH)
@@ -352,10 +352,7 @@ func (r *Report) WriteBenchfmt(w io.Writer) error {
 		fmt.Fprintf(bw, "cpu: %s\n", r.Env.CPU)
 	}
 	fmt.Fprintf(bw, "gxfer-cpus: %d\ngxfer-transport: %s\n", r.Env.CPUs, r.Params.Transport)
-	fmt.Fprintf(bw, "gxfer-window: %d\ngxfer-batch: %d\ngxfer-warmup: %d\n", r.Params.Window, r.Params.Batch, r.Params.Warmup)
-	if len(r.Results) > 0 {
-		fmt.Fprintf(bw, "gxfer-latency: %s\n", r.Results[0].LatencyKind)
-	}
+	fmt.Fprintf(bw, "gxfer-warmup: %d\n", r.Params.Warmup)
 	var devs []string
 	emulated := false
 	for _, d := range r.Env.Devices {
@@ -382,7 +379,15 @@ func (r *Report) WriteBenchfmt(w io.Writer) error {
 	if r.Env.Kernel != "" {
 		fmt.Fprintf(bw, "kernel: %s\n", r.Env.Kernel)
 	}
+	// Latency tests run with one operation in flight whatever the run's
+	// window, and each test has its latency kind: the configuration lines
+	// of a result precede it whenever they change.
+	window, batch, kind := -1, -1, LatencyKind("")
 	for _, x := range r.Results {
+		if x.Window != window || x.Batch != batch || x.LatencyKind != kind {
+			window, batch, kind = x.Window, x.Batch, x.LatencyKind
+			fmt.Fprintf(bw, "gxfer-window: %d\ngxfer-batch: %d\ngxfer-latency: %s\n", window, batch, kind)
+		}
 		nsPerOp := 0.0
 		if x.Iterations > 0 {
 			nsPerOp = x.ElapsedSec * 1e9 / float64(x.Iterations)
