@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -183,6 +184,18 @@ const maxEmulated = 8
 
 var kernelRE = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`)
 
+// kernelAtLeast61 reports whether release (matched by kernelRE) is 6.1 or
+// later, with numbers that fit an int (as dma/hlsim parses it).
+func kernelAtLeast61(release string) bool {
+	parts := strings.Split(release, ".")
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return major > 6 || (major == 6 && minor >= 1)
+}
+
 // engineDefaults are the engine settings gxfer passes explicitly (they are
 // engine.Config's documented defaults), so that info can report them.
 func engineDefaults() engine.Config {
@@ -239,6 +252,9 @@ func (c *commonFlags) config(stderr io.Writer) (engine.Config, error) {
 	}
 	if !kernelRE.MatchString(c.kernel) {
 		return cfg, usagef("bad -kernel %q (want a release such as 6.8 or 6.1)", c.kernel)
+	}
+	if !kernelAtLeast61(c.kernel) {
+		return cfg, usagef("bad -kernel %q (want 6.1 or later: older uAPI generations are not emulated)", c.kernel)
 	}
 	cfg.Emulator.Kernel = c.kernel
 	cfg.EmulatedCount = c.emulated
