@@ -3,6 +3,7 @@
 //	gxfer info [flags]   devices, memory domains, transports and caches (like ucx_info -d)
 //	gxfer perf [flags]   copy bandwidth and latency (like ucx_perftest, ib_write_bw);
 //	                     -agent: named agents and the KV-cache workload (like nixlbench)
+//	gxfer soak [flags]   the chaos and soak workload: verified transfers under injected faults
 //	gxfer agents -etcd URL  the live agents of a cluster and their sections
 //	gxfer help [command]
 //
@@ -71,6 +72,15 @@ func commands() []command {
 	}
 }
 
+// commandNames lists the commands' names, joined by sep.
+func commandNames(sep string) string {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	return strings.Join(names, sep)
+}
+
 func lookupCommand(name string) (command, bool) {
 	for _, c := range commands() {
 		if c.name == name {
@@ -90,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "gxfer: missing command (info, perf or help); run 'gxfer help'")
+		fmt.Fprintf(stderr, "gxfer: missing command (%s or help); run 'gxfer help'\n", commandNames(", "))
 		return exitUsage
 	}
 	name, rest := args[0], args[1:]
@@ -100,7 +110,7 @@ func runContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	cmd, ok := lookupCommand(name)
 	if !ok {
-		fmt.Fprintf(stderr, "gxfer: unknown command %q (want info, perf or help); run 'gxfer help'\n", name)
+		fmt.Fprintf(stderr, "gxfer: unknown command %q (want %s or help); run 'gxfer help'\n", name, commandNames(", "))
 		return exitUsage
 	}
 	err := cmd.run(ctx, rest, stdout, stderr)
@@ -130,12 +140,12 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if len(args) > 1 {
-		fmt.Fprintln(stderr, "gxfer help: too many arguments; want 'gxfer help [info|perf]'")
+		fmt.Fprintf(stderr, "gxfer help: too many arguments; want 'gxfer help [%s]'\n", commandNames("|"))
 		return exitUsage
 	}
 	cmd, ok := lookupCommand(args[0])
 	if !ok {
-		fmt.Fprintf(stderr, "gxfer help: unknown command %q (want info or perf)\n", args[0])
+		fmt.Fprintf(stderr, "gxfer help: unknown command %q (want %s)\n", args[0], commandNames(", "))
 		return exitUsage
 	}
 	cmd.usage(stdout)
