@@ -183,6 +183,8 @@ func (o *perfOpts) checkAgent(set map[string]bool) (agentPlan, error) {
 		return pl, usagef("bad -wait %v", a.wait)
 	case a.initiators < 0:
 		return pl, usagef("bad -initiators %d", a.initiators)
+	case o.device < 0:
+		return pl, usagef("bad -d %d (want a device index, 0 or more)", o.device)
 	}
 	// The target's section holds a region per initiator (setupTarget);
 	// the per-region product is at most 2^52 here, and the division keeps

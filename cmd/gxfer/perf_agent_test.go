@@ -136,6 +136,8 @@ func TestPerfAgentUsageErrors(t *testing.T) {
 		{[]string{"-agent", "-t", "h2d"}, "-t has no meaning with -agent"},
 		{[]string{"-agent", "-peer", "x"}, "-peer needs -role"},
 		{[]string{"-blocks", "4"}, "-blocks needs -agent"},
+		{[]string{"-agent", "-d", "-1", "-requests", "1"}, "bad -d -1"},
+		{[]string{"-agent", "-d", "-1", "-m", "gaudi,gaudi", "-requests", "1"}, "bad -d -1"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errs := gxfer(t, append([]string{"perf"}, tc.args...)...)
