@@ -136,6 +136,10 @@ type Test struct {
 	// Prepare allocates the buffers for one message size, fills the source
 	// with a pattern and the destination with something else.
 	Prepare func(ctx context.Context, env *Env, size int) (Workload, error)
+
+	// checkSize, if set, reports why the test cannot run at a message size
+	// in env: NewReport refuses the run before anything is measured.
+	checkSize func(env *Env, size int) error
 }
 
 // NeedsDevice reports whether the test touches this process's Gaudi

@@ -236,6 +236,14 @@ func NewReport(env *Env, tests []Test, p Params) (*Report, error) {
 		if t.Peer != NoPeer && p.Batch > 1 {
 			return nil, fmt.Errorf("batches (-b %d) are not supported by test %s: an endpoint has no batch API", p.Batch, t.Name)
 		}
+		for _, size := range p.Sizes {
+			if t.checkSize == nil {
+				break
+			}
+			if err := t.checkSize(env, size); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// The clock is calibrated here, once per process and mode, not in
 	// the first measurement.
