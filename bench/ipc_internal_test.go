@@ -369,6 +369,8 @@ func TestIPCServerClientVanishes(t *testing.T) {
 	err = <-done
 	require.ErrorContains(t, err, "disconnected without saying bye")
 	require.Error(t, w.Close())
+	// Close stops the client's keepalive (its bye fails: nobody listens).
+	require.Error(t, p.Close())
 }
 
 func TestIPCClientTimesOut(t *testing.T) {
