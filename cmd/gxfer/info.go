@@ -144,14 +144,27 @@ type engineInfo struct {
 
 func runInfo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, common, asJSON := infoFlags()
-	if _, err := parseFlags(fs, args, common); err != nil {
+	set, err := parseFlags(fs, args, common)
+	if err != nil {
 		return err
+	}
+	attach := fs.Lookup("attach").Value.(*attachFlag).mode
+	if attach != "" {
+		// The runtime lends its one device; gxfer opens none of its own.
+		conflicts := []string{"devices", "emulated"}
+		if attach == "runtime" {
+			conflicts = append(conflicts, "model", "kernel")
+		}
+		for _, f := range conflicts {
+			if set[f] {
+				return usagef("-%s has no meaning with -attach %s (the runtime lends its device; gxfer opens none)", f, attach)
+			}
+		}
 	}
 	cfg, err := common.config(stderr)
 	if err != nil {
 		return err
 	}
-	attach := fs.Lookup("attach").Value.(*attachFlag).mode
 	if attach != "" {
 		cfg.Devices = engine.DevicesNone // the runtime holds the device
 	}

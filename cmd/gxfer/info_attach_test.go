@@ -90,3 +90,15 @@ func TestInfoAttachEmulatedModel(t *testing.T) {
 		})
 	}
 }
+
+// TestInfoAttachFlagConflicts: with -attach the runtime lends one device,
+// so the flags that choose the devices gxfer opens itself are usage
+// errors, not silently ignored; -attach runtime emulates nothing.
+func TestInfoAttachFlagConflicts(t *testing.T) {
+	checkUsageErrors(t, "gxfer info", []usageCase{
+		{[]string{"info", "-attach", "emulated", "-emulated", "3"}, "-emulated has no meaning with -attach"},
+		{[]string{"info", "-attach", "emulated", "-devices", "emulated"}, "-devices has no meaning with -attach"},
+		{[]string{"info", "-attach", "runtime", "-model", "gaudi3"}, "-model has no meaning with -attach runtime"},
+		{[]string{"info", "-attach", "runtime", "-kernel", "6.5"}, "-kernel has no meaning with -attach runtime"},
+	})
+}
