@@ -287,12 +287,16 @@ func (c *clock) dur(ticks int64) time.Duration {
 	return time.Duration(float64(ticks) * c.nsPerTick)
 }
 
-// ticks converts a duration to ticks.
+// ticks converts a duration to ticks, at most math.MaxInt64.
 func (c *clock) ticks(d time.Duration) int64 {
 	if !c.tsc {
 		return int64(d)
 	}
-	return int64(float64(d) / c.nsPerTick)
+	t := float64(d) / c.nsPerTick
+	if t >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(t)
 }
 
 // Source names the clock for reports: "tsc" (chosen by ClockAuto),

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -252,4 +253,28 @@ func TestExportedClock(t *testing.T) {
 	}
 	_, err := NewClock("rdtsc")
 	require.Error(t, err)
+}
+
+// TestClockTicksSaturate: a duration whose tick count does not fit an
+// int64 (a -time of centuries on a TSC faster than 1 GHz) converts to the
+// largest count, not to a wrapped negative one that would end a timed
+// measurement after its first message.
+func TestClockTicksSaturate(t *testing.T) {
+	tsc := &clock{tsc: true, nsPerTick: 0.4} // 2.5 GHz
+	mono := &clock{nsPerTick: 1}
+	for _, tc := range []struct {
+		name string
+		c    *clock
+		d    time.Duration
+		want int64
+	}{
+		{"tsc 1s", tsc, time.Second, 2_500_000_000},
+		{"tsc 2000000h", tsc, 2_000_000 * time.Hour, math.MaxInt64},
+		{"tsc max", tsc, math.MaxInt64, math.MaxInt64},
+		{"monotonic max", mono, math.MaxInt64, math.MaxInt64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, tc.c.ticks(tc.d))
+		})
+	}
 }
