@@ -132,6 +132,16 @@ func (r *Report) plotTitle() string {
 		}
 		devs = append(devs, fmt.Sprintf("gaudi%d %s (%s)", d.Index, d.Model, kind))
 	}
+	if pe := r.PeerEnv; pe != nil {
+		// The peer's devices are in the path of tests on its Gaudi memory.
+		for _, d := range pe.Devices {
+			kind := "real"
+			if d.Emulated {
+				kind = "EMULATED"
+			}
+			devs = append(devs, fmt.Sprintf("peer gaudi%d %s (%s)", d.Index, d.Model, kind))
+		}
+	}
 	if len(devs) == 0 {
 		devs = []string{"no Gaudi (host only)"}
 	}
