@@ -428,22 +428,15 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 			return fmt.Errorf("-clock %s: %w", o.clock, err)
 		}
 	}
-	if o.cpuprofile != "" {
-		f, err := os.Create(o.cpuprofile)
-		if err != nil {
-			return usagef("-cpuprofile: %v", err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return fmt.Errorf("-cpuprofile: %w", err)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			if cerr := f.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("-cpuprofile: %w", cerr)
-			}
-		}()
+	stopProfile, err := startCPUProfile(o.cpuprofile)
+	if err != nil {
+		return err
 	}
+	defer func() {
+		if cerr := stopProfile(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 	eng, err := openEngine(cfg)
 	if err != nil {
 		return err
@@ -562,6 +555,29 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		}
 	}
 	return nil
+}
+
+// startCPUProfile starts -cpuprofile's profile into path ("": none);
+// stop ends it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usagef("-cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("-cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // runServer is gxfer perf -server: it serves ipc or tcp clients until

@@ -109,7 +109,7 @@ const maxSlots = 1 << 20
 func (o *perfOpts) checkAgent(set map[string]bool) (agentPlan, error) {
 	a := &o.agent
 	var pl agentPlan
-	for _, f := range []string{"t", "s", "sweep", "n", "time", "w", "b", "count", "x", "server", "once", "json", "csv", "benchfmt", "plot", "clock", "tcp-spin", "tcp-lanes", "rdma-cq"} {
+	for _, f := range []string{"t", "s", "sweep", "n", "time", "w", "b", "count", "x", "server", "once", "json", "csv", "benchfmt", "plot", "clock", "tcp-spin", "tcp-lanes", "rdma-cq", "q"} {
 		if set[f] {
 			return pl, usagef("-%s has no meaning with -agent", f)
 		}

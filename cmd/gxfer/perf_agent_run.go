@@ -22,6 +22,11 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 	if err != nil {
 		return err
 	}
+	stopProfile, err := startCPUProfile(o.cpuprofile)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, stopProfile()) }()
 	ms, err := startMetrics(o.metrics, stderr)
 	if err != nil {
 		return err

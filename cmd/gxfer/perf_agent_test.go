@@ -222,3 +222,20 @@ func TestPerfAgentSlotCap(t *testing.T) {
 		})
 	}
 }
+
+// TestPerfAgentCPUProfileAndQuiet: -cpuprofile profiles an agent mode run
+// as any perf run, and -q, which agent mode does not implement (it has
+// no machine format to keep), is a usage error rather than ignored.
+func TestPerfAgentCPUProfileAndQuiet(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "agent.prof")
+	code, out, errs := gxfer(t, append([]string{"perf", "-agent", "-cpuprofile", prof}, tinyKV...)...)
+	require.Equal(t, exitOK, code, errs)
+	checkKVReport(t, out, 40)
+	st, err := os.Stat(prof)
+	require.NoError(t, err, "-cpuprofile wrote no profile")
+	assert.Positive(t, st.Size())
+
+	checkUsageErrors(t, "gxfer perf", []usageCase{
+		{append([]string{"perf", "-agent", "-q"}, tinyKV...), "-q has no meaning with -agent"},
+	})
+}
