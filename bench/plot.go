@@ -88,11 +88,21 @@ func (r *Report) WritePlot(w io.Writer, format string) error {
 	if err != nil {
 		return err
 	}
-	latTitle := "Latency: median round trip, µs"
-	if r.Results[0].LatencyKind == PerOp {
-		latTitle = "Latency: median time per copy, µs"
+	// Each test has its latency kind (put_lat one-way, bandwidth tests
+	// per copy with -O): one kind names the panel, several each line.
+	kinds := map[string]LatencyKind{}
+	mixed := false
+	for _, x := range r.Results {
+		kinds[x.Test] = x.LatencyKind
+		mixed = mixed || x.LatencyKind != r.Results[0].LatencyKind
 	}
-	lat, err := r.panel(latTitle, "µs", func(x Result) float64 { return x.Latency.Median })
+	latTitle := "Latency: median " + r.Results[0].LatencyKind.plotLabel() + ", µs"
+	latLegend := func(test string) string { return test }
+	if mixed {
+		latTitle = "Latency: median, µs"
+		latLegend = func(test string) string { return test + ": " + kinds[test].plotLabel() }
+	}
+	lat, err := r.panelNamed(latTitle, "µs", func(x Result) float64 { return x.Latency.Median }, latLegend)
 	if err != nil {
 		return err
 	}
@@ -150,9 +160,25 @@ func (r *Report) plotTitle() string {
 		p.Transport, strings.Join(devs, ", "), p.Window, p.Batch, r.Env.GoVersion, r.Env.GOOS, r.Env.GOARCH, r.Env.CPUs)
 }
 
+// plotLabel says what a latency of the kind is, for the plot.
+func (k LatencyKind) plotLabel() string {
+	switch k {
+	case PerOp:
+		return "time per copy"
+	case OneWay:
+		return "one-way (half a round trip)"
+	}
+	return "round trip"
+}
+
 // panel builds one panel: value against size, log-log, one line per test
 // (the median over repetitions when -count is above 1).
 func (r *Report) panel(title, ylabel string, value func(Result) float64) (*plot.Plot, error) {
+	return r.panelNamed(title, ylabel, value, func(test string) string { return test })
+}
+
+// panelNamed is panel with each test's legend entry given by legend.
+func (r *Report) panelNamed(title, ylabel string, value func(Result) float64, legend func(test string) string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "message size"
@@ -198,7 +224,7 @@ func (r *Report) panel(title, ylabel string, value func(Result) float64) (*plot.
 		line.Color, line.Width = col, vg.Points(1.8)
 		points.Color, points.Shape, points.Radius = col, plotutil.Shape(i), vg.Points(3)
 		p.Add(line, points)
-		p.Legend.Add(name, line, points)
+		p.Legend.Add(legend(name), line, points)
 	}
 	if math.IsInf(xmin, 0) {
 		return nil, errors.New("plot: no positive values to plot")
