@@ -18,6 +18,9 @@ import (
 // fails the check nothing is started and the future resolves at once:
 // Errs[i] names element i and wraps its error (ErrInvalid, ErrForeign,
 // ErrFreed, the slice's own), the others say the list was not started.
+// A local buffer freed while the list runs fails at most the elements
+// in it, with ErrFreed; the others move (an element that held its buffer
+// before the Free moves, and the memory lives until it ends).
 //
 // What a list gains over as many Puts depends on the transport. Over
 // "unix", elements between host memory and the peer's mapped host memory
@@ -60,8 +63,8 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 			return listInvalid(n, i, err)
 		}
 		// A freed buffer is a bad argument: refused before anything
-		// moves, not left to the data path (which failed it alone, or
-		// with the elements of its whole request over "tcp").
+		// moves, not left to the data path (which fails its elements
+		// alone).
 		if b := locals[i].buf; b.state.Load()&freedBit != 0 {
 			return listInvalid(n, i, newErr(ErrFreed, fmt.Sprintf("buffer %d (%s)", b.id, b.loc), nil))
 		}

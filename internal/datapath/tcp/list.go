@@ -157,30 +157,52 @@ func (p *path) listOps(reqs []datapath.Req, base int, c datapath.Completer) []*l
 	return ops
 }
 
-// acquire holds the local memory of entries [0, n) of o, once per run of
+// acquire holds the local memory of the entries of o, once per run of
 // entries of one buffer (a list's entries are mostly slices of a few
-// buffers: a thousand atomic operations on one word are not free); on a
-// failure it holds nothing and returns the error.
-func (o *listOp) acquire(n int) error {
+// buffers: a thousand atomic operations on one word are not free). The
+// entries of a run whose buffer cannot be held (freed since the engine
+// checked the list) are dropped: each fails alone with its buffer's
+// error, and the request names it with no bytes. It returns how many
+// entries were dropped.
+func (o *listOp) acquire() int {
 	var held datapath.Buf
-	for i := range n {
-		b := o.reqs[i].Local.B
-		if b == held {
-			continue
+	var err error
+	dropped := 0
+	for i := range o.reqs {
+		if b := o.reqs[i].Local.B; b != held {
+			held, err = b, b.Acquire()
 		}
-		if err := b.Acquire(); err != nil {
-			o.release(i)
-			return err
+		if err != nil {
+			o.drop(i, err)
+			dropped++
 		}
-		held = b
 	}
-	return nil
+	return dropped
 }
 
-// release lets go of what acquire(n) held.
-func (o *listOp) release(n int) {
+// drop takes entry i out of the request (before it is sent): it fails
+// with err, whatever happens to the others, and moves no bytes.
+func (o *listOp) drop(i int, err error) {
+	if o.dropped == nil {
+		o.dropped = make([]bool, len(o.reqs))
+	}
+	o.dropped[i] = true
+	o.entryErr(i, err)
+	o.total -= o.msg.Entries[i].Length
+	o.msg.Entries[i].Length = 0
+}
+
+// isDropped reports whether entry i was dropped (acquire).
+func (o *listOp) isDropped(i int) bool { return o.dropped != nil && o.dropped[i] }
+
+// release lets go of what acquire held.
+func (o *listOp) release() {
 	var held datapath.Buf
-	for i := range n {
+	for i := range o.reqs {
+		if o.isDropped(i) {
+			held = nil
+			continue
+		}
 		if b := o.reqs[i].Local.B; b != held {
 			b.Release()
 			held = b
@@ -213,12 +235,22 @@ type listOp struct {
 	reqs  []datapath.Req
 	total uint64
 	errs  []error // per entry (nil: none failed), under mu
+	// dropped (nil: none) marks the entries whose buffer acquire could
+	// not hold: sent with no bytes, failed with errs[i] whatever the
+	// request's outcome. Written before the request is sent.
+	dropped []bool
 }
 
-// completeAll resolves every entry of a request that never started.
+// completeAll resolves every entry of a request that never started with
+// err, an entry dropped already with its own error (o.errs is written
+// only by this goroutine until the request is sent).
 func (o *listOp) completeAll(err error) {
 	for i := range o.reqs {
-		o.c.Complete(o.base+i, err)
+		e := err
+		if o.isDropped(i) {
+			e = o.errs[i]
+		}
+		o.c.Complete(o.base+i, e)
 	}
 }
 
@@ -243,7 +275,7 @@ func (o *listOp) partDone(err error) {
 	err, errs := o.err, o.errs
 	o.mu.Unlock()
 	n := len(o.reqs) // o.reqs is not read once its entries completed
-	o.release(n)
+	o.release()
 	if mc, ok := o.c.(datapath.ManyCompleter); ok && err == nil && errs == nil {
 		// Every entry succeeded: counted 64 at a time, not one by one.
 		var idx [64]int
@@ -258,7 +290,7 @@ func (o *listOp) partDone(err error) {
 	}
 	for i := range n {
 		e := err
-		if e == nil && errs != nil {
+		if (e == nil && errs != nil) || o.isDropped(i) {
 			e = errs[i]
 		}
 		o.c.Complete(o.base+i, e)
@@ -318,8 +350,8 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 		o.completeAll(gxerr.New(gxerr.Timeout, p.c.Name()+": list request not started before its deadline", nil))
 		return
 	}
-	if err := o.acquire(len(o.reqs)); err != nil {
-		o.completeAll(err)
+	if o.acquire() == len(o.reqs) { // every entry dropped: nothing to send
+		o.completeAll(nil)
 		return
 	}
 	o.id = p.newID()
@@ -330,13 +362,16 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 		var end uint64
 		for i := range o.reqs {
 			m := o.reqs[i].Local
+			if o.isDropped(i) {
+				m.Len = 0
+			}
 			end += m.Len
 			segs[i] = seg{end: end, dst: m}
 		}
 		o.in = &inbound{id: o.id, n: o.total, segs: segs, onDone: o.partDone}
 	}
 	if err := p.c.ExpectRequest(ctx, o.id, o.onReply); err != nil {
-		o.release(len(o.reqs))
+		o.release()
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = gxerr.Ctx(p.c.Name()+": waiting for a request slot", err)
 		}
@@ -374,7 +409,7 @@ func (p *path) sendList(ctx context.Context, o *listOp) {
 	var err error
 	for i := range o.reqs {
 		m := o.reqs[i].Local
-		if m.Len == 0 {
+		if m.Len == 0 || o.isDropped(i) {
 			continue
 		}
 		if err = s.mem(ctx, m); errors.Is(err, errSourceFailed) {

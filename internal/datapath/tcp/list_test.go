@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -570,8 +571,9 @@ func TestListLookupsPerKey(t *testing.T) {
 
 // TestListHolds: a list holds each buffer once per run of its entries in
 // that buffer, on both sides, and lets go of every hold once it
-// completed; a local buffer that cannot be held fails the list, holding
-// nothing.
+// completed; the entries of a local buffer that cannot be held (freed
+// after the engine checked the list) fail alone with its error, moving
+// nothing, and the others move (a Put's and a Get's).
 func TestListHolds(t *testing.T) {
 	const size = 512
 	for _, tc := range []struct {
@@ -583,42 +585,57 @@ func TestListHolds(t *testing.T) {
 		{"one buffer", "AAAAAAAA", map[byte]int64{'A': 1}, 0},
 		{"runs", "AAABBACCA", map[byte]int64{'A': 3, 'B': 1, 'C': 1}, 0},
 		{"every entry its own run", "ABABAB", map[byte]int64{'A': 3, 'B': 3}, 0},
-		{"a freed buffer", "AABAC", map[byte]int64{'A': 1}, 'B'},
+		{"a freed buffer", "AABAC", map[byte]int64{'A': 2, 'C': 1}, 'B'},
+		{"a freed buffer, twice", "BABBAB", map[byte]int64{'A': 2}, 'B'},
+		{"only a freed buffer", "BBB", map[byte]int64{}, 'B'},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			n := len(tc.bufs)
-			a, b := pair(t, n*size, listCaps)
-			bufs := map[byte]*hostBuf{}
-			reqs := make([]datapath.Req, n)
-			for i := range n {
-				name := tc.bufs[i]
-				if bufs[name] == nil {
-					bufs[name] = &hostBuf{mem: make([]byte, n*size), freed: name == tc.freed}
-					fillBytes(bufs[name].mem, name)
+		for _, put := range []bool{true, false} {
+			name := tc.name + "/get"
+			if put {
+				name = tc.name + "/put"
+			}
+			t.Run(name, func(t *testing.T) {
+				n := len(tc.bufs)
+				// The owner's memory is zeros (written by nothing but the
+				// list), the local buffers' never.
+				a, b := pair(t, n*size, listCaps)
+				bufs, was := map[byte]*hostBuf{}, map[byte][]byte{}
+				reqs := make([]datapath.Req, n)
+				for i := range n {
+					name := tc.bufs[i]
+					if bufs[name] == nil {
+						bufs[name] = &hostBuf{mem: make([]byte, n*size), freed: name == tc.freed}
+						fillBytes(bufs[name].mem, name)
+						was[name] = bytes.Clone(bufs[name].mem)
+					}
+					reqs[i] = datapath.Req{Put: put, Local: datapath.Mem{B: bufs[name], Off: uint64(i * size), Len: size}, Key: viewKey(uint64(n*size), uint64(i*size), size)}
 				}
-				reqs[i] = datapath.Req{Put: true, Local: datapath.Mem{B: bufs[name], Off: uint64(i * size), Len: size}, Key: viewKey(uint64(n*size), uint64(i*size), size)}
-			}
-			c := newListCompletion(n)
-			a.path.StartList(context.Background(), reqs, c)
-			for i, err := range c.wait(t) {
-				if tc.freed != 0 {
-					require.ErrorIs(t, err, gxerr.Freed, "entry %d", i)
-					continue
+				c := newListCompletion(n)
+				a.path.StartList(context.Background(), reqs, c)
+				for i, err := range c.wait(t) {
+					mine, theirs := bufs[tc.bufs[i]].mem[i*size:(i+1)*size], b.env.mem.mem[i*size:(i+1)*size]
+					if tc.bufs[i] == tc.freed {
+						require.ErrorIs(t, err, gxerr.Freed, "entry %d", i)
+						require.Equal(t, make([]byte, size), theirs, "entry %d: the owner's memory", i)
+						require.Equal(t, was[tc.bufs[i]][i*size:(i+1)*size], mine, "entry %d: the local memory", i)
+						continue
+					}
+					require.NoError(t, err, "entry %d", i)
+					require.Equal(t, mine, theirs, "entry %d", i)
 				}
-				require.NoError(t, err, "entry %d", i)
-				require.Equal(t, bufs[tc.bufs[i]].mem[i*size:(i+1)*size], b.env.mem.mem[i*size:(i+1)*size], "entry %d", i)
-			}
-			for name, buf := range bufs {
-				require.Equal(t, tc.runs[name], buf.acquires.Load(), "holds of %c", name)
-				require.Equal(t, buf.acquires.Load(), buf.releases.Load(), "%c let go", name)
-			}
-			if tc.freed == 0 {
+				for name, buf := range bufs {
+					require.Equal(t, tc.runs[name], buf.acquires.Load(), "holds of %c", name)
+					require.Equal(t, buf.acquires.Load(), buf.releases.Load(), "%c let go", name)
+				}
 				// The owner's memory, one buffer: held once, let go before
-				// the reply.
-				require.Equal(t, int64(1), b.env.mem.acquires.Load())
-				require.Equal(t, int64(1), b.env.mem.releases.Load())
-			}
-		})
+				// the reply (not at all when no request was sent).
+				sent := int64(min(len(tc.runs), 1))
+				require.Equal(t, sent, b.env.mem.acquires.Load())
+				require.Equal(t, sent, b.env.mem.releases.Load())
+				require.NoError(t, a.Err())
+				require.NoError(t, b.Err())
+			})
+		}
 	}
 }
 
