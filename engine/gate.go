@@ -3,8 +3,10 @@ package engine
 // The close gate (datapath.Gate) counts the calls that may touch host
 // memory outside the engine's queues: Copy and Batch.Submit (host-to-host
 // copies run on the caller's goroutine), host workers' copies and the
-// bindings' Puts and Gets over "unix", and Alloc and Register (a buffer
-// they add after Close collected the live ones would never be released).
+// bindings' Puts and Gets over "unix", Alloc and Register (a buffer
+// they add after Close collected the live ones would never be released),
+// and Buffer.Export (the transports register the buffer's memory: after
+// Close freed it, that registration would outlive Close).
 // Close sets Engine.closed, then waits for the count to reach zero before
 // it unmaps any buffer, so that no copy ever touches memory Close has
 // released: a call that got in finishes; one that comes after fails with

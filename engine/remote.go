@@ -193,15 +193,24 @@ func (k *RemoteKey) viewErr(off, n int) RemoteKey {
 // supports it. The rkey covers the whole allocation rounded to pages: an
 // RDMA peer holding a key narrowed by RemoteKey.Slice can still reach the
 // rest of the allocation (the NIC checks the region, not the view).
+// Once the engine's Close has begun, Export fails with ErrClosed.
 func (b *Buffer) Export() (RemoteKey, error) {
 	if b == nil {
 		return RemoteKey{}, newErr(ErrInvalid, "export of a nil buffer", nil)
 	}
+	e := b.eng
+	// Inside the close gate: Close frees the buffer (telling the
+	// transports, which drop its registrations) without waiting for its
+	// holds, so an export Close did not wait for would register memory
+	// Close released, after the transports' Finish.
+	if !e.enter() {
+		return RemoteKey{}, ErrClosed
+	}
+	defer e.exit()
 	if err := b.acquire(); err != nil {
 		return RemoteKey{}, err
 	}
 	defer b.release()
-	e := b.eng
 	k := wire.RemoteKey{
 		Owner: e.ident.hello.EngineID, OwnerPID: e.ident.hello.PID, OwnerPIDNS: e.ident.hello.PIDNamespace,
 		AllocID: b.id, Generation: e.ident.epoch, MemType: wire.MemHost, Device: -1,
