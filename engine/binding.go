@@ -38,7 +38,9 @@ type Binding struct {
 
 // Bind prepares transfers between local and remote (same length; local
 // host memory; the peer's host memory over "unix", any peer memory whose
-// key carries an rkey over RDMA).
+// key carries an rkey over RDMA). The binding holds local's buffer until
+// its Close: a Free or Deregister of that buffer is deferred until then,
+// and the binding's Put and Get still read and write it.
 func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*Binding, error) {
 	e := ep.e
 	if err := checkCtx(ctx); err != nil {

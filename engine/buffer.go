@@ -181,8 +181,11 @@ func (b *Buffer) release() {
 }
 
 // Free releases the buffer. Operations in flight keep the memory alive
-// until they complete; new operations fail with ErrFreed. Idempotent.
-// Free of a nil buffer is ErrInvalid.
+// until they complete; new operations fail with ErrFreed. A Binding
+// whose local slice is in the buffer, and a DMABuf of it, hold it: the
+// memory is released when the last of them is closed (Binding.Close,
+// DMABuf.Release), and until then the binding's Put and Get still use
+// it. Idempotent. Free of a nil buffer is ErrInvalid.
 func (b *Buffer) Free() error {
 	if b == nil {
 		return newErr(ErrInvalid, "Free of a nil buffer", nil)
@@ -202,8 +205,13 @@ func (b *Buffer) Free() error {
 	}
 }
 
-// Deregister is Free for registered caller memory: after it returns (and
-// in-flight operations complete), the engine no longer touches the memory.
+// Deregister is Free for registered caller memory: the engine no longer
+// touches the memory once Deregister has returned, the operations in
+// flight have completed and every Binding whose local slice is in it has
+// been closed. Deregistering memory a binding is bound to is deferred,
+// by design, until the binding's Close: until then its Put and Get still
+// read and write the memory (a binding checks and holds its buffers
+// once, at Bind), while new operations on the buffer fail with ErrFreed.
 func (b *Buffer) Deregister() error { return b.Free() }
 
 func (b *Buffer) destroy() error {

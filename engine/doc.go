@@ -23,7 +23,10 @@
 //     runtime owns and lends (attached mode).
 //
 // [Buffer.Free] (or Deregister) ends a buffer: operations in flight keep its
-// memory alive until they complete; new ones fail with [ErrFreed].
+// memory alive until they complete; new ones fail with [ErrFreed]. A
+// [Binding] holds its local buffer until it is closed: its Put and Get
+// still use the memory after Free or Deregister, which take effect at the
+// binding's Close.
 //
 // # Futures and ownership
 //

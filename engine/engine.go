@@ -292,8 +292,9 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 }
 
 // Register makes caller memory usable in transfers. The memory must stay
-// alive and unchanged in address until Deregister (Go cannot tell the
-// engine when memory is freed). Mappings into devices are made on first
+// alive and unchanged in address until Deregister and the end of what
+// still holds it (operations in flight, Bindings: see Deregister); Go
+// cannot tell the engine when memory is freed. Mappings into devices are made on first
 // use through the registration cache.
 func (e *Engine) Register(mem []byte) (*Buffer, error) {
 	if !e.admitAlloc() {
