@@ -179,7 +179,7 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 	// Past this point the connection is not evicted as a pending
 	// handshake; it counts toward MaxPeers instead, from admission on
 	// (its dialer may make requests before Connect below returns here).
-	a, err := l.admit(p, hello.Caps&wire.CapLane != 0)
+	a, err := l.admit(p, hello)
 	if err != nil {
 		return fail(wire.StatusNoResources, err)
 	}
@@ -206,12 +206,15 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 
 // admitted is one admitted peer: peer is nil until its endpoint is made;
 // one evicted meanwhile is failed once it is. A lane (wire.CapLane) is
-// never evicted: it is an extra connection of an endpoint whose requests
-// may all go over its other connections (small transfers do), so that it
-// looks idle while its endpoint is busy, and its failure fails that
-// endpoint at the dialer.
+// not evicted while an endpoint of its engine is admitted: it is an extra
+// connection of an endpoint whose requests may all go over its other
+// connections (small transfers do), so that it looks idle while its
+// endpoint is busy, and its failure fails that endpoint at the dialer. A
+// lane with no such endpoint here (its endpoint gone, or a peer merely
+// claiming CapLane) is evicted like any other peer.
 type admitted struct {
 	peer    Peer
+	engine  wire.EngineID // the peer's (Hello.EngineID)
 	lane    bool
 	evicted bool
 }
@@ -273,9 +276,9 @@ func (l *Listener[P]) dropPendingLocked(p *pending) {
 // admit takes p out of the pending handshakes (it can no longer be
 // evicted as one) and makes room for one more peer: at MaxPeers
 // endpoints, the oldest that never made a request is closed (never a
-// lane: see admitted); if every peer is busy, p is refused with
-// gxerr.TooManyPeers.
-func (l *Listener[P]) admit(p *pending, lane bool) (*admitted, error) {
+// lane of an admitted endpoint: see admitted); if every peer is busy, p
+// is refused with gxerr.TooManyPeers.
+func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	l.mu.Lock()
 	if p.evicted {
 		l.mu.Unlock()
@@ -294,15 +297,26 @@ func (l *Listener[P]) admit(p *pending, lane bool) (*admitted, error) {
 	if len(l.peers) >= l.cfg.MaxPeers {
 		// The oldest idle endpoint; else the oldest still connecting
 		// (admitted, its endpoint not made yet, so no request served).
+		// Lanes of an admitted endpoint are spared (see admitted).
+		endpoints := make(map[wire.EngineID]struct{}, len(l.peers))
+		for _, a := range l.peers {
+			if !a.lane {
+				endpoints[a.engine] = struct{}{}
+			}
+		}
+		spared := func(a *admitted) bool {
+			_, ok := endpoints[a.engine]
+			return a.lane && ok
+		}
 		pick := -1
 		for i, a := range l.peers {
-			if a.peer != nil && !a.lane && !a.peer.Active() {
+			if a.peer != nil && !a.peer.Active() && !spared(a) {
 				pick = i
 				break
 			}
 		}
 		for i, a := range l.peers {
-			if pick < 0 && a.peer == nil && !a.lane {
+			if pick < 0 && a.peer == nil && !spared(a) {
 				pick = i
 			}
 		}
@@ -316,7 +330,7 @@ func (l *Listener[P]) admit(p *pending, lane bool) (*admitted, error) {
 			return nil, fmt.Errorf("%w: %d endpoints, all in use (Config.MaxPeers)", gxerr.TooManyPeers, l.cfg.MaxPeers)
 		}
 	}
-	a := &admitted{lane: lane}
+	a := &admitted{engine: hello.EngineID, lane: hello.Caps&wire.CapLane != 0}
 	l.peers = append(l.peers, a)
 	l.mu.Unlock()
 	if victim != nil && victim.peer != nil {

@@ -1,0 +1,68 @@
+package handshake
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// TestLanesSparedOnlyWithTheirEndpoint: at MaxPeers a lane is spared
+// while an endpoint of its engine is admitted (its failure would fail
+// that endpoint at the dialer); a connection that merely claims to be a
+// lane (wire.CapLane), with no endpoint of its engine here, is as
+// evictable as any idle endpoint. Before, no lane was ever evicted: a
+// peer that opened MaxPeers silent "lanes" locked every dialer out with
+// TooManyPeers.
+func TestLanesSparedOnlyWithTheirEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		endpoint bool // the lanes' engine has an endpoint here, busy
+		err      error
+	}{
+		{"forged lanes, no endpoint", false, nil},
+		{"lane of a busy endpoint", true, gxerr.TooManyPeers},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ls, hostile, newcomer := newSide(t, nil, false), newSide(t, nil, false), newSide(t, nil, false)
+			l := ls.listen(t, "tcp", 2, false)
+			conns := 0
+			if tc.endpoint {
+				_, err := hostile.dial(l, "tcp", datapath.KindTCP, false)
+				require.NoError(t, err)
+				conns++
+			}
+			for conns < 2 {
+				_, err := hostile.dial(l, "tcp", datapath.KindTCP, true)
+				require.NoError(t, err)
+				conns++
+			}
+			require.Eventually(t, func() bool { return len(ls.all()) == 2 }, 5*time.Second, time.Millisecond)
+			for _, p := range ls.all() {
+				p.active.Store(p.hello.Caps&wire.CapLane == 0) // the endpoint made a request; lanes stay silent
+			}
+
+			_, err := newcomer.dial(l, "tcp", datapath.KindTCP, false)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				for _, p := range ls.all() {
+					require.NoError(t, p.Err(), "the busy endpoint and its lane stay up")
+				}
+				return
+			}
+			require.NoError(t, err, "silent forged lanes hold the listener's every slot")
+			closed := 0
+			for _, p := range ls.all()[:2] {
+				if p.Err() != nil {
+					require.ErrorIs(t, p.Err(), gxerr.Peer)
+					closed++
+				}
+			}
+			require.Equal(t, 1, closed, "a forged lane was closed to make room")
+		})
+	}
+}
