@@ -66,6 +66,11 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 	}
 	l := &Listener{e: e, hs: hs}
 	e.epMu.Lock()
+	if e.closed.Load() { // Close began since the check above: it has taken its list of listeners
+		e.epMu.Unlock()
+		_ = hs.Close()
+		return nil, ErrClosed
+	}
 	e.listeners[l] = struct{}{}
 	e.epMu.Unlock()
 	return l, nil
