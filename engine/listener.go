@@ -82,8 +82,15 @@ func (l *Listener) Addr() string { return l.hs.Addr() }
 // Transport is the transport of the endpoints the listener accepts.
 func (l *Listener) Transport() TransportKind { return TransportKind(l.hs.Kind()) }
 
-// Accept returns the next endpoint a peer opened.
-func (l *Listener) Accept(ctx context.Context) (*Endpoint, error) { return l.hs.Accept(ctx) }
+// Accept returns the next endpoint a peer opened. It fails with
+// ErrClosed once the listener is closed, and with ErrCanceled or
+// ErrTimeout (wrapping ctx's error) when ctx ends first.
+func (l *Listener) Accept(ctx context.Context) (*Endpoint, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	return l.hs.Accept(ctx)
+}
 
 // Close stops accepting; endpoints already open stay open. Idempotent.
 func (l *Listener) Close() error {

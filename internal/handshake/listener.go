@@ -113,7 +113,9 @@ func (l *Listener[P]) loop() {
 	}
 }
 
-// Accept returns the next endpoint a peer opened.
+// Accept returns the next endpoint a peer opened: gxerr.Closed once the
+// listener is closed, gxerr.Canceled or Timeout (wrapping ctx's error)
+// when ctx ends first.
 func (l *Listener[P]) Accept(ctx context.Context) (P, error) {
 	var zero P
 	select {
@@ -122,7 +124,7 @@ func (l *Listener[P]) Accept(ctx context.Context) (P, error) {
 	case <-l.done:
 		return zero, gxerr.Closed
 	case <-ctx.Done():
-		return zero, ctx.Err()
+		return zero, gxerr.Ctx("accept", ctx.Err())
 	}
 }
 
