@@ -2,6 +2,7 @@ package handshake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 
@@ -32,13 +33,37 @@ type socket struct {
 	close  func() error
 }
 
+// badAddr reports whether err says the address names no socket (an
+// empty, abstract or over-long unix path, a TCP address without a valid
+// port): the caller's mistake, gxerr.Invalid.
+func badAddr(err error) bool {
+	var ae *net.AddrError
+	return errors.Is(err, ipc.ErrInvalid) || errors.As(err, &ae)
+}
+
+// listenErr is the error of a listen at addr that failed with err.
+func listenErr(addr string, err error) error {
+	if badAddr(err) {
+		return gxerr.New(gxerr.Invalid, "listen "+addr, err)
+	}
+	return fmt.Errorf("gxfer: listen %s: %w", addr, err)
+}
+
+// dialErr is the error of a dial to addr that failed with err.
+func dialErr(addr string, err error) error {
+	if badAddr(err) {
+		return gxerr.New(gxerr.Invalid, "dial "+addr, err)
+	}
+	return gxerr.New(gxerr.Peer, "dial "+addr, err)
+}
+
 // listenSocket opens the socket of a listener: a unix socket created
 // 0600 whose peers of another uid are refused, or a TCP port.
 func (l *Local) listenSocket(network, addr string) (socket, error) {
 	if network == "unix" {
 		il, err := ipc.Listen(addr, ipc.Config{Logger: l.Logger})
 		if err != nil {
-			return socket{}, fmt.Errorf("gxfer: listen %s: %w", addr, err)
+			return socket{}, listenErr(addr, err)
 		}
 		return socket{addr: il.Path(), close: il.Close, accept: func() (wire.Transport, *ipc.Cred, string, error) {
 			c, err := il.Accept(context.Background())
@@ -51,7 +76,7 @@ func (l *Local) listenSocket(network, addr string) (socket, error) {
 	}
 	nl, err := net.Listen(network, addr)
 	if err != nil {
-		return socket{}, fmt.Errorf("gxfer: listen %s: %w", addr, err)
+		return socket{}, listenErr(addr, err)
 	}
 	return socket{addr: nl.Addr().String(), close: nl.Close, accept: func() (wire.Transport, *ipc.Cred, string, error) {
 		c, err := nl.Accept()
@@ -68,7 +93,7 @@ func (l *Local) dialSocket(ctx context.Context, network, addr string) (wire.Tran
 	if network == "unix" {
 		c, err := ipc.Dial(ctx, addr, ipc.Config{Logger: l.Logger})
 		if err != nil {
-			return nil, nil, gxerr.New(gxerr.Peer, "dial "+addr, err)
+			return nil, nil, dialErr(addr, err)
 		}
 		cred := c.Peer()
 		return c, &cred, nil
@@ -76,7 +101,7 @@ func (l *Local) dialSocket(ctx context.Context, network, addr string) (wire.Tran
 	var d net.Dialer
 	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {
-		return nil, nil, gxerr.New(gxerr.Peer, "dial "+addr, err)
+		return nil, nil, dialErr(addr, err)
 	}
 	return tcp.Frame(c, l.TCPReadSpin), nil, nil
 }
