@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -64,6 +65,11 @@ type Engine struct {
 	epMu         sync.Mutex
 	endpoints    map[*Endpoint]struct{}
 	listeners    map[*Listener]struct{}
+	// dials counts the Dials in flight (startDial); Close cancels
+	// closing, which ends their handshakes, and waits for them.
+	dials       sync.WaitGroup
+	closing     context.Context
+	stopDialing context.CancelFunc
 
 	rdma    *rdmapath.Transport // nil: no RDMA (rdmaWhy says why)
 	rdmaWhy string
@@ -96,6 +102,7 @@ func New(cfg Config) (_ *Engine, err error) {
 		listeners: map[*Listener]struct{}{},
 	}
 	e.gate.Init(&e.closed)
+	e.closing, e.stopDialing = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			_ = e.Close()
@@ -408,6 +415,9 @@ func (e *Engine) Close() error {
 		for _, l := range ls {
 			errs = append(errs, l.Close())
 		}
+		// No Dial starts now (closed is set); those in flight end.
+		e.stopDialing()
+		e.dials.Wait()
 		// At once, not one after the other: each waits up to 200ms for
 		// its Bye to a peer that does not read.
 		var epWG sync.WaitGroup

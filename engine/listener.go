@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/gxerr"
@@ -137,5 +138,35 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 		}
 		d.Want = datapath.Kind(want)
 	}
-	return handshake.Dial(ctx, d, e.newEndpoint)
+	ctx, done, err := e.startDial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ep, err := handshake.Dial(ctx, d, e.newEndpoint)
+	if err != nil && e.closed.Load() && !errors.Is(err, ErrClosed) {
+		err = newErr(ErrClosed, "dial "+addr, err) // Close ended the handshake
+	}
+	return ep, err
+}
+
+// startDial counts a Dial in flight unless the engine is closed: its
+// handshake then runs under a ctx that Close cancels (Close waits for the
+// Dials it counted before it closes the endpoints and the transports).
+// done ends the count.
+func (e *Engine) startDial(ctx context.Context) (_ context.Context, done func(), _ error) {
+	e.epMu.Lock()
+	if e.closed.Load() {
+		e.epMu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	e.dials.Add(1)
+	e.epMu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(e.closing, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		e.dials.Done()
+	}, nil
 }
