@@ -134,7 +134,8 @@ type Config struct {
 	// the handshake, see wire.Auth; such failures match
 	// ErrUnauthenticated). It authenticates, it does not encrypt. Off by
 	// default (nil): the embedded single-node case needs none, and unix
-	// sockets are checked by the kernel (same uid) either way.
+	// sockets are checked by the kernel (same uid) either way. New keeps
+	// a copy.
 	ClusterSecret []byte
 	// MaxPeers bounds the endpoints each Listener serves (default 1024).
 	// At the bound, a new peer makes the listener close its oldest

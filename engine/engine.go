@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -84,6 +85,7 @@ type Engine struct {
 // New opens the devices Config asks for and starts the engine.
 func New(cfg Config) (_ *Engine, err error) {
 	cfg = cfg.withDefaults()
+	cfg.ClusterSecret = bytes.Clone(cfg.ClusterSecret) // the caller may clear (or reuse) its own
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
