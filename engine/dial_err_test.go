@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -34,4 +35,84 @@ func TestDialFailureIsTyped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDialCtxEndIsTyped: a Dial whose ctx ends while the peer has not
+// answered its handshake (a listener that accepts and stays silent) fails
+// with ErrTimeout for ctx's deadline and ErrCanceled for a cancel, as
+// every call bounded by a ctx does, still wrapping ctx's error; it used to
+// fail with ErrPeer, as if the peer had failed.
+func TestDialCtxEndIsTyped(t *testing.T) {
+	e := newEngine(t, Config{Devices: DevicesNone})
+	silent := func(t *testing.T, network, addr string) string {
+		l, err := net.Listen(network, addr)
+		require.NoError(t, err)
+		conns := make(chan net.Conn, 4)
+		go func() {
+			defer close(conns)
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				conns <- c // held open, never answered
+			}
+		}()
+		t.Cleanup(func() {
+			_ = l.Close()
+			for c := range conns {
+				_ = c.Close()
+			}
+		})
+		return l.Addr().String()
+	}
+	for _, tc := range []struct {
+		name, network string
+		addr          func(t *testing.T) string
+		end           func() (context.Context, context.CancelFunc)
+		kind, cause   error
+	}{
+		{"unix deadline", "unix", func(t *testing.T) string { return silent(t, "unixpacket", filepath.Join(t.TempDir(), "s.sock")) },
+			func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 100*time.Millisecond)
+			}, ErrTimeout, context.DeadlineExceeded},
+		{"tcp deadline", "tcp", func(t *testing.T) string { return silent(t, "tcp", "127.0.0.1:0") },
+			func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 100*time.Millisecond)
+			}, ErrTimeout, context.DeadlineExceeded},
+		{"tcp cancel", "tcp", func(t *testing.T) string { return silent(t, "tcp", "127.0.0.1:0") },
+			func() (context.Context, context.CancelFunc) {
+				ctx, cancel := context.WithCancel(context.Background())
+				time.AfterFunc(100*time.Millisecond, cancel)
+				return ctx, cancel
+			}, ErrCanceled, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := tc.addr(t)
+			ctx, cancel := tc.end()
+			defer cancel()
+			_, err := e.Dial(ctx, tc.network, addr)
+			require.ErrorIs(t, err, tc.kind)
+			require.ErrorIs(t, err, tc.cause)
+			require.NotErrorIs(t, err, ErrPeer)
+		})
+	}
+}
+
+// TestNilDialOption: a nil DialOption (a conditionally built option list)
+// is skipped, as a nil OpOption is; it panicked in Dial.
+func TestNilDialOption(t *testing.T) {
+	owner := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP})
+	e := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP})
+	ln, err := owner.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var ep *Endpoint
+	p := func() (p any) {
+		defer func() { p = recover() }()
+		ep, err = e.Dial(context.Background(), "tcp", ln.Addr(), nil)
+		return nil
+	}()
+	require.Nil(t, p, "Dial panicked on a nil option")
+	require.NoError(t, err)
+	require.NoError(t, ep.Close())
 }

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/gxerr"
@@ -105,6 +107,9 @@ func (l *Listener) Close() error {
 // Dial opens an endpoint to the engine listening at addr: network "unix"
 // (a socket path on this node) or "tcp", "tcp4", "tcp6" (host:port; the
 // transport is Config.Transport unless WithTransport says otherwise).
+// ctx bounds the connect and the handshake: if it ends first, Dial fails
+// with ErrTimeout (ctx's deadline) or ErrCanceled, wrapping ctx's error.
+// A nil option is skipped.
 func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOption) (*Endpoint, error) {
 	// The TCP data path opens its lanes as this Dial did (lanes.go).
 	return e.dial(withDialInfo(ctx, network, addr, opts), network, addr, opts, false)
@@ -138,16 +143,37 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 		}
 		d.Want = datapath.Kind(want)
 	}
+	callerCtx := ctx
 	ctx, done, err := e.startDial(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	ep, err := handshake.Dial(ctx, d, e.newEndpoint)
-	if err != nil && e.closed.Load() && !errors.Is(err, ErrClosed) {
+	switch {
+	case err == nil || errors.Is(err, ErrClosed):
+	case e.closed.Load():
 		err = newErr(ErrClosed, "dial "+addr, err) // Close ended the handshake
+	case ctxEnded(callerCtx) != nil:
+		// The caller's ctx ended the connect or the handshake: ErrTimeout
+		// or ErrCanceled, as every call bounded by a ctx reports it, not
+		// the peer's failure.
+		err = ctxErr(fmt.Sprintf("dial %s (%v)", addr, err), ctxEnded(callerCtx))
 	}
 	return ep, err
+}
+
+// ctxEnded is why ctx has ended, nil if it has not; at its deadline that
+// is DeadlineExceeded also before ctx's own timer has fired (a socket
+// deadline set from it fires first).
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // startDial counts a Dial in flight unless the engine is closed: its

@@ -60,7 +60,9 @@ func WithTransport(k TransportKind) DialOption {
 func (e *Engine) chooseTransport(opts []DialOption) (TransportKind, error) {
 	dc := dialConfig{transport: e.cfg.Transport}
 	for _, o := range opts {
-		o(&dc)
+		if o != nil { // a nil option is skipped, as a nil OpOption is
+			o(&dc)
+		}
 	}
 	switch dc.transport {
 	case TransportTCP:
