@@ -21,7 +21,8 @@ type DMABuf struct {
 
 // ExportDMABuf returns the buffer's DMA-BUF export, creating it on first
 // use. The buffer stays allocated while references are held (Free is
-// deferred until every DMABuf is released).
+// deferred until every DMABuf is released). Once the engine's Close has
+// begun, it fails with ErrClosed.
 func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
 	if b == nil {
 		return nil, newErr(ErrInvalid, "export of a nil buffer", nil)
@@ -29,6 +30,14 @@ func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
 	if !b.loc.gaudi {
 		return nil, newErr(ErrNotSupported, "only Gaudi memory is exported as a DMA-BUF (host memory is shared as a memfd)", nil)
 	}
+	// Inside the close gate: once Close has begun this fails with
+	// ErrClosed (as Export does), not with the freed buffer's error or
+	// that of a device Close is closing.
+	e := b.eng
+	if !e.enter() {
+		return nil, ErrClosed
+	}
+	defer e.exit()
 	if err := b.acquire(); err != nil {
 		return nil, err
 	}

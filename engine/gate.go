@@ -5,8 +5,9 @@ package engine
 // copies run on the caller's goroutine), host workers' copies and the
 // bindings' Puts and Gets over "unix", Alloc and Register (a buffer
 // they add after Close collected the live ones would never be released),
-// and Buffer.Export (the transports register the buffer's memory: after
-// Close freed it, that registration would outlive Close).
+// Buffer.Export (the transports register the buffer's memory: after
+// Close freed it, that registration would outlive Close), and
+// Buffer.ExportDMABuf (so that it fails with ErrClosed once Close began).
 // Close sets Engine.closed, then waits for the count to reach zero before
 // it unmaps any buffer, so that no copy ever touches memory Close has
 // released: a call that got in finishes; one that comes after fails with
