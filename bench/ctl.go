@@ -316,8 +316,11 @@ func CheckDialAddr(hp string) error {
 	if err := checkHostPort(hp); err != nil {
 		return err
 	}
-	if _, port, _ := net.SplitHostPort(hp); port == "0" {
-		return errors.New("port 0 is for servers (an ephemeral port): give the server's port")
+	// The number, not the text: "00" and "+0" are port 0 too.
+	if _, port, _ := net.SplitHostPort(hp); port != "" {
+		if n, err := strconv.Atoi(port); err == nil && n == 0 {
+			return errors.New("port 0 is for servers (an ephemeral port): give the server's port")
+		}
 	}
 	return nil
 }

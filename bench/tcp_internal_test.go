@@ -169,3 +169,29 @@ func TestTCPServerMatchesClientEndpoint(t *testing.T) {
 	require.False(t, ss.ours(`peer "gxfer" (pid 42)`), "not a tcp peer")
 	require.False(t, ss.ours(`peer "x (pid 42 at 127.0.0.1:1)" (pid 7 at 10.0.0.9:40000)`), "the name cannot fake it")
 }
+
+// TestCheckDialAddrPortZero: every spelling of port 0 is refused for a
+// client ("00" and "+0" passed the check and the dial then failed with a
+// runtime error instead of the usage message).
+func TestCheckDialAddrPortZero(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"127.0.0.1:0", false},
+		{"127.0.0.1:00", false},
+		{"127.0.0.1:+0", false},
+		{"[::1]:000", false},
+		{"127.0.0.1:1", true},
+		{"127.0.0.1:08080", true},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			err := CheckDialAddr(tc.addr)
+			if tc.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, "port 0 is for servers")
+		})
+	}
+}
