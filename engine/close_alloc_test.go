@@ -67,7 +67,7 @@ func TestReleaseAfterCloseKeepsBufferFreed(t *testing.T) {
 	require.NoError(t, e.Close())
 	x.Release()
 	_, err = d.ExportDMABuf()
-	require.ErrorIs(t, err, ErrFreed)
+	require.ErrorIs(t, err, ErrClosed)
 	_, err = d.Export()
 	require.Error(t, err)
 	require.NotZero(t, d.state.Load()&freedBit, "the buffer is still marked freed")
