@@ -129,9 +129,12 @@ func (a *Attachment) Location() Location { return Location{gaudi: true, dev: a.i
 // gxfer's use of it, and the runtime must not free it before.
 func (a *Attachment) Register(va uint64, n int) (*Buffer, error) {
 	e := a.e
-	if e.closed.Load() {
+	// Inside the close gate, as Alloc and Engine.Register: Close collects
+	// the live buffers only once no call that may still add one is in.
+	if !e.admitAlloc() {
 		return nil, ErrClosed
 	}
+	defer e.exit()
 	if n <= 0 {
 		return nil, newErr(ErrInvalid, fmt.Sprintf("size %d", n), nil)
 	}

@@ -149,3 +149,42 @@ func (c countingCopier) CopyDeviceToDevice(ctx context.Context, dst, src, n uint
 	defer c.n.Add(1)
 	return c.c.CopyDeviceToDevice(ctx, dst, src, n)
 }
+
+// TestAttachRegisterDuringClose: Attachment.Register is admitted through
+// the close gate, as Alloc and Engine.Register are, so a Register under
+// way when Close begins is over before Close collects the live buffers,
+// and the buffer it returns is released by Close. It checked only the
+// closed flag: a Register that passed it added its buffer after Close's
+// collection, and returned it live after Close had returned.
+func TestAttachRegisterDuringClose(t *testing.T) {
+	x := newAttached(t, "6.8", 0, false)
+	e := x.e
+	in := make(chan struct{})
+	hook := func() {
+		close(in)
+		for !e.closed.Load() {
+			time.Sleep(100 * time.Microsecond)
+		}
+		time.Sleep(50 * time.Millisecond) // Close would collect the buffers now
+	}
+	e.hookAlloc.Store(&hook)
+	var b *Buffer
+	var rerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b, rerr = x.a.Register(x.rt.Anchor().PoolStart, 4096)
+	}()
+	select {
+	case <-in:
+	case <-done:
+		t.Fatal("Register returned without being admitted through the close gate")
+	}
+	require.NoError(t, e.Close())
+	<-done
+	if rerr != nil {
+		require.ErrorIs(t, rerr, ErrClosed)
+		return
+	}
+	require.True(t, b.released.Load(), "a buffer registered while Close ran is still alive after it returned")
+}

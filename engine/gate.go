@@ -3,9 +3,9 @@ package engine
 // The close gate (datapath.Gate) counts the calls that may touch host
 // memory outside the engine's queues: Copy and Batch.Submit (host-to-host
 // copies run on the caller's goroutine), host workers' copies and the
-// bindings' Puts and Gets over "unix", Alloc and Register (a buffer
-// they add after Close collected the live ones would never be released),
-// Buffer.Export (the transports register the buffer's memory: after
+// bindings' Puts and Gets over "unix", Alloc, Register and
+// Attachment.Register (a buffer they add after Close collected the live
+// ones would never be released), Buffer.Export (the transports register the buffer's memory: after
 // Close freed it, that registration would outlive Close), and
 // Buffer.ExportDMABuf (so that it fails with ErrClosed once Close began).
 // Close sets Engine.closed, then waits for the count to reach zero before
