@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -83,44 +82,16 @@ func TestExportDuringClose(t *testing.T) {
 			parked, resume := make(chan struct{}), make(chan struct{})
 			h := &hooksRecorder{reg: map[uint64]bool{}, freed: map[uint64]bool{}, park: func() { close(parked); <-resume }}
 			e.transports.Register(h)
-			waiting := make(chan struct{})
-			var wonce sync.Once
-			onDrain := func() { wonce.Do(func() { close(waiting) }) }
-			e.hookDrain.Store(&onDrain)
-
-			res := make(chan error, 1)
-			go func() {
+			waited := closeWhileParked(t, e, func() error {
 				_, err := b.Export()
-				res <- err
-			}()
-			<-parked
-			closed := make(chan error, 1)
-			go func() { closed <- e.Close() }()
-			var closeErr error
-			closeReturned := false
-			select {
-			case <-waiting: // Close waits for the parked export
-			case closeErr = <-closed:
-				closeReturned = true // Close did not wait: the export lands after it
-			case <-time.After(30 * time.Second):
-				close(resume)
-				t.Fatal("Close neither waited for the export nor returned")
-			}
-			close(resume)
-			err = <-res
-			if err != nil {
-				require.ErrorIs(t, err, ErrClosed)
-			}
-			if !closeReturned {
-				closeErr = <-closed
-			}
-			require.NoError(t, closeErr)
+				return err
+			}, parked, resume)
 			h.mu.Lock()
 			late, reg := h.late, len(h.reg)
 			h.mu.Unlock()
 			require.Empty(t, late, "the transports saw an export of a buffer Close had freed")
 			require.Zero(t, reg, "an export's registration outlived Close")
-			require.False(t, closeReturned, "Close returned while an export was in flight")
+			require.True(t, waited, "Close returned while an export was in flight")
 		})
 	}
 }

@@ -124,38 +124,49 @@ func TestCloseWaitsForCallerCopies(t *testing.T) {
 			var once sync.Once
 			park := func() { once.Do(func() { close(parked); <-resume }) }
 			e.gate.SetHook(&park)
-			waiting := make(chan struct{})
-			var wonce sync.Once
-			onDrain := func() { wonce.Do(func() { close(waiting) }) }
-			e.hookDrain.Store(&onDrain)
-
-			res := make(chan error, 1)
-			go func() { res <- do() }()
-			<-parked
-			closed := make(chan error, 1)
-			go func() { closed <- e.Close() }()
-			var closeErr error
-			closeReturned := false
-			select {
-			case <-waiting: // Close waits for the parked copy
-			case closeErr = <-closed:
-				closeReturned = true // Close did not wait: the copy below faults
-			case <-time.After(30 * time.Second):
-				close(resume)
-				t.Fatal("Close neither waited for the copy nor returned")
-			}
-			close(resume)
-			err := <-res
-			if err != nil {
-				require.ErrorIs(t, err, ErrClosed)
-			}
-			if !closeReturned {
-				closeErr = <-closed
-			}
-			require.NoError(t, closeErr)
-			require.False(t, closeReturned, "Close returned while a copy was in flight")
+			waited := closeWhileParked(t, e, do, parked, resume) // a copy Close did not wait for faults
+			require.True(t, waited, "Close returned while a copy was in flight")
 		})
 	}
+}
+
+// closeWhileParked runs do on a goroutine, waits until it is parked
+// (parked closed: the caller's hook holds it until resume is closed),
+// then calls e.Close and reports whether Close waited for it (Close's
+// drain hook ran) rather than returning meanwhile. It lets the call go
+// on, and checks that the call succeeded or failed with ErrClosed, and
+// that Close succeeded.
+func closeWhileParked(t *testing.T, e *Engine, do func() error, parked, resume chan struct{}) (waited bool) {
+	t.Helper()
+	waiting := make(chan struct{})
+	var wonce sync.Once
+	onDrain := func() { wonce.Do(func() { close(waiting) }) }
+	e.hookDrain.Store(&onDrain)
+
+	res := make(chan error, 1)
+	go func() { res <- do() }()
+	<-parked
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	var closeErr error
+	closeReturned := false
+	select {
+	case <-waiting: // Close waits for the parked call
+	case closeErr = <-closed:
+		closeReturned = true // Close did not wait
+	case <-time.After(30 * time.Second):
+		close(resume)
+		t.Fatal("Close neither waited for the parked call nor returned")
+	}
+	close(resume)
+	if err := <-res; err != nil {
+		require.ErrorIs(t, err, ErrClosed)
+	}
+	if !closeReturned {
+		closeErr = <-closed
+	}
+	require.NoError(t, closeErr)
+	return !closeReturned
 }
 
 // TestCallsAfterCloseFail: once Close has begun, every gated call fails
