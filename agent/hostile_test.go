@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -59,6 +60,8 @@ func TestHostileDialer(t *testing.T) {
 // the peer is refused and closed, its later notification is never
 // delivered (whichever goroutine took the bad message), and Recv keeps
 // its own deadline meanwhile (a refusal waits for the peer elsewhere).
+// Every notification sent before the bad message is delivered: the
+// ones Recv has not taken when the peers are gone are taken after.
 func TestHostileDialerWhileRecv(t *testing.T) {
 	ctx := testCtx(t)
 	ea, em := newEngine(t), newEngine(t)
@@ -70,6 +73,22 @@ func TestHostileDialerWhileRecv(t *testing.T) {
 		for {
 			select {
 			case <-stop:
+				// Every peer is gone, so nothing more comes in: what a
+				// Recv whose ctx ended has not taken is still queued.
+				// A Recv of an ended ctx takes it (and only then fails).
+				dctx, cancel := context.WithCancel(ctx)
+				cancel()
+				for {
+					n, err := a.Recv(dctx)
+					if err != nil {
+						if !errors.Is(err, engine.ErrCanceled) {
+							done <- fmt.Errorf("draining Recv: %w", err)
+							return
+						}
+						break
+					}
+					recvd <- n
+				}
 				done <- nil
 				return
 			default:
@@ -114,6 +133,9 @@ func TestHostileDialerWhileRecv(t *testing.T) {
 		got++
 	}
 	require.Equal(t, rounds, got)
+	st := a.Stats()
+	require.Equal(t, uint64(rounds), st.NotifyRecv)
+	require.Zero(t, st.NotifyQueued)
 }
 
 // TestHostileServer: a "peer" answering the side channel with a
