@@ -27,7 +27,6 @@ type Peer struct {
 	mu      sync.Mutex
 	ep      *engine.Endpoint
 	dialing chan struct{} // closed when the dial in progress ends
-	dialErr error
 	deadErr error
 	dead    chan struct{}
 	// window bounds the Puts and Gets in flight to the peer
@@ -427,12 +426,9 @@ func (p *Peer) conn(ctx context.Context) (*engine.Endpoint, error) {
 			p.mu.Unlock()
 			select {
 			case <-ch:
-				p.mu.Lock()
-				err := p.dialErr
-				p.mu.Unlock()
-				if err != nil && ctx.Err() == nil {
-					return nil, err
-				}
+				// A dial that failed dropped the peer (its error
+				// next turn), unless its caller's ctx ended it: not
+				// this caller's, which then dials itself.
 				continue
 			case <-ctx.Done():
 				return nil, ctxErr(ctx)
@@ -449,7 +445,7 @@ func (p *Peer) conn(ctx context.Context) (*engine.Endpoint, error) {
 			p.invalidate(err)
 		}
 		p.mu.Lock()
-		p.dialing, p.dialErr = nil, err
+		p.dialing = nil
 		if err == nil && p.deadErr != nil {
 			err = p.deadErr
 		}

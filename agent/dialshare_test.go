@@ -1,0 +1,139 @@
+package agent
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/agent/meta"
+	"github.com/gxfer/gxfer/engine"
+)
+
+// parkedInConn counts the goroutines blocked in Peer.conn's wait for
+// another caller's dial (not dialing themselves).
+func parkedInConn() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "agent.(*Peer).conn(") &&
+			!strings.Contains(g, "agent.(*Peer).dial(") {
+			count++
+		}
+	}
+	return count
+}
+
+// TestSharedDialCtxNotShared: a caller that waits for another caller's
+// dial to a peer does not inherit that caller's ctx: when the dialer's
+// ctx ends, the waiter (its own ctx live) dials itself and gets the
+// connection. Before, it failed with the dialer's ErrCanceled.
+func TestSharedDialCtxNotShared(t *testing.T) {
+	ctx := testCtx(t)
+	ea, em := newEngine(t), newEngine(t)
+	a := newAgent(t, ea, "a", agentOpts{})
+	// Agent "m", played here: its record is fetched over TCP and names
+	// a unix socket on this node, so a's first use dials that socket.
+	lt, err := em.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer lt.Close()
+	lu, err := em.Listen("unix", sockDir(t)+"/m.sock")
+	require.NoError(t, err)
+	defer lu.Close()
+	md := meta.Metadata{Name: "m", Incarnation: 7, Version: 1, Unix: lu.Addr(), TCP: lt.Addr()}
+	rec, err := md.Encode()
+	require.NoError(t, err)
+
+	// serve answers hellos on l, n connections; on the one numbered mute
+	// it answers nothing (a dial that waits until its ctx ends), and it
+	// reports each hello on hellos.
+	serve := func(l *engine.Listener, n, mute int, withMeta bool, hellos chan<- int) chan error {
+		done := make(chan error, 1)
+		go func() {
+			for i := range n {
+				ep, err := l.Accept(ctx)
+				if err != nil {
+					done <- err
+					return
+				}
+				if _, err := ep.Recv(ctx); err != nil {
+					ep.Close()
+					done <- err
+					return
+				}
+				if hellos != nil {
+					hellos <- i
+				}
+				if i != mute {
+					msgs := [][]byte{encodeHello("m", 7, 0, 1, false)}
+					if withMeta {
+						msgs = append(msgs, encodeMeta(rec)...)
+					}
+					for _, m := range msgs {
+						if err := ep.Send(ctx, m); err != nil {
+							ep.Close()
+							done <- err
+							return
+						}
+					}
+				}
+				for { // until a hangs up
+					if _, err := ep.Recv(ctx); err != nil {
+						break
+					}
+				}
+				ep.Close()
+			}
+			done <- nil
+		}()
+		return done
+	}
+	tcpDone := serve(lt, 1, -1, true, nil)
+	name, err := a.Connect(ctx, lt.Addr())
+	require.NoError(t, err)
+	require.Equal(t, "m", name)
+	require.NoError(t, <-tcpDone)
+	p, err := a.Peer(ctx, "m")
+	require.NoError(t, err)
+	_, connected := p.Transport()
+	require.False(t, connected)
+
+	hellos := make(chan int, 2)
+	unixDone := serve(lu, 2, 0, false, hellos)
+	actx, cancelA := context.WithCancel(ctx)
+	defer cancelA()
+	errA := make(chan error, 1)
+	go func() {
+		_, err := p.Endpoint(actx)
+		errA <- err
+	}()
+	require.Equal(t, 0, <-hellos) // A's dial waits for m's answer
+	errB := make(chan error, 1)
+	go func() {
+		_, err := p.Endpoint(ctx)
+		errB <- err
+	}()
+	for parkedInConn() == 0 && ctx.Err() == nil { // until B waits for A's dial
+		runtime.Gosched()
+	}
+	require.NoError(t, ctx.Err())
+	cancelA()
+	require.ErrorIs(t, <-errA, engine.ErrCanceled)
+	require.NoError(t, <-errB, "B's ctx is live")
+	require.Equal(t, 1, <-hellos)
+	require.NoError(t, p.Err())
+	_, connected = p.Transport()
+	require.True(t, connected)
+	require.NoError(t, a.Close())
+	require.NoError(t, <-unixDone)
+}
