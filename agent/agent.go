@@ -324,7 +324,7 @@ func (a *Agent) Withdraw(name string) error {
 	}
 	if _, ok := a.sections[name]; !ok {
 		a.mu.Unlock()
-		return fmt.Errorf("agent %s: withdraw %q: %w", a.cfg.Name, name, ErrNoSection)
+		return fmt.Errorf("agent %s: withdraw %q: %w (%w)", a.cfg.Name, name, ErrNoSection, meta.ErrNotFound)
 	}
 	delete(a.sections, name)
 	a.md.Sections = slices.DeleteFunc(slices.Clone(a.md.Sections), func(s meta.Section) bool { return s.Name == name })

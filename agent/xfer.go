@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gxfer/gxfer/agent/meta"
 	"github.com/gxfer/gxfer/engine"
 )
 
@@ -172,7 +173,7 @@ func (p *Peer) check(i int, d *Desc, psec **peerSection) error {
 	if sec == nil || d.Section != sec.s.Name {
 		ps, ok := p.keys[d.Section]
 		if !ok {
-			return &DescError{Index: i, Err: p.wrap(fmt.Errorf("%w: %q", ErrNoSection, d.Section))}
+			return &DescError{Index: i, Err: p.wrap(fmt.Errorf("%w: %q (%w)", ErrNoSection, d.Section, meta.ErrNotFound))}
 		}
 		sec, *psec = ps, ps
 	}
