@@ -77,7 +77,8 @@ import (
 // Config configures an Agent.
 type Config struct {
 	// Name is the agent's name, unique in the cluster (1 to
-	// meta.MaxName bytes).
+	// meta.MaxName bytes of UTF-8 without control characters:
+	// meta.CheckName).
 	Name string
 	// Engine is the caller's engine; the agent does not close it.
 	Engine *engine.Engine
@@ -163,6 +164,8 @@ func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
 		return nil, invalid("agent: no engine")
 	case cfg.Name == "" || len(cfg.Name) > meta.MaxName:
 		return nil, invalid("agent name of %d bytes", len(cfg.Name))
+	case meta.CheckName(cfg.Name) != nil: // no record could carry it
+		return nil, invalid("agent name %q is not UTF-8 without control characters", cfg.Name)
 	}
 	if cfg.NotifyQueue <= 0 {
 		cfg.NotifyQueue = 4096
@@ -265,10 +268,14 @@ func cloneMeta(m meta.Metadata) meta.Metadata {
 
 // Publish offers s under name: it exports a key granting exactly s and
 // republishes the record (a new Version: peers holding the previous one
-// drop it and fetch the new one on their next use).
+// drop it and fetch the new one on their next use). name follows the
+// rules of an agent's name (meta.CheckName); ErrInvalid otherwise.
 func (a *Agent) Publish(name string, s engine.Slice) error {
 	if name == "" || len(name) > meta.MaxName {
 		return invalid("section name of %d bytes", len(name))
+	}
+	if meta.CheckName(name) != nil { // a section's name follows an agent's rules
+		return invalid("section name %q is not UTF-8 without control characters", name)
 	}
 	if err := s.Err(); err != nil {
 		return fmt.Errorf("agent: section %q: %w", name, err)
