@@ -397,7 +397,7 @@ func (p *Peer) read(ep *engine.Endpoint) {
 		case m.typ == msgInvalidate:
 			p.invalidate(fmt.Errorf("%w: republished (version %d)", engine.ErrPeer, m.version))
 		case m.typ == msgRefuse:
-			p.invalidate(fmt.Errorf("%w: refused: %s", engine.ErrPeer, m.data))
+			p.invalidate(fmt.Errorf("%w: refused: %q", engine.ErrPeer, m.data))
 		default:
 			p.invalidate(fmt.Errorf("%w: %w", engine.ErrPeer, protoErr("unexpected %v", m.typ)))
 		}
@@ -543,7 +543,7 @@ func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, cached *meta.Me
 		}
 		switch {
 		case m.typ == msgRefuse:
-			return md, fmt.Errorf("%w: refused: %s", engine.ErrPeer, m.data)
+			return md, fmt.Errorf("%w: refused: %q", engine.ErrPeer, m.data)
 		case m.typ == msgInvalidate:
 			return md, fmt.Errorf("%w: %w", engine.ErrPeer, errRepublished)
 		case m.typ == msgHello && hello.typ == 0:
