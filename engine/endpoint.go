@@ -89,8 +89,12 @@ type EndpointStats struct {
 	BytesIn   uint64        // bytes received in Data frames (TCP)
 	Lanes     int           // connections (TCP: Config.TCPLanes when dialed, 1 when accepted)
 
-	// Peer names the peer, as Endpoint.Peer does.
+	// Peer names the peer, as Endpoint.Peer does (several endpoints may
+	// have the same peer name).
 	Peer string
+	// ID numbers the endpoint in its engine: no other endpoint of the
+	// engine has it.
+	ID uint64
 	// Ops counts the Puts and Gets this side requested as they end (their
 	// latencies are in Engine.Stats, by transport).
 	Ops OpStats
@@ -118,7 +122,7 @@ func (ep *Endpoint) Stats() EndpointStats {
 	ep.path.Stats(&ds)
 	ms := ep.ch.MsgStats()
 	return EndpointStats{
-		Transport: ep.Transport(), Peer: ep.Peer(), Ops: ep.ops.snapshot(), Puts: ep.puts.Load(), Gets: ep.gets.Load(),
+		Transport: ep.Transport(), Peer: ep.Peer(), ID: ep.ch.Peer().Conn, Ops: ep.ops.snapshot(), Puts: ep.puts.Load(), Gets: ep.gets.Load(),
 		Served: ds.Served, BytesOut: ds.BytesOut, BytesIn: ds.BytesIn, Lanes: max(ds.Lanes, 1),
 		ZeroCopy: ds.ZeroCopy, Staged: ds.Staged, Delegated: ds.Delegated, ServedRDMA: ds.ServedRDMA, NICWRs: ds.NICWRs,
 		MsgsOut: ms.Out, MsgBytesOut: ms.OutBytes, MsgsIn: ms.In, MsgBytesIn: ms.InBytes,

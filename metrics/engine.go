@@ -32,22 +32,25 @@ import (
 //	transport_endpoints{transport}, transport_ops_completed_total{transport},
 //	transport_ops_failed_total{transport}, transport_op_errors_total{transport,kind},
 //	transport_bytes_total{transport}, transport_op_latency_seconds{transport} (histogram)
-//	endpoint_puts_total{transport,peer}, endpoint_gets_total{transport,peer},
-//	endpoint_ops_completed_total{transport,peer}, endpoint_ops_failed_total{transport,peer},
-//	endpoint_op_errors_total{transport,peer,kind} (kinds seen only),
-//	endpoint_transferred_bytes_total{transport,peer},
-//	endpoint_sent_bytes_total{transport,peer}, endpoint_received_bytes_total{transport,peer},
-//	endpoint_served_total{transport,peer}, endpoint_lanes{transport,peer},
-//	endpoint_rdma_ops_total{transport,peer,path} (path: zero_copy, staged, delegated, served),
-//	endpoint_nic_work_requests_total{transport,peer,nic},
-//	endpoint_messages_sent_total{transport,peer}, endpoint_messages_received_total{transport,peer},
-//	endpoint_message_sent_bytes_total{transport,peer}, endpoint_message_received_bytes_total{transport,peer}
+//	endpoint_puts_total{transport,peer,endpoint}, endpoint_gets_total{transport,peer,endpoint},
+//	endpoint_ops_completed_total{transport,peer,endpoint}, endpoint_ops_failed_total{transport,peer,endpoint},
+//	endpoint_op_errors_total{transport,peer,endpoint,kind} (kinds seen only),
+//	endpoint_transferred_bytes_total{transport,peer,endpoint},
+//	endpoint_sent_bytes_total{transport,peer,endpoint}, endpoint_received_bytes_total{transport,peer,endpoint},
+//	endpoint_served_total{transport,peer,endpoint}, endpoint_lanes{transport,peer,endpoint},
+//	endpoint_rdma_ops_total{transport,peer,endpoint,path} (path: zero_copy, staged, delegated, served),
+//	endpoint_nic_work_requests_total{transport,peer,endpoint,nic},
+//	endpoint_messages_sent_total{transport,peer,endpoint}, endpoint_messages_received_total{transport,peer,endpoint},
+//	endpoint_message_sent_bytes_total{transport,peer,endpoint}, endpoint_message_received_bytes_total{transport,peer,endpoint}
 //	  (Endpoint.Send and Recv)
 //
 // Copies are what engine.Stats counts (Copy, batches, bindings, the copies
 // of Puts and Gets through a peer's mapped memory); transport_* and
-// endpoint_* count the endpoints' Puts and Gets. Endpoints with the same
-// transport and peer name are summed into one series.
+// endpoint_* count the endpoints' Puts and Gets. Each live endpoint is
+// its own series, labelled endpoint=engine.EndpointStats.ID (several
+// endpoints may have the same peer name; were they summed into one
+// series, the sum would go down when one of them closes): sum by
+// transport and peer after rate. A closed endpoint's series go.
 type EngineCollector struct {
 	e *engine.Engine
 	f family
@@ -116,19 +119,19 @@ func NewEngineCollector(e *engine.Engine, opts ...Option) *EngineCollector {
 	c.tBytes = f.counter("transport_bytes_total", "Bytes of completed Puts and Gets.", "transport")
 	c.tLat = f.histogram("transport_op_latency_seconds", "Latency of Puts and Gets, from the call to completion.", "transport")
 
-	ep := []string{"transport", "peer"}
+	ep := []string{"transport", "peer", "endpoint"}
 	c.epPuts = f.counter("endpoint_puts_total", "Puts requested on the endpoint.", ep...)
 	c.epGets = f.counter("endpoint_gets_total", "Gets requested on the endpoint.", ep...)
 	c.epCompleted = f.counter("endpoint_ops_completed_total", "Puts and Gets of the endpoint that ended without an error.", ep...)
 	c.epFailed = f.counter("endpoint_ops_failed_total", "Puts and Gets of the endpoint that ended with an error.", ep...)
-	c.epErrs = f.counter("endpoint_op_errors_total", "Failed Puts and Gets of the endpoint by error kind (kinds seen only).", "transport", "peer", "kind")
+	c.epErrs = f.counter("endpoint_op_errors_total", "Failed Puts and Gets of the endpoint by error kind (kinds seen only).", "transport", "peer", "endpoint", "kind")
 	c.epBytes = f.counter("endpoint_transferred_bytes_total", "Bytes of the endpoint's completed Puts and Gets.", ep...)
 	c.epSent = f.counter("endpoint_sent_bytes_total", "Bytes sent in data frames (tcp).", ep...)
 	c.epRecv = f.counter("endpoint_received_bytes_total", "Bytes received in data frames (tcp).", ep...)
 	c.epServed = f.counter("endpoint_served_total", "The peer's requests this side completed (tcp).", ep...)
 	c.epLanes = f.gauge("endpoint_lanes", "Connections of the endpoint.", ep...)
-	c.epRDMA = f.counter("endpoint_rdma_ops_total", "RDMA Puts and Gets by path: zero_copy, staged, delegated (the peer moved the data); served: the peer's delegated requests.", "transport", "peer", "path")
-	c.epNICWRs = f.counter("endpoint_nic_work_requests_total", "Work requests posted on the endpoint's queue pair of each NIC.", "transport", "peer", "nic")
+	c.epRDMA = f.counter("endpoint_rdma_ops_total", "RDMA Puts and Gets by path: zero_copy, staged, delegated (the peer moved the data); served: the peer's delegated requests.", "transport", "peer", "endpoint", "path")
+	c.epNICWRs = f.counter("endpoint_nic_work_requests_total", "Work requests posted on the endpoint's queue pair of each NIC.", "transport", "peer", "endpoint", "nic")
 	c.epMsgsOut = f.counter("endpoint_messages_sent_total", "Messages sent to the peer (Endpoint.Send).", ep...)
 	c.epMsgsIn = f.counter("endpoint_messages_received_total", "Messages that arrived from the peer, taken by Recv or not yet.", ep...)
 	c.epMsgBytesOut = f.counter("endpoint_message_sent_bytes_total", "Bytes of the messages sent to the peer.", ep...)
@@ -201,86 +204,36 @@ func (c *EngineCollector) ipcCache(ch chan<- prometheus.Metric, s ipc.CacheStats
 	emit(ch, c.ipcBytes, float64(s.Bytes))
 }
 
-// epKey identifies an endpoint series.
-type epKey struct{ transport, peer string }
-
-// epSum is the sum of the endpoints of one series.
-type epSum struct {
-	puts, gets, completed, failed, bytes, sent, recv, served uint64
-	lanes                                                    int
-	zeroCopy, staged, delegated, servedRDMA                  uint64
-	msgsOut, msgsIn, msgBytesOut, msgBytesIn                 uint64
-	errs                                                     map[string]uint64
-	nicWRs                                                   []uint64
-}
-
 func (c *EngineCollector) endpoints(ch chan<- prometheus.Metric, eps []engine.EndpointStats) {
-	sums := map[epKey]*epSum{}
-	var order []epKey
 	for _, es := range eps {
-		k := epKey{es.Transport.String(), es.Peer}
-		s := sums[k]
-		if s == nil {
-			s = &epSum{errs: map[string]uint64{}}
-			sums[k] = s
-			order = append(order, k)
-		}
-		s.puts += es.Puts
-		s.gets += es.Gets
-		s.completed += es.Ops.Completed
-		s.failed += es.Ops.Failed
-		s.bytes += es.Ops.Bytes
-		s.sent += es.BytesOut
-		s.recv += es.BytesIn
-		s.served += es.Served
-		s.lanes += es.Lanes
-		s.zeroCopy += es.ZeroCopy
-		s.staged += es.Staged
-		s.delegated += es.Delegated
-		s.servedRDMA += es.ServedRDMA
-		s.msgsOut += es.MsgsOut
-		s.msgsIn += es.MsgsIn
-		s.msgBytesOut += es.MsgBytesOut
-		s.msgBytesIn += es.MsgBytesIn
+		tr, peer, id := es.Transport.String(), es.Peer, strconv.FormatUint(es.ID, 10)
+		l := []string{tr, peer, id}
+		emit(ch, c.epPuts, float64(es.Puts), l...)
+		emit(ch, c.epGets, float64(es.Gets), l...)
+		emit(ch, c.epCompleted, float64(es.Ops.Completed), l...)
+		emit(ch, c.epFailed, float64(es.Ops.Failed), l...)
+		emit(ch, c.epBytes, float64(es.Ops.Bytes), l...)
+		emit(ch, c.epSent, float64(es.BytesOut), l...)
+		emit(ch, c.epRecv, float64(es.BytesIn), l...)
+		emit(ch, c.epServed, float64(es.Served), l...)
+		emit(ch, c.epLanes, float64(es.Lanes), l...)
+		emit(ch, c.epMsgsOut, float64(es.MsgsOut), l...)
+		emit(ch, c.epMsgsIn, float64(es.MsgsIn), l...)
+		emit(ch, c.epMsgBytesOut, float64(es.MsgBytesOut), l...)
+		emit(ch, c.epMsgBytesIn, float64(es.MsgBytesIn), l...)
 		for _, ec := range es.Ops.Errors {
 			if ec.Count > 0 {
-				s.errs[ec.Kind] += ec.Count
+				emit(ch, c.epErrs, float64(ec.Count), tr, peer, id, ec.Kind)
 			}
+		}
+		if es.Transport == engine.TransportRDMA {
+			emit(ch, c.epRDMA, float64(es.ZeroCopy), tr, peer, id, "zero_copy")
+			emit(ch, c.epRDMA, float64(es.Staged), tr, peer, id, "staged")
+			emit(ch, c.epRDMA, float64(es.Delegated), tr, peer, id, "delegated")
+			emit(ch, c.epRDMA, float64(es.ServedRDMA), tr, peer, id, "served")
 		}
 		for i, n := range es.NICWRs {
-			if i >= len(s.nicWRs) {
-				s.nicWRs = append(s.nicWRs, 0)
-			}
-			s.nicWRs[i] += n
-		}
-	}
-	for _, k := range order {
-		s := sums[k]
-		l := []string{k.transport, k.peer}
-		emit(ch, c.epPuts, float64(s.puts), l...)
-		emit(ch, c.epGets, float64(s.gets), l...)
-		emit(ch, c.epCompleted, float64(s.completed), l...)
-		emit(ch, c.epFailed, float64(s.failed), l...)
-		emit(ch, c.epBytes, float64(s.bytes), l...)
-		emit(ch, c.epSent, float64(s.sent), l...)
-		emit(ch, c.epRecv, float64(s.recv), l...)
-		emit(ch, c.epServed, float64(s.served), l...)
-		emit(ch, c.epLanes, float64(s.lanes), l...)
-		emit(ch, c.epMsgsOut, float64(s.msgsOut), l...)
-		emit(ch, c.epMsgsIn, float64(s.msgsIn), l...)
-		emit(ch, c.epMsgBytesOut, float64(s.msgBytesOut), l...)
-		emit(ch, c.epMsgBytesIn, float64(s.msgBytesIn), l...)
-		for kind, n := range s.errs {
-			emit(ch, c.epErrs, float64(n), k.transport, k.peer, kind)
-		}
-		if k.transport == engine.TransportRDMA.String() {
-			emit(ch, c.epRDMA, float64(s.zeroCopy), k.transport, k.peer, "zero_copy")
-			emit(ch, c.epRDMA, float64(s.staged), k.transport, k.peer, "staged")
-			emit(ch, c.epRDMA, float64(s.delegated), k.transport, k.peer, "delegated")
-			emit(ch, c.epRDMA, float64(s.servedRDMA), k.transport, k.peer, "served")
-		}
-		for i, n := range s.nicWRs {
-			emit(ch, c.epNICWRs, float64(n), k.transport, k.peer, strconv.Itoa(i))
+			emit(ch, c.epNICWRs, float64(n), tr, peer, id, strconv.Itoa(i))
 		}
 	}
 }

@@ -11,7 +11,8 @@
 // engine's power-of-two buckets, 1.024 µs to 34 s). Labels: kind (an
 // error kind: "peer", "timeout", "invalid", ... as engine.ErrorCount
 // names them), transport ("tcp", "ipc", "rdma"), peer (the peer as
-// engine.Endpoint.Peer names it), device (a device index), cache, agent.
+// engine.Endpoint.Peer names it), endpoint (engine.EndpointStats.ID: one
+// series per live endpoint), device (a device index), cache, agent.
 // Give each collector's metrics distinguishing labels with ConstLabels
 // when one registry holds several engines or agents.
 //

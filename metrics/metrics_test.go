@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -250,10 +251,11 @@ func TestEngineCollectorEndpointsGoAway(t *testing.T) {
 	require.Equal(t, float64(2), fs.value(t, "gxfer_transport_ops_completed_total", "transport", "tcp"))
 }
 
-// TestEngineCollectorSumsSamePeer: two endpoints to the same peer over
-// unix (same transport and peer name) are one series, their sum; the
-// registry accepts the scrape (no duplicate series).
-func TestEngineCollectorSumsSamePeer(t *testing.T) {
+// TestEngineCollectorTwoEndpointsSamePeer: two endpoints to the same
+// peer over unix (same transport and peer name) are two series, told
+// apart by their endpoint label; the registry accepts the scrape (no
+// duplicate series).
+func TestEngineCollectorTwoEndpointsSamePeer(t *testing.T) {
 	p := newPair(t, "unix")
 	ctx := context.Background()
 	local, err := p.a.Alloc(4096, engine.Host)
@@ -291,6 +293,8 @@ func TestEngineCollectorSumsSamePeer(t *testing.T) {
 		total += v
 	}
 	require.Equal(t, float64(3), total)
+	require.Len(t, fs["gxfer_endpoint_puts_total"].Metric, 2)
+	require.Equal(t, float64(2), fs.value(t, "gxfer_endpoint_puts_total", "peer", ab2.Peer(), "endpoint", strconv.FormatUint(ab2.Stats().ID, 10)))
 	require.Equal(t, float64(2), fs.value(t, "gxfer_transport_endpoints", "transport", "ipc"))
 }
 
@@ -337,5 +341,71 @@ func TestEngineCollectorMessages(t *testing.T) {
 			require.Equal(t, float64(n), fb.value(t, "gxfer_endpoint_messages_received_total", eb...))
 			require.Equal(t, float64(bytes), fb.value(t, "gxfer_endpoint_message_received_bytes_total", eb...))
 		})
+	}
+}
+
+// counterKey names a counter series: its family and its labels.
+func counterKey(name string, m *dto.Metric) string {
+	k := name
+	for _, l := range m.Label {
+		k += "," + l.GetName() + "=" + l.GetValue()
+	}
+	return k
+}
+
+// TestEngineCollectorCountersNeverGoDown: two endpoints to the same peer
+// (same transport and peer name), one of which closes: no counter series
+// that is still exported has a smaller value than before (Prometheus
+// takes a decrease for a restart from zero, and counts the remaining
+// value as new traffic).
+func TestEngineCollectorCountersNeverGoDown(t *testing.T) {
+	p := newPair(t, "unix")
+	ctx := context.Background()
+	local, err := p.a.Alloc(4096, engine.Host)
+	require.NoError(t, err)
+	rb, err := p.b.Alloc(4096, engine.Host)
+	require.NoError(t, err)
+	rk, err := rb.Export()
+	require.NoError(t, err)
+	l, err := p.b.Listen("unix", filepath.Join(t.TempDir(), "t.sock"))
+	require.NoError(t, err)
+	defer l.Close()
+	ab2, err := p.a.Dial(ctx, "unix", l.Addr())
+	require.NoError(t, err)
+	ba2, err := l.Accept(ctx)
+	require.NoError(t, err)
+	defer ba2.Close()
+	require.Equal(t, p.ab.Peer(), ab2.Peer(), "the same peer name")
+	require.NoError(t, p.ab.PutSync(ctx, local.All(), rk))
+	for range 2 {
+		require.NoError(t, ab2.PutSync(ctx, local.All(), rk))
+		require.NoError(t, ab2.GetSync(ctx, local.All(), rk))
+		require.NoError(t, ab2.Send(ctx, []byte("hello")))
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewEngineCollector(p.a))
+	before := map[string]float64{}
+	for name, f := range gather(t, reg) {
+		for _, m := range f.Metric {
+			if m.Counter != nil {
+				before[counterKey(name, m)] = m.Counter.GetValue()
+			}
+		}
+	}
+	require.NoError(t, ab2.Close())
+	after := gather(t, reg)
+	var puts float64
+	for _, m := range after["gxfer_endpoint_puts_total"].Metric {
+		puts += m.Counter.GetValue()
+	}
+	require.Equal(t, float64(1), puts, "the live endpoint's Put")
+	for name, f := range after {
+		for _, m := range f.Metric {
+			k := counterKey(name, m)
+			if v, ok := before[k]; ok && m.Counter != nil {
+				require.GreaterOrEqual(t, m.Counter.GetValue(), v, "counter %s went down", k)
+			}
+		}
 	}
 }
