@@ -78,7 +78,7 @@ type Config struct {
 	Duration time.Duration // load phase; default 20 s
 	Seed     int64         // drives every random choice; 0 picks one from the clock (reported)
 	Procs    int           // peer processes; default 2
-	Workers  int           // load goroutines of this process; default 4
+	Workers  int           // load goroutines of this process; default 4, at most 64 (MaxPeerWorkers with peers)
 	// Faults to inject (nil: all). FaultEvery is the mean time between
 	// two injections; default 250 ms.
 	Faults     []Fault
@@ -123,6 +123,10 @@ func (c *Config) defaults() error {
 	}
 	if c.Workers > 64 {
 		return fmt.Errorf("soak: workers %d (want 1..64)", c.Workers)
+	}
+	if c.Procs > 0 && c.Workers > MaxPeerWorkers {
+		return fmt.Errorf("soak: workers %d with peer processes (want 1..%d: each peer's Gaudi holds %d MiB per worker)",
+			c.Workers, MaxPeerWorkers, slotsPerWorker*slotSize>>20)
 	}
 	if c.Faults == nil {
 		c.Faults = slices.Clone(AllFaults)
@@ -169,9 +173,18 @@ const (
 	// may still write.
 	slotSize       = 4 << 20
 	slotsPerWorker = 3
-	maxWorkersPeer = 8 // slots a peer exports for: workers beyond share
 	roSize         = 4 << 20
+
+	// emulatedDRAM is the device memory of every emulated Gaudi of the
+	// soak.
+	emulatedDRAM = 512 << 20
 )
+
+// MaxPeerWorkers is the most Workers a run with peer processes takes:
+// every worker has its slots in each peer's read-write Gaudi buffer,
+// which one emulated device holds (with room left for the stale-key
+// probes and the engine's own allocations).
+const MaxPeerWorkers = (emulatedDRAM - 32<<20) / (slotsPerWorker * slotSize)
 
 // engineConfig is the configuration of every engine of the soak.
 func engineConfig(devices int, log zerolog.Logger) engine.Config {
@@ -179,7 +192,7 @@ func engineConfig(devices int, log zerolog.Logger) engine.Config {
 		Logger:        log,
 		Devices:       engine.DevicesEmulated,
 		EmulatedCount: devices,
-		Emulator:      engine.EmulatorConfig{DRAMSize: 512 << 20, CSTimeout: csTimeout},
+		Emulator:      engine.EmulatorConfig{DRAMSize: emulatedDRAM, CSTimeout: csTimeout},
 		CloseGrace:    closeGrace,
 		PeerTimeout:   peerTimeout,
 		RDMA:          engine.RDMAConfig{Disabled: true},

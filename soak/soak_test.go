@@ -188,6 +188,9 @@ func TestConfigErrors(t *testing.T) {
 		{"no command", Config{Procs: 1}, "PeerCommand"},
 		{"netns", Config{Netns: "maybe"}, "netns"},
 		{"max op", Config{MaxOp: 8 << 20}, "max op"},
+		// Each worker has slots in every peer's read-write Gaudi buffer,
+		// which the peer's emulated device must hold.
+		{"workers beyond the peers' device memory", Config{Procs: 1, Workers: 48, PeerCommand: testPeerCommand, Faults: []Fault{}, Duration: time.Second}, "workers 48"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Run(context.Background(), tc.cfg)

@@ -62,7 +62,7 @@ func soakFlags() (*flag.FlagSet, *soakOpts) {
 	fs.DurationVar(&o.duration, "duration", time.Minute, "how long the load and faults run (the checks take up to a minute more)")
 	fs.Int64Var(&o.seed, "seed", 0, "seed of every random choice (0: from the clock; the summary prints it)")
 	fs.IntVar(&o.procs, "procs", 2, "peer processes (0..16)")
-	fs.IntVar(&o.workers, "workers", 4, "load goroutines in this process (1..64)")
+	fs.IntVar(&o.workers, "workers", 4, fmt.Sprintf("load goroutines in this process (1..64; 1..%d with peer processes)", soak.MaxPeerWorkers))
 	fs.StringVar(&o.faults, "faults", "all", "faults to inject, comma-separated: all, none, or of "+faultNames())
 	fs.DurationVar(&o.faultEvery, "fault-every", 250*time.Millisecond, "mean time between two injected faults")
 	fs.IntVar(&o.maxOp, "max-op", 256<<10, "largest transfer in bytes (at most 1 MiB)")
@@ -117,6 +117,8 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 		return usagef("bad -procs %d (want 0..16)", o.procs)
 	case o.workers < 1 || o.workers > 64:
 		return usagef("bad -workers %d (want 1..64)", o.workers)
+	case o.procs > 0 && o.workers > soak.MaxPeerWorkers:
+		return usagef("bad -workers %d (want 1..%d with peer processes)", o.workers, soak.MaxPeerWorkers)
 	case o.faultEvery <= 0:
 		return usagef("bad -fault-every %v (want > 0)", o.faultEvery)
 	case o.maxOp < 1 || o.maxOp > 1<<20:

@@ -27,6 +27,7 @@ func TestSoakUsageErrors(t *testing.T) {
 		{[]string{"-duration", "0s"}, "bad -duration"},
 		{[]string{"-procs", "17"}, "bad -procs"},
 		{[]string{"-workers", "0"}, "bad -workers"},
+		{[]string{"-workers", "48", "-procs", "1", "-duration", "1s", "-faults", "none", "-netns", "off"}, "bad -workers"},
 		{[]string{"-faults", "cs-hang,nope"}, "bad -faults"},
 		{[]string{"-fault-every", "-1s"}, "bad -fault-every"},
 		{[]string{"-max-op", "0"}, "bad -max-op"},
