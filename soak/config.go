@@ -79,7 +79,7 @@ type Config struct {
 	Seed     int64         // drives every random choice; 0 picks one from the clock (reported)
 	Procs    int           // peer processes; default 2
 	Workers  int           // load goroutines of this process; default 4, at most 64 (MaxPeerWorkers with peers)
-	// Faults to inject (nil: all). FaultEvery is the mean time between
+	// Faults to inject (nil: all; each one of AllFaults). FaultEvery is the mean time between
 	// two injections; default 250 ms.
 	Faults     []Fault
 	FaultEvery time.Duration
@@ -130,6 +130,11 @@ func (c *Config) defaults() error {
 	}
 	if c.Faults == nil {
 		c.Faults = slices.Clone(AllFaults)
+	}
+	for _, f := range c.Faults {
+		if !slices.Contains(AllFaults, f) {
+			return fmt.Errorf("soak: unknown fault %q (want one of %s)", f, joinFaults(AllFaults))
+		}
 	}
 	if c.FaultEvery <= 0 {
 		c.FaultEvery = 250 * time.Millisecond

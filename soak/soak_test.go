@@ -190,6 +190,7 @@ func TestConfigErrors(t *testing.T) {
 		{"max op", Config{MaxOp: 8 << 20}, "max op"},
 		// Each worker has slots in every peer's read-write Gaudi buffer,
 		// which the peer's emulated device must hold.
+		{"unknown fault", Config{Faults: []Fault{FaultCSHang, "cs-hnag"}, Duration: time.Second}, `unknown fault "cs-hnag"`},
 		{"workers beyond the peers' device memory", Config{Procs: 1, Workers: 48, PeerCommand: testPeerCommand, Faults: []Fault{}, Duration: time.Second}, "workers 48"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
