@@ -36,9 +36,10 @@ const (
 )
 
 // Serve listens on the TCP address addr ("127.0.0.1:9464"; port 0 picks
-// one: see Addr) and serves g at /metrics until Close. Errors of the
-// collectors are reported in the scrape (promhttp.ContinueOnError), a
-// scrape does not fail because one metric could not be read.
+// one: see Addr) and serves g at /metrics until Close, one connection
+// per scrape (no keep-alive). Errors of the collectors are reported in
+// the scrape (promhttp.ContinueOnError), a scrape does not fail because
+// one metric could not be read.
 func Serve(addr string, g prometheus.Gatherer) (*Server, error) {
 	return serve(addr, g, idleTimeout, writeTimeout)
 }
@@ -55,6 +56,12 @@ func serve(addr string, g prometheus.Gatherer, idle, write time.Duration) (*Serv
 	s := &Server{ln: ln, done: make(chan struct{}), srv: &http.Server{
 		Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle, WriteTimeout: write,
 	}}
+	// Each scrape on its own connection, closed after the response: a
+	// scraper holds no connection (and no goroutine and descriptor of
+	// this process) between its scrapes, which Prometheus makes every
+	// 15 s by default, within any idle timeout (gxfer soak counts what
+	// its process holds after the run).
+	s.srv.SetKeepAlivesEnabled(false)
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -182,4 +185,77 @@ func TestMetricsFlagErrors(t *testing.T) {
 	code, _, errs = gxfer(t, "soak", "-peer", "-metrics", "127.0.0.1:0")
 	require.Equal(t, exitUsage, code, errs)
 	require.Contains(t, errs, "-metrics has no meaning with -peer")
+}
+
+// urlWriter is a stderr that hands out the metrics URL once printed.
+type urlWriter struct {
+	mu  sync.Mutex
+	b   bytes.Buffer
+	url chan string
+}
+
+func (w *urlWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	if m := metricsAt.FindStringSubmatch(w.b.String()); m != nil && w.url != nil {
+		w.url <- m[1]
+		w.url = nil
+	}
+	return len(p), nil
+}
+
+func (w *urlWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestSoakMetricsScraped: a soak whose metrics a scraper keeps reading
+// (with keep-alive, as Prometheus does) does not report the metrics
+// server's connection as a leak of the soak's process. The scraper's
+// goroutine exists before the soak takes its baseline.
+func TestSoakMetricsScraped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a soak")
+	}
+	stderr := &urlWriter{url: make(chan string, 1)}
+	urls := stderr.url
+	stop := make(chan struct{})
+	scraped := make(chan int, 1)
+	go func() {
+		c := &http.Client{Timeout: 5 * time.Second}
+		defer c.CloseIdleConnections()
+		n := 0
+		defer func() { scraped <- n }()
+		var url string
+		select {
+		case url = <-urls:
+		case <-stop:
+			return
+		}
+		tk := time.NewTicker(100 * time.Millisecond)
+		defer tk.Stop()
+		for range 3000 {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+			}
+			resp, err := c.Get(url)
+			if err != nil {
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			n++
+		}
+	}()
+	var out bytes.Buffer
+	code := run([]string{"soak", "-duration", "2s", "-procs", "0", "-workers", "1", "-faults", "none", "-netns", "off",
+		"-seed", "5", "-metrics", "127.0.0.1:0"}, &out, stderr)
+	close(stop)
+	require.Positive(t, <-scraped, "the scraper read the page")
+	require.NotContains(t, out.String(), "LEAK", stderr.String())
+	require.Equal(t, exitOK, code, "%s\n%s", out.String(), stderr.String())
 }
