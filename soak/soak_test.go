@@ -391,3 +391,27 @@ func TestRemoteResultSuperseded(t *testing.T) {
 	d.remoteResult("get", stale, time.Now(), what, p, old, 0, d.remoteTargets(p, 0)...)
 	require.Len(t, d.t.violations, 1)
 }
+
+// TestRenewCountsOnce: a device buffer's replacement that fails to
+// allocate is counted once as a failed recover/alloc (and judged, here a
+// violation: no fault explains it).
+func TestRenewCountsOnce(t *testing.T) {
+	e, err := engine.New(engineConfig(2, zerolog.Nop()))
+	require.NoError(t, err)
+	defer e.Close()
+	d := &driver{cfg: Config{Bound: 5 * time.Second}, t: newTally(), e: e}
+	for i := range d.selfDev {
+		d.selfDev[i] = &target{name: fmt.Sprintf("gaudi%d", i), dev: localDev}
+	}
+	db := &devBuf{dev: 0, size: 1 << 40, lost: true} // more than the device holds
+	require.False(t, d.renew(db, "test"))
+	c := d.t.ops["recover/alloc"]
+	require.NotNil(t, c)
+	var failed uint64
+	for _, n := range c.Failed {
+		failed += n
+	}
+	require.Zero(t, c.OK)
+	require.Equal(t, uint64(1), failed, "one allocation failed: %v", c.Failed)
+	require.NotEmpty(t, d.t.violations)
+}

@@ -140,13 +140,14 @@ func (d *driver) renew(db *devBuf, who string) bool {
 	}
 	db.resets, db.lost = d.e.Devices()[db.dev].Resets, false
 	b, err := d.e.Alloc(db.size, engine.Gaudi(db.dev))
-	d.t.op("recover/alloc", err)
 	if err != nil {
-		// Reset again meanwhile: explained as any lost device is.
+		// Reset again meanwhile: explained as any lost device is
+		// (result counts the operation).
 		what := func() string { return fmt.Sprintf("%s: allocating again on gaudi%d after its reset", who, db.dev) }
 		d.result("recover/alloc", err, start, what, d.devTarget(db.dev))
 		return false
 	}
+	d.t.op("recover/alloc", nil)
 	db.b = b
 	d.t.recoveries.Add(1)
 	return true
