@@ -251,28 +251,37 @@ func TestEngineCollectorEndpointsGoAway(t *testing.T) {
 	require.Equal(t, float64(2), fs.value(t, "gxfer_transport_ops_completed_total", "transport", "tcp"))
 }
 
-// TestEngineCollectorTwoEndpointsSamePeer: two endpoints to the same
-// peer over unix (same transport and peer name) are two series, told
-// apart by their endpoint label; the registry accepts the scrape (no
-// duplicate series).
-func TestEngineCollectorTwoEndpointsSamePeer(t *testing.T) {
-	p := newPair(t, "unix")
+// samePeerPair is a pair with a second endpoint from a to b over unix
+// (the same transport and peer name as p.ab), a's buffer local and a key
+// rk of one of b's, 4 KiB each. The second endpoint's sides are closed
+// by the test's cleanup.
+func samePeerPair(t *testing.T) (p pair, ab2 *engine.Endpoint, local *engine.Buffer, rk engine.RemoteKey) {
+	p = newPair(t, "unix")
 	ctx := context.Background()
 	local, err := p.a.Alloc(4096, engine.Host)
 	require.NoError(t, err)
 	rb, err := p.b.Alloc(4096, engine.Host)
 	require.NoError(t, err)
-	rk, err := rb.Export()
+	rk, err = rb.Export()
 	require.NoError(t, err)
 	l, err := p.b.Listen("unix", filepath.Join(t.TempDir(), "t.sock"))
 	require.NoError(t, err)
-	defer l.Close()
-	ab2, err := p.a.Dial(ctx, "unix", l.Addr())
+	t.Cleanup(func() { _ = l.Close() })
+	ab2, err = p.a.Dial(ctx, "unix", l.Addr())
 	require.NoError(t, err)
 	ba2, err := l.Accept(ctx)
 	require.NoError(t, err)
-	defer ba2.Close()
-	defer ab2.Close()
+	t.Cleanup(func() { _ = ba2.Close(); _ = ab2.Close() })
+	return p, ab2, local, rk
+}
+
+// TestEngineCollectorTwoEndpointsSamePeer: two endpoints to the same
+// peer over unix (same transport and peer name) are two series, told
+// apart by their endpoint label; the registry accepts the scrape (no
+// duplicate series).
+func TestEngineCollectorTwoEndpointsSamePeer(t *testing.T) {
+	p, ab2, local, rk := samePeerPair(t)
+	ctx := context.Background()
 	require.NoError(t, p.ab.PutSync(ctx, local.All(), rk))
 	require.NoError(t, ab2.PutSync(ctx, local.All(), rk))
 	require.NoError(t, ab2.PutSync(ctx, local.All(), rk))
@@ -359,22 +368,8 @@ func counterKey(name string, m *dto.Metric) string {
 // takes a decrease for a restart from zero, and counts the remaining
 // value as new traffic).
 func TestEngineCollectorCountersNeverGoDown(t *testing.T) {
-	p := newPair(t, "unix")
+	p, ab2, local, rk := samePeerPair(t)
 	ctx := context.Background()
-	local, err := p.a.Alloc(4096, engine.Host)
-	require.NoError(t, err)
-	rb, err := p.b.Alloc(4096, engine.Host)
-	require.NoError(t, err)
-	rk, err := rb.Export()
-	require.NoError(t, err)
-	l, err := p.b.Listen("unix", filepath.Join(t.TempDir(), "t.sock"))
-	require.NoError(t, err)
-	defer l.Close()
-	ab2, err := p.a.Dial(ctx, "unix", l.Addr())
-	require.NoError(t, err)
-	ba2, err := l.Accept(ctx)
-	require.NoError(t, err)
-	defer ba2.Close()
 	require.Equal(t, p.ab.Peer(), ab2.Peer(), "the same peer name")
 	require.NoError(t, p.ab.PutSync(ctx, local.All(), rk))
 	for range 2 {
