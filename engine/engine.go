@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/internal/copier"
@@ -251,7 +252,9 @@ func (e *Engine) device(l Location) (*copier.Device, error) {
 }
 
 // Alloc allocates size bytes at loc: page-aligned host memory outside the
-// Go heap (Host), or device memory (Gaudi(i)).
+// Go heap (Host), or device memory (Gaudi(i)). Without room it fails with
+// ErrNoMemory; a device that refuses otherwise gives ErrDevice (or
+// ErrDeviceLost after a reset).
 func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 	if !e.admitAlloc() {
 		return nil, ErrClosed
@@ -267,14 +270,19 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 			return nil, err
 		}
 		m, err := g.Dev.AllocDevice(uint64(size))
-		if errors.Is(err, dma.ErrClosed) {
-			return nil, newErr(ErrClosed, fmt.Sprintf("alloc %d bytes on gaudi%d", size, loc.dev), err)
-		}
-		if errors.Is(err, dma.ErrDeviceReset) {
-			return nil, newErr(ErrDeviceLost, fmt.Sprintf("alloc %d bytes on gaudi%d", size, loc.dev), err)
-		}
 		if err != nil {
-			return nil, fmt.Errorf("gxfer: alloc %d bytes on gaudi%d: %w", size, loc.dev, err)
+			kind := ErrDevice
+			switch {
+			case errors.Is(err, dma.ErrClosed):
+				kind = ErrClosed
+			case errors.Is(err, dma.ErrDeviceReset):
+				kind = ErrDeviceLost
+			case errors.Is(err, dma.ErrNoMemory):
+				kind = ErrNoMemory
+			case errors.Is(err, dma.ErrInvalid):
+				kind = ErrInvalid
+			}
+			return nil, newErr(kind, fmt.Sprintf("alloc %d bytes on gaudi%d", size, loc.dev), err)
 		}
 		b.gd, b.dmem = g, m
 		b.initMem()
@@ -284,6 +292,9 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 		}
 	} else {
 		shm, err := ipc.NewShared(size, fmt.Sprintf("gxfer-%d", b.id))
+		if errors.Is(err, unix.ENOMEM) {
+			return nil, newErr(ErrNoMemory, fmt.Sprintf("alloc %d host bytes", size), err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("gxfer: alloc %d host bytes: %w", size, err)
 		}

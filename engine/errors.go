@@ -34,6 +34,9 @@ var (
 	// requires: copies in flight on it failed, and every buffer on it is
 	// gone (its copies fail with ErrDeviceLost; Free still succeeds).
 	ErrDeviceLost = gxerr.DeviceLost
+	// ErrNoMemory: Alloc found no room: the device's memory (or the
+	// Gaudi1 DRAM range) is used up, or the host cannot map the size.
+	ErrNoMemory = gxerr.NoMemory
 	// ErrPanic: a worker panicked while handling the operation.
 	ErrPanic = gxerr.Panic
 	// ErrNotEmulated: the device is real hardware; Engine.Emulator (fault

@@ -358,10 +358,10 @@ func (t *target) explains(start, end time.Time) bool {
 }
 
 // mustNot are error classes no operation of the load may end with: a
-// panic, an untyped error, or one saying the soak's own valid arguments
-// were wrong.
+// panic, an untyped error, one saying the soak's own valid arguments
+// were wrong, or a device out of memory (the soak's buffers fit: a leak).
 var mustNot = map[string]bool{"ErrPanic": true, "untyped": true, "ErrInvalid": true, "ErrForeign": true,
-	"ErrNoDevice": true, "ErrNotSupported": true, "ErrFreed": true, "ErrQueueFull": true}
+	"ErrNoDevice": true, "ErrNotSupported": true, "ErrFreed": true, "ErrQueueFull": true, "ErrNoMemory": true}
 
 var errUnresolved = errors.New("soak: future not resolved")
 

@@ -39,6 +39,7 @@ var errClasses = []struct {
 	{"ErrQueueFull", engine.ErrQueueFull},
 	{"ErrForeign", engine.ErrForeign},
 	{"ErrNoDevice", engine.ErrNoDevice},
+	{"ErrNoMemory", engine.ErrNoMemory},
 	{"context", context.DeadlineExceeded},
 	{"context", context.Canceled},
 }

@@ -151,6 +151,7 @@ func TestClassify(t *testing.T) {
 		{errors.New("plain"), "untyped"},
 		{context.DeadlineExceeded, "context"},
 		{fmt.Errorf("gaudi0: %w", engine.ErrDeviceLost), "ErrDeviceLost"},
+		{fmt.Errorf("alloc: %w", engine.ErrNoMemory), "ErrNoMemory"},
 		{fmt.Errorf("peer: %w: %w", engine.ErrPeer, wire.NewError(3, wire.StatusInternal, "copy: "+engine.ErrDeviceLost.Error()+": gaudi0")), classPeerDeviceLost},
 		{fmt.Errorf("peer: %w: %w", engine.ErrPeer, wire.NewError(3, wire.StatusInternal, "something else")), "ErrPeer"},
 		{fmt.Errorf("peer: %w: %w", engine.ErrPeer, wire.NewError(3, wire.StatusNoResources, engine.ErrDeviceLost.Error())), "ErrPeer"},

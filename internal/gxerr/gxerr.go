@@ -33,6 +33,7 @@ var (
 	TooManyPeers    = errors.New("gxfer: too many peers")
 	NoCopier        = errors.New("gxfer: attached device has no device copier")
 	DeviceLost      = errors.New("gxfer: device lost (reset)")
+	NoMemory        = errors.New("gxfer: out of memory")
 )
 
 // opError wraps a kind with a message and the underlying cause.
