@@ -168,7 +168,10 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "VIOLATION: %s\n", v)
 	}
 	if r.OK() {
-		fmt.Fprintln(w, "result: PASS (every success verified, every failure typed and explained, every future resolved, no leak)")
+		// Not every success is read back (a stale key's valid Put, the
+		// copies around a timed-out one): the line claims what was.
+		fmt.Fprintf(w, "result: PASS (%.1f MiB of successes read back with no wrong byte, every failure typed and explained, every future resolved, no leak)\n",
+			float64(r.BytesVerified)/(1<<20))
 	} else {
 		fmt.Fprintf(w, "result: FAIL (%d violations, %d leaks)\n", len(r.Violations), len(r.Leaks))
 	}
