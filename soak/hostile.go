@@ -215,10 +215,7 @@ func (d *driver) timedOutCopy(rng *mrand.Rand) {
 	d.t.inject(FaultTimeout)
 	start = time.Now()
 	err = d.wait(d.e.Copy(ctx, dst.All(), src.All(), engine.Timeout(time.Duration(1+rng.IntN(4))*time.Millisecond)), what)
-	d.t.op("timeout/d2d", err)
-	if err != nil && classify(err) != "ErrTimeout" {
-		d.result("timeout/d2d-other", err, start, what, d.self, g0, g1)
-	}
+	d.timeoutResult(err, start, what, d.self, g0, g1)
 	var canaries []*engine.Buffer
 	for range canarys {
 		c := alloc(chunk, engine.Host)
@@ -248,4 +245,15 @@ func (d *driver) timedOutCopy(rng *mrand.Rand) {
 				what(), i, j, origin)
 		}
 	}
+}
+
+// timeoutResult counts the copy given a short Timeout, once: a success
+// or ErrTimeout as such, any other failure checked as every operation's
+// is (typed, explained by a fault in what it touches).
+func (d *driver) timeoutResult(err error, start time.Time, what func() string, targets ...*target) {
+	if err == nil || classify(err) == "ErrTimeout" {
+		d.t.op("timeout/d2d", err)
+		return
+	}
+	d.result("timeout/d2d", err, start, what, targets...)
 }

@@ -436,3 +436,31 @@ func TestReportPassClaimsWhatWasChecked(t *testing.T) {
 		require.NotContains(t, out.String(), "every success verified")
 	}
 }
+
+// TestTimeoutResultCountsOnce: the copy given a short Timeout is counted
+// once whatever it ends with; a failure other than ErrTimeout was counted
+// under timeout/d2d and again under timeout/d2d-other.
+func TestTimeoutResultCountsOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"ok", nil},
+		{"timeout", fmt.Errorf("copy: %w", engine.ErrTimeout)},
+		{"other", fmt.Errorf("copy: %w", engine.ErrDevice)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &driver{t: newTally()}
+			d.timeoutResult(tc.err, time.Now(), func() string { return "test copy" })
+			var n uint64
+			for kind, c := range d.t.ops {
+				n += c.OK
+				for _, v := range c.Failed {
+					n += v
+				}
+				require.Equal(t, "timeout/d2d", kind)
+			}
+			require.Equal(t, uint64(1), n)
+		})
+	}
+}
