@@ -86,7 +86,9 @@ type Report struct {
 	Procs    int
 	Netns    string // "used", or why not
 
-	// Injected counts the faults injected per kind; Skipped says why a
+	// Injected counts the faults injected per kind (a CS hang or abort:
+	// armed for the device's next CS, whether or not one came before it
+	// was cleared); Skipped says why a
 	// kind that was asked for could not be injected here.
 	Injected map[Fault]int
 	Skipped  map[Fault]string
@@ -137,7 +139,14 @@ func (r *Report) Write(w io.Writer) {
 			continue
 		}
 		if n, ok := r.Injected[k]; ok {
-			fmt.Fprintf(w, "  %-12s %d\n", k, n)
+			switch k {
+			case FaultCSHang, FaultCSAbort:
+				// Armed for a device's next CS and cleared 300 ms later:
+				// whether a CS came meanwhile is not known here.
+				fmt.Fprintf(w, "  %-12s %d (armed for the next CS, cleared after 300 ms)\n", k, n)
+			default:
+				fmt.Fprintf(w, "  %-12s %d\n", k, n)
+			}
 		}
 	}
 	fmt.Fprintf(w, "peer restarts %d, hostile connections %d, legitimate dials %d ok / %d failed\n",

@@ -429,11 +429,15 @@ func TestReportPassClaimsWhatWasChecked(t *testing.T) {
 		{0, "result: PASS (0.0 MiB of successes read back with no wrong byte"},
 		{3 << 20, "result: PASS (3.0 MiB of successes read back with no wrong byte"},
 	} {
-		r := &Report{Ops: map[string]*OpCounts{"stale/valid-put": {OK: 2}}, BytesVerified: tc.verified}
+		r := &Report{Ops: map[string]*OpCounts{"stale/valid-put": {OK: 2}}, BytesVerified: tc.verified,
+			Injected: map[Fault]int{FaultCSHang: 3, FaultPeerKill: 1}}
 		var out strings.Builder
 		r.Write(&out)
 		require.Contains(t, out.String(), tc.want)
 		require.NotContains(t, out.String(), "every success verified")
+		// A CS hang is armed, not known to have hit a CS.
+		require.Contains(t, out.String(), "cs-hang      3 (armed for the next CS, cleared after 300 ms)")
+		require.Contains(t, out.String(), "peer-kill    1\n")
 	}
 }
 
