@@ -266,10 +266,16 @@ func cloneMeta(m meta.Metadata) meta.Metadata {
 	return m
 }
 
+// maxRecord bounds this agent's record (meta.MaxRecord; tests lower it).
+var maxRecord = meta.MaxRecord
+
 // Publish offers s under name: it exports a key granting exactly s and
 // republishes the record (a new Version: peers holding the previous one
 // drop it and fetch the new one on their next use). name follows the
-// rules of an agent's name (meta.CheckName); ErrInvalid otherwise.
+// rules of an agent's name (meta.CheckName); ErrInvalid otherwise, and
+// also for a section that would take the record past meta.MaxRecord
+// bytes (some tens of thousands of sections: each takes its name, its
+// location and its key, about 150 bytes with a short name).
 func (a *Agent) Publish(name string, s engine.Slice) error {
 	if name == "" || len(name) > meta.MaxName {
 		return invalid("section name of %d bytes", len(name))
@@ -307,9 +313,17 @@ func (a *Agent) Publish(name string, s engine.Slice) error {
 		a.mu.Unlock()
 		return invalid("more than %d sections", meta.MaxSections)
 	}
-	a.sections[name] = section{slice: s, key: key}
 	i, _ := slices.BinarySearchFunc(a.md.Sections, name, func(x meta.Section, n string) int { return cmpString(x.Name, n) })
-	a.md.Sections = slices.Insert(slices.Clone(a.md.Sections), i, ms)
+	next := a.md
+	next.Sections = slices.Insert(slices.Clone(a.md.Sections), i, ms)
+	// A record past MaxRecord would not encode: kept, it would fail this
+	// and every later publication, and no peer could read the record.
+	if n := next.Size(); n > maxRecord {
+		a.mu.Unlock()
+		return invalid("section %q: the record would be %d bytes, more than %d", name, n, maxRecord)
+	}
+	a.sections[name] = section{slice: s, key: key}
+	a.md.Sections = next.Sections
 	a.md.Version++
 	md := cloneMeta(a.md)
 	a.mu.Unlock()

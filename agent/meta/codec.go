@@ -72,6 +72,10 @@ func (m *Metadata) Encode() ([]byte, error) {
 }
 
 // size is the length of the record's encoding.
+// Size is the record's encoded size in bytes (at most MaxRecord for a
+// record Encode takes).
+func (m *Metadata) Size() int { return m.size() }
+
 func (m *Metadata) size() int {
 	n := len(codecMagic) + 1 + 1 + len(m.Name) + 8 + 8 + 1 + len(m.Unix) + 1 + len(m.TCP) + 1
 	for _, c := range m.NICs {
