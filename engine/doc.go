@@ -55,8 +55,8 @@
 // Failures match typed sentinels with [errors.Is]: [ErrInvalid] (bad
 // arguments, resolved at once, nothing submitted), [ErrClosed], [ErrFreed],
 // [ErrForeign], [ErrQueueFull], [ErrTimeout], [ErrCanceled],
-// [ErrNotSupported], [ErrNoDevice], [ErrAborted] and [ErrDevice] (the
-// device), [ErrPanic], [ErrPeer] (a peer failed, went silent for
+// [ErrNotSupported], [ErrNoDevice], [ErrNoMemory] (Alloc without room),
+// [ErrAborted] and [ErrDevice] (the device), [ErrPanic], [ErrPeer] (a peer failed, went silent for
 // Config.PeerTimeout, or refused a request), [ErrUnauthenticated],
 // [ErrTooManyPeers]. The error also wraps its cause (an errno, a
 // command-submission status, the peer's refusal, ctx's error).
