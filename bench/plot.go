@@ -134,23 +134,10 @@ func (r *Report) WritePlot(w io.Writer, format string) error {
 }
 
 func (r *Report) plotTitle() string {
-	var devs []string
-	for _, d := range r.Env.Devices {
-		kind := "real"
-		if d.Emulated {
-			kind = "EMULATED"
-		}
-		devs = append(devs, fmt.Sprintf("gaudi%d %s (%s)", d.Index, d.Model, kind))
-	}
+	devs := plotDevices(nil, "", r.Env.Devices)
 	if pe := r.PeerEnv; pe != nil {
 		// The peer's devices are in the path of tests on its Gaudi memory.
-		for _, d := range pe.Devices {
-			kind := "real"
-			if d.Emulated {
-				kind = "EMULATED"
-			}
-			devs = append(devs, fmt.Sprintf("peer gaudi%d %s (%s)", d.Index, d.Model, kind))
-		}
+		devs = plotDevices(devs, "peer ", pe.Devices)
 	}
 	if len(devs) == 0 {
 		devs = []string{"no Gaudi (host only)"}
@@ -158,6 +145,19 @@ func (r *Report) plotTitle() string {
 	p := r.Params
 	return fmt.Sprintf("gxfer perf, transport %s, %s, window %d, batch %d, %s %s/%s %d CPUs",
 		p.Transport, strings.Join(devs, ", "), p.Window, p.Batch, r.Env.GoVersion, r.Env.GOOS, r.Env.GOARCH, r.Env.CPUs)
+}
+
+// plotDevices appends each device of ds to devs, prefixed by who, as
+// "gaudi0 gaudi2 (EMULATED)" or "(real)".
+func plotDevices(devs []string, who string, ds []DeviceEnv) []string {
+	for _, d := range ds {
+		kind := "real"
+		if d.Emulated {
+			kind = "EMULATED"
+		}
+		devs = append(devs, fmt.Sprintf("%sgaudi%d %s (%s)", who, d.Index, d.Model, kind))
+	}
+	return devs
 }
 
 // plotLabel says what a latency of the kind is, for the plot.
