@@ -46,7 +46,7 @@ func (m *Metadata) Encode() ([]byte, error) {
 	if err := m.check(); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, m.size())
+	b := make([]byte, 0, m.Size())
 	b = append(b, codecMagic...)
 	b = append(b, codecVersion)
 	b = appendStr(b, m.Name)
@@ -71,12 +71,9 @@ func (m *Metadata) Encode() ([]byte, error) {
 	return b, nil
 }
 
-// size is the length of the record's encoding.
-// Size is the record's encoded size in bytes (at most MaxRecord for a
-// record Encode takes).
-func (m *Metadata) Size() int { return m.size() }
-
-func (m *Metadata) size() int {
+// Size is the length of the record's encoding, in bytes (at most
+// MaxRecord for a record Encode takes).
+func (m *Metadata) Size() int {
 	n := len(codecMagic) + 1 + 1 + len(m.Name) + 8 + 8 + 1 + len(m.Unix) + 1 + len(m.TCP) + 1
 	for _, c := range m.NICs {
 		n += 1 + len(c.Device) + 2 + 1 + len(c.GID)
@@ -126,7 +123,7 @@ func (m *Metadata) check() error {
 			return malformed("sections not sorted or not unique: %q then %q", m.Sections[i-1].Name, s.Name)
 		}
 	}
-	if n := m.size(); n > MaxRecord {
+	if n := m.Size(); n > MaxRecord {
 		return malformed("record of %d bytes, at most %d", n, MaxRecord)
 	}
 	return nil

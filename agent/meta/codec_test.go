@@ -57,7 +57,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := tt.m.Encode()
 			require.NoError(t, err)
-			require.Len(t, b, tt.m.size())
+			require.Len(t, b, tt.m.Size())
 			got, err := Decode(b)
 			require.NoError(t, err)
 			require.Equal(t, tt.m, got)
