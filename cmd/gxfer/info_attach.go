@@ -45,12 +45,9 @@ func attachInfo(eng *engine.Engine, cfg engine.Config, mode string) (*emulatedRu
 		}
 		return nil, errors.New("attach: the runtime is loaded, but gxfer info cannot know its pool anchor; attach from the application (engine.Attach)")
 	}
-	model := hlsim.ModelGaudi2
-	switch cfg.Emulator.Model {
-	case "gaudi1":
-		model = hlsim.ModelGaudi1
-	case "gaudi3":
-		model = hlsim.ModelGaudi3
+	model, err := hlsim.ParseModel(cfg.Emulator.Model)
+	if err != nil {
+		return nil, err
 	}
 	sim, err := hlsim.New(hlsim.Config{Model: model, DRAMSize: 1 << 30, Kernel: cfg.Emulator.Kernel})
 	if err != nil {

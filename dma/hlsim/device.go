@@ -52,6 +52,21 @@ func (m Model) String() string {
 	return fmt.Sprintf("Model(%d)", int(m))
 }
 
+// ParseModel is the model a name such as engine.EmulatorConfig.Model
+// gives, case ignored: "gaudi2" or "" (the default), "gaudi1" or
+// "gaudi", "gaudi3".
+func ParseModel(name string) (Model, error) {
+	switch strings.ToLower(name) {
+	case "gaudi2", "":
+		return ModelGaudi2, nil
+	case "gaudi1", "gaudi":
+		return ModelGaudi1, nil
+	case "gaudi3":
+		return ModelGaudi3, nil
+	}
+	return 0, fmt.Errorf("unknown emulated model %q", name)
+}
+
 // Defaults and limits of Config.
 const (
 	DefaultDRAMSize     = 4 << 30

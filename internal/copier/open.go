@@ -2,7 +2,6 @@ package copier
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gxfer/gxfer/dma"
@@ -48,14 +47,8 @@ func (c *Copier) OpenDevices(d Devices) error {
 	if d.Emulated <= 0 {
 		return nil
 	}
-	model := hlsim.ModelGaudi2
-	switch strings.ToLower(d.Model) {
-	case "gaudi2", "":
-	case "gaudi1", "gaudi":
-		model = hlsim.ModelGaudi1
-	case "gaudi3":
-		model = hlsim.ModelGaudi3
-	default:
+	model, err := hlsim.ParseModel(d.Model)
+	if err != nil {
 		return gxerr.New(gxerr.Invalid, "unknown emulated model "+d.Model, nil)
 	}
 	for i := 0; i < d.Emulated; i++ {
