@@ -24,13 +24,13 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/engine"
 )
 
@@ -194,18 +194,6 @@ const maxEmulated = 8
 
 var kernelRE = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`)
 
-// kernelAtLeast61 reports whether release (matched by kernelRE) is 6.1 or
-// later, with numbers that fit an int (as dma/hlsim parses it).
-func kernelAtLeast61(release string) bool {
-	parts := strings.Split(release, ".")
-	major, err1 := strconv.Atoi(parts[0])
-	minor, err2 := strconv.Atoi(parts[1])
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return major > 6 || (major == 6 && minor >= 1)
-}
-
 // engineDefaults are the engine settings gxfer passes explicitly (they are
 // engine.Config's documented defaults), so that info can report them.
 func engineDefaults() engine.Config {
@@ -263,7 +251,7 @@ func (c *commonFlags) config(stderr io.Writer) (engine.Config, error) {
 	if !kernelRE.MatchString(c.kernel) {
 		return cfg, usagef("bad -kernel %q (want a release such as 6.8 or 6.1)", c.kernel)
 	}
-	if !kernelAtLeast61(c.kernel) {
+	if hlsim.CheckKernel(c.kernel) != nil {
 		return cfg, usagef("bad -kernel %q (want 6.1 or later: older uAPI generations are not emulated)", c.kernel)
 	}
 	cfg.Emulator.Kernel = c.kernel

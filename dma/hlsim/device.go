@@ -397,13 +397,10 @@ func New(cfg Config) (_ *Device, err error) {
 	if cfg.Kernel == "" {
 		cfg.Kernel = DefaultKernel
 	}
-	major, minor, ok := parseKernel(cfg.Kernel)
-	if !ok {
-		return nil, fmt.Errorf("hlsim: cannot parse kernel release %q", cfg.Kernel)
+	if err := CheckKernel(cfg.Kernel); err != nil {
+		return nil, err
 	}
-	if !atLeast(major, minor, 6, 1) {
-		return nil, fmt.Errorf("hlsim: kernel %q: only 6.1 and later uAPI generations are emulated", cfg.Kernel)
-	}
+	major, minor, _ := parseKernel(cfg.Kernel)
 	if cfg.MaxPendingCS == 0 {
 		cfg.MaxPendingCS = DefaultMaxPendingCS
 	}
@@ -690,6 +687,19 @@ func (d *Device) Stats() Stats {
 		Resets:          d.st.resets.Load(),
 		Kills:           d.st.kills.Load(),
 	}
+}
+
+// CheckKernel refuses a Config.Kernel release the emulator does not
+// take: one it cannot parse, or older than 6.1.
+func CheckKernel(release string) error {
+	major, minor, ok := parseKernel(release)
+	if !ok {
+		return fmt.Errorf("hlsim: cannot parse kernel release %q", release)
+	}
+	if !atLeast(major, minor, 6, 1) {
+		return fmt.Errorf("hlsim: kernel %q: only 6.1 and later uAPI generations are emulated", release)
+	}
+	return nil
 }
 
 func parseKernel(s string) (major, minor int, ok bool) {
