@@ -92,7 +92,7 @@ func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
 	defer e.exit()
 	att, err := dma.Attach(cfg.Target, cfg.Anchor, dma.AttachOptions{Logger: e.cfg.Logger})
 	if err != nil {
-		return nil, newErr(attachErrKind(err), "attach", err)
+		return nil, newErr(dmaErrKind(err), "attach", err)
 	}
 	s := &e.attach
 	s.mu.Lock()
@@ -104,12 +104,21 @@ func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
 	return a, nil
 }
 
-// attachErrKind is the engine's error kind for a refused dma.Attach: bad
-// input (the anchor, the fd, or an export the driver refuses with EINVAL)
-// is ErrInvalid, an export API attach cannot use ErrNotSupported, no
-// runtime in this process ErrNoDevice; anything else is the device's.
-func attachErrKind(err error) error {
+// dmaErrKind is the engine's error kind for an error of package dma
+// (a refused dma.Attach or AllocDevice): bad input (the anchor, the fd,
+// a size, or an export the driver refuses with EINVAL) is ErrInvalid, an
+// export API attach cannot use ErrNotSupported, no runtime in this
+// process ErrNoDevice, a device out of memory ErrNoMemory, a closed one
+// ErrClosed, one the driver reset ErrDeviceLost; anything else is the
+// device's.
+func dmaErrKind(err error) error {
 	switch {
+	case errors.Is(err, dma.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, dma.ErrDeviceReset):
+		return ErrDeviceLost
+	case errors.Is(err, dma.ErrNoMemory):
+		return ErrNoMemory
 	case errors.Is(err, dma.ErrNoRuntime):
 		return ErrNoDevice
 	case errors.Is(err, dma.ErrInvalid):

@@ -271,18 +271,7 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 		}
 		m, err := g.Dev.AllocDevice(uint64(size))
 		if err != nil {
-			kind := ErrDevice
-			switch {
-			case errors.Is(err, dma.ErrClosed):
-				kind = ErrClosed
-			case errors.Is(err, dma.ErrDeviceReset):
-				kind = ErrDeviceLost
-			case errors.Is(err, dma.ErrNoMemory):
-				kind = ErrNoMemory
-			case errors.Is(err, dma.ErrInvalid):
-				kind = ErrInvalid
-			}
-			return nil, newErr(kind, fmt.Sprintf("alloc %d bytes on gaudi%d", size, loc.dev), err)
+			return nil, newErr(dmaErrKind(err), fmt.Sprintf("alloc %d bytes on gaudi%d", size, loc.dev), err)
 		}
 		b.gd, b.dmem = g, m
 		b.initMem()
