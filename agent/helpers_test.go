@@ -109,3 +109,37 @@ func getBytes(t testing.TB, eng *engine.Engine, b *engine.Buffer, off, n int) []
 	require.NoError(t, h.Free())
 	return out
 }
+
+// scriptedPeer plays one peer on l: it accepts a connection, takes its
+// hello, sends msgs (calling before, if set, ahead of each) and holds the
+// connection until the agent hangs up (10 s at most). The channel gets
+// nil, or the first error.
+func scriptedPeer(ctx context.Context, l *engine.Listener, msgs [][]byte, before func(m []byte)) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		ep, err := l.Accept(ctx)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer ep.Close()
+		if _, err := ep.Recv(ctx); err != nil { // the hello
+			done <- err
+			return
+		}
+		for _, m := range msgs {
+			if before != nil {
+				before(m)
+			}
+			if err := ep.Send(ctx, m); err != nil {
+				done <- err
+				return
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, _ = ep.Recv(rctx) // until a hangs up
+		done <- nil
+	}()
+	return done
+}

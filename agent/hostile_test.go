@@ -167,29 +167,7 @@ func TestHostileServer(t *testing.T) {
 	defer l.Close()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			done := make(chan error, 1)
-			go func() {
-				ep, err := l.Accept(ctx)
-				if err != nil {
-					done <- err
-					return
-				}
-				defer ep.Close()
-				if _, err := ep.Recv(ctx); err != nil { // the hello
-					done <- err
-					return
-				}
-				for _, m := range tt.reply {
-					if err := ep.Send(ctx, m); err != nil {
-						done <- err
-						return
-					}
-				}
-				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				_, _ = ep.Recv(rctx) // until a hangs up
-				done <- nil
-			}()
+			done := scriptedPeer(ctx, l, tt.reply, nil)
 			_, err := a.Connect(ctx, l.Addr())
 			require.ErrorIs(t, err, engine.ErrPeer)
 			require.NoError(t, <-done)

@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -34,33 +32,12 @@ func TestRefusalTextQuoted(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			done := make(chan error, 1)
 			refuse := make(chan struct{}) // the refusal waits for it after a reply
-			go func() {
-				ep, err := l.Accept(ctx)
-				if err != nil {
-					done <- err
-					return
+			done := scriptedPeer(ctx, l, append(tt.reply, encodeRefuse(why)), func(m []byte) {
+				if m[3] == byte(msgRefuse) && tt.reply != nil {
+					<-refuse
 				}
-				defer ep.Close()
-				if _, err := ep.Recv(ctx); err != nil { // the hello
-					done <- err
-					return
-				}
-				for _, m := range append(tt.reply, encodeRefuse(why)) {
-					if m[3] == byte(msgRefuse) && tt.reply != nil {
-						<-refuse
-					}
-					if err := ep.Send(ctx, m); err != nil {
-						done <- err
-						return
-					}
-				}
-				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				_, _ = ep.Recv(rctx) // until a hangs up
-				done <- nil
-			}()
+			})
 			_, err := a.Connect(ctx, l.Addr())
 			if tt.reply != nil {
 				require.NoError(t, err)
