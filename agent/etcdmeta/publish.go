@@ -23,11 +23,15 @@ const publishAttempts = 8
 // record; a live record of another incarnation under the name is an
 // ErrNameTaken (*NameTakenError), a record that does not encode an error
 // matching meta.ErrMalformed, an unreachable etcd meta.ErrUnavailable.
-// One store publishes one agent: another name than the first is refused.
+// One store publishes one agent: another name than the first is refused
+// (ErrInvalid, as is a nil ctx in every call).
 // A record of the published incarnation with a lower Version than the last
 // one published is stale: it is not written (and no error: the newer one
 // is published).
 func (s *Store) Publish(ctx context.Context, m meta.Metadata) error {
+	if ctx == nil {
+		return errNilCtx
+	}
 	if s.isClosed() {
 		return ErrClosed
 	}
@@ -38,7 +42,7 @@ func (s *Store) Publish(ctx context.Context, m meta.Metadata) error {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	if s.published != nil && s.published.Name != m.Name {
-		return fmt.Errorf("etcdmeta: this store publishes agent %q, not %q", s.published.Name, m.Name)
+		return fmt.Errorf("%w: this store publishes agent %q, not %q", ErrInvalid, s.published.Name, m.Name)
 	}
 	if p := s.published; p != nil && p.Incarnation == m.Incarnation && m.Version < p.Version {
 		// Stale: a newer record of this agent is published (versions

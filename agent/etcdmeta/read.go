@@ -17,6 +17,9 @@ import (
 // meta.ErrUnavailable if etcd did not answer. A name no record can have
 // (see meta.CheckName) is ErrNotFound without a request.
 func (s *Store) Lookup(ctx context.Context, name string) (meta.Metadata, error) {
+	if ctx == nil {
+		return meta.Metadata{}, errNilCtx
+	}
 	if s.isClosed() {
 		return meta.Metadata{}, ErrClosed
 	}
@@ -60,6 +63,9 @@ func (s *Store) Lookup(ctx context.Context, name string) (meta.Metadata, error) 
 // revision, once; a second compaction fails it with ErrUnavailable (a
 // history kept too short for the listing).
 func (s *Store) List(ctx context.Context) ([]meta.Metadata, error) {
+	if ctx == nil {
+		return nil, errNilCtx
+	}
 	if s.isClosed() {
 		return nil, ErrClosed
 	}

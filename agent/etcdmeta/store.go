@@ -109,6 +109,9 @@ var (
 	// under the name (two agents with one name). Errors matching it are
 	// *NameTakenError.
 	ErrNameTaken = errors.New("etcdmeta: agent name held by another incarnation")
+	// ErrInvalid: a call the store cannot carry out as asked (Open
+	// without endpoints, a nil ctx, Publish of a second agent's name).
+	ErrInvalid = errors.New("etcdmeta: invalid argument")
 )
 
 // NameTakenError says which incarnation holds the name.
@@ -193,10 +196,13 @@ var _ meta.Store = (*Store)(nil)
 
 // Open connects to etcd and checks that it answers (within ctx and
 // DialTimeout): an unreachable etcd is an error matching
-// meta.ErrUnavailable.
+// meta.ErrUnavailable, no endpoints or a nil ctx ErrInvalid.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Endpoints) == 0 {
-		return nil, errors.New("etcdmeta: no endpoints")
+		return nil, fmt.Errorf("%w: no endpoints", ErrInvalid)
+	}
+	if ctx == nil {
+		return nil, errNilCtx
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
@@ -307,6 +313,9 @@ func (s *Store) key(name string) string { return s.cfg.Prefix + name }
 
 // reqCtx bounds one request by the caller's context, the store's life and
 // RequestTimeout.
+// errNilCtx refuses a nil ctx, on which context.WithTimeout panics.
+var errNilCtx = fmt.Errorf("%w: nil context", ErrInvalid)
+
 func (s *Store) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	stop := context.AfterFunc(s.ctx, cancel)
