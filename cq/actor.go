@@ -365,6 +365,21 @@ func (a *DeviceActor) Stats() ActorStats {
 		HorizonPolls: a.horizon.polls.Load()}
 }
 
+// AddCounters adds o's counters to s, leaving s's gauge (Outstanding):
+// the counts of an actor that replaced o's (a device opened again after
+// its reset) then go on from where o's stopped.
+func (s *ActorStats) AddCounters(o ActorStats) {
+	s.Polls += o.Polls
+	s.Blocks += o.Blocks
+	s.Retired += o.Retired
+	s.Parks += o.Parks
+	s.WaiterPolls += o.WaiterPolls
+	s.WaiterRetired += o.WaiterRetired
+	s.Sleeps += o.Sleeps
+	s.Kicks += o.Kicks
+	s.HorizonPolls += o.HorizonPolls
+}
+
 // Close stops accepting submissions, keeps reaping the outstanding ones for
 // up to grace, then ends the rest with ErrClosed and returns once the actor
 // goroutine has exited. Idempotent; always finishes: a blocking WAIT_CS

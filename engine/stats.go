@@ -26,7 +26,10 @@ type Latency struct {
 	Buckets []LatencyBucket
 }
 
-// DeviceStats are one device's counters.
+// DeviceStats are one device's counters. They count on across the
+// device's resets (the engine opens it again with new caches and a new
+// completion actor); the gauges (RegCache.Regions, Actor.Outstanding...)
+// are the current context's.
 type DeviceStats struct {
 	Index        int            // the device's index (Gaudi(Index))
 	HostMappings uint64         // host ranges mapped into the device MMU
@@ -91,9 +94,10 @@ func (e *Engine) Stats() Stats {
 	s.Transports = e.transportStats()
 	s.IPCCache = e.ipcCacheStats()
 	for _, g := range e.cp.DevList() {
+		c := g.Counts() // they count on across the device's resets
 		s.Devices = append(s.Devices, DeviceStats{
-			Index: g.Idx, HostMappings: g.Regs.Load(), RegCache: g.HostMaps.Stats(),
-			ExportCache: g.Exports.Stats(), Actor: g.Actor.Stats(),
+			Index: g.Idx, HostMappings: c.HostMappings, RegCache: c.HostMaps,
+			ExportCache: c.Exports, Actor: c.Actor,
 		})
 	}
 	return s

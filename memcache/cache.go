@@ -124,6 +124,27 @@ type Stats struct {
 	InUseRegions    int    // live registrations with at least one caller reference
 }
 
+// AddCounters adds o's counters to s, leaving s's gauges (Regions,
+// RegisteredBytes, Detached, InUseRegions): the counts of a cache that
+// replaced o's (a device opened again after its reset) then go on from
+// where o's stopped.
+func (s *Stats) AddCounters(o Stats) {
+	s.Gets += o.Gets
+	s.HitsFast += o.HitsFast
+	s.HitsSlow += o.HitsSlow
+	s.Misses += o.Misses
+	s.NegativeHits += o.NegativeHits
+	s.Rejected += o.Rejected
+	s.Merges += o.Merges
+	s.Evictions += o.Evictions
+	s.Invalidations += o.Invalidations
+	s.Registrations += o.Registrations
+	s.FailedRegistrations += o.FailedRegistrations
+	s.Deregistrations += o.Deregistrations
+	s.FailedDeregistrations += o.FailedDeregistrations
+	s.BadPuts += o.BadPuts
+}
+
 // Cache is a registration cache. All methods are safe for concurrent use.
 type Cache struct {
 	// Read by every Get; written only by the slow path.

@@ -48,6 +48,29 @@ type Device struct {
 	open     Opener    // opens the device again after a reset (nil: cannot)
 	Gen      int       // contexts opened before this one at this index (resets)
 	lostOnce sync.Once // the reset is handled once (reopen.go)
+	// prior holds the counters of the contexts this one replaced (set
+	// before it is published in Devs): Counts goes on from them.
+	prior Counts
+}
+
+// Counts are a device's counters, summed over the contexts opened at its
+// index (a device reset replaces the context, its caches and its actor,
+// whose own counters start at zero); the gauges are the current
+// context's.
+type Counts struct {
+	HostMappings      uint64
+	HostMaps, Exports memcache.Stats
+	Actor             cq.ActorStats
+}
+
+// Counts returns g's counters, those of the contexts it replaced included.
+func (g *Device) Counts() Counts {
+	c := Counts{HostMappings: g.prior.HostMappings + g.Regs.Load(),
+		HostMaps: g.HostMaps.Stats(), Exports: g.Exports.Stats(), Actor: g.Actor.Stats()}
+	c.HostMaps.AddCounters(g.prior.HostMaps)
+	c.Exports.AddCounters(g.prior.Exports)
+	c.Actor.AddCounters(g.prior.Actor)
+	return c
 }
 
 type hostMapper struct{ g *Device }

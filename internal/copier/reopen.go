@@ -130,6 +130,7 @@ func (c *Copier) replace(g *Device, d *dma.Device) bool {
 	c.devMu.Lock()
 	ng := c.newDevice(d, g.Sim, g.Idx)
 	ng.Node, ng.open, ng.Gen = g.Node, g.open, g.Gen+1
+	ng.prior = g.Counts() // g is retired: its counts are final
 	c.Devs[g.Idx] = ng
 	c.devMu.Unlock()
 	ng.log.Info().Msg("device opened again after its reset")
