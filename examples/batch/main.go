@@ -45,8 +45,11 @@ func run(w io.Writer, cfg engine.Config, tamper func(*engine.Engine, *engine.Buf
 	if err != nil {
 		return err
 	}
+	// Each block's bytes are its own (byte(i) alone repeats every 256
+	// bytes, which would make all blocks alike and a block landing in
+	// another's slot invisible to the check below).
 	for i := range host.Bytes() {
-		host.Bytes()[i] = byte(i)
+		host.Bytes()[i] = byte(i + i/block)
 	}
 	ctx := context.Background()
 	b := eng.NewBatch()

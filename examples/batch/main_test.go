@@ -49,3 +49,32 @@ func TestRunCatchesAnyBadBlock(t *testing.T) {
 		})
 	}
 }
+
+// TestRunCatchesMisplacedBlock: two blocks swapped on the device (each
+// landed in the other's slot) are reported: every block's bytes must be its
+// own, not a copy of its neighbour's.
+func TestRunCatchesMisplacedBlock(t *testing.T) {
+	const block = 16 << 10
+	swap := func(eng *engine.Engine, hbm *engine.Buffer) error {
+		ctx := context.Background()
+		tmp, err := eng.Alloc(2*block, engine.Host)
+		if err != nil {
+			return err
+		}
+		defer tmp.Free()
+		a, b := hbm.Slice(0, block), hbm.Slice(37*block, block) // blocks 0 and 1
+		if err := eng.CopySync(ctx, tmp.Slice(0, block), a); err != nil {
+			return err
+		}
+		if err := eng.CopySync(ctx, tmp.Slice(block, block), b); err != nil {
+			return err
+		}
+		if err := eng.CopySync(ctx, a, tmp.Slice(block, block)); err != nil {
+			return err
+		}
+		return eng.CopySync(ctx, b, tmp.Slice(0, block))
+	}
+	err := run(&bytes.Buffer{}, emulated(), swap)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "block 0 byte")
+}
