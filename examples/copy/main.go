@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -13,13 +14,15 @@ import (
 )
 
 func main() {
-	if err := run(os.Stdout, engine.Config{}); err != nil {
+	if err := run(os.Stdout, engine.Config{}, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "copy:", err)
 		os.Exit(1)
 	}
 }
 
-func run(w io.Writer, cfg engine.Config) error {
+// run copies host -> Gaudi -> host and verifies the bytes. tamper, if set
+// (tests), runs between the two copies with the device buffer.
+func run(w io.Writer, cfg engine.Config, tamper func(*engine.Engine, *engine.Buffer) error) error {
 	eng, err := engine.New(cfg)
 	if err != nil {
 		return err
@@ -48,14 +51,23 @@ func run(w io.Writer, cfg engine.Config) error {
 	if err != nil {
 		return err
 	}
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i * 7)
+	// Every 8-byte word is distinct (its offset times an odd constant), so
+	// bytes that come back at another offset fail the check; a pattern
+	// such as byte(i*7) repeats every 256 bytes and would hide a shifted
+	// or swapped chunk.
+	for i := 0; i < size; i += 8 {
+		binary.LittleEndian.PutUint64(src.Bytes()[i:], uint64(i)*0x9e3779b97f4a7c15)
 	}
 	ctx := context.Background()
 	// Asynchronous copy: the future resolves when the device has finished.
 	f := eng.Copy(ctx, hbm.All(), src.All())
 	if err := f.Wait(ctx); err != nil {
 		return fmt.Errorf("host to gaudi: %w", err)
+	}
+	if tamper != nil {
+		if err := tamper(eng, hbm); err != nil {
+			return err
+		}
 	}
 	// Synchronous twin.
 	if err := eng.CopySync(ctx, back.All(), hbm.All()); err != nil {
