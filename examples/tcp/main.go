@@ -7,8 +7,8 @@
 // By default both engines run in this process on 127.0.0.1. To run them on
 // two machines:
 //
-//	tcp -serve :7000                      (prints the keys)
-//	tcp -connect host:7000 -keys KEYS     (the line the server printed)
+//	tcp -serve :7000                      (prints a line: its address and the keys)
+//	tcp -connect host:7000 -keys LINE     (that line, or its keys alone)
 package main
 
 import (
@@ -29,7 +29,7 @@ import (
 func main() {
 	serve := flag.String("serve", "", "listen at this address and serve until interrupted")
 	connect := flag.String("connect", "", "dial the server at this address")
-	keys := flag.String("keys", "", "the keys the server printed (with -connect)")
+	keys := flag.String("keys", "", "the line the server printed, or its keys alone (with -connect)")
 	flag.Parse()
 	var err error
 	switch {
@@ -113,8 +113,13 @@ func serverReady[T any](addr string, out io.Writer, stop <-chan T, ready chan<- 
 	return nil
 }
 
-// client dials addr and puts and gets 1 MiB to and from each key.
+// client dials addr and puts and gets 1 MiB to and from each key. keys is
+// the comma-separated keys, or the whole "ADDR KEYS" line the server
+// printed (what the usage above says to pass).
 func client(addr, keys string, out io.Writer) error {
+	if f := strings.Fields(keys); len(f) == 2 {
+		keys = f[1]
+	}
 	var rks []engine.RemoteKey
 	for _, k := range strings.Split(keys, ",") {
 		b, err := hex.DecodeString(k)

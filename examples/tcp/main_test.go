@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,4 +19,33 @@ func TestRun(t *testing.T) {
 	require.Contains(t, out.String(), "over tcp")
 	require.Contains(t, out.String(), "peer's host memory: 1 MiB put and got back into gaudi0: verified")
 	require.Contains(t, out.String(), "peer's gaudi0 memory: 1 MiB put and got back into gaudi0: verified")
+}
+
+// TestClientTakesServerLine: the two-machine mode's doc says to pass the
+// line the server printed ("ADDR KEYS") as -keys; the client takes it
+// whole, as well as the keys alone.
+func TestClientTakesServerLine(t *testing.T) {
+	ready := make(chan string, 1)
+	stop := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() { errc <- serverReady("127.0.0.1:0", io.Discard, stop, ready) }()
+	var line string
+	select {
+	case line = <-ready:
+	case err := <-errc:
+		require.NoError(t, err)
+	}
+	addr, keys, _ := strings.Cut(line, " ")
+	for _, k := range []string{line, keys} {
+		var out bytes.Buffer
+		err := client(addr, k, &out)
+		if err != nil {
+			close(stop)
+			<-errc
+		}
+		require.NoError(t, err, "-keys %.40q...", k)
+		require.Contains(t, out.String(), "peer's host memory: 1 MiB put and got back into gaudi0: verified")
+	}
+	close(stop)
+	require.NoError(t, <-errc)
 }
