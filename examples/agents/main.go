@@ -55,6 +55,9 @@ func run(out io.Writer) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, deng.Close()) }()
+	if d := deng.Devices()[0]; d.Emulated {
+		fmt.Fprintf(out, "decode's gaudi%d: %s, emulated (dma/hlsim), not a real Gaudi\n", d.Index, d.Model)
+	}
 	decode, err := agent.New(ctx, agent.Config{Name: "decode", Engine: deng, Unix: filepath.Join(dir, "decode.sock")})
 	if err != nil {
 		return err

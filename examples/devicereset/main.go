@@ -39,6 +39,8 @@ func run(w io.Writer, cfg engine.Config) error {
 	if err != nil {
 		return fmt.Errorf("fault injection needs the emulated device: %w", err)
 	}
+	d := eng.Devices()[0]
+	fmt.Fprintf(w, "gaudi%d: %s, emulated (dma/hlsim), not a real Gaudi\n", d.Index, d.Model)
 	ctx := context.Background()
 	const size = 1 << 20
 	src, err := eng.Alloc(size, engine.Host)

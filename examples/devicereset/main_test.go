@@ -21,6 +21,7 @@ func TestRun(t *testing.T) {
 	require.NoError(t, run(&out, engine.Config{Devices: engine.DevicesEmulated,
 		Emulator: engine.EmulatorConfig{Model: "gaudi2", DRAMSize: 256 << 20, CSTimeout: 100 * time.Millisecond}}))
 	t.Log(out.String())
+	require.Contains(t, out.String(), "gaudi0: Gaudi2, emulated (dma/hlsim)")
 	require.Contains(t, out.String(), "device lost")
 	require.Contains(t, out.String(), "resets: 1")
 	require.Contains(t, out.String(), "old buffer: lost: true")

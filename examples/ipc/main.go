@@ -39,8 +39,16 @@ func config() engine.Config {
 	return engine.Config{Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}}
 }
 
-// peer listens at sock, exports two buffers and prints their keys; it
-// serves until its stdin closes.
+// describe names a device and says whether it is real or emulated.
+func describe(d engine.DeviceInfo) string {
+	if d.Emulated {
+		return fmt.Sprintf("gaudi%d: %s, emulated (dma/hlsim), not a real Gaudi", d.Index, d.Model)
+	}
+	return fmt.Sprintf("gaudi%d: %s, real (%s)", d.Index, d.Model, d.Name)
+}
+
+// peer listens at sock, exports two buffers and prints their keys and its
+// Gaudi device; it serves until its stdin closes.
 func peer(sock string, in io.Reader, out io.Writer) error {
 	eng, err := engine.New(config())
 	if err != nil {
@@ -68,7 +76,7 @@ func peer(sock string, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "KEYS", hex.EncodeToString(hk.Bytes()), hex.EncodeToString(dk.Bytes()))
+	fmt.Fprintln(out, "KEYS", hex.EncodeToString(hk.Bytes()), hex.EncodeToString(dk.Bytes()), describe(eng.Devices()[0]))
 	_, _ = io.Copy(io.Discard, in) // serve until the parent closes our stdin
 	return nil
 }
@@ -101,7 +109,7 @@ func run(w io.Writer, exe string, args []string) error {
 		return fmt.Errorf("peer exited before exporting")
 	}
 	f := strings.Fields(sc.Text())
-	if len(f) != 3 || f[0] != "KEYS" {
+	if len(f) < 4 || f[0] != "KEYS" {
 		return fmt.Errorf("peer said %q", sc.Text())
 	}
 	var keys [2]engine.RemoteKey
@@ -127,6 +135,7 @@ func run(w io.Writer, exe string, args []string) error {
 	}
 	defer ep.Close()
 	fmt.Fprintf(w, "connected to %s\n", ep.Peer())
+	fmt.Fprintf(w, "the peer's %s\n", strings.Join(f[3:], " "))
 	src, err := eng.Alloc(64<<10, engine.Host)
 	if err != nil {
 		return err

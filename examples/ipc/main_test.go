@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 func TestRun(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(&out, os.Args[0], []string{"-test.run=^$"}))
+	require.Contains(t, out.String(), "the peer's gaudi0: Gaudi2, emulated (dma/hlsim)")
 	require.Contains(t, out.String(), "peer's host memory: verified")
 	require.Contains(t, out.String(), "peer's gaudi0 memory: verified")
 	require.Contains(t, out.String(), "1000 bound 8-byte puts: verified")

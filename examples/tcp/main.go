@@ -7,7 +7,7 @@
 // By default both engines run in this process on 127.0.0.1. To run them on
 // two machines:
 //
-//	tcp -serve :7000                      (prints a line: its address and the keys)
+//	tcp -serve :7000                      (prints its device, then a line: its address and the keys)
 //	tcp -connect host:7000 -keys LINE     (that line, or its keys alone)
 package main
 
@@ -62,7 +62,7 @@ func run(out io.Writer) error {
 	ready := make(chan string, 1)
 	stop := make(chan struct{})
 	errc := make(chan error, 1)
-	go func() { errc <- serverReady("127.0.0.1:0", io.Discard, stop, ready) }()
+	go func() { errc <- serverReady("127.0.0.1:0", out, stop, ready) }()
 	var line string
 	select {
 	case line = <-ready:
@@ -75,14 +75,27 @@ func run(out io.Writer) error {
 	return errors.Join(err, <-errc)
 }
 
-// serverReady listens at addr, exports two 1 MiB buffers and prints
-// "ADDR KEYS" (also sent on ready); it serves until stop.
+// describe names a device and says whether it is real or emulated.
+func describe(d engine.DeviceInfo) string {
+	if d.Emulated {
+		return fmt.Sprintf("gaudi%d: %s, emulated (dma/hlsim), not a real Gaudi", d.Index, d.Model)
+	}
+	return fmt.Sprintf("gaudi%d: %s, real (%s)", d.Index, d.Model, d.Name)
+}
+
+// serverReady listens at addr, exports two 1 MiB buffers, prints its
+// device and then "ADDR KEYS", or sends that line on ready if it is not
+// nil; it serves until stop.
 func serverReady[T any](addr string, out io.Writer, stop <-chan T, ready chan<- string) error {
 	eng, err := engine.New(config())
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
+	if eng.NumDevices() == 0 {
+		return fmt.Errorf("no Gaudi device (real or emulated)")
+	}
+	fmt.Fprintf(out, "server's %s\n", describe(eng.Devices()[0]))
 	ln, err := eng.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -105,9 +118,10 @@ func serverReady[T any](addr string, out io.Writer, stop <-chan T, ready chan<- 
 		return err
 	}
 	line := ln.Addr() + " " + hex.EncodeToString(hk.Bytes()) + "," + hex.EncodeToString(dk.Bytes())
-	fmt.Fprintln(out, line)
 	if ready != nil {
 		ready <- line
+	} else {
+		fmt.Fprintln(out, line)
 	}
 	<-stop
 	return nil
@@ -137,6 +151,10 @@ func client(addr, keys string, out io.Writer) error {
 		return err
 	}
 	defer eng.Close()
+	if eng.NumDevices() == 0 {
+		return fmt.Errorf("no Gaudi device (real or emulated)")
+	}
+	fmt.Fprintf(out, "client's %s\n", describe(eng.Devices()[0]))
 	ctx := context.Background()
 	ep, err := eng.Dial(ctx, "tcp", addr)
 	if err != nil {

@@ -16,6 +16,8 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 func TestRun(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run(&out))
+	require.Contains(t, out.String(), "server's gaudi0: Gaudi2, emulated (dma/hlsim)")
+	require.Contains(t, out.String(), "client's gaudi0: Gaudi2, emulated (dma/hlsim)")
 	require.Contains(t, out.String(), "over tcp")
 	require.Contains(t, out.String(), "peer's host memory: 1 MiB put and got back into gaudi0: verified")
 	require.Contains(t, out.String(), "peer's gaudi0 memory: 1 MiB put and got back into gaudi0: verified")
