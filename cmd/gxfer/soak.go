@@ -167,6 +167,9 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err != nil {
 		return err
 	}
+	// The soak's engines open emulated devices only (package soak), and
+	// every gxfer output labels an emulated device as such.
+	fmt.Fprintln(stdout, "devices: emulated Gaudis (dma/hlsim) in this process and its peers, not real hardware")
 	rep.Write(stdout)
 	if !rep.OK() {
 		return errSoakFailed

@@ -67,6 +67,7 @@ func TestSoakCommand(t *testing.T) {
 		"-faults", "peer-kill,stale-key,hostile", "-netns", "off", "-seed", "7")
 	require.Contains(t, out, "soak: seed 7, 1 peer processes", errs)
 	require.Contains(t, out, "faults injected:")
+	require.Contains(t, out, "devices: emulated Gaudis (dma/hlsim)")
 	require.Contains(t, out, "MiB verified byte for byte")
 	switch {
 	case strings.Contains(out, "result: PASS"):
