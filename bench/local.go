@@ -9,7 +9,7 @@ import (
 )
 
 func init() {
-	RegisterTransport(Transport{Name: "local", Desc: "copies inside this process: memmove, Gaudi LIN_DMA (h2d, d2h, d2d)"})
+	RegisterTransport(Transport{Name: "local", Desc: "copies inside this process: memmove, the Gaudi's DMA engines (h2d, d2h, d2d)"})
 	RegisterTransport(Transport{Name: "ipc", Label: "ipc (unix socket, shared memfd)",
 		Desc: "unix socket + memfd/DMA-BUF fd passing, same host"})
 	RegisterTransport(Transport{Name: "rdma", Label: "rdma (RC RDMA write/read, control channel over TCP)",
@@ -17,14 +17,17 @@ func init() {
 	RegisterTransport(Transport{Name: "tcp", Label: "tcp (engine Data frames over TCP, TCP_NODELAY)",
 		Desc: "TCP data path to a peer on any host: Put/Get bytes in Data frames, large transfers over several connections"})
 
+	// The descriptions name no packet: Gaudi1/2 copies are LIN_DMA
+	// packets in command submissions, Gaudi3 copies LIN_PDMA packets on
+	// user PDMA channels (gxfer info's "DMA path" says which).
 	for _, t := range []struct {
 		name     string
 		src, dst Mem
 		desc     string
 	}{
-		{"h2d", Host, Gaudi, "copy host memory to Gaudi memory (LIN_DMA host to device)"},
-		{"d2h", Gaudi, Host, "copy Gaudi memory to host memory (LIN_DMA device to host)"},
-		{"d2d", Gaudi, Gaudi, "copy between two buffers of one Gaudi (LIN_DMA device to device)"},
+		{"h2d", Host, Gaudi, "copy host memory to Gaudi memory (device DMA host to device)"},
+		{"d2h", Gaudi, Host, "copy Gaudi memory to host memory (device DMA device to host)"},
+		{"d2d", Gaudi, Gaudi, "copy between two buffers of one Gaudi (device DMA device to device)"},
 		{"h2h", Host, Host, "copy between two host buffers (memmove; small copies complete inline)"},
 	} {
 		Register(Test{Name: t.name, Transport: "local", Src: t.src, Dst: t.dst, Desc: t.desc, Prepare: newLocal(t.src, t.dst)})
