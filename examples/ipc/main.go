@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -27,7 +28,7 @@ func main() {
 	if sock := os.Getenv(peerEnv); sock != "" {
 		err = peer(sock, os.Stdin, os.Stdout)
 	} else {
-		err = run(os.Stdout, os.Args[0], nil)
+		err = run(os.Stdout, os.Args[0], nil, nil)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ipc:", err)
@@ -82,7 +83,9 @@ func peer(sock string, in io.Reader, out io.Writer) error {
 }
 
 // run starts the peer (exe with env set, plus args) and talks to it.
-func run(w io.Writer, exe string, args []string) error {
+// tamper, if set (tests), runs after each Get with the buffer the bytes
+// came back into.
+func run(w io.Writer, exe string, args []string, tamper func(*engine.Buffer)) error {
 	dir, err := os.MkdirTemp("", "gxfer-ipc")
 	if err != nil {
 		return err
@@ -144,8 +147,11 @@ func run(w io.Writer, exe string, args []string) error {
 	if err != nil {
 		return err
 	}
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i * 13)
+	// Every 8-byte word is distinct (its offset times an odd constant), so
+	// bytes landing at another offset fail the check (byte(i*13) would
+	// repeat every 256 bytes).
+	for i := 0; i < len(src.Bytes()); i += 8 {
+		binary.LittleEndian.PutUint64(src.Bytes()[i:], uint64(i)*0x9e3779b97f4a7c15)
 	}
 	for _, k := range keys {
 		remote := k.Slice(4096, 64<<10)
@@ -155,6 +161,9 @@ func run(w io.Writer, exe string, args []string) error {
 		clear(back.Bytes())
 		if err := ep.GetSync(ctx, back.All(), remote); err != nil {
 			return fmt.Errorf("get from peer %s memory: %w", k.Location(), err)
+		}
+		if tamper != nil {
+			tamper(back)
 		}
 		if !bytes.Equal(src.Bytes(), back.Bytes()) {
 			return fmt.Errorf("peer %s memory: data differs", k.Location())

@@ -14,6 +14,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -36,9 +37,9 @@ func main() {
 	case *serve != "":
 		err = serverReady(*serve, os.Stdout, interrupted(), nil)
 	case *connect != "":
-		err = client(*connect, *keys, os.Stdout)
+		err = client(*connect, *keys, os.Stdout, nil)
 	default:
-		err = run(os.Stdout)
+		err = run(os.Stdout, nil)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tcp:", err)
@@ -58,7 +59,7 @@ func config() engine.Config {
 
 // run starts a server on 127.0.0.1 and a client against it, in this
 // process.
-func run(out io.Writer) error {
+func run(out io.Writer, tamper func(*engine.Engine, *engine.Buffer) error) error {
 	ready := make(chan string, 1)
 	stop := make(chan struct{})
 	errc := make(chan error, 1)
@@ -70,7 +71,7 @@ func run(out io.Writer) error {
 		return err
 	}
 	addr, keys, _ := strings.Cut(line, " ")
-	err := client(addr, keys, out)
+	err := client(addr, keys, out, tamper)
 	close(stop)
 	return errors.Join(err, <-errc)
 }
@@ -129,8 +130,9 @@ func serverReady[T any](addr string, out io.Writer, stop <-chan T, ready chan<- 
 
 // client dials addr and puts and gets 1 MiB to and from each key. keys is
 // the comma-separated keys, or the whole "ADDR KEYS" line the server
-// printed (what the usage above says to pass).
-func client(addr, keys string, out io.Writer) error {
+// printed (what the usage above says to pass). tamper, if set (tests),
+// runs after each Get with the Gaudi buffer the bytes came back into.
+func client(addr, keys string, out io.Writer, tamper func(*engine.Engine, *engine.Buffer) error) error {
 	if f := strings.Fields(keys); len(f) == 2 {
 		keys = f[1]
 	}
@@ -170,8 +172,11 @@ func client(addr, keys string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i * 7)
+	// Every 8-byte word is distinct (its offset times an odd constant), so
+	// bytes landing at another offset fail the check (byte(i*7) would
+	// repeat every 256 bytes).
+	for i := 0; i < len(src.Bytes()); i += 8 {
+		binary.LittleEndian.PutUint64(src.Bytes()[i:], uint64(i)*0x9e3779b97f4a7c15)
 	}
 	for _, rk := range rks {
 		// Put from host memory, get back into Gaudi memory, then copy to
@@ -185,6 +190,11 @@ func client(addr, keys string, out io.Writer) error {
 		}
 		if err := ep.GetSync(ctx, dev.All(), rk); err != nil {
 			return err
+		}
+		if tamper != nil {
+			if err := tamper(eng, dev); err != nil {
+				return err
+			}
 		}
 		if err := eng.CopySync(ctx, back.All(), dev.All()); err != nil {
 			return err

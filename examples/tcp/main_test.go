@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/engine"
 	"github.com/gxfer/gxfer/internal/testutil"
 )
 
@@ -15,7 +17,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 
 func TestRun(t *testing.T) {
 	var out bytes.Buffer
-	require.NoError(t, run(&out))
+	require.NoError(t, run(&out, nil))
 	require.Contains(t, out.String(), "server's gaudi0: Gaudi2, emulated (dma/hlsim)")
 	require.Contains(t, out.String(), "client's gaudi0: Gaudi2, emulated (dma/hlsim)")
 	require.Contains(t, out.String(), "over tcp")
@@ -40,7 +42,7 @@ func TestClientTakesServerLine(t *testing.T) {
 	addr, keys, _ := strings.Cut(line, " ")
 	for _, k := range []string{line, keys} {
 		var out bytes.Buffer
-		err := client(addr, k, &out)
+		err := client(addr, k, &out, nil)
 		if err != nil {
 			close(stop)
 			<-errc
@@ -50,4 +52,25 @@ func TestClientTakesServerLine(t *testing.T) {
 	}
 	close(stop)
 	require.NoError(t, <-errc)
+}
+
+// TestRunCatchesShiftedBytes: bytes that came back 256 bytes off their
+// place fail the check.
+func TestRunCatchesShiftedBytes(t *testing.T) {
+	shift := func(eng *engine.Engine, dev *engine.Buffer) error {
+		const n, by = 1 << 20, 256
+		tmp, err := eng.Alloc(n, engine.Host)
+		if err != nil {
+			return err
+		}
+		defer tmp.Free()
+		ctx := context.Background()
+		if err := eng.CopySync(ctx, tmp.All(), dev.All()); err != nil {
+			return err
+		}
+		return eng.CopySync(ctx, dev.Slice(by, n-by), tmp.Slice(0, n-by))
+	}
+	err := run(io.Discard, shift)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "data differs")
 }
