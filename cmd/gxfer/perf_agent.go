@@ -159,8 +159,22 @@ func (o *perfOpts) checkAgent(set map[string]bool) (agentPlan, error) {
 	if set["via"] && (a.role != "" || (a.via != "unix" && a.via != "tcp")) {
 		return pl, usagef("bad -via %q (want unix or tcp, without -role)", a.via)
 	}
-	if len(a.name) > meta.MaxName {
-		return pl, usagef("-name: at most %d bytes", meta.MaxName)
+	// The names the agents would refuse (meta.CheckName: a section's name
+	// follows an agent's rules) are usage errors here, before any agent
+	// starts; -name and -peer may be empty (their defaults).
+	for _, f := range []struct {
+		flag, val string
+		empty     bool
+	}{{"name", a.name, true}, {"peer", a.peer, true}, {"section", a.section, false}} {
+		if f.val == "" && f.empty {
+			continue
+		}
+		if err := meta.CheckName(f.val); err != nil {
+			if len(f.val) > meta.MaxName {
+				return pl, usagef("bad -%s: at most %d bytes", f.flag, meta.MaxName)
+			}
+			return pl, usagef("bad -%s %q (want 1..%d bytes of UTF-8 without control characters)", f.flag, f.val, meta.MaxName)
+		}
 	}
 	bs, err := bench.ParseSize(a.blockSize)
 	switch {

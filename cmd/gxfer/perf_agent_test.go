@@ -138,11 +138,17 @@ func TestPerfAgentUsageErrors(t *testing.T) {
 		{[]string{"-blocks", "4"}, "-blocks needs -agent"},
 		{[]string{"-agent", "-d", "-1", "-requests", "1"}, "bad -d -1"},
 		{[]string{"-agent", "-d", "-1", "-m", "gaudi,gaudi", "-requests", "1"}, "bad -d -1"},
+		// Names are checked before any agent starts, as agents check them.
+		{[]string{"-agent", "-section", ""}, "bad -section"},
+		{[]string{"-agent", "-section", "k\x01v"}, "bad -section"},
+		{[]string{"-agent", "-role", "target", "-unix", "/nonexistent/t.sock", "-name", "a\nb"}, "bad -name"},
+		{[]string{"-agent", "-role", "initiator", "-connect", "/nonexistent/t.sock", "-peer", "p\x7f"}, "bad -peer"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errs := gxfer(t, append([]string{"perf"}, tc.args...)...)
 			require.Equal(t, exitUsage, code, errs+out)
 			assert.Contains(t, errs, tc.want)
+			assert.Empty(t, out, "a usage error comes before any work")
 		})
 	}
 }
