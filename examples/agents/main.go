@@ -10,6 +10,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,7 +25,7 @@ import (
 
 func main() {
 	flag.Parse()
-	if err := run(os.Stdout); err != nil {
+	if err := run(os.Stdout, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "agents:", err)
 		os.Exit(1)
 	}
@@ -40,7 +41,9 @@ func config() engine.Config {
 	return engine.Config{Devices: engine.DevicesEmulated, Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}}
 }
 
-func run(out io.Writer) (err error) {
+// run runs both agents. tamper, if set (tests), runs when decode has the
+// notification, before it checks, with decode's engine and section.
+func run(out io.Writer, tamper func(*engine.Engine, *engine.Buffer) error) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "gxfer-agents")
@@ -103,8 +106,11 @@ func run(out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i*31 + i/blockSize)
+	// Every 8-byte word is distinct (its offset times an odd constant), so
+	// bytes landing at another offset fail the check (byte(i*31 + i/blockSize) would repeat
+	// every 256 bytes).
+	for i := 0; i < len(src.Bytes()); i += 8 {
+		binary.LittleEndian.PutUint64(src.Bytes()[i:], uint64(i)*0x9e3779b97f4a7c15)
 	}
 	descs := make([]agent.Desc, blocks)
 	for i := range descs {
@@ -118,6 +124,11 @@ func run(out io.Writer) (err error) {
 		return err
 	}
 	fmt.Fprintf(out, "decode got %q from %s\n", n.Msg, n.From)
+	if tamper != nil {
+		if err := tamper(deng, kv); err != nil {
+			return err
+		}
+	}
 	// Checked on the notification alone, before prefill's completion: in
 	// two processes that is all decode has.
 	back, err := deng.Alloc(blockSize, engine.Host)

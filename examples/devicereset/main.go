@@ -11,6 +11,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -23,13 +24,15 @@ import (
 func main() {
 	cfg := engine.Config{Devices: engine.DevicesEmulated,
 		Emulator: engine.EmulatorConfig{CSTimeout: 200 * time.Millisecond}}
-	if err := run(os.Stdout, cfg); err != nil {
+	if err := run(os.Stdout, cfg, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "devicereset:", err)
 		os.Exit(1)
 	}
 }
 
-func run(w io.Writer, cfg engine.Config) error {
+// run runs the example. tamper, if set (tests), runs once the new buffer
+// holds the bytes, before they are copied back and checked.
+func run(w io.Writer, cfg engine.Config, tamper func(*engine.Engine, *engine.Buffer) error) error {
 	eng, err := engine.New(cfg)
 	if err != nil {
 		return err
@@ -51,8 +54,11 @@ func run(w io.Writer, cfg engine.Config) error {
 	if err != nil {
 		return err
 	}
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i * 31)
+	// Every 8-byte word is distinct (its offset times an odd constant), so
+	// bytes landing at another offset fail the check (byte(i*31) would repeat
+	// every 256 bytes).
+	for i := 0; i < len(src.Bytes()); i += 8 {
+		binary.LittleEndian.PutUint64(src.Bytes()[i:], uint64(i)*0x9e3779b97f4a7c15)
 	}
 	old, err := eng.Alloc(size, engine.Gaudi(0))
 	if err != nil {
@@ -89,6 +95,11 @@ func run(w io.Writer, cfg engine.Config) error {
 	}
 	if err := eng.CopySync(ctx, fresh.All(), src.All()); err != nil {
 		return err
+	}
+	if tamper != nil {
+		if err := tamper(eng, fresh); err != nil {
+			return err
+		}
 	}
 	if err := eng.CopySync(ctx, back.All(), fresh.All()); err != nil {
 		return err
