@@ -123,6 +123,15 @@ func (o *perfOpts) checkAgent(set map[string]bool) (agentPlan, error) {
 			return pl, err
 		}
 		pl.eps = eps
+		if a.prefix == "" { // as gxfer agents: etcdmeta would take its default instead
+			return pl, usagef("-prefix must not be empty")
+		}
+	} else {
+		for _, f := range []string{"prefix", "ttl"} {
+			if set[f] {
+				return pl, usagef("-%s needs -etcd (without it no record is published)", f)
+			}
+		}
 	}
 	switch a.role {
 	case "":

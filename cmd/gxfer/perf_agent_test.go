@@ -143,6 +143,10 @@ func TestPerfAgentUsageErrors(t *testing.T) {
 		{[]string{"-agent", "-section", "k\x01v"}, "bad -section"},
 		{[]string{"-agent", "-role", "target", "-unix", "/nonexistent/t.sock", "-name", "a\nb"}, "bad -name"},
 		{[]string{"-agent", "-role", "initiator", "-connect", "/nonexistent/t.sock", "-peer", "p\x7f"}, "bad -peer"},
+		// etcd's flags mean nothing without it, as the others without -role.
+		{[]string{"-agent", "-prefix", "/x/", "-requests", "1"}, "-prefix needs -etcd"},
+		{[]string{"-agent", "-ttl", "5s", "-requests", "1"}, "-ttl needs -etcd"},
+		{[]string{"-agent", "-role", "target", "-unix", "/nonexistent/t.sock", "-etcd", "127.0.0.1:1", "-prefix", ""}, "-prefix must not be empty"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errs := gxfer(t, append([]string{"perf"}, tc.args...)...)
