@@ -8,7 +8,7 @@
 // two machines:
 //
 //	tcp -serve :7000                      (prints its device, then a line: its address and the keys)
-//	tcp -connect host:7000 -keys LINE     (that line, or its keys alone)
+//	tcp -connect host:7000 -keys LINE     (that line, all it printed, or the keys alone)
 package main
 
 import (
@@ -129,12 +129,13 @@ func serverReady[T any](addr string, out io.Writer, stop <-chan T, ready chan<- 
 }
 
 // client dials addr and puts and gets 1 MiB to and from each key. keys is
-// the comma-separated keys, or the whole "ADDR KEYS" line the server
-// printed (what the usage above says to pass). tamper, if set (tests),
+// the comma-separated keys, or the "ADDR KEYS" line the server printed, or
+// all it printed (what the usage above says to pass): the keys are its
+// last word. tamper, if set (tests),
 // runs after each Get with the Gaudi buffer the bytes came back into.
 func client(addr, keys string, out io.Writer, tamper func(*engine.Engine, *engine.Buffer) error) error {
-	if f := strings.Fields(keys); len(f) == 2 {
-		keys = f[1]
+	if f := strings.Fields(keys); len(f) > 1 {
+		keys = f[len(f)-1]
 	}
 	var rks []engine.RemoteKey
 	for _, k := range strings.Split(keys, ",") {
