@@ -21,6 +21,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,13 +35,16 @@ import (
 func main() {
 	kernel := flag.String("kernel", "6.8", "kernel uAPI the emulated driver presents (6.3-6.6 ignore the DMA-BUF export offset)")
 	flag.Parse()
-	if err := run(os.Stdout, *kernel); err != nil {
+	if err := run(os.Stdout, *kernel, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "attach:", err)
 		os.Exit(1)
 	}
 }
 
-func run(w io.Writer, kernel string) (err error) {
+// run runs the example on the emulated driver of kernel. tamper, if set
+// (tests), runs with the host buffer the copies through the runtime
+// brought back, before it is checked.
+func run(w io.Writer, kernel string, tamper func(back []byte)) (err error) {
 	ctx := context.Background()
 
 	// The runtime: it owns the device and one HBM pool, which here starts
@@ -99,8 +103,11 @@ func run(w io.Writer, kernel string) (err error) {
 	if err != nil {
 		return err
 	}
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i*13 + i>>10)
+	// Every 8-byte word is distinct (its offset times an odd constant), so
+	// bytes landing at another offset fail the check (byte(i*13 + i>>10)
+	// would repeat every 256 KiB).
+	for i := 0; i < len(src.Bytes()); i += 8 {
+		binary.LittleEndian.PutUint64(src.Bytes()[i:], uint64(i)*0x9e3779b97f4a7c15)
 	}
 	if err := eng.CopySync(ctx, kv.All(), src.All()); err != nil {
 		return fmt.Errorf("host to tensor: %w", err)
@@ -110,6 +117,9 @@ func run(w io.Writer, kernel string) (err error) {
 	}
 	if err := eng.CopySync(ctx, back.All(), kv2.All()); err != nil {
 		return fmt.Errorf("tensor to host: %w", err)
+	}
+	if tamper != nil {
+		tamper(back.Bytes())
 	}
 	if !bytes.Equal(src.Bytes(), back.Bytes()) {
 		return errors.New("copies through the runtime: data differs")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,7 +16,7 @@ func TestRun(t *testing.T) {
 	for _, kernel := range []string{"6.5", "6.8"} {
 		t.Run(kernel, func(t *testing.T) {
 			var out bytes.Buffer
-			require.NoError(t, run(&out, kernel))
+			require.NoError(t, run(&out, kernel, nil))
 			s := out.String()
 			for _, want := range []string{
 				"emulated by dma/hlsim",
@@ -29,4 +30,13 @@ func TestRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunCatchesShiftedBytes: bytes that came back 256 KiB off their place
+// fail the check of the copies through the runtime.
+func TestRunCatchesShiftedBytes(t *testing.T) {
+	shift := func(b []byte) { copy(b[256<<10:], b) }
+	err := run(io.Discard, "6.8", shift)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "data differs")
 }
