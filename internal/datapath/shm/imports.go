@@ -49,9 +49,14 @@ type lent struct {
 	gen       uint64 // the generation the peers imported (wire.Invalidate)
 }
 
-// serveImport hands the peer the memfd of one of our host buffers (on the
-// reader goroutine: the reply, with its descriptors, is sent inline).
-func (p *Path) serveImport(m *wire.ImportRequest) {
+// serveImport hands the peer the memfd of one of our host buffers. It
+// runs on the reader, which never blocks on a peer that does not read: a
+// refusal goes to the writer (QueueReply; its error, a full queue, fails
+// the endpoint). The reply carries descriptors, which only an inline send
+// can: one not sent (the peer did not take it within the write timeout)
+// fails the endpoint, as a reply the writer cannot send does, rather than
+// leave the peer's import unanswered on an endpoint that looks up.
+func (p *Path) serveImport(m *wire.ImportRequest) error {
 	c := p.c
 	// The memfd is handed over read-write: only a read-write key imports.
 	s, st, msg := p.env.Lookup(&m.Key, 0, m.Key.Len, wire.KeyRead|wire.KeyWrite)
@@ -64,26 +69,25 @@ func (p *Path) serveImport(m *wire.ImportRequest) {
 		st, msg = wire.StatusAccess, "the key grants part of the allocation only"
 	}
 	if st != wire.StatusOK {
-		_ = c.Conn().Send(wire.NewError(m.RequestID, st, msg))
-		return
+		return c.QueueReply(wire.NewError(m.RequestID, st, msg))
 	}
 	b := s.B
 	if err := b.Acquire(); err != nil { // keep the memfd open while it is sent
-		_ = c.Conn().Send(wire.NewError(m.RequestID, wire.StatusStale, "buffer no longer exported"))
-		return
+		return c.QueueReply(wire.NewError(m.RequestID, wire.StatusStale, "buffer no longer exported"))
 	}
 	defer b.Release()
 	v, err := p.lend(b, m.Key.Generation)
 	if err != nil {
-		_ = c.Conn().Send(wire.NewError(m.RequestID, wire.StatusNoResources, err.Error()))
-		return
+		return c.QueueReply(wire.NewError(m.RequestID, wire.StatusNoResources, err.Error()))
 	}
 	// Lookup checked that the key's generation is this engine's.
 	rep := &wire.ImportReply{RequestID: m.RequestID, AllocID: b.ID(), Generation: m.Key.Generation,
 		Kind: wire.FDMemfd, Size: b.Len()}
 	if err := c.Conn().Send(rep, b.Shared().FD(), v.FD()); err != nil {
-		p.t.log.Debug().Err(err).Msg("import reply not sent")
+		p.t.log.Debug().Err(err).Msg("import reply not sent: the endpoint fails")
+		c.Fail(c.SendErr(err))
 	}
+	return nil
 }
 
 // lend records that the endpoint's peer maps b (to be told when it is

@@ -61,7 +61,7 @@ func (p *Path) Handle(_ *wire.Frame, m wire.Message) (bool, error) {
 	switch m := m.(type) {
 	case *wire.ImportRequest:
 		p.c.MarkActive()
-		p.serveImport(m)
+		return true, p.serveImport(m)
 	case *wire.Put:
 		p.c.MarkActive()
 		return true, p.serve(true, m.Request)
@@ -338,8 +338,8 @@ func (p *Path) serve(put bool, r wire.Request) error {
 		}
 		return &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
 	})
-	if !ok { // the reader never blocks: refuse beyond the limit
-		_ = p.c.Conn().Send(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))
+	if !ok { // the reader never blocks: refuse beyond the limit, through the writer
+		return p.c.QueueReply(wire.NewError(r.RequestID, wire.StatusNoResources, "too many requests in progress"))
 	}
 	return nil
 }
