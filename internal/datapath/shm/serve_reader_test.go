@@ -163,3 +163,38 @@ func TestServeRepliesOffTheReader(t *testing.T) {
 		})
 	}
 }
+
+// TestInvalidateStalledPeer: a buffer's importers are told it is freed
+// each through its own endpoint's writer (QueueReply): a peer that does
+// not read holds up neither Freeing nor the other importers' Invalidate
+// (one goroutine wrote them in turn, each blocking up to the write
+// timeout, and dropped those it could not write on endpoints left up).
+func TestInvalidateStalledPeer(t *testing.T) {
+	env := &fakeEnv{}
+	tr := New(env, Config{})
+	defer tr.Close()
+	b := &fakeBuf{id: 5}
+	require.NoError(t, b.Acquire())
+	var ctrls []*replyCtrl
+	for range 3 {
+		pc := &peerConn{stall: true, closed: make(chan struct{})}
+		c := &replyCtrl{conn: wire.NewConn(pc, wire.ConnConfig{})}
+		dp, err := tr.Connect(t.Context(), c)
+		require.NoError(t, err)
+		_, err = dp.(*Path).lend(b, 9)
+		require.NoError(t, err)
+		ctrls = append(ctrls, c)
+	}
+	b.Release()
+	b.freed.Store(true)
+	tr.Revoke(b)
+	require.NoError(t, tr.Freeing(b))
+	for _, c := range ctrls {
+		_ = c.conn.Close() // unblocks a send on the Freeing goroutine
+	}
+	env.wg.Wait()
+	for i, c := range ctrls {
+		require.Len(t, c.replies(), 1, "importer %d not told", i)
+		require.Equal(t, &wire.Invalidate{AllocID: 5, Generation: 9}, c.replies()[0])
+	}
+}

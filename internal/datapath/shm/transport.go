@@ -151,8 +151,9 @@ func (t *Transport) Revoke(b datapath.Buf) {
 }
 
 // Freeing tells the peers that imported b that it is gone. It never
-// blocks its caller (which may be a completion actor): the sends run on
-// their own goroutine, bounded by the write timeout.
+// blocks its caller (which may be a completion actor), and a peer that
+// does not read never holds up the others: each Invalidate goes to its
+// endpoint's writer (QueueReply; a full queue fails that endpoint).
 //
 // b's validity flag, revoked by Free already (Revoke), is released first:
 // a peer whose copy into or out of its mapping ends after the revocation
@@ -172,26 +173,17 @@ func (t *Transport) Freeing(b datapath.Buf) error {
 	if ls == nil {
 		return nil
 	}
-	var tell []*Path
 	for p := range ls.importers {
 		p.mu.Lock()
 		delete(p.lent, b)
 		p.mu.Unlock()
-		if p.c.Err() == nil {
-			tell = append(tell, p)
+		if p.c.Err() != nil {
+			continue
+		}
+		if err := p.c.QueueReply(&wire.Invalidate{AllocID: b.ID(), Generation: ls.gen}); err != nil {
+			p.c.Fail(p.c.PeerErr("invalidate", err))
 		}
 	}
-	if len(tell) == 0 {
-		return nil
-	}
-	msg := &wire.Invalidate{AllocID: b.ID(), Generation: ls.gen}
-	t.env.Go(func() {
-		for _, p := range tell {
-			if p.c.Err() == nil {
-				_ = p.c.Conn().Send(msg)
-			}
-		}
-	})
 	return nil
 }
 
