@@ -271,7 +271,8 @@ func (p *Path) lateAnswer(ch <-chan error, id uint64) error {
 // request sends the Put or Get of r the peer performs against region (our
 // bounce buffer) and returns the channel its outcome arrives on (the
 // peer's answer, or the endpoint's failure) and the request's id. A
-// request not sent when ctx has ended is dropped (the error is ctx's).
+// request not sent when ctx ends, also while it is being written to a
+// peer that does not read, is dropped (the error is ctx's).
 func (p *Path) request(ctx context.Context, r *datapath.Req, region datapath.Mem) (<-chan error, uint64, error) {
 	exp, ok := p.env.(Exporter)
 	if !ok {
@@ -308,9 +309,16 @@ func (p *Path) request(ctx context.Context, r *datapath.Req, region datapath.Mem
 		c.Forget(req.RequestID)
 		return nil, 0, gxerr.Ctx(p.name+": request dropped before it was sent", err)
 	}
-	if err := c.Conn().Send(m); err != nil {
+	// The write ends with ctx too (a peer that does not read would hold
+	// the caller, and its transfer slot, for the write timeout): a unix
+	// socket sends a frame whole or not at all, so the request is then
+	// not sent and the endpoint stays up.
+	if err := c.Conn().SendCtx(ctx, m); err != nil {
 		if !c.Forget(req.RequestID) {
 			<-ch // the endpoint's failure, being delivered
+		}
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			return nil, 0, gxerr.Ctx(p.name+": request not sent", cerr)
 		}
 		return nil, 0, c.SendErr(err)
 	}
