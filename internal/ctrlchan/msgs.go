@@ -175,7 +175,8 @@ func (c *Chan) creditIn(f *wire.Frame) error {
 // holds the credit, waiting while ctx lasts (gxerr.Ctx of ctx's error when
 // it ends; the message was not sent): for an earlier Send, for credit, and
 // for the connection and the write of the message to a peer that does not
-// read (a write ctx cut part-way, on a stream, fails the channel).
+// read (a write ctx cut part-way, on a stream, fails the channel, as does
+// a message the peer does not take within the write timeout).
 // before, when not nil, runs once this Send's turn has come, before it
 // waits for credit (the RDMA fence): its error ends the Send.
 func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Context) error) error {
@@ -229,7 +230,12 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 	}
 	if byCtx, broken, err := c.sendCtx(ctx, &wire.AppMsg{Bytes: b}); err != nil {
 		if !byCtx {
-			return c.SendErr(err)
+			// Not taken within the write timeout (or the connection is
+			// gone): the peer never gets the message, nor returns its
+			// credit. Going on would shrink the window for good: the
+			// channel fails, as for a reply or heartbeat not sent.
+			c.Fail(c.SendErr(err))
+			return c.Err()
 		}
 		if !broken { // nothing went out: the credit is not spent
 			m.mu.Lock()
