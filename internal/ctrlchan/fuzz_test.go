@@ -1,13 +1,16 @@
 package ctrlchan
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"net"
 	"testing"
 
 	"github.com/gxfer/gxfer/internal/datapath/dptest"
+	"github.com/gxfer/gxfer/internal/fd"
 	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -71,5 +74,82 @@ func FuzzReader(f *testing.F) {
 		if p.failed.Load() != 1 || p.ended.Load() != 1 {
 			t.Fatalf("path told %d failures, %d ends", p.failed.Load(), p.ended.Load())
 		}
+	})
+}
+
+// packets is msgs as a unix socket carries them: each frame behind its
+// length (FuzzReaderUnix splits them again).
+func packets(msgs ...wire.Message) []byte {
+	var b []byte
+	for _, m := range msgs {
+		f, _ := wire.AppendFrame(nil, m)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+// FuzzReaderUnix is FuzzReader on a unix socket whose messages go through
+// rings: arbitrary packets, each with as many descriptors (a memfd of
+// memSize bytes, 0 to 3 of them) as its header's fd count says, reach the
+// reader, ring grants and bells among them. It never panics, ends with a
+// peer error once the peer is gone, and Close leaves nothing running or
+// open (TestMain).
+func FuzzReaderUnix(f *testing.F) {
+	ring := ringSize(2, wire.MaxAppMsg)
+	f.Add(packets(&wire.MsgBell{}, &wire.AppMsg{Bytes: []byte("b")}), ringHdr+ring)
+	f.Add(packets(&wire.MsgRing{Msgs: 2, Bytes: 1 << 20, Size: ring}, &wire.MsgBell{}, &wire.MsgCredit{Msgs: 1}), ringHdr+ring)
+	f.Add(packets(&wire.Completion{RequestID: 3}, &wire.ImportReply{RequestID: 5, AllocID: 1, Generation: 1, Kind: wire.FDMemfd, Size: 4096},
+		&wire.MsgRing{Msgs: 2, Bytes: 1 << 20, Size: ring}), uint64(4096))
+	f.Fuzz(func(t *testing.T, b []byte, memSize uint64) {
+		env := &dptest.Env{}
+		a, raw := unixConns(t)
+		p := &fakePath{handle: func(wire.Message) (bool, error) { return false, nil }}
+		c := New(Config{Env: env, Conn: wire.NewConn(a, wire.ConnConfig{}), Name: "fuzz", Peer: ringPeer, MsgRing: true, MsgWindow: 2, MsgWindowBytes: 1})
+		p.c = c
+		c.Start(p)
+		peer := wire.NewConn(raw, wire.ConnConfig{})
+		read := make(chan struct{})
+		go func() { // what c sends (its grant, replies, Bye)
+			defer close(read)
+			for {
+				f, err := peer.Recv(context.Background())
+				if err != nil {
+					return
+				}
+				_ = f.CloseFDs()
+			}
+		}()
+		mem, err := ipc.NewShared(int(memSize%(2<<20))+1, "fuzz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for len(b) >= 4 {
+			n := min(int(binary.LittleEndian.Uint32(b)), len(b)-4)
+			pkt := b[4 : 4+n]
+			b = b[4+n:]
+			var fds []*fd.FD
+			if len(pkt) >= 14 {
+				for range binary.LittleEndian.Uint16(pkt[12:]) % 4 {
+					fds = append(fds, mem.FD())
+				}
+			}
+			if len(pkt) > 0 && raw.Send(pkt, fds) != nil {
+				break
+			}
+		}
+		_ = peer.Close()
+		<-c.Done()
+		if err := c.Err(); !errors.Is(err, gxerr.Peer) {
+			t.Fatalf("channel ended with %v, want a peer error", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		<-read
+		if err := mem.Close(); err != nil {
+			t.Fatal(err)
+		}
+		env.Wait()
 	})
 }
