@@ -93,8 +93,8 @@ func (c *Chan) ringIn(f *wire.Frame) error {
 	if !c.cfg.MsgRing {
 		return errors.New("a message ring on a connection without them")
 	}
-	if !validRingSize(mr.Size) {
-		return fmt.Errorf("message ring of %d bytes", mr.Size)
+	if !validRingSize(mr.Size, uint64(mr.Msgs), mr.Bytes) {
+		return fmt.Errorf("message ring of %d bytes for a window of %d messages, %d bytes", mr.Size, mr.Msgs, mr.Bytes)
 	}
 	mp, err := ipc.MapShared(f.FDs[0], int(ringHdr+mr.Size))
 	if err != nil {

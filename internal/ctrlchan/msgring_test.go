@@ -407,6 +407,16 @@ func TestRingHostilePeer(t *testing.T) {
 		wantErr string
 	}{
 		{"ring too small", true, func(t *testing.T, peer *wire.Conn) { sendRing(t, peer, 4096) }, "message ring of"},
+		// A ring larger than its window needs is refused: this side's
+		// messages cycle through all of it, so a peer could otherwise make
+		// it fault in (and be charged for) far more shared memory than the
+		// window lets it have in flight.
+		{"ring larger than its window", true, func(t *testing.T, peer *wire.Conn) {
+			sendRingWindow(t, peer, 2, wire.MaxAppMsg, ringSize(2, wire.MaxAppMsg)+8)
+		}, "message ring of"},
+		{"window over the bound", true, func(t *testing.T, peer *wire.Conn) {
+			sendRingWindow(t, peer, 1<<20, 1<<40, maxRingSize+8)
+		}, "message ring of"},
 		{"second ring", true, func(t *testing.T, peer *wire.Conn) {
 			sendRing(t, peer, ringSize(2, wire.MaxAppMsg))
 			sendRing(t, peer, ringSize(2, wire.MaxAppMsg))
@@ -440,10 +450,17 @@ func TestRingHostilePeer(t *testing.T) {
 // enough).
 func sendRing(t *testing.T, peer *wire.Conn, size uint64) {
 	t.Helper()
+	sendRingWindow(t, peer, 2, wire.MaxAppMsg, size)
+}
+
+// sendRingWindow sends a MsgRing granting a window of msgs messages of
+// bytes bytes in all, in a ring of size bytes (a memfd large enough).
+func sendRingWindow(t *testing.T, peer *wire.Conn, msgs uint32, bytes, size uint64) {
+	t.Helper()
 	sh, err := ipc.NewShared(int(ringHdr+size), "test-ring")
 	require.NoError(t, err)
 	defer sh.Close()
-	require.NoError(t, peer.Send(&wire.MsgRing{Msgs: 2, Bytes: wire.MaxAppMsg, Size: size}, sh.FD()))
+	require.NoError(t, peer.Send(&wire.MsgRing{Msgs: msgs, Bytes: bytes, Size: size}, sh.FD()))
 }
 
 // stalledRingChan starts a channel (its socket's write timeout wto) on a

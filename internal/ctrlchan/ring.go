@@ -46,8 +46,11 @@ const (
 	offRxWait    = 128
 	offTxWait    = 192
 	recHdr       = 8
-	// maxRingSize bounds the ring a peer may hand us.
-	maxRingSize = 1 << 30
+	// maxRingSize bounds the ring a peer may hand us: 16 times the
+	// ring of this side's default window (MsgWindow, MsgWindowBytes).
+	// This side's messages cycle through all of a peer's ring, and the
+	// shared memory they fault in is charged to this process.
+	maxRingSize = 64 << 20
 )
 
 // ringSize is the record area of a ring granting window messages of
@@ -61,10 +64,15 @@ func ringSize(window, windowBytes uint64) uint64 {
 // recLen is the ring bytes of a record of n bytes.
 func recLen(n uint64) uint64 { return recHdr + (n+7)&^7 }
 
-// validRingSize reports whether a peer's ring of size bytes is usable: a
-// multiple of 8 that holds a largest message, within maxRingSize.
-func validRingSize(size uint64) bool {
-	return size%8 == 0 && size >= recLen(wire.MaxAppMsg) && size <= maxRingSize
+// validRingSize reports whether a peer's ring of size bytes, granting a
+// window of window messages of windowBytes bytes in all, is usable: a
+// multiple of 8 that holds a largest message, within maxRingSize, and no
+// larger than the window needs (ringSize). A larger one would gain the
+// peer nothing but the shared memory this side's messages, cycling
+// through the ring, fault in.
+func validRingSize(size, window, windowBytes uint64) bool {
+	need := ringSize(min(window, maxRingSize), min(windowBytes, maxRingSize))
+	return size%8 == 0 && size >= recLen(wire.MaxAppMsg) && size <= maxRingSize && size <= need
 }
 
 // ringMem is a ring's memory: mem (8-byte aligned) holds the header page
