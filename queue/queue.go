@@ -10,6 +10,8 @@ package queue
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 )
@@ -19,6 +21,10 @@ var ErrFull = errors.New("queue: full")
 
 // ErrClosed is returned by Push after Close.
 var ErrClosed = errors.New("queue: closed")
+
+// ErrInvalid is returned by Push for a nil context. It also matches
+// os.ErrInvalid.
+var ErrInvalid = fmt.Errorf("queue: %w", os.ErrInvalid)
 
 // Mode says what Push does when the queue is full.
 type Mode uint8
@@ -69,8 +75,13 @@ func New[T any](capacity int, mode Mode) *Queue[T] {
 
 // Push appends v. When the queue is full it waits for room until ctx ends
 // (Wait mode, returning ctx.Err()) or fails with ErrFull (FailFast mode).
-// After Close it returns ErrClosed. Safe for concurrent use.
+// After Close it returns ErrClosed. A nil ctx is refused with ErrInvalid
+// in every mode, full or not: accepted while there is room, it would
+// panic only once the queue fills, under load. Safe for concurrent use.
 func (q *Queue[T]) Push(ctx context.Context, v T) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ErrInvalid)
+	}
 	q.gate.RLock()
 	defer q.gate.RUnlock()
 	select {
