@@ -49,7 +49,7 @@ type EmulatorConfig struct {
 
 // RegCacheConfig configures the registration caches.
 type RegCacheConfig struct {
-	Disabled   bool   // register and deregister around every operation
+	Disabled   bool   // register and deregister around every operation (RegCache only; IPCCache refuses it)
 	MaxRegions int    // 0: unlimited
 	MaxBytes   uint64 // 0: unlimited
 }
@@ -148,7 +148,8 @@ type Config struct {
 	// MMUs (one per device).
 	RegCache RegCacheConfig
 	// IPCCache bounds the peers' buffers mapped into this process (the IPC
-	// handle cache); 0 means the ipc package defaults.
+	// handle cache); 0 means the ipc package defaults. The IPC handle
+	// cache cannot be disabled: New refuses Disabled with ErrInvalid.
 	IPCCache RegCacheConfig
 }
 

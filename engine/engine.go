@@ -96,6 +96,11 @@ func New(cfg Config) (_ *Engine, err error) {
 	if n := cfg.IPCCache.MaxRegions; n < 0 {
 		return nil, newErr(ErrInvalid, fmt.Sprintf("Config.IPCCache.MaxRegions %d is negative", n), nil)
 	}
+	if cfg.IPCCache.Disabled {
+		// The IPC handle cache has no uncached mode: ignored, the field
+		// would leave peers' buffers mapped for a caller who turned it off.
+		return nil, newErr(ErrInvalid, "Config.IPCCache.Disabled: the IPC handle cache cannot be disabled (bound it with MaxRegions and MaxBytes)", nil)
+	}
 	e := &Engine{
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str("component", "engine").Logger(),

@@ -34,3 +34,17 @@ func TestNegativeRegCacheMaxRegions(t *testing.T) {
 	_, err = New(Config{Devices: DevicesNone, IPCCache: RegCacheConfig{MaxRegions: -1}})
 	require.ErrorIs(t, err, ErrInvalid, "a negative IPCCache.MaxRegions")
 }
+
+// TestIPCCacheDisabledRefused: Config.IPCCache is a RegCacheConfig, whose
+// Disabled promises "register and deregister around every operation",
+// but the IPC handle cache has no such mode and New ignored the field:
+// peers' buffers stayed mapped, cached, for a caller who had turned the
+// cache off. New refuses it (ErrInvalid, like a negative MaxRegions)
+// instead of silently caching.
+func TestIPCCacheDisabledRefused(t *testing.T) {
+	e, err := New(Config{Devices: DevicesNone, IPCCache: RegCacheConfig{Disabled: true}})
+	if err == nil {
+		require.NoError(t, e.Close())
+	}
+	require.ErrorIs(t, err, ErrInvalid, "IPCCache.Disabled accepted and ignored")
+}
