@@ -24,11 +24,18 @@ type Pool struct {
 	made atomic.Int32 // buffers made or being made (at most max)
 	have atomic.Int32 // buffers made
 	max  int32
+	// failed is closed (and replaced) when an allocation fails: a Get
+	// waiting because every slot was being made may have nothing left
+	// to wait for, and tries again.
+	failed atomic.Pointer[chan struct{}]
 }
 
 // NewPool makes a pool of up to n buffers of size bytes.
 func NewPool(env datapath.Env, n int, size uint64) *Pool {
-	return &Pool{env: env, size: size, free: make(chan datapath.Buf, n), max: int32(n)}
+	p := &Pool{env: env, size: size, free: make(chan datapath.Buf, n), max: int32(n)}
+	ch := make(chan struct{})
+	p.failed.Store(&ch)
+	return p
 }
 
 // Size is the bytes of each buffer.
@@ -39,20 +46,32 @@ func (p *Pool) Size() uint64 { return p.size }
 // with the allocation's error only when no buffer was ever made (none
 // can come back to wait for).
 func (p *Pool) Get(ctx context.Context, done <-chan struct{}) (datapath.Buf, error) {
-	b, err := p.tryGet()
-	if b != nil {
-		return b, nil
-	}
-	if err != nil && p.have.Load() == 0 {
-		return nil, err
-	}
-	select {
-	case b := <-p.free:
-		return b, nil
-	case <-done:
-		return nil, gxerr.Closed
-	case <-ctx.Done():
-		return nil, gxerr.Ctx("waiting for a staging buffer", ctx.Err())
+	for try := true; ; {
+		// Taken before trying, so that a failure after the try is seen.
+		failed := *p.failed.Load()
+		if try {
+			b, err := p.tryGet()
+			if b != nil {
+				return b, nil
+			}
+			if err != nil && p.have.Load() == 0 {
+				return nil, err
+			}
+		}
+		select {
+		case b := <-p.free:
+			return b, nil
+		case <-failed:
+			// Another Get's allocation failed. With no buffer made,
+			// none can come back: try again (and fail, or make one).
+			// With some, wait for them: trying would only fail again
+			// and wake the other waiters in turn.
+			try = p.have.Load() == 0
+		case <-done:
+			return nil, gxerr.Closed
+		case <-ctx.Done():
+			return nil, gxerr.Ctx("waiting for a staging buffer", ctx.Err())
+		}
 	}
 }
 
@@ -78,6 +97,8 @@ func (p *Pool) tryGet() (datapath.Buf, error) {
 			b, err := p.env.AllocHost(p.size)
 			if err != nil {
 				p.made.Add(-1)
+				ch := make(chan struct{})
+				close(*p.failed.Swap(&ch)) // wake the Gets waiting on this slot
 				return nil, err
 			}
 			p.have.Add(1)
