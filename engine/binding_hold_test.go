@@ -104,3 +104,36 @@ func holdPeerSlice(t *testing.T, e *Engine, p *peerProc, n int) (*Binding, *Held
 	require.NoError(t, err)
 	return bd, held
 }
+
+// TestIPCBindingAfterEngineClose: a unix binding left open over the
+// engine's Close fails its calls with ErrClosed, although Close unmapped
+// the peer's memory and the owner's validity page under it (the
+// binding's checks read that page: they run inside the engine's close
+// gate, as its copies do).
+func TestIPCBindingAfterEngineClose(t *testing.T) {
+	p := startPeer(t)
+	e, err := New(Config{Devices: DevicesNone})
+	require.NoError(t, err)
+	ctx := context.Background()
+	ep, err := e.Dial(ctx, "unix", p.path)
+	require.NoError(t, err)
+	h, err := e.Alloc(4096, Host)
+	require.NoError(t, err)
+	bd, err := ep.Bind(ctx, h.All(), p.host.Slice(16, 4096))
+	require.NoError(t, err)
+	require.NoError(t, bd.Put())
+	require.NoError(t, e.Close())
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"Put", bd.Put},
+		{"Get", bd.Get},
+		{"PutN", func() error { return bd.PutN(3) }},
+		{"Flush", bd.Flush},
+		{"Hold", func() error { _, err := bd.Hold(); return err }},
+	} {
+		require.ErrorIs(t, c.call(), ErrClosed, c.name)
+	}
+	require.NoError(t, bd.Close())
+}

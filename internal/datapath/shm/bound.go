@@ -105,11 +105,15 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 	if n <= 0 {
 		return nil
 	}
-	if err := b.check(); err != nil {
-		return err
-	}
+	// The checks read the peer's validity page, which the engine's Close
+	// unmaps once its gate has drained: they run inside the gate, as the
+	// copies do.
 	if !b.gate.Enter() {
 		return gxerr.Closed
+	}
+	if err := b.check(); err != nil {
+		b.gate.Exit()
+		return err
 	}
 	b.gate.Hook()
 	dst, src := b.theirs, b.mine
@@ -123,8 +127,9 @@ func (b *bound) Do(put bool, n int, _ bool) error {
 		// large ones are split across cores.
 		b.hc.Copy(dst, src)
 	}
+	err := b.checkAfter()
 	b.gate.Exit()
-	return b.checkAfter()
+	return err
 }
 
 // Held is a binding admitted once through the engine's close gate for a
@@ -152,11 +157,12 @@ type Held struct {
 // Hold checks the binding and admits it through the engine's close gate
 // until Release. The caller (engine.Binding) holds its lock shared.
 func (b *bound) Hold() (*Held, error) {
-	if err := b.check(); err != nil {
-		return nil, err
-	}
 	if !b.gate.Enter() {
 		return nil, gxerr.Closed
+	}
+	if err := b.check(); err != nil {
+		b.gate.Exit()
+		return nil, err
 	}
 	return &Held{b: b, gate: b.gate, gone: b.h.GoneFlag(), valid: b.h.Value().valid, small: b.hc.Small(len(b.mine))}, nil
 }
@@ -199,6 +205,10 @@ func (h *Held) Release() {
 
 // Flush has nothing to wait for: every copy is done when Do returns.
 func (b *bound) Flush() error {
+	if !b.gate.Enter() { // check reads the validity page (see Do)
+		return gxerr.Closed
+	}
+	defer b.gate.Exit()
 	return b.check()
 }
 
