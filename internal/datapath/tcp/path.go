@@ -170,7 +170,10 @@ func (p *path) addInbound(in *inbound) error {
 	if p.failed != nil {
 		return p.failed
 	}
-	if len(p.inbound) >= MaxInbound {
+	// MaxInbound bounds the peer's transfers; this side's Gets (bounded
+	// by the request slots) are never refused for them, whatever the
+	// peer keeps open.
+	if !p.c.Ours(in.id) && len(p.inbound) >= MaxInbound {
 		return fmt.Errorf("more than %d transfers in progress", MaxInbound)
 	}
 	if _, dup := p.inbound[in.id]; dup {
