@@ -163,7 +163,7 @@ func (p *path) routeV(id, off uint64, n int, into [][]byte) ([][]byte, error) {
 	for _, pc := range pieces {
 		switch {
 		case pc.drop:
-			into = append(into, p.scratch(pc.dst.Len))
+			into = p.scratch(into, pc.dst.Len)
 		case pc.dst.IsGaudi():
 			if p.cur.stage == nil {
 				stage, err := p.in.Get(context.Background(), p.c.Done())
@@ -187,13 +187,24 @@ func (p *path) routeV(id, off uint64, n int, into [][]byte) ([][]byte, error) {
 	return into, nil
 }
 
-// scratch is n bytes the reader drops bytes into (a refused entry's, in
-// a frame with others').
-func (p *path) scratch(n uint64) []byte {
-	if uint64(len(p.drop)) < n {
-		p.drop = make([]byte, max(n, 64<<10))
+// scratchMax is the size of the reader's scratch buffer.
+const scratchMax = 64 << 10
+
+// scratch appends to into the places for n bytes the reader drops (a
+// refused entry's, in a frame with others'): its one scratch buffer, as
+// many times as it takes. The bytes go nowhere, so the places may be the
+// same memory; a buffer of the bytes' size would let any peer make each
+// of its connections hold one as large as a frame.
+func (p *path) scratch(into [][]byte, n uint64) [][]byte {
+	if p.drop == nil {
+		p.drop = make([]byte, scratchMax)
 	}
-	return p.drop[:n]
+	for n > 0 {
+		k := min(n, scratchMax)
+		into = append(into, p.drop[:k])
+		n -= k
+	}
+	return into
 }
 
 // Landed finishes the Data frame route chose, once its bytes are read.

@@ -256,3 +256,24 @@ func TestGetListRefusedHugeEntry(t *testing.T) {
 		})
 	}
 }
+
+// TestListDroppedBytesNeedNoBuffer: the bytes of a refused entry in a
+// Data frame shared with entries that land are read into one small
+// scratch buffer, however many they are. The reader used to allocate (and
+// keep, for the connection's life) a buffer as large as the refused part
+// of the frame: up to wire.MaxDataPayload per connection, for any peer.
+func TestListDroppedBytesNeedNoBuffer(t *testing.T) {
+	owner, raw := rawPeer(t, false, 1<<20)
+	refused := viewKey(1<<30, 0, 1<<30)
+	refused.AllocID = badAlloc
+	r := wire.ListRequest{RequestID: 1, Keys: []wire.RemoteKey{refused, viewKey(1<<20, 0, 1<<20)},
+		Entries: []wire.ListEntry{{Key: 0, Length: wire.MaxDataPayload - 8}, {Key: 1, Length: 8}}}
+	payload := make([]byte, wire.MaxDataPayload)
+	copy(payload[wire.MaxDataPayload-8:], "landed!!")
+	require.NoError(t, raw.SendWithData([]wire.Message{&wire.PutList{ListRequest: r}}, 1, 0, payload))
+	rep := recvMsg[*wire.ListReply](t, raw)
+	require.Equal(t, []wire.Status{wire.StatusBadKey, wire.StatusOK}, rep.Statuses)
+	owner.close() // (the reader has exited: its scratch buffer is ours to read)
+	require.Equal(t, "landed!!", string(owner.env.mem.mem[:8]))
+	require.LessOrEqual(t, cap(owner.path.drop), scratchMax)
+}
