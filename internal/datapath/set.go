@@ -19,18 +19,25 @@ var (
 	_ Finisher    = (*Set)(nil)
 )
 
-// Register adds t (replacing a transport of its kind) and its hooks.
+// Register adds t (replacing a transport of its kind, hooks included:
+// the replaced one gets no more buffer events) and its hooks.
 func (s *Set) Register(t Transport) {
-	if h, ok := t.(BufferHooks); ok {
-		s.hooks = append(s.hooks, h)
-	}
+	replaced := false
 	for i, o := range s.ts {
 		if o.Kind() == t.Kind() {
-			s.ts[i] = t
-			return
+			s.ts[i], replaced = t, true
+			break
 		}
 	}
-	s.ts = append(s.ts, t)
+	if !replaced {
+		s.ts = append(s.ts, t)
+	}
+	s.hooks = s.hooks[:0]
+	for _, o := range s.ts {
+		if h, ok := o.(BufferHooks); ok {
+			s.hooks = append(s.hooks, h)
+		}
+	}
 }
 
 // Get is the transport of kind k (nil: none).

@@ -63,3 +63,21 @@ func TestSet(t *testing.T) {
 	require.Equal(t, 1, plain.closed)
 	require.Equal(t, 1, h.finished)
 }
+
+// TestSetReplaceDropsHooks: a transport replaced by a later registration
+// of its kind gets no more buffer events; they used to reach both.
+func TestSetReplaceDropsHooks(t *testing.T) {
+	var s datapath.Set
+	old := &hooked{transport{kind: datapath.KindRDMA}}
+	now := &hooked{transport{kind: datapath.KindRDMA}}
+	s.Register(old)
+	s.Register(&transport{kind: datapath.KindTCP})
+	s.Register(now)
+	b := (&dptest.Env{}).NewBuf(8, false)
+	var k wire.RemoteKey
+	s.Export(b, &k)
+	s.Revoke(b)
+	require.NoError(t, s.Freeing(b))
+	require.Equal(t, [3]int{0, 0, 0}, [3]int{old.exp, old.rev, old.freeing}, "the replaced transport")
+	require.Equal(t, [3]int{1, 1, 1}, [3]int{now.exp, now.rev, now.freeing})
+}
