@@ -64,8 +64,10 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 	}
 	ep.path = p
 	e.epMu.Lock()
-	defer e.epMu.Unlock()
 	if e.closed.Load() {
+		e.epMu.Unlock()
+		// Not under epMu: closing the path closes the lanes it opened,
+		// endpoints whose failure takes epMu (OnFail).
 		_ = c.Close()
 		p.Failed(ErrClosed)
 		p.Closed(ErrClosed)
@@ -73,6 +75,7 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 	}
 	e.endpoints[ep] = struct{}{}
 	ep.ch.Start(p)
+	e.epMu.Unlock()
 	return ep, ep.ch, nil
 }
 
