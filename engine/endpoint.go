@@ -64,18 +64,26 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 	}
 	ep.path = p
 	e.epMu.Lock()
-	if e.closed.Load() {
-		e.epMu.Unlock()
+	switch {
+	case e.closed.Load():
+		err = ErrClosed
+	case ep.ch.Err() != nil:
+		// Failed already, by a lane the path opened that failed: its
+		// OnFail ran before it was registered, so it is not kept.
+		err = ep.ch.Err()
+	default:
+		e.endpoints[ep] = struct{}{}
+		ep.ch.Start(p)
+	}
+	e.epMu.Unlock()
+	if err != nil {
 		// Not under epMu: closing the path closes the lanes it opened,
 		// endpoints whose failure takes epMu (OnFail).
 		_ = c.Close()
-		p.Failed(ErrClosed)
-		p.Closed(ErrClosed)
-		return nil, nil, ErrClosed
+		p.Failed(err)
+		p.Closed(err)
+		return nil, nil, err
 	}
-	e.endpoints[ep] = struct{}{}
-	ep.ch.Start(p)
-	e.epMu.Unlock()
 	return ep, ep.ch, nil
 }
 

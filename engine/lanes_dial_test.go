@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -96,4 +97,59 @@ func TestCloseWhileDialOpensLanes(t *testing.T) {
 		t.Fatal("Engine.Close deadlocked with a Dial opening its lanes")
 	}
 	require.ErrorIs(t, <-dialed, ErrClosed)
+}
+
+// TestDialLaneFailedDuringDial: an endpoint whose lane failed while its
+// Dial was still opening the others (the lane's failure fails the
+// endpoint, whose channel was not started yet) is not kept by the engine.
+// Dial used to return it, failed already, and leave it among the live
+// endpoints (EndpointStats, Stats) until Engine.Close.
+func TestDialLaneFailedDuringDial(t *testing.T) {
+	e := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP, TCPLanes: 3})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	served := make(chan error, 1)
+	var conns []*wire.Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	go func() {
+		served <- func() error {
+			// The endpoint's connection, then its first lane, which is
+			// hung up on at once.
+			for range 2 {
+				c, err := acceptFake(ln)
+				if err != nil {
+					return err
+				}
+				conns = append(conns, c)
+				if err := ackFake(c); err != nil {
+					return err
+				}
+			}
+			_ = conns[1].Close()
+			// The second lane is answered once the endpoint has failed
+			// (its connection closed).
+			c, err := acceptFake(ln)
+			if err != nil {
+				return err
+			}
+			conns = append(conns, c)
+			if _, err := conns[0].Recv(context.Background()); err == nil {
+				return errors.New("a frame on the endpoint's connection")
+			}
+			return ackFake(c)
+		}()
+	}()
+	ep, err := e.Dial(context.Background(), "tcp", ln.Addr().String())
+	require.NoError(t, <-served)
+	if err == nil {
+		require.Error(t, ep.Err(), "Dial returned an endpoint that is up")
+	} else {
+		require.ErrorIs(t, err, ErrPeer)
+	}
+	require.Empty(t, e.EndpointStats(), "a failed endpoint is kept as live")
 }
