@@ -13,9 +13,10 @@ import (
 
 // TestHostileClientRefused: the requester-side bound on requests in
 // progress is a courtesy of well-behaved peers; a raw client that sends
-// more than MaxServing requests the owner serves at once still has the
-// ones beyond refused with StatusNoResources (here the first 64 are held
-// in progress by ImportRequests the client does not answer yet).
+// more than MaxServing requests the owner serves at once, and MaxServing
+// more waiting in its backlog, still has the ones beyond refused with
+// StatusNoResources (here the first 64 are held in progress by
+// ImportRequests the client does not answer yet).
 func TestHostileClientRefused(t *testing.T) {
 	e := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 256 << 20}})
 	l, err := e.Listen("unix", filepath.Join(t.TempDir(), "e.sock"))
@@ -25,7 +26,7 @@ func TestHostileClientRefused(t *testing.T) {
 	require.NoError(t, err)
 	a := dialRaw(t, l.Addr(), rawHello(uint32(os.Getpid())))
 	defer a.c.Close()
-	const n = ctrlchan.MaxServing + 1
+	const n = 2*ctrlchan.MaxServing + 1
 	for i := range n {
 		local := wire.RemoteKey{Owner: a.hello.EngineID, AllocID: uint64(1000 + i), Generation: 1,
 			MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead | wire.KeyWrite, Length: 4096, GrantLen: 4096, Len: 4096}

@@ -48,6 +48,9 @@ import (
 // and the requests with a reply this side has outstanding on it
 // (ExpectRequest, RequestSlot): a caller beyond waits for a slot, so that a
 // well-behaved peer is never refused for having too many in progress.
+// Serve keeps up to MaxServing more requests waiting in a backlog: a
+// requester counts a request it cancels out at once, while here it
+// winds down, so its next requests may find every slot still taken.
 const MaxServing = 64
 
 // Config describes a channel whose handshake is done.
@@ -96,6 +99,8 @@ type Chan struct {
 	once      sync.Once
 	serving   sync.WaitGroup
 	sem       chan struct{}
+	backMu    sync.Mutex            // guards backlog, and sem's release (see Serve)
+	backlog   []func() wire.Message // requests waiting for a slot, oldest first
 	reader    chan struct{}
 	replyMu   sync.Mutex
 	replyQ    []wire.Message // the reader's frames, sent by the writer or carried by a sender
@@ -326,13 +331,39 @@ func (c *Chan) sendCtx(ctx context.Context, m wire.Message) (byCtx, broken bool,
 // for it. The slot is given back before the reply goes out: a requester
 // that waits for replies before sending more (ExpectRequest) never finds
 // the slots of requests it saw answered still taken.
+//
+// With every slot taken, fn waits in the backlog (up to MaxServing of
+// them) and runs when a slot frees, its slot handed over; beyond that
+// Serve refuses it (false). The reader never waits.
 func (c *Chan) Serve(fn func() wire.Message) bool {
 	select {
 	case c.sem <- struct{}{}:
 	default:
-		return false
+		// Slots are released under backMu (serveOne): with it held, every
+		// slot still taken is released later by a goroutine that first
+		// looks at the backlog.
+		c.backMu.Lock()
+		select {
+		case c.sem <- struct{}{}:
+			c.backMu.Unlock()
+		default:
+			if len(c.backlog) >= MaxServing {
+				c.backMu.Unlock()
+				return false
+			}
+			c.backlog = append(c.backlog, fn)
+			c.serving.Add(1) // Close waits for it too
+			c.backMu.Unlock()
+			return true
+		}
 	}
 	c.serving.Add(1)
+	c.serveOn(fn)
+	return true
+}
+
+// serveOn runs fn, holding a slot, on a goroutine (see Serve).
+func (c *Chan) serveOn(fn func() wire.Message) {
 	c.env.Go(func() {
 		defer c.serving.Done()
 		m := c.serveOne(fn)
@@ -353,11 +384,24 @@ func (c *Chan) Serve(fn func() wire.Message) bool {
 			c.replyNotSent(err)
 		}
 	})
-	return true
 }
 
+// serveOne runs fn, then hands its slot to the oldest request of the
+// backlog (on a goroutine of its own) or gives it back.
 func (c *Chan) serveOne(fn func() wire.Message) wire.Message {
-	defer func() { <-c.sem }()
+	defer func() {
+		c.backMu.Lock()
+		if len(c.backlog) == 0 {
+			<-c.sem
+			c.backMu.Unlock()
+			return
+		}
+		next := c.backlog[0]
+		c.backlog[0] = nil
+		c.backlog = c.backlog[1:]
+		c.backMu.Unlock()
+		c.serveOn(next) // counted in serving by its Serve
+	}()
 	return fn()
 }
 

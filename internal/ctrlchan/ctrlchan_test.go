@@ -294,17 +294,30 @@ func TestReplyQueueBound(t *testing.T) {
 	require.NoError(t, c.QueueReply(&wire.Heartbeat{}))
 }
 
-// TestServeLimit: at most MaxServing requests run at once; Close waits
-// for those running.
+// TestServeLimit: at most MaxServing requests run at once, MaxServing
+// more wait in the backlog and run as slots free (a requester counts a
+// request it cancels out at once, while here it winds down: without the
+// backlog its next requests were refused, in tcp "too many requests in
+// progress", ErrPeer), and only a request beyond both is refused. Close
+// waits for those running and those waiting.
 func TestServeLimit(t *testing.T) {
 	env := &dptest.Env{}
 	c, raw := newChan(t, env, true, &fakePath{})
 	release := make(chan struct{})
-	var ended atomic.Int32
-	for i := 0; i < MaxServing; i++ {
-		require.True(t, c.Serve(func() wire.Message { <-release; ended.Add(1); return nil }))
+	var ended, running, most atomic.Int32
+	blocked := func() wire.Message {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		running.Add(-1)
+		ended.Add(1)
+		return nil
 	}
-	require.False(t, c.Serve(func() wire.Message { return nil }), "over the limit")
+	for i := 0; i < 2*MaxServing; i++ {
+		require.True(t, c.Serve(blocked), "request %d: in progress or in the backlog", i)
+	}
+	require.False(t, c.Serve(func() wire.Message { return nil }), "over the limit and the backlog")
 	closed := make(chan struct{})
 	go func() { _ = c.Close(); close(closed) }()
 	go func() { _, _ = raw.Read(make([]byte, 64)) }() // the Bye
@@ -315,7 +328,8 @@ func TestServeLimit(t *testing.T) {
 	}
 	close(release)
 	<-closed
-	require.Equal(t, int32(MaxServing), ended.Load())
+	require.Equal(t, int32(2*MaxServing), ended.Load(), "the backlog's requests ran too")
+	require.LessOrEqual(t, most.Load(), int32(MaxServing), "at most MaxServing at once")
 	_ = raw.Close()
 	env.Wait()
 }
