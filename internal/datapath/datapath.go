@@ -352,3 +352,12 @@ type Fencer interface {
 type Lister interface {
 	StartList(ctx context.Context, reqs []Req, c Completer)
 }
+
+// WithDeadline is ctx bounded by deadline when it is set (an operation's
+// Deadline option, kept apart from its ctx).
+func WithDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	if deadline.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, deadline)
+}

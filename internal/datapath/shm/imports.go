@@ -184,7 +184,7 @@ func (p *Path) importKey(ctx context.Context, deadline time.Time, k wire.RemoteK
 // importSlow is importKey on a miss: it imports, or waits for the import
 // another caller runs, within the caller's ctx and deadline.
 func (p *Path) importSlow(ctx context.Context, deadline time.Time, key ipc.Key, k wire.RemoteKey) (*ipc.Handle[*imported], error) {
-	cctx, cancel := withDeadline(ctx, deadline) // the caller's bound
+	cctx, cancel := datapath.WithDeadline(ctx, deadline) // the caller's bound
 	defer cancel()
 	for {
 		h, err := p.t.imports.GetCtx(cctx, key, func(ipc.Key) (*imported, uint64, error) {
@@ -309,14 +309,6 @@ func (p *Path) importErr(err error) error {
 func (p *Path) staleImport(k *wire.RemoteKey) error {
 	p.t.imports.Invalidate(p.pid, k.AllocID, k.Generation)
 	return gxerr.New(gxerr.Invalid, fmt.Sprintf("%s: stale key: allocation %d was freed by its owner", p.name, k.AllocID), nil)
-}
-
-// withDeadline is ctx bounded by deadline when it is set.
-func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	if deadline.IsZero() {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, deadline)
 }
 
 // Import maps the peer's allocation k grants all of (through the cache,

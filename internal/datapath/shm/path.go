@@ -182,7 +182,7 @@ func (p *Path) rmaDevice(ctx context.Context, r datapath.Req, c datapath.Complet
 // its transfer slot back), and the bounce buffer stays until the peer
 // answered, the endpoint ended, or PeerTimeout passed (lateAnswer).
 func (p *Path) remoteDMA(ctx context.Context, r *datapath.Req, c datapath.Completer, giveBack func()) {
-	ctx, cancel := withDeadline(ctx, r.Deadline)
+	ctx, cancel := datapath.WithDeadline(ctx, r.Deadline)
 	defer cancel()
 	local := r.Local
 	finish := func(err error) {

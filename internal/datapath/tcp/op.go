@@ -216,7 +216,7 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 	}
 	o.watch(ctx, r.Deadline, "request", o.abandon)
 	if r.Put {
-		p.startPut(ctx, o, req)
+		p.startPut(ctx, r.Deadline, o, req)
 		return
 	}
 	if local.Len == 0 {
@@ -232,10 +232,14 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 }
 
 // startPut sends a Put's request and bytes: on the caller's goroutine for
-// small host transfers, else on a goroutine of its own.
-func (p *path) startPut(ctx context.Context, o *op, req wire.Request) {
+// small host transfers, else on a goroutine of its own. The wait for a
+// staging buffer ends with ctx or at the deadline (abandon has then
+// resolved the Put: nothing of its memory is read yet).
+func (p *path) startPut(ctx context.Context, deadline time.Time, o *op, req wire.Request) {
 	send := func() {
-		sent, err := p.sendMem(ctx, o.id, 0, o.local, &wire.Put{Request: req}, o.stopped.Load)
+		sctx, cancel := datapath.WithDeadline(ctx, deadline)
+		defer cancel()
+		sent, err := p.sendMem(sctx, o.id, 0, o.local, &wire.Put{Request: req}, o.stopped.Load)
 		switch {
 		case errors.Is(err, errStopped):
 			// Abandoned (abandon completed the reply part with why).
