@@ -22,6 +22,8 @@ import (
 //	copies_inline_total, copies_in_flight, copied_bytes_total,
 //	copy_errors_total{kind}, copy_latency_seconds (histogram)
 //	command_submissions_total, dma_packets_total, queue_full_total, panics_total
+//	device_info{device,name,model,emulated} (always 1: which device an index is, and
+//	  whether it is the emulator, "true", or hardware, "false")
 //	device_host_mappings_total{device}
 //	device_cs_outstanding{device}, device_cs_retired_total{device},
 //	device_cs_polls_total{device}, device_cs_blocks_total{device}
@@ -58,6 +60,8 @@ type EngineCollector struct {
 	submitted, completed, failed, inline, inFlight, bytes, copyErrs, copyLat metric
 	cs, packets, queueFull, panics                                           metric
 
+	devInfo                                                        metric
+	devs                                                           []engine.DeviceInfo // at NewEngineCollector: what a device is does not change
 	devMappings, devOutstanding, devRetired, devPolls, devBlocks   metric
 	rcLookups, rcHits, rcMisses, rcEvictions, rcRegs, rcFailedRegs metric
 	rcRegions, rcBytes                                             metric
@@ -90,6 +94,8 @@ func NewEngineCollector(e *engine.Engine, opts ...Option) *EngineCollector {
 	c.queueFull = f.counter("queue_full_total", "Submissions that found a queue full.")
 	c.panics = f.counter("panics_total", "Panics recovered in the engine's workers.")
 
+	c.devInfo = f.gauge("device_info", "The engine's devices: always 1, the labels say what each index is (emulated: the emulator, not hardware).", "device", "name", "model", "emulated")
+	c.devs = e.Devices()
 	c.devMappings = f.counter("device_host_mappings_total", "Host ranges mapped into the device MMU.", "device")
 	c.devOutstanding = f.gauge("device_cs_outstanding", "Command submissions the device has not retired yet.", "device")
 	c.devRetired = f.counter("device_cs_retired_total", "Command submissions the device retired.", "device")
@@ -159,6 +165,9 @@ func (c *EngineCollector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, c.packets, float64(s.Packets))
 	emit(ch, c.queueFull, float64(s.QueueFull))
 	emit(ch, c.panics, float64(s.Panics))
+	for _, d := range c.devs {
+		emit(ch, c.devInfo, 1, strconv.Itoa(d.Index), d.Name, d.Model, strconv.FormatBool(d.Emulated))
+	}
 	for _, d := range s.Devices {
 		dev := strconv.Itoa(d.Index)
 		emit(ch, c.devMappings, float64(d.HostMappings), dev)

@@ -404,3 +404,42 @@ func TestEngineCollectorCountersNeverGoDown(t *testing.T) {
 		}
 	}
 }
+
+// TestEngineCollectorDeviceInfo: device_info names each device index and
+// says whether it is the emulator (every output labels an emulated
+// device); before, a scrape could not tell an emulated device's series
+// from a real one's. An engine without devices has none.
+func TestEngineCollectorDeviceInfo(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     engine.Config
+		devices int
+	}{
+		{"emulated gaudi2", engine.Config{Devices: engine.DevicesEmulated, Emulator: engine.EmulatorConfig{Model: "gaudi2", DRAMSize: 64 << 20}}, 1},
+		{"no devices", engine.Config{Devices: engine.DevicesNone}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := engine.New(tc.cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, e.Close()) })
+			reg := prometheus.NewPedanticRegistry()
+			reg.MustRegister(metrics.NewEngineCollector(e))
+			f := gather(t, reg)["gxfer_device_info"]
+			if tc.devices == 0 {
+				require.Nil(t, f)
+				return
+			}
+			require.NotNil(t, f)
+			require.Len(t, f.Metric, tc.devices)
+			labels := map[string]string{}
+			for _, l := range f.Metric[0].Label {
+				labels[l.GetName()] = l.GetValue()
+			}
+			require.Equal(t, "0", labels["device"])
+			require.Equal(t, "Gaudi2", labels["model"], "as DeviceInfo.Model")
+			require.Equal(t, "true", labels["emulated"])
+			require.Contains(t, labels["name"], "emulated")
+			require.Equal(t, float64(1), f.Metric[0].Gauge.GetValue())
+		})
+	}
+}
