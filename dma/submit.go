@@ -3,6 +3,7 @@ package dma
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 	"unsafe"
@@ -52,6 +53,17 @@ type csCall struct {
 // malfunction) an error wrapping ErrNotOperational (see csRefused for how
 // EPERM and EBUSY are told apart).
 func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
+	return d.SubmitUntil(chunks, time.Time{})
+}
+
+// SubmitUntil is Submit whose retries also end at deadline (zero: none).
+// A CS that finds its queue or completion slot full waits in the retries
+// until the CSs ahead of it end, which on a loaded or stalled device takes
+// as long as they do (seconds with the default retries); a caller with a
+// deadline must not wait past it for a CS that never reached the device.
+// A CS still refused at deadline gives an error wrapping ErrBusy,
+// unix.EAGAIN and os.ErrDeadlineExceeded: the device never saw it.
+func (d *Device) SubmitUntil(chunks []Chunk, deadline time.Time) (seq uint64, err error) {
 	// The op string is built only when needed (errors, Gaudi3): Submit is
 	// on every copy's path.
 	opName := func() string { return fmt.Sprintf("submit CS of %d chunk(s) on %s", len(chunks), d.Name()) }
@@ -103,9 +115,17 @@ func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 			// the watcher's release waits for this call (reset.go).
 			return 0, d.closedErr(op)
 		}
+		if retryable && !deadline.IsZero() && !time.Now().Before(deadline) {
+			return 0, newErr(op, ErrBusy, fmt.Sprintf("queue still full at the deadline, after %d retries", attempt),
+				fmt.Errorf("%w: %w", os.ErrDeadlineExceeded, err))
+		}
 		if retryable && attempt < d.opts.SubmitRetries {
 			d.submitRetries.Add(1)
-			time.Sleep(backoff)
+			pause := backoff
+			if !deadline.IsZero() {
+				pause = max(min(pause, time.Until(deadline)), 0)
+			}
+			time.Sleep(pause)
 			backoff = min(2*backoff, MaxSubmitBackoff)
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -192,6 +193,24 @@ func (r *csRec) nextDeadline() time.Time {
 	return d
 }
 
+// submitDeadline bounds the wait for the device to take the CS (its
+// queue or completion slots full): the latest deadline of its ops, so
+// that it is given up only once every op has missed its own; zero (no
+// bound) when an op has none.
+func (r *csRec) submitDeadline() time.Time {
+	var d time.Time
+	for i := range r.items {
+		dl := r.items[i].j.Deadline
+		if dl.IsZero() {
+			return time.Time{}
+		}
+		if dl.After(d) {
+			d = dl
+		}
+	}
+	return d
+}
+
 // resolve turns an op's slices into device addresses, mapping host memory
 // into the device MMU through the registration cache; the mappings it
 // takes are appended to *regs (on an error none is left there).
@@ -243,7 +262,13 @@ func (r *csRec) submit() {
 		r.finish(DeviceErr("seal command submission", err))
 		return
 	}
-	seq, err := g.Dev.Submit(chunks)
+	seq, err := g.Dev.SubmitUntil(chunks, r.submitDeadline())
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// Nothing ran: every op's deadline passed while the device's
+		// queue stayed full.
+		r.finish(gxerr.New(gxerr.Timeout, fmt.Sprintf("gaudi%d: deadline passed before the device took the command submission (its queue stayed full)", g.Idx), err))
+		return
+	}
 	if err != nil {
 		r.finish(DeviceErr(fmt.Sprintf("submit CS on gaudi%d", g.Idx), err))
 		return
