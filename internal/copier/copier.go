@@ -24,6 +24,7 @@ import (
 	"github.com/panjf2000/ants/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/gxerr"
@@ -95,6 +96,8 @@ type Copier struct {
 	rtCancel context.CancelFunc
 	host     *hostPath
 	mode     queue.Mode // of every queue
+	// stragglers: Stop gave up waiting for the workers (CloseDevices).
+	stragglers atomic.Bool
 
 	// Types maps host ranges to the *Mem of the buffers there (the
 	// memory-type cache).
@@ -238,6 +241,7 @@ func (c *Copier) Stop() {
 	}
 	if err := c.pool.ReleaseTimeout(release); err != nil {
 		c.log.Warn().Err(err).Msg("workers did not stop in time")
+		c.stragglers.Store(true)
 	}
 	for _, g := range c.Devs {
 		for _, q := range g.queues {
@@ -255,14 +259,22 @@ func (c *Copier) Stop() {
 }
 
 // CloseDevices closes the device contexts, so that nothing the hardware
-// may still touch is released before it stops.
+// may still touch is released before it stops. After a Stop that gave up
+// waiting for a worker, it closes them the way that stops them first
+// (dma.Device.CloseRunning): the worker may have submitted a CS after the
+// completion actor closed, which nobody tracks, and which is still
+// running as the device's memory and mappings are released.
 func (c *Copier) CloseDevices() error {
 	if c == nil {
 		return nil
 	}
+	closeDev := (*dma.Device).Close
+	if c.stragglers.Load() {
+		closeDev = (*dma.Device).CloseRunning
+	}
 	var errs []error
 	for _, g := range c.Devs {
-		errs = append(errs, g.Dev.Close(), g.closeErr())
+		errs = append(errs, closeDev(g.Dev), g.closeErr())
 	}
 	return errors.Join(errs...)
 }

@@ -291,6 +291,10 @@ func (r *csRec) submit() {
 			g.abandon(r)
 		case werr == nil:
 			r.retire(nil) // it completed
+		case errors.Is(werr, dma.ErrClosed):
+			// The copier closed the device meanwhile, the way that
+			// stops it (CloseDevices after a worker outlived Stop).
+			r.retire(g.givenUp())
 		default:
 			r.retire(werr)
 		}
