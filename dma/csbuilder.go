@@ -74,7 +74,8 @@ type CSOptions struct {
 	// PieceSize cuts every copy into pieces of at most this many bytes,
 	// spread round robin over Queues (so that one large copy runs on all
 	// the streams). 0 keeps each copy whole on one queue (cut only into as
-	// many LIN_DMA packets as MaxLinDMASize needs).
+	// many LIN_DMA packets as MaxLinDMASize needs) when one has room for
+	// all its packets; else they go to the queues with room.
 	PieceSize uint64
 	// NewCB, if set, supplies the command buffers (e.g. from a pool): an
 	// empty CB of at least CBSize bytes made on the builder's Device. nil
@@ -269,28 +270,55 @@ func (b *CSBuilder) add(op string, dst, src, n uint64, memset bool) error {
 		}
 		if b.room(cb) < need {
 			// Fall back to any queue with room.
-			cb = nil
-			for t := range b.queues {
-				if c, err := b.cb(t); err == nil && b.room(c) >= need {
-					cb = c
-					break
+			cb = b.withRoom(need)
+		}
+		if cb == nil {
+			// No command buffer holds the whole piece (several packets):
+			// its packets go where there is room, one by one, as Fits
+			// counted them.
+			for po := uint64(0); po < m; po += MaxLinDMASize {
+				if err := b.put(op, b.withRoom(b.d.model.copyPacketSize()), dst+off+po, src, off+po, min(MaxLinDMASize, m-po), memset); err != nil {
+					return err
 				}
 			}
-			if cb == nil {
-				return newErr(op, ErrCBFull, fmt.Sprintf("no command buffer has %d bytes left", need), nil)
-			}
+			continue
 		}
-		if memset {
-			err = cb.AddMemset(dst+off, src, m)
-		} else {
-			err = cb.AddLinDMA(dst+off, src+off, m)
-		}
-		if err != nil {
+		if err := b.put(op, cb, dst+off, src, off, m, memset); err != nil {
 			return err
 		}
-		b.packets += int(linDMACount(m))
 	}
 	b.bytes += n
+	return nil
+}
+
+// withRoom is the first command buffer with need bytes left for packets,
+// or nil.
+func (b *CSBuilder) withRoom(need int) *CB {
+	for t := range b.queues {
+		if c, err := b.cb(t); err == nil && b.room(c) >= need {
+			return c
+		}
+	}
+	return nil
+}
+
+// put adds m bytes at offset off of a copy from src (or a fill with the
+// pattern src) to dst in cb, which nil says is not there.
+func (b *CSBuilder) put(op string, cb *CB, dst, src, off, m uint64, memset bool) error {
+	if cb == nil {
+		need := int(linDMACount(m)) * b.d.model.copyPacketSize()
+		return newErr(op, ErrCBFull, fmt.Sprintf("no command buffer has %d bytes left", need), nil)
+	}
+	var err error
+	if memset {
+		err = cb.AddMemset(dst, src, m)
+	} else {
+		err = cb.AddLinDMA(dst, src+off, m)
+	}
+	if err != nil {
+		return err
+	}
+	b.packets += int(linDMACount(m))
 	return nil
 }
 

@@ -387,3 +387,49 @@ func TestCSBuilderOneQueue(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(4), chunks[0].raw().QueueIndex, "round robin: the queue after the one-queue CSs'")
 }
+
+// TestCSBuilderFitsMultiPacketPiece: a piece of several LIN_DMA packets
+// (PieceSize 0 or above MaxLinDMASize) that Fits accepts is added, also
+// when no single command buffer has room for all its packets: Fits
+// counts the packets the CS has room for, and AddCopy failed with
+// ErrCBFull for a copy Fits had accepted.
+func TestCSBuilderFitsMultiPacketPiece(t *testing.T) {
+	const mx = MaxLinDMASize
+	tests := []struct {
+		name   string
+		before int    // 1-byte copies added first, one per queue
+		n      uint64 // then this copy
+	}{
+		{"empty CS, 3 packets over 2+2 slots", 0, 2*mx + 1},
+		{"1+1 slots left, 2 packets", 2, mx + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, _ := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+			// Two packets and the seal per command buffer.
+			cs, err := d.NewCSBuilder(CSOptions{Queues: []uint32{0, 1}, CBSize: 2*LinDMASize + NOPSize})
+			require.NoError(t, err)
+			defer cs.Release(nil)
+			for i := range tt.before {
+				require.NoError(t, cs.AddCopy(tDst+uint64(i), tSrc, 1))
+			}
+			require.True(t, cs.Fits(tt.n))
+			require.NoError(t, cs.AddCopy(tDst+8, tSrc+8, tt.n))
+			require.Equal(t, tt.before+cs.Packets(tt.n), cs.Len())
+			chunks, err := cs.Seal()
+			require.NoError(t, err)
+			// Every byte of the copy is in exactly one packet.
+			var moved uint64
+			for _, cb := range cs.cbs {
+				for _, p := range decodeCB(t, cb.Bytes()) {
+					if p.op == hlsys.PacketLinDMA && p.dst >= tDst+8 {
+						require.Equal(t, p.dst-(tDst+8), p.src-(tSrc+8))
+						moved += uint64(p.size)
+					}
+				}
+			}
+			require.Equal(t, tt.n, moved)
+			require.Len(t, chunks, 2)
+		})
+	}
+}
