@@ -181,6 +181,10 @@ type Device struct {
 	// Close, so Close never races an ioctl on a closed backend.
 	gate   sync.RWMutex
 	closed bool // guarded by gate
+	// closing: Close has begun (it waits for the gate). The retry loops
+	// of a submission that finds its queue full hold the gate for as long
+	// as they retry (seconds): they give up on it.
+	closing atomic.Bool
 	// gone: CloseRunning closed the backend before releasing the
 	// resources, which then skip the driver (set and read by Close's
 	// goroutine, under gate).
@@ -535,6 +539,7 @@ func (d *Device) close(running, fromWatcher bool) error {
 }
 
 func (d *Device) closeGated(running bool) (first bool, err error) {
+	d.closing.Store(true)
 	d.gate.Lock()
 	defer d.gate.Unlock()
 	if d.closed {

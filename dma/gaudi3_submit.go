@@ -159,8 +159,9 @@ func (g *g3Dev) slot(op func() string) error {
 			g.timeout(expired)
 			continue
 		}
-		if g.d.lost() {
-			// The watcher's release waits for this call (reset.go).
+		if g.d.givingUp() {
+			// The watcher's release waits for this call (reset.go), and
+			// so does Close.
 			return g.d.closedErr(op())
 		}
 		if attempt >= g.d.opts.SubmitRetries {
@@ -192,7 +193,7 @@ func (g *g3Dev) room(op func() string, c *g3Chan, n uint32) error {
 				return nil
 			}
 		}
-		if g.d.lost() {
+		if g.d.givingUp() {
 			return g.d.closedErr(op())
 		}
 		if attempt >= g.d.opts.SubmitRetries {

@@ -172,6 +172,11 @@ func (d *Device) ResetErr() error {
 // lost is true once the driver reported a reset.
 func (d *Device) lost() bool { return d.rw != nil && d.rw.err.Load() != nil }
 
+// givingUp tells a submission retrying while its queue is full to stop:
+// the Device is lost, or Close waits for the gate the retries hold. It
+// then fails with closedErr.
+func (d *Device) givingUp() bool { return d.lost() || d.closing.Load() }
+
 // closedErr is the error of a call on a closed Device: ErrDeviceReset if
 // a reset closed it, ErrClosed otherwise.
 func (d *Device) closedErr(op string) error {

@@ -110,9 +110,10 @@ func (d *Device) SubmitUntil(chunks []Chunk, deadline time.Time) (seq uint64, er
 		}
 		op := opName()
 		retryable := errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR)
-		if retryable && d.lost() {
+		if retryable && d.givingUp() {
 			// A queue behind a CS the reset left running stays full, and
-			// the watcher's release waits for this call (reset.go).
+			// the watcher's release waits for this call (reset.go); so
+			// does Close, which gave up on the CSs ahead.
 			return 0, d.closedErr(op)
 		}
 		if retryable && !deadline.IsZero() && !time.Now().Before(deadline) {

@@ -67,3 +67,43 @@ func TestCloseDoesNotFreeUnderRunningCS(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseWhileCompletionSlotsFull closes the engine while a copy waits
+// for a completion slot that hung CSs hold: the CS ioctl's retries went
+// on (for seconds, the device's gate held) after Close had given up on the
+// CSs ahead, and the copy then failed as a device error (ErrBusy) instead
+// of ending with ErrClosed like every copy Close ends, and after Close
+// had returned.
+func TestCloseWhileCompletionSlotsFull(t *testing.T) {
+	for _, model := range []string{"gaudi2", "gaudi3"} {
+		t.Run(model, func(t *testing.T) {
+			e, err := New(Config{Devices: DevicesEmulated, CloseGrace: time.Millisecond, MaxOpsPerCS: 1,
+				Emulator: EmulatorConfig{Model: model, DRAMSize: 1 << 30}})
+			require.NoError(t, err)
+			h, err := e.Alloc(1<<20, Host)
+			require.NoError(t, err)
+			d, err := e.Alloc(1<<20, Gaudi(0))
+			require.NoError(t, err)
+			ctx := context.Background()
+			sim := e.cp.Devs[0].Sim
+			const slots = 64 // hlsim.DefaultMaxPendingCS, and dma's Gaudi3 submissions in flight
+			sim.HangNextCS(slots)
+			var hung []*Future
+			for i := range slots {
+				hung = append(hung, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+			}
+			for sim.Stats().CSSubmitted < slots {
+				time.Sleep(100 * time.Microsecond)
+			}
+			f := e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096))
+			// Its worker is in the CS ioctl's retries once they are counted.
+			for e.cp.Devs[0].Dev.Stats().SubmitRetries == 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+			require.NoError(t, e.Close())
+			for i, f := range append(hung, f) {
+				require.ErrorIs(t, f.Err(), ErrClosed, "copy %d, after Close returned", i)
+			}
+		})
+	}
+}

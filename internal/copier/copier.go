@@ -96,8 +96,11 @@ type Copier struct {
 	rtCancel context.CancelFunc
 	host     *hostPath
 	mode     queue.Mode // of every queue
-	// stragglers: Stop gave up waiting for the workers (CloseDevices).
+	// stragglers: Stop gave up waiting for the workers; devTasks counts
+	// the device queues' drain tasks not ended (CloseDevices waits for
+	// them; host copies are waited for by Config.Gate).
 	stragglers atomic.Bool
+	devTasks   atomic.Int64
 
 	// Types maps host ranges to the *Mem of the buffers there (the
 	// memory-type cache).
@@ -185,6 +188,20 @@ func (c *Copier) push(ctx context.Context, q *queue.Queue[*Job], j *Job, name st
 	return gxerr.Ctx("waiting for room in queue "+name, err)
 }
 
+// submitDevTask runs a device queue's drain task on the pool, counted in
+// c.devTasks until it ends.
+func (c *Copier) submitDevTask(fn func()) error {
+	c.devTasks.Add(1)
+	err := c.pool.Submit(func() {
+		defer c.devTasks.Add(-1)
+		fn()
+	})
+	if err != nil {
+		c.devTasks.Add(-1)
+	}
+	return err
+}
+
 // failOps fails the ops of jobs a panicking worker held that no CS or
 // staging task owns yet (releasing their buffers).
 func (c *Copier) failOps(jobs []*Job, r any) {
@@ -263,18 +280,30 @@ func (c *Copier) Stop() {
 // waiting for a worker, it closes them the way that stops them first
 // (dma.Device.CloseRunning): the worker may have submitted a CS after the
 // completion actor closed, which nobody tracks, and which is still
-// running as the device's memory and mappings are released.
+// running as the device's memory and mappings are released. It then
+// waits for such workers of the device queues (Config.Gate waits for the
+// host copies), whose calls on the closed devices fail at once
+// (a submission retrying on a full queue gives up when its device
+// closes), so that the futures of the jobs they hold have resolved, with
+// ErrClosed, when Close returns.
 func (c *Copier) CloseDevices() error {
 	if c == nil {
 		return nil
 	}
 	closeDev := (*dma.Device).Close
-	if c.stragglers.Load() {
+	straggling := c.stragglers.Load()
+	if straggling {
 		closeDev = (*dma.Device).CloseRunning
 	}
 	var errs []error
 	for _, g := range c.Devs {
 		errs = append(errs, closeDev(g.Dev), g.closeErr())
+	}
+	if straggling {
+		for c.devTasks.Load() > 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+		c.stages.Wait() // those the workers started since Stop's wait
 	}
 	return errors.Join(errs...)
 }

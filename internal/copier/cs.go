@@ -422,10 +422,14 @@ func (g *Device) uncache(o *Op) {
 }
 
 // DeviceErr is the error of a failed dma call: ErrDeviceLost's kind if the
-// driver reset the device, gxerr.Device otherwise.
+// driver reset the device, ErrClosed's if it was closed (Close ends what
+// is still waiting for it), gxerr.Device otherwise.
 func DeviceErr(what string, err error) error {
 	if errors.Is(err, dma.ErrDeviceReset) {
 		return gxerr.New(gxerr.DeviceLost, what, err)
+	}
+	if errors.Is(err, dma.ErrClosed) {
+		return gxerr.New(gxerr.Closed, what, err)
 	}
 	return gxerr.New(gxerr.Device, what, err)
 }

@@ -222,7 +222,7 @@ func (g *Device) runInline(dir int, j *Job) {
 
 func (g *Device) schedule(dir int) {
 	if g.sched[dir].CompareAndSwap(false, true) {
-		if err := g.c.pool.Submit(func() { g.drain(dir) }); err != nil {
+		if err := g.c.submitDevTask(func() { g.drain(dir) }); err != nil {
 			g.sched[dir].Store(false)
 			g.log.Debug().Err(err).Msg("worker pool refused drain task")
 		}
