@@ -80,7 +80,7 @@ func (d *Device) SubmitUntil(chunks []Chunk, deadline time.Time) (seq uint64, er
 		return 0, d.closedErr(opName())
 	}
 	if d.g3 != nil {
-		return d.g3Submit(opName, chunks)
+		return d.g3Submit(opName, chunks, deadline)
 	}
 	call, _ := d.csCalls.Get().(*csCall)
 	if call == nil {
@@ -116,17 +116,12 @@ func (d *Device) SubmitUntil(chunks []Chunk, deadline time.Time) (seq uint64, er
 			// does Close, which gave up on the CSs ahead.
 			return 0, d.closedErr(op)
 		}
-		if retryable && !deadline.IsZero() && !time.Now().Before(deadline) {
-			return 0, newErr(op, ErrBusy, fmt.Sprintf("queue still full at the deadline, after %d retries", attempt),
-				fmt.Errorf("%w: %w", os.ErrDeadlineExceeded, err))
+		if retryable && pastDeadline(deadline) {
+			return 0, deadlineErr(op, fmt.Sprintf("queue still full at the deadline, after %d retries", attempt), err)
 		}
 		if retryable && attempt < d.opts.SubmitRetries {
 			d.submitRetries.Add(1)
-			pause := backoff
-			if !deadline.IsZero() {
-				pause = max(min(pause, time.Until(deadline)), 0)
-			}
-			time.Sleep(pause)
+			time.Sleep(retryPause(backoff, deadline))
 			backoff = min(2*backoff, MaxSubmitBackoff)
 			continue
 		}
@@ -141,6 +136,25 @@ func (d *Device) SubmitUntil(chunks []Chunk, deadline time.Time) (seq uint64, er
 		}
 		return 0, wrapErr(op, err)
 	}
+}
+
+// pastDeadline reports whether a submission's deadline (zero: none) has
+// passed (SubmitUntil).
+func pastDeadline(deadline time.Time) bool { return !deadline.IsZero() && !time.Now().Before(deadline) }
+
+// retryPause is a submission's backoff before its next attempt, cut short
+// at its deadline (zero: none).
+func retryPause(backoff time.Duration, deadline time.Time) time.Duration {
+	if deadline.IsZero() {
+		return backoff
+	}
+	return max(min(backoff, time.Until(deadline)), 0)
+}
+
+// deadlineErr is the error of a submission whose queue stayed full until
+// its deadline (SubmitUntil).
+func deadlineErr(op, detail string, cause error) error {
+	return newErr(op, ErrBusy, detail, fmt.Errorf("%w: %w", os.ErrDeadlineExceeded, cause))
 }
 
 // csRefused maps EPERM and EBUSY from the CS ioctl by the device's state,

@@ -81,25 +81,29 @@ func TestTimeoutCrossDeviceCopy(t *testing.T) {
 // until a slot freed, and then succeeded, long past its Timeout: the
 // deadline was not looked at until the CS was tracked.
 func TestTimeoutWhileCompletionSlotsFull(t *testing.T) {
-	e := newEngine(t, Config{MaxOpsPerCS: 1})
-	h, _ := e.Alloc(1<<20, Host)
-	d, _ := e.Alloc(1<<20, Gaudi(0))
-	ctx := context.Background()
-	sim := e.cp.Devs[0].Sim
-	const slots = 64 // hlsim.DefaultMaxPendingCS
-	sim.DelayNextCS(slots, time.Second)
-	var fill []*Future
-	for i := range slots {
-		fill = append(fill, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+	for _, model := range []string{"gaudi2", "gaudi3"} {
+		t.Run(model, func(t *testing.T) {
+			e := newEngine(t, Config{MaxOpsPerCS: 1, Emulator: EmulatorConfig{Model: model}})
+			h, _ := e.Alloc(1<<20, Host)
+			d, _ := e.Alloc(1<<20, Gaudi(0))
+			ctx := context.Background()
+			sim := e.cp.Devs[0].Sim
+			const slots = 64 // hlsim.DefaultMaxPendingCS, and dma's Gaudi3 submissions in flight
+			sim.DelayNextCS(slots, time.Second)
+			var fill []*Future
+			for i := range slots {
+				fill = append(fill, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+			}
+			for sim.Stats().CSSubmitted < slots {
+				time.Sleep(100 * time.Microsecond)
+			}
+			f := e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096), Timeout(50*time.Millisecond))
+			err := f.Wait(ctx)
+			for _, f := range fill {
+				require.NoError(t, f.Wait(ctx))
+			}
+			require.ErrorIs(t, err, ErrTimeout, "the copy ran after its deadline")
+			require.EqualValues(t, slots, sim.Stats().CSSubmitted, "the timed-out copy reached the device")
+		})
 	}
-	for sim.Stats().CSSubmitted < slots {
-		time.Sleep(100 * time.Microsecond)
-	}
-	f := e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096), Timeout(50*time.Millisecond))
-	err := f.Wait(ctx)
-	for _, f := range fill {
-		require.NoError(t, f.Wait(ctx))
-	}
-	require.ErrorIs(t, err, ErrTimeout, "the copy ran after its deadline")
-	require.EqualValues(t, slots, sim.Stats().CSSubmitted, "the timed-out copy reached the device")
 }
