@@ -107,3 +107,38 @@ func TestTimeoutWhileCompletionSlotsFull(t *testing.T) {
 		})
 	}
 }
+
+// Regression test: a copy with a Timeout queued behind a worker that waits
+// in the CS ioctl's retries (every completion slot held, the CS it submits
+// has no deadline) ended with ErrTimeout only once the worker got to it,
+// when the device freed a slot: its deadline was not watched while queued.
+func TestTimeoutWhileQueuedBehindStalledSubmit(t *testing.T) {
+	e := newEngine(t, Config{MaxOpsPerCS: 1})
+	h, _ := e.Alloc(1<<20, Host)
+	d, _ := e.Alloc(1<<20, Gaudi(0))
+	ctx := context.Background()
+	sim := e.cp.Devs[0].Sim
+	const slots = 64 // hlsim.DefaultMaxPendingCS
+	sim.DelayNextCS(slots, time.Second)
+	var fill []*Future
+	for i := range slots {
+		fill = append(fill, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+	}
+	for sim.Stats().CSSubmitted < slots {
+		time.Sleep(100 * time.Microsecond)
+	}
+	stalled := e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096)) // no deadline
+	for e.cp.Devs[0].Dev.Stats().SubmitRetries == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	f := e.Copy(ctx, d.Slice(600<<10, 4096), h.Slice(600<<10, 4096), Timeout(50*time.Millisecond))
+	err := f.Wait(ctx)
+	waitedForDevice := fill[0].IsDone()
+	require.NoError(t, stalled.Wait(ctx))
+	for _, f := range fill {
+		require.NoError(t, f.Wait(ctx))
+	}
+	require.ErrorIs(t, err, ErrTimeout)
+	require.False(t, waitedForDevice, "the queued copy's deadline was noticed only once the device freed a slot")
+	require.EqualValues(t, slots+1, sim.Stats().CSSubmitted, "the timed-out copy reached the device")
+}

@@ -177,6 +177,7 @@ func (c *Copier) push(ctx context.Context, q *queue.Queue[*Job], j *Job, name st
 	err := q.Push(ctx, j)
 	switch {
 	case err == nil:
+		c.armExpiry(j)
 		return nil
 	case errors.Is(err, queue.ErrClosed):
 		return gxerr.Closed
@@ -208,6 +209,10 @@ func (c *Copier) failOps(jobs []*Job, r any) {
 	c.onPanic(r)
 	perr := gxerr.New(gxerr.Panic, fmt.Sprint(r), nil)
 	for _, j := range jobs {
+		j.claim() // one the panic came before the worker took
+		if j.state.Load() == jobExpired {
+			continue // its ops ended in its queue
+		}
 		for i := range j.Ops {
 			if !j.Ops[i].handed {
 				c.finishOp(j, &j.Ops[i], perr)
@@ -225,6 +230,9 @@ func (c *Copier) failQueued(q *queue.Queue[*Job], err error) {
 			return
 		}
 		for _, j := range buf[:n] {
+			if !j.claim() {
+				continue // expired
+			}
 			for i := range j.Ops {
 				c.finishOp(j, &j.Ops[i], err)
 			}

@@ -299,7 +299,7 @@ func (g *Device) process(dir int, jobs []*Job) {
 	mine := make([]ref, 0, n) // usually every op is this queue's
 	var others map[routeKey][]ref
 	for _, j := range jobs {
-		if g.c.dropCanceled(j) {
+		if !j.claim() || g.c.dropCanceled(j) {
 			continue
 		}
 		for i := range j.Ops {

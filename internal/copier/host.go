@@ -63,6 +63,9 @@ func (h *hostPath) drain() {
 		}
 		cur = buf[:n]
 		for _, j := range cur {
+			if !j.claim() {
+				continue // expired
+			}
 			for i := range j.Ops {
 				o := &j.Ops[i]
 				var err error

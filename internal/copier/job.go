@@ -2,6 +2,7 @@ package copier
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/gxfer/gxfer/internal/gxerr"
@@ -20,6 +21,49 @@ type Job struct {
 	// Ctx, if set (a Copy whose ctx can end), drops the job's ops not yet
 	// in a command submission once it ends (see dropCanceled).
 	Ctx context.Context
+
+	// state says who owns a queued job: a worker takes it (claim), or
+	// its expiry timer ends it at its deadline while it waits in its
+	// queue (expire).
+	state  atomic.Uint32
+	expiry atomic.Pointer[time.Timer]
+}
+
+const (
+	jobQueued  = iota
+	jobTaken   // a worker (or Stop) took it from its queue
+	jobExpired // its deadline passed while it was queued: its ops ended
+)
+
+// claim takes a job popped from its queue (or run inline) for a worker:
+// false when it expired meanwhile, and its ops have ended.
+func (j *Job) claim() bool {
+	if !j.state.CompareAndSwap(jobQueued, jobTaken) {
+		return false
+	}
+	if t := j.expiry.Load(); t != nil {
+		t.Stop()
+	}
+	return true
+}
+
+// armExpiry ends j with ErrTimeout at its deadline unless a worker has
+// taken it from its queue by then. A worker busy with the jobs ahead (a
+// CS whose copies have no deadline waiting for a completion slot, say)
+// would otherwise notice the deadline only when it gets to j.
+func (c *Copier) armExpiry(j *Job) {
+	if j.Deadline.IsZero() {
+		return
+	}
+	j.expiry.Store(time.AfterFunc(time.Until(j.Deadline), func() {
+		if !j.state.CompareAndSwap(jobQueued, jobExpired) {
+			return
+		}
+		err := gxerr.New(gxerr.Timeout, "deadline passed while queued", nil)
+		for i := range j.Ops {
+			c.finishOp(j, &j.Ops[i], err)
+		}
+	}))
 }
 
 // oneOp is a job of one copy for f, its op in the job's own array.
