@@ -14,9 +14,9 @@ import (
 
 // g3Submit is Submit in direct PDMA mode: the chunks' packets go into
 // their channels' rings and MSQ_PI is stored once per chunk. Either every
-// chunk is written or none is. Its waits for room end at deadline (zero:
-// none), as SubmitUntil's.
-func (d *Device) g3Submit(op func() string, chunks []Chunk, deadline time.Time) (uint64, error) {
+// chunk is written or none is. Its waits for room end when stop says so,
+// as SubmitUntil's.
+func (d *Device) g3Submit(op func() string, chunks []Chunk, stop func() error) (uint64, error) {
 	g := d.g3
 	if err := g.ensure(); err != nil {
 		return 0, err
@@ -26,7 +26,7 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk, deadline time.Time) 
 	if err := g.checkHealth(op, now); err != nil {
 		return 0, err
 	}
-	if err := g.slot(op, deadline); err != nil {
+	if err := g.slot(op, stop); err != nil {
 		return 0, err
 	}
 	var chanBuf, lockBuf [g3Chans]*g3Chan // a submission's usual chunks need no allocation
@@ -69,7 +69,7 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk, deadline time.Time) 
 		if need[k] > g3RingSize {
 			return 0, newErr(op(), ErrInvalid, fmt.Sprintf("%d bytes of packets for PDMA channel %d, its ring holds %d", need[k], c.ch, g3RingSize), nil)
 		}
-		if err := g.room(op, c, need[k], deadline); err != nil {
+		if err := g.room(op, c, need[k], stop); err != nil {
 			return 0, err
 		}
 	}
@@ -132,8 +132,8 @@ const healthEvery = time.Millisecond
 
 // slot waits until fewer than g3MaxPending submissions are in flight,
 // forgetting those whose counters have reached their targets, or until
-// deadline (zero: none).
-func (g *g3Dev) slot(op func() string, deadline time.Time) error {
+// stop (SubmitUntil) says to give up.
+func (g *g3Dev) slot(op func() string, stop func() error) error {
 	backoff := g.d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
 		g.mu.Lock()
@@ -166,14 +166,14 @@ func (g *g3Dev) slot(op func() string, deadline time.Time) error {
 			// so does Close.
 			return g.d.closedErr(op())
 		}
-		if pastDeadline(deadline) {
-			return deadlineErr(op(), fmt.Sprintf("%d submissions still in flight at the deadline, after %d retries", n, attempt), unix.EAGAIN)
+		if serr := stopped(stop); serr != nil {
+			return stopErr(op(), fmt.Sprintf("%d submissions still in flight after %d retries", n, attempt), unix.EAGAIN, serr)
 		}
 		if attempt >= g.d.opts.SubmitRetries {
 			return newErr(op(), ErrBusy, fmt.Sprintf("%d submissions still in flight after %d retries", n, attempt), unix.EAGAIN)
 		}
 		g.d.submitRetries.Add(1)
-		time.Sleep(retryPause(backoff, deadline))
+		time.Sleep(backoff)
 		backoff = min(2*backoff, MaxSubmitBackoff)
 	}
 }
@@ -183,9 +183,9 @@ func (g *g3Dev) slot(op func() string, deadline time.Time) error {
 // It retries like a CS submission that finds its queue full. The
 // registers and the counter are read only when needed: they are the
 // device's (the emulator's worker writes them on another core), and the
-// MSQ_CI read last is a lower bound of the current one. It gives up at
-// deadline (zero: none).
-func (g *g3Dev) room(op func() string, c *g3Chan, n uint32, deadline time.Time) error {
+// MSQ_CI read last is a lower bound of the current one. It gives up when
+// stop (SubmitUntil) says so.
+func (g *g3Dev) room(op func() string, c *g3Chan, n uint32, stop func() error) error {
 	backoff := g.d.opts.SubmitBackoff
 	for attempt := 0; ; attempt++ {
 		if uint64(c.pi)+uint64(n) > g3PILimit && c.count() >= c.issued {
@@ -202,14 +202,14 @@ func (g *g3Dev) room(op func() string, c *g3Chan, n uint32, deadline time.Time) 
 		if g.d.givingUp() {
 			return g.d.closedErr(op())
 		}
-		if pastDeadline(deadline) {
-			return deadlineErr(op(), fmt.Sprintf("PDMA channel %d ring still full at the deadline, after %d retries", c.ch, attempt), unix.EAGAIN)
+		if serr := stopped(stop); serr != nil {
+			return stopErr(op(), fmt.Sprintf("PDMA channel %d ring still full after %d retries", c.ch, attempt), unix.EAGAIN, serr)
 		}
 		if attempt >= g.d.opts.SubmitRetries {
 			return newErr(op(), ErrBusy, fmt.Sprintf("PDMA channel %d ring still full after %d retries", c.ch, attempt), unix.EAGAIN)
 		}
 		g.d.submitRetries.Add(1)
-		time.Sleep(retryPause(backoff, deadline))
+		time.Sleep(backoff)
 		backoff = min(2*backoff, MaxSubmitBackoff)
 	}
 }

@@ -3,7 +3,6 @@ package dma
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 	"unsafe"
@@ -53,17 +52,18 @@ type csCall struct {
 // malfunction) an error wrapping ErrNotOperational (see csRefused for how
 // EPERM and EBUSY are told apart).
 func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
-	return d.SubmitUntil(chunks, time.Time{})
+	return d.SubmitUntil(chunks, nil)
 }
 
-// SubmitUntil is Submit whose retries also end at deadline (zero: none).
-// A CS that finds its queue or completion slot full waits in the retries
-// until the CSs ahead of it end, which on a loaded or stalled device takes
-// as long as they do (seconds with the default retries); a caller with a
-// deadline must not wait past it for a CS that never reached the device.
-// A CS still refused at deadline gives an error wrapping ErrBusy,
-// unix.EAGAIN and os.ErrDeadlineExceeded: the device never saw it.
-func (d *Device) SubmitUntil(chunks []Chunk, deadline time.Time) (seq uint64, err error) {
+// SubmitUntil is Submit whose retries also end once stop (nil: never),
+// called before each retry, returns an error. A CS that finds its queue or
+// completion slot full waits in the retries until the CSs ahead of it end,
+// which on a loaded or stalled device takes as long as they do (seconds
+// with the default retries): a caller whose work has a deadline or a
+// context must not wait past them for a CS that never reached the device.
+// The error then wraps ErrBusy, unix.EAGAIN and stop's error: the device
+// never saw the CS.
+func (d *Device) SubmitUntil(chunks []Chunk, stop func() error) (seq uint64, err error) {
 	// The op string is built only when needed (errors, Gaudi3): Submit is
 	// on every copy's path.
 	opName := func() string { return fmt.Sprintf("submit CS of %d chunk(s) on %s", len(chunks), d.Name()) }
@@ -80,7 +80,7 @@ func (d *Device) SubmitUntil(chunks []Chunk, deadline time.Time) (seq uint64, er
 		return 0, d.closedErr(opName())
 	}
 	if d.g3 != nil {
-		return d.g3Submit(opName, chunks, deadline)
+		return d.g3Submit(opName, chunks, stop)
 	}
 	call, _ := d.csCalls.Get().(*csCall)
 	if call == nil {
@@ -116,12 +116,14 @@ func (d *Device) SubmitUntil(chunks []Chunk, deadline time.Time) (seq uint64, er
 			// does Close, which gave up on the CSs ahead.
 			return 0, d.closedErr(op)
 		}
-		if retryable && pastDeadline(deadline) {
-			return 0, deadlineErr(op, fmt.Sprintf("queue still full at the deadline, after %d retries", attempt), err)
+		if retryable {
+			if serr := stopped(stop); serr != nil {
+				return 0, stopErr(op, fmt.Sprintf("queue still full after %d retries", attempt), err, serr)
+			}
 		}
 		if retryable && attempt < d.opts.SubmitRetries {
 			d.submitRetries.Add(1)
-			time.Sleep(retryPause(backoff, deadline))
+			time.Sleep(backoff)
 			backoff = min(2*backoff, MaxSubmitBackoff)
 			continue
 		}
@@ -138,23 +140,19 @@ func (d *Device) SubmitUntil(chunks []Chunk, deadline time.Time) (seq uint64, er
 	}
 }
 
-// pastDeadline reports whether a submission's deadline (zero: none) has
-// passed (SubmitUntil).
-func pastDeadline(deadline time.Time) bool { return !deadline.IsZero() && !time.Now().Before(deadline) }
-
-// retryPause is a submission's backoff before its next attempt, cut short
-// at its deadline (zero: none).
-func retryPause(backoff time.Duration, deadline time.Time) time.Duration {
-	if deadline.IsZero() {
-		return backoff
+// stopped is the error of a submission's stop function (SubmitUntil), or
+// nil.
+func stopped(stop func() error) error {
+	if stop == nil {
+		return nil
 	}
-	return max(min(backoff, time.Until(deadline)), 0)
+	return stop()
 }
 
-// deadlineErr is the error of a submission whose queue stayed full until
-// its deadline (SubmitUntil).
-func deadlineErr(op, detail string, cause error) error {
-	return newErr(op, ErrBusy, detail, fmt.Errorf("%w: %w", os.ErrDeadlineExceeded, cause))
+// stopErr is the error of a submission whose queue stayed full until its
+// stop function said to give up (SubmitUntil).
+func stopErr(op, detail string, cause, serr error) error {
+	return newErr(op, ErrBusy, detail, fmt.Errorf("%w: %w", serr, cause))
 }
 
 // csRefused maps EPERM and EBUSY from the CS ioctl by the device's state,

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -68,6 +69,52 @@ func TestCancelDropsQueued(t *testing.T) {
 			require.NoError(t, e.CopySync(bg, out.All(), dst.Slice(n, n)))
 			require.Equal(t, make([]byte, n), out.Bytes(), "a dropped copy wrote its destination")
 			require.Zero(t, e.Stats().InFlight)
+		})
+	}
+}
+
+// TestCopyCtxBoundsStalledSubmit: a Copy whose CS the device does not take
+// (the completion slot of its sequence number is held by a hung CS) is
+// dropped when its ctx ends, as a copy still queued is: nothing reached
+// the device. Before the fix the CS ioctl's retries ignored ctx: a Copy
+// run on the caller's goroutine (an idle device) blocked its caller for
+// the whole retry budget (10 s), and then failed as a device error.
+func TestCopyCtxBoundsStalledSubmit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		worker bool // a worker submits (else the caller, the device being idle)
+	}{{"inline", false}, {"worker", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, Config{MaxOpsPerCS: 1, CloseGrace: time.Millisecond})
+			h, err := e.Alloc(1<<20, Host)
+			require.NoError(t, err)
+			d, err := e.Alloc(1<<20, Gaudi(0))
+			require.NoError(t, err)
+			ctx := context.Background()
+			g := e.cp.Devs[0]
+			g.Sim.HangNextCS(1)
+			hung := e.Copy(ctx, d.Slice(0, 4096), h.Slice(0, 4096))
+			const slots = 64 // hlsim.DefaultMaxPendingCS: CS 65 needs the hung CS's slot
+			for i := 1; i < slots; i++ {
+				require.NoError(t, e.CopySync(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+			}
+			if tc.worker {
+				noop := func() {}
+				e.cp.HookProcess.Store(&noop)
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			go func() {
+				for g.Dev.Stats().SubmitRetries == 0 {
+					time.Sleep(100 * time.Microsecond)
+				}
+				cancel()
+			}()
+			f := e.Copy(cctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096))
+			err = f.Wait(ctx)
+			require.ErrorIs(t, err, ErrCanceled)
+			require.ErrorIs(t, err, context.Canceled)
+			require.EqualValues(t, slots, g.Sim.Stats().CSSubmitted, "the dropped copy reached the device")
+			require.False(t, hung.IsDone())
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -42,9 +41,11 @@ type csRec struct {
 	bigItems   []csItem
 	bigRegions []*memcache.Region
 	// onDone and onTimeout are finish and timeout as the values a
-	// cq.Submission takes, made once per record.
+	// cq.Submission takes, and stopSub stopSubmit as the value
+	// dma.Device.SubmitUntil takes, made once per record.
 	onDone    func(error)
 	onTimeout func(time.Time) time.Time
+	stopSub   func() error
 	// refs counts the record's holders: the build (processRefs, then
 	// submit) and finish. The last to let go returns it to the pool.
 	refs atomic.Int32
@@ -55,7 +56,7 @@ func (g *Device) newRec(o dma.CSOptions, n int) (*csRec, error) {
 	r, _ := g.recs.Get().(*csRec)
 	if r == nil {
 		r = &csRec{g: g}
-		r.onDone, r.onTimeout = r.finish, r.timeout
+		r.onDone, r.onTimeout, r.stopSub = r.finish, r.timeout, r.stopSubmit
 	}
 	if err := g.Dev.InitCSBuilder(&r.cs, o); err != nil {
 		g.recs.Put(r)
@@ -193,22 +194,56 @@ func (r *csRec) nextDeadline() time.Time {
 	return d
 }
 
-// submitDeadline bounds the wait for the device to take the CS (its
-// queue or completion slots full): the latest deadline of its ops, so
-// that it is given up only once every op has missed its own; zero (no
-// bound) when an op has none.
-func (r *csRec) submitDeadline() time.Time {
-	var d time.Time
+// errSubmitDropped: every op of a CS the device has not taken yet (its
+// queue or completion slot full) missed its deadline or had its ctx end.
+var errSubmitDropped = errors.New("every copy of the command submission ended before the device took it")
+
+// stopSubmit is the stop function of the CS's submission
+// (dma.Device.SubmitUntil): the retries of a CS whose queue stays full
+// end once every op in it has missed its deadline or had its ctx end, as
+// queued ops are dropped then, for nothing touched their memory. Without
+// it a copy's deadline was looked at only once the device took the CS,
+// and its ctx not at all: a copy run on its caller's goroutine (an idle
+// device) blocked the caller for the whole retry budget.
+func (r *csRec) stopSubmit() error {
+	now := time.Now()
 	for i := range r.items {
-		dl := r.items[i].j.Deadline
-		if dl.IsZero() {
-			return time.Time{}
-		}
-		if dl.After(d) {
-			d = dl
+		if r.items[i].dropReason(r.g, now) == nil {
+			return nil
 		}
 	}
-	return d
+	return errSubmitDropped
+}
+
+// dropReason is why an op of a CS the device has not taken ends without
+// running: its deadline passed, or its ctx ended; nil for neither.
+func (it *csItem) dropReason(g *Device, now time.Time) error {
+	j := it.j
+	if !j.Deadline.IsZero() && !now.Before(j.Deadline) {
+		return gxerr.New(gxerr.Timeout, fmt.Sprintf("deadline passed before gaudi%d took the command submission (its queue stayed full)", g.Idx), nil)
+	}
+	if j.Ctx != nil && j.Ctx.Err() != nil {
+		return gxerr.Ctx(fmt.Sprintf("copy dropped before gaudi%d took its command submission", g.Idx), j.Ctx.Err())
+	}
+	return nil
+}
+
+// drop ends a CS the device never took (stopSubmit): its ops end with
+// their dropReason. It is called once per CS instead of retire.
+func (r *csRec) drop() {
+	defer r.unref()
+	c := r.g.c
+	r.releaseHeld()
+	now := time.Now()
+	for i := range r.items {
+		it := &r.items[i]
+		if c.cfg.RegCacheOff {
+			r.g.uncache(it.o)
+		}
+		c.opRelease(it.j, it.o)
+		it.done = true
+		c.opDone(it.j, it.o, it.dropReason(r.g, now))
+	}
 }
 
 // resolve turns an op's slices into device addresses, mapping host memory
@@ -262,11 +297,9 @@ func (r *csRec) submit() {
 		r.finish(DeviceErr("seal command submission", err))
 		return
 	}
-	seq, err := g.Dev.SubmitUntil(chunks, r.submitDeadline())
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		// Nothing ran: every op's deadline passed while the device's
-		// queue stayed full.
-		r.finish(gxerr.New(gxerr.Timeout, fmt.Sprintf("gaudi%d: deadline passed before the device took the command submission (its queue stayed full)", g.Idx), err))
+	seq, err := g.Dev.SubmitUntil(chunks, r.stopSub)
+	if errors.Is(err, errSubmitDropped) {
+		r.drop()
 		return
 	}
 	if err != nil {
@@ -326,6 +359,16 @@ func (r *csRec) attach(t *cq.Ticket) {
 
 func (r *csRec) releaseCBs() { r.cs.Release(r.g.putCB) }
 
+// releaseHeld releases the CS's command buffers and host mappings.
+func (r *csRec) releaseHeld() {
+	r.releaseCBs()
+	for _, reg := range r.regions {
+		r.g.HostMaps.Put(reg)
+	}
+	clear(r.regions) // the record's arrays are reused (unref)
+	r.regions = nil
+}
+
 // timeout ends the CS's operations whose deadline passed with ErrTimeout
 // and returns the next deadline. The CS stays tracked: buffers, mappings
 // and command buffers are released only when it really retires.
@@ -361,12 +404,7 @@ func (r *csRec) retire(err error) {
 		err = mapDeviceErr(err)
 	}
 	c := r.g.c
-	r.releaseCBs()
-	for _, reg := range r.regions {
-		r.g.HostMaps.Put(reg)
-	}
-	clear(r.regions) // the record's arrays are reused (unref)
-	r.regions = nil
+	r.releaseHeld()
 	// The successful ops of one job are recorded and completed together
 	// (one latency reading, one update of the future): a batch's CS ends
 	// many of them at once.
