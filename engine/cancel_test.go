@@ -118,3 +118,43 @@ func TestCopyCtxBoundsStalledSubmit(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyCancelWhileQueuedBehindStalledSubmit: a copy still in its device
+// queue when its ctx ends is dropped then, not when a worker gets to it:
+// behind a worker waiting for a completion slot (the CS it submits has no
+// ctx that can end) the copy resolved with ErrCanceled only once the
+// device freed a slot.
+func TestCopyCancelWhileQueuedBehindStalledSubmit(t *testing.T) {
+	e := newEngine(t, Config{MaxOpsPerCS: 1})
+	h, err := e.Alloc(1<<20, Host)
+	require.NoError(t, err)
+	d, err := e.Alloc(1<<20, Gaudi(0))
+	require.NoError(t, err)
+	ctx := context.Background()
+	g := e.cp.Devs[0]
+	const slots = 64 // hlsim.DefaultMaxPendingCS
+	g.Sim.DelayNextCS(slots, time.Second)
+	var fill []*Future
+	for i := range slots {
+		fill = append(fill, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+	}
+	for g.Sim.Stats().CSSubmitted < slots {
+		time.Sleep(100 * time.Microsecond)
+	}
+	stalled := e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096))
+	for g.Dev.Stats().SubmitRetries == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	f := e.Copy(cctx, d.Slice(600<<10, 4096), h.Slice(600<<10, 4096))
+	cancel()
+	err = f.Wait(ctx)
+	waitedForDevice := fill[0].IsDone()
+	require.NoError(t, stalled.Wait(ctx))
+	for _, f := range fill {
+		require.NoError(t, f.Wait(ctx))
+	}
+	require.ErrorIs(t, err, ErrCanceled)
+	require.False(t, waitedForDevice, "the queued copy was dropped only once the device freed a slot")
+	require.EqualValues(t, slots+1, g.Sim.Stats().CSSubmitted, "the canceled copy reached the device")
+}

@@ -177,7 +177,7 @@ func (c *Copier) push(ctx context.Context, q *queue.Queue[*Job], j *Job, name st
 	err := q.Push(ctx, j)
 	switch {
 	case err == nil:
-		c.armExpiry(j)
+		c.watchQueued(j)
 		return nil
 	case errors.Is(err, queue.ErrClosed):
 		return gxerr.Closed

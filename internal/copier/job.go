@@ -23,16 +23,16 @@ type Job struct {
 	Ctx context.Context
 
 	// state says who owns a queued job: a worker takes it (claim), or
-	// its expiry timer ends it at its deadline while it waits in its
-	// queue (expire).
-	state  atomic.Uint32
-	expiry atomic.Pointer[time.Timer]
+	// its deadline or ctx ends it while it waits in its queue (expire).
+	state    atomic.Uint32
+	expiry   atomic.Pointer[time.Timer]
+	ctxWatch atomic.Pointer[func() bool] // context.AfterFunc's stop
 }
 
 const (
 	jobQueued  = iota
 	jobTaken   // a worker (or Stop) took it from its queue
-	jobExpired // its deadline passed while it was queued: its ops ended
+	jobExpired // its deadline passed or its ctx ended while it was queued: its ops ended
 )
 
 // claim takes a job popped from its queue (or run inline) for a worker:
@@ -41,29 +41,56 @@ func (j *Job) claim() bool {
 	if !j.state.CompareAndSwap(jobQueued, jobTaken) {
 		return false
 	}
-	if t := j.expiry.Load(); t != nil {
-		t.Stop()
-	}
+	j.unwatch()
 	return true
 }
 
-// armExpiry ends j with ErrTimeout at its deadline unless a worker has
-// taken it from its queue by then. A worker busy with the jobs ahead (a
-// CS whose copies have no deadline waiting for a completion slot, say)
-// would otherwise notice the deadline only when it gets to j.
-func (c *Copier) armExpiry(j *Job) {
-	if j.Deadline.IsZero() {
+// unwatch stops the watches of a job no longer queued.
+func (j *Job) unwatch() {
+	if t := j.expiry.Load(); t != nil {
+		t.Stop()
+	}
+	if stop := j.ctxWatch.Load(); stop != nil {
+		(*stop)()
+	}
+}
+
+// watchQueued ends j, just queued, at its deadline (ErrTimeout) or when
+// its ctx ends (ErrCanceled or ErrTimeout), unless a worker has taken it
+// from its queue by then. A worker busy with the jobs ahead (a CS whose
+// copies have no deadline waiting for a completion slot, say) would
+// otherwise notice only when it gets to j.
+func (c *Copier) watchQueued(j *Job) {
+	if !j.Deadline.IsZero() {
+		j.expiry.Store(time.AfterFunc(time.Until(j.Deadline), func() {
+			c.expire(j, gxerr.New(gxerr.Timeout, "deadline passed while queued", nil))
+		}))
+	}
+	if j.Ctx != nil {
+		ctx := j.Ctx
+		stop := context.AfterFunc(ctx, func() {
+			c.expire(j, gxerr.Ctx("copy dropped before it started", ctx.Err()))
+		})
+		j.ctxWatch.Store(&stop)
+	}
+	if j.state.Load() != jobQueued {
+		// Taken (or ended) meanwhile: claim may have looked for the
+		// watches before they were stored, and a ctx that never ends
+		// would keep its AfterFunc registered for good.
+		j.unwatch()
+	}
+}
+
+// expire ends the ops of j, still queued, with err, unless a worker has
+// claimed it.
+func (c *Copier) expire(j *Job, err error) {
+	if !j.state.CompareAndSwap(jobQueued, jobExpired) {
 		return
 	}
-	j.expiry.Store(time.AfterFunc(time.Until(j.Deadline), func() {
-		if !j.state.CompareAndSwap(jobQueued, jobExpired) {
-			return
-		}
-		err := gxerr.New(gxerr.Timeout, "deadline passed while queued", nil)
-		for i := range j.Ops {
-			c.finishOp(j, &j.Ops[i], err)
-		}
-	}))
+	j.unwatch()
+	for i := range j.Ops {
+		c.finishOp(j, &j.Ops[i], err)
+	}
 }
 
 // oneOp is a job of one copy for f, its op in the job's own array.
