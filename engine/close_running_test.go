@@ -107,3 +107,37 @@ func TestCloseWhileCompletionSlotsFull(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseWhileInlineSubmitStalled closes the engine while a Copy run on
+// its caller's goroutine (an idle device) waits in the CS ioctl's retries
+// for the completion slot a hung CS holds. Close waits for such a call
+// before it releases the device, and the call went on retrying (10 s),
+// then failed as a device error (ErrBusy), instead of ending with
+// ErrClosed at once: nothing of it had reached the device.
+func TestCloseWhileInlineSubmitStalled(t *testing.T) {
+	e, err := New(Config{Devices: DevicesEmulated, CloseGrace: time.Millisecond, MaxOpsPerCS: 1,
+		Emulator: EmulatorConfig{DRAMSize: 1 << 30}})
+	require.NoError(t, err)
+	h, err := e.Alloc(1<<20, Host)
+	require.NoError(t, err)
+	d, err := e.Alloc(1<<20, Gaudi(0))
+	require.NoError(t, err)
+	ctx := context.Background()
+	g := e.cp.Devs[0]
+	g.Sim.HangNextCS(1)
+	hung := e.Copy(ctx, d.Slice(0, 4096), h.Slice(0, 4096))
+	const slots = 64 // hlsim.DefaultMaxPendingCS: CS 65 needs the hung CS's slot
+	for i := 1; i < slots; i++ {
+		require.NoError(t, e.CopySync(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+	}
+	res := make(chan *Future, 1)
+	go func() { res <- e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096)) }()
+	for g.Dev.Stats().SubmitRetries == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	require.NoError(t, e.Close())
+	f := <-res
+	require.ErrorIs(t, f.Err(), ErrClosed)
+	require.ErrorIs(t, hung.Err(), ErrClosed)
+	require.EqualValues(t, slots, g.Sim.Stats().CSSubmitted, "the stalled copy reached the device")
+}

@@ -96,6 +96,9 @@ type Copier struct {
 	rtCancel context.CancelFunc
 	host     *hostPath
 	mode     queue.Mode // of every queue
+	// stopping: Stop has begun (a CS the device does not take is given
+	// up: csRec.stopSubmit).
+	stopping atomic.Bool
 	// stragglers: Stop gave up waiting for the workers; devTasks counts
 	// the device queues' drain tasks not ended (CloseDevices waits for
 	// them; host copies are waited for by Config.Gate).
@@ -249,6 +252,7 @@ func (c *Copier) Stop() {
 	if c == nil {
 		return
 	}
+	c.stopping.Store(true)
 	c.stopReopens() // Devs stays as it is from here on
 	for _, g := range c.Devs {
 		for _, q := range g.queues {

@@ -195,17 +195,23 @@ func (r *csRec) nextDeadline() time.Time {
 }
 
 // errSubmitDropped: every op of a CS the device has not taken yet (its
-// queue or completion slot full) missed its deadline or had its ctx end.
+// queue or completion slot full) missed its deadline or had its ctx end,
+// or the copier is stopping.
 var errSubmitDropped = errors.New("every copy of the command submission ended before the device took it")
 
 // stopSubmit is the stop function of the CS's submission
 // (dma.Device.SubmitUntil): the retries of a CS whose queue stays full
 // end once every op in it has missed its deadline or had its ctx end, as
-// queued ops are dropped then, for nothing touched their memory. Without
-// it a copy's deadline was looked at only once the device took the CS,
-// and its ctx not at all: a copy run on its caller's goroutine (an idle
-// device) blocked the caller for the whole retry budget.
+// queued ops are dropped then, for nothing touched their memory, and once
+// Stop has begun, which fails queued ops with ErrClosed and waits for the
+// submissions under way (those on callers' goroutines without a bound).
+// Without it a copy's deadline was looked at only once the device took
+// the CS, and its ctx not at all: a copy run on its caller's goroutine (an
+// idle device) blocked the caller, and Close, for the whole retry budget.
 func (r *csRec) stopSubmit() error {
+	if r.g.c.stopping.Load() {
+		return errSubmitDropped
+	}
 	now := time.Now()
 	for i := range r.items {
 		if r.items[i].dropReason(r.g, now) == nil {
@@ -216,7 +222,8 @@ func (r *csRec) stopSubmit() error {
 }
 
 // dropReason is why an op of a CS the device has not taken ends without
-// running: its deadline passed, or its ctx ended; nil for neither.
+// running: its deadline passed, its ctx ended, or the copier is stopping;
+// nil for none.
 func (it *csItem) dropReason(g *Device, now time.Time) error {
 	j := it.j
 	if !j.Deadline.IsZero() && !now.Before(j.Deadline) {
@@ -224,6 +231,9 @@ func (it *csItem) dropReason(g *Device, now time.Time) error {
 	}
 	if j.Ctx != nil && j.Ctx.Err() != nil {
 		return gxerr.Ctx(fmt.Sprintf("copy dropped before gaudi%d took its command submission", g.Idx), j.Ctx.Err())
+	}
+	if g.c.stopping.Load() {
+		return gxerr.New(gxerr.Closed, fmt.Sprintf("the engine closed before gaudi%d took the command submission (its queue stayed full)", g.Idx), nil)
 	}
 	return nil
 }
