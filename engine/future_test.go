@@ -119,3 +119,23 @@ func TestFutureWaitNilCtx(t *testing.T) {
 		f.completeAll(nil)
 	}
 }
+
+// TestFutureWaitSpinHonoursCtx: Wait's spin (Config.WaitSpin) ends when
+// ctx does. It spun for the whole window whatever ctx said: with a long
+// spin, a Wait whose ctx had already ended returned only when the copy
+// finished, with the copy's result instead of ctx's error.
+func TestFutureWaitSpinHonoursCtx(t *testing.T) {
+	e := newEngine(t, Config{WaitSpin: time.Hour})
+	h, err := e.Alloc(1<<20, Host)
+	require.NoError(t, err)
+	d, err := e.Alloc(1<<20, Gaudi(0))
+	require.NoError(t, err)
+	e.cp.Devs[0].Sim.DelayNextCS(1, 300*time.Millisecond)
+	f := e.Copy(context.Background(), d.Slice(0, 4096), h.Slice(0, 4096))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = f.Wait(ctx)
+	require.NoError(t, f.Wait(context.Background()))
+	require.ErrorIs(t, err, ErrCanceled)
+	require.ErrorIs(t, err, context.Canceled)
+}

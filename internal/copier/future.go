@@ -91,8 +91,9 @@ func (f *Future) kick() {
 // spinWait spins for up to f.spin, polling the command submissions of
 // f's operations (the one that sees the last of them end resolves f
 // here), and reports whether f resolved. The polled CSs are watched
-// meanwhile: their device actor need not spin on them too.
-func (f *Future) spinWait() bool {
+// meanwhile: their device actor need not spin on them too. It ends early
+// when ctx does (Wait bounds only the wait, by ctx, whatever the spin).
+func (f *Future) spinWait(ctx context.Context) bool {
 	var watched [maxTickets]*cq.Ticket
 	for i := range f.tickets {
 		if t := f.tickets[i].Load(); t != nil {
@@ -113,7 +114,7 @@ func (f *Future) spinWait() bool {
 		if f.done.Load() {
 			return true
 		}
-		if i&63 == 63 && time.Now().After(deadline) {
+		if i&63 == 0 && ctx.Err() != nil || i&63 == 63 && time.Now().After(deadline) {
 			return false
 		}
 		runtime.Gosched()
@@ -298,7 +299,7 @@ func (f *Future) Wait(ctx context.Context) error {
 	if f.done.Load() {
 		return f.Err()
 	}
-	if f.spin > 0 && f.spinWait() {
+	if f.spin > 0 && f.spinWait(ctx) {
 		return f.Err()
 	}
 	select {
