@@ -155,12 +155,15 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 		return resolved(err)
 	}
 	e.st.Submitted.Add(1)
-	if e.cp.CopyInline(dst.cs(), src.cs()) {
+	// A copy whose deadline has passed is not run in the caller: the host
+	// worker fails it with ErrTimeout, as every path does.
+	deadline := e.opConfig(opts).deadline
+	if (deadline.IsZero() || time.Now().Before(deadline)) && e.cp.CopyInline(dst.cs(), src.cs()) {
 		return e.resolved
 	}
 	f := newFuture(1)
 	f.setSpin(e.cfg.WaitSpin)
-	if err := e.cp.Copy(ctx, &f.f, dst.cs(), src.cs(), e.opConfig(opts).deadline); err != nil {
+	if err := e.cp.Copy(ctx, &f.f, dst.cs(), src.cs(), deadline); err != nil {
 		e.st.Submitted.Add(^uint64(0))
 		dst.buf.release()
 		src.buf.release()

@@ -203,8 +203,21 @@ func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline 
 		}
 	}
 	c.st.Submitted.Add(uint64(len(ops)))
+	// Host copies whose deadline has passed fail with ErrTimeout and copy
+	// nothing, as the device copies and host workers' copies do.
+	var expired error
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		expired = gxerr.New(gxerr.Timeout, "deadline passed before the copy started", nil)
+	}
 	for i := range host {
 		o := &host[i]
+		if expired != nil {
+			c.release(o.Dst.M)
+			c.release(o.Src.M)
+			c.st.Record(c.clock()-now, o.n(), expired)
+			f.Complete(o.Idx, expired)
+			continue
+		}
 		c.cfg.Gate.Hook()
 		c.HostCopy(o.Dst, o.Src)
 		c.release(o.Dst.M)
