@@ -92,12 +92,7 @@ func TestCopyCtxBoundsStalledSubmit(t *testing.T) {
 			require.NoError(t, err)
 			ctx := context.Background()
 			g := e.cp.Devs[0]
-			g.Sim.HangNextCS(1)
-			hung := e.Copy(ctx, d.Slice(0, 4096), h.Slice(0, 4096))
-			const slots = 64 // hlsim.DefaultMaxPendingCS: CS 65 needs the hung CS's slot
-			for i := 1; i < slots; i++ {
-				require.NoError(t, e.CopySync(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
-			}
+			hung := holdEverySlot(t, e, d, h)
 			if tc.worker {
 				noop := func() {}
 				e.cp.HookProcess.Store(&noop)
@@ -113,7 +108,7 @@ func TestCopyCtxBoundsStalledSubmit(t *testing.T) {
 			err = f.Wait(ctx)
 			require.ErrorIs(t, err, ErrCanceled)
 			require.ErrorIs(t, err, context.Canceled)
-			require.EqualValues(t, slots, g.Sim.Stats().CSSubmitted, "the dropped copy reached the device")
+			require.EqualValues(t, maxPendingCS, g.Sim.Stats().CSSubmitted, "the dropped copy reached the device")
 			require.False(t, hung.IsDone())
 		})
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/dma/hlsim"
 )
 
 // TestCloseDoesNotFreeUnderRunningCS closes the engine while a copy much
@@ -124,12 +126,7 @@ func TestCloseWhileInlineSubmitStalled(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	g := e.cp.Devs[0]
-	g.Sim.HangNextCS(1)
-	hung := e.Copy(ctx, d.Slice(0, 4096), h.Slice(0, 4096))
-	const slots = 64 // hlsim.DefaultMaxPendingCS: CS 65 needs the hung CS's slot
-	for i := 1; i < slots; i++ {
-		require.NoError(t, e.CopySync(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
-	}
+	hung := holdEverySlot(t, e, d, h)
 	res := make(chan *Future, 1)
 	go func() { res <- e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096)) }()
 	for g.Dev.Stats().SubmitRetries == 0 {
@@ -139,5 +136,24 @@ func TestCloseWhileInlineSubmitStalled(t *testing.T) {
 	f := <-res
 	require.ErrorIs(t, f.Err(), ErrClosed)
 	require.ErrorIs(t, hung.Err(), ErrClosed)
-	require.EqualValues(t, slots, g.Sim.Stats().CSSubmitted, "the stalled copy reached the device")
+	require.EqualValues(t, maxPendingCS, g.Sim.Stats().CSSubmitted, "the stalled copy reached the device")
 }
+
+// holdEverySlot fills device 0's completion slots (hlsim's
+// DefaultMaxPendingCS, one op per CS with MaxOpsPerCS 1) behind a hung
+// CS, whose copy it returns: the next CS needs the hung CS's slot, and
+// its submission retries until the hung CS ends (the TDR, or Close).
+// Copies of 4096 bytes at the start of d and h, up to 256 KiB.
+func holdEverySlot(t *testing.T, e *Engine, d, h *Buffer) *Future {
+	t.Helper()
+	ctx := context.Background()
+	e.cp.Devs[0].Sim.HangNextCS(1)
+	hung := e.Copy(ctx, d.Slice(0, 4096), h.Slice(0, 4096))
+	for i := 1; i < maxPendingCS; i++ {
+		require.NoError(t, e.CopySync(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+	}
+	return hung
+}
+
+// maxPendingCS is the emulated driver's completion slots.
+const maxPendingCS = hlsim.DefaultMaxPendingCS
