@@ -403,8 +403,12 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 	}
 }
 
-// sendList sends a PutList and its entries' bytes, back to back.
+// sendList sends a PutList and its entries' bytes, back to back. Its
+// waits for staging buffers end with ctx or at the list's deadline
+// (abandon has then resolved it), as a Put's (startPut).
 func (p *path) sendList(ctx context.Context, o *listOp) {
+	ctx, cancel := datapath.WithDeadline(ctx, o.deadline)
+	defer cancel()
 	s := &streamer{p: p, id: o.id, first: &wire.PutList{ListRequest: o.msg}, stop: o.stopped.Load}
 	var err error
 	for i := range o.reqs {
