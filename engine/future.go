@@ -71,7 +71,8 @@ func (f *Future) IsDone() bool { return f.f.IsDone() }
 func (f *Future) Err() error { return f.f.Err() }
 
 // Errs returns the per-operation status of a batch future (nil entries
-// succeeded), or nil for a plain future or while pending.
+// succeeded), or nil for a plain future or while pending. The slice is
+// the caller's: each call returns a new one.
 func (f *Future) Errs() []error { return f.f.Errs() }
 
 // Wait waits until the future resolves or ctx ends. It returns the

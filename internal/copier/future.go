@@ -3,6 +3,7 @@ package copier
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -279,14 +280,16 @@ func (f *Future) Err() error {
 }
 
 // Errs returns the per-operation status of a batch future, or nil for a
-// plain future or while pending.
+// plain future or while pending; a new slice each call.
 func (f *Future) Errs() []error {
 	if !f.done.Load() {
 		return nil
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.errsLocked()
+	// The caller's own copy: writing to it must not change what later
+	// calls, or other goroutines, read.
+	return slices.Clone(f.errsLocked())
 }
 
 // Wait waits until the future resolves or ctx ends (then the typed error
