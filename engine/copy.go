@@ -269,7 +269,19 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 			b.ops[i].dst.buf.release()
 			b.ops[i].src.buf.release()
 		}
-		return batchInvalid(n, 0, err)
+		return batchRefused(n, err)
+	}
+	return f
+}
+
+// batchRefused is the future of a batch whose submission as a whole
+// failed (a queue full, the engine closing): every copy carries err, none
+// is blamed for it.
+func batchRefused(n int, err error) *Future {
+	f := newBatchFuture(n)
+	err = fmt.Errorf("gxfer: batch not submitted: %w", err)
+	for i := range n {
+		f.complete(i, err)
 	}
 	return f
 }

@@ -57,6 +57,11 @@ func TestBatchQueueFullRunsNothing(t *testing.T) {
 	f1.Wait(ctx)
 	t.Logf("batch err=%v errs=%v", bf.Err(), bf.Errs())
 	require.True(t, errors.Is(bf.Err(), ErrQueueFull))
+	for i, err := range bf.Errs() {
+		// The batch as a whole was refused: no copy is blamed for it.
+		require.ErrorIs(t, err, ErrQueueFull, "copy %d", i)
+		require.NotContains(t, err.Error(), "copy 0 failed", "copy %d", i)
+	}
 	require.False(t, bytes.Equal(h.Bytes()[:4096], out.Bytes()[:4096]), "host copy of a batch that failed with ErrQueueFull was already performed")
 }
 
