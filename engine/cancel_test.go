@@ -127,15 +127,7 @@ func TestCopyCancelWhileQueuedBehindStalledSubmit(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	g := e.cp.Devs[0]
-	const slots = 64 // hlsim.DefaultMaxPendingCS
-	g.Sim.DelayNextCS(slots, time.Second)
-	var fill []*Future
-	for i := range slots {
-		fill = append(fill, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
-	}
-	for g.Sim.Stats().CSSubmitted < slots {
-		time.Sleep(100 * time.Microsecond)
-	}
+	fill := delayEverySlot(t, e, d, h)
 	stalled := e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096))
 	for g.Dev.Stats().SubmitRetries == 0 {
 		time.Sleep(100 * time.Microsecond)
@@ -151,5 +143,5 @@ func TestCopyCancelWhileQueuedBehindStalledSubmit(t *testing.T) {
 	}
 	require.ErrorIs(t, err, ErrCanceled)
 	require.False(t, waitedForDevice, "the queued copy was dropped only once the device freed a slot")
-	require.EqualValues(t, slots+1, g.Sim.Stats().CSSubmitted, "the canceled copy reached the device")
+	require.EqualValues(t, maxPendingCS+1, g.Sim.Stats().CSSubmitted, "the canceled copy reached the device")
 }

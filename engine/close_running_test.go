@@ -155,5 +155,26 @@ func holdEverySlot(t *testing.T, e *Engine, d, h *Buffer) *Future {
 	return hung
 }
 
-// maxPendingCS is the emulated driver's completion slots.
+// delayEverySlot fills device 0's completion slots with copies whose CSs
+// end a second after they ran (one op per CS with MaxOpsPerCS 1), and
+// returns their futures once every CS is submitted: the next CS finds no
+// free slot until the first of them ends. Copies of 4096 bytes at the
+// start of d and h, up to 256 KiB.
+func delayEverySlot(t *testing.T, e *Engine, d, h *Buffer) []*Future {
+	t.Helper()
+	ctx := context.Background()
+	sim := e.cp.Devs[0].Sim
+	sim.DelayNextCS(maxPendingCS, time.Second)
+	var fill []*Future
+	for i := range maxPendingCS {
+		fill = append(fill, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
+	}
+	for sim.Stats().CSSubmitted < maxPendingCS {
+		time.Sleep(100 * time.Microsecond)
+	}
+	return fill
+}
+
+// maxPendingCS is the emulated driver's completion slots (and dma's
+// Gaudi3 submissions in flight).
 const maxPendingCS = hlsim.DefaultMaxPendingCS

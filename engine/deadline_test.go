@@ -88,22 +88,14 @@ func TestTimeoutWhileCompletionSlotsFull(t *testing.T) {
 			d, _ := e.Alloc(1<<20, Gaudi(0))
 			ctx := context.Background()
 			sim := e.cp.Devs[0].Sim
-			const slots = 64 // hlsim.DefaultMaxPendingCS, and dma's Gaudi3 submissions in flight
-			sim.DelayNextCS(slots, time.Second)
-			var fill []*Future
-			for i := range slots {
-				fill = append(fill, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
-			}
-			for sim.Stats().CSSubmitted < slots {
-				time.Sleep(100 * time.Microsecond)
-			}
+			fill := delayEverySlot(t, e, d, h)
 			f := e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096), Timeout(50*time.Millisecond))
 			err := f.Wait(ctx)
 			for _, f := range fill {
 				require.NoError(t, f.Wait(ctx))
 			}
 			require.ErrorIs(t, err, ErrTimeout, "the copy ran after its deadline")
-			require.EqualValues(t, slots, sim.Stats().CSSubmitted, "the timed-out copy reached the device")
+			require.EqualValues(t, maxPendingCS, sim.Stats().CSSubmitted, "the timed-out copy reached the device")
 		})
 	}
 }
@@ -118,15 +110,7 @@ func TestTimeoutWhileQueuedBehindStalledSubmit(t *testing.T) {
 	d, _ := e.Alloc(1<<20, Gaudi(0))
 	ctx := context.Background()
 	sim := e.cp.Devs[0].Sim
-	const slots = 64 // hlsim.DefaultMaxPendingCS
-	sim.DelayNextCS(slots, time.Second)
-	var fill []*Future
-	for i := range slots {
-		fill = append(fill, e.Copy(ctx, d.Slice(i*4096, 4096), h.Slice(i*4096, 4096)))
-	}
-	for sim.Stats().CSSubmitted < slots {
-		time.Sleep(100 * time.Microsecond)
-	}
+	fill := delayEverySlot(t, e, d, h)
 	stalled := e.Copy(ctx, d.Slice(512<<10, 4096), h.Slice(512<<10, 4096)) // no deadline
 	for e.cp.Devs[0].Dev.Stats().SubmitRetries == 0 {
 		time.Sleep(100 * time.Microsecond)
@@ -140,5 +124,5 @@ func TestTimeoutWhileQueuedBehindStalledSubmit(t *testing.T) {
 	}
 	require.ErrorIs(t, err, ErrTimeout)
 	require.False(t, waitedForDevice, "the queued copy's deadline was noticed only once the device freed a slot")
-	require.EqualValues(t, slots+1, sim.Stats().CSSubmitted, "the timed-out copy reached the device")
+	require.EqualValues(t, maxPendingCS+1, sim.Stats().CSSubmitted, "the timed-out copy reached the device")
 }
