@@ -62,15 +62,8 @@ func TestCloseWhileDialOpensLanes(t *testing.T) {
 	go func() {
 		served <- func() error {
 			// The endpoint's connection and its first lane are answered.
-			for range 2 {
-				c, err := acceptFake(ln)
-				if err != nil {
-					return err
-				}
-				conns = append(conns, c)
-				if err := ackFake(c); err != nil {
-					return err
-				}
+			if err := acceptAcked(ln, 2, &conns); err != nil {
+				return err
 			}
 			// The second lane's Hello is not.
 			c, err := acceptFake(ln)
@@ -120,15 +113,8 @@ func TestDialLaneFailedDuringDial(t *testing.T) {
 		served <- func() error {
 			// The endpoint's connection, then its first lane, which is
 			// hung up on at once.
-			for range 2 {
-				c, err := acceptFake(ln)
-				if err != nil {
-					return err
-				}
-				conns = append(conns, c)
-				if err := ackFake(c); err != nil {
-					return err
-				}
+			if err := acceptAcked(ln, 2, &conns); err != nil {
+				return err
 			}
 			_ = conns[1].Close()
 			// The second lane is answered once the endpoint has failed
@@ -152,4 +138,20 @@ func TestDialLaneFailedDuringDial(t *testing.T) {
 		require.ErrorIs(t, err, ErrPeer)
 	}
 	require.Empty(t, e.EndpointStats(), "a failed endpoint is kept as live")
+}
+
+// acceptAcked accepts n connections on ln and answers each one's Hello,
+// appending them to *conns.
+func acceptAcked(ln net.Listener, n int, conns *[]*wire.Conn) error {
+	for range n {
+		c, err := acceptFake(ln)
+		if err != nil {
+			return err
+		}
+		*conns = append(*conns, c)
+		if err := ackFake(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
