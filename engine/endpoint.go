@@ -254,6 +254,10 @@ func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote Remot
 	if err := ep.usable(ctx); err != nil {
 		return resolved(err)
 	}
+	if !ep.e.enterStart() {
+		return resolved(ErrClosed)
+	}
+	defer ep.e.exitStart()
 	if err := ep.check(put, &local, &remote); err != nil {
 		return resolved(err)
 	}

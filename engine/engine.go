@@ -59,7 +59,13 @@ type Engine struct {
 	st       copier.Counters
 
 	gate      datapath.Gate          // calls Close waits for before it unmaps (gate.go); its hook (tests) runs in an admitted call before its copy
-	hookDrain atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls
+	// starts counts Endpoint operations being started (Put, Get and the
+	// lists, up to their data path's Start returning): Close waits for
+	// them before it waits for e.async, so that no operation begun before
+	// Close starts a task after that wait (on memory Close then frees).
+	// Its hook (tests) runs in an admitted start before the data path's.
+	starts    datapath.Gate
+	hookDrain atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls or starts
 	hookAlloc atomic.Pointer[func()] // tests: Alloc and Register run it once admitted
 
 	ident        identity
@@ -110,6 +116,7 @@ func New(cfg Config) (_ *Engine, err error) {
 		listeners: map[*Listener]struct{}{},
 	}
 	e.gate.Init(&e.closed)
+	e.starts.Init(&e.closed)
 	e.closing, e.stopDialing = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -436,6 +443,9 @@ func (e *Engine) Close() error {
 		// Stop intake, fail what is still queued, give the devices
 		// CloseGrace, wait for staging.
 		e.cp.Stop()
+		// No operation begun before closed was set is still starting (on
+		// closed endpoints they end at once), so every task is counted.
+		e.starts.Drain(e.onDrain)
 		// Peer-request tasks end once their inner copies have.
 		e.async.Wait()
 		e.epLoops.Wait()

@@ -25,10 +25,24 @@ func (e *Engine) gateHook() { e.gate.Hook() }
 
 // drainGate waits (Close, after closed is set) until every admitted call
 // has left.
-func (e *Engine) drainGate() {
-	e.gate.Drain(func() {
-		if h := e.hookDrain.Load(); h != nil {
-			(*h)()
-		}
-	})
+func (e *Engine) drainGate() { e.gate.Drain(e.onDrain) }
+
+// onDrain runs the test hook when Close waits for a gate.
+func (e *Engine) onDrain() {
+	if h := e.hookDrain.Load(); h != nil {
+		(*h)()
+	}
 }
+
+// enterStart admits an Endpoint operation's start (the starts gate)
+// unless the engine is closed; an admitted start must call exitStart
+// once its data path's Start returned.
+func (e *Engine) enterStart() bool {
+	if !e.starts.Enter() {
+		return false
+	}
+	e.starts.Hook()
+	return true
+}
+
+func (e *Engine) exitStart() { e.starts.Exit() }

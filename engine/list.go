@@ -50,6 +50,10 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 		return resolved(err)
 	}
 	e := ep.e
+	if !e.enterStart() {
+		return resolved(ErrClosed)
+	}
+	defer e.exitStart()
 	n := len(locals)
 	if len(remotes) != n {
 		return resolved(newErr(ErrInvalid, fmt.Sprintf("list of %d local slices and %d remote keys", n, len(remotes)), nil))
