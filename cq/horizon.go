@@ -25,7 +25,9 @@ import (
 // polled. With the horizon a CS is polled by the Track of the CS n after
 // it at the latest: with n = 128 and 64 fence slots, fewer than 256 CSs
 // can have ended after it by then unless more than 64 submitters sit
-// between their CS ioctl and their Track.
+// between their CS ioctl and their Track, or CSs end before it is tracked
+// at all: the copier's submission window (internal/copier/window.go)
+// bounds both.
 //
 // An idle actor keeps up to n retired tickets referenced here only until
 // they are retired (drop) or the actor exits (clear).

@@ -120,6 +120,8 @@ type Copier struct {
 
 	// HookProcess (tests) runs in workers before they process jobs.
 	HookProcess atomic.Pointer[func()]
+	// HookSubmitted (tests) runs after a CS ioctl, before its Track.
+	HookSubmitted atomic.Pointer[func(seq uint64)]
 }
 
 type antsLogger struct{ l zerolog.Logger }

@@ -307,7 +307,7 @@ func (r *csRec) submit() {
 		r.finish(DeviceErr("seal command submission", err))
 		return
 	}
-	seq, err := g.Dev.SubmitUntil(chunks, r.stopSub)
+	seq, t, err, terr := r.submitTracked(chunks)
 	if errors.Is(err, errSubmitDropped) {
 		r.drop()
 		return
@@ -316,11 +316,7 @@ func (r *csRec) submit() {
 		r.finish(DeviceErr(fmt.Sprintf("submit CS on gaudi%d", g.Idx), err))
 		return
 	}
-	c.st.CS.Add(1)
-	c.st.Packets.Add(uint64(r.cs.Len()))
-	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.cs.Len()).Int("cbs", len(chunks)).Msg("CS submitted")
-	t, err := g.Actor.TrackTicket(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.onDone, OnTimeout: r.onTimeout})
-	if err == nil {
+	if terr == nil {
 		r.attach(t)
 		return
 	}
@@ -342,6 +338,26 @@ func (r *csRec) submit() {
 			r.retire(werr)
 		}
 	}
+}
+
+// submitTracked sends the CS and hands it to the device's completion
+// actor within the device's submission window (window.go): err is the
+// submission's error, terr Track's (the actor is closing).
+func (r *csRec) submitTracked(chunks []dma.Chunk) (seq uint64, t *cq.Ticket, err, terr error) {
+	g := r.g
+	k := g.win.enter()
+	defer g.win.exit(k)
+	if seq, err = g.Dev.SubmitUntil(chunks, r.stopSub); err != nil {
+		return 0, nil, err, nil
+	}
+	g.c.st.CS.Add(1)
+	g.c.st.Packets.Add(uint64(r.cs.Len()))
+	g.log.Debug().Uint64("seq", seq).Int("ops", len(r.items)).Int("packets", r.cs.Len()).Int("cbs", len(chunks)).Msg("CS submitted")
+	if h := g.c.HookSubmitted.Load(); h != nil {
+		(*h)(seq)
+	}
+	t, terr = g.Actor.TrackTicket(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.onDone, OnTimeout: r.onTimeout})
+	return seq, t, nil, terr
 }
 
 // attach lets the futures of the CS's operations poll it (Future.Wait).

@@ -44,6 +44,7 @@ type Device struct {
 	Regs  atomic.Uint64 // host mappings performed
 
 	aband abandoned // CSs given up on at Close, kept until the device stops
+	win   subWindow // submissions between their CS ioctl and their Track (window.go)
 
 	open     Opener    // opens the device again after a reset (nil: cannot)
 	Gen      int       // contexts opened before this one at this index (resets)
@@ -127,6 +128,7 @@ func (c *Copier) addDevice(d *dma.Device, sim *hlsim.Device, node dma.NodeInfo, 
 func (c *Copier) newDevice(d *dma.Device, sim *hlsim.Device, idx int) *Device {
 	cfg := &c.cfg
 	g := &Device{c: c, Idx: idx, Dev: d, Sim: sim, Types: memcache.NewTypeCache(), cbs: d.NewCBPool(cfg.CBSize, cbPoolSize)}
+	g.win.init()
 	g.getCB, g.putCB = g.cbs.Get, g.cbs.Put
 	g.log = c.log.With().Int("dev", g.Idx).Str("node", d.Name()).Logger()
 	for i := range g.queues {
