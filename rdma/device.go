@@ -293,9 +293,12 @@ func (d *Device) removeLocked(r resource) {
 	}
 }
 
-// Close closes every object created from the device, newest first (QPs
-// flush their outstanding work first), then the device. It returns the
-// errors joined. A second Close returns nil.
+// Close closes every object created from the device, then the device: the
+// QPs first (each flushes its outstanding work requests, so the NIC is
+// done with their memory before any MR is deregistered: an MR registered
+// after a QP, as a registration cache does, is still in use by it), then
+// the rest, newest first. It returns the errors joined. A second Close
+// returns nil.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -307,9 +310,14 @@ func (d *Device) Close() error {
 	d.mu.Unlock()
 
 	var errs []error
-	for i := len(objs) - 1; i >= 0; i-- {
-		if err := objs[i].closeForDevice(); err != nil {
-			errs = append(errs, err)
+	for _, qps := range []bool{true, false} {
+		for i := len(objs) - 1; i >= 0; i-- {
+			if _, ok := objs[i].(*QP); ok != qps {
+				continue
+			}
+			if err := objs[i].closeForDevice(); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := d.ctx.Close(); err != nil {
