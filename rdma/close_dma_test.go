@@ -2,6 +2,7 @@ package rdma_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -55,4 +56,32 @@ func TestDeviceCloseFlushesBeforeDeregistering(t *testing.T) {
 	}
 	assert.Equal(t, rdma.Counts{}, d.Counts())
 	assert.Equal(t, base, verbs.Live())
+}
+
+// TestQPCloseSweepsAfterDestroy: a QP.Close that gives up waiting for its
+// flush (FlushTimeout) ends the work requests still outstanding with
+// ErrClosed, telling their owners that the memory is theirs again: by then
+// the QP must be destroyed, so that the NIC no longer reaches that memory.
+func TestQPCloseSweepsAfterDestroy(t *testing.T) {
+	e := newEnv(t, rdma.CQConfig{Manual: true}) // the flush is never progressed: Close sweeps
+	a, b := e.pair(t)
+	defer b.Close()
+	const n = 16 << 20
+	src, dst := e.mem(t, n), e.mem(t, n)
+	old := rdma.FlushTimeout
+	rdma.FlushTimeout = time.Nanosecond
+	defer func() { rdma.FlushTimeout = old }()
+
+	type seen struct {
+		err error
+		qps int
+	}
+	got := make(chan seen, 1)
+	done := rdma.CompleterFunc(func(c rdma.Completion) { got <- seen{c.Err, e.d.Counts().QPs} })
+	_, err := a.Post([]rdma.WR{{Op: rdma.OpWrite, Local: []rdma.Seg{src.mr.Seg(0, n)}, Remote: dst.mr.Remote().At(0), Done: done}})
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	s := <-got
+	require.ErrorIs(t, s.err, rdma.ErrClosed)
+	assert.Equal(t, 1, s.qps, "the Completer ran while the QP still existed")
 }

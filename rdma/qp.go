@@ -590,7 +590,8 @@ var FlushTimeout = 5 * time.Second
 // Close moves the QP to the error state, waits (up to FlushTimeout) until
 // every outstanding work request has completed (flushed, so every
 // Completer runs), and destroys the QP. Completers still pending after the
-// timeout are called with ErrClosed. Do not call Close from a Completer.
+// timeout are called with ErrClosed, once the QP is destroyed. Do not
+// call Close from a Completer.
 // A second Close returns nil.
 func (qp *QP) Close() error { return qp.close() }
 
@@ -605,16 +606,17 @@ func (qp *QP) close() error {
 	qp.mu.Lock()
 	qp.closing.Store(true) // no more posts
 	qp.mu.Unlock()
+	sweep := false
 	if qp.outstanding.Load() > 0 {
 		_ = qp.v.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
 		if qp.sendCQ.cfg.Manual || qp.recvCQ.cfg.Manual {
-			qp.progressUntilDrained()
+			sweep = !qp.progressUntilDrained()
 		} else {
 			t := time.NewTimer(FlushTimeout)
 			select {
 			case <-qp.drained:
 			case <-t.C:
-				qp.sweep()
+				sweep = true
 			}
 			t.Stop()
 		}
@@ -622,6 +624,14 @@ func (qp *QP) close() error {
 	if err := qp.v.Close(); err != nil {
 		return err
 	}
+	// The work requests not flushed in time end with ErrClosed only now
+	// that the QP is destroyed: their memory is no longer reachable by
+	// the NIC when their Completers hand it back.
+	defer func() {
+		if sweep {
+			qp.sweep()
+		}
+	}()
 	qp.closed = true
 	d := qp.d
 	d.mu.Lock()
@@ -635,18 +645,17 @@ func (qp *QP) close() error {
 }
 
 // progressUntilDrained drives Manual CQs until the QP's flushed work
-// requests are delivered (or FlushTimeout passes).
-func (qp *QP) progressUntilDrained() {
+// requests are delivered (true) or FlushTimeout passes (false).
+func (qp *QP) progressUntilDrained() bool {
 	deadline := time.Now().Add(FlushTimeout)
 	for {
 		select {
 		case <-qp.drained:
-			return
+			return true
 		default:
 		}
 		if time.Now().After(deadline) {
-			qp.sweep()
-			return
+			return false
 		}
 		n := qp.sendCQ.Progress()
 		if qp.recvCQ != qp.sendCQ {
