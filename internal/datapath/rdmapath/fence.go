@@ -130,7 +130,13 @@ func (p *Path) Fence(ctx context.Context) error {
 			break
 		}
 		refs = append(refs, taken{cn, r})
-		waits = append(waits, p.one(ctx, cn, rdma.OpRead, r.Seg(p.t.scratch.Addr(), n), remote))
+		w, e := p.postOne(ctx, cn, rdma.OpRead, r.Seg(p.t.scratch.Addr(), n), remote)
+		if e != nil { // not posted (ctx ended waiting for a credit): the next fence does it
+			cn.restoreWrite(remote, n)
+			err = e
+			break
+		}
+		waits = append(waits, w)
 	}
 	var errs []error
 	for _, w := range waits {

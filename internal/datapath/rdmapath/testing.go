@@ -54,3 +54,21 @@ func (p *Path) QP() *rdma.QP { return p.conns[0].qp }
 
 // MaxInline is the inline data the first queue pair's writes take.
 func (p *Path) MaxInline() int { return p.conns[0].maxInline }
+
+// HoldCredits takes every free send credit of each queue pair (what
+// work requests in flight take); release gives them back.
+func (p *Path) HoldCredits() (release func()) {
+	var n []int
+	for _, cn := range p.conns {
+		k := 0
+		for cn.credits.tryTake() {
+			k++
+		}
+		n = append(n, k)
+	}
+	return func() {
+		for i, cn := range p.conns {
+			cn.credits.put(n[i])
+		}
+	}
+}

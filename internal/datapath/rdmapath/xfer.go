@@ -179,6 +179,15 @@ func numWRs(n uint64) int { return int((n + maxWR - 1) / maxWR) }
 // one posts one work request on the queue pair cn; the function returned
 // waits for its result.
 func (p *Path) one(ctx context.Context, cn *conn, kind rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr) func() error {
+	wait, err := p.postOne(ctx, cn, kind, seg, remote)
+	if err != nil {
+		return func() error { return err }
+	}
+	return wait
+}
+
+// postOne is one, with a failed post (nothing posted) reported at once.
+func (p *Path) postOne(ctx context.Context, cn *conn, kind rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr) (func() error, error) {
 	ch := make(chan error, 1)
 	done := rdma.CompleterFunc(func(c rdma.Completion) {
 		cn.credits.put(1)
@@ -189,9 +198,9 @@ func (p *Path) one(ctx context.Context, cn *conn, kind rdma.OpKind, seg rdma.Seg
 		ch <- nil
 	})
 	if _, err := p.post(ctx, cn, []rdma.WR{{Op: kind, Local: []rdma.Seg{seg}, Remote: remote, Done: done}}, nil); err != nil {
-		ch <- err
+		return nil, err
 	}
-	return func() error { return <-ch }
+	return func() error { return <-ch }, nil
 }
 
 // stagedMove moves Gaudi memory g to the peer region at remote (toRemote:
