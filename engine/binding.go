@@ -49,6 +49,12 @@ func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*B
 	if err := ep.Err(); err != nil {
 		return nil, err
 	}
+	// In the starts gate: Close waits for a Bind under way before it
+	// releases buffers (the binding imports the peer's memory as one).
+	if !e.enterStart() {
+		return nil, ErrClosed
+	}
+	defer e.exitStart()
 	if err := e.validateSlice(local); err != nil {
 		return nil, err
 	}

@@ -58,9 +58,9 @@ type Engine struct {
 	resolved *Future // shared already-successful future for inline ops
 	st       copier.Counters
 
-	gate      datapath.Gate          // calls Close waits for before it unmaps (gate.go); its hook (tests) runs in an admitted call before its copy
+	gate datapath.Gate // calls Close waits for before it unmaps (gate.go); its hook (tests) runs in an admitted call before its copy
 	// starts counts Endpoint operations being started (Put, Get and the
-	// lists, up to their data path's Start returning): Close waits for
+	// lists, up to their data path's Start returning; Bind): Close waits for
 	// them before it waits for e.async, so that no operation begun before
 	// Close starts a task after that wait (on memory Close then frees).
 	// Its hook (tests) runs in an admitted start before the data path's.

@@ -234,6 +234,9 @@ func (p *Path) runImport(cctx context.Context, k wire.RemoteKey) (*imported, uin
 			m.Generation != k.Generation || m.FileOffset != 0 {
 			return nil, 0, p.c.PeerErr("import reply does not match the request", nil)
 		}
+		if h := p.t.hooks.Imported; h != nil {
+			h()
+		}
 		im, n, err := p.t.mapImport(f.FDs[0], f.FDs[1], m.Size)
 		if err == nil {
 			im.mac = k.MAC

@@ -82,6 +82,9 @@ type Hooks struct {
 	// ListCopied runs after each copy job of a list (StartList), with
 	// its pieces and bytes.
 	ListCopied func(pieces int, bytes uint64)
+	// Imported runs when the peer's reply to an import arrived, before
+	// its memory is mapped.
+	Imported func()
 }
 
 var (
