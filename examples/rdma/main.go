@@ -32,6 +32,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,7 +62,7 @@ func main() {
 		user.Device, user.Devices = "", strings.Split(a, ",")
 		owner.Device, owner.Devices = "", strings.Split(b, ",")
 	}
-	if err := run(os.Stdout, user, owner); err != nil {
+	if err := run(os.Stdout, user, owner, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma:", err)
 		if errors.Is(err, errNoRDMA) {
 			os.Exit(2)
@@ -70,8 +71,10 @@ func main() {
 	}
 }
 
-// run runs the example: an engine on userRC dials one on ownerRC.
-func run(out io.Writer, userRC, ownerRC engine.RDMAConfig) error {
+// run runs the example: an engine on userRC dials one on ownerRC. tamper,
+// if set (tests), changes the owner's host buffer after the first Put
+// into it, before the Get that checks it.
+func run(out io.Writer, userRC, ownerRC engine.RDMAConfig, tamper func(host *engine.Buffer)) error {
 	cfg := engine.Config{Emulator: engine.EmulatorConfig{DRAMSize: 256 << 20}, RDMA: ownerRC}
 	owner, err := engine.New(cfg)
 	if err != nil {
@@ -128,13 +131,16 @@ func run(out io.Writer, userRC, ownerRC engine.RDMAConfig) error {
 	if err != nil {
 		return err
 	}
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i * 13)
-	}
+	// Every 8-byte word is distinct (its offset times an odd constant), so
+	// bytes that land at the wrong offset fail the check.
+	fillWords(src.Bytes(), 0x9e3779b97f4a7c15)
 	for _, rk := range []engine.RemoteKey{hk, dk} {
 		clear(back.Bytes())
 		if err := ep.PutSync(ctx, src.All(), rk); err != nil {
 			return err
+		}
+		if tamper != nil && rk.Location() == engine.Host {
+			tamper(host)
 		}
 		if err := ep.GetSync(ctx, back.All(), rk); err != nil {
 			return err
@@ -150,9 +156,7 @@ func run(out io.Writer, userRC, ownerRC engine.RDMAConfig) error {
 	if err != nil {
 		return err
 	}
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i*7 + 1)
-	}
+	fillWords(src.Bytes(), 0xc2b2ae3d27d4eb4f)
 	if err := user.CopySync(ctx, dev.All(), src.All()); err != nil {
 		return err
 	}
@@ -216,4 +220,12 @@ func run(out io.Writer, userRC, ownerRC engine.RDMAConfig) error {
 	el = time.Since(t0)
 	fmt.Fprintf(out, "binding: %d puts of 8 B streamed with PutN: %.1f us per put\n", rounds, el.Seconds()*1e6/rounds)
 	return b.Close()
+}
+
+// fillWords sets each 8-byte word of b to its offset times k (odd): every
+// word is distinct.
+func fillWords(b []byte, k uint64) {
+	for i := 0; i+8 <= len(b); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], uint64(i)*k)
+	}
 }
