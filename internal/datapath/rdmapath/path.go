@@ -122,16 +122,40 @@ func (p *Path) Stats(s *datapath.Stats) {
 	}
 }
 
-// post posts wrs on the queue pair cn, taking a send-queue credit for
-// each (waiting while the queue is full, until ctx ends or the endpoint
-// does). It returns how many were posted. A caller holding the CQ
+// post posts wrs on the queue pair cn, in order, taking a send-queue
+// credit for each (waiting while the queue is full, until ctx ends or the
+// endpoint does). It posts in waves of as many as it holds credits for,
+// and never waits for a credit while holding others: a chain longer than
+// the queue (a part of over maxSend work requests) could otherwise never
+// post, and two long chains could each hold part of the queue waiting
+// for the rest. It returns how many were posted (wrs[n:] were not, and
+// their Completers will not be called). A caller holding the CQ
 // (rdma.CQ.Hold) passes it as held: the hold is let go while it waits for
 // credits, which only completions return.
 func (p *Path) post(ctx context.Context, cn *conn, wrs []rdma.WR, held *rdma.CQ) (int, error) {
-	for i := range wrs {
-		if cn.credits.tryTake() {
-			continue
+	posted := 0
+	for posted < len(wrs) {
+		k, err := p.takeCredits(ctx, cn, len(wrs)-posted, held)
+		if err != nil {
+			return posted, err
 		}
+		n, err := cn.qp.Post(wrs[posted : posted+k])
+		cn.wrs.Add(uint64(n))
+		if n < k {
+			cn.credits.put(k - n)
+		}
+		posted += n
+		if err != nil {
+			return posted, p.postErr(err)
+		}
+	}
+	return posted, nil
+}
+
+// takeCredits takes between 1 and want send credits of cn: the first
+// waiting for it if none is free (see post), the others only if free.
+func (p *Path) takeCredits(ctx context.Context, cn *conn, want int, held *rdma.CQ) (int, error) {
+	if !cn.credits.tryTake() {
 		if held != nil {
 			held.Release()
 		}
@@ -140,32 +164,31 @@ func (p *Path) post(ctx context.Context, cn *conn, wrs []rdma.WR, held *rdma.CQ)
 			held.Hold()
 		}
 		if err != nil {
-			cn.credits.put(i)
 			if err == errCreditsDone {
 				return 0, p.c.Err()
 			}
 			return 0, gxerr.Ctx(p.c.Name()+": waiting for RDMA send credits", err)
 		}
 	}
-	n, err := cn.qp.Post(wrs)
-	cn.wrs.Add(uint64(n))
-	if n < len(wrs) {
-		cn.credits.put(len(wrs) - n)
+	k := 1
+	for k < want && cn.credits.tryTake() {
+		k++
 	}
-	if err != nil {
-		if f := p.c.Err(); f != nil {
-			return n, f
-		}
-		switch {
-		case errors.Is(err, rdma.ErrClosed):
-			err = gxerr.New(gxerr.Closed, p.c.Name()+": RDMA queue pair closed", err)
-		case errors.Is(err, rdma.ErrQueueFull):
-			err = gxerr.New(gxerr.QueueFull, p.c.Name()+": RDMA", err)
-		default:
-			err = p.c.PeerErr("RDMA post", err)
-		}
+	return k, nil
+}
+
+// postErr is the error of a failed rdma.QP.Post.
+func (p *Path) postErr(err error) error {
+	if f := p.c.Err(); f != nil {
+		return f
 	}
-	return n, err
+	switch {
+	case errors.Is(err, rdma.ErrClosed):
+		return gxerr.New(gxerr.Closed, p.c.Name()+": RDMA queue pair closed", err)
+	case errors.Is(err, rdma.ErrQueueFull):
+		return gxerr.New(gxerr.QueueFull, p.c.Name()+": RDMA", err)
+	}
+	return p.c.PeerErr("RDMA post", err)
 }
 
 // wrFailed is the error of a failed work request: the queue pair is in
