@@ -103,7 +103,7 @@ func (p *Path) Bind(_ context.Context, local datapath.Mem, k wire.RemoteKey, _ *
 
 // Complete implements rdma.Completer (on whichever goroutine polled it).
 func (rb *Bound) Complete(c rdma.Completion) {
-	rb.cn.credits.put(1)
+	rb.cn.put(1)
 	if c.Err != nil {
 		err := rb.p.wrFailed(c.Op, c.Err)
 		rb.errMu.Lock()

@@ -41,6 +41,13 @@ func (r *nic) newConn() (*conn, error) {
 	return &conn{n: r, qp: qp, maxInline: cfg.MaxInline, credits: newSendCredits(maxSend)}, nil
 }
 
+// put gives back the send credits and CQ entries of n work requests
+// (completed, or not posted).
+func (c *conn) put(n int) {
+	c.credits.put(n)
+	c.n.slots.put(n)
+}
+
 // close destroys the queue pair once its outstanding work requests have
 // completed (flushed).
 func (c *conn) close() {

@@ -142,7 +142,7 @@ func (p *Path) post(ctx context.Context, cn *conn, wrs []rdma.WR, held *rdma.CQ)
 		n, err := cn.qp.Post(wrs[posted : posted+k])
 		cn.wrs.Add(uint64(n))
 		if n < k {
-			cn.credits.put(k - n)
+			cn.put(k - n)
 		}
 		posted += n
 		if err != nil {
@@ -152,29 +152,54 @@ func (p *Path) post(ctx context.Context, cn *conn, wrs []rdma.WR, held *rdma.CQ)
 	return posted, nil
 }
 
-// takeCredits takes between 1 and want send credits of cn: the first
-// waiting for it if none is free (see post), the others only if free.
+// takeCredits takes between 1 and want send credits of cn, and as many
+// entries of its NIC's CQ (which every endpoint shares): the first of
+// each waiting for it if none is free (see post), the others only if
+// free. The CQ full is a wait, as the queue pair's send queue full is,
+// not a failure: the post of an endpoint within its own limits is held
+// back (until ctx ends), never refused because others fill the CQ.
 func (p *Path) takeCredits(ctx context.Context, cn *conn, want int, held *rdma.CQ) (int, error) {
-	if !cn.credits.tryTake() {
-		if held != nil {
-			held.Release()
-		}
-		err := cn.credits.take(ctx, p.c.Done())
-		if held != nil {
-			held.Hold()
-		}
-		if err != nil {
-			if err == errCreditsDone {
-				return 0, p.c.Err()
-			}
-			return 0, gxerr.Ctx(p.c.Name()+": waiting for RDMA send credits", err)
-		}
+	if err := p.waitCredit(ctx, &cn.credits, held, "RDMA send credits"); err != nil {
+		return 0, err
 	}
 	k := 1
 	for k < want && cn.credits.tryTake() {
 		k++
 	}
-	return k, nil
+	if err := p.waitCredit(ctx, &cn.n.slots, held, "room in the RDMA completion queue"); err != nil {
+		cn.credits.put(k)
+		return 0, err
+	}
+	s := 1
+	for s < k && cn.n.slots.tryTake() {
+		s++
+	}
+	if s < k {
+		cn.credits.put(k - s)
+	}
+	return s, nil
+}
+
+// waitCredit takes a credit of c, waiting for one if none is free (the
+// CQ's hold let go meanwhile), until ctx ends or the endpoint does.
+func (p *Path) waitCredit(ctx context.Context, c *sendCredits, held *rdma.CQ, what string) error {
+	if c.tryTake() {
+		return nil
+	}
+	if held != nil {
+		held.Release()
+	}
+	err := c.take(ctx, p.c.Done())
+	if held != nil {
+		held.Hold()
+	}
+	switch {
+	case err == nil:
+		return nil
+	case err == errCreditsDone:
+		return p.c.Err()
+	}
+	return gxerr.Ctx(p.c.Name()+": waiting for "+what, err)
 }
 
 // postErr is the error of a failed rdma.QP.Post.

@@ -50,7 +50,7 @@ import (
 )
 
 const (
-	cqSize       = 16384   // completions in flight over every endpoint
+	cqSize       = 16384   // completions in flight over every endpoint (nic.slots)
 	maxSend      = 128     // work requests in flight per endpoint
 	maxWR        = 1 << 30 // bytes per work request
 	MaxInline    = 64      // inline data of a write (QPConfig.MaxInline)
@@ -83,6 +83,8 @@ type Config struct {
 	// GaudiPCI is gaudi0's PCI address ("" when it has none, e.g.
 	// emulated): the NICs closest to it are used.
 	GaudiPCI string
+
+	cqSize int // tests: the CQs' entries (0: cqSize)
 }
 
 // Info is engine.RDMAInfo (same fields: the engine converts).
@@ -113,6 +115,11 @@ type nic struct {
 	gid      rdma.GID
 	portInfo rdma.PortInfo
 	qps      sync.WaitGroup
+	// slots are the CQ's entries, shared by every endpoint's queue pair:
+	// a post takes one for each work request besides its queue pair's
+	// send credit, waiting while the CQ is full (rdma.QP.Post would fail
+	// with ErrQueueFull), and its completion gives both back (conn.put).
+	slots sendCredits
 }
 
 // Transport is the RDMA data path, engine-wide: its NICs (the first is
@@ -274,9 +281,14 @@ func openNIC(name string, cfg Config) (_ *nic, err error) {
 	if r.pd, err = d.AllocPD(); err != nil {
 		return nil, err
 	}
-	if r.cq, err = d.NewCQ(rdma.CQConfig{Size: cqSize, Spin: cfg.CQSpin, BusyPoll: cfg.CQBusyPoll}); err != nil {
+	size := cqSize
+	if cfg.cqSize > 0 {
+		size = cfg.cqSize
+	}
+	if r.cq, err = d.NewCQ(rdma.CQConfig{Size: size, Spin: cfg.CQSpin, BusyPoll: cfg.CQBusyPoll}); err != nil {
 		return nil, err
 	}
+	r.slots = newSendCredits(size)
 	if r.mrs, err = rdma.NewMRCache(r.pd, rdma.MRCacheConfig{Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}

@@ -46,20 +46,20 @@ func openTest(t *testing.T, cfg Config) *Transport {
 // another queue pair of that NIC (closed with it at the end of the test).
 func loopPath(t *testing.T, tr *Transport) *Path {
 	t.Helper()
-	n := tr.nics[0]
-	a, err := n.newConn()
-	require.NoError(t, err)
-	b, err := n.newConn()
-	if err != nil {
-		a.close()
-		require.NoError(t, err)
-	}
-	t.Cleanup(func() {
-		a.close()
-		b.close()
-	})
+	p, q := bareConn(t, tr), bareConn(t, tr)
+	a, b := p.conns[0], q.conns[0]
 	require.NoError(t, a.qp.Connect(b.qp.Endpoint()))
 	require.NoError(t, b.qp.Connect(a.qp.Endpoint()))
+	return p
+}
+
+// bareConn is a Path with one queue pair on tr's first NIC, not connected
+// (closed at the end of the test).
+func bareConn(t *testing.T, tr *Transport) *Path {
+	t.Helper()
+	a, err := tr.nics[0].newConn()
+	require.NoError(t, err)
+	t.Cleanup(a.close)
 	return &Path{t: tr, c: newFakeCtrl(tr.env), env: tr.env, conns: []*conn{a}}
 }
 
@@ -74,14 +74,15 @@ func testMR(t *testing.T, tr *Transport, n int) ([]byte, *rdma.MR) {
 }
 
 // wrDone is the Completer of a test's work requests: it gives the send
-// credit back (as op.Complete does) and reports the result on ch.
+// credit and the CQ entry back (as op.Complete does) and reports the
+// result on ch.
 type wrDone struct {
 	cn *conn
 	ch chan error
 }
 
 func (d wrDone) Complete(c rdma.Completion) {
-	d.cn.credits.put(1)
+	d.cn.put(1)
 	d.ch <- c.Err
 }
 

@@ -48,7 +48,7 @@ func (o *op) setErr(err error) {
 
 // Complete runs on whichever goroutine polled the CQ.
 func (o *op) Complete(c rdma.Completion) {
-	o.cn.credits.put(1)
+	o.cn.put(1)
 	if c.Err != nil {
 		o.setErr(o.x.p.wrFailed(c.Op, c.Err))
 	}
@@ -190,7 +190,7 @@ func (p *Path) one(ctx context.Context, cn *conn, kind rdma.OpKind, seg rdma.Seg
 func (p *Path) postOne(ctx context.Context, cn *conn, kind rdma.OpKind, seg rdma.Seg, remote rdma.RemoteAddr) (func() error, error) {
 	ch := make(chan error, 1)
 	done := rdma.CompleterFunc(func(c rdma.Completion) {
-		cn.credits.put(1)
+		cn.put(1)
 		if c.Err != nil {
 			ch <- p.wrFailed(c.Op, c.Err)
 			return
