@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/rdma"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -38,7 +39,25 @@ func (r *nic) newConn() (*conn, error) {
 		}
 	}
 	r.qps.Add(1)
+	r.ownMu.Lock()
+	r.own[qp.QPN()] = qp
+	r.ownMu.Unlock()
 	return &conn{n: r, qp: qp, maxInline: cfg.MaxInline, credits: newSendCredits(maxSend)}, nil
+}
+
+// ownQP is the queue pair open on this NIC that ep names (an address of
+// its port, the QP number of one of its conns), or nil.
+func (r *nic) ownQP(ep rdma.Endpoint) *rdma.QP {
+	local := ep.GID.IsZero() && ep.LID != 0 && ep.LID == r.portInfo.LID
+	for _, g := range r.gids {
+		local = local || (!ep.GID.IsZero() && ep.GID == g)
+	}
+	if !local {
+		return nil
+	}
+	r.ownMu.Lock()
+	defer r.ownMu.Unlock()
+	return r.own[ep.QPN]
 }
 
 // put gives back the send credits and CQ entries of n work requests
@@ -53,6 +72,9 @@ func (c *conn) put(n int) {
 func (c *conn) close() {
 	c.once.Do(func() {
 		_ = c.qp.Close()
+		c.n.ownMu.Lock()
+		delete(c.n.own, c.qp.QPN())
+		c.n.ownMu.Unlock()
 		c.n.qps.Done()
 	})
 }
@@ -138,7 +160,14 @@ func (t *Transport) connect(ctx context.Context, wc *wire.Conn, dialer bool) (_ 
 		return nil, refuse(err)
 	}
 	for i, c := range conns {
-		if err := c.qp.Connect(fromWireEndpoint(&peer[i])); err != nil {
+		ep := fromWireEndpoint(&peer[i])
+		if err := t.checkPeer(c, ep); err != nil {
+			if !dialer {
+				_ = wc.Send(wire.NewError(0, wire.StatusRefused, err.Error()))
+			}
+			return nil, err
+		}
+		if err := c.qp.Connect(ep); err != nil {
 			return nil, refuse(err)
 		}
 	}
@@ -148,6 +177,40 @@ func (t *Transport) connect(ctx context.Context, wc *wire.Conn, dialer bool) (_ 
 		}
 	}
 	return conns, nil
+}
+
+// checkPeer refuses, with ErrPeer, a peer's endpoint (wire.RDMAConnect
+// checked its fields' ranges) that the queue pair of c cannot be
+// connected to: the special QP 1 (GSI); no GID on RoCE (where a LID
+// routes nothing); c's queue pair itself, or a queue pair of this side
+// connected to another: a peer could else aim this side's RDMA at its
+// own memory, needing no RDMA of its own. A queue pair of this side not
+// yet connected, or connected to c's, is the other end of an endpoint
+// this engine dialed to itself.
+func (t *Transport) checkPeer(c *conn, ep rdma.Endpoint) error {
+	bad := func(why string) error {
+		return gxerr.New(gxerr.Peer, fmt.Sprintf("RDMA: the peer's endpoint (QPN %#x, GID %v, LID %d) %s", ep.QPN, ep.GID, ep.LID, why), nil)
+	}
+	switch {
+	case ep.QPN == 1:
+		return bad("names QP 1 (GSI)")
+	case ep.GID.IsZero() && c.n.portInfo.LinkLayer == rdma.LinkLayerEthernet:
+		return bad("has no GID on RoCE")
+	}
+	me := c.qp.Endpoint()
+	for _, n := range t.nics {
+		q := n.ownQP(ep)
+		if q == nil {
+			continue
+		}
+		if q == c.qp {
+			return bad("names the queue pair being connected")
+		}
+		if r := q.Remote(); r.QPN != 0 && (r.QPN != me.QPN || r.GID != me.GID) {
+			return bad("names a queue pair of this side connected to another")
+		}
+	}
+	return nil
 }
 
 // recvConnects receives the peer's RDMAConnect messages: one per NIC,

@@ -113,8 +113,13 @@ type nic struct {
 	port     int
 	gidIndex int
 	gid      rdma.GID
+	gids     []rdma.GID // the port's GIDs (any of them reaches it)
 	portInfo rdma.PortInfo
 	qps      sync.WaitGroup
+	// own are the queue pairs open on the NIC (conns), by number: what
+	// a peer's endpoint may name of them is limited (checkPeer).
+	ownMu sync.Mutex
+	own   map[uint32]*rdma.QP
 	// slots are the CQ's entries, shared by every endpoint's queue pair:
 	// a post takes one for each work request besides its queue pair's
 	// send credit, waiting while the CQ is full (rdma.QP.Post would fail
@@ -258,7 +263,7 @@ func openNIC(name string, cfg Config) (_ *nic, err error) {
 			_ = d.Close()
 		}
 	}()
-	r := &nic{dev: d, gidIndex: cfg.GIDIndex}
+	r := &nic{dev: d, gidIndex: cfg.GIDIndex, own: map[uint32]*rdma.QP{}}
 	for p := 1; p <= d.Ports(); p++ {
 		if cfg.Port != 0 && p != cfg.Port {
 			continue
@@ -277,6 +282,12 @@ func openNIC(name string, cfg Config) (_ *nic, err error) {
 	}
 	if r.gid.IsZero() && r.portInfo.LinkLayer == rdma.LinkLayerEthernet {
 		return nil, fmt.Errorf("GID %d of port %d is empty", r.gidIndex, r.port)
+	}
+	r.gids = []rdma.GID{r.gid}
+	if gids, err := d.GIDs(r.port); err == nil {
+		for _, g := range gids {
+			r.gids = append(r.gids, g.GID)
+		}
 	}
 	if r.pd, err = d.AllocPD(); err != nil {
 		return nil, err
