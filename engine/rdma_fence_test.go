@@ -14,12 +14,7 @@ import (
 // next Send, or its message could reach the peer before their bytes.
 func TestRDMAFenceKeptAfterFailedSend(t *testing.T) {
 	needRDMA(t)
-	owner, req, ab, l := rdmaPair(t)
-	defer l.Close()
-	ba, err := l.Accept(context.Background())
-	require.NoError(t, err)
-	defer ba.Close()
-	defer ab.Close()
+	owner, req, ab, ba := rdmaAccepted(t)
 	ctx := context.Background()
 	src, err := req.Alloc(4096, Host)
 	require.NoError(t, err)

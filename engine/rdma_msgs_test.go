@@ -22,12 +22,7 @@ func wrsPosted(ep *Endpoint) uint64 {
 // after a Get, posts nothing; the message arrives after the bytes.
 func TestRDMAFence(t *testing.T) {
 	needRDMA(t)
-	owner, req, ab, l := rdmaPair(t)
-	defer l.Close()
-	ba, err := l.Accept(context.Background())
-	require.NoError(t, err)
-	defer ba.Close()
-	defer ab.Close()
+	owner, req, ab, ba := rdmaAccepted(t)
 	ctx := context.Background()
 	src, err := req.Alloc(4096, Host)
 	require.NoError(t, err)
@@ -63,12 +58,7 @@ func TestRDMAFence(t *testing.T) {
 // answer arrives. A delegated Put (the owner reads) needs none.
 func TestRDMADelegatedGetFenced(t *testing.T) {
 	needRDMA(t)
-	owner, req, ab, l := rdmaPair(t)
-	defer l.Close()
-	ba, err := l.Accept(context.Background())
-	require.NoError(t, err)
-	defer ba.Close()
-	defer ab.Close()
+	owner, req, ab, ba := rdmaAccepted(t)
 	ctx := context.Background()
 	dev, err := owner.Alloc(1<<20, Gaudi(0))
 	require.NoError(t, err)

@@ -61,6 +61,19 @@ func rdmaPair(t testing.TB) (owner, req *Engine, ep *Endpoint, l *Listener) {
 	return owner, req, ep, l
 }
 
+// rdmaAccepted is rdmaPair with the owner's side accepted: ab is req's
+// endpoint, ba owner's. The test's cleanup closes both and the listener.
+func rdmaAccepted(t *testing.T) (owner, req *Engine, ab, ba *Endpoint) {
+	t.Helper()
+	owner, req, ab, l := rdmaPair(t)
+	t.Cleanup(func() { _ = l.Close() })
+	ba, err := l.Accept(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ba.Close() })
+	t.Cleanup(func() { _ = ab.Close() })
+	return owner, req, ab, ba
+}
+
 // dialRDMA dials owner from req over RDMA.
 func dialRDMA(t testing.TB, owner, req *Engine) (*Endpoint, *Listener) {
 	t.Helper()
