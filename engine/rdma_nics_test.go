@@ -191,11 +191,17 @@ func TestRDMANICs(t *testing.T) {
 // moved data against is deregistered then, not held for ever.
 func TestRDMADelegateStuckOwner(t *testing.T) {
 	needRDMA(t)
-	release := make(chan struct{})
+	served, release := make(chan struct{}, 1), make(chan struct{})
 	ocfg := rdmaTestConfig()
 	ocfg.PeerTimeout = time.Second // heartbeats every 250 ms
 	owner := newEngine(t, ocfg)
-	owner.rdma.SetServeHook(func() { <-release })
+	owner.rdma.SetServeHook(func() {
+		select {
+		case served <- struct{}{}:
+		default:
+		}
+		<-release
+	})
 	defer close(release) // before the engines' Close (cleanups run after)
 	rcfg := rdmaTestConfig()
 	rcfg.PeerTimeout = time.Second
@@ -210,9 +216,16 @@ func TestRDMADelegateStuckOwner(t *testing.T) {
 	src, _ := req.Alloc(1<<20, Host)
 	mrs := req.rdma.Devices()[0].Counts().MRs
 	t0 := time.Now()
-	f := ep.Put(ctx, src.All(), dk, Timeout(50*time.Millisecond))
+	// The deadline leaves the region's registration and the request
+	// time to reach the owner (Soft-RoCE in a VM under load is slow).
+	f := ep.Put(ctx, src.All(), dk, Timeout(500*time.Millisecond))
 	<-f.Done()
 	require.ErrorIs(t, f.Err(), ErrTimeout)
+	select {
+	case <-served:
+	default:
+		t.Fatal("the request did not reach the owner before its deadline")
+	}
 	require.Equal(t, mrs+1, req.rdma.Devices()[0].Counts().MRs, "the region stays registered past the deadline")
 	require.NoError(t, ep.Err())
 	select {
@@ -225,5 +238,5 @@ func TestRDMADelegateStuckOwner(t *testing.T) {
 	require.Contains(t, ep.Err().Error(), "no answer to delegated RDMA request")
 	req.async.Wait() // the request's goroutine has ended
 	require.Equal(t, mrs, req.rdma.Devices()[0].Counts().MRs, "the region is deregistered")
-	t.Logf("endpoint failed %v after the Put (deadline 50ms, PeerTimeout 1s): %v", el.Round(time.Millisecond), ep.Err())
+	t.Logf("endpoint failed %v after the Put (deadline 500ms, PeerTimeout 1s): %v", el.Round(time.Millisecond), ep.Err())
 }
