@@ -199,7 +199,9 @@ func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *copier.Future
 // Batch collects copies to submit as one unit: host-to-host copies run in
 // Submit, device copies are coalesced into as few command submissions as
 // the limits allow. Copies in a batch are unordered with respect to each
-// other. A Batch may be reused after Submit (Reset is implied).
+// other. A Batch may be reused after Submit (Reset is implied). A Batch is
+// made by Engine.NewBatch: Submit refuses a declared Batch{} (or a nil
+// *Batch) with ErrInvalid.
 type Batch struct {
 	e   *Engine
 	ops []batchOp
@@ -211,18 +213,35 @@ type batchOp struct{ dst, src Slice }
 // NewBatch returns an empty batch.
 func (e *Engine) NewBatch() *Batch { return &Batch{e: e} }
 
-// Copy adds a copy and returns its index in the batch's per-op status.
+// Copy adds a copy and returns its index in the batch's per-op status
+// (-1 for a nil batch, which holds nothing).
 func (b *Batch) Copy(dst, src Slice) int {
+	if b == nil {
+		return -1
+	}
 	b.ops = append(b.ops, batchOp{dst: dst, src: src})
 	b.cps = append(b.cps, copier.Op{Idx: len(b.cps)})
 	return len(b.ops) - 1
 }
 
 // Len is the number of copies in the batch.
-func (b *Batch) Len() int { return len(b.ops) }
+func (b *Batch) Len() int {
+	if b == nil {
+		return 0
+	}
+	return len(b.ops)
+}
 
 // Reset empties the batch.
-func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0]; clear(b.cps); b.cps = b.cps[:0] }
+func (b *Batch) Reset() {
+	if b == nil {
+		return
+	}
+	clear(b.ops)
+	b.ops = b.ops[:0]
+	clear(b.cps)
+	b.cps = b.cps[:0]
+}
 
 // Submit validates every copy and submits them all, or none: if any copy is
 // invalid the future resolves at once with that error (Errs tells which)
@@ -231,8 +250,11 @@ func (b *Batch) Reset() { clear(b.ops); b.ops = b.ops[:0]; clear(b.cps); b.cps =
 // in a command submission are dropped, as Copy's are (ErrCanceled or
 // ErrTimeout in Errs); its host-to-host copies run in Submit.
 func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
-	e := b.e
 	defer b.Reset()
+	if b == nil || b.e == nil {
+		return resolved(newErr(ErrInvalid, "batch not made by Engine.NewBatch", nil))
+	}
+	e := b.e
 	if err := checkCtx(ctx); err != nil {
 		return resolved(err)
 	}
