@@ -48,6 +48,10 @@ func (l Location) String() string {
 
 const freedBit = copier.FreedBit
 
+// errNoEngine refuses a Buffer not made by an Engine (a declared
+// Buffer{}): it has no memory and no engine to ask about it.
+var errNoEngine = newErr(ErrInvalid, "buffer not made by Engine.Alloc or Register", nil)
+
 // Buffer is a range of memory the engine can move data to and from: host
 // memory it allocated (page aligned, outside the Go heap), caller memory it
 // registered, or Gaudi device memory. A Buffer is safe for concurrent use.
@@ -185,10 +189,14 @@ func (b *Buffer) release() {
 // whose local slice is in the buffer, and a DMABuf of it, hold it: the
 // memory is released when the last of them is closed (Binding.Close,
 // DMABuf.Release), and until then the binding's Put and Get still use
-// it. Idempotent. Free of a nil buffer is ErrInvalid.
+// it. Idempotent. Free of a nil buffer, or of one not made by an Engine
+// (a declared Buffer{}), is ErrInvalid.
 func (b *Buffer) Free() error {
 	if b == nil {
 		return newErr(ErrInvalid, "Free of a nil buffer", nil)
+	}
+	if b.eng == nil {
+		return errNoEngine
 	}
 	for {
 		s := b.state.Load()

@@ -27,6 +27,9 @@ func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
 	if b == nil {
 		return nil, newErr(ErrInvalid, "export of a nil buffer", nil)
 	}
+	if b.eng == nil {
+		return nil, errNoEngine
+	}
 	if !b.loc.gaudi {
 		return nil, newErr(ErrNotSupported, "only Gaudi memory is exported as a DMA-BUF (host memory is shared as a memfd)", nil)
 	}

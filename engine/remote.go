@@ -198,6 +198,9 @@ func (b *Buffer) Export() (RemoteKey, error) {
 	if b == nil {
 		return RemoteKey{}, newErr(ErrInvalid, "export of a nil buffer", nil)
 	}
+	if b.eng == nil {
+		return RemoteKey{}, errNoEngine
+	}
 	e := b.eng
 	// Inside the close gate: Close frees the buffer (telling the
 	// transports, which drop its registrations) without waiting for its
