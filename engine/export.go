@@ -52,21 +52,38 @@ func (b *Buffer) ExportDMABuf() (*DMABuf, error) {
 	return &DMABuf{b: b, x: x}, nil
 }
 
-// FD is the DMA-BUF file descriptor (owned by the engine).
-func (d *DMABuf) FD() *fd.FD { return d.x.FD }
+// FD is the DMA-BUF file descriptor (owned by the engine); nil for a
+// DMABuf not made by ExportDMABuf (a nil or declared one).
+func (d *DMABuf) FD() *fd.FD {
+	if d == nil {
+		return nil
+	}
+	return d.x.FD
+}
 
 // Offset is the byte offset of the buffer's first byte in the DMA-BUF:
 // the offset an importer passes (ibv_reg_dmabuf_mr's offset). On kernels
 // 6.3-6.6 the driver cannot export from an offset, so the DMA-BUF may
 // start before the buffer; always use Offset, never assume 0.
-func (d *DMABuf) Offset() uint64 { return d.x.Offset }
+func (d *DMABuf) Offset() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.x.Offset
+}
 
 // Size is the exported size (the allocation, rounded to the device page).
-func (d *DMABuf) Size() uint64 { return d.x.Size }
+func (d *DMABuf) Size() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.x.Size
+}
 
-// Release drops the reference. Idempotent.
+// Release drops the reference. Idempotent; it does nothing for a DMABuf
+// not made by ExportDMABuf (a nil or declared one).
 func (d *DMABuf) Release() {
-	if !d.released.CompareAndSwap(false, true) {
+	if d == nil || d.b == nil || !d.released.CompareAndSwap(false, true) {
 		return
 	}
 	d.x.Release()
