@@ -232,7 +232,7 @@ func (ep *Endpoint) start(ctx context.Context, put bool, local Slice, remote Rem
 		r.Deadline = ep.e.opConfig(opts).deadline
 	}
 	o := &epOp{ep: ep, n: uint64(local.n), start: opClock()}
-	o.f.Init(1)
+	o.init(1)
 	o.setSpin(ep.e.cfg.WaitSpin)
 	ep.path.Start(ctx, r, o)
 	return &o.Future

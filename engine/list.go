@@ -172,7 +172,7 @@ func newListOp(ep *Endpoint, reqs []datapath.Req, total uint64) *listOp {
 	o := &listOp{ep: ep, reqs: reqs, n: n, bytes: total, done: make([]atomic.Uint64, (n+63)/64), start: opClock()}
 	o.left.Store(int64(n))
 	o.holds.Store(2)
-	o.f.InitBatch(n)
+	o.initBatch(n)
 	return o
 }
 
