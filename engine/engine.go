@@ -293,7 +293,9 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 		}
 	} else {
 		shm, err := ipc.NewShared(size, fmt.Sprintf("gxfer-%d", b.id))
-		if errors.Is(err, unix.ENOMEM) {
+		// ipc refuses a size whose page rounding overflows (size > 0
+		// here) as invalid: the host cannot map it either.
+		if errors.Is(err, unix.ENOMEM) || errors.Is(err, ipc.ErrInvalid) {
 			return nil, newErr(ErrNoMemory, fmt.Sprintf("alloc %d host bytes", size), err)
 		}
 		if err != nil {
