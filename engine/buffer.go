@@ -129,9 +129,20 @@ func (b *Buffer) Addr() uint64 {
 }
 
 // Bytes returns host memory as a slice (nil for Gaudi memory, which the
-// CPU cannot access). The slice is valid until Free.
+// CPU cannot access). The slice is valid until Free; once the buffer is
+// freed (Free, Deregister, the engine's Close), Bytes is nil.
 func (b *Buffer) Bytes() []byte {
-	if b == nil || b.loc.gaudi {
+	if b == nil || b.state.Load()&freedBit != 0 {
+		return nil
+	}
+	return b.hostBytes()
+}
+
+// hostBytes is host memory as a slice (nil for Gaudi memory), also once
+// the buffer is freed: for the data paths, whose operations in flight
+// (and bindings) hold a freed buffer's memory until they end.
+func (b *Buffer) hostBytes() []byte {
+	if b.loc.gaudi {
 		return nil
 	}
 	if b.user != nil {

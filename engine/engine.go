@@ -397,7 +397,9 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 		if b.shm != nil {
 			errs = append(errs, b.shm.Close())
 		}
-		b.user = nil
+		// b.user is left as it is: Bytes may be reading it (it
+		// answers nil for a freed buffer), and b.ptr holds the
+		// memory as long as b anyway.
 	}
 	if b.onDestroy != nil {
 		errs = append(errs, b.onDestroy())

@@ -51,7 +51,7 @@ func (b *dpBuf) ID() uint64                { return b.id }
 func (b *dpBuf) Len() uint64               { return b.size }
 func (b *dpBuf) IsGaudi() bool             { return b.loc.gaudi }
 func (b *dpBuf) Addr() uint64              { return (*Buffer)(b).Addr() }
-func (b *dpBuf) HostBytes() []byte         { return (*Buffer)(b).Bytes() }
+func (b *dpBuf) HostBytes() []byte         { return (*Buffer)(b).hostBytes() }
 func (b *dpBuf) Acquire() error            { return (*Buffer)(b).acquire() }
 func (b *dpBuf) Release()                  { (*Buffer)(b).release() }
 func (b *dpBuf) Shared() *ipc.Shared       { return b.shm }
