@@ -68,7 +68,10 @@ type Buffer struct {
 	shm   *ipc.Shared    // engine-allocated host memory: a sealed memfd
 	// onDestroy releases what backs internal buffers (imported mappings).
 	onDestroy func() error
-	exported  atomic.Bool
+	// internal: the engine's own buffer (a data path's: imported
+	// mapping, bounce buffer), which Lookup does not hand out.
+	internal bool
+	exported atomic.Bool
 
 	// device memory
 	gd   *copier.Device

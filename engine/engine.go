@@ -147,7 +147,7 @@ func (e *Engine) openCopier() (err error) {
 		RegMaxRegions: c.RegCache.MaxRegions, RegMaxBytes: c.RegCache.MaxBytes, RegCacheOff: c.RegCache.Disabled,
 		Gate: &e.gate, Stats: &e.st,
 		AllocHost: func(n int) (*copier.Mem, error) {
-			b, err := e.Alloc(n, Host)
+			b, err := e.alloc(n, Host, true) // staging's bounce buffers
 			if err != nil {
 				return nil, err
 			}
@@ -267,7 +267,11 @@ func (e *Engine) device(l Location) (*copier.Device, error) {
 // Go heap (Host), or device memory (Gaudi(i)). Without room it fails with
 // ErrNoMemory; a device that refuses otherwise gives ErrDevice (or
 // ErrDeviceLost after a reset).
-func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
+func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) { return e.alloc(size, loc, false) }
+
+// alloc is Alloc; internal marks a buffer of the engine's own (bounce
+// buffers of the data paths and of staging), which Lookup does not find.
+func (e *Engine) alloc(size int, loc Location, internal bool) (*Buffer, error) {
 	if !e.admitAlloc() {
 		return nil, ErrClosed
 	}
@@ -275,7 +279,7 @@ func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
 	if size <= 0 {
 		return nil, newErr(ErrInvalid, fmt.Sprintf("size %d", size), nil)
 	}
-	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: loc, size: uint64(size)}
+	b := &Buffer{eng: e, id: e.nextID.Add(1), loc: loc, size: uint64(size), internal: internal}
 	if loc.gaudi {
 		g, err := e.device(loc)
 		if err != nil {
@@ -356,14 +360,17 @@ func (e *Engine) track(b *Buffer) {
 }
 
 // Lookup finds the host buffer holding [addr, addr+n) (the memory-type
-// cache), and returns it as a Slice.
+// cache), and returns it as a Slice. Only buffers made by Alloc and
+// Register are found, not the engine's own (a peer's memory it mapped,
+// bounce buffers).
 func (e *Engine) Lookup(addr uint64, n int) (Slice, error) {
 	ent, ok := e.cp.Types.Lookup(addr, uint64(n))
-	if !ok {
-		return Slice{}, newErr(ErrInvalid, fmt.Sprintf("no buffer holds host range %#x+%d", addr, n), nil)
+	if ok {
+		if b := ent.Owner.(*copier.Mem).Owner.(*Buffer); !b.internal {
+			return b.Slice(int(addr-b.Addr()), n), nil
+		}
 	}
-	b := ent.Owner.(*copier.Mem).Owner.(*Buffer)
-	return b.Slice(int(addr-b.Addr()), n), nil
+	return Slice{}, newErr(ErrInvalid, fmt.Sprintf("no buffer holds host range %#x+%d", addr, n), nil)
 }
 
 // LookupDevice finds the device buffer of Gaudi(dev) holding [addr, addr+n).

@@ -119,7 +119,7 @@ func (e *env) Copy(ctx context.Context, dst, src datapath.Mem, deadline time.Tim
 }
 
 func (e *env) AllocHost(n uint64) (datapath.Buf, error) {
-	b, err := e.eng().Alloc(int(n), Host)
+	b, err := e.eng().alloc(int(n), Host, true)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func (e *env) AllocHost(n uint64) (datapath.Buf, error) {
 func (e *env) FreeHost(b datapath.Buf) error { return fromBuf(b).Free() }
 
 func (e *env) WrapHost(mem []byte, onDestroy func() error) (datapath.Buf, error) {
-	b := &Buffer{eng: e.eng(), id: e.nextID.Add(1), loc: Host, size: uint64(len(mem)), user: mem, ptr: unsafe.Pointer(&mem[0]), onDestroy: onDestroy}
+	b := &Buffer{eng: e.eng(), id: e.nextID.Add(1), loc: Host, size: uint64(len(mem)), user: mem, ptr: unsafe.Pointer(&mem[0]), onDestroy: onDestroy, internal: true}
 	b.initMem()
 	if err := e.cp.AddHost(&b.m); err != nil {
 		return nil, err
