@@ -101,7 +101,12 @@ func (c *hctx) memAlloc(a *hlsys.MemArgs) error {
 		setOut(a, 0)
 		return nil
 	}
-	if psize == 0 {
+	// set_alloc_page_size (memory.c) honours a user page size only when
+	// the ASIC sets supports_user_set_page_size; Gaudi2 does not
+	// (gaudi2_set_fixed_properties, gaudi2_set_dram_properties), so its
+	// ALLOC takes the default page whatever page_size holds; Gaudi3
+	// sets it (gaudi3_set_fixed_properties, as docs/gaudi3.md read it).
+	if psize == 0 || !c.d.amap.gaudi3 {
 		psize = c.d.amap.dramPage
 	} else if psize&(psize-1) != 0 {
 		c.log.Debug().Uint64("page_size", psize).Msg("ALLOC: user page size is not a power of 2")

@@ -22,12 +22,6 @@ func TestMemoryGaudi2(t *testing.T) {
 	isErrno(t, err, unix.EINVAL)
 	_, err = hlsys.MemAlloc(b, 65<<20, 0, 0)
 	isErrno(t, err, unix.ENOMEM)
-	_, err = hlsys.MemAlloc(b, 4096, 3<<12, 0) // page size not a power of 2
-	isErrno(t, err, unix.EINVAL)
-	hs, err := hlsys.MemAlloc(b, 4096, 2048, 0) // any power of 2 (set_alloc_page_size)
-	require.NoError(t, err)
-	require.NoError(t, hlsys.MemFree(b, hs))
-
 	h1, err := hlsys.MemAlloc(b, 1, 0, hlsys.MemContiguous)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, h1, uint64(1))
@@ -38,14 +32,7 @@ func TestMemoryGaudi2(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3*page, u.CtxDramMem, "sizes round up to the page")
 
-	// A user page size (power of 2) is honoured.
-	h3, err := hlsys.MemAlloc(b, 5000, 4096, 0)
-	require.NoError(t, err)
-	u, err = hlsys.GetDramUsage(b)
-	require.NoError(t, err)
-	require.Equal(t, 3*page+8192, u.CtxDramMem)
-	require.NoError(t, hlsys.MemFree(b, h3))
-
+	// A user page size is ignored (TestRulesGaudi2AllocPageSize).
 	// The rest of the DRAM is allocatable, one byte more is not.
 	rest := 64<<20 - 3*page
 	h4, err := hlsys.MemAlloc(b, rest, 0, 0)

@@ -1,0 +1,42 @@
+package hlsim
+
+import (
+	"encoding/binary"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// The tests of this file pin driver rules a third reading of the driver
+// source (2026-11-29) found the emulator getting wrong; each names its
+// RULES.md row.
+
+// TestRulesGaudi2AllocPageSize (M4): Gaudi2 does not set
+// supports_user_set_page_size (gaudi2_set_fixed_properties,
+// gaudi2_set_dram_properties), so set_alloc_page_size ignores the user's
+// page size: any value, a non power of 2 included, allocates default
+// pages. Nor does it set dmmu.supported_pages_mask, so
+// DEV_MEM_ALLOC_PAGE_SIZES answers an empty mask.
+func TestRulesGaudi2AllocPageSize(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi2, DRAMSize: 64 << 20})
+	page := r.info.DramPageSize
+	for _, psize := range []uint64{3 << 12, 4096, 2048, 1 << 30} {
+		h, err := hlsys.MemAlloc(r.b, 5000, psize, 0)
+		require.NoError(t, err, "page size %#x", psize)
+		u, err := hlsys.GetDramUsage(r.b)
+		require.NoError(t, err)
+		require.Equal(t, page, u.CtxDramMem, "page size %#x: one default page", psize)
+		require.NoError(t, hlsys.MemFree(r.b, h))
+	}
+
+	out := make([]byte, 8)
+	for i := range out {
+		out[i] = 0xFF
+	}
+	a := &hlsys.InfoArgs{ReturnPointer: uint64(uintptr(unsafe.Pointer(&out[0]))), ReturnSize: 8, Op: infoDevMemAllocPageSizes}
+	require.NoError(t, hlsys.Info(r.b, a))
+	require.Zero(t, binary.LittleEndian.Uint64(out), "page_order_bitmask")
+}
