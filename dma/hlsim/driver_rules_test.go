@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
@@ -39,4 +40,25 @@ func TestRulesGaudi2AllocPageSize(t *testing.T) {
 	a := &hlsys.InfoArgs{ReturnPointer: uint64(uintptr(unsafe.Pointer(&out[0]))), ReturnSize: 8, Op: infoDevMemAllocPageSizes}
 	require.NoError(t, hlsys.Info(r.b, a))
 	require.Zero(t, binary.LittleEndian.Uint64(out), "page_order_bitmask")
+}
+
+// TestRulesForceHintZero (M13, formerly X6): get_va_block fails a
+// FORCE_HINT map whose block does not start at the hint, and with hint 0
+// no block does ("Hint address 0x0 could not be respected"): MAP, of
+// device memory and of host memory alike, is ENOMEM.
+func TestRulesForceHintZero(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi2, DRAMSize: 64 << 20})
+	h, err := hlsys.MemAlloc(r.b, 4096, 0, 0)
+	require.NoError(t, err)
+	_, err = hlsys.MemMapDevice(r.b, h, 0, hlsys.MemForceHint)
+	isErrno(t, err, unix.ENOMEM)
+	buf := hostMem(t, 8192)
+	_, err = hlsys.MemMapHost(r.b, unsafe.Pointer(&buf[0]), 8192, 0, hlsys.MemForceHint)
+	isErrno(t, err, unix.ENOMEM)
+
+	// Nothing was mapped: the handle frees, and plain maps still work.
+	require.NoError(t, hlsys.MemFree(r.b, h))
+	va, err := hlsys.MemMapHost(r.b, unsafe.Pointer(&buf[0]), 8192, 0, 0)
+	require.NoError(t, err)
+	require.NoError(t, hlsys.MemUnmap(r.b, va))
 }

@@ -164,10 +164,15 @@ func (s *vaSpace) isFree(a, n uint64) bool {
 // otherwise, or without a hint, the emulator picks next-fit from its
 // cursor (the driver picks the smallest fitting block: VA placement is
 // not modeled). With force, a hint that cannot be honoured fails (ENOMEM,
-// as the driver's "no available va block").
+// as the driver's "no available va block"), and so does hint 0: get_va_block
+// fails a forced hint whenever the block it found does not start at the
+// hint, which for hint 0 is always.
 func (s *vaSpace) alloc(n, hint, align uint64, force bool) (uint64, error) {
 	if align < s.align {
 		align = s.align
+	}
+	if force && hint == 0 {
+		return 0, unix.ENOMEM
 	}
 	if hint != 0 {
 		if (hint-s.start)%align == 0 && s.isFree(hint, n+1) {
