@@ -62,3 +62,28 @@ func TestRulesForceHintZero(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, hlsys.MemUnmap(r.b, va))
 }
+
+// TestRulesGetEventsSize (D10): events_info wants room for the whole u64
+// mask (return_size >= 8) and a pointer, else EINVAL, and only a read
+// that is answered clears the mask.
+func TestRulesGetEventsSize(t *testing.T) {
+	r := newRig(t, Config{})
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	require.NoError(t, err)
+	defer unix.Close(efd)
+	require.NoError(t, hlsys.RegisterEventFD(r.b, efd))
+	r.d.Reset()
+
+	out := outBuf(t, 8)
+	for _, size := range []uint32{1, 4, 7} {
+		a := &hlsys.InfoArgs{ReturnPointer: addrOf(out), ReturnSize: size, Op: hlsys.InfoGetEvents}
+		isErrno(t, hlsys.Info(r.b, a), unix.EINVAL)
+	}
+	a := &hlsys.InfoArgs{ReturnSize: 8, Op: hlsys.InfoGetEvents}
+	isErrno(t, hlsys.Info(r.b, a), unix.EINVAL)
+	require.Zero(t, binary.LittleEndian.Uint64(out), "nothing written")
+
+	ev, err := hlsys.GetEvents(r.b)
+	require.NoError(t, err)
+	require.Equal(t, uint64(hlsys.NotifierDeviceReset), ev, "the refused reads did not clear the mask")
+}

@@ -119,14 +119,16 @@ func (c *hctx) info(a *hlsys.InfoArgs) error {
 		c.eventfd = -1
 		return nil
 	case hlsys.InfoGetEvents:
-		if a.ReturnPointer == 0 || a.ReturnSize == 0 {
+		// events_info (habanalabs_ioctl.c): return_size < sizeof(u64) or
+		// no pointer is EINVAL; the whole mask is copied.
+		if a.ReturnPointer == 0 || a.ReturnSize < 8 {
 			return unix.EINVAL
 		}
 		c.evMu.Lock()
 		defer c.evMu.Unlock()
 		var b [8]byte
 		binary.LittleEndian.PutUint64(b[:], c.events)
-		if err := writeHost(a.ReturnPointer, b[:min(int(a.ReturnSize), len(b))]); err != nil {
+		if err := writeHost(a.ReturnPointer, b[:]); err != nil {
 			return unix.EFAULT
 		}
 		c.events = 0
