@@ -53,7 +53,13 @@ func (c *hctx) cbIoctl(a *hlsys.CBArgs) error {
 	}
 	switch a.Op {
 	case hlsys.CBOpCreate:
-		return c.cbCreate(a)
+		// hl_cb_ioctl clears the args and writes cb_handle (0 on a
+		// failure) whether CREATE succeeded or not.
+		err := c.cbCreate(a)
+		if err != nil {
+			*a = hlsys.CBArgs{}
+		}
+		return err
 	case hlsys.CBOpDestroy:
 		cb := c.lookupCB(a.Handle)
 		if cb == nil {

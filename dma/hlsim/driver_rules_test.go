@@ -87,3 +87,50 @@ func TestRulesGetEventsSize(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(hlsys.NotifierDeviceReset), ev, "the refused reads did not clear the mask")
 }
+
+// TestRulesFailedCallsClearArgs (D11, formerly X7): hl_mem_ioctl clears
+// the args of ALLOC, MAP and EXPORT_DMABUF_FD and writes their output
+// (handle 0, VA 0, fd -EBADF) whether the call succeeded or not; only
+// ALLOC of 0 bytes fails before the clear. hl_cb_ioctl does the same for
+// CB CREATE (handle 0).
+func TestRulesFailedCallsClearArgs(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi2, DRAMSize: 64 << 20})
+	ebadf := -int32(unix.EBADF)
+	badFD := uint64(uint32(ebadf)) // out.fd, an s32
+	for _, tc := range []struct {
+		name  string
+		in    hlsys.MemArgs
+		errno unix.Errno
+		out   hlsys.MemArgs
+	}{
+		{"ALLOC 0 bytes: args kept", hlsys.MemArgs{U: [3]uint64{0, 7, 9}, Op: hlsys.MemOpAlloc, Flags: hlsys.MemContiguous},
+			unix.EINVAL, hlsys.MemArgs{U: [3]uint64{0, 7, 9}, Op: hlsys.MemOpAlloc, Flags: hlsys.MemContiguous}},
+		{"ALLOC beyond the DRAM", hlsys.MemArgs{U: [3]uint64{1 << 40, 0, 9}, Op: hlsys.MemOpAlloc},
+			unix.ENOMEM, hlsys.MemArgs{}},
+		{"MAP of no handle", hlsys.MemArgs{U: [3]uint64{0, 999, 9}, Op: hlsys.MemOpMap, Flags: 0},
+			unix.EINVAL, hlsys.MemArgs{}},
+		{"MAP USERPTR of 0 bytes", hlsys.MemArgs{U: [3]uint64{4096, 0, 0}, Op: hlsys.MemOpMap, Flags: hlsys.MemUserPtr},
+			unix.EINVAL, hlsys.MemArgs{}},
+		{"EXPORT of no mapping", hlsys.MemArgs{U: [3]uint64{0x1234000, 4096, 0}, Op: hlsys.MemOpExportDMABuf, Flags: hlsys.DMABufFlags},
+			unix.EINVAL, hlsys.MemArgs{U: [3]uint64{badFD}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := tc.in
+			isErrno(t, hlsys.Memory(r.b, &a), tc.errno)
+			require.Equal(t, tc.out, a)
+		})
+	}
+	t.Run("MAP_BLOCK of no block (Gaudi3)", func(t *testing.T) {
+		// map_block zeroes block_handle and block_size first; the rest
+		// of the union is not cleared.
+		r3 := newRig(t, Config{Model: ModelGaudi3})
+		a := hlsys.MemArgs{U: [3]uint64{0x1234, 0xAAAA_BBBB_CCCC_DDDD, 9}, Op: hlsys.MemOpMapBlock}
+		isErrno(t, hlsys.Memory(r3.b, &a), unix.EINVAL)
+		require.Equal(t, hlsys.MemArgs{U: [3]uint64{0, 0xAAAA_BBBB_0000_0000, 9}, Op: hlsys.MemOpMapBlock}, a)
+	})
+	t.Run("CB CREATE above HL_MAX_CB_SIZE", func(t *testing.T) {
+		a := hlsys.CBArgs{Handle: 5, Op: hlsys.CBOpCreate, CBSize: hlsys.MaxCBSize + 1, Flags: hlsys.CBFlagsMap}
+		isErrno(t, hlsys.CommandBuffer(r.b, &a), unix.EINVAL)
+		require.Equal(t, hlsys.CBArgs{}, a)
+	})
+}

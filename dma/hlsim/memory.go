@@ -61,23 +61,46 @@ func (c *hctx) memIoctl(a *hlsys.MemArgs) error {
 		}
 		return unix.ENODEV
 	}
+	// hl_mem_ioctl clears the args of ALLOC (past its size-0 check), MAP
+	// and EXPORT_DMABUF_FD and writes their output whether the call
+	// succeeded or not: handle 0, VA 0 ("Assume failure" in
+	// map_device_va), fd -EBADF.
+	var err error
 	switch a.Op {
 	case hlsys.MemOpAlloc:
-		return c.memAlloc(a)
+		if a.U[0] == 0 {
+			c.log.Debug().Msg("ALLOC: size 0")
+			return unix.EINVAL // "alloc size must be larger than 0", args kept
+		}
+		if err = c.memAlloc(a); err != nil {
+			setOut(a, 0)
+		}
 	case hlsys.MemOpFree:
 		return c.memFree(a)
 	case hlsys.MemOpMap:
 		if a.Flags&hlsys.MemUserPtr != 0 {
-			return c.mapHost(a)
+			err = c.mapHost(a)
+		} else {
+			err = c.mapDevice(a)
 		}
-		return c.mapDevice(a)
+		if err != nil {
+			setOut(a, 0)
+		}
 	case hlsys.MemOpUnmap:
 		return c.unmap(a)
 	case hlsys.MemOpMapBlock:
-		return c.mapBlock(a)
+		// map_block zeroes out.block_handle and out.block_size (the u32
+		// after it) first; the rest of the union stays.
+		if err = c.mapBlock(a); err != nil {
+			a.U[0], a.U[1] = 0, a.U[1]&^0xFFFF_FFFF
+		}
 	default:
-		return c.export(a)
+		if err = c.export(a); err != nil {
+			ebadf := -int32(unix.EBADF)
+			setOut(a, uint64(uint32(ebadf)))
+		}
 	}
+	return err
 }
 
 // setOut clears the union and stores the 64-bit output, as the driver
@@ -89,10 +112,6 @@ func setOut(a *hlsys.MemArgs, v uint64) {
 
 func (c *hctx) memAlloc(a *hlsys.MemArgs) error {
 	size, psize := a.U[0], a.U[1]
-	if size == 0 {
-		c.log.Debug().Msg("ALLOC: size 0")
-		return unix.EINVAL
-	}
 	dramSize := c.d.amap.dramSize
 	if !c.d.amap.gaudi2 {
 		// No MMU in front of DRAM: the driver only adds the size to its
