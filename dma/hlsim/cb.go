@@ -62,17 +62,19 @@ func (c *hctx) cbIoctl(a *hlsys.CBArgs) error {
 		return err
 	case hlsys.CBOpDestroy:
 		cb := c.lookupCB(a.Handle)
-		if cb == nil {
+		if cb == nil || cb.destroyed { // hl_cb_destroy: is_handle_destroyed
 			return unix.EINVAL
 		}
-		delete(c.cbs, cb.id)
 		cb.destroyed = true
-		if cb.vaMap != nil {
-			c.pmmu.remove(cb.vaMap)
-			cb.vaMap = nil
-		}
+		// DESTROY drops the handle's reference only
+		// (hl_mmap_mem_buf_put_handle); a user mmap holds another
+		// (hl_mem_mgr_mmap), and while it lives the handle resolves and
+		// the CB keeps its memory and device VA. The last put frees them
+		// (hl_cb_mmap_mem_release, cb_unmap_mem): here or at Munmap.
+		// The reference a Gaudi1 job holds on its kernel CB is not
+		// modeled (RULES.md B9).
 		if !cb.userMapped {
-			cb.release()
+			c.freeCB(cb)
 		}
 		return nil
 	default: // INFO
@@ -179,7 +181,20 @@ func (c *hctx) Munmap(b []byte) error {
 	delete(c.cbMmaps, &b[0])
 	cb.userMapped = false
 	if cb.destroyed {
-		cb.release()
+		c.freeCB(cb)
 	}
 	return nil
+}
+
+// freeCB drops a destroyed CB's handle, device VA mapping and memory, as
+// the driver's last reference put does (memMu held).
+func (c *hctx) freeCB(cb *cbuf) {
+	if c.cbs[cb.id] == cb {
+		delete(c.cbs, cb.id)
+	}
+	if cb.vaMap != nil {
+		c.pmmu.remove(cb.vaMap)
+		cb.vaMap = nil
+	}
+	cb.release()
 }

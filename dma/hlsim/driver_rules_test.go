@@ -134,3 +134,48 @@ func TestRulesFailedCallsClearArgs(t *testing.T) {
 		require.Equal(t, hlsys.CBArgs{}, a)
 	})
 }
+
+// TestRulesCBDestroyWhileMapped (B9, formerly X8): the user's mmap holds
+// a reference on the CB (hl_mem_mgr_mmap), so DESTROY of a mapped CB only
+// drops the handle's reference (hl_mmap_mem_buf_put_handle): the handle
+// still resolves (INFO answers, a second DESTROY is EINVAL through
+// is_handle_destroyed), and the CB memory and its CB_FLAGS_MAP device VA
+// live on until munmap releases the last reference
+// (hl_cb_mmap_mem_release, cb_unmap_mem).
+func TestRulesCBDestroyWhileMapped(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi2})
+	h, err := hlsys.CBCreate(r.b, 4096, hlsys.CBFlagsMap)
+	require.NoError(t, err)
+	va, err := hlsys.CBDeviceVA(r.b, h)
+	require.NoError(t, err)
+	cbm, err := r.b.Mmap(int64(h), 4096)
+	require.NoError(t, err)
+	src, sva := r.host(4096)
+	dst, dva := r.host(4096)
+	copy(src, pattern(4096, 5))
+	copy(cbm, linDMA(false, dva, sva, 4096))
+	chunk := hlsys.CSChunk{CBHandle: va, CBSize: 24, Flags: hlsys.CSChunkFlagsUserAllocCB}
+
+	require.NoError(t, hlsys.CBDestroy(r.b, h))
+	isErrno(t, hlsys.CBDestroy(r.b, h), unix.EINVAL)
+	got, err := hlsys.CBDeviceVA(r.b, h)
+	require.NoError(t, err, "the mmap keeps the handle")
+	require.Equal(t, va, got)
+
+	seq, err := r.submit(0, 0, chunk)
+	require.NoError(t, err)
+	out, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status, "the device VA outlives DESTROY")
+	require.Equal(t, pattern(4096, 5), dst)
+
+	// The munmap drops the last reference: handle and VA are gone.
+	require.NoError(t, r.b.Munmap(cbm))
+	_, err = hlsys.CBDeviceVA(r.b, h)
+	isErrno(t, err, unix.EINVAL)
+	seq, err = r.submit(0, 0, chunk)
+	require.NoError(t, err)
+	out, err = hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+	isErrno(t, err, unix.EIO)
+	require.Equal(t, uint32(hlsys.WaitCSStatusAborted), out.Status)
+}
