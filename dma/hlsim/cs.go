@@ -16,7 +16,7 @@ import (
 // a submission mode).
 const (
 	csFlagsCollectiveWait   = 0x8
-	csFlagsStaged           = 0x40 | 0x80 | 0x100
+	csFlagsStaged           = 0x40 // HL_CS_FLAGS_STAGED_SUBMISSION; FIRST (0x80) and LAST (0x100) mean nothing without it
 	csFlagsEncapSignals     = 0x800
 	csFlagsReserveSignals   = 0x1000
 	csFlagsUnreserveSignals = 0x2000
@@ -153,6 +153,11 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 		return fail(unix.EINVAL)
 	case !c.d.operational():
 		return fail(unix.EBUSY)
+	case flags&csFlagsStaged != 0 && c.d.amap.gaudi2 && !c.d.amap.gaudi3:
+		// hl_cs_sanity_checks: gaudi2_sw_init does not set
+		// supports_staged_submission ("staged submission not supported").
+		c.log.Debug().Msg("CS: staged submission not supported")
+		return fail(unix.EPERM)
 	case popcount(flags&csTypeFlags) > 1:
 		c.log.Debug().Uint32("flags", flags).Msg("CS: type flags are mutually exclusive")
 		return fail(unix.EINVAL)

@@ -37,7 +37,7 @@ func TestCSValidationGaudi2(t *testing.T) {
 		{"513 chunks", make([]hlsys.CSChunk, 513), 0, unix.EINVAL, false},
 		{"signal CS", []hlsys.CSChunk{good}, hlsys.CSFlagsSignal, unix.EOPNOTSUPP, false},
 		{"signal|wait", []hlsys.CSChunk{good}, hlsys.CSFlagsSignal | hlsys.CSFlagsWait, unix.EINVAL, false},
-		{"staged", []hlsys.CSChunk{good}, 0x40, unix.EOPNOTSUPP, false},
+		{"staged", []hlsys.CSChunk{good}, 0x40, unix.EPERM, false},
 		{"queue 261 (>= max_queues)", with(func(c *hlsys.CSChunk) { c.QueueIndex = 261 }), 0, unix.EINVAL, true},
 		{"queue 260 (CPU_PQ)", with(func(c *hlsys.CSChunk) { c.QueueIndex = hlsys.Gaudi2QueueCPUPQ }), 0, unix.EINVAL, true},
 		{"no USER_ALLOC_CB", with(func(c *hlsys.CSChunk) { c.Flags = 0 }), 0, unix.EINVAL, true},

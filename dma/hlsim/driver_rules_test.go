@@ -179,3 +179,36 @@ func TestRulesCBDestroyWhileMapped(t *testing.T) {
 	isErrno(t, err, unix.EIO)
 	require.Equal(t, uint32(hlsys.WaitCSStatusAborted), out.Status)
 }
+
+// TestRulesStagedSubmission (C27, formerly X5): gaudi2_sw_init does not
+// set supports_staged_submission, so hl_cs_sanity_checks refuses
+// HL_CS_FLAGS_STAGED_SUBMISSION with EPERM, after the operational check
+// and before the type flags, without a sequence number. The FIRST and
+// LAST bits mean nothing without it (cs_staged_submission): such a CS
+// runs as a plain one, on every model.
+func TestRulesStagedSubmission(t *testing.T) {
+	for _, m := range []Model{ModelGaudi1, ModelGaudi2} {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m})
+			if m == ModelGaudi2 {
+				ch := r.chunk(0, nop())
+				arr := outBuf(t, int(unsafe.Sizeof(ch)))
+				copy(arr, unsafe.Slice((*byte)(unsafe.Pointer(&ch)), len(arr)))
+				for _, flags := range []uint32{0x40, 0x40 | 0x80, 0x40 | hlsys.CSFlagsSignal | hlsys.CSFlagsWait} {
+					a := hlsys.CSArgs{In: hlsys.CSIn{ChunksExecute: addrOf(arr), NumChunksExecute: 1, CSFlags: flags}}
+					isErrno(t, hlsys.CommandSubmission(r.b, &a), unix.EPERM)
+					eperm := -int32(unix.EPERM)
+					require.Equal(t, hlsys.CSOut{Seq: ^uint64(0), Status: uint32(eperm)}, *a.Out(), "flags %#x", flags)
+				}
+			}
+			for i, flags := range []uint32{0x80, 0x100} {
+				seq, err := r.submit(flags, 0, r.chunk(0, nop()))
+				require.NoError(t, err, "flags %#x", flags)
+				require.Equal(t, uint64(i+1), seq, "no sequence number used before")
+				w, err := hlsys.WaitForCS(r.b, seq, uint64(safety.Microseconds()))
+				require.NoError(t, err)
+				require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), w.Status)
+			}
+		})
+	}
+}
