@@ -167,7 +167,12 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 	case in.NumChunksExecute == 0:
 		c.log.Debug().Msg("CS: execute CS with 0 chunks")
 		return fail(unix.EINVAL)
-	case in.NumChunksRestore != 0:
+	case in.NumChunksRestore != 0 && (flags&hlsys.CSFlagsForceRestore != 0 || c.d.amap.gaudi3):
+		// hl_cs_ctx_switch runs the restore chunks only with FORCE_RESTORE
+		// or a context-switch token; gaudi_sw_init and gaudi2_sw_init do
+		// not set supports_ctx_switch, so on Gaudi1/2 restore chunks
+		// without FORCE_RESTORE are never read. Gaudi3's sw_init was not
+		// read. The restore phase is not emulated.
 		c.log.Debug().Msg("CS: restore chunks (context switch) are not emulated")
 		return fail(unix.EOPNOTSUPP)
 	case in.NumChunksExecute > hlsys.MaxJobsPerCS:

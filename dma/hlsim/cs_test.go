@@ -68,8 +68,8 @@ func TestCSValidationGaudi2(t *testing.T) {
 			consumed++
 		}
 	}
-	t.Run("restore chunks", func(t *testing.T) {
-		_, err := hlsys.SubmitCS(r.b, []hlsys.CSChunk{good}, []hlsys.CSChunk{good}, 0, 0)
+	t.Run("restore chunks with FORCE_RESTORE", func(t *testing.T) {
+		_, err := hlsys.SubmitCS(r.b, []hlsys.CSChunk{good}, []hlsys.CSChunk{good}, hlsys.CSFlagsForceRestore, 0)
 		isErrno(t, err, unix.EOPNOTSUPP)
 	})
 	t.Run("bad chunk pointer", func(t *testing.T) {

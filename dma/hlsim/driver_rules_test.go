@@ -212,3 +212,34 @@ func TestRulesStagedSubmission(t *testing.T) {
 		})
 	}
 }
+
+// TestRulesRestoreChunksIgnored (C26): neither gaudi_sw_init nor
+// gaudi2_sw_init sets supports_ctx_switch, so hl_cs_ctx_switch runs the
+// restore phase only with HL_CS_FLAGS_FORCE_RESTORE; without it the
+// restore chunks are never read and the execute chunks run as usual. The
+// restore phase itself is not emulated (EOPNOTSUPP).
+func TestRulesRestoreChunksIgnored(t *testing.T) {
+	for _, m := range []Model{ModelGaudi1, ModelGaudi2} {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m})
+			src, sva := r.host(4096)
+			dst, dva := r.host(4096)
+			copy(src, pattern(4096, 7))
+			ch := r.chunk(0, linDMA(m == ModelGaudi1, dva, sva, 4096))
+			arr := outBuf(t, int(unsafe.Sizeof(ch)))
+			copy(arr, unsafe.Slice((*byte)(unsafe.Pointer(&ch)), len(arr)))
+
+			// An unreadable restore array: the driver does not look at it.
+			a := hlsys.CSArgs{In: hlsys.CSIn{ChunksRestore: 0x10, NumChunksRestore: 3, ChunksExecute: addrOf(arr), NumChunksExecute: 1}}
+			require.NoError(t, hlsys.CommandSubmission(r.b, &a))
+			require.Equal(t, uint64(1), a.Out().Seq)
+			w, err := hlsys.WaitForCS(r.b, 1, uint64(safety.Microseconds()))
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), w.Status)
+			require.Equal(t, pattern(4096, 7), dst)
+
+			a = hlsys.CSArgs{In: hlsys.CSIn{ChunksRestore: addrOf(arr), NumChunksRestore: 1, ChunksExecute: addrOf(arr), NumChunksExecute: 1, CSFlags: hlsys.CSFlagsForceRestore}}
+			isErrno(t, hlsys.CommandSubmission(r.b, &a), unix.EOPNOTSUPP)
+		})
+	}
+}
