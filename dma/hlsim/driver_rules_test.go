@@ -3,6 +3,7 @@ package hlsim
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -242,4 +243,77 @@ func TestRulesRestoreChunksIgnored(t *testing.T) {
 			isErrno(t, hlsys.CommandSubmission(r.b, &a), unix.EOPNOTSUPP)
 		})
 	}
+}
+
+// TestRulesGaudi3InterruptWaitOutput (W17): what hl_interrupt_wait_ioctl
+// writes back. A wait that fails (the KERNEL_CQ form aborted by a reset:
+// -EIO) returns before the args are cleared, so they hold the caller's
+// input. Otherwise they are cleared and hold the status, with
+// TIMESTAMP_VLD and the time when _hl_interrupt_wait_ioctl took one: on a
+// completion, and on the immediate BUSY of timeout 0; not when the wait
+// timed out. The user-address form reports a reset as ABORTED with rc 0,
+// and takes a time only on a completion.
+func TestRulesGaudi3InterruptWaitOutput(t *testing.T) {
+	r := newG3Rig(t, Config{}, 0)
+	id := uint32(g3FirstUserInterrupt)
+	kcq := func(target, us uint64) (hlsys.WaitCSArgs, error) {
+		a := hlsys.WaitCSArgs{In: hlsys.WaitCSIn{
+			Seq: r.cqH, TimeoutUs: target, InterruptTimeoutUs: us,
+			Flags: hlsys.WaitCSFlagsInterrupt | hlsys.WaitCSFlagsInterruptKernelCQ | id<<hlsys.WaitCSFlagsInterruptShift,
+		}}
+		err := hlsys.WaitCS(r.b, &a)
+		return a, err
+	}
+	vld := func(t *testing.T, a hlsys.WaitCSArgs, status uint32) {
+		t.Helper()
+		out := a.Out()
+		require.Equal(t, status, out.Status)
+		require.Equal(t, uint32(hlsys.WaitCSStatusFlagTimestampVld), out.Flags)
+		require.NotZero(t, out.TimestampNsec)
+	}
+	a, err := kcq(0, 0)
+	require.NoError(t, err)
+	vld(t, a, hlsys.WaitCSStatusCompleted)
+	a, err = kcq(1, 0)
+	require.NoError(t, err)
+	vld(t, a, hlsys.WaitCSStatusBusy)
+	a, err = kcq(1, 1000)
+	require.NoError(t, err)
+	require.Equal(t, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusBusy}, *a.Out(), "a timed-out wait has no time")
+
+	ctr := (*uint64)(unsafe.Pointer(&r.cqMem[0]))
+	anyCQ := uint32(hlsys.WaitCSFlagsAnyCQInterrupt >> hlsys.WaitCSFlagsInterruptShift)
+	out, err := hlsys.WaitForInterruptUser(r.b, ctr, 1, anyCQ, 0)
+	require.NoError(t, err)
+	require.Equal(t, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusBusy}, out, "user-address form: no time on BUSY")
+	out, err = hlsys.WaitForInterruptUser(r.b, ctr, 0, anyCQ, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+	require.Equal(t, uint32(hlsys.WaitCSStatusFlagTimestampVld), out.Flags)
+
+	// A reset aborts both forms of a blocked wait.
+	registerEventFD(t, r.rig)
+	type res struct {
+		a   hlsys.WaitCSArgs
+		out hlsys.WaitCSOut
+		err error
+	}
+	kdone, udone := make(chan res, 1), make(chan res, 1)
+	go func() {
+		a, err := kcq(100, uint64(safety/time.Microsecond))
+		kdone <- res{a: a, err: err}
+	}()
+	go func() {
+		out, err := hlsys.WaitForInterruptUser(r.b, ctr, 100, anyCQ, uint64(safety/time.Microsecond))
+		udone <- res{out: out, err: err}
+	}()
+	require.Eventually(t, func() bool { return r.b.(*hctx).waiting.Load() == 2 }, safety, time.Millisecond)
+	r.d.Reset()
+	k := <-kdone
+	isErrno(t, k.err, unix.EIO)
+	require.Equal(t, r.cqH, k.a.In.Seq, "the failed wait left its input in the args")
+	require.Equal(t, uint64(100), k.a.In.TimeoutUs)
+	u := <-udone
+	require.NoError(t, u.err)
+	require.Equal(t, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusAborted}, u.out)
 }

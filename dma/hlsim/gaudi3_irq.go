@@ -49,7 +49,8 @@ func (c *hctx) g3Interrupt(id uint32) {
 // the counter compared (>= target: COMPLETED at once); timeout 0 reports
 // BUSY; the wait ends COMPLETED when the interrupt comes and the counter
 // has reached the target, BUSY with rc 0 at the timeout ("the workload
-// wasn't submitted through the driver"), ABORTED with -EIO on a reset.
+// wasn't submitted through the driver"), and on a reset with -EIO and the
+// args untouched (KERNEL_CQ) or ABORTED with rc 0 (user address).
 func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
 	in := a.In
 	out := a.Out()
@@ -84,7 +85,22 @@ func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
 		read = func() (uint64, error) { return atomic.LoadUint64(p), nil }
 	}
 	target, timeoutUs := in.TimeoutUs, in.InterruptTimeoutUs
-	*a = hlsys.WaitCSArgs{}
+	kernelCQ := in.Flags&hlsys.WaitCSFlagsInterruptKernelCQ != 0
+	// hl_interrupt_wait_ioctl returns a failure before it clears the
+	// args (they keep the caller's input); otherwise it clears them and
+	// writes the status, with TIMESTAMP_VLD when the wait took a time.
+	// _hl_interrupt_wait_ioctl (KERNEL_CQ) takes one on a completion and
+	// on the immediate BUSY of timeout 0; the user-address form only on a
+	// completion; neither when the wait timed out.
+	report := func(status uint32, stamped bool) error {
+		*a = hlsys.WaitCSArgs{}
+		out.Status = status
+		if stamped {
+			out.Flags = hlsys.WaitCSStatusFlagTimestampVld
+			out.TimestampNsec = c.d.ktime()
+		}
+		return nil
+	}
 	var deadline <-chan time.Time
 	if timeoutUs != 0 && timeoutUs < waitForever/1000 {
 		t := time.NewTimer(time.Duration(timeoutUs) * time.Microsecond)
@@ -105,11 +121,10 @@ func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
 			case err != nil:
 				return err
 			case v >= target:
-				out.Status = hlsys.WaitCSStatusCompleted
+				return report(hlsys.WaitCSStatusCompleted, true)
 			default:
-				out.Status = hlsys.WaitCSStatusBusy
+				return report(hlsys.WaitCSStatusBusy, kernelCQ)
 			}
-			return nil
 		}
 		c.waiting.Add(1)
 		select {
@@ -127,12 +142,21 @@ func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
 		aborted := w.aborted
 		c.irq.mu.Unlock()
 		if aborted {
-			out.Status = hlsys.WaitCSStatusAborted
-			return unix.EIO
+			if kernelCQ {
+				// -EIO: the args are left as the caller passed them.
+				return unix.EIO
+			}
+			// _hl_interrupt_wait_ioctl_user_addr reads the counter
+			// once more, then reports the reset as ABORTED with rc 0.
+			if v, err := read(); err != nil {
+				return err
+			} else if v >= target {
+				return report(hlsys.WaitCSStatusCompleted, true)
+			}
+			return report(hlsys.WaitCSStatusAborted, false)
 		}
 		if still { // the timeout
-			out.Status = hlsys.WaitCSStatusBusy
-			return nil
+			return report(hlsys.WaitCSStatusBusy, false)
 		}
 	}
 }
