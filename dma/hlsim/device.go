@@ -72,8 +72,10 @@ const (
 	DefaultDRAMSize     = 4 << 30
 	DefaultDRAMPageSize = 2 << 20
 	DefaultKernel       = "6.8"
-	DefaultMaxPendingCS = 64
-	DefaultCSTimeout    = 30 * time.Second
+	DefaultMaxPendingCS = 64 // Gaudi2 (GAUDI2_MAX_PENDING_CS) and Gaudi3
+	// DefaultMaxPendingCSGaudi1 is GAUDI_MAX_PENDING_CS.
+	DefaultMaxPendingCSGaudi1 = 16 << 10
+	DefaultCSTimeout          = 30 * time.Second
 	// DefaultReleaseWatchdog is HL_DEVICE_RELEASE_WATCHDOG_TIMEOUT_SEC.
 	DefaultReleaseWatchdog = 30 * time.Second
 	DefaultEngineSpin      = 100 * time.Microsecond
@@ -108,9 +110,10 @@ type Config struct {
 	// RULES.md. Releases before 6.1 are refused.
 	Kernel string
 
-	// MaxPendingCS is the number of CS completion slots (a power of two,
-	// default 64, at most MaxMaxPendingCS): CS returns EAGAIN while slot
-	// seq&(MaxPendingCS-1) still holds a CS in flight.
+	// MaxPendingCS is the number of CS completion slots (a power of
+	// two, at most MaxMaxPendingCS; default the driver's: 64, 16K on
+	// Gaudi1): CS returns EAGAIN while slot seq&(MaxPendingCS-1) still
+	// holds a CS in flight.
 	MaxPendingCS int
 
 	// EngineSpin is how long an idle DMA engine keeps polling its queue
@@ -317,7 +320,13 @@ func New(cfg Config) (_ *Device, err error) {
 	}
 	major, minor, _ := parseKernel(cfg.Kernel)
 	if cfg.MaxPendingCS == 0 {
+		// The driver's max_pending_cs: GAUDI2_MAX_PENDING_CS (64) on
+		// Gaudi2, GAUDI_MAX_PENDING_CS (SZ_16K) on Gaudi1 (gaudi2P.h,
+		// gaudiP.h; *_set_fixed_properties). Gaudi3 keeps 64.
 		cfg.MaxPendingCS = DefaultMaxPendingCS
+		if cfg.Model == ModelGaudi1 {
+			cfg.MaxPendingCS = DefaultMaxPendingCSGaudi1
+		}
 	}
 	if cfg.MaxPendingCS < 1 || cfg.MaxPendingCS&(cfg.MaxPendingCS-1) != 0 {
 		return nil, fmt.Errorf("hlsim: MaxPendingCS %d is not a power of two", cfg.MaxPendingCS)

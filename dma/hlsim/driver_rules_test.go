@@ -317,3 +317,28 @@ func TestRulesGaudi3InterruptWaitOutput(t *testing.T) {
 	require.NoError(t, u.err)
 	require.Equal(t, hlsys.WaitCSOut{Status: hlsys.WaitCSStatusAborted}, u.out)
 }
+
+// TestRulesMaxPendingCSPerModel (C7): allocate_cs refuses a CS with
+// EAGAIN while slot seq & (max_pending_cs - 1) holds a CS in flight;
+// max_pending_cs is GAUDI2_MAX_PENDING_CS (64) on Gaudi2 and
+// GAUDI_MAX_PENDING_CS (SZ_16K) on Gaudi1 (gaudi2P.h, gaudiP.h, set by
+// the *_set_fixed_properties). A Gaudi1 context takes a 65th CS in
+// flight, a Gaudi2 one does not.
+func TestRulesMaxPendingCSPerModel(t *testing.T) {
+	for _, m := range []Model{ModelGaudi1, ModelGaudi2} {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m})
+			r.d.HangNextCS(DefaultMaxPendingCS + 1)
+			for i := range DefaultMaxPendingCS {
+				_, err := r.submit(0, 0, r.chunk(0, nop()))
+				require.NoError(t, err, "CS %d", i)
+			}
+			_, err := r.submit(0, 0, r.chunk(0, nop()))
+			if m == ModelGaudi2 {
+				isErrno(t, err, unix.EAGAIN)
+				return
+			}
+			require.NoError(t, err, "Gaudi1 has 16K completion slots")
+		})
+	}
+}
