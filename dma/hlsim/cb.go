@@ -106,8 +106,11 @@ func (c *hctx) cbCreate(a *hlsys.CBArgs) error {
 	size = max(size, pageSize)
 	mapCB := a.Flags&hlsys.CBFlagsMap != 0
 	if mapCB && !c.d.amap.gaudi2 {
+		// cb_map_mem's -EINVAL is raised in the alloc callback of
+		// hl_mmap_mem_buf_alloc, which returns NULL on any failure:
+		// hl_cb_create answers -ENOMEM.
 		c.log.Debug().Msg("CB CREATE: mapping a CB to the device MMU is not supported on Gaudi")
-		return unix.EINVAL
+		return unix.ENOMEM
 	}
 	n := (uint64(size) + pageSize - 1) &^ (pageSize - 1)
 	mem, err := unix.Mmap(-1, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)

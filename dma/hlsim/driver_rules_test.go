@@ -342,3 +342,16 @@ func TestRulesMaxPendingCSPerModel(t *testing.T) {
 		})
 	}
 }
+
+// TestRulesCBMapUnsupported (B5): cb_map_mem refuses CB_FLAGS_MAP on a
+// device without supports_cb_mapping (Gaudi1) with -EINVAL, but it runs
+// inside the memory manager's alloc callback: hl_mmap_mem_buf_alloc
+// turns any callback failure into NULL and hl_cb_create answers -ENOMEM.
+func TestRulesCBMapUnsupported(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi1})
+	_, err := hlsys.CBCreate(r.b, 4096, hlsys.CBFlagsMap)
+	isErrno(t, err, unix.ENOMEM)
+	h, err := hlsys.CBCreate(r.b, 4096, 0)
+	require.NoError(t, err, "the failed CREATE left nothing behind")
+	require.NoError(t, hlsys.CBDestroy(r.b, h))
+}
