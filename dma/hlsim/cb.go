@@ -87,10 +87,10 @@ func (c *hctx) cbIoctl(a *hlsys.CBArgs) error {
 				c.log.Debug().Uint64("handle", a.Handle).Msg("CB INFO: CB is not mapped to the device MMU")
 				return unix.EINVAL
 			}
-			*a = hlsys.CBArgs{Handle: cb.vaMap.ret}
+			a.Handle = cb.vaMap.ret // hl_cb_ioctl clears args->out only
 			return nil
 		}
-		*a = hlsys.CBArgs{Handle: uint64(uint32(cb.inUse.Load()))}
+		a.Handle = uint64(uint32(cb.inUse.Load())) // usage_cnt, pad 0
 		return nil
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/gxfer/gxfer/internal/gaudi3"
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
@@ -354,4 +355,30 @@ func TestRulesCBMapUnsupported(t *testing.T) {
 	h, err := hlsys.CBCreate(r.b, 4096, 0)
 	require.NoError(t, err, "the failed CREATE left nothing behind")
 	require.NoError(t, hlsys.CBDestroy(r.b, h))
+}
+
+// TestRulesOutputOnlyCalls (D11): CB INFO clears only args->out (8
+// bytes) before writing usage_cnt or device_va (hl_cb_ioctl), and
+// MAP_BLOCK writes out.block_handle and out.block_size without clearing
+// (hl_mem_ioctl); the rest of the args keeps the caller's input.
+func TestRulesOutputOnlyCalls(t *testing.T) {
+	r := newG3Rig(t, Config{}, 0)
+	a := hlsys.CBArgs{Handle: r.cqH, Op: hlsys.CBOpInfo, CBSize: 77, CtxID: 5}
+	require.NoError(t, hlsys.CommandBuffer(r.b, &a))
+	require.Equal(t, hlsys.CBArgs{Handle: 0, Op: hlsys.CBOpInfo, CBSize: 77, CtxID: 5}, a, "usage_cnt 0, input kept")
+	a = hlsys.CBArgs{Handle: r.cqH, Op: hlsys.CBOpInfo, CBSize: 77, Flags: hlsys.CBFlagsGetDeviceVA}
+	require.NoError(t, hlsys.CommandBuffer(r.b, &a))
+	va, err := hlsys.CBDeviceVA(r.b, r.cqH)
+	require.NoError(t, err)
+	require.Equal(t, hlsys.CBArgs{Handle: va, Op: hlsys.CBOpInfo, CBSize: 77, Flags: hlsys.CBFlagsGetDeviceVA}, a)
+
+	addr, err := gaudi3.ChAMapAddr(1)
+	require.NoError(t, err)
+	m := hlsys.MemArgs{U: [3]uint64{addr, 0xAAAA_BBBB_CCCC_DDDD, 9}, Op: hlsys.MemOpMapBlock, Flags: 3}
+	require.NoError(t, hlsys.Memory(r.b, &m))
+	require.NotZero(t, m.U[0])
+	require.Equal(t, uint64(0xAAAA_BBBB_0000_0000)|uint64(gaudi3.ChASize), m.U[1], "block_size, pad kept")
+	require.Equal(t, uint64(9), m.U[2])
+	require.Equal(t, uint32(hlsys.MemOpMapBlock), m.Op)
+	require.Equal(t, uint32(3), m.Flags)
 }

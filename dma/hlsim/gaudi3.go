@@ -167,9 +167,10 @@ func (c *hctx) mapBlock(a *hlsys.MemArgs) error {
 		return err
 	}
 	c.d.st.blocks.Add(1)
-	*a = hlsys.MemArgs{}
+	// hl_mem_ioctl writes out.block_handle and out.block_size (the u32
+	// after it) without clearing the args.
 	a.U[0] = (uint64(ch+1) | hlsys.MmapTypeBlock) << 12
-	a.U[1] = gaudi3.ChASize
+	a.U[1] = a.U[1]&^0xFFFF_FFFF | gaudi3.ChASize
 	return nil
 }
 
