@@ -191,7 +191,9 @@ func (c *hctx) csIoctl(a *hlsys.CSArgs) error {
 	}
 	timeout := c.d.cfg.CSTimeout
 	if flags&hlsys.CSFlagsCustomTimeout != 0 {
-		timeout = time.Duration(in.Timeout) * time.Second
+		// hl_cs_ioctl: msecs_to_jiffies(args->in.timeout * 1000), a u32
+		// product that wraps above 4294967 s.
+		timeout = time.Duration(in.Timeout*1000) * time.Millisecond
 	}
 
 	s := &cs{

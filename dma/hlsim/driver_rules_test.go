@@ -382,3 +382,19 @@ func TestRulesOutputOnlyCalls(t *testing.T) {
 	require.Equal(t, uint32(hlsys.MemOpMapBlock), m.Op)
 	require.Equal(t, uint32(3), m.Flags)
 }
+
+// TestRulesCustomTimeoutWraps (X13 fixed, R1): hl_cs_ioctl computes a
+// custom TDR timeout as msecs_to_jiffies(args->in.timeout * 1000) with a
+// u32 product, so 4294968 s wraps to 704 ms and the TDR fires then, not
+// in 49 days.
+func TestRulesCustomTimeoutWraps(t *testing.T) {
+	r := newRig(t, Config{CSTimeout: time.Hour})
+	efd := registerEventFD(t, r)
+	r.d.HangNextCS(1)
+	_, err := r.submit(hlsys.CSFlagsCustomTimeout|hlsys.CSFlagsSkipResetOnTimeout, 4294968, r.chunk(0, nop()))
+	require.NoError(t, err)
+	waitEvent(t, efd, safety)
+	ev, err := hlsys.GetEvents(r.b)
+	require.NoError(t, err)
+	require.Equal(t, uint64(hlsys.NotifierCSTimeout), ev)
+}
