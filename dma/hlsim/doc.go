@@ -45,7 +45,8 @@
 //     EINVAL; during a reset only the ops the driver serves then answer
 //     (others EBUSY).
 //   - MEMORY: Gaudi2 ALLOC (idr handle >= 1, size rounded up to the page,
-//     any power-of-2 page size, ENOMEM beyond the DRAM), MAP of a handle
+//     the user page size ignored as the driver's Gaudi2 does, ENOMEM
+//     beyond the DRAM; Gaudi3 takes a power-of-2 page size), MAP of a handle
 //     (DMMU VA aligned to the DRAM page), FREE (EINVAL while mapped or
 //     exported), UNMAP (exact VA only). Gaudi1 ALLOC/FREE are unchecked
 //     accounting (handle 0; FREE takes the size), MAP of a device handle
@@ -56,12 +57,14 @@
 //     2 MiB-aligned DMA addresses), EXPORT_DMABUF_FD in the 6.1
 //     {handle, size} form and the {addr, size, offset} form as 6.3-6.6
 //     (offset validated, then ignored) and 6.7+ (page multiples, offset
-//     honoured) implement it; any dma-buf file flags. MAP_BLOCK and
-//     TS_ALLOC: EOPNOTSUPP.
+//     honoured) implement it; any dma-buf file flags. MAP_BLOCK (Gaudi1/2)
+//     and TS_ALLOC: EOPNOTSUPP. A failed ALLOC, MAP or EXPORT clears the
+//     args and writes its output (0, fd -EBADF) as hl_mem_ioctl does.
 //   - CB: CREATE (up to HL_MAX_CB_SIZE; smaller than a page, 0 included,
 //     becomes a page; handle = mmap offset), DESTROY, INFO (usage count, or
 //     the device VA of a CB created with CB_FLAGS_MAP on Gaudi2), Mmap of
-//     exactly the page-rounded size, once per CB.
+//     exactly the page-rounded size, once per CB; a CB destroyed while
+//     mmapped lives (handle, memory, device VA) until Munmap.
 //   - CS: validated like the driver, in its order. Gaudi1 external queues
 //     0-7 take kernel CB handles (USER_ALLOC_CB ignored) parsed at
 //     submission (EINVAL/EPERM); Gaudi2 takes user CB addresses with
@@ -71,13 +74,15 @@
 //     CB through the MMU when the job runs. Queues the driver takes but the
 //     emulator does not model (Gaudi1 internal, Gaudi2 compute): EOPNOTSUPP.
 //     Sequence numbers start at 1; EAGAIN while the completion slot
-//     seq&(MaxPendingCS-1) is busy; a CS refused after that used its
+//     seq&(MaxPendingCS-1) is busy (64 slots, 16K on Gaudi1); a CS refused after that used its
 //     sequence number (WAIT_CS reports it COMPLETED) and returns seq
 //     ULLONG_MAX and -errno in its output; EPERM when the device stops
 //     being operational before the CS is scheduled. TIMESTAMP,
 //     CUSTOM_TIMEOUT and SKIP_RESET_ON_TIMEOUT are honoured; restore
-//     chunks, signal/wait, staged, encapsulated-signal and engine-core CSs
-//     return EOPNOTSUPP.
+//     chunks are ignored without FORCE_RESTORE (no ASIC modeled sets
+//     supports_ctx_switch); a staged CS is EPERM on Gaudi2; the restore
+//     phase, signal/wait, Gaudi1 staged, encapsulated-signal and
+//     engine-core CSs return EOPNOTSUPP.
 //   - Engines: one goroutine per queue, started on first use, runs its
 //     jobs in order; an idle engine polls its queue for Config.EngineSpin
 //     (default 100 us) before it parks, as a queue manager fetches new
