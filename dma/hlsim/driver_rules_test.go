@@ -398,3 +398,20 @@ func TestRulesCustomTimeoutWraps(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(hlsys.NotifierCSTimeout), ev)
 }
+
+// TestRulesKernelCQIndexBound (W12): _hl_interrupt_wait_ioctl bounds the
+// counter index by cq_cb->size / 8, the CB's size (the requested size,
+// at least a page), not by its page-rounded mapping: in a CB of 5000
+// bytes index 624 is the last one, 625 is EINVAL.
+func TestRulesKernelCQIndexBound(t *testing.T) {
+	r := newG3Rig(t, Config{}, 0)
+	h, err := hlsys.CBCreate(r.b, 5000, hlsys.CBFlagsMap)
+	require.NoError(t, err)
+	out, err := hlsys.WaitForInterruptKernelCQ(r.b, h, 624, 0, g3FirstUserInterrupt, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+	for _, idx := range []uint64{625, 1023} {
+		_, err = hlsys.WaitForInterruptKernelCQ(r.b, h, idx, 0, g3FirstUserInterrupt, 0)
+		isErrno(t, err, unix.EINVAL)
+	}
+}

@@ -73,9 +73,10 @@ func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
 		c.memMu.RLock()
 		cb := c.lookupCB(in.Seq)
 		var p *uint64
-		// The emulator bounds the index by the CB (it must not read
-		// outside its memory); the driver versions read do not check it.
-		if cb != nil && in.CqCountersOffset < uint64(len(cb.mem))/8 {
+		// "Validate the cq offset": the index must be below
+		// cq_cb->size / 8, the CB's size (at least a page), not its
+		// page-rounded mapping.
+		if cb != nil && in.CqCountersOffset < uint64(cb.size)/8 {
 			p = (*uint64)(unsafe.Pointer(&cb.mem[in.CqCountersOffset*8]))
 		}
 		c.memMu.RUnlock()
