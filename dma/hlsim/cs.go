@@ -424,6 +424,9 @@ func (c *hctx) buildJobs(s *cs, chunks []hlsys.CSChunk) ([]*job, error) {
 
 // jobDone is called by an engine when a job has run (or was dropped).
 func (c *hctx) jobDone(j *job, failed bool) {
+	// The ended CS stays in its completion slot until the slot is reused
+	// (16K slots on Gaudi1): it must not keep the parsed CB copy alive.
+	j.cb = nil
 	if j.kcb != nil {
 		j.kcb.inUse.Add(-1)
 	}

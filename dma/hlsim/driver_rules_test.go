@@ -415,3 +415,19 @@ func TestRulesKernelCQIndexBound(t *testing.T) {
 		isErrno(t, err, unix.EINVAL)
 	}
 }
+
+// TestRulesEndedCSDropsParsedCB (C7): a completion slot keeps its ended
+// CS until the slot is reused (allocate_cs), 16K of them on Gaudi1; the
+// copy of a Gaudi1 kernel CB the emulator parses at submission must not
+// live on with it (up to 16K x cb_size bytes held).
+func TestRulesEndedCSDropsParsedCB(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi1})
+	r.mustRun(cat(nop(), nop(), nop()))
+	c := r.b.(*hctx)
+	c.csMu.Lock()
+	s := c.slots[1&uint64(len(c.slots)-1)]
+	c.csMu.Unlock()
+	require.NotNil(t, s)
+	require.True(t, s.isDone())
+	require.Nil(t, s.job0.cb, "the ended CS keeps no copy of its CB")
+}
