@@ -610,6 +610,11 @@ func (c *hctx) waitIoctl(a *hlsys.WaitCSArgs) error {
 		return unix.EOPNOTSUPP
 	}
 	if in.Flags&waitFlagsMultiCS != 0 {
+		if in.InterruptTimeoutUs>>8 != 0 {
+			// hl_multi_cs_wait_ioctl: the pad bytes after seq_arr_len
+			// (a union with interrupt_timeout_us) must be 0, checked first.
+			return unix.EINVAL
+		}
 		if c.d.amap.gaudi2 {
 			return unix.EPERM // supports_wait_for_multi_cs is false on Gaudi2
 		}

@@ -431,3 +431,23 @@ func TestRulesEndedCSDropsParsedCB(t *testing.T) {
 	require.True(t, s.isDone())
 	require.Nil(t, s.job0.cb, "the ended CS keeps no copy of its CB")
 }
+
+// TestRulesMultiCSPad (W3): hl_multi_cs_wait_ioctl checks its 7 pad
+// bytes (after seq_arr_len, in the union with interrupt_timeout_us)
+// before anything else: non-zero is EINVAL, on Gaudi2 too, before the
+// EPERM of supports_wait_for_multi_cs.
+func TestRulesMultiCSPad(t *testing.T) {
+	for _, m := range []Model{ModelGaudi1, ModelGaudi2} {
+		t.Run(m.String(), func(t *testing.T) {
+			r := newRig(t, Config{Model: m})
+			a := hlsys.WaitCSArgs{In: hlsys.WaitCSIn{Flags: hlsys.WaitCSFlagsMultiCS, InterruptTimeoutUs: 1 | 1<<8}}
+			isErrno(t, hlsys.WaitCS(r.b, &a), unix.EINVAL)
+			a = hlsys.WaitCSArgs{In: hlsys.WaitCSIn{Flags: hlsys.WaitCSFlagsMultiCS, InterruptTimeoutUs: 1}}
+			want := unix.EOPNOTSUPP // Gaudi1 multi-CS waits are not emulated
+			if m == ModelGaudi2 {
+				want = unix.EPERM
+			}
+			isErrno(t, hlsys.WaitCS(r.b, &a), want)
+		})
+	}
+}
