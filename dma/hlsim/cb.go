@@ -17,6 +17,7 @@ type cbuf struct {
 	userMapped bool
 	destroyed  bool
 	inUse      atomic.Int32 // jobs of CSs in flight that use it (usage_cnt)
+	waitRefs   atomic.Int32 // KERNEL_CQ waits reading it (their hl_cb_get); taken under memMu (read)
 	vaMap      *mapping     // CB_FLAGS_MAP: its device VA mapping
 }
 
@@ -73,7 +74,7 @@ func (c *hctx) cbIoctl(a *hlsys.CBArgs) error {
 		// (hl_cb_mmap_mem_release, cb_unmap_mem): here or at Munmap.
 		// The reference a Gaudi1 job holds on its kernel CB is not
 		// modeled (RULES.md B9).
-		if !cb.userMapped {
+		if !cb.userMapped && cb.waitRefs.Load() == 0 {
 			c.freeCB(cb)
 		}
 		return nil
@@ -183,10 +184,24 @@ func (c *hctx) Munmap(b []byte) error {
 	}
 	delete(c.cbMmaps, &b[0])
 	cb.userMapped = false
-	if cb.destroyed {
+	if cb.destroyed && cb.waitRefs.Load() == 0 {
 		c.freeCB(cb)
 	}
 	return nil
+}
+
+// putCB drops a wait's reference on cb; the last reference of a
+// destroyed, unmapped CB (or of any CB once the context released its
+// memory) frees it.
+func (c *hctx) putCB(cb *cbuf) {
+	if cb.waitRefs.Add(-1) != 0 {
+		return
+	}
+	c.memMu.Lock()
+	if cb.waitRefs.Load() == 0 && (c.memDead || cb.destroyed && !cb.userMapped) {
+		c.freeCB(cb)
+	}
+	c.memMu.Unlock()
 }
 
 // freeCB drops a destroyed CB's handle, device VA mapping and memory, as

@@ -451,3 +451,28 @@ func TestRulesMultiCSPad(t *testing.T) {
 		})
 	}
 }
+
+// TestRulesKernelCQWaitHoldsCB (B9, W12): _hl_interrupt_wait_ioctl holds
+// a reference on the counters' CB (hl_cb_get) for the whole wait, so a
+// DESTROY meanwhile only drops the handle's reference: the wait keeps
+// reading the CB's memory, and the CB (handle, memory, device VA) goes
+// with the wait's put. The emulator used to free it under the waiter.
+func TestRulesKernelCQWaitHoldsCB(t *testing.T) {
+	r := newG3Rig(t, Config{}, 0)
+	h, err := hlsys.CBCreate(r.b, 4096, hlsys.CBFlagsMap)
+	require.NoError(t, err)
+	c := r.b.(*hctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := hlsys.WaitForInterruptKernelCQ(r.b, h, 0, 1, g3FirstUserInterrupt, 300_000)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return c.waiting.Load() == 1 }, safety, time.Millisecond)
+	require.NoError(t, hlsys.CBDestroy(r.b, h))
+	_, err = hlsys.CBDeviceVA(r.b, h)
+	require.NoError(t, err, "the wait's reference keeps the handle")
+	c.g3Interrupt(g3FirstUserInterrupt) // the waiter reads the counter again
+	require.NoError(t, <-done, "the wait timed out (BUSY)")
+	_, err = hlsys.CBDeviceVA(r.b, h)
+	isErrno(t, err, unix.EINVAL)
+}

@@ -78,6 +78,10 @@ func (c *hctx) interruptWait(a *hlsys.WaitCSArgs) error {
 		// page-rounded mapping.
 		if cb != nil && in.CqCountersOffset < uint64(cb.size)/8 {
 			p = (*uint64)(unsafe.Pointer(&cb.mem[in.CqCountersOffset*8]))
+			// hl_cb_get: the wait holds the CB (its memory stays) until
+			// it returns, whatever DESTROY or munmap do meanwhile.
+			cb.waitRefs.Add(1)
+			defer c.putCB(cb)
 		}
 		c.memMu.RUnlock()
 		if p == nil {

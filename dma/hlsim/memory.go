@@ -291,12 +291,17 @@ func (c *hctx) releaseMemory() {
 		al.release()
 	}
 	clear(c.allocs)
+	// A CB a KERNEL_CQ wait still reads is freed by that wait (putCB).
 	for _, cb := range c.cbs {
-		cb.release()
+		if cb.waitRefs.Load() == 0 {
+			cb.release()
+		}
 	}
 	clear(c.cbs)
 	for _, cb := range c.cbMmaps {
-		cb.release()
+		if cb.waitRefs.Load() == 0 {
+			cb.release()
+		}
 	}
 	clear(c.cbMmaps)
 	for _, s := range []*vaSpace{c.dmmu, c.pmmu, c.pmmuHuge} {
