@@ -20,7 +20,9 @@ func Timeout(d time.Duration) OpOption {
 	return func(c *opConfig) { c.deadline = time.Now().Add(d) }
 }
 
-// Deadline gives the operation an absolute deadline.
+// Deadline gives the operation an absolute deadline (overrides
+// Config.OpTimeout). The zero time means no deadline, as for a context
+// without one: Deadline(time.Time{}) also removes Config.OpTimeout's.
 func Deadline(t time.Time) OpOption { return func(c *opConfig) { c.deadline = t } }
 
 func (e *Engine) opConfig(opts []OpOption) opConfig {
@@ -200,6 +202,7 @@ func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *copier.Future
 // Submit, device copies are coalesced into as few command submissions as
 // the limits allow. Copies in a batch are unordered with respect to each
 // other. A Batch may be reused after Submit (Reset is implied). A Batch is
+// not safe for concurrent use: one goroutine adds to and submits it. A Batch is
 // made by Engine.NewBatch: Submit refuses a declared Batch{} (or a nil
 // *Batch) with ErrInvalid.
 type Batch struct {
