@@ -109,7 +109,13 @@ type Chan struct {
 	active    atomic.Bool  // the peer made a request
 	unsent    atomic.Int64 // Serve replies waiting to be sent
 	msg       msgs         // application messages (msgs.go)
+	started   atomic.Bool  // Start ran: the reader runs until reader closes
+	gone      *time.Timer  // mu: fails the channel goneGrace after a send found the peer gone
 }
+
+// goneGrace bounds how long a channel whose send found the peer gone
+// waits for its reader to reach the end of the stream (see Fail).
+const goneGrace = time.Second
 
 var _ datapath.Ctrl = (*Chan)(nil)
 
@@ -147,6 +153,7 @@ func (c *Chan) Start(p datapath.Path) {
 	if c.cfg.Loops != nil {
 		c.cfg.Loops.Add(2)
 	}
+	c.started.Store(true)
 	c.grantWindow()
 	go func() {
 		if c.cfg.Loops != nil {
@@ -407,11 +414,29 @@ func (c *Chan) serveOne(fn func() wire.Message) wire.Message {
 
 // Fail ends the channel once with err: the connection closes, the path
 // is told, pending replies get err.
+//
+// A send that found the peer gone (SendErr's goneErr: it closed or reset
+// the connection) does not end the channel at once while the reader
+// runs: what the peer sent before it went, its last messages and its Bye
+// among them, may still be unread in the socket, and closing the
+// connection would drop it. The reader reads on to the end of the stream,
+// which the peer's close makes near, and fails the channel there (with
+// the peer's Bye, as a peer that closed); goneGrace bounds the wait, for
+// a peer that stopped reading but not writing.
 func (c *Chan) Fail(err error) {
+	if g, ok := err.(goneErr); ok {
+		if c.failLater(g.error) {
+			return
+		}
+		err = g.error
+	}
 	c.once.Do(func() {
 		c.mu.Lock()
 		c.failed = err
 		c.hasFailed.Store(true)
+		if c.gone != nil {
+			c.gone.Stop()
+		}
 		pend := c.pending
 		c.pending = map[uint64]func(wire.Frame, error){}
 		slots := len(c.held)
@@ -436,6 +461,25 @@ func (c *Chan) Fail(err error) {
 			c.log.Warn().Err(err).Str("peer", c.cfg.Name).Msg("endpoint failed")
 		}
 	})
+}
+
+// failLater leaves the failure to the reader, within goneGrace (see
+// Fail); false: the reader is not running, the channel fails now.
+func (c *Chan) failLater(err error) bool {
+	if !c.started.Load() {
+		return false
+	}
+	select {
+	case <-c.reader:
+		return false
+	default:
+	}
+	c.mu.Lock()
+	if c.failed == nil && c.gone == nil {
+		c.gone = time.AfterFunc(goneGrace, func() { c.Fail(err) })
+	}
+	c.mu.Unlock()
+	return true
 }
 
 // Close says goodbye to the peer (never waiting long for one that does

@@ -3,6 +3,7 @@ package ctrlchan
 import (
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/wire"
@@ -32,7 +33,8 @@ func (c *Chan) ReplyErr(f wire.Frame) error {
 }
 
 // SendErr maps a failure to send on the connection: the channel's own
-// error once it failed, else a peer error.
+// error once it failed, else a peer error (a goneErr when the peer closed
+// or reset the connection: see Fail).
 func (c *Chan) SendErr(err error) error {
 	if err == nil || errors.Is(err, gxerr.Peer) || errors.Is(err, gxerr.Closed) {
 		return err
@@ -42,8 +44,17 @@ func (c *Chan) SendErr(err error) error {
 			return f
 		}
 	}
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		return goneErr{c.PeerErr("send", err)}
+	}
 	return c.PeerErr("send", err)
 }
+
+// goneErr is a failure to send because the peer closed or reset the
+// connection: what it sent before may still be unread in the socket.
+type goneErr struct{ error }
+
+func (e goneErr) Unwrap() error { return e.error }
 
 // Refusal maps an owner's refusal to an error kind: the caller's fault
 // (gxerr.Invalid) for a key or range the owner refused, else the peer's.

@@ -233,9 +233,14 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 			// Not taken within the write timeout (or the connection is
 			// gone): the peer never gets the message, nor returns its
 			// credit. Going on would shrink the window for good: the
-			// channel fails, as for a reply or heartbeat not sent.
-			c.Fail(c.SendErr(err))
-			return c.Err()
+			// channel fails, as for a reply or heartbeat not sent (once
+			// its reader is done, when the peer is gone: see Fail).
+			serr := c.SendErr(err)
+			c.Fail(serr)
+			if ferr := c.Err(); ferr != nil {
+				return ferr
+			}
+			return serr
 		}
 		if !broken { // nothing went out: the credit is not spent
 			m.mu.Lock()
