@@ -118,6 +118,11 @@ func (l *Listener[P]) loop() {
 // when ctx ends first.
 func (l *Listener[P]) Accept(ctx context.Context) (P, error) {
 	var zero P
+	select { // closed first: the select below picks at random among ready cases
+	case <-l.done:
+		return zero, gxerr.Closed
+	default:
+	}
 	select {
 	case ep := <-l.accepted:
 		return ep, nil
