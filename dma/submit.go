@@ -340,7 +340,8 @@ const resetPause = time.Millisecond
 // read found the device operational again: the reset ended in between)
 // gives (false, nil) after a pause of at most min(timeout, 1ms), which
 // keeps a polling caller from spinning on it. A device in malfunction
-// does not come back: that ends the CS (ErrMalfunction).
+// does not come back: that ends the CS (ErrMalfunction), and so does a
+// device removed under the fd (ENODEV).
 func (d *Device) WaitCS(seq uint64, timeout time.Duration) (done bool, err error) {
 	st, err := d.Wait(seq, timeout)
 	if err != nil && errors.Is(err, ErrDeviceReset) && !d.rw.released.Load() {
@@ -349,8 +350,14 @@ func (d *Device) WaitCS(seq uint64, timeout time.Duration) (done bool, err error
 		return false, nil
 	}
 	if err != nil {
+		// ENODEV is not a reset: the device was removed under the fd,
+		// and every later ioctl on it fails so (hl_ioctl in
+		// habanalabs_ioctl.c, "Sending ioctl after device was removed!
+		// Please close FD", once device_disable_open_processes in
+		// device.c hl_device_fini cleared the fd's device). Its CSs
+		// are gone with it: waiting on would never end.
 		transient := errors.Is(err, ErrBusy) || errors.Is(err, ErrNotOperational)
-		if transient && !errors.Is(err, ErrMalfunction) {
+		if transient && !errors.Is(err, ErrMalfunction) && !errors.Is(err, unix.ENODEV) {
 			time.Sleep(min(timeout, resetPause))
 			return false, nil
 		}

@@ -215,6 +215,10 @@ func TestWaitCS(t *testing.T) {
 		{"refused in malfunction", hlsys.DeviceStatusMalfunction, hlsys.WaitCSOut{}, unix.EBUSY, true, ErrMalfunction},
 		{"refused, needs reset", hlsys.DeviceStatusNeedsReset, hlsys.WaitCSOut{}, unix.EBUSY, true, ErrMalfunction},
 		{"unknown seq", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{}, unix.EINVAL, true, unix.EINVAL},
+		// The device was removed under the open fd: every ioctl on it
+		// fails with ENODEV from then on (hl_ioctl, habanalabs_ioctl.c,
+		// after device_disable_open_processes in device.c hl_device_fini).
+		{"device removed", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{}, unix.ENODEV, true, unix.ENODEV},
 	}
 	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
 	for _, tt := range tests {
