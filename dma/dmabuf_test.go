@@ -2,6 +2,8 @@ package dma
 
 import (
 	"bytes"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -204,4 +206,43 @@ func TestExportOffsetHlsim(t *testing.T) {
 			require.NoError(t, b.Close())
 		})
 	}
+}
+
+// TestFreeRetriedAfterImporterLetGo: an importer (an RDMA MR, a peer the
+// fd was sent to) keeps a DMA-BUF alive after the DMABuf is closed, and
+// the driver refuses to unmap exported memory until the last reference
+// goes (unmap_device_va, memory.c: "failed to unmap %#llx, memory is
+// exported", EINVAL). Free then fails; once the importer lets go, a
+// second Free must unmap and free the allocation. It used to be marked
+// freed by the first attempt, so the retry returned nil and the DRAM
+// stayed allocated until the context closed.
+func TestFreeRetriedAfterImporterLetGo(t *testing.T) {
+	if b, err := os.ReadFile("/proc/sys/fs/leases-enable"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		t.Skip("fs.leases-enable=0: the emulator pins an export until its context closes")
+	}
+	sim, err := hlsim.New(hlsim.Config{Model: hlsim.ModelGaudi2, DRAMSize: 256 << 20})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sim.Close() })
+	d, err := OpenBackend(sim.Name(), simOpen(sim), Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+
+	before, err := d.DramUsage()
+	require.NoError(t, err)
+	m, err := d.AllocDevice(4096)
+	require.NoError(t, err)
+	b, err := d.ExportDMABuf(m, 0, 4096)
+	require.NoError(t, err)
+	importer, err := b.FD().Dup()
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+
+	require.ErrorIs(t, m.Free(), unix.EINVAL, "the importer still holds the DMA-BUF")
+	require.Equal(t, AddrDevice, d.AddrKind(m.Addr()), "memory the driver kept is still the device's")
+	require.NoError(t, importer.Close())
+	require.NoError(t, m.Free())
+	after, err := d.DramUsage()
+	require.NoError(t, err)
+	require.Equal(t, before.Used, after.Used, "the allocation is freed in the driver")
+	require.Zero(t, d.Stats().Live)
 }

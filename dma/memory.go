@@ -126,8 +126,11 @@ func (d *Device) AllocDevice(size uint64) (*DeviceMem, error) {
 
 // Free releases the memory: UNMAP then FREE on Gaudi2/3, accounting FREE
 // and return of the range on Gaudi1. It refuses with an error wrapping
-// ErrBusy while a DMA-BUF export of the memory is open. A second Free (or
-// Free after Device.Close) returns nil.
+// ErrBusy while a DMA-BUF export of the memory is open. When the driver
+// refuses the UNMAP (an importer still holds a closed export's DMA-BUF:
+// EINVAL) the memory stays allocated and Free may be called again. A
+// second Free after one that succeeded (or Free after Device.Close)
+// returns nil.
 func (m *DeviceMem) Free() error {
 	if m == nil {
 		return nil
@@ -168,7 +171,19 @@ func (m *DeviceMem) release() error {
 		return d.ioErr(op, "", err)
 	}
 	if err := hlsys.MemUnmap(d.b, m.addr); err != nil {
-		// FREE of a mapped handle fails; the context teardown reclaims it.
+		// The driver kept the mapping: an importer still holds a
+		// DMA-BUF of it (unmap_device_va in memory.c refuses while the
+		// export count is not 0: "memory is exported", EINVAL), or the
+		// device is not operational (hl_mem_ioctl, EBUSY). FREE of a
+		// mapped handle fails too, so the memory stays live for a later
+		// Free to retry; Close leaves it to the context's teardown.
+		if !d.closed {
+			d.mu.Lock()
+			m.freed = false
+			d.live[m.id] = m
+			d.addSpanLocked(addrSpan{lo: m.addr, n: m.allocSize, kind: AddrDevice, id: m.id})
+			d.mu.Unlock()
+		}
 		return d.ioErr(op+": unmap", "", err)
 	}
 	return d.ioErr(op, "", hlsys.MemFree(d.b, m.handle))
