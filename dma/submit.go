@@ -356,7 +356,9 @@ func (d *Device) WaitCS(seq uint64, timeout time.Duration) (done bool, err error
 		// Please close FD", once device_disable_open_processes in
 		// device.c hl_device_fini cleared the fd's device). Its CSs
 		// are gone with it: waiting on would never end.
-		transient := errors.Is(err, ErrBusy) || errors.Is(err, ErrNotOperational)
+		// EINTR (Wait's retries of a signal-interrupted WAIT_CS used
+		// up: hl_cs_wait_ioctl) says nothing of the CS either.
+		transient := errors.Is(err, ErrBusy) || errors.Is(err, ErrNotOperational) || errors.Is(err, unix.EINTR)
 		if transient && !errors.Is(err, ErrMalfunction) && !errors.Is(err, unix.ENODEV) {
 			time.Sleep(min(timeout, resetPause))
 			return false, nil

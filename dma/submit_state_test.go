@@ -219,6 +219,10 @@ func TestWaitCS(t *testing.T) {
 		// fails with ENODEV from then on (hl_ioctl, habanalabs_ioctl.c,
 		// after device_disable_open_processes in device.c hl_device_fini).
 		{"device removed", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{}, unix.ENODEV, true, unix.ENODEV},
+		// A backend that hands back the driver's EINTR (hl_cs_wait_ioctl:
+		// "user process got signal while waiting for CS handle") on
+		// every try: the CS was not seen ending.
+		{"interrupted", hlsys.DeviceStatusOperational, hlsys.WaitCSOut{}, unix.EINTR, false, nil},
 	}
 	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
 	for _, tt := range tests {
