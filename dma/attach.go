@@ -152,7 +152,11 @@ func Attach(t AttachTarget, a PoolAnchor, opts AttachOptions) (*Attached, error)
 		return nil, err
 	}
 	if status != hlsys.DeviceStatusOperational {
-		return nil, newErr(op, ErrNotOperational, "device status "+statusName(status), nil)
+		var cause error
+		if DeviceStatus(status).Broken() {
+			cause = ErrMalfunction // as NewDevice: MALFUNCTION and NEEDS_RESET do not end by themselves
+		}
+		return nil, newErr(op, ErrNotOperational, "device status "+statusName(status), cause)
 	}
 	at := &Attached{b: b, target: t, info: info, model: model, anchor: a, release: kernelRelease(b)}
 	at.exportAPI = chooseExportAPI(b.Numbering(), at.release)

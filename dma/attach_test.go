@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/hlsys"
 	"github.com/gxfer/gxfer/internal/synapse"
 )
 
@@ -205,6 +206,17 @@ func TestAttachRefusals(t *testing.T) {
 		_, err := Attach(rt.Target(), a, AttachOptions{})
 		require.ErrorIs(t, err, ErrInvalid)
 		require.ErrorIs(t, err, unix.EINVAL, "the driver's exact-VA lookup refuses it")
+	})
+	t.Run("device in malfunction", func(t *testing.T) {
+		// ErrMalfunction's contract: DEVICE_STATUS MALFUNCTION or
+		// NEEDS_RESET (the state does not end by itself), as Open says.
+		sim, rt := newRuntime(t, attachCase{hlsim.ModelGaudi2, "6.8", 0})
+		sim.ForceStatus(hlsys.DeviceStatusMalfunction)
+		defer sim.ForceStatus(hlsys.DeviceStatusOperational)
+		_, err := Attach(rt.Target(), rt.Anchor(), AttachOptions{})
+		require.ErrorIs(t, err, ErrNotOperational)
+		require.ErrorIs(t, err, ErrMalfunction)
+		require.Zero(t, rt.Stats().LentExports)
 	})
 	t.Run("fd that is not a habanalabs node", func(t *testing.T) {
 		f, err := os.Open("/dev/null")
