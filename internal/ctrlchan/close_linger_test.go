@@ -3,14 +3,12 @@ package ctrlchan
 import (
 	"context"
 	"net"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/gxfer/gxfer/internal/datapath/dptest"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -49,26 +47,7 @@ func TestCloseDeliversWhatWasSent(t *testing.T) {
 	ours := <-accepted
 	require.NotNil(t, ours)
 
-	env := &dptest.Env{}
-	held, hold := make(chan struct{}), make(chan struct{})
-	var once, unhold sync.Once
-	release := func() { unhold.Do(func() { close(hold) }) }
-	// Our reader stops at the peer's first heartbeat until released: the
-	// frames behind it stay unread in our socket.
-	p := &fakePath{handle: func(m wire.Message) (bool, error) {
-		if _, ok := m.(*wire.Heartbeat); ok {
-			once.Do(func() { close(held); <-hold })
-		}
-		return false, nil
-	}}
-	c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(ours), wire.ConnConfig{}), Name: "peer", Peer: msgPeer})
-	p.c = c
-	c.Start(p)
-	t.Cleanup(func() {
-		release()
-		require.NoError(t, c.Close())
-		env.Wait()
-	})
+	c, p, held, release := heldReaderChan(t, ours)
 
 	peer := wire.NewConn(wire.NewStreamTransport(theirs), wire.ConnConfig{})
 	defer peer.Close()

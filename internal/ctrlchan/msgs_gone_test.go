@@ -36,26 +36,7 @@ func TestMsgsKeptWhenSendFindsPeerGone(t *testing.T) {
 	theirs := <-accepted
 	require.NotNil(t, theirs)
 
-	env := &dptest.Env{}
-	held, hold := make(chan struct{}), make(chan struct{})
-	var once, unhold sync.Once
-	release := func() { unhold.Do(func() { close(hold) }) }
-	// The reader stops at the peer's first heartbeat until released: the
-	// frames behind it stay unread in the socket.
-	p := &fakePath{handle: func(m wire.Message) (bool, error) {
-		if _, ok := m.(*wire.Heartbeat); ok {
-			once.Do(func() { close(held); <-hold })
-		}
-		return false, nil
-	}}
-	c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(ours), wire.ConnConfig{}), Name: "peer", Peer: msgPeer})
-	p.c = c
-	c.Start(p)
-	t.Cleanup(func() {
-		release()
-		require.NoError(t, c.Close())
-		env.Wait()
-	})
+	c, _, held, release := heldReaderChan(t, ours)
 
 	peer := wire.NewConn(wire.NewStreamTransport(theirs), wire.ConnConfig{})
 	require.NoError(t, peer.Send(&wire.MsgCredit{Msgs: 1 << 20, Bytes: 1 << 40}))
@@ -89,4 +70,30 @@ func TestMsgsKeptWhenSendFindsPeerGone(t *testing.T) {
 	_, err = c.RecvMsg(ctx)
 	require.ErrorIs(t, err, gxerr.Peer)
 	require.ErrorContains(t, err, "peer closed the endpoint")
+}
+
+// heldReaderChan starts a channel on conn whose reader stops at the
+// peer's first heartbeat (held is closed then) until release: the frames
+// behind it stay unread in the socket. The test's cleanup releases it and
+// closes the channel.
+func heldReaderChan(t *testing.T, conn net.Conn) (c *Chan, p *fakePath, held <-chan struct{}, release func()) {
+	env := &dptest.Env{}
+	heldCh, hold := make(chan struct{}), make(chan struct{})
+	var once, unhold sync.Once
+	release = func() { unhold.Do(func() { close(hold) }) }
+	p = &fakePath{handle: func(m wire.Message) (bool, error) {
+		if _, ok := m.(*wire.Heartbeat); ok {
+			once.Do(func() { close(heldCh); <-hold })
+		}
+		return false, nil
+	}}
+	c = New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(conn), wire.ConnConfig{}), Name: "peer", Peer: msgPeer})
+	p.c = c
+	c.Start(p)
+	t.Cleanup(func() {
+		release()
+		require.NoError(t, c.Close())
+		env.Wait()
+	})
+	return c, p, heldCh, release
 }
