@@ -109,6 +109,10 @@ type hctx struct {
 	// cs_timeout.write_enable, set again by hl_device_open).
 	tdrPosted atomic.Bool
 
+	// held: Close found a DMA-BUF export still open, so the context
+	// lives on until it is gone (Config.HeldExports, held.go).
+	held atomic.Bool
+
 	closeOnce sync.Once
 	released  chan struct{} // closed once teardown has finished
 }
@@ -196,6 +200,9 @@ func (c *hctx) Ioctl(req uintptr, arg unsafe.Pointer) error {
 // device (reset.go). Close is idempotent; afterwards every call returns
 // os.ErrClosed.
 func (c *hctx) Close() error {
+	if c.holdForExports() {
+		return nil // released once its exports are gone (held.go)
+	}
 	c.teardown(false)
 	return nil
 }

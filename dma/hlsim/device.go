@@ -159,6 +159,20 @@ type Config struct {
 	// and the device stays IN_RESET until that Backend is closed.
 	Kill func()
 
+	// HeldExports models what an exported DMA-BUF holds (RULES.md R12):
+	// the export takes a reference on the compute fd's file (memory.c
+	// export_dmabuf: get_file, paired with fput in hl_release_dmabuf),
+	// so closing the Backend while any DMA-BUF of the context is still
+	// open somewhere (its fd, a dup, another process, an importer) does
+	// not release the context: it lives on, with its memory, its CSs, its
+	// eventfd and the release watchdog, and is released once the last
+	// export is gone. A release watchdog expiring meanwhile hard-resets
+	// and kills, as for an open context. Off by default (the emulator
+	// then releases at Close, as it always did). It needs the write-lease
+	// probe of exportsLive (without it Close releases at once) and covers
+	// Gaudi2/Gaudi3 exports, not Gaudi1's, nor CB mmaps.
+	HeldExports bool
+
 	// Logger receives the emulator's logs (validation failures at debug
 	// level, engine faults and TDR at warn). Default: disabled.
 	Logger zerolog.Logger

@@ -81,7 +81,7 @@ func (d *Device) condReset(only *hctx, events uint64, reason string) {
 		d.mu.Unlock()
 		d.log.Warn().Str("reason", reason).Msg("device hard reset (no context)")
 		return
-	case c.state.Load() == ctxClosed:
+	case c.state.Load() == ctxClosed && !c.holdsFile():
 		d.mu.Unlock()
 		return // the release under way resets if it must
 	case d.status.Load() == hlsys.DeviceStatusInReset:
@@ -153,13 +153,15 @@ func (d *Device) hardReset(c *hctx) {
 	// path that sees it may program them again (when operational).
 	d.st.resets.Add(1)
 	c.abortAll(nil)
-	if c.state.Load() == ctxOpen {
+	if c.holdsFile() {
 		select {
 		case <-time.After(killGrace):
 		case <-d.quit:
 		}
 		d.mu.Lock()
-		kill := !d.closed && c.state.CompareAndSwap(ctxOpen, ctxKilled)
+		// A context held by an export (held.go) is killed too: its file
+		// is still on the list; its Backend is already closed.
+		kill := !d.closed && (c.state.CompareAndSwap(ctxOpen, ctxKilled) || c.holdsFile())
 		d.mu.Unlock()
 		if kill {
 			d.st.kills.Add(1)
