@@ -47,6 +47,16 @@ import (
 // device itself can be opened again once the driver's reset is over: a
 // new Device (Open retries the EAGAIN of a reset in progress).
 //
+// Closing the fd releases the context only once every reference on its
+// DMA-BUF exports is gone too: the driver's export takes a reference on
+// the fd's file (memory.c export_dmabuf: get_file, dropped by
+// hl_release_dmabuf). The Device closes its own DMABufs with the context;
+// a dup of one, an import in another process or an RDMA memory region
+// registered on one (ibv_reg_dmabuf_mr holds the dma-buf until the region
+// is deregistered) keeps the context, and if it outlives the watchdog the
+// driver kills this process anyway (hlsim RULES.md R12 and "Holders of a
+// lost device's DMA-BUFs").
+//
 // An attached device (Attach) belongs to the runtime that owns it, which
 // registers its own eventfd; only a Device that owns its fd watches.
 

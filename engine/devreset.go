@@ -18,6 +18,17 @@ import (
 // succeeds). The engine then opens the device again on its own; buffers
 // allocated from then on live in the new context. Host memory and the
 // other devices are not affected.
+//
+// A DMA-BUF export keeps the device's context alive in the driver while
+// anything references it. The engine closes its own export fds with the
+// context, but it cannot close what others hold: a dup of a DMABuf's fd,
+// the fd sent to another process, an import made from it (an RDMA memory
+// region, another device's attachment). Release those within the release
+// watchdog of a reset (30 s), for instance from the copy errors of kind
+// ErrDeviceLost; otherwise the driver kills this process, and an import
+// still held by another process leaves the device unusable. Gaudi buffers
+// exported over RDMA keep their memory region until they are freed: Free
+// them after a reset too.
 
 // WaitDevice waits until Gaudi(i) is usable: it returns nil at once for a
 // device that is not lost, and after a reset once the engine has opened
