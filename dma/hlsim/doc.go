@@ -187,7 +187,12 @@
 // wakes blocked WAIT_CS calls, stops every goroutine (engines, TDR and
 // delay timers) and releases every fd, mapping and CB of the context;
 // nothing waits on user memory. Close is synchronous: Open answers EAGAIN
-// only while a Close or a hard reset is in progress.
+// only while a Close or a hard reset is in progress. With
+// Config.HeldExports a Close that finds one of the context's DMA-BUF
+// exports still open does not release it (the driver's export holds the
+// fd's file): the context lives on, Open answers EBUSY, the release
+// watchdog still ends in a hard reset and a kill, and the release comes
+// once the last export is gone (held.go, RULES.md R12).
 //
 // # Not modeled
 //
