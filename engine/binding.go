@@ -42,6 +42,9 @@ type Binding struct {
 // its Close: a Free or Deregister of that buffer is deferred until then,
 // and the binding's Put and Get still read and write it.
 func (ep *Endpoint) Bind(ctx context.Context, local Slice, remote RemoteKey) (*Binding, error) {
+	if ep.invalid() {
+		return nil, errNoEndpoint
+	}
 	e := ep.e
 	if err := checkCtx(ctx); err != nil {
 		return nil, err

@@ -21,6 +21,11 @@ var ErrPeer = gxerr.Peer
 
 // Endpoint is a connection to a peer engine: Put and Get move data between
 // local buffers and the peer's exported buffers.
+//
+// An Endpoint is made by Engine.Dial or Listener.Accept. One not made so
+// (a declared Endpoint{}, or a nil *Endpoint) is an ended one: its
+// operations, Close and Err are ErrInvalid, Done is closed, and
+// Transport, Stats and Peer give zero values.
 type Endpoint struct {
 	e    *Engine
 	ch   *ctrlchan.Chan // the control channel (internal/ctrlchan)
@@ -88,7 +93,12 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 }
 
 // Transport says how the endpoint reaches its peer.
-func (ep *Endpoint) Transport() TransportKind { return TransportKind(ep.path.Kind()) }
+func (ep *Endpoint) Transport() TransportKind {
+	if ep.invalid() {
+		return TransportAuto
+	}
+	return TransportKind(ep.path.Kind())
+}
 
 // EndpointStats counts an endpoint's traffic.
 type EndpointStats struct {
@@ -129,6 +139,9 @@ type EndpointStats struct {
 
 // Stats returns the endpoint's counters.
 func (ep *Endpoint) Stats() EndpointStats {
+	if ep.invalid() {
+		return EndpointStats{}
+	}
 	var ds datapath.Stats
 	ep.path.Stats(&ds)
 	ms := ep.ch.MsgStats()
@@ -141,19 +154,39 @@ func (ep *Endpoint) Stats() EndpointStats {
 }
 
 // Peer names the peer (its program name and pid).
-func (ep *Endpoint) Peer() string { return ep.ch.Name() }
+func (ep *Endpoint) Peer() string {
+	if ep.invalid() {
+		return ""
+	}
+	return ep.ch.Name()
+}
 
 // Done is closed when the endpoint has failed or been closed.
-func (ep *Endpoint) Done() <-chan struct{} { return ep.ch.Done() }
+func (ep *Endpoint) Done() <-chan struct{} {
+	if ep.invalid() {
+		return endedChan
+	}
+	return ep.ch.Done()
+}
 
 // Err is why the endpoint ended (nil while it is up).
-func (ep *Endpoint) Err() error { return ep.ch.Err() }
+func (ep *Endpoint) Err() error {
+	if ep.invalid() {
+		return errNoEndpoint
+	}
+	return ep.ch.Err()
+}
 
 // Close ends the endpoint: pending operations fail, the peer's imported
 // regions are released. It returns once nothing of the endpoint runs any
 // more (its reader, its writer, the peer's requests it was serving).
 // Idempotent.
-func (ep *Endpoint) Close() error { return ep.ch.Close() }
+func (ep *Endpoint) Close() error {
+	if ep.invalid() {
+		return errNoEndpoint
+	}
+	return ep.ch.Close()
+}
 
 // Put copies local into the peer's buffer named by remote (same length).
 // Into the peer's host memory the copy is made here, into its shared memfd
@@ -251,6 +284,9 @@ func (ep *Endpoint) usable(ctx context.Context) error {
 }
 
 func (ep *Endpoint) rma(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {
+	if ep.invalid() {
+		return resolved(errNoEndpoint)
+	}
 	if err := ep.usable(ctx); err != nil {
 		return resolved(err)
 	}

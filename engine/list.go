@@ -46,6 +46,9 @@ func (ep *Endpoint) GetList(ctx context.Context, locals []Slice, remotes []Remot
 }
 
 func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes []RemoteKey, opts []OpOption) *Future {
+	if ep.invalid() {
+		return resolved(errNoEndpoint)
+	}
 	if err := ep.usable(ctx); err != nil {
 		return resolved(err)
 	}

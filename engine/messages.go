@@ -34,6 +34,9 @@ const MaxMessage = wire.MaxAppMsg
 // closed, ErrNotSupported if the peer does not take messages (an older
 // engine). Send does not keep msg.
 func (ep *Endpoint) Send(ctx context.Context, msg []byte) error {
+	if ep.invalid() {
+		return errNoEndpoint
+	}
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
@@ -56,6 +59,9 @@ func (ep *Endpoint) Send(ctx context.Context, msg []byte) error {
 // a Recv with nothing to take polls the peer's ring for Config.WaitSpin
 // before it blocks.
 func (ep *Endpoint) Recv(ctx context.Context) ([]byte, error) {
+	if ep.invalid() {
+		return nil, errNoEndpoint
+	}
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
@@ -68,6 +74,9 @@ func (ep *Endpoint) Recv(ctx context.Context) ([]byte, error) {
 // With WaitRecv it lets a caller poll several endpoints on its own
 // goroutine, or take a message only under a lock of its own.
 func (ep *Endpoint) TryRecv() (msg []byte, ok bool, err error) {
+	if ep.invalid() {
+		return nil, false, errNoEndpoint
+	}
 	return ep.ch.TryRecvMsg()
 }
 
@@ -77,6 +86,9 @@ func (ep *Endpoint) TryRecv() (msg []byte, ok bool, err error) {
 // endpoint polling the peer's ring for Config.WaitSpin before it blocks.
 // Another caller may take the message first.
 func (ep *Endpoint) WaitRecv(ctx context.Context) error {
+	if ep.invalid() {
+		return errNoEndpoint
+	}
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
