@@ -26,6 +26,9 @@ import (
 // bindings take completions themselves, the engine's completion queue
 // goroutine polls on a timer instead of sleeping on events: when they stop,
 // another operation's completion may wait up to 2 ms for it.)
+//
+// A Binding not made by Endpoint.Bind (a declared Binding{}, or a nil
+// *Binding) refuses every method with ErrInvalid.
 type Binding struct {
 	ep *Endpoint
 	n  uint64         // bytes per operation
@@ -90,7 +93,8 @@ func (b *Binding) Get() error { return b.do(false, 1, true) }
 // lock taken once for all of them, and Stats count them with one atomic
 // (the loop of a bandwidth test, like UCT's put_bw posting its puts). A
 // binding closed or whose peer memory goes away meanwhile is noticed at
-// the next call. n <= 0 does nothing. On an RDMA endpoint PutN returns
+// the next call. n <= 0 does nothing (a Binding not made by Bind is
+// ErrInvalid still). On an RDMA endpoint PutN returns
 // once the n writes are posted, up to 128 of them still in flight (the
 // next call, Put, Get, Flush or Close waits for them; an error of theirs
 // is returned by the call that sees it).
@@ -100,7 +104,7 @@ func (b *Binding) PutN(n int) error { return b.copyN(n, true) }
 func (b *Binding) GetN(n int) error { return b.copyN(n, false) }
 
 func (b *Binding) copyN(n int, put bool) error {
-	if n <= 0 {
+	if n <= 0 && !b.invalid() {
 		return nil
 	}
 	return b.do(put, n, false)
@@ -111,6 +115,9 @@ func (b *Binding) copyN(n int, put bool) error {
 // "unix" they are done on return already), with the first error among
 // them.
 func (b *Binding) Flush() error {
+	if b.invalid() {
+		return errNoBinding
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
@@ -122,6 +129,9 @@ func (b *Binding) Flush() error {
 // do runs n operations of the data path's binding, refusing a closed
 // binding (the endpoint's and the peer memory's errors are Bound.Do's).
 func (b *Binding) do(put bool, n int, wait bool) error {
+	if b.invalid() {
+		return errNoBinding
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
@@ -139,6 +149,9 @@ func errBindingClosed() error { return newErr(ErrClosed, "binding closed", nil) 
 // adds its operations to the engine's Stats. Idempotent. Its error is an
 // operation's left in flight.
 func (b *Binding) Close() error {
+	if b.invalid() {
+		return errNoBinding
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {

@@ -31,6 +31,9 @@ type Held struct {
 // Hold holds the binding for a run of operations on the calling goroutine
 // until Release (see Held).
 func (b *Binding) Hold() (*Held, error) {
+	if b.invalid() {
+		return nil, errNoBinding
+	}
 	b.mu.RLock()
 	if b.closed {
 		b.mu.RUnlock()
