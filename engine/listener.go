@@ -29,7 +29,9 @@ var ErrUnauthenticated = gxerr.Unauthenticated
 
 // Listener accepts endpoints from peers, on a unix socket (same node) or
 // a TCP port. Accepted endpoints are served whether or not Accept is
-// called.
+// called. A Listener not made by Engine.Listen (a declared Listener{}, or
+// a nil *Listener) refuses Accept and Close with ErrInvalid; its Addr and
+// Transport are zero.
 type Listener struct {
 	e  *Engine
 	hs *handshake.Listener[*Endpoint]
@@ -80,15 +82,28 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 }
 
 // Addr is the socket path ("unix") or the host:port bound ("tcp").
-func (l *Listener) Addr() string { return l.hs.Addr() }
+func (l *Listener) Addr() string {
+	if l.invalid() {
+		return ""
+	}
+	return l.hs.Addr()
+}
 
 // Transport is the transport of the endpoints the listener accepts.
-func (l *Listener) Transport() TransportKind { return TransportKind(l.hs.Kind()) }
+func (l *Listener) Transport() TransportKind {
+	if l.invalid() {
+		return TransportAuto
+	}
+	return TransportKind(l.hs.Kind())
+}
 
 // Accept returns the next endpoint a peer opened. It fails with
 // ErrClosed once the listener is closed, and with ErrCanceled or
 // ErrTimeout (wrapping ctx's error) when ctx ends first.
 func (l *Listener) Accept(ctx context.Context) (*Endpoint, error) {
+	if l.invalid() {
+		return nil, errNoListener
+	}
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
@@ -97,6 +112,9 @@ func (l *Listener) Accept(ctx context.Context) (*Endpoint, error) {
 
 // Close stops accepting; endpoints already open stay open. Idempotent.
 func (l *Listener) Close() error {
+	if l.invalid() {
+		return errNoListener
+	}
 	err := l.hs.Close()
 	l.e.epMu.Lock()
 	delete(l.e.listeners, l)
