@@ -57,6 +57,10 @@ type AttachConfig struct {
 // processes (Buffer.ExportDMABuf: the pool's fd and the offset) and are
 // copied by the application's DeviceCopier. gxfer never frees that
 // memory, never closes the borrowed fd and submits nothing on it.
+//
+// An Attachment not made by Engine.Attach (a declared Attachment{}, or a
+// nil *Attachment) refuses Register and Detach with ErrInvalid; its Stats
+// are zero and its Location is one no buffer can be at.
 type Attachment struct {
 	e   *Engine
 	idx int
@@ -130,13 +134,25 @@ func dmaErrKind(err error) error {
 }
 
 // Location is where the attachment's buffers live.
-func (a *Attachment) Location() Location { return Location{gaudi: true, dev: a.idx, attached: true} }
+func (a *Attachment) Location() Location {
+	if a.invalid() {
+		return noAttachment
+	}
+	return Location{gaudi: true, dev: a.idx, attached: true}
+}
+
+// noAttachment is the Location of an Attachment not made by Attach:
+// runtime memory of no attachment (Alloc refuses every attached Location).
+var noAttachment = Location{gaudi: true, dev: -1, attached: true}
 
 // Register returns a Buffer over [va, va+n) of the runtime's pool (a
 // tensor's device address, e.g. habana_frameworks' _data_ptr, and byte
 // size). The memory stays the runtime's: Free (or Deregister) only drops
 // gxfer's use of it, and the runtime must not free it before.
 func (a *Attachment) Register(va uint64, n int) (*Buffer, error) {
+	if a.invalid() {
+		return nil, errNoAttachment
+	}
 	e := a.e
 	// Inside the close gate, as Alloc and Engine.Register: Close collects
 	// the live buffers only once no call that may still add one is in.
@@ -170,6 +186,9 @@ func (a *Attachment) Register(va uint64, n int) (*Buffer, error) {
 // and Detach waits for the copier to return them. The borrowed fd stays
 // open. Idempotent.
 func (a *Attachment) Detach() error {
+	if a.invalid() {
+		return errNoAttachment
+	}
 	bufs, ok := a.rt.Detach()
 	if !ok {
 		<-a.detached // return once the first call has closed the export
@@ -207,6 +226,9 @@ type AttachStats struct {
 
 // Stats returns the attachment's counters.
 func (a *Attachment) Stats() AttachStats {
+	if a.invalid() {
+		return AttachStats{}
+	}
 	r := a.rt
 	return AttachStats{Buffers: r.Len(), Copies: r.Copies.Load(), CopyBytes: r.CopyBytes.Load(), MRs: r.MRs.Load(), Export: a.att.Export()}
 }
