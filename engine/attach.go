@@ -90,6 +90,9 @@ type attachState struct {
 // export API attach cannot use), ErrNoDevice (no target given and no
 // runtime in this process) or ErrDevice.
 func (e *Engine) Attach(cfg AttachConfig) (*Attachment, error) {
+	if e.invalid() {
+		return nil, errNoEngineMade
+	}
 	if !e.enter() {
 		return nil, ErrClosed
 	}

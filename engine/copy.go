@@ -136,6 +136,9 @@ func acquirePair(dst, src Slice) error {
 // host-to-host copy run by a host worker is dropped the same way while it
 // is queued; one run in the caller is done on return.
 func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Future {
+	if e.invalid() {
+		return resolved(errNoEngineMade)
+	}
 	if err := checkCtx(ctx); err != nil {
 		return resolved(err)
 	}
@@ -214,7 +217,12 @@ type Batch struct {
 type batchOp struct{ dst, src Slice }
 
 // NewBatch returns an empty batch.
-func (e *Engine) NewBatch() *Batch { return &Batch{e: e} }
+func (e *Engine) NewBatch() *Batch {
+	if e.invalid() {
+		return &Batch{} // refused by Submit
+	}
+	return &Batch{e: e}
+}
 
 // Copy adds a copy and returns its index in the batch's per-op status
 // (-1 for a nil batch, which holds nothing).

@@ -36,6 +36,9 @@ import (
 // does not drive, and with ctx's error (ErrTimeout, ErrCanceled) or
 // ErrClosed when those end the wait first.
 func (e *Engine) WaitDevice(ctx context.Context, i int) error {
+	if e.invalid() {
+		return errNoEngineMade
+	}
 	if ctx == nil {
 		return newErr(ErrInvalid, "nil context", nil)
 	}

@@ -24,6 +24,9 @@ type Emulator struct {
 // if there is no such device, ErrNotEmulated for real hardware (faults
 // cannot be injected there), ErrClosed once the engine is closed.
 func (e *Engine) Emulator(i int) (*Emulator, error) {
+	if e.invalid() {
+		return nil, errNoEngineMade
+	}
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}

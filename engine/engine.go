@@ -25,6 +25,10 @@ import (
 // Engine moves data between host memory and Gaudi devices. It owns its
 // devices, worker pool, queues and completion actors; Close releases all of
 // them. An Engine is safe for concurrent use.
+//
+// An Engine is made by New. One not made so (a declared Engine{}, or a nil
+// *Engine) refuses every operation, Close too, with ErrInvalid (NewBatch's
+// batch is refused by Submit); its getters give zero values.
 type Engine struct {
 	cfg Config
 	log zerolog.Logger
@@ -169,10 +173,20 @@ func (e *Engine) openCopier() (err error) {
 }
 
 // Config returns the engine's configuration with every default applied.
-func (e *Engine) Config() Config { return e.cfg }
+func (e *Engine) Config() Config {
+	if e.invalid() {
+		return Config{}
+	}
+	return e.cfg
+}
 
 // NumDevices is the number of Gaudi devices the engine drives.
-func (e *Engine) NumDevices() int { return len(e.cp.Devs) }
+func (e *Engine) NumDevices() int {
+	if e.invalid() {
+		return 0
+	}
+	return len(e.cp.Devs)
+}
 
 // DeviceInfo describes one device the engine drives.
 type DeviceInfo struct {
@@ -215,6 +229,9 @@ type DeviceInfo struct {
 
 // Devices describes the devices the engine drives.
 func (e *Engine) Devices() []DeviceInfo {
+	if e.invalid() {
+		return nil
+	}
 	devs := e.cp.DevList()
 	out := make([]DeviceInfo, 0, len(devs))
 	for _, g := range devs {
@@ -267,7 +284,12 @@ func (e *Engine) device(l Location) (*copier.Device, error) {
 // Go heap (Host), or device memory (Gaudi(i)). Without room it fails with
 // ErrNoMemory; a device that refuses otherwise gives ErrDevice (or
 // ErrDeviceLost after a reset).
-func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) { return e.alloc(size, loc, false) }
+func (e *Engine) Alloc(size int, loc Location) (*Buffer, error) {
+	if e.invalid() {
+		return nil, errNoEngineMade
+	}
+	return e.alloc(size, loc, false)
+}
 
 // alloc is Alloc; internal marks a buffer of the engine's own (bounce
 // buffers of the data paths and of staging), which Lookup does not find.
@@ -324,6 +346,9 @@ func (e *Engine) alloc(size int, loc Location, internal bool) (*Buffer, error) {
 // cannot tell the engine when memory is freed. Mappings into devices are made on first
 // use through the registration cache.
 func (e *Engine) Register(mem []byte) (*Buffer, error) {
+	if e.invalid() {
+		return nil, errNoEngineMade
+	}
 	if !e.admitAlloc() {
 		return nil, ErrClosed
 	}
@@ -364,6 +389,9 @@ func (e *Engine) track(b *Buffer) {
 // Register are found, not the engine's own (a peer's memory it mapped,
 // bounce buffers).
 func (e *Engine) Lookup(addr uint64, n int) (Slice, error) {
+	if e.invalid() {
+		return Slice{}, errNoEngineMade
+	}
 	ent, ok := e.cp.Types.Lookup(addr, uint64(n))
 	if ok {
 		if b := ent.Owner.(*copier.Mem).Owner.(*Buffer); !b.internal {
@@ -375,6 +403,9 @@ func (e *Engine) Lookup(addr uint64, n int) (Slice, error) {
 
 // LookupDevice finds the device buffer of Gaudi(dev) holding [addr, addr+n).
 func (e *Engine) LookupDevice(dev int, addr uint64, n int) (Slice, error) {
+	if e.invalid() {
+		return Slice{}, errNoEngineMade
+	}
 	g, err := e.device(Gaudi(dev))
 	if err != nil {
 		return Slice{}, err
@@ -424,6 +455,9 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 // finish before any memory is released; those that start once Close has
 // begun fail with ErrClosed. Idempotent.
 func (e *Engine) Close() error {
+	if e.invalid() {
+		return errNoEngineMade
+	}
 	e.once.Do(func() {
 		e.epMu.Lock()
 		e.closed.Store(true)

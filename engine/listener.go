@@ -47,6 +47,9 @@ func (e *Engine) local() *handshake.Local {
 // SOCK_SEQPACKET socket created 0600; peers of another uid are refused) or
 // "tcp", "tcp4", "tcp6" (addr is host:port; port 0 picks one, see Addr).
 func (e *Engine) Listen(network, addr string) (*Listener, error) {
+	if e.invalid() {
+		return nil, errNoEngineMade
+	}
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -129,6 +132,9 @@ func (l *Listener) Close() error {
 // with ErrTimeout (ctx's deadline) or ErrCanceled, wrapping ctx's error.
 // A nil option is skipped.
 func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOption) (*Endpoint, error) {
+	if e.invalid() {
+		return nil, errNoEngineMade
+	}
 	// The TCP data path opens its lanes as this Dial did (lanes.go).
 	return e.dial(withDialInfo(ctx, network, addr, opts), network, addr, opts, false)
 }

@@ -179,6 +179,9 @@ func (e *Engine) transportOps(k datapath.Kind) *transportCounters {
 // each one's peer; a TCP endpoint's extra connections, its lanes, are
 // part of it), in no particular order.
 func (e *Engine) EndpointStats() []EndpointStats {
+	if e.invalid() {
+		return nil
+	}
 	e.epMu.Lock()
 	eps := make([]*Endpoint, 0, len(e.endpoints))
 	for ep := range e.endpoints {

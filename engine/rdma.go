@@ -76,6 +76,9 @@ type RDMAInfo struct {
 
 // RDMA describes the engine's RDMA context, or why there is none.
 func (e *Engine) RDMA() RDMAInfo {
+	if e.invalid() {
+		return RDMAInfo{Reason: "engine not made by New"}
+	}
 	if e.rdma == nil {
 		return RDMAInfo{Reason: e.rdmaWhy}
 	}

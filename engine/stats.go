@@ -80,6 +80,9 @@ type Stats struct {
 
 // Stats returns a snapshot of the engine's counters.
 func (e *Engine) Stats() Stats {
+	if e.invalid() {
+		return Stats{}
+	}
 	s := Stats{
 		Submitted: e.st.Submitted.Load(), Completed: e.st.Completed.Load(), Failed: e.st.Failed.Load(),
 		Bytes: e.st.Bytes.Load(), Inline: e.st.Inline.Load(),
