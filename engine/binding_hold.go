@@ -21,6 +21,9 @@ import (
 // the Held itself, but a holder that stops calling must Release. A Held is
 // for one goroutine; the Binding's own Put and Get may run on others
 // meanwhile (not on the holder's while Close waits: it would deadlock).
+//
+// A Held not made by Binding.Hold (a declared Held{}, or a nil *Held)
+// refuses Put and Get with ErrInvalid; its Release does nothing.
 type Held struct {
 	b    *Binding
 	sh   *shm.Held // a "unix" binding's fast path; nil: through b.bd
@@ -59,6 +62,9 @@ func (h *Held) Get() error { return h.move(false) }
 
 // move is a Put or Get: on the held direct path when there is one.
 func (h *Held) move(put bool) error {
+	if h == nil {
+		return errNoHeld
+	}
 	if h.sh == nil || h.done {
 		return h.do(put)
 	}
@@ -74,6 +80,9 @@ func (h *Held) move(put bool) error {
 func (h *Held) do(put bool) error {
 	if h.done {
 		return errBindingClosed()
+	}
+	if h.b == nil {
+		return errNoHeld
 	}
 	h.ops++
 	return h.b.bd.Do(put, 1, true)
@@ -94,7 +103,7 @@ func (h *Held) failed(err error) error {
 // Release ends the hold: the binding's Close and the engine's may proceed.
 // Idempotent.
 func (h *Held) Release() {
-	if h.done {
+	if h == nil || h.b == nil || h.done {
 		return
 	}
 	h.done = true

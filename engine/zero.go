@@ -10,6 +10,7 @@ var (
 	errNoEndpoint   = newErr(ErrInvalid, "endpoint not made by Dial or Accept", nil)
 	errNoListener   = newErr(ErrInvalid, "listener not made by Engine.Listen", nil)
 	errNoBinding    = newErr(ErrInvalid, "binding not made by Endpoint.Bind", nil)
+	errNoHeld       = newErr(ErrInvalid, "held binding not made by Binding.Hold", nil)
 	errNoAttachment = newErr(ErrInvalid, "attachment not made by Engine.Attach", nil)
 )
 
