@@ -34,6 +34,9 @@ type CB struct {
 	// Gaudi1 kernel CB
 	handle uint64
 	mapped []byte // the whole mmap
+	// destroyed: CB DESTROY of handle succeeded (handle stays, for
+	// racing readers of a stale CB's Chunk).
+	destroyed bool
 	// Gaudi2 user CB (va set)
 	pages []byte
 	va    uint64
@@ -306,8 +309,10 @@ func (cb *CB) Chunk(queue uint32) Chunk {
 }
 
 // Close releases the buffer (Gaudi1: munmap + CB DESTROY; Gaudi2: UNMAP
-// + free the pages). A second Close (or Close after Device.Close) returns
-// nil.
+// + free the pages). When the driver refuses DESTROY or UNMAP (the
+// device is not operational: EBUSY) the buffer is closed for use but its
+// resources stay, and Close may be called again. A second Close after
+// one that succeeded (or Close after Device.Close) returns nil.
 func (cb *CB) Close() error {
 	if cb == nil || cb.d == nil {
 		return nil
@@ -337,8 +342,24 @@ func (cb *CB) release() error {
 		}
 	}
 	d.mu.Unlock()
-	return cb.destroy()
+	err := cb.destroy()
+	if err != nil && cb.kept() && !d.closed {
+		// The driver refused DESTROY or UNMAP (hl_cb_ioctl, hl_mem_ioctl:
+		// EBUSY while the device is not operational) and still holds
+		// the buffer: it stays live (released: no more changes) for a
+		// later Close to retry; Device.Close leaves it to the context's
+		// teardown.
+		d.mu.Lock()
+		cb.done = false
+		d.live[cb.id] = cb
+		d.mu.Unlock()
+	}
+	return err
 }
+
+// kept reports whether destroy left driver resources behind (a refused
+// CB DESTROY or UNMAP), for a retry.
+func (cb *CB) kept() bool { return (cb.handle != 0 && !cb.destroyed) || cb.pages != nil }
 
 // destroy frees the buffer's device and host resources (no tracking).
 func (cb *CB) destroy() error {
@@ -356,12 +377,16 @@ func (cb *CB) destroy() error {
 			return nil
 		}
 		var errs []error
-		if err := d.b.Munmap(cb.mapped); err != nil {
-			errs = append(errs, err)
+		if cb.mapped != nil {
+			if err := d.b.Munmap(cb.mapped); err != nil {
+				errs = append(errs, err)
+			}
+			cb.mapped = nil
 		}
-		cb.mapped = nil
 		if err := hlsys.CBDestroy(d.b, cb.handle); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, err) // handle kept: a later destroy retries
+		} else {
+			cb.destroyed = true
 		}
 		return joinWrap(op, errs)
 	}
@@ -373,7 +398,8 @@ func (cb *CB) destroy() error {
 	}
 	if err := hlsys.MemUnmap(d.b, cb.va); err != nil {
 		// The pages stay pinned by the device; do not return them to the
-		// system. The context teardown releases the pin.
+		// system. A later destroy retries; the context teardown
+		// releases the pin.
 		return d.ioErr(op, "", err)
 	}
 	err := FreeHostPages(cb.pages)

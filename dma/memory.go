@@ -242,7 +242,10 @@ func (d *Device) MapHostBytes(b []byte) (*HostMapping, error) {
 }
 
 // Unmap unmaps and unpins the memory (MEMORY UNMAP with the VA that MAP
-// returned). A second Unmap (or Unmap after Device.Close) returns nil.
+// returned). When the driver refuses the UNMAP (the device is not
+// operational: EBUSY) the memory stays mapped and Unmap may be called
+// again. A second Unmap after one that succeeded (or Unmap after
+// Device.Close) returns nil.
 func (h *HostMapping) Unmap() error {
 	if h == nil {
 		return nil
@@ -270,8 +273,22 @@ func (h *HostMapping) release() error {
 	if d.gone {
 		return nil // the context's teardown unmapped and unpinned it
 	}
-	err := hlsys.MemUnmap(d.b, h.va)
-	return d.ioErr(fmt.Sprintf("unmap host memory %#x on %s", h.va, d.Name()), "", err)
+	op := fmt.Sprintf("unmap host memory %#x on %s", h.va, d.Name())
+	if err := hlsys.MemUnmap(d.b, h.va); err != nil {
+		// The driver kept the mapping and its pin (hl_mem_ioctl: EBUSY
+		// while the device is not operational): it stays live for a
+		// later Unmap to retry; Close leaves it to the context's
+		// teardown.
+		if !d.closed {
+			d.mu.Lock()
+			h.done = false
+			d.live[h.id] = h
+			d.addSpanLocked(addrSpan{lo: h.va, n: h.size, kind: AddrHost, id: h.id})
+			d.mu.Unlock()
+		}
+		return d.ioErr(op, "", err)
+	}
+	return nil
 }
 
 // AllocHostPages returns size bytes of page-aligned, zeroed anonymous
