@@ -79,7 +79,10 @@ type CSOptions struct {
 	PieceSize uint64
 	// NewCB, if set, supplies the command buffers (e.g. from a pool): an
 	// empty CB of at least CBSize bytes made on the builder's Device. nil
-	// means Device.NewCB(CBSize).
+	// means Device.NewCB(CBSize). A CB it returns is the builder's (see
+	// Release); one the builder cannot use (too small, of another
+	// Device) is closed at once and the call needing it fails with
+	// ErrInvalid.
 	NewCB func() (*CB, error)
 	// OneQueue puts the whole CS on one of Queues: the one the device's
 	// round robin picked last, which it does not advance. Consecutive
@@ -210,6 +213,8 @@ func (b *CSBuilder) cb(s int) (*CB, error) {
 		return nil, err
 	}
 	if cb == nil || cb.d != b.d || cb.Cap() < b.cbSize {
+		// The CB was handed over: the builder closes what it cannot use.
+		_ = cb.Close()
 		return nil, newErr("get command buffer", ErrInvalid, "CSOptions.NewCB returned no CB of this device with the configured size", nil)
 	}
 	b.cbs[s] = cb

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
@@ -430,6 +431,33 @@ func TestCSBuilderFitsMultiPacketPiece(t *testing.T) {
 			}
 			require.Equal(t, tt.n, moved)
 			require.Len(t, chunks, 2)
+		})
+	}
+}
+
+// TestCSBuilderClosesRejectedCB: a CB that CSOptions.NewCB hands over is
+// the builder's (Release closes or pools it), also when the builder
+// rejects it (too small, of another device): it is closed then, not left
+// live until its Device closes.
+func TestCSBuilderClosesRejectedCB(t *testing.T) {
+	d := openSim(t, hlsim.ModelGaudi2)
+	other := openSim(t, hlsim.ModelGaudi2)
+	tests := []struct {
+		name string
+		from *Device
+		size int
+	}{
+		{"too small", d, 64},
+		{"of another device", other, 4096},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.from.Stats().Live
+			cs, err := d.NewCSBuilder(CSOptions{Queues: d.H2DQueues(), CBSize: 4096,
+				NewCB: func() (*CB, error) { return tt.from.NewCB(tt.size) }})
+			require.NoError(t, err)
+			require.ErrorIs(t, cs.Reserve(), ErrInvalid)
+			require.Equal(t, before, tt.from.Stats().Live, "the rejected CB was closed")
 		})
 	}
 }
