@@ -22,7 +22,9 @@ var (
 	// ErrNoMemory: out of device memory (or of the Gaudi1 DRAM range).
 	ErrNoMemory = errors.New("out of device memory")
 	// ErrBusy: the object is still in use (a DeviceMem with an open DMA-BUF
-	// export, or a CS queue that stayed full through every retry).
+	// export, a CS queue that stayed full through every retry, or the
+	// driver's context-switch phase that timed out before it submitted a
+	// CS).
 	ErrBusy = errors.New("resource busy")
 	// ErrCSTimedOut: the device's CS timeout (TDR) expired for a CS.
 	ErrCSTimedOut = errors.New("command submission timed out")
@@ -99,7 +101,9 @@ func newErr(op string, kind error, detail string, err error) *Error {
 }
 
 // errnoKind maps the errno inside err to a sentinel for operations without
-// a more specific mapping. It returns nil when there is none.
+// a more specific mapping. It returns nil when there is none. ETIMEDOUT
+// has none: only a CS wait's means that the device's CS timeout expired
+// (ErrCSTimedOut), and Wait maps it itself.
 func errnoKind(err error) error {
 	var errno unix.Errno
 	if !errors.As(err, &errno) {
@@ -114,8 +118,6 @@ func errnoKind(err error) error {
 		return ErrBusy
 	case unix.ENOTTY, unix.EOPNOTSUPP, unix.ENOSYS:
 		return ErrNotSupported
-	case unix.ETIMEDOUT:
-		return ErrCSTimedOut
 	case unix.ENODEV:
 		return ErrNotOperational
 	}

@@ -50,7 +50,9 @@ type csCall struct {
 // queue, bad CB, Gaudi1 parser refusal) an error wrapping ErrInvalid; a CS
 // refused because the device is not operational (resetting, in
 // malfunction) an error wrapping ErrNotOperational (see csRefused for how
-// EPERM and EBUSY are told apart).
+// EPERM and EBUSY are told apart); a context-switch phase that timed out
+// in the driver (ETIMEDOUT) an error wrapping ErrBusy. On every error the
+// CS was not submitted.
 func (d *Device) Submit(chunks []Chunk) (seq uint64, err error) {
 	return d.SubmitUntil(chunks, nil)
 }
@@ -135,6 +137,12 @@ func (d *Device) SubmitUntil(chunks []Chunk, stop func() error) (seq uint64, err
 			return 0, newErr(op, ErrBusy, fmt.Sprintf("queue still full after %d retries", attempt), err)
 		case errors.Is(err, unix.EPERM), errors.Is(err, unix.EBUSY):
 			return 0, d.csRefused(op, err)
+		case errors.Is(err, unix.ETIMEDOUT):
+			// hl_cs_ctx_switch (command_submission.c): the context
+			// switch, or the wait for another thread's, timed out
+			// ("context switch phase timeout") before hl_cs_ioctl
+			// submitted the CS; the driver may soft-reset the device.
+			return 0, newErr(op, ErrBusy, "the driver's context-switch phase timed out: the CS was not submitted", err)
 		}
 		return 0, wrapErr(op, err)
 	}

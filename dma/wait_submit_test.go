@@ -128,3 +128,23 @@ func TestSubmitRetries(t *testing.T) {
 	_, err = d.Submit(make([]Chunk, MaxChunksPerCS+1))
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+// TestSubmitCtxSwitchTimeout: the CS ioctl fails with ETIMEDOUT when its
+// context-switch phase times out (hl_cs_ctx_switch, command_submission.c:
+// "context switch phase timeout", or the ASIC's context_switch timing
+// out), before hl_cs_ioctl submits the CS: it never ran. Its error must
+// not say that the device's CS timeout expired for it (ErrCSTimedOut),
+// and no other call's ETIMEDOUT may either.
+func TestSubmitCtxSwitchTimeout(t *testing.T) {
+	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	f.submit = func([]hlsys.CSChunk) (uint64, error) { return 0, unix.ETIMEDOUT }
+	_, err := d.Submit([]Chunk{{Handle: 0x1000, Queue: 0, Size: 8, UserCB: true}})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrCSTimedOut, "the CS was never submitted")
+	require.ErrorIs(t, err, ErrBusy)
+	require.ErrorIs(t, err, unix.ETIMEDOUT)
+	require.Contains(t, err.Error(), "not submitted")
+	require.Zero(t, d.Stats().Submitted)
+
+	require.NotErrorIs(t, wrapErr("map memory", unix.ETIMEDOUT), ErrCSTimedOut)
+}
