@@ -349,7 +349,10 @@ const resetPause = time.Millisecond
 // gives (false, nil) after a pause of at most min(timeout, 1ms), which
 // keeps a polling caller from spinning on it. A device in malfunction
 // does not come back: that ends the CS (ErrMalfunction), and so does a
-// device removed under the fd (ENODEV).
+// device removed under the fd (ENODEV). A CS ended with ErrMalfunction
+// may still run on the hardware (with the driver's reset_on_lockup=0 a
+// lockup leaves the device in NEEDS_RESET, not reset): keep what it uses
+// until the Device is closed with CloseRunning.
 func (d *Device) WaitCS(seq uint64, timeout time.Duration) (done bool, err error) {
 	st, err := d.Wait(seq, timeout)
 	if err != nil && errors.Is(err, ErrDeviceReset) && !d.rw.released.Load() {

@@ -304,7 +304,7 @@ func (r *csRec) submit() {
 	}
 	chunks, err := r.cs.Seal()
 	if err != nil {
-		r.finish(DeviceErr("seal command submission", err))
+		r.retire(DeviceErr("seal command submission", err))
 		return
 	}
 	seq, t, err, terr := r.submitTracked(chunks)
@@ -313,7 +313,9 @@ func (r *csRec) submit() {
 		return
 	}
 	if err != nil {
-		r.finish(DeviceErr(fmt.Sprintf("submit CS on gaudi%d", g.Idx), err))
+		// Not submitted (also when refused for a malfunction): nothing
+		// of it runs.
+		r.retire(DeviceErr(fmt.Sprintf("submit CS on gaudi%d", g.Idx), err))
 		return
 	}
 	if terr == nil {
@@ -330,6 +332,8 @@ func (r *csRec) submit() {
 			g.abandon(r)
 		case werr == nil:
 			r.retire(nil) // it completed
+		case errors.Is(werr, dma.ErrMalfunction):
+			r.failRunning(werr)
 		case errors.Is(werr, dma.ErrClosed):
 			// The copier closed the device meanwhile, the way that
 			// stops it (CloseDevices after a worker outlived Stop).
@@ -418,7 +422,31 @@ func (r *csRec) finish(err error) {
 		r.g.abandon(r)
 		return
 	}
+	if errors.Is(err, dma.ErrMalfunction) {
+		r.failRunning(err)
+		return
+	}
 	r.retire(err)
+}
+
+// failRunning ends a CS that the device's malfunction ended while the
+// hardware may still run it: with the driver's reset_on_lockup=0 a
+// lockup leaves the device in NEEDS_RESET without a reset, its waits
+// refused, and its engines still on the CSs in flight (dma/hlsim
+// RULES.md R10). Its operations fail now; what it uses (command
+// buffers, host mappings, buffer references) is kept, as for a CS
+// abandoned at Close, until the device is closed the way that stops it
+// (Device.abandon); an internal copy's future resolves only then.
+func (r *csRec) failRunning(err error) {
+	err = mapDeviceErr(err)
+	c := r.g.c
+	for i := range r.items {
+		if it := &r.items[i]; !it.done {
+			it.done = true
+			c.opDone(it.j, it.o, err)
+		}
+	}
+	r.g.abandon(r)
 }
 
 // retire releases the CS's command buffers, host mappings and buffer
