@@ -145,7 +145,11 @@ func closeWhileParked(t *testing.T, e *Engine, do func() error, parked, resume c
 
 	res := make(chan error, 1)
 	go func() { res <- do() }()
-	<-parked
+	select {
+	case <-parked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call never reached the hook that parks it")
+	}
 	closed := make(chan error, 1)
 	go func() { closed <- e.Close() }()
 	var closeErr error

@@ -45,7 +45,16 @@ func (ep *Endpoint) Send(ctx context.Context, msg []byte) error {
 	}
 	var fence func(context.Context) error
 	if f, ok := ep.path.(datapath.Fencer); ok {
-		fence = f.Fence
+		// In the starts gate: the fence (an RDMA read behind the writes)
+		// holds the transport's scratch buffer and a memory region,
+		// which Engine.Close releases once no start is under way.
+		fence = func(ctx context.Context) error {
+			if !ep.e.enterStart() {
+				return ErrClosed
+			}
+			defer ep.e.exitStart()
+			return f.Fence(ctx)
+		}
 	}
 	return ep.ch.SendMsg(ctx, msg, fence)
 }

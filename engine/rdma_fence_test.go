@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,4 +39,30 @@ func TestRDMAFenceKeptAfterFailedSend(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "sent", string(m))
 	require.NoError(t, ab.Err())
+}
+
+// TestCloseWaitsForSendFence: Engine.Close waits for a Send's fence under
+// way (the RDMA read behind the writes, which holds the transport's
+// scratch buffer and a memory region) before it closes the transports;
+// the fence passes the starts gate, and its hook parks it here.
+func TestCloseWaitsForSendFence(t *testing.T) {
+	needRDMA(t)
+	owner, req, ab, _ := rdmaAccepted(t)
+	ctx := context.Background()
+	src, err := req.Alloc(4096, Host)
+	require.NoError(t, err)
+	_, rk := exported(t, owner, 4096, Host)
+	require.NoError(t, ab.PutSync(ctx, src.All(), rk)) // a write the next Send fences
+	parked, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	park := func() { once.Do(func() { close(parked); <-resume }) }
+	req.starts.SetHook(&park)
+	do := func() error {
+		err := ab.Send(ctx, []byte("fenced"))
+		if errors.Is(err, ErrPeer) {
+			return nil // the connection Close tore down
+		}
+		return err
+	}
+	require.True(t, closeWhileParked(t, req, do, parked, resume), "Close returned while a Send's fence was starting")
 }
