@@ -157,6 +157,12 @@ func (p *peerProc) start(gen int, seed uint64) error {
 		p.exitErr = err
 		p.mu.Unlock()
 		close(exited)
+		// A race-built peer's data race report only changes its exit
+		// status at exit, which a peer killed never reaches.
+		if tail.raced() {
+			p.d.t.violate("peer-race", "peer %d (generation %d, pid %d) reported a data race; stderr: %s",
+				p.idx, gen, cmd.Process.Pid, tail.String())
+		}
 		if !killed && !p.d.stopping.Load() {
 			p.d.t.violate("peer-crash", "peer %d (generation %d, pid %d) exited by itself: %v; stderr: %s",
 				p.idx, gen, cmd.Process.Pid, err, tail.String())
@@ -356,21 +362,36 @@ func (p *peerProc) stop(bound time.Duration) {
 	}
 }
 
-// tailBuffer keeps the last max bytes written to it.
+// raceMarker opens the race detector's report of a data race.
+const raceMarker = "WARNING: DATA RACE"
+
+// tailBuffer keeps the last max bytes written to it, and whether a data
+// race report was among them (even one pushed out since).
 type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
+	mu   sync.Mutex
+	max  int
+	b    []byte
+	race bool
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	from := max(0, len(t.b)-len(raceMarker)+1) // a marker split across writes
 	t.b = append(t.b, p...)
+	if !t.race && strings.Contains(string(t.b[from:]), raceMarker) {
+		t.race = true
+	}
 	if len(t.b) > t.max {
 		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
 	}
 	return len(p), nil
+}
+
+func (t *tailBuffer) raced() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.race
 }
 
 func (t *tailBuffer) String() string {

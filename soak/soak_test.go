@@ -24,6 +24,9 @@ import (
 // soak peer, and the tests otherwise.
 func TestMain(m *testing.M) {
 	if IsPeer() {
+		if s := os.Getenv(testPeerStderr); s != "" {
+			fmt.Fprintln(os.Stderr, s)
+		}
 		os.Exit(PeerMain(os.Stdin, os.Stdout))
 	}
 	testutil.Main(m)
