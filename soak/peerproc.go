@@ -41,7 +41,12 @@ type peerProc struct {
 	baseFDs []string
 	tail    *tailBuffer
 	exitErr error
+	keysSeq uint64 // the command whose keys answer the view holds
 }
+
+// afterKeysAnswer, if set (by a test), runs in refreshKeys between the
+// peer's answer and its taking into the view.
+var afterKeysAnswer func()
 
 // newFDs lists the peer's descriptors that were not open at its start.
 func (p *peerProc) newFDs() []string {
@@ -218,9 +223,12 @@ func (p *peerProc) refreshKeys() error {
 	if !v.alive {
 		return errPeerGone
 	}
-	a, err := p.command(fmt.Sprintf("keys %d %d %d", v.gen, v.kgen[0], v.kgen[1]))
+	a, seq, err := p.commandSeq(fmt.Sprintf("keys %d %d %d", v.gen, v.kgen[0], v.kgen[1]))
 	if err != nil {
 		return err
+	}
+	if afterKeysAnswer != nil {
+		afterKeysAnswer()
 	}
 	f := strings.Fields(a)
 	if len(f) != 8 || f[0] != "KEYS" {
@@ -243,6 +251,13 @@ func (p *peerProc) refreshKeys() error {
 	if pgen != cur.gen || !cur.alive {
 		return nil // another generation answered (restarted meanwhile)
 	}
+	if seq < p.keysSeq {
+		// Refreshes run at once (the CS faults of several kinds follow
+		// the peer): the view holds a later answer, and this one's
+		// generations may be older.
+		return nil
+	}
+	p.keysSeq = seq
 	for dev := range kgen {
 		if kgen[dev] < cur.kgen[dev] {
 			return fmt.Errorf("peer %d: key generation of gaudi%d went back from %d to %d", p.idx, dev, cur.kgen[dev], kgen[dev])
@@ -276,27 +291,34 @@ func (p *peerProc) recv(timeout time.Duration) (string, error) {
 
 // command sends one command and returns the answer.
 func (p *peerProc) command(c string) (string, error) {
+	a, _, err := p.commandSeq(c)
+	return a, err
+}
+
+// commandSeq is command, also returning the command's number (later
+// commands have higher ones).
+func (p *peerProc) commandSeq(c string) (string, uint64, error) {
 	p.cmdMu.Lock()
 	defer p.cmdMu.Unlock()
 	p.mu.Lock()
 	w := p.stdin
 	p.mu.Unlock()
 	if w == nil {
-		return "", errPeerGone
+		return "", 0, errPeerGone
 	}
 	p.seq++
 	id := fmt.Sprintf("%d ", p.seq)
 	if _, err := fmt.Fprintln(w, id+c); err != nil {
-		return "", errPeerGone
+		return "", 0, errPeerGone
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		l, err := p.recv(time.Until(deadline))
 		if err != nil {
-			return "", err
+			return "", 0, err
 		}
 		if a, ok := strings.CutPrefix(l, id); ok {
-			return a, nil
+			return a, p.seq, nil
 		}
 		// a late answer to a command that timed out
 	}
