@@ -17,17 +17,10 @@ type borrowedFD struct {
 	err  error  // why the fd is not a habanalabs compute node
 }
 
+// Ioctl issues req on the fd, again if a signal interrupts it, but for
+// WAIT_CS (hlsys.Restartable).
 func (b *borrowedFD) Ioctl(req uintptr, arg unsafe.Pointer) error {
-	for {
-		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(b.fd), req, uintptr(arg))
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return e
-		}
-		return nil
-	}
+	return hlsys.IoctlFD(b.fd, req, arg)
 }
 
 func (b *borrowedFD) Mmap(int64, int) ([]byte, error) { return nil, unix.EPERM }

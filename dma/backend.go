@@ -22,7 +22,9 @@ import (
 type Backend interface {
 	// Ioctl performs one request on the device. arg points to the
 	// request's argument struct (the driver's uAPI layout), which the
-	// device reads and writes in place.
+	// device reads and writes in place. A WAIT_CS a signal interrupts
+	// should fail with EINTR as the driver's does: Wait issues it again
+	// for the time left.
 	Ioctl(req uintptr, arg unsafe.Pointer) error
 	// Mmap maps length bytes of the device file at offset (Gaudi1's
 	// kernel command buffers).

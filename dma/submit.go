@@ -279,7 +279,6 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 		return d.g3Wait(opName, seq, timeout)
 	}
 	remaining := max(timeout, 0)
-	intr := 0
 	args, _ := d.waitArgs.Get().(*hlsys.WaitCSArgs)
 	if args == nil {
 		args = new(hlsys.WaitCSArgs)
@@ -288,9 +287,21 @@ func (d *Device) Wait(seq uint64, timeout time.Duration) (CSStatus, error) {
 	for {
 		chunk := min(remaining, MaxWaitPerCall)
 		d.waits.Add(1)
+		var start time.Time
+		if chunk > 0 {
+			start = time.Now()
+		}
 		out, err := hlsys.WaitForCSIn(d.b, args, seq, uint64(chunk/time.Microsecond))
-		if errors.Is(err, unix.EINTR) && intr < 100 {
-			intr++
+		if chunk > 0 && errors.Is(err, unix.EINTR) {
+			// A signal interrupted the wait: hl_cs_wait_ioctl
+			// (command_submission.c) returns -EINTR, and the backends
+			// hand it back (hlsys.Restartable). Wait again for the time
+			// left only, so that signals arriving faster than the
+			// timeout cannot keep the wait from ending; once it is used
+			// up, one poll says where the CS is (a poll does not sleep
+			// in the driver, _hl_cs_wait_ioctl: completion_done, so no
+			// signal interrupts it).
+			remaining -= min(time.Since(start), remaining)
 			continue
 		}
 		if err == nil && (out.Status == hlsys.WaitCSStatusCompleted && out.Flags&hlsys.WaitCSStatusFlagGone == 0 ||
@@ -367,8 +378,8 @@ func (d *Device) WaitCS(seq uint64, timeout time.Duration) (done bool, err error
 		// Please close FD", once device_disable_open_processes in
 		// device.c hl_device_fini cleared the fd's device). Its CSs
 		// are gone with it: waiting on would never end.
-		// EINTR (Wait's retries of a signal-interrupted WAIT_CS used
-		// up: hl_cs_wait_ioctl) says nothing of the CS either.
+		// EINTR (a signal-interrupted WAIT_CS that Wait did not issue
+		// again: hl_cs_wait_ioctl) says nothing of the CS either.
 		transient := errors.Is(err, ErrBusy) || errors.Is(err, ErrNotOperational) || errors.Is(err, unix.EINTR)
 		if transient && !errors.Is(err, ErrMalfunction) && !errors.Is(err, unix.ENODEV) {
 			time.Sleep(min(timeout, resetPause))

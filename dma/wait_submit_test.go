@@ -148,3 +148,53 @@ func TestSubmitCtxSwitchTimeout(t *testing.T) {
 
 	require.NotErrorIs(t, wrapErr("map memory", unix.ETIMEDOUT), ErrCSTimedOut)
 }
+
+// TestWaitEINTRReissuesWithTimeLeft: the driver ends a WAIT_CS that a
+// signal interrupts with -EINTR (hl_cs_wait_ioctl, command_submission.c:
+// "user process got signal while waiting for CS handle"). Wait issues it
+// again for the time left, not for its whole timeout: signals arriving
+// faster than the timeout must not keep a Wait from ending. A poll
+// (timeout 0) does not sleep in the driver (_hl_cs_wait_ioctl:
+// completion_done) and so is never interrupted.
+func TestWaitEINTRReissuesWithTimeLeft(t *testing.T) {
+	const gap = 2 * time.Millisecond // a WAIT_CS is interrupted after at least this long
+	const gapUs = uint64(gap / time.Microsecond)
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		intr    int // WAIT_CSs interrupted (-1: every one that sleeps)
+		calls   int // WAIT_CSs expected (0: do not check)
+	}{
+		{"interrupted 3 times", time.Second, 3, 4},
+		{"interrupted until the timeout", 5 * time.Millisecond, -1, 0},
+	}
+	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []uint64
+			f.wait = func(seq, tmo uint64) (hlsys.WaitCSOut, error) {
+				got = append(got, tmo)
+				if tmo > 0 && (tt.intr < 0 || len(got) <= tt.intr) && len(got) < 50 {
+					time.Sleep(gap)
+					return hlsys.WaitCSOut{}, unix.EINTR
+				}
+				return hlsys.WaitCSOut{Status: hlsys.WaitCSStatusBusy}, nil
+			}
+			st, err := d.Wait(1, tt.timeout)
+			require.NoError(t, err)
+			require.Equal(t, CSBusy, st)
+			require.Equal(t, uint64(tt.timeout/time.Microsecond), got[0])
+			for i := 1; i < len(got); i++ {
+				require.LessOrEqual(t, got[i], got[i-1]-min(got[i-1], gapUs),
+					"WAIT_CS %d after an interrupted one waits for the time left: %v", i, got)
+			}
+			if tt.calls > 0 {
+				require.Len(t, got, tt.calls)
+			} else {
+				require.Zero(t, got[len(got)-1], "the time used up, the last WAIT_CS polls: %v", got)
+				require.LessOrEqual(t, len(got), int(tt.timeout/gap)+2, "%v", got)
+			}
+		})
+	}
+	f.wait = nil
+}

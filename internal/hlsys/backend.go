@@ -48,7 +48,9 @@ func NumberingForNode(path string) Numbering {
 // use; Close must be idempotent.
 type Backend interface {
 	// Ioctl performs one request on the device. arg points to the request's
-	// argument struct, which the device reads and writes in place.
+	// argument struct, which the device reads and writes in place. A
+	// WAIT_CS a signal interrupts fails with EINTR, for the caller to
+	// issue again for the time left (Restartable).
 	Ioctl(req uintptr, arg unsafe.Pointer) error
 	// Mmap maps length bytes of the device file at offset (kernel CBs).
 	Mmap(offset int64, length int) ([]byte, error)
@@ -92,17 +94,49 @@ func OpenFD(path string) (*FDBackend, error) {
 	return &FDBackend{f: f, path: path, num: NumberingForNode(path), maps: map[*byte]int{}}, nil
 }
 
-// Ioctl implements Backend. The pointer conversion happens in the Syscall
-// expression, as the unsafe.Pointer rules require.
+// Ioctl implements Backend: an ioctl interrupted by a signal is issued
+// again, but for WAIT_CS (Restartable), whose EINTR is returned.
 func (b *FDBackend) Ioctl(req uintptr, arg unsafe.Pointer) error {
 	raw := b.f.Int()
 	if raw < 0 {
 		return os.ErrClosed
 	}
-	for {
+	err := IoctlFD(raw, req, arg)
+	runtime.KeepAlive(b.f)
+	return err
+}
+
+// Restartable reports whether ioctl req, interrupted by a signal (EINTR),
+// may simply be issued again as it was: every request but WAIT_CS. The
+// driver ends a WAIT_CS that a signal interrupts with -EINTR
+// (hl_cs_wait_ioctl, command_submission.c: "user process got signal while
+// waiting for CS handle"; older drivers also zero the argument union
+// first, so the same call would wait on another seq). Issued again with
+// its whole timeout, a wait that signals interrupt faster than that
+// timeout would never end: its caller issues it again for the time left
+// (dma's Device.Wait).
+func Restartable(req uintptr) bool {
+	_, nr, ok := Decode(req)
+	return !ok || nr != nrWaitCS
+}
+
+// IoctlFD issues ioctl req on the open fd raw, again while it fails with
+// EINTR and is Restartable. The pointer conversion happens in the Syscall
+// expression, as the unsafe.Pointer rules require; the caller keeps the
+// fd open during the call.
+func IoctlFD(raw int, req uintptr, arg unsafe.Pointer) error {
+	return restartEINTR(req, func() unix.Errno {
 		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(raw), req, uintptr(arg))
-		runtime.KeepAlive(b.f)
-		if e == unix.EINTR {
+		return e
+	})
+}
+
+// restartEINTR runs call, again while it fails with EINTR and req is
+// Restartable.
+func restartEINTR(req uintptr, call func() unix.Errno) error {
+	for {
+		e := call()
+		if e == unix.EINTR && Restartable(req) {
 			continue
 		}
 		if e != 0 {
