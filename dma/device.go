@@ -511,8 +511,16 @@ func (d *Device) track(r resource) uint64 {
 // mappings, device memory: unmapped before freed), then closes the
 // backend. It waits for calls in progress to return. Errors are joined; a
 // second Close returns nil. Close expects no submission to be running:
-// after giving up on one, use CloseRunning.
+// after giving up on one, use CloseRunning. A device in MALFUNCTION or
+// NEEDS_RESET (DeviceStatus.Broken) is closed as CloseRunning does: its
+// engines may still run the CSs that failed with ErrMalfunction.
 func (d *Device) Close() error { return d.close(false, false) }
+
+// broken reports whether DEVICE_STATUS says MALFUNCTION or NEEDS_RESET.
+func (d *Device) broken() bool {
+	raw, err := hlsys.GetDeviceStatus(d.b)
+	return err == nil && DeviceStatus(raw).Broken()
+}
 
 // CloseRunning is Close for a device that may still be running
 // submissions the caller gave up on (their memory must not be unmapped or
@@ -550,6 +558,17 @@ func (d *Device) closeGated(running bool) (first bool, err error) {
 		// The driver reset the device: it may still run the CSs whose
 		// fences it forced, so the context goes as the watcher would
 		// release it (reset.go).
+		running = true
+	}
+	if !running && d.broken() {
+		// In MALFUNCTION or NEEDS_RESET (reset_on_lockup=0 after a
+		// lockup: hlsim RULES.md R10) the engines may still run the
+		// CSs a wait gave up on (ErrMalfunction: CopySync's, a
+		// tracker's), and the driver refuses UNMAP, FREE and CB
+		// DESTROY anyway (EBUSY: hl_mem_ioctl, hl_cb_ioctl), so that
+		// what they keep could never be freed here: the context goes
+		// first (its release resets a device CSs still hold,
+		// hl_device_release), then the host side is undone.
 		running = true
 	}
 
