@@ -180,11 +180,7 @@ func (ep *Endpoint) Err() error {
 // Close ends the endpoint: pending operations fail, the peer's imported
 // regions are released. It returns once nothing of the endpoint runs any
 // more (its reader, its writer, the peer's requests it was serving).
-// Messages sent before it reach a peer that reads: once its goodbye is
-// out, Close waits up to 500 ms (per connection: a TCP endpoint's lanes
-// one after another) for the peer to close its side, since closing a TCP
-// socket with the peer's frames unread resets it and drops what was not
-// yet sent. Idempotent.
+// Idempotent.
 func (ep *Endpoint) Close() error {
 	if ep.invalid() {
 		return errNoEndpoint

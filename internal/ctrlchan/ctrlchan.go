@@ -110,7 +110,6 @@ type Chan struct {
 	unsent    atomic.Int64 // Serve replies waiting to be sent
 	msg       msgs         // application messages (msgs.go)
 	started   atomic.Bool  // Start ran: the reader runs until reader closes
-	closing   atomic.Bool  // Close sent its Bye: the connection's end is Close's
 	gone      *time.Timer  // mu: fails the channel goneGrace after a send found the peer gone
 }
 
@@ -483,46 +482,24 @@ func (c *Chan) failLater(err error) bool {
 	return true
 }
 
-// closeLinger bounds how long Close, its Bye sent, waits for the peer to
-// close its side of the connection.
-const closeLinger = 500 * time.Millisecond
-
 // Close says goodbye to the peer (never waiting long for one that does
 // not read), fails the channel with gxerr.Closed, and returns once the
 // reader, the writer and the requests being served have ended.
 // Idempotent; Start must have run.
-//
-// Once the Bye is out, Close waits (closeLinger at most) for the peer,
-// told, to close its side, reading what it still sends: a TCP socket
-// closed while frames of the peer are unread is reset, and the reset
-// drops what the kernel has not sent yet (our last messages, the Bye).
 func (c *Chan) Close() error {
 	sent := make(chan struct{})
-	var byeErr error
-	go func() { byeErr = c.c.Send(&wire.Bye{}); close(sent) }()
+	go func() { _ = c.c.Send(&wire.Bye{}); close(sent) }()
 	select {
 	case <-sent:
-		if byeErr == nil && c.Err() == nil {
-			c.closing.Store(true) // the reader's end is ours (closedErr)
-			t := time.NewTimer(closeLinger)
-			select {
-			case <-c.reader:
-			case <-c.done:
-			case <-t.C:
-			}
-			t.Stop()
-		}
 	case <-time.After(200 * time.Millisecond):
 	}
-	c.Fail(closedErr())
+	c.Fail(gxerr.New(gxerr.Closed, "endpoint closed", nil))
 	<-sent
 	<-c.reader
 	<-c.writerEnd
 	c.serving.Wait()
 	return nil
 }
-
-func closedErr() error { return gxerr.New(gxerr.Closed, "endpoint closed", nil) }
 
 // QueueReply hands a frame the reader wants sent to the writer (or to
 // the next Put or Get this side sends, which carries it along).
@@ -617,8 +594,6 @@ func (c *Chan) readLoop() {
 		}
 		if err != nil {
 			switch {
-			case c.closing.Load():
-				c.Fail(closedErr()) // the peer closed after our Bye
 			case errors.Is(err, os.ErrDeadlineExceeded) && c.Err() == nil:
 				c.Fail(gxerr.New(gxerr.Peer, fmt.Sprintf("%s: silent for %v (no frame, not even a heartbeat)", c.cfg.Name, c.env.Config().PeerTimeout), gxerr.Timeout))
 			case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrTooLarge):
@@ -687,11 +662,7 @@ func (c *Chan) dispatch(f wire.Frame) error {
 	case *wire.Invalidate: // imports of a path without any (shm handles its own)
 	case *wire.Heartbeat:
 	case *wire.Bye:
-		if c.closing.Load() { // both sides closing
-			c.Fail(closedErr())
-		} else {
-			c.Fail(c.PeerErr("peer closed the endpoint", nil))
-		}
+		c.Fail(c.PeerErr("peer closed the endpoint", nil))
 	default:
 		return fmt.Errorf("unexpected %v", f.Header.Type)
 	}
