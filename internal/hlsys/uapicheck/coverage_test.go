@@ -26,6 +26,7 @@ var notInHeader = map[string]string{
 	"Info": "raw ioctl", "CommandBuffer": "raw ioctl", "CommandSubmission": "raw ioctl",
 	"WaitCS": "raw ioctl", "Memory": "raw ioctl", "Decode": "TestDecode",
 	"OpenFD": "opens a node", "NumberingForNode": "node path rule",
+	"IoctlFD": "raw ioctl on an fd (EINTR rule: TestRestartEINTR)", "Restartable": "EINTR rule (TestRestartEINTR)",
 	"WaitForCS": "WaitForCSIn with an argument struct of its own (probed)",
 	// PCI ids: driver-internal (drivers/accel/habanalabs/common/habanalabs.h,
 	// include/linux/pci_ids.h), not in the uAPI.
