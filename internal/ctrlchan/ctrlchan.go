@@ -486,11 +486,21 @@ func (c *Chan) failLater(err error) bool {
 // not read), fails the channel with gxerr.Closed, and returns once the
 // reader, the writer and the requests being served have ended.
 // Idempotent; Start must have run.
+//
+// Over TCP, once the Bye is out, Close waits (closeLinger at most) while
+// the peer's kernel has not acknowledged all that was sent: closing a
+// TCP socket with frames of the peer unread resets it, and the reset
+// drops what the kernel had not sent yet (the last messages, the Bye).
+// A peer that reads waits no longer than its acknowledgements take.
 func (c *Chan) Close() error {
 	sent := make(chan struct{})
-	go func() { _ = c.c.Send(&wire.Bye{}); close(sent) }()
+	var byeErr error
+	go func() { byeErr = c.c.Send(&wire.Bye{}); close(sent) }()
 	select {
 	case <-sent:
+		if byeErr == nil {
+			c.linger()
+		}
 	case <-time.After(200 * time.Millisecond):
 	}
 	c.Fail(gxerr.New(gxerr.Closed, "endpoint closed", nil))
@@ -499,6 +509,34 @@ func (c *Chan) Close() error {
 	<-c.writerEnd
 	c.serving.Wait()
 	return nil
+}
+
+// closeLinger bounds how long Close waits for the peer to acknowledge
+// what was sent (see Close).
+const closeLinger = 500 * time.Millisecond
+
+// linger waits while the transport reports bytes the peer has not
+// acknowledged, until closeLinger has passed or the channel has failed
+// (the peer went: nothing more will be acknowledged). The reader keeps
+// reading meanwhile, so the peer is not held up by a full window of ours.
+func (c *Chan) linger() {
+	u, ok := c.c.Transport().(interface{ Unacked() (int, bool) })
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(closeLinger)
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		if n, ok := u.Unacked(); !ok || n == 0 || time.Now().After(deadline) {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-c.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // QueueReply hands a frame the reader wants sent to the writer (or to
