@@ -177,13 +177,7 @@ func (m *DeviceMem) release() error {
 		// device is not operational (hl_mem_ioctl, EBUSY). FREE of a
 		// mapped handle fails too, so the memory stays live for a later
 		// Free to retry; Close leaves it to the context's teardown.
-		if !d.closed {
-			d.mu.Lock()
-			m.freed = false
-			d.live[m.id] = m
-			d.addSpanLocked(addrSpan{lo: m.addr, n: m.allocSize, kind: AddrDevice, id: m.id})
-			d.mu.Unlock()
-		}
+		d.relive(m, &m.freed, addrSpan{lo: m.addr, n: m.allocSize, kind: AddrDevice, id: m.id})
 		return d.ioErr(op+": unmap", "", err)
 	}
 	return d.ioErr(op, "", hlsys.MemFree(d.b, m.handle))
@@ -279,16 +273,25 @@ func (h *HostMapping) release() error {
 		// while the device is not operational): it stays live for a
 		// later Unmap to retry; Close leaves it to the context's
 		// teardown.
-		if !d.closed {
-			d.mu.Lock()
-			h.done = false
-			d.live[h.id] = h
-			d.addSpanLocked(addrSpan{lo: h.va, n: h.size, kind: AddrHost, id: h.id})
-			d.mu.Unlock()
-		}
+		d.relive(h, &h.done, addrSpan{lo: h.va, n: h.size, kind: AddrHost, id: h.id})
 		return d.ioErr(op, "", err)
 	}
 	return nil
+}
+
+// relive puts r, whose release the driver refused, back among the live
+// resources with its span (released, r's flag, cleared) for a later
+// release to retry, unless Close has run: the context's teardown then
+// frees it.
+func (d *Device) relive(r resource, released *bool, span addrSpan) {
+	if d.closed {
+		return
+	}
+	d.mu.Lock()
+	*released = false
+	d.live[span.id] = r
+	d.addSpanLocked(span)
+	d.mu.Unlock()
 }
 
 // AllocHostPages returns size bytes of page-aligned, zeroed anonymous
