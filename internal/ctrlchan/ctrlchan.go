@@ -110,6 +110,7 @@ type Chan struct {
 	unsent    atomic.Int64 // Serve replies waiting to be sent
 	msg       msgs         // application messages (msgs.go)
 	started   atomic.Bool  // Start ran: the reader runs until reader closes
+	closing   atomic.Bool  // Close began: the channel's end is ErrClosed
 	gone      *time.Timer  // mu: fails the channel goneGrace after a send found the peer gone
 }
 
@@ -431,6 +432,11 @@ func (c *Chan) Fail(err error) {
 		err = g.error
 	}
 	c.once.Do(func() {
+		if c.closing.Load() {
+			// Close began: whatever ends the channel now (the peer's
+			// answer to our Bye among them) is Close's doing.
+			err = gxerr.New(gxerr.Closed, "endpoint closed", nil)
+		}
 		c.mu.Lock()
 		c.failed = err
 		c.hasFailed.Store(true)
@@ -493,6 +499,7 @@ func (c *Chan) failLater(err error) bool {
 // drops what the kernel had not sent yet (the last messages, the Bye).
 // A peer that reads waits no longer than its acknowledgements take.
 func (c *Chan) Close() error {
+	c.closing.Store(true)
 	sent := make(chan struct{})
 	var byeErr error
 	go func() { byeErr = c.c.Send(&wire.Bye{}); close(sent) }()
