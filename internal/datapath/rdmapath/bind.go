@@ -43,6 +43,7 @@ type Bound struct {
 	chain    []rdma.WR  // bindWindow copies of the work request
 	chainPut bool       // of a Put (else a Get)
 	closed   bool
+	ended    error // closed by the endpoint's end: its error
 
 	posted    uint64        // mu
 	completed atomic.Uint64 // by Complete
@@ -91,14 +92,20 @@ func (p *Path) Bind(_ context.Context, local datapath.Mem, k wire.RemoteKey, _ *
 		local.B.Release()
 		return nil, gxerr.New(gxerr.NotSupported, "RDMA registration of local memory", err)
 	}
-	return &Bound{
+	rb := &Bound{
 		p: p, cn: cn, local: local.B, cq: cn.n.cq, ref: ref, seg: ref.Seg(addr, local.Len),
 		remote: rdma.RemoteAddr{Addr: k.Base + start, RKey: k.RKey},
 		inline: local.Len <= uint64(cn.maxInline),
 		spin:   p.env.Config().WaitSpin,
 		oneP:   runtime.GOMAXPROCS(0) == 1,
 		sig:    make(chan struct{}, 1),
-	}, nil
+	}
+	if err := p.bounds.add(rb); err != nil {
+		cn.n.mrs.Put(ref)
+		local.B.Release()
+		return nil, err
+	}
+	return rb, nil
 }
 
 // Complete implements rdma.Completer (on whichever goroutine polled it).
@@ -257,7 +264,7 @@ func (rb *Bound) Do(put bool, n int, wait bool) error {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	if rb.closed {
-		return gxerr.New(gxerr.Closed, "binding closed", nil)
+		return rb.closedErr()
 	}
 	return rb.do(put, n, wait)
 }
@@ -268,7 +275,7 @@ func (rb *Bound) Flush() error {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	if rb.closed {
-		return gxerr.New(gxerr.Closed, "binding closed", nil)
+		return rb.closedErr()
 	}
 	return rb.flush()
 }
@@ -281,10 +288,26 @@ func (rb *Bound) Close() error {
 	if rb.closed {
 		return nil
 	}
-	rb.closed = true
+	rb.p.bounds.remove(rb)
+	return rb.release(nil)
+}
+
+// release (mu held) closes rb: it waits for the work requests in flight
+// and releases the region and the local buffer; later calls fail with
+// ended, or ErrClosed if nil.
+func (rb *Bound) release(ended error) error {
+	rb.closed, rb.ended = true, ended
 	err := rb.close()
 	rb.local.Release()
 	return err
+}
+
+// closedErr is what a call on a closed binding returns (mu held).
+func (rb *Bound) closedErr() error {
+	if rb.ended != nil {
+		return rb.ended
+	}
+	return gxerr.New(gxerr.Closed, "binding closed", nil)
 }
 
 // Inline is false: the operations are RDMA writes and reads.

@@ -24,6 +24,8 @@ type Path struct {
 	// Which path each Put and Get this side requested took, and the
 	// peer's delegated requests this side performed.
 	zeroCopy, staged, delegated, servedRDMA atomic.Uint64
+
+	bounds bounds // the bindings left open (bounds.go)
 }
 
 var _ datapath.Path = (*Path)(nil)
@@ -104,10 +106,11 @@ func (p *Path) setError() {
 
 // Closed destroys the queue pairs once their outstanding work requests
 // have completed (flushed).
-func (p *Path) Closed(error) {
+func (p *Path) Closed(err error) {
 	for _, cn := range p.conns {
 		cn.close()
 	}
+	p.bounds.closeAll(err)
 }
 
 // Stats adds the path's counters.
