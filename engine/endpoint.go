@@ -177,10 +177,14 @@ func (ep *Endpoint) Err() error {
 	return ep.ch.Err()
 }
 
-// Close ends the endpoint: pending operations fail, the peer's imported
-// regions are released. It returns once nothing of the endpoint runs any
-// more (its reader, its writer, the peer's requests it was serving).
-// Idempotent.
+// Close ends the endpoint: pending operations fail with ErrClosed, the
+// peer's imported regions are released, and the endpoint's Bindings left
+// open fail their calls with ErrClosed from then on (an RDMA one gives
+// its registered region back at once; Close them still). It returns once nothing
+// of the endpoint runs any more (its reader, its writer, the peer's
+// requests it was serving). Messages Send had returned for are not lost:
+// over TCP, Close waits (at most 500 ms) until the peer's host has
+// acknowledged what was sent. Idempotent.
 func (ep *Endpoint) Close() error {
 	if ep.invalid() {
 		return errNoEndpoint
