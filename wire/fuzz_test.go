@@ -2,6 +2,10 @@ package wire
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
 	"testing"
 )
 
@@ -110,4 +114,82 @@ func signedBySeed(enc []byte) bool {
 		}
 	}
 	return false
+}
+
+// FuzzStreamRecv feeds arbitrary bytes to Conn.Recv over a
+// StreamTransport (the TCP framing, no routing) and compares what it
+// returns with a plain reading of the stream: each length-prefixed frame
+// in order, a frame that does not decode refused with ErrMalformed or
+// ErrVersion (the stream stays in step), and a zero, oversized or
+// truncated frame ending the stream. Nothing may panic.
+func FuzzStreamRecv(f *testing.F) {
+	var seed []byte
+	for _, m := range sampleMessages() {
+		fr, err := AppendFrame(nil, m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		if len(fr) > 1024 {
+			continue
+		}
+		seed = append(binary.LittleEndian.AppendUint32(seed, uint32(len(fr))), fr...)
+	}
+	f.Add(seed)
+	f.Add([]byte{0, 0, 0, 0})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 'g', 'x'})
+	f.Add(binary.LittleEndian.AppendUint32(nil, HeaderSize))
+	const maxFrame = 1024
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		a, b := net.Pipe()
+		c := NewConn(NewStreamTransport(b), ConnConfig{MaxFrame: maxFrame})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = a.Write(stream)
+			_ = a.Close()
+		}()
+		defer func() {
+			_ = c.Close()
+			<-done
+		}()
+		rest := stream
+		for i := 0; ; i++ {
+			fr, err := c.Recv(context.Background())
+			if len(rest) < 4 {
+				if err == nil {
+					t.Fatalf("frame %d: Recv returned %v past the end of the stream", i, fr.Header)
+				}
+				return
+			}
+			l := binary.LittleEndian.Uint32(rest)
+			if l == 0 || l > maxFrame || uint64(len(rest)-4) < uint64(l) {
+				if err == nil {
+					t.Fatalf("frame %d: Recv accepted a %d-byte frame with %d bytes left", i, l, len(rest)-4)
+				}
+				if l > maxFrame && !errors.Is(err, ErrTooLarge) {
+					t.Fatalf("frame %d: %d-byte frame: %v, want ErrTooLarge", i, l, err)
+				}
+				return
+			}
+			want := rest[4 : 4+l]
+			rest = rest[4+l:]
+			wh, wp, werr := DecodeFrame(want, maxFrame)
+			switch {
+			case werr != nil && err == nil:
+				t.Fatalf("frame %d: Recv accepted %x (%v)", i, want, werr)
+			case werr != nil:
+				if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) {
+					t.Fatalf("frame %d: %v, want ErrMalformed or ErrVersion", i, err)
+				}
+			case werr == nil && wh.NumFDs != 0:
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("frame %d announcing %d fds: %v, want ErrMalformed", i, wh.NumFDs, err)
+				}
+			case err != nil:
+				t.Fatalf("frame %d: Recv refused %x: %v", i, want, err)
+			case fr.Header != wh || !bytes.Equal(fr.Payload, wp) || len(fr.FDs) != 0:
+				t.Fatalf("frame %d: got %v %x, want %v %x", i, fr.Header, fr.Payload, wh, wp)
+			}
+		}
+	})
 }
