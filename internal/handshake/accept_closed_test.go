@@ -24,7 +24,7 @@ func TestAcceptAfterClose(t *testing.T) {
 		_, err := ds.dial(l, "unix", datapath.KindAuto, false)
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return len(l.accepted) == n }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return l.queueLen() == n }, 5*time.Second, time.Millisecond)
 	require.NoError(t, l.Close())
 	for i := range n {
 		_, err := l.Accept(context.Background())

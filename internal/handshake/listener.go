@@ -29,14 +29,21 @@ type ListenConfig[P any] struct {
 // Listener accepts endpoints: each connection's handshake runs on its own
 // goroutine; the endpoints are served whether or not Accept is called.
 type Listener[P any] struct {
-	cfg      ListenConfig[P]
-	kind     datapath.Kind
-	sock     socket
-	accepted chan P
-	done     chan struct{}
-	once     sync.Once
-	ctx      context.Context // canceled by Close: ends handshakes in progress
-	cancel   context.CancelFunc
+	cfg  ListenConfig[P]
+	kind datapath.Kind
+	sock socket
+	// Endpoints made and not yet taken by Accept, oldest first (qmu).
+	// Those that failed meanwhile are dropped as the next is queued: the
+	// queue holds at most the live endpoints, which MaxPeers bounds, so
+	// no endpoint is lost however late Accept is called. ready holds a
+	// token while the queue may not be empty.
+	qmu    sync.Mutex
+	queue  []queued[P]
+	ready  chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	ctx    context.Context // canceled by Close: ends handshakes in progress
+	cancel context.CancelFunc
 	// Handshakes in progress, oldest first: when all MaxPending slots
 	// are taken, a new connection evicts the oldest (a silent client
 	// cannot hold a slot against newer ones). Accepted endpoints, oldest
@@ -56,7 +63,7 @@ func Listen[P any](cfg ListenConfig[P]) (*Listener[P], error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener[P]{cfg: cfg, kind: kind, sock: sock, accepted: make(chan P, 64), done: make(chan struct{})}
+	l := &Listener[P]{cfg: cfg, kind: kind, sock: sock, ready: make(chan struct{}, 1), done: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	go l.loop()
 	return l, nil
@@ -97,7 +104,7 @@ func (l *Listener[P]) loop() {
 		go func() {
 			defer wg.Done()
 			defer l.endHandshake(p)
-			ep, hello, err := l.serve(p, t, cred, raddr)
+			ep, peer, hello, err := l.serve(p, t, cred, raddr)
 			if err != nil {
 				log.Warn().Err(err).Msg("handshake failed")
 				return
@@ -105,11 +112,38 @@ func (l *Listener[P]) loop() {
 			if hello.Caps&wire.CapLane != 0 {
 				return // a lane of an endpoint already accepted: served only
 			}
-			select {
-			case l.accepted <- ep:
-			default: // nobody is accepting: the endpoint is served anyway
-			}
+			l.enqueue(ep, peer)
 		}()
+	}
+}
+
+// queued is an endpoint waiting for Accept.
+type queued[P any] struct {
+	ep   P
+	peer Peer
+}
+
+// enqueue hands a new endpoint to Accept, dropping the queued ones that
+// failed since they were queued.
+func (l *Listener[P]) enqueue(ep P, peer Peer) {
+	l.qmu.Lock()
+	live := l.queue[:0]
+	for _, q := range l.queue {
+		if q.peer == nil || q.peer.Err() == nil {
+			live = append(live, q)
+		}
+	}
+	clear(l.queue[len(live):])
+	l.queue = append(live, queued[P]{ep: ep, peer: peer})
+	l.qmu.Unlock()
+	l.signal()
+}
+
+// signal leaves a token in ready (one is enough).
+func (l *Listener[P]) signal() {
+	select {
+	case l.ready <- struct{}{}:
+	default:
 	}
 }
 
@@ -118,18 +152,32 @@ func (l *Listener[P]) loop() {
 // when ctx ends first.
 func (l *Listener[P]) Accept(ctx context.Context) (P, error) {
 	var zero P
-	select { // closed first: the select below picks at random among ready cases
-	case <-l.done:
-		return zero, gxerr.Closed
-	default:
-	}
-	select {
-	case ep := <-l.accepted:
-		return ep, nil
-	case <-l.done:
-		return zero, gxerr.Closed
-	case <-ctx.Done():
-		return zero, gxerr.Ctx("accept", ctx.Err())
+	for {
+		select { // closed first: the select below picks at random among ready cases
+		case <-l.done:
+			return zero, gxerr.Closed
+		default:
+		}
+		l.qmu.Lock()
+		if len(l.queue) > 0 {
+			q := l.queue[0]
+			l.queue[0] = queued[P]{}
+			l.queue = l.queue[1:]
+			more := len(l.queue) > 0
+			l.qmu.Unlock()
+			if more {
+				l.signal() // for another Accept
+			}
+			return q.ep, nil
+		}
+		l.qmu.Unlock()
+		select {
+		case <-l.ready:
+		case <-l.done:
+			return zero, gxerr.Closed
+		case <-ctx.Done():
+			return zero, gxerr.Ctx("accept", ctx.Err())
+		}
 	}
 }
 
@@ -147,19 +195,19 @@ func (l *Listener[P]) Close() error {
 }
 
 // serve is the listener's side of a connection's handshake.
-func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr string) (P, wire.Hello, error) {
+func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr string) (P, Peer, wire.Hello, error) {
 	var zero P
 	local := l.cfg.Local
 	wc := wire.NewConn(t, local.ConnConfig(l.kind))
 	ctx, cancel := context.WithTimeout(l.ctx, listenTimeout)
 	defer cancel()
 	var hello wire.Hello
-	fail := func(code wire.Status, err error) (P, wire.Hello, error) {
+	fail := func(code wire.Status, err error) (P, Peer, wire.Hello, error) {
 		if code != wire.StatusOK {
 			_ = wc.Send(wire.NewError(0, code, err.Error()))
 		}
 		_ = wc.Close()
-		return zero, hello, err
+		return zero, nil, hello, err
 	}
 	f, err := wc.Recv(ctx)
 	if err != nil {
@@ -197,7 +245,7 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 	ep, peer, err := l.cfg.Connect(ctx, wc, hello, pathFor(l.kind, ack.Accepted), raddr, false)
 	if err != nil {
 		l.forget(a)
-		return ep, hello, err
+		return ep, nil, hello, err
 	}
 	l.mu.Lock()
 	a.peer = peer
@@ -206,9 +254,9 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 	if evicted { // chosen to make room while it was connecting: it made no request yet
 		err := peer.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil)
 		peer.Fail(err)
-		return zero, hello, err // not handed to Accept: it is closed already
+		return zero, nil, hello, err // not handed to Accept: it is closed already
 	}
-	return ep, hello, nil
+	return ep, peer, hello, nil
 }
 
 // admitted is one admitted peer: peer is nil until its endpoint is made;
