@@ -107,7 +107,9 @@ type Config struct {
 	// when the importer's SG table is built, size at least one page);
 	// "6.7" and later (default "6.8") DRM accel numbers and the fixed
 	// export (offset honoured, size a multiple of the page size). See
-	// RULES.md. Releases before 6.1 are refused.
+	// RULES.md. Releases before 6.1 are refused, and so are releases
+	// before 6.7 for ModelGaudi3, whose only driver has the 6.7+ uAPI on
+	// every kernel (RULES.md G13).
 	Kernel string
 
 	// MaxPendingCS is the number of CS completion slots (a power of
@@ -333,6 +335,12 @@ func New(cfg Config) (_ *Device, err error) {
 		return nil, err
 	}
 	major, minor, _ := parseKernel(cfg.Kernel)
+	if cfg.Model == ModelGaudi3 && !atLeast(major, minor, 6, 7) {
+		// Only the out-of-tree driver serves Gaudi3, with /dev/accel
+		// nodes, the DRM accel numbers and the fixed export on every
+		// kernel (RULES.md G13): there is no legacy-numbered Gaudi3.
+		return nil, fmt.Errorf("hlsim: kernel %q: Gaudi3's driver (HabanaAI/drivers.accel.habanalabs.kernel) has the accel numbering and the 6.7+ export on every kernel; emulate it with Kernel 6.7 or later", cfg.Kernel)
+	}
 	if cfg.MaxPendingCS == 0 {
 		// The driver's max_pending_cs: GAUDI2_MAX_PENDING_CS (64) on
 		// Gaudi2, GAUDI_MAX_PENDING_CS (SZ_16K) on Gaudi1 (gaudi2P.h,

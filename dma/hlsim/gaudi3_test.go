@@ -505,3 +505,32 @@ func TestGaudi3ChannelErrorHalts(t *testing.T) {
 	require.Equal(t, uint64(1), st.CSSubmitted, "counted once")
 	require.Zero(t, st.Resets, "no reset before the release")
 }
+
+// TestRulesGaudi3OutOfTreeDriverOnly (row G13): Gaudi3 is served only by
+// HabanaAI/drivers.accel.habanalabs.kernel, which registers
+// /dev/accel/accelN and serves the DRM accel ioctl numbers on every kernel
+// (habanalabs_compat_accel.c hl_accel_init, accel_devnode; habanalabs_drv.c
+// hl_ioctls: DRM_IOCTL_HL_* without CONFIG_DRM_ACCEL too) and has the
+// fixed EXPORT_DMABUF_FD (MEMOOT). The emulator made a Gaudi3 with the
+// legacy 'H' numbers and the 6.1 or 6.3-6.6 export (offset ignored) out of
+// Config.Kernel below 6.7: a driver that does not exist.
+func TestRulesGaudi3OutOfTreeDriverOnly(t *testing.T) {
+	for _, tc := range []struct {
+		kernel string
+		ok     bool
+	}{
+		{"6.1", false}, {"6.5", false}, {"6.6.30", false}, {"6.7", true}, {"6.8", true},
+	} {
+		t.Run(tc.kernel, func(t *testing.T) {
+			d, err := New(Config{Model: ModelGaudi3, Kernel: tc.kernel, DRAMSize: 64 << 20})
+			if !tc.ok {
+				require.Error(t, err)
+				require.Nil(t, d)
+				return
+			}
+			require.NoError(t, err)
+			defer func() { require.NoError(t, d.Close()) }()
+			require.Equal(t, hlsys.Accel, d.numbering())
+		})
+	}
+}
