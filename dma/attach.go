@@ -40,10 +40,11 @@ var (
 // fd). The fd stays the caller's: gxfer never closes it and issues no
 // command submission on it. The node is read from /proc/self/fd to pick
 // the ioctl numbering; an fd that is not a habanalabs compute node makes
-// Attach fail.
+// Attach fail. Attach and every ioctl after it check again that the fd
+// still names that node: one the runtime closed, its number reused by
+// another file, fails with ErrInvalid and gets no ioctl.
 func BorrowFD(fd int) AttachTarget {
-	node, err := synapse.CheckNode(fd)
-	return lent.New(&borrowedFD{fd: fd, node: node, err: err}, fd, "fd")
+	return lent.New(newBorrowedFD(fd), fd, "fd")
 }
 
 // FindRuntime asks the Habana runtime loaded in this process for its
@@ -144,8 +145,12 @@ func Attach(t AttachTarget, a PoolAnchor, opts AttachOptions) (*Attached, error)
 	}
 	b := lent.Backend(t)
 	op := "attach to " + t.String()
-	if bf, ok := b.(*borrowedFD); ok && bf.err != nil {
-		return nil, newErr(op, ErrInvalid, "not a habanalabs compute node", bf.err)
+	if bf, ok := b.(*borrowedFD); ok {
+		// Checked again now: the fd may have been closed and its
+		// number reused since BorrowFD.
+		if err := bf.current(); err != nil {
+			return nil, fmt.Errorf("dma: %s: %w", op, err)
+		}
 	}
 	info, model, status, err := identify(b, op)
 	if err != nil {
