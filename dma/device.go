@@ -511,7 +511,9 @@ func (d *Device) track(r resource) uint64 {
 // mappings, device memory: unmapped before freed), then closes the
 // backend. It waits for calls in progress to return. Errors are joined; a
 // second Close returns nil. Close expects no submission to be running:
-// after giving up on one, use CloseRunning. A device in MALFUNCTION or
+// after giving up on one, use CloseRunning. (On Gaudi3, where the Device
+// itself sees whether its submissions finished, Close closes as
+// CloseRunning does when one has not.) A device in MALFUNCTION or
 // NEEDS_RESET (DeviceStatus.Broken) is closed as CloseRunning does: its
 // engines may still run the CSs that failed with ErrMalfunction.
 func (d *Device) Close() error { return d.close(false, false) }
@@ -558,6 +560,14 @@ func (d *Device) closeGated(running bool) (first bool, err error) {
 		// The driver reset the device: it may still run the CSs whose
 		// fences it forced, so the context goes as the watcher would
 		// release it (reset.go).
+		running = true
+	}
+	if !running && d.g3.busy() {
+		// A Gaudi3 submission nobody waited for is still running on its
+		// PDMA channels: the driver knows nothing of it (no CS), so the
+		// release calls below would unmap and free its rings, buffers
+		// and host memory under it. Closed as CloseRunning closes.
+		d.log.Warn().Msg("closed with a Gaudi3 submission still running: the context is released first")
 		running = true
 	}
 	if !running && d.broken() {

@@ -374,6 +374,27 @@ func (g *g3Dev) close(running bool) {
 	}
 }
 
+// busy reports whether a submission is still unfinished (Close, gate
+// held): its channels may still read its packets and move its bytes.
+func (g *g3Dev) busy() bool {
+	if g == nil {
+		return false
+	}
+	g.setupMu.Lock()
+	defer g.setupMu.Unlock()
+	if !g.ready {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, cs := range g.pending {
+		if !cs.reached() {
+			return true
+		}
+	}
+	return false
+}
+
 // released forgets direct mode's resources once the backend is closed
 // (d.gone): the backend's Close unmapped the register blocks and the
 // counters' CB, and the context's teardown (after the driver's reset of a

@@ -30,6 +30,12 @@ func TestGaudi3ReleaseWhileChannelRuns(t *testing.T) {
 		{"CloseRunning", func(t *testing.T, d *Device, _ *hlsim.Device) {
 			require.NoError(t, d.CloseRunning())
 		}},
+		// Close with a submission nobody waited for: the Device sees its
+		// counters short of their targets and releases as CloseRunning
+		// (it unmapped and freed everything under the channel).
+		{"Close", func(t *testing.T, d *Device, _ *hlsim.Device) {
+			require.NoError(t, d.Close())
+		}},
 		{"device reset", func(t *testing.T, d *Device, sim *hlsim.Device) {
 			sim.Reset() // the watcher releases the context (reset.go)
 			require.Eventually(t, func() bool { return d.rw.released.Load() }, 10*time.Second, time.Millisecond)
