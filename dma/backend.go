@@ -126,8 +126,9 @@ type Chunk struct {
 	// the packets themselves into its ring (Handle is 0).
 	direct bool
 	pkts   []byte
-	incs   int // packets that advance the channel's completion counter
-	cb     *CB // the command buffer the packets are in
+	incs   int    // packets that advance the channel's completion counter
+	cb     *CB    // the command buffer the packets are in
+	gen    uint32 // cb's Resets when the chunk was taken
 }
 
 func (c Chunk) raw() hlsys.CSChunk {

@@ -41,6 +41,10 @@ type CB struct {
 	pages []byte
 	va    uint64
 	incs  int // Gaudi3: packets that advance the completion counter
+	// gen counts the Resets (Gaudi3): a chunk aliases the bytes and
+	// carries incs as they were at Chunk, so Submit refuses a chunk
+	// taken before the last Reset.
+	gen atomic.Uint32
 
 	done bool // guarded by d.mu
 	// use counts the changes in progress (enter, leave); release sets
@@ -120,7 +124,10 @@ func (cb *CB) Reset() {
 }
 
 // reset is Reset for a caller that marked the change (enter).
-func (cb *CB) reset() { cb.n, cb.incs = 0, 0 }
+func (cb *CB) reset() {
+	cb.n, cb.incs = 0, 0
+	cb.gen.Add(1)
+}
 
 // Len is the number of bytes of packets in the buffer.
 func (cb *CB) Len() int { return cb.n }
@@ -292,11 +299,13 @@ func (cb *CB) addG3(dst, src, size uint64, memset bool) {
 }
 
 // Chunk returns the CS chunk that executes the buffer's packets (as they
-// are now) on queue.
+// are now) on queue. On Gaudi3 Submit refuses it (ErrInvalid) once the
+// buffer was Reset: its completion accounting is that of the packets it
+// was taken with.
 func (cb *CB) Chunk(queue uint32) Chunk {
 	c := Chunk{Queue: queue, Size: uint32(cb.n)}
 	if cb.model.direct() {
-		c.direct, c.incs, c.cb = true, cb.incs, cb
+		c.direct, c.incs, c.cb, c.gen = true, cb.incs, cb, cb.gen.Load()
 		c.pkts = cb.Bytes() // nil once released: Submit refuses the chunk
 		return c
 	}

@@ -48,6 +48,11 @@ func (d *Device) g3Submit(op func() string, chunks []Chunk, stop func() error) (
 			return 0, newErr(op(), ErrInvalid, "chunk of another device's command buffer", nil)
 		case ch.cb.released():
 			return 0, newErr(op(), ErrClosed, "chunk of a closed command buffer", nil)
+		case ch.cb.gen.Load() != ch.gen:
+			// Its bytes are the buffer's new packets, its count of
+			// completion-counter advances the old ones': the channel's
+			// counter would no longer match the targets.
+			return 0, newErr(op(), ErrInvalid, "chunk of a command buffer reset since Chunk", nil)
 		}
 		chans[i] = c
 	}
