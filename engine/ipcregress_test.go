@@ -125,7 +125,7 @@ func TestIPCRegressCachePoisonBySpoofedPID(t *testing.T) {
 	e := newEngine(t, Config{Emulator: EmulatorConfig{DRAMSize: 256 << 20}})
 	l, err := e.Listen("unix", filepath.Join(t.TempDir(), "e.sock"))
 	require.NoError(t, err)
-	scratch, _ := e.Alloc(4096, Host)
+	scratch, _ := e.Alloc(peerSize, Host) // a request as large as the allocation the attacker claims
 	sk, err := scratch.Export()
 	require.NoError(t, err)
 
@@ -141,7 +141,7 @@ func TestIPCRegressCachePoisonBySpoofedPID(t *testing.T) {
 	vk := v.host.k
 	local := wire.RemoteKey{Owner: a.hello.EngineID, AllocID: vk.AllocID, Generation: vk.Generation, GrantLen: vk.Length,
 		MemType: wire.MemHost, Device: -1, Flags: wire.KeyRead | wire.KeyWrite, Length: vk.Length, Len: vk.Length}
-	req := wire.Request{RequestID: 1, Key: sk.k, Length: 16,
+	req := wire.Request{RequestID: 1, Key: sk.k, Length: vk.Length,
 		Local: wire.Local{Kind: wire.LocalKey, Key: local}}
 	require.NoError(t, a.c.Send(&wire.Get{Request: req}))
 	_, m := a.recv(t)

@@ -2,10 +2,14 @@ package engine
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/ipc"
+	"github.com/gxfer/gxfer/wire"
 )
 
 // TestShmForgedKeyLength: over a unix endpoint the requester maps the
@@ -54,4 +58,59 @@ func TestShmForgedKeyLength(t *testing.T) {
 		})
 	}
 	require.NoError(t, ep.PutSync(ctx, src.Slice(0, 16), k.Slice(0, 16)), "the honest key still works")
+}
+
+// TestShmServeRefusesOversizedLocalKey: a peer's Put or Get names its own
+// memory with a key (wire.LocalKey) the owner imports whole: the key's
+// Length, which the owner cannot check (the peer signed it), is what the
+// owner maps. A peer claiming a 16 TiB allocation (a sparse memfd) for a
+// 16-byte request made the owner map 16 TiB: seven such requests at once
+// fill the 128 TiB address space (mmap then fails: Go's heap with it), and
+// a device copy pins the whole mapping. The owner now refuses a requester's
+// key to more than the request copies (an honest peer exports a bounce
+// buffer of exactly that size) before asking for any memfd.
+func TestShmServeRefusesOversizedLocalKey(t *testing.T) {
+	e := newEngine(t, Config{Devices: DevicesNone})
+	l, err := e.Listen("unix", filepath.Join(t.TempDir(), "e.sock"))
+	require.NoError(t, err)
+	host, _ := e.Alloc(4096, Host)
+	hk, err := host.Export()
+	require.NoError(t, err)
+	p := dialRaw(t, l.Addr(), rawHello(uint32(os.Getpid())))
+	defer p.c.Close()
+	mem, err := ipc.NewShared(16, "requester")
+	require.NoError(t, err)
+	defer mem.Close()
+	copy(mem.Bytes(), "from the peer 16")
+
+	for _, tc := range []struct {
+		name   string
+		length uint64 // of the requester's allocation
+		ok     bool
+	}{
+		{"16 TiB allocation for 16 bytes", 1 << 44, false},
+		{"one byte more than the request", 17, false},
+		{"exactly the request", 16, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			local := wire.RemoteKey{Owner: p.hello.EngineID, AllocID: tc.length, Generation: 1, MemType: wire.MemHost, Device: -1,
+				Flags: wire.KeyRead | wire.KeyWrite, Length: tc.length, GrantLen: tc.length, Len: 16}
+			req := wire.Request{RequestID: tc.length, Key: hk.k, Length: 16, Local: wire.Local{Kind: wire.LocalKey, Key: local}}
+			require.NoError(t, p.c.Send(&wire.Put{Request: req}))
+			f, m := p.recv(t)
+			if !tc.ok {
+				require.IsType(t, &wire.Error{}, m, "the owner asked for the memfd of a %d-byte allocation", tc.length)
+				require.Equal(t, wire.StatusOutOfRange, m.(*wire.Error).Code)
+				return
+			}
+			ir, ok := m.(*wire.ImportRequest)
+			require.True(t, ok, "%T", m)
+			require.NoError(t, p.c.Send(&wire.ImportReply{RequestID: ir.RequestID, AllocID: ir.Key.AllocID,
+				Generation: ir.Key.Generation, Kind: wire.FDMemfd, Size: 16}, mem.FD(), testValidity(t).FD()))
+			_ = f.CloseFDs()
+			_, m = p.recv(t)
+			require.IsType(t, &wire.Completion{}, m)
+			require.Equal(t, "from the peer 16", string(host.Bytes()[:16]))
+		})
+	}
 }

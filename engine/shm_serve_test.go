@@ -31,7 +31,7 @@ func TestShmServeFreedDuringImportIsStale(t *testing.T) {
 	defer mine.Close()
 	local := wire.RemoteKey{Owner: a.hello.EngineID, AllocID: 1, Generation: 1, MemType: wire.MemHost, Device: -1,
 		Flags: wire.KeyRead | wire.KeyWrite, Length: 4096, GrantLen: 4096, Len: 4096}
-	req := wire.Request{RequestID: 1, Key: ek.k, Length: 16, Local: wire.Local{Kind: wire.LocalKey, Key: local}}
+	req := wire.Request{RequestID: 1, Key: ek.k, Length: 4096, Local: wire.Local{Kind: wire.LocalKey, Key: local}}
 	require.NoError(t, a.c.Send(&wire.Put{Request: req}))
 	_, m := a.recv(t)
 	ir, ok := m.(*wire.ImportRequest)

@@ -323,7 +323,8 @@ const (
 	// LocalKey: the requester exported its buffer (Local.Key); the owner
 	// imports it (ImportRequest back to the requester, through its IPC
 	// handle cache) and moves the data itself: a memmove for host memory,
-	// a DMA when either side is Gaudi memory.
+	// a DMA when either side is Gaudi memory. The import maps the whole
+	// allocation: the owner refuses a key to one larger than Length.
 	LocalKey LocalKind = 2
 	// LocalRDMA: the requester's side is Length bytes at Addr of a memory
 	// region it registered with its RDMA device (RKey: remote read

@@ -371,6 +371,14 @@ func (p *Path) serveRequest(put bool, r wire.Request) (wire.Status, string) {
 	if err != nil {
 		return wire.StatusOutOfRange, err.Error()
 	}
+	if r.Local.Key.Length > r.Length {
+		// The import maps the whole allocation, whose Length the peer
+		// alone vouches for: a sparse memfd of terabytes would take this
+		// process's address space (and a device copy would pin it all).
+		// A requester exports a bounce buffer of exactly the request's
+		// size (remoteDMA).
+		return wire.StatusOutOfRange, fmt.Sprintf("the requester's allocation of %d bytes is larger than the request (%d bytes)", r.Local.Key.Length, r.Length)
+	}
 	ctx := context.Background()
 	h, err := p.importKey(ctx, time.Time{}, r.Local.Key)
 	if err != nil {
