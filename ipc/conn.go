@@ -110,8 +110,13 @@ func (c *Conn) Send(frame []byte, fds []*fd.FD) error {
 // message was larger than buf (MSG_TRUNC: ErrTruncated) or carried more
 // than MaxFDsPerMsg descriptors (MSG_CTRUNC, or too many: ErrTooManyFDs),
 // the message is dropped, every descriptor that arrived is closed, and the
-// connection stays usable. A closed peer gives io.EOF.
+// connection stays usable. A closed peer gives io.EOF. An empty buf is
+// refused (ErrInvalid) without receiving: no message would fit (Go's
+// recvmsg then reads one byte into a buffer of its own).
 func (c *Conn) Recv(buf []byte) (int, []*fd.FD, error) {
+	if len(buf) == 0 {
+		return 0, nil, fmt.Errorf("%w: empty receive buffer", ErrInvalid)
+	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.closed.Load() {
