@@ -121,7 +121,8 @@ type Mapping struct {
 // refuses (ErrNotMemfd) anything that is not a regular file sealed
 // against shrinking (only memfds can be sealed; without F_SEAL_SHRINK the
 // peer could truncate the file under the mapping and accesses would raise
-// SIGBUS), and (ErrTooSmall) a file smaller than size. f stays the
+// SIGBUS) or that is on hugetlbfs (its mapping could not be unmapped),
+// and (ErrTooSmall) a file smaller than size. f stays the
 // caller's: it may be closed as soon as MapShared returns.
 func MapShared(f *fd.FD, size int) (*Mapping, error) {
 	if size <= 0 {
@@ -168,8 +169,8 @@ func newMemfd(name string, size int) (*fd.FD, int, error) {
 
 // sealedMemfd checks that an untrusted descriptor is a regular file (a
 // memfd) sealed against shrinking, so that a mapping of it cannot fault
-// when its sender truncates it, and returns the raw descriptor and its
-// stat. The caller keeps f alive while it uses raw.
+// when its sender truncates it, and not on hugetlbfs, and returns the raw
+// descriptor and its stat. The caller keeps f alive while it uses raw.
 func sealedMemfd(f *fd.FD, op string) (int, unix.Stat_t, error) {
 	var st unix.Stat_t
 	raw := f.Int()
@@ -188,6 +189,17 @@ func sealedMemfd(f *fd.FD, op string) (int, unix.Stat_t, error) {
 	}
 	if seals&unix.F_SEAL_SHRINK == 0 {
 		return -1, st, fmt.Errorf("%w: seals %#x lack F_SEAL_SHRINK", ErrNotMemfd, seals)
+	}
+	// A hugetlbfs memfd (MFD_HUGETLB) is mapped in whole huge pages
+	// whatever length is asked (ksys_mmap_pgoff), and munmap of that
+	// length cannot split them (hugetlb_vm_op_split): Close would fail and
+	// leave the mapping. gxfer shares only tmpfs memfds.
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(raw, &sfs); err != nil {
+		return -1, st, fmt.Errorf("ipc: %s: fstatfs: %w", op, err)
+	}
+	if uint32(sfs.Type) == unix.HUGETLBFS_MAGIC {
+		return -1, st, fmt.Errorf("%w: a hugetlbfs file", ErrNotMemfd)
 	}
 	return raw, st, nil
 }
