@@ -149,7 +149,10 @@ type Config struct {
 	RegCache RegCacheConfig
 	// IPCCache bounds the peers' buffers mapped into this process (the IPC
 	// handle cache); 0 means the ipc package defaults. The IPC handle
-	// cache cannot be disabled: New refuses Disabled with ErrInvalid.
+	// cache cannot be disabled: New refuses Disabled with ErrInvalid. A
+	// peer's allocation larger than MaxBytes is not mapped: its owner
+	// performs the Puts and Gets on it, and a Binding to it is refused
+	// (ErrNotSupported).
 	IPCCache RegCacheConfig
 }
 

@@ -114,3 +114,44 @@ func TestShmServeRefusesOversizedLocalKey(t *testing.T) {
 		})
 	}
 }
+
+// TestShmImportBeyondMaxBytes: a Put or Get to a peer's host buffer maps
+// the whole allocation, whose Length is the owner's word (its key): one
+// larger than Config.IPCCache.MaxBytes was mapped anyway, past the bound
+// even with nothing else cached, so an owner handing out a key to a
+// 16 TiB sparse memfd made each operation on it map 16 TiB (seven at once
+// fill the address space; a device copy pins the whole mapping). Such an
+// allocation is not mapped now: its owner performs the operation (the
+// path of a key granting part of an allocation), and a Binding, which
+// needs the mapping, is refused.
+func TestShmImportBeyondMaxBytes(t *testing.T) {
+	ctx := context.Background()
+	owner := newEngine(t, Config{Devices: DevicesNone})
+	l, err := owner.Listen("unix", filepath.Join(t.TempDir(), "o.sock"))
+	require.NoError(t, err)
+	big, err := owner.Alloc(4<<20, Host)
+	require.NoError(t, err)
+	k, err := big.Export()
+	require.NoError(t, err)
+	user := newEngine(t, Config{Devices: DevicesNone, IPCCache: RegCacheConfig{MaxBytes: 1 << 20}})
+	ep, err := user.Dial(ctx, "unix", l.Addr())
+	require.NoError(t, err)
+	defer ep.Close()
+	src, err := user.Alloc(16, Host)
+	require.NoError(t, err)
+	copy(src.Bytes(), "beyond max bytes")
+	require.NoError(t, ep.PutSync(ctx, src.All(), k.Slice(4<<20-16, 16)))
+	require.Equal(t, "beyond max bytes", string(big.Bytes()[4<<20-16:]))
+	back, err := user.Alloc(16, Host)
+	require.NoError(t, err)
+	require.NoError(t, ep.GetSync(ctx, back.All(), k.View(4<<20-16, 16)))
+	require.Equal(t, "beyond max bytes", string(back.Bytes()))
+	require.NoError(t, ep.PutList(ctx, []Slice{src.All(), src.All()}, []RemoteKey{k.View(0, 16), k.View(16, 16)}).Wait(ctx))
+	require.Equal(t, "beyond max bytesbeyond max bytes", string(big.Bytes()[:32]))
+	_, err = ep.Bind(ctx, src.All(), k.View(0, 16))
+	require.ErrorIs(t, err, ErrNotSupported)
+	require.NotErrorIs(t, err, ErrPeer, "the peer did nothing wrong")
+	st := user.Stats().IPCCache
+	require.Zero(t, st.Misses, "the 4 MiB allocation was imported: %+v", st)
+	require.Zero(t, st.Regions)
+}

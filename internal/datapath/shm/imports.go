@@ -181,9 +181,19 @@ func (p *Path) importKey(ctx context.Context, deadline time.Time, k wire.RemoteK
 	return h, nil
 }
 
+// mappable reports whether the allocation k grants all of may be mapped
+// here: one larger than the cache's MaxBytes would leave the cache over
+// its bound by itself, and its size is the peer's word (a key to a sparse
+// memfd of terabytes would take the address space, and a device copy
+// would pin it all).
+func (t *Transport) mappable(k *wire.RemoteKey) bool { return k.Length <= t.maxMap }
+
 // importSlow is importKey on a miss: it imports, or waits for the import
 // another caller runs, within the caller's ctx and deadline.
 func (p *Path) importSlow(ctx context.Context, deadline time.Time, key ipc.Key, k wire.RemoteKey) (*ipc.Handle[*imported], error) {
+	if !p.t.mappable(&k) { // (a hit is an allocation that was mappable: importMismatch checks k against it)
+		return nil, gxerr.New(gxerr.NotSupported, fmt.Sprintf("the peer's allocation of %d bytes is larger than the IPC cache's MaxBytes (%d): it is not mapped", k.Length, p.t.maxMap), nil)
+	}
 	cctx, cancel := datapath.WithDeadline(ctx, deadline) // the caller's bound
 	defer cancel()
 	for {
@@ -287,7 +297,7 @@ func (t *Transport) mapImport(f, valid *fd.FD, size uint64) (*imported, uint64, 
 func (p *Path) importErr(err error) error {
 	switch {
 	case errors.Is(err, gxerr.Invalid), errors.Is(err, gxerr.Peer), errors.Is(err, gxerr.Timeout),
-		errors.Is(err, gxerr.Canceled):
+		errors.Is(err, gxerr.Canceled), errors.Is(err, gxerr.NotSupported):
 		return err
 	case errors.Is(err, context.DeadlineExceeded):
 		return gxerr.New(gxerr.Timeout, p.name+": import", err)

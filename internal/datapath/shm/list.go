@@ -41,7 +41,7 @@ func (p *Path) StartList(ctx context.Context, reqs []datapath.Req, c datapath.Co
 	for i := range reqs {
 		r := &reqs[i]
 		mk := mapKey(r)
-		if mk == nil || r.Local.IsGaudi() {
+		if mk == nil || r.Local.IsGaudi() || !p.t.mappable(mk) {
 			p.Start(ctx, *r, &listElem{c: c, i: i})
 			continue
 		}

@@ -34,15 +34,16 @@ func (p *Path) Kind() datapath.Kind { return datapath.KindIPC }
 // Start runs a Put or Get. The peer's host memory is mapped here when the
 // request carries a key granting the whole allocation (the mapping reaches
 // all of it) and copied into or out of (rmaMapped); with a narrower grant
-// only, or for the peer's Gaudi memory, the owner performs the copy from
-// or into a bounce buffer of ours and checks the grant (rmaDevice).
+// only, for the peer's Gaudi memory, or for an allocation larger than the
+// IPC cache's MaxBytes, the owner performs the copy from or into a bounce
+// buffer of ours and checks the grant (rmaDevice).
 func (p *Path) Start(ctx context.Context, r datapath.Req, c datapath.Completer) {
 	if r.Key.MemType == wire.MemHost {
 		mk := r.MapKey
 		if r.Key.GrantOffset == 0 && r.Key.GrantLen == r.Key.Length {
 			mk = &r.Key
 		}
-		if mk != nil {
+		if mk != nil && p.t.mappable(mk) {
 			h, err := p.importKey(ctx, r.Deadline, *mk)
 			if err != nil {
 				c.Complete(0, p.importErr(err))

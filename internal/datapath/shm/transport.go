@@ -58,6 +58,10 @@ type Transport struct {
 	// imports maps peers' host memory, each allocation once per
 	// connection.
 	imports *ipc.HandleCache[*imported]
+	// maxMap is the largest allocation of a peer mapped here (the cache's
+	// MaxBytes): a larger one (the size is the peer's word) is not
+	// mapped, its owner performs the operations on it.
+	maxMap uint64
 	// validity holds the validity flag (*ipc.Validity) of each exported
 	// host buffer (datapath.Buf) a peer imported, until the buffer goes.
 	validity sync.Map
@@ -94,7 +98,10 @@ var (
 
 // New makes the transport of env.
 func New(env datapath.Env, cfg Config) *Transport {
-	t := &Transport{env: env, log: env.Logger()}
+	t := &Transport{env: env, log: env.Logger(), maxMap: cfg.MaxBytes}
+	if t.maxMap == 0 {
+		t.maxMap = ipc.DefaultMaxBytes
+	}
 	t.imports = ipc.NewHandleCache(ipc.CacheConfig[*imported]{
 		MaxRegions: cfg.MaxRegions, MaxBytes: cfg.MaxBytes, Logger: t.log,
 		Release: func(im *imported) error { return env.FreeHost(im.buf) },
