@@ -126,8 +126,12 @@ func decodeKVMsg(b []byte) (kvMsg, error) {
 		m.base = binary.BigEndian.Uint64(rest)
 		rest = rest[8:]
 	}
+	// The parameters are the peer's: within the limits checkAgent puts on
+	// -O, -blocks and -block-size, so that slots and sectionLen neither
+	// overflow nor make the receiver allocate without bound.
 	if !ok1 || !ok2 || !ok3 || len(rest) != 0 || m.kind < kvHello || m.kind > kvWelcome ||
-		m.p.window < 1 || m.p.blocks < 1 || m.p.bsize < 8 || m.p.bsize%8 != 0 {
+		m.p.window < 1 || m.p.window > 1024 || m.p.blocks < 1 || m.p.blocks > 1<<16 || m.p.slots() > maxSlots ||
+		m.p.bsize < 8 || m.p.bsize%8 != 0 || m.p.bsize > 64<<20 {
 		return m, errKVMsg
 	}
 	return m, nil
@@ -224,7 +228,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		switch m.kind {
 		case kvHello:
 			regions := max(1, t.initiators)
-			if m.p.sectionLen()*regions > t.buf.Size() {
+			if m.p.sectionLen() > t.buf.Size()/regions {
 				return fmt.Errorf("target: %s needs a section of %d bytes per initiator (%d), this one has %d: give the target the same -blocks, -block-size and -O",
 					n.From, m.p.sectionLen(), regions, t.buf.Size())
 			}
@@ -258,8 +262,16 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		st.last = now
 		st.lat = append(st.lat, now.Sub(time.Unix(0, m.at)))
 		if t.verify {
+			if end := m.base + uint64(m.p.sectionLen()); end > uint64(t.buf.Size()) || end < m.base {
+				// Before the permutation: its size is the peer's to say.
+				return fmt.Errorf("target: request %d from %s: blocks beyond the section (%d bytes from %d, section of %d)",
+					m.r, n.From, m.p.sectionLen(), m.base, t.buf.Size())
+			}
 			perm, ok := perms[m.p.seed]
 			if !ok {
+				if len(perms) >= 64 { // a seed per initiator: bound what peers can make it keep
+					clear(perms)
+				}
 				perm = m.p.perm()
 				perms[m.p.seed] = perm
 			}

@@ -11,7 +11,7 @@ func TestKVMsgRoundTrip(t *testing.T) {
 		{kind: kvHello, p: kvParams{seed: 1, window: 4, blocks: 64, bsize: 64 << 10}, unix: "/tmp/i.sock", tcp: "10.0.0.1:9"},
 		{kind: kvReq, p: kvParams{seed: ^uint64(0), window: 1, blocks: 1, bsize: 8}, r: 1 << 40, at: -5, section: "gaudi", base: 1 << 33},
 		{kind: kvEnd, p: kvParams{window: 1, blocks: 1, bsize: 8}, r: 3},
-		{kind: kvAck, p: kvParams{window: 1024, blocks: 65536, bsize: 64 << 20}, r: 7, at: 1},
+		{kind: kvAck, p: kvParams{window: 16, blocks: 65536, bsize: 64 << 20}, r: 7, at: 1}, // the largest -O x -blocks and -block-size
 	} {
 		got, err := decodeKVMsg(m.encode())
 		require.NoError(t, err)
@@ -20,7 +20,12 @@ func TestKVMsgRoundTrip(t *testing.T) {
 	for _, b := range [][]byte{nil, []byte("gxKV"), kvMsg{kind: 9, p: kvParams{window: 1, blocks: 1, bsize: 8}}.encode(),
 		kvMsg{kind: kvReq, p: kvParams{window: 0, blocks: 1, bsize: 8}}.encode(),
 		kvMsg{kind: kvReq, p: kvParams{window: 1, blocks: 1, bsize: 12}}.encode(),
-		append(kvMsg{kind: kvReq, p: kvParams{window: 1, blocks: 1, bsize: 8}}.encode(), 0)} {
+		append(kvMsg{kind: kvReq, p: kvParams{window: 1, blocks: 1, bsize: 8}}.encode(), 0),
+		// Beyond what checkAgent accepts (a peer's parameters).
+		kvMsg{kind: kvReq, p: kvParams{window: 1025, blocks: 1, bsize: 8}}.encode(),
+		kvMsg{kind: kvReq, p: kvParams{window: 1, blocks: 1<<16 + 1, bsize: 8}}.encode(),
+		kvMsg{kind: kvReq, p: kvParams{window: 17, blocks: 1 << 16, bsize: 8}}.encode(),
+		kvMsg{kind: kvReq, p: kvParams{window: 1, blocks: 1, bsize: 64<<20 + 8}}.encode()} {
 		_, err := decodeKVMsg(b)
 		require.ErrorIs(t, err, errKVMsg)
 	}
