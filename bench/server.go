@@ -280,13 +280,18 @@ func (s *Server) Serve(ctx context.Context) error {
 			err := sess.run(ctx)
 			s.mu.Lock()
 			s.active = nil
+			if !sess.greeted {
+				// Never a client (a port probe, garbage, another control
+				// version): -once still waits for one.
+				s.served = false
+			}
 			s.mu.Unlock()
 			if err != nil {
 				s.logf("# %s: %v", sess.who, err)
 			} else {
 				s.logf("# %s done (%d requests)", sess.who, sess.requests)
 			}
-			if s.cfg.Once {
+			if s.cfg.Once && sess.greeted {
 				once.Lock()
 				once.err = err
 				once.Unlock()
@@ -345,6 +350,7 @@ type session struct {
 	bytes    int // the size of bufs' buffers, summed
 	nextID   uint64
 	requests int
+	greeted  bool // the server accepted the client's hello: a -once server's one client
 	resp     *responder
 }
 
@@ -398,6 +404,9 @@ func (ss *session) run(ctx context.Context) (err error) {
 		}
 		if m.Op == opHello && r.Error != "" {
 			return errors.New(r.Error)
+		}
+		if m.Op == opHello {
+			ss.greeted = true
 		}
 	}
 }
