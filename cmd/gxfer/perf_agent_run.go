@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -207,11 +208,21 @@ func findTarget(ctx context.Context, pa *perfAgent, store meta.Store, a *agentPe
 	wctx, cancel := context.WithTimeout(ctx, a.wait)
 	defer cancel()
 	if a.connect != "" {
-		name, err := pa.a.Connect(wctx, a.connect)
-		if err != nil {
-			return "", fmt.Errorf("initiator: reach the target at %s: %w", a.connect, err)
+		for {
+			name, err := pa.a.Connect(wctx, a.connect)
+			if err == nil {
+				return name, nil
+			}
+			// Nothing listens there yet (the target starts with us): wait.
+			if !errors.Is(err, syscall.ENOENT) && !errors.Is(err, syscall.ECONNREFUSED) {
+				return "", fmt.Errorf("initiator: reach the target at %s: %w", a.connect, err)
+			}
+			select {
+			case <-wctx.Done():
+				return "", fmt.Errorf("initiator: no target at %s after %v: %w", a.connect, a.wait, err)
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
-		return name, nil
 	}
 	for {
 		var err error
