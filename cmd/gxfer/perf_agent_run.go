@@ -44,8 +44,15 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 	}
 	defer cleanup()
 	log := cfg.Logger
-	fmt.Fprintf(stdout, "# gxfer perf -agent | workload kvcache | %d requests x %d blocks x %d B (%d B per request), %d in flight, section of %d slots, seed %#x, verify %v\n",
-		a.requests, kp.blocks, kp.bsize, kp.requestLen(), kp.window, kp.slots(), kp.seed, a.verify)
+	if a.role == "target" {
+		// The initiators choose how many requests and their seeds (each
+		// request carries them); the section has a region per initiator.
+		fmt.Fprintf(stdout, "# gxfer perf -agent | workload kvcache | target: requests of %d blocks x %d B (%d B per request), %d in flight per initiator, section of %d slots (%d per initiator), verify %v\n",
+			kp.blocks, kp.bsize, kp.requestLen(), kp.window, kp.slots()*max(1, a.initiators), kp.slots(), a.verify)
+	} else {
+		fmt.Fprintf(stdout, "# gxfer perf -agent | workload kvcache | %d requests x %d blocks x %d B (%d B per request), %d in flight, section of %d slots, seed %#x, verify %v\n",
+			a.requests, kp.blocks, kp.bsize, kp.requestLen(), kp.window, kp.slots(), kp.seed, a.verify)
+	}
 
 	switch a.role {
 	case "target":

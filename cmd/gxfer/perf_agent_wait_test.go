@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,4 +60,35 @@ func TestPerfAgentConnectWaits(t *testing.T) {
 	require.Equal(t, exitOK, <-tdone, terr.String()+tout.String())
 	checkKVReport(t, iout.String(), 20)
 	assert.Regexp(t, `(?m)^target tgt: 20 requests, 20 verified byte for byte`, tout.String())
+}
+
+// TestPerfAgentTargetHeader: a target's header gives what the target
+// runs: not a request count or a seed (its initiators choose both; each
+// request carries them), and its section's slots for every initiator.
+// Before the fix it printed the -requests default ("1000 requests",
+// refused as a target's flag) and a seed of its own it never used, and
+// the slots of one initiator's region only.
+func TestPerfAgentTargetHeader(t *testing.T) {
+	tsock := filepath.Join(t.TempDir(), "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var tout, terr bytes.Buffer
+	tdone := make(chan int, 1)
+	go func() {
+		tdone <- runContext(ctx, []string{"perf", "-agent", "-role", "target", "-unix", tsock, "-initiators", "2",
+			"-blocks", "8", "-block-size", "4K", "-O", "4"}, &tout, &terr)
+	}()
+	for deadline := time.Now().Add(time.Minute); ; {
+		if _, err := os.Stat(tsock); err == nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the target never listened")
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel() // it serves until its initiators end: interrupt it
+	<-tdone
+	header, _, _ := strings.Cut(tout.String(), "\n")
+	assert.NotContains(t, header, "requests x", "a target runs no requests of its own")
+	assert.NotContains(t, header, "seed", "the initiators' requests carry their seeds")
+	assert.Contains(t, header, "section of 64 slots (32 per initiator)")
 }
