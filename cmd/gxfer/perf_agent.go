@@ -86,7 +86,7 @@ func (o *agentPerfOpts) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ttl, "ttl", 10*time.Second, "agent mode: etcd lease TTL (how long a dead agent's record outlives it)")
 	fs.DurationVar(&o.wait, "wait", 30*time.Second, "agent mode, initiator: how long to wait for the target to appear")
 	fs.BoolVar(&o.verify, "verify", true, "agent mode: fill each request with its own pattern and check it at the target")
-	fs.Uint64Var(&o.seed, "seed", 0, "agent mode: the permutation's and patterns' seed (default: random)")
+	fs.Uint64Var(&o.seed, "seed", 0, "agent mode, initiator: the permutation's and patterns' seed (default: random; each request carries it to the target)")
 	fs.IntVar(&o.initiators, "initiators", 1, "agent mode, target: exit after this many initiators ended (0: serve until interrupted)")
 }
 
@@ -144,7 +144,7 @@ func (o *perfOpts) checkAgent(set map[string]bool) (agentPlan, error) {
 			}
 		}
 	case "target":
-		for _, f := range []string{"peer", "connect", "requests", "wait"} {
+		for _, f := range []string{"peer", "connect", "requests", "wait", "seed"} {
 			if set[f] {
 				return pl, usagef("-%s is an initiator's flag", f)
 			}

@@ -129,6 +129,8 @@ func TestPerfAgentUsageErrors(t *testing.T) {
 		{[]string{"-agent", "-role", "target", "-etcd", "h:1"}, "a target listens"},
 		{[]string{"-agent", "-role", "initiator"}, "an initiator finds its target"},
 		{[]string{"-agent", "-role", "target", "-unix", "/x", "-requests", "3"}, "an initiator's flag"},
+		// A target checks each request with its initiator's seed (the request carries it).
+		{[]string{"-agent", "-role", "target", "-unix", "/nonexistent/t.sock", "-seed", "5"}, "-seed is an initiator's flag"},
 		{[]string{"-agent", "-block-size", "12"}, "bad -block-size"},
 		{[]string{"-agent", "-blocks", "0"}, "bad -blocks"},
 		{[]string{"-agent", "-O", "0"}, "bad -O"},
