@@ -136,7 +136,7 @@ func runAgentPerfLocal(ctx context.Context, o *perfOpts, pl agentPlan, kp kvPara
 	if err != nil {
 		return err
 	}
-	t.connect = true
+	t.connect, t.sameHost = true, true
 	md := tgt.a.Metadata()
 	taddr := md.Unix
 	if taddr == "" {

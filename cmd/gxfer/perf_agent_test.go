@@ -108,6 +108,10 @@ func TestPerfAgentEtcd(t *testing.T) {
 	}
 	require.Equal(t, exitOK, code, terr.String()+tout.String())
 	assert.Regexp(t, `(?m)^target decode-0: 80 requests, 80 verified byte for byte`, tout.String())
+	// Its initiators may run on other hosts: post to notified compares
+	// their clock with the target's, which it must not call one clock.
+	assert.NotContains(t, tout.String(), "same-host clock")
+	assert.Contains(t, tout.String(), "initiators' clocks against this host's")
 	assert.Contains(t, tout.String(), "# target decode-0 incarnation ")
 
 	// Once both ended, their records are gone (Close revokes the leases).
