@@ -92,3 +92,49 @@ func TestPerfAgentTargetHeader(t *testing.T) {
 	assert.NotContains(t, header, "seed", "the initiators' requests carry their seeds")
 	assert.Contains(t, header, "section of 64 slots (32 per initiator)")
 }
+
+// TestPerfAgentInitiatorTargetGone: an initiator whose target ends
+// mid-run (interrupted, failed, killed) ends too, with an error naming
+// the target, instead of waiting for acknowledgements that cannot come.
+// Before the fix it waited for them forever (agent.Recv does not end when
+// a peer goes), also for the welcome of a target that had refused its
+// hello.
+func TestPerfAgentInitiatorTargetGone(t *testing.T) {
+	dir := t.TempDir()
+	tsock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kv := []string{"-blocks", "8", "-block-size", "4K", "-O", "4"}
+
+	tctx, stopTarget := context.WithCancel(ctx)
+	defer stopTarget()
+	var tout, terr bytes.Buffer
+	tdone := make(chan int, 1)
+	go func() {
+		tdone <- runContext(tctx, append([]string{"perf", "-agent", "-role", "target", "-name", "tgt", "-unix", tsock}, kv...), &tout, &terr)
+	}()
+	iout, ierr := &syncBuffer{}, &syncBuffer{}
+	idone := make(chan int, 1)
+	go func() {
+		idone <- runContext(ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini", "-connect", tsock,
+			"-wait", "1m", "-requests", "100000000"}, kv...), iout, ierr)
+	}()
+	// Once the initiator runs its requests, the target goes away.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(iout.String(), "# initiator ini -> target tgt"); {
+		select {
+		case code := <-idone:
+			t.Fatalf("the initiator ended early (exit %d): %s", code, ierr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the initiator never started: %s", ierr.String())
+	}
+	stopTarget()
+	<-tdone
+	select {
+	case code := <-idone:
+		require.Equal(t, exitRuntime, code, ierr.String())
+		assert.Contains(t, ierr.String(), "tgt")
+	case <-ctx.Done(): // liveness bound only
+		t.Fatal("the initiator still waits for its target, which has ended")
+	}
+}

@@ -355,13 +355,30 @@ type kvInitiator struct {
 func (in *kvInitiator) run(ctx context.Context) error {
 	p := in.p
 	perm := p.perm()
+	// Recv does not end when a peer goes: the run waits for the welcome
+	// and the acknowledgements under a ctx that ends with the target.
+	tp, err := in.a.Peer(ctx, in.peer)
+	if err != nil {
+		return fmt.Errorf("initiator: %w", err)
+	}
+	ctx, gone := context.WithCancelCause(ctx)
+	defer gone(nil)
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		select {
+		case <-tp.Done():
+			gone(fmt.Errorf("target %s is gone: %w", in.peer, tp.Err()))
+		case <-watchDone:
+		}
+	}()
 	md := in.a.Metadata()
 	if err := in.a.Notify(ctx, in.peer, kvMsg{kind: kvHello, p: p, unix: md.Unix, tcp: md.TCP}.encode()); err != nil {
 		return fmt.Errorf("initiator: hello to %s: %w", in.peer, err)
 	}
 	n, err := in.a.Recv(ctx)
 	if err != nil {
-		return fmt.Errorf("initiator: welcome from %s: %w", in.peer, err)
+		return fmt.Errorf("initiator: welcome from %s: %w", in.peer, causeOf(ctx, err))
 	}
 	welcome, err := decodeKVMsg(n.Msg)
 	if err != nil || welcome.kind != kvWelcome || n.From != in.peer {
@@ -429,7 +446,7 @@ func (in *kvInitiator) run(ctx context.Context) error {
 		a, ok := <-acks
 		if !ok {
 			if ackErr == nil {
-				ackErr = ctx.Err()
+				ackErr = context.Cause(ctx)
 			}
 			return fmt.Errorf("initiator: acknowledgements from %s: %w", in.peer, ackErr)
 		}
@@ -491,6 +508,14 @@ func (in *kvInitiator) run(ctx context.Context) error {
 	}
 	in.report(elapsed, post, rtt)
 	return nil
+}
+
+// causeOf is err, or why ctx ended if it did (the target went away).
+func causeOf(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) && !errors.Is(c, context.DeadlineExceeded) {
+		return c
+	}
+	return err
 }
 
 // fill writes the pattern of request r into the source blocks of window
