@@ -138,3 +138,28 @@ func TestPerfAgentInitiatorTargetGone(t *testing.T) {
 		t.Fatal("the initiator still waits for its target, which has ended")
 	}
 }
+
+// TestPerfAgentVerifyMismatch: an initiator run with -verify=false does
+// not fill its blocks with the requests' patterns, so a target that
+// verifies has nothing to check them against. Before the fix the target
+// checked them anyway and failed with "data not in place when the
+// notification arrived", a false diagnosis of the ordering it measures;
+// now it counts them as not checked, saying why.
+func TestPerfAgentVerifyMismatch(t *testing.T) {
+	tsock := filepath.Join(t.TempDir(), "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kv := []string{"-blocks", "8", "-block-size", "4K", "-O", "4"}
+	var tout, terr, iout, ierr bytes.Buffer
+	tdone, idone := make(chan int, 1), make(chan int, 1)
+	go func() {
+		tdone <- runContext(ctx, append([]string{"perf", "-agent", "-role", "target", "-name", "tgt", "-unix", tsock, "-initiators", "1"}, kv...), &tout, &terr)
+	}()
+	go func() {
+		idone <- runContext(ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini", "-connect", tsock,
+			"-wait", "1m", "-requests", "20", "-verify=false"}, kv...), &iout, &ierr)
+	}()
+	require.Equal(t, exitOK, <-tdone, terr.String()+tout.String())
+	require.Equal(t, exitOK, <-idone, ierr.String()+iout.String())
+	assert.Regexp(t, `(?m)^target tgt: 20 requests, 0 verified byte for byte, 20 not checked \(their initiator ran -verify=false`, tout.String())
+}

@@ -55,6 +55,9 @@ const (
 	// the section its requests go (base), so that initiators of one
 	// target never share slots.
 	kvWelcome = 5
+	// kvReqUnfilled: as kvReq, from an initiator run with -verify=false:
+	// its blocks carry no pattern, there is nothing to check.
+	kvReqUnfilled = 6
 )
 
 const kvMagic = 0x67784b56 // "gxKV"
@@ -129,7 +132,7 @@ func decodeKVMsg(b []byte) (kvMsg, error) {
 	// The parameters are the peer's: within the limits checkAgent puts on
 	// -O, -blocks and -block-size, so that slots and sectionLen neither
 	// overflow nor make the receiver allocate without bound.
-	if !ok1 || !ok2 || !ok3 || len(rest) != 0 || m.kind < kvHello || m.kind > kvWelcome ||
+	if !ok1 || !ok2 || !ok3 || len(rest) != 0 || m.kind < kvHello || m.kind > kvReqUnfilled ||
 		m.p.window < 1 || m.p.window > 1024 || m.p.blocks < 1 || m.p.blocks > 1<<16 || m.p.slots() > maxSlots ||
 		m.p.bsize < 8 || m.p.bsize%8 != 0 || m.p.bsize > 64<<20 {
 		return m, errKVMsg
@@ -202,6 +205,7 @@ type kvTargetStats struct {
 	last     time.Time
 	lat      latencies // post -> notified
 	verified uint64
+	unfilled uint64 // requests of initiators run with -verify=false
 }
 
 func (t *kvTarget) run(ctx context.Context) (err error) {
@@ -251,7 +255,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		case kvEnd:
 			ended++
 			continue
-		case kvReq:
+		case kvReq, kvReqUnfilled:
 		default:
 			return fmt.Errorf("target: from %s: unexpected message kind %d", n.From, m.kind)
 		}
@@ -262,7 +266,9 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		st.bytes += uint64(m.p.requestLen())
 		st.last = now
 		st.lat = append(st.lat, now.Sub(time.Unix(0, m.at)))
-		if t.verify {
+		if t.verify && m.kind == kvReqUnfilled {
+			st.unfilled++
+		} else if t.verify {
 			if end := m.base + uint64(m.p.sectionLen()); end > uint64(t.buf.Size()) || end < m.base {
 				// Before the permutation: its size is the peer's to say.
 				return fmt.Errorf("target: request %d from %s: blocks beyond the section (%d bytes from %d, section of %d)",
@@ -328,6 +334,9 @@ func (t *kvTarget) report(st *kvTargetStats) {
 	v := "not verified (-verify=false)"
 	if t.verify {
 		v = fmt.Sprintf("%d verified byte for byte", st.verified)
+		if st.unfilled > 0 {
+			v += fmt.Sprintf(", %d not checked (their initiator ran -verify=false: no pattern to check)", st.unfilled)
+		}
 	}
 	clock := "same-host clock"
 	if !t.sameHost {
@@ -482,7 +491,11 @@ func (in *kvInitiator) run(ctx context.Context) error {
 		if r == 0 {
 			start = now
 		}
-		msg := kvMsg{kind: kvReq, p: p, r: uint64(r), at: now.UnixNano(), base: in.base}.encode()
+		kind := uint8(kvReq)
+		if !in.verify {
+			kind = kvReqUnfilled
+		}
+		msg := kvMsg{kind: kind, p: p, r: uint64(r), at: now.UnixNano(), base: in.base}.encode()
 		t0 := time.Now()
 		x := prep.Write(ctx, idx[w], agent.WithNotify(msg))
 		post = append(post, time.Since(t0))
