@@ -9,14 +9,15 @@ import (
 	"github.com/gxfer/gxfer/engine"
 )
 
-// attachFlag is info's -attach: "", "emulated" or "runtime".
+// attachFlag is info's -attach: "emulated" or "runtime" ("" when not
+// given; given empty, it is refused).
 type attachFlag struct{ mode string }
 
 func (f *attachFlag) String() string { return f.mode }
 
 func (f *attachFlag) Set(v string) error {
 	switch v {
-	case "emulated", "runtime", "":
+	case "emulated", "runtime":
 		f.mode = v
 		return nil
 	}

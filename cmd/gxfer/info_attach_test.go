@@ -100,5 +100,8 @@ func TestInfoAttachFlagConflicts(t *testing.T) {
 		{[]string{"info", "-attach", "emulated", "-devices", "emulated"}, "-devices has no meaning with -attach"},
 		{[]string{"info", "-attach", "runtime", "-model", "gaudi3"}, "-model has no meaning with -attach runtime"},
 		{[]string{"info", "-attach", "runtime", "-kernel", "6.5"}, "-kernel has no meaning with -attach runtime"},
+		// An empty value (say an unset shell variable) is not "no attach":
+		// it ran owned mode and said nothing.
+		{[]string{"info", "-attach", ""}, "want emulated or runtime"},
 	})
 }
