@@ -287,6 +287,19 @@ func parseFlags(fs *flag.FlagSet, args []string, common *commonFlags) (map[strin
 	return set, nil
 }
 
+// refuseEmpty is a usage error for the first of names given with an
+// empty value (an unset shell variable, say): for these flags an empty
+// value would silently mean the default (no file, no server, every
+// fault), not what was asked.
+func refuseEmpty(fs *flag.FlagSet, set map[string]bool, names ...string) error {
+	for _, n := range names {
+		if set[n] && strings.TrimSpace(fs.Lookup(n).Value.String()) == "" {
+			return usagef("-%s: empty value (leave the flag out for its default)", n)
+		}
+	}
+	return nil
+}
+
 // printDefaults writes a flag set's flags like flag.PrintDefaults.
 func printDefaults(w io.Writer, fs *flag.FlagSet) {
 	fs.SetOutput(w)

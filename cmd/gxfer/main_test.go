@@ -241,6 +241,15 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"info", "-kernel", "six"}, "bad -kernel"},
 		{[]string{"info", "-yaml"}, "flag provided but not defined"},
 		{[]string{"help", "nope"}, "unknown command"},
+		// Given empty (an unset shell variable), a file or address flag is
+		// not "off" nor a fault list "all": each ran without a word. (-n 0
+		// keeps a run that takes them from starting.)
+		{[]string{"perf", "-metrics", "", "-n", "0"}, "-metrics: empty value"},
+		{[]string{"perf", "-plot", "", "-n", "0"}, "-plot: empty value"},
+		{[]string{"perf", "-cpuprofile", "", "-n", "0"}, "-cpuprofile: empty value"},
+		{[]string{"perf", "-agent", "-metrics", "", "-O", "0"}, "-metrics: empty value"},
+		{[]string{"soak", "-metrics", "", "-workers", "0"}, "-metrics: empty value"},
+		{[]string{"soak", "-faults", "", "-workers", "0"}, "-faults: empty value"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errs := gxfer(t, tc.args...)

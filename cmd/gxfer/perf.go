@@ -376,6 +376,9 @@ func runPerf(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err != nil {
 		return err
 	}
+	if err := refuseEmpty(fs, set, "metrics", "plot", "cpuprofile"); err != nil {
+		return err
+	}
 	cfg, err := o.common.config(stderr)
 	if err != nil {
 		return err

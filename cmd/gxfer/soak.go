@@ -94,6 +94,9 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) (err 
 	if err != nil {
 		return err
 	}
+	if err := refuseEmpty(fs, set, "metrics", "faults"); err != nil {
+		return err
+	}
 	if o.peer {
 		if set["metrics"] {
 			return usagef("-metrics has no meaning with -peer")
