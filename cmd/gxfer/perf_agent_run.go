@@ -210,10 +210,35 @@ func setupTarget(pa *perfAgent, o *perfOpts, pl agentPlan, kp kvParams, initiato
 
 // findTarget resolves the initiator's target: by name (-peer, in etcd),
 // at an address (-connect), or the first agent in etcd offering the
-// section; it waits up to -wait for it to appear.
+// section; it waits up to -wait for it to appear, and for its section
+// (an agent listens, and is in etcd, before it publishes).
 func findTarget(ctx context.Context, pa *perfAgent, store meta.Store, a *agentPerfOpts) (string, error) {
 	wctx, cancel := context.WithTimeout(ctx, a.wait)
 	defer cancel()
+	name, err := findTargetName(wctx, pa, store, a)
+	if err != nil {
+		return "", err
+	}
+	for {
+		p, err := pa.a.Peer(wctx, name)
+		if err == nil {
+			if _, err = p.Section(a.section); err == nil {
+				return name, nil
+			}
+		}
+		if !errors.Is(err, meta.ErrNotFound) {
+			return "", fmt.Errorf("initiator: target %s: %w", name, err)
+		}
+		select {
+		case <-wctx.Done():
+			return "", fmt.Errorf("initiator: target %s offers no section %q after %v: %w", name, a.section, a.wait, err)
+		case <-time.After(100 * time.Millisecond): // its Publish drops the cached record
+		}
+	}
+}
+
+// findTargetName is findTarget's lookup of the target, within wctx.
+func findTargetName(wctx context.Context, pa *perfAgent, store meta.Store, a *agentPerfOpts) (string, error) {
 	if a.connect != "" {
 		for {
 			name, err := pa.a.Connect(wctx, a.connect)

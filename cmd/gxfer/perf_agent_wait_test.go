@@ -11,6 +11,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/agent"
+	"github.com/gxfer/gxfer/engine"
 )
 
 // TestPerfAgentConnectWaits: an initiator given -connect waits up to -wait
@@ -162,4 +165,54 @@ func TestPerfAgentVerifyMismatch(t *testing.T) {
 	require.Equal(t, exitOK, <-tdone, terr.String()+tout.String())
 	require.Equal(t, exitOK, <-idone, ierr.String()+iout.String())
 	assert.Regexp(t, `(?m)^target tgt: 20 requests, 0 verified byte for byte, 20 not checked \(their initiator ran -verify=false`, tout.String())
+}
+
+// TestPerfAgentInitiatorWaitsForSection: an agent listens before it
+// publishes its sections, so an initiator started with its target can
+// reach it before the section exists; it waits for the section (up to
+// -wait) as for the target. Before the fix it failed at once with
+// "no such section", with -connect as with -etcd -peer.
+func TestPerfAgentInitiatorWaitsForSection(t *testing.T) {
+	tsock := filepath.Join(t.TempDir(), "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The target, by hand: its agent listens, its section comes later.
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	ta, err := agent.New(ctx, agent.Config{Name: "tgt", Engine: eng, Unix: tsock})
+	require.NoError(t, err)
+	defer ta.Close()
+
+	var iout, ierr bytes.Buffer
+	idone := make(chan int, 1)
+	go func() {
+		idone <- runContext(ctx, []string{"perf", "-agent", "-role", "initiator", "-name", "ini", "-connect", tsock,
+			"-wait", "1m", "-requests", "20", "-blocks", "8", "-block-size", "4K", "-O", "4"}, &iout, &ierr)
+	}()
+	// The initiator has reached the target (and read its record).
+	for deadline := time.Now().Add(time.Minute); ta.Stats().Inbound == 0; {
+		select {
+		case code := <-idone:
+			t.Fatalf("the initiator gave up (exit %d): %s", code, ierr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the initiator never reached its target")
+	}
+	select {
+	case code := <-idone:
+		t.Fatalf("the initiator gave up before the section appeared (exit %d): %s", code, ierr.String())
+	case <-time.After(300 * time.Millisecond): // it has looked for the section by now
+	}
+
+	kp := kvParams{window: 4, blocks: 8, bsize: 4 << 10}
+	buf, err := eng.Alloc(kp.sectionLen(), engine.Host)
+	require.NoError(t, err)
+	require.NoError(t, ta.Publish("kv", buf.All()))
+	var tout bytes.Buffer
+	tgt := &kvTarget{a: ta, buf: buf, verify: true, out: &tout, label: "tgt", initiators: 1, connect: true}
+	require.NoError(t, tgt.run(ctx))
+	require.Equal(t, exitOK, <-idone, ierr.String()+iout.String())
+	checkKVReport(t, iout.String(), 20)
+	require.NoError(t, buf.Free())
 }
