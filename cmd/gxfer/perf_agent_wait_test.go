@@ -216,3 +216,50 @@ func TestPerfAgentInitiatorWaitsForSection(t *testing.T) {
 	checkKVReport(t, iout.String(), 20)
 	require.NoError(t, buf.Free())
 }
+
+// TestPerfAgentTargetInitiatorInterrupted: a target run with -initiators N
+// exits once N initiators ended, and an initiator that went away mid-run
+// (interrupted, failed, killed) has ended too. Before the fix only an
+// initiator's end message counted: a target whose initiator was
+// interrupted waited for it forever, or, when an acknowledgement to it
+// failed, ended with that error (exit 1; also with -initiators 0, the
+// other initiators' runs with it).
+func TestPerfAgentTargetInitiatorInterrupted(t *testing.T) {
+	tsock := filepath.Join(t.TempDir(), "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kv := []string{"-blocks", "8", "-block-size", "4K", "-O", "4"}
+	tout, terr := &syncBuffer{}, &syncBuffer{}
+	tdone := make(chan int, 1)
+	go func() {
+		tdone <- runContext(ctx, append([]string{"perf", "-agent", "-role", "target", "-name", "tgt", "-unix", tsock, "-initiators", "1"}, kv...), tout, terr)
+	}()
+	ictx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	iout, ierr := &syncBuffer{}, &syncBuffer{}
+	idone := make(chan int, 1)
+	go func() {
+		idone <- runContext(ictx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini", "-connect", tsock,
+			"-wait", "1m", "-requests", "100000000"}, kv...), iout, ierr)
+	}()
+	// Once the target welcomed the initiator (it runs its requests), the
+	// initiator is interrupted.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(tout.String(), "# initiator ini: welcomed"); {
+		select {
+		case code := <-idone:
+			t.Fatalf("the initiator ended early (exit %d): %s", code, ierr.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the initiator never started: %s", ierr.String())
+	}
+	interrupt() // Ctrl-C
+	require.Equal(t, exitRuntime, <-idone, ierr.String())
+	assert.Contains(t, ierr.String(), "interrupted")
+	select {
+	case code := <-tdone:
+		require.Equal(t, exitOK, code, terr.String()+tout.String())
+		assert.Contains(t, tout.String(), "# initiator ini: gone before its end")
+	case <-time.After(time.Minute): // liveness bound only
+		t.Fatal("the target still waits for its interrupted initiator")
+	}
+}

@@ -217,9 +217,70 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			t.report(&st)
 		}
 	}()
+
+	// Notifications and initiators going away, on one loop: Recv does not
+	// end when a peer goes, and an initiator that went away (interrupted,
+	// failed, killed) before its end has ended too.
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	notes, recvErr, gone := make(chan agent.Notification), make(chan error, 1), make(chan string)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			n, err := t.a.Recv(rctx)
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case notes <- n:
+			case <-rctx.Done():
+				return
+			}
+		}
+	}()
+	active := map[string]bool{}         // initiators welcomed and not ended
+	watched := map[string]*agent.Peer{} // the peer each initiator's watch is on
+	watch := func(name string) {
+		p, err := t.a.Peer(rctx, name)
+		if err != nil || watched[name] == p {
+			return
+		}
+		watched[name] = p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-p.Done():
+				select {
+				case gone <- name:
+				case <-rctx.Done():
+				}
+			case <-rctx.Done():
+			}
+		}()
+	}
+	end := func(name string, why string) {
+		if !active[name] {
+			return
+		}
+		delete(active, name)
+		ended++
+		if why != "" {
+			fmt.Fprintf(t.out, "# initiator %s: %s\n", name, why)
+		}
+	}
+
 	for t.initiators == 0 || ended < t.initiators {
-		n, err := t.a.Recv(ctx)
-		if err != nil {
+		var n agent.Notification
+		select {
+		case n = <-notes:
+		case name := <-gone:
+			end(name, "gone before its end")
+			continue
+		case err := <-recvErr:
 			if ctx.Err() != nil && t.initiators == 0 {
 				return nil
 			}
@@ -245,15 +306,26 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 					addr = m.tcp
 				}
 				if _, err := t.a.Connect(ctx, addr); err != nil {
-					return fmt.Errorf("target: reach initiator %s at %s: %w", n.From, addr, err)
+					if ctx.Err() != nil {
+						return fmt.Errorf("target: reach initiator %s at %s: %w", n.From, addr, err)
+					}
+					fmt.Fprintf(t.out, "# initiator %s: cannot reach it at %s: %v\n", n.From, addr, err)
+					continue
 				}
 			}
 			if err := t.a.Notify(ctx, n.From, kvMsg{kind: kvWelcome, p: m.p, base: base}.encode()); err != nil {
-				return fmt.Errorf("target: welcome %s: %w", n.From, err)
+				if ctx.Err() != nil {
+					return fmt.Errorf("target: welcome %s: %w", n.From, err)
+				}
+				fmt.Fprintf(t.out, "# initiator %s: gone before its welcome: %v\n", n.From, err)
+				continue
 			}
+			fmt.Fprintf(t.out, "# initiator %s: welcomed, its requests at offset %d of the section\n", n.From, base)
+			active[n.From] = true
+			watch(n.From)
 			continue
 		case kvEnd:
-			ended++
+			end(n.From, "")
 			continue
 		case kvReq, kvReqUnfilled:
 		default:
@@ -289,7 +361,10 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		}
 		ack := kvMsg{kind: kvAck, p: m.p, r: m.r, at: now.UnixNano()}
 		if err := t.a.Notify(ctx, n.From, ack.encode()); err != nil {
-			return fmt.Errorf("target: acknowledge to %s: %w", n.From, err)
+			if ctx.Err() != nil {
+				return fmt.Errorf("target: acknowledge to %s: %w", n.From, err)
+			}
+			end(n.From, fmt.Sprintf("gone before its end (acknowledgement: %v)", err))
 		}
 	}
 	return nil
