@@ -379,19 +379,25 @@ func loop(ctx context.Context, w Workload, p Params, limit int64, dur time.Durat
 	if rec != nil {
 		rec.begin(c, start, p.Window)
 	}
-	more := func() bool {
+	// more says whether to submit again at t: a timed run looks at the
+	// time of each submission, not of the last completion only (the
+	// first fill of a window of -O x -b messages would ignore -time).
+	more := func(t int64) bool {
 		if limit > 0 {
 			return submitted < limit
 		}
-		return submitted == 0 || now-start < durT
+		return submitted == 0 || t-start < durT
 	}
 	for {
-		for n < len(ring) && more() {
+		for n < len(ring) {
+			t0 := c.now()
+			if !more(t0) {
+				break
+			}
 			k := p.Batch
 			if limit > 0 && limit-submitted < int64(k) {
 				k = int(limit - submitted)
 			}
-			t0 := c.now()
 			f := w.Submit(ctx, k)
 			ring[(head+n)%len(ring)] = pending{f: f, t0: t0, n: k}
 			n++
