@@ -642,8 +642,10 @@ func (a *DeviceActor) run() {
 			runtime.Gosched()
 			continue
 		}
-		// In Close's grace, for no longer than what is left of it.
-		timeout := a.cfg.BlockTimeout
+		// Not past the earliest deadline (it would fire a whole
+		// BlockTimeout late), and in Close's grace for no longer than
+		// what is left of it.
+		timeout := max(min(a.cfg.BlockTimeout, untilDeadline(pending, now)), 0)
 		if !stopAt.IsZero() {
 			timeout = max(min(timeout, stopAt.Sub(now)), 0)
 		}

@@ -169,6 +169,23 @@ func TestDeviceActorDeadline(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
+// TestDeviceActorDeadlineDuringBlock: a deadline falling while the actor
+// blocks in WAIT_CS on the CS fires then, not when the blocking wait
+// (ActorConfig.BlockTimeout, an hour here) ends.
+func TestDeviceActorDeadlineDuringBlock(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{Spin: -1, BlockTimeout: time.Hour})
+	defer a.Close(0)
+	defer w.finish(1, nil) // before Close: ends a blocking WAIT_CS still under way
+	timedOut := make(chan struct{})
+	require.NoError(t, a.Track(context.Background(), Submission{
+		Seq: 1, Deadline: time.Now().Add(20 * time.Millisecond),
+		OnTimeout: func(time.Time) time.Time { close(timedOut); return time.Time{} },
+		OnDone:    func(error) {},
+	}))
+	recvWithin(t, timedOut, "timed out at its deadline")
+}
+
 func TestDeviceActorCloseEndsOutstanding(t *testing.T) {
 	w := newFakeWaiter()
 	a := NewDeviceActor("fake", w, ActorConfig{})
