@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/internal/datapath/dptest"
+	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -111,4 +112,79 @@ func TestCloseDeliversWhatWasSent(t *testing.T) {
 	require.NoError(t, peer.Close()) // the peer, told, closes: our Close may end
 	release()
 	require.NoError(t, <-closed)
+}
+
+// TestSendMsgAfterCloseBegan: a SendMsg called once Close has begun
+// fails with gxerr.Closed. Close keeps the channel up while it waits for
+// the peer's acknowledgements (up to closeLinger), after its Bye: a
+// message sent meanwhile went out behind the Bye, which the peer reads
+// as the end, and was lost while SendMsg returned nil.
+func TestSendMsgAfterCloseBegan(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	// The peer's receive buffer is small and it does not read until the
+	// end: what we send stays unacknowledged, and Close waits.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	theirs, err := d.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	ours := <-accepted
+	require.NotNil(t, ours)
+
+	env := &dptest.Env{}
+	p := &fakePath{}
+	c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(ours), wire.ConnConfig{}), Name: "peer", Peer: msgPeer})
+	p.c = c
+	c.Start(p)
+	peer := wire.NewConn(wire.NewStreamTransport(theirs), wire.ConnConfig{})
+	defer peer.Close()
+	require.NoError(t, peer.Send(&wire.MsgCredit{Msgs: 1 << 20, Bytes: 1 << 40}))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n, size = 16, 4096
+	for i := range n {
+		require.NoError(t, c.SendMsg(ctx, seqMsg(i, size), nil))
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	for i := 0; i < 5000 && !c.closing.Load(); i++ { // a hang guard only
+		time.Sleep(time.Millisecond)
+	}
+	require.True(t, c.closing.Load())
+	err = c.SendMsg(ctx, seqMsg(n, size), nil)
+	require.ErrorIs(t, err, gxerr.Closed, "a message sent once Close began")
+
+	// The peer reads what was sent before Close: every message, then the Bye.
+	var got int
+	for bye := false; !bye; {
+		f, err := peer.Recv(ctx)
+		if err != nil {
+			break // our Close gave up waiting and closed the socket
+		}
+		switch f.Header.Type {
+		case wire.TypeAppMsg:
+			got++
+		case wire.TypeBye:
+			bye = true
+		}
+	}
+	require.LessOrEqual(t, got, n)
+	require.NoError(t, peer.Close())
+	require.NoError(t, <-closed)
+	env.Wait()
 }
