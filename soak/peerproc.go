@@ -347,10 +347,12 @@ func (p *peerProc) kill() {
 	if exited == nil {
 		return
 	}
+	// The signal first: a peer that read EOF on its stdin before it
+	// would begin its orderly exit and free its buffers under the load.
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 	if stdin != nil {
 		_ = stdin.Close()
 	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
 	<-exited
 }
 
