@@ -519,7 +519,13 @@ func (p *peerSide) checkCanary() string {
 			return "ERR " + oneLine(err.Error())
 		}
 		defer h.Free()
-		if err := p.e.CopySync(context.Background(), h.All(), c.All()); err != nil {
+		err = p.e.CopySync(context.Background(), h.All(), c.All())
+		// A cs-abort fault armed on the device aborts the next command
+		// submission: read the canary again (the fault is one CS).
+		for try := 1; try < canaryTries && errors.Is(err, engine.ErrAborted); try++ {
+			err = p.e.CopySync(context.Background(), h.All(), c.All())
+		}
+		if err != nil {
 			if errors.Is(err, engine.ErrDeviceLost) {
 				return "LOST " + oneLine(err.Error())
 			}
@@ -532,6 +538,9 @@ func (p *peerSide) checkCanary() string {
 	}
 	return "OK"
 }
+
+// canaryTries bounds the reads of a canary that a cs-abort fault aborted.
+const canaryTries = 3
 
 func (p *peerSide) freeCanary() {
 	if p.canary != nil {
