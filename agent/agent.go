@@ -385,13 +385,22 @@ func (a *Agent) republish(md meta.Metadata, wait bool) error {
 	a.mu.Unlock()
 	deadline := time.Now().Add(a.cfg.InvalidateWait)
 	msg := encodeInvalidate(md.Version)
+	// Each peer on a goroutine of its own: one that takes no message
+	// (its window full) must not hold back the others' invalidation
+	// until the deadline (and get theirs closed, sent after it).
+	ctx, cancel := context.WithDeadline(a.ctx, deadline)
+	var sent sync.WaitGroup
 	for _, in := range ins {
-		ctx, cancel := context.WithDeadline(a.ctx, deadline)
-		if serr := sendMsg(in.ep, ctx, msg); serr != nil {
-			in.ep.Close()
-		}
-		cancel()
+		sent.Add(1)
+		go func() {
+			defer sent.Done()
+			if serr := sendMsg(in.ep, ctx, msg); serr != nil {
+				in.ep.Close()
+			}
+		}()
 	}
+	sent.Wait()
+	cancel()
 	if !wait {
 		return err
 	}
