@@ -55,6 +55,10 @@
 // Publish and Withdraw give the record a new Version; every peer holding
 // the previous one drops it with its connection (transfers in flight to
 // this agent fail). Publish the sections before peers start transferring.
+// When the store cannot be reached, Publish and Withdraw fail with an
+// error matching meta.ErrUnavailable, but the record is changed all the
+// same (the section is offered, or withdrawn; peers connected to this
+// agent are told): the agent writes it to the store once it answers.
 package agent
 
 import (
@@ -139,6 +143,10 @@ type Agent struct {
 	addrs     map[string]string   // side-channel addresses by name (Connect)
 	inbound   map[*inbound]struct{}
 	watches   map[string]func() // store watches by peer name
+	// storeFailed is the latest Version the store failed to take
+	// (unreachable); storeRetrying: retryStore's goroutine runs.
+	storeFailed   uint64
+	storeRetrying bool
 	// inList is inbound's keys, made again under mu at each change: what
 	// a spinning Recv polls.
 	inList atomic.Pointer[[]*inbound]
@@ -374,6 +382,9 @@ func (a *Agent) republish(md meta.Metadata, wait bool) error {
 		err = a.store.Publish(ctx, md)
 		cancel()
 		if err != nil {
+			if errors.Is(err, meta.ErrUnavailable) {
+				a.retryStore(md.Version)
+			}
 			err = fmt.Errorf("agent %s: publish version %d: %w", a.cfg.Name, md.Version, err)
 		}
 	}
@@ -416,6 +427,49 @@ func (a *Agent) republish(md meta.Metadata, wait bool) error {
 		}
 	}
 	return err
+}
+
+// retryStore publishes the agent's record until the store takes one of
+// Version failed or later, or the agent closes: the record of a Publish
+// or Withdraw the store failed (unreachable) is the agent's all the same
+// (the section stays offered, or withdrawn), and the store must not keep
+// the one before for good. One goroutine at a time, on the current
+// record.
+func (a *Agent) retryStore(failed uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.storeFailed = max(a.storeFailed, failed)
+	if a.closed || a.storeRetrying {
+		return
+	}
+	a.storeRetrying = true
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		for d := 100 * time.Millisecond; ; d = min(2*d, 2*time.Second) {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-a.ctx.Done():
+				t.Stop()
+				return
+			}
+			md := a.Metadata()
+			ctx, cancel := context.WithTimeout(a.ctx, a.cfg.StoreTimeout)
+			err := a.store.Publish(ctx, md)
+			cancel()
+			a.mu.Lock()
+			if (err == nil && a.storeFailed <= md.Version) || (err != nil && !errors.Is(err, meta.ErrUnavailable)) || a.closed {
+				a.storeRetrying = false
+				a.mu.Unlock()
+				if err != nil && a.ctx.Err() == nil {
+					a.log.Warn().Err(err).Uint64("version", md.Version).Msg("republishing the record failed")
+				}
+				return
+			}
+			a.mu.Unlock()
+		}
+	}()
 }
 
 // Close stops the agent: it closes its listeners, every endpoint it dialed
