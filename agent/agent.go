@@ -415,15 +415,18 @@ func (a *Agent) republish(md meta.Metadata, wait bool) error {
 	if !wait {
 		return err
 	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
+	// One deadline for all (a timer's channel fires once: the peers
+	// after the first one past it would be waited for until Close).
+	wctx, wcancel := context.WithDeadline(a.ctx, deadline)
+	defer wcancel()
 	for _, in := range ins {
 		select {
 		case <-in.ep.Done():
-		case <-timer.C:
+		case <-wctx.Done():
+			if a.ctx.Err() != nil {
+				return errors.Join(err, engine.ErrClosed)
+			}
 			in.ep.Close()
-		case <-a.ctx.Done():
-			return errors.Join(err, engine.ErrClosed)
 		}
 	}
 	return err

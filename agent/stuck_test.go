@@ -64,3 +64,38 @@ func TestRepublishStuckPeer(t *testing.T) {
 		})
 	}
 }
+
+// TestWithdrawIgnoringPeers: peers that take the invalidation but never
+// close their connection are closed by Withdraw once InvalidateWait has
+// passed, every one of them: Withdraw returns. Before, the wait's timer
+// fired once, for the first such peer, and Withdraw then waited for the
+// second until the agent closed.
+func TestWithdrawIgnoringPeers(t *testing.T) {
+	ctx := testCtx(t)
+	ea, em := newEngine(t), newEngine(t)
+	a, err := New(ctx, Config{Name: "a", Engine: ea, Unix: filepath.Join(sockDir(t), "a.sock"), InvalidateWait: 100 * time.Millisecond})
+	require.NoError(t, err)
+	withdrawn := make(chan error, 1)
+	t.Cleanup(func() {
+		require.NoError(t, a.Close())
+		<-withdrawn
+	})
+	kv := alloc(t, ea, 4096, engine.Host)
+	require.NoError(t, a.Publish("kv", kv.All()))
+	const ignoring = 3
+	for range ignoring {
+		ep, err := em.Dial(ctx, "unix", a.Metadata().Unix)
+		require.NoError(t, err)
+		t.Cleanup(func() { ep.Close() })
+	}
+	require.Eventually(t, func() bool { return a.Stats().Inbound == ignoring }, 10*time.Second, time.Millisecond)
+	go func() { withdrawn <- a.Withdraw("kv") }()
+	select {
+	case err := <-withdrawn:
+		withdrawn <- err // for the cleanup
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Withdraw still waits for peers that ignore its invalidation")
+	}
+	require.Eventually(t, func() bool { return a.Stats().Inbound == 0 }, 10*time.Second, time.Millisecond)
+}
