@@ -419,17 +419,30 @@ func (a *Agent) republish(md meta.Metadata, wait bool) error {
 	// after the first one past it would be waited for until Close).
 	wctx, wcancel := context.WithDeadline(a.ctx, deadline)
 	defer wcancel()
-	for _, in := range ins {
+	for i, in := range ins {
 		select {
 		case <-in.ep.Done():
 		case <-wctx.Done():
 			if a.ctx.Err() != nil {
 				return errors.Join(err, engine.ErrClosed)
 			}
-			in.ep.Close()
+			closeInbound(ins[i:])
+			return err
 		}
 	}
 	return err
+}
+
+// closeInbound closes the endpoints of ins at once, as Engine.Close
+// closes its own: each Close may wait (up to 500 ms over TCP) for its
+// peer to acknowledge what was sent, and one after another they would
+// add up.
+func closeInbound(ins []*inbound) {
+	var closing sync.WaitGroup
+	for _, in := range ins {
+		closing.Go(func() { in.ep.Close() })
+	}
+	closing.Wait()
 }
 
 // retryStore publishes the agent's record until the store takes one of
@@ -508,12 +521,12 @@ func (a *Agent) Close() error {
 	for _, l := range a.listeners {
 		errs = append(errs, l.Close())
 	}
+	var closing sync.WaitGroup // at once, as closeInbound
 	for _, p := range peers {
-		p.invalidate(fmt.Errorf("%w: agent %s closed", engine.ErrClosed, a.cfg.Name))
+		closing.Go(func() { p.invalidate(fmt.Errorf("%w: agent %s closed", engine.ErrClosed, a.cfg.Name)) })
 	}
-	for _, in := range ins {
-		in.ep.Close()
-	}
+	closing.Go(func() { closeInbound(ins) })
+	closing.Wait()
 	a.wg.Wait()
 	if a.store != nil {
 		errs = append(errs, a.store.Close())
