@@ -25,30 +25,9 @@ import (
 // frames stay unread; in the engine they are the peer's heartbeats and
 // credit returns that arrive as it closes.)
 func TestCloseDeliversWhatWasSent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
 	// The peer's receive buffer is small: most of what we send waits in
 	// our send buffer.
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
-	theirs, err := d.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	ours := <-accepted
-	require.NotNil(t, ours)
+	ours, theirs := smallWindowPair(t)
 
 	env := &dptest.Env{}
 	held, hold := make(chan struct{}), make(chan struct{})
@@ -120,30 +99,9 @@ func TestCloseDeliversWhatWasSent(t *testing.T) {
 // message sent meanwhile went out behind the Bye, which the peer reads
 // as the end, and was lost while SendMsg returned nil.
 func TestSendMsgAfterCloseBegan(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	// The peer's receive buffer is small and it does not read until the
-	// end: what we send stays unacknowledged, and Close waits.
-	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		if err != nil {
-			return err
-		}
-		return serr
-	}}
-	theirs, err := d.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	ours := <-accepted
-	require.NotNil(t, ours)
+	// The peer does not read until the end: what we send stays
+	// unacknowledged, and Close waits.
+	ours, theirs := smallWindowPair(t)
 
 	env := &dptest.Env{}
 	p := &fakePath{}
@@ -166,7 +124,7 @@ func TestSendMsgAfterCloseBegan(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	require.True(t, c.closing.Load())
-	err = c.SendMsg(ctx, seqMsg(n, size), nil)
+	err := c.SendMsg(ctx, seqMsg(n, size), nil)
 	require.ErrorIs(t, err, gxerr.Closed, "a message sent once Close began")
 
 	// The peer reads what was sent before Close: every message, then the Bye.
@@ -187,4 +145,35 @@ func TestSendMsgAfterCloseBegan(t *testing.T) {
 	require.NoError(t, peer.Close())
 	require.NoError(t, <-closed)
 	env.Wait()
+}
+
+// smallWindowPair is a TCP connection on loopback, ours accepted and
+// theirs dialed with a 4 KiB receive buffer: what we send beyond a few
+// KiB waits in our send buffer until they read. The test closes ours
+// (through the channel) and theirs.
+func smallWindowPair(t *testing.T) (ours, theirs net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	theirs, err = d.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	ours = <-accepted
+	require.NotNil(t, ours)
+	return ours, theirs
 }
