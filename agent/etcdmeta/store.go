@@ -174,6 +174,9 @@ type Store struct {
 	// betweenPages, if set (by a test, before the List), runs in List
 	// after each page that has a next one, before that next request.
 	betweenPages func()
+	// watchStarting, if set (by a test, before the Watch), runs first on
+	// each watch's goroutine.
+	watchStarting func()
 
 	mu     sync.Mutex
 	closed bool

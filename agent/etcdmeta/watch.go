@@ -27,7 +27,8 @@ type watch struct {
 }
 
 // Watch calls fn for every change of the named agent's record from the
-// store's last read of it (Lookup or List; if there was none, the watch
+// store's last read of it before the call (Lookup or List; a read after
+// Watch returns does not move the start; if there was none, the watch
 // reads the key first and reports the record it finds as a Put): a Put
 // for a new record or Version, a Gone when the record is deleted
 // (its lease ended or Close revoked it) or replaced by a malformed value.
@@ -57,15 +58,24 @@ func (s *Store) Watch(name string, fn func(meta.Event)) (stop func()) {
 	// A name no record can have (meta.CheckName) never changes: nothing
 	// to follow (and the re-reads of a key etcd refuses would go on
 	// until Close).
-	if meta.CheckName(name) != nil || !s.spawn(func() { s.runWatch(w) }) {
+	// The last read is taken now, the caller's: a later read (another
+	// caller's Lookup before the goroutine runs) must not move the start
+	// past changes the caller has not seen.
+	st, read := s.lastRead(name)
+	if meta.CheckName(name) != nil || !s.spawn(func() { s.runWatch(w, st, read) }) {
 		stop()
 	}
 	return stop
 }
 
-func (s *Store) runWatch(w *watch) {
+// runWatch follows w from the last read st (read: there was one; else
+// it reads the key first).
+func (s *Store) runWatch(w *watch, st readState, read bool) {
 	defer w.cancel()
-	if st, ok := s.lastRead(w.name); ok {
+	if s.watchStarting != nil {
+		s.watchStarting()
+	}
+	if read {
 		w.rev, w.known, w.modRev, w.last = st.rev+1, st.present, st.modRev, st.meta
 	} else if !s.retryResync(w) {
 		return
