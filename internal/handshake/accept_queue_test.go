@@ -74,3 +74,22 @@ func (l *Listener[P]) queueLen() int {
 	defer l.qmu.Unlock()
 	return len(l.queue)
 }
+
+// TestCloseDropsAcceptQueue: Close lets go of the endpoints no Accept
+// took (Accept can no longer return them); the queue held them, the
+// failed ones among them, for as long as the Listener was referenced.
+func TestCloseDropsAcceptQueue(t *testing.T) {
+	const n = 5
+	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
+	l := ls.listen(t, "unix", n, false)
+	for range n {
+		_, err := ds.dial(l, "unix", datapath.KindAuto, false)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return len(ls.all()) == n }, 5*time.Second, time.Millisecond)
+	require.NoError(t, l.Close())
+	l.qmu.Lock()
+	left := len(l.queue)
+	l.qmu.Unlock()
+	require.Zero(t, left, "endpoints kept after Close")
+}

@@ -189,7 +189,13 @@ func (l *Listener[P]) Close() error {
 	l.once.Do(func() {
 		l.cancel()
 		err = l.sock.close()
-		<-l.done
+		<-l.done // every handshake has ended: nothing is queued after
+		// Accept returns none of the endpoints left: let go of them
+		// (they are served all the same).
+		l.qmu.Lock()
+		clear(l.queue)
+		l.queue = nil
+		l.qmu.Unlock()
 	})
 	return err
 }
