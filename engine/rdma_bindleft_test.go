@@ -46,12 +46,14 @@ func TestRDMABindingLeftOpen(t *testing.T) {
 			b, err := ep.Bind(ctx, mine.All(), tk)
 			require.NoError(t, err)
 			require.NoError(t, b.Put())
-			require.NoError(t, b.PutN(100)) // left in flight
+			require.NoError(t, b.PutN(100))
+			require.NoError(t, b.Flush()) // nothing left in flight: Close has no error to report
 			require.NoError(t, l.Close())
 			tc.end(t, owner, req, ep)
 			require.ErrorIs(t, b.Put(), tc.want)
 			require.ErrorIs(t, b.Flush(), tc.want)
 			require.NoError(t, b.Close())
+			require.NoError(t, b.Close(), "a second Close")
 		})
 	}
 }

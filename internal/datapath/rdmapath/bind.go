@@ -44,6 +44,7 @@ type Bound struct {
 	chainPut bool       // of a Put (else a Get)
 	closed   bool
 	ended    error // closed by the endpoint's end: its error
+	leftErr  error // closed by the endpoint's end: release's error, for Close
 
 	posted    uint64        // mu
 	completed atomic.Uint64 // by Complete
@@ -286,7 +287,11 @@ func (rb *Bound) Close() error {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	if rb.closed {
-		return nil
+		// Closed by the endpoint's end: the first Close still reports
+		// what the work requests left in flight then failed with.
+		err := rb.leftErr
+		rb.leftErr = nil
+		return err
 	}
 	rb.p.bounds.remove(rb)
 	return rb.release(nil)

@@ -54,7 +54,7 @@ func (s *bounds) closeAll(err error) {
 	for rb := range open {
 		rb.mu.Lock()
 		if !rb.closed {
-			_ = rb.release(err) // its work requests' errors: the endpoint's end
+			rb.leftErr = rb.release(err) // for the binding's Close to report
 		}
 		rb.mu.Unlock()
 	}
