@@ -435,7 +435,7 @@ func (c *Chan) Fail(err error) {
 		if c.closing.Load() {
 			// Close began: whatever ends the channel now (the peer's
 			// answer to our Bye among them) is Close's doing.
-			err = gxerr.New(gxerr.Closed, "endpoint closed", nil)
+			err = closedErr()
 		}
 		c.mu.Lock()
 		c.failed = err
@@ -510,13 +510,16 @@ func (c *Chan) Close() error {
 		}
 	case <-time.After(200 * time.Millisecond):
 	}
-	c.Fail(gxerr.New(gxerr.Closed, "endpoint closed", nil))
+	c.Fail(closedErr())
 	<-sent
 	<-c.reader
 	<-c.writerEnd
 	c.serving.Wait()
 	return nil
 }
+
+// closedErr is the channel's end once Close has begun.
+func closedErr() error { return gxerr.New(gxerr.Closed, "endpoint closed", nil) }
 
 // closeLinger bounds how long Close waits for the peer to acknowledge
 // what was sent (see Close).
@@ -621,7 +624,7 @@ func (c *Chan) readLoop() {
 	defer func() {
 		err := c.Err()
 		if err == nil {
-			err = gxerr.New(gxerr.Closed, "endpoint closed", nil)
+			err = closedErr()
 		}
 		c.path.Closed(err)
 	}()

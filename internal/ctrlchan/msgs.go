@@ -213,7 +213,7 @@ func (c *Chan) SendMsg(ctx context.Context, b []byte, before func(context.Contex
 			// Close began: its Bye may be out, and the peer reads
 			// nothing behind it (Close keeps the channel up a while
 			// for the acknowledgements: see linger).
-			return gxerr.New(gxerr.Closed, "endpoint closed", nil)
+			return closedErr()
 		}
 		if done, err := c.ringSend(ctx, b); done {
 			return err
