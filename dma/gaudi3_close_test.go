@@ -74,9 +74,15 @@ func TestGaudi3ReleaseWhileChannelRuns(t *testing.T) {
 				"the channel started the copy")
 			require.Less(t, sim.Stats().BytesMoved, uint64(n), "the copy is still running")
 
+			resets := sim.Stats().Resets
 			tc.release(t, d, sim)
 
 			require.Zero(t, sim.Stats().EngineFaults, "the channel ran into memory released under it")
+			if tc.name != "device reset" {
+				// The channels were stopped before the release: the
+				// driver's idle check finds them idle (hlsim G14).
+				require.Equal(t, resets, sim.Stats().Resets, "the release reset the device")
+			}
 		})
 	}
 }

@@ -709,6 +709,44 @@ func (c *hctx) g3Reset() {
 	c.g3AbortWaits()
 }
 
+// g3Busy reports whether one of the context's PDMA channels is not idle
+// as the driver's release check sees it: hpriv_release (common/device.c)
+// reads is_device_idle once the context is gone, and gaudi3_is_device_idle
+// -> gaudi3_is_pdma_group_idle (gaudi3/gaudi3.c) reads each PDMA group's
+// queue manager and DMA status for every channel, the user-owned ones
+// included (no pdma_user_owned_ch_mask there). The model's busy channel:
+// queue running (not stopped by software) with work it has not taken
+// (MSQ_PI beyond what it consumed), a hung doorbell, or completions held
+// back. A doorbell running is waited for (mu); a stopped queue is idle,
+// its work dropped (stopLocked).
+func (c *hctx) g3Busy() bool {
+	c.memMu.RLock()
+	chans := c.g3chans
+	c.memMu.RUnlock()
+	for _, g := range chans {
+		if g == nil {
+			continue
+		}
+		g.mu.Lock()
+		busy := !g.stopped() && (g.stalled || len(g.pend) > 0 || g.unconsumedLocked())
+		g.mu.Unlock()
+		if busy {
+			return true
+		}
+	}
+	return false
+}
+
+// unconsumedLocked reports whether MSQ_PI is beyond what the channel
+// consumed (its own ci once it saw the queue programmed, MSQ_CI before).
+func (g *g3chan) unconsumedLocked() bool {
+	ci := g.ci
+	if !g.active {
+		ci = g.load(gaudi3.RegMSQCI)
+	}
+	return g.load(gaudi3.RegMSQPI) != ci
+}
+
 // g3AbortWaits ends the blocked interrupt waits -EIO, ABORTED
 // (hl_release_pending_user_interrupts).
 func (c *hctx) g3AbortWaits() {

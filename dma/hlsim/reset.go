@@ -196,9 +196,17 @@ func (d *Device) hardReset(c *hctx) {
 // "device still in use") - the emulator counts the latter as a reset
 // only when the device needs one (reset_on_lockup=0), which is what
 // clears NEEDS_RESET; the plain close with CSs in flight stays as D9
-// describes.
+// describes. A Gaudi3 context released while a PDMA channel is busy
+// resets the device too (hpriv_release's idle check, g3Busy; RULES X13).
 func (d *Device) releaseReset(c *hctx) bool {
 	busy := c.inFlight()
+	// Direct-mode work holds no CS, so the context's release does not
+	// wait for it: the driver's idle check after the release
+	// (hpriv_release, reset_if_device_not_idle on by default) finds a
+	// channel still busy and resets the device (g3Busy). Only the
+	// context owning the device is checked (a context that never got it
+	// has no channels).
+	g3busy := d.amap.gaudi3 && c.g3Busy()
 	d.mu.Lock()
 	reset := false
 	switch {
@@ -207,6 +215,8 @@ func (d *Device) releaseReset(c *hctx) bool {
 		d.stopWatchdogLocked()
 		reset = true
 	case d.status.Load() == hlsys.DeviceStatusNeedsReset && busy:
+		reset = true
+	case g3busy && d.status.Load() == hlsys.DeviceStatusOperational:
 		reset = true
 	}
 	if reset {
