@@ -199,9 +199,10 @@ type Device struct {
 	nextID uint64
 	cbPool []*CB
 
-	dram *rangeAlloc // Gaudi1 physical DRAM allocator
-	g3   *g3Dev      // Gaudi3 direct PDMA mode, nil on Gaudi1/2
-	rw   *resetWatch // the reset eventfd's watcher, nil without one
+	dram  *rangeAlloc // Gaudi1 physical DRAM allocator
+	slabs slabs       // Gaudi2/3 shared allocations (slab.go)
+	g3    *g3Dev      // Gaudi3 direct PDMA mode, nil on Gaudi1/2
+	rw    *resetWatch // the reset eventfd's watcher, nil without one
 
 	// waitArgs holds *hlsys.WaitCSArgs for Wait's polls, csCalls
 	// *csCall for Submit.
@@ -623,6 +624,7 @@ func (d *Device) closeGated(running bool) (first bool, err error) {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, d.closeSlabs()...)
 	if !running {
 		closeBackend()
 	}

@@ -144,6 +144,7 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 		return nil, d.freedErr(op)
 	}
 	m.exports++ // blocks Free while the export is being made
+	m.exported = true
 	d.mu.Unlock()
 
 	var f *fd.FD
@@ -152,6 +153,8 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 		f, err = hlsys.MemExportDMABuf(d.b, m.addr+pl.memOff, pl.size, 0)
 	case !d.model.hasDeviceMMU():
 		f, err = hlsys.MemExportDMABuf61(d.b, m.addr+pl.memOff, pl.size)
+	case m.slab != nil: // only where the offset is honoured (subAllocates)
+		f, err = hlsys.MemExportDMABuf(d.b, m.slab.va, pl.size, m.addr-m.slab.va+pl.memOff)
 	case d.exportAPI == ExportAPIAddr:
 		f, err = hlsys.MemExportDMABuf(d.b, m.addr, pl.size, pl.memOff)
 	default:

@@ -229,8 +229,11 @@ func TestFreeRetriedAfterImporterLetGo(t *testing.T) {
 
 	before, err := d.DramUsage()
 	require.NoError(t, err)
-	m, err := d.AllocDevice(4096)
+	// A whole page, an allocation of its own (a smaller buffer is carved
+	// from a slab: TestSlabExportedRangeNotReused).
+	m, err := d.AllocDevice(hlsim.DefaultDRAMPageSize)
 	require.NoError(t, err)
+	require.Nil(t, m.slab)
 	b, err := d.ExportDMABuf(m, 0, 4096)
 	require.NoError(t, err)
 	importer, err := b.FD().Dup()

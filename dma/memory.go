@@ -44,9 +44,12 @@ type DeviceMem struct {
 	allocSize uint64
 	handle    uint64
 
+	slab *slab // the shared allocation it is carved from (slab.go), or nil
+
 	// guarded by d.mu
-	exports int
-	freed   bool
+	exports  int
+	exported bool // ever exported: its range in a slab is not reused
+	freed    bool
 }
 
 // Addr is the address to put in packets: the device VA returned by MAP
@@ -56,11 +59,13 @@ func (m *DeviceMem) Addr() uint64 { return m.addr }
 // Size is the size that was requested.
 func (m *DeviceMem) Size() uint64 { return m.size }
 
-// AllocSize is the size actually allocated (rounded up to the DRAM page
-// size on Gaudi2/3, to 4 KiB on Gaudi1).
+// AllocSize is the size actually allocated: rounded up to the host page
+// for memory carved from a shared allocation (see AllocDevice), else to the
+// allocation page on Gaudi2/3 and to 4 KiB on Gaudi1.
 func (m *DeviceMem) AllocSize() uint64 { return m.allocSize }
 
-// Handle is the ALLOC handle (Gaudi2/3); 0 on Gaudi1.
+// Handle is the ALLOC handle (Gaudi2/3; that of the shared allocation
+// for memory carved from one); 0 on Gaudi1.
 func (m *DeviceMem) Handle() uint64 { return m.handle }
 
 // Device returns the device the memory belongs to.
@@ -69,7 +74,10 @@ func (m *DeviceMem) Device() *Device { return m.d }
 // AllocDevice allocates size bytes of device DRAM.
 //
 // Gaudi2/3: MEMORY ALLOC (size rounded up to the allocation page size from
-// HW_IP_INFO) then MAP, which gives the device VA. Gaudi1 has no MMU in
+// HW_IP_INFO) then MAP, which gives the device VA. Where the driver's
+// DMA-BUF export honours its offset (kernels 6.7+), a size below the
+// allocation page is instead carved, host-page aligned, from a shared
+// allocation of one page (slab.go: Gaudi2's page is 768 MiB). Gaudi1 has no MMU in
 // front of DRAM: the range is carved from [dram_base_address,
 // +dram_size) by a first-fit allocator with 4 KiB alignment, and ALLOC /
 // FREE are issued for the driver's accounting only.
@@ -87,7 +95,11 @@ func (d *Device) AllocDevice(size uint64) (*DeviceMem, error) {
 	defer d.leave()
 
 	m := &DeviceMem{d: d, size: size}
-	if d.model.hasDeviceMMU() {
+	if d.subAllocates(size) {
+		if err := d.allocFromSlab(op, m); err != nil {
+			return nil, err
+		}
+	} else if d.model.hasDeviceMMU() {
 		n, ok := alignUp(size, d.allocPage)
 		if !ok {
 			return nil, newErr(op, ErrNoMemory, "size too large", nil)
@@ -158,9 +170,18 @@ func (m *DeviceMem) release() error {
 		return newErr(op, ErrBusy, fmt.Sprintf("%d DMA-BUF export(s) still open; close them first", n), nil)
 	}
 	m.freed = true
+	exported := m.exported
 	delete(d.live, m.id)
 	d.dropSpanLocked(m.id)
 	d.mu.Unlock()
+	if m.slab != nil {
+		// The buffer is free whatever the slab's own release gives: a
+		// refused UNMAP keeps the slab for a later release or Close.
+		if err := d.releaseFromSlab(op, m, exported); err != nil {
+			d.log.Debug().Err(err).Msg("slab kept")
+		}
+		return nil
+	}
 	if d.gone {
 		return nil // the context's teardown freed it
 	}

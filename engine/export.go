@@ -72,7 +72,11 @@ func (d *DMABuf) Offset() uint64 {
 	return d.x.Offset
 }
 
-// Size is the exported size (the allocation, rounded to the device page).
+// Size is the exported size: the buffer rounded up to whole host pages
+// (kernels 6.7+, where a buffer smaller than the device's allocation page
+// shares an allocation with others and the export covers it alone), or
+// the buffer's own allocation, rounded to the device page, from its start
+// (older kernels, where each buffer has an allocation of its own).
 func (d *DMABuf) Size() uint64 {
 	if d == nil {
 		return 0

@@ -1,0 +1,168 @@
+package dma
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// Device memory smaller than the allocation page is carved from shared
+// allocations (slabs).
+//
+// The driver rounds every ALLOC up to its allocation page
+// (alloc_device_memory in common/memory.c), and on Gaudi2 that page is
+// 16 x num_functional_hbms x 8 MiB, 768 MiB with six HBMs
+// (gaudi2_set_dram_properties, a TLB workaround; the user's page size is
+// ignored: hlsim RULES M4); on Gaudi3 the default is 32 MiB. One ALLOC
+// per buffer would give each 4 KiB buffer a whole page, and a Gaudi2
+// fewer than 128 buffers in all. So a buffer smaller than the page is
+// carved, host-page aligned, from a slab: one ALLOC+MAP of one page.
+//
+// Only where a DMA-BUF export can be confined to the buffer: the export's
+// offset is honoured (kernels 6.7+, DRM accel numbering: ExportOffsetHonored).
+// On older kernels an export starts at the allocation (6.3-6.6) or covers
+// it whole (6.1), so a buffer exported from a slab would hand its
+// neighbours to the importer; there every buffer has its own allocation.
+//
+// A buffer that was ever exported does not give its range back when
+// freed: an importer may still hold the DMA-BUF and reach those pages
+// (the driver keeps a mapping only while its own export count says so,
+// unmap_device_va, and that count is the slab's, not the buffer's). The
+// range comes back with the slab, whose UNMAP the driver refuses while any
+// of its exports lives.
+
+// slab is one ALLOC+MAP carved into buffers.
+type slab struct {
+	handle, va, size uint64
+	free             *rangeAlloc // free ranges of [va, va+size)
+	live             int         // buffers carved and not yet freed
+}
+
+// slabs is a Device's set of slabs.
+type slabs struct {
+	mu   sync.Mutex
+	list []*slab
+}
+
+// subAllocates reports whether an allocation of size bytes is carved from
+// a slab.
+func (d *Device) subAllocates(size uint64) bool {
+	return d.model.hasDeviceMMU() && d.ExportOffsetHonored() &&
+		d.allocPage > d.hostPage && size < d.allocPage
+}
+
+// allocFromSlab carves m (size already set) from a slab, making a new
+// slab when none has room. Called inside the device's gate (enter).
+func (d *Device) allocFromSlab(op string, m *DeviceMem) error {
+	n, ok := alignUp(m.size, d.hostPage)
+	if !ok {
+		return newErr(op, ErrNoMemory, "size too large", nil)
+	}
+	sl := &d.slabs
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	for _, s := range sl.list {
+		if va, ok := s.free.alloc(n); ok {
+			s.live++
+			m.slab, m.addr, m.allocSize, m.handle = s, va, n, s.handle
+			return nil
+		}
+	}
+	// No room: an empty slab here has its ranges held by buffers that
+	// were exported. Its UNMAP, which the driver refused while an importer
+	// held a DMA-BUF, is tried again before the device gives another page.
+	for _, s := range slices.Clone(sl.list) {
+		if s.live == 0 {
+			if err := d.releaseSlabLocked(op, s); err != nil {
+				d.log.Debug().Err(err).Msg("slab kept")
+			}
+		}
+	}
+	h, err := hlsys.MemAlloc(d.b, d.allocPage, 0, 0)
+	if err != nil {
+		return d.ioErr(op, "", err)
+	}
+	va, err := hlsys.MemMapDevice(d.b, h, 0, 0)
+	if err != nil {
+		if ferr := hlsys.MemFree(d.b, h); ferr != nil {
+			d.log.Warn().Err(ferr).Uint64("handle", h).Msg("free after failed map")
+		}
+		return d.ioErr(op, "map", err)
+	}
+	s := &slab{handle: h, va: va, size: d.allocPage, free: newRangeAlloc(va, d.allocPage, d.hostPage)}
+	sl.list = append(sl.list, s)
+	addr, _ := s.free.alloc(n) // n < allocPage, both host-page multiples
+	s.live++
+	m.slab, m.addr, m.allocSize, m.handle = s, addr, n, h
+	d.log.Debug().Uint64("va", va).Uint64("size", d.allocPage).Int("slabs", len(sl.list)).Msg("device memory slab allocated")
+	return nil
+}
+
+// releaseFromSlab gives m's range back to its slab (m was freed by the
+// caller's bookkeeping) and releases the slab once nothing is carved from
+// it. exported: m had a DMA-BUF export, so its range is not reused.
+func (d *Device) releaseFromSlab(op string, m *DeviceMem, exported bool) error {
+	sl := &d.slabs
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	s := m.slab
+	if !exported {
+		s.free.free(m.addr, m.allocSize)
+	}
+	s.live--
+	if s.live > 0 || d.gone {
+		if d.gone && s.live == 0 {
+			sl.list = slices.DeleteFunc(sl.list, func(x *slab) bool { return x == s })
+		}
+		return nil
+	}
+	return d.releaseSlabLocked(op, s)
+}
+
+// releaseSlabLocked unmaps and frees an empty slab (sl.mu held). When the
+// driver refuses (an importer still holds a DMA-BUF of it: X12 in hlsim's
+// RULES; or the device is not operational) the slab stays, its free ranges
+// still usable, for a later release or Close to retry.
+func (d *Device) releaseSlabLocked(op string, s *slab) error {
+	if err := hlsys.MemUnmap(d.b, s.va); err != nil {
+		return d.ioErr(fmt.Sprintf("%s: unmap its slab %#x", op, s.va), "", err)
+	}
+	d.slabs.list = slices.DeleteFunc(d.slabs.list, func(x *slab) bool { return x == s })
+	if err := hlsys.MemFree(d.b, s.handle); err != nil {
+		return d.ioErr(fmt.Sprintf("%s: free its slab %#x", op, s.va), "", err)
+	}
+	return nil
+}
+
+// closeSlabs releases the slabs left empty after Close released every
+// buffer (those a refused UNMAP kept); with the context gone (running) it
+// only forgets them.
+func (d *Device) closeSlabs() []error {
+	sl := &d.slabs
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if d.gone {
+		sl.list = nil
+		return nil
+	}
+	var errs []error
+	for _, s := range slices.Clone(sl.list) {
+		if s.live > 0 {
+			continue // a buffer Close could not free holds it
+		}
+		if err := d.releaseSlabLocked("close "+d.Name(), s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// SlabCount is the number of shared allocations device memory is carved
+// from (see AllocDevice).
+func (d *Device) SlabCount() int {
+	d.slabs.mu.Lock()
+	defer d.slabs.mu.Unlock()
+	return len(d.slabs.list)
+}
