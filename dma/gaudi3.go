@@ -112,6 +112,7 @@ type g3Dev struct {
 	cqHandle, cqVA      uint64
 	cqMem               []byte
 	scratch, scratchVA  uint64 // HBM allocation handle and VA: completion writes land here
+	scratchSlab         *slab  // the slab the scratch page is carved from (slab.go), or nil
 	intrOff             atomic.Bool
 	t0                  time.Time    // clock's origin
 	lastCheck           atomic.Int64 // clock of the last RESET_COUNT read in a polling wait
@@ -256,11 +257,19 @@ func (g *g3Dev) setup() error {
 	if g.cqMem, err = b.Mmap(int64(h), int(pg)); err != nil {
 		return fmt.Errorf("mmap completion counters: %w", err)
 	}
-	if g.scratch, err = hlsys.MemAlloc(b, g.d.allocPage, 0, 0); err != nil {
-		return fmt.Errorf("completion-write scratch: %w", err)
-	}
-	if g.scratchVA, err = hlsys.MemMapDevice(b, g.scratch, 0, 0); err != nil {
-		return fmt.Errorf("map completion-write scratch: %w", err)
+	if g.d.subAllocates(pg) {
+		// A host page of a slab (slab.go), not an allocation page of its
+		// own (32 MiB by default on Gaudi3).
+		if g.scratchSlab, g.scratchVA, err = g.d.carve("completion-write scratch", pg); err != nil {
+			return fmt.Errorf("completion-write scratch: %w", err)
+		}
+	} else {
+		if g.scratch, err = hlsys.MemAlloc(b, g.d.allocPage, 0, 0); err != nil {
+			return fmt.Errorf("completion-write scratch: %w", err)
+		}
+		if g.scratchVA, err = hlsys.MemMapDevice(b, g.scratch, 0, 0); err != nil {
+			return fmt.Errorf("map completion-write scratch: %w", err)
+		}
 	}
 	if g.epoch, err = g.resetCount(); err != nil {
 		return err
@@ -332,6 +341,12 @@ func (g *g3Dev) teardown() {
 		}
 	}
 	g.slots, g.byCh = nil, nil
+	if g.scratchSlab != nil {
+		if err := g.d.uncarve("completion-write scratch", g.scratchSlab, g.scratchVA, uint64(os.Getpagesize()), false); err != nil {
+			log.Warn().Err(err).Msg("release the completion-write scratch's slab")
+		}
+		g.scratchSlab, g.scratchVA = nil, 0
+	}
 	if g.scratchVA != 0 {
 		_ = hlsys.MemUnmap(b, g.scratchVA)
 		g.scratchVA = 0
@@ -414,7 +429,11 @@ func (g *g3Dev) released() {
 		}
 	}
 	g.slots, g.byCh = nil, nil
-	g.cqMem, g.cqHandle, g.scratch, g.scratchVA = nil, 0, 0, 0
+	if g.scratchSlab != nil {
+		// Forgotten with the context: closeSlabs forgets the slab.
+		_ = g.d.uncarve("completion-write scratch", g.scratchSlab, g.scratchVA, uint64(os.Getpagesize()), true)
+	}
+	g.cqMem, g.cqHandle, g.scratch, g.scratchVA, g.scratchSlab = nil, 0, 0, 0, nil
 	g.ready = false
 }
 

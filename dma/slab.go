@@ -53,21 +53,31 @@ func (d *Device) subAllocates(size uint64) bool {
 		d.allocPage > d.hostPage && size < d.allocPage
 }
 
-// allocFromSlab carves m (size already set) from a slab, making a new
-// slab when none has room. Called inside the device's gate (enter).
+// allocFromSlab carves m (size already set) from a slab. Called inside
+// the device's gate (enter).
 func (d *Device) allocFromSlab(op string, m *DeviceMem) error {
 	n, ok := alignUp(m.size, d.hostPage)
 	if !ok {
 		return newErr(op, ErrNoMemory, "size too large", nil)
 	}
+	s, va, err := d.carve(op, n)
+	if err != nil {
+		return err
+	}
+	m.slab, m.addr, m.allocSize, m.handle = s, va, n, s.handle
+	return nil
+}
+
+// carve returns n bytes (a host-page multiple below the allocation page)
+// from a slab, making a new slab when none has room.
+func (d *Device) carve(op string, n uint64) (*slab, uint64, error) {
 	sl := &d.slabs
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	for _, s := range sl.list {
 		if va, ok := s.free.alloc(n); ok {
 			s.live++
-			m.slab, m.addr, m.allocSize, m.handle = s, va, n, s.handle
-			return nil
+			return s, va, nil
 		}
 	}
 	// No room: an empty slab here has its ranges held by buffers that
@@ -82,40 +92,45 @@ func (d *Device) allocFromSlab(op string, m *DeviceMem) error {
 	}
 	h, err := hlsys.MemAlloc(d.b, d.allocPage, 0, 0)
 	if err != nil {
-		return d.ioErr(op, "", err)
+		return nil, 0, d.ioErr(op, "", err)
 	}
 	va, err := hlsys.MemMapDevice(d.b, h, 0, 0)
 	if err != nil {
 		if ferr := hlsys.MemFree(d.b, h); ferr != nil {
 			d.log.Warn().Err(ferr).Uint64("handle", h).Msg("free after failed map")
 		}
-		return d.ioErr(op, "map", err)
+		return nil, 0, d.ioErr(op, "map", err)
 	}
 	s := &slab{handle: h, va: va, size: d.allocPage, free: newRangeAlloc(va, d.allocPage, d.hostPage)}
 	sl.list = append(sl.list, s)
 	addr, _ := s.free.alloc(n) // n < allocPage, both host-page multiples
 	s.live++
-	m.slab, m.addr, m.allocSize, m.handle = s, addr, n, h
 	d.log.Debug().Uint64("va", va).Uint64("size", d.allocPage).Int("slabs", len(sl.list)).Msg("device memory slab allocated")
-	return nil
+	return s, addr, nil
 }
 
 // releaseFromSlab gives m's range back to its slab (m was freed by the
-// caller's bookkeeping) and releases the slab once nothing is carved from
-// it. exported: m had a DMA-BUF export, so its range is not reused.
+// caller's bookkeeping). exported: m had a DMA-BUF export, so its range is
+// not reused.
 func (d *Device) releaseFromSlab(op string, m *DeviceMem, exported bool) error {
+	return d.uncarve(op, m.slab, m.addr, m.allocSize, exported)
+}
+
+// uncarve gives [va, va+n) back to s (unless retire) and releases the
+// slab once nothing is carved from it.
+func (d *Device) uncarve(op string, s *slab, va, n uint64, retire bool) error {
 	sl := &d.slabs
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
-	s := m.slab
-	if !exported {
-		s.free.free(m.addr, m.allocSize)
+	if !retire {
+		s.free.free(va, n)
 	}
 	s.live--
-	if s.live > 0 || d.gone {
-		if d.gone && s.live == 0 {
-			sl.list = slices.DeleteFunc(sl.list, func(x *slab) bool { return x == s })
-		}
+	if s.live > 0 {
+		return nil
+	}
+	if d.gone {
+		sl.list = slices.DeleteFunc(sl.list, func(x *slab) bool { return x == s })
 		return nil
 	}
 	return d.releaseSlabLocked(op, s)

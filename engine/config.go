@@ -42,7 +42,7 @@ const (
 // submission's PDMA channels rather than the device.
 type EmulatorConfig struct {
 	Model     string        // "gaudi2" (default), "gaudi1" or "gaudi3"
-	DRAMSize  uint64        // default 4 GiB (sparse); from 2 MiB (one DRAM page) to hlsim.MaxDRAMSize (256 GiB): New refuses others with ErrInvalid
+	DRAMSize  uint64        // default 4 GiB (sparse); from one DRAM page (2 MiB; gaudi3: 32 MiB, the driver's) to hlsim.MaxDRAMSize (256 GiB): New refuses others with ErrInvalid
 	Kernel    string        // emulated uAPI generation, default "6.8"
 	CSTimeout time.Duration // emulated TDR, default 30 s
 }
@@ -260,7 +260,11 @@ func (c Config) validate() error {
 		// with an error that is not ErrInvalid): the emulated address
 		// map holds at most MaxDRAMSize, and the size is rounded down
 		// to whole DRAM pages.
-		errs = append(errs, inRange("Emulator.DRAMSize", c.Emulator.DRAMSize, hlsim.DefaultDRAMPageSize, hlsim.MaxDRAMSize))
+		page := uint64(hlsim.DefaultDRAMPageSize)
+		if c.Emulator.Model == "gaudi3" {
+			page = hlsim.Gaudi3DRAMPageSize
+		}
+		errs = append(errs, inRange("Emulator.DRAMSize", c.Emulator.DRAMSize, page, hlsim.MaxDRAMSize))
 	}
 	for _, err := range errs {
 		if err != nil {

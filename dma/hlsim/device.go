@@ -71,6 +71,10 @@ func ParseModel(name string) (Model, error) {
 const (
 	DefaultDRAMSize     = 4 << 30
 	DefaultDRAMPageSize = 2 << 20
+	// Gaudi3DRAMPageSize is Gaudi3's default ALLOC page and dram_page_size,
+	// PAGE_SIZE_32MB (gaudi3_set_fixed_properties, docs/gaudi3.md), the
+	// Gaudi3 model's default DRAMPageSize.
+	Gaudi3DRAMPageSize  = 32 << 20
 	DefaultKernel       = "6.8"
 	DefaultMaxPendingCS = 64 // Gaudi2 (GAUDI2_MAX_PENDING_CS) and Gaudi3
 	// DefaultMaxPendingCSGaudi1 is GAUDI_MAX_PENDING_CS.
@@ -97,7 +101,7 @@ const (
 type Config struct {
 	Model        Model  // default ModelGaudi2
 	DRAMSize     uint64 // user DRAM, default 4 GiB; rounded down to DRAMPageSize
-	DRAMPageSize uint64 // dram_page_size and default ALLOC page; default 2 MiB; a multiple of 4 KiB
+	DRAMPageSize uint64 // dram_page_size and default ALLOC page; default 2 MiB (Gaudi3: Gaudi3DRAMPageSize, the driver's); a multiple of 4 KiB
 	Index        int    // N in "hlsimN"
 
 	// Kernel is the emulated kernel uAPI generation: "6.1" (up to "6.2")
@@ -314,6 +318,9 @@ func New(cfg Config) (_ *Device, err error) {
 	}
 	if cfg.DRAMPageSize == 0 {
 		cfg.DRAMPageSize = DefaultDRAMPageSize
+		if cfg.Model == ModelGaudi3 {
+			cfg.DRAMPageSize = Gaudi3DRAMPageSize
+		}
 	}
 	if cfg.DRAMPageSize%pageSize != 0 {
 		return nil, fmt.Errorf("hlsim: DRAMPageSize %#x is not a multiple of 4 KiB", cfg.DRAMPageSize)
