@@ -9,6 +9,7 @@ import (
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/internal/copier"
+	"github.com/gxfer/gxfer/internal/handshake"
 	"github.com/gxfer/gxfer/queue"
 	"github.com/rs/zerolog"
 )
@@ -143,6 +144,15 @@ type Config struct {
 	// Hello and then only heartbeats); if every peer has made one, the new
 	// peer is refused and its Dial fails with ErrTooManyPeers.
 	MaxPeers int
+	// MaxPendingPerSource bounds the handshakes in progress at each
+	// Listener from one source: a TCP peer's IP address (an IPv6 one's
+	// /64), a unix peer's pid. A listener holds 64 handshakes in progress
+	// (a new connection beyond evicts one); a source beyond its share
+	// evicts its own oldest, and at 64 the source holding the most loses
+	// its oldest, so that one source's flood of connections cannot evict
+	// other peers' handshakes. Default 16; at most 64 (New refuses more
+	// with ErrInvalid).
+	MaxPendingPerSource int
 
 	// RegCache bounds the caches of host memory mapped into the devices'
 	// MMUs (one per device).
@@ -200,6 +210,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxPeers <= 0 {
 		c.MaxPeers = 1024
 	}
+	if c.MaxPendingPerSource <= 0 {
+		c.MaxPendingPerSource = handshake.DefaultMaxPendingPerSource
+	}
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = 2 * time.Second
 	}
@@ -246,6 +259,9 @@ func (c Config) validate() error {
 		// push its other peers out. Nor do more lanes than cores copy
 		// any faster (each lane's reader and writer copy on a core).
 		inRange("TCPLanes", c.TCPLanes, 1, maxTCPLanes),
+		// A listener holds no more handshakes in progress than this,
+		// from all sources together.
+		inRange("MaxPendingPerSource", c.MaxPendingPerSource, 1, handshake.MaxPending),
 		// Verbs carries both in uint8 fields (port_num, sgid_index): no
 		// port outside [1, 255] exists (0 picks one), and a GIDIndex
 		// above 255 was truncated (rdma.QP: uint8(GIDIndex)), so the

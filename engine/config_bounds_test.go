@@ -11,6 +11,7 @@ import (
 
 	"github.com/gxfer/gxfer/dma"
 	"github.com/gxfer/gxfer/dma/hlsim"
+	"github.com/gxfer/gxfer/internal/handshake"
 	"github.com/gxfer/gxfer/queue"
 )
 
@@ -48,6 +49,7 @@ func TestConfigBounds(t *testing.T) {
 		{"CBSize above Gaudi3's", emulated(Config{CBSize: dma.MaxCBSize, Emulator: EmulatorConfig{Model: "gaudi3"}}), "Config.CBSize", strconv.Itoa(dma.MaxCBSize), int64(gaudi3MaxCB)},
 		{"TCPLanes 1<<20", Config{Devices: DevicesNone, TCPLanes: 1 << 20}, "Config.TCPLanes", "1048576", maxTCPLanes},
 		{"TCPLanes over by one", Config{Devices: DevicesNone, TCPLanes: maxTCPLanes + 1}, "Config.TCPLanes", strconv.Itoa(maxTCPLanes + 1), maxTCPLanes},
+		{"MaxPendingPerSource over by one", Config{Devices: DevicesNone, MaxPendingPerSource: handshake.MaxPending + 1}, "Config.MaxPendingPerSource", strconv.Itoa(handshake.MaxPending + 1), handshake.MaxPending},
 		{"RDMA.Port 256", Config{Devices: DevicesNone, RDMA: RDMAConfig{Port: 256}}, "Config.RDMA.Port", "256", math.MaxUint8},
 		{"RDMA.Port -1", Config{Devices: DevicesNone, RDMA: RDMAConfig{Port: -1}}, "Config.RDMA.Port", "-1", 0},
 		{"RDMA.GIDIndex 256", Config{Devices: DevicesNone, RDMA: RDMAConfig{GIDIndex: 256}}, "Config.RDMA.GIDIndex", "256", math.MaxUint8},
@@ -86,6 +88,7 @@ func TestConfigAtBounds(t *testing.T) {
 		{"CBSize max", Config{Devices: DevicesEmulated, CBSize: dma.MaxCBSize, Emulator: EmulatorConfig{DRAMSize: 64 << 20}}},
 		{"CBSize Gaudi3 max", Config{Devices: DevicesEmulated, CBSize: gaudi3MaxCB, Emulator: EmulatorConfig{Model: "gaudi3", DRAMSize: 64 << 20}}},
 		{"TCPLanes", Config{Devices: DevicesNone, TCPLanes: maxTCPLanes}},
+		{"MaxPendingPerSource", Config{Devices: DevicesNone, MaxPendingPerSource: handshake.MaxPending}},
 		{"RDMA.Port and GIDIndex", Config{Devices: DevicesNone, RDMA: RDMAConfig{Port: math.MaxUint8, GIDIndex: math.MaxUint8}}},
 		{"EmulatedCount", Config{Devices: DevicesEmulated, EmulatedCount: maxEmulatedCount, Emulator: EmulatorConfig{DRAMSize: 64 << 20}}},
 	}

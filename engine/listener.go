@@ -60,7 +60,8 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := handshake.ListenConfig[*Endpoint]{Local: e.local(), Network: network, Addr: addr, MaxPeers: e.cfg.MaxPeers, Connect: e.newEndpoint}
+	cfg := handshake.ListenConfig[*Endpoint]{Local: e.local(), Network: network, Addr: addr, MaxPeers: e.cfg.MaxPeers,
+		MaxPendingPerSource: e.cfg.MaxPendingPerSource, Connect: e.newEndpoint}
 	if kind == datapath.KindTCP {
 		want, err := e.chooseTransport(nil)
 		if err != nil {

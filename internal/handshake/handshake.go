@@ -5,12 +5,12 @@
 // then prove it to each other (auth.go); the listener checks the Hello
 // (on a unix socket, against the kernel's credentials of the socket),
 // negotiates the version and capabilities (wire.Negotiate), admits the
-// peer (Listener: pending handshakes are bounded, the oldest evicted;
-// accepted peers are bounded by MaxPeers, idle ones closed first) and
-// answers with its HelloAck. Both sides then choose the endpoint's data
-// path (TCP or RDMA over a TCP control connection, shared memory over a
-// unix socket) and hand the connection to a Connect function, the
-// engine's, which makes the endpoint.
+// peer (Listener: pending handshakes are bounded, per source too, one
+// evicted beyond; accepted peers are bounded by MaxPeers, idle ones
+// closed first) and answers with its HelloAck. Both sides then choose
+// the endpoint's data path (TCP or RDMA over a TCP control connection,
+// shared memory over a unix socket) and hand the connection to a Connect
+// function, the engine's, which makes the endpoint.
 package handshake
 
 import (
@@ -32,13 +32,18 @@ const (
 	// IPCMaxFrame is the largest frame on a unix socket: below the
 	// default SOCK_SEQPACKET send buffer.
 	IPCMaxFrame = 192 << 10
-	// MaxPending bounds the handshakes in progress per listener (the
-	// oldest is evicted beyond).
+	// MaxPending bounds the handshakes in progress per listener (beyond,
+	// one is evicted: see Listener.startHandshake).
 	MaxPending    = 64
 	dialTimeout   = 5 * time.Second // a Dial's handshake
 	listenTimeout = 2 * time.Second // a connection's handshake at the listener
 	sendTimeout   = 5 * time.Second
 )
+
+// DefaultMaxPendingPerSource bounds the handshakes in progress from one
+// source (ListenConfig.MaxPendingPerSource): a quarter of the slots, far
+// more than an engine has at once (it dials its lanes one after another).
+const DefaultMaxPendingPerSource = MaxPending / 4
 
 // Local is this engine's side of its handshakes.
 type Local struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -22,6 +23,12 @@ type ListenConfig[P any] struct {
 	Addr      string
 	OfferRDMA bool // TCP peers that offer RDMA get RDMA endpoints
 	MaxPeers  int  // accepted endpoints (Config.MaxPeers)
+	// MaxPendingPerSource bounds the handshakes in progress from one
+	// source (see sourceOf): beyond, the source's oldest is evicted. 0
+	// means DefaultMaxPendingPerSource; at most MaxPending.
+	MaxPendingPerSource int
+	// HandshakeTimeout bounds a connection's handshake (0: 2 s).
+	HandshakeTimeout time.Duration
 	// Connect makes the endpoint of a connection once admitted.
 	Connect Connect[P]
 }
@@ -44,13 +51,13 @@ type Listener[P any] struct {
 	once   sync.Once
 	ctx    context.Context // canceled by Close: ends handshakes in progress
 	cancel context.CancelFunc
-	// Handshakes in progress, oldest first: when all MaxPending slots
-	// are taken, a new connection evicts the oldest (a silent client
-	// cannot hold a slot against newer ones). Accepted endpoints, oldest
-	// first, bounded by MaxPeers (see admit).
-	mu      sync.Mutex
-	pending []*pending
-	peers   []*admitted // in admission order, MaxPeers at most
+	// Handshakes in progress, oldest first, and how many each source
+	// has (see startHandshake). Accepted endpoints, oldest first,
+	// bounded by MaxPeers (see admit).
+	mu        sync.Mutex
+	pending   []*pending
+	perSource map[string]int
+	peers     []*admitted // in admission order, MaxPeers at most
 }
 
 // Listen opens the socket and serves its connections until Close.
@@ -63,7 +70,15 @@ func Listen[P any](cfg ListenConfig[P]) (*Listener[P], error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener[P]{cfg: cfg, kind: kind, sock: sock, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	if cfg.MaxPendingPerSource <= 0 {
+		cfg.MaxPendingPerSource = DefaultMaxPendingPerSource
+	}
+	cfg.MaxPendingPerSource = min(cfg.MaxPendingPerSource, MaxPending)
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = listenTimeout
+	}
+	l := &Listener[P]{cfg: cfg, kind: kind, sock: sock, ready: make(chan struct{}, 1), done: make(chan struct{}),
+		perSource: make(map[string]int)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	go l.loop()
 	return l, nil
@@ -99,7 +114,7 @@ func (l *Listener[P]) loop() {
 			}
 			return // closed
 		}
-		p := l.startHandshake(t)
+		p := l.startHandshake(t, sourceOf(raddr, cred))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -205,7 +220,7 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 	var zero P
 	local := l.cfg.Local
 	wc := wire.NewConn(t, local.ConnConfig(l.kind))
-	ctx, cancel := context.WithTimeout(l.ctx, listenTimeout)
+	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
 	defer cancel()
 	var hello wire.Hello
 	fail := func(code wire.Status, err error) (P, Peer, wire.Hello, error) {
@@ -295,22 +310,69 @@ func (l *Listener[P]) forget(a *admitted) {
 // pending is a connection whose handshake is in progress.
 type pending struct {
 	t       wire.Transport
-	evicted bool // closed to make room (under Listener.mu)
+	source  string // see sourceOf
+	evicted bool   // closed to make room (under Listener.mu)
 }
 
-// startHandshake records a connection's handshake; when every slot is
-// taken it evicts the oldest pending one (closing its connection). It
+// sourceOf is the source a connection counts against for
+// MaxPendingPerSource: a TCP peer's IP address (an IPv6 peer's /64, the
+// block one host is commonly given, so that it cannot take a slot per
+// address), a unix socket peer's pid. Every unix peer has this process's
+// uid (the socket refuses others: see ipc.Listen), so a hostile one could
+// harm this process in worse ways than by forking to flood the slots;
+// the pid still keeps one runaway process from evicting the handshakes
+// of the others.
+func sourceOf(raddr string, cred *ipc.Cred) string {
+	if cred != nil {
+		return fmt.Sprintf("pid %d", cred.PID)
+	}
+	ap, err := netip.ParseAddrPort(raddr)
+	if err != nil {
+		return raddr
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	pfx, err := ip.WithZone("").Prefix(64)
+	if err != nil {
+		return ip.String()
+	}
+	return pfx.String()
+}
+
+// startHandshake records a connection's handshake from source. It
+// evicts (closes) a pending one to make room: the source's oldest when
+// the source has MaxPendingPerSource already; else, when all MaxPending
+// slots are taken, the oldest of the source that holds the most (a
+// silent client cannot hold a slot against newer ones, and a source
+// flooding the listener evicts its own connections, not others'). It
 // never blocks the accept loop.
-func (l *Listener[P]) startHandshake(t wire.Transport) *pending {
-	p := &pending{t: t}
+func (l *Listener[P]) startHandshake(t wire.Transport, source string) *pending {
+	p := &pending{t: t, source: source}
 	l.mu.Lock()
 	var victim *pending
-	if len(l.pending) >= MaxPending {
-		victim = l.pending[0]
+	switch {
+	case l.perSource[source] >= l.cfg.MaxPendingPerSource:
+		for _, q := range l.pending {
+			if q.source == source {
+				victim = q
+				break
+			}
+		}
+	case len(l.pending) >= MaxPending:
+		for _, q := range l.pending {
+			if victim == nil || l.perSource[q.source] > l.perSource[victim.source] {
+				victim = q
+			}
+		}
+	}
+	if victim != nil {
 		victim.evicted = true
-		l.pending = l.pending[1:]
+		l.dropPendingLocked(victim)
 	}
 	l.pending = append(l.pending, p)
+	l.perSource[source]++
 	l.mu.Unlock()
 	if victim != nil {
 		_ = victim.t.Close() // its handshake fails at its next read
@@ -329,6 +391,9 @@ func (l *Listener[P]) dropPendingLocked(p *pending) {
 	for i, q := range l.pending {
 		if q == p {
 			l.pending = append(l.pending[:i], l.pending[i+1:]...)
+			if l.perSource[p.source]--; l.perSource[p.source] <= 0 {
+				delete(l.perSource, p.source)
+			}
 			return
 		}
 	}
