@@ -31,6 +31,7 @@ type ListenConfig[P any] struct {
 	HandshakeTimeout time.Duration
 	// Connect makes the endpoint of a connection once admitted.
 	Connect Connect[P]
+	now     func() time.Time // the log throttle's clock (nil: time.Now; tests set one)
 }
 
 // Listener accepts endpoints: each connection's handshake runs on its own
@@ -39,6 +40,7 @@ type Listener[P any] struct {
 	cfg  ListenConfig[P]
 	kind datapath.Kind
 	sock socket
+	logs *logThrottle // of the failed connections
 	// Endpoints made and not yet taken by Accept, oldest first (qmu).
 	// Those that failed meanwhile are dropped as the next is queued: the
 	// queue holds at most the live endpoints, which MaxPeers bounds, so
@@ -78,7 +80,7 @@ func Listen[P any](cfg ListenConfig[P]) (*Listener[P], error) {
 		cfg.HandshakeTimeout = listenTimeout
 	}
 	l := &Listener[P]{cfg: cfg, kind: kind, sock: sock, ready: make(chan struct{}, 1), done: make(chan struct{}),
-		perSource: make(map[string]int)}
+		perSource: make(map[string]int), logs: newLogThrottle(cfg.Local.Logger, cfg.now)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	go l.loop()
 	return l, nil
@@ -94,18 +96,17 @@ func (l *Listener[P]) loop() {
 	defer close(l.done)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	log := l.cfg.Local.Logger
 	for {
 		t, cred, raddr, err := l.sock.accept()
 		if err != nil {
 			if errors.Is(err, ipc.ErrPeerRefused) {
-				log.Warn().Err(err).Msg("peer refused")
+				l.logs.warn().Err(err).Msg("peer refused")
 				continue
 			}
 			if l.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, ipc.ErrClosed) {
 				// Out of fds, a connection reset before accept...:
 				// keep serving.
-				log.Warn().Err(err).Msg("accept failed")
+				l.logs.warn().Err(err).Msg("accept failed")
 				select {
 				case <-time.After(10 * time.Millisecond):
 					continue
@@ -121,7 +122,7 @@ func (l *Listener[P]) loop() {
 			defer l.endHandshake(p)
 			ep, peer, hello, err := l.serve(p, t, cred, raddr)
 			if err != nil {
-				log.Warn().Err(err).Msg("handshake failed")
+				l.logs.warn().Err(err).Msg("handshake failed")
 				return
 			}
 			if hello.Caps&wire.CapLane != 0 {
@@ -205,6 +206,7 @@ func (l *Listener[P]) Close() error {
 		l.cancel()
 		err = l.sock.close()
 		<-l.done // every handshake has ended: nothing is queued after
+		l.logs.flush()
 		// Accept returns none of the endpoints left: let go of them
 		// (they are served all the same).
 		l.qmu.Lock()
@@ -461,7 +463,7 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	l.mu.Unlock()
 	if victim != nil && victim.peer != nil {
 		ep := victim.peer
-		l.cfg.Local.Logger.Warn().Str("peer", ep.Name()).Msg("idle peer closed to make room (Config.MaxPeers)")
+		l.logs.warn().Str("peer", ep.Name()).Msg("idle peer closed to make room (Config.MaxPeers)")
 		ep.Fail(ep.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil))
 	}
 	return a, nil
