@@ -29,13 +29,15 @@ func withDialInfo(ctx context.Context, network, addr string, opts []DialOption) 
 }
 
 // DialLane opens a lane of c's endpoint: a connection dialed as Dial
-// dialed c's, whose Hello carries wire.CapLane.
+// dialed c's, whose Hello carries wire.CapLane, to the engine c reaches
+// (another engine answering at the address is refused).
 func (e *env) DialLane(ctx context.Context, c datapath.Ctrl) (datapath.Ctrl, error) {
 	d, ok := ctx.Value(dialInfoKey{}).(dialInfo)
 	if !ok {
 		return nil, newErr(ErrInvalid, "lane of "+c.Name()+": not a dialed endpoint", nil)
 	}
-	ep, err := e.eng().dial(ctx, d.network, d.addr, d.opts, true)
+	peer := c.PeerHello().EngineID
+	ep, err := e.eng().dial(ctx, d.network, d.addr, d.opts, &peer)
 	if err != nil {
 		return nil, err
 	}

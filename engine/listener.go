@@ -9,6 +9,7 @@ import (
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/internal/handshake"
+	"github.com/gxfer/gxfer/wire"
 )
 
 // Listen and Dial hand the sockets and the handshake on each connection
@@ -137,13 +138,14 @@ func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOpt
 		return nil, errNoEngineMade
 	}
 	// The TCP data path opens its lanes as this Dial did (lanes.go).
-	return e.dial(withDialInfo(ctx, network, addr, opts), network, addr, opts, false)
+	return e.dial(withDialInfo(ctx, network, addr, opts), network, addr, opts, nil)
 }
 
 // dial opens one connection and performs the handshake; a lane is an
-// extra connection of an endpoint (its peer serves it but does not hand
-// it to Accept).
-func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOption, lane bool) (*Endpoint, error) {
+// extra connection of an endpoint whose peer is laneOf (nil: not a lane;
+// the peer serves a lane but does not hand it to Accept).
+func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOption, laneOf *wire.EngineID) (*Endpoint, error) {
+	lane := laneOf != nil
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}
@@ -157,7 +159,7 @@ func (e *Engine) dial(ctx context.Context, network, addr string, opts []DialOpti
 	if err != nil {
 		return nil, err
 	}
-	d := handshake.DialConfig{Local: e.local(), Network: network, Addr: addr, Lane: lane}
+	d := handshake.DialConfig{Local: e.local(), Network: network, Addr: addr, Lane: lane, LaneOf: laneOf}
 	if lane {
 		ctx = context.WithValue(ctx, laneKey{}, true) // newEndpoint marks the endpoint a lane
 	}

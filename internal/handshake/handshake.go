@@ -136,6 +136,9 @@ type DialConfig struct {
 	// peer must offer it) or KindAuto (RDMA if both sides offer it).
 	Want datapath.Kind
 	Lane bool // an extra connection of an endpoint (wire.CapLane)
+	// LaneOf is the engine a lane's endpoint reaches: a listener of
+	// another engine at Addr is refused (gxerr.Peer). Nil: not checked.
+	LaneOf *wire.EngineID
 }
 
 // Dial connects to a listener, performs the dialer's side of the
@@ -196,6 +199,12 @@ func Dial[P any](ctx context.Context, d DialConfig, connect Connect[P]) (P, erro
 		if err := checkIdentity(ack.Hello, *cred); err != nil {
 			return fail(gxerr.Peer, err)
 		}
+	}
+	if d.LaneOf != nil && ack.EngineID != *d.LaneOf {
+		// Another engine answers at the address (a name spread over
+		// several, a port taken over): what the endpoint sends over the
+		// lane would go to it.
+		return fail(gxerr.Peer, fmt.Errorf("the lane reached another engine (peer %q, pid %d) than its endpoint's", ack.Name, ack.PID))
 	}
 	if d.Want == datapath.KindRDMA && ack.Accepted&wire.CapRDMA == 0 {
 		_ = wc.Close()
