@@ -139,10 +139,13 @@ type Config struct {
 	// a copy.
 	ClusterSecret []byte
 	// MaxPeers bounds the endpoints each Listener serves (default 1024).
-	// At the bound, a new peer makes the listener close its oldest
-	// endpoint whose peer never made a request (a connection that said
-	// Hello and then only heartbeats); if every peer has made one, the new
-	// peer is refused and its Dial fails with ErrTooManyPeers.
+	// At the bound, a new peer makes the listener close an endpoint whose
+	// peer never made a request (a connection that said Hello and then
+	// only heartbeats): the oldest of the source (see
+	// MaxPendingPerSource) holding the most endpoints, so that one host
+	// opening endpoints in a loop closes its own; if every peer has made
+	// one, the new peer is refused and its Dial fails with
+	// ErrTooManyPeers.
 	MaxPeers int
 	// MaxPendingPerSource bounds the handshakes in progress at each
 	// Listener from one source: a TCP peer's IP address (an IPv6 one's

@@ -293,6 +293,7 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 type admitted struct {
 	peer    Peer
 	engine  wire.EngineID // the peer's (Hello.EngineID)
+	source  string        // see sourceOf
 	lane    bool
 	evicted bool
 }
@@ -423,30 +424,36 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	l.peers = live
 	var victim *admitted
 	if len(l.peers) >= l.cfg.MaxPeers {
-		// The oldest idle endpoint; else the oldest still connecting
-		// (admitted, its endpoint not made yet, so no request served).
-		// Lanes of an admitted endpoint are spared (see admitted).
+		// An idle endpoint; else one still connecting (admitted, its
+		// endpoint not made yet, so no request served): of those, the
+		// oldest of the source holding the most peers (p's counted), so
+		// that a source opening endpoints in a loop closes its own, not
+		// other sources' idle ones. Lanes of an admitted endpoint are
+		// spared (see admitted).
 		endpoints := make(map[wire.EngineID]struct{}, len(l.peers))
+		sources := map[string]int{p.source: 1}
 		for _, a := range l.peers {
 			if !a.lane {
 				endpoints[a.engine] = struct{}{}
 			}
+			sources[a.source]++
 		}
 		spared := func(a *admitted) bool {
 			_, ok := endpoints[a.engine]
 			return a.lane && ok
 		}
-		pick := -1
-		for i, a := range l.peers {
-			if a.peer != nil && !a.peer.Active() && !spared(a) {
-				pick = i
-				break
+		pickBy := func(candidate func(a *admitted) bool) int {
+			pick := -1
+			for i, a := range l.peers {
+				if candidate(a) && !spared(a) && (pick < 0 || sources[a.source] > sources[l.peers[pick].source]) {
+					pick = i
+				}
 			}
+			return pick
 		}
-		for i, a := range l.peers {
-			if pick < 0 && a.peer == nil && !spared(a) {
-				pick = i
-			}
+		pick := pickBy(func(a *admitted) bool { return a.peer != nil && !a.peer.Active() })
+		if pick < 0 {
+			pick = pickBy(func(a *admitted) bool { return a.peer == nil })
 		}
 		if pick >= 0 {
 			victim = l.peers[pick]
@@ -458,7 +465,7 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 			return nil, fmt.Errorf("%w: %d endpoints, all in use (Config.MaxPeers)", gxerr.TooManyPeers, l.cfg.MaxPeers)
 		}
 	}
-	a := &admitted{engine: hello.EngineID, lane: hello.Caps&wire.CapLane != 0}
+	a := &admitted{engine: hello.EngineID, lane: hello.Caps&wire.CapLane != 0, source: p.source}
 	l.peers = append(l.peers, a)
 	l.mu.Unlock()
 	if victim != nil && victim.peer != nil {

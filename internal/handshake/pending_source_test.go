@@ -94,3 +94,36 @@ func TestSourceOf(t *testing.T) {
 		require.Equal(t, tc.want, sourceOf(tc.raddr, tc.cred), "%q %v", tc.raddr, tc.cred)
 	}
 }
+
+// TestMaxPeersPerSource: at MaxPeers, the idle endpoint closed to make
+// room is one of the source holding the most endpoints: a peer opening
+// endpoints from 127.0.0.2 in a loop closes its own, not the idle
+// endpoint of an honest dialer from 127.0.0.1 (waiting for work, say).
+// Before, the oldest idle endpoint was closed whatever its source, so
+// one host could push every idle peer out.
+func TestMaxPeersPerSource(t *testing.T) {
+	const maxPeers = 4
+	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
+	l := ls.listen(t, "tcp", maxPeers, false)
+	_, err := ds.dial(l, "tcp", datapath.KindTCP, false)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(ls.all()) == 1 }, 5*time.Second, time.Millisecond)
+	honest := ls.all()[0]
+	hostile := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	for i := range 2 * maxPeers {
+		c, err := hostile.Dial("tcp", l.Addr())
+		require.NoError(t, err)
+		wc := wire.NewConn(tcp.Frame(c, 0), ds.local.ConnConfig(datapath.KindTCP))
+		defer wc.Close()
+		hello := ds.local.HelloFor(datapath.KindTCP, false)
+		require.NoError(t, wc.Send(&hello))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a hang guard only
+		f, err := wc.Recv(ctx)
+		cancel()
+		require.NoError(t, err, "hostile endpoint %d", i)
+		var ack wire.HelloAck
+		require.NoError(t, f.DecodeOrError(&ack), "hostile endpoint %d", i)
+		// Admitted, so whatever was closed to make room is closed.
+		require.NoError(t, honest.Err(), "the honest idle endpoint was closed for hostile endpoint %d", i)
+	}
+}
