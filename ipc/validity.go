@@ -15,7 +15,8 @@ import (
 
 // Validity is a shared flag that tells the peers that mapped an allocation
 // whether it still lives: a one-page memfd whose first 8 bytes hold 0
-// until the owner calls Revoke. The owner maps it read-write and then
+// until the owner calls Revoke (1: the allocation was freed) or CloseGone
+// (ownerGone: the owner's engine closed). The owner maps it read-write and then
 // seals it with F_SEAL_FUTURE_WRITE (and against shrinking and growing),
 // so a peer that receives the fd can map it read-only only: no peer can
 // clear or set the flag that the others read.
@@ -74,15 +75,28 @@ func (v *Validity) Revoke() {
 	}
 }
 
+// ownerGone is the flag's value once the owner's engine closed (CloseGone)
+// with the allocation still live: peers read it as revoked, and
+// ValidityView.OwnerGone tells them the owner went.
+const ownerGone = 2
+
 // Close revokes, unmaps and closes the memfd (peers' mappings stay, and
 // read the flag as revoked). Idempotent.
-func (v *Validity) Close() error {
+func (v *Validity) Close() error { return v.close(1) }
+
+// CloseGone is Close when the owner itself goes (its engine closes, its
+// endpoints ended): an allocation not freed before is marked ownerGone,
+// so that a peer's copy reports the peer gone, not a stale key, even
+// before it has read the owner's Bye. Idempotent.
+func (v *Validity) CloseGone() error { return v.close(ownerGone) }
+
+func (v *Validity) close(why uint64) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
 		return nil
 	}
-	v.word.Store(1)
+	v.word.CompareAndSwap(0, why) // a Revoke before (freed) stays
 	v.closed = true
 	err := unix.Munmap(v.mem)
 	v.mem, v.word = nil, nil
@@ -135,6 +149,14 @@ func MapValidity(f *fd.FD) (*ValidityView, error) {
 func (v *ValidityView) Revoked() bool {
 	w := v.word.Load()
 	return w == nil || w.Load() != 0
+}
+
+// OwnerGone reports whether the owner revoked the allocation by closing
+// (Validity.CloseGone) rather than by freeing it. Like Revoked, it must
+// not run concurrently with Close.
+func (v *ValidityView) OwnerGone() bool {
+	w := v.word.Load()
+	return w != nil && w.Load() == ownerGone
 }
 
 // Close unmaps the flag. Idempotent.

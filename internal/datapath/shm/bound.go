@@ -82,6 +82,9 @@ func (b *bound) check() error {
 		if err := b.p.c.Err(); err != nil {
 			return err
 		}
+		if b.h.Value().valid.OwnerGone() {
+			return b.p.ownerGone("the binding's buffer")
+		}
 		return gxerr.New(gxerr.Invalid, b.p.name+": the peer's buffer is no longer exported", nil)
 	}
 	return nil
@@ -92,6 +95,9 @@ func (b *bound) check() error {
 // have reached the allocation the key names.
 func (b *bound) checkAfter() error {
 	if b.h.Value().revoked() {
+		if b.h.Value().valid.OwnerGone() {
+			return b.p.ownerGone("the binding's buffer")
+		}
 		return gxerr.New(gxerr.Invalid, b.p.name+": the peer's buffer was freed by its owner", nil)
 	}
 	return nil

@@ -66,6 +66,7 @@ type fakeBuf struct {
 
 func (b *fakeBuf) ID() uint64                { return b.id }
 func (b *fakeBuf) Len() uint64               { return 4096 }
+func (b *fakeBuf) IsGaudi() bool             { return false }
 func (b *fakeBuf) State() *datapath.BufState { return &b.st }
 func (b *fakeBuf) Acquire() error {
 	if b.freed.Load() {

@@ -317,11 +317,27 @@ func (p *Path) importErr(err error) error {
 	return p.c.PeerErr("import", err)
 }
 
-// staleImport is the error of a copy through a mapping whose allocation
-// its owner freed; the mapping is dropped from the cache.
-func (p *Path) staleImport(k *wire.RemoteKey) error {
+// staleImport is the error of a copy through the mapping im whose
+// allocation its owner revoked; the mapping is dropped from the cache.
+// A key its owner freed is stale (ErrInvalid); an allocation that went
+// with its owner's engine is the peer's leaving (ErrPeer: ownerGone).
+func (p *Path) staleImport(im *imported, k *wire.RemoteKey) error {
 	p.t.imports.Invalidate(p.pid, k.AllocID, k.Generation)
+	if im.valid.OwnerGone() {
+		return p.ownerGone(fmt.Sprintf("allocation %d", k.AllocID))
+	}
 	return gxerr.New(gxerr.Invalid, fmt.Sprintf("%s: stale key: allocation %d was freed by its owner", p.name, k.AllocID), nil)
+}
+
+// ownerGone is the error of a copy into or out of memory that went with
+// its owner's engine (the owner revoked it closing: ipc.Validity.CloseGone):
+// the endpoint's failure once it has failed, else (the owner's Bye not
+// read yet) the peer's leaving all the same.
+func (p *Path) ownerGone(what string) error {
+	if err := p.c.Err(); err != nil {
+		return err
+	}
+	return p.c.PeerErr(what+": the peer closed its engine", nil)
 }
 
 // Import maps the peer's allocation k grants all of (through the cache,

@@ -202,7 +202,7 @@ func (p *Path) copyList(ctx context.Context, put bool, deadline time.Time, reqs 
 			last, revoked = pc.h, pc.h.Value().revoked()
 		}
 		if revoked {
-			sc.failed = append(sc.failed, failedPiece{pc.i, p.staleImport(&reqs[pc.i].Key)})
+			sc.failed = append(sc.failed, failedPiece{pc.i, p.staleImport(pc.h.Value(), &reqs[pc.i].Key)})
 			continue
 		}
 		sc.ok = append(sc.ok, pc.i)
@@ -266,7 +266,7 @@ func (p *Path) dropImports(sc *listScratch) {
 // owner freed already, and returns their bytes the piece names.
 func (p *Path) holdPiece(sc *listScratch, r *datapath.Req, pc *listPiece, local, theirs *holdRun) (lb, tb []byte, err error) {
 	if theirs.revoked {
-		return nil, nil, p.staleImport(&r.Key)
+		return nil, nil, p.staleImport(pc.h.Value(), &r.Key)
 	}
 	if lb, err = local.hold(sc, pc.local.B); err != nil {
 		return nil, nil, err

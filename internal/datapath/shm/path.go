@@ -111,7 +111,7 @@ func (p *Path) rmaMapped(ctx context.Context, r *datapath.Req, h *ipc.Handle[*im
 	im := h.Value()
 	if im.revoked() {
 		p.t.imports.Put(h)
-		c.Complete(0, p.staleImport(&r.Key))
+		c.Complete(0, p.staleImport(im, &r.Key))
 		return
 	}
 	theirs := im.mem(r.Key.Offset, r.Key.Len)
@@ -124,7 +124,7 @@ func (p *Path) rmaMapped(ctx context.Context, r *datapath.Req, h *ipc.Handle[*im
 	if w.IsDone() {
 		err := w.Err()
 		if err == nil && im.revoked() {
-			err = p.staleImport(&r.Key)
+			err = p.staleImport(im, &r.Key)
 		}
 		p.t.imports.Put(h)
 		c.Complete(0, err)
@@ -135,7 +135,7 @@ func (p *Path) rmaMapped(ctx context.Context, r *datapath.Req, h *ipc.Handle[*im
 		<-w.Done()
 		err := w.Err()
 		if err == nil && im.revoked() {
-			err = p.staleImport(&k)
+			err = p.staleImport(im, &k)
 		}
 		p.t.imports.Put(h)
 		c.Complete(0, err)

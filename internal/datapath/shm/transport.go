@@ -121,12 +121,14 @@ func (t *Transport) Connect(_ context.Context, c datapath.Ctrl) (datapath.Path, 
 }
 
 // Close releases the imports (once every endpoint is closed) and the
-// validity flags still held.
+// validity flags still held: the engine is closing, so a peer's copy into
+// a buffer not freed before reports the peer gone (CloseGone), not a
+// stale key.
 func (t *Transport) Close() error {
 	err := t.imports.Close()
 	t.validity.Range(func(b, v any) bool {
 		t.validity.Delete(b)
-		if cerr := v.(*ipc.Validity).Close(); cerr != nil {
+		if cerr := v.(*ipc.Validity).CloseGone(); cerr != nil {
 			t.log.Warn().Err(cerr).Msg("validity flag not released")
 		}
 		return true
