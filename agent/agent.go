@@ -143,6 +143,9 @@ type Agent struct {
 	addrs     map[string]string   // side-channel addresses by name (Connect)
 	inbound   map[*inbound]struct{}
 	watches   map[string]func() // store watches by peer name
+	// goneEarly names the watches a Gone found being started or their
+	// name resolving: unwatchIdle looks at them again once that ends.
+	goneEarly map[string]struct{}
 	// storeFailed is the latest Version the store failed to take
 	// (unreachable); storeRetrying: retryStore's goroutine runs.
 	storeFailed   uint64
@@ -206,6 +209,7 @@ func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
 		addrs:     map[string]string{},
 		inbound:   map[*inbound]struct{}{},
 		watches:   map[string]func(){},
+		goneEarly: map[string]struct{}{},
 	}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.md = meta.Metadata{Name: cfg.Name, Incarnation: inc, Version: 1}

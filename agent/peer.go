@@ -157,7 +157,11 @@ func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
 			r.p, r.err = a.lookup(ctx, name, addr)
 			a.mu.Lock()
 			delete(a.resolving, name)
+			_, gone := a.goneEarly[name]
 			a.mu.Unlock()
+			if gone {
+				a.unwatchIdle(name) // a Gone came during the lookup
+			}
 			close(r.done)
 			if r.err != nil {
 				a.stats.countErr(r.err)
@@ -292,7 +296,11 @@ func (a *Agent) watch(name string) {
 		return
 	}
 	a.watches[name] = stop
+	_, gone := a.goneEarly[name]
 	a.mu.Unlock()
+	if gone {
+		a.unwatchIdle(name) // a Gone came while the watch started
+	}
 }
 
 // event takes one event of the store.
@@ -312,11 +320,19 @@ func (a *Agent) event(ev meta.Event) {
 // cached or being resolved (its record left the store): else the
 // watches of peers gone for good would add up for the agent's life. A
 // later lookup that finds the name watches it again (from that lookup).
-// Called by the watch itself, which the store allows.
+// Called by the watch itself, which the store allows, and, for a Gone
+// that found the watch being started or the name resolving (goneEarly),
+// by watch and Peer once that ended.
 func (a *Agent) unwatchIdle(name string) {
 	a.mu.Lock()
-	stop := a.watches[name]
-	if stop == nil || a.closed || a.peers[name] != nil || a.resolving[name] != nil {
+	delete(a.goneEarly, name)
+	stop, ok := a.watches[name]
+	if !ok || a.closed || a.peers[name] != nil {
+		a.mu.Unlock()
+		return
+	}
+	if stop == nil || a.resolving[name] != nil {
+		a.goneEarly[name] = struct{}{}
 		a.mu.Unlock()
 		return
 	}

@@ -99,3 +99,64 @@ func TestEtcdGoneStopsWatch(t *testing.T) {
 	}
 	require.ErrorIs(t, p2.Err(), engine.ErrPeer)
 }
+
+// watchHookStore is a store whose Watch runs started (if set) after the
+// store's Watch began and before it returns: the window in which the
+// agent starts a name's watch. Events reach fn as the store sends them;
+// gone gets each Gone once fn has handled it.
+type watchHookStore struct {
+	meta.Store
+	started func(name string)
+	gone    chan string
+}
+
+func (s *watchHookStore) Watch(name string, fn func(meta.Event)) func() {
+	stop := s.Store.Watch(name, func(ev meta.Event) {
+		fn(ev)
+		if ev.Kind == meta.Gone {
+			select {
+			case s.gone <- ev.Name:
+			default:
+			}
+		}
+	})
+	if s.started != nil {
+		s.started(name)
+	}
+	return stop
+}
+
+// TestEtcdGoneWhileWatchStartsStopsWatch: a Gone that arrives while the
+// name's watch is being started (the lookup that found the name has not
+// returned) stops the watch once the lookup ends, as one after would
+// (TestEtcdGoneStopsWatch): before, the Gone found the watch not yet
+// recorded (or the name still resolving) and left it running until
+// Close, one watch per name gone in that window.
+func TestEtcdGoneWhileWatchStartsStopsWatch(t *testing.T) {
+	ctx := testCtx(t)
+	srv := etcdtest.New(t)
+	ea, eb := newEngine(t), newEngine(t)
+	hs := &watchHookStore{Store: openStore(t, srv.Endpoints()), gone: make(chan string, 1)}
+	a := newAgent(t, ea, "a", agentOpts{store: hs})
+	b, err := New(ctx, Config{Name: "b", Engine: eb, Unix: sockDir(t) + "/b.sock", Store: openStore(t, srv.Endpoints())})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	hs.started = func(string) {
+		// b leaves the store while a's watch of it starts; the Gone is
+		// handled before the watch is recorded.
+		require.NoError(t, b.Close())
+		select {
+		case <-hs.gone:
+		case <-ctx.Done():
+			t.Error("no Gone for b")
+		}
+	}
+	p, err := a.Peer(ctx, "b")
+	require.NoError(t, err)
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("b's Gone did not drop it")
+	}
+	require.Empty(t, watching(a), "the watch of a name gone while its watch started stops with the lookup")
+}
