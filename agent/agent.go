@@ -46,7 +46,11 @@
 // of its sends on one connection: a sender that reconnects, after the
 // target republished, starts a new sequence); when the application does
 // not Recv, the bounded queue fills and senders block (nothing is dropped
-// while both agents live). The sender's name in a Notification is what it
+// while both agents live). Each sender (connection) holds at most its
+// share of the queue, NotifyQueue divided among the senders with
+// notifications queued plus one: one that floods blocks at its share
+// (half the queue while it is alone), and another's notifications still
+// go in behind that share. The sender's name in a Notification is what it
 // said in its hello: authenticated only as far as the engine authenticates
 // its peers (Config.ClusterSecret over TCP, the uid over unix).
 //
@@ -98,7 +102,8 @@ type Config struct {
 	// Logger receives the agent's logs; default zerolog.Nop().
 	Logger zerolog.Logger
 	// NotifyQueue bounds the received notifications waiting for Recv
-	// (default 4096); when it is full, senders block.
+	// (default 4096); when it is full, senders block, and so does a
+	// sender that holds its share of it (see Notifications).
 	NotifyQueue int
 	// InvalidateWait is how long Withdraw waits for the peers holding
 	// this agent's record to drop it (close their connection) before it
@@ -133,6 +138,7 @@ type Agent struct {
 
 	listeners []*engine.Listener
 	notifyQ   chan Notification
+	senders   atomic.Int64 // inbound endpoints with notifications in notifyQ
 
 	mu        sync.Mutex
 	closed    bool
@@ -558,7 +564,7 @@ func (a *Agent) acceptLoop(l *engine.Listener) {
 			}
 			return
 		}
-		in := &inbound{ep: ep}
+		in := &inbound{ep: ep, room: make(chan struct{}, 1)}
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()

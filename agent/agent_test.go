@@ -411,8 +411,9 @@ func TestNotifyAfterData(t *testing.T) {
 	}
 }
 
-// TestNotifyBackPressure: with a small queue and no Recv, senders block;
-// nothing is lost and order holds.
+// TestNotifyBackPressure: with a small queue and no Recv, senders block
+// (a lone sender at its share, half the queue: waitShare); nothing is
+// lost and order holds.
 func TestNotifyBackPressure(t *testing.T) {
 	const total = 3000
 	ctx := testCtx(t)
@@ -423,9 +424,9 @@ func TestNotifyBackPressure(t *testing.T) {
 	require.NoError(t, err)
 	sent := make(chan error, 1)
 	go notifyCount(ctx, a, "b", total, sent)
-	// The queue fills, then the engine's window: the sender cannot have
-	// finished while nothing is taken.
-	require.Eventually(t, func() bool { return b.Stats().NotifyQueued == 4 }, time.Minute, time.Millisecond)
+	// The sender's share of the queue fills, then the engine's window:
+	// the sender cannot have finished while nothing is taken.
+	require.Eventually(t, func() bool { return b.Stats().NotifyQueued == 2 }, time.Minute, time.Millisecond)
 	select {
 	case err := <-sent:
 		t.Fatalf("the sender finished (%v) while the receiver took nothing", err)

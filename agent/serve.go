@@ -28,8 +28,56 @@ type inbound struct {
 	// nothing more of its messages is taken.
 	done bool
 	// queued counts its notifications in the agent's queue (raised under
-	// take, before the notification goes in).
+	// take, before the notification goes in; lowered by took).
 	queued atomic.Int64
+	// room is signalled when one of its queued notifications is taken,
+	// for serve waiting at its share of the queue (waitShare).
+	room chan struct{}
+}
+
+// waitShare waits (in.take held) while in's peer holds its share of the
+// notification queue: NotifyQueue divided among the senders with
+// notifications queued plus one (room kept for a sender that has none),
+// at least 1. A sender that floods an agent that does not Recv is held
+// (its endpoint is not read, so the engine's flow control holds it) at
+// its share, not at the whole queue: the others' notifications still go
+// in, behind its share only. Nothing is dropped. false: the agent
+// closed.
+func (a *Agent) waitShare(in *inbound) bool {
+	for {
+		q := in.queued.Load()
+		senders := max(0, a.senders.Load()) // (a took's decrement may come first)
+		if q == 0 {
+			senders++ // in, once its notification goes in
+		}
+		if q < max(1, int64(cap(a.notifyQ))/(senders+1)) {
+			return true
+		}
+		select {
+		case <-in.room:
+		case <-a.ctx.Done():
+			return false
+		}
+	}
+}
+
+// queue counts a notification of in's in the queue, before it goes in.
+func (a *Agent) queue(in *inbound) {
+	if in.queued.Add(1) == 1 {
+		a.senders.Add(1)
+	}
+}
+
+// took counts a notification of in's out of the queue (taken, or not
+// queued after all), waking serve if it waits at its share.
+func (a *Agent) took(in *inbound) {
+	if in.queued.Add(-1) == 0 {
+		a.senders.Add(-1)
+	}
+	select {
+	case in.room <- struct{}{}:
+	default:
+	}
 }
 
 // errUnreached: the peer could not be reached (nothing was sent).
@@ -112,14 +160,17 @@ func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got,
 			a.stats.notifyRecv.Add(1)
 			return n, true, false, nil
 		}
+		if !a.waitShare(in) {
+			return n, false, true, nil
+		}
 		// Counted before it is queued: a Recv may return it at once, and
 		// Stats must not then count fewer than Recv returned.
-		in.queued.Add(1)
+		a.queue(in)
 		a.stats.notifyRecv.Add(1)
 		select {
 		case a.notifyQ <- n:
 		case <-a.ctx.Done():
-			in.queued.Add(-1)
+			a.took(in)
 			a.stats.notifyRecv.Add(^uint64(0))
 			return n, false, true, nil
 		}
@@ -199,7 +250,7 @@ func (a *Agent) Recv(ctx context.Context) (Notification, error) {
 	}
 	select {
 	case n := <-a.notifyQ:
-		n.in.queued.Add(-1)
+		a.took(n.in)
 		return n, nil
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -215,7 +266,7 @@ func (a *Agent) Recv(ctx context.Context) (Notification, error) {
 func (a *Agent) popQueued() (Notification, bool) {
 	select {
 	case n := <-a.notifyQ:
-		n.in.queued.Add(-1)
+		a.took(n.in)
 		return n, true
 	default:
 		return Notification{}, false
@@ -271,7 +322,8 @@ func (a *Agent) pollInbound() (Notification, bool) {
 }
 
 // Notify sends msg (at most MaxNotify bytes) to the named peer, without
-// data. It blocks while the peer's queue is full (ctx bounds the wait).
+// data. It blocks while the peer's queue, or this agent's share of it, is
+// full (ctx bounds the wait).
 func (a *Agent) Notify(ctx context.Context, peer string, msg []byte) error {
 	for retried := false; ; retried = true {
 		p, err := a.Peer(ctx, peer)
