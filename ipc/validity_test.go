@@ -38,3 +38,38 @@ func TestMapValidityRefusesUnsealed(t *testing.T) {
 	_, err = MapValidity(f)
 	require.ErrorIs(t, err, ErrNotMemfd)
 }
+
+// A flag closed by its owner going (CloseGone) reads as revoked and as
+// the owner gone; one revoked (freed) first stays freed, and Close is
+// revoked only.
+func TestValidityCloseGone(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		revoke    bool // Revoke first (the allocation was freed)
+		gone      bool // CloseGone, else Close
+		ownerGone bool
+	}{
+		{"close", false, false, false},
+		{"close gone", false, true, true},
+		{"freed, then close gone", true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := NewValidity("t")
+			require.NoError(t, err)
+			view, err := MapValidity(v.FD())
+			require.NoError(t, err)
+			defer func() { require.NoError(t, view.Close()) }()
+			require.False(t, view.OwnerGone())
+			if tc.revoke {
+				v.Revoke()
+			}
+			if tc.gone {
+				require.NoError(t, v.CloseGone())
+			} else {
+				require.NoError(t, v.Close())
+			}
+			require.True(t, view.Revoked())
+			require.Equal(t, tc.ownerGone, view.OwnerGone())
+		})
+	}
+}
