@@ -165,11 +165,14 @@ func (t *Ticket) Poll() bool {
 		return false
 	}
 	a := t.a
-	// The read lock keeps the actor's exit (and so Close) from returning
-	// while OnDone runs here.
+	// The read lock keeps the actor from exiting between the check of
+	// exited and callbacks.Add; the actor's exit then waits for the
+	// OnDone run here (callbacks), which so runs without the lock: it may
+	// Track or Poll on this actor, whose read lock would wait behind a
+	// pending writer (the actor closing) that waits for this one.
 	a.exitMu.RLock()
-	defer a.exitMu.RUnlock()
 	if a.exited {
+		a.exitMu.RUnlock()
 		// The actor ends every ticket before it exits, but may not
 		// have claimed this one yet.
 		return t.state.Load() == ticketRetired
@@ -178,14 +181,19 @@ func (t *Ticket) Poll() bool {
 	// ended CS's outcome once (later WAIT_CSs say COMPLETED), so whoever
 	// sees it end must be the one that retires it.
 	if !t.state.CompareAndSwap(ticketIdle, ticketBusy) {
+		a.exitMu.RUnlock()
 		return t.state.Load() == ticketRetired
 	}
 	done, err := a.w.WaitCS(t.Seq, 0)
 	a.waiterPolls.Add(1)
 	if !done {
 		t.state.Store(ticketIdle)
+		a.exitMu.RUnlock()
 		return false
 	}
+	a.callbacks.Add(1)
+	a.exitMu.RUnlock()
+	defer a.callbacks.Done()
 	t.state.Store(ticketRetired)
 	a.horizon.drop(t)
 	// Counted out before OnDone: the goroutine it wakes may read
@@ -222,6 +230,10 @@ type DeviceActor struct {
 	stopped chan struct{}
 	grace   atomic.Int64
 	once    sync.Once
+
+	// callbacks counts the OnDones Ticket.Poll runs (added under
+	// exitMu's read lock while not exited): exit waits for them.
+	callbacks sync.WaitGroup
 
 	outstanding atomic.Int64
 	polls       atomic.Uint64
@@ -731,6 +743,7 @@ func (a *DeviceActor) exit() {
 			a.safeCall(func() { s.OnDone(ErrClosed) })
 		default:
 			a.horizon.clear()
+			a.callbacks.Wait()
 			return
 		}
 	}
