@@ -1,7 +1,6 @@
 package cq
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -32,13 +31,16 @@ type Submission struct {
 	// goroutine, on a waiter's that retired the CS through Ticket.Poll,
 	// or (with ActorConfig.RetireHorizon) on the goroutine of a later
 	// Track or TrackTicket that polled this old CS before the driver
-	// forgets its outcome: a caller of Track must not hold a lock OnDone
+	// forgets its outcome, or that waited for room past the deadline and
+	// found the CS ended: a caller of Track must not hold a lock OnDone
 	// takes. Never concurrently with OnTimeout. It must not block.
 	OnDone func(err error)
 	// OnTimeout, if set, is called on the actor goroutine when the deadline
-	// passes before the CS retires (the CS is polled once more first). It
-	// returns the next deadline to watch (zero for none): a submission may
-	// carry operations with different deadlines. OnDone still follows.
+	// passes before the CS retires (the CS is polled once more first), or
+	// on the goroutine of its Track when that still waits for room
+	// (ActorConfig.MaxOutstanding) then. It returns the next deadline to
+	// watch (zero for none): a submission may carry operations with
+	// different deadlines. OnDone still follows.
 	OnTimeout func(now time.Time) (next time.Time)
 }
 
@@ -53,7 +55,8 @@ type ActorConfig struct {
 	// behind the newest one tracked before it is polled: see horizon.go.
 	// It is rounded up to a power of two, and clamped to MaxDepth.
 	RetireHorizon int
-	// OnDeadline is called (on the actor goroutine) whenever a submission
+	// OnDeadline is called (on the actor goroutine, or on that of a Track
+	// waiting for room, so possibly concurrently) whenever a submission
 	// misses its deadline, so the owner can check the device's health.
 	OnDeadline func()
 	Logger     zerolog.Logger
@@ -265,68 +268,6 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 	}
 	go a.run()
 	return a
-}
-
-// Track hands a submitted CS to the actor. It waits while MaxOutstanding
-// submissions are queued, until ctx ends. After Close it returns ErrClosed
-// and the caller still owns s (and must end it).
-//
-// Nobody can watch or kick a submission tracked so (it has no Ticket), so
-// Track wakes the actor should it sleep while waiters watch every other
-// CS (see Ticket.Watch).
-func (a *DeviceActor) Track(ctx context.Context, s Submission) error {
-	_, err := a.TrackTicket(ctx, s)
-	if err == nil {
-		a.Kick()
-	}
-	return err
-}
-
-// TrackTicket is Track returning the submission's Ticket, which a waiter
-// may Poll to retire the CS itself.
-func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, error) {
-	t, err := a.track(ctx, s)
-	if err == nil {
-		a.horizon.pass(t)
-	}
-	return t, err
-}
-
-func (a *DeviceActor) track(ctx context.Context, s Submission) (*Ticket, error) {
-	t := &Ticket{Submission: s, a: a}
-	// The read lock makes Track and the actor's exit mutually exclusive:
-	// a submission is either refused or seen by the actor's final drain.
-	a.exitMu.RLock()
-	defer a.exitMu.RUnlock()
-	if a.exited || a.refused {
-		return nil, ErrClosed
-	}
-	select {
-	case <-a.stop:
-		return nil, ErrClosed
-	default:
-	}
-	a.outstanding.Add(1)
-	select {
-	case a.in <- t:
-	default:
-		// Full: the actor may be asleep while waiters watch (see
-		// Ticket.Watch), the submissions piling up; it takes them now.
-		a.Kick()
-		select {
-		case a.in <- t:
-		case <-a.stop:
-			a.outstanding.Add(-1)
-			return nil, ErrClosed
-		case <-ctx.Done():
-			a.outstanding.Add(-1)
-			return nil, ctx.Err()
-		}
-	}
-	if !s.Deadline.IsZero() {
-		a.Kick() // its deadline is the actor's to watch, also while it sleeps
-	}
-	return t, nil
 }
 
 // Kick wakes the actor if it sleeps while waiters watch every CS it

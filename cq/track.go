@@ -1,0 +1,149 @@
+package cq
+
+import (
+	"context"
+	"time"
+)
+
+// Track hands a submitted CS to the actor. It waits while MaxOutstanding
+// submissions are queued, until ctx ends; should s's deadline pass
+// meanwhile, it polls the CS once and retires it there if it ended, else
+// runs s.OnTimeout and goes on waiting. After Close it returns ErrClosed
+// and the caller still owns s (and must end it).
+//
+// Nobody can watch or kick a submission tracked so (it has no Ticket), so
+// Track wakes the actor should it sleep while waiters watch every other
+// CS (see Ticket.Watch).
+func (a *DeviceActor) Track(ctx context.Context, s Submission) error {
+	_, err := a.TrackTicket(ctx, s)
+	if err == nil {
+		a.Kick()
+	}
+	return err
+}
+
+// TrackTicket is Track returning the submission's Ticket, which a waiter
+// may Poll to retire the CS itself.
+func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, error) {
+	t, err := a.track(ctx, s)
+	if err == nil {
+		a.horizon.pass(t)
+	}
+	return t, err
+}
+
+func (a *DeviceActor) track(ctx context.Context, s Submission) (*Ticket, error) {
+	t := &Ticket{Submission: s, a: a}
+	var expiry *time.Timer // the deadline while t waits for room
+	defer func() {
+		if expiry != nil {
+			expiry.Stop()
+		}
+	}()
+	for {
+		queued, err := a.enqueue(ctx, t, &expiry)
+		if err != nil {
+			return nil, err
+		}
+		if queued {
+			return t, nil
+		}
+		// Its deadline passed while it waited for room.
+		retired, err := a.expireQueued(t)
+		if err != nil {
+			return nil, err
+		}
+		if retired {
+			return t, nil
+		}
+	}
+}
+
+// enqueue hands t to the actor, waiting for room until ctx ends, Close
+// begins or t's deadline passes (false): *expiry is the timer of that
+// wait, made at the first.
+func (a *DeviceActor) enqueue(ctx context.Context, t *Ticket, expiry **time.Timer) (bool, error) {
+	// The read lock makes Track and the actor's exit mutually exclusive:
+	// a submission is either refused or seen by the actor's final drain.
+	a.exitMu.RLock()
+	defer a.exitMu.RUnlock()
+	if a.exited || a.refused {
+		return false, ErrClosed
+	}
+	select {
+	case <-a.stop:
+		return false, ErrClosed
+	default:
+	}
+	// Read before the send: the actor writes it once it has t.
+	deadline := t.Deadline
+	a.outstanding.Add(1)
+	select {
+	case a.in <- t:
+	default:
+		// Full: the actor may be asleep while waiters watch (see
+		// Ticket.Watch), the submissions piling up; it takes them now.
+		a.Kick()
+		var due <-chan time.Time
+		if !deadline.IsZero() {
+			if *expiry == nil {
+				*expiry = time.NewTimer(time.Until(deadline))
+			} else {
+				(*expiry).Reset(time.Until(deadline))
+			}
+			due = (*expiry).C
+		}
+		select {
+		case a.in <- t:
+		case <-a.stop:
+			a.outstanding.Add(-1)
+			return false, ErrClosed
+		case <-ctx.Done():
+			a.outstanding.Add(-1)
+			return false, ctx.Err()
+		case <-due:
+			a.outstanding.Add(-1)
+			return false, nil
+		}
+	}
+	if !deadline.IsZero() {
+		a.Kick() // its deadline is the actor's to watch, also while it sleeps
+	}
+	return true, nil
+}
+
+// expireQueued does for t, whose deadline passed while its Track waited
+// for room, what the actor does for a tracked CS past its deadline, on
+// the Track's goroutine (nobody else has t yet): it polls the CS once and
+// retires t if it ended (true), else runs its OnTimeout, takes the next
+// deadline, and reports the miss to OnDeadline. ErrClosed once Close
+// made the actor refuse submissions (the caller still owns t's CS).
+func (a *DeviceActor) expireQueued(t *Ticket) (bool, error) {
+	a.exitMu.RLock()
+	if a.exited || a.refused {
+		a.exitMu.RUnlock()
+		return false, ErrClosed
+	}
+	// The actor's exit waits for the callbacks run here, as for Poll's.
+	a.callbacks.Add(1)
+	a.exitMu.RUnlock()
+	defer a.callbacks.Done()
+	now := time.Now()
+	done, err := a.w.WaitCS(t.Seq, 0)
+	a.polls.Add(1)
+	if done {
+		t.state.Store(ticketRetired)
+		a.retired.Add(1)
+		a.safeCall(func() { t.OnDone(err) })
+		return true, nil
+	}
+	next := time.Time{}
+	if t.OnTimeout != nil {
+		a.safeCall(func() { next = t.OnTimeout(now) })
+	}
+	t.Deadline = next
+	if a.cfg.OnDeadline != nil {
+		a.safeCall(a.cfg.OnDeadline)
+	}
+	return false, nil
+}
