@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,8 +212,9 @@ func (t *Ticket) Poll() bool {
 // DeviceActor is the one goroutine that reaps a device's command
 // submissions. While work is in flight it polls WAIT_CS (timeout 0) over the
 // outstanding sequence numbers in bounded sweeps, spins for a short window
-// after progress, then blocks in a short WAIT_CS on the oldest (or, when
-// waiters watch every CS it tracks, sleeps: see Ticket.Watch); when
+// after progress, then blocks in a short WAIT_CS on the oldest (made on a
+// goroutine of its own, the actor keeping the others' deadlines meanwhile;
+// or, when waiters watch every CS it tracks, sleeps: see Ticket.Watch); when
 // nothing is outstanding it keeps polling its submission channel for the
 // rest of the spin window (a submission then needs no wake-up), then
 // sleeps on it with a periodic safety-net timeout. The spin is bounded:
@@ -424,6 +426,97 @@ func (a *DeviceActor) run() {
 		}
 	}
 
+	// expire times out the submissions past their deadline at now,
+	// polling each once more first; true when one retired (or a waiter
+	// retired it).
+	expire := func(now time.Time) (progressed bool) {
+		missed := false
+		for i, t := range pending {
+			if t == nil || t.Deadline.IsZero() || !now.After(t.Deadline) {
+				continue
+			}
+			// Held (busy), it is not retired by a waiter while its
+			// OnTimeout runs.
+			if !claim(i) {
+				progressed = progressed || pending[i] == nil
+				continue // a waiter holds it: next pass
+			}
+			done, err := a.w.WaitCS(t.Seq, 0)
+			a.polls.Add(1)
+			if done {
+				retire(i, err)
+				progressed = true
+				continue
+			}
+			missed = true
+			next := time.Time{}
+			if t.OnTimeout != nil {
+				a.safeCall(func() { next = t.OnTimeout(now) })
+			}
+			t.Deadline = next
+			t.state.Store(ticketIdle)
+		}
+		compact()
+		if missed && a.cfg.OnDeadline != nil {
+			a.safeCall(a.cfg.OnDeadline)
+		}
+		return progressed
+	}
+	// block polls pending[i] (claimed) with timeout, a blocking WAIT_CS,
+	// on a goroutine of its own, while the actor keeps the deadlines of
+	// the others, also of those tracked meanwhile (their Track kicks it):
+	// else a deadline would be kept a whole BlockTimeout late. It returns
+	// once the WAIT_CS has: true when the CS ended (it is retired).
+	type waitResult struct {
+		done bool
+		err  error
+	}
+	waited := make(chan waitResult, 1)
+	block := func(i int, timeout time.Duration) bool {
+		bt := pending[i]
+		go func() {
+			done, err := a.w.WaitCS(bt.Seq, timeout)
+			waited <- waitResult{done, err}
+		}()
+		for {
+			// The earliest deadline of the others: bt's bounds timeout.
+			d := time.Hour
+			for _, t := range pending {
+				if t != bt && !t.Deadline.IsZero() {
+					d = min(d, t.Deadline.Sub(time.Now()))
+				}
+			}
+			// One a waiter holds when it is due is looked at again
+			// shortly after.
+			idle.Reset(max(d, 50*time.Microsecond))
+			select {
+			case r := <-waited:
+				i = slices.Index(pending, bt) // busy: nobody dropped it
+				if r.done {
+					retire(i, r.err)
+					compact()
+					return true
+				}
+				bt.state.Store(ticketIdle)
+				return false
+			case <-a.kick:
+				// Take the submissions tracked meanwhile, and their
+				// deadlines.
+			take:
+				for len(pending) < a.cfg.MaxOutstanding {
+					select {
+					case s := <-a.in:
+						pending = append(pending, s)
+					default:
+						break take
+					}
+				}
+			case <-idle.C:
+			}
+			expire(time.Now())
+		}
+	}
+
 	for {
 		// Take new submissions without blocking.
 	drain:
@@ -502,35 +595,8 @@ func (a *DeviceActor) run() {
 		// Deadlines: a CS past its deadline is polled once more before its
 		// operations are timed out.
 		now := time.Now()
-		missed := false
-		for i, t := range pending {
-			if t.Deadline.IsZero() || !now.After(t.Deadline) {
-				continue
-			}
-			// Held (busy), it is not retired by a waiter while its
-			// OnTimeout runs.
-			if !claim(i) {
-				progressed = progressed || pending[i] == nil
-				continue // a waiter holds it: next pass
-			}
-			done, err := a.w.WaitCS(t.Seq, 0)
-			a.polls.Add(1)
-			if done {
-				retire(i, err)
-				progressed = true
-				continue
-			}
-			missed = true
-			next := time.Time{}
-			if t.OnTimeout != nil {
-				a.safeCall(func() { next = t.OnTimeout(now) })
-			}
-			t.Deadline = next
-			t.state.Store(ticketIdle)
-		}
-		compact()
-		if missed && a.cfg.OnDeadline != nil {
-			a.safeCall(a.cfg.OnDeadline)
+		if expire(now) {
+			progressed = true
 		}
 
 		if stopping() && now.After(stopAt) {
@@ -603,8 +669,7 @@ func (a *DeviceActor) run() {
 			timeout = max(min(timeout, stopAt.Sub(now)), 0)
 		}
 		a.blocks.Add(1)
-		if poll(oldest, timeout) {
-			compact()
+		if block(oldest, timeout) {
 			lastProgress = time.Now()
 		}
 	}
