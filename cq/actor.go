@@ -47,7 +47,7 @@ type Submission struct {
 
 // ActorConfig tunes a DeviceActor.
 type ActorConfig struct {
-	MaxOutstanding int           // tracked submissions before Track waits (default 256, at most MaxDepth)
+	MaxOutstanding int           // Track waits while twice as many submissions are tracked (default 256, at most MaxDepth)
 	MaxPoll        int           // WAIT_CS polls per sweep (default 16)
 	Spin           time.Duration // spin-polling window after the last progress (default 50us)
 	BlockTimeout   time.Duration // blocking WAIT_CS on the oldest CS when spinning ends, and the longest sleep while waiters watch every CS (default 1ms)
@@ -204,7 +204,7 @@ func (t *Ticket) Poll() bool {
 	// Outstanding for its next submission at once.
 	a.waiterRetired.Add(1)
 	a.retired.Add(1)
-	a.outstanding.Add(-1)
+	a.release()
 	a.safeCall(func() { t.OnDone(err) })
 	return true
 }
@@ -227,6 +227,7 @@ type DeviceActor struct {
 	log  zerolog.Logger
 
 	in      chan *Ticket
+	slots   chan struct{} // a token per submission tracked (outstanding): Track waits for room here
 	kick    chan struct{} // Kick's token (one: a Kick never blocks)
 	exitMu  sync.RWMutex
 	exited  bool
@@ -263,6 +264,7 @@ func NewDeviceActor(name string, w CSWaiter, cfg ActorConfig) *DeviceActor {
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "cq").Str("source", name).Logger(),
 		in:      make(chan *Ticket, cfg.MaxOutstanding),
+		slots:   make(chan struct{}, 2*cfg.MaxOutstanding),
 		kick:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -281,6 +283,13 @@ func (a *DeviceActor) Kick() {
 		a.kicks.Add(1)
 	default:
 	}
+}
+
+// release counts a submission out (it retired, or its Track failed),
+// making room for another.
+func (a *DeviceActor) release() {
+	a.outstanding.Add(-1)
+	<-a.slots
 }
 
 // Outstanding is the number of submissions not yet retired. A
@@ -369,7 +378,7 @@ func (a *DeviceActor) run() {
 		t.state.Store(ticketRetired)
 		a.horizon.drop(t)
 		a.retired.Add(1) // before OnDone, as in Ticket.Poll
-		a.outstanding.Add(-1)
+		a.release()
 		a.safeCall(func() { t.OnDone(err) })
 	}
 	// claim takes pending[i] for a WAIT_CS; false if a waiter holds it
@@ -503,7 +512,7 @@ func (a *DeviceActor) run() {
 				// Take the submissions tracked meanwhile, and their
 				// deadlines.
 			take:
-				for len(pending) < a.cfg.MaxOutstanding {
+				for range cap(a.in) {
 					select {
 					case s := <-a.in:
 						pending = append(pending, s)
@@ -518,9 +527,10 @@ func (a *DeviceActor) run() {
 	}
 
 	for {
-		// Take new submissions without blocking.
+		// Take new submissions without blocking: all of them, so that
+		// their deadlines are kept (Track's room is slots).
 	drain:
-		for len(pending) < a.cfg.MaxOutstanding {
+		for range cap(a.in) {
 			select {
 			case s := <-a.in:
 				pending = append(pending, s)
@@ -617,16 +627,6 @@ func (a *DeviceActor) run() {
 			continue
 		}
 		oldest := firstUnwatched(pending)
-		if oldest < 0 && len(pending) >= a.cfg.MaxOutstanding && len(a.in) > 0 {
-			// Submissions wait for room, which only a waiter's
-			// retirement makes, and a waiter that retires its CS wakes
-			// nobody (a kick per retirement would wake the actor for
-			// every copy): look again rather than sleep. The watchers
-			// spin for a bounded window; unwatched, a CS is the actor's
-			// to block on (below).
-			runtime.Gosched()
-			continue
-		}
 		if oldest < 0 {
 			// Waiters poll every CS tracked and retire them: sleep until
 			// kicked (see Ticket.Watch), for no longer than a blocking
@@ -745,7 +745,7 @@ func (a *DeviceActor) exit() {
 			}
 			a.horizon.drop(s)
 			a.retired.Add(1) // before OnDone, as in Ticket.Poll
-			a.outstanding.Add(-1)
+			a.release()
 			a.safeCall(func() { s.OnDone(ErrClosed) })
 		default:
 			a.horizon.clear()

@@ -34,8 +34,8 @@ func TestQueuedTrackMeetsDeadline(t *testing.T) {
 			defer a.Close(0)
 			defer w.finish(1, nil) // before Close
 			defer w.finish(2, nil)
-			// CSs 1 and 2 fill the actor (one tracked, one in its
-			// channel) and never end until the test's end.
+			// CSs 1 and 2 fill the actor (twice MaxOutstanding) and
+			// never end until the test's end.
 			for seq := uint64(1); seq <= 2; seq++ {
 				require.NoError(t, a.Track(context.Background(), Submission{Seq: seq, OnDone: func(error) {}}))
 			}
@@ -84,4 +84,26 @@ func TestQueuedTrackMeetsDeadline(t *testing.T) {
 			require.NoError(t, <-done)
 		})
 	}
+}
+
+// TestBufferedTicketMeetsDeadline: a submission whose Track returned at
+// once, but which sits behind MaxOutstanding tracked ones (in the actor's
+// channel), times out at its deadline. The actor used to take it only
+// when one of those retired, so its deadline passed unseen.
+func TestBufferedTicketMeetsDeadline(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{MaxOutstanding: 1})
+	defer a.Close(0)
+	defer w.finish(1, nil) // before Close
+	require.NoError(t, a.Track(context.Background(), Submission{Seq: 1, OnDone: func(error) {}}))
+	timedOut, done := make(chan struct{}), make(chan error, 1)
+	require.NoError(t, a.Track(context.Background(), Submission{
+		Seq: 2, Deadline: time.Now().Add(5 * time.Millisecond),
+		OnTimeout: func(time.Time) time.Time { close(timedOut); return time.Time{} },
+		OnDone:    func(err error) { done <- err },
+	}))
+	recvWithin(t, timedOut, "timed out at its deadline behind MaxOutstanding submissions")
+	w.finish(2, nil)
+	w.finish(1, nil)
+	require.NoError(t, <-done)
 }

@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// Track hands a submitted CS to the actor. It waits while MaxOutstanding
-// submissions are queued, until ctx ends; should s's deadline pass
-// meanwhile, it polls the CS once and retires it there if it ended, else
-// runs s.OnTimeout and goes on waiting. After Close it returns ErrClosed
-// and the caller still owns s (and must end it).
+// Track hands a submitted CS to the actor. It waits while twice
+// MaxOutstanding submissions are tracked, until ctx ends; should s's
+// deadline pass meanwhile, it polls the CS once and retires it there if
+// it ended, else runs s.OnTimeout and goes on waiting. After Close it
+// returns ErrClosed and the caller still owns s (and must end it).
 //
 // Nobody can watch or kick a submission tracked so (it has no Ticket), so
 // Track wakes the actor should it sleep while waiters watch every other
@@ -77,12 +77,12 @@ func (a *DeviceActor) enqueue(ctx context.Context, t *Ticket, expiry **time.Time
 	}
 	// Read before the send: the actor writes it once it has t.
 	deadline := t.Deadline
-	a.outstanding.Add(1)
 	select {
-	case a.in <- t:
+	case a.slots <- struct{}{}:
 	default:
-		// Full: the actor may be asleep while waiters watch (see
-		// Ticket.Watch), the submissions piling up; it takes them now.
+		// No room: the actor may be asleep while waiters watch (see
+		// Ticket.Watch), the submissions piling up; it retires the
+		// ones that ended now.
 		a.Kick()
 		var due <-chan time.Time
 		if !deadline.IsZero() {
@@ -94,16 +94,30 @@ func (a *DeviceActor) enqueue(ctx context.Context, t *Ticket, expiry **time.Time
 			due = (*expiry).C
 		}
 		select {
-		case a.in <- t:
+		case a.slots <- struct{}{}:
 		case <-a.stop:
-			a.outstanding.Add(-1)
 			return false, ErrClosed
 		case <-ctx.Done():
-			a.outstanding.Add(-1)
 			return false, ctx.Err()
 		case <-due:
-			a.outstanding.Add(-1)
 			return false, nil
+		}
+	}
+	a.outstanding.Add(1)
+	select {
+	case a.in <- t:
+	default:
+		// The actor takes every submission handed to it, but may be
+		// busy (in a callback) or asleep while waiters watch: wake it.
+		a.Kick()
+		select {
+		case a.in <- t:
+		case <-a.stop:
+			a.release()
+			return false, ErrClosed
+		case <-ctx.Done():
+			a.release()
+			return false, ctx.Err()
 		}
 	}
 	if !deadline.IsZero() {
