@@ -2,6 +2,7 @@ package dma
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -105,6 +106,10 @@ func (d *Device) AllocDevice(size uint64) (*DeviceMem, error) {
 			return nil, newErr(op, ErrNoMemory, "size too large", nil)
 		}
 		h, err := hlsys.MemAlloc(d.b, n, 0, 0)
+		if errors.Is(err, unix.ENOMEM) && d.releaseEmptySlabs(op) {
+			// An empty slab kept after a refused UNMAP held the page.
+			h, err = hlsys.MemAlloc(d.b, n, 0, 0)
+		}
 		if err != nil {
 			return nil, d.ioErr(op, "", err)
 		}

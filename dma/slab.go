@@ -83,13 +83,7 @@ func (d *Device) carve(op string, n uint64) (*slab, uint64, error) {
 	// No room: an empty slab here has its ranges held by buffers that
 	// were exported. Its UNMAP, which the driver refused while an importer
 	// held a DMA-BUF, is tried again before the device gives another page.
-	for _, s := range slices.Clone(sl.list) {
-		if s.live == 0 {
-			if err := d.releaseSlabLocked(op, s); err != nil {
-				d.log.Debug().Err(err).Msg("slab kept")
-			}
-		}
-	}
+	d.releaseEmptySlabsLocked(op)
 	h, err := hlsys.MemAlloc(d.b, d.allocPage, 0, 0)
 	if err != nil {
 		return nil, 0, d.ioErr(op, "", err)
@@ -134,6 +128,30 @@ func (d *Device) uncarve(op string, s *slab, va, n uint64, retire bool) error {
 		return nil
 	}
 	return d.releaseSlabLocked(op, s)
+}
+
+// releaseEmptySlabs releases the slabs nothing is carved from (kept after
+// a refused UNMAP) and reports whether one was: an ALLOC of whole pages
+// that found no room tries again (their page may be the one it needs).
+func (d *Device) releaseEmptySlabs(op string) bool {
+	d.slabs.mu.Lock()
+	defer d.slabs.mu.Unlock()
+	return d.releaseEmptySlabsLocked(op)
+}
+
+// releaseEmptySlabsLocked is releaseEmptySlabs with d.slabs.mu held.
+func (d *Device) releaseEmptySlabsLocked(op string) bool {
+	released := false
+	for _, s := range slices.Clone(d.slabs.list) {
+		if s.live == 0 {
+			if err := d.releaseSlabLocked(op, s); err != nil {
+				d.log.Debug().Err(err).Msg("slab kept")
+			} else {
+				released = true
+			}
+		}
+	}
+	return released
 }
 
 // releaseSlabLocked unmaps and frees an empty slab (sl.mu held). When the
