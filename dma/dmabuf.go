@@ -144,7 +144,6 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 		return nil, d.freedErr(op)
 	}
 	m.exports++ // blocks Free while the export is being made
-	m.exported = true
 	d.mu.Unlock()
 
 	var f *fd.FD
@@ -166,6 +165,12 @@ func (d *Device) ExportDMABuf(m *DeviceMem, offset, size uint64) (*DMABuf, error
 		d.mu.Unlock()
 		return nil, d.ioErr(op, "", err)
 	}
+	d.mu.Lock()
+	// Only a DMA-BUF that was made can reach the range (a refused export
+	// made none): set before the export's count can drop, so before
+	// any Free.
+	m.exported = true
+	d.mu.Unlock()
 	if pl.memOff != offset {
 		d.log.Debug().Uint64("offset", offset).Uint64("size", size).Uint64("export_start", pl.memOff).
 			Uint64("export_size", pl.size).Msg("DMA-BUF exported from an earlier start; the offset is carried")

@@ -29,3 +29,26 @@ func TestSlabKeptGivesWayToWholePage(t *testing.T) {
 	require.Zero(t, d.SlabCount())
 	require.NoError(t, big.Free())
 }
+
+// TestSlabFailedExportRangeReused: an export the driver refused (here
+// EBUSY, the device not operational) gave no importer the buffer's
+// pages, so the buffer's range is reused once it is freed, as that of a
+// buffer never exported. It stayed out of use until its slab went, as if
+// an importer might hold it.
+func TestSlabFailedExportRangeReused(t *testing.T) {
+	d, sim := openSlabSim(t, hlsim.Config{DRAMSize: 64 << 20})
+	keep, err := d.AllocDevice(4096) // keeps the slab
+	require.NoError(t, err)
+	m, err := d.AllocDevice(4096)
+	require.NoError(t, err)
+	sim.ForceStatus(hlsys.DeviceStatusNeedsReset)
+	_, err = d.ExportDMABuf(m, 0, 4096)
+	sim.ForceStatus(hlsys.DeviceStatusOperational)
+	require.Error(t, err, "the driver refused the export")
+	require.NoError(t, m.Free())
+	again, err := d.AllocDevice(4096)
+	require.NoError(t, err)
+	require.Equal(t, m.Addr(), again.Addr(), "no DMA-BUF of the range was made: it is reused")
+	require.NoError(t, again.Free())
+	require.NoError(t, keep.Free())
+}
