@@ -38,6 +38,9 @@ type slab struct {
 	handle, va, size uint64
 	free             *rangeAlloc // free ranges of [va, va+size)
 	live             int         // buffers carved and not yet freed
+	// unmapped: its UNMAP was done and its FREE refused; nothing is
+	// carved from it, and a later release retries the FREE alone.
+	unmapped bool
 }
 
 // slabs is a Device's set of slabs.
@@ -75,6 +78,9 @@ func (d *Device) carve(op string, n uint64) (*slab, uint64, error) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	for _, s := range sl.list {
+		if s.unmapped {
+			continue
+		}
 		if va, ok := s.free.alloc(n); ok {
 			s.live++
 			return s, va, nil
@@ -155,17 +161,23 @@ func (d *Device) releaseEmptySlabsLocked(op string) bool {
 }
 
 // releaseSlabLocked unmaps and frees an empty slab (sl.mu held). When the
-// driver refuses (an importer still holds a DMA-BUF of it: X12 in hlsim's
-// RULES; or the device is not operational) the slab stays, its free ranges
-// still usable, for a later release or Close to retry.
+// driver refuses the UNMAP (an importer still holds a DMA-BUF of it: X12
+// in hlsim's RULES; or the device is not operational) the slab stays, its
+// free ranges still usable, for a later release or Close to retry; when it
+// refuses the FREE that follows, the slab stays too, unmapped.
 func (d *Device) releaseSlabLocked(op string, s *slab) error {
-	if err := hlsys.MemUnmap(d.b, s.va); err != nil {
-		return d.ioErr(fmt.Sprintf("%s: unmap its slab %#x", op, s.va), "", err)
+	if !s.unmapped {
+		if err := hlsys.MemUnmap(d.b, s.va); err != nil {
+			return d.ioErr(fmt.Sprintf("%s: unmap its slab %#x", op, s.va), "", err)
+		}
+		s.unmapped = true
 	}
-	d.slabs.list = slices.DeleteFunc(d.slabs.list, func(x *slab) bool { return x == s })
 	if err := hlsys.MemFree(d.b, s.handle); err != nil {
+		// Kept (unmapped) for a later release to retry the FREE: the
+		// driver holds the page until then.
 		return d.ioErr(fmt.Sprintf("%s: free its slab %#x", op, s.va), "", err)
 	}
+	d.slabs.list = slices.DeleteFunc(d.slabs.list, func(x *slab) bool { return x == s })
 	return nil
 }
 

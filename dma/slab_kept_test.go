@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/dma/hlsim"
 	"github.com/gxfer/gxfer/internal/hlsys"
@@ -51,4 +52,43 @@ func TestSlabFailedExportRangeReused(t *testing.T) {
 	require.Equal(t, m.Addr(), again.Addr(), "no DMA-BUF of the range was made: it is reused")
 	require.NoError(t, again.Free())
 	require.NoError(t, keep.Free())
+}
+
+// TestSlabFreeRefusedAfterUnmap: the driver unmapped a slab left empty
+// but refused its FREE (EBUSY: the device stopped being operational
+// between the two ioctls, hl_mem_ioctl). The slab was forgotten, its page
+// allocated in the driver until the context closed; it is now kept,
+// nothing carved from it again, and its FREE alone retried (here by the
+// next carve, which finds no slab with room), its UNMAP never repeated.
+func TestSlabFreeRefusedAfterUnmap(t *testing.T) {
+	d, f := openFake(t, ModelGaudi2, hlsys.Accel, "6.8")
+	m, err := d.AllocDevice(4096)
+	require.NoError(t, err)
+	h, va := m.Handle(), m.Addr()
+	f.memErr = func(a *hlsys.MemArgs) error {
+		if a.Op == hlsys.MemOpFree {
+			return unix.EBUSY
+		}
+		return nil
+	}
+	require.NoError(t, m.Free(), "the buffer is freed whatever its slab's release gives")
+	f.memErr = nil
+	require.Equal(t, 1, d.SlabCount(), "the slab whose FREE was refused is kept")
+
+	m2, err := d.AllocDevice(4096)
+	require.NoError(t, err)
+	require.NotEqual(t, h, m2.Handle(), "nothing is carved from an unmapped slab")
+	require.NoError(t, d.Close())
+	var frees, unmaps int
+	for _, a := range f.memOps() {
+		switch {
+		case a.Op == hlsys.MemOpFree && a.U[0] == h:
+			frees++
+		case a.Op == hlsys.MemOpUnmap && a.U[0] == va:
+			unmaps++
+		}
+	}
+	require.Equal(t, 2, frees, "the refused FREE is retried")
+	require.Equal(t, 1, unmaps, "the slab is unmapped once")
+	require.Zero(t, d.SlabCount())
 }
