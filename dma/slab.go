@@ -52,8 +52,10 @@ type slabs struct {
 // subAllocates reports whether an allocation of size bytes is carved from
 // a slab.
 func (d *Device) subAllocates(size uint64) bool {
+	// A page that is not a host-page multiple (no driver reports one)
+	// would not hold a host-page-rounded size just below it.
 	return d.model.hasDeviceMMU() && d.ExportOffsetHonored() &&
-		d.allocPage > d.hostPage && size < d.allocPage
+		d.allocPage > d.hostPage && d.allocPage%d.hostPage == 0 && size < d.allocPage
 }
 
 // allocFromSlab carves m (size already set) from a slab. Called inside
@@ -103,7 +105,7 @@ func (d *Device) carve(op string, n uint64) (*slab, uint64, error) {
 	}
 	s := &slab{handle: h, va: va, size: d.allocPage, free: newRangeAlloc(va, d.allocPage, d.hostPage)}
 	sl.list = append(sl.list, s)
-	addr, _ := s.free.alloc(n) // n < allocPage, both host-page multiples
+	addr, _ := s.free.alloc(n) // n <= allocPage, both host-page multiples (subAllocates)
 	s.live++
 	d.log.Debug().Uint64("va", va).Uint64("size", d.allocPage).Int("slabs", len(sl.list)).Msg("device memory slab allocated")
 	return s, addr, nil
