@@ -122,7 +122,12 @@ func (l *Listener[P]) loop() {
 			defer l.endHandshake(p)
 			ep, peer, hello, err := l.serve(p, t, cred, raddr)
 			if err != nil {
-				l.logs.warn().Err(err).Msg("handshake failed")
+				// One that Close ended (its ctx canceled) is no peer's
+				// failure: not logged. (wire.Conn reports a read ended by
+				// the cancel of a ctx with a deadline as DeadlineExceeded.)
+				if l.ctx.Err() == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+					l.logs.warn().Err(err).Msg("handshake failed")
+				}
 				return
 			}
 			if hello.Caps&wire.CapLane != 0 {

@@ -139,3 +139,30 @@ func TestLogThrottle(t *testing.T) {
 	}
 	require.NotEmpty(t, nth["throttle"])
 }
+
+// TestHandshakesEndedByCloseNotLogged: the handshakes in progress when
+// the listener closes end without a "handshake failed" line: Close ended
+// them, no peer misbehaved. Before, each was logged at Warn, noise in
+// every shutdown's log.
+func TestHandshakesEndedByCloseNotLogged(t *testing.T) {
+	const silent = 4 // connections that never say Hello
+	var buf lockedBuffer
+	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
+	ls.local.Logger = zerolog.New(&buf)
+	l, err := Listen(ListenConfig[*peer]{Local: ls.local, Network: "tcp", Addr: "127.0.0.1:0", MaxPeers: 8, Connect: ls.connect,
+		HandshakeTimeout: time.Minute}) // a hang guard only: Close ends the handshakes
+	require.NoError(t, err)
+	defer func() { _ = l.Close() }()
+	for range silent {
+		c, err := net.Dial("tcp", l.Addr())
+		require.NoError(t, err)
+		defer c.Close()
+	}
+	// A Dial after them is served once the listener has taken them all
+	// (it accepts in order): their handshakes are in progress.
+	_, err = ds.dial(l, "tcp", 0, false)
+	require.NoError(t, err)
+	require.NoError(t, l.Close()) // every handshake has ended (and been logged, if at all)
+	logged, _ := count(buf.lines(t), "handshake failed", "")
+	require.Zero(t, logged, "handshakes ended by Close logged as failed")
+}
