@@ -225,8 +225,9 @@ func (c Config) withDefaults() Config {
 // maxEmulatedCount bounds Config.EmulatedCount (see validate).
 const maxEmulatedCount = 256
 
-// maxTCPLanes bounds Config.TCPLanes (see validate).
-const maxTCPLanes = 64
+// maxTCPLanes bounds Config.TCPLanes (see validate): a listener spares
+// no more lanes of a busy endpoint than this allows.
+const maxTCPLanes = handshake.MaxLanes
 
 // validate refuses the values of c (defaults applied) that New cannot
 // honour: each bound is documented on its field, with why no larger
@@ -258,8 +259,9 @@ func (c Config) validate() error {
 		inRange("CBSize", c.CBSize, 1, dma.MaxCBSize),
 		// Every lane is a connection the peer's listener admits as one
 		// of its MaxPeers (default 1024) and never evicts while its
-		// endpoint lives: 1<<20 lanes had one Dial fill a listener and
-		// push its other peers out. Nor do more lanes than cores copy
+		// endpoint lives (handshake.MaxLanes-1 per endpoint at most):
+		// 1<<20 lanes had one Dial fill a listener and push its other
+		// peers out. Nor do more lanes than cores copy
 		// any faster (each lane's reader and writer copy on a core).
 		inRange("TCPLanes", c.TCPLanes, 1, maxTCPLanes),
 		// A listener holds no more handshakes in progress than this,

@@ -34,7 +34,10 @@ const (
 	IPCMaxFrame = 192 << 10
 	// MaxPending bounds the handshakes in progress per listener (beyond,
 	// one is evicted: see Listener.startHandshake).
-	MaxPending    = 64
+	MaxPending = 64
+	// MaxLanes bounds the connections of one TCP endpoint (the engine's
+	// Config.TCPLanes): its own and MaxLanes-1 lanes (wire.CapLane).
+	MaxLanes      = 64
 	dialTimeout   = 5 * time.Second // a Dial's handshake
 	listenTimeout = 2 * time.Second // a connection's handshake at the listener
 	sendTimeout   = 5 * time.Second

@@ -292,9 +292,11 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 // not evicted while an endpoint of its engine is admitted: it is an extra
 // connection of an endpoint whose requests may all go over its other
 // connections (small transfers do), so that it looks idle while its
-// endpoint is busy, and its failure fails that endpoint at the dialer. A
-// lane with no such endpoint here (its endpoint gone, or a peer merely
-// claiming CapLane) is evicted like any other peer.
+// endpoint is busy, and its failure fails that endpoint at the dialer.
+// An endpoint has MaxLanes-1 lanes at most: of an engine's lanes, the
+// oldest MaxLanes-1 per endpoint of that engine here are spared. A lane
+// beyond, or with no such endpoint here (its endpoint gone, or a peer
+// merely claiming CapLane), is evicted like any other peer.
 type admitted struct {
 	peer    Peer
 	engine  wire.EngineID // the peer's (Hello.EngineID)
@@ -410,7 +412,7 @@ func (l *Listener[P]) dropPendingLocked(p *pending) {
 // admit takes p out of the pending handshakes (it can no longer be
 // evicted as one) and makes room for one more peer: at MaxPeers
 // endpoints, the oldest that never made a request is closed (never a
-// lane of an admitted endpoint: see admitted); if every peer is busy, p
+// lane of an admitted endpoint within MaxLanes: see admitted); if every peer is busy, p
 // is refused with gxerr.TooManyPeers.
 func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	l.mu.Lock()
@@ -434,19 +436,25 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 		// oldest of the source holding the most peers (p's counted), so
 		// that a source opening endpoints in a loop closes its own, not
 		// other sources' idle ones. Lanes of an admitted endpoint are
-		// spared (see admitted).
-		endpoints := make(map[wire.EngineID]struct{}, len(l.peers))
+		// spared, the oldest MaxLanes-1 per endpoint of their engine
+		// (see admitted).
+		endpoints := make(map[wire.EngineID]int, len(l.peers))
 		sources := map[string]int{p.source: 1}
 		for _, a := range l.peers {
 			if !a.lane {
-				endpoints[a.engine] = struct{}{}
+				endpoints[a.engine]++
 			}
 			sources[a.source]++
 		}
-		spared := func(a *admitted) bool {
-			_, ok := endpoints[a.engine]
-			return a.lane && ok
+		lanes := make(map[wire.EngineID]int, len(endpoints))
+		spare := make(map[*admitted]bool)
+		for _, a := range l.peers {
+			if a.lane && lanes[a.engine] < endpoints[a.engine]*(MaxLanes-1) {
+				lanes[a.engine]++
+				spare[a] = true
+			}
 		}
+		spared := func(a *admitted) bool { return spare[a] }
 		pickBy := func(candidate func(a *admitted) bool) int {
 			pick := -1
 			for i, a := range l.peers {
