@@ -147,6 +147,17 @@ type Config struct {
 	// one, the new peer is refused and its Dial fails with
 	// ErrTooManyPeers.
 	MaxPeers int
+	// MaxPeersPerSource bounds the endpoints each Listener serves from
+	// one source (see MaxPendingPerSource), each of their TCP lanes
+	// counted: at the bound, the source's new peer closes its own oldest
+	// idle endpoint, or is refused (ErrTooManyPeers) if all of them made
+	// a request, so that no host can take every slot while other hosts
+	// still get in. Default MaxPeers/4 but at least 64 (a host's worker
+	// processes each dial: 8 of them with 4 connections each, say, or
+	// one endpoint of the most TCPLanes), at most MaxPeers (New refuses
+	// more with ErrInvalid). Hosts behind one NAT address are one
+	// source: raise it for them.
+	MaxPeersPerSource int
 	// MaxPendingPerSource bounds the handshakes in progress at each
 	// Listener from one source: a TCP peer's IP address (an IPv6 one's
 	// /64), a unix peer's pid. A listener holds 64 handshakes in progress
@@ -216,6 +227,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxPendingPerSource <= 0 {
 		c.MaxPendingPerSource = handshake.DefaultMaxPendingPerSource
 	}
+	if c.MaxPeersPerSource <= 0 {
+		c.MaxPeersPerSource = handshake.DefaultMaxPeersPerSource(c.MaxPeers)
+	}
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = 2 * time.Second
 	}
@@ -267,6 +281,9 @@ func (c Config) validate() error {
 		// A listener holds no more handshakes in progress than this,
 		// from all sources together.
 		inRange("MaxPendingPerSource", c.MaxPendingPerSource, 1, handshake.MaxPending),
+		// A listener serves no more endpoints than this, from all
+		// sources together.
+		inRange("MaxPeersPerSource", c.MaxPeersPerSource, 1, c.MaxPeers),
 		// Verbs carries both in uint8 fields (port_num, sgid_index): no
 		// port outside [1, 255] exists (0 picks one), and a GIDIndex
 		// above 255 was truncated (rdma.QP: uint8(GIDIndex)), so the

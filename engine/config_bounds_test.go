@@ -49,6 +49,8 @@ func TestConfigBounds(t *testing.T) {
 		{"CBSize above Gaudi3's", emulated(Config{CBSize: dma.MaxCBSize, Emulator: EmulatorConfig{Model: "gaudi3"}}), "Config.CBSize", strconv.Itoa(dma.MaxCBSize), int64(gaudi3MaxCB)},
 		{"TCPLanes 1<<20", Config{Devices: DevicesNone, TCPLanes: 1 << 20}, "Config.TCPLanes", "1048576", maxTCPLanes},
 		{"TCPLanes over by one", Config{Devices: DevicesNone, TCPLanes: maxTCPLanes + 1}, "Config.TCPLanes", strconv.Itoa(maxTCPLanes + 1), maxTCPLanes},
+		{"MaxPeersPerSource over MaxPeers", Config{Devices: DevicesNone, MaxPeers: 100, MaxPeersPerSource: 101}, "Config.MaxPeersPerSource", "101", 100},
+		{"MaxPeersPerSource over the default MaxPeers", Config{Devices: DevicesNone, MaxPeersPerSource: 1025}, "Config.MaxPeersPerSource", "1025", 1024},
 		{"MaxPendingPerSource over by one", Config{Devices: DevicesNone, MaxPendingPerSource: handshake.MaxPending + 1}, "Config.MaxPendingPerSource", strconv.Itoa(handshake.MaxPending + 1), handshake.MaxPending},
 		{"RDMA.Port 256", Config{Devices: DevicesNone, RDMA: RDMAConfig{Port: 256}}, "Config.RDMA.Port", "256", math.MaxUint8},
 		{"RDMA.Port -1", Config{Devices: DevicesNone, RDMA: RDMAConfig{Port: -1}}, "Config.RDMA.Port", "-1", 0},
@@ -89,6 +91,7 @@ func TestConfigAtBounds(t *testing.T) {
 		{"CBSize Gaudi3 max", Config{Devices: DevicesEmulated, CBSize: gaudi3MaxCB, Emulator: EmulatorConfig{Model: "gaudi3", DRAMSize: 64 << 20}}},
 		{"TCPLanes", Config{Devices: DevicesNone, TCPLanes: maxTCPLanes}},
 		{"MaxPendingPerSource", Config{Devices: DevicesNone, MaxPendingPerSource: handshake.MaxPending}},
+		{"MaxPeersPerSource", Config{Devices: DevicesNone, MaxPeers: 100, MaxPeersPerSource: 100}},
 		{"RDMA.Port and GIDIndex", Config{Devices: DevicesNone, RDMA: RDMAConfig{Port: math.MaxUint8, GIDIndex: math.MaxUint8}}},
 		{"EmulatedCount", Config{Devices: DevicesEmulated, EmulatedCount: maxEmulatedCount, Emulator: EmulatorConfig{DRAMSize: 64 << 20}}},
 	}

@@ -18,8 +18,9 @@ import (
 // internal/handshake, which calls newEndpoint once it is done.
 
 // ErrTooManyPeers: a listener refused a connection because it serves
-// Config.MaxPeers endpoints that are all busy. The dialer's error matches
-// it (and ErrPeer).
+// Config.MaxPeers endpoints, or Config.MaxPeersPerSource from the
+// dialer's source, that are all busy. The dialer's error matches it
+// (and ErrPeer).
 var ErrTooManyPeers = gxerr.TooManyPeers
 
 // ErrUnauthenticated: a TCP peer failed (or refused) authentication with
@@ -62,7 +63,7 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 		return nil, err
 	}
 	cfg := handshake.ListenConfig[*Endpoint]{Local: e.local(), Network: network, Addr: addr, MaxPeers: e.cfg.MaxPeers,
-		MaxPendingPerSource: e.cfg.MaxPendingPerSource, Connect: e.newEndpoint}
+		MaxPendingPerSource: e.cfg.MaxPendingPerSource, MaxPeersPerSource: e.cfg.MaxPeersPerSource, Connect: e.newEndpoint}
 	if kind == datapath.KindTCP {
 		want, err := e.chooseTransport(nil)
 		if err != nil {

@@ -145,3 +145,36 @@ func TestMaxPeersRefusesWithTypedError(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooManyPeers)
 	require.NoError(t, busy.PutSync(ctx, src.All(), k))
 }
+
+// TestMaxPeersPerSourceRefuses: Config.MaxPeersPerSource reaches the
+// listener: with MaxPeersPerSource busy endpoints from one source (here,
+// this process: a unix peer's source is its pid), that source's next
+// Dial is refused with ErrTooManyPeers although the listener has room
+// (MaxPeers), and the busy endpoints stay up. Other sources' admission
+// is tested in internal/handshake (TestPeersPerSourceBound).
+func TestMaxPeersPerSourceRefuses(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Devices: DevicesNone, MaxPeers: 4, MaxPeersPerSource: 2}
+	owner, peer := newEngine(t, cfg), newEngine(t, cfg)
+	l, err := owner.Listen("unix", filepath.Join(t.TempDir(), "o.sock"))
+	require.NoError(t, err)
+	defer l.Close()
+	b, err := owner.Alloc(4096, Host)
+	require.NoError(t, err)
+	k, err := b.Export()
+	require.NoError(t, err)
+	src, err := peer.Alloc(4096, Host)
+	require.NoError(t, err)
+	var busy []*Endpoint
+	for range 2 {
+		ep, err := peer.Dial(ctx, "unix", l.Addr())
+		require.NoError(t, err)
+		require.NoError(t, ep.PutSync(ctx, src.All(), k))
+		busy = append(busy, ep)
+	}
+	_, err = peer.Dial(ctx, "unix", l.Addr())
+	require.ErrorIs(t, err, ErrTooManyPeers)
+	for _, ep := range busy {
+		require.NoError(t, ep.PutSync(ctx, src.All(), k))
+	}
+}

@@ -48,6 +48,17 @@ const (
 // more than an engine has at once (it dials its lanes one after another).
 const DefaultMaxPendingPerSource = MaxPending / 4
 
+// DefaultMaxPeersPerSource bounds the endpoints (lanes included) a
+// listener of maxPeers admits from one source
+// (ListenConfig.MaxPeersPerSource): a quarter of them, so that no host
+// takes more and at least three others share the rest, but at least
+// MaxLanes (one endpoint of the most lanes; a host's worker processes
+// each dial theirs: 8 with 4 connections each, say) and at most
+// maxPeers.
+func DefaultMaxPeersPerSource(maxPeers int) int {
+	return min(max(maxPeers/4, MaxLanes), maxPeers)
+}
+
 // Local is this engine's side of its handshakes.
 type Local struct {
 	// Hello is the engine's identity; its Caps are what it offers on a

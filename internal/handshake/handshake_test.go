@@ -90,7 +90,10 @@ func (s *side) listen(t *testing.T, network string, maxPeers int, offerRDMA bool
 	if network == "unix" {
 		addr = filepath.Join(t.TempDir(), "l.sock")
 	}
-	l, err := Listen(ListenConfig[*peer]{Local: s.local, Network: network, Addr: addr, MaxPeers: maxPeers, OfferRDMA: offerRDMA, Connect: s.connect})
+	// Every test peer is of one source: it may take every slot (the
+	// bound per source has tests of its own).
+	l, err := Listen(ListenConfig[*peer]{Local: s.local, Network: network, Addr: addr, MaxPeers: maxPeers, MaxPeersPerSource: maxPeers,
+		OfferRDMA: offerRDMA, Connect: s.connect})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, l.Close()) })
 	return l

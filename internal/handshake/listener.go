@@ -23,6 +23,12 @@ type ListenConfig[P any] struct {
 	Addr      string
 	OfferRDMA bool // TCP peers that offer RDMA get RDMA endpoints
 	MaxPeers  int  // accepted endpoints (Config.MaxPeers)
+	// MaxPeersPerSource bounds the accepted endpoints (lanes included)
+	// from one source (see sourceOf): at the bound, the source's oldest
+	// idle one is closed to make room, else its newcomer is refused
+	// (gxerr.TooManyPeers). 0 means DefaultMaxPeersPerSource(MaxPeers);
+	// at most MaxPeers.
+	MaxPeersPerSource int
 	// MaxPendingPerSource bounds the handshakes in progress from one
 	// source (see sourceOf): beyond, the source's oldest is evicted. 0
 	// means DefaultMaxPendingPerSource; at most MaxPending.
@@ -76,6 +82,10 @@ func Listen[P any](cfg ListenConfig[P]) (*Listener[P], error) {
 		cfg.MaxPendingPerSource = DefaultMaxPendingPerSource
 	}
 	cfg.MaxPendingPerSource = min(cfg.MaxPendingPerSource, MaxPending)
+	if cfg.MaxPeersPerSource <= 0 {
+		cfg.MaxPeersPerSource = DefaultMaxPeersPerSource(cfg.MaxPeers)
+	}
+	cfg.MaxPeersPerSource = min(cfg.MaxPeersPerSource, cfg.MaxPeers)
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = listenTimeout
 	}
@@ -411,9 +421,10 @@ func (l *Listener[P]) dropPendingLocked(p *pending) {
 
 // admit takes p out of the pending handshakes (it can no longer be
 // evicted as one) and makes room for one more peer: at MaxPeers
-// endpoints, the oldest that never made a request is closed (never a
-// lane of an admitted endpoint within MaxLanes: see admitted); if every peer is busy, p
-// is refused with gxerr.TooManyPeers.
+// endpoints, or MaxPeersPerSource from p's source (then of that source
+// only), the oldest that never made a request is closed (never a lane
+// of an admitted endpoint within MaxLanes: see admitted); if every such
+// peer is busy, p is refused with gxerr.TooManyPeers.
 func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	l.mu.Lock()
 	if p.evicted {
@@ -429,13 +440,23 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	}
 	clear(l.peers[len(live):])
 	l.peers = live
+	own := 0
+	for _, a := range l.peers {
+		if a.source == p.source {
+			own++
+		}
+	}
+	// At its source's bound, p takes the place of one of the source's
+	// own peers; else at MaxPeers, of anyone's.
+	atSourceBound := own >= l.cfg.MaxPeersPerSource
 	var victim *admitted
-	if len(l.peers) >= l.cfg.MaxPeers {
+	if atSourceBound || len(l.peers) >= l.cfg.MaxPeers {
 		// An idle endpoint; else one still connecting (admitted, its
 		// endpoint not made yet, so no request served): of those, the
 		// oldest of the source holding the most peers (p's counted), so
 		// that a source opening endpoints in a loop closes its own, not
-		// other sources' idle ones. Lanes of an admitted endpoint are
+		// other sources' idle ones (at its bound, only its own are
+		// candidates). Lanes of an admitted endpoint are
 		// spared, the oldest MaxLanes-1 per endpoint of their engine
 		// (see admitted).
 		endpoints := make(map[wire.EngineID]int, len(l.peers))
@@ -458,7 +479,8 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 		pickBy := func(candidate func(a *admitted) bool) int {
 			pick := -1
 			for i, a := range l.peers {
-				if candidate(a) && !spared(a) && (pick < 0 || sources[a.source] > sources[l.peers[pick].source]) {
+				if (!atSourceBound || a.source == p.source) && candidate(a) && !spared(a) &&
+					(pick < 0 || sources[a.source] > sources[l.peers[pick].source]) {
 					pick = i
 				}
 			}
@@ -475,6 +497,9 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 		}
 		if victim == nil {
 			l.mu.Unlock()
+			if atSourceBound {
+				return nil, fmt.Errorf("%w: %d endpoints from %s, all in use (Config.MaxPeersPerSource)", gxerr.TooManyPeers, own, p.source)
+			}
 			return nil, fmt.Errorf("%w: %d endpoints, all in use (Config.MaxPeers)", gxerr.TooManyPeers, l.cfg.MaxPeers)
 		}
 	}
@@ -483,7 +508,7 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	l.mu.Unlock()
 	if victim != nil && victim.peer != nil {
 		ep := victim.peer
-		l.logs.warn().Str("peer", ep.Name()).Msg("idle peer closed to make room (Config.MaxPeers)")
+		l.logs.warn().Str("peer", ep.Name()).Msg("idle peer closed to make room (Config.MaxPeers, MaxPeersPerSource)")
 		ep.Fail(ep.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil))
 	}
 	return a, nil

@@ -3,6 +3,7 @@ package handshake
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,5 +126,78 @@ func TestMaxPeersPerSource(t *testing.T) {
 		require.NoError(t, f.DecodeOrError(&ack), "hostile endpoint %d", i)
 		// Admitted, so whatever was closed to make room is closed.
 		require.NoError(t, honest.Err(), "the honest idle endpoint was closed for hostile endpoint %d", i)
+	}
+}
+
+// TestPeersPerSourceBound: a source holds at most MaxPeersPerSource of a
+// listener's endpoints. One that reaches its bound with endpoints that
+// each made a request (busy: never closed to make room) is refused with
+// StatusNoResources (the dialer's TooManyPeers), and one with idle
+// endpoints closes its own oldest; either way a dialer from another
+// source still gets in. Before, a source (127.0.0.2 here) could take all
+// MaxPeers slots with busy endpoints, and every other host's Dial failed
+// with TooManyPeers.
+func TestPeersPerSourceBound(t *testing.T) {
+	const maxPeers, perSource = 8, 4
+	for _, tc := range []struct {
+		name string
+		busy bool // each of the source's endpoints makes a request
+	}{
+		{"busy endpoints", true},
+		{"idle endpoints", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ls, ds := newSide(t, nil, false), newSide(t, nil, false)
+			l, err := Listen(ListenConfig[*peer]{Local: ls.local, Network: "tcp", Addr: "127.0.0.1:0", MaxPeers: maxPeers,
+				MaxPeersPerSource: perSource, Connect: ls.connect})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, l.Close()) }()
+			hostile := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+			admitted := 0
+			for i := range maxPeers {
+				c, err := hostile.Dial("tcp", l.Addr())
+				require.NoError(t, err)
+				wc := wire.NewConn(tcp.Frame(c, 0), ds.local.ConnConfig(datapath.KindTCP))
+				defer wc.Close()
+				hello := ds.local.HelloFor(datapath.KindTCP, false)
+				require.NoError(t, wc.Send(&hello))
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a hang guard only
+				f, err := wc.Recv(ctx)
+				cancel()
+				require.NoError(t, err, "hostile endpoint %d", i)
+				var ack wire.HelloAck
+				if err := f.DecodeOrError(&ack); err != nil {
+					var we *wire.Error
+					require.ErrorAs(t, err, &we, "hostile endpoint %d", i)
+					require.Equal(t, wire.StatusNoResources, we.Code, "hostile endpoint %d", i)
+					continue
+				}
+				admitted++
+				require.Eventually(t, func() bool { return len(ls.all()) == admitted }, 5*time.Second, time.Millisecond)
+				ls.all()[admitted-1].active.Store(tc.busy)
+			}
+			_, err = ds.dial(l, "tcp", datapath.KindTCP, false)
+			require.NoError(t, err, "a dialer from 127.0.0.1 is locked out by 127.0.0.2's endpoints")
+			live := 0
+			for _, p := range ls.all() {
+				if strings.HasPrefix(p.addr, "127.0.0.2:") && p.Err() == nil {
+					live++
+				}
+			}
+			require.Equal(t, perSource, live, "the source's endpoints left open")
+			if tc.busy {
+				require.Equal(t, perSource, admitted, "busy endpoints beyond the source's bound are refused")
+			}
+		})
+	}
+}
+
+// TestDefaultMaxPeersPerSource: a quarter of MaxPeers, at least MaxLanes,
+// at most MaxPeers.
+func TestDefaultMaxPeersPerSource(t *testing.T) {
+	for _, tc := range []struct{ maxPeers, want int }{
+		{1, 1}, {4, 4}, {MaxLanes, MaxLanes}, {100, MaxLanes}, {4 * MaxLanes, MaxLanes}, {1024, 256}, {1 << 20, 1 << 18},
+	} {
+		require.Equal(t, tc.want, DefaultMaxPeersPerSource(tc.maxPeers), "MaxPeers %d", tc.maxPeers)
 	}
 }
