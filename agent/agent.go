@@ -72,6 +72,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -284,6 +285,21 @@ func cloneMeta(m meta.Metadata) meta.Metadata {
 	return m
 }
 
+// emulated reports whether loc is memory of an emulated device
+// (dma/hlsim), which peers must label so (meta.Section.Emulated).
+func (a *Agent) emulated(loc engine.Location) bool {
+	if !loc.IsGaudi() {
+		return false
+	}
+	attached := strings.HasPrefix(loc.String(), "attached")
+	for _, d := range a.eng.Devices() {
+		if d.Index == loc.Device() && d.Attached == attached {
+			return d.Emulated
+		}
+	}
+	return false
+}
+
 // maxRecord bounds this agent's record (meta.MaxRecord; tests lower it).
 var maxRecord = meta.MaxRecord
 
@@ -317,7 +333,8 @@ func (a *Agent) Publish(name string, s engine.Slice) error {
 			return fmt.Errorf("agent: section %q: %w", name, err)
 		}
 	}
-	ms := meta.Section{Name: name, Len: uint64(s.Len()), Location: s.Buffer().Location().String(), Key: key.Bytes()}
+	loc := s.Buffer().Location()
+	ms := meta.Section{Name: name, Len: uint64(s.Len()), Location: loc.String(), Emulated: a.emulated(loc), Key: key.Bytes()}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()

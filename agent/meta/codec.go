@@ -12,7 +12,8 @@ import (
 // b):
 //
 //	magic    "GXMD"
-//	version  1 byte (codecVersion)
+//	version  1 byte: codecVersion (1), or codecFlags (2) when a section
+//	         has flags (Emulated)
 //	name     str
 //	incarn.  u64 (never 0)
 //	version  u64
@@ -20,15 +21,24 @@ import (
 //	tcp      str
 //	nics     u8 count (<= MaxAddrs), each: device str, port u16, gid str
 //	sections u32 count (<= MaxSections), each: name str, len u64,
-//	         location str, key u16 length (<= MaxKey) + bytes
+//	         location str, [flags u8: version 2 only], key u16
+//	         length (<= MaxKey) + bytes
 //
 // where str is a u8 length (so <= MaxName bytes) and the bytes, valid
 // UTF-8 with no control characters. Names are never empty; sections are
 // sorted by name, names unique; nothing may follow the last section; the
-// whole record is at most MaxRecord bytes.
+// whole record is at most MaxRecord bytes. A record with no flags set is
+// encoded as version 1 (readers of version 1 only read it, and a record
+// published before flags existed decodes unchanged); version 2 is used
+// only when a section has a flag, so a version 2 record with no flag set
+// is refused (it has a version 1 encoding), as are unknown flag bits.
 const (
 	codecMagic   = "GXMD"
 	codecVersion = 1
+	codecFlags   = 2
+
+	flagEmulated = 1 << 0 // Section.Emulated
+	knownFlags   = flagEmulated
 )
 
 // Smallest encodings, to refuse counts the remaining bytes cannot hold
@@ -48,7 +58,12 @@ func (m *Metadata) Encode() ([]byte, error) {
 	}
 	b := make([]byte, 0, m.Size())
 	b = append(b, codecMagic...)
-	b = append(b, codecVersion)
+	flags := m.hasFlags()
+	if flags {
+		b = append(b, codecFlags)
+	} else {
+		b = append(b, codecVersion)
+	}
 	b = appendStr(b, m.Name)
 	b = binary.BigEndian.AppendUint64(b, m.Incarnation)
 	b = binary.BigEndian.AppendUint64(b, m.Version)
@@ -65,6 +80,9 @@ func (m *Metadata) Encode() ([]byte, error) {
 		b = appendStr(b, s.Name)
 		b = binary.BigEndian.AppendUint64(b, s.Len)
 		b = appendStr(b, s.Location)
+		if flags {
+			b = append(b, s.flags())
+		}
 		b = binary.BigEndian.AppendUint16(b, uint16(len(s.Key)))
 		b = append(b, s.Key...)
 	}
@@ -82,7 +100,28 @@ func (m *Metadata) Size() int {
 	for _, s := range m.Sections {
 		n += 1 + len(s.Name) + 8 + 1 + len(s.Location) + 2 + len(s.Key)
 	}
+	if m.hasFlags() {
+		n += len(m.Sections) // a flags byte per section
+	}
 	return n
+}
+
+// hasFlags reports whether a section has a flag, so that the record is
+// encoded as version 2.
+func (m *Metadata) hasFlags() bool {
+	for _, s := range m.Sections {
+		if s.flags() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Section) flags() uint8 {
+	if s.Emulated {
+		return flagEmulated
+	}
+	return 0
 }
 
 // check applies Decode's rules to a record about to be encoded.
@@ -188,8 +227,13 @@ func Decode(b []byte) (Metadata, error) {
 	if len(b) < len(codecMagic)+1 || !bytes.Equal(b[:len(codecMagic)], []byte(codecMagic)) {
 		return m, malformed("not a metadata record (bad magic)")
 	}
-	if v := b[len(codecMagic)]; v != codecVersion {
-		return m, malformed("encoding version %d, this build reads %d", v, codecVersion)
+	v := b[len(codecMagic)]
+	if v != codecVersion && v != codecFlags {
+		return m, malformed("encoding version %d, this build reads %d and %d", v, codecVersion, codecFlags)
+	}
+	minSec := minSection
+	if v == codecFlags {
+		minSec++
 	}
 	d := decoder{b: b[len(codecMagic)+1:]}
 	m.Name = d.str()
@@ -207,7 +251,7 @@ func Decode(b []byte) (Metadata, error) {
 		}
 	}
 	if n := int(d.u32()); n > 0 && d.err == nil {
-		if n > MaxSections || n*minSection > len(d.b) {
+		if n > MaxSections || n*minSec > len(d.b) {
 			return Metadata{}, malformed("%d sections in %d bytes (at most %d)", n, len(d.b), MaxSections)
 		}
 		m.Sections = make([]Section, n)
@@ -216,6 +260,13 @@ func Decode(b []byte) (Metadata, error) {
 			s.Name = d.str()
 			s.Len = d.u64()
 			s.Location = d.str()
+			if v == codecFlags {
+				f := d.u8()
+				if f&^knownFlags != 0 {
+					return Metadata{}, malformed("section %q: unknown flags %#x", s.Name, f)
+				}
+				s.Emulated = f&flagEmulated != 0
+			}
 			s.Key = d.bytes(int(d.u16()))
 		}
 	}
@@ -227,6 +278,9 @@ func Decode(b []byte) (Metadata, error) {
 	}
 	if err := m.check(); err != nil {
 		return Metadata{}, err
+	}
+	if v == codecFlags && !m.hasFlags() {
+		return Metadata{}, malformed("encoding version %d with no section flag (the record encodes as version %d)", v, codecVersion)
 	}
 	return m, nil
 }

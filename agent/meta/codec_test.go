@@ -52,6 +52,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		{"max sections", many},
 		{"max NICs and long strings", maxNICs},
 		{"max key", Metadata{Name: "k", Incarnation: 2, Sections: []Section{{Name: "s", Key: bytes.Repeat([]byte{7}, MaxKey)}}}},
+		{"emulated section", emulatedSample()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +143,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"nil", nil, "bad magic"},
 		{"short", []byte("GXM"), "bad magic"},
 		{"bad magic", edit(func(b []byte) []byte { b[0] = 'X'; return b }), "bad magic"},
-		{"other version", edit(func(b []byte) []byte { b[4] = 2; return b }), "encoding version 2"},
+		{"other version", edit(func(b []byte) []byte { b[4] = 3; return b }), "encoding version 3"},
 		{"header only", []byte("GXMD\x01"), "truncated"},
 		{"truncated", good[:len(good)-1], "truncated"},
 		{"each truncation", nil, ""}, // below
@@ -201,7 +202,7 @@ func TestMalformedError(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, m := range []Metadata{sample(), {Name: "a", Incarnation: 1}} {
+	for _, m := range []Metadata{sample(), emulatedSample(), {Name: "a", Incarnation: 1}} {
 		b, err := m.Encode()
 		require.NoError(f, err)
 		f.Add(b)
@@ -260,6 +261,75 @@ func TestCheckName(t *testing.T) {
 			require.ErrorIs(t, err, ErrMalformed)
 			require.Contains(t, err.Error(), tt.want)
 			require.Less(t, len(err.Error()), 2*MaxName)
+		})
+	}
+}
+
+// emulatedSample is sample with its kv section on an emulated device.
+func emulatedSample() Metadata {
+	m := sample()
+	m.Sections[0].Emulated = true
+	return m
+}
+
+// TestSectionEmulatedEncoding: a record with an emulated section says so
+// to its readers (version 2, a flags byte per section); one without is
+// encoded as before the flag existed (version 1, byte for byte), so
+// records of older agents decode, and older readers read it; a version 2
+// record with no flag (it has a version 1 encoding) or an unknown flag is
+// refused.
+func TestSectionEmulatedEncoding(t *testing.T) {
+	// The version 1 encoding of sample(), written out as older agents did.
+	v1 := []byte("GXMD\x01")
+	m := sample()
+	v1 = appendStr(v1, m.Name)
+	v1 = binary.BigEndian.AppendUint64(v1, m.Incarnation)
+	v1 = binary.BigEndian.AppendUint64(v1, m.Version)
+	v1 = appendStr(appendStr(v1, m.Unix), m.TCP)
+	v1 = append(v1, uint8(len(m.NICs)))
+	for _, n := range m.NICs {
+		v1 = appendStr(binary.BigEndian.AppendUint16(appendStr(v1, n.Device), uint16(n.Port)), n.GID)
+	}
+	v1 = binary.BigEndian.AppendUint32(v1, uint32(len(m.Sections)))
+	for _, s := range m.Sections {
+		v1 = appendStr(binary.BigEndian.AppendUint64(appendStr(v1, s.Name), s.Len), s.Location)
+		v1 = append(binary.BigEndian.AppendUint16(v1, uint16(len(s.Key))), s.Key...)
+	}
+	got, err := Decode(v1)
+	require.NoError(t, err, "a record without the flag decodes")
+	require.Equal(t, sample(), got)
+	require.False(t, got.Sections[0].Emulated)
+	b, err := m.Encode()
+	require.NoError(t, err)
+	require.Equal(t, v1, b, "no flag: the version 1 encoding")
+
+	e := emulatedSample()
+	b, err = e.Encode()
+	require.NoError(t, err)
+	require.Equal(t, byte(2), b[4])
+	require.Len(t, b, len(v1)+len(e.Sections))
+	got, err = Decode(b)
+	require.NoError(t, err)
+	require.True(t, got.Sections[0].Emulated)
+	require.False(t, got.Sections[1].Emulated)
+
+	// The kv section's flags byte: after its location ("gaudi0").
+	flagAt := bytes.Index(b, []byte("\x06gaudi0")) + 7
+	for _, tc := range []struct {
+		name  string
+		flags byte
+		want  string
+	}{
+		{"no flag in version 2", 0, "with no section flag"},
+		{"unknown flag", 0x81, "unknown flags 0x81"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := bytes.Clone(b)
+			bad[flagAt] = tc.flags
+			m, err := Decode(bad)
+			require.ErrorIs(t, err, ErrMalformed)
+			require.Contains(t, err.Error(), tc.want)
+			require.Equal(t, Metadata{}, m)
 		})
 	}
 }

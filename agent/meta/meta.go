@@ -49,7 +49,11 @@ type NIC struct {
 type Section struct {
 	Name     string
 	Len      uint64
-	Location string // "host" or "gaudiN"
+	Location string // "host", "gaudiN" or "attachedN"
+	// Emulated: the section's memory is on an emulated device (dma/hlsim),
+	// not a real Gaudi; output naming the section must say so. A record
+	// published before this field existed decodes with false.
+	Emulated bool
 	Key      []byte
 }
 

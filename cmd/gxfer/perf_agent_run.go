@@ -315,8 +315,17 @@ func setupInitiator(ctx context.Context, pa *perfAgent, peer string, o *perfOpts
 		tr = ep.Transport().String()
 	}
 	fmt.Fprintf(stdout, "# initiator %s -> target %s (incarnation %016x) over %s | source: %s memory | target section %q: %d bytes of %s memory\n",
-		pa.a.Name(), peer, p.Incarnation(), tr, memLabel(pa.eng, pl.local, o.device), o.agent.section, sec.Len, sec.Location)
+		pa.a.Name(), peer, p.Incarnation(), tr, memLabel(pa.eng, pl.local, o.device), o.agent.section, sec.Len, sectionLabel(sec))
 	return in, nil
+}
+
+// sectionLabel names a peer's section memory for a report: its location,
+// labelled emulated as memLabel does when the peer's record says so.
+func sectionLabel(s meta.Section) string {
+	if s.Emulated {
+		return s.Location + " [EMULATED: dma/hlsim]"
+	}
+	return s.Location
 }
 
 func (in *kvInitiator) free() error {

@@ -255,3 +255,22 @@ func TestPerfAgentCPUProfileAndQuiet(t *testing.T) {
 		{append([]string{"perf", "-agent", "-q"}, tinyKV...), "-q has no meaning with -agent"},
 	})
 }
+
+// TestPerfAgentInitiatorLabelsEmulatedTarget: the initiator's header
+// names the target's section memory as emulated when the target's
+// section is on an emulated Gaudi (the initiator learns it from the
+// target's record only).
+func TestPerfAgentInitiatorLabelsEmulatedTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name, m, want string
+	}{
+		{"emulated gaudi", "host,gaudi", `gaudi0 \[EMULATED: dma/hlsim\]`},
+		{"host", "gaudi,host", `host`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := gxfer(t, append(append([]string{"perf", "-agent"}, tinyKV...), "-m", tc.m, "-devices", "emulated")...)
+			require.Equal(t, exitOK, code, errs+out)
+			assert.Regexp(t, `(?m)^# initiator .* target section "kv": \d+ bytes of `+tc.want+` memory$`, out)
+		})
+	}
+}
