@@ -206,6 +206,25 @@ type kvTargetStats struct {
 	lat      latencies // post -> notified
 	verified uint64
 	unfilled uint64 // requests of initiators run with -verify=false
+	dropped  uint64 // bad notifications (dropBad)
+}
+
+// maxDropLogs bounds the lines a target writes about the bad
+// notifications it drops (a peer may send any number): later ones are
+// only counted.
+const maxDropLogs = 10
+
+// dropBad logs (the first maxDropLogs) and counts a bad notification from
+// a peer: bytes that are no workload message, or one the target cannot
+// take. The target drops it and keeps serving its initiators.
+func (t *kvTarget) dropBad(st *kvTargetStats, from string, err error) {
+	st.dropped++
+	if st.dropped <= maxDropLogs {
+		fmt.Fprintf(t.out, "# dropped a bad notification from %s: %v\n", from, err)
+	}
+	if st.dropped == maxDropLogs {
+		fmt.Fprintf(t.out, "# further bad notifications are counted only\n")
+	}
 }
 
 func (t *kvTarget) run(ctx context.Context) (err error) {
@@ -213,7 +232,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 	perms := map[uint64][]int{}
 	ended := 0
 	defer func() {
-		if st.reqs > 0 {
+		if st.reqs > 0 || st.dropped > 0 {
 			t.report(&st)
 		}
 	}()
@@ -289,14 +308,16 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		now := time.Now()
 		m, err := decodeKVMsg(n.Msg)
 		if err != nil {
-			return fmt.Errorf("target: from %s: %w", n.From, err)
+			t.dropBad(&st, n.From, err)
+			continue
 		}
 		switch m.kind {
 		case kvHello:
 			regions := max(1, t.initiators)
 			if m.p.sectionLen() > t.buf.Size()/regions {
-				return fmt.Errorf("target: %s needs a section of %d bytes per initiator (%d), this one has %d: give the target the same -blocks, -block-size and -O",
-					n.From, m.p.sectionLen(), regions, t.buf.Size())
+				t.dropBad(&st, n.From, fmt.Errorf("hello: it needs a section of %d bytes per initiator (%d), this one has %d: give the target the same -blocks, -block-size and -O",
+					m.p.sectionLen(), regions, t.buf.Size()))
+				continue
 			}
 			base := uint64((t.hellos % regions) * m.p.sectionLen())
 			t.hellos++
@@ -329,7 +350,18 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			continue
 		case kvReq, kvReqUnfilled:
 		default:
-			return fmt.Errorf("target: from %s: unexpected message kind %d", n.From, m.kind)
+			t.dropBad(&st, n.From, fmt.Errorf("unexpected message kind %d", m.kind))
+			continue
+		}
+		if !active[n.From] {
+			t.dropBad(&st, n.From, fmt.Errorf("request %d from an initiator not welcomed (no hello, or ended)", m.r))
+			continue
+		}
+		if end := m.base + uint64(m.p.sectionLen()); end > uint64(t.buf.Size()) || end < m.base {
+			// Before the permutation: its size is the peer's to say.
+			t.dropBad(&st, n.From, fmt.Errorf("request %d: blocks beyond the section (%d bytes from %d, section of %d)",
+				m.r, m.p.sectionLen(), m.base, t.buf.Size()))
+			continue
 		}
 		if st.reqs == 0 {
 			st.first = now
@@ -341,11 +373,6 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		if t.verify && m.kind == kvReqUnfilled {
 			st.unfilled++
 		} else if t.verify {
-			if end := m.base + uint64(m.p.sectionLen()); end > uint64(t.buf.Size()) || end < m.base {
-				// Before the permutation: its size is the peer's to say.
-				return fmt.Errorf("target: request %d from %s: blocks beyond the section (%d bytes from %d, section of %d)",
-					m.r, n.From, m.p.sectionLen(), m.base, t.buf.Size())
-			}
 			perm, ok := perms[m.p.seed]
 			if !ok {
 				if len(perms) >= 64 { // a seed per initiator: bound what peers can make it keep
@@ -417,8 +444,12 @@ func (t *kvTarget) report(st *kvTargetStats) {
 	if !t.sameHost {
 		clock = "the initiators' clocks against this host's: across hosts, only as good as their sync"
 	}
-	fmt.Fprintf(t.out, "target %s: %d requests, %s | %.1f req/s, %.3f GB/s (GB = 1e9 bytes; first to last notification) | post to notified p50 %s p99 %s (%s)\n",
-		t.label, st.reqs, v, rps, gbs, us(st.lat.q(0.5)), us(st.lat.q(0.99)), clock)
+	dropped := ""
+	if st.dropped > 0 {
+		dropped = fmt.Sprintf(" | %d bad notification(s) dropped", st.dropped)
+	}
+	fmt.Fprintf(t.out, "target %s: %d requests, %s | %.1f req/s, %.3f GB/s (GB = 1e9 bytes; first to last notification) | post to notified p50 %s p99 %s (%s)%s\n",
+		t.label, st.reqs, v, rps, gbs, us(st.lat.q(0.5)), us(st.lat.q(0.99)), clock, dropped)
 }
 
 // kvInitiator runs the workload against one target.
