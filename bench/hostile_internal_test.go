@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -108,13 +110,72 @@ func requireServed(t *testing.T, srv *Server, msg string) {
 }
 
 // TestServerSilentClient: a client that connects and never says hello
-// does not hold the server: it is dropped after the server's helloWait and
-// the next client is served.
+// does not hold the server (the next client is served), and it is dropped
+// after the server's helloWait.
 func TestServerSilentClient(t *testing.T) {
 	srv, _ := startRawServer(t, func(s *Server) { s.helloWait = 200 * time.Millisecond })
 	silent := dialRaw(t, srv) // connects, never says a word
 	requireServed(t, srv, "the silent client still holds the server")
-	require.Nil(t, silent.call(t, rawHello), "the silent client was dropped")
+	require.NoError(t, silent.c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err := silent.r.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the silent client was dropped")
+}
+
+// TestServerSilentConnectionDoesNotHold: a connection that has not said
+// hello does not hold the server (one client at a time): a real client
+// is served at once while it stays open and silent, over tcp and ipc,
+// and the silent one is then refused as busy when it says hello. Its
+// hello wait is a minute here, so that the client cannot have been served
+// because the silent connection timed out. Before the fix the connection
+// took the server at connect: the real client was refused ("busy with
+// client at ...") for up to the hello wait, and a peer reconnecting in
+// a loop kept every client out.
+func TestServerSilentConnectionDoesNotHold(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			srvEng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+			require.NoError(t, err)
+			defer srvEng.Close()
+			cfg := ServerConfig{TCP: "127.0.0.1:0"}
+			if network == "unix" {
+				cfg = ServerConfig{Path: filepath.Join(t.TempDir(), "s.sock")}
+			}
+			srv, err := Listen(srvEng, cfg)
+			require.NoError(t, err)
+			srv.helloWait = time.Minute
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- srv.Serve(ctx) }()
+			defer func() {
+				cancel()
+				require.NoError(t, <-done)
+			}()
+
+			addr := strings.TrimPrefix(srv.Addr(), "tcp:")
+			if network == "unix" {
+				addr = cfg.Path + CtlSuffix
+			}
+			sc, err := net.Dial(network, addr)
+			require.NoError(t, err)
+			defer sc.Close()
+			silent := &rawCtl{c: sc, r: bufio.NewReader(sc)}
+
+			eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+			require.NoError(t, err)
+			defer eng.Close()
+			var p *Peer
+			if network == "unix" {
+				p, err = DialPeer(ctx, eng, cfg.Path)
+			} else {
+				p, err = DialPeerTCP(ctx, eng, addr)
+			}
+			require.NoError(t, err, "a silent connection held the server")
+			r := silent.call(t, rawHello)
+			require.NotNil(t, r, "the silent connection was dropped before its hello wait")
+			require.Contains(t, r.Error, "busy with client pid")
+			require.NoError(t, p.Close())
+		})
+	}
 }
 
 // TestServerIdleClient: a client that said hello, then stopped without

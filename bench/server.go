@@ -54,10 +54,14 @@ type Server struct {
 
 	mu     sync.Mutex
 	active *session // the client being served
-	served bool
-	closed bool
-	wg     sync.WaitGroup
-	logMu  sync.Mutex
+	// pending are the connections that have not said hello yet: they
+	// hold nothing (the one-client slot is taken at a hello), and Close
+	// ends them.
+	pending map[*session]struct{}
+	served  bool
+	closed  bool
+	wg      sync.WaitGroup
+	logMu   sync.Mutex
 
 	closeOnce sync.Once
 	closeErr  error
@@ -215,6 +219,9 @@ func (s *Server) logf(format string, args ...any) {
 // Serve serves clients until ctx ends or Close is called (then it returns
 // nil), or, with Once, until the first client is done (then it returns
 // that session's error). A second client while one is served is refused.
+// A connection becomes the client served only at its hello: until then
+// (helloWait at most) it holds nothing, so that a connection that says
+// nothing keeps no client out.
 func (s *Server) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { _ = s.Close() })
 	defer stop()
@@ -255,43 +262,28 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			pid, who = int(cred.Pid), fmt.Sprintf("client pid %d", cred.Pid)
 		}
+		sess := &session{s: s, c: newCtlConn(c, who), pid: pid, who: who, bufs: map[uint64]*srvBuf{}}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			_ = c.Close()
 			break
 		}
-		if busy := s.active; busy != nil || (s.cfg.Once && s.served) {
-			why := "it serves one client and is done"
-			if busy != nil {
-				why = fmt.Sprintf("busy with %s (one client at a time)", busy.who) // who is written under s.mu
-			}
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() { defer s.wg.Done(); s.refuse(c, who, why) }()
-			continue
+		if s.pending == nil {
+			s.pending = map[*session]struct{}{}
 		}
-		sess := &session{s: s, c: newCtlConn(c, who), pid: pid, who: who, bufs: map[uint64]*srvBuf{}}
-		s.active, s.served = sess, true
+		s.pending[sess] = struct{}{}
 		s.mu.Unlock()
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			err := sess.run(ctx)
-			s.mu.Lock()
-			s.active = nil
-			if !sess.greeted {
-				// Never a client (a port probe, garbage, another control
-				// version): -once still waits for one.
-				s.served = false
-			}
-			s.mu.Unlock()
+			took, err := s.serveConn(ctx, sess)
 			if err != nil {
 				s.logf("# %s: %v", sess.who, err)
-			} else {
+			} else if took {
 				s.logf("# %s done (%d requests)", sess.who, sess.requests)
 			}
-			if s.cfg.Once && sess.greeted {
+			if took && s.cfg.Once && sess.greeted {
 				once.Lock()
 				once.err = err
 				once.Unlock()
@@ -308,15 +300,46 @@ func (s *Server) Serve(ctx context.Context) error {
 	return once.err
 }
 
-// refuse answers a client's hello with why the server cannot serve it.
-func (s *Server) refuse(c net.Conn, who, why string) {
-	cc := newCtlConn(c, who)
-	defer cc.Close()
-	if _, err := cc.recv(refuseTimeout); err != nil {
-		return
+// serveConn waits for the first message of a connection (helloWait at
+// most) and serves it: a hello takes the one-client slot if it is free
+// (took), else it is refused; anything else ends it as session.run does.
+func (s *Server) serveConn(ctx context.Context, sess *session) (took bool, err error) {
+	first, rerr := sess.c.recv(s.helloWait)
+	s.mu.Lock()
+	delete(s.pending, sess)
+	if s.closed {
+		s.mu.Unlock()
+		_ = sess.c.Close()
+		return false, nil
 	}
-	_ = cc.send(&ctlMsg{Version: ctlVersion, Error: "server " + why}, refuseTimeout)
-	s.logf("# refused %s: %s", who, why)
+	if rerr == nil && first.Op == opHello {
+		if busy := s.active; busy != nil || (s.cfg.Once && s.served) {
+			why := "it serves one client and is done"
+			if busy != nil {
+				why = fmt.Sprintf("busy with %s (one client at a time)", busy.who) // who is written under s.mu
+			}
+			s.mu.Unlock()
+			_ = sess.c.send(&ctlMsg{Version: ctlVersion, Error: "server " + why}, refuseTimeout)
+			_ = sess.c.Close()
+			s.logf("# refused %s: %s", sess.who, why)
+			return false, nil
+		}
+		s.active, s.served, took = sess, true, true
+	}
+	s.mu.Unlock()
+	sess.first, sess.firstErr, sess.preread = first, rerr, true
+	err = sess.run(ctx)
+	if took {
+		s.mu.Lock()
+		s.active = nil
+		if !sess.greeted {
+			// Never a client (a hello of another control version, or
+			// without a pid): -once still waits for one.
+			s.served = false
+		}
+		s.mu.Unlock()
+	}
+	return took, err
 }
 
 // Close stops listening, removes the socket files and ends the session
@@ -326,6 +349,9 @@ func (s *Server) Close() error {
 		s.mu.Lock()
 		s.closed = true
 		active := s.active
+		for p := range s.pending {
+			p.abort()
+		}
 		s.mu.Unlock()
 		if active != nil {
 			active.abort()
@@ -352,6 +378,11 @@ type session struct {
 	requests int
 	greeted  bool // the server accepted the client's hello: a -once server's one client
 	resp     *responder
+	// preread: the first message (or the error reading it) was read
+	// before run (Server.serveConn).
+	preread  bool
+	first    *ctlMsg
+	firstErr error
 }
 
 type srvBuf struct {
@@ -367,8 +398,8 @@ func (ss *session) run(ctx context.Context) (err error) {
 	defer func() { err = errors.Join(err, ss.cleanup()) }()
 	ss.s.logf("# %s connected", ss.who)
 	for {
-		// The hello must come first, and soon: until then the client is
-		// not identified, and it holds the server (one client at a time).
+		// The hello must come first, and soon (Server.serveConn reads it):
+		// until then the client is not identified and holds nothing.
 		// Later requests (a ping at least) must come within idleWait, or
 		// a client that stopped without closing its connection would hold
 		// the server for good.
@@ -376,7 +407,13 @@ func (ss *session) run(ctx context.Context) (err error) {
 		if ss.requests == 0 {
 			timeout = ss.s.helloWait
 		}
-		m, err := ss.c.recv(timeout)
+		var m *ctlMsg
+		var err error
+		if ss.preread && ss.requests == 0 {
+			m, err = ss.first, ss.firstErr
+		} else {
+			m, err = ss.c.recv(timeout)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

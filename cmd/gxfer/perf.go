@@ -38,9 +38,10 @@ last window of completions (average: wall time / copies), not a round trip.
 Client/server mode, like ucx_perftest and ib_write_bw: start a server,
 then a client with the same -x. The server serves one client at a time
 (a second concurrent one is refused) until interrupted, or exits after
-one client with -once. A client must say hello within 10 s and then send
-a request or a ping at least every 2 minutes (it pings every 20 s while
-it measures), so a client that stopped does not hold the server. Client
+one client with -once. A connection holds the server only once it said
+hello (it must within 10 s); a client then sends a request or a ping at
+least every 2 minutes (it pings every 20 s while it measures), so a
+client that stopped does not hold the server. Client
 and server must be of the same control version. Three transports:
 
   ipc  -x unix:PATH      same host: unix sockets (0600, the peer's uid is
