@@ -26,7 +26,8 @@ Lists the live gxfer agents (package agent) whose records are in etcd under
 the prefix: for each its name, incarnation (the id of this life of the
 name: a restarted agent has a new one), record version, unix socket and TCP
 address, RDMA NICs, and the named memory sections it offers (name, length,
-location: host or gaudiN). Nothing is written to etcd.
+location: host or gaudiN, labelled when the device is emulated). Nothing
+is written to etcd.
 
 An unreachable etcd is an error (exit status 1) naming the endpoints, after
 -timeout at most.
@@ -35,9 +36,11 @@ An unreachable etcd is an error (exit status 1) naming the endpoints, after
   {"schema": "gxfer.agents/v1", "etcd": [URL...], "prefix": P,
    "agents": [{"name": S, "incarnation": "16 hex digits", "version": N,
                "unix": S, "tcp": "host:port", "nics": [{"device": S, "port": N, "gid": S}],
-               "sections": [{"name": S, "length": N, "location": S}]}]}
+               "sections": [{"name": S, "length": N, "location": S, "emulated": B}]}]}
 Agents are sorted by name, sections by name; "unix" and "tcp" are "" when
-the agent has none, "nics" and "sections" [] when empty. The incarnation is
+the agent has none, "nics" and "sections" [] when empty; "emulated" is
+true for a section on an emulated Gaudi (dma/hlsim; false from agents
+whose record predates the field). The incarnation is
 a string (a 64-bit id does not survive JSON numbers).
 
 Examples:
@@ -116,6 +119,7 @@ type sectionJSON struct {
 	Name     string `json:"name"`
 	Length   uint64 `json:"length"`
 	Location string `json:"location"`
+	Emulated bool   `json:"emulated"`
 }
 
 const agentsSchema = "gxfer.agents/v1"
@@ -174,7 +178,7 @@ func toAgentsJSON(eps []string, prefix string, recs []meta.Metadata) agentsJSON 
 			a.NICs = append(a.NICs, nicJSON{Device: n.Device, Port: n.Port, GID: n.GID})
 		}
 		for _, s := range m.Sections {
-			a.Sections = append(a.Sections, sectionJSON{Name: s.Name, Length: s.Len, Location: s.Location})
+			a.Sections = append(a.Sections, sectionJSON{Name: s.Name, Length: s.Len, Location: s.Location, Emulated: s.Emulated})
 		}
 		doc.Agents = append(doc.Agents, a)
 	}
@@ -223,7 +227,7 @@ func writeAgentsText(w io.Writer, eps []string, prefix string, recs []meta.Metad
 	fmt.Fprintln(tw, "AGENT\tSECTION\tLENGTH\tBYTES\tLOCATION")
 	for _, m := range recs {
 		for _, s := range m.Sections {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", m.Name, s.Name, bench.FormatSize(int(s.Len)), s.Len, s.Location)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", m.Name, s.Name, bench.FormatSize(int(s.Len)), s.Len, sectionLabel(s))
 		}
 	}
 	return tw.Flush()

@@ -85,7 +85,7 @@ func TestAgentsJSONAndText(t *testing.T) {
 		assert.Contains(t, a0, k)
 	}
 	s0 := a0["sections"].([]any)[0].(map[string]any)
-	assert.Equal(t, map[string]any{"name": "kv", "length": float64(16 << 20), "location": "gaudi0"}, s0)
+	assert.Equal(t, map[string]any{"name": "kv", "length": float64(16 << 20), "location": "gaudi0", "emulated": false}, s0)
 
 	code, out, errs = gxfer(t, "agents", "-etcd", strings.TrimPrefix(srv.URL(), "http://"), "-prefix", prefix)
 	require.Equal(t, exitOK, code, errs)
@@ -137,4 +137,30 @@ func TestAgentsUsageErrors(t *testing.T) {
 			assert.Contains(t, errs, tc.want)
 		})
 	}
+}
+
+// TestAgentsLabelsEmulated: gxfer agents says which sections are on an
+// emulated Gaudi (dma/hlsim), from the agent's record: the text in the
+// LOCATION column, and -json as "emulated" (true or false) in each
+// section. Before the fix both showed a bare "gaudi0".
+func TestAgentsLabelsEmulated(t *testing.T) {
+	srv := etcdtest.New(t)
+	const prefix = "/test-emulated/"
+	publishRecord(t, srv, prefix, meta.Metadata{Name: "decode-0", Incarnation: 1, Version: 1, Sections: []meta.Section{
+		{Name: "emu", Len: 4096, Location: "gaudi0", Emulated: true, Key: []byte{1}},
+		{Name: "host", Len: 4096, Location: "host", Key: []byte{2}},
+	}})
+	code, out, errs := gxfer(t, "agents", "-etcd", srv.URL(), "-prefix", prefix)
+	require.Equal(t, exitOK, code, errs)
+	assert.Regexp(t, `(?m)^decode-0\s+emu\s+4KiB\s+4096\s+gaudi0 \[EMULATED: dma/hlsim\]$`, out)
+	assert.Regexp(t, `(?m)^decode-0\s+host\s+4KiB\s+4096\s+host$`, out)
+
+	code, out, errs = gxfer(t, "agents", "-etcd", srv.URL(), "-prefix", prefix, "-json")
+	require.Equal(t, exitOK, code, errs)
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &raw), out)
+	secs := raw["agents"].([]any)[0].(map[string]any)["sections"].([]any)
+	require.Len(t, secs, 2)
+	assert.Equal(t, map[string]any{"name": "emu", "length": float64(4096), "location": "gaudi0", "emulated": true}, secs[0])
+	assert.Equal(t, map[string]any{"name": "host", "length": float64(4096), "location": "host", "emulated": false}, secs[1])
 }
