@@ -274,3 +274,14 @@ func TestPerfAgentInitiatorLabelsEmulatedTarget(t *testing.T) {
 		})
 	}
 }
+
+// TestPerfAgentTargetRateOfOneRequest: a target's rate is measured from
+// its first to its last notification; with one request there is no such
+// interval, and the report says the rate was not measured. Before the
+// fix it claimed "0.0 req/s, 0.000 GB/s".
+func TestPerfAgentTargetRateOfOneRequest(t *testing.T) {
+	code, out, errs := gxfer(t, "perf", "-agent", "-blocks", "8", "-block-size", "4K", "-requests", "1", "-O", "1", "-devices", "none")
+	require.Equal(t, exitOK, code, errs+out)
+	assert.Regexp(t, `(?m)^target \S+: 1 requests, 1 verified byte for byte \| rate not measured \(one notification: no interval\) \| post to notified p50 [0-9.]+us p99 [0-9.]+us`, out)
+	assert.NotContains(t, out, " 0.0 req/s")
+}

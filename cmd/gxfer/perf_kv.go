@@ -427,11 +427,20 @@ func checkRequest(ctx context.Context, eng *engine.Engine, buf, scratch *engine.
 }
 
 func (t *kvTarget) report(st *kvTargetStats) {
-	el := st.last.Sub(st.first)
-	rps, gbs := 0.0, 0.0
-	if el > 0 && st.reqs > 1 {
-		rps = float64(st.reqs-1) / el.Seconds()
-		gbs = rps * float64(st.bytes/st.reqs) / 1e9
+	// The rate needs an interval: from the first notification to the
+	// last, so at least two of them, a clock tick apart.
+	var rate string
+	switch el := st.last.Sub(st.first); {
+	case st.reqs == 0:
+		rate = "rate not measured (no request)"
+	case st.reqs == 1:
+		rate = "rate not measured (one notification: no interval)"
+	case el <= 0:
+		rate = "rate not measured (every notification within one clock tick)"
+	default:
+		rps := float64(st.reqs-1) / el.Seconds()
+		gbs := rps * float64(st.bytes/st.reqs) / 1e9
+		rate = fmt.Sprintf("%.1f req/s, %.3f GB/s (GB = 1e9 bytes; first to last notification)", rps, gbs)
 	}
 	v := "not verified (-verify=false)"
 	if t.verify {
@@ -444,12 +453,15 @@ func (t *kvTarget) report(st *kvTargetStats) {
 	if !t.sameHost {
 		clock = "the initiators' clocks against this host's: across hosts, only as good as their sync"
 	}
+	lat := "post to notified: none"
+	if len(st.lat) > 0 {
+		lat = fmt.Sprintf("post to notified p50 %s p99 %s (%s)", us(st.lat.q(0.5)), us(st.lat.q(0.99)), clock)
+	}
 	dropped := ""
 	if st.dropped > 0 {
 		dropped = fmt.Sprintf(" | %d bad notification(s) dropped", st.dropped)
 	}
-	fmt.Fprintf(t.out, "target %s: %d requests, %s | %.1f req/s, %.3f GB/s (GB = 1e9 bytes; first to last notification) | post to notified p50 %s p99 %s (%s)%s\n",
-		t.label, st.reqs, v, rps, gbs, us(st.lat.q(0.5)), us(st.lat.q(0.99)), clock, dropped)
+	fmt.Fprintf(t.out, "target %s: %d requests, %s | %s | %s%s\n", t.label, st.reqs, v, rate, lat, dropped)
 }
 
 // kvInitiator runs the workload against one target.
