@@ -256,6 +256,9 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			select {
 			case notes <- n:
 			case <-rctx.Done():
+				// The loop waits for a word from this goroutine: the
+				// ending, as from Recv (a notification in hand is dropped).
+				recvErr <- rctx.Err()
 				return
 			}
 		}

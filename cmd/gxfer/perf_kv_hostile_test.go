@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -90,5 +91,55 @@ func TestPerfAgentTargetHostileRequest(t *testing.T) {
 			assert.Regexp(t, `(?m)^# dropped a bad notification from hostile: `, out.String())
 			assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte .*\| 1 bad notification\(s\) dropped$`, out.String())
 		})
+	}
+}
+
+// TestPerfAgentTargetInterruptedWhileNotified: a serving target (-initiators
+// 0) that is interrupted ends (exit 0), also while notifications keep
+// coming. Before the fix its receiving goroutine, holding a notification
+// when the interruption came, could end without a word, and the target
+// waited for it for good (about one interruption in two here; seen as a
+// hang of TestPerfAgentInitiatorTargetGone).
+func TestPerfAgentTargetInterruptedWhileNotified(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	a, err := agent.New(ctx, agent.Config{Name: "chatty", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
+	require.NoError(t, err)
+	defer a.Close()
+	for i := range 16 {
+		sock := filepath.Join(dir, fmt.Sprintf("t%d.sock", i))
+		tctx, stop := context.WithCancel(ctx)
+		var out, errb bytes.Buffer
+		done := make(chan int, 1)
+		go func() {
+			done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", fmt.Sprintf("t%d", i), "-unix", sock,
+				"-initiators", "0", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, &out, &errb)
+		}()
+		var peer string
+		require.Eventually(t, func() bool {
+			peer, err = a.Connect(ctx, sock)
+			return err == nil
+		}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+		// Notifications keep coming while the target is interrupted.
+		sent := 0
+		for ; sent < 200; sent++ {
+			if a.Notify(ctx, peer, []byte("chatter")) != nil {
+				break
+			}
+			if sent == 100 {
+				stop()
+			}
+		}
+		stop()
+		select {
+		case code := <-done:
+			require.Equal(t, exitOK, code, errb.String()+out.String())
+		case <-ctx.Done(): // liveness bound only
+			t.Fatalf("interruption %d: the target did not end (%d notifications sent)", i, sent)
+		}
 	}
 }
