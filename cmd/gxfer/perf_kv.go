@@ -244,6 +244,9 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
 	notes, recvErr, gone := make(chan agent.Notification), make(chan error, 1), make(chan string)
+	// Hellos are answered on goroutines of their own (reaching an
+	// initiator may take a dial's timeout), at most maxHellos at once.
+	welcomed, hellos := make(chan helloResult), 0
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -302,6 +305,16 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		case name := <-gone:
 			end(name, "gone before its end")
 			continue
+		case h := <-welcomed:
+			hellos--
+			if h.err != nil {
+				delete(active, h.from) // not an initiator of this run: it never had its welcome
+				fmt.Fprintf(t.out, "# initiator %s: %v\n", h.from, h.err)
+				continue
+			}
+			fmt.Fprintf(t.out, "# initiator %s: welcomed, its requests at offset %d of the section\n", h.from, h.base)
+			watch(h.from)
+			continue
 		case err := <-recvErr:
 			if ctx.Err() != nil && t.initiators == 0 {
 				return nil
@@ -322,31 +335,25 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 					m.p.sectionLen(), regions, t.buf.Size()))
 				continue
 			}
-			base := uint64((t.hellos % regions) * m.p.sectionLen())
-			t.hellos++
-			if t.connect {
-				addr := m.unix
-				if addr == "" {
-					addr = m.tcp
-				}
-				if _, err := t.a.Connect(ctx, addr); err != nil {
-					if ctx.Err() != nil {
-						return fmt.Errorf("target: reach initiator %s at %s: %w", n.From, addr, err)
-					}
-					fmt.Fprintf(t.out, "# initiator %s: cannot reach it at %s: %v\n", n.From, addr, err)
-					continue
-				}
-			}
-			if err := t.a.Notify(ctx, n.From, kvMsg{kind: kvWelcome, p: m.p, base: base}.encode()); err != nil {
-				if ctx.Err() != nil {
-					return fmt.Errorf("target: welcome %s: %w", n.From, err)
-				}
-				fmt.Fprintf(t.out, "# initiator %s: gone before its welcome: %v\n", n.From, err)
+			if hellos >= maxHellos {
+				t.dropBad(&st, n.From, fmt.Errorf("hello: %d hellos are being answered already", maxHellos))
 				continue
 			}
-			fmt.Fprintf(t.out, "# initiator %s: welcomed, its requests at offset %d of the section\n", n.From, base)
+			base := uint64((t.hellos % regions) * m.p.sectionLen())
+			t.hellos++
+			// Its requests come once it has its welcome, maybe before
+			// the welcome's goroutine reports back.
 			active[n.From] = true
-			watch(n.From)
+			hellos++
+			wg.Add(1)
+			go func(from string, m kvMsg) {
+				defer wg.Done()
+				h := helloResult{from: from, base: base, err: t.welcome(rctx, from, m, base)}
+				select {
+				case welcomed <- h:
+				case <-rctx.Done():
+				}
+			}(n.From, m)
 			continue
 		case kvEnd:
 			end(n.From, "")
@@ -396,6 +403,34 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			}
 			end(n.From, fmt.Sprintf("gone before its end (acknowledgement: %v)", err))
 		}
+	}
+	return nil
+}
+
+// maxHellos bounds the hellos a target answers at once.
+const maxHellos = 64
+
+// helloResult is how the welcome of an initiator went.
+type helloResult struct {
+	from string
+	base uint64
+	err  error
+}
+
+// welcome answers the hello m of initiator from: it reaches it (at the
+// hello's address when there is no store) and sends its welcome.
+func (t *kvTarget) welcome(ctx context.Context, from string, m kvMsg, base uint64) error {
+	if t.connect {
+		addr := m.unix
+		if addr == "" {
+			addr = m.tcp
+		}
+		if _, err := t.a.Connect(ctx, addr); err != nil {
+			return fmt.Errorf("cannot reach it at %s: %w", addr, err)
+		}
+	}
+	if err := t.a.Notify(ctx, from, kvMsg{kind: kvWelcome, p: m.p, base: base}.encode()); err != nil {
+		return fmt.Errorf("gone before its welcome: %w", err)
 	}
 	return nil
 }

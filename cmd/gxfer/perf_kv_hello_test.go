@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/agent"
+	"github.com/gxfer/gxfer/engine"
+)
+
+// TestPerfAgentTargetHelloToSilentAddress: a target without etcd reaches
+// each initiator at the address its hello gives. Hostile hellos naming an
+// address that accepts and never answers must not stop the target
+// serving the initiators that come after them. Before the fix the target
+// answered hellos one at a time on its one loop, each blocked until the
+// dial gave up (some 5 s): 30 such hellos kept the real initiator waiting
+// for its welcome past this test's 90 s.
+func TestPerfAgentTargetHelloToSilentAddress(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	kv := []string{"-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}
+	var out, errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(ctx, append([]string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "1"}, kv...), &out, &errb)
+	}()
+
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer silent.Close()
+	accepted := make(chan net.Conn, 64)
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer func() {
+		silent.Close()
+		for c := range accepted {
+			c.Close()
+		}
+	}()
+
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	a, err := agent.New(ctx, agent.Config{Name: "hostile", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
+	require.NoError(t, err)
+	defer a.Close()
+	var peer string
+	require.Eventually(t, func() bool {
+		peer, err = a.Connect(ctx, sock)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+	ok := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
+	for range 30 {
+		require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: ok, tcp: silent.Addr().String()}.encode()))
+	}
+
+	var iout, ierr bytes.Buffer
+	icode := runContext(ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini",
+		"-unix", filepath.Join(dir, "i.sock"), "-connect", sock, "-wait", "10s", "-requests", "10"}, kv...), &iout, &ierr)
+	require.Equal(t, exitOK, icode, ierr.String()+iout.String())
+	var code int
+	select {
+	case code = <-done:
+	case <-ctx.Done():
+		t.Fatal("the target did not end")
+	}
+	require.Equal(t, exitOK, code, errb.String()+out.String())
+	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, out.String())
+}
