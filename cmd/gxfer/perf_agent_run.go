@@ -303,7 +303,7 @@ func setupInitiator(ctx context.Context, pa *perfAgent, peer string, o *perfOpts
 		return nil, err
 	}
 	in := &kvInitiator{a: pa.a, peer: peer, section: o.agent.section, src: src, p: kp, requests: o.agent.requests,
-		verify: o.agent.verify, out: stdout, label: pa.a.Name()}
+		verify: o.agent.verify, out: stdout, label: pa.a.Name(), wait: o.agent.wait}
 	if pl.local != "host" {
 		if in.staging, err = pa.eng.Alloc(kp.bsize, engine.Host); err != nil {
 			src.Free()

@@ -511,7 +511,8 @@ type kvInitiator struct {
 	staging  *engine.Buffer // host, one block: fills gaudi sources
 	p        kvParams
 	requests int
-	base     uint64 // where its slots start in the section (the target's welcome)
+	base     uint64        // where its slots start in the section (the target's welcome)
+	wait     time.Duration // for the welcome (-wait)
 	verify   bool
 	out      io.Writer
 	label    string
@@ -541,8 +542,15 @@ func (in *kvInitiator) run(ctx context.Context) error {
 	if err := in.a.Notify(ctx, in.peer, kvMsg{kind: kvHello, p: p, unix: md.Unix, tcp: md.TCP}.encode()); err != nil {
 		return fmt.Errorf("initiator: hello to %s: %w", in.peer, err)
 	}
-	n, err := in.a.Recv(ctx)
+	// The target may drop the hello (it says why in its output): the
+	// welcome comes within -wait or not at all.
+	wctx, cancelWait := context.WithTimeout(ctx, in.wait)
+	n, err := in.a.Recv(wctx)
+	cancelWait()
 	if err != nil {
+		if ctx.Err() == nil && wctx.Err() != nil {
+			return fmt.Errorf("initiator: no welcome from %s within %v: it dropped the hello (its output says why: give the target the same -blocks, -block-size and -O)", in.peer, in.wait)
+		}
 		return fmt.Errorf("initiator: welcome from %s: %w", in.peer, causeOf(ctx, err))
 	}
 	welcome, err := decodeKVMsg(n.Msg)

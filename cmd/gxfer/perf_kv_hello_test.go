@@ -85,3 +85,40 @@ func TestPerfAgentTargetHelloToSilentAddress(t *testing.T) {
 	require.Equal(t, exitOK, code, errb.String()+out.String())
 	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, out.String())
 }
+
+// TestPerfAgentInitiatorHelloDropped: a target drops a hello whose region
+// does not fit its section (here: the initiator runs -O 2, the target's
+// regions hold -O 1) and keeps serving; the initiator must not wait for
+// its welcome forever: it gives up after -wait, saying so. Before the fix
+// it waited until interrupted.
+func TestPerfAgentInitiatorHelloDropped(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var out, errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "2", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, &out, &errb)
+	}()
+	var iout, ierr bytes.Buffer
+	idone := make(chan int, 1)
+	go func() {
+		idone <- runContext(ctx, []string{"perf", "-agent", "-role", "initiator", "-name", "ini", "-unix", filepath.Join(dir, "i.sock"),
+			"-connect", sock, "-wait", "3s", "-requests", "10", "-blocks", "8", "-block-size", "8", "-O", "2", "-devices", "none"}, &iout, &ierr)
+	}()
+	select {
+	case code := <-idone:
+		require.Equal(t, exitRuntime, code, ierr.String()+iout.String())
+		assert.Contains(t, ierr.String(), "no welcome from t within 3s")
+	case <-ctx.Done(): // liveness bound only
+		t.Fatal("the initiator still waits for a welcome that will not come")
+	}
+	stop() // it still waits for its two initiators: interrupted
+	require.Equal(t, exitRuntime, <-done, errb.String())
+	assert.Contains(t, errb.String(), "interrupted")
+	assert.Contains(t, out.String(), "# dropped a bad notification from ini: hello: it needs a section of 128 bytes per initiator")
+}
