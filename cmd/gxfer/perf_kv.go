@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -513,6 +514,7 @@ type kvInitiator struct {
 	requests int
 	base     uint64        // where its slots start in the section (the target's welcome)
 	wait     time.Duration // for the welcome (-wait)
+	foreign  atomic.Uint64 // notifications from other agents than the target, dropped
 	verify   bool
 	out      io.Writer
 	label    string
@@ -544,17 +546,25 @@ func (in *kvInitiator) run(ctx context.Context) error {
 	}
 	// The target may drop the hello (it says why in its output): the
 	// welcome comes within -wait or not at all.
+	// Notifications of other agents (anyone may notify an initiator:
+	// it listens) are dropped and counted.
 	wctx, cancelWait := context.WithTimeout(ctx, in.wait)
-	n, err := in.a.Recv(wctx)
-	cancelWait()
-	if err != nil {
-		if ctx.Err() == nil && wctx.Err() != nil {
-			return fmt.Errorf("initiator: no welcome from %s within %v: it dropped the hello (its output says why: give the target the same -blocks, -block-size and -O)", in.peer, in.wait)
+	var n agent.Notification
+	for n.From != in.peer {
+		if n, err = in.a.Recv(wctx); err != nil {
+			cancelWait()
+			if ctx.Err() == nil && wctx.Err() != nil {
+				return fmt.Errorf("initiator: no welcome from %s within %v: it dropped the hello (its output says why: give the target the same -blocks, -block-size and -O)", in.peer, in.wait)
+			}
+			return fmt.Errorf("initiator: welcome from %s: %w", in.peer, causeOf(ctx, err))
 		}
-		return fmt.Errorf("initiator: welcome from %s: %w", in.peer, causeOf(ctx, err))
+		if n.From != in.peer {
+			in.foreign.Add(1)
+		}
 	}
+	cancelWait()
 	welcome, err := decodeKVMsg(n.Msg)
-	if err != nil || welcome.kind != kvWelcome || n.From != in.peer {
+	if err != nil || welcome.kind != kvWelcome {
 		return fmt.Errorf("initiator: from %s, not a welcome: %w", n.From, errKVMsg)
 	}
 	in.base = welcome.base
@@ -589,6 +599,10 @@ func (in *kvInitiator) run(ctx context.Context) error {
 					ackErr = err
 				}
 				return
+			}
+			if n.From != in.peer {
+				in.foreign.Add(1)
+				continue
 			}
 			m, err := decodeKVMsg(n.Msg)
 			if err != nil || m.kind != kvAck {
@@ -724,6 +738,9 @@ func (in *kvInitiator) report(el time.Duration, post, rtt latencies) {
 	fill := ""
 	if in.verify {
 		fill = " (includes filling the source blocks with the request's pattern; -verify=false: pure transfer)"
+	}
+	if f := in.foreign.Load(); f > 0 {
+		fill += fmt.Sprintf(" | %d notification(s) from other agents dropped", f)
 	}
 	fmt.Fprintf(in.out, "initiator %s: %d requests in %v: %.1f req/s, %.3f GB/s (GB = 1e9 bytes)%s\n",
 		in.label, in.requests, el.Round(time.Microsecond), rps, gbs, fill)

@@ -122,3 +122,50 @@ func TestPerfAgentInitiatorHelloDropped(t *testing.T) {
 	assert.Contains(t, errb.String(), "interrupted")
 	assert.Contains(t, out.String(), "# dropped a bad notification from ini: hello: it needs a section of 128 bytes per initiator")
 }
+
+// TestPerfAgentInitiatorIgnoresOtherAgents: an initiator listens (for its
+// target's acknowledgements), so any agent can notify it. Notifications
+// from agents other than its target (garbage, a forged acknowledgement or
+// welcome) are counted and dropped; its run goes on. Here they wait in its
+// queue before its target even exists, so they come first. Before the fix
+// the first of them ended the run ("not a welcome", exit 1).
+func TestPerfAgentInitiatorIgnoresOtherAgents(t *testing.T) {
+	dir := t.TempDir()
+	tsock, isock := filepath.Join(dir, "t.sock"), filepath.Join(dir, "i.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kv := []string{"-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}
+	var iout, ierr bytes.Buffer
+	idone := make(chan int, 1)
+	go func() {
+		idone <- runContext(ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini", "-unix", isock,
+			"-connect", tsock, "-wait", "1m", "-requests", "10"}, kv...), &iout, &ierr)
+	}()
+
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	a, err := agent.New(ctx, agent.Config{Name: "hostile", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
+	require.NoError(t, err)
+	defer a.Close()
+	var peer string
+	require.Eventually(t, func() bool {
+		peer, err = a.Connect(ctx, isock)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the initiator never listened: %s", ierr.String())
+	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
+	for _, m := range [][]byte{[]byte("garbage"), kvMsg{kind: kvAck, p: p}.encode(), kvMsg{kind: kvWelcome, p: p, base: 1 << 30}.encode()} {
+		require.NoError(t, a.Notify(ctx, peer, m))
+	}
+
+	var tout, terr bytes.Buffer
+	tdone := make(chan int, 1)
+	go func() {
+		tdone <- runContext(ctx, append([]string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", tsock, "-initiators", "1"}, kv...), &tout, &terr)
+	}()
+	require.Equal(t, exitOK, <-idone, ierr.String()+iout.String())
+	require.Equal(t, exitOK, <-tdone, terr.String()+tout.String())
+	checkKVReport(t, iout.String(), 10)
+	assert.Contains(t, iout.String(), "| 3 notification(s) from other agents dropped")
+	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, tout.String())
+}
