@@ -30,7 +30,9 @@ notification arrives (each request has its own pattern; -verify=false
 skips the check and the initiator's fill) and acknowledges it; -O
 requests are in flight at most. The section has -initiators x -O x
 -blocks slots: each initiator the target welcomes writes a region of its
-own (initiators and target take the same -blocks, -block-size and -O).
+own (initiators and target take the same -blocks, -block-size and -O); a
+hello while every region is in use is dropped, and that initiator gives
+up after -wait.
 Reports: the initiator's requests/s and GB/s, the CPU cost of posting a
 request's descriptors (prepared once, posted by index) and the post to
 acknowledgement time; the target's requests/s, GB/s and notification

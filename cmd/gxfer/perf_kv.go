@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,7 +196,6 @@ type kvTarget struct {
 	initiators int
 	connect    bool // no store: reach initiators at the addresses of their hello
 	sameHost   bool // the initiator runs in this process (both roles): one clock
-	hellos     int  // initiators welcomed: the k-th writes region k mod max(1, initiators)
 	out        io.Writer
 	label      string // for the report
 }
@@ -248,6 +249,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 	// Hellos are answered on goroutines of their own (reaching an
 	// initiator may take a dial's timeout), at most maxHellos at once.
 	welcomed, hellos := make(chan helloResult), 0
+	regionReqs := make(chan regionReq) // from the welcomes, once the initiator is reached
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -267,7 +269,19 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	active := map[string]bool{}         // initiators welcomed and not ended
+	active := map[string]bool{} // initiators welcomed and not ended
+	// The section has a region per initiator (max(1, initiators)); each
+	// active initiator writes one of its own, never shared.
+	regions := max(1, t.initiators)
+	stride := t.buf.Size() / regions
+	used := make([]bool, regions)
+	region := map[string]int{} // the region of each active initiator
+	release := func(name string) {
+		if r, ok := region[name]; ok {
+			used[r] = false
+			delete(region, name)
+		}
+	}
 	watched := map[string]*agent.Peer{} // the peer each initiator's watch is on
 	watch := func(name string) {
 		p, err := t.a.Peer(rctx, name)
@@ -293,6 +307,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			return
 		}
 		delete(active, name)
+		release(name)
 		ended++
 		if why != "" {
 			fmt.Fprintf(t.out, "# initiator %s: %s\n", name, why)
@@ -306,10 +321,29 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		case name := <-gone:
 			end(name, "gone before its end")
 			continue
+		case q := <-regionReqs:
+			r, ok := region[q.from] // a hello again: its region
+			if !ok {
+				if r = slices.Index(used, false); r < 0 {
+					q.reply <- regionReply{err: fmt.Errorf("%w (%d: -initiators %d), by %s", errNoRegion, regions, t.initiators, strings.Join(slices.Sorted(maps.Keys(region)), ", "))}
+					continue
+				}
+				used[r], region[q.from] = true, r
+			}
+			// Its requests come once it has its welcome, maybe before
+			// the welcome's goroutine reports back.
+			active[q.from] = true
+			q.reply <- regionReply{base: uint64(r * stride)}
+			continue
 		case h := <-welcomed:
 			hellos--
+			if errors.Is(h.err, errNoRegion) {
+				t.dropBad(&st, h.from, h.err)
+				continue
+			}
 			if h.err != nil {
 				delete(active, h.from) // not an initiator of this run: it never had its welcome
+				release(h.from)
 				fmt.Fprintf(t.out, "# initiator %s: %v\n", h.from, h.err)
 				continue
 			}
@@ -330,8 +364,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		}
 		switch m.kind {
 		case kvHello:
-			regions := max(1, t.initiators)
-			if m.p.sectionLen() > t.buf.Size()/regions {
+			if m.p.sectionLen() > stride {
 				t.dropBad(&st, n.From, fmt.Errorf("hello: it needs a section of %d bytes per initiator (%d), this one has %d: give the target the same -blocks, -block-size and -O",
 					m.p.sectionLen(), regions, t.buf.Size()))
 				continue
@@ -340,16 +373,12 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 				t.dropBad(&st, n.From, fmt.Errorf("hello: %d hellos are being answered already", maxHellos))
 				continue
 			}
-			base := uint64((t.hellos % regions) * m.p.sectionLen())
-			t.hellos++
-			// Its requests come once it has its welcome, maybe before
-			// the welcome's goroutine reports back.
-			active[n.From] = true
 			hellos++
 			wg.Add(1)
 			go func(from string, m kvMsg) {
 				defer wg.Done()
-				h := helloResult{from: from, base: base, err: t.welcome(rctx, from, m, base)}
+				h := helloResult{from: from}
+				h.base, h.err = t.welcome(rctx, from, m, regionReqs)
 				select {
 				case welcomed <- h:
 				case <-rctx.Done():
@@ -404,34 +433,6 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			}
 			end(n.From, fmt.Sprintf("gone before its end (acknowledgement: %v)", err))
 		}
-	}
-	return nil
-}
-
-// maxHellos bounds the hellos a target answers at once.
-const maxHellos = 64
-
-// helloResult is how the welcome of an initiator went.
-type helloResult struct {
-	from string
-	base uint64
-	err  error
-}
-
-// welcome answers the hello m of initiator from: it reaches it (at the
-// hello's address when there is no store) and sends its welcome.
-func (t *kvTarget) welcome(ctx context.Context, from string, m kvMsg, base uint64) error {
-	if t.connect {
-		addr := m.unix
-		if addr == "" {
-			addr = m.tcp
-		}
-		if _, err := t.a.Connect(ctx, addr); err != nil {
-			return fmt.Errorf("cannot reach it at %s: %w", addr, err)
-		}
-	}
-	if err := t.a.Notify(ctx, from, kvMsg{kind: kvWelcome, p: m.p, base: base}.encode()); err != nil {
-		return fmt.Errorf("gone before its welcome: %w", err)
 	}
 	return nil
 }
@@ -554,7 +555,7 @@ func (in *kvInitiator) run(ctx context.Context) error {
 		if n, err = in.a.Recv(wctx); err != nil {
 			cancelWait()
 			if ctx.Err() == nil && wctx.Err() != nil {
-				return fmt.Errorf("initiator: no welcome from %s within %v: it dropped the hello (its output says why: give the target the same -blocks, -block-size and -O)", in.peer, in.wait)
+				return fmt.Errorf("initiator: no welcome from %s within %v: it dropped the hello (its output says why: every region of its section in use, or not the same -blocks, -block-size and -O)", in.peer, in.wait)
 			}
 			return fmt.Errorf("initiator: welcome from %s: %w", in.peer, causeOf(ctx, err))
 		}

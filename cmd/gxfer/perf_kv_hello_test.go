@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,4 +169,57 @@ func TestPerfAgentInitiatorIgnoresOtherAgents(t *testing.T) {
 	checkKVReport(t, iout.String(), 10)
 	assert.Contains(t, iout.String(), "| 3 notification(s) from other agents dropped")
 	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, tout.String())
+}
+
+// TestPerfAgentTargetRegionInUse: each initiator a target welcomes writes
+// a region of the section of its own; a hello while every region is in
+// use (here -initiators 0: one region, and an initiator running in it) is
+// dropped, and that initiator gives up after -wait. Before the fix the
+// target welcomed it into the region in use: the two initiators wrote the
+// same slots, and the target failed with "data not in place when the
+// notification arrived", a false diagnosis of the ordering it measures.
+func TestPerfAgentTargetRegionInUse(t *testing.T) {
+	dir := t.TempDir()
+	tsock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	kv := []string{"-blocks", "8", "-block-size", "4K", "-O", "4", "-devices", "none"}
+	tctx, stopTarget := context.WithCancel(ctx)
+	defer stopTarget()
+	tout, terr := &syncBuffer{}, &syncBuffer{}
+	tdone := make(chan int, 1)
+	go func() {
+		tdone <- runContext(tctx, append([]string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", tsock, "-initiators", "0"}, kv...), tout, terr)
+	}()
+	// The first initiator runs (for as long as the test needs).
+	i1ctx, stopI1 := context.WithCancel(ctx)
+	defer stopI1()
+	var i1out, i1err bytes.Buffer
+	i1done := make(chan int, 1)
+	go func() {
+		i1done <- runContext(i1ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "i1", "-unix", filepath.Join(dir, "i1.sock"),
+			"-connect", tsock, "-wait", "1m", "-requests", "100000000"}, kv...), &i1out, &i1err)
+	}()
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(tout.String(), "# initiator i1: welcomed"); {
+		select {
+		case code := <-i1done:
+			t.Fatalf("the first initiator ended early (exit %d): %s", code, i1err.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the first initiator was never welcomed: %s", terr.String())
+	}
+
+	var i2out, i2err bytes.Buffer
+	code := runContext(ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "i2", "-unix", filepath.Join(dir, "i2.sock"),
+		"-connect", tsock, "-wait", "2s", "-requests", "100"}, kv...), &i2out, &i2err)
+	require.Equal(t, exitRuntime, code, i2err.String()+i2out.String())
+	assert.Contains(t, i2err.String(), "no welcome from t within 2s")
+
+	stopI1()
+	<-i1done
+	stopTarget()
+	<-tdone
+	assert.Contains(t, tout.String(), "# dropped a bad notification from i2: hello: every region of the section is in use (1:")
+	assert.NotContains(t, terr.String(), "differs")
+	assert.NotContains(t, i1err.String(), "differs")
 }

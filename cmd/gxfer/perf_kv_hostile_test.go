@@ -49,9 +49,13 @@ func TestPerfAgentTargetHostileRequest(t *testing.T) {
 			kv := []string{"-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}
 			var out, errb bytes.Buffer
 			done := make(chan int, 1)
+			initiators := "1"
+			if tc.hello { // the hostile peer is an initiator too: a region of its own
+				initiators = "2"
+			}
 			go func() {
 				done <- runContext(ctx, append([]string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
-					"-initiators", "1"}, kv...), &out, &errb)
+					"-initiators", initiators}, kv...), &out, &errb)
 			}()
 
 			eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
@@ -74,6 +78,9 @@ func TestPerfAgentTargetHostileRequest(t *testing.T) {
 				require.Equal(t, uint8(kvWelcome), w.kind)
 			}
 			require.NoError(t, a.Notify(ctx, peer, tc.msg))
+			if tc.hello {
+				require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvEnd, p: ok}.encode()))
+			}
 
 			// A real initiator, after the hostile notification.
 			var iout, ierr bytes.Buffer
