@@ -27,8 +27,9 @@ each a write of -blocks blocks of -block-size bytes to scattered slots of
 the target's section (a random permutation, fixed per run by -seed) with a
 notification. The target checks the bytes of a request when its
 notification arrives (each request has its own pattern; -verify=false
-skips the check and the initiator's fill) and acknowledges it; -O
-requests are in flight at most. The section has -initiators x -O x
+skips the check and the initiator's fill) and acknowledges it (a
+request whose bytes are not in place ends its initiator's run, exit 1,
+and the target exits 1 once it ends); -O requests are in flight at most. The section has -initiators x -O x
 -blocks slots: each initiator the target welcomes writes a region of its
 own (initiators and target take the same -blocks, -block-size and -O); a
 hello while every region is in use is dropped, and that initiator gives

@@ -61,6 +61,9 @@ const (
 	// kvReqUnfilled: as kvReq, from an initiator run with -verify=false:
 	// its blocks carry no pattern, there is nothing to check.
 	kvReqUnfilled = 6
+	// kvFailed: target -> initiator, request r's bytes were not in place
+	// when its notification arrived: the initiator's run ends there.
+	kvFailed = 7
 )
 
 const kvMagic = 0x67784b56 // "gxKV"
@@ -135,7 +138,7 @@ func decodeKVMsg(b []byte) (kvMsg, error) {
 	// The parameters are the peer's: within the limits checkAgent puts on
 	// -O, -blocks and -block-size, so that slots and sectionLen neither
 	// overflow nor make the receiver allocate without bound.
-	if !ok1 || !ok2 || !ok3 || len(rest) != 0 || m.kind < kvHello || m.kind > kvReqUnfilled ||
+	if !ok1 || !ok2 || !ok3 || len(rest) != 0 || m.kind < kvHello || m.kind > kvFailed ||
 		m.p.window < 1 || m.p.window > 1024 || m.p.blocks < 1 || m.p.blocks > 1<<16 || m.p.slots() > maxSlots ||
 		m.p.bsize < 8 || m.p.bsize%8 != 0 || m.p.bsize > 64<<20 {
 		return m, errKVMsg
@@ -209,6 +212,8 @@ type kvTargetStats struct {
 	verified uint64
 	unfilled uint64 // requests of initiators run with -verify=false
 	dropped  uint64 // bad notifications (dropBad)
+	failed   uint64 // requests whose bytes were not in place (errNotInPlace)
+	firstErr error  // the first of them
 }
 
 // maxDropLogs bounds the lines a target writes about the bad
@@ -352,7 +357,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			continue
 		case err := <-recvErr:
 			if ctx.Err() != nil && t.initiators == 0 {
-				return nil
+				return st.verifyErr()
 			}
 			return fmt.Errorf("target: receive: %w", err)
 		}
@@ -422,7 +427,19 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 				perms[m.p.seed] = perm
 			}
 			if err := t.check(ctx, m, perm); err != nil {
-				return fmt.Errorf("target: request %d from %s: %w", m.r, n.From, err)
+				if !errors.Is(err, errNotInPlace) {
+					return fmt.Errorf("target: request %d from %s: %w", m.r, n.From, err)
+				}
+				// That initiator's run ends (it is told); the others go
+				// on, and the target fails at its end.
+				st.failed++
+				if st.firstErr == nil {
+					st.firstErr = fmt.Errorf("request %d from %s: %w", m.r, n.From, err)
+				}
+				fmt.Fprintf(t.out, "# initiator %s: request %d: %v (its run ends here)\n", n.From, m.r, err)
+				_ = t.a.Notify(ctx, n.From, kvMsg{kind: kvFailed, p: m.p, r: m.r}.encode())
+				end(n.From, "")
+				continue
 			}
 			st.verified++
 		}
@@ -434,8 +451,21 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			end(n.From, fmt.Sprintf("gone before its end (acknowledgement: %v)", err))
 		}
 	}
-	return nil
+	return st.verifyErr()
 }
+
+// verifyErr is the target's error for the requests that failed
+// verification, if any.
+func (st *kvTargetStats) verifyErr() error {
+	if st.failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("target: %d request(s) failed verification (the first: %w)", st.failed, st.firstErr)
+}
+
+// errNotInPlace: a request's bytes were not in place when its
+// notification arrived.
+var errNotInPlace = errors.New("data not in place when the notification arrived")
 
 // check verifies the blocks of request m.
 func (t *kvTarget) check(ctx context.Context, m kvMsg, perm []int) error {
@@ -460,7 +490,7 @@ func checkRequest(ctx context.Context, eng *engine.Engine, buf, scratch *engine.
 			b = scratch.Bytes()[:m.p.bsize]
 		}
 		if at := checkBlock(b, m.p.seed, m.r, i); at >= 0 {
-			return fmt.Errorf("block %d (offset %d): byte %d differs: data not in place when the notification arrived", i, off, at)
+			return fmt.Errorf("block %d (offset %d): byte %d differs: %w", i, off, at, errNotInPlace)
 		}
 	}
 	return nil
@@ -485,6 +515,9 @@ func (t *kvTarget) report(st *kvTargetStats) {
 	v := "not verified (-verify=false)"
 	if t.verify {
 		v = fmt.Sprintf("%d verified byte for byte", st.verified)
+		if st.failed > 0 {
+			v += fmt.Sprintf(", %d FAILED verification", st.failed)
+		}
 		if st.unfilled > 0 {
 			v += fmt.Sprintf(", %d not checked (their initiator ran -verify=false: no pattern to check)", st.unfilled)
 		}
@@ -606,6 +639,10 @@ func (in *kvInitiator) run(ctx context.Context) error {
 				continue
 			}
 			m, err := decodeKVMsg(n.Msg)
+			if err == nil && m.kind == kvFailed {
+				ackErr = fmt.Errorf("request %d failed verification at the target: its bytes were not in place when its notification arrived (the target's output says which)", m.r)
+				return
+			}
 			if err != nil || m.kind != kvAck {
 				ackErr = fmt.Errorf("from %s: %w", n.From, errKVMsg)
 				return
