@@ -107,3 +107,49 @@ func TestBufferedTicketMeetsDeadline(t *testing.T) {
 	w.finish(1, nil)
 	require.NoError(t, <-done)
 }
+
+// TestTicketBehindFullChannelSeen: a TrackTicket that finds the actor's
+// channel full wakes the actor, which then takes that submission too,
+// even when it lands in the channel only after the actor's drain (the
+// drain takes at most what the channel holds): a CS nobody watches
+// retires. The Kick came before the send only, so the actor, all the
+// CSs it took watched, slept (here for BlockTimeout, an hour) with the
+// submission unseen in its channel.
+func TestTicketBehindFullChannelSeen(t *testing.T) {
+	w := newFakeWaiter()
+	a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Minute, BlockTimeout: time.Hour, MaxOutstanding: 2})
+	defer a.Close(0)
+	var watched []*Ticket
+	defer func() {
+		for _, tk := range watched {
+			tk.Unwatch()
+		}
+	}()
+	track := func(seq uint64) *Ticket {
+		tk, err := a.TrackTicket(context.Background(), Submission{Seq: seq, OnDone: func(error) {}})
+		require.NoError(t, err)
+		return tk
+	}
+	tk := track(1)
+	tk.Watch()
+	watched = append(watched, tk)
+	sleeps := a.Stats().Sleeps
+	require.Eventually(t, func() bool { return a.Stats().Sleeps != sleeps }, 10*time.Second, 50*time.Microsecond, "asleep: CS 1 watched")
+	// CSs 2 and 3 fill the channel (the sleeping actor does not look),
+	// and are watched; CS 4 finds it full.
+	for seq := uint64(2); seq <= 3; seq++ {
+		tk := track(seq)
+		tk.Watch()
+		watched = append(watched, tk)
+	}
+	require.Equal(t, cap(a.in), len(a.in))
+	w.finish(4, nil)
+	tk4 := track(4)
+	require.Eventually(t, tk4.Retired, 10*time.Second, time.Millisecond, "CS 4, ended, retired by the actor")
+	for seq := uint64(1); seq <= 3; seq++ {
+		w.finish(seq, nil)
+	}
+	for _, tk := range watched {
+		require.True(t, tk.Poll())
+	}
+}

@@ -112,6 +112,10 @@ func (a *DeviceActor) enqueue(ctx context.Context, t *Ticket, expiry **time.Time
 		a.Kick()
 		select {
 		case a.in <- t:
+			// Again: that Kick may have woken a drain that ended
+			// (it takes what the channel held) before t landed, and
+			// the actor, all it took watched, sleeps again.
+			a.Kick()
 		case <-a.stop:
 			a.release()
 			return false, ErrClosed
