@@ -2,14 +2,21 @@ package cq
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"time"
 )
+
+// ErrInvalid refuses bad input: a nil context.
+var ErrInvalid = fmt.Errorf("cq: %w", os.ErrInvalid)
 
 // Track hands a submitted CS to the actor. It waits while twice
 // MaxOutstanding submissions are tracked, until ctx ends; should s's
 // deadline pass meanwhile, it polls the CS once and retires it there if
 // it ended, else runs s.OnTimeout and goes on waiting. After Close it
-// returns ErrClosed and the caller still owns s (and must end it).
+// returns ErrClosed and the caller still owns s (and must end it); so
+// too when ctx is nil (ErrInvalid: accepted while there is room, it
+// would panic only once Track waits for room, under load).
 //
 // Nobody can watch or kick a submission tracked so (it has no Ticket), so
 // Track wakes the actor should it sleep while waiters watch every other
@@ -25,6 +32,9 @@ func (a *DeviceActor) Track(ctx context.Context, s Submission) error {
 // TrackTicket is Track returning the submission's Ticket, which a waiter
 // may Poll to retire the CS itself.
 func (a *DeviceActor) TrackTicket(ctx context.Context, s Submission) (*Ticket, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalid)
+	}
 	t, err := a.track(ctx, s)
 	if err == nil {
 		a.horizon.pass(t)
