@@ -326,8 +326,11 @@ func (c *Conn) recv(ctx context.Context, read func(buf []byte) (int, bool, []*fd
 	n, routed, fds, err := read(c.rbuf)
 	if err != nil {
 		_ = closeFDs(fds)
-		if ctxBound && errors.Is(err, os.ErrDeadlineExceeded) && !c.closed.Load() {
-			// ctx's deadline passed (its own timer may not have fired yet).
+		if ctxBound && errors.Is(err, os.ErrDeadlineExceeded) && !c.closed.Load() &&
+			!errors.Is(ctx.Err(), context.Canceled) {
+			// ctx's deadline passed (its own timer may not have fired
+			// yet). A cancel of ctx also moved the deadline to the past:
+			// recvErr reports that one as ctx's error (Canceled).
 			return Frame{}, fmt.Errorf("wire: recv: %w (%w)", context.DeadlineExceeded, err)
 		}
 		return Frame{}, c.recvErr(ctx, err)

@@ -133,8 +133,8 @@ func (l *Listener[P]) loop() {
 			ep, peer, hello, err := l.serve(p, t, cred, raddr)
 			if err != nil {
 				// One that Close ended (its ctx canceled) is no peer's
-				// failure: not logged. (wire.Conn reports a read ended by
-				// the cancel of a ctx with a deadline as DeadlineExceeded.)
+				// failure: not logged (nor one whose own deadline passed
+				// as Close came).
 				if l.ctx.Err() == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 					l.logs.warn().Err(err).Msg("handshake failed")
 				}
