@@ -128,10 +128,21 @@ type Ticket struct {
 func (t *Ticket) Watch() { t.watchers.Add(1) }
 
 // Unwatch ends a Watch. The last watcher to leave a ticket that is not
-// retired wakes the actor, which retires it from then on.
+// retired wakes the actor, which retires it from then on. An Unwatch
+// with no Watch left to end does nothing (a negative count would make
+// the actor take the ticket for watched).
 func (t *Ticket) Unwatch() {
-	if t.watchers.Add(-1) == 0 {
-		t.Kick()
+	for {
+		n := t.watchers.Load()
+		if n <= 0 {
+			return
+		}
+		if t.watchers.CompareAndSwap(n, n-1) {
+			if n == 1 {
+				t.Kick()
+			}
+			return
+		}
 	}
 }
 
