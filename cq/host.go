@@ -37,8 +37,11 @@ type HostActor struct {
 	in   chan HostCompletion
 	mu   sync.RWMutex
 	shut bool
-	done chan struct{}
-	once sync.Once
+	// posting counts the Posts under way (added under mu's read lock
+	// while not shut): Close closes in once they have sent.
+	posting sync.WaitGroup
+	done    chan struct{}
+	once    sync.Once
 }
 
 // NewHostActor starts a host actor whose inbox holds depth records
@@ -55,6 +58,10 @@ func NewHostActor(depth int) *HostActor {
 
 // Post hands over a completion. It waits while the inbox is full. After
 // Close the completion is applied on the caller's goroutine instead.
+//
+// It waits without the lock: a Post waiting for room held it, so
+// Close's write lock waited for it, and a Then that Posted then waited
+// behind that writer on the actor, which so never made the room.
 func (h *HostActor) Post(c HostCompletion) {
 	h.mu.RLock()
 	if h.shut {
@@ -62,8 +69,10 @@ func (h *HostActor) Post(c HostCompletion) {
 		apply(c)
 		return
 	}
-	h.in <- c
+	h.posting.Add(1)
 	h.mu.RUnlock()
+	defer h.posting.Done()
+	h.in <- c
 }
 
 // apply runs c's Then and completes it. A panicking Then completes the
@@ -118,8 +127,11 @@ func (h *HostActor) Close() {
 	h.once.Do(func() {
 		h.mu.Lock()
 		h.shut = true
-		close(h.in)
 		h.mu.Unlock()
+		// The Posts under way send to the actor, which applies them
+		// meanwhile; later ones apply their completion themselves.
+		h.posting.Wait()
+		close(h.in)
 	})
 	<-h.done
 }
