@@ -219,26 +219,36 @@ func decode(b []byte) (message, error) {
 	return m, nil
 }
 
-// assembler collects the chunks of one metadata record, in order.
+// assembler collects the chunks of one metadata record, in order. Its
+// buffer grows as the chunks arrive (to twice the bytes received at
+// most, and never past the record's size): a peer's first chunk may
+// claim a record of meta.MaxRecord bytes and carry one.
 type assembler struct {
-	buf []byte
+	buf   []byte
+	total uint32 // the record's size; 0 before its first chunk
 }
 
 // add takes the next chunk; it returns the record once complete.
 func (a *assembler) add(m message) ([]byte, bool, error) {
-	if a.buf == nil {
+	if a.total == 0 {
 		if m.off != 0 {
 			return nil, false, protoErr("metadata chunk at %d before the first", m.off)
 		}
-		a.buf = make([]byte, 0, m.total)
+		a.total, a.buf = m.total, nil
 	}
-	if uint32(cap(a.buf)) != m.total || int(m.off) != len(a.buf) {
-		return nil, false, protoErr("metadata chunk [%d of %d] out of order (have %d of %d)", m.off, m.total, len(a.buf), cap(a.buf))
+	if m.total != a.total || int(m.off) != len(a.buf) {
+		return nil, false, protoErr("metadata chunk [%d of %d] out of order (have %d of %d)", m.off, m.total, len(a.buf), a.total)
+	}
+	// decode bounded off+len(data) by total.
+	if need := len(a.buf) + len(m.data); need > cap(a.buf) {
+		b := make([]byte, len(a.buf), min(int(a.total), max(need, 2*cap(a.buf))))
+		copy(b, a.buf)
+		a.buf = b
 	}
 	a.buf = append(a.buf, m.data...)
-	if len(a.buf) == cap(a.buf) {
+	if len(a.buf) == int(a.total) {
 		rec := a.buf
-		a.buf = nil
+		a.buf, a.total = nil, 0
 		return rec, true, nil
 	}
 	return nil, false, nil
