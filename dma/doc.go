@@ -12,7 +12,7 @@
 //	nodes, _ := dma.Discover("")                  // sysfs: habanalabs nodes only
 //	dev, _ := dma.Open(nodes[0], dma.Options{})   // one compute context per device
 //	defer dev.Close()                             // releases everything still live
-//	mem, _ := dev.AllocDevice(n)                  // Gaudi2: ALLOC + MAP -> device VA
+//	mem, _ := dev.AllocDevice(n)                  // Gaudi2: ALLOC + MAP -> device VA (or carved from one)
 //	buf, _ := dma.AllocHostPages(n)               // pinned-to-be host memory off the Go heap
 //	hm, _ := dev.MapHostBytes(buf)                // USERPTR MAP -> device VA of the host buffer
 //	_ = dev.CopySync(mem.Addr(), hm.DeviceAddr(), n)
@@ -35,7 +35,8 @@
 //
 // Gaudi2 maps DRAM through the device MMU: ALLOC (rounded to the DRAM page
 // size) returns a handle, MAP a device VA; memory is unmapped before it is
-// freed. Its queues take user command buffers, which live in host pages
+// freed. The page is large (768 MiB with six HBMs), so on kernels 6.7+ a
+// smaller AllocDevice is carved from a shared allocation (slab.go). Its queues take user command buffers, which live in host pages
 // mapped with USERPTR. Of the PCI DMA queues the driver opens only
 // PDMA_0_0, PDMA_0_1 and PDMA_1_0 (ids 0, 1, 4) to users; the others belong
 // to the ARC firmware and a CS on them fails with EINVAL. Host-to-device
