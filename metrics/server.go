@@ -3,8 +3,10 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -39,7 +41,8 @@ const (
 // one: see Addr) and serves g at /metrics until Close, one connection
 // per scrape (no keep-alive). Errors of the collectors are reported in
 // the scrape (promhttp.ContinueOnError), a scrape does not fail because
-// one metric could not be read.
+// one metric could not be read. A nil g is refused with an error
+// matching os.ErrInvalid.
 func Serve(addr string, g prometheus.Gatherer) (*Server, error) {
 	return serve(addr, g, idleTimeout, writeTimeout)
 }
@@ -47,6 +50,9 @@ func Serve(addr string, g prometheus.Gatherer) (*Server, error) {
 // serve is Serve with the idle and write timeouts given (tests shorten
 // them).
 func serve(addr string, g prometheus.Gatherer, idle, write time.Duration) (*Server, error) {
+	if g == nil {
+		return nil, fmt.Errorf("metrics: Serve: nil gatherer: %w", os.ErrInvalid)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

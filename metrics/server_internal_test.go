@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -75,4 +76,17 @@ func TestServerBoundsStalledScrape(t *testing.T) {
 	var ne net.Error
 	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server still holds the connection")
 	require.Error(t, err, "the stalled response was cut, not completed")
+}
+
+// TestServeNilGatherer: Serve refuses a nil gatherer with an error
+// matching os.ErrInvalid, and listens on nothing. (It used to serve it:
+// every scrape then panicked in its handler, which net/http recovered,
+// logging, and cut the connection without a response.)
+func TestServeNilGatherer(t *testing.T) {
+	s, err := Serve("127.0.0.1:0", nil)
+	if s != nil {
+		_ = s.Close() // accepted: stop it before failing, leaking nothing
+	}
+	require.ErrorIs(t, err, os.ErrInvalid)
+	require.Nil(t, s)
 }
