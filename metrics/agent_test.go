@@ -84,3 +84,40 @@ func TestAgentCollectorNoLatency(t *testing.T) {
 	require.Nil(t, fs["gxfer_agent_transfer_latency_seconds"])
 	require.Zero(t, fs.value(t, "gxfer_agent_transfers_total", "agent", "x", "op", "write"))
 }
+
+// TestAgentCollectorBadLabelValue: a label value a source gives that
+// Prometheus cannot carry (not UTF-8) costs the scrape that series only,
+// reported as an error: the collector's other metrics are still
+// gathered, and nothing panics. (emit panicked in MustNewConstMetric; the
+// registry recovered the panic, but every metric after that series was
+// lost from every scrape.)
+func TestAgentCollectorBadLabelValue(t *testing.T) {
+	tests := []struct {
+		name string
+		s    metrics.AgentStats
+		want []string // metric, then name=value label pairs, still gathered
+	}{
+		{"error kind", metrics.AgentStats{Name: "a", Errors: map[string]uint64{"bad\xff": 1}, NotificationsSent: 5, Sections: 2},
+			[]string{"gxfer_agent_notifications_sent_total", "agent", "a"}},
+		{"agent name", metrics.AgentStats{Name: "a\xff", Latency: engine.Latency{Count: 1, Buckets: []engine.LatencyBucket{{UpperBound: time.Millisecond, Count: 1}}}},
+			nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			reg.MustRegister(metrics.NewAgentCollector(metrics.AgentFunc(func() metrics.AgentStats { return tt.s })))
+			mfs, err := reg.Gather()
+			require.ErrorContains(t, err, "not valid UTF-8")
+			require.NotContains(t, err.Error(), "panic")
+			if tt.want == nil {
+				return
+			}
+			fs := families{}
+			for _, mf := range mfs {
+				fs[mf.GetName()] = mf
+			}
+			require.NotNil(t, fs.one(t, tt.want[0], tt.want[1:]...))
+			require.NotNil(t, fs.one(t, "gxfer_agent_sections", "agent", "a"))
+		})
+	}
+}

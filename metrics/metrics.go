@@ -98,9 +98,16 @@ func (f *family) describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// emit sends one sample of m.
+// emit sends one sample of m. A label value Prometheus cannot carry (not
+// UTF-8) makes it an invalid metric, which the registry reports as that
+// series' error: the collector's other metrics are still gathered (a
+// panic would lose every metric after it).
 func emit(ch chan<- prometheus.Metric, m metric, v float64, labels ...string) {
-	ch <- prometheus.MustNewConstMetric(m.d, m.t, v, labels...)
+	s, err := prometheus.NewConstMetric(m.d, m.t, v, labels...)
+	if err != nil {
+		s = prometheus.NewInvalidMetric(m.d, err)
+	}
+	ch <- s
 }
 
 // emitHist sends the histogram of l: the engine's cumulative buckets, in
@@ -110,5 +117,9 @@ func emitHist(ch chan<- prometheus.Metric, m metric, l engine.Latency, labels ..
 	for _, b := range l.Buckets {
 		buckets[b.UpperBound.Seconds()] = b.Count
 	}
-	ch <- prometheus.MustNewConstHistogram(m.d, l.Count, l.Sum.Seconds(), buckets, labels...)
+	s, err := prometheus.NewConstHistogram(m.d, l.Count, l.Sum.Seconds(), buckets, labels...)
+	if err != nil { // as in emit
+		s = prometheus.NewInvalidMetric(m.d, err)
+	}
+	ch <- s
 }
