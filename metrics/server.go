@@ -85,7 +85,9 @@ func (s *Server) URL() string { return "http://" + s.Addr() + "/metrics" }
 
 // Close stops the server: it stops listening, lets the scrapes in
 // progress finish for up to five seconds, then closes every connection;
-// it returns once the server's goroutines have ended. Idempotent.
+// it returns once the serving goroutine has ended. A scrape still running
+// after the five seconds (a collector that blocks) is not waited for: its
+// handler ends when its collector returns. Idempotent.
 func (s *Server) Close() error {
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
