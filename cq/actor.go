@@ -41,7 +41,11 @@ type Submission struct {
 	// on the goroutine of its Track when that still waits for room
 	// (ActorConfig.MaxOutstanding) then. It returns the next deadline to
 	// watch (zero for none): a submission may carry operations with
-	// different deadlines. OnDone still follows.
+	// different deadlines. One not after now is taken for now plus 1ms
+	// (minRearm): OnTimeout is called again then, not at once (returning
+	// now or a passed deadline made the actor, or the Track, call it and
+	// OnDeadline over and over, a hot loop burning a core). OnDone still
+	// follows.
 	OnTimeout func(now time.Time) (next time.Time)
 }
 
@@ -473,7 +477,7 @@ func (a *DeviceActor) run() {
 			if t.OnTimeout != nil {
 				a.safeCall(func() { next = t.OnTimeout(now) })
 			}
-			t.Deadline = next
+			t.Deadline = rearm(next, now)
 			t.state.Store(ticketIdle)
 		}
 		compact()

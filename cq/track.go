@@ -169,9 +169,23 @@ func (a *DeviceActor) expireQueued(t *Ticket) (bool, error) {
 	if t.OnTimeout != nil {
 		a.safeCall(func() { next = t.OnTimeout(now) })
 	}
-	t.Deadline = next
+	t.Deadline = rearm(next, now)
 	if a.cfg.OnDeadline != nil {
 		a.safeCall(a.cfg.OnDeadline)
 	}
 	return false, nil
+}
+
+// minRearm is the least time after a missed deadline that the next one
+// OnTimeout returns is kept at (see Submission.OnTimeout).
+const minRearm = time.Millisecond
+
+// rearm is the next deadline OnTimeout returned when it was given now:
+// one not after now is now plus minRearm, else the submission would be
+// timed out again at once, over and over.
+func rearm(next, now time.Time) time.Time {
+	if next.IsZero() || next.After(now) {
+		return next
+	}
+	return now.Add(minRearm)
 }
