@@ -57,6 +57,16 @@ func (h *horizon) pass(t *Ticket) {
 	}
 	s := h.slot(t.Seq)
 	old := s.Swap(t)
+	// One retired before it got here (by its Track at its deadline
+	// while it waited for room, or by the actor or a waiter) had nothing
+	// to forget then (drop): forget it now, else the slot kept it, also
+	// after the actor exited. Looked at after the Swap: one retired
+	// later finds itself here and drops itself.
+	defer func() {
+		if t.Retired() {
+			s.CompareAndSwap(t, nil)
+		}
+	}()
 	if old == nil || old == t || old.Retired() {
 		return
 	}
