@@ -26,7 +26,11 @@ type HostCompletion struct {
 	Idx int
 	Err error
 	// Then, if set, runs on the actor before the future is completed (e.g.
-	// to release references). It must not block.
+	// to release references). It must not block, and so must not Post
+	// (nor F's Complete): a Post waits for room in the inbox, which only
+	// the actor, running the Then, makes, so the actor and every Post
+	// would hang once the inbox is full (until Close, which applies
+	// later Posts on their callers instead).
 	Then func()
 }
 
@@ -56,8 +60,9 @@ func NewHostActor(depth int) *HostActor {
 	return h
 }
 
-// Post hands over a completion. It waits while the inbox is full. After
-// Close the completion is applied on the caller's goroutine instead.
+// Post hands over a completion. It waits while the inbox is full, so a
+// Then (or Complete) the actor runs must not Post. After Close the
+// completion is applied on the caller's goroutine instead.
 //
 // It waits without the lock: a Post waiting for room held it, so
 // Close's write lock waited for it, and a Then that Posted then waited
