@@ -34,7 +34,9 @@ type Submission struct {
 	// Track or TrackTicket that polled this old CS before the driver
 	// forgets its outcome, or that waited for room past the deadline and
 	// found the CS ended: a caller of Track must not hold a lock OnDone
-	// takes. Never concurrently with OnTimeout. It must not block.
+	// takes. Never concurrently with OnTimeout. It must not block, nor
+	// Close its own actor (Close waits for the actor, which waits for
+	// the callback: both hang).
 	OnDone func(err error)
 	// OnTimeout, if set, is called on the actor goroutine when the deadline
 	// passes before the CS retires (the CS is polled once more first), or
@@ -363,7 +365,8 @@ func (s *ActorStats) AddCounters(o ActorStats) {
 // up to grace, then ends the rest with ErrClosed and returns once the actor
 // goroutine has exited. Idempotent; always finishes: a blocking WAIT_CS
 // under way when Close begins (ActorConfig.BlockTimeout at most) ends
-// first, later ones last no longer than what is left of grace.
+// first, later ones last no longer than what is left of grace. A
+// Submission's callback must not call it (see OnDone).
 func (a *DeviceActor) Close(grace time.Duration) {
 	a.once.Do(func() {
 		a.grace.Store(int64(grace))

@@ -128,6 +128,8 @@ func (h *HostActor) run() {
 }
 
 // Close applies everything posted so far and stops the actor. Idempotent.
+// A Then (or a Completer's Complete) must not call it: Close waits for the
+// actor, which waits for the callback.
 func (h *HostActor) Close() {
 	h.once.Do(func() {
 		h.mu.Lock()
