@@ -38,11 +38,6 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 		a.seed = randomSeed()
 	}
 	kp := kvParams{seed: a.seed, window: pl.window, blocks: a.blocks, bsize: pl.bsize}
-	dir, cleanup, err := sockDir()
-	if err != nil {
-		return err
-	}
-	defer cleanup()
 	log := cfg.Logger
 	if a.role == "target" {
 		// The initiators choose how many requests and their seeds (each
@@ -87,6 +82,11 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 		}
 		unix := a.unix
 		if unix == "" && a.tcp == "" {
+			dir, cleanup, err := sockDir()
+			if err != nil {
+				return err
+			}
+			defer cleanup()
 			unix = filepath.Join(dir, "i.sock")
 		}
 		pa, err := newPerfAgent(ctx, cfg, name, unix, a.tcp, store, log)
@@ -106,6 +106,13 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 		defer func() { err = errors.Join(err, in.free()) }()
 		return interrupted(ctx, in.run(ctx))
 	}
+	// Both roles in this process: their sockets in a temporary directory
+	// (a target alone listens where -unix or -tcp says: it makes none).
+	dir, cleanup, err := sockDir()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	return runAgentPerfLocal(ctx, o, pl, kp, cfg, dir, ms, stdout)
 }
 
