@@ -87,7 +87,7 @@ func (o *agentPerfOpts) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.tcp, "tcp", "", "agent mode: the host:port to listen at (port 0: any), published to peers")
 	fs.StringVar(&o.via, "via", "unix", "agent mode in one process: unix or tcp (127.0.0.1)")
 	fs.DurationVar(&o.ttl, "ttl", 10*time.Second, "agent mode: etcd lease TTL (how long a dead agent's record outlives it)")
-	fs.DurationVar(&o.wait, "wait", 30*time.Second, "agent mode, initiator: how long to wait for the target to appear, and for its welcome")
+	fs.DurationVar(&o.wait, "wait", 30*time.Second, "agent mode, initiator: how long to wait for the target to appear, for its welcome, and for each acknowledgement (none within it: exit 1, naming the requests not acknowledged)")
 	fs.BoolVar(&o.verify, "verify", true, "agent mode: fill each request with its own pattern and check it at the target")
 	fs.Uint64Var(&o.seed, "seed", 0, "agent mode, initiator: the permutation's and patterns' seed (default: random; each request carries it to the target)")
 	fs.IntVar(&o.initiators, "initiators", 1, "agent mode, target: exit after this many initiators ended (0: serve until interrupted)")

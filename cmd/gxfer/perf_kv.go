@@ -666,9 +666,27 @@ func (in *kvInitiator) run(ctx context.Context) error {
 	// Requests complete, so notify and are acknowledged, in any order:
 	// slot w is reused only once its own request was checked.
 	acked := make([]bool, p.window)
+	reqOf := make([]int, p.window) // the request last posted in slot w
 	inflight := 0
+	// An acknowledgement comes within -wait, or the target stopped
+	// acknowledging (stuck, or not a target of this workload).
 	wait := func() error {
-		a, ok := <-acks
+		tm := time.NewTimer(in.wait)
+		defer tm.Stop()
+		var a ack
+		var ok bool
+		select {
+		case a, ok = <-acks:
+		case <-tm.C:
+			var open []int
+			for w, x := range xfers {
+				if x != nil && !acked[w] {
+					open = append(open, reqOf[w])
+				}
+			}
+			slices.Sort(open)
+			return fmt.Errorf("initiator: no acknowledgement from %s within %v: requests %s not acknowledged", in.peer, in.wait, strings.Join(strings.Fields(strings.Trim(fmt.Sprint(open), "[]")), ", "))
+		}
 		if !ok {
 			if ackErr == nil {
 				ackErr = context.Cause(ctx)
@@ -715,7 +733,7 @@ func (in *kvInitiator) run(ctx context.Context) error {
 		t0 := time.Now()
 		x := prep.Write(ctx, idx[w], agent.WithNotify(msg))
 		post = append(post, time.Since(t0))
-		xfers[w], posted[w], acked[w] = x, t0, false
+		xfers[w], posted[w], acked[w], reqOf[w] = x, t0, false, r
 		inflight++
 	}
 	for inflight > 0 {
