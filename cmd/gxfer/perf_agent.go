@@ -90,7 +90,7 @@ func (o *agentPerfOpts) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.wait, "wait", 30*time.Second, "agent mode, initiator: how long to wait for the target to appear, for its welcome, and for each acknowledgement (none within it: exit 1, naming the requests not acknowledged)")
 	fs.BoolVar(&o.verify, "verify", true, "agent mode: fill each request with its own pattern and check it at the target")
 	fs.Uint64Var(&o.seed, "seed", 0, "agent mode, initiator: the permutation's and patterns' seed (default: random; each request carries it to the target)")
-	fs.IntVar(&o.initiators, "initiators", 1, "agent mode, target: exit after this many initiators ended (0: serve until interrupted)")
+	fs.IntVar(&o.initiators, "initiators", 1, "agent mode, target: exit after this many initiators ended having had a request measured (one that leaves before any is not counted; 0: serve until interrupted)")
 }
 
 // agentOnly are the flags that mean something only with -agent.

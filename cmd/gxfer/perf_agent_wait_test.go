@@ -240,11 +240,24 @@ func TestPerfAgentTargetInitiatorInterrupted(t *testing.T) {
 	idone := make(chan int, 1)
 	go func() {
 		idone <- runContext(ictx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini", "-connect", tsock,
-			"-wait", "1m", "-requests", "100000000"}, kv...), iout, ierr)
+			"-wait", "1m", "-requests", "100000000", "-metrics", "127.0.0.1:0"}, kv...), iout, ierr)
 	}()
-	// Once the target welcomed the initiator (it runs its requests), the
-	// initiator is interrupted.
-	for deadline := time.Now().Add(time.Minute); !strings.Contains(tout.String(), "# initiator ini: welcomed"); {
+	// Once the target measured a request of the initiator (it received
+	// the welcome and an acknowledgement: two notifications), the
+	// initiator is interrupted (one that goes before any request is not
+	// counted: TestPerfAgentTargetCountsOnlyMeasuredInitiators).
+	acked := func() bool {
+		m := metricsAt.FindStringSubmatch(ierr.String())
+		if m == nil {
+			return false
+		}
+		fs, err := scrapeText(m[1])
+		if err != nil || fs["gxfer_agent_notifications_received_total"] == nil { // its agent may not be exported yet
+			return false
+		}
+		return sample(t, fs, "gxfer_agent_notifications_received_total", "agent", "ini") >= 2
+	}
+	for deadline := time.Now().Add(time.Minute); !acked(); {
 		select {
 		case code := <-idone:
 			t.Fatalf("the initiator ended early (exit %d): %s", code, ierr.String())

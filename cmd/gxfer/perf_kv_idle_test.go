@@ -125,3 +125,65 @@ func TestPerfAgentInitiatorNotAcknowledged(t *testing.T) {
 	assert.NotContains(t, iout.String(), "req/s", "no figure was measured")
 	assert.Equal(t, int64(2), got.Load(), "two requests in flight (-O 2), then none")
 }
+
+// TestPerfAgentTargetCountsOnlyMeasuredInitiators: a peer that says hello,
+// is welcomed and goes away before any request measured nothing: a
+// target run with -initiators 1 must not end on it (exit 0 with no
+// figure) but say so and wait for an initiator that runs. Before the fix
+// it counted as the one initiator: the target exited 0 having measured
+// nothing, and the real initiator found no target.
+func TestPerfAgentTargetCountsOnlyMeasuredInitiators(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv := []string{"-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(ctx, append([]string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "1"}, kv...), out, errb)
+	}()
+
+	for i, leave := range []string{"gone", "end"} {
+		eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+		require.NoError(t, err)
+		a, err := agent.New(ctx, agent.Config{Name: "idle-" + leave, Engine: eng, Unix: filepath.Join(dir, leave+".sock")})
+		require.NoError(t, err)
+		var peer string
+		require.Eventually(t, func() bool {
+			peer, err = a.Connect(ctx, sock)
+			return err == nil
+		}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+		p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
+		require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: p, unix: a.Metadata().Unix}.encode()))
+		n, err := a.Recv(ctx)
+		require.NoError(t, err)
+		w, err := decodeKVMsg(n.Msg)
+		require.NoError(t, err)
+		require.Equal(t, uint8(kvWelcome), w.kind)
+		if leave == "end" {
+			require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvEnd, p: p}.encode()))
+		}
+		a.Close()
+		eng.Close()
+		// The target says so and goes on.
+		want := "# initiator idle-" + leave + ": "
+		for deadline := time.Now().Add(30 * time.Second); strings.Count(out.String(), "nothing measured") <= i; {
+			select {
+			case code := <-done:
+				t.Fatalf("the target ended on a peer that ran no request (exit %d): %s", code, out.String()+errb.String())
+			case <-time.After(5 * time.Millisecond):
+			}
+			require.True(t, time.Now().Before(deadline), "the target did not notice %s: %s", leave, out.String())
+		}
+		assert.Regexp(t, `(?m)^`+want+`.*before any request: nothing measured, not counted \(-initiators 1: 1 more to wait for\)$`, out.String())
+	}
+
+	var iout, ierr bytes.Buffer
+	icode := runContext(ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini",
+		"-unix", filepath.Join(dir, "i.sock"), "-connect", sock, "-wait", "10s", "-requests", "10"}, kv...), &iout, &ierr)
+	require.Equal(t, exitOK, icode, ierr.String()+iout.String())
+	require.Equal(t, exitOK, <-done, errb.String()+out.String())
+	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, out.String())
+}
