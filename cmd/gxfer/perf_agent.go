@@ -33,7 +33,9 @@ and the target exits 1 once it ends); -O requests are in flight at most. The sec
 -blocks slots: each initiator the target welcomes writes a region of its
 own (initiators and target take the same -blocks, -block-size and -O); a
 hello while every region is in use is dropped, and that initiator gives
-up after -wait.
+up after -wait. A welcomed initiator that sends no request within the
+target's -wait has ended (its region freed); one that ends before any
+request measured nothing and does not count toward -initiators.
 Reports: the initiator's requests/s and GB/s, the CPU cost of posting a
 request's descriptors (prepared once, posted by index) and the post to
 acknowledgement time; the target's requests/s, GB/s and notification
@@ -87,7 +89,7 @@ func (o *agentPerfOpts) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.tcp, "tcp", "", "agent mode: the host:port to listen at (port 0: any), published to peers")
 	fs.StringVar(&o.via, "via", "unix", "agent mode in one process: unix or tcp (127.0.0.1)")
 	fs.DurationVar(&o.ttl, "ttl", 10*time.Second, "agent mode: etcd lease TTL (how long a dead agent's record outlives it)")
-	fs.DurationVar(&o.wait, "wait", 30*time.Second, "agent mode, initiator: how long to wait for the target to appear, for its welcome, and for each acknowledgement (none within it: exit 1, naming the requests not acknowledged)")
+	fs.DurationVar(&o.wait, "wait", 30*time.Second, "agent mode: how long to wait: an initiator for the target to appear, for its welcome, and for each acknowledgement (none within it: exit 1, naming the requests not acknowledged); a target for each request of a welcomed initiator (none within it: that initiator has ended, its region freed)")
 	fs.BoolVar(&o.verify, "verify", true, "agent mode: fill each request with its own pattern and check it at the target")
 	fs.Uint64Var(&o.seed, "seed", 0, "agent mode, initiator: the permutation's and patterns' seed (default: random; each request carries it to the target)")
 	fs.IntVar(&o.initiators, "initiators", 1, "agent mode, target: exit after this many initiators ended having had a request measured (one that leaves before any is not counted; 0: serve until interrupted)")
@@ -147,7 +149,7 @@ func (o *perfOpts) checkAgent(set map[string]bool) (agentPlan, error) {
 			}
 		}
 	case "target":
-		for _, f := range []string{"peer", "connect", "requests", "wait", "seed"} {
+		for _, f := range []string{"peer", "connect", "requests", "seed"} {
 			if set[f] {
 				return pl, usagef("-%s is an initiator's flag", f)
 			}

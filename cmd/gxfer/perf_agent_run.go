@@ -200,7 +200,7 @@ func setupTarget(pa *perfAgent, o *perfOpts, pl agentPlan, kp kvParams, initiato
 	if err != nil {
 		return nil, err
 	}
-	t := &kvTarget{a: pa.a, buf: buf, verify: o.agent.verify, out: stdout, label: pa.a.Name(), initiators: initiators}
+	t := &kvTarget{a: pa.a, buf: buf, verify: o.agent.verify, out: stdout, label: pa.a.Name(), initiators: initiators, idle: o.agent.wait}
 	if pl.sectionMem != "host" {
 		if t.scratch, err = pa.eng.Alloc(kp.bsize, engine.Host); err != nil {
 			return nil, fmt.Errorf("allocate: %w", err)

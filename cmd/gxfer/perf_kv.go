@@ -197,10 +197,13 @@ type kvTarget struct {
 	scratch    *engine.Buffer // host: a block read back from gaudi memory
 	verify     bool
 	initiators int
-	connect    bool // no store: reach initiators at the addresses of their hello
-	sameHost   bool // the initiator runs in this process (both roles): one clock
-	out        io.Writer
-	label      string // for the report
+	// idle: a welcomed initiator with no request measured for this
+	// long (-wait) has ended, its region freed (0: no bound).
+	idle     time.Duration
+	connect  bool // no store: reach initiators at the addresses of their hello
+	sameHost bool // the initiator runs in this process (both roles): one clock
+	out      io.Writer
+	label    string // for the report
 }
 
 type kvTargetStats struct {
@@ -311,6 +314,16 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 	// request measured: one that ends or goes before any (a peer that
 	// says hello and leaves) measured nothing, and the target waits on.
 	measured := map[string]uint64{} // requests of each active initiator
+	// A welcomed initiator that sends no request for t.idle holds its
+	// region no longer: a peer that stays connected and silent would hold
+	// it for good, and enough of them lock every initiator out.
+	seen := map[string]time.Time{} // the last request (or welcome) of each active initiator
+	var idleTick <-chan time.Time
+	if t.idle > 0 {
+		tk := time.NewTicker(max(t.idle/4, time.Millisecond))
+		defer tk.Stop()
+		idleTick = tk.C
+	}
 	end := func(name string, why string) {
 		if !active[name] {
 			return
@@ -321,7 +334,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			if why == "" {
 				why = "ended"
 			}
-			why += " before any request: nothing measured"
+			why += ", before any request: nothing measured"
 			if t.initiators > 0 {
 				why += fmt.Sprintf(", not counted (-initiators %d: %d more to wait for)", t.initiators, t.initiators-ended)
 			}
@@ -329,6 +342,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			ended++
 		}
 		delete(measured, name)
+		delete(seen, name)
 		if why != "" {
 			fmt.Fprintf(t.out, "# initiator %s: %s\n", name, why)
 		}
@@ -340,6 +354,13 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		case n = <-notes:
 		case name := <-gone:
 			end(name, "gone before its end")
+			continue
+		case now := <-idleTick:
+			for _, name := range slices.Sorted(maps.Keys(active)) {
+				if now.Sub(seen[name]) >= t.idle {
+					end(name, fmt.Sprintf("idle for %v (-wait): its region freed", t.idle))
+				}
+			}
 			continue
 		case q := <-regionReqs:
 			r, ok := region[q.from] // a hello again: its region
@@ -353,6 +374,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			// Its requests come once it has its welcome, maybe before
 			// the welcome's goroutine reports back.
 			active[q.from] = true
+			seen[q.from] = time.Now()
 			q.reply <- regionReply{base: uint64(r * stride)}
 			continue
 		case h := <-welcomed:
@@ -364,6 +386,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			if h.err != nil {
 				delete(active, h.from) // not an initiator of this run: it never had its welcome
 				delete(measured, h.from)
+				delete(seen, h.from)
 				release(h.from)
 				fmt.Fprintf(t.out, "# initiator %s: %v\n", h.from, h.err)
 				continue
@@ -429,6 +452,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		}
 		st.reqs++
 		measured[n.From]++
+		seen[n.From] = now
 		st.bytes += uint64(m.p.requestLen())
 		st.last = now
 		st.lat = append(st.lat, now.Sub(time.Unix(0, m.at)))

@@ -80,7 +80,7 @@ func TestPerfAgentTargetHostileRequest(t *testing.T) {
 				// its region (the one of -initiators 1) freed.
 				require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvEnd, p: ok}.encode()))
 				require.Eventually(t, func() bool {
-					return strings.Contains(out.String(), "# initiator hostile: ended before any request")
+					return strings.Contains(out.String(), "# initiator hostile: ended, before any request")
 				}, 30*time.Second, 5*time.Millisecond, "the target did not take its end: %s", out.String())
 			}
 

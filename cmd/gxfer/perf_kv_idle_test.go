@@ -187,3 +187,60 @@ func TestPerfAgentTargetCountsOnlyMeasuredInitiators(t *testing.T) {
 	require.Equal(t, exitOK, <-done, errb.String()+out.String())
 	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, out.String())
 }
+
+// TestPerfAgentTargetIdleInitiator: a welcomed peer holds a region of the
+// section until it ends or goes; one that stays connected and sends
+// nothing held it for good, so enough idle peers locked every initiator
+// out (their hellos dropped: 'every region of the section is in use').
+// A welcomed initiator with no request within the target's -wait has now
+// ended (its region freed, not counted: nothing measured), and a real
+// initiator that comes after it runs.
+func TestPerfAgentTargetIdleInitiator(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv := []string{"-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(ctx, append([]string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "1", "-wait", "1s"}, kv...), out, errb)
+	}()
+
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	a, err := agent.New(ctx, agent.Config{Name: "idle", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
+	require.NoError(t, err)
+	defer a.Close() // connected, silent, until the test ends
+	var peer string
+	require.Eventually(t, func() bool {
+		peer, err = a.Connect(ctx, sock)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
+	require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: p, unix: a.Metadata().Unix}.encode()))
+	n, err := a.Recv(ctx)
+	require.NoError(t, err)
+	w, err := decodeKVMsg(n.Msg)
+	require.NoError(t, err)
+	require.Equal(t, uint8(kvWelcome), w.kind)
+
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "# initiator idle: idle"); {
+		select {
+		case code := <-done:
+			t.Fatalf("the target ended (exit %d): %s", code, out.String()+errb.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the idle peer still holds the target's one region: %s", out.String())
+	}
+	assert.Regexp(t, `(?m)^# initiator idle: idle for 1s \(-wait\): its region freed, before any request: nothing measured, not counted`, out.String())
+
+	var iout, ierr bytes.Buffer
+	icode := runContext(ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini",
+		"-unix", filepath.Join(dir, "i.sock"), "-connect", sock, "-wait", "10s", "-requests", "10"}, kv...), &iout, &ierr)
+	require.Equal(t, exitOK, icode, ierr.String()+iout.String())
+	require.Equal(t, exitOK, <-done, errb.String()+out.String())
+	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, out.String())
+}
