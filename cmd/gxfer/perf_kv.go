@@ -373,8 +373,10 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			}
 			// Its requests come once it has its welcome, maybe before
 			// the welcome's goroutine reports back.
+			if !active[q.from] { // a hello again is no request: it keeps no region
+				seen[q.from] = time.Now()
+			}
 			active[q.from] = true
-			seen[q.from] = time.Now()
 			q.reply <- regionReply{base: uint64(r * stride)}
 			continue
 		case h := <-welcomed:

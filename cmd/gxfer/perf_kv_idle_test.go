@@ -244,3 +244,48 @@ func TestPerfAgentTargetIdleInitiator(t *testing.T) {
 	require.Equal(t, exitOK, <-done, errb.String()+out.String())
 	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, out.String())
 }
+
+// TestPerfAgentTargetIdleInitiatorHellosAgain: a hello again from a
+// welcomed initiator is answered with its region, but it is no request:
+// a peer repeating its hello and sending nothing else is idle all the
+// same. Before the fix each hello counted as activity, so such a peer
+// held its region for good.
+func TestPerfAgentTargetIdleInitiatorHellosAgain(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tctx, stop := context.WithCancel(ctx)
+	defer stop()
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "0", "-wait", "1s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, out, errb)
+	}()
+
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	a, err := agent.New(ctx, agent.Config{Name: "idle", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
+	require.NoError(t, err)
+	defer a.Close()
+	var peer string
+	require.Eventually(t, func() bool {
+		peer, err = a.Connect(ctx, sock)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+	hello := kvMsg{kind: kvHello, p: kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}, unix: a.Metadata().Unix}.encode()
+	// Hellos, ten a second, until the target ends it (20 s at most).
+	for i := 0; !strings.Contains(out.String(), "# initiator idle: idle"); i++ {
+		require.Less(t, i, 200, "the peer repeating its hello still holds its region: %s", out.String())
+		require.NoError(t, a.Notify(ctx, peer, hello))
+		select {
+		case code := <-done:
+			t.Fatalf("the target ended (exit %d): %s", code, out.String()+errb.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	stop()
+	require.Equal(t, exitOK, <-done, errb.String())
+}
