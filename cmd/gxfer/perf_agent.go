@@ -34,8 +34,9 @@ and the target exits 1 once it ends); -O requests are in flight at most. The sec
 own (initiators and target take the same -blocks, -block-size and -O); a
 hello while every region is in use is dropped, and that initiator gives
 up after -wait. A welcomed initiator that sends no request within the
-target's -wait has ended (its region freed); one that ends before any
-request measured nothing and does not count toward -initiators.
+target's -wait has ended (its region freed; that run of it is not
+welcomed again); one that ends before any request measured nothing and
+does not count toward -initiators.
 Reports: the initiator's requests/s and GB/s, the CPU cost of posting a
 request's descriptors (prepared once, posted by index) and the post to
 acknowledgement time; the target's requests/s, GB/s and notification

@@ -219,24 +219,6 @@ type kvTargetStats struct {
 	firstErr error  // the first of them
 }
 
-// maxDropLogs bounds the lines a target writes about the bad
-// notifications it drops (a peer may send any number): later ones are
-// only counted.
-const maxDropLogs = 10
-
-// dropBad logs (the first maxDropLogs) and counts a bad notification from
-// a peer: bytes that are no workload message, or one the target cannot
-// take. The target drops it and keeps serving its initiators.
-func (t *kvTarget) dropBad(st *kvTargetStats, from string, err error) {
-	st.dropped++
-	if st.dropped <= maxDropLogs {
-		fmt.Fprintf(t.out, "# dropped a bad notification from %s: %v\n", from, err)
-	}
-	if st.dropped == maxDropLogs {
-		fmt.Fprintf(t.out, "# further bad notifications are counted only\n")
-	}
-}
-
 func (t *kvTarget) run(ctx context.Context) (err error) {
 	var st kvTargetStats
 	perms := map[uint64][]int{}
@@ -318,6 +300,10 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 	// region no longer: a peer that stays connected and silent would hold
 	// it for good, and enough of them lock every initiator out.
 	seen := map[string]time.Time{} // the last request (or welcome) of each active initiator
+	// An initiator ended as idle is not welcomed again (that incarnation
+	// of it: a restarted one is), or a peer repeating its hello would take
+	// the region back at once, every time.
+	inc, idled := map[string]uint64{}, map[string]uint64{}
 	var idleTick <-chan time.Time
 	if t.idle > 0 {
 		tk := time.NewTicker(max(t.idle/4, time.Millisecond))
@@ -343,6 +329,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		}
 		delete(measured, name)
 		delete(seen, name)
+		delete(inc, name)
 		if why != "" {
 			fmt.Fprintf(t.out, "# initiator %s: %s\n", name, why)
 		}
@@ -358,11 +345,19 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		case now := <-idleTick:
 			for _, name := range slices.Sorted(maps.Keys(active)) {
 				if now.Sub(seen[name]) >= t.idle {
+					if len(idled) >= 1024 { // bound what peers can make it keep
+						clear(idled)
+					}
+					idled[name] = inc[name]
 					end(name, fmt.Sprintf("idle for %v (-wait): its region freed", t.idle))
 				}
 			}
 			continue
 		case q := <-regionReqs:
+			if i, ok := idled[q.from]; ok && i == q.inc {
+				q.reply <- regionReply{err: fmt.Errorf("%w for %v (-wait) and is not welcomed again", errIdled, t.idle)}
+				continue
+			}
 			r, ok := region[q.from] // a hello again: its region
 			if !ok {
 				if r = slices.Index(used, false); r < 0 {
@@ -374,14 +369,14 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			// Its requests come once it has its welcome, maybe before
 			// the welcome's goroutine reports back.
 			if !active[q.from] { // a hello again is no request: it keeps no region
-				seen[q.from] = time.Now()
+				seen[q.from], inc[q.from] = time.Now(), q.inc
 			}
 			active[q.from] = true
 			q.reply <- regionReply{base: uint64(r * stride)}
 			continue
 		case h := <-welcomed:
 			hellos--
-			if errors.Is(h.err, errNoRegion) {
+			if errors.Is(h.err, errNoRegion) || errors.Is(h.err, errIdled) {
 				t.dropBad(&st, h.from, h.err)
 				continue
 			}
@@ -389,6 +384,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 				delete(active, h.from) // not an initiator of this run: it never had its welcome
 				delete(measured, h.from)
 				delete(seen, h.from)
+				delete(inc, h.from)
 				release(h.from)
 				fmt.Fprintf(t.out, "# initiator %s: %v\n", h.from, h.err)
 				continue
@@ -421,15 +417,15 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			}
 			hellos++
 			wg.Add(1)
-			go func(from string, m kvMsg) {
+			go func(from string, inc uint64, m kvMsg) {
 				defer wg.Done()
 				h := helloResult{from: from}
-				h.base, h.err = t.welcome(rctx, from, m, regionReqs)
+				h.base, h.err = t.welcome(rctx, from, inc, m, regionReqs)
 				select {
 				case welcomed <- h:
 				case <-rctx.Done():
 				}
-			}(n.From, m)
+			}(n.From, n.Incarnation, m)
 			continue
 		case kvEnd:
 			end(n.From, "")

@@ -289,3 +289,69 @@ func TestPerfAgentTargetIdleInitiatorHellosAgain(t *testing.T) {
 	stop()
 	require.Equal(t, exitOK, <-done, errb.String())
 }
+
+// TestPerfAgentTargetIdleInitiatorNotWelcomedAgain: a peer that was
+// ended for idleness and keeps sending hellos took the region again at
+// its next hello, so (hellos ten a second) it held the one region of a
+// target nearly all the time and a real initiator's hello found it in
+// use. That incarnation of it is not welcomed again (a restarted
+// initiator, a new incarnation, is).
+func TestPerfAgentTargetIdleInitiatorNotWelcomedAgain(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv := []string{"-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}
+	out, errb := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(ctx, append([]string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "1", "-wait", "1s"}, kv...), out, errb)
+	}()
+
+	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
+	require.NoError(t, err)
+	defer eng.Close()
+	a, err := agent.New(ctx, agent.Config{Name: "idle", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
+	require.NoError(t, err)
+	defer a.Close()
+	var peer string
+	require.Eventually(t, func() bool {
+		peer, err = a.Connect(ctx, sock)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+	hello := kvMsg{kind: kvHello, p: kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}, unix: a.Metadata().Unix}.encode()
+	// Hellos, ten a second, for the whole test (bounded: 30 s).
+	stopHellos, hellosDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(hellosDone)
+		for range 300 {
+			_ = a.Notify(ctx, peer, hello)
+			select {
+			case <-stopHellos:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { close(stopHellos); <-hellosDone }()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "# initiator idle: idle"); {
+		select {
+		case code := <-done:
+			t.Fatalf("the target ended (exit %d): %s", code, out.String()+errb.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+		require.True(t, time.Now().Before(deadline), "the idle peer was never ended: %s", out.String())
+	}
+	// The real initiator comes later, among the idle peer's hellos (it
+	// need not: after the fix it is welcomed whenever it comes).
+	time.Sleep(500 * time.Millisecond)
+
+	var iout, ierr bytes.Buffer
+	icode := runContext(ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini",
+		"-unix", filepath.Join(dir, "i.sock"), "-connect", sock, "-wait", "3s", "-requests", "10"}, kv...), &iout, &ierr)
+	require.Equal(t, exitOK, icode, ierr.String()+iout.String())
+	require.Equal(t, exitOK, <-done, errb.String()+out.String())
+	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, out.String())
+	assert.Contains(t, out.String(), "# dropped a bad notification from idle: hello: it was idle for 1s (-wait) and is not welcomed again")
+}

@@ -7,6 +7,24 @@ import (
 
 // The reports of the KV-cache workload's roles (perf_kv.go).
 
+// maxDropLogs bounds the lines a target writes about the bad
+// notifications it drops (a peer may send any number): later ones are
+// only counted.
+const maxDropLogs = 10
+
+// dropBad logs (the first maxDropLogs) and counts a bad notification from
+// a peer: bytes that are no workload message, or one the target cannot
+// take. The target drops it and keeps serving its initiators.
+func (t *kvTarget) dropBad(st *kvTargetStats, from string, err error) {
+	st.dropped++
+	if st.dropped <= maxDropLogs {
+		fmt.Fprintf(t.out, "# dropped a bad notification from %s: %v\n", from, err)
+	}
+	if st.dropped == maxDropLogs {
+		fmt.Fprintf(t.out, "# further bad notifications are counted only\n")
+	}
+}
+
 func (t *kvTarget) report(st *kvTargetStats) {
 	// The rate needs an interval: from the first notification to the
 	// last, so at least two of them, a clock tick apart.

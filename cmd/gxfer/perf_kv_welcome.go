@@ -25,6 +25,7 @@ type helloResult struct {
 // use.
 type regionReq struct {
 	from  string
+	inc   uint64 // its incarnation
 	reply chan regionReply
 }
 
@@ -35,11 +36,15 @@ type regionReply struct {
 
 var errNoRegion = errors.New("hello: every region of the section is in use")
 
+// errIdled: the initiator (this incarnation of it) was ended for sending
+// no request within the target's -wait.
+var errIdled = errors.New("hello: it was idle")
+
 // welcome answers the hello m of initiator from: it reaches it (at the
 // hello's address when there is no store), takes a region of the section
 // for it (only then: a hello that cannot be answered holds none), and
 // sends its welcome.
-func (t *kvTarget) welcome(ctx context.Context, from string, m kvMsg, regions chan<- regionReq) (uint64, error) {
+func (t *kvTarget) welcome(ctx context.Context, from string, inc uint64, m kvMsg, regions chan<- regionReq) (uint64, error) {
 	if t.connect {
 		addr := m.unix
 		if addr == "" {
@@ -49,7 +54,7 @@ func (t *kvTarget) welcome(ctx context.Context, from string, m kvMsg, regions ch
 			return 0, fmt.Errorf("cannot reach it at %s: %w", addr, err)
 		}
 	}
-	q := regionReq{from: from, reply: make(chan regionReply, 1)}
+	q := regionReq{from: from, inc: inc, reply: make(chan regionReply, 1)}
 	select {
 	case regions <- q:
 	case <-ctx.Done():
