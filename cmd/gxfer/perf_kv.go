@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/gxfer/gxfer/agent"
 	"github.com/gxfer/gxfer/engine"
@@ -144,35 +143,6 @@ func decodeKVMsg(b []byte) (kvMsg, error) {
 		return m, errKVMsg
 	}
 	return m, nil
-}
-
-// fillBlock writes the pattern of block i of request r into b (a multiple
-// of 8 bytes, 8-byte aligned).
-func fillBlock(b []byte, seed, r uint64, i int) {
-	w := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
-	x := blockSeed(seed, r, i)
-	for j := range w {
-		w[j] = x + uint64(j)*0x9e3779b97f4a7c15
-	}
-}
-
-// checkBlock returns the offset of the first byte of b that is not the
-// pattern of block i of request r, or -1.
-func checkBlock(b []byte, seed, r uint64, i int) int {
-	w := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
-	x := blockSeed(seed, r, i)
-	for j := range w {
-		if w[j] != x+uint64(j)*0x9e3779b97f4a7c15 {
-			return j * 8
-		}
-	}
-	return -1
-}
-
-func blockSeed(seed, r uint64, i int) uint64 {
-	x := seed ^ (r+1)*0xbf58476d1ce4e5b9 ^ uint64(i+1)*0x94d049bb133111eb
-	x ^= x >> 31
-	return x * 0xd6e8feb96a8d6a4d
 }
 
 // latencies collects durations and gives quantiles.
@@ -310,7 +280,62 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		defer tk.Stop()
 		idleTick = tk.C
 	}
-	end := func(name string, why string) {
+	// Acknowledgements go out on a sender per initiator: one that does
+	// not take them (its queue full, Notify blocks) must not hold the
+	// loop, and with it every other initiator.
+	type ackFail struct {
+		name string
+		q    chan []byte
+		err  error
+	}
+	ackers, ackFailed := map[string]chan []byte{}, make(chan ackFail)
+	// At the end the senders send what is queued (the last
+	// initiator's kvFailed, say), each Notify within -wait, before
+	// rctx ends.
+	var ackWG sync.WaitGroup
+	exiting := make(chan struct{})
+	defer func() {
+		close(exiting)
+		for _, q := range ackers {
+			close(q)
+		}
+		ackWG.Wait()
+	}()
+	var end func(name string, why string)
+	acknowledge := func(name string, msg []byte) {
+		q, ok := ackers[name]
+		if !ok {
+			q = make(chan []byte, maxAcksQueued)
+			ackers[name] = q
+			ackWG.Add(1)
+			go func() {
+				defer ackWG.Done()
+				for msg := range q {
+					nctx, cancel := rctx, context.CancelFunc(func() {})
+					if t.idle > 0 {
+						nctx, cancel = context.WithTimeout(rctx, t.idle)
+					}
+					err := t.a.Notify(nctx, name, msg)
+					cancel()
+					if err != nil {
+						select {
+						case ackFailed <- ackFail{name, q, err}:
+						case <-exiting:
+						}
+						for range q { // until end, or the exit, closes it
+						}
+						return
+					}
+				}
+			}()
+		}
+		select {
+		case q <- msg:
+		default:
+			end(name, fmt.Sprintf("takes no acknowledgements (%d waiting for it): it has ended", maxAcksQueued))
+		}
+	}
+	end = func(name string, why string) {
 		if !active[name] {
 			return
 		}
@@ -330,6 +355,10 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		delete(measured, name)
 		delete(seen, name)
 		delete(inc, name)
+		if q, ok := ackers[name]; ok { // its sender goes once it sent what is queued
+			close(q)
+			delete(ackers, name)
+		}
 		if why != "" {
 			fmt.Fprintf(t.out, "# initiator %s: %s\n", name, why)
 		}
@@ -341,6 +370,16 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		case n = <-notes:
 		case name := <-gone:
 			end(name, "gone before its end")
+			continue
+		case f := <-ackFailed:
+			if ackers[f.name] != f.q {
+				continue // an earlier run of that name
+			}
+			if errors.Is(f.err, context.DeadlineExceeded) {
+				end(f.name, fmt.Sprintf("takes no acknowledgements within %v (-wait): it has ended", t.idle))
+			} else {
+				end(f.name, fmt.Sprintf("gone before its end (acknowledgement: %v)", f.err))
+			}
 			continue
 		case now := <-idleTick:
 			for _, name := range slices.Sorted(maps.Keys(active)) {
@@ -476,19 +515,13 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 					st.firstErr = fmt.Errorf("request %d from %s: %w", m.r, n.From, err)
 				}
 				fmt.Fprintf(t.out, "# initiator %s: request %d: %v (its run ends here)\n", n.From, m.r, err)
-				_ = t.a.Notify(ctx, n.From, kvMsg{kind: kvFailed, p: m.p, r: m.r}.encode())
+				acknowledge(n.From, kvMsg{kind: kvFailed, p: m.p, r: m.r}.encode())
 				end(n.From, "")
 				continue
 			}
 			st.verified++
 		}
-		ack := kvMsg{kind: kvAck, p: m.p, r: m.r, at: now.UnixNano()}
-		if err := t.a.Notify(ctx, n.From, ack.encode()); err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("target: acknowledge to %s: %w", n.From, err)
-			}
-			end(n.From, fmt.Sprintf("gone before its end (acknowledgement: %v)", err))
-		}
+		acknowledge(n.From, kvMsg{kind: kvAck, p: m.p, r: m.r, at: now.UnixNano()}.encode())
 	}
 	return st.verifyErr()
 }
@@ -500,39 +533,6 @@ func (st *kvTargetStats) verifyErr() error {
 		return nil
 	}
 	return fmt.Errorf("target: %d request(s) failed verification (the first: %w)", st.failed, st.firstErr)
-}
-
-// errNotInPlace: a request's bytes were not in place when its
-// notification arrived.
-var errNotInPlace = errors.New("data not in place when the notification arrived")
-
-// check verifies the blocks of request m.
-func (t *kvTarget) check(ctx context.Context, m kvMsg, perm []int) error {
-	return checkRequest(ctx, t.a.Engine(), t.buf, t.scratch, m, perm)
-}
-
-// checkRequest verifies the blocks of request m in buf (from m.base on);
-// scratch is a host buffer of a block at least, for gaudi memory.
-func checkRequest(ctx context.Context, eng *engine.Engine, buf, scratch *engine.Buffer, m kvMsg, perm []int) error {
-	if end := m.base + uint64(m.p.sectionLen()); end > uint64(buf.Size()) || end < m.base {
-		return fmt.Errorf("request %d: blocks beyond the section (%d bytes from %d, section of %d)", m.r, m.p.sectionLen(), m.base, buf.Size())
-	}
-	for i := range m.p.blocks {
-		off := int(m.base) + m.p.slot(m.r, i, perm)*m.p.bsize
-		var b []byte
-		if buf.Location() == engine.Host {
-			b = buf.Bytes()[off : off+m.p.bsize]
-		} else {
-			if err := eng.CopySync(ctx, scratch.Slice(0, m.p.bsize), buf.Slice(off, m.p.bsize)); err != nil {
-				return fmt.Errorf("read block %d back: %w", i, err)
-			}
-			b = scratch.Bytes()[:m.p.bsize]
-		}
-		if at := checkBlock(b, m.p.seed, m.r, i); at >= 0 {
-			return fmt.Errorf("block %d (offset %d): byte %d differs: %w", i, off, at, errNotInPlace)
-		}
-	}
-	return nil
 }
 
 // kvInitiator runs the workload against one target.

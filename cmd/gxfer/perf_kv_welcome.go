@@ -13,6 +13,10 @@ import (
 // maxHellos bounds the hellos a target answers at once.
 const maxHellos = 64
 
+// maxAcksQueued bounds the acknowledgements waiting to go to an
+// initiator: at most -O (at most 1024) for one that takes them.
+const maxAcksQueued = 1024
+
 // helloResult is how the welcome of an initiator went.
 type helloResult struct {
 	from string
