@@ -207,8 +207,11 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 	defer func() { stop(); wg.Wait() }()
 	notes, recvErr, gone := make(chan agent.Notification), make(chan error, 1), make(chan string)
 	// Hellos are answered on goroutines of their own (reaching an
-	// initiator may take a dial's timeout), at most maxHellos at once.
+	// initiator may take a dial's timeout), at most maxHellos at once and
+	// one per peer at a time (answering: a peer sending hellos faster
+	// than they are answered would otherwise take every slot).
 	welcomed, hellos := make(chan helloResult), 0
+	answering := map[string]bool{}
 	regionReqs := make(chan regionReq) // from the welcomes, once the initiator is reached
 	wg.Add(1)
 	go func() {
@@ -415,6 +418,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			continue
 		case h := <-welcomed:
 			hellos--
+			delete(answering, h.from)
 			if errors.Is(h.err, errNoRegion) || errors.Is(h.err, errIdled) {
 				t.dropBad(&st, h.from, h.err)
 				continue
@@ -450,16 +454,28 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 					m.p.sectionLen(), regions, t.buf.Size()))
 				continue
 			}
+			if answering[n.From] {
+				t.dropBad(&st, n.From, errors.New("hello: one from it is being answered already"))
+				continue
+			}
 			if hellos >= maxHellos {
 				t.dropBad(&st, n.From, fmt.Errorf("hello: %d hellos are being answered already", maxHellos))
 				continue
 			}
 			hellos++
+			answering[n.From] = true
 			wg.Add(1)
 			go func(from string, inc uint64, m kvMsg) {
 				defer wg.Done()
 				h := helloResult{from: from}
-				h.base, h.err = t.welcome(rctx, from, inc, m, regionReqs)
+				wctx, cancel := rctx, context.CancelFunc(func() {})
+				if t.idle > 0 {
+					// Reaching it and its welcome within -wait: a peer
+					// that never takes its welcome holds no slot for good.
+					wctx, cancel = context.WithTimeout(rctx, t.idle)
+				}
+				h.base, h.err = t.welcome(wctx, from, inc, m, regionReqs)
+				cancel()
 				select {
 				case welcomed <- h:
 				case <-rctx.Done():

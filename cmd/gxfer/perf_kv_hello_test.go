@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -23,7 +24,17 @@ import (
 // answered hellos one at a time on its one loop, each blocked until the
 // dial gave up (some 5 s): 30 such hellos kept the real initiator waiting
 // for its welcome past this test's 90 s.
+//
+// With more hellos than the target answers at once (maxHellos), one peer
+// took every slot until its dials gave up, and the real initiator's hello
+// was dropped: a peer's hello is now answered one at a time.
 func TestPerfAgentTargetHelloToSilentAddress(t *testing.T) {
+	for _, n := range []int{30, 3 * maxHellos} {
+		t.Run(fmt.Sprintf("%d hellos", n), func(t *testing.T) { helloToSilentAddress(t, n) })
+	}
+}
+
+func helloToSilentAddress(t *testing.T, hellos int) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "t.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -69,7 +80,7 @@ func TestPerfAgentTargetHelloToSilentAddress(t *testing.T) {
 		return err == nil
 	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
 	ok := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
-	for range 30 {
+	for range hellos {
 		require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: ok, tcp: silent.Addr().String()}.encode()))
 	}
 
