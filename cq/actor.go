@@ -441,6 +441,18 @@ func (a *DeviceActor) run() {
 		clear(pending[j:])
 		pending = pending[:j]
 	}
+	// takeIn takes the submissions waiting in the channel, without
+	// blocking.
+	takeIn := func() {
+		for range cap(a.in) {
+			select {
+			case s := <-a.in:
+				pending = append(pending, s)
+			default:
+				return
+			}
+		}
+	}
 	stopping := func() bool {
 		select {
 		case <-a.stop:
@@ -529,15 +541,7 @@ func (a *DeviceActor) run() {
 			case <-a.kick:
 				// Take the submissions tracked meanwhile, and their
 				// deadlines.
-			take:
-				for range cap(a.in) {
-					select {
-					case s := <-a.in:
-						pending = append(pending, s)
-					default:
-						break take
-					}
-				}
+				takeIn()
 			case <-idle.C:
 			}
 			expire(time.Now())
@@ -547,15 +551,7 @@ func (a *DeviceActor) run() {
 	for {
 		// Take new submissions without blocking: all of them, so that
 		// their deadlines are kept (Track's room is slots).
-	drain:
-		for range cap(a.in) {
-			select {
-			case s := <-a.in:
-				pending = append(pending, s)
-			default:
-				break drain
-			}
-		}
+		takeIn()
 		if len(pending) == 0 {
 			if stopping() {
 				// Refuse further submissions first: one Track accepted
