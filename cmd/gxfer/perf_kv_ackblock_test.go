@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/agent"
-	"github.com/gxfer/gxfer/engine"
 )
 
 // TestPerfAgentTargetInitiatorNotReading: a welcomed peer that sends
@@ -30,17 +29,7 @@ func TestPerfAgentTargetInitiatorNotReading(t *testing.T) {
 			"-initiators", "2", "-wait", "2s"}, kv...), out, errb)
 	}()
 
-	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
-	require.NoError(t, err)
-	defer eng.Close()
-	a, err := agent.New(ctx, agent.Config{Name: "deaf", Engine: eng, Unix: filepath.Join(dir, "h.sock"), NotifyQueue: 2})
-	require.NoError(t, err)
-	defer a.Close()
-	var peer string
-	require.Eventually(t, func() bool {
-		peer, err = a.Connect(ctx, sock)
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+	a, peer := kvPeer(t, ctx, agent.Config{Name: "deaf", Unix: filepath.Join(dir, "h.sock"), NotifyQueue: 2}, sock, "target", errb)
 	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
 	require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: p, unix: a.Metadata().Unix}.encode()))
 	n, err := a.Recv(ctx)

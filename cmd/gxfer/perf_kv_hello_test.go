@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/agent"
-	"github.com/gxfer/gxfer/engine"
 )
 
 // TestPerfAgentTargetHelloToSilentAddress: a target without etcd reaches
@@ -68,17 +67,7 @@ func helloToSilentAddress(t *testing.T, hellos int) {
 		}
 	}()
 
-	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
-	require.NoError(t, err)
-	defer eng.Close()
-	a, err := agent.New(ctx, agent.Config{Name: "hostile", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
-	require.NoError(t, err)
-	defer a.Close()
-	var peer string
-	require.Eventually(t, func() bool {
-		peer, err = a.Connect(ctx, sock)
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+	a, peer := kvPeer(t, ctx, agent.Config{Name: "hostile", Unix: filepath.Join(dir, "h.sock")}, sock, "target", &errb)
 	ok := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
 	for range hellos {
 		require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: ok, tcp: silent.Addr().String()}.encode()))
@@ -154,17 +143,7 @@ func TestPerfAgentInitiatorIgnoresOtherAgents(t *testing.T) {
 			"-connect", tsock, "-wait", "1m", "-requests", "10"}, kv...), &iout, &ierr)
 	}()
 
-	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
-	require.NoError(t, err)
-	defer eng.Close()
-	a, err := agent.New(ctx, agent.Config{Name: "hostile", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
-	require.NoError(t, err)
-	defer a.Close()
-	var peer string
-	require.Eventually(t, func() bool {
-		peer, err = a.Connect(ctx, isock)
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond, "the initiator never listened: %s", ierr.String())
+	a, peer := kvPeer(t, ctx, agent.Config{Name: "hostile", Unix: filepath.Join(dir, "h.sock")}, isock, "initiator", &ierr)
 	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
 	for _, m := range [][]byte{[]byte("garbage"), kvMsg{kind: kvAck, p: p}.encode(), kvMsg{kind: kvWelcome, p: p, base: 1 << 30}.encode()} {
 		require.NoError(t, a.Notify(ctx, peer, m))

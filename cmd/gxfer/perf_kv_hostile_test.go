@@ -55,17 +55,7 @@ func TestPerfAgentTargetHostileRequest(t *testing.T) {
 					"-initiators", "1"}, kv...), out, errb)
 			}()
 
-			eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
-			require.NoError(t, err)
-			defer eng.Close()
-			a, err := agent.New(ctx, agent.Config{Name: "hostile", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
-			require.NoError(t, err)
-			defer a.Close()
-			var peer string
-			require.Eventually(t, func() bool {
-				peer, err = a.Connect(ctx, sock)
-				return err == nil
-			}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+			a, peer := kvPeer(t, ctx, agent.Config{Name: "hostile", Unix: filepath.Join(dir, "h.sock")}, sock, "target", errb)
 			if tc.hello {
 				require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: ok, unix: a.Metadata().Unix}.encode()))
 				n, err := a.Recv(ctx)

@@ -208,17 +208,7 @@ func TestPerfAgentTargetIdleInitiator(t *testing.T) {
 			"-initiators", "1", "-wait", "1s"}, kv...), out, errb)
 	}()
 
-	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
-	require.NoError(t, err)
-	defer eng.Close()
-	a, err := agent.New(ctx, agent.Config{Name: "idle", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
-	require.NoError(t, err)
-	defer a.Close() // connected, silent, until the test ends
-	var peer string
-	require.Eventually(t, func() bool {
-		peer, err = a.Connect(ctx, sock)
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+	a, peer := kvPeer(t, ctx, agent.Config{Name: "idle", Unix: filepath.Join(dir, "h.sock")}, sock, "target", errb) // connected, silent, until the test ends
 	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
 	require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: p, unix: a.Metadata().Unix}.encode()))
 	n, err := a.Recv(ctx)
@@ -264,17 +254,7 @@ func TestPerfAgentTargetIdleInitiatorHellosAgain(t *testing.T) {
 			"-initiators", "0", "-wait", "1s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, out, errb)
 	}()
 
-	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
-	require.NoError(t, err)
-	defer eng.Close()
-	a, err := agent.New(ctx, agent.Config{Name: "idle", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
-	require.NoError(t, err)
-	defer a.Close()
-	var peer string
-	require.Eventually(t, func() bool {
-		peer, err = a.Connect(ctx, sock)
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+	a, peer := kvPeer(t, ctx, agent.Config{Name: "idle", Unix: filepath.Join(dir, "h.sock")}, sock, "target", errb)
 	hello := kvMsg{kind: kvHello, p: kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}, unix: a.Metadata().Unix}.encode()
 	// Hellos, ten a second, until the target ends it (20 s at most).
 	for i := 0; !strings.Contains(out.String(), "# initiator idle: idle"); i++ {
@@ -309,17 +289,7 @@ func TestPerfAgentTargetIdleInitiatorNotWelcomedAgain(t *testing.T) {
 			"-initiators", "1", "-wait", "1s"}, kv...), out, errb)
 	}()
 
-	eng, err := engine.New(engine.Config{Devices: engine.DevicesNone})
-	require.NoError(t, err)
-	defer eng.Close()
-	a, err := agent.New(ctx, agent.Config{Name: "idle", Engine: eng, Unix: filepath.Join(dir, "h.sock")})
-	require.NoError(t, err)
-	defer a.Close()
-	var peer string
-	require.Eventually(t, func() bool {
-		peer, err = a.Connect(ctx, sock)
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond, "the target never listened: %s", errb.String())
+	a, peer := kvPeer(t, ctx, agent.Config{Name: "idle", Unix: filepath.Join(dir, "h.sock")}, sock, "target", errb)
 	hello := kvMsg{kind: kvHello, p: kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}, unix: a.Metadata().Unix}.encode()
 	// Hellos, ten a second, for the whole test (bounded: 30 s).
 	stopHellos, hellosDone := make(chan struct{}), make(chan struct{})
