@@ -186,7 +186,7 @@ type Config struct {
 
 // Stats are cumulative counters of a Device, over all its contexts.
 type Stats struct {
-	CSSubmitted uint64 // CSs accepted by the CS ioctl
+	CSSubmitted uint64 // CSs accepted by the CS ioctl; on Gaudi3, doorbells announcing new work (RULES G6)
 	CSCompleted uint64 // ended COMPLETED
 	CSAborted   uint64 // ended ABORTED (reset, context close, AbortNextCS, engine fault)
 	CSTimedOut  uint64 // ended TIMEDOUT (TDR)

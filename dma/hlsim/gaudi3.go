@@ -2,7 +2,6 @@ package hlsim
 
 import (
 	"encoding/binary"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +95,10 @@ type g3chan struct {
 	regs []byte // the emulated register file: 4 KiB, also the user's mmap
 	maps int    // live user mmaps (memMu)
 	bell bell   // rung by Doorbell
+	// fast is the MSQ_PI of the last doorbell rung while no fault was
+	// armed, with fastSet: Doorbell's fast path, which takes no lock and
+	// reads nothing the worker writes (see Doorbell).
+	fast atomic.Uint64
 
 	// bmu guards the doorbells announced and how far the worker took
 	// work, which Doorbell reads: it is never held while packets run, so
@@ -215,99 +218,6 @@ func (c *hctx) munmapBlock(b []byte) bool {
 		}
 	}
 	return false
-}
-
-// Doorbell is the model's stand-in for a store to a mapped register that
-// it cannot trap: after storing to a CH_A block (MSQ_PI, or a new
-// DESC_SUBMIT_FIFO_CFG), the device path may call it with the mapped
-// block; the worker then takes the new MSQ_PI as one submission at once,
-// and a channel stopped by its FIFO mode is stopped before Doorbell
-// returns. Without the call the worker finds the same values within
-// g3IdlePoll after work, g3IdlePollMax when idle long. Real hardware
-// needs no such call.
-func (c *hctx) Doorbell(block []byte) {
-	if len(block) == 0 || c.usable() != nil {
-		return
-	}
-	var g *g3chan
-	for i := range c.bells {
-		if x := c.bells[i].Load(); x != nil && &x.regs[0] == &block[0] {
-			g = x
-			break
-		}
-	}
-	if g == nil {
-		return
-	}
-	if g.stopped() {
-		g.mu.Lock()
-		g.stopLocked()
-		g.mu.Unlock()
-		return
-	}
-	g.bmu.Lock()
-	pi := g.load(gaudi3.RegMSQPI)
-	base := g.taken
-	if !g.tactive {
-		base = g.load(gaudi3.RegMSQCI)
-	}
-	if n := len(g.marks); n > 0 {
-		base = g.marks[n-1].pi
-	}
-	if pi != base {
-		// The submission's faults are drawn now, in doorbell order, as a
-		// CS's are at submission.
-		m := g3mark{pi: pi}
-		m.hang, m.abort, m.delay = g.c.d.injected()
-		g.c.d.st.submitted.Add(1)
-		g.marks = append(g.marks, m)
-	}
-	g.bmu.Unlock()
-	if g.bell.ring() {
-		// As a CS ioctl that wakes a parked engine (csIoctl): the
-		// worker's goroutine was made runnable on this core; let it run
-		// now rather than after this caller blocks.
-		runtime.Gosched()
-	}
-}
-
-// stopped reports whether software has stopped the queue: a
-// DESC_SUBMIT_FIFO_CFG mode other than MSQ, or CQ_RECONFIG set ("stop cq
-// to enable reconfig of pi/ci and descriptor").
-func (g *g3chan) stopped() bool {
-	return gaudi3.FifoCfgMode.Get(g.load(gaudi3.RegDescSubmitFifoCfg)) != gaudi3.FifoCfgMSQ ||
-		gaudi3.CQReconfigEn.Get(g.load(gaudi3.RegCQReconfig)) != 0
-}
-
-// stopLocked drops the channel's queued work and the completions not yet
-// signalled; it resumes from the MSQ_CI software writes while stopped.
-// The registers are software's.
-func (g *g3chan) stopLocked() { g.dropLocked(false) }
-
-// resetLocked is a device reset as the channel sees it: every register
-// cleared.
-func (g *g3chan) resetLocked() { g.dropLocked(true) }
-
-// dropLocked is stopLocked, and clears the registers too if regs is set:
-// with the doorbells, under bmu, so that no Doorbell announces the old
-// MSQ_PI after the marks were dropped and before the registers were.
-// Every submission dropped ends ABORTED: the executed ones whose
-// completion was held back, the hung one, and the doorbells announced
-// (counted submitted by Doorbell) that the worker had not taken yet.
-func (g *g3chan) dropLocked(regs bool) {
-	n := len(g.pend)
-	if g.stalled {
-		n++ // the hung doorbell
-	}
-	g.active, g.stalled, g.ci, g.pend = false, false, 0, g.pend[:0]
-	g.bmu.Lock()
-	n += len(g.marks)
-	if regs {
-		clear(g.regs)
-	}
-	g.marks, g.tactive, g.taken = g.marks[:0], false, 0
-	g.bmu.Unlock()
-	g.c.d.st.aborted.Add(uint64(n))
 }
 
 func (g *g3chan) run() {
@@ -469,8 +379,11 @@ func (g *g3chan) step() bool {
 	g.taken = end
 	g.bmu.Unlock()
 	if !found {
-		// Found by polling: no Doorbell announced it.
-		m.hang, m.abort, m.delay = c.d.injected()
+		// Found by polling, or announced by a fast-path doorbell, which
+		// drew no faults (none was armed) and counted nothing.
+		if v := g.fast.Load(); v&fastSet == 0 || uint32(v) != end {
+			m.hang, m.abort, m.delay = c.d.injected()
+		}
 		c.d.st.submitted.Add(1)
 	}
 	if m.hang {

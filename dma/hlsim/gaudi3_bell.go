@@ -1,0 +1,150 @@
+package hlsim
+
+import (
+	"runtime"
+
+	"github.com/gxfer/gxfer/internal/gaudi3"
+)
+
+// Doorbells on a Gaudi3 PDMA channel, and the dropping of the work queued
+// on it (a stop or a reset).
+
+// Doorbell is the model's stand-in for a store to a mapped register that
+// it cannot trap: after storing to a CH_A block (MSQ_PI, or a new
+// DESC_SUBMIT_FIFO_CFG), the device path may call it with the mapped
+// block; the worker then takes the new MSQ_PI as one submission at once,
+// and a channel stopped by its FIFO mode is stopped before Doorbell
+// returns. Without the call the worker finds the same values within
+// g3IdlePoll after work, g3IdlePollMax when idle long. Real hardware
+// needs no such call.
+func (c *hctx) Doorbell(block []byte) {
+	if len(block) == 0 || c.usable() != nil {
+		return
+	}
+	var g *g3chan
+	for i := range c.bells {
+		if x := c.bells[i].Load(); x != nil && &x.regs[0] == &block[0] {
+			g = x
+			break
+		}
+	}
+	if g == nil {
+		return
+	}
+	if g.stopped() {
+		g.mu.Lock()
+		g.stopLocked()
+		g.mu.Unlock()
+		return
+	}
+	if !g.c.d.faulty.Load() {
+		// No fault is armed, so the doorbell has none to draw and leaves
+		// no mark: it records its MSQ_PI (fast) and rings. The worker
+		// takes the work as one found by polling and counts it then;
+		// doorbells it takes together count as one submission. A mark
+		// taken under bmu and the worker's state read here cost a
+		// submission several cache-line transfers between the cores.
+		g.fast.Store(fastSet | uint64(g.load(gaudi3.RegMSQPI)))
+		g.ringBell()
+		return
+	}
+	g.bmu.Lock()
+	pi := g.load(gaudi3.RegMSQPI)
+	base := g.announcedLocked()
+	if fp, ok := g.fastPendingLocked(base, pi); ok {
+		// Announced by the fast path before a fault was armed: its own
+		// submission, without faults.
+		g.c.d.st.submitted.Add(1)
+		g.marks = append(g.marks, g3mark{pi: fp})
+		base = fp
+	}
+	if pi != base {
+		// The submission's faults are drawn now, in doorbell order, as a
+		// CS's are at submission.
+		m := g3mark{pi: pi}
+		m.hang, m.abort, m.delay = g.c.d.injected()
+		g.c.d.st.submitted.Add(1)
+		g.marks = append(g.marks, m)
+	}
+	g.bmu.Unlock()
+	g.ringBell()
+}
+
+// ringBell wakes the channel's worker.
+func (g *g3chan) ringBell() {
+	if g.bell.ring() {
+		// As a CS ioctl that wakes a parked engine (csIoctl): the
+		// worker's goroutine was made runnable on this core; let it run
+		// now rather than after this caller blocks.
+		runtime.Gosched()
+	}
+}
+
+// fastSet marks g3chan.fast as holding a MSQ_PI.
+const fastSet = 1 << 32
+
+// announcedLocked is the MSQ_PI up to which work was announced by a
+// doorbell's mark or taken by the worker (bmu held).
+func (g *g3chan) announcedLocked() uint32 {
+	if n := len(g.marks); n > 0 {
+		return g.marks[n-1].pi
+	}
+	if !g.tactive {
+		return g.load(gaudi3.RegMSQCI)
+	}
+	return g.taken
+}
+
+// fastPendingLocked reports the MSQ_PI a fast-path doorbell announced
+// beyond base (announcedLocked) and up to pi, which the worker has not
+// taken and no mark holds (bmu held).
+func (g *g3chan) fastPendingLocked(base, pi uint32) (uint32, bool) {
+	v := g.fast.Load()
+	fp := uint32(v)
+	return fp, v&fastSet != 0 && fp != base && fp-base <= pi-base
+}
+
+// stopped reports whether software has stopped the queue: a
+// DESC_SUBMIT_FIFO_CFG mode other than MSQ, or CQ_RECONFIG set ("stop cq
+// to enable reconfig of pi/ci and descriptor").
+func (g *g3chan) stopped() bool {
+	return gaudi3.FifoCfgMode.Get(g.load(gaudi3.RegDescSubmitFifoCfg)) != gaudi3.FifoCfgMSQ ||
+		gaudi3.CQReconfigEn.Get(g.load(gaudi3.RegCQReconfig)) != 0
+}
+
+// stopLocked drops the channel's queued work and the completions not yet
+// signalled; it resumes from the MSQ_CI software writes while stopped.
+// The registers are software's.
+func (g *g3chan) stopLocked() { g.dropLocked(false) }
+
+// resetLocked is a device reset as the channel sees it: every register
+// cleared.
+func (g *g3chan) resetLocked() { g.dropLocked(true) }
+
+// dropLocked is stopLocked, and clears the registers too if regs is set:
+// with the doorbells, under bmu, so that no Doorbell announces the old
+// MSQ_PI after the marks were dropped and before the registers were.
+// Every submission dropped ends ABORTED: the executed ones whose
+// completion was held back, the hung one, and the doorbells announced
+// (counted submitted by Doorbell) that the worker had not taken yet.
+func (g *g3chan) dropLocked(regs bool) {
+	n := len(g.pend)
+	if g.stalled {
+		n++ // the hung doorbell
+	}
+	g.active, g.stalled, g.ci, g.pend = false, false, 0, g.pend[:0]
+	g.bmu.Lock()
+	n += len(g.marks)
+	if _, ok := g.fastPendingLocked(g.announcedLocked(), g.load(gaudi3.RegMSQPI)); ok {
+		// Rung on the fast path, not yet taken: counted now.
+		g.c.d.st.submitted.Add(1)
+		n++
+	}
+	g.fast.Store(0)
+	if regs {
+		clear(g.regs)
+	}
+	g.marks, g.tactive, g.taken = g.marks[:0], false, 0
+	g.bmu.Unlock()
+	g.c.d.st.aborted.Add(uint64(n))
+}

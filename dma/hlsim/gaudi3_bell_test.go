@@ -1,0 +1,63 @@
+package hlsim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/gaudi3"
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// TestGaudi3FastDoorbellKeepsFaultsForLaterWork: a doorbell rung while no
+// fault is armed takes the fast path (no mark). A fault armed after it,
+// while the channel is still busy with earlier work, belongs to the next
+// submission and not to the one already rung: whether the channel finds
+// that work by itself ("polled") or a later doorbell, rung with the fault
+// armed, announces more work behind it ("marked"). The first two copies
+// complete and only the third hangs.
+func TestGaudi3FastDoorbellKeepsFaultsForLaterWork(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		third bool // a third doorbell, rung with the fault armed
+		want  uint64
+	}{
+		{"polled", false, 2},
+		{"marked", true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, srcVA, dev := newG3CopyRig(t)
+			entered, release := make(chan struct{}), make(chan struct{})
+			r.d.execHook = stopOnce(entered, release)
+			r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+			select {
+			case <-entered:
+			case <-time.After(safety):
+				t.Fatal("the channel did not start the first doorbell's work")
+			}
+			r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice)) // fast path
+			r.d.HangNextCS(1)
+			if tc.third {
+				r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+			}
+			close(release)
+			out, err := r.wait(tc.want)
+			require.NoError(t, err)
+			require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+			if !tc.third {
+				// The hang is still armed: the next submission draws it.
+				r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+			}
+			require.Eventually(t, func() bool {
+				r.channel().mu.Lock()
+				defer r.channel().mu.Unlock()
+				return r.channel().stalled
+			}, safety, time.Millisecond, "the third submission did not hang")
+			require.Equal(t, tc.want, r.counter())
+			st := r.d.Stats()
+			require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
+			require.Equal(t, uint64(2), st.CSCompleted, "%+v", st)
+		})
+	}
+}
