@@ -148,6 +148,14 @@ func (d *Device) AllocDevice(size uint64) (*DeviceMem, error) {
 // EINVAL) the memory stays allocated and Free may be called again. A
 // second Free after one that succeeded (or Free after Device.Close)
 // returns nil.
+//
+// Free does not wait for the command submissions that use the memory:
+// the caller must have waited for them. Memory carved from a slab (see
+// the package doc) goes back to the slab at once and the next allocation
+// may get the same range, so a copy still running into it lands in that
+// allocation; a whole allocation is unmapped, and such a copy takes an
+// MMU fault. gxfer's engine holds a reference on a buffer for each copy
+// in flight and frees it only after the last.
 func (m *DeviceMem) Free() error {
 	if m == nil {
 		return nil
