@@ -37,11 +37,21 @@ const (
 	writeTimeout = 30 * time.Second
 )
 
+// maxScrapesInFlight bounds the scrapes served at once; more are refused
+// with 503 (Prometheus retries at its next interval). Scrapes that arrive
+// while a gather runs share its result (promhttp's CoalesceGather): a
+// gather walks each registration cache under the lock its slow path
+// (new registrations) needs, so clients scraping in parallel would
+// otherwise take that lock from copies once each.
+const maxScrapesInFlight = 4
+
 // Serve listens on the TCP address addr ("127.0.0.1:9464"; port 0 picks
 // one: see Addr) and serves g at /metrics until Close, one connection
 // per scrape (no keep-alive). Errors of the collectors are reported in
 // the scrape (promhttp.ContinueOnError), a scrape does not fail because
-// one metric could not be read. A nil g is refused with an error
+// one metric could not be read. At most maxScrapesInFlight (4) scrapes are
+// served at once, others get 503 Service Unavailable; concurrent scrapes
+// share one Gather of g. A nil g is refused with an error
 // matching os.ErrInvalid.
 func Serve(addr string, g prometheus.Gatherer) (*Server, error) {
 	return serve(addr, g, idleTimeout, writeTimeout)
@@ -58,7 +68,9 @@ func serve(addr string, g prometheus.Gatherer, idle, write time.Duration) (*Serv
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: maxScrapesInFlight, CoalesceGather: true,
+	}))
 	s := &Server{ln: ln, done: make(chan struct{}), srv: &http.Server{
 		Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle, WriteTimeout: write,
 	}}

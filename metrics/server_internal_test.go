@@ -8,11 +8,15 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/engine"
 )
 
 // TestServerClosesIdleConnections: a client that scrapes once and keeps
@@ -89,4 +93,93 @@ func TestServeNilGatherer(t *testing.T) {
 	}
 	require.ErrorIs(t, err, os.ErrInvalid)
 	require.Nil(t, s)
+}
+
+// gateGatherer is a real registry's gatherer whose first Gather waits
+// for release; it counts Gathers and remembers the most that ran at once.
+type gateGatherer struct {
+	g       prometheus.Gatherer
+	release chan struct{}
+	mu      sync.Mutex
+	calls   int
+	running int
+	most    int
+}
+
+func (g *gateGatherer) Gather() ([]*dto.MetricFamily, error) {
+	g.mu.Lock()
+	g.calls++
+	first := g.calls == 1
+	g.running++
+	g.most = max(g.most, g.running)
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.running--
+		g.mu.Unlock()
+	}()
+	if first {
+		<-g.release
+	}
+	return g.g.Gather()
+}
+
+// TestServerBoundsConcurrentScrapes: scrapes that arrive while a gather
+// runs share it (one walk of the engine's caches, whose locks copies
+// need, however many clients scrape), and those beyond
+// maxScrapesInFlight are refused at once with 503. Before, every scrape
+// gathered on its own: clients scraping in parallel each walked the
+// registration caches under their slow-path locks.
+func TestServerBoundsConcurrentScrapes(t *testing.T) {
+	e, err := engine.New(engine.Config{Devices: engine.DevicesEmulated})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, e.Close()) }()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewEngineCollector(e))
+	g := &gateGatherer{g: reg, release: make(chan struct{})}
+	s, err := serve("127.0.0.1:0", g, idleTimeout, writeTimeout)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+
+	const scrapes = 3 * maxScrapesInFlight
+	codes := make(chan int, scrapes)
+	var wg sync.WaitGroup
+	released := false
+	defer func() {
+		if !released { // a failed assertion: let the first gather end
+			close(g.release)
+		}
+		wg.Wait()
+	}()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	defer c.CloseIdleConnections()
+	for range scrapes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := c.Get(s.URL())
+			if err != nil {
+				codes <- 0
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	// The first gather waits: the scrapes that got in wait with it, every
+	// other one is refused.
+	for range scrapes - maxScrapesInFlight {
+		require.Equal(t, http.StatusServiceUnavailable, <-codes)
+	}
+	close(g.release)
+	released = true
+	for range maxScrapesInFlight {
+		require.Equal(t, http.StatusOK, <-codes)
+	}
+	wg.Wait()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Equal(t, 1, g.most, "gathers ran at once")
+	require.LessOrEqual(t, g.calls, maxScrapesInFlight)
 }
