@@ -51,11 +51,7 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		MaxReplies: tcp.MaxInbound + ctrlchan.MaxServing,
 		MsgRing:    kind == datapath.KindIPC && peer.Caps&wire.CapMsgRing != 0 && peer.Caps&wire.CapFDPassing != 0,
 		Loops:      &e.epLoops, // Engine.Close waits for the reader and writer before it releases buffers
-		OnFail: func(error) {
-			e.epMu.Lock()
-			delete(e.endpoints, ep)
-			e.epMu.Unlock()
-		},
+		OnFail:     func(error) { e.endpointGone(ep) },
 	})
 	t := e.transports.Get(kind)
 	if t == nil {

@@ -91,6 +91,9 @@ type Engine struct {
 	transports datapath.Set // transports.go
 
 	epOps [numTransportKinds]transportCounters // endpoints' Puts and Gets by transport (opstats.go)
+	// closedEps sums the counters of the closed endpoints by transport,
+	// under epMu (opstats.go).
+	closedEps [numTransportKinds]closedEndpoints
 }
 
 // New opens the devices Config asks for and starts the engine.

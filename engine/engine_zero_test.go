@@ -24,6 +24,7 @@ func TestEngineZeroValue(t *testing.T) {
 		{"Devices", func(t *testing.T, e *Engine) { require.Empty(t, e.Devices()) }},
 		{"Stats", func(t *testing.T, e *Engine) { require.Zero(t, e.Stats()) }},
 		{"EndpointStats", func(t *testing.T, e *Engine) { require.Empty(t, e.EndpointStats()) }},
+		{"ClosedEndpointStats", func(t *testing.T, e *Engine) { require.Empty(t, e.ClosedEndpointStats()) }},
 		{"RDMA", func(t *testing.T, e *Engine) {
 			r := e.RDMA()
 			require.False(t, r.Available)

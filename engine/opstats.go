@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -177,7 +178,8 @@ func (e *Engine) transportOps(k datapath.Kind) *transportCounters {
 
 // EndpointStats returns the counters of every live endpoint (Peer names
 // each one's peer; a TCP endpoint's extra connections, its lanes, are
-// part of it), in no particular order.
+// part of it), in no particular order. What closed endpoints counted is
+// in ClosedEndpointStats.
 func (e *Engine) EndpointStats() []EndpointStats {
 	if e.invalid() {
 		return nil
@@ -193,6 +195,95 @@ func (e *Engine) EndpointStats() []EndpointStats {
 	out := make([]EndpointStats, 0, len(eps))
 	for _, ep := range eps {
 		out = append(out, ep.Stats())
+	}
+	return out
+}
+
+// closedEndpoints sums the counters of a transport's closed endpoints.
+type closedEndpoints struct {
+	n uint64 // endpoints summed
+	s EndpointStats
+}
+
+func (c *closedEndpoints) add(s EndpointStats) {
+	t := &c.s
+	c.n++
+	t.Puts += s.Puts
+	t.Gets += s.Gets
+	t.Served += s.Served
+	t.BytesOut += s.BytesOut
+	t.BytesIn += s.BytesIn
+	t.Ops.Completed += s.Ops.Completed
+	t.Ops.Failed += s.Ops.Failed
+	t.Ops.Bytes += s.Ops.Bytes
+	if t.Ops.Errors == nil {
+		t.Ops.Errors = make([]ErrorCount, len(s.Ops.Errors))
+	}
+	for i, ec := range s.Ops.Errors { // one entry per kind, in kind order
+		t.Ops.Errors[i].Kind = ec.Kind
+		t.Ops.Errors[i].Count += ec.Count
+	}
+	t.ZeroCopy += s.ZeroCopy
+	t.Staged += s.Staged
+	t.Delegated += s.Delegated
+	t.ServedRDMA += s.ServedRDMA
+	for i, n := range s.NICWRs {
+		if i == len(t.NICWRs) {
+			t.NICWRs = append(t.NICWRs, 0)
+		}
+		t.NICWRs[i] += n
+	}
+	t.MsgsOut += s.MsgsOut
+	t.MsgBytesOut += s.MsgBytesOut
+	t.MsgsIn += s.MsgsIn
+	t.MsgBytesIn += s.MsgBytesIn
+}
+
+// endpointGone is an endpoint's OnFail: it is no longer live, and its
+// counters are added to its transport's closed endpoints' (a lane's are
+// its endpoint's). Its Stats are read outside epMu: a TCP path's take
+// the path's lock, and a path failing its lanes fails endpoints, whose
+// OnFail takes epMu.
+func (e *Engine) endpointGone(ep *Endpoint) {
+	e.epMu.Lock()
+	_, live := e.endpoints[ep]
+	delete(e.endpoints, ep)
+	e.epMu.Unlock()
+	if !live || ep.lane {
+		return // never registered (ep.path may be unset), or a lane
+	}
+	s := ep.Stats()
+	k := int(ep.path.Kind())
+	if k >= len(e.closedEps) {
+		k = 0
+	}
+	e.epMu.Lock()
+	e.closedEps[k].add(s)
+	e.epMu.Unlock()
+}
+
+// ClosedEndpointStats returns the summed counters of the endpoints that
+// have closed (or failed), one entry per transport that had one: what
+// they counted while they were live (EndpointStats lists them no more).
+// Peer and ID are empty, Lanes is 0. Counts an endpoint makes after it
+// failed (a Put called on it then) are not in them.
+func (e *Engine) ClosedEndpointStats() []EndpointStats {
+	if e.invalid() {
+		return nil
+	}
+	e.epMu.Lock()
+	defer e.epMu.Unlock()
+	var out []EndpointStats
+	for k := range e.closedEps {
+		c := &e.closedEps[k]
+		if c.n == 0 {
+			continue
+		}
+		s := c.s
+		s.Transport = TransportKind(k)
+		s.Ops.Errors = slices.Clone(s.Ops.Errors)
+		s.NICWRs = slices.Clone(s.NICWRs)
+		out = append(out, s)
 	}
 	return out
 }

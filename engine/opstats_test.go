@@ -95,6 +95,13 @@ func TestOpStats(t *testing.T) {
 			ts = transportOf(t, p.a.Stats(), pm.kind)
 			require.Zero(t, ts.Endpoints)
 			require.Equal(t, uint64(n+1), ts.Ops.Completed, "transport counters outlive the endpoints")
+			closed := p.a.ClosedEndpointStats()
+			require.Len(t, closed, 1, "the closed endpoint's counts, summed by transport")
+			require.Equal(t, pm.kind, closed[0].Transport)
+			require.Equal(t, uint64(n+1), closed[0].Puts, "n Puts and the refused one")
+			require.Equal(t, uint64(1), closed[0].Gets)
+			require.Equal(t, uint64(n+1), closed[0].Ops.Completed)
+			require.Equal(t, uint64(1), errCount(t, closed[0].Ops.Errors, "invalid"))
 		})
 	}
 }

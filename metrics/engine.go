@@ -52,7 +52,11 @@ import (
 // its own series, labelled endpoint=engine.EndpointStats.ID (several
 // endpoints may have the same peer name; were they summed into one
 // series, the sum would go down when one of them closes): sum by
-// transport and peer after rate. A closed endpoint's series go.
+// transport and peer after rate. A closed endpoint's series go, and what
+// it counted is added to its transport's endpoint="closed" series (peer
+// empty, no endpoint_lanes; engine.Engine.ClosedEndpointStats), so the
+// series stay as many as the live endpoints plus one per transport, and
+// the counts of endpoints that lived between two scrapes are not lost.
 type EngineCollector struct {
 	e *engine.Engine
 	f family
@@ -190,7 +194,7 @@ func (c *EngineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		emitHist(ch, c.tLat, t.Ops.Latency, tr)
 	}
-	c.endpoints(ch, c.e.EndpointStats())
+	c.endpoints(ch, c.e.EndpointStats(), c.e.ClosedEndpointStats())
 }
 
 func (c *EngineCollector) regCache(ch chan<- prometheus.Metric, s memcache.Stats, dev, cache string) {
@@ -213,36 +217,50 @@ func (c *EngineCollector) ipcCache(ch chan<- prometheus.Metric, s ipc.CacheStats
 	emit(ch, c.ipcBytes, float64(s.Bytes))
 }
 
-func (c *EngineCollector) endpoints(ch chan<- prometheus.Metric, eps []engine.EndpointStats) {
+// endpoints sends the series of the live endpoints eps, then those of
+// the closed endpoints of each transport, summed (endpoint="closed",
+// peer empty, no lanes gauge).
+func (c *EngineCollector) endpoints(ch chan<- prometheus.Metric, eps, closed []engine.EndpointStats) {
 	for _, es := range eps {
-		tr, peer, id := es.Transport.String(), es.Peer, strconv.FormatUint(es.ID, 10)
-		l := []string{tr, peer, id}
-		emit(ch, c.epPuts, float64(es.Puts), l...)
-		emit(ch, c.epGets, float64(es.Gets), l...)
-		emit(ch, c.epCompleted, float64(es.Ops.Completed), l...)
-		emit(ch, c.epFailed, float64(es.Ops.Failed), l...)
-		emit(ch, c.epBytes, float64(es.Ops.Bytes), l...)
-		emit(ch, c.epSent, float64(es.BytesOut), l...)
-		emit(ch, c.epRecv, float64(es.BytesIn), l...)
-		emit(ch, c.epServed, float64(es.Served), l...)
-		emit(ch, c.epLanes, float64(es.Lanes), l...)
-		emit(ch, c.epMsgsOut, float64(es.MsgsOut), l...)
-		emit(ch, c.epMsgsIn, float64(es.MsgsIn), l...)
-		emit(ch, c.epMsgBytesOut, float64(es.MsgBytesOut), l...)
-		emit(ch, c.epMsgBytesIn, float64(es.MsgBytesIn), l...)
-		for _, ec := range es.Ops.Errors {
-			if ec.Count > 0 {
-				emit(ch, c.epErrs, float64(ec.Count), tr, peer, id, ec.Kind)
-			}
+		c.endpoint(ch, es, es.Peer, strconv.FormatUint(es.ID, 10))
+		emit(ch, c.epLanes, float64(es.Lanes), es.Transport.String(), es.Peer, strconv.FormatUint(es.ID, 10))
+	}
+	for _, es := range closed {
+		c.endpoint(ch, es, "", closedEndpoints)
+	}
+}
+
+// closedEndpoints is the endpoint label of a transport's closed
+// endpoints' summed counters.
+const closedEndpoints = "closed"
+
+func (c *EngineCollector) endpoint(ch chan<- prometheus.Metric, es engine.EndpointStats, peer, id string) {
+	tr := es.Transport.String()
+	l := []string{tr, peer, id}
+	emit(ch, c.epPuts, float64(es.Puts), l...)
+	emit(ch, c.epGets, float64(es.Gets), l...)
+	emit(ch, c.epCompleted, float64(es.Ops.Completed), l...)
+	emit(ch, c.epFailed, float64(es.Ops.Failed), l...)
+	emit(ch, c.epBytes, float64(es.Ops.Bytes), l...)
+	emit(ch, c.epSent, float64(es.BytesOut), l...)
+	emit(ch, c.epRecv, float64(es.BytesIn), l...)
+	emit(ch, c.epServed, float64(es.Served), l...)
+	emit(ch, c.epMsgsOut, float64(es.MsgsOut), l...)
+	emit(ch, c.epMsgsIn, float64(es.MsgsIn), l...)
+	emit(ch, c.epMsgBytesOut, float64(es.MsgBytesOut), l...)
+	emit(ch, c.epMsgBytesIn, float64(es.MsgBytesIn), l...)
+	for _, ec := range es.Ops.Errors {
+		if ec.Count > 0 {
+			emit(ch, c.epErrs, float64(ec.Count), tr, peer, id, ec.Kind)
 		}
-		if es.Transport == engine.TransportRDMA {
-			emit(ch, c.epRDMA, float64(es.ZeroCopy), tr, peer, id, "zero_copy")
-			emit(ch, c.epRDMA, float64(es.Staged), tr, peer, id, "staged")
-			emit(ch, c.epRDMA, float64(es.Delegated), tr, peer, id, "delegated")
-			emit(ch, c.epRDMA, float64(es.ServedRDMA), tr, peer, id, "served")
-		}
-		for i, n := range es.NICWRs {
-			emit(ch, c.epNICWRs, float64(n), tr, peer, id, strconv.Itoa(i))
-		}
+	}
+	if es.Transport == engine.TransportRDMA {
+		emit(ch, c.epRDMA, float64(es.ZeroCopy), tr, peer, id, "zero_copy")
+		emit(ch, c.epRDMA, float64(es.Staged), tr, peer, id, "staged")
+		emit(ch, c.epRDMA, float64(es.Delegated), tr, peer, id, "delegated")
+		emit(ch, c.epRDMA, float64(es.ServedRDMA), tr, peer, id, "served")
+	}
+	for i, n := range es.NICWRs {
+		emit(ch, c.epNICWRs, float64(n), tr, peer, id, strconv.Itoa(i))
 	}
 }

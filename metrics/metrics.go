@@ -12,7 +12,8 @@
 // error kind: "peer", "timeout", "invalid", ... as engine.ErrorCount
 // names them), transport ("tcp", "ipc", "rdma"), peer (the peer as
 // engine.Endpoint.Peer names it), endpoint (engine.EndpointStats.ID: one
-// series per live endpoint), device (a device index), cache, agent.
+// series per live endpoint; "closed": the summed counts of the
+// transport's closed endpoints), device (a device index), cache, agent.
 // Give each collector's metrics distinguishing labels with ConstLabels
 // when one registry holds several engines or agents.
 //

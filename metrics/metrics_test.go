@@ -234,7 +234,8 @@ func TestEngineCollectorFollowsTraffic(t *testing.T) {
 	}
 }
 
-// TestEngineCollectorEndpointsGoAway: a closed endpoint's series go, the
+// TestEngineCollectorEndpointsGoAway: a closed endpoint's series go, its
+// counts stay in its transport's endpoint="closed" series, and the
 // transport's counters stay.
 func TestEngineCollectorEndpointsGoAway(t *testing.T) {
 	p := newPair(t, "tcp")
@@ -243,10 +244,13 @@ func TestEngineCollectorEndpointsGoAway(t *testing.T) {
 	reg.MustRegister(metrics.NewEngineCollector(p.a))
 	fs := gather(t, reg)
 	require.Len(t, fs["gxfer_endpoint_puts_total"].Metric, 1)
+	require.Len(t, fs["gxfer_endpoint_lanes"].Metric, 1)
 	require.NoError(t, p.ab.Close())
 	require.NoError(t, p.ba.Close())
 	fs = gather(t, reg)
-	require.Nil(t, fs["gxfer_endpoint_puts_total"])
+	require.Len(t, fs["gxfer_endpoint_puts_total"].Metric, 1, "the closed endpoints' series only")
+	require.Equal(t, float64(3), fs.value(t, "gxfer_endpoint_puts_total", "transport", "tcp", "endpoint", "closed"), "two Puts and the refused one")
+	require.Nil(t, fs["gxfer_endpoint_lanes"], "no lanes gauge for closed endpoints")
 	require.Zero(t, fs.value(t, "gxfer_transport_endpoints", "transport", "tcp"))
 	require.Equal(t, float64(2), fs.value(t, "gxfer_transport_ops_completed_total", "transport", "tcp"))
 }
@@ -392,9 +396,12 @@ func TestEngineCollectorCountersNeverGoDown(t *testing.T) {
 	after := gather(t, reg)
 	var puts float64
 	for _, m := range after["gxfer_endpoint_puts_total"].Metric {
-		puts += m.Counter.GetValue()
+		if !hasLabels(m, []string{"endpoint", "closed"}) {
+			puts += m.Counter.GetValue()
+		}
 	}
 	require.Equal(t, float64(1), puts, "the live endpoint's Put")
+	require.Equal(t, float64(2), after.value(t, "gxfer_endpoint_puts_total", "endpoint", "closed"), "the closed endpoint's Puts")
 	for name, f := range after {
 		for _, m := range f.Metric {
 			k := counterKey(name, m)
@@ -440,6 +447,80 @@ func TestEngineCollectorDeviceInfo(t *testing.T) {
 			require.Equal(t, "true", labels["emulated"])
 			require.Contains(t, labels["name"], "emulated")
 			require.Equal(t, float64(1), f.Metric[0].Gauge.GetValue())
+		})
+	}
+}
+
+// endpointSeries counts the series of the endpoint_* families and sums
+// those of name.
+func endpointSeries(fs families, name string) (series int, sum float64) {
+	for n, f := range fs {
+		if strings.HasPrefix(n, "gxfer_endpoint_") {
+			series += len(f.Metric)
+		}
+	}
+	if f := fs[name]; f != nil {
+		for _, m := range f.Metric {
+			sum += m.Counter.GetValue()
+		}
+	}
+	return series, sum
+}
+
+// TestEngineCollectorClosedEndpointsCounted: a peer that connects, sends
+// a message, Puts and closes, again and again, leaves as many endpoint
+// series after the last round as after the first (no series per closed
+// endpoint), and what the closed endpoints counted stays counted (in
+// their transport's endpoint="closed" series). Before, a closed
+// endpoint's series went with all it had counted: the messages, Puts and
+// bytes of endpoints that lived between two scrapes were in no series.
+func TestEngineCollectorClosedEndpointsCounted(t *testing.T) {
+	for _, tt := range []struct{ network, transport string }{{"unix", "ipc"}, {"tcp", "tcp"}} {
+		t.Run(tt.network, func(t *testing.T) {
+			p := newPair(t, tt.network) // p.ab stays open: a live endpoint
+			ctx := context.Background()
+			addr := "127.0.0.1:0"
+			if tt.network == "unix" {
+				addr = filepath.Join(t.TempDir(), "r.sock")
+			}
+			l, err := p.b.Listen(tt.network, addr)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, l.Close()) }()
+			local, err := p.a.Alloc(4096, engine.Host)
+			require.NoError(t, err)
+			rb, err := p.b.Alloc(4096, engine.Host)
+			require.NoError(t, err)
+			rk, err := rb.Export()
+			require.NoError(t, err)
+			reg := prometheus.NewPedanticRegistry()
+			reg.MustRegister(metrics.NewEngineCollector(p.a))
+
+			const rounds = 12
+			firstSeries := 0
+			for i := 1; i <= rounds; i++ {
+				ep, err := p.a.Dial(ctx, tt.network, l.Addr())
+				require.NoError(t, err)
+				peer, err := l.Accept(ctx)
+				require.NoError(t, err)
+				require.NoError(t, ep.Send(ctx, []byte("0123456789")))
+				require.NoError(t, ep.PutSync(ctx, local.All(), rk))
+				require.NoError(t, ep.Close())
+				require.NoError(t, peer.Close())
+
+				fs := gather(t, reg)
+				series, msgs := endpointSeries(fs, "gxfer_endpoint_messages_sent_total")
+				_, puts := endpointSeries(fs, "gxfer_endpoint_puts_total")
+				_, bytes := endpointSeries(fs, "gxfer_endpoint_transferred_bytes_total")
+				require.Equal(t, float64(i), msgs, "round %d: messages of the closed endpoints", i)
+				require.Equal(t, float64(i), puts, "round %d: Puts of the closed endpoints", i)
+				require.Equal(t, float64(i*4096), bytes, "round %d", i)
+				require.Equal(t, float64(i), fs.value(t, "gxfer_endpoint_puts_total", "transport", tt.transport, "endpoint", "closed"))
+				if i == 1 {
+					firstSeries = series
+				}
+				require.Equal(t, firstSeries, series, "round %d: endpoint series grow with the endpoints closed", i)
+			}
+			require.Len(t, p.a.EndpointStats(), 1, "the live endpoint")
 		})
 	}
 }
