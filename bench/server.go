@@ -56,12 +56,16 @@ type Server struct {
 	active *session // the client being served
 	// pending are the connections that have not said hello yet: they
 	// hold nothing (the one-client slot is taken at a hello), and Close
-	// ends them.
+	// ends them. At most maxPending of them, maxPendingPerSource from
+	// one source (see admitPending).
 	pending map[*session]struct{}
 	served  bool
 	closed  bool
 	wg      sync.WaitGroup
 	logMu   sync.Mutex
+
+	accepted  uint64 // connections accepted: the order of pending ones (under mu)
+	evictions uint64 // pending ones closed to make room (under mu)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -272,8 +276,11 @@ func (s *Server) Serve(ctx context.Context) error {
 		if s.pending == nil {
 			s.pending = map[*session]struct{}{}
 		}
-		s.pending[sess] = struct{}{}
+		note := s.admitPending(sess, pendingSource(c, pid))
 		s.mu.Unlock()
+		if note != "" {
+			s.logf("%s", note)
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -307,7 +314,7 @@ func (s *Server) serveConn(ctx context.Context, sess *session) (took bool, err e
 	first, rerr := sess.c.recv(s.helloWait)
 	s.mu.Lock()
 	delete(s.pending, sess)
-	if s.closed {
+	if s.closed || sess.evicted {
 		s.mu.Unlock()
 		_ = sess.c.Close()
 		return false, nil
@@ -370,6 +377,9 @@ type session struct {
 	s        *Server
 	c        *ctlConn
 	pid      int    // the client's (over tcp: from its hello)
+	source   string // see pendingSource
+	seq      uint64 // its place in the accept order
+	evicted  bool   // closed before its hello to make room (Server.admitPending; under Server.mu)
 	who      string // "client pid 123", "client pid 123 at 10.0.0.2:41000"
 	ep       *engine.Endpoint
 	bufs     map[uint64]*srvBuf

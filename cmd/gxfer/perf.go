@@ -39,7 +39,10 @@ Client/server mode, like ucx_perftest and ib_write_bw: start a server,
 then a client with the same -x. The server serves one client at a time
 (a second concurrent one is refused) until interrupted, or exits after
 one client with -once. A connection holds the server only once it said
-hello (it must within 10 s); a client then sends a request or a ping at
+hello (it must within 10 s; of the connections yet to say it, the server
+keeps 8 per address, per pid for local clients, and 64 in all: a new one
+closes the oldest of its address, or at 64 of the address holding the
+most); a client then sends a request or a ping at
 least every 2 minutes (it pings every 20 s while it measures), so a
 client that stopped does not hold the server. Client
 and server must be of the same control version. Three transports:
