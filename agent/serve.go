@@ -93,6 +93,17 @@ type Notification struct {
 	in *inbound // the endpoint it came on
 }
 
+// Source is where the notification's sender connects from, as this
+// agent's socket says (engine.Endpoint.Source): a TCP peer's IP address
+// (an IPv6 peer's /64), "pid N" for a unix socket peer. Unlike From, the
+// sender cannot choose it: one host sending under many names has one.
+func (n Notification) Source() string {
+	if n.in == nil {
+		return ""
+	}
+	return n.in.ep.Source()
+}
+
 // serve runs the agent protocol on an accepted endpoint until it ends.
 func (a *Agent) serve(in *inbound) {
 	defer a.wg.Done()

@@ -34,6 +34,7 @@ type Endpoint struct {
 	puts, gets atomic.Uint64
 	ops        opCounters // Puts and Gets as they end (opstats.go)
 	lane       bool       // an extra connection of a TCP endpoint: not listed by EndpointStats
+	source     string     // see Source
 }
 
 // newEndpoint makes the endpoint of a connection whose handshake is done
@@ -45,6 +46,9 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		name = fmt.Sprintf("peer %q (pid %d at %s)", peer.Name, peer.PID, addr)
 	}
 	ep := &Endpoint{e: e, lane: peer.Caps&wire.CapLane != 0 || ctx.Value(laneKey{}) != nil}
+	if !dialer {
+		ep.source = handshake.PeerSource(addr, peer.PID)
+	}
 	ep.ch = ctrlchan.New(ctrlchan.Config{
 		Env: e.env(), Conn: c, Peer: peer, Name: name, Dialer: dialer,
 		PeerID:     ipc.PeerID{PID: peer.PID, PIDNS: peer.PIDNamespace, Instance: binary.LittleEndian.Uint64(peer.EngineID[:8]), Conn: e.ident.conns.Add(1)},
@@ -155,6 +159,17 @@ func (ep *Endpoint) Peer() string {
 		return ""
 	}
 	return ep.ch.Name()
+}
+
+// Source is where the peer of an endpoint a Listener accepted connects
+// from, as the socket says (not a name the peer chose): a TCP peer's IP
+// address (an IPv6 peer's /64), "pid N" for a unix socket peer; what
+// Config.MaxPeersPerSource counts. "" for an endpoint this engine dialed.
+func (ep *Endpoint) Source() string {
+	if ep.invalid() {
+		return ""
+	}
+	return ep.source
 }
 
 // Done is closed when the endpoint has failed or been closed.

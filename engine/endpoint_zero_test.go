@@ -27,6 +27,7 @@ func TestEndpointZeroValue(t *testing.T) {
 		{"Transport", func(t *testing.T, ep *Endpoint) { require.Equal(t, TransportAuto, ep.Transport()) }},
 		{"Stats", func(t *testing.T, ep *Endpoint) { require.Zero(t, ep.Stats()) }},
 		{"Peer", func(t *testing.T, ep *Endpoint) { require.Empty(t, ep.Peer()) }},
+		{"Source", func(t *testing.T, ep *Endpoint) { require.Empty(t, ep.Source()) }},
 		{"Done", func(t *testing.T, ep *Endpoint) {
 			select {
 			case <-ep.Done():

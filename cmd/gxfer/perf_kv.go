@@ -207,11 +207,8 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 	defer func() { stop(); wg.Wait() }()
 	notes, recvErr, gone := make(chan agent.Notification), make(chan error, 1), make(chan string)
 	// Hellos are answered on goroutines of their own (reaching an
-	// initiator may take a dial's timeout), at most maxHellos at once and
-	// one per peer at a time (answering: a peer sending hellos faster
-	// than they are answered would otherwise take every slot).
-	welcomed, hellos := make(chan helloResult), 0
-	answering := map[string]bool{}
+	// initiator may take a dial's timeout), in the slots of hellos.
+	welcomed, hellos := make(chan helloResult), newHelloSlots()
 	regionReqs := make(chan regionReq) // from the welcomes, once the initiator is reached
 	wg.Add(1)
 	go func() {
@@ -417,8 +414,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			q.reply <- regionReply{base: uint64(r * stride)}
 			continue
 		case h := <-welcomed:
-			hellos--
-			delete(answering, h.from)
+			hellos.done(h)
 			if errors.Is(h.err, errNoRegion) || errors.Is(h.err, errIdled) {
 				t.dropBad(&st, h.from, h.err)
 				continue
@@ -454,20 +450,14 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 					m.p.sectionLen(), regions, t.buf.Size()))
 				continue
 			}
-			if answering[n.From] {
-				t.dropBad(&st, n.From, errors.New("hello: one from it is being answered already"))
+			if err := hellos.take(n.From, n.Incarnation, n.Source()); err != nil {
+				t.dropBad(&st, n.From, err)
 				continue
 			}
-			if hellos >= maxHellos {
-				t.dropBad(&st, n.From, fmt.Errorf("hello: %d hellos are being answered already", maxHellos))
-				continue
-			}
-			hellos++
-			answering[n.From] = true
 			wg.Add(1)
-			go func(from string, inc uint64, m kvMsg) {
+			go func(from string, inc uint64, source string, m kvMsg) {
 				defer wg.Done()
-				h := helloResult{from: from}
+				h := helloResult{from: from, inc: inc, source: source}
 				wctx, cancel := rctx, context.CancelFunc(func() {})
 				if t.idle > 0 {
 					// Reaching it and its welcome within -wait: a peer
@@ -480,7 +470,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 				case welcomed <- h:
 				case <-rctx.Done():
 				}
-			}(n.From, n.Incarnation, m)
+			}(n.From, n.Incarnation, n.Source(), m)
 			continue
 		case kvEnd:
 			end(n.From, "")

@@ -19,9 +19,11 @@ const maxAcksQueued = 1024
 
 // helloResult is how the welcome of an initiator went.
 type helloResult struct {
-	from string
-	base uint64
-	err  error
+	from   string
+	inc    uint64 // its incarnation
+	source string // where its hello came from (agent.Notification.Source)
+	base   uint64
+	err    error
 }
 
 // regionReq asks the target's loop for the region of initiator from;

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+)
+
+// maxHellosPerSource bounds the hellos a target answers at once from one
+// source (agent.Notification.Source: where the peer connects from, as
+// the socket says): a peer chooses its name, so one host sending hellos
+// under many names would take every slot otherwise.
+const maxHellosPerSource = maxHellos / 4
+
+// helloSlots are the hellos a target is answering (kvTarget.run): at
+// most maxHellos, maxHellosPerSource from one source and one per peer
+// (answering: a peer sending hellos faster than they are answered would
+// otherwise take every slot).
+type helloSlots struct {
+	n         int
+	answering map[string]bool // by peer name
+	bySource  map[string]int  // by source
+}
+
+func newHelloSlots() *helloSlots {
+	return &helloSlots{answering: map[string]bool{}, bySource: map[string]int{}}
+}
+
+// take takes a slot for the hello of peer from (incarnation inc) that
+// came from source, or says why it is dropped.
+func (h *helloSlots) take(from string, inc uint64, source string) error {
+	if h.answering[from] {
+		return errors.New("hello: one from it is being answered already")
+	}
+	if h.n >= maxHellos {
+		return fmt.Errorf("hello: %d hellos are being answered already", maxHellos)
+	}
+	if h.bySource[source] >= maxHellosPerSource {
+		return fmt.Errorf("hello: %d hellos from its source (%s) are being answered already", maxHellosPerSource, source)
+	}
+	h.n++
+	h.answering[from] = true
+	h.bySource[source]++
+	return nil
+}
+
+// done frees the slot of a hello answered (r).
+func (h *helloSlots) done(r helloResult) {
+	h.n--
+	delete(h.answering, r.from)
+	if h.bySource[r.source]--; h.bySource[r.source] <= 0 {
+		delete(h.bySource, r.source)
+	}
+}
