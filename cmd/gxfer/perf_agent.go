@@ -34,7 +34,8 @@ and the target exits 1 once it ends); -O requests are in flight at most. The sec
 own (initiators and target take the same -blocks, -block-size and -O); a
 hello while every region is in use is dropped, and that initiator gives
 up after -wait. A target answers 64 hellos at once, 16 from one host (a
-local peer: one process) and one per initiator. A welcomed initiator that sends no request within the
+local peer: one process) and one per initiator; an initiator whose
+welcome failed (that run of it) is not answered again. A welcomed initiator that sends no request within the
 target's -wait has ended (its region freed; that run of it is not
 welcomed again); one that ends before any request measured nothing and
 does not count toward -initiators.

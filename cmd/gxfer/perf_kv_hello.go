@@ -11,23 +11,33 @@ import (
 // under many names would take every slot otherwise.
 const maxHellosPerSource = maxHellos / 4
 
+// maxFailedKept bounds the peers whose welcome failed a target keeps.
+const maxFailedKept = 1024
+
 // helloSlots are the hellos a target is answering (kvTarget.run): at
 // most maxHellos, maxHellosPerSource from one source and one per peer
 // (answering: a peer sending hellos faster than they are answered would
-// otherwise take every slot).
+// otherwise take every slot). A peer whose welcome failed (that run of
+// it, its incarnation: a restarted one is answered) is not answered
+// again: it said where it is and was not there, or went, and each of
+// its hellos would hold a slot for up to -wait.
 type helloSlots struct {
 	n         int
-	answering map[string]bool // by peer name
-	bySource  map[string]int  // by source
+	answering map[string]bool   // by peer name
+	bySource  map[string]int    // by source
+	failed    map[string]uint64 // peer name: the incarnation whose welcome failed
 }
 
 func newHelloSlots() *helloSlots {
-	return &helloSlots{answering: map[string]bool{}, bySource: map[string]int{}}
+	return &helloSlots{answering: map[string]bool{}, bySource: map[string]int{}, failed: map[string]uint64{}}
 }
 
 // take takes a slot for the hello of peer from (incarnation inc) that
 // came from source, or says why it is dropped.
 func (h *helloSlots) take(from string, inc uint64, source string) error {
+	if i, ok := h.failed[from]; ok && i == inc {
+		return errors.New("hello: its welcome failed (this run of it): not answered again")
+	}
 	if h.answering[from] {
 		return errors.New("hello: one from it is being answered already")
 	}
@@ -49,5 +59,11 @@ func (h *helloSlots) done(r helloResult) {
 	delete(h.answering, r.from)
 	if h.bySource[r.source]--; h.bySource[r.source] <= 0 {
 		delete(h.bySource, r.source)
+	}
+	if r.err != nil {
+		if len(h.failed) >= maxFailedKept {
+			clear(h.failed)
+		}
+		h.failed[r.from] = r.inc
 	}
 }

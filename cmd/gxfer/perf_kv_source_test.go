@@ -157,3 +157,39 @@ func TestPerfAgentTargetHelloSlotsPerSource(t *testing.T) {
 	assert.Regexp(t, `(?m)^target t: 10 requests, 10 verified byte for byte`, tout.String())
 	assert.Regexp(t, `# dropped a bad notification from h\d+: hello: \d+ hellos from its source \(pid \d+\) are being answered already`, tout.String())
 }
+
+// TestPerfAgentTargetUnwelcomedNotAnsweredAgain: a peer whose welcome
+// failed (here: its hello names an address that never answers, so the
+// target gives up reaching it after -wait) is not answered again: that
+// run of it (incarnation) said where it is and was not there, and a peer
+// repeating such hellos would hold a hello slot for -wait every time.
+// Before the fix its next hello was answered as the first.
+func TestPerfAgentTargetUnwelcomedNotAnsweredAgain(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tctx, stop := context.WithCancel(ctx)
+	defer stop()
+	tout, terr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "1", "-wait", "1s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
+	}()
+	silent := silentListener(t)
+	a, peer := kvPeer(t, ctx, agent.Config{Name: "h"}, sock, "target", terr)
+	hello := kvMsg{kind: kvHello, p: kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}, tcp: silent.Addr().String()}.encode()
+	require.NoError(t, a.Notify(ctx, peer, hello))
+	waitOutput(t, tout, regexp.MustCompile(`# initiator h: cannot reach it at`), "the welcome did not fail")
+
+	require.NoError(t, a.Notify(ctx, peer, hello))
+	// Either it is dropped, or (before the fix) answered and failed again.
+	m := waitOutput(t, tout, regexp.MustCompile(`(# dropped a bad notification from h: hello: .*)|(?s:# initiator h: cannot reach it at .*# initiator h: cannot reach it at)`),
+		"the second hello was neither dropped nor answered")
+	require.NotEmpty(t, m[1], "the second hello of a peer whose welcome failed was answered:\n%s", tout.String())
+	assert.Contains(t, m[1], "its welcome failed")
+	stop()
+	<-done
+	assert.NotContains(t, tout.String(), "# initiator h: welcomed")
+}
