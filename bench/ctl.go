@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -92,13 +93,26 @@ type ctlConn struct {
 	r  *bufio.Reader
 	w  *bufio.Writer
 	to string // who is at the other end, for errors
+	// aborted: abort was called. Reads and writes check it after setting
+	// their deadline, which may have replaced abort's.
+	aborted atomic.Bool
 }
+
+// errAborted: the connection was aborted (ctlConn.abort).
+var errAborted = errors.New("aborted")
 
 func newCtlConn(c net.Conn, to string) *ctlConn {
 	return &ctlConn{c: c, r: bufio.NewReaderSize(c, 4096), w: bufio.NewWriter(c), to: to}
 }
 
 func (c *ctlConn) Close() error { return c.c.Close() }
+
+// abort makes the reads and writes in progress, and every later one,
+// fail at once.
+func (c *ctlConn) abort() {
+	c.aborted.Store(true)
+	_ = c.c.SetDeadline(time.Unix(1, 0))
+}
 
 // send writes one message within timeout (0: no limit).
 func (c *ctlConn) send(m *ctlMsg, timeout time.Duration) error {
@@ -108,6 +122,9 @@ func (c *ctlConn) send(m *ctlMsg, timeout time.Duration) error {
 	}
 	if err := c.c.SetWriteDeadline(d); err != nil {
 		return err
+	}
+	if c.aborted.Load() {
+		return fmt.Errorf("send to %s: %w", c.to, errAborted)
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -132,6 +149,9 @@ func (c *ctlConn) recv(timeout time.Duration) (*ctlMsg, error) {
 	}
 	if err := c.c.SetReadDeadline(d); err != nil {
 		return nil, err
+	}
+	if c.aborted.Load() {
+		return nil, fmt.Errorf("receive from %s: %w", c.to, errAborted)
 	}
 	var line []byte
 	for {

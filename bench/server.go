@@ -400,7 +400,7 @@ type srvBuf struct {
 	seed byte
 }
 
-func (ss *session) abort() { _ = ss.c.c.SetDeadline(time.Unix(1, 0)) }
+func (ss *session) abort() { ss.c.abort() }
 
 func (ss *session) run(ctx context.Context) (err error) {
 	stop := context.AfterFunc(ctx, ss.abort)
