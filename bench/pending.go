@@ -3,7 +3,8 @@ package bench
 import (
 	"fmt"
 	"net"
-	"net/netip"
+
+	"github.com/gxfer/gxfer/internal/handshake"
 )
 
 // A connection that has not said hello holds a goroutine and an fd for
@@ -17,25 +18,14 @@ const (
 	maxPendingPerSource = 8
 )
 
-// pendingSource is the source a connection without hello counts against:
-// a TCP peer's IP address (an IPv6 one's /64), a unix peer's pid.
+// pendingSource is the source a connection without hello counts against,
+// as the engine's listener counts handshakes (handshake.PeerSource): a
+// TCP peer's IP address (an IPv6 one's /64), a unix peer's pid.
 func pendingSource(c net.Conn, pid int) string {
 	if _, ok := c.(*net.UnixConn); ok {
-		return fmt.Sprintf("pid %d", pid)
+		return handshake.PeerSource("", uint32(pid))
 	}
-	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
-	if err != nil {
-		return c.RemoteAddr().String()
-	}
-	ip := ap.Addr().Unmap()
-	if ip.Is4() {
-		return ip.String()
-	}
-	pfx, err := ip.WithZone("").Prefix(64)
-	if err != nil {
-		return ip.String()
-	}
-	return pfx.String()
+	return handshake.PeerSource(c.RemoteAddr().String(), 0)
 }
 
 // admitPending records sess (from source) as waiting for its hello

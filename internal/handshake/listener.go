@@ -342,16 +342,6 @@ type pending struct {
 // harm this process in worse ways than by forking to flood the slots;
 // the pid still keeps one runaway process from evicting the handshakes
 // of the others.
-// PeerSource is sourceOf for an accepted peer: one at raddr over TCP,
-// else the unix socket peer of pid (its hello's pid, which the handshake
-// checked against the socket's credentials).
-func PeerSource(raddr string, pid uint32) string {
-	if raddr == "" {
-		return sourceOf("", &ipc.Cred{PID: pid})
-	}
-	return sourceOf(raddr, nil)
-}
-
 func sourceOf(raddr string, cred *ipc.Cred) string {
 	if cred != nil {
 		return fmt.Sprintf("pid %d", cred.PID)
@@ -369,6 +359,16 @@ func sourceOf(raddr string, cred *ipc.Cred) string {
 		return ip.String()
 	}
 	return pfx.String()
+}
+
+// PeerSource is sourceOf for an accepted peer: one at raddr over TCP,
+// else the unix socket peer of pid (its hello's pid, which the handshake
+// checked against the socket's credentials).
+func PeerSource(raddr string, pid uint32) string {
+	if raddr == "" {
+		return sourceOf("", &ipc.Cred{PID: pid})
+	}
+	return sourceOf(raddr, nil)
 }
 
 // startHandshake records a connection's handshake from source. It
