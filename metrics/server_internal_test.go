@@ -24,7 +24,7 @@ import (
 // goroutine and a descriptor of the server) forever.
 func TestServerClosesIdleConnections(t *testing.T) {
 	wait := 5 * time.Second
-	s, err := serve("127.0.0.1:0", prometheus.NewRegistry(), 200*time.Millisecond, writeTimeout)
+	s, err := serve("127.0.0.1:0", prometheus.NewRegistry(), 200*time.Millisecond, writeTimeout, gatherEvery)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	c, err := net.Dial("tcp", s.Addr())
@@ -58,7 +58,7 @@ func TestServerBoundsStalledScrape(t *testing.T) {
 	for i := range 100000 { // about 5 MB of text
 		v.WithLabelValues(strconv.Itoa(i)).Set(float64(i))
 	}
-	s, err := serve("127.0.0.1:0", reg, idleTimeout, 300*time.Millisecond)
+	s, err := serve("127.0.0.1:0", reg, idleTimeout, 300*time.Millisecond, gatherEvery)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	c, err := net.Dial("tcp", s.Addr())
@@ -137,7 +137,7 @@ func TestServerBoundsConcurrentScrapes(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewEngineCollector(e))
 	g := &gateGatherer{g: reg, release: make(chan struct{})}
-	s, err := serve("127.0.0.1:0", g, idleTimeout, writeTimeout)
+	s, err := serve("127.0.0.1:0", g, idleTimeout, writeTimeout, gatherEvery)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 
@@ -182,4 +182,50 @@ func TestServerBoundsConcurrentScrapes(t *testing.T) {
 	defer g.mu.Unlock()
 	require.Equal(t, 1, g.most, "gathers ran at once")
 	require.LessOrEqual(t, g.calls, maxScrapesInFlight)
+}
+
+// TestServerSpacesGathers: a client scraping in a loop does not make a
+// gather per scrape (each reads every registration cache's Stats under
+// the lock copies need to register): within gatherEvery of a gather the
+// scrapes are served its result. With no spacing every scrape gathers,
+// which shows the count is the server's doing.
+func TestServerSpacesGathers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		every   time.Duration
+		gathers int
+	}{
+		{"spaced", time.Hour, 1},
+		{"unspaced", 0, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "gxfer_test_total"})
+			reg.MustRegister(c)
+			g := &gateGatherer{g: reg, release: make(chan struct{})}
+			close(g.release)
+			s, err := serve("127.0.0.1:0", g, idleTimeout, writeTimeout, tc.every)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, s.Close()) }()
+			hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			defer hc.CloseIdleConnections()
+			for i := range 10 {
+				c.Inc()
+				resp, err := hc.Get(s.URL())
+				require.NoError(t, err)
+				body, err := io.ReadAll(resp.Body)
+				require.NoError(t, resp.Body.Close())
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				want := 1 // the first gather's value, served again
+				if tc.every == 0 {
+					want = i + 1
+				}
+				require.Contains(t, string(body), "gxfer_test_total "+strconv.Itoa(want)+"\n")
+			}
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			require.Equal(t, tc.gathers, g.calls)
+		})
+	}
 }
