@@ -46,11 +46,13 @@
 // of its sends on one connection: a sender that reconnects, after the
 // target republished, starts a new sequence); when the application does
 // not Recv, the bounded queue fills and senders block (nothing is dropped
-// while both agents live). Each sender (connection) holds at most its
-// share of the queue, NotifyQueue divided among the senders with
-// notifications queued plus one: one that floods blocks at its share
-// (half the queue while it is alone), and another's notifications still
-// go in behind that share. The sender's name in a Notification is what it
+// while both agents live). Each source of senders (engine.Endpoint.Source:
+// a process over unix, an IP address over TCP, whatever the names and
+// the number of connections of its agents) holds at most its share of
+// the queue, NotifyQueue divided among the sources with notifications
+// queued plus one: one that floods blocks at its share (half the queue
+// while it is alone), and another's notifications still go in behind
+// that share. The sender's name in a Notification is what it
 // said in its hello: authenticated only as far as the engine authenticates
 // its peers (Config.ClusterSecret over TCP, the uid over unix).
 //
@@ -139,7 +141,7 @@ type Agent struct {
 
 	listeners []*engine.Listener
 	notifyQ   chan Notification
-	senders   atomic.Int64 // inbound endpoints with notifications in notifyQ
+	senders   atomic.Int64 // sources with notifications in notifyQ
 
 	mu        sync.Mutex
 	closed    bool
@@ -149,7 +151,8 @@ type Agent struct {
 	resolving map[string]*resolve // lookups in progress
 	addrs     map[string]string   // side-channel addresses by name (Connect)
 	inbound   map[*inbound]struct{}
-	watches   map[string]func() // store watches by peer name
+	sources   map[string]*source // of the inbound endpoints (see source)
+	watches   map[string]func()  // store watches by peer name
 	// goneEarly names the watches a Gone found being started or their
 	// name resolving: unwatchIdle looks at them again once that ends.
 	goneEarly map[string]struct{}
@@ -215,6 +218,7 @@ func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
 		resolving: map[string]*resolve{},
 		addrs:     map[string]string{},
 		inbound:   map[*inbound]struct{}{},
+		sources:   map[string]*source{},
 		watches:   map[string]func(){},
 		goneEarly: map[string]struct{}{},
 	}
@@ -581,13 +585,14 @@ func (a *Agent) acceptLoop(l *engine.Listener) {
 			}
 			return
 		}
-		in := &inbound{ep: ep, room: make(chan struct{}, 1)}
+		in := &inbound{ep: ep}
 		a.mu.Lock()
 		if a.closed {
 			a.mu.Unlock()
 			ep.Close()
 			return
 		}
+		in.src = a.sourceOfLocked(ep)
 		a.inbound[in] = struct{}{}
 		a.listInboundLocked()
 		a.mu.Unlock()

@@ -28,55 +28,121 @@ type inbound struct {
 	// nothing more of its messages is taken.
 	done bool
 	// queued counts its notifications in the agent's queue (raised under
-	// take, before the notification goes in; lowered by took).
+	// take, before the notification goes in; lowered by took): a Recv
+	// takes from the endpoint itself only when none is (pollInbound).
 	queued atomic.Int64
-	// room is signalled when one of its queued notifications is taken,
-	// for serve waiting at its share of the queue (waitShare).
-	room chan struct{}
+	// src is the peer's source, whose share of the queue in's
+	// notifications count against (waitShare).
+	src *source
 }
 
-// waitShare waits (in.take held) while in's peer holds its share of the
-// notification queue: NotifyQueue divided among the senders with
-// notifications queued plus one (room kept for a sender that has none),
-// at least 1. A sender that floods an agent that does not Recv is held
-// (its endpoint is not read, so the engine's flow control holds it) at
-// its share, not at the whole queue: the others' notifications still go
-// in, behind its share only. Nothing is dropped. false: the agent
-// closed.
+// source is where senders connect from (engine.Endpoint.Source: a unix
+// peer's pid, a TCP peer's IP address or IPv6 /64), which a peer cannot
+// choose as it chooses its name or engine id, or multiply by opening
+// more connections: the notification queue is shared among sources.
+type source struct {
+	key string
+	// conns counts its inbound endpoints (raised under Agent.mu); the
+	// source is forgotten once it has none and no notification queued.
+	conns atomic.Int64
+	mu    sync.Mutex
+	// queued counts its notifications in the agent's queue; waiting, the
+	// serve goroutines waiting at its share, woken by closing room (then
+	// made again) when one of its notifications is taken.
+	queued  int64
+	waiting int
+	room    chan struct{}
+}
+
+// waitShare waits (in.take held) while in's source holds its share of
+// the notification queue: NotifyQueue divided among the sources with
+// notifications queued plus one (room kept for a source that has none),
+// at least 1; then it counts in's notification in the queue, before it
+// goes in. A source that floods an agent that does not Recv, over any
+// number of connections, is held (its endpoints are not read, so the
+// engine's flow control holds them) at its share, not at the whole
+// queue: the others' notifications still go in, behind its share only.
+// Nothing is dropped. false: the agent closed.
 func (a *Agent) waitShare(in *inbound) bool {
+	s := in.src
 	for {
-		q := in.queued.Load()
-		senders := max(0, a.senders.Load()) // (a took's decrement may come first)
-		if q == 0 {
-			senders++ // in, once its notification goes in
+		s.mu.Lock()
+		senders := a.senders.Load()
+		if s.queued == 0 {
+			senders++ // s, once the notification goes in
 		}
-		if q < max(1, int64(cap(a.notifyQ))/(senders+1)) {
+		if s.queued < max(1, int64(cap(a.notifyQ))/(senders+1)) {
+			if s.queued++; s.queued == 1 {
+				a.senders.Add(1)
+			}
+			s.mu.Unlock()
+			in.queued.Add(1)
 			return true
 		}
+		if s.room == nil {
+			s.room = make(chan struct{})
+		}
+		room := s.room
+		s.waiting++
+		s.mu.Unlock()
 		select {
-		case <-in.room:
+		case <-room:
 		case <-a.ctx.Done():
+		}
+		s.mu.Lock()
+		s.waiting--
+		s.mu.Unlock()
+		if a.ctx.Err() != nil {
 			return false
 		}
 	}
 }
 
-// queue counts a notification of in's in the queue, before it goes in.
-func (a *Agent) queue(in *inbound) {
-	if in.queued.Add(1) == 1 {
-		a.senders.Add(1)
+// took counts a notification of in's out of the queue (taken, or not
+// queued after all), waking those waiting at its source's share.
+func (a *Agent) took(in *inbound) {
+	in.queued.Add(-1)
+	s := in.src
+	s.mu.Lock()
+	s.queued--
+	empty := s.queued == 0
+	if empty {
+		a.senders.Add(-1)
+	}
+	if s.waiting > 0 && s.room != nil { // (nil: closed, its waiters not awake yet)
+		close(s.room)
+		s.room = nil
+	}
+	s.mu.Unlock()
+	if empty && s.conns.Load() == 0 {
+		a.dropSource(s)
 	}
 }
 
-// took counts a notification of in's out of the queue (taken, or not
-// queued after all), waking serve if it waits at its share.
-func (a *Agent) took(in *inbound) {
-	if in.queued.Add(-1) == 0 {
-		a.senders.Add(-1)
+// sourceOfLocked is ep's source, counting ep as one of its endpoints (a.mu
+// held).
+func (a *Agent) sourceOfLocked(ep *engine.Endpoint) *source {
+	key := ep.Source()
+	s := a.sources[key]
+	if s == nil {
+		s = &source{key: key}
+		a.sources[key] = s
 	}
-	select {
-	case in.room <- struct{}{}:
-	default:
+	s.conns.Add(1)
+	return s
+}
+
+// dropSource forgets s if it has no endpoint left and nothing queued
+// (one of its endpoints ended, or its last notification was taken:
+// whichever comes last forgets it).
+func (a *Agent) dropSource(s *source) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s.mu.Lock()
+	idle := s.queued == 0
+	s.mu.Unlock()
+	if idle && s.conns.Load() == 0 && a.sources[s.key] == s {
+		delete(a.sources, s.key)
 	}
 }
 
@@ -116,6 +182,9 @@ func (a *Agent) serve(in *inbound) {
 		delete(a.inbound, in)
 		a.listInboundLocked()
 		a.mu.Unlock()
+		if in.src.conns.Add(-1) == 0 {
+			a.dropSource(in.src)
+		}
 		a.stats.inbound.Add(-1)
 	}()
 	for {
@@ -171,12 +240,11 @@ func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got,
 			a.stats.notifyRecv.Add(1)
 			return n, true, false, nil
 		}
+		// Counted (waitShare) before it is queued: a Recv may return it
+		// at once, and Stats must not then count fewer than Recv returned.
 		if !a.waitShare(in) {
 			return n, false, true, nil
 		}
-		// Counted before it is queued: a Recv may return it at once, and
-		// Stats must not then count fewer than Recv returned.
-		a.queue(in)
 		a.stats.notifyRecv.Add(1)
 		select {
 		case a.notifyQ <- n:
