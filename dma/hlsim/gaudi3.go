@@ -114,6 +114,7 @@ type g3chan struct {
 	ci      uint32     // bytes consumed
 	pend    []g3done   // executed doorbells whose completion is not yet signalled
 	stalled bool       // HangNextCS: the channel is stuck at a doorbell
+	halted  bool       // stalled by a channel error, its submission already counted aborted
 	pkt     []byte
 	segs    []seg
 	// dma moves a packet's bytes (engine.copy, memset) with its bounce
@@ -394,7 +395,7 @@ func (g *g3chan) step() bool {
 	if m.abort {
 		// A channel error halts the channel until the device is reset
 		// (the reset is not immediate when the context has an eventfd).
-		g.stalled = true
+		g.stalled, g.halted = true, true
 		g.mu.Unlock()
 		c.d.st.aborted.Add(1)
 		c.d.condReset(c, hlsys.NotifierDeviceReset, "injected abort on a PDMA channel")
@@ -407,7 +408,7 @@ func (g *g3chan) step() bool {
 	incs, err := g.execute(end)
 	done := c.d.dmaEnd(start)
 	if err != nil {
-		g.stalled = true // halted until the reset, as on an injected abort
+		g.stalled, g.halted = true, true // until the reset, as on an injected abort
 		g.mu.Unlock()
 		c.d.st.faults.Add(1)
 		c.d.st.aborted.Add(1)

@@ -125,14 +125,15 @@ func (g *g3chan) resetLocked() { g.dropLocked(true) }
 // with the doorbells, under bmu, so that no Doorbell announces the old
 // MSQ_PI after the marks were dropped and before the registers were.
 // Every submission dropped ends ABORTED: the executed ones whose
-// completion was held back, the hung one, and the doorbells announced
+// completion was held back, the hung one (not the one that failed: step
+// counted it), and the doorbells announced
 // (counted submitted by Doorbell) that the worker had not taken yet.
 func (g *g3chan) dropLocked(regs bool) {
 	n := len(g.pend)
-	if g.stalled {
-		n++ // the hung doorbell
+	if g.stalled && !g.halted {
+		n++ // the hung doorbell (a failed one was counted when it failed)
 	}
-	g.active, g.stalled, g.ci, g.pend = false, false, 0, g.pend[:0]
+	g.active, g.stalled, g.halted, g.ci, g.pend = false, false, false, 0, g.pend[:0]
 	g.bmu.Lock()
 	n += len(g.marks)
 	if _, ok := g.fastPendingLocked(g.announcedLocked(), g.load(gaudi3.RegMSQPI)); ok {

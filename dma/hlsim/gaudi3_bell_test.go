@@ -61,3 +61,34 @@ func TestGaudi3FastDoorbellKeepsFaultsForLaterWork(t *testing.T) {
 		})
 	}
 }
+
+// TestGaudi3ChannelErrorAbortedOnce: a submission that fails on the
+// channel (an injected abort, a fault on its packet) is counted aborted
+// when it fails; the reset that follows must not count it again when it
+// drops the halted channel: every submission ends once, CSSubmitted =
+// CSCompleted + CSAborted + CSTimedOut.
+func TestGaudi3ChannelErrorAbortedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		post func(r *g3rig, srcVA, dev uint64)
+	}{
+		{"injected abort", func(r *g3rig, srcVA, dev uint64) {
+			r.d.AbortNextCS(1)
+			r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+		}},
+		{"channel error", func(r *g3rig, _, dev uint64) {
+			r.post(r.lin(dev, 0x1234_0000_0000, 4096, gaudi3.DirHostToDevice)) // unmapped source
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, srcVA, dev := newG3CopyRig(t)
+			tc.post(r, srcVA, dev)
+			// No eventfd: the device resets at once, in the background.
+			require.Eventually(t, func() bool { return r.d.Stats().Resets == 1 }, safety, time.Millisecond)
+			st := r.d.Stats()
+			require.Equal(t, uint64(1), st.CSSubmitted, "%+v", st)
+			require.Equal(t, uint64(1), st.CSAborted, "%+v", st)
+			require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut, "%+v", st)
+		})
+	}
+}
