@@ -376,15 +376,19 @@ func (g *g3chan) step() bool {
 	}
 	if found {
 		end = m.pi
+	} else if v := g.fast.Load(); v&fastSet != 0 && uint32(v) != g.ci && uint32(v)-g.ci <= pi-g.ci {
+		// Announced by a fast-path doorbell, which drew no faults (none
+		// was armed) and counted nothing: taken up to its MSQ_PI only, as
+		// a mark would be, so that work stored after it (its doorbell not
+		// rung yet) draws the faults armed since.
+		m, end, found = g3mark{}, uint32(v), true
+		c.d.st.submitted.Add(1)
 	}
 	g.taken = end
 	g.bmu.Unlock()
 	if !found {
-		// Found by polling, or announced by a fast-path doorbell, which
-		// drew no faults (none was armed) and counted nothing.
-		if v := g.fast.Load(); v&fastSet == 0 || uint32(v) != end {
-			m.hang, m.abort, m.delay = c.d.injected()
-		}
+		// Found by polling: no doorbell announced it.
+		m.hang, m.abort, m.delay = c.d.injected()
 		c.d.st.submitted.Add(1)
 	}
 	if m.hang {

@@ -92,3 +92,36 @@ func TestGaudi3ChannelErrorAbortedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestGaudi3FastDoorbellNotJoinedToLaterFault: a fast-path doorbell's
+// work (rung with no fault armed) that the worker has not taken yet, then
+// a fault armed, then more work stored to MSQ_PI whose doorbell has not
+// rung yet (the submitter stores, then calls Doorbell): the worker that
+// finds both takes the rung work as its own submission, without the
+// fault, and the later work draws it. It used to take both as one polled
+// submission and hang the work rung before the fault was armed.
+func TestGaudi3FastDoorbellNotJoinedToLaterFault(t *testing.T) {
+	r, srcVA, dev := newG3CopyRig(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	r.d.execHook = stopOnce(entered, release)
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+	select {
+	case <-entered:
+	case <-time.After(safety):
+		t.Fatal("the channel did not start the first doorbell's work")
+	}
+	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice)) // fast path
+	r.d.HangNextCS(1)
+	r.bell = false // stored; the worker finds it before its doorbell rings
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+	close(release)
+	require.Eventually(t, func() bool {
+		r.channel().mu.Lock()
+		defer r.channel().mu.Unlock()
+		return r.channel().stalled
+	}, safety, time.Millisecond, "the third submission did not hang")
+	require.Equal(t, uint64(2), r.counter(), "the fast doorbell's work hung with the later work")
+	st := r.d.Stats()
+	require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
+	require.Equal(t, uint64(2), st.CSCompleted, "%+v", st)
+}
