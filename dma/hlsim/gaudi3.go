@@ -99,6 +99,9 @@ type g3chan struct {
 	// armed, with fastSet: Doorbell's fast path, which takes no lock and
 	// reads nothing the worker writes (see Doorbell).
 	fast atomic.Uint64
+	// fastHook, when set (tests), runs in Doorbell's fast path between
+	// its look at MSQ_PI and its record of it.
+	fastHook func()
 
 	// bmu guards the doorbells announced and how far the worker took
 	// work, which Doorbell reads: it is never held while packets run, so

@@ -44,7 +44,23 @@ func (c *hctx) Doorbell(block []byte) {
 		// doorbells it takes together count as one submission. A mark
 		// taken under bmu and the worker's state read here cost a
 		// submission several cache-line transfers between the cores.
-		g.fast.Store(fastSet | uint64(g.load(gaudi3.RegMSQPI)))
+		//
+		// Recorded by compare-and-swap, with fast read before MSQ_PI: a
+		// doorbell on another goroutine that recorded in between may hold
+		// a newer MSQ_PI, which a plain store would overwrite with this
+		// older one (its work then taken as polled, drawing the faults
+		// armed after it). This one then reads MSQ_PI again: the value
+		// kept is read after every value it replaces.
+		for {
+			old := g.fast.Load()
+			v := fastSet | uint64(g.load(gaudi3.RegMSQPI))
+			if g.fastHook != nil {
+				g.fastHook()
+			}
+			if g.fast.CompareAndSwap(old, v) {
+				break
+			}
+		}
 		g.ringBell()
 		return
 	}

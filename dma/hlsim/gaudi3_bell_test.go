@@ -1,6 +1,7 @@
 package hlsim
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,6 +123,59 @@ func TestGaudi3FastDoorbellNotJoinedToLaterFault(t *testing.T) {
 	}, safety, time.Millisecond, "the third submission did not hang")
 	require.Equal(t, uint64(2), r.counter(), "the fast doorbell's work hung with the later work")
 	st := r.d.Stats()
+	require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
+	require.Equal(t, uint64(2), st.CSCompleted, "%+v", st)
+}
+
+// TestGaudi3FastDoorbellsRaceKeepLatestPI: two submitters ring the same
+// channel on the fast path at once; the one that read the older MSQ_PI
+// records it last. Both doorbells returned before a fault was armed, so
+// neither's work may draw it: the channel must keep the newer MSQ_PI as
+// announced. It kept the older one, and the newer work, found as polled,
+// drew the hang armed after it.
+func TestGaudi3FastDoorbellsRaceKeepLatestPI(t *testing.T) {
+	r, srcVA, dev := newG3CopyRig(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	r.d.execHook = stopOnce(entered, release)
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+	select {
+	case <-entered:
+	case <-time.After(safety):
+		t.Fatal("the channel did not start the first doorbell's work")
+	}
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool // only the first doorbell waits (stopOnce would hold the others)
+	r.channel().fastHook = func() {
+		if first.CompareAndSwap(false, true) {
+			close(paused)
+			<-resume
+		}
+	}
+	r.bell = false
+	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
+	rang := make(chan struct{})
+	go func() {
+		defer close(rang)
+		r.b.(*hctx).Doorbell(r.regs) // reads this MSQ_PI, then waits
+	}()
+	<-paused
+	r.bell = true
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)) // the other submitter
+	close(resume)
+	<-rang
+	r.d.HangNextCS(1)
+	close(release)
+	out, err := r.wait(3)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status, "work rung before the fault was armed drew it")
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)) // draws the hang
+	require.Eventually(t, func() bool {
+		r.channel().mu.Lock()
+		defer r.channel().mu.Unlock()
+		return r.channel().stalled
+	}, safety, time.Millisecond, "the fourth submission did not hang")
+	st := r.d.Stats()
+	require.Equal(t, uint64(3), r.counter())
 	require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
 	require.Equal(t, uint64(2), st.CSCompleted, "%+v", st)
 }
