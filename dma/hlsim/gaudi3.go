@@ -96,8 +96,9 @@ type g3chan struct {
 	maps int    // live user mmaps (memMu)
 	bell bell   // rung by Doorbell
 	// fast is the MSQ_PI of the last doorbell rung while no fault was
-	// armed, with fastSet: Doorbell's fast path, which takes no lock and
-	// reads nothing the worker writes (see Doorbell).
+	// armed, with fastSet, and the generation of the queue's drops above
+	// them: Doorbell's fast path, which takes no lock and reads nothing
+	// the worker writes (see Doorbell).
 	fast atomic.Uint64
 	// fastHook, when set (tests), runs in Doorbell's fast path between
 	// its look at MSQ_PI and its record of it.

@@ -31,38 +31,32 @@ func (c *hctx) Doorbell(block []byte) {
 	if g == nil {
 		return
 	}
-	if g.stopped() {
-		g.mu.Lock()
-		g.stopLocked()
-		g.mu.Unlock()
-		return
-	}
-	if !g.c.d.faulty.Load() {
+	for {
+		// fast is read before the look at the queue's state: a drop (a
+		// stop, a reset) after this read changes its generation, and
+		// recordFast then records nothing; one before it is seen here as
+		// a stopped queue, or by MSQ_PI as software programmed it again.
+		old := g.fast.Load()
+		if g.stopped() {
+			g.mu.Lock()
+			g.stopLocked()
+			g.mu.Unlock()
+			return
+		}
+		if g.c.d.faulty.Load() {
+			break
+		}
 		// No fault is armed, so the doorbell has none to draw and leaves
 		// no mark: it records its MSQ_PI (fast) and rings. The worker
 		// takes the work as one found by polling and counts it then;
 		// doorbells it takes together count as one submission. A mark
 		// taken under bmu and the worker's state read here cost a
 		// submission several cache-line transfers between the cores.
-		//
-		// Recorded by compare-and-swap, with fast read before MSQ_PI: a
-		// doorbell on another goroutine that recorded in between may hold
-		// a newer MSQ_PI, which a plain store would overwrite with this
-		// older one (its work then taken as polled, drawing the faults
-		// armed after it). This one then reads MSQ_PI again: the value
-		// kept is read after every value it replaces.
-		for {
-			old := g.fast.Load()
-			v := fastSet | uint64(g.load(gaudi3.RegMSQPI))
-			if g.fastHook != nil {
-				g.fastHook()
-			}
-			if g.fast.CompareAndSwap(old, v) {
-				break
-			}
+		if g.recordFast(old) {
+			g.ringBell()
+			return
 		}
-		g.ringBell()
-		return
+		// The queue's work was dropped meanwhile: look again.
 	}
 	g.bmu.Lock()
 	pi := g.load(gaudi3.RegMSQPI)
@@ -86,6 +80,34 @@ func (c *hctx) Doorbell(block []byte) {
 	g.ringBell()
 }
 
+// recordFast records MSQ_PI in fast, which read old before the caller
+// looked at the queue's state; false if a drop came in between.
+//
+// Recorded by compare-and-swap, fast read before MSQ_PI: a doorbell on
+// another goroutine that recorded in between may hold a newer MSQ_PI,
+// which a plain store would overwrite with this older one (its work then
+// taken as polled, drawing the faults armed after it). This one then
+// reads MSQ_PI again: the value kept is read after every value it
+// replaces. A drop in between (another generation) may have taken the
+// work at the MSQ_PI read: recorded, the old queue's MSQ_PI would
+// announce work of the channel programmed again.
+func (g *g3chan) recordFast(old uint64) bool {
+	for {
+		v := old&fastGenMask | fastSet | uint64(g.load(gaudi3.RegMSQPI))
+		if g.fastHook != nil {
+			g.fastHook()
+		}
+		if g.fast.CompareAndSwap(old, v) {
+			return true
+		}
+		cur := g.fast.Load()
+		if cur&fastGenMask != old&fastGenMask {
+			return false
+		}
+		old = cur
+	}
+}
+
 // ringBell wakes the channel's worker.
 func (g *g3chan) ringBell() {
 	if g.bell.ring() {
@@ -96,8 +118,13 @@ func (g *g3chan) ringBell() {
 	}
 }
 
-// fastSet marks g3chan.fast as holding a MSQ_PI.
-const fastSet = 1 << 32
+// g3chan.fast holds a MSQ_PI in its low 32 bits, fastSet when it does,
+// and above them the generation, which every drop advances.
+const (
+	fastSet     = 1 << 32
+	fastGen     = 1 << 33
+	fastGenMask = ^uint64(fastGen - 1)
+)
 
 // announcedLocked is the MSQ_PI up to which work was announced by a
 // doorbell's mark or taken by the worker (bmu held).
@@ -157,7 +184,11 @@ func (g *g3chan) dropLocked(regs bool) {
 		g.c.d.st.submitted.Add(1)
 		n++
 	}
-	g.fast.Store(0)
+	// A new generation, without a MSQ_PI: a fast-path doorbell that read
+	// fast before this drop records nothing (Doorbell). One that recorded
+	// between the load and the store here read MSQ_PI before the drop: its
+	// announcement goes with it, uncounted.
+	g.fast.Store(g.fast.Load()&fastGenMask + fastGen)
 	if regs {
 		clear(g.regs)
 	}

@@ -179,3 +179,56 @@ func TestGaudi3FastDoorbellsRaceKeepLatestPI(t *testing.T) {
 	require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
 	require.Equal(t, uint64(2), st.CSCompleted, "%+v", st)
 }
+
+// TestGaudi3FastDoorbellRacingStopLeavesNoStalePI: a fast-path doorbell
+// that read MSQ_PI before another goroutine stopped the channel
+// (CQ_RECONFIG) and records it after the stop dropped the channel's work
+// must not record it: its work went with the stop. It recorded the old
+// MSQ_PI, which the channel, programmed again from 0, took for an
+// announcement of its new work: the doorbell rung there with a hang armed
+// marked that work fault-free, and nothing hung.
+func TestGaudi3FastDoorbellRacingStopLeavesNoStalePI(t *testing.T) {
+	r, srcVA, dev := newG3CopyRig(t)
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+	_, err := r.wait(1)
+	require.NoError(t, err)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool // only the first doorbell waits
+	r.channel().fastHook = func() {
+		if first.CompareAndSwap(false, true) {
+			close(paused)
+			<-resume
+		}
+	}
+	r.bell = false
+	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
+	rang := make(chan struct{})
+	go func() {
+		defer close(rang)
+		r.b.(*hctx).Doorbell(r.regs) // reads this MSQ_PI, then waits
+	}()
+	<-paused
+	out, err := r.wait(2) // found by polling
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+	// Another goroutine stops the queue; the doorbell goes on meanwhile.
+	r.w(gaudi3.RegCQReconfig, 1)
+	r.b.(*hctx).Doorbell(r.regs)
+	close(resume)
+	<-rang
+	r.w(gaudi3.RegMSQCI, 0)
+	r.pi = 0
+	r.w(gaudi3.RegMSQPI, 0)
+	r.w(gaudi3.RegCQReconfig, 0)
+	r.bell = true
+	r.d.HangNextCS(1)
+	r.post(cat(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice), r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice)))
+	require.Eventually(t, func() bool {
+		r.channel().mu.Lock()
+		defer r.channel().mu.Unlock()
+		return r.channel().stalled
+	}, safety, time.Millisecond, "the doorbell rung with the hang armed did not hang")
+	st := r.d.Stats()
+	require.Equal(t, uint64(2), r.counter(), "part of the hung doorbell's work ran")
+	require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
+}
