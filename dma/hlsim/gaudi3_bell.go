@@ -56,7 +56,8 @@ func (c *hctx) Doorbell(block []byte) {
 			g.ringBell()
 			return
 		}
-		// The queue's work was dropped meanwhile: look again.
+		// The queue's work was dropped or a fault armed meanwhile: look
+		// again.
 	}
 	g.bmu.Lock()
 	pi := g.load(gaudi3.RegMSQPI)
@@ -81,7 +82,8 @@ func (c *hctx) Doorbell(block []byte) {
 }
 
 // recordFast records MSQ_PI in fast, which read old before the caller
-// looked at the queue's state; false if a drop came in between.
+// looked at the queue's state; false if a drop came in between or a
+// fault was armed (the caller looks again).
 //
 // Recorded by compare-and-swap, fast read before MSQ_PI: a doorbell on
 // another goroutine that recorded in between may hold a newer MSQ_PI,
@@ -96,6 +98,12 @@ func (g *g3chan) recordFast(old uint64) bool {
 		v := old&fastGenMask | fastSet | uint64(g.load(gaudi3.RegMSQPI))
 		if g.fastHook != nil {
 			g.fastHook()
+		}
+		if g.c.d.faulty.Load() {
+			// Armed since the caller looked: the MSQ_PI read may hold
+			// work stored after that, whose doorbell must draw the fault
+			// and would find it announced here without one.
+			return false
 		}
 		if g.fast.CompareAndSwap(old, v) {
 			return true

@@ -232,3 +232,50 @@ func TestGaudi3FastDoorbellRacingStopLeavesNoStalePI(t *testing.T) {
 	require.Equal(t, uint64(2), r.counter(), "part of the hung doorbell's work ran")
 	require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
 }
+
+// TestGaudi3FastDoorbellDoesNotAnnounceLaterWork: a fast-path doorbell
+// still under way when a fault is armed (it looked before) reads MSQ_PI
+// after another submitter stored work there: that work's doorbell, rung
+// after the fault was armed, must draw it. The fast doorbell recorded the
+// later work's MSQ_PI as its own, fault-free, and the later doorbell
+// found its work announced already: nothing hung.
+func TestGaudi3FastDoorbellDoesNotAnnounceLaterWork(t *testing.T) {
+	r, srcVA, dev := newG3CopyRig(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	r.d.execHook = stopOnce(entered, release)
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+	select {
+	case <-entered:
+	case <-time.After(safety):
+		t.Fatal("the channel did not start the first doorbell's work")
+	}
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool // only the first doorbell waits
+	r.channel().fastHook = func() {
+		if first.CompareAndSwap(false, true) {
+			close(paused)
+			<-resume
+		}
+	}
+	r.bell = false
+	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
+	rang := make(chan struct{})
+	go func() {
+		defer close(rang)
+		r.b.(*hctx).Doorbell(r.regs) // reads this MSQ_PI, then waits
+	}()
+	<-paused
+	r.b.(*hctx).Doorbell(r.regs) // a second ring of it, recorded first
+	r.d.HangNextCS(1)
+	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)) // stored; rung below
+	close(resume)
+	<-rang
+	r.b.(*hctx).Doorbell(r.regs)
+	close(release)
+	require.Eventually(t, func() bool {
+		r.channel().mu.Lock()
+		defer r.channel().mu.Unlock()
+		return r.channel().stalled
+	}, safety, time.Millisecond, "the doorbell rung after the fault was armed did not hang")
+	require.Equal(t, uint64(2), r.counter())
+}
