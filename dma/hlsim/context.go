@@ -224,6 +224,7 @@ func (c *hctx) teardown(gone bool) {
 		c.stopTDR()
 		close(c.quit)
 		c.engWG.Wait()
+		c.g3Drop()
 		c.waitBG()
 
 		c.memMu.Lock()

@@ -204,3 +204,21 @@ func (g *g3chan) dropLocked(regs bool) {
 	g.bmu.Unlock()
 	g.c.d.st.aborted.Add(uint64(n))
 }
+
+// g3Drop ends the work still queued on the context's PDMA channels
+// ABORTED, as abortAll ends its CSs (teardown, the workers stopped): a
+// hung doorbell, the doorbells announced behind it, the completions held
+// back. A release that reset the device dropped them already; one that
+// did not (the device not operational, a stop not yet seen) left them.
+func (c *hctx) g3Drop() {
+	c.memMu.RLock()
+	chans := c.g3chans
+	c.memMu.RUnlock()
+	for _, g := range chans {
+		if g != nil {
+			g.mu.Lock()
+			g.stopLocked()
+			g.mu.Unlock()
+		}
+	}
+}

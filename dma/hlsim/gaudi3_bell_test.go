@@ -279,3 +279,58 @@ func TestGaudi3FastDoorbellDoesNotAnnounceLaterWork(t *testing.T) {
 	}, safety, time.Millisecond, "the doorbell rung after the fault was armed did not hang")
 	require.Equal(t, uint64(2), r.counter())
 }
+
+// TestGaudi3CloseEndsQueuedWork: a context closed while a PDMA channel
+// still holds submissions (a hung doorbell, one announced behind it, a
+// completion held back), on a device whose release does not reset it (not
+// operational), ends them ABORTED, as the release ends a Gaudi2 context's
+// CSs: every submission ends once, CSSubmitted = CSCompleted + CSAborted +
+// CSTimedOut. They were never ended.
+func TestGaudi3CloseEndsQueuedWork(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status uint32
+		queue  func(r *g3rig, pkt []byte)
+	}{
+		{"hung and announced/malfunction", hlsys.DeviceStatusMalfunction, func(r *g3rig, pkt []byte) {
+			r.d.HangNextCS(1)
+			r.post(pkt)
+			r.waitStalled()
+			r.post(pkt)
+		}},
+		{"hung and announced/needs reset", hlsys.DeviceStatusNeedsReset, func(r *g3rig, pkt []byte) {
+			r.d.HangNextCS(1)
+			r.post(pkt)
+			r.waitStalled()
+			r.post(pkt)
+		}},
+		{"delayed completion", hlsys.DeviceStatusMalfunction, func(r *g3rig, pkt []byte) {
+			r.d.DelayNextCS(1, time.Hour)
+			r.post(pkt)
+			require.Eventually(r.t, func() bool {
+				r.channel().mu.Lock()
+				defer r.channel().mu.Unlock()
+				return len(r.channel().pend) == 1
+			}, safety, time.Millisecond)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, srcVA, dev := newG3CopyRig(t)
+			tc.queue(r, r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+			r.d.ForceStatus(tc.status)
+			require.NoError(t, r.b.Close())
+			st := r.d.Stats()
+			require.NotZero(t, st.CSSubmitted)
+			require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut, "%+v", st)
+		})
+	}
+}
+
+// waitStalled waits for the rig's channel to hang at a doorbell.
+func (r *g3rig) waitStalled() {
+	require.Eventually(r.t, func() bool {
+		r.channel().mu.Lock()
+		defer r.channel().mu.Unlock()
+		return r.channel().stalled
+	}, safety, time.Millisecond, "the channel did not hang")
+}
