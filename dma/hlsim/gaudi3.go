@@ -103,6 +103,9 @@ type g3chan struct {
 	// fastHook, when set (tests), runs in Doorbell's fast path between
 	// its look at MSQ_PI and its record of it.
 	fastHook func()
+	// markHook, when set (tests), runs in Doorbell's marked path before
+	// it takes bmu.
+	markHook func()
 
 	// bmu guards the doorbells announced and how far the worker took
 	// work, which Doorbell reads: it is never held while packets run, so

@@ -44,7 +44,11 @@ func (c *hctx) Doorbell(block []byte) {
 			return
 		}
 		if g.c.d.faulty.Load() {
-			break
+			if g.mark(old) {
+				g.ringBell()
+				return
+			}
+			continue // dropped meanwhile: look again
 		}
 		// No fault is armed, so the doorbell has none to draw and leaves
 		// no mark: it records its MSQ_PI (fast) and rings. The worker
@@ -59,7 +63,24 @@ func (c *hctx) Doorbell(block []byte) {
 		// The queue's work was dropped or a fault armed meanwhile: look
 		// again.
 	}
+}
+
+// mark is Doorbell's path while a fault is armed: it marks the new
+// MSQ_PI with the faults it draws, under bmu. fast read old before the
+// caller looked at the queue's state; false if a drop came in between
+// (a drop advances fast's generation under bmu): the MSQ_PI read may
+// then be the dropped queue's, and its mark work that the channel,
+// programmed again, never reaches (counted submitted, never ended) or
+// was never given.
+func (g *g3chan) mark(old uint64) bool {
+	if g.markHook != nil {
+		g.markHook()
+	}
 	g.bmu.Lock()
+	defer g.bmu.Unlock()
+	if g.fast.Load()&fastGenMask != old&fastGenMask {
+		return false
+	}
 	pi := g.load(gaudi3.RegMSQPI)
 	base := g.announcedLocked()
 	if fp, ok := g.fastPendingLocked(base, pi); ok {
@@ -77,8 +98,7 @@ func (c *hctx) Doorbell(block []byte) {
 		g.c.d.st.submitted.Add(1)
 		g.marks = append(g.marks, m)
 	}
-	g.bmu.Unlock()
-	g.ringBell()
+	return true
 }
 
 // recordFast records MSQ_PI in fast, which read old before the caller

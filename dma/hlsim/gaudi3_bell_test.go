@@ -334,3 +334,52 @@ func (r *g3rig) waitStalled() {
 		return r.channel().stalled
 	}, safety, time.Millisecond, "the channel did not hang")
 }
+
+// TestGaudi3MarkedDoorbellRacingStopLeavesNoStaleMark: a doorbell rung
+// with a fault armed that looked at the queue before another goroutine
+// stopped it (CQ_RECONFIG) and marks it after the stop dropped the queue
+// must not mark the old queue's MSQ_PI: its work went with the stop. The
+// mark it left, beyond the MSQ_PI of the channel programmed again from 0,
+// was dropped by the worker, counted submitted and never ended.
+func TestGaudi3MarkedDoorbellRacingStopLeavesNoStaleMark(t *testing.T) {
+	r, srcVA, dev := newG3CopyRig(t)
+	pkt := r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)
+	r.d.HangNextCS(1)
+	r.post(pkt) // the channel sticks here
+	r.waitStalled()
+	r.d.DelayNextCS(1, 0) // the next doorbell takes the marked path
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool // only the first doorbell waits
+	r.channel().markHook = func() {
+		if first.CompareAndSwap(false, true) {
+			close(paused)
+			<-resume
+		}
+	}
+	r.bell = false
+	r.post(pkt)
+	rang := make(chan struct{})
+	go func() {
+		defer close(rang)
+		r.b.(*hctx).Doorbell(r.regs) // looks at the queue, then waits
+	}()
+	<-paused
+	// Another goroutine stops the queue; the doorbell goes on meanwhile.
+	r.w(gaudi3.RegCQReconfig, 1)
+	r.b.(*hctx).Doorbell(r.regs)
+	close(resume)
+	<-rang
+	r.w(gaudi3.RegMSQCI, 0)
+	r.pi = 0
+	r.w(gaudi3.RegMSQPI, 0)
+	r.w(gaudi3.RegCQReconfig, 0)
+	r.bell = true
+	r.post(pkt)
+	out, err := r.wait(1)
+	require.NoError(t, err)
+	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
+	// Counted completed just after the counter moved.
+	require.Eventually(t, func() bool { return r.d.Stats().CSCompleted == 1 }, safety, time.Millisecond)
+	st := r.d.Stats()
+	require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut, "%+v", st)
+}
