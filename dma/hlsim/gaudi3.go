@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/internal/gaudi3"
@@ -94,7 +95,12 @@ type g3chan struct {
 	ch   int
 	regs []byte // the emulated register file: 4 KiB, also the user's mmap
 	maps int    // live user mmaps (memMu)
-	bell bell   // rung by Doorbell
+
+	// What a fast-path doorbell writes, on a cache line of its own, which
+	// the worker only reads (and clears the bell's mark in): away from the
+	// worker's own state below, written at every step.
+	_    cpu.CacheLinePad
+	bell bell // rung by Doorbell
 	// fast is the MSQ_PI of the last doorbell rung while no fault was
 	// armed, with fastSet, and the generation of the queue's drops above
 	// them: Doorbell's fast path, which takes no lock and reads nothing
@@ -106,6 +112,7 @@ type g3chan struct {
 	// markHook, when set (tests), runs in Doorbell's marked path before
 	// it takes bmu.
 	markHook func()
+	_        cpu.CacheLinePad
 
 	// bmu guards the doorbells announced and how far the worker took
 	// work, which Doorbell reads: it is never held while packets run, so
