@@ -7,7 +7,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/internal/gaudi3"
@@ -95,24 +94,13 @@ type g3chan struct {
 	ch   int
 	regs []byte // the emulated register file: 4 KiB, also the user's mmap
 	maps int    // live user mmaps (memMu)
-
-	// What a fast-path doorbell writes, on a cache line of its own, which
-	// the worker only reads (and clears the bell's mark in): away from the
-	// worker's own state below, written at every step.
-	_    cpu.CacheLinePad
-	bell bell // rung by Doorbell
-	// fast is the MSQ_PI of the last doorbell rung while no fault was
-	// armed, with fastSet, and the generation of the queue's drops above
-	// them: Doorbell's fast path, which takes no lock and reads nothing
-	// the worker writes (see Doorbell).
-	fast atomic.Uint64
-	// fastHook, when set (tests), runs in Doorbell's fast path between
-	// its look at MSQ_PI and its record of it.
-	fastHook func()
-	// markHook, when set (tests), runs in Doorbell's marked path before
-	// it takes bmu.
+	bell bell   // rung by Doorbell
+	// gen counts the drops of the queue's work (a stop, a reset: advanced
+	// under bmu), for a doorbell to see one that came after it looked
+	// at the queue (see mark).
+	gen atomic.Uint64
+	// markHook, when set (tests), runs in Doorbell before it takes bmu.
 	markHook func()
-	_        cpu.CacheLinePad
 
 	// bmu guards the doorbells announced and how far the worker took
 	// work, which Doorbell reads: it is never held while packets run, so
@@ -390,13 +378,6 @@ func (g *g3chan) step() bool {
 	}
 	if found {
 		end = m.pi
-	} else if v := g.fast.Load(); v&fastSet != 0 && uint32(v) != g.ci && uint32(v)-g.ci <= pi-g.ci {
-		// Announced by a fast-path doorbell, which drew no faults (none
-		// was armed) and counted nothing: taken up to its MSQ_PI only, as
-		// a mark would be, so that work stored after it (its doorbell not
-		// rung yet) draws the faults armed since.
-		m, end, found = g3mark{}, uint32(v), true
-		c.d.st.submitted.Add(1)
 	}
 	g.taken = end
 	g.bmu.Unlock()

@@ -32,65 +32,42 @@ func (c *hctx) Doorbell(block []byte) {
 		return
 	}
 	for {
-		// fast is read before the look at the queue's state: a drop (a
-		// stop, a reset) after this read changes its generation, and
-		// recordFast then records nothing; one before it is seen here as
-		// a stopped queue, or by MSQ_PI as software programmed it again.
-		old := g.fast.Load()
+		// gen is read before the look at the queue's state: a drop (a
+		// stop, a reset) after this read changes it, and mark then marks
+		// nothing; one before it is seen here as a stopped queue, or by
+		// MSQ_PI as software programmed it again.
+		gen := g.gen.Load()
 		if g.stopped() {
 			g.mu.Lock()
 			g.stopLocked()
 			g.mu.Unlock()
 			return
 		}
-		if g.c.d.faulty.Load() {
-			if g.mark(old) {
-				g.ringBell()
-				return
-			}
-			continue // dropped meanwhile: look again
-		}
-		// No fault is armed, so the doorbell has none to draw and leaves
-		// no mark: it records its MSQ_PI (fast) and rings. The worker
-		// takes the work as one found by polling and counts it then;
-		// doorbells it takes together count as one submission. A mark
-		// taken under bmu and the worker's state read here cost a
-		// submission several cache-line transfers between the cores.
-		if g.recordFast(old) {
+		if g.mark(gen) {
 			g.ringBell()
 			return
 		}
-		// The queue's work was dropped or a fault armed meanwhile: look
-		// again.
+		// Dropped meanwhile: look again.
 	}
 }
 
-// mark is Doorbell's path while a fault is armed: it marks the new
-// MSQ_PI with the faults it draws, under bmu. fast read old before the
-// caller looked at the queue's state; false if a drop came in between
-// (a drop advances fast's generation under bmu): the MSQ_PI read may
+// mark marks the new MSQ_PI with the faults it draws, under bmu. gen was
+// read before the caller looked at the queue's state; false if a drop
+// came in between (a drop advances gen under bmu): the MSQ_PI read may
 // then be the dropped queue's, and its mark work that the channel,
 // programmed again, never reaches (counted submitted, never ended) or
 // was never given.
-func (g *g3chan) mark(old uint64) bool {
+func (g *g3chan) mark(gen uint64) bool {
 	if g.markHook != nil {
 		g.markHook()
 	}
 	g.bmu.Lock()
 	defer g.bmu.Unlock()
-	if g.fast.Load()&fastGenMask != old&fastGenMask {
+	if g.gen.Load() != gen {
 		return false
 	}
 	pi := g.load(gaudi3.RegMSQPI)
-	base := g.announcedLocked()
-	if fp, ok := g.fastPendingLocked(base, pi); ok {
-		// Announced by the fast path before a fault was armed: its own
-		// submission, without faults.
-		g.c.d.st.submitted.Add(1)
-		g.marks = append(g.marks, g3mark{pi: fp})
-		base = fp
-	}
-	if pi != base {
+	if pi != g.announcedLocked() {
 		// The submission's faults are drawn now, in doorbell order, as a
 		// CS's are at submission.
 		m := g3mark{pi: pi}
@@ -99,41 +76,6 @@ func (g *g3chan) mark(old uint64) bool {
 		g.marks = append(g.marks, m)
 	}
 	return true
-}
-
-// recordFast records MSQ_PI in fast, which read old before the caller
-// looked at the queue's state; false if a drop came in between or a
-// fault was armed (the caller looks again).
-//
-// Recorded by compare-and-swap, fast read before MSQ_PI: a doorbell on
-// another goroutine that recorded in between may hold a newer MSQ_PI,
-// which a plain store would overwrite with this older one (its work then
-// taken as polled, drawing the faults armed after it). This one then
-// reads MSQ_PI again: the value kept is read after every value it
-// replaces. A drop in between (another generation) may have taken the
-// work at the MSQ_PI read: recorded, the old queue's MSQ_PI would
-// announce work of the channel programmed again.
-func (g *g3chan) recordFast(old uint64) bool {
-	for {
-		v := old&fastGenMask | fastSet | uint64(g.load(gaudi3.RegMSQPI))
-		if g.fastHook != nil {
-			g.fastHook()
-		}
-		if g.c.d.faulty.Load() {
-			// Armed since the caller looked: the MSQ_PI read may hold
-			// work stored after that, whose doorbell must draw the fault
-			// and would find it announced here without one.
-			return false
-		}
-		if g.fast.CompareAndSwap(old, v) {
-			return true
-		}
-		cur := g.fast.Load()
-		if cur&fastGenMask != old&fastGenMask {
-			return false
-		}
-		old = cur
-	}
 }
 
 // ringBell wakes the channel's worker.
@@ -146,14 +88,6 @@ func (g *g3chan) ringBell() {
 	}
 }
 
-// g3chan.fast holds a MSQ_PI in its low 32 bits, fastSet when it does,
-// and above them the generation, which every drop advances.
-const (
-	fastSet     = 1 << 32
-	fastGen     = 1 << 33
-	fastGenMask = ^uint64(fastGen - 1)
-)
-
 // announcedLocked is the MSQ_PI up to which work was announced by a
 // doorbell's mark or taken by the worker (bmu held).
 func (g *g3chan) announcedLocked() uint32 {
@@ -164,15 +98,6 @@ func (g *g3chan) announcedLocked() uint32 {
 		return g.load(gaudi3.RegMSQCI)
 	}
 	return g.taken
-}
-
-// fastPendingLocked reports the MSQ_PI a fast-path doorbell announced
-// beyond base (announcedLocked) and up to pi, which the worker has not
-// taken and no mark holds (bmu held).
-func (g *g3chan) fastPendingLocked(base, pi uint32) (uint32, bool) {
-	v := g.fast.Load()
-	fp := uint32(v)
-	return fp, v&fastSet != 0 && fp != base && fp-base <= pi-base
 }
 
 // stopped reports whether software has stopped the queue: a
@@ -197,8 +122,8 @@ func (g *g3chan) resetLocked() { g.dropLocked(true) }
 // MSQ_PI after the marks were dropped and before the registers were.
 // Every submission dropped ends ABORTED: the executed ones whose
 // completion was held back, the hung one (not the one that failed: step
-// counted it), and the doorbells announced
-// (counted submitted by Doorbell) that the worker had not taken yet.
+// counted it), and the doorbells announced (counted submitted by
+// Doorbell) that the worker had not taken yet.
 func (g *g3chan) dropLocked(regs bool) {
 	n := len(g.pend)
 	if g.stalled && !g.halted {
@@ -207,16 +132,7 @@ func (g *g3chan) dropLocked(regs bool) {
 	g.active, g.stalled, g.halted, g.ci, g.pend = false, false, false, 0, g.pend[:0]
 	g.bmu.Lock()
 	n += len(g.marks)
-	if _, ok := g.fastPendingLocked(g.announcedLocked(), g.load(gaudi3.RegMSQPI)); ok {
-		// Rung on the fast path, not yet taken: counted now.
-		g.c.d.st.submitted.Add(1)
-		n++
-	}
-	// A new generation, without a MSQ_PI: a fast-path doorbell that read
-	// fast before this drop records nothing (Doorbell). One that recorded
-	// between the load and the store here read MSQ_PI before the drop: its
-	// announcement goes with it, uncounted.
-	g.fast.Store(g.fast.Load()&fastGenMask + fastGen)
+	g.gen.Add(1) // a doorbell that looked before the drop marks nothing (mark)
 	if regs {
 		clear(g.regs)
 	}

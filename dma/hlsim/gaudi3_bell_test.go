@@ -11,14 +11,14 @@ import (
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
-// TestGaudi3FastDoorbellKeepsFaultsForLaterWork: a doorbell rung while no
-// fault is armed takes the fast path (no mark). A fault armed after it,
-// while the channel is still busy with earlier work, belongs to the next
-// submission and not to the one already rung: whether the channel finds
-// that work by itself ("polled") or a later doorbell, rung with the fault
-// armed, announces more work behind it ("marked"). The first two copies
-// complete and only the third hangs.
-func TestGaudi3FastDoorbellKeepsFaultsForLaterWork(t *testing.T) {
+// TestGaudi3DoorbellKeepsFaultsForLaterWork: a fault armed after a
+// doorbell, while the channel is still busy with earlier work, belongs
+// to the next submission and not to the one already rung (faults are
+// drawn in doorbell order, RULES G6): whether the channel finds the next
+// work by itself ("polled") or a doorbell rung with the fault armed
+// announces it ("marked"). The first two copies complete and only the
+// third hangs.
+func TestGaudi3DoorbellKeepsFaultsForLaterWork(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		third bool // a third doorbell, rung with the fault armed
@@ -37,7 +37,7 @@ func TestGaudi3FastDoorbellKeepsFaultsForLaterWork(t *testing.T) {
 			case <-time.After(safety):
 				t.Fatal("the channel did not start the first doorbell's work")
 			}
-			r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice)) // fast path
+			r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
 			r.d.HangNextCS(1)
 			if tc.third {
 				r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
@@ -94,14 +94,13 @@ func TestGaudi3ChannelErrorAbortedOnce(t *testing.T) {
 	}
 }
 
-// TestGaudi3FastDoorbellNotJoinedToLaterFault: a fast-path doorbell's
-// work (rung with no fault armed) that the worker has not taken yet, then
-// a fault armed, then more work stored to MSQ_PI whose doorbell has not
-// rung yet (the submitter stores, then calls Doorbell): the worker that
-// finds both takes the rung work as its own submission, without the
-// fault, and the later work draws it. It used to take both as one polled
-// submission and hang the work rung before the fault was armed.
-func TestGaudi3FastDoorbellNotJoinedToLaterFault(t *testing.T) {
+// TestGaudi3DoorbellNotJoinedToLaterFault: a doorbell's work (rung with
+// no fault armed) that the worker has not taken yet, then a fault armed,
+// then more work stored to MSQ_PI whose doorbell has not rung yet (the
+// submitter stores, then calls Doorbell): the worker that finds both
+// takes the rung work as its own submission (its mark), without the
+// fault, and the later work draws it.
+func TestGaudi3DoorbellNotJoinedToLaterFault(t *testing.T) {
 	r, srcVA, dev := newG3CopyRig(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	r.d.execHook = stopOnce(entered, release)
@@ -111,7 +110,7 @@ func TestGaudi3FastDoorbellNotJoinedToLaterFault(t *testing.T) {
 	case <-time.After(safety):
 		t.Fatal("the channel did not start the first doorbell's work")
 	}
-	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice)) // fast path
+	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
 	r.d.HangNextCS(1)
 	r.bell = false // stored; the worker finds it before its doorbell rings
 	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
@@ -121,163 +120,10 @@ func TestGaudi3FastDoorbellNotJoinedToLaterFault(t *testing.T) {
 		defer r.channel().mu.Unlock()
 		return r.channel().stalled
 	}, safety, time.Millisecond, "the third submission did not hang")
-	require.Equal(t, uint64(2), r.counter(), "the fast doorbell's work hung with the later work")
+	require.Equal(t, uint64(2), r.counter(), "the rung work hung with the later work")
 	st := r.d.Stats()
 	require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
 	require.Equal(t, uint64(2), st.CSCompleted, "%+v", st)
-}
-
-// TestGaudi3FastDoorbellsRaceKeepLatestPI: two submitters ring the same
-// channel on the fast path at once; the one that read the older MSQ_PI
-// records it last. Both doorbells returned before a fault was armed, so
-// neither's work may draw it: the channel must keep the newer MSQ_PI as
-// announced. It kept the older one, and the newer work, found as polled,
-// drew the hang armed after it.
-func TestGaudi3FastDoorbellsRaceKeepLatestPI(t *testing.T) {
-	r, srcVA, dev := newG3CopyRig(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	r.d.execHook = stopOnce(entered, release)
-	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
-	select {
-	case <-entered:
-	case <-time.After(safety):
-		t.Fatal("the channel did not start the first doorbell's work")
-	}
-	paused, resume := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool // only the first doorbell waits (stopOnce would hold the others)
-	r.channel().fastHook = func() {
-		if first.CompareAndSwap(false, true) {
-			close(paused)
-			<-resume
-		}
-	}
-	r.bell = false
-	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
-	rang := make(chan struct{})
-	go func() {
-		defer close(rang)
-		r.b.(*hctx).Doorbell(r.regs) // reads this MSQ_PI, then waits
-	}()
-	<-paused
-	r.bell = true
-	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)) // the other submitter
-	close(resume)
-	<-rang
-	r.d.HangNextCS(1)
-	close(release)
-	out, err := r.wait(3)
-	require.NoError(t, err)
-	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status, "work rung before the fault was armed drew it")
-	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)) // draws the hang
-	require.Eventually(t, func() bool {
-		r.channel().mu.Lock()
-		defer r.channel().mu.Unlock()
-		return r.channel().stalled
-	}, safety, time.Millisecond, "the fourth submission did not hang")
-	st := r.d.Stats()
-	require.Equal(t, uint64(3), r.counter())
-	require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
-	require.Equal(t, uint64(2), st.CSCompleted, "%+v", st)
-}
-
-// TestGaudi3FastDoorbellRacingStopLeavesNoStalePI: a fast-path doorbell
-// that read MSQ_PI before another goroutine stopped the channel
-// (CQ_RECONFIG) and records it after the stop dropped the channel's work
-// must not record it: its work went with the stop. It recorded the old
-// MSQ_PI, which the channel, programmed again from 0, took for an
-// announcement of its new work: the doorbell rung there with a hang armed
-// marked that work fault-free, and nothing hung.
-func TestGaudi3FastDoorbellRacingStopLeavesNoStalePI(t *testing.T) {
-	r, srcVA, dev := newG3CopyRig(t)
-	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
-	_, err := r.wait(1)
-	require.NoError(t, err)
-	paused, resume := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool // only the first doorbell waits
-	r.channel().fastHook = func() {
-		if first.CompareAndSwap(false, true) {
-			close(paused)
-			<-resume
-		}
-	}
-	r.bell = false
-	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
-	rang := make(chan struct{})
-	go func() {
-		defer close(rang)
-		r.b.(*hctx).Doorbell(r.regs) // reads this MSQ_PI, then waits
-	}()
-	<-paused
-	out, err := r.wait(2) // found by polling
-	require.NoError(t, err)
-	require.Equal(t, uint32(hlsys.WaitCSStatusCompleted), out.Status)
-	// Another goroutine stops the queue; the doorbell goes on meanwhile.
-	r.w(gaudi3.RegCQReconfig, 1)
-	r.b.(*hctx).Doorbell(r.regs)
-	close(resume)
-	<-rang
-	r.w(gaudi3.RegMSQCI, 0)
-	r.pi = 0
-	r.w(gaudi3.RegMSQPI, 0)
-	r.w(gaudi3.RegCQReconfig, 0)
-	r.bell = true
-	r.d.HangNextCS(1)
-	r.post(cat(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice), r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice)))
-	require.Eventually(t, func() bool {
-		r.channel().mu.Lock()
-		defer r.channel().mu.Unlock()
-		return r.channel().stalled
-	}, safety, time.Millisecond, "the doorbell rung with the hang armed did not hang")
-	st := r.d.Stats()
-	require.Equal(t, uint64(2), r.counter(), "part of the hung doorbell's work ran")
-	require.Equal(t, uint64(3), st.CSSubmitted, "%+v", st)
-}
-
-// TestGaudi3FastDoorbellDoesNotAnnounceLaterWork: a fast-path doorbell
-// still under way when a fault is armed (it looked before) reads MSQ_PI
-// after another submitter stored work there: that work's doorbell, rung
-// after the fault was armed, must draw it. The fast doorbell recorded the
-// later work's MSQ_PI as its own, fault-free, and the later doorbell
-// found its work announced already: nothing hung.
-func TestGaudi3FastDoorbellDoesNotAnnounceLaterWork(t *testing.T) {
-	r, srcVA, dev := newG3CopyRig(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	r.d.execHook = stopOnce(entered, release)
-	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
-	select {
-	case <-entered:
-	case <-time.After(safety):
-		t.Fatal("the channel did not start the first doorbell's work")
-	}
-	paused, resume := make(chan struct{}), make(chan struct{})
-	var first atomic.Bool // only the first doorbell waits
-	r.channel().fastHook = func() {
-		if first.CompareAndSwap(false, true) {
-			close(paused)
-			<-resume
-		}
-	}
-	r.bell = false
-	r.post(r.lin(dev+4096, srcVA, 4096, gaudi3.DirHostToDevice))
-	rang := make(chan struct{})
-	go func() {
-		defer close(rang)
-		r.b.(*hctx).Doorbell(r.regs) // reads this MSQ_PI, then waits
-	}()
-	<-paused
-	r.b.(*hctx).Doorbell(r.regs) // a second ring of it, recorded first
-	r.d.HangNextCS(1)
-	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice)) // stored; rung below
-	close(resume)
-	<-rang
-	r.b.(*hctx).Doorbell(r.regs)
-	close(release)
-	require.Eventually(t, func() bool {
-		r.channel().mu.Lock()
-		defer r.channel().mu.Unlock()
-		return r.channel().stalled
-	}, safety, time.Millisecond, "the doorbell rung after the fault was armed did not hang")
-	require.Equal(t, uint64(2), r.counter())
 }
 
 // TestGaudi3CloseEndsQueuedWork: a context closed while a PDMA channel
