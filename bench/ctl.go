@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -185,18 +186,45 @@ func (c *ctlConn) recv(timeout time.Duration) (*ctlMsg, error) {
 }
 
 // call sends a request and returns its reply; a refusal is an error.
-// ctx ends the wait early (the connection is then unusable).
+// ctx ends the wait early. A call that ends without its reply (ctx, a
+// timeout, a broken connection) leaves the connection unusable: its next
+// line could be the late reply, so every later call fails at once
+// (errAborted).
 func (c *ctlConn) call(ctx context.Context, m *ctlMsg, timeout time.Duration) (*ctlMsg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
+	if c.aborted.Load() {
+		return nil, fmt.Errorf("%s: the control connection to %s is unusable after an earlier request was cancelled or failed: %w", m.Op, c.to, errAborted)
+	}
+	// abort, not a bare past deadline: send and recv set their own
+	// deadline, which would replace it, then check aborted. A cancel
+	// that comes once the reply was read whole leaves nothing pending:
+	// ended keeps a late one from aborting, and one that came during
+	// the last read is undone.
+	var mu sync.Mutex
+	ended := false
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !ended {
+			c.abort()
+		}
+	})
 	defer stop()
 	if err := c.send(m, timeout); err != nil {
+		c.abort()
 		return nil, ctxOr(ctx, err)
 	}
 	r, err := c.recv(timeout)
+	mu.Lock()
+	ended = true
+	if err == nil {
+		c.aborted.Store(false) // the next send and recv set their deadlines
+	}
+	mu.Unlock()
 	if err != nil {
+		c.abort()
 		if errors.Is(err, io.EOF) {
 			err = fmt.Errorf("%s closed the control connection", c.to)
 		}
