@@ -2,6 +2,8 @@ package hlsim
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -300,9 +302,15 @@ func (g *g3chan) nextWake(poll time.Duration) time.Duration {
 //
 // A completion without a delay (at zero) is due at once: no clock read
 // for it, on the path from a copy's end to its counter.
-func (g *g3chan) flushLocked() {
+//
+// A completion whose counter write faults is a channel error (G8): the
+// channel halts, that submission and the ones whose completion waits
+// behind it end ABORTED (counted here), and flushLocked returns the
+// fault for the caller to report once it released g.mu (channelError).
+func (g *g3chan) flushLocked() error {
 	var now time.Time
 	k := 0
+	var err error
 	for k < len(g.pend) {
 		if at := g.pend[k].at; !at.IsZero() {
 			if now.IsZero() {
@@ -312,13 +320,34 @@ func (g *g3chan) flushLocked() {
 				break
 			}
 		}
-		g.complete(g.pend[k].incs)
+		if err = g.complete(g.pend[k].incs); err != nil {
+			g.stalled, g.halted = true, true // until the reset, as on an execute error
+			g.c.d.st.aborted.Add(uint64(len(g.pend) - k))
+			k = len(g.pend)
+			break
+		}
 		g.c.d.st.completed.Add(1)
 		k++
 	}
 	if k > 0 {
 		g.pend = g.pend[:copy(g.pend, g.pend[k:])] // keeps its array: step's append does not allocate
 	}
+	return err
+}
+
+// channelError reports a PDMA channel error that halted the channel
+// (g.mu released): the event, then the device's conditional reset (G8).
+func (g *g3chan) channelError(err error) {
+	c := g.c
+	c.d.st.faults.Add(1)
+	bits := uint64(hlsys.NotifierGeneralHWErr)
+	var fe *faultError
+	if errors.As(err, &fe) && c.d.newInfo {
+		bits |= notifierPageFault
+	}
+	c.log.Warn().Err(err).Int("channel", g.ch).Msg("PDMA channel error: the device resets")
+	c.notify(bits)
+	c.d.condReset(c, hlsys.NotifierDeviceReset, "PDMA channel error")
 }
 
 // step runs the next doorbell's packets; it reports whether there may be
@@ -350,7 +379,11 @@ func (g *g3chan) step() bool {
 		g.tactive, g.taken = true, g.ci
 		g.bmu.Unlock()
 	}
-	g.flushLocked()
+	if err := g.flushLocked(); err != nil {
+		g.mu.Unlock()
+		g.channelError(err)
+		return false
+	}
 	pi := g.load(gaudi3.RegMSQPI)
 	if g.stalled || pi == g.ci || !c.d.operational() {
 		g.mu.Unlock()
@@ -409,15 +442,8 @@ func (g *g3chan) step() bool {
 	if err != nil {
 		g.stalled, g.halted = true, true // until the reset, as on an injected abort
 		g.mu.Unlock()
-		c.d.st.faults.Add(1)
 		c.d.st.aborted.Add(1)
-		bits := uint64(hlsys.NotifierGeneralHWErr)
-		if _, ok := err.(*faultError); ok && c.d.newInfo {
-			bits |= notifierPageFault
-		}
-		c.log.Warn().Err(err).Int("channel", g.ch).Msg("PDMA channel error: the device resets")
-		c.notify(bits)
-		c.d.condReset(c, hlsys.NotifierDeviceReset, "PDMA channel error")
+		g.channelError(err)
 		return false
 	}
 	var at time.Time // due at once
@@ -425,7 +451,11 @@ func (g *g3chan) step() bool {
 		at = c.d.t0.Add(done + m.delay)
 	}
 	g.pend = append(g.pend, g3done{incs: incs, at: at})
-	g.flushLocked()
+	if err := g.flushLocked(); err != nil {
+		g.mu.Unlock()
+		g.channelError(err)
+		return false
+	}
 	g.mu.Unlock()
 	return true
 }
@@ -562,11 +592,12 @@ func (g *g3chan) write(addr uint64, b []byte) error {
 }
 
 // complete advances the completion counter by incs and sends the
-// interrupt message (g.mu held).
-func (g *g3chan) complete(incs uint64) {
+// interrupt message (g.mu held). A counter write that faults is
+// returned: nothing is signalled.
+func (g *g3chan) complete(incs uint64) error {
 	cfg := g.load(gaudi3.RegECQChCfg)
 	if incs == 0 || gaudi3.ECQEnable.Get(cfg) == 0 {
-		return
+		return nil
 	}
 	c := g.c
 	addr := uint64(g.load(gaudi3.RegECQBaseHi))<<32 | uint64(g.load(gaudi3.RegECQBaseLo))
@@ -586,18 +617,18 @@ func (g *g3chan) complete(incs uint64) {
 	}
 	c.memMu.RUnlock()
 	if err != nil {
-		c.log.Warn().Err(err).Int("channel", g.ch).Msg("completion counter write faulted")
-		return
+		return fmt.Errorf("completion counter write: %w", err)
 	}
 	g.store(gaudi3.RegECQBasePI, g.load(gaudi3.RegECQBasePI)+uint32(incs))
 	if gaudi3.ECQLBWWrEn.Get(cfg) == 0 {
-		return
+		return nil
 	}
 	lbw := uint64(g.load(gaudi3.RegECQLBWAddrHi))<<32 | uint64(g.load(gaudi3.RegECQLBWAddrLo))
 	if lbw != gaudi3.CfgBarBase+gaudi3.MSIXOffset {
-		return
+		return nil
 	}
 	c.g3Interrupt(g.load(gaudi3.RegECQLBWPayload))
+	return nil
 }
 
 // MappedBlocks is the number of successful MAP_BLOCK calls (Gaudi3 PDMA

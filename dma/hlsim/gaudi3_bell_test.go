@@ -229,3 +229,45 @@ func TestGaudi3MarkedDoorbellRacingStopLeavesNoStaleMark(t *testing.T) {
 	st := r.d.Stats()
 	require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut, "%+v", st)
 }
+
+// TestGaudi3CompletionWriteFaultAborts: a completion whose counter write
+// faults (ECMPLTN_Q_BASE unmapped) is a channel error like a fault on the
+// packet's data (G8): the submission ends ABORTED, counted once, the
+// channel halts and the device resets; it must not count as completed.
+// Before the fix the write's fault was only logged and the submission
+// counted COMPLETED, with no counter advance and no interrupt, so a
+// waiter on the counter waited for a completion nothing reported. Both
+// paths are covered: a completion signalled at once (step) and one held
+// back by DelayNextCS (signalled by a later flush).
+func TestGaudi3CompletionWriteFaultAborts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+	}{
+		{"at once", 0},
+		{"held back", 5 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, srcVA, dev := newG3CopyRig(t)
+			var unmapped uint64 = 0x1234_0000_0000
+			r.w(gaudi3.RegECQBaseLo, uint32(unmapped))
+			r.w(gaudi3.RegECQBaseHi, uint32(unmapped>>32))
+			if tc.delay > 0 {
+				r.d.DelayNextCS(1, tc.delay)
+			}
+			r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
+			// No eventfd: the device resets at once, in the background.
+			require.Eventually(t, func() bool {
+				st := r.d.Stats()
+				return st.Resets == 1 || st.CSCompleted > 0
+			}, safety, time.Millisecond, "the submission neither completed nor reset the device")
+			st := r.d.Stats()
+			require.Zero(t, st.CSCompleted, "a submission whose completion write faulted completed: %+v", st)
+			require.Equal(t, uint64(1), st.Resets, "%+v", st)
+			require.Equal(t, uint64(1), st.CSSubmitted, "%+v", st)
+			require.Equal(t, uint64(1), st.CSAborted, "%+v", st)
+			require.Equal(t, uint64(1), st.EngineFaults, "%+v", st)
+			require.Equal(t, st.CSSubmitted, st.CSCompleted+st.CSAborted+st.CSTimedOut, "%+v", st)
+		})
+	}
+}
