@@ -53,14 +53,18 @@ func (h *helloSlots) take(from string, inc uint64, source string) error {
 	return nil
 }
 
-// done frees the slot of a hello answered (r).
+// done frees the slot of a hello answered (r). A hello refused for want
+// of a region is no welcome that failed: the peer was reached, and a
+// region may free. (One from a run ended as idle is kept: that run is
+// never welcomed again, and its hellos are then refused here, before
+// they cost a dial.)
 func (h *helloSlots) done(r helloResult) {
 	h.n--
 	delete(h.answering, r.from)
 	if h.bySource[r.source]--; h.bySource[r.source] <= 0 {
 		delete(h.bySource, r.source)
 	}
-	if r.err != nil {
+	if r.err != nil && !errors.Is(r.err, errNoRegion) {
 		if len(h.failed) >= maxFailedKept {
 			clear(h.failed)
 		}

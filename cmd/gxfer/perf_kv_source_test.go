@@ -193,3 +193,45 @@ func TestPerfAgentTargetUnwelcomedNotAnsweredAgain(t *testing.T) {
 	<-done
 	assert.NotContains(t, tout.String(), "# initiator h: welcomed")
 }
+
+// TestPerfAgentTargetNoRegionAnsweredLater: a hello that came while every
+// region of the section was in use is dropped, but its peer's welcome did
+// not fail (the peer was there; the target had no room): once a region is
+// free, that peer's next hello is answered. Before the fix such a peer
+// was kept as one whose welcome failed, and its later hellos were dropped
+// for good ("its welcome failed (this run of it): not answered again").
+func TestPerfAgentTargetNoRegionAnsweredLater(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tctx, stop := context.WithCancel(ctx)
+	defer stop()
+	tout, terr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		// -initiators 0: one region, and the target runs until stopped.
+		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
+	}()
+	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
+	first, fpeer := kvPeer(t, ctx, agent.Config{Name: "first", Unix: filepath.Join(dir, "f.sock")}, sock, "target", terr)
+	later, lpeer := kvPeer(t, ctx, agent.Config{Name: "later", Unix: filepath.Join(dir, "l.sock")}, sock, "target", terr)
+	require.NoError(t, first.Notify(ctx, fpeer, kvMsg{kind: kvHello, p: p, unix: first.Metadata().Unix}.encode()))
+	waitOutput(t, tout, regexp.MustCompile(`# initiator first: welcomed`), "the first peer was not welcomed")
+
+	hello := kvMsg{kind: kvHello, p: p, unix: later.Metadata().Unix}.encode()
+	require.NoError(t, later.Notify(ctx, lpeer, hello))
+	waitOutput(t, tout, regexp.MustCompile(`# dropped a bad notification from later: hello: every region of the section is in use`),
+		"the hello with every region in use was not dropped")
+
+	require.NoError(t, first.Notify(ctx, fpeer, kvMsg{kind: kvEnd, p: p}.encode()))
+	waitOutput(t, tout, regexp.MustCompile(`# initiator first: ended`), "the first peer's end was not seen")
+
+	require.NoError(t, later.Notify(ctx, lpeer, hello))
+	m := waitOutput(t, tout, regexp.MustCompile(`(# initiator later: welcomed)|(# dropped a bad notification from later: hello: its welcome failed.*)`),
+		"the later hello was neither welcomed nor dropped")
+	stop()
+	<-done
+	require.NotEmpty(t, m[1], "a peer whose hello found every region in use was not answered once one was free:\n%s", tout.String())
+}
