@@ -425,6 +425,10 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 				delete(seen, h.from)
 				delete(inc, h.from)
 				release(h.from)
+				if q, ok := ackers[h.from]; ok { // (a hello again of one welcomed)
+					close(q)
+					delete(ackers, h.from)
+				}
 				fmt.Fprintf(t.out, "# initiator %s: %v\n", h.from, h.err)
 				continue
 			}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/agent"
+)
+
+// ackSenders counts the goroutines of this process waiting in the
+// target's acknowledgement sender loop (the line of perf_kv.go that
+// ranges over an initiator's queue).
+func ackSenders(t *testing.T) int {
+	t.Helper()
+	f, err := os.Open("perf_kv.go")
+	require.NoError(t, err)
+	defer f.Close()
+	line := 0
+	sc := bufio.NewScanner(f)
+	for i := 1; sc.Scan(); i++ {
+		if strings.TrimSpace(sc.Text()) == "for msg := range q {" {
+			line = i
+			break
+		}
+	}
+	require.NotZero(t, line, "the sender loop was not found in perf_kv.go")
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), fmt.Sprintf("perf_kv.go:%d ", line))
+}
+
+// TestPerfAgentTargetFailedHelloAgainEndsAckSender: a welcomed initiator
+// that was acknowledged a request has a sender of acknowledgements; a
+// hello of it again whose welcome fails (here: it names an address where
+// nobody listens) ends it as an initiator of this run, and its sender
+// must go with it. Before the fix the sender (a goroutine and a queue of
+// maxAcksQueued) was kept until the target's end, one for every name a
+// peer used so: a peer cycling names grew the target without bound.
+func TestPerfAgentTargetFailedHelloAgainEndsAckSender(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tctx, stop := context.WithCancel(ctx)
+	defer stop()
+	tout, terr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
+	}()
+	defer func() { stop(); <-done }()
+	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
+	const peers = 4
+	for i := range peers {
+		name := fmt.Sprintf("cycler%d", i)
+		a, peer := kvPeer(t, ctx, agent.Config{Name: name, Unix: filepath.Join(dir, name+".sock")}, sock, "target", terr)
+		require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: p, unix: a.Metadata().Unix}.encode()))
+		waitOutput(t, tout, regexp.MustCompile(`# initiator `+name+`: welcomed`), "not welcomed")
+		require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvReqUnfilled, p: p, r: 0, at: time.Now().UnixNano()}.encode()))
+		// Its welcome, then its acknowledgement: its sender exists.
+		actx, acancel := context.WithTimeout(ctx, time.Minute)
+		for _, want := range []uint8{kvWelcome, kvAck} {
+			n, err := a.Recv(actx)
+			require.NoError(t, err, tout.String())
+			m, err := decodeKVMsg(n.Msg)
+			require.NoError(t, err)
+			require.Equal(t, want, m.kind)
+		}
+		acancel()
+		require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: p, unix: filepath.Join(dir, "nobody.sock")}.encode()))
+		waitOutput(t, tout, regexp.MustCompile(`# initiator `+name+`: cannot reach it at`), "the welcome did not fail")
+	}
+	// The senders end once their queue is closed (bounded wait).
+	n := ackSenders(t)
+	for i := 0; i < 2000 && n > 0; i++ {
+		time.Sleep(5 * time.Millisecond)
+		n = ackSenders(t)
+	}
+	require.Zero(t, n, "acknowledgement senders kept for initiators ended by a failed hello:\n%s", tout.String())
+}
