@@ -23,19 +23,44 @@ const maxFailedKept = 1024
 // its hellos would hold a slot for up to -wait.
 type helloSlots struct {
 	n         int
-	answering map[string]bool   // by peer name
-	bySource  map[string]int    // by source
-	failed    map[string]uint64 // peer name: the incarnation whose welcome failed
+	answering map[string]bool // by peer name
+	bySource  map[string]int  // by source
+	failed    keptRuns        // the runs whose welcome failed
 }
 
 func newHelloSlots() *helloSlots {
-	return &helloSlots{answering: map[string]bool{}, bySource: map[string]int{}, failed: map[string]uint64{}}
+	return &helloSlots{answering: map[string]bool{}, bySource: map[string]int{}, failed: keptRuns{inc: map[string]uint64{}}}
+}
+
+// keptRuns are runs of peers (name: incarnation, the latest of each name)
+// a target does not answer again, at most maxFailedKept: one more
+// forgets the oldest, so that a peer adding runs makes the target forget
+// no more than that (not every run kept at once).
+type keptRuns struct {
+	inc   map[string]uint64
+	order []string // the names of inc, oldest first
+}
+
+func (k *keptRuns) add(name string, inc uint64) {
+	if _, ok := k.inc[name]; !ok {
+		if len(k.order) >= maxFailedKept {
+			delete(k.inc, k.order[0])
+			k.order = k.order[1:]
+		}
+		k.order = append(k.order, name)
+	}
+	k.inc[name] = inc
+}
+
+func (k *keptRuns) has(name string, inc uint64) bool {
+	i, ok := k.inc[name]
+	return ok && i == inc
 }
 
 // take takes a slot for the hello of peer from (incarnation inc) that
 // came from source, or says why it is dropped.
 func (h *helloSlots) take(from string, inc uint64, source string) error {
-	if i, ok := h.failed[from]; ok && i == inc {
+	if h.failed.has(from, inc) {
 		return errors.New("hello: its welcome failed (this run of it): not answered again")
 	}
 	if h.answering[from] {
@@ -65,9 +90,6 @@ func (h *helloSlots) done(r helloResult) {
 		delete(h.bySource, r.source)
 	}
 	if r.err != nil && !errors.Is(r.err, errNoRegion) {
-		if len(h.failed) >= maxFailedKept {
-			clear(h.failed)
-		}
-		h.failed[r.from] = r.inc
+		h.failed.add(r.from, r.inc)
 	}
 }
