@@ -33,9 +33,12 @@ type Peer struct {
 	ctl *ctlConn
 	// last is when the last control request ended (UnixNano); the
 	// keepalive pings when it is older than keepaliveEvery.
-	last   atomic.Int64
-	kaStop chan struct{} // closed by Close: the keepalive ends
-	kaDone chan struct{} // closed as it has ended
+	last     atomic.Int64
+	kaCancel context.CancelFunc // called by Close: the keepalive and its ping in flight end
+	kaDone   chan struct{}      // closed as it has ended
+	// kaCut: Close cut the keepalive's ping in flight, which left the
+	// control connection unusable (set before kaDone is closed).
+	kaCut bool
 }
 
 // DialPeer connects to the perf server listening at path (the engine
@@ -193,16 +196,17 @@ func (p *Peer) String() string { return fmt.Sprintf("%s (pid %d)", p.Addr, p.PID
 // keepalive pings the server whenever the control channel has carried no
 // request for every (the client measures on the engine endpoint
 // meanwhile): the server ends a session silent for sessionIdleTimeout.
-// Close stops it.
+// Close stops it, and ends a ping in flight at once.
 func (p *Peer) keepalive(every time.Duration) {
-	p.kaStop, p.kaDone = make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	p.kaCancel, p.kaDone = cancel, make(chan struct{})
 	go func() {
 		defer close(p.kaDone)
 		t := time.NewTicker(every / 4)
 		defer t.Stop()
 		for {
 			select {
-			case <-p.kaStop:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
@@ -211,7 +215,8 @@ func (p *Peer) keepalive(every time.Duration) {
 			}
 			// A ping the server does not answer leaves the next request to
 			// report the broken session.
-			if _, err := p.call(context.Background(), &ctlMsg{Op: opPing}, helloTimeout); err != nil {
+			if _, err := p.call(ctx, &ctlMsg{Op: opPing}, helloTimeout); err != nil {
+				p.kaCut = ctx.Err() != nil && p.ctl.aborted.Load()
 				return
 			}
 		}
@@ -219,14 +224,17 @@ func (p *Peer) keepalive(every time.Duration) {
 }
 
 // Close says goodbye and closes the endpoint and the control connection.
+// A keepalive ping in flight is cut short; the connection then cannot carry
+// the bye (the ping's late reply could come first), and the server sees the
+// connection close without one.
 func (p *Peer) Close() error {
-	if p.kaStop != nil {
-		close(p.kaStop)
+	if p.kaCancel != nil {
+		p.kaCancel()
 		<-p.kaDone
-		p.kaStop = nil
+		p.kaCancel = nil
 	}
 	var errs []error
-	if p.ctl != nil && p.ep != nil {
+	if p.ctl != nil && p.ep != nil && !p.kaCut {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if _, err := p.call(ctx, &ctlMsg{Op: opBye}, 5*time.Second); err != nil {
 			errs = append(errs, err)
