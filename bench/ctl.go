@@ -97,6 +97,9 @@ type ctlConn struct {
 	// aborted: abort was called. Reads and writes check it after setting
 	// their deadline, which may have replaced abort's.
 	aborted atomic.Bool
+	// failed is the error of the first call that ended without its reply
+	// (the cause of aborted, wrapped in the errors of the calls after it).
+	failed atomic.Pointer[error]
 }
 
 // errAborted: the connection was aborted (ctlConn.abort).
@@ -189,12 +192,15 @@ func (c *ctlConn) recv(timeout time.Duration) (*ctlMsg, error) {
 // ctx ends the wait early. A call that ends without its reply (ctx, a
 // timeout, a broken connection) leaves the connection unusable: its next
 // line could be the late reply, so every later call fails at once
-// (errAborted).
+// (errAborted, wrapped with the first failed call's error).
 func (c *ctlConn) call(ctx context.Context, m *ctlMsg, timeout time.Duration) (*ctlMsg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if c.aborted.Load() {
+		if cause := c.failed.Load(); cause != nil {
+			return nil, fmt.Errorf("%s: the control connection to %s is unusable (%w) after an earlier request failed: %w", m.Op, c.to, errAborted, *cause)
+		}
 		return nil, fmt.Errorf("%s: the control connection to %s is unusable after an earlier request was cancelled or failed: %w", m.Op, c.to, errAborted)
 	}
 	// abort, not a bare past deadline: send and recv set their own
@@ -214,7 +220,7 @@ func (c *ctlConn) call(ctx context.Context, m *ctlMsg, timeout time.Duration) (*
 	defer stop()
 	if err := c.send(m, timeout); err != nil {
 		c.abort()
-		return nil, ctxOr(ctx, err)
+		return nil, c.fail(ctxOr(ctx, fmt.Errorf("%s: %w", m.Op, err)))
 	}
 	r, err := c.recv(timeout)
 	mu.Lock()
@@ -228,12 +234,18 @@ func (c *ctlConn) call(ctx context.Context, m *ctlMsg, timeout time.Duration) (*
 		if errors.Is(err, io.EOF) {
 			err = fmt.Errorf("%s closed the control connection", c.to)
 		}
-		return nil, ctxOr(ctx, fmt.Errorf("%s: %w", m.Op, err))
+		return nil, c.fail(ctxOr(ctx, fmt.Errorf("%s: %w", m.Op, err)))
 	}
 	if r.Error != "" {
 		return r, fmt.Errorf("%s refused %s: %s", c.to, m.Op, r.Error)
 	}
 	return r, nil
+}
+
+// fail keeps err as the connection's first failure and returns it.
+func (c *ctlConn) fail(err error) error {
+	c.failed.CompareAndSwap(nil, &err)
+	return err
 }
 
 func ctxOr(ctx context.Context, err error) error {
