@@ -115,7 +115,8 @@ type HandleCache[V any] struct {
 
 	mu      sync.Mutex
 	index   map[slot]*Handle[V]
-	zombies map[*Handle[V]]struct{} // out of the index but still referenced
+	byPeer  map[PeerID]map[uint64]*Handle[V] // index's entries by peer and alloc, kept with it: PurgePeer's walk
+	zombies map[*Handle[V]]struct{}          // out of the index but still referenced
 	closed  bool
 	// closeDone is closed once the first Close has released what it
 	// removed: a concurrent Close waits for it.
@@ -123,6 +124,8 @@ type HandleCache[V any] struct {
 
 	regions int
 	bytes   uint64
+
+	purgeVisited uint64 // entries PurgePeer visited (a test hook)
 
 	misses, importErrors, evictions, invalidations, purges uint64
 	replaced, staleRefused, releases                       uint64
@@ -288,7 +291,7 @@ func (e *ImportError) Unwrap() error { return e.Err }
 // NewHandleCache returns an empty cache.
 func NewHandleCache[V any](cfg CacheConfig[V]) *HandleCache[V] {
 	c := &HandleCache[V]{cfg: cfg, maxRegions: cfg.MaxRegions, maxBytes: cfg.MaxBytes, index: map[slot]*Handle[V]{},
-		zombies: map[*Handle[V]]struct{}{}, closeDone: make(chan struct{})}
+		byPeer: map[PeerID]map[uint64]*Handle[V]{}, zombies: map[*Handle[V]]struct{}{}, closeDone: make(chan struct{})}
 	if c.maxRegions == 0 {
 		c.maxRegions = DefaultMaxRegions
 	}
@@ -373,6 +376,10 @@ func (c *HandleCache[V]) GetCtx(ctx context.Context, k Key, imp Importer[V]) (*H
 	}
 	h := &Handle[V]{c: c, key: k, indexed: true, done: make(chan struct{})}
 	c.index[s] = h
+	if c.byPeer[s.peer] == nil {
+		c.byPeer[s.peer] = map[uint64]*Handle[V]{}
+	}
+	c.byPeer[s.peer][s.alloc] = h
 	c.misses++
 	c.acquireLocked(h)
 	c.mu.Unlock()
@@ -459,6 +466,12 @@ func (c *HandleCache[V]) removeLocked(h *Handle[V], why error, victims []*Handle
 	}
 	s := slot{h.key.Peer, h.key.AllocID}
 	delete(c.index, s)
+	if m := c.byPeer[s.peer]; m != nil {
+		delete(m, s.alloc)
+		if len(m) == 0 {
+			delete(c.byPeer, s.peer)
+		}
+	}
 	c.setReadyLocked(s, nil, h)
 	h.indexed, h.removedErr = false, why
 	h.gone.Store(true)
@@ -581,11 +594,10 @@ func (c *HandleCache[V]) Invalidate(peer PeerID, allocID, gen uint64) {
 func (c *HandleCache[V]) PurgePeer(peer PeerID) {
 	c.mu.Lock()
 	var victims []*Handle[V]
-	for s, h := range c.index {
-		if s.peer == peer {
-			c.purges++
-			victims = c.removeLocked(h, fmt.Errorf("%w: peer %d purged", ErrStale, peer.PID), victims)
-		}
+	for _, h := range c.byPeer[peer] { // removeLocked deletes from it: allowed during range
+		c.purgeVisited++
+		c.purges++
+		victims = c.removeLocked(h, fmt.Errorf("%w: peer %d purged", ErrStale, peer.PID), victims)
 	}
 	c.mu.Unlock()
 	c.release(victims)
