@@ -150,6 +150,11 @@ type Agent struct {
 	peers     map[string]*Peer    // live cached peers by name
 	resolving map[string]*resolve // lookups in progress
 	addrs     map[string]string   // side-channel addresses by name (Connect)
+	// addrOrder is addrs' names, the least recently Connected first;
+	// maxAddrs bounds the names kept whose peer is not cached (see
+	// keepAddr).
+	addrOrder []string
+	maxAddrs  int
 	inbound   map[*inbound]struct{}
 	sources   map[string]*source // of the inbound endpoints (see source)
 	watches   map[string]func()  // store watches by peer name
@@ -217,6 +222,7 @@ func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
 		peers:     map[string]*Peer{},
 		resolving: map[string]*resolve{},
 		addrs:     map[string]string{},
+		maxAddrs:  maxAddrs,
 		inbound:   map[*inbound]struct{}{},
 		sources:   map[string]*source{},
 		watches:   map[string]func(){},

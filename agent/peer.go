@@ -600,7 +600,8 @@ func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, cached *meta.Me
 // host:port), fetches its record over that connection and caches it; it
 // returns the agent's name, which Peer, Write, Read and Notify then take.
 // Without a store, this is how peers are found: a peer dropped later is
-// fetched again from addr.
+// fetched again from addr (for the 1024 names last Connected whose peer
+// is not cached: an older one must be Connected again).
 func (a *Agent) Connect(ctx context.Context, addr string) (string, error) {
 	if ctx == nil {
 		return "", invalid("nil context")
@@ -638,7 +639,7 @@ func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
 		return nil, invalid("%s serves this agent (%s)", addr, md.Name)
 	}
 	a.mu.Lock()
-	a.addrs[md.Name] = addr
+	a.keepAddr(md.Name, addr)
 	a.mu.Unlock()
 	p := a.newPeer(md)
 	if network == "tcp" && md.Unix != "" && reachableUnix(md.Unix) {
