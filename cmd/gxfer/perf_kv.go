@@ -273,7 +273,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 	// An initiator ended as idle is not welcomed again (that incarnation
 	// of it: a restarted one is), or a peer repeating its hello would take
 	// the region back at once, every time.
-	inc, idled := map[string]uint64{}, map[string]uint64{}
+	inc, idled := map[string]uint64{}, newKeptRuns() // idled: at most maxFailedKept, the oldest forgotten first
 	var idleTick <-chan time.Time
 	if t.idle > 0 {
 		tk := time.NewTicker(max(t.idle/4, time.Millisecond))
@@ -384,16 +384,13 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		case now := <-idleTick:
 			for _, name := range slices.Sorted(maps.Keys(active)) {
 				if now.Sub(seen[name]) >= t.idle {
-					if len(idled) >= 1024 { // bound what peers can make it keep
-						clear(idled)
-					}
-					idled[name] = inc[name]
+					idled.add(name, inc[name])
 					end(name, fmt.Sprintf("idle for %v (-wait): its region freed", t.idle))
 				}
 			}
 			continue
 		case q := <-regionReqs:
-			if i, ok := idled[q.from]; ok && i == q.inc {
+			if idled.has(q.from, q.inc) {
 				q.reply <- regionReply{err: fmt.Errorf("%w for %v (-wait) and is not welcomed again", errIdled, t.idle)}
 				continue
 			}

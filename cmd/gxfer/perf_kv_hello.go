@@ -29,8 +29,10 @@ type helloSlots struct {
 }
 
 func newHelloSlots() *helloSlots {
-	return &helloSlots{answering: map[string]bool{}, bySource: map[string]int{}, failed: keptRuns{inc: map[string]uint64{}}}
+	return &helloSlots{answering: map[string]bool{}, bySource: map[string]int{}, failed: *newKeptRuns()}
 }
+
+func newKeptRuns() *keptRuns { return &keptRuns{inc: map[string]uint64{}} }
 
 // keptRuns are runs of peers (name: incarnation, the latest of each name)
 // a target does not answer again, at most maxFailedKept: one more

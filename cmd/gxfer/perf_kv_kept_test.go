@@ -46,3 +46,34 @@ func TestHelloSlotsForgetOldestFailedFirst(t *testing.T) {
 	require.Zero(t, h.n)
 	require.Empty(t, h.bySource)
 }
+
+// TestIdleRunsForgetOldestFirst: the target keeps the runs it ended as
+// idle (not welcomed again) in a keptRuns list. Before the fix that list
+// was a map cleared whole at 1024 entries: the run ended as idle after
+// 1024 others made the target welcome again every run it had ended as
+// idle. Now only the oldest is forgotten.
+func TestIdleRunsForgetOldestFirst(t *testing.T) {
+	idled := newKeptRuns()
+	for i := range maxFailedKept + 1 {
+		idled.add(fmt.Sprintf("p%d", i), uint64(i)+1)
+	}
+	tests := []struct {
+		i    int
+		kept bool
+	}{
+		{0, false}, // the oldest, forgotten
+		{1, true},
+		{maxFailedKept / 2, true},
+		{maxFailedKept, true}, // the newest
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.kept, idled.has(fmt.Sprintf("p%d", tt.i), uint64(tt.i)+1), "p%d", tt.i)
+		require.False(t, idled.has(fmt.Sprintf("p%d", tt.i), uint64(tt.i)+2), "p%d, another run", tt.i)
+	}
+	require.Len(t, idled.inc, maxFailedKept)
+	require.Len(t, idled.order, maxFailedKept)
+	idled.add("p1", 99) // a later run of a name kept: one entry still
+	require.True(t, idled.has("p1", 99))
+	require.False(t, idled.has("p1", 2))
+	require.Len(t, idled.order, maxFailedKept)
+}
