@@ -242,13 +242,16 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			delete(region, name)
 		}
 	}
-	watched := map[string]*agent.Peer{} // the peer each initiator's watch is on
+	watched := peerWatches{} // the peer each active initiator's watch is on
 	watch := func(name string) {
 		p, err := t.a.Peer(rctx, name)
-		if err != nil || watched[name] == p {
+		if err != nil || !active[name] { // (or it ended before its welcome was reported)
 			return
 		}
-		watched[name] = p
+		stopped, ok := watched.start(name, p)
+		if !ok {
+			return
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -257,8 +260,10 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 				select {
 				case gone <- name:
 				case <-rctx.Done():
+				case <-stopped:
 				}
 			case <-rctx.Done():
+			case <-stopped:
 			}
 		}()
 	}
@@ -355,6 +360,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		delete(measured, name)
 		delete(seen, name)
 		delete(inc, name)
+		watched.end(name)
 		if q, ok := ackers[name]; ok { // its sender goes once it sent what is queued
 			close(q)
 			delete(ackers, name)
@@ -422,6 +428,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 				delete(seen, h.from)
 				delete(inc, h.from)
 				release(h.from)
+				watched.end(h.from)
 				if q, ok := ackers[h.from]; ok { // (a hello again of one welcomed)
 					close(q)
 					delete(ackers, h.from)
