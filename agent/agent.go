@@ -52,7 +52,12 @@
 // the queue, NotifyQueue divided among the sources with notifications
 // queued plus one: one that floods blocks at its share (half the queue
 // while it is alone), and another's notifications still go in behind
-// that share. The sender's name in a Notification is what it
+// that share. A connection that closes with a notification not yet
+// queued is kept until it is; while a source has 16 such connections, the
+// hellos of its new ones wait (their dial waits, as far as the dialer's
+// context lets it): a source cycling connections that each send one
+// notification and close is held, not kept without bound.
+// The sender's name in a Notification is what it
 // said in its hello: authenticated only as far as the engine authenticates
 // its peers (Config.ClusterSecret over TCP, the uid over unix).
 //
@@ -169,6 +174,9 @@ type Agent struct {
 	// a spinning Recv polls.
 	inList atomic.Pointer[[]*inbound]
 
+	// maxHeldClosed: see the const (a field for tests).
+	maxHeldClosed int
+
 	wg    sync.WaitGroup
 	stats counters
 	// scratch holds *scratch: the slices of engine lists being issued;
@@ -228,6 +236,7 @@ func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
 		watches:   map[string]func(){},
 		goneEarly: map[string]struct{}{},
 	}
+	a.maxHeldClosed = maxHeldClosed
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.md = meta.Metadata{Name: cfg.Name, Incarnation: inc, Version: 1}
 	defer func() {

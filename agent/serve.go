@@ -52,6 +52,11 @@ type source struct {
 	queued  int64
 	waiting int
 	room    chan struct{}
+	// held counts its endpoints that ended holding a notification not
+	// queued yet (see gateHello); gate, made by the hellos waiting for it
+	// to drop, is closed (then made again) when it drops.
+	held int
+	gate chan struct{}
 }
 
 // waitShare waits (in.take held) while in's source holds its share of
@@ -63,7 +68,7 @@ type source struct {
 // engine's flow control holds them) at its share, not at the whole
 // queue: the others' notifications still go in, behind its share only.
 // Nothing is dropped. false: the agent closed.
-func (a *Agent) waitShare(in *inbound) bool {
+func (a *Agent) waitShare(in *inbound, held *bool) bool {
 	s := in.src
 	for {
 		s.mu.Lock()
@@ -85,8 +90,14 @@ func (a *Agent) waitShare(in *inbound) bool {
 		room := s.room
 		s.waiting++
 		s.mu.Unlock()
+		var ended <-chan struct{}
+		if !*held {
+			ended = in.ep.Done()
+		}
 		select {
 		case <-room:
+		case <-ended:
+			a.hold(in, held)
 		case <-a.ctx.Done():
 		}
 		s.mu.Lock()
@@ -188,6 +199,9 @@ func (a *Agent) serve(in *inbound) {
 		a.stats.inbound.Add(-1)
 	}()
 	for {
+		if in.name == "" && !a.gateHello(in) { // (name: written by this goroutine only)
+			return
+		}
 		if err := in.ep.WaitRecv(a.ctx); err != nil {
 			return
 		}
@@ -242,16 +256,28 @@ func (a *Agent) handle(in *inbound, b []byte, direct bool) (n Notification, got,
 		}
 		// Counted (waitShare) before it is queued: a Recv may return it
 		// at once, and Stats must not then count fewer than Recv returned.
-		if !a.waitShare(in) {
+		held := false // in ended while its notification waits (gateHello)
+		defer a.unhold(in, &held)
+		if !a.waitShare(in, &held) {
 			return n, false, true, nil
 		}
 		a.stats.notifyRecv.Add(1)
-		select {
-		case a.notifyQ <- n:
-		case <-a.ctx.Done():
-			a.took(in)
-			a.stats.notifyRecv.Add(^uint64(0))
-			return n, false, true, nil
+		var ended <-chan struct{}
+		if !held {
+			ended = in.ep.Done()
+		}
+		for queued := false; !queued; {
+			select {
+			case a.notifyQ <- n:
+				queued = true
+			case <-ended:
+				a.hold(in, &held)
+				ended = nil
+			case <-a.ctx.Done():
+				a.took(in)
+				a.stats.notifyRecv.Add(^uint64(0))
+				return n, false, true, nil
+			}
 		}
 	case m.typ == msgRefuse:
 		a.log.Debug().Str("peer", in.name).Str("why", string(m.data)).Msg("peer refused")
