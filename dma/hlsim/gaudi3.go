@@ -640,16 +640,7 @@ func (d *Device) MappedBlocks() uint64 { return d.st.blocks.Load() }
 // (hl_release_pending_user_interrupts: -EIO, ABORTED). Arming the release
 // watchdog (reset.go) aborts the waits only: the channels run on.
 func (c *hctx) g3Reset() {
-	c.memMu.RLock()
-	chans := c.g3chans
-	c.memMu.RUnlock()
-	for _, g := range chans {
-		if g != nil {
-			g.mu.Lock()
-			g.resetLocked()
-			g.mu.Unlock()
-		}
-	}
+	c.g3EachLocked((*g3chan).resetLocked)
 	c.g3AbortWaits()
 }
 

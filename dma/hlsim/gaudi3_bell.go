@@ -146,14 +146,17 @@ func (g *g3chan) dropLocked(regs bool) {
 // hung doorbell, the doorbells announced behind it, the completions held
 // back. A release that reset the device dropped them already; one that
 // did not (the device not operational, a stop not yet seen) left them.
-func (c *hctx) g3Drop() {
+func (c *hctx) g3Drop() { c.g3EachLocked((*g3chan).stopLocked) }
+
+// g3EachLocked runs f on each of the context's channels, its mu held.
+func (c *hctx) g3EachLocked(f func(*g3chan)) {
 	c.memMu.RLock()
 	chans := c.g3chans
 	c.memMu.RUnlock()
 	for _, g := range chans {
 		if g != nil {
 			g.mu.Lock()
-			g.stopLocked()
+			f(g)
 			g.mu.Unlock()
 		}
 	}
