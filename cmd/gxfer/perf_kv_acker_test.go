@@ -20,23 +20,28 @@ import (
 // ackSenders counts the goroutines of this process waiting in the
 // target's acknowledgement sender loop (the line of perf_kv.go that
 // ranges over an initiator's queue).
-func ackSenders(t *testing.T) int {
+func ackSenders(t *testing.T) int { return goroutinesAt(t, "perf_kv.go", "for msg := range q {", 0) }
+
+// goroutinesAt counts the goroutines of this process whose stack holds
+// the line of file (in this directory) that is delta lines after the
+// first one reading marker (spaces trimmed).
+func goroutinesAt(t *testing.T, file, marker string, delta int) int {
 	t.Helper()
-	f, err := os.Open("perf_kv.go")
+	f, err := os.Open(file)
 	require.NoError(t, err)
 	defer f.Close()
 	line := 0
 	sc := bufio.NewScanner(f)
 	for i := 1; sc.Scan(); i++ {
-		if strings.TrimSpace(sc.Text()) == "for msg := range q {" {
-			line = i
+		if strings.TrimSpace(sc.Text()) == marker {
+			line = i + delta
 			break
 		}
 	}
-	require.NotZero(t, line, "the sender loop was not found in perf_kv.go")
+	require.NotZero(t, line, "%q was not found in %s", marker, file)
 	buf := make([]byte, 1<<22)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), fmt.Sprintf("perf_kv.go:%d ", line))
+	return strings.Count(string(buf), fmt.Sprintf("%s:%d ", file, line))
 }
 
 // TestPerfAgentTargetFailedHelloAgainEndsAckSender: a welcomed initiator

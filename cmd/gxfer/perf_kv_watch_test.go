@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,24 +16,7 @@ import (
 // peerWatchers counts the goroutines of this process waiting in the
 // target's watch of an initiator's peer (the select of perf_kv.go before
 // the line "case <-p.Done():").
-func peerWatchers(t *testing.T) int {
-	t.Helper()
-	f, err := os.Open("perf_kv.go")
-	require.NoError(t, err)
-	defer f.Close()
-	line := 0
-	sc := bufio.NewScanner(f)
-	for i := 1; sc.Scan(); i++ {
-		if strings.TrimSpace(sc.Text()) == "case <-p.Done():" {
-			line = i - 1 // its select
-			break
-		}
-	}
-	require.NotZero(t, line, "the watch was not found in perf_kv.go")
-	buf := make([]byte, 1<<22)
-	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), fmt.Sprintf("perf_kv.go:%d ", line))
-}
+func peerWatchers(t *testing.T) int { return goroutinesAt(t, "perf_kv.go", "case <-p.Done():", -1) }
 
 // TestPerfAgentTargetEndedInitiatorUnwatched: the target watches the peer
 // of each initiator it welcomed (to end it if it goes). Before the fix
