@@ -131,9 +131,9 @@ func TestTicketBehindFullChannelSeen(t *testing.T) {
 		return tk
 	}
 	tk := track(1)
+	sleeps := a.Stats().Sleeps // before Watch: the actor may sleep at once
 	tk.Watch()
 	watched = append(watched, tk)
-	sleeps := a.Stats().Sleeps
 	require.Eventually(t, func() bool { return a.Stats().Sleeps != sleeps }, 10*time.Second, 50*time.Microsecond, "asleep: CS 1 watched")
 	// CSs 2 and 3 fill the channel (the sleeping actor does not look),
 	// and are watched; CS 4 finds it full.

@@ -335,15 +335,23 @@ func TestActorWatchSleepWakes(t *testing.T) {
 			defer a.Close(0)
 			tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
 			require.NoError(t, err)
-			tk.Watch()
-			sleeps := a.Stats().Sleeps
-			for a.Stats().Sleeps == sleeps {
-				runtime.Gosched()
-			}
+			asleepOnceWatched(t, a, tk)
 			tc.run(t, a, w, tk)
 			require.Eventually(t, func() bool { return a.Outstanding() == 0 }, 10*time.Second, time.Millisecond)
 		})
 	}
+}
+
+// asleepOnceWatched watches tk, the actor's only CS, and waits (10 s at
+// most) for the actor to sleep. The sleep count is read before Watch: the
+// actor may sleep as soon as tk is watched, and for BlockTimeout (an hour
+// in these tests), so a count read after Watch could already include that
+// sleep and wait for the next (CI hung on TestActorWatchSleepWakes so).
+func asleepOnceWatched(t *testing.T, a *DeviceActor, tk *Ticket) {
+	t.Helper()
+	sleeps := a.Stats().Sleeps
+	tk.Watch()
+	require.Eventually(t, func() bool { return a.Stats().Sleeps != sleeps }, 10*time.Second, 50*time.Microsecond, "asleep once its CS is watched")
 }
 
 // recvWithin waits for ch to be closed, failing after 10 s.
@@ -365,12 +373,8 @@ func TestCloseGraceSleepsWhileWatched(t *testing.T) {
 	a := NewDeviceActor("fake", w, ActorConfig{Spin: time.Minute, BlockTimeout: time.Hour})
 	tk, err := a.TrackTicket(context.Background(), Submission{Seq: 1, OnDone: func(error) {}})
 	require.NoError(t, err)
-	tk.Watch()
+	asleepOnceWatched(t, a, tk)
 	defer tk.Unwatch()
-	sleeps := a.Stats().Sleeps
-	for a.Stats().Sleeps == sleeps {
-		runtime.Gosched()
-	}
 	const grace = 200 * time.Millisecond
 	start := time.Now()
 	before := a.Stats().Sleeps
