@@ -44,6 +44,22 @@ func goroutinesAt(t *testing.T, file, marker string, delta int) int {
 	return strings.Count(string(buf), fmt.Sprintf("%s:%d ", file, line))
 }
 
+// serveTarget runs a perf -agent target named t at the unix socket sock
+// (0 initiators: it serves until stopped; -wait 30s, 8 blocks of 8 bytes)
+// until the test ends, and returns its output and error buffers.
+func serveTarget(t *testing.T, ctx context.Context, sock string) (tout, terr *syncBuffer) {
+	t.Helper()
+	tctx, stop := context.WithCancel(ctx)
+	tout, terr = &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
+			"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
+	}()
+	t.Cleanup(func() { stop(); <-done })
+	return tout, terr
+}
+
 // TestPerfAgentTargetFailedHelloAgainEndsAckSender: a welcomed initiator
 // that was acknowledged a request has a sender of acknowledgements; a
 // hello of it again whose welcome fails (here: it names an address where
@@ -56,15 +72,7 @@ func TestPerfAgentTargetFailedHelloAgainEndsAckSender(t *testing.T) {
 	sock := filepath.Join(dir, "t.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tctx, stop := context.WithCancel(ctx)
-	defer stop()
-	tout, terr := &syncBuffer{}, &syncBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
-			"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
-	}()
-	defer func() { stop(); <-done }()
+	tout, terr := serveTarget(t, ctx, sock)
 	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
 	const peers = 4
 	for i := range peers {

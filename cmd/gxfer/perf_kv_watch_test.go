@@ -29,15 +29,7 @@ func TestPerfAgentTargetEndedInitiatorUnwatched(t *testing.T) {
 	sock := filepath.Join(dir, "t.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tctx, stop := context.WithCancel(ctx)
-	defer stop()
-	tout, terr := &syncBuffer{}, &syncBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
-			"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
-	}()
-	defer func() { stop(); <-done }()
+	tout, terr := serveTarget(t, ctx, sock)
 	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
 	const peers = 4
 	for i := range peers {
