@@ -49,6 +49,12 @@ type Submission struct {
 	// OnDeadline over and over, a hot loop burning a core). OnDone still
 	// follows.
 	OnTimeout func(now time.Time) (next time.Time)
+	// Progress, if set, is a cheap look at the completion source: a stamp
+	// that changes whenever one of its submissions may have ended, read
+	// without WAIT_CS (dma.Device.Progress); ok false when it cannot
+	// tell. A waiter polling the ticket in a loop calls Poll only when
+	// the stamp moved, and now and then regardless (Ticket.Progress).
+	Progress func() (stamp uint64, ok bool)
 }
 
 // ActorConfig tunes a DeviceActor.

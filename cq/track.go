@@ -189,3 +189,14 @@ func rearm(next, now time.Time) time.Time {
 	}
 	return now.Add(minRearm)
 }
+
+// Progress is the stamp of the ticket's completion source
+// (Submission.Progress): a waiter that saw it unchanged since its last
+// Poll can skip the next one. ok is false when the ticket has no such
+// stamp or it cannot be read now: poll then.
+func (t *Ticket) Progress() (stamp uint64, ok bool) {
+	if t == nil || t.Submission.Progress == nil {
+		return 0, false
+	}
+	return t.Submission.Progress()
+}

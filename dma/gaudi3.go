@@ -111,8 +111,9 @@ type g3Dev struct {
 	byCh                map[uint32]*g3Chan
 	cqHandle, cqVA      uint64
 	cqMem               []byte
-	scratch, scratchVA  uint64 // HBM allocation handle and VA: completion writes land here
-	scratchSlab         *slab  // the slab the scratch page is carved from (slab.go), or nil
+	counters            atomic.Pointer[[g3Chans]uint64] // cqMem's counters once set up, nil after teardown (Progress)
+	scratch, scratchVA  uint64                          // HBM allocation handle and VA: completion writes land here
+	scratchSlab         *slab                           // the slab the scratch page is carved from (slab.go), or nil
 	intrOff             atomic.Bool
 	t0                  time.Time    // clock's origin
 	lastCheck           atomic.Int64 // clock of the last RESET_COUNT read in a polling wait
@@ -240,6 +241,7 @@ func (g *g3Dev) ensure() error {
 		return g.d.ioErr("set up Gaudi3 direct PDMA mode on "+g.d.Name(), "", err)
 	}
 	g.ready = true
+	g.counters.Store((*[g3Chans]uint64)(unsafe.Pointer(&g.cqMem[0])))
 	return nil
 }
 
@@ -355,6 +357,7 @@ func (g *g3Dev) teardown() {
 		_ = hlsys.MemFree(b, g.scratch)
 		g.scratch = 0
 	}
+	g.counters.Store(nil)
 	if g.cqMem != nil {
 		_ = b.Munmap(g.cqMem)
 		g.cqMem = nil
@@ -433,6 +436,7 @@ func (g *g3Dev) released() {
 		// Forgotten with the context: closeSlabs forgets the slab.
 		_ = g.d.uncarve("completion-write scratch", g.scratchSlab, g.scratchVA, uint64(os.Getpagesize()), true)
 	}
+	g.counters.Store(nil)
 	g.cqMem, g.cqHandle, g.scratch, g.scratchVA, g.scratchSlab = nil, 0, 0, 0, nil
 	g.ready = false
 }

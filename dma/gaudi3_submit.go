@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -232,6 +233,32 @@ func (g *g3Dev) write(c *g3Chan, pkts []byte) {
 	off := c.pi & (g3RingSize - 1)
 	copy(c.ring[off:], pkts)
 	c.pi += uint32(len(pkts))
+}
+
+// Progress is a stamp of the device's completions, read from memory
+// without a driver call or a lock, for a caller polling submissions in a
+// loop: the value changes whenever a submission may have ended, so a
+// Wait(seq, 0) is worth making only when it moved. On Gaudi3 in direct
+// PDMA mode it is the sum of the channels' completion counters, which
+// the device advances as it completes work (a reset that zeroes them
+// changes it too). ok is false when there is no such stamp (Gaudi2,
+// whose submissions end only as WAIT_CS reports; direct mode not set up
+// yet; the Device closed): poll with Wait then.
+func (d *Device) Progress() (stamp uint64, ok bool) {
+	if d.g3 == nil || !d.enterFast() {
+		return 0, false
+	}
+	defer d.leave()
+	// The counters are unmapped only by Close, under the gate's write
+	// lock (teardown, or the backend's Close before released).
+	p := d.g3.counters.Load()
+	if p == nil {
+		return 0, false
+	}
+	for i := range p {
+		stamp += atomic.LoadUint64(&p[i])
+	}
+	return stamp, true
 }
 
 // g3Wait is Wait in direct PDMA mode.

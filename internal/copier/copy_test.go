@@ -25,7 +25,10 @@ type rig struct {
 	refs   []*atomic.Uint64
 }
 
-func newRig(t *testing.T, devices int) *rig {
+func newRig(t *testing.T, devices int) *rig { return newRigModel(t, devices, "") }
+
+// newRigModel is newRig over emulators of model ("": Gaudi2).
+func newRigModel(t *testing.T, devices int, model string) *rig {
 	r := &rig{}
 	r.gate.Init(&r.closed)
 	c, err := New(Config{
@@ -38,7 +41,7 @@ func newRig(t *testing.T, devices int) *rig {
 	})
 	require.NoError(t, err)
 	r.c = c
-	require.NoError(t, c.OpenDevices(Devices{Emulated: devices, DRAMSize: 64 << 20}))
+	require.NoError(t, c.OpenDevices(Devices{Emulated: devices, Model: model, DRAMSize: 64 << 20}))
 	t.Cleanup(func() {
 		r.closed.Store(true)
 		c.Stop()

@@ -360,7 +360,7 @@ func (r *csRec) submitTracked(chunks []dma.Chunk) (seq uint64, t *cq.Ticket, err
 	if h := g.c.HookSubmitted.Load(); h != nil {
 		(*h)(seq)
 	}
-	t, terr = g.Actor.TrackTicket(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.onDone, OnTimeout: r.onTimeout})
+	t, terr = g.Actor.TrackTicket(context.Background(), cq.Submission{Seq: seq, Deadline: r.nextDeadline(), OnDone: r.onDone, OnTimeout: r.onTimeout, Progress: g.progress})
 	return seq, t, nil, terr
 }
 

@@ -41,7 +41,10 @@ type Device struct {
 	cbs   *dma.CBPool // command buffers of retired CSs
 	getCB func() (*dma.CB, error)
 	putCB func(*dma.CB) // cbs' methods as values, made once (not per CS)
-	Regs  atomic.Uint64 // host mappings performed
+	// progress is Dev.Progress as a value, made once: each CS's
+	// cq.Submission.Progress.
+	progress func() (uint64, bool)
+	Regs     atomic.Uint64 // host mappings performed
 
 	aband abandoned // CSs given up on at Close, kept until the device stops
 	win   subWindow // submissions between their CS ioctl and their Track (window.go)
@@ -130,6 +133,7 @@ func (c *Copier) newDevice(d *dma.Device, sim *hlsim.Device, idx int) *Device {
 	g := &Device{c: c, Idx: idx, Dev: d, Sim: sim, Types: memcache.NewTypeCache(), cbs: d.NewCBPool(cfg.CBSize, cbPoolSize)}
 	g.win.init()
 	g.getCB, g.putCB = g.cbs.Get, g.cbs.Put
+	g.progress = d.Progress
 	g.log = c.log.With().Int("dev", g.Idx).Str("node", d.Name()).Logger()
 	for i := range g.queues {
 		g.queues[i] = queue.New[*Job](cfg.QueueDepth, c.mode)

@@ -110,8 +110,14 @@ func (f *Future) spinWait(ctx context.Context) bool {
 		}
 	}()
 	deadline := time.Now().Add(f.spin)
+	var seen stamps
 	for i := 0; ; i++ {
-		f.pollTickets()
+		if i&pollEvery == 0 {
+			seen.read(f)
+			f.pollTickets()
+		} else if f.progressed(&seen) {
+			f.pollTickets()
+		}
 		if f.done.Load() {
 			return true
 		}
@@ -120,6 +126,45 @@ func (f *Future) spinWait(ctx context.Context) bool {
 		}
 		runtime.Gosched()
 	}
+}
+
+// pollEvery+1 is how many looks at the completion sources' progress
+// stamps a spinning Wait makes between polls it makes regardless of them
+// (a stamp is a hint: see cq.Submission.Progress).
+const pollEvery = 7
+
+// stamps are the progress stamps of f's tickets as of the last poll.
+type stamps struct {
+	v  [maxTickets]uint64
+	ok [maxTickets]bool
+}
+
+// read takes the stamps of f's tickets, before they are polled: a CS that
+// ends after the poll moves its stamp past the one taken.
+func (s *stamps) read(f *Future) {
+	for i := range f.tickets {
+		s.v[i], s.ok[i] = f.tickets[i].Load().Progress()
+	}
+}
+
+// progressed reports whether a ticket of f may have ended since the
+// stamps were read (its stamp moved, or it has none to look at), and
+// reads them again: it is called before the poll it calls for.
+func (f *Future) progressed(s *stamps) bool {
+	moved := false
+	for i := range f.tickets {
+		t := f.tickets[i].Load()
+		if t == nil {
+			s.ok[i] = false
+			continue
+		}
+		v, ok := t.Progress()
+		if !ok || !s.ok[i] || v != s.v[i] {
+			moved = true
+		}
+		s.v[i], s.ok[i] = v, ok
+	}
+	return moved
 }
 
 // pollTickets polls the attached command submissions once each, dropping
