@@ -387,6 +387,7 @@ func (a *DeviceActor) run() {
 	lastProgress := time.Now()
 	var stopAt time.Time
 	cursor := 0
+	var stamp sweepStamp
 	idle := time.NewTimer(a.cfg.IdleTimeout)
 	defer idle.Stop()
 
@@ -601,6 +602,7 @@ func (a *DeviceActor) run() {
 		if cursor >= len(pending) {
 			cursor = 0
 		}
+		still := stamp.still(pending)
 		for k := 0; k < n; k++ {
 			i := (cursor + k) % len(pending)
 			if pending[i] == nil {
@@ -611,8 +613,8 @@ func (a *DeviceActor) run() {
 				progressed, relied = true, false
 				continue
 			}
-			if pending[i].watchers.Load() > 0 || !claim(i) {
-				continue // its waiter polls it and retires it
+			if still || pending[i].watchers.Load() > 0 || !claim(i) {
+				continue // its waiter polls it and retires it, or nothing ended since the last polls
 			}
 			a.polls.Add(1)
 			if poll(i, 0) {

@@ -200,3 +200,34 @@ func (t *Ticket) Progress() (stamp uint64, ok bool) {
 	}
 	return t.Submission.Progress()
 }
+
+// sweepStamp is an actor's view of its completion source's progress
+// stamp (Submission.Progress; its tickets share one source): a sweep
+// polls only when the stamp moved since the last sweep that polled, there
+// is none, or every sweepEvery+1 sweeps (it is a hint).
+type sweepStamp struct {
+	v      uint64
+	ok     bool
+	sweeps int
+}
+
+const sweepEvery = 7
+
+// still reports whether this sweep may skip its polls, and else takes the
+// stamp, before the polls: a CS that ends after them moves it.
+func (s *sweepStamp) still(pending []*Ticket) bool {
+	s.sweeps++
+	var v uint64
+	ok := false
+	for _, t := range pending {
+		if t != nil {
+			v, ok = t.Progress()
+			break
+		}
+	}
+	if ok && s.ok && v == s.v && s.sweeps&sweepEvery != 0 {
+		return true
+	}
+	s.v, s.ok = v, ok
+	return false
+}
