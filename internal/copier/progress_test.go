@@ -67,7 +67,9 @@ func TestSpinWaitPollsOnProgress(t *testing.T) {
 				// and the first look's.
 				require.LessOrEqual(t, polls, n/(pollEvery+1)+moved.Load()+2, "polls: %d looks, %d stamp changes", n, moved.Load())
 			} else {
-				require.GreaterOrEqual(t, polls, n-1, "polls at every look without a stamp")
+				// At every look, but for those that found the ticket
+				// held by the actor (Ticket.Poll makes no WAIT_CS then).
+				require.GreaterOrEqual(t, polls, n/2, "polls at every look without a stamp: %d looks", n)
 			}
 		})
 	}
