@@ -15,7 +15,8 @@
 // together with the peer's parsed keys and the connection to it (so its
 // imports, memory regions and mappings are released), when the peer
 // republishes (a section added or withdrawn), dies, its record leaves the
-// store, or the connection fails; transfers in flight to it then fail with
+// store, the connection fails, or the application is done with it
+// (Forget); transfers in flight to it then fail with
 // a PeerError matching engine.ErrPeer. A restarted agent of the same name
 // has a new incarnation: it is another peer. Once a peer is cached the
 // transfer path makes no Store call.

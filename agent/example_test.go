@@ -2,11 +2,13 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/gxfer/gxfer/agent"
+	"github.com/gxfer/gxfer/agent/meta"
 	"github.com/gxfer/gxfer/engine"
 )
 
@@ -92,4 +94,36 @@ func ExamplePrepared() {
 	// Output:
 	// <nil>
 	// D B
+}
+
+// Forget: an application done with a peer drops it (its record, its
+// connection, the address it was Connected at) instead of keeping it until
+// the agent closes.
+func ExampleAgent_Forget() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "gxfer-example")
+	defer os.RemoveAll(dir)
+	cfg := engine.Config{Devices: engine.DevicesNone}
+	teng, _ := engine.New(cfg)
+	defer teng.Close()
+	target, _ := agent.New(ctx, agent.Config{Name: "target", Engine: teng, Unix: filepath.Join(dir, "t.sock")})
+	defer target.Close()
+
+	ceng, _ := engine.New(cfg)
+	defer ceng.Close()
+	client, _ := agent.New(ctx, agent.Config{Name: "client", Engine: ceng})
+	defer client.Close()
+	name, _ := client.Connect(ctx, target.Metadata().Unix)
+	p, _ := client.Peer(ctx, name)
+	fmt.Println(client.Notify(ctx, name, []byte("last words")))
+
+	fmt.Println(client.Forget(name))
+	fmt.Println(errors.Is(p.Err(), agent.ErrForgotten))
+	_, err := client.Peer(ctx, name)
+	fmt.Println(errors.Is(err, meta.ErrNotFound), errors.Is(client.Forget(name), meta.ErrNotFound))
+	// Output:
+	// <nil>
+	// <nil>
+	// true
+	// true true
 }
