@@ -145,20 +145,6 @@ func decodeKVMsg(b []byte) (kvMsg, error) {
 	return m, nil
 }
 
-// latencies collects durations and gives quantiles.
-type latencies []time.Duration
-
-func (l latencies) q(f float64) time.Duration {
-	if len(l) == 0 {
-		return 0
-	}
-	s := slices.Clone(l)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(f*float64(len(s))))]
-}
-
-func us(d time.Duration) string { return fmt.Sprintf("%.1fus", float64(d)/1e3) }
-
 // kvTarget serves the workload on a's section (already published as
 // section) until `initiators` initiators ended (0: until ctx ends).
 type kvTarget struct {

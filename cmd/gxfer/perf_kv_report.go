@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -85,3 +86,17 @@ func (in *kvInitiator) report(el time.Duration, post, rtt latencies) {
 	fmt.Fprintf(in.out, "initiator %s: post of %d descriptors: p50 %s p99 %s mean %s (CPU in Prepared.Write, before it returns) | post to acknowledged p50 %s p99 %s\n",
 		in.label, in.p.blocks, us(post.q(0.5)), us(post.q(0.99)), us(sum/time.Duration(max(1, len(post)))), us(rtt.q(0.5)), us(rtt.q(0.99)))
 }
+
+// latencies collects durations and gives quantiles.
+type latencies []time.Duration
+
+func (l latencies) q(f float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	s := slices.Clone(l)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(f*float64(len(s))))]
+}
+
+func us(d time.Duration) string { return fmt.Sprintf("%.1fus", float64(d)/1e3) }
