@@ -191,7 +191,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 	rctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
-	notes, recvErr, gone := make(chan agent.Notification), make(chan error, 1), make(chan string)
+	notes, recvErr, gone := make(chan agent.Notification), make(chan error, 1), make(chan *agent.Peer)
 	// Hellos are answered on goroutines of their own (reaching an
 	// initiator may take a dial's timeout), in the slots of hellos.
 	welcomed, hellos := make(chan helloResult), newHelloSlots()
@@ -216,6 +216,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		}
 	}()
 	active := map[string]bool{} // initiators welcomed and not ended
+	forgets := newPeerForgets(t.a, active, hellos)
 	// The section has a region per initiator (max(1, initiators)); each
 	// active initiator writes one of its own, never shared.
 	regions := max(1, t.initiators)
@@ -244,7 +245,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			select {
 			case <-p.Done():
 				select {
-				case gone <- name:
+				case gone <- p:
 				case <-rctx.Done():
 				case <-stopped:
 				}
@@ -301,6 +302,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			ackWG.Add(1)
 			go func() {
 				defer ackWG.Done()
+				defer forgets.senderEnded(name, exiting)
 				for msg := range q {
 					nctx, cancel := rctx, context.CancelFunc(func() {})
 					if t.idle > 0 {
@@ -347,21 +349,24 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		delete(seen, name)
 		delete(inc, name)
 		watched.end(name)
-		if q, ok := ackers[name]; ok { // its sender goes once it sent what is queued
-			close(q)
-			delete(ackers, name)
-		}
+		forgets.endSender(ackers, name) // it goes once it sent what is queued
 		if why != "" {
 			fmt.Fprintf(t.out, "# initiator %s: %s\n", name, why)
 		}
+		forgets.forget(name)
 	}
 
 	for t.initiators == 0 || ended < t.initiators {
 		var n agent.Notification
 		select {
 		case n = <-notes:
-		case name := <-gone:
-			end(name, "gone before its end")
+		case p := <-gone:
+			if watched.current(p) {
+				end(p.Name(), "gone before its end")
+			}
+			continue
+		case name := <-forgets.sent:
+			forgets.sentAll(name)
 			continue
 		case f := <-ackFailed:
 			if ackers[f.name] != f.q {
@@ -406,6 +411,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			hellos.done(h)
 			if errors.Is(h.err, errNoRegion) || errors.Is(h.err, errIdled) {
 				t.dropBad(&st, h.from, h.err)
+				forgets.forget(h.from)
 				continue
 			}
 			if h.err != nil {
@@ -415,15 +421,14 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 				delete(inc, h.from)
 				release(h.from)
 				watched.end(h.from)
-				if q, ok := ackers[h.from]; ok { // (a hello again of one welcomed)
-					close(q)
-					delete(ackers, h.from)
-				}
+				forgets.endSender(ackers, h.from) // (a hello again of one welcomed)
+				forgets.forget(h.from)
 				fmt.Fprintf(t.out, "# initiator %s: %v\n", h.from, h.err)
 				continue
 			}
 			fmt.Fprintf(t.out, "# initiator %s: welcomed, its requests at offset %d of the section\n", h.from, h.base)
 			watch(h.from)
+			forgets.forget(h.from) // (if it ended before its welcome was reported)
 			continue
 		case err := <-recvErr:
 			if ctx.Err() != nil && t.initiators == 0 {

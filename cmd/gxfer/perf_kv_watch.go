@@ -35,3 +35,11 @@ func (w peerWatches) end(name string) {
 		delete(w, name)
 	}
 }
+
+// current reports whether p is the peer its name's watch is on: a watch
+// stopped since (its initiator ended, maybe followed by another run of
+// the name) may still report its peer gone.
+func (w peerWatches) current(p *agent.Peer) bool {
+	pw, ok := w[p.Name()]
+	return ok && pw.p == p
+}
