@@ -57,7 +57,10 @@ Without -etcd and -role, a target and an initiator run in this process
 channel (-via unix or tcp). With -role but no -etcd, the initiator reaches
 the target at -connect ADDR (its unix socket or host:port). An initiator
 must be reachable by its target (it listens at -unix or -tcp; in this
-process's temporary directory by default) for the acknowledgements.
+process's temporary directory by default) for the acknowledgements;
+without -etcd, a target reaches an initiator whose hello came over TCP
+only at its -tcp address, and only if that is the IP address its
+connection comes from (no NAT between them).
 `
 
 type agentPerfOpts struct {

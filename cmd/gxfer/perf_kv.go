@@ -463,7 +463,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 					// that never takes its welcome holds no slot for good.
 					wctx, cancel = context.WithTimeout(rctx, t.idle)
 				}
-				h.base, h.err = t.welcome(wctx, from, inc, m, regionReqs)
+				h.base, h.err = t.welcome(wctx, from, inc, source, m, regionReqs)
 				cancel()
 				select {
 				case welcomed <- h:

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"strings"
 )
 
 // The target's answers to hellos (perf_kv.go, kvTarget.run): on
@@ -46,15 +49,16 @@ var errNoRegion = errors.New("hello: every region of the section is in use")
 // no request within the target's -wait.
 var errIdled = errors.New("hello: it was idle")
 
-// welcome answers the hello m of initiator from: it reaches it (at the
-// hello's address when there is no store), takes a region of the section
-// for it (only then: a hello that cannot be answered holds none), and
-// sends its welcome.
-func (t *kvTarget) welcome(ctx context.Context, from string, inc uint64, m kvMsg, regions chan<- regionReq) (uint64, error) {
+// welcome answers the hello m of initiator from, which came from source
+// (agent.Notification.Source): it reaches it (at the hello's address when
+// there is no store: dialBack), takes a region of the section for it
+// (only then: a hello that cannot be answered holds none), and sends its
+// welcome.
+func (t *kvTarget) welcome(ctx context.Context, from string, inc uint64, source string, m kvMsg, regions chan<- regionReq) (uint64, error) {
 	if t.connect {
-		addr := m.unix
-		if addr == "" {
-			addr = m.tcp
+		addr, err := dialBack(m, source)
+		if err != nil {
+			return 0, err
 		}
 		if _, err := t.a.Connect(ctx, addr); err != nil {
 			return 0, fmt.Errorf("cannot reach it at %s: %w", addr, err)
@@ -74,4 +78,46 @@ func (t *kvTarget) welcome(ctx context.Context, from string, inc uint64, m kvMsg
 		return r.base, fmt.Errorf("gone before its welcome: %w", err)
 	}
 	return r.base, nil
+}
+
+// dialBack is the address a target reaches the sender of hello m at,
+// given the hello's source (agent.Notification.Source: where its
+// connection comes from, as the socket says, not the peer). A hello over
+// a unix socket comes from a process of this node and of the target's
+// uid (the engine checks it): the address it names, its socket first, is
+// one it could reach itself. A hello over TCP is answered only at a TCP
+// address of its own source (its IP address; an IPv6 /64), by IP: else a
+// peer could make the target dial any host and port, or, naming a unix
+// socket, any socket of this node the target's uid may open (a TCP peer,
+// even one on this node, may be of any uid). An initiator reached through
+// NAT, or whose connections leave from another address than the one it
+// listens at, is then not answered: run it with -etcd, or over unix.
+func dialBack(m kvMsg, source string) (string, error) {
+	if strings.HasPrefix(source, "pid ") {
+		if m.unix != "" {
+			return m.unix, nil
+		}
+		return m.tcp, nil
+	}
+	host, _, err := net.SplitHostPort(m.tcp)
+	if err != nil {
+		return "", fmt.Errorf("hello over TCP from %s without a TCP address (%q): not answered", source, m.tcp)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return "", fmt.Errorf("its TCP address %s is no IP address: not on its source %s, not dialed", m.tcp, source)
+	}
+	ip = ip.WithZone("").Unmap()
+	src, err := netip.ParseAddr(source)
+	if err != nil { // an IPv6 /64
+		pfx, perr := netip.ParsePrefix(source)
+		if perr != nil || !pfx.Contains(ip) {
+			return "", fmt.Errorf("its TCP address %s is not on its source %s: not dialed", m.tcp, source)
+		}
+		return m.tcp, nil
+	}
+	if src.Unmap() != ip {
+		return "", fmt.Errorf("its TCP address %s is not on its source %s: not dialed", m.tcp, source)
+	}
+	return m.tcp, nil
 }
