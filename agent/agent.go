@@ -26,7 +26,10 @@
 // The connection to a peer is dialed on first use, once (concurrent first
 // uses share the dial), and reused: over its unix socket when that socket
 // is reachable from here (and answers with the peer's name), else over TCP
-// (where the engine negotiates RDMA when both sides have NICs).
+// (where the engine negotiates RDMA when both sides have NICs). A peer
+// Connected keeps the connection Connect reached it on, or, on this node
+// reached over TCP, its socket, dialed by Connect: with no store watching
+// it, its connection is what tells the agent that it died or republished.
 //
 // # Transfers
 //

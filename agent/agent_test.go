@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/agent/etcdmeta/etcdtest"
 	"github.com/gxfer/gxfer/agent/meta"
 	"github.com/gxfer/gxfer/engine"
 )
@@ -71,18 +72,20 @@ func TestConnectSideChannel(t *testing.T) {
 }
 
 // TestConcurrentFirstUse: concurrent first transfers to a peer share one
-// dial (the record was fetched over TCP; the peer is on this node, so the
-// connection kept is dialed to its socket on first use).
+// dial (the record was found in the store, with no connection; the peer
+// is on this node, so the connection is dialed to its socket on first
+// use).
 func TestConcurrentFirstUse(t *testing.T) {
 	ctx := testCtx(t)
+	srv := etcdtest.New(t)
 	ea, eb := newEngine(t), newEngine(t)
-	a := newAgent(t, ea, "a", agentOpts{})
-	b := newAgent(t, eb, "b", agentOpts{unix: true, tcp: true})
+	a := newAgent(t, ea, "a", agentOpts{store: openStore(t, srv.Endpoints())})
+	b := newAgent(t, eb, "b", agentOpts{unix: true, tcp: true, store: openStore(t, srv.Endpoints())})
 	dst := alloc(t, eb, 64<<10, engine.Host)
 	require.NoError(t, b.Publish("dst", dst.All()))
 	src := alloc(t, ea, 64<<10, engine.Host)
 	copy(src.Bytes(), pattern(64<<10, 3))
-	_, err := a.Connect(ctx, b.Metadata().TCP)
+	_, err := a.Peer(ctx, "b")
 	require.NoError(t, err)
 	require.Equal(t, 0, a.Stats().Outbound)
 	dials := a.Stats().Dials
@@ -650,20 +653,27 @@ func TestLongLists(t *testing.T) {
 	}
 }
 
-// TestStaleRecordOnDial: a record cached without a connection (fetched
-// over TCP, the peer being on this node) goes stale when the peer
-// republishes; the dial's hello shows the newer Version, the record is
-// dropped and fetched again within the same Write.
+// mutedWatchStore is a store whose watches report nothing: watches that
+// lag behind the store.
+type mutedWatchStore struct{ meta.Store }
+
+func (s mutedWatchStore) Watch(name string, _ func(meta.Event)) func() {
+	return s.Store.Watch(name, func(meta.Event) {})
+}
+
+// TestStaleRecordOnDial: a record cached without a connection (found in
+// the store, whose watch has not told the change yet) goes stale when the
+// peer republishes; the dial's hello shows the newer Version, the record
+// is dropped and looked up again within the same Write.
 func TestStaleRecordOnDial(t *testing.T) {
 	ctx := testCtx(t)
+	srv := etcdtest.New(t)
 	ea, eb := newEngine(t), newEngine(t)
-	a := newAgent(t, ea, "a", agentOpts{})
-	b := newAgent(t, eb, "b", agentOpts{unix: true, tcp: true})
+	a := newAgent(t, ea, "a", agentOpts{store: mutedWatchStore{openStore(t, srv.Endpoints())}})
+	b := newAgent(t, eb, "b", agentOpts{unix: true, tcp: true, store: openStore(t, srv.Endpoints())})
 	buf := alloc(t, eb, 1<<20, engine.Host)
 	require.NoError(t, b.Publish("x", buf.Slice(0, 4096)))
 	require.NoError(t, b.Publish("old", buf.Slice(4096, 4096)))
-	_, err := a.Connect(ctx, b.Metadata().TCP)
-	require.NoError(t, err)
 	p1, err := a.Peer(ctx, "b")
 	require.NoError(t, err)
 	require.NoError(t, b.Publish("new", buf.Slice(8192, 4096)))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/agent/etcdmeta/etcdtest"
 	"github.com/gxfer/gxfer/agent/meta"
 	"github.com/gxfer/gxfer/engine"
 )
@@ -40,24 +41,24 @@ func parkedInConn() int {
 // connection. Before, it failed with the dialer's ErrCanceled.
 func TestSharedDialCtxNotShared(t *testing.T) {
 	ctx := testCtx(t)
+	srv := etcdtest.New(t)
 	ea, em := newEngine(t), newEngine(t)
-	a := newAgent(t, ea, "a", agentOpts{})
-	// Agent "m", played here: its record is fetched over TCP and names
-	// a unix socket on this node, so a's first use dials that socket.
-	lt, err := em.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer lt.Close()
+	a := newAgent(t, ea, "a", agentOpts{store: openStore(t, srv.Endpoints())})
+	// Agent "m", played here: its record is in the store (found with no
+	// connection) and names a unix socket on this node, so a's first use
+	// dials that socket.
 	lu, err := em.Listen("unix", sockDir(t)+"/m.sock")
 	require.NoError(t, err)
 	defer lu.Close()
-	md := meta.Metadata{Name: "m", Incarnation: 7, Version: 1, Unix: lu.Addr(), TCP: lt.Addr()}
-	rec, err := md.Encode()
-	require.NoError(t, err)
+	md := meta.Metadata{Name: "m", Incarnation: 7, Version: 1, Unix: lu.Addr()}
+	ms := openStore(t, srv.Endpoints())
+	defer ms.Close()
+	require.NoError(t, ms.Publish(ctx, md))
 
 	// serve answers hellos on l, n connections; on the one numbered mute
 	// it answers nothing (a dial that waits until its ctx ends), and it
 	// reports each hello on hellos.
-	serve := func(l *engine.Listener, n, mute int, withMeta bool, hellos chan<- int) chan error {
+	serve := func(l *engine.Listener, n, mute int, hellos chan<- int) chan error {
 		done := make(chan error, 1)
 		go func() {
 			for i := range n {
@@ -75,16 +76,10 @@ func TestSharedDialCtxNotShared(t *testing.T) {
 					hellos <- i
 				}
 				if i != mute {
-					msgs := [][]byte{encodeHello("m", 7, 0, 1, false)}
-					if withMeta {
-						msgs = append(msgs, encodeMeta(rec)...)
-					}
-					for _, m := range msgs {
-						if err := ep.Send(ctx, m); err != nil {
-							ep.Close()
-							done <- err
-							return
-						}
+					if err := ep.Send(ctx, encodeHello("m", 7, 0, 1, false)); err != nil {
+						ep.Close()
+						done <- err
+						return
 					}
 				}
 				for { // until a hangs up
@@ -98,18 +93,13 @@ func TestSharedDialCtxNotShared(t *testing.T) {
 		}()
 		return done
 	}
-	tcpDone := serve(lt, 1, -1, true, nil)
-	name, err := a.Connect(ctx, lt.Addr())
-	require.NoError(t, err)
-	require.Equal(t, "m", name)
-	require.NoError(t, <-tcpDone)
 	p, err := a.Peer(ctx, "m")
 	require.NoError(t, err)
 	_, connected := p.Transport()
 	require.False(t, connected)
 
 	hellos := make(chan int, 2)
-	unixDone := serve(lu, 2, 0, false, hellos)
+	unixDone := serve(lu, 2, 0, hellos)
 	actx, cancelA := context.WithCancel(ctx)
 	defer cancelA()
 	errA := make(chan error, 1)

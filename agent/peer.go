@@ -597,8 +597,10 @@ func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, cached *meta.Me
 }
 
 // Connect reaches the agent serving at addr (a unix socket path, or
-// host:port), fetches its record over that connection and caches it; it
-// returns the agent's name, which Peer, Write, Read and Notify then take.
+// host:port), fetches its record over that connection and caches it with
+// a connection to it (that one, or its unix socket if it is on this
+// node); it returns the agent's name, which Peer, Write, Read and Notify
+// then take.
 // Without a store, this is how peers are found: a peer dropped later is
 // fetched again from addr (for the 1024 names last Connected whose peer
 // is not cached: an older one must be Connected again).
@@ -643,9 +645,14 @@ func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
 	a.mu.Unlock()
 	p := a.newPeer(md)
 	if network == "tcp" && md.Unix != "" && reachableUnix(md.Unix) {
-		// The peer is on this node: the next use dials its socket.
-		ep.Close()
-		ep = nil
+		// The peer is on this node: its connection is its socket, dialed
+		// now (a peer cached with none, no store watching it, would not
+		// be dropped when it dies or republishes until used); if that
+		// fails, the TCP one stays.
+		if uep, _, err := a.handshake(ctx, "unix", md.Unix, &md, false); err == nil {
+			ep.Close()
+			ep = uep
+		}
 	}
 	return a.install(p, ep)
 }
