@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -54,6 +55,10 @@ func TestPerfAgentTargetInitiatorNotReading(t *testing.T) {
 	icode := runContext(ctx, append([]string{"perf", "-agent", "-role", "initiator", "-name", "ini",
 		"-unix", filepath.Join(dir, "i.sock"), "-connect", sock, "-wait", "10s", "-requests", "10"}, kv...), &iout, &ierr)
 	require.Equal(t, exitOK, icode, ierr.String()+iout.String())
+	// The deaf peer's requests go on until the target ended it (its
+	// acknowledgements overflow, or one waits -wait): closed before, it
+	// would be gone instead (the initiator may end first).
+	waitOutput(t, out, regexp.MustCompile(`# initiator deaf: takes no acknowledgements`), "the deaf peer was not ended")
 	stopReqs()
 	<-reqsDone
 	a.Close()
