@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gxfer/gxfer/agent"
+	"github.com/gxfer/gxfer/agent/meta"
 	"github.com/gxfer/gxfer/engine"
 )
 
@@ -150,5 +151,20 @@ func run(out io.Writer, tamper func(*engine.Engine, *engine.Buffer) error) (err 
 	st := prefill.Stats()
 	fmt.Fprintf(out, "decode checked %d blocks of %d KiB: verified (over %v, %d descriptors in %d puts)\n",
 		blocks, blockSize>>10, tr, st.Descs, st.Puts)
+
+	// Done with decode: prefill drops its record, keys, connection and
+	// address. Without a store, decode is then found only by Connect.
+	if err := prefill.Forget("decode"); err != nil {
+		return err
+	}
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if _, err := prefill.Peer(ctx, "decode"); !errors.Is(err, meta.ErrNotFound) {
+		return fmt.Errorf("decode still found after Forget: %v", err)
+	}
+	fmt.Fprintf(out, "prefill forgot decode: %v\n", p.Err())
 	return nil
 }

@@ -21,6 +21,8 @@ func TestRun(t *testing.T) {
 	require.Contains(t, out.String(), `prefill found "decode"`)
 	require.Contains(t, out.String(), `decode got "request 42: 64 blocks" from prefill`)
 	require.Contains(t, out.String(), "decode checked 64 blocks of 64 KiB: verified (over ipc, 64 descriptors in 64 puts)")
+	require.Contains(t, out.String(), "prefill forgot decode: ")
+	require.Contains(t, out.String(), "peer forgotten")
 }
 
 // TestRunCatchesShiftedBytes: a block that landed 256 bytes off its place
