@@ -59,8 +59,9 @@
 // that share. A connection that closes with a notification not yet
 // queued is kept until it is; while a source has 16 such connections, the
 // hellos of its new ones wait (their dial waits, as far as the dialer's
-// context lets it): a source cycling connections that each send one
-// notification and close is held, not kept without bound.
+// context and Config.HelloTimeout let it): a source cycling connections
+// that each send one notification and close is held, not kept without
+// bound.
 // The sender's name in a Notification is what it
 // said in its hello: authenticated only as far as the engine authenticates
 // its peers (Config.ClusterSecret over TCP, the uid over unix).
@@ -135,6 +136,13 @@ type Config struct {
 	// StoreTimeout bounds the Store calls the agent makes without a
 	// caller's context (Publish, Withdraw, Close). Default 10 s.
 	StoreTimeout time.Duration
+	// HelloTimeout bounds the agent's handshake on each connection it
+	// dials (its hello, the peer's answer and, for Connect, the peer's
+	// record), after the engine's own: a peer that does not answer in
+	// time (hung, or hostile) fails the dial with an error matching
+	// engine.ErrTimeout, though the caller's context lasts longer.
+	// Default 10 s.
+	HelloTimeout time.Duration
 }
 
 // Agent is a named engine in a cluster. It is safe for concurrent use.
@@ -217,6 +225,9 @@ func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
 	cfg.MaxInFlight = min(cfg.MaxInFlight, 64)
 	if cfg.StoreTimeout <= 0 {
 		cfg.StoreTimeout = 10 * time.Second
+	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = 10 * time.Second
 	}
 	var inc uint64
 	for inc == 0 {

@@ -6,10 +6,11 @@ package agent
 // kept, nothing being dropped while both agents live, and so are its
 // endpoint and the goroutine serving it, until it is queued. While a
 // source holds maxHeldClosed of them, the hellos of its new connections
-// are not answered (their dial waits, bounded by the dialer's context)
-// until one is queued: a peer that opens connections in a loop, each
-// sending a notification and closing, is held there instead of growing
-// the agent for as long as the application does not Recv. A source's
+// are not answered (their dial waits, bounded by the dialer's context
+// and its Config.HelloTimeout) until one is queued: a peer that opens
+// connections in a loop, each sending a notification and closing, is
+// held there instead of growing the agent for as long as the
+// application does not Recv. A source's
 // endpoints still open are bounded by the engine (MaxPeersPerSource).
 // An honest sender sends nothing before its hello is answered: no
 // notification of it waits behind a hello not answered.

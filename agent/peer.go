@@ -527,9 +527,18 @@ func (a *Agent) handshake(ctx context.Context, network, addr string, cached *met
 	if err != nil {
 		return nil, meta.Metadata{}, fmt.Errorf("agent %s: dial %s %s: %w", a.cfg.Name, network, addr, err)
 	}
-	md, err := a.hello1(ctx, ep, cached, wantMeta)
+	// The hello is bounded of its own (Config.HelloTimeout): a peer that
+	// does not answer would hold the caller until its ctx ends, for ever
+	// with none.
+	hctx, cancel := context.WithTimeout(ctx, a.cfg.HelloTimeout)
+	md, err := a.hello1(hctx, ep, cached, wantMeta)
+	expired := hctx.Err() != nil && ctx.Err() == nil
+	cancel()
 	if err != nil {
 		ep.Close()
+		if expired {
+			err = fmt.Errorf("%w: no answer to the hello within %v (Config.HelloTimeout): %w", engine.ErrTimeout, a.cfg.HelloTimeout, err)
+		}
 		return nil, meta.Metadata{}, fmt.Errorf("agent %s: %s %s: %w", a.cfg.Name, network, addr, err)
 	}
 	return ep, md, nil
