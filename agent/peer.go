@@ -575,6 +575,12 @@ func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, cached *meta.Me
 			if expect != 0 && m.incarnation != expect {
 				return md, fmt.Errorf("%w: answered as incarnation %016x of %q, not %016x", engine.ErrPeer, m.incarnation, m.name, expect)
 			}
+			if cached != nil && m.name != cached.Name {
+				// Another agent at the record's address (a socket of this
+				// node the record names, with that agent's incarnation,
+				// which its own record shows): not the peer.
+				return md, fmt.Errorf("%w: answered as %q, not %q", engine.ErrPeer, m.name, cached.Name)
+			}
 			if cached != nil && m.version > cached.Version {
 				return md, fmt.Errorf("%w: %w (version %d, cached %d)", engine.ErrPeer, errRepublished, m.version, cached.Version)
 			}
