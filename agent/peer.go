@@ -614,8 +614,8 @@ func (a *Agent) hello1(ctx context.Context, ep *engine.Endpoint, cached *meta.Me
 // Connect reaches the agent serving at addr (a unix socket path, or
 // host:port), fetches its record over that connection and caches it with
 // a connection to it (that one, or its unix socket if it is on this
-// node); it returns the agent's name, which Peer, Write, Read and Notify
-// then take.
+// node: then with the record served there); it returns the agent's
+// name, which Peer, Write, Read and Notify then take.
 // Without a store, this is how peers are found: a peer dropped later is
 // fetched again from addr (for the 1024 names last Connected whose peer
 // is not cached: an older one must be Connected again).
@@ -658,16 +658,19 @@ func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
 	a.mu.Lock()
 	a.keepAddr(md.Name, addr)
 	a.mu.Unlock()
-	p := a.newPeer(md)
 	if network == "tcp" && md.Unix != "" && reachableUnix(md.Unix) {
 		// The peer is on this node: its connection is its socket, dialed
 		// now (a peer cached with none, no store watching it, would not
 		// be dropped when it dies or republishes until used); if that
-		// fails, the TCP one stays.
-		if uep, _, err := a.handshake(ctx, "unix", md.Unix, &md, false); err == nil {
+		// fails, the TCP one stays. The record is the one the agent at
+		// the socket serves (its name and incarnation those of the TCP
+		// one): the TCP address may have named another agent's socket,
+		// with that agent's name and incarnation but sections of its own
+		// making.
+		if uep, umd, err := a.handshake(ctx, "unix", md.Unix, &md, true); err == nil {
 			ep.Close()
-			ep = uep
+			ep, md = uep, umd
 		}
 	}
-	return a.install(p, ep)
+	return a.install(a.newPeer(md), ep)
 }

@@ -77,3 +77,48 @@ func TestRecordUnixPathOfAnotherAgent(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectOnNodeRecordFromSocket: Connect reaches a peer over TCP whose
+// record names an agent of this node ("v": its name, incarnation and
+// unix socket, as anyone v serves its record to sees them) but lists v's
+// sections under other names. The connection Connect keeps is v's socket,
+// so the record cached must be the one v serves there, not the one the
+// TCP address served. Before, a cached the TCP one, and a's Write to v's
+// section "scratch" landed in v's "weights".
+func TestConnectOnNodeRecordFromSocket(t *testing.T) {
+	ctx := testCtx(t)
+	ea, ev, eh := newEngine(t), newEngine(t), newEngine(t)
+	v := newAgent(t, ev, "v", agentOpts{unix: true})
+	weights, scratch := alloc(t, ev, 4096, engine.Host), alloc(t, ev, 4096, engine.Host)
+	require.NoError(t, v.Publish("weights", weights.All()))
+	require.NoError(t, v.Publish("scratch", scratch.All()))
+	vmd := v.Metadata()
+	w, ok := vmd.Section("weights")
+	require.True(t, ok)
+	swapped := meta.Metadata{Name: "v", Incarnation: vmd.Incarnation, Version: vmd.Version,
+		Unix: vmd.Unix, Sections: []meta.Section{w}}
+	swapped.Sections[0].Name = "scratch"
+
+	lh, err := eh.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer lh.Close()
+	rec, err := swapped.Encode()
+	require.NoError(t, err)
+	msgs := append([][]byte{encodeHello("v", vmd.Incarnation, 0, vmd.Version, false)}, encodeMeta(rec)...)
+	hDone := scriptedPeer(ctx, lh, msgs, nil)
+	a := newAgent(t, ea, "a", agentOpts{})
+	name, err := a.Connect(ctx, lh.Addr())
+	require.NoError(t, err)
+	require.Equal(t, "v", name)
+	p, err := a.Peer(ctx, "v")
+	require.NoError(t, err)
+	src := alloc(t, ea, 4096, engine.Host)
+	copy(src.Bytes(), pattern(4096, 10))
+	err = a.Write(ctx, "v", []Desc{{Local: src.All(), Section: "scratch"}}).Wait(ctx)
+	require.False(t, bytes.Equal(src.Bytes(), weights.Bytes()), "a's Write to v's scratch landed in v's weights")
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(src.Bytes(), scratch.Bytes()))
+	require.Equal(t, vmd, p.Metadata())
+	require.NoError(t, a.Close())
+	require.NoError(t, <-hDone)
+}
