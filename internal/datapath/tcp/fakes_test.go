@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,9 @@ func (e *fakeEnv) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (
 	if k.AllocID == badAlloc {
 		return datapath.Mem{}, wire.StatusBadKey, "refused by the test"
 	}
+	if off > math.MaxUint64-k.Offset {
+		return datapath.Mem{}, wire.StatusOutOfRange, "beyond"
+	}
 	off += k.Offset // the view's start
 	var mem datapath.Buf = e.mem
 	if k.MemType == wire.MemGaudi {
@@ -86,7 +90,7 @@ func (e *fakeEnv) Lookup(k *wire.RemoteKey, off, n uint64, need wire.KeyFlags) (
 		}
 		mem = e.dev
 	}
-	if off+n > mem.Len() || k.Length > mem.Len() {
+	if n > mem.Len() || off > mem.Len()-n || k.Length > mem.Len() {
 		// (As the engine's, a key names memory of its length: what is
 		// inside its view is inside the memory.)
 		return datapath.Mem{}, wire.StatusOutOfRange, "beyond"
