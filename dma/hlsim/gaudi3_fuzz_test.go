@@ -18,7 +18,8 @@ import (
 const (
 	g3FuzzWin  = 64 << 10
 	g3FuzzDRAM = 1 << 32
-	g3FuzzMax  = 4096 // ring bytes one input may post
+	g3FuzzRing = 4096       // the channel's ring size (MSQ_SIZE+1)
+	g3FuzzMax  = g3FuzzRing // ring bytes one input may post
 )
 
 // g3FuzzWindows is the rig's two windows and a model of their bytes.
@@ -61,11 +62,14 @@ const (
 // g3FuzzModel relocates the input's packets (ring holds the bytes to
 // post) and runs them on w's model: the outcome the emulator must show
 // and, for g3Runs, the counter advances and packets it must count.
-func g3FuzzModel(in []byte, w *g3FuzzWindows) (ring []byte, out g3Outcome, incs, pkts uint64) {
+// The bytes go in the ring from offset start on, wrapping at its end: a
+// packet that does not end before the ring's end is refused (RULES G8).
+func g3FuzzModel(in []byte, start int, w *g3FuzzWindows) (ring []byte, out g3Outcome, incs, pkts uint64) {
 	ring = bytes.Clone(in)
 	out = g3Runs
 	for off := 0; off < len(ring); {
-		buf := ring[off:min(len(ring), off+gaudi3.LinPDMAWrCompSize)]
+		toEnd := g3FuzzRing - (start+off)%g3FuzzRing
+		buf := ring[off:min(len(ring), off+gaudi3.LinPDMAWrCompSize, off+toEnd)]
 		p, n, err := gaudi3.Decode(buf)
 		if err != nil {
 			return ring, worse(out, g3Fails), 0, 0
@@ -145,7 +149,8 @@ func g3LinModel(p gaudi3.LinPDMA, w *g3FuzzWindows) g3Outcome {
 }
 
 // FuzzGaudi3Ring posts arbitrary bytes to a Gaudi3 PDMA channel's ring
-// and rings the doorbell. Whatever the bytes, nothing panics and the
+// and rings the doorbell (the first input byte puts them 8*(b%64) bytes
+// before the ring's end, after NOPs that take the channel there). Whatever the bytes, nothing panics and the
 // channel ends: it either runs every packet or stops with a channel
 // error (the device reset, RULES G8). When every address is inside the
 // windows the outcome is exact: a ring of LIN_PDMAs and NOPs runs to
@@ -167,29 +172,52 @@ func FuzzGaudi3Ring(f *testing.F) {
 		p.AdvanceCQ, p.WrComp, p.WrCompAddr, p.WrCompData, p.IncContextID, p.DescCommit = comp.AdvanceCQ, true, comp.WrCompAddr, comp.WrCompData, true, true
 		return p
 	}
-	f.Add(nopB)
-	f.Add(cat(lin(withComp(gaudi3.LinPDMA{Src: 0, Dst: d, Size: 4096, Dir: gaudi3.DirHostToDevice})),
+	add := func(start byte, b ...[]byte) { f.Add(cat(append([][]byte{{start}}, b...)...)) }
+	add(0, nopB)
+	add(2, nopB, lin(withComp(gaudi3.LinPDMA{Src: 0, Dst: 64, Size: 64})), nopB)                                         // straddles the end
+	add(5, lin(withComp(gaudi3.LinPDMA{Src: 0, Dst: 64, Size: 64})), nopB, lin(gaudi3.LinPDMA{Src: 8, Dst: d, Size: 8})) // wraps
+	add(0, cat(lin(withComp(gaudi3.LinPDMA{Src: 0, Dst: d, Size: 4096, Dir: gaudi3.DirHostToDevice})),
 		lin(withComp(gaudi3.LinPDMA{Src: d, Dst: 8192, Size: 4096, Dir: gaudi3.DirDeviceToHost}))))
-	f.Add(cat(lin(gaudi3.LinPDMA{Src: 100, Dst: 50, Size: 1000}), lin(gaudi3.LinPDMA{Src: 0x0123456789abcdef, Dst: d + 3, Size: 333, Memset: true}), nopB))
-	f.Add(lin(gaudi3.LinPDMA{Src: 0, Dst: d, Size: 4096, AdvanceCQ: true}))
-	f.Add(cat(nopB, lin(withComp(gaudi3.LinPDMA{Src: 0, Dst: g3FuzzWin - 8, Size: 16}))))
-	f.Add(cat(nopB, lin(withComp(gaudi3.LinPDMA{Src: 0, Dst: d, Size: 64}))[:30]))
-	f.Add(lin(gaudi3.MsgLong{Value: 1, Addr: 60000}))
+	add(0, cat(lin(gaudi3.LinPDMA{Src: 100, Dst: 50, Size: 1000}), lin(gaudi3.LinPDMA{Src: 0x0123456789abcdef, Dst: d + 3, Size: 333, Memset: true}), nopB))
+	add(0, lin(gaudi3.LinPDMA{Src: 0, Dst: d, Size: 4096, AdvanceCQ: true}))
+	add(0, nopB, lin(withComp(gaudi3.LinPDMA{Src: 0, Dst: g3FuzzWin - 8, Size: 16})))
+	add(0, nopB, lin(withComp(gaudi3.LinPDMA{Src: 0, Dst: d, Size: 64}))[:30])
+	add(0, lin(gaudi3.MsgLong{Value: 1, Addr: 60000}))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		in = in[:min(len(in), g3FuzzMax)]
-		if len(in) == 0 {
+		if len(in) < 2 {
 			return
 		}
+		start := (g3FuzzRing - 8*int(in[0]%64)) % g3FuzzRing
+		in = in[1:min(len(in), 1+g3FuzzMax)]
 		r := newG3Rig(t, Config{DRAMSize: 64 << 20}, 1)
+		r.w(gaudi3.RegMSQSize, g3FuzzRing-1)
+		if start > 0 {
+			var nops []byte
+			for len(nops) < start {
+				nops, _ = gaudi3.NOP{}.Append(nops)
+			}
+			r.post(nops)
+			for end := time.Now().Add(safety); r.rd(gaudi3.RegMSQCI) != r.pi; time.Sleep(50 * time.Microsecond) {
+				if time.Now().After(end) {
+					t.Fatalf("the channel did not run %d bytes of NOPs", start)
+				}
+			}
+		}
 		w := &g3FuzzWindows{host: pattern(g3FuzzWin, 5), dram: pattern(g3FuzzWin, 9)}
 		var hostMem []byte
 		hostMem, w.hostVA = r.host(g3FuzzWin)
 		copy(hostMem, w.host)
 		w.dramVA = r.dram(g3FuzzWin)
 		r.dramAccess(t, w.dramVA, w.dram, true)
-		ring, want, incs, pkts := g3FuzzModel(in, w)
+		ring, want, incs, pkts := g3FuzzModel(in, start, w)
+		pkts += uint64(start / gaudi3.NOPSize)
 
-		r.post(ring)
+		for i, b := range ring {
+			r.ring[(start+i)%g3FuzzRing] = b
+		}
+		r.pi += uint32(len(ring))
+		r.w(gaudi3.RegMSQPI, r.pi)
+		r.b.(*hctx).Doorbell(r.regs)
 		deadline := time.Now().Add(safety)
 		for {
 			st := r.d.Stats()
