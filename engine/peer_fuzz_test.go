@@ -63,30 +63,8 @@ func fuzzPeerStream(t testing.TB, msgs ...wire.Message) []byte {
 // serving another peer: a Put and a Get of that peer's own buffer
 // complete with the right bytes.
 func FuzzPeerStream(f *testing.F) {
-	e := newEngine(f, Config{Emulator: EmulatorConfig{DRAMSize: 128 << 20}})
-	l, err := e.Listen("tcp", "127.0.0.1:0")
-	require.NoError(f, err)
-	host, err := e.Alloc(1<<20, Host)
-	require.NoError(f, err)
-	hk, err := host.Export()
-	require.NoError(f, err)
-	dev, err := e.Alloc(4<<20, Gaudi(0))
-	require.NoError(f, err)
-	dk, err := dev.Export()
-	require.NoError(f, err)
-	// The other peer's buffer at the engine, and its endpoint.
-	theirs, err := e.Alloc(8192, Host)
-	require.NoError(f, err)
-	tk, err := theirs.Export()
-	require.NoError(f, err)
-	other := newEngine(f, Config{Devices: DevicesNone})
-	ep, err := other.Dial(context.Background(), "tcp", l.Addr(), WithTransport(TransportTCP))
-	require.NoError(f, err)
-	f.Cleanup(func() { _ = ep.Close() })
-	src, err := other.Alloc(8192, Host)
-	require.NoError(f, err)
-	back, err := other.Alloc(8192, Host)
-	require.NoError(f, err)
+	x := newPeerFuzzRig(f, "tcp", "127.0.0.1:0", WithTransport(TransportTCP))
+	e, l, hk, dk, tk, ep, src, back := x.e, x.l, x.hk, x.dk, x.tk, x.ep, x.src, x.back
 
 	req := func(id uint64, k RemoteKey, n uint64) wire.Request {
 		return wire.Request{RequestID: id, Key: k.k, Length: n, Local: wire.Local{Kind: wire.LocalInline}}
@@ -180,4 +158,41 @@ func FuzzPeerStream(f *testing.F) {
 			t.Fatal("another peer's Get returned other bytes than its Put")
 		}
 	})
+}
+
+// peerFuzzRig is what the peer fuzz targets (FuzzPeerStream,
+// FuzzPeerPackets) serve: an engine listening on network, a host and a
+// Gaudi buffer of it with their keys, and another peer's endpoint with a
+// buffer of the engine's (tk) and two of its own to Put and Get with.
+type peerFuzzRig struct {
+	e          *Engine
+	l          *Listener
+	hk, dk, tk RemoteKey
+	ep         *Endpoint
+	src, back  *Buffer
+}
+
+func newPeerFuzzRig(f *testing.F, network, addr string, opts ...DialOption) peerFuzzRig {
+	var x peerFuzzRig
+	x.e = newEngine(f, Config{Emulator: EmulatorConfig{DRAMSize: 128 << 20}})
+	var err error
+	x.l, err = x.e.Listen(network, addr)
+	require.NoError(f, err)
+	export := func(n int, loc Location) RemoteKey {
+		b, err := x.e.Alloc(n, loc)
+		require.NoError(f, err)
+		k, err := b.Export()
+		require.NoError(f, err)
+		return k
+	}
+	x.hk, x.dk, x.tk = export(1<<20, Host), export(4<<20, Gaudi(0)), export(8192, Host)
+	other := newEngine(f, Config{Devices: DevicesNone})
+	x.ep, err = other.Dial(context.Background(), network, x.l.Addr(), opts...)
+	require.NoError(f, err)
+	f.Cleanup(func() { _ = x.ep.Close() })
+	x.src, err = other.Alloc(8192, Host)
+	require.NoError(f, err)
+	x.back, err = other.Alloc(8192, Host)
+	require.NoError(f, err)
+	return x
 }

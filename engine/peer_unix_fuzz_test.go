@@ -83,29 +83,8 @@ func fuzzFD(t *testing.T, k byte) *fd.FD {
 // The engine recovers no panic, drops the endpoint, leaves no descriptor
 // of it open, and goes on serving another peer.
 func FuzzPeerPackets(f *testing.F) {
-	e := newEngine(f, Config{Emulator: EmulatorConfig{DRAMSize: 128 << 20}})
-	l, err := e.Listen("unix", filepath.Join(f.TempDir(), "e.sock"))
-	require.NoError(f, err)
-	host, err := e.Alloc(1<<20, Host)
-	require.NoError(f, err)
-	hk, err := host.Export()
-	require.NoError(f, err)
-	dev, err := e.Alloc(4<<20, Gaudi(0))
-	require.NoError(f, err)
-	dk, err := dev.Export()
-	require.NoError(f, err)
-	theirs, err := e.Alloc(8192, Host)
-	require.NoError(f, err)
-	tk, err := theirs.Export()
-	require.NoError(f, err)
-	other := newEngine(f, Config{Devices: DevicesNone})
-	ep, err := other.Dial(context.Background(), "unix", l.Addr())
-	require.NoError(f, err)
-	f.Cleanup(func() { _ = ep.Close() })
-	src, err := other.Alloc(8192, Host)
-	require.NoError(f, err)
-	back, err := other.Alloc(8192, Host)
-	require.NoError(f, err)
+	x := newPeerFuzzRig(f, "unix", filepath.Join(f.TempDir(), "e.sock"))
+	e, l, hk, dk, tk, ep, src, back := x.e, x.l, x.hk, x.dk, x.tk, x.ep, x.src, x.back
 	// Honest imports first: what exporting a buffer creates for its
 	// importers (its validity memfd, a DMA-BUF) lives with the buffer.
 	for _, k := range []RemoteKey{hk, dk, tk} {
