@@ -602,7 +602,7 @@ func (a *DeviceActor) run() {
 		if cursor >= len(pending) {
 			cursor = 0
 		}
-		still := stamp.still(pending)
+		still := stamp.still(pending, n)
 		for k := 0; k < n; k++ {
 			i := (cursor + k) % len(pending)
 			if pending[i] == nil {

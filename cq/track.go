@@ -203,19 +203,25 @@ func (t *Ticket) Progress() (stamp uint64, ok bool) {
 
 // sweepStamp is an actor's view of its completion source's progress
 // stamp (Submission.Progress; its tickets share one source): a sweep
-// polls only when the stamp moved since the last sweep that polled, there
-// is none, or every sweepEvery+1 sweeps (it is a hint).
+// polls only when the stamp moved since the last sweep that read it,
+// there is none, or every sweepEvery+1 sweeps (it is a hint). A sweep
+// polls one window of MaxPoll tickets, the windows taking turns: once the
+// stamp moved (or at the every-8th sweep), the sweeps that follow poll
+// until every window has been, so that a CS that ended in any of them is
+// retired, not only one in the window of the sweep that saw the move.
 type sweepStamp struct {
 	v      uint64
 	ok     bool
 	sweeps int
+	left   int // tickets still to poll since the stamp moved
 }
 
 const sweepEvery = 7
 
-// still reports whether this sweep may skip its polls, and else takes the
-// stamp, before the polls: a CS that ends after them moves it.
-func (s *sweepStamp) still(pending []*Ticket) bool {
+// still reports whether this sweep, polling a window of n tickets of
+// pending, may skip its polls. It takes the stamp before the polls: a CS
+// that ends after them moves it.
+func (s *sweepStamp) still(pending []*Ticket, n int) bool {
 	s.sweeps++
 	var v uint64
 	ok := false
@@ -225,9 +231,13 @@ func (s *sweepStamp) still(pending []*Ticket) bool {
 			break
 		}
 	}
-	if ok && s.ok && v == s.v && s.sweeps&sweepEvery != 0 {
-		return true
+	if !ok || !s.ok || v != s.v || s.sweeps&sweepEvery == 0 {
+		s.left = len(pending)
 	}
 	s.v, s.ok = v, ok
+	if s.left <= 0 {
+		return true
+	}
+	s.left -= n
 	return false
 }
