@@ -143,6 +143,13 @@ type Config struct {
 	// engine.ErrTimeout, though the caller's context lasts longer.
 	// Default 10 s.
 	HelloTimeout time.Duration
+	// NoUnixFromTCP: a record Connect fetches over TCP is not trusted
+	// with the sockets of this node: the unix socket it names is not
+	// dialed, then or later (the peer is reached over TCP; its cached
+	// record names no socket). For an agent that Connects at addresses
+	// untrusted peers name: a TCP peer, of any uid, could else make it
+	// connect to any unix socket of the node.
+	NoUnixFromTCP bool
 }
 
 // Agent is a named engine in a cluster. It is safe for concurrent use.

@@ -47,3 +47,39 @@ func TestConnectTCPPeerOnNodeDropped(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectTCPNoUnixFromTCP: Connect at the TCP address of a peer on
+// this node reaches it at the unix socket its record names; with
+// Config.NoUnixFromTCP (an agent that Connects where untrusted peers say)
+// that record is not trusted with the node's sockets: the peer is kept at
+// TCP, its cached record naming no socket, and a redial stays on TCP.
+func TestConnectTCPNoUnixFromTCP(t *testing.T) {
+	tests := []struct {
+		name   string
+		noUnix bool
+		want   engine.TransportKind
+	}{
+		{"default", false, engine.TransportIPC},
+		{"NoUnixFromTCP", true, engine.TransportTCP},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			ea := newEngine(t)
+			a, err := New(ctx, Config{Name: "a", Engine: ea, NoUnixFromTCP: tt.noUnix})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, a.Close()) }()
+			b := newAgent(t, newEngine(t), "b", agentOpts{unix: true, tcp: true})
+			_, err = a.Connect(ctx, b.Metadata().TCP)
+			require.NoError(t, err)
+			p, err := a.Peer(ctx, "b")
+			require.NoError(t, err)
+			k, ok := p.Transport()
+			require.True(t, ok)
+			require.Equal(t, tt.want, k)
+			if tt.noUnix {
+				require.Empty(t, p.Metadata().Unix)
+			}
+		})
+	}
+}

@@ -658,6 +658,9 @@ func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
 	a.mu.Lock()
 	a.keepAddr(md.Name, addr)
 	a.mu.Unlock()
+	if network == "tcp" && a.cfg.NoUnixFromTCP {
+		md.Unix = "" // not dialed now, nor by a later dial of the peer
+	}
 	if network == "tcp" && md.Unix != "" && reachableUnix(md.Unix) {
 		// The peer is on this node: its connection is its socket, dialed
 		// now (a peer cached with none, no store watching it, would not

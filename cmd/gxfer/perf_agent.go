@@ -251,7 +251,11 @@ func (p *perfAgent) close() error {
 	return errors.Join(err, p.eng.Close())
 }
 
-func newPerfAgent(ctx context.Context, cfg engine.Config, name, unix, tcp string, store meta.Store, log zerolog.Logger) (*perfAgent, error) {
+// newPerfAgent starts an agent of a perf run; a target without a store,
+// which Connects at the addresses its initiators' hellos name, sets
+// untrusted: a record it fetches over TCP then names no unix socket it
+// would dial (agent.Config.NoUnixFromTCP, dialBack).
+func newPerfAgent(ctx context.Context, cfg engine.Config, name, unix, tcp string, store meta.Store, untrusted bool, log zerolog.Logger) (*perfAgent, error) {
 	eng, err := openEngine(cfg)
 	if err != nil {
 		if store != nil {
@@ -259,7 +263,7 @@ func newPerfAgent(ctx context.Context, cfg engine.Config, name, unix, tcp string
 		}
 		return nil, err
 	}
-	a, err := agent.New(ctx, agent.Config{Name: name, Engine: eng, Unix: unix, TCP: tcp, Store: store, Logger: log})
+	a, err := agent.New(ctx, agent.Config{Name: name, Engine: eng, Unix: unix, TCP: tcp, Store: store, NoUnixFromTCP: untrusted, Logger: log})
 	if err != nil {
 		if store != nil {
 			store.Close()

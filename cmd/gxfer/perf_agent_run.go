@@ -59,7 +59,7 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 		if name == "" {
 			name = defaultName("target")
 		}
-		pa, err := newPerfAgent(ctx, cfg, name, a.unix, a.tcp, store, log)
+		pa, err := newPerfAgent(ctx, cfg, name, a.unix, a.tcp, store, store == nil, log)
 		if err != nil {
 			return err
 		}
@@ -89,7 +89,7 @@ func runAgentPerf(ctx context.Context, o *perfOpts, set map[string]bool, cfg eng
 			defer cleanup()
 			unix = filepath.Join(dir, "i.sock")
 		}
-		pa, err := newPerfAgent(ctx, cfg, name, unix, a.tcp, store, log)
+		pa, err := newPerfAgent(ctx, cfg, name, unix, a.tcp, store, false, log)
 		if err != nil {
 			return err
 		}
@@ -126,14 +126,14 @@ func runAgentPerfLocal(ctx context.Context, o *perfOpts, pl agentPlan, kp kvPara
 		return filepath.Join(dir, n+".sock"), ""
 	}
 	tu, tt := addr("t")
-	tgt, err := newPerfAgent(ctx, cfg, "target", tu, tt, nil, cfg.Logger)
+	tgt, err := newPerfAgent(ctx, cfg, "target", tu, tt, nil, true, cfg.Logger)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, tgt.close()) }()
 	ms.addAgent(tgt.a, "target") // one engine collector only: the initiator's engine is the one measured
 	iu, it := addr("i")
-	ini, err := newPerfAgent(ctx, cfg, "initiator", iu, it, nil, cfg.Logger)
+	ini, err := newPerfAgent(ctx, cfg, "initiator", iu, it, nil, false, cfg.Logger)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sync/atomic"
@@ -140,4 +141,44 @@ func TestPerfAgentTargetDialBack(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// TestPerfAgentTargetDialsNoUnixOfTCPRecord: a hello over TCP is answered
+// only at the sender's TCP address, never at a unix path (dialBack); but
+// Connect at that address fetched the sender's record, and when it named
+// a socket of this node, dialed it: a TCP peer (of any uid) still made
+// the target connect to any unix socket of its node, here a listener
+// that took the path the peer's record names. The target now keeps a
+// peer whose record came over TCP at TCP (agent.Config.NoUnixFromTCP).
+func TestPerfAgentTargetDialsNoUnixOfTCPRecord(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tctx, stop := context.WithCancel(ctx)
+	tout, terr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-tcp", "127.0.0.1:0",
+			"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
+	}()
+	defer func() { stop(); <-done }()
+	taddr := waitOutput(t, tout, regexp.MustCompile(`# target t incarnation \S+ \| unix \S+ tcp (\S+) `), "the target did not start")[1]
+
+	sock := filepath.Join(dir, "rec.sock")
+	a, peer := kvPeer(t, ctx, agent.Config{Name: "rec", Unix: sock, TCP: "127.0.0.1:0"}, taddr, "target", terr)
+	require.Equal(t, sock, a.Metadata().Unix)
+	// The path the record names is another listener's now.
+	require.NoError(t, os.Remove(sock))
+	_, dialed := countingListener(t, "unixpacket", sock)
+
+	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
+	require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: p, tcp: a.Metadata().TCP}.encode()))
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	defer rcancel()
+	n, err := a.Recv(rctx)
+	require.NoError(t, err, tout.String())
+	m, err := decodeKVMsg(n.Msg)
+	require.NoError(t, err)
+	require.Equal(t, uint8(kvWelcome), m.kind)
+	require.Zero(t, dialed.Load(), "the target dialed the unix socket a record fetched over TCP named:\n%s", tout.String())
 }

@@ -89,7 +89,9 @@ func (t *kvTarget) welcome(ctx context.Context, from string, inc uint64, source 
 // address of its own source (its IP address; an IPv6 /64), by IP: else a
 // peer could make the target dial any host and port, or, naming a unix
 // socket, any socket of this node the target's uid may open (a TCP peer,
-// even one on this node, may be of any uid). An initiator reached through
+// even one on this node, may be of any uid); nor, reached there, at the
+// unix socket its record names (the target's agent sets
+// Config.NoUnixFromTCP). An initiator reached through
 // NAT, or whose connections leave from another address than the one it
 // listens at, is then not answered: run it with -etcd, or over unix.
 func dialBack(m kvMsg, source string) (string, error) {
