@@ -409,6 +409,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 			continue
 		case h := <-welcomed:
 			hellos.done(h)
+			forgets.strayed(h)
 			if errors.Is(h.err, errNoRegion) || errors.Is(h.err, errIdled) {
 				t.dropBad(&st, h.from, h.err)
 				forgets.forget(h.from)
@@ -463,7 +464,7 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 					// that never takes its welcome holds no slot for good.
 					wctx, cancel = context.WithTimeout(rctx, t.idle)
 				}
-				h.base, h.err = t.welcome(wctx, from, inc, source, m, regionReqs)
+				h.base, h.err = t.welcome(wctx, &h, m, regionReqs)
 				cancel()
 				select {
 				case welcomed <- h:

@@ -61,3 +61,11 @@ func (f *peerForgets) forget(name string) {
 	}
 	_ = f.a.Forget(name) // (meta.ErrNotFound: nothing was kept of it)
 }
+
+// strayed forgets the agent a hello's address served, when that was not
+// the hello's sender (helloResult.reached), unless the target uses it.
+func (f *peerForgets) strayed(h helloResult) {
+	if h.reached != "" && h.reached != h.from {
+		f.forget(h.reached)
+	}
+}

@@ -73,3 +73,32 @@ func TestPerfAgentTargetForgetsEndedInitiator(t *testing.T) {
 		})
 	}
 }
+
+// TestPerfAgentTargetForgetsPeerHelloNamed: a hello names the address the
+// target reaches its sender at; Connect there caches whatever agent
+// serves it. Before the fix the target went on whatever name that was,
+// and forgot only the hello's sender: a hello naming another agent's
+// address (here over unix, which may name any of this node's) left that
+// agent cached by the target, with a connection to it, for that agent's
+// life. The hello is now refused when its address serves another agent,
+// and the target forgets that agent unless a run of it uses it.
+func TestPerfAgentTargetForgetsPeerHelloNamed(t *testing.T) {
+	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "t.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tout, terr := serveTarget(t, ctx, sock)
+	a, peer := kvPeer(t, ctx, agent.Config{Name: "ini", Unix: filepath.Join(dir, "ini.sock")}, sock, "target", terr)
+	other, _ := kvPeer(t, ctx, agent.Config{Name: "other", Unix: filepath.Join(dir, "other.sock")}, sock, "target", terr)
+
+	require.NoError(t, a.Notify(ctx, peer, kvMsg{kind: kvHello, p: p, unix: other.Metadata().Unix}.encode()))
+	waitOutput(t, tout, regexp.MustCompile(`# initiator ini: .*`), "the hello was not answered")
+	n := other.Stats().Inbound
+	for i := 0; i < 2000 && n > 0; i++ { // bounded wait (the target takes the hello's end)
+		time.Sleep(5 * time.Millisecond)
+		n = other.Stats().Inbound
+	}
+	require.Zero(t, n, "the target kept its connection to the agent a hello's address served:\n%s", tout.String())
+	require.NotContains(t, tout.String(), "# initiator ini: welcomed")
+}

@@ -25,8 +25,11 @@ type helloResult struct {
 	from   string
 	inc    uint64 // its incarnation
 	source string // where its hello came from (agent.Notification.Source)
-	base   uint64
-	err    error
+	// reached: the agent Connect reached at the hello's address (no
+	// store), if not from: the loop forgets it (peerForgets.strayed).
+	reached string
+	base    uint64
+	err     error
 }
 
 // regionReq asks the target's loop for the region of initiator from;
@@ -49,19 +52,26 @@ var errNoRegion = errors.New("hello: every region of the section is in use")
 // no request within the target's -wait.
 var errIdled = errors.New("hello: it was idle")
 
-// welcome answers the hello m of initiator from, which came from source
+// welcome answers the hello h.from sent (m), which came from h.source
 // (agent.Notification.Source): it reaches it (at the hello's address when
-// there is no store: dialBack), takes a region of the section for it
-// (only then: a hello that cannot be answered holds none), and sends its
-// welcome.
-func (t *kvTarget) welcome(ctx context.Context, from string, inc uint64, source string, m kvMsg, regions chan<- regionReq) (uint64, error) {
+// there is no store: dialBack; an address that serves another agent is
+// refused, that agent noted in h.reached), takes a region of the section
+// for it (only then: a hello that cannot be answered holds none), and
+// sends its welcome.
+func (t *kvTarget) welcome(ctx context.Context, h *helloResult, m kvMsg, regions chan<- regionReq) (uint64, error) {
+	from, inc := h.from, h.inc
 	if t.connect {
-		addr, err := dialBack(m, source)
+		addr, err := dialBack(m, h.source)
 		if err != nil {
 			return 0, err
 		}
-		if _, err := t.a.Connect(ctx, addr); err != nil {
+		name, err := t.a.Connect(ctx, addr)
+		if err != nil {
 			return 0, fmt.Errorf("cannot reach it at %s: %w", addr, err)
+		}
+		if name != from {
+			h.reached = name
+			return 0, fmt.Errorf("the address its hello names, %s, serves agent %q: not answered", addr, name)
 		}
 	}
 	q := regionReq{from: from, inc: inc, reply: make(chan regionReply, 1)}
