@@ -133,6 +133,10 @@ func (l *Listener) Close() error {
 // transport is Config.Transport unless WithTransport says otherwise).
 // ctx bounds the connect and the handshake: if it ends first, Dial fails
 // with ErrTimeout (ctx's deadline) or ErrCanceled, wrapping ctx's error.
+// Both are bounded by 5 s together too: a connect unanswered by then (a
+// TCP host that drops the SYN) fails with ErrTimeout and ErrPeer, rather
+// than after the kernel's SYN retries (about 2 minutes on Linux); a
+// handshake unanswered by then fails with ErrPeer.
 // A nil option is skipped.
 func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOption) (*Endpoint, error) {
 	if e.invalid() {

@@ -153,23 +153,34 @@ type DialConfig struct {
 	// LaneOf is the engine a lane's endpoint reaches: a listener of
 	// another engine at Addr is refused (gxerr.Peer). Nil: not checked.
 	LaneOf *wire.EngineID
+	// Timeout bounds the connect and the handshake together (and the
+	// data path's setup); 0: 5 s.
+	Timeout time.Duration
 }
 
 // Dial connects to a listener, performs the dialer's side of the
-// handshake and makes the endpoint.
+// handshake and makes the endpoint. The connect and the handshake end
+// at ctx's deadline or after d.Timeout, whichever comes first: a
+// connect still unanswered then (a TCP host that drops the SYN) fails
+// with gxerr.Timeout wrapping the dial's gxerr.Peer error, instead of
+// waiting for the kernel's SYN retries (about 2 minutes on Linux).
 func Dial[P any](ctx context.Context, d DialConfig, connect Connect[P]) (P, error) {
 	var zero P
 	kind, err := Network(d.Network)
 	if err != nil {
 		return zero, err
 	}
-	t, cred, err := d.Local.dialSocket(ctx, d.Network, d.Addr)
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = dialTimeout
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t, cred, err := d.Local.dialSocket(hctx, d.Network, d.Addr)
 	if err != nil {
-		return zero, err
+		return zero, connectErr(hctx, d.Addr, timeout, err)
 	}
 	wc := wire.NewConn(t, d.Local.ConnConfig(kind))
-	hctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
 	tcpConn := kind == datapath.KindTCP
 	local := d.Local.HelloFor(kind, tcpConn && d.Want != datapath.KindTCP && !d.Lane)
 	if d.Lane {

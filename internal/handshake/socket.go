@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"time"
 
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/tcp"
@@ -55,6 +57,18 @@ func dialErr(addr string, err error) error {
 		return gxerr.New(gxerr.Invalid, "dial "+addr, err)
 	}
 	return gxerr.New(gxerr.Peer, "dial "+addr, err)
+}
+
+// connectErr is the error of a Dial's connect to addr that failed with
+// err (dialErr's) under hctx, the Dial's bound: a connect that timed out
+// at hctx's deadline is a gxerr.Timeout too.
+func connectErr(hctx context.Context, addr string, timeout time.Duration, err error) error {
+	d, ok := hctx.Deadline()
+	expired := ok && !time.Now().Before(d)
+	if !expired || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
+		return err
+	}
+	return gxerr.New(gxerr.Timeout, fmt.Sprintf("connect to %s: no answer by the dial's deadline (at most %v)", addr, timeout), err)
 }
 
 // listenSocket opens the socket of a listener: a unix socket created
