@@ -44,17 +44,19 @@ func goroutinesAt(t *testing.T, file, marker string, delta int) int {
 	return strings.Count(string(buf), fmt.Sprintf("%s:%d ", file, line))
 }
 
-// serveTarget runs a perf -agent target named t at the unix socket sock
-// (0 initiators: it serves until stopped; -wait 30s, 8 blocks of 8 bytes)
-// until the test ends, and returns its output and error buffers.
-func serveTarget(t *testing.T, ctx context.Context, sock string) (tout, terr *syncBuffer) {
+// serveTarget runs a perf -agent target named t listening at addr
+// (listenFlag -unix or -tcp; 0 initiators: it serves until stopped; -wait
+// 30s, 8 blocks of 8 bytes) until the test ends, and returns its output
+// and error buffers.
+func serveTarget(t *testing.T, ctx context.Context, listenFlag, addr string) (tout, terr *syncBuffer) {
 	t.Helper()
 	tctx, stop := context.WithCancel(ctx)
 	tout, terr = &syncBuffer{}, &syncBuffer{}
 	done := make(chan int, 1)
+	args := []string{"perf", "-agent", "-role", "target", "-name", "t", listenFlag, addr,
+		"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}
 	go func() {
-		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-unix", sock,
-			"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
+		done <- runContext(tctx, args, tout, terr)
 	}()
 	t.Cleanup(func() { stop(); <-done })
 	return tout, terr
@@ -72,7 +74,7 @@ func TestPerfAgentTargetFailedHelloAgainEndsAckSender(t *testing.T) {
 	sock := filepath.Join(dir, "t.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tout, terr := serveTarget(t, ctx, sock)
+	tout, terr := serveTarget(t, ctx, "-unix", sock)
 	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
 	const peers = 4
 	for i := range peers {

@@ -49,14 +49,7 @@ func TestPerfAgentTargetDialsBackOnlyHelloSource(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tctx, stop := context.WithCancel(ctx)
-	tout, terr := &syncBuffer{}, &syncBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-tcp", "127.0.0.1:0",
-			"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
-	}()
-	defer func() { stop(); <-done }()
+	tout, terr := serveTarget(t, ctx, "-tcp", "127.0.0.1:0")
 	taddr := waitOutput(t, tout, regexp.MustCompile(`# target t incarnation \S+ \| unix \S+ tcp (\S+) `), "the target did not start")[1]
 
 	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
@@ -154,14 +147,7 @@ func TestPerfAgentTargetDialsNoUnixOfTCPRecord(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tctx, stop := context.WithCancel(ctx)
-	tout, terr := &syncBuffer{}, &syncBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		done <- runContext(tctx, []string{"perf", "-agent", "-role", "target", "-name", "t", "-tcp", "127.0.0.1:0",
-			"-initiators", "0", "-wait", "30s", "-blocks", "8", "-block-size", "8", "-O", "1", "-devices", "none"}, tout, terr)
-	}()
-	defer func() { stop(); <-done }()
+	tout, terr := serveTarget(t, ctx, "-tcp", "127.0.0.1:0")
 	taddr := waitOutput(t, tout, regexp.MustCompile(`# target t incarnation \S+ \| unix \S+ tcp (\S+) `), "the target did not start")[1]
 
 	sock := filepath.Join(dir, "rec.sock")

@@ -38,7 +38,7 @@ func TestPerfAgentTargetForgetsEndedInitiator(t *testing.T) {
 			sock := filepath.Join(dir, "t.sock")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			tout, terr := serveTarget(t, ctx, sock)
+			tout, terr := serveTarget(t, ctx, "-unix", sock)
 			a, peer := kvPeer(t, ctx, agent.Config{Name: "ini", Unix: filepath.Join(dir, "ini.sock")}, sock, "target", terr)
 			recv := func(want uint8) {
 				t.Helper()
@@ -88,7 +88,7 @@ func TestPerfAgentTargetForgetsPeerHelloNamed(t *testing.T) {
 	sock := filepath.Join(dir, "t.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tout, terr := serveTarget(t, ctx, sock)
+	tout, terr := serveTarget(t, ctx, "-unix", sock)
 	a, peer := kvPeer(t, ctx, agent.Config{Name: "ini", Unix: filepath.Join(dir, "ini.sock")}, sock, "target", terr)
 	other, _ := kvPeer(t, ctx, agent.Config{Name: "other", Unix: filepath.Join(dir, "other.sock")}, sock, "target", terr)
 

@@ -29,7 +29,7 @@ func TestPerfAgentTargetEndedInitiatorUnwatched(t *testing.T) {
 	sock := filepath.Join(dir, "t.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tout, terr := serveTarget(t, ctx, sock)
+	tout, terr := serveTarget(t, ctx, "-unix", sock)
 	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
 	const peers = 4
 	for i := range peers {
