@@ -54,42 +54,21 @@ func (c *cancelAfterWrite) SetDeadline(t time.Time) error {
 // its whole timeout (60 s here), and a later call took the cancelled
 // request's late answer for its own.
 func TestCtlCallCancelledMidCall(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer func() { _ = ln.Close() }()
-
 	// The server answers each request (with its op) once answer is
 	// closed, and reports the ops it read.
 	answer := make(chan struct{})
 	ops := make(chan string, 4)
-	srvDone := make(chan struct{})
-	go func() {
-		defer close(srvDone)
-		sc, err := ln.Accept()
-		if err != nil {
-			return
+	addr, srvDone := ctlServer(t, 4, func(sc net.Conn, line []byte) bool {
+		op, ok := ctlOp(line)
+		if !ok {
+			return false
 		}
-		defer func() { _ = sc.Close() }()
-		r := bufio.NewReader(sc)
-		for i := 0; i < 4; i++ {
-			line, err := r.ReadBytes('\n')
-			if err != nil {
-				return
-			}
-			var m ctlMsg
-			if json.Unmarshal(line, &m) != nil {
-				return
-			}
-			ops <- m.Op
-			<-answer
-			b, _ := json.Marshal(&ctlMsg{Op: m.Op})
-			if _, err := sc.Write(append(b, '\n')); err != nil {
-				return
-			}
-		}
-	}()
+		ops <- op
+		<-answer
+		return ctlAnswer(sc, op)
+	})
 
-	raw, err := net.Dial("tcp", ln.Addr().String())
+	raw, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -174,34 +153,11 @@ func (c *cancelAfterRead) SetDeadline(t time.Time) error {
 // marked the connection unusable all the same, so the next request (a
 // Close's bye, a free with a fresh context) failed.
 func TestCtlCallCancelledAfterReply(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer func() { _ = ln.Close() }()
-	srvDone := make(chan struct{})
-	go func() {
-		defer close(srvDone)
-		sc, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer func() { _ = sc.Close() }()
-		r := bufio.NewReader(sc)
-		for i := 0; i < 4; i++ {
-			line, err := r.ReadBytes('\n')
-			if err != nil {
-				return
-			}
-			var m ctlMsg
-			if json.Unmarshal(line, &m) != nil {
-				return
-			}
-			b, _ := json.Marshal(&ctlMsg{Op: m.Op})
-			if _, err := sc.Write(append(b, '\n')); err != nil {
-				return
-			}
-		}
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
+	addr, srvDone := ctlServer(t, 4, func(sc net.Conn, line []byte) bool {
+		op, ok := ctlOp(line)
+		return ok && ctlAnswer(sc, op)
+	})
+	raw, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -215,4 +171,48 @@ func TestCtlCallCancelledAfterReply(t *testing.T) {
 	require.Equal(t, opFree, r.Op)
 	require.NoError(t, c.Close())
 	<-srvDone
+}
+
+// ctlServer serves one control connection on loopback for a test: it
+// reads up to n request lines and hands each to serve with the
+// connection, until serve returns false or the connection fails. It
+// returns the address to dial and a channel closed once the server is
+// done; the listener closes when the test ends.
+func ctlServer(t *testing.T, n int, serve func(sc net.Conn, line []byte) bool) (addr string, done <-chan struct{}) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	srvDone := make(chan struct{})
+	go func() {
+		defer close(srvDone)
+		sc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer func() { _ = sc.Close() }()
+		r := bufio.NewReader(sc)
+		for i := 0; i < n; i++ {
+			line, err := r.ReadBytes('\n')
+			if err != nil || !serve(sc, line) {
+				return
+			}
+		}
+	}()
+	return ln.Addr().String(), srvDone
+}
+
+// ctlOp is the op of a request line, false if it does not parse.
+func ctlOp(line []byte) (string, bool) {
+	var m ctlMsg
+	if json.Unmarshal(line, &m) != nil {
+		return "", false
+	}
+	return m.Op, true
+}
+
+// ctlAnswer writes an answer with op to sc, false if it fails.
+func ctlAnswer(sc net.Conn, op string) bool {
+	b, _ := json.Marshal(&ctlMsg{Op: op})
+	_, err := sc.Write(append(b, '\n'))
+	return err == nil
 }

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"net"
 	"os"
@@ -28,30 +27,12 @@ func TestCtlCallKeepsFirstFailure(t *testing.T) {
 		{name: "cancelled", cancel: true, wantIs: context.Canceled, wantMsg: context.Canceled.Error()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			defer func() { _ = ln.Close() }()
 			got := make(chan struct{}, 1)
-			srvDone := make(chan struct{})
-			go func() {
-				defer close(srvDone)
-				sc, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer func() { _ = sc.Close() }()
-				r := bufio.NewReader(sc)
-				for i := 0; i < 4; i++ { // answers nothing
-					if _, err := r.ReadBytes('\n'); err != nil {
-						return
-					}
-					got <- struct{}{}
-					if tc.hangUp {
-						return
-					}
-				}
-			}()
-			conn, err := net.Dial("tcp", ln.Addr().String())
+			addr, srvDone := ctlServer(t, 4, func(net.Conn, []byte) bool { // answers nothing
+				got <- struct{}{}
+				return !tc.hangUp
+			})
+			conn, err := net.Dial("tcp", addr)
 			require.NoError(t, err)
 			c := newCtlConn(conn, "test server")
 			ctx, cancel := context.WithCancel(context.Background())

@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"bufio"
-	"encoding/json"
 	"net"
 	"testing"
 	"time"
@@ -15,34 +13,17 @@ import (
 // ping ran with context.Background(), so Close waited for it up to
 // helloTimeout (10 s).
 func TestPeerCloseEndsKeepalivePing(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer func() { _ = ln.Close() }()
 	ops := make(chan string, 16)
-	srvDone := make(chan struct{})
-	go func() {
-		defer close(srvDone)
-		sc, err := ln.Accept()
-		if err != nil {
-			return
+	addr, srvDone := ctlServer(t, 16, func(_ net.Conn, line []byte) bool { // reads every request, answers none
+		op, ok := ctlOp(line)
+		if ok {
+			ops <- op
 		}
-		defer func() { _ = sc.Close() }()
-		r := bufio.NewReader(sc)
-		for i := 0; i < 16; i++ { // reads every request, answers none
-			line, err := r.ReadBytes('\n')
-			if err != nil {
-				return
-			}
-			var m ctlMsg
-			if json.Unmarshal(line, &m) != nil {
-				return
-			}
-			ops <- m.Op
-		}
-	}()
-	conn, err := net.Dial("tcp", ln.Addr().String())
+		return ok
+	})
+	conn, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
-	p := &Peer{Addr: "tcp:" + ln.Addr().String(), ctl: newCtlConn(conn, "test server")}
+	p := &Peer{Addr: "tcp:" + addr, ctl: newCtlConn(conn, "test server")}
 	p.keepalive(40 * time.Millisecond) // last is 0: the first tick pings
 	select {
 	case op := <-ops:
