@@ -173,6 +173,7 @@ type Agent struct {
 	sections  map[string]section  // this agent's sections
 	peers     map[string]*Peer    // live cached peers by name
 	resolving map[string]*resolve // lookups in progress
+	pending   map[*pending]bool   // lookups and Connects in progress
 	addrs     map[string]string   // side-channel addresses by name (Connect)
 	// addrOrder is addrs' names, the least recently Connected first;
 	// maxAddrs bounds the names kept whose peer is not cached (see
@@ -251,6 +252,7 @@ func New(ctx context.Context, cfg Config) (_ *Agent, err error) {
 		sections:  map[string]section{},
 		peers:     map[string]*Peer{},
 		resolving: map[string]*resolve{},
+		pending:   map[*pending]bool{},
 		addrs:     map[string]string{},
 		maxAddrs:  maxAddrs,
 		inbound:   map[*inbound]struct{}{},

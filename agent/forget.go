@@ -21,17 +21,28 @@ var ErrForgotten = errors.New("agent: peer forgotten")
 // and the watch of its record in the store. It does not wait for the
 // connection to close (that runs on a goroutine of the agent, which
 // Close waits for): an event loop serving other peers can call it. Peer
-// then finds the name only in the store, or once it is Connected again
-// (a Peer, Connect or transfer running meanwhile may cache it again). A
-// name this agent keeps nothing of (never reached, or forgotten already:
-// Forget is idempotent) is an error matching meta.ErrNotFound; after
-// Close, engine.ErrClosed.
+// then finds the name only in the store, or once it is Connected again.
+// A Peer, Connect, Write, Read, Prepare or Notify that started before
+// Forget and would cache the name after it (its lookup or its dial in
+// flight) caches nothing: it fails with such a PeerError, the
+// connection it dialed closed, whatever Forget returned; one that
+// starts after Forget returned is a new lookup, and caches the peer. A
+// name this agent keeps nothing of and looks nothing up (never reached,
+// or forgotten already: Forget is idempotent) is an error matching
+// meta.ErrNotFound; after Close, engine.ErrClosed.
 func (a *Agent) Forget(name string) error {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
 		return engine.ErrClosed
 	}
+	for op := range a.pending {
+		op.forget(name)
+	}
+	// A Peer that starts from now on looks the name up anew, not
+	// waiting for the lookup in flight (whose callers now fail).
+	_, looking := a.resolving[name]
+	delete(a.resolving, name)
 	p := a.peers[name]
 	_, hasAddr := a.addrs[name]
 	if hasAddr {
@@ -42,14 +53,57 @@ func (a *Agent) Forget(name string) error {
 	}
 	_, watched := a.watches[name]
 	a.mu.Unlock()
-	if p == nil && !hasAddr && !watched {
+	if p == nil && !hasAddr && !watched && !looking {
 		return fmt.Errorf("agent %s: forget %q: %w", a.cfg.Name, name, meta.ErrNotFound)
 	}
 	if p != nil {
-		p.invalidate(fmt.Errorf("%w: %w", engine.ErrPeer, ErrForgotten))
+		p.invalidate(forgottenCause())
 	}
 	if watched {
 		a.unwatchIdle(name)
 	}
 	return nil
 }
+
+// pending is a lookup (Peer) or a Connect in progress: the names
+// forgotten meanwhile, which it must not cache (a.mu guards it).
+type pending struct {
+	forgot map[string]struct{}
+}
+
+func (op *pending) forget(name string) {
+	if op.forgot == nil {
+		op.forgot = map[string]struct{}{}
+	}
+	op.forgot[name] = struct{}{}
+}
+
+// forgotten reports whether the name was forgotten since op began (a.mu
+// held).
+func (op *pending) forgotten(name string) bool {
+	_, ok := op.forgot[name]
+	return ok
+}
+
+// begin registers a lookup or Connect in progress; end (deferred) ends it.
+func (a *Agent) begin() *pending {
+	op := &pending{}
+	a.mu.Lock()
+	a.pending[op] = true
+	a.mu.Unlock()
+	return op
+}
+
+func (a *Agent) end(op *pending) {
+	a.mu.Lock()
+	delete(a.pending, op)
+	a.mu.Unlock()
+}
+
+// errForgotten is the failure of a lookup or Connect of a peer forgotten
+// meanwhile (as the peer's own, had it been cached).
+func errForgotten(name string, inc uint64) error {
+	return &PeerError{Name: name, Incarnation: inc, Err: forgottenCause()}
+}
+
+func forgottenCause() error { return fmt.Errorf("%w: %w", engine.ErrPeer, ErrForgotten) }

@@ -127,8 +127,9 @@ func TestForgetInFlight(t *testing.T) {
 
 // TestForgetConcurrent: Forget while other goroutines look the peer up,
 // Connect to it, write to it and notify it: every call ends, with nil or
-// a typed error (the peer dropped, or its name forgotten), and the agent
-// still reaches the peer afterwards.
+// a typed error (the peer dropped, or its name forgotten; for a Connect,
+// only a Forget during it), and the agent still reaches the peer
+// afterwards.
 func TestForgetConcurrent(t *testing.T) {
 	const rounds = 50
 	ctx := testCtx(t)
@@ -159,6 +160,9 @@ func TestForgetConcurrent(t *testing.T) {
 	wg.Go(func() {
 		for i := range rounds {
 			_, err := a.Connect(ctx, addrs[i%2])
+			if errors.Is(err, ErrForgotten) {
+				err = nil // a Forget came during the Connect
+			}
 			errs <- err
 		}
 	})

@@ -48,6 +48,9 @@ type resolve struct {
 	done chan struct{}
 	p    *Peer
 	err  error
+	// forgot: the name was forgotten during the lookup (its callers
+	// do not look it up again).
+	forgot bool
 }
 
 func (a *Agent) newPeer(md meta.Metadata) *Peer {
@@ -152,11 +155,22 @@ func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
 		if r == nil {
 			r = &resolve{done: make(chan struct{})}
 			a.resolving[name] = r
+			op := &pending{}
+			a.pending[op] = true
 			addr := a.addrs[name]
 			a.mu.Unlock()
-			r.p, r.err = a.lookup(ctx, name, addr)
+			r.p, r.err = a.lookup(ctx, name, addr, op)
 			a.mu.Lock()
-			delete(a.resolving, name)
+			if a.resolving[name] == r { // (else Forget took it out)
+				delete(a.resolving, name)
+			}
+			delete(a.pending, op)
+			r.forgot = op.forgotten(name)
+			if r.err == nil && r.forgot {
+				// Forgotten once cached (Forget dropped it): not
+				// handed out either.
+				r.p, r.err = nil, errForgotten(name, r.p.md.Incarnation)
+			}
 			_, gone := a.goneEarly[name]
 			a.mu.Unlock()
 			if gone {
@@ -174,8 +188,13 @@ func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
 			if r.err == nil {
 				return r.p, nil
 			}
+			if r.forgot && !errors.Is(r.err, ErrForgotten) {
+				// Forgotten since both began: that, not how that
+				// caller's lookup ended (its ctx, say).
+				return nil, errForgotten(name, 0)
+			}
 			// That caller's lookup failed (perhaps for its ctx): try ours.
-			if ctx.Err() == nil && !errors.Is(r.err, meta.ErrNotFound) {
+			if ctx.Err() == nil && !errors.Is(r.err, meta.ErrNotFound) && !r.forgot {
 				continue
 			}
 			return nil, r.err
@@ -192,8 +211,9 @@ func ctxErr(ctx context.Context) error {
 	return fmt.Errorf("%w: %w", engine.ErrCanceled, ctx.Err())
 }
 
-// lookup finds the named agent's record and caches a peer for it.
-func (a *Agent) lookup(ctx context.Context, name, addr string) (*Peer, error) {
+// lookup finds the named agent's record and caches a peer for it,
+// unless the name is forgotten meanwhile (op).
+func (a *Agent) lookup(ctx context.Context, name, addr string, op *pending) (*Peer, error) {
 	if a.store != nil {
 		a.stats.storeLookups.Add(1)
 		md, err := a.store.Lookup(ctx, name)
@@ -208,19 +228,19 @@ func (a *Agent) lookup(ctx context.Context, name, addr string) (*Peer, error) {
 		if md.Name != name || md.Incarnation == 0 {
 			return nil, fmt.Errorf("agent %s: lookup %q: %w: record of %q, incarnation %d", a.cfg.Name, name, meta.ErrMalformed, md.Name, md.Incarnation)
 		}
-		p, err := a.install(a.newPeer(md), nil)
+		p, err := a.install(a.newPeer(md), nil, op)
 		if err == nil {
 			// Only a name found is watched (a failed lookup leaves no
 			// watch behind), once cached: the store's watch starts
 			// from this lookup's read, so a change since reaches p.
-			a.watch(name)
+			a.watch(name, op)
 		}
 		return p, err
 	}
 	if addr == "" {
 		return nil, fmt.Errorf("agent %s: %q: %w (no store, and no address: Connect to it first)", a.cfg.Name, name, meta.ErrNotFound)
 	}
-	p, err := a.connect(ctx, addr)
+	p, err := a.connect(ctx, addr, op)
 	if err != nil {
 		return nil, err
 	}
@@ -232,8 +252,9 @@ func (a *Agent) lookup(ctx context.Context, name, addr string) (*Peer, error) {
 }
 
 // install caches p (replacing an older entry of the name) with its
-// connection, if there is one already.
-func (a *Agent) install(p *Peer, ep *engine.Endpoint) (*Peer, error) {
+// connection, if there is one already, unless the name was forgotten
+// since op began (then it closes ep).
+func (a *Agent) install(p *Peer, ep *engine.Endpoint, op *pending) (*Peer, error) {
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -242,6 +263,14 @@ func (a *Agent) install(p *Peer, ep *engine.Endpoint) (*Peer, error) {
 			ep.Close()
 		}
 		return nil, engine.ErrClosed
+	}
+	if op.forgotten(p.md.Name) {
+		a.mu.Unlock()
+		p.invalidate(forgottenCause())
+		if ep != nil {
+			ep.Close()
+		}
+		return nil, p.Err()
 	}
 	old := a.peers[p.md.Name]
 	if old != nil && old.md.Incarnation == p.md.Incarnation && old.md.Version >= p.md.Version {
@@ -279,10 +308,10 @@ func (a *Agent) install(p *Peer, ep *engine.Endpoint) (*Peer, error) {
 // watch watches the named agent's record in the store, once per name
 // found (a peer dropped and found again is watched by the same watch,
 // unless its record left the store meanwhile: see unwatchIdle): events
-// go to the name's cached peer.
-func (a *Agent) watch(name string) {
+// go to the name's cached peer. Not a name forgotten since op began.
+func (a *Agent) watch(name string, op *pending) {
 	a.mu.Lock()
-	if _, ok := a.watches[name]; ok || a.closed {
+	if _, ok := a.watches[name]; ok || a.closed || op.forgotten(name) {
 		a.mu.Unlock()
 		return
 	}
@@ -623,7 +652,9 @@ func (a *Agent) Connect(ctx context.Context, addr string) (string, error) {
 	if ctx == nil {
 		return "", invalid("nil context")
 	}
-	p, err := a.connect(ctx, addr)
+	op := a.begin()
+	defer a.end(op)
+	p, err := a.connect(ctx, addr, op)
 	if err != nil {
 		a.stats.countErr(err)
 		return "", err
@@ -631,7 +662,9 @@ func (a *Agent) Connect(ctx context.Context, addr string) (string, error) {
 	return p.md.Name, nil
 }
 
-func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
+// connect reaches the agent at addr and caches it, unless its name is
+// forgotten meanwhile (op: then it fails, closing the connection).
+func (a *Agent) connect(ctx context.Context, addr string, op *pending) (*Peer, error) {
 	network := "tcp"
 	if strings.Contains(addr, "/") {
 		network = "unix"
@@ -656,6 +689,11 @@ func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
 		return nil, invalid("%s serves this agent (%s)", addr, md.Name)
 	}
 	a.mu.Lock()
+	if op.forgotten(md.Name) {
+		a.mu.Unlock()
+		ep.Close()
+		return nil, errForgotten(md.Name, md.Incarnation)
+	}
 	a.keepAddr(md.Name, addr)
 	a.mu.Unlock()
 	if network == "tcp" && a.cfg.NoUnixFromTCP {
@@ -675,5 +713,5 @@ func (a *Agent) connect(ctx context.Context, addr string) (*Peer, error) {
 			ep, md = uep, umd
 		}
 	}
-	return a.install(a.newPeer(md), ep)
+	return a.install(a.newPeer(md), ep, op)
 }

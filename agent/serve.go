@@ -436,8 +436,8 @@ func (a *Agent) Notify(ctx context.Context, peer string, msg []byte) error {
 			return err
 		}
 		err = p.Notify(ctx, msg)
-		if errors.Is(err, errUnreached) && !retried && p.Err() != nil {
-			continue // the cached peer proved stale when dialed
+		if errors.Is(err, errUnreached) && !retried && p.Err() != nil && !errors.Is(p.Err(), ErrForgotten) {
+			continue // the cached peer proved stale when dialed (not forgotten)
 		}
 		return err
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gxfer/gxfer/agent/meta"
@@ -149,7 +150,7 @@ func (a *Agent) xfer(ctx context.Context, write bool, peer string, descs []Desc,
 			return failedXfer(len(descs), err)
 		}
 		x := p.xfer(ctx, write, descs, opts)
-		if x.unsent && !retried && p.Err() != nil {
+		if x.unsent && !retried && p.Err() != nil && !errors.Is(p.Err(), ErrForgotten) {
 			continue // the cached peer proved stale when dialed: resolve again
 		}
 		return x
