@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
 )
 
 // TestDialFailureIsTyped: a Dial that cannot reach its peer fails with an
@@ -37,6 +39,58 @@ func TestDialFailureIsTyped(t *testing.T) {
 	}
 }
 
+// silent is a loopback listener on network at addr that accepts and
+// never answers (nor reads); it returns the address bound.
+func silent(t *testing.T, network, addr string) string {
+	l, err := net.Listen(network, addr)
+	require.NoError(t, err)
+	conns := make(chan net.Conn, 4)
+	go func() {
+		defer close(conns)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c // held open, never answered
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		for c := range conns {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// TestDialHandshakeBounded: a Dial without a deadline of its own to a
+// peer that accepts the connection and never answers the handshake ends
+// after the 5 s dial bound with ErrTimeout (its kind) and ErrPeer, as a
+// connect unanswered by then does, on both networks; it failed with
+// ErrPeer alone. (Both Dials run at once: one 5 s wait.)
+func TestDialHandshakeBounded(t *testing.T) {
+	e := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP})
+	cases := []struct{ network, addr string }{
+		{"tcp", silent(t, "tcp", "127.0.0.1:0")},
+		{"unix", silent(t, "unixpacket", filepath.Join(t.TempDir(), "s.sock"))},
+	}
+	errs := make([]chan error, len(cases))
+	for i, tc := range cases {
+		errs[i] = make(chan error, 1)
+		go func() {
+			_, err := e.Dial(context.Background(), tc.network, tc.addr)
+			errs[i] <- err
+		}()
+	}
+	for i, tc := range cases {
+		err := <-errs[i]
+		require.ErrorIs(t, err, ErrTimeout, tc.network)
+		require.ErrorIs(t, err, ErrPeer, tc.network)
+		require.Equal(t, "timeout", gxerr.KindName(gxerr.KindOf(err)), tc.network)
+	}
+}
+
 // TestDialCtxEndIsTyped: a Dial whose ctx ends while the peer has not
 // answered its handshake (a listener that accepts and stays silent) fails
 // with ErrTimeout for ctx's deadline and ErrCanceled for a cancel, as
@@ -44,28 +98,6 @@ func TestDialFailureIsTyped(t *testing.T) {
 // fail with ErrPeer, as if the peer had failed.
 func TestDialCtxEndIsTyped(t *testing.T) {
 	e := newEngine(t, Config{Devices: DevicesNone})
-	silent := func(t *testing.T, network, addr string) string {
-		l, err := net.Listen(network, addr)
-		require.NoError(t, err)
-		conns := make(chan net.Conn, 4)
-		go func() {
-			defer close(conns)
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				conns <- c // held open, never answered
-			}
-		}()
-		t.Cleanup(func() {
-			_ = l.Close()
-			for c := range conns {
-				_ = c.Close()
-			}
-		})
-		return l.Addr().String()
-	}
 	for _, tc := range []struct {
 		name, network string
 		addr          func(t *testing.T) string

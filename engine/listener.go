@@ -135,8 +135,10 @@ func (l *Listener) Close() error {
 // with ErrTimeout (ctx's deadline) or ErrCanceled, wrapping ctx's error.
 // Both are bounded by 5 s together too: a connect unanswered by then (a
 // TCP host that drops the SYN) fails with ErrTimeout and ErrPeer, rather
-// than after the kernel's SYN retries (about 2 minutes on Linux); a
-// handshake unanswered by then fails with ErrPeer.
+// than after the kernel's SYN retries (about 2 minutes on Linux), and so
+// does a handshake unanswered by then (a peer that accepted the
+// connection and stays silent), on every network; ErrTimeout is the
+// error's kind.
 // A nil option is skipped.
 func (e *Engine) Dial(ctx context.Context, network, addr string, opts ...DialOption) (*Endpoint, error) {
 	if e.invalid() {

@@ -163,7 +163,9 @@ type DialConfig struct {
 // at ctx's deadline or after d.Timeout, whichever comes first: a
 // connect still unanswered then (a TCP host that drops the SYN) fails
 // with gxerr.Timeout wrapping the dial's gxerr.Peer error, instead of
-// waiting for the kernel's SYN retries (about 2 minutes on Linux).
+// waiting for the kernel's SYN retries (about 2 minutes on Linux); so
+// does a handshake the peer has not answered by then (on every network),
+// its error wrapping context.DeadlineExceeded too.
 func Dial[P any](ctx context.Context, d DialConfig, connect Connect[P]) (P, error) {
 	var zero P
 	kind, err := Network(d.Network)
@@ -187,9 +189,14 @@ func Dial[P any](ctx context.Context, d DialConfig, connect Connect[P]) (P, erro
 		local.Caps |= wire.CapLane
 	}
 	what := "handshake with " + d.Addr
+	// A wait of the handshake that ended at hctx's deadline (the peer
+	// did not answer by then) is a gxerr.Timeout too, as the connect's.
+	bound := func(err error) error {
+		return boundErr(hctx, fmt.Sprintf("%s: no answer by the dial's deadline (at most %v)", what, timeout), err)
+	}
 	fail := func(kind error, err error) (P, error) {
 		_ = wc.Close()
-		return zero, gxerr.New(kind, what, err)
+		return zero, bound(gxerr.New(kind, what, err))
 	}
 	if err := wc.Send(&local); err != nil {
 		return fail(gxerr.Peer, err)
@@ -242,7 +249,7 @@ func Dial[P any](ctx context.Context, d DialConfig, connect Connect[P]) (P, erro
 	}
 	ep, _, err := connect(hctx, wc, ack.Hello, path, addr, true)
 	if err != nil && path == datapath.KindRDMA && !errors.Is(err, gxerr.Closed) {
-		return zero, gxerr.New(gxerr.Peer, what, err) // the queue pairs' setup
+		return zero, bound(gxerr.New(gxerr.Peer, what, err)) // the queue pairs' setup
 	}
 	return ep, err
 }

@@ -63,12 +63,20 @@ func dialErr(addr string, err error) error {
 // err (dialErr's) under hctx, the Dial's bound: a connect that timed out
 // at hctx's deadline is a gxerr.Timeout too.
 func connectErr(hctx context.Context, addr string, timeout time.Duration, err error) error {
+	return boundErr(hctx, fmt.Sprintf("connect to %s: no answer by the dial's deadline (at most %v)", addr, timeout), err)
+}
+
+// boundErr is err, the failure of one of a Dial's waits under hctx (its
+// bound: DialConfig.Timeout or ctx's earlier deadline), wrapped in
+// gxerr.Timeout with msg when the wait ended at hctx's deadline; any
+// other err is returned as is.
+func boundErr(hctx context.Context, msg string, err error) error {
 	d, ok := hctx.Deadline()
 	expired := ok && !time.Now().Before(d)
 	if !expired || !(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 		return err
 	}
-	return gxerr.New(gxerr.Timeout, fmt.Sprintf("connect to %s: no answer by the dial's deadline (at most %v)", addr, timeout), err)
+	return gxerr.New(gxerr.Timeout, msg, err)
 }
 
 // listenSocket opens the socket of a listener: a unix socket created
