@@ -17,7 +17,8 @@ var ErrClosed = errors.New("cq: closed")
 
 // CSWaiter is a device's completion source: WAIT_CS on one sequence number.
 // done reports completion; err is the CS's failure (the CS is then retired
-// too). A timeout of 0 polls.
+// too). A timeout of 0 polls; any other must bound the call (the driver's
+// WAIT_CS does: hl_wait_for_fence), as the actor's Close waits for it.
 type CSWaiter interface {
 	WaitCS(seq uint64, timeout time.Duration) (done bool, err error)
 }
