@@ -141,21 +141,21 @@ type Config struct {
 	// MaxPeers bounds the endpoints each Listener serves (default 1024).
 	// At the bound, a new peer makes the listener close an endpoint whose
 	// peer never made a request (a connection that said Hello and then
-	// only heartbeats): the oldest of the source (see
-	// MaxPendingPerSource) holding the most endpoints, so that one host
-	// opening endpoints in a loop closes its own; if every peer has made
-	// one, the new peer is refused and its Dial fails with
-	// ErrTooManyPeers.
+	// only heartbeats) and that has nothing in flight: the oldest of the
+	// source (see MaxPendingPerSource) holding the most endpoints, so
+	// that one host opening endpoints in a loop closes its own; else one
+	// idle for longer than PeerIdleEvict; if there is none, the new peer
+	// is refused and its Dial fails with ErrTooManyPeers.
 	MaxPeers int
 	// MaxPeersPerSource bounds the endpoints each Listener serves from
 	// one source (see MaxPendingPerSource), each of their TCP lanes
 	// counted: at the bound, the source's new peer closes its own oldest
-	// idle endpoint, or is refused (ErrTooManyPeers) if all of them made
-	// a request, so that no host can take every slot while other hosts
-	// still get in. Default MaxPeers/4 but at least 64 (a host's worker
-	// processes each dial: 8 of them with 4 connections each, say, or
-	// one endpoint of the most TCPLanes), at most MaxPeers (New refuses
-	// more with ErrInvalid). Hosts behind one NAT address are one
+	// idle endpoint (see MaxPeers), or is refused (ErrTooManyPeers) if
+	// all of them are busy, so that no host can take every slot while
+	// other hosts still get in. Default MaxPeers/4 but at least 64 (a
+	// host's worker processes each dial: 8 of them with 4 connections
+	// each, say, or one endpoint of the most TCPLanes), at most MaxPeers
+	// (New refuses more with ErrInvalid). Hosts behind one NAT address are one
 	// source: raise it for them.
 	MaxPeersPerSource int
 	// MaxPendingPerSource bounds the handshakes in progress at each
@@ -167,6 +167,20 @@ type Config struct {
 	// other peers' handshakes. Default 16; at most 64 (New refuses more
 	// with ErrInvalid).
 	MaxPendingPerSource int
+	// PeerIdleEvict: at MaxPeers (or MaxPeersPerSource), once no endpoint
+	// that never made a request is left to close, a listener closes an
+	// endpoint that made requests but has had no traffic (requests, their
+	// data, messages; heartbeats do not count) for longer than this, with
+	// nothing in flight (a request of the peer's being served, a copy into
+	// local memory, a request of this side's waiting for its reply; nor
+	// on its TCP lanes): the one idle the longest, of the source holding
+	// the most endpoints. Its peer's next use fails with ErrPeer. Idle
+	// time is noted each PeerIdleEvict/4, so an endpoint is closed after
+	// between 1 and 1.25 times this. Default 60 s; at least 10 ms (New
+	// refuses less with ErrInvalid); negative: never (an endpoint that
+	// has carried one request is never closed to make room, and sources
+	// that keep MaxPeers such endpoints lock newcomers out).
+	PeerIdleEvict time.Duration
 
 	// RegCache bounds the caches of host memory mapped into the devices'
 	// MMUs (one per device).
@@ -233,8 +247,20 @@ func (c Config) withDefaults() Config {
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = 2 * time.Second
 	}
+	if c.PeerIdleEvict == 0 {
+		c.PeerIdleEvict = defaultPeerIdleEvict
+	}
 	return c
 }
+
+// defaultPeerIdleEvict is Config.PeerIdleEvict's default: far longer
+// than the gap between the requests of a peer that is moving data, and
+// short enough that a host's endpoints left idle do not hold the slots
+// long.
+const defaultPeerIdleEvict = 60 * time.Second
+
+// minPeerIdleEvict bounds Config.PeerIdleEvict from below (see validate).
+const minPeerIdleEvict = 10 * time.Millisecond
 
 // maxEmulatedCount bounds Config.EmulatedCount (see validate).
 const maxEmulatedCount = 256
@@ -284,6 +310,13 @@ func (c Config) validate() error {
 		// A listener serves no more endpoints than this, from all
 		// sources together.
 		inRange("MaxPeersPerSource", c.MaxPeersPerSource, 1, c.MaxPeers),
+		// A listener notes its peers' activity each PeerIdleEvict/4:
+		// below 10 ms that is a wake-up every 2.5 ms or more often for
+		// as long as the listener is open, and an endpoint between two
+		// requests of a peer that is moving data (a round trip, a
+		// scheduling delay of a loaded machine) would be closed as idle.
+		// Negative: never (not bounded).
+		durationAtLeast("PeerIdleEvict", c.PeerIdleEvict, minPeerIdleEvict),
 		// Verbs carries both in uint8 fields (port_num, sgid_index): no
 		// port outside [1, 255] exists (0 picks one), and a GIDIndex
 		// above 255 was truncated (rdma.QP: uint8(GIDIndex)), so the
@@ -320,6 +353,15 @@ func inRange[T int | uint64](field string, v, lo, hi T) error {
 		return newErr(ErrInvalid, fmt.Sprintf("Config.%s %d above the limit %d", field, v, hi), nil)
 	case v < lo:
 		return newErr(ErrInvalid, fmt.Sprintf("Config.%s %d below the minimum %d", field, v, lo), nil)
+	}
+	return nil
+}
+
+// durationAtLeast is nil when d is negative (off) or at least lo, else
+// the ErrInvalid error of Config.field.
+func durationAtLeast(field string, d, lo time.Duration) error {
+	if d >= 0 && d < lo {
+		return newErr(ErrInvalid, fmt.Sprintf("Config.%s %v below the minimum %v", field, d, lo), nil)
 	}
 	return nil
 }

@@ -143,3 +143,45 @@ func TestCloseGraceMax(t *testing.T) {
 	// It had not started when Close began (the hook runs first).
 	require.ErrorIs(t, f.Err(), ErrClosed)
 }
+
+// TestConfigPeerIdleEvict: New refuses a Config.PeerIdleEvict below 10 ms
+// (a listener would wake every 2.5 ms or more often, and close endpoints
+// between two requests) with ErrInvalid naming the field, the value and
+// the minimum; it takes the minimum, any longer one, a negative one
+// (never) and 0 (the 60 s default), and a listener opens and closes with
+// each.
+func TestConfigPeerIdleEvict(t *testing.T) {
+	tests := []struct {
+		name string
+		in   time.Duration
+		want time.Duration // the engine's, 0: refused
+	}{
+		{"1ns", 1, 0},
+		{"just below the minimum", minPeerIdleEvict - 1, 0},
+		{"minimum", minPeerIdleEvict, minPeerIdleEvict},
+		{"default", 0, 60 * time.Second},
+		{"never", -1, -1},
+		{"MaxInt64", math.MaxInt64, math.MaxInt64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := New(Config{Devices: DevicesNone, PeerIdleEvict: tt.in})
+			if tt.want == 0 {
+				if err == nil {
+					require.NoError(t, e.Close())
+					t.Fatalf("New accepted PeerIdleEvict %v", tt.in)
+				}
+				require.ErrorIs(t, err, ErrInvalid)
+				require.ErrorContains(t, err, "Config.PeerIdleEvict "+tt.in.String())
+				require.ErrorContains(t, err, minPeerIdleEvict.String())
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, e.cfg.PeerIdleEvict)
+			l, err := e.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			require.NoError(t, l.Close())
+			require.NoError(t, e.Close())
+		})
+	}
+}

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
 		os.Exit(runPeer(os.Getenv(childNetEnv), path))
 	}
+	if addr := os.Getenv(hostileEnv); addr != "" {
+		os.Exit(runHostile(addr))
+	}
 	testutil.Main(m)
 }
 

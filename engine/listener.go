@@ -19,8 +19,9 @@ import (
 
 // ErrTooManyPeers: a listener refused a connection because it serves
 // Config.MaxPeers endpoints, or Config.MaxPeersPerSource from the
-// dialer's source, that are all busy. The dialer's error matches it
-// (and ErrPeer).
+// dialer's source, that are all busy (each made a request and has had
+// traffic within Config.PeerIdleEvict, or has work in flight). The
+// dialer's error matches it (and ErrPeer).
 var ErrTooManyPeers = gxerr.TooManyPeers
 
 // ErrUnauthenticated: a TCP peer failed (or refused) authentication with
@@ -63,7 +64,7 @@ func (e *Engine) Listen(network, addr string) (*Listener, error) {
 		return nil, err
 	}
 	cfg := handshake.ListenConfig[*Endpoint]{Local: e.local(), Network: network, Addr: addr, MaxPeers: e.cfg.MaxPeers,
-		MaxPendingPerSource: e.cfg.MaxPendingPerSource, MaxPeersPerSource: e.cfg.MaxPeersPerSource, Connect: e.newEndpoint}
+		MaxPendingPerSource: e.cfg.MaxPendingPerSource, MaxPeersPerSource: e.cfg.MaxPeersPerSource, PeerIdleEvict: e.cfg.PeerIdleEvict, Connect: e.newEndpoint}
 	if kind == datapath.KindTCP {
 		want, err := e.chooseTransport(nil)
 		if err != nil {

@@ -106,7 +106,7 @@ type Chan struct {
 	replyQ    []wire.Message // the reader's frames, sent by the writer or carried by a sender
 	replySig  chan struct{}
 	writerEnd chan struct{}
-	active    atomic.Bool  // the peer made a request
+	active    atomic.Bool  // the peer's traffic since the last TakeActivity (MarkActive)
 	unsent    atomic.Int64 // Serve replies waiting to be sent
 	msg       msgs         // application messages (msgs.go)
 	started   atomic.Bool  // Start ran: the reader runs until reader closes
@@ -184,10 +184,43 @@ func (c *Chan) NewID() uint64 { return c.nextID.Add(2) }
 // Ours reports whether request id was issued by this side.
 func (c *Chan) Ours(id uint64) bool { return id&1 == c.parity }
 
-// MarkActive records that the peer made a request; Active reports it (a
-// listener closes idle peers first to make room).
-func (c *Chan) MarkActive()  { c.active.Store(true) }
-func (c *Chan) Active() bool { return c.active.Load() }
+// MarkActive records traffic of the peer's: a request, a Data frame, a
+// message. It costs an atomic load once marked (a listener takes the
+// mark each few seconds, not per frame).
+func (c *Chan) MarkActive() {
+	if !c.active.Load() {
+		c.active.Store(true)
+	}
+}
+
+// TakeActivity reports whether the peer had traffic (MarkActive) since
+// the last call, the first since the channel was made, and clears the
+// mark. A listener calls it now and then and keeps the time itself: it
+// closes the endpoints idle the longest to make room (handshake.Peer).
+func (c *Chan) TakeActivity() bool { return c.active.Load() && c.active.Swap(false) }
+
+// InFlight reports whether the channel has work in progress: a request
+// of the peer's being served or waiting for a slot (Serve), a request of
+// this side's waiting for its reply, or work of the data path's (one
+// with an InFlight method: a TCP endpoint landing a Data frame into local
+// memory). A listener does not close such an endpoint to make room. It
+// takes the channel's locks: not for the hot path.
+func (c *Chan) InFlight() bool {
+	if len(c.sem) > 0 || len(c.slots) > 0 {
+		return true
+	}
+	c.backMu.Lock()
+	backlog := len(c.backlog)
+	c.backMu.Unlock()
+	c.mu.Lock()
+	pending := len(c.pending)
+	c.mu.Unlock()
+	if backlog > 0 || pending > 0 {
+		return true
+	}
+	p, ok := c.path.(interface{ InFlight() bool })
+	return ok && p.InFlight()
+}
 
 // Err is why the channel ended (nil while it is up).
 func (c *Chan) Err() error {
@@ -653,6 +686,7 @@ func (c *Chan) readLoop() {
 			return
 		}
 		if f.Routed {
+			c.MarkActive() // a Data frame: the peer is moving data
 			c.path.Landed()
 			continue
 		}

@@ -115,7 +115,8 @@ func TestRoundTrip(t *testing.T) {
 			require.Equal(t, c.id, f.Header.RequestID)
 		}
 	}
-	require.True(t, a.Active() && b.Active())
+	require.True(t, a.TakeActivity() && b.TakeActivity())
+	require.False(t, a.TakeActivity() || b.TakeActivity(), "taken")
 	require.True(t, a.Dialer() && !b.Dialer())
 }
 

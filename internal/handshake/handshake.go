@@ -6,8 +6,9 @@
 // (on a unix socket, against the kernel's credentials of the socket),
 // negotiates the version and capabilities (wire.Negotiate), admits the
 // peer (Listener: pending handshakes are bounded, per source too, one
-// evicted beyond; accepted peers are bounded by MaxPeers, idle ones
-// closed first) and answers with its HelloAck. Both sides then choose
+// evicted beyond; accepted peers are bounded by MaxPeers, those that
+// never made a request closed first, then those idle for longer than
+// PeerIdleEvict) and answers with its HelloAck. Both sides then choose
 // the endpoint's data path (TCP or RDMA over a TCP control connection,
 // shared memory over a unix socket) and hand the connection to a Connect
 // function, the engine's, which makes the endpoint.
@@ -131,7 +132,16 @@ func CheckSecret(secret []byte) error {
 type Peer interface {
 	Name() string
 	Err() error
-	Active() bool // the peer made a request
+	// TakeActivity reports whether the peer had traffic (a request, a
+	// Data frame, a message) since the last call, the first since the
+	// endpoint was made, and clears the mark: the listener keeps the
+	// time of the last it saw.
+	TakeActivity() bool
+	// InFlight reports whether the endpoint has work in progress (a
+	// request of the peer's being served, a copy into local memory, a
+	// request of this side's awaiting its reply): the listener never
+	// closes it to make room then.
+	InFlight() bool
 	Fail(err error)
 	PeerErr(what string, cause error) error
 }

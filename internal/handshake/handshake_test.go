@@ -29,13 +29,16 @@ type peer struct {
 	path   datapath.Kind
 	addr   string
 	dialer bool
-	active atomic.Bool
+	active atomic.Bool // sticky: the peer is active whenever the listener looks
+	pulse  atomic.Bool // active once, until the listener takes it
+	busy   atomic.Bool // InFlight
 	mu     sync.Mutex
 	err    error
 }
 
-func (p *peer) Name() string { return "peer " + p.hello.Name }
-func (p *peer) Active() bool { return p.active.Load() }
+func (p *peer) Name() string       { return "peer " + p.hello.Name }
+func (p *peer) TakeActivity() bool { return p.active.Load() || p.pulse.Swap(false) }
+func (p *peer) InFlight() bool     { return p.busy.Load() }
 func (p *peer) Err() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

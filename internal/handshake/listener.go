@@ -33,6 +33,12 @@ type ListenConfig[P any] struct {
 	// source (see sourceOf): beyond, the source's oldest is evicted. 0
 	// means DefaultMaxPendingPerSource; at most MaxPending.
 	MaxPendingPerSource int
+	// PeerIdleEvict: an endpoint whose peer made requests but has had no
+	// traffic for longer (noted each PeerIdleEvict/4) and has nothing in
+	// flight (Peer.InFlight, also none of the other connections of its
+	// engine from its source, its TCP lanes) may be closed to make room,
+	// after those that never made a request (see admit). <= 0: never.
+	PeerIdleEvict time.Duration
 	// HandshakeTimeout bounds a connection's handshake (0: 2 s).
 	HandshakeTimeout time.Duration
 	// Connect makes the endpoint of a connection once admitted.
@@ -106,6 +112,12 @@ func (l *Listener[P]) loop() {
 	defer close(l.done)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if l.cfg.PeerIdleEvict > 0 {
+		stop := make(chan struct{})
+		wg.Add(1)
+		go func() { defer wg.Done(); l.watchIdle(stop) }()
+		defer close(stop)
+	}
 	for {
 		t, cred, raddr, err := l.sock.accept()
 		if err != nil {
@@ -145,6 +157,34 @@ func (l *Listener[P]) loop() {
 			}
 			l.enqueue(ep, peer)
 		}()
+	}
+}
+
+// watchIdle notes the admitted peers' activity (see admitted) each
+// PeerIdleEvict/4 until stop closes: a peer's idle time is then known
+// within a quarter of PeerIdleEvict, and never overestimated.
+func (l *Listener[P]) watchIdle(stop <-chan struct{}) {
+	t := time.NewTicker(max(l.cfg.PeerIdleEvict/4, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			l.mu.Lock()
+			l.noteActivityLocked(time.Now())
+			l.mu.Unlock()
+		}
+	}
+}
+
+// noteActivityLocked records now as the last activity of the peers that
+// had traffic since the last look.
+func (l *Listener[P]) noteActivityLocked(now time.Time) {
+	for _, a := range l.peers {
+		if a.peer != nil && a.peer.TakeActivity() {
+			a.seen = now
+		}
 	}
 }
 
@@ -307,12 +347,17 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 // oldest MaxLanes-1 per endpoint of that engine here are spared. A lane
 // beyond, or with no such endpoint here (its endpoint gone, or a peer
 // merely claiming CapLane), is evicted like any other peer.
+//
+// seen is when the listener last saw traffic of the peer's (zero:
+// never; see noteActivityLocked), at most PeerIdleEvict/4 after it came:
+// the peer has been idle for at least the time since.
 type admitted struct {
 	peer    Peer
 	engine  wire.EngineID // the peer's (Hello.EngineID)
 	source  string        // see sourceOf
 	lane    bool
 	evicted bool
+	seen    time.Time
 }
 
 // forget drops an admission whose endpoint was never made.
@@ -433,8 +478,11 @@ func (l *Listener[P]) dropPendingLocked(p *pending) {
 // evicted as one) and makes room for one more peer: at MaxPeers
 // endpoints, or MaxPeersPerSource from p's source (then of that source
 // only), the oldest that never made a request is closed (never a lane
-// of an admitted endpoint within MaxLanes: see admitted); if every such
-// peer is busy, p is refused with gxerr.TooManyPeers.
+// of an admitted endpoint within MaxLanes: see admitted), else one
+// still connecting, else (PeerIdleEvict > 0) the one idle the longest,
+// if for longer than PeerIdleEvict; never one with work in flight
+// (Peer.InFlight). If there is none, p is refused with
+// gxerr.TooManyPeers.
 func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	l.mu.Lock()
 	if p.evicted {
@@ -460,6 +508,7 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	// own peers; else at MaxPeers, of anyone's.
 	atSourceBound := own >= l.cfg.MaxPeersPerSource
 	var victim *admitted
+	var idleFor time.Duration // the victim's idle time, when it made requests
 	if atSourceBound || len(l.peers) >= l.cfg.MaxPeers {
 		// An idle endpoint; else one still connecting (admitted, its
 		// endpoint not made yet, so no request served): of those, the
@@ -486,19 +535,40 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 			}
 		}
 		spared := func(a *admitted) bool { return spare[a] }
-		pickBy := func(candidate func(a *admitted) bool) int {
+		// pickBy: of the candidates, the source holding the most first;
+		// on a tie the first in admission order, or the one first is
+		// true of when it is given.
+		pickBy := func(candidate func(a *admitted) bool, first func(a, b *admitted) bool) int {
 			pick := -1
 			for i, a := range l.peers {
-				if (!atSourceBound || a.source == p.source) && candidate(a) && !spared(a) &&
-					(pick < 0 || sources[a.source] > sources[l.peers[pick].source]) {
+				if (atSourceBound && a.source != p.source) || spared(a) || !candidate(a) {
+					continue
+				}
+				if pick < 0 {
+					pick = i
+					continue
+				}
+				b := l.peers[pick]
+				if sources[a.source] > sources[b.source] || sources[a.source] == sources[b.source] && first != nil && first(a, b) {
 					pick = i
 				}
 			}
 			return pick
 		}
-		pick := pickBy(func(a *admitted) bool { return a.peer != nil && !a.peer.Active() })
+		now := time.Now()
+		l.noteActivityLocked(now)
+		seen, busy := l.withLanesLocked()
+		pick := pickBy(func(a *admitted) bool { return a.peer != nil && seen(a).IsZero() && !busy(a) }, nil)
 		if pick < 0 {
-			pick = pickBy(func(a *admitted) bool { return a.peer == nil })
+			pick = pickBy(func(a *admitted) bool { return a.peer == nil }, nil)
+		}
+		if pick < 0 && l.cfg.PeerIdleEvict > 0 {
+			pick = pickBy(func(a *admitted) bool {
+				return a.peer != nil && !seen(a).IsZero() && now.Sub(seen(a)) > l.cfg.PeerIdleEvict && !busy(a)
+			}, func(a, b *admitted) bool { return seen(a).Before(seen(b)) })
+			if pick >= 0 {
+				idleFor = now.Sub(seen(l.peers[pick]))
+			}
 		}
 		if pick >= 0 {
 			victim = l.peers[pick]
@@ -518,8 +588,77 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	l.mu.Unlock()
 	if victim != nil && victim.peer != nil {
 		ep := victim.peer
-		l.logs.warn().Str("peer", ep.Name()).Msg("idle peer closed to make room (Config.MaxPeers, MaxPeersPerSource)")
-		ep.Fail(ep.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil))
+		why := "it made no request"
+		if idleFor > 0 {
+			why = fmt.Sprintf("idle for %v, nothing in flight; Config.PeerIdleEvict", idleFor.Round(time.Millisecond))
+		}
+		l.logs.warn().Str("peer", ep.Name()).Str("why", why).Msg("idle peer closed to make room (Config.MaxPeers, MaxPeersPerSource)")
+		ep.Fail(ep.PeerErr("closed to make room for another peer ("+why+"; Config.MaxPeers)", nil))
 	}
 	return a, nil
+}
+
+// group is the connections of one engine from one source: its
+// endpoints and their TCP lanes.
+type group struct {
+	engine wire.EngineID
+	source string
+}
+
+// withLanesLocked tells, for an admitted peer, when it was last seen
+// active and whether it has work in flight, its lanes counted for an
+// endpoint: a TCP endpoint's large transfers go over its lanes, its own
+// connection idle meanwhile, and closing it closes them. The listener
+// cannot tell which endpoint a lane belongs to: the lanes' work in
+// flight counts for each endpoint of their engine, their activity only
+// for the engine's one endpoint (so that an engine keeping one lane
+// active does not keep its several endpoints busy). busy asks the peers
+// once each.
+func (l *Listener[P]) withLanesLocked() (seen func(*admitted) time.Time, busy func(*admitted) bool) {
+	endpoints := make(map[group]int)
+	laneSeen := make(map[group]time.Time)
+	var lanes []*admitted
+	for _, a := range l.peers {
+		g := group{a.engine, a.source}
+		switch {
+		case !a.lane:
+			endpoints[g]++
+		case a.peer != nil:
+			lanes = append(lanes, a)
+			if a.seen.After(laneSeen[g]) {
+				laneSeen[g] = a.seen
+			}
+		}
+	}
+	seen = func(a *admitted) time.Time {
+		g := group{a.engine, a.source}
+		if !a.lane && endpoints[g] == 1 && laneSeen[g].After(a.seen) {
+			return laneSeen[g]
+		}
+		return a.seen
+	}
+	inFlight := make(map[*admitted]bool)
+	asked := func(a *admitted) bool {
+		v, ok := inFlight[a]
+		if !ok {
+			v = a.peer.InFlight()
+			inFlight[a] = v
+		}
+		return v
+	}
+	busy = func(a *admitted) bool {
+		if asked(a) {
+			return true
+		}
+		if a.lane {
+			return false
+		}
+		for _, ln := range lanes {
+			if ln.engine == a.engine && ln.source == a.source && asked(ln) {
+				return true
+			}
+		}
+		return false
+	}
+	return seen, busy
 }

@@ -241,6 +241,7 @@ func (p *path) Landed() {
 		p.in.Put(cur.stage)
 	}
 	if dma {
+		p.staging.Add(1)
 		ws := make([]datapath.Waiter, len(dmas))
 		for i, pc := range dmas {
 			ws[i] = p.env.DMA(pc.dst, datapath.Mem{B: cur.stage, Off: pc.at, Len: pc.dst.Len}, time.Time{})
@@ -254,6 +255,7 @@ func (p *path) Landed() {
 				}
 			}
 			p.in.Put(cur.stage)
+			p.staging.Add(-1)
 			in.mu.Lock()
 			in.dmas--
 			if err != nil && in.err == nil {

@@ -41,6 +41,9 @@ type path struct {
 	// lock; outstanding counts this connection's requests in progress.
 	laneSnap    atomic.Pointer[[]*path]
 	outstanding atomic.Int32
+	// staging counts the Data frames whose staging DMAs into local Gaudi
+	// memory run (see InFlight).
+	staging atomic.Int32
 }
 
 var _ datapath.Path = (*path)(nil)
@@ -189,6 +192,32 @@ func (p *path) removeInbound(id uint64) *inbound {
 	delete(p.inbound, id)
 	p.mu.Unlock()
 	return in
+}
+
+// InFlight reports whether a copy into local memory runs on this
+// connection: the reader landing a Data frame, or its staging DMAs (the
+// endpoint's control channel asks, for a listener that looks for an
+// endpoint to close). A transfer waiting for its next Data frame is not
+// in flight: a peer that stops sending it is idle.
+func (p *path) InFlight() bool {
+	if p.staging.Load() > 0 {
+		return true
+	}
+	p.mu.Lock()
+	ins := make([]*inbound, 0, len(p.inbound))
+	for _, in := range p.inbound {
+		ins = append(ins, in)
+	}
+	p.mu.Unlock()
+	for _, in := range ins {
+		in.mu.Lock()
+		busy := in.routing || in.dmas > 0
+		in.mu.Unlock()
+		if busy {
+			return true
+		}
+	}
+	return false
 }
 
 // cancelInbound cancels every transfer still landing (the connection is
