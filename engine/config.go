@@ -139,13 +139,14 @@ type Config struct {
 	// a copy.
 	ClusterSecret []byte
 	// MaxPeers bounds the endpoints each Listener serves (default 1024).
-	// At the bound, a new peer makes the listener close an endpoint whose
-	// peer never made a request (a connection that said Hello and then
-	// only heartbeats) and that has nothing in flight: the oldest of the
-	// source (see MaxPendingPerSource) holding the most endpoints, so
-	// that one host opening endpoints in a loop closes its own; else one
-	// idle for longer than PeerIdleEvict; if there is none, the new peer
-	// is refused and its Dial fails with ErrTooManyPeers.
+	// At the bound, a new peer makes the listener close an endpoint that
+	// never carried a request (a connection that said Hello and then only
+	// heartbeats, and that this side did not use either) and that has
+	// nothing in flight: the oldest of the source (see
+	// MaxPendingPerSource) holding the most endpoints, so that one host
+	// opening endpoints in a loop closes its own; else one idle for
+	// longer than PeerIdleEvict; if there is none, the new peer is
+	// refused and its Dial fails with ErrTooManyPeers.
 	MaxPeers int
 	// MaxPeersPerSource bounds the endpoints each Listener serves from
 	// one source (see MaxPendingPerSource), each of their TCP lanes
@@ -169,8 +170,9 @@ type Config struct {
 	MaxPendingPerSource int
 	// PeerIdleEvict: at MaxPeers (or MaxPeersPerSource), once no endpoint
 	// that never made a request is left to close, a listener closes an
-	// endpoint that made requests but has had no traffic (requests, their
-	// data, messages; heartbeats do not count) for longer than this, with
+	// endpoint that made requests but has had no traffic (the peer's
+	// requests, their data, messages, and this side's Puts, Gets and
+	// messages on it; heartbeats do not count) for longer than this, with
 	// nothing in flight (a request of the peer's being served, a copy into
 	// local memory, a request of this side's waiting for its reply; nor
 	// on its TCP lanes): the one idle the longest, of the source holding

@@ -184,16 +184,17 @@ func (c *Chan) NewID() uint64 { return c.nextID.Add(2) }
 // Ours reports whether request id was issued by this side.
 func (c *Chan) Ours(id uint64) bool { return id&1 == c.parity }
 
-// MarkActive records traffic of the peer's: a request, a Data frame, a
-// message. It costs an atomic load once marked (a listener takes the
-// mark each few seconds, not per frame).
+// MarkActive records traffic on the endpoint: the peer's requests, Data
+// frames and messages, this side's operations on it (the engine marks
+// them). It costs an atomic load once marked (a listener takes the mark
+// each few seconds, not per frame).
 func (c *Chan) MarkActive() {
 	if !c.active.Load() {
 		c.active.Store(true)
 	}
 }
 
-// TakeActivity reports whether the peer had traffic (MarkActive) since
+// TakeActivity reports whether the endpoint had traffic (MarkActive) since
 // the last call, the first since the channel was made, and clears the
 // mark. A listener calls it now and then and keeps the time itself: it
 // closes the endpoints idle the longest to make room (handshake.Peer).

@@ -132,10 +132,10 @@ func CheckSecret(secret []byte) error {
 type Peer interface {
 	Name() string
 	Err() error
-	// TakeActivity reports whether the peer had traffic (a request, a
-	// Data frame, a message) since the last call, the first since the
-	// endpoint was made, and clears the mark: the listener keeps the
-	// time of the last it saw.
+	// TakeActivity reports whether the endpoint had traffic (the peer's
+	// requests, Data frames, messages; this side's operations on it)
+	// since the last call, the first since the endpoint was made, and
+	// clears the mark: the listener keeps the time of the last it saw.
 	TakeActivity() bool
 	// InFlight reports whether the endpoint has work in progress (a
 	// request of the peer's being served, a copy into local memory, a
