@@ -339,12 +339,15 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 
 // admitted is one admitted peer: peer is nil until its endpoint is made;
 // one evicted meanwhile is failed once it is. A lane (wire.CapLane) is
-// not evicted while an endpoint of its engine is admitted: it is an extra
+// not evicted while an endpoint of its engine from its source is admitted
+// (a lane is dialed as its endpoint was; another source claiming an
+// engine's id, which its keys carry, gets no such lanes): it is an extra
 // connection of an endpoint whose requests may all go over its other
 // connections (small transfers do), so that it looks idle while its
 // endpoint is busy, and its failure fails that endpoint at the dialer.
-// An endpoint has MaxLanes-1 lanes at most: of an engine's lanes, the
-// oldest MaxLanes-1 per endpoint of that engine here are spared. A lane
+// An endpoint has MaxLanes-1 lanes at most: of an engine's lanes from a
+// source, the oldest MaxLanes-1 per endpoint of that engine from that
+// source here are spared. A lane
 // beyond, or with no such endpoint here (its endpoint gone, or a peer
 // merely claiming CapLane), is evicted like any other peer.
 //
@@ -517,20 +520,20 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 		// other sources' idle ones (at its bound, only its own are
 		// candidates). Lanes of an admitted endpoint are
 		// spared, the oldest MaxLanes-1 per endpoint of their engine
-		// (see admitted).
-		endpoints := make(map[wire.EngineID]int, len(l.peers))
+		// from their source (see admitted).
+		endpoints := make(map[group]int, len(l.peers))
 		sources := map[string]int{p.source: 1}
 		for _, a := range l.peers {
 			if !a.lane {
-				endpoints[a.engine]++
+				endpoints[group{a.engine, a.source}]++
 			}
 			sources[a.source]++
 		}
-		lanes := make(map[wire.EngineID]int, len(endpoints))
+		lanes := make(map[group]int, len(endpoints))
 		spare := make(map[*admitted]bool)
 		for _, a := range l.peers {
-			if a.lane && lanes[a.engine] < endpoints[a.engine]*(MaxLanes-1) {
-				lanes[a.engine]++
+			if g := (group{a.engine, a.source}); a.lane && lanes[g] < endpoints[g]*(MaxLanes-1) {
+				lanes[g]++
 				spare[a] = true
 			}
 		}
