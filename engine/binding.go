@@ -137,7 +137,7 @@ func (b *Binding) do(put bool, n int, wait bool) error {
 	if b.closed {
 		return errBindingClosed()
 	}
-	b.ep.ch.MarkActive() // in use (see Endpoint.start)
+	b.ep.ch.MarkUsed() // in use (see Endpoint.start)
 	err := b.bd.Do(put, n, wait)
 	b.ops.Add(uint64(n))
 	return err

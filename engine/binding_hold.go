@@ -68,7 +68,7 @@ func (h *Held) move(put bool) error {
 	if h.sh == nil || h.done {
 		return h.do(put)
 	}
-	h.b.ep.ch.MarkActive() // in use (see Endpoint.start): a load once marked
+	h.b.ep.ch.MarkUsed() // in use (see Endpoint.start): a load once marked
 	if err := h.sh.Do(put); err != nil {
 		return h.failed(err)
 	}
@@ -86,7 +86,7 @@ func (h *Held) do(put bool) error {
 		return errNoHeld
 	}
 	h.ops++
-	h.b.ep.ch.MarkActive() // in use (see Endpoint.start)
+	h.b.ep.ch.MarkUsed() // in use (see Endpoint.start)
 	return h.b.bd.Do(put, 1, true)
 }
 

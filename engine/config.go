@@ -178,7 +178,10 @@ type Config struct {
 	// on its TCP lanes): the one idle the longest, of the source holding
 	// the most endpoints. Its peer's next use fails with ErrPeer. Idle
 	// time is noted each PeerIdleEvict/4, so an endpoint is closed after
-	// between 1 and 1.25 times this. Default 60 s; at least 10 ms (New
+	// between 1 and 1.25 times this. A unix peer's Puts and Gets through
+	// its mapping of this side's memory send no frame: the peer reports
+	// them with its heartbeat (each PeerTimeout/4; none when its
+	// PeerTimeout is negative, or from an engine without message rings). Default 60 s; at least 10 ms (New
 	// refuses less with ErrInvalid); negative: never (an endpoint that
 	// has carried one request is never closed to make room, and sources
 	// that keep MaxPeers such endpoints lock newcomers out).

@@ -279,7 +279,7 @@ func (ep *Endpoint) start(ctx context.Context, put bool, local Slice, remote Rem
 	if len(opts) > 0 || ep.e.cfg.OpTimeout > 0 {
 		r.Deadline = ep.e.opConfig(opts).deadline
 	}
-	ep.ch.MarkActive() // in use: not idle for a listener that makes room (Config.PeerIdleEvict)
+	ep.ch.MarkUsed() // in use: not idle for a listener that makes room (Config.PeerIdleEvict)
 	o := &epOp{ep: ep, n: uint64(local.n), start: opClock()}
 	o.init(1)
 	o.setSpin(ep.e.cfg.WaitSpin)

@@ -101,7 +101,7 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	} else {
 		ep.gets.Add(uint64(n))
 	}
-	ep.ch.MarkActive() // in use (see Endpoint.start)
+	ep.ch.MarkUsed() // in use (see Endpoint.start)
 	o := newListOp(ep, reqs, total)
 	o.setSpin(e.cfg.WaitSpin)
 	if l, ok := ep.path.(datapath.Lister); ok {

@@ -56,7 +56,7 @@ func (ep *Endpoint) Send(ctx context.Context, msg []byte) error {
 			return f.Fence(ctx)
 		}
 	}
-	ep.ch.MarkActive() // in use (see Endpoint.start)
+	ep.ch.MarkUsed() // in use (see Endpoint.start)
 	return ep.ch.SendMsg(ctx, msg, fence)
 }
 

@@ -53,7 +53,10 @@ func (m *MsgRing) DecodePayload(h Header, p []byte) error {
 
 // MsgBell tells a peer sharing a message ring to look at it: a message
 // was written while its receiver was parked, or credit was returned while
-// its sender waited. It has an empty payload and no reply.
+// its sender waited. A dialer also sends one in place of a Heartbeat when
+// it used the connection's endpoint since the last (Puts through its
+// mapping of the peer's memory send no frame): the bell is traffic, not
+// idleness. It has an empty payload and no reply.
 type MsgBell struct{}
 
 // Type returns TypeMsgBell.

@@ -107,6 +107,7 @@ type Chan struct {
 	replySig  chan struct{}
 	writerEnd chan struct{}
 	active    atomic.Bool  // the peer's traffic since the last TakeActivity (MarkActive)
+	used      atomic.Bool  // this side's operations since the writer's last report (MarkUsed)
 	unsent    atomic.Int64 // Serve replies waiting to be sent
 	msg       msgs         // application messages (msgs.go)
 	started   atomic.Bool  // Start ran: the reader runs until reader closes
@@ -185,12 +186,23 @@ func (c *Chan) NewID() uint64 { return c.nextID.Add(2) }
 func (c *Chan) Ours(id uint64) bool { return id&1 == c.parity }
 
 // MarkActive records traffic on the endpoint: the peer's requests, Data
-// frames and messages, this side's operations on it (the engine marks
-// them). It costs an atomic load once marked (a listener takes the mark
-// each few seconds, not per frame).
+// frames and messages, this side's operations on it (MarkUsed). It costs
+// an atomic load once marked (a listener takes the mark each few seconds,
+// not per frame).
 func (c *Chan) MarkActive() {
 	if !c.active.Load() {
 		c.active.Store(true)
+	}
+}
+
+// MarkUsed records an operation of this side's on the endpoint (a Put,
+// a Get, a message): it is active (MarkActive), and a dialer reports it
+// to its listener, which sees no frame of a Put into its memory mapped
+// here (see writer). An atomic load once marked.
+func (c *Chan) MarkUsed() {
+	c.MarkActive()
+	if !c.used.Load() {
+		c.used.Store(true)
 	}
 }
 
@@ -629,6 +641,15 @@ func (c *Chan) writer(every time.Duration) {
 		tick = t.C
 	}
 	hb := &wire.Heartbeat{}
+	// A dialer that moved data through a mapping of the peer's memory
+	// (unix: mapped Puts and Gets, a binding's) sent no frame for it: its
+	// heartbeat is then a MsgBell, which the peer takes as traffic of
+	// ours (bellIn: MarkActive), so that its listener does not close the
+	// endpoint as idle (Config.PeerIdleEvict). A bell finding no message
+	// in the rings costs the peer a look at them. Only where rings are
+	// (a bell elsewhere is malformed).
+	report := c.Dialer() && c.cfg.MsgRing
+	bell := &wire.MsgBell{}
 	for {
 		select {
 		case <-c.replySig:
@@ -642,7 +663,11 @@ func (c *Chan) writer(every time.Duration) {
 				}
 			}
 		case <-tick:
-			if err := c.c.Send(hb); err != nil {
+			var beat wire.Message = hb
+			if report && c.used.Load() && c.used.Swap(false) {
+				beat = bell
+			}
+			if err := c.c.Send(beat); err != nil {
 				c.replyNotSent(err)
 				return
 			}
