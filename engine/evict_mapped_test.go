@@ -29,10 +29,10 @@ func TestPeerIdleEvictSparesMappedUse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			const idle = 300 * time.Millisecond
-			// Heartbeats (and the dialer's report of its use) each 50 ms.
-			owner := newEngine(t, Config{Devices: DevicesNone, MaxPeers: 1, PeerIdleEvict: idle, PeerTimeout: 200 * time.Millisecond})
-			peer := newEngine(t, Config{Devices: DevicesNone, PeerTimeout: 200 * time.Millisecond})
+			const idle = time.Second
+			// Heartbeats (and the dialer's report of its use) each 250 ms.
+			owner := newEngine(t, Config{Devices: DevicesNone, MaxPeers: 1, PeerIdleEvict: idle, PeerTimeout: time.Second})
+			peer := newEngine(t, Config{Devices: DevicesNone, PeerTimeout: time.Second})
 			other := newEngine(t, Config{Devices: DevicesNone})
 			l, err := owner.Listen("unix", filepath.Join(t.TempDir(), "o.sock"))
 			require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestPeerIdleEvictSparesMappedUse(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}()
-			time.Sleep(4 * idle) // idle for PeerIdleEvict many times over, were the Puts not seen
+			time.Sleep(3 * idle) // idle for PeerIdleEvict twice over, were the Puts not seen
 			_, err = other.Dial(ctx, "unix", l.Addr())
 			stop.Store(true)
 			wg.Wait()
