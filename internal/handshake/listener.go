@@ -513,12 +513,15 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	var victim *admitted
 	var idleFor time.Duration // the victim's idle time, when it made requests
 	if atSourceBound || len(l.peers) >= l.cfg.MaxPeers {
-		// An idle endpoint; else one still connecting (admitted, its
-		// endpoint not made yet, so no request served): of those, the
-		// oldest of the source holding the most peers (p's counted), so
-		// that a source opening endpoints in a loop closes its own, not
-		// other sources' idle ones (at its bound, only its own are
-		// candidates). Lanes of an admitted endpoint are
+		// An endpoint that never carried a request and has nothing in
+		// flight; else one still connecting (admitted, its endpoint not
+		// made yet, so no request served): of those, the oldest of the
+		// source holding the most peers (p's counted), so that a source
+		// opening endpoints in a loop closes its own, not other
+		// sources' idle ones (at its bound, only its own are
+		// candidates); else (PeerIdleEvict) one idle for longer, with
+		// nothing in flight: of the source holding the most, the one
+		// idle the longest (see withLanesLocked). Lanes of an admitted endpoint are
 		// spared, the oldest MaxLanes-1 per endpoint of their engine
 		// from their source (see admitted).
 		endpoints := make(map[group]int, len(l.peers))
