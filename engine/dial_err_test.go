@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/internal/testutil"
 )
 
 // TestDialFailureIsTyped: a Dial that cannot reach its peer fails with an
@@ -39,29 +40,10 @@ func TestDialFailureIsTyped(t *testing.T) {
 	}
 }
 
-// silent is a loopback listener on network at addr that accepts and
-// never answers (nor reads); it returns the address bound.
+// silent is testutil.SilentListener: a peer that accepts the connection
+// and never answers the handshake.
 func silent(t *testing.T, network, addr string) string {
-	l, err := net.Listen(network, addr)
-	require.NoError(t, err)
-	conns := make(chan net.Conn, 4)
-	go func() {
-		defer close(conns)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns <- c // held open, never answered
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		for c := range conns {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().String()
+	return testutil.SilentListener(t, network, addr)
 }
 
 // TestDialHandshakeBounded: a Dial without a deadline of its own to a

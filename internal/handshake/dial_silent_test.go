@@ -2,7 +2,6 @@ package handshake
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/internal/testutil"
 )
 
 // silentListener is a loopback listener that accepts every connection and
@@ -21,26 +21,7 @@ func silentListener(t *testing.T, network string) string {
 	if network == "unix" {
 		addr, lnet = filepath.Join(t.TempDir(), "silent.sock"), "unixpacket"
 	}
-	l, err := net.Listen(lnet, addr)
-	require.NoError(t, err)
-	conns := make(chan net.Conn, 4)
-	go func() {
-		defer close(conns)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns <- c // held open, never answered
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		for c := range conns {
-			_ = c.Close()
-		}
-	})
-	return l.Addr().String()
+	return testutil.SilentListener(t, lnet, addr)
 }
 
 // TestDialHandshakeBounded: a Dial to a listener that accepts and never
