@@ -64,6 +64,8 @@ type fakeEnv struct {
 
 	gateOnce sync.Once
 	gate     datapath.Gate
+	// hold, when set, holds the goroutines Go starts until it is closed.
+	hold atomic.Pointer[chan struct{}]
 }
 
 func (e *fakeEnv) Logger() zerolog.Logger { return zerolog.Nop() }
@@ -155,8 +157,12 @@ func (e *fakeEnv) WrapHost(mem []byte, onDestroy func() error) (datapath.Buf, er
 }
 func (e *fakeEnv) Go(fn func()) {
 	e.wg.Add(1)
+	hold := e.hold.Load()
 	go func() {
 		defer e.wg.Done()
+		if hold != nil {
+			<-*hold
+		}
 		fn()
 	}()
 }

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -106,8 +107,18 @@ func (p *path) laneCtrls() []datapath.Ctrl {
 	return cs
 }
 
-func (p *path) closeLanes() {
+// closeLanes closes the lanes of an endpoint that ended with err. One
+// that failed (it was not closed) fails them with err first: closing a
+// lane fails it with gxerr.Closed, which its transfers would end with
+// when the goroutine of Failed (failing the lanes with err) has not run
+// yet. Closed runs on the reader's way out, not inside the endpoint's
+// Fail: failing a lane here (as closing it already did) waits for no
+// endpoint's failure.
+func (p *path) closeLanes(err error) {
 	for _, c := range p.laneCtrls() {
+		if !errors.Is(err, gxerr.Closed) {
+			c.Fail(err)
+		}
 		closeCtrl(c)
 	}
 }

@@ -124,14 +124,15 @@ func (p *path) Failed(err error) {
 }
 
 // Closed finishes what the reader left (the frame it was landing, the
-// transfers still landing) and closes the lanes.
+// transfers still landing) and closes the lanes (failing them first with
+// err, the endpoint's end, unless the endpoint was closed).
 func (p *path) Closed(err error) {
 	if err == nil {
 		err = gxerr.New(gxerr.Closed, "endpoint closed", nil)
 	}
 	p.abortRouting()
 	p.cancelInbound(err)
-	p.closeLanes()
+	p.closeLanes(err)
 	p.in.Close()
 	p.out.Close()
 }
