@@ -107,20 +107,25 @@ func (p *path) laneCtrls() []datapath.Ctrl {
 	return cs
 }
 
-// closeLanes closes the lanes of an endpoint that ended with err. One
-// that failed (it was not closed) fails them with err first: closing a
-// lane fails it with gxerr.Closed, which its transfers would end with
-// when the goroutine of Failed (failing the lanes with err) has not run
-// yet. Closed runs on the reader's way out, not inside the endpoint's
-// Fail: failing a lane here (as closing it already did) waits for no
-// endpoint's failure.
+// closeLanes closes the lanes of an endpoint that ended with err, all at
+// once (closing one waits, a little, for a peer that does not read its
+// Bye). One that failed (it was not closed) fails them with err first:
+// closing a lane fails it with gxerr.Closed, which its transfers would
+// end with when the goroutine of Failed (failing the lanes with err) has
+// not run yet. Closed runs on the reader's way out, not inside the
+// endpoint's Fail: failing a lane here (as closing it already did) waits
+// for no endpoint's failure.
 func (p *path) closeLanes(err error) {
+	var wg sync.WaitGroup
 	for _, c := range p.laneCtrls() {
-		if !errors.Is(err, gxerr.Closed) {
-			c.Fail(err)
-		}
-		closeCtrl(c)
+		wg.Go(func() {
+			if !errors.Is(err, gxerr.Closed) {
+				c.Fail(err)
+			}
+			closeCtrl(c)
+		})
 	}
+	wg.Wait()
 }
 
 func closeCtrl(c datapath.Ctrl) {

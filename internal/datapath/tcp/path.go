@@ -109,8 +109,13 @@ func (p *path) Failed(err error) {
 	p.mu.Unlock()
 	// On a goroutine of its own: Failed runs inside the endpoint's
 	// failure, which must not wait for another endpoint's (two lanes
-	// failing at once would each wait for the other).
-	others := p.laneCtrls()
+	// failing at once would each wait for the other). An endpoint being
+	// closed leaves its lanes to Closed, which closes them as it was (a
+	// Bye to the peer), once its reader has ended.
+	var others []datapath.Ctrl
+	if !errors.Is(err, gxerr.Closed) {
+		others = p.laneCtrls()
+	}
 	if p.parent != nil {
 		others = append(others, p.parent.c)
 	}
