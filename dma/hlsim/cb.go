@@ -161,44 +161,49 @@ func (c *hctx) Mmap(offset int64, length int) ([]byte, error) {
 	}
 	cb.userMapped = true
 	c.cbMmaps[&cb.mem[0]] = cb
+	c.d.st.userMaps.Add(1)
 	return cb.mem[:length:length], nil
 }
 
-// Munmap implements hlsys.Backend. After Close it is a no-op (Close
-// released the CB memory).
+// Munmap implements hlsys.Backend. After the context's release it
+// undoes only the mappings a Device.Close left in place (teardown); others
+// are gone already (Close released them) and unmapping them is a no-op.
 func (c *hctx) Munmap(b []byte) error {
 	if len(b) == 0 {
 		return unix.EINVAL
 	}
 	c.memMu.Lock()
 	defer c.memMu.Unlock()
-	if c.memDead {
-		return nil
-	}
 	if c.munmapBlock(b) {
 		return nil
 	}
 	cb := c.cbMmaps[&b[0]]
+	if c.memDead && (cb == nil || len(b) != len(cb.mem)) {
+		return nil
+	}
 	if cb == nil || len(b) != len(cb.mem) {
 		return unix.EINVAL
 	}
 	delete(c.cbMmaps, &b[0])
 	cb.userMapped = false
-	if cb.destroyed && cb.waitRefs.Load() == 0 {
+	c.d.st.userMaps.Add(-1)
+	// hl_mmap_mem_buf_vm_close puts the mapping's reference: the last
+	// one (handle destroyed, or the context released) frees the CB.
+	if (cb.destroyed || c.memDead) && cb.waitRefs.Load() == 0 {
 		c.freeCB(cb)
 	}
 	return nil
 }
 
 // putCB drops a wait's reference on cb; the last reference of a
-// destroyed, unmapped CB (or of any CB once the context released its
-// memory) frees it.
+// destroyed CB (or of any CB once the context released its memory) that
+// is not mapped by the user frees it.
 func (c *hctx) putCB(cb *cbuf) {
 	if cb.waitRefs.Add(-1) != 0 {
 		return
 	}
 	c.memMu.Lock()
-	if cb.waitRefs.Load() == 0 && (c.memDead || cb.destroyed && !cb.userMapped) {
+	if cb.waitRefs.Load() == 0 && (c.memDead || cb.destroyed) && !cb.userMapped {
 		c.freeCB(cb)
 	}
 	c.memMu.Unlock()

@@ -80,6 +80,10 @@ type hctx struct {
 	// Gaudi3: the register files of the mapped PDMA CH_A blocks (memMu)
 	// and the interrupt waits.
 	g3chans [gaudi3.PDMAChannels]*g3chan
+	// g3kept: the channels whose blocks the user still had mapped when
+	// a Device.Close released the context (teardown); Munmap or Close
+	// unmaps them (memMu).
+	g3kept []*g3chan
 	// bells holds g3chans for Doorbell, which finds a channel without
 	// memMu: the engines take memMu's read lock for every packet, and a
 	// submission taking it too would move its cache line between cores.
@@ -204,11 +208,22 @@ func (c *hctx) Close() error {
 		return nil // released once its exports are gone (held.go)
 	}
 	c.teardown(false)
+	c.memMu.Lock()
+	c.releaseUserMaps() // those a Device.Close left mapped (teardown)
+	c.memMu.Unlock()
 	return nil
 }
 
 func (c *hctx) teardown(gone bool) {
 	c.closeOnce.Do(func() {
+		// A device closed under an open context (gone) leaves the user
+		// mmaps in place: in the driver each holds its own reference
+		// (hl_mem_mgr_mmap, hl_hw_block_mmap) until the user unmaps it
+		// (hl_mmap_mem_buf_vm_close, hw_block_vm_close), and the fd
+		// outlives the device (device_disable_open_processes). Munmap
+		// or Close undoes them. A context whose Close already ran (held
+		// by its exports) has none left to the user.
+		keep := gone && c.state.Load() != ctxClosed
 		if gone {
 			c.state.Store(ctxGone)
 		} else {
@@ -229,8 +244,8 @@ func (c *hctx) teardown(gone bool) {
 
 		c.memMu.Lock()
 		c.memDead = true
-		c.g3Release()
-		c.releaseMemory()
+		c.g3Release(keep)
+		c.releaseMemory(keep)
 		c.memMu.Unlock()
 
 		c.evMu.Lock()

@@ -221,6 +221,12 @@ type Stats struct {
 	// Kills counts the processes a hard reset killed (Config.Kill, or the
 	// emulator's own SIGKILL, which the counter cannot outlive).
 	Kills uint64
+	// UserMappings is the number of user mmaps (kernel CBs, Gaudi3 PDMA
+	// blocks) not yet undone by Munmap or by the context's Close: 0 once
+	// every context released what it mapped. A Device.Close leaves them
+	// mapped (hl_device_fini: each mapping holds its own reference until
+	// the user unmaps it).
+	UserMappings int64
 }
 
 // Device is one emulated ASIC plus its driver instance. Its methods are
@@ -295,6 +301,7 @@ type Device struct {
 		packets, bytes, faults, resets, parks atomic.Uint64
 		kills                                 atomic.Uint64
 		blocks                                atomic.Uint64 // Gaudi3 MAP_BLOCK calls that succeeded
+		userMaps                              atomic.Int64  // user mmaps not yet undone (Stats.UserMappings)
 		busy                                  atomic.Int64
 	}
 	// actMu guards dmaT and emuT, which an engine's execution opens and
@@ -497,8 +504,14 @@ func (d *Device) open() (*hctx, error) {
 
 // Close tears the device down: an open context is released (its CSs are
 // aborted, its goroutines stopped, its memory freed) and answers ENODEV
-// to every later ioctl. DMA-BUF fds already exported stay valid. Close is
-// idempotent.
+// to every later ioctl. DMA-BUF fds already exported stay valid, and so
+// do the context's user mmaps (kernel CBs, Gaudi3 PDMA blocks) until its
+// Munmap or Close undoes them: in the driver each mapping holds its own
+// reference (hl_mem_mgr_mmap's on the CB, dropped in
+// hl_mmap_mem_buf_vm_close; hl_hw_block_mmap's hl_ctx_get, dropped in
+// hw_block_vm_close; both in common/), and hl_device_fini, failing to
+// kill the process, only cuts the fd off from the device
+// (device_disable_open_processes, common/device.c). Close is idempotent.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -639,6 +652,7 @@ func (d *Device) Stats() Stats {
 		EngineFaults:    d.st.faults.Load(),
 		Resets:          d.st.resets.Load(),
 		Kills:           d.st.kills.Load(),
+		UserMappings:    d.st.userMaps.Load(),
 	}
 }
 

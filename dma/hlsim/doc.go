@@ -170,7 +170,10 @@
 //
 // Kernel CBs are emulator-owned anonymous memory; Mmap returns that memory
 // itself (so a CB is usable only while its context is open: Close unmaps
-// it, as the real backend's Close does).
+// it, as the real backend's Close does; a Device.Close leaves the user's
+// mappings of CBs and Gaudi3 blocks in place until Munmap or the
+// context's Close, as the driver's mappings hold their own references:
+// RULES.md D12).
 //
 // # Reset and close
 //
@@ -185,8 +188,9 @@
 // SIGKILL), the device OPERATIONAL again once the context is closed.
 // Closing the context, or the device, aborts in-flight CSs the same way,
 // wakes blocked WAIT_CS calls, stops every goroutine (engines, TDR and
-// delay timers) and releases every fd, mapping and CB of the context;
-// nothing waits on user memory. Close is synchronous: Open answers EAGAIN
+// delay timers) and releases every fd, mapping and CB of the context (but
+// the user's mmaps a Device.Close leaves: D12); nothing waits on user
+// memory. Close is synchronous: Open answers EAGAIN
 // only while a Close or a hard reset is in progress. With
 // Config.HeldExports a Close that finds one of the context's DMA-BUF
 // exports still open does not release it (the driver's export holds the

@@ -211,14 +211,29 @@ func (c *hctx) mmapBlock(offset uint64, length int) ([]byte, error) {
 		return nil, unix.EINVAL
 	}
 	g.maps++
+	c.d.st.userMaps.Add(1)
 	return g.regs[:length:length], nil
 }
 
-// munmapBlock undoes mmapBlock (memMu held); false if b is no block.
+// munmapBlock undoes mmapBlock (memMu held); false if b is no block. The
+// last unmap of a block a Device.Close left mapped (g3kept) frees its
+// register file, as hw_block_vm_close puts the context's last reference.
 func (c *hctx) munmapBlock(b []byte) bool {
 	for _, g := range c.g3chans {
 		if g != nil && &g.regs[0] == &b[0] && len(b) == len(g.regs) && g.maps > 0 {
 			g.maps--
+			c.d.st.userMaps.Add(-1)
+			return true
+		}
+	}
+	for i, g := range c.g3kept {
+		if &g.regs[0] == &b[0] && len(b) == len(g.regs) {
+			g.maps--
+			c.d.st.userMaps.Add(-1)
+			if g.maps == 0 {
+				_ = unix.Munmap(g.regs)
+				c.g3kept = append(c.g3kept[:i], c.g3kept[i+1:]...)
+			}
 			return true
 		}
 	}
@@ -694,13 +709,24 @@ func (c *hctx) g3AbortWaits() {
 	c.irq.mu.Unlock()
 }
 
-// g3Release frees the register files (teardown, workers stopped).
-func (c *hctx) g3Release() {
+// g3Release frees the register files (teardown, workers stopped; memMu
+// held). With keep (the device closed under the context) a block the
+// user still has mapped stays, in g3kept, until Munmap or Close: the
+// mapping holds the context (hl_hw_block_mmap's hl_ctx_get, put in
+// hw_block_vm_close). Otherwise the context's Close undoes the user's
+// mappings (hlsys.Backend).
+func (c *hctx) g3Release(keep bool) {
 	for i, g := range c.g3chans {
 		if g != nil {
 			c.bells[i].Store(nil)
-			_ = unix.Munmap(g.regs)
 			c.g3chans[i] = nil
+			if keep && g.maps > 0 {
+				c.g3kept = append(c.g3kept, g)
+				continue
+			}
+			c.d.st.userMaps.Add(-int64(g.maps))
+			g.maps = 0
+			_ = unix.Munmap(g.regs)
 		}
 	}
 }

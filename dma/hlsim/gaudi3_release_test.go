@@ -59,3 +59,48 @@ func TestRulesGaudi3ReleaseBusyResets(t *testing.T) {
 		})
 	}
 }
+
+// TestRulesMappingsOutliveDeviceClose (D12): a user mapping holds its
+// own reference in the driver (hl_mem_mgr_mmap on the CB until
+// hl_mmap_mem_buf_vm_close; hl_hw_block_mmap's hl_ctx_get until
+// hw_block_vm_close), so the device closed (removed) under an open
+// context leaves the CB page and the CH_A block mapped and usable until
+// the user unmaps them, or the context's Close undoes them as it does any
+// mapping (hlsys.Backend). The emulator unmapped them under the user: a
+// read after Device.Close faulted.
+func TestRulesMappingsOutliveDeviceClose(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		undo  func(r *g3rig)
+		first bool // the context is closed before the device
+	}{
+		{"Munmap", func(r *g3rig) {
+			require.NoError(t, r.b.Munmap(r.cqMem))
+			require.Equal(t, int64(1), r.d.Stats().UserMappings)
+			require.NoError(t, r.b.Munmap(r.regs))
+			require.NoError(t, r.b.Close())
+		}, false},
+		{"context Close", func(r *g3rig) { require.NoError(t, r.b.Close()) }, false},
+		{"context closed first", func(r *g3rig) { require.NoError(t, r.b.Close()) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newG3Rig(t, Config{}, 2)
+			r.cqMem[8] = 0x5a
+			require.Equal(t, int64(2), r.d.Stats().UserMappings)
+			if tc.first {
+				tc.undo(r)
+				require.Zero(t, r.d.Stats().UserMappings, "Close undoes the mappings")
+				require.NoError(t, r.d.Close())
+				return
+			}
+			require.NoError(t, r.d.Close())
+			require.Equal(t, int64(2), r.d.Stats().UserMappings, "the mappings outlive the device")
+			require.Equal(t, byte(0x5a), r.cqMem[8], "the CB page keeps its bytes")
+			r.cqMem[9] = 1
+			require.Equal(t, uint32(g3TestRing-1), r.rd(gaudi3.RegMSQSize), "the block is still readable")
+			r.w(gaudi3.RegMSQPI, 8)
+			tc.undo(r)
+			require.Zero(t, r.d.Stats().UserMappings, "nothing leaked")
+		})
+	}
+}

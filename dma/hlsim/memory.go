@@ -285,31 +285,58 @@ func (c *hctx) exportsLive(al *allocation) bool {
 }
 
 // releaseMemory frees everything the context holds (memMu held, engines
-// stopped).
-func (c *hctx) releaseMemory() {
+// stopped). With keep (the device closed under the context) a CB the user
+// still has mapped keeps its memory, in cbMmaps, until Munmap or Close:
+// the mapping holds the CB (hl_mem_mgr_mmap's reference, put in
+// hl_mmap_mem_buf_vm_close; hl_mem_mgr_fini finds such a CB "still
+// alive"). Otherwise the context's Close undoes the user's mappings
+// (hlsys.Backend).
+func (c *hctx) releaseMemory(keep bool) {
 	for _, al := range c.allocs {
 		al.release()
 	}
 	clear(c.allocs)
+	// The VA spaces go below: no CB keeps a device VA.
+	for _, cb := range c.cbs {
+		cb.vaMap = nil
+	}
+	if !keep {
+		c.releaseUserMaps()
+	}
 	// A CB a KERNEL_CQ wait still reads is freed by that wait (putCB).
 	for _, cb := range c.cbs {
-		if cb.waitRefs.Load() == 0 {
+		if cb.waitRefs.Load() == 0 && !cb.userMapped {
 			cb.release()
 		}
 	}
 	clear(c.cbs)
-	for _, cb := range c.cbMmaps {
-		if cb.waitRefs.Load() == 0 {
-			cb.release()
-		}
-	}
-	clear(c.cbMmaps)
 	for _, s := range []*vaSpace{c.dmmu, c.pmmu, c.pmmuHuge} {
 		if s != nil {
 			s.maps = nil
 		}
 	}
 	c.dramUsed = 0
+}
+
+// releaseUserMaps undoes the user mmaps still in place (memMu held), as
+// the context's Close does (hlsys.Backend), the engines stopped: the CBs'
+// (freed unless a KERNEL_CQ wait still reads one: putCB) and the Gaudi3
+// blocks a Device.Close left mapped (g3kept).
+func (c *hctx) releaseUserMaps() {
+	for _, cb := range c.cbMmaps {
+		cb.userMapped = false
+		c.d.st.userMaps.Add(-1)
+		if cb.waitRefs.Load() == 0 && (cb.destroyed || c.memDead) {
+			c.freeCB(cb)
+		}
+	}
+	clear(c.cbMmaps)
+	for _, g := range c.g3kept {
+		c.d.st.userMaps.Add(-int64(g.maps))
+		g.maps = 0
+		_ = unix.Munmap(g.regs)
+	}
+	c.g3kept = nil
 }
 
 func errnoOf(err error) error {
