@@ -82,7 +82,10 @@ func resetCount(t *testing.T, b hlsys.Backend) uint32 {
 func TestTDRWithEventFD(t *testing.T) {
 	for _, m := range models {
 		t.Run(m.String(), func(t *testing.T) {
-			r := newRig(t, Config{Model: m, CSTimeout: 50 * time.Millisecond, ReleaseWatchdog: time.Hour})
+			// The TDR must fire after both waiters block (else they get
+			// EBUSY, the watchdog armed) and before the delayed CS ends:
+			// margins of 500 ms and 1 s for a loaded machine.
+			r := newRig(t, Config{Model: m, CSTimeout: 500 * time.Millisecond, ReleaseWatchdog: time.Hour})
 			efd := registerEventFD(t, r)
 			first, err := r.submit(0, 0, r.chunk(0, nop()))
 			require.NoError(t, err)
@@ -92,7 +95,7 @@ func TestTDRWithEventFD(t *testing.T) {
 			hung, err := r.submit(0, 0, r.chunk(0, nop()))
 			require.NoError(t, err)
 			cb, src, dst := r.copyCB()
-			r.d.DelayNextCS(1, 300*time.Millisecond) // runs now, completes later
+			r.d.DelayNextCS(1, 1500*time.Millisecond) // runs now, completes after the TDR
 			other, err := r.submit(hlsys.CSFlagsCustomTimeout, 3600, r.chunk(4, cb))
 			require.NoError(t, err)
 			w1 := waitAsync(r.b, hung, uint64(safety.Microseconds()))
