@@ -178,10 +178,13 @@ type Config struct {
 	// on its TCP lanes): the one idle the longest, of the source holding
 	// the most endpoints. Its peer's next use fails with ErrPeer. Idle
 	// time is noted each PeerIdleEvict/4, so an endpoint is closed after
-	// between 1 and 1.25 times this. A unix peer's Puts and Gets through
-	// its mapping of this side's memory send no frame: the peer reports
-	// them with its heartbeat (each PeerTimeout/4; none when its
-	// PeerTimeout is negative, or from an engine without message rings). Default 60 s; at least 10 ms (New
+	// between 1 and 1.25 times this. A peer's Puts and Gets that send no
+	// frame (one-sided RDMA into this side's memory, unix Puts and Gets
+	// through its mapping of it, a binding's) are reported with its next
+	// heartbeat, on every transport (each PeerTimeout/4; none when its
+	// PeerTimeout is negative; from an engine of before wire.CapUseReport
+	// only on a unix socket with message rings, and its RDMA use is
+	// then unseen). Default 60 s; at least 10 ms (New
 	// refuses less with ErrInvalid); negative: never (an endpoint that
 	// has carried one request is never closed to make room, and sources
 	// that keep MaxPeers such endpoints lock newcomers out).

@@ -71,6 +71,7 @@ func sampleMessages() []Message {
 		&ImportReply{RequestID: 6, AllocID: 8, Generation: 1, Kind: FDDMABuf, FileOffset: 1 << 30, Size: 4096},
 		&Bye{},
 		&Heartbeat{},
+		&Heartbeat{Used: true},
 		&Data{RequestID: 1, Offset: 4096, Bytes: []byte("payload bytes")},
 		&RDMAConnect{QPN: 0x11, PSN: 0xabcdef, MTU: 5, NICs: 1, GID: [16]byte{0xfe, 0x80, 15: 1}},
 		&RDMAConnect{QPN: 1<<24 - 1, LID: 7, MTU: 1, NIC: 2, NICs: 3},

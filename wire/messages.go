@@ -723,25 +723,52 @@ func (m *Data) DecodePayload(h Header, p []byte) error {
 
 // ---------------------------------------------------------------- Heartbeat
 
+// CapUseReport (in both Hellos) says the sender takes a [Heartbeat]
+// with Used set: a dialer's operations that sent no frame (one-sided
+// RDMA into the listener's memory, Puts through a mapping of it) are then
+// reported with its next heartbeat. A Heartbeat with Used goes only to a
+// peer that announced it (an older engine rejects its payload).
+const CapUseReport Caps = 1 << 12
+
 // Heartbeat is sent on a connection that has been idle for a while, so
 // that the peer can tell a silent peer (stopped, partitioned) from an idle
-// one. It has no reply.
-type Heartbeat struct{}
+// one. It has no reply. Used (only between peers with [CapUseReport])
+// says the sender used the connection's endpoint since its last
+// heartbeat without a frame the peer saw: traffic, not idleness.
+type Heartbeat struct {
+	Used bool
+}
+
+// heartbeatUsed is the Heartbeat payload's flag byte for Used.
+const heartbeatUsed = 1
 
 // Type returns TypeHeartbeat.
 func (m *Heartbeat) Type() Type        { return TypeHeartbeat }
 func (m *Heartbeat) requestID() uint64 { return 0 }
 
-// AppendPayload appends nothing: Heartbeat has an empty payload.
-func (m *Heartbeat) AppendPayload(b []byte) ([]byte, error) { return b, nil }
+// AppendPayload appends the Heartbeat payload: empty, or with Used one
+// flag byte (1).
+func (m *Heartbeat) AppendPayload(b []byte) ([]byte, error) {
+	if m.Used {
+		b = append(b, heartbeatUsed)
+	}
+	return b, nil
+}
 
 // DecodePayload decodes a Heartbeat.
 func (m *Heartbeat) DecodePayload(h Header, p []byte) error {
 	if err := checkHeader(h, TypeHeartbeat, p); err != nil {
 		return err
 	}
-	if len(p) != 0 {
-		return malformed("Heartbeat: %d trailing bytes", len(p))
+	switch {
+	case len(p) == 0:
+		*m = Heartbeat{}
+	case len(p) == 1 && p[0] == heartbeatUsed:
+		*m = Heartbeat{Used: true}
+	case len(p) == 1:
+		return malformed("Heartbeat: flags %#x", p[0])
+	default:
+		return malformed("Heartbeat: %d trailing bytes", len(p)-1)
 	}
 	return nil
 }

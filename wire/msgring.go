@@ -55,8 +55,9 @@ func (m *MsgRing) DecodePayload(h Header, p []byte) error {
 // was written while its receiver was parked, or credit was returned while
 // its sender waited. A dialer also sends one in place of a Heartbeat when
 // it used the connection's endpoint since the last (Puts through its
-// mapping of the peer's memory send no frame): the bell is traffic, not
-// idleness. It has an empty payload and no reply.
+// mapping of the peer's memory send no frame) and the peer did not
+// announce [CapUseReport] (else it sends a [Heartbeat] with Used): the
+// bell is traffic, not idleness. It has an empty payload and no reply.
 type MsgBell struct{}
 
 // Type returns TypeMsgBell.

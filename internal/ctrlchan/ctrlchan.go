@@ -641,15 +641,22 @@ func (c *Chan) writer(every time.Duration) {
 		tick = t.C
 	}
 	hb := &wire.Heartbeat{}
-	// A dialer that moved data through a mapping of the peer's memory
-	// (unix: mapped Puts and Gets, a binding's) sent no frame for it: its
-	// heartbeat is then a MsgBell, which the peer takes as traffic of
-	// ours (bellIn: MarkActive), so that its listener does not close the
-	// endpoint as idle (Config.PeerIdleEvict). A bell finding no message
-	// in the rings costs the peer a look at them. Only where rings are
-	// (a bell elsewhere is malformed).
-	report := c.Dialer() && c.cfg.MsgRing
-	bell := &wire.MsgBell{}
+	// A dialer's operations may send no frame the peer sees: one-sided
+	// RDMA into its memory, Puts and Gets through a mapping of it (unix,
+	// a binding's). When it used the endpoint since its last heartbeat,
+	// its next one reports it, so that its listener does not close the
+	// endpoint as idle (Config.PeerIdleEvict): a Heartbeat with Used,
+	// which the peer takes as traffic (dispatch: MarkActive), to a peer
+	// that announced wire.CapUseReport (every transport); else, where
+	// message rings are, a MsgBell (bellIn: MarkActive; costs the peer a
+	// look at its rings, and a bell elsewhere is malformed), which an
+	// engine of before CapUseReport takes; else nothing.
+	useReport := c.cfg.Peer.Caps&wire.CapUseReport != 0
+	report := c.Dialer() && (useReport || c.cfg.MsgRing)
+	var used wire.Message = &wire.Heartbeat{Used: true}
+	if !useReport {
+		used = &wire.MsgBell{}
+	}
 	for {
 		select {
 		case <-c.replySig:
@@ -665,7 +672,7 @@ func (c *Chan) writer(every time.Duration) {
 		case <-tick:
 			var beat wire.Message = hb
 			if report && c.used.Load() && c.used.Swap(false) {
-				beat = bell
+				beat = used
 			}
 			if err := c.c.Send(beat); err != nil {
 				c.replyNotSent(err)
@@ -769,6 +776,12 @@ func (c *Chan) dispatch(f wire.Frame) error {
 		return fmt.Errorf("a Get with local kind %d, which this endpoint's data path does not serve", m.Local.Kind)
 	case *wire.Invalidate: // imports of a path without any (shm handles its own)
 	case *wire.Heartbeat:
+		if m.Used {
+			if c.cfg.Peer.Caps&wire.CapUseReport == 0 {
+				return errors.New("a Heartbeat reporting use from a peer that did not announce it")
+			}
+			c.MarkActive() // the peer used the endpoint without a frame (see writer)
+		}
 	case *wire.Bye:
 		c.Fail(c.PeerErr("peer closed the endpoint", nil))
 	default:

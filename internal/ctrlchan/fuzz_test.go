@@ -45,12 +45,13 @@ func FuzzReader(f *testing.F) {
 	f.Add(stream(f, &wire.AppMsg{Bytes: []byte("a")}, &wire.MsgCredit{Msgs: 3, Bytes: 9}, &wire.AppMsg{}, &wire.AppMsg{Bytes: make([]byte, 300)}))
 	f.Add(stream(f, &wire.AppMsg{}, &wire.AppMsg{}, &wire.AppMsg{}, &wire.AppMsg{}, &wire.AppMsg{}))
 	f.Add(stream(f, &wire.MsgBell{}, &wire.AppMsg{Bytes: []byte("b")}))
+	f.Add(stream(f, &wire.Heartbeat{Used: true}, &wire.Heartbeat{}, &wire.Heartbeat{Used: true}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		env := &dptest.Env{}
 		a, raw := net.Pipe()
 		p := &fakePath{}
 		c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(a), wire.ConnConfig{MaxFrame: 96 << 10}), Name: "fuzz",
-			Peer: wire.Hello{Caps: wire.CapMessages}, MsgWindow: 4})
+			Peer: wire.Hello{Caps: wire.CapMessages | wire.CapUseReport}, MsgWindow: 4})
 		p.c = c
 		c.Start(p)
 		go func() { // what c sends (replies, Bye)

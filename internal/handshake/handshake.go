@@ -74,16 +74,16 @@ type Local struct {
 
 // HelloFor is the engine's Hello on a connection of kind: fd passing and
 // shared host memory (and message rings) on a unix socket, data frames
-// over TCP (and RDMA when offered); heartbeats and application messages on
-// both.
+// over TCP (and RDMA when offered); heartbeats (reporting use, see
+// wire.CapUseReport) and application messages on both.
 func (l *Local) HelloFor(kind datapath.Kind, offerRDMA bool) wire.Hello {
 	h := l.Hello
-	h.Caps |= wire.CapHeartbeat | wire.CapMessages
+	h.Caps |= wire.CapHeartbeat | wire.CapUseReport | wire.CapMessages
 	if h.Caps&wire.CapFDPassing != 0 {
 		h.Caps |= wire.CapMsgRing
 	}
 	if kind == datapath.KindTCP {
-		h.Caps = tcp.Caps | wire.CapHeartbeat | wire.CapMessages
+		h.Caps = tcp.Caps | wire.CapHeartbeat | wire.CapUseReport | wire.CapMessages
 		if offerRDMA && l.RDMA {
 			h.Caps |= wire.CapRDMA
 		}

@@ -259,8 +259,9 @@ func TestIdentity(t *testing.T) {
 func TestLocal(t *testing.T) {
 	l := &Local{Hello: wire.Hello{Caps: wire.CapFDPassing | wire.CapSharedHost}, RDMA: true, Secret: []byte("s"), PeerTimeout: 8 * time.Second}
 	h := l.HelloFor(datapath.KindIPC, true)
-	require.Equal(t, wire.CapFDPassing|wire.CapSharedHost|wire.CapHeartbeat|wire.CapMessages|wire.CapMsgRing, h.Caps)
+	require.Equal(t, wire.CapFDPassing|wire.CapSharedHost|wire.CapHeartbeat|wire.CapUseReport|wire.CapMessages|wire.CapMsgRing, h.Caps)
 	h = l.HelloFor(datapath.KindTCP, true)
+	require.NotZero(t, h.Caps&wire.CapUseReport, "an RDMA endpoint's use sends no frame: its heartbeats report it")
 	require.NotZero(t, h.Caps&wire.CapRDMA)
 	require.NotZero(t, h.Caps&wire.CapAuth)
 	require.Zero(t, h.Caps&wire.CapFDPassing)
