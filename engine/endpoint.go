@@ -73,8 +73,9 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 	case e.closed.Load():
 		err = ErrClosed
 	case ep.ch.Err() != nil:
-		// Failed already, by a lane the path opened that failed: its
-		// OnFail ran before it was registered, so it is not kept.
+		// Failed already, by a lane the path opened that failed once
+		// Connect had opened them all (one failing before is dropped:
+		// tcp's laneFailed): not kept.
 		err = ep.ch.Err()
 	default:
 		e.endpoints[ep] = struct{}{}

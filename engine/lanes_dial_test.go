@@ -2,11 +2,13 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/internal/datapath/tcp"
@@ -92,24 +94,34 @@ func TestCloseWhileDialOpensLanes(t *testing.T) {
 	require.ErrorIs(t, <-dialed, ErrClosed)
 }
 
-// TestDialLaneFailedDuringDial: an endpoint whose lane failed while its
-// Dial was still opening the others (the lane's failure fails the
-// endpoint, whose channel was not started yet) is not kept by the engine.
-// Dial used to return it, failed already, and leave it among the live
-// endpoints (EndpointStats, Stats) until Engine.Close.
+// TestDialLaneFailedDuringDial: a lane that fails while its Dial is
+// still opening the others (its connection cut right after its
+// handshake) is done without: the Dial succeeds with the endpoint on
+// fewer connections, and the lane is not kept by the engine. Before, the
+// lane's failure failed the endpoint (its control channel, not started
+// yet), and Dial failed with the lane's error.
 func TestDialLaneFailedDuringDial(t *testing.T) {
-	e := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP, TCPLanes: 3})
+	logged := &lineSignal{want: "extra TCP lane failed", seen: make(chan struct{})}
+	e := newEngine(t, Config{Devices: DevicesNone, Transport: TransportTCP, TCPLanes: 3, Logger: zerolog.New(logged)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
 	served := make(chan error, 1)
 	var conns []*wire.Conn
+	lost := make(chan struct{}) // closed when the endpoint's connection ends
+	var reading bool            // lost's reader runs
+	fake := make(chan struct{})
 	defer func() {
 		for _, c := range conns {
 			_ = c.Close()
 		}
+		<-fake
+		if reading {
+			<-lost
+		}
 	}()
 	go func() {
+		defer close(fake)
 		served <- func() error {
 			// The endpoint's connection, then its first lane, which is
 			// hung up on at once.
@@ -117,27 +129,61 @@ func TestDialLaneFailedDuringDial(t *testing.T) {
 				return err
 			}
 			_ = conns[1].Close()
-			// The second lane is answered once the endpoint has failed
-			// (its connection closed).
+			// The second lane is answered once the dialer has dealt with
+			// the first one's failure: it dropped it (logged), or failed
+			// the endpoint (its connection closed).
 			c, err := acceptFake(ln)
 			if err != nil {
 				return err
 			}
 			conns = append(conns, c)
-			if _, err := conns[0].Recv(context.Background()); err == nil {
-				return errors.New("a frame on the endpoint's connection")
+			reading = true
+			go func() {
+				defer close(lost)
+				for {
+					if _, err := conns[0].Recv(context.Background()); err != nil {
+						return
+					}
+				}
+			}()
+			select {
+			case <-logged.seen:
+			case <-lost:
 			}
 			return ackFake(c)
 		}()
 	}()
 	ep, err := e.Dial(context.Background(), "tcp", ln.Addr().String())
 	require.NoError(t, <-served)
-	if err == nil {
-		require.Error(t, ep.Err(), "Dial returned an endpoint that is up")
-	} else {
-		require.ErrorIs(t, err, ErrPeer)
+	require.NoError(t, err, "Dial failed by a lane that failed while it opened the lanes")
+	require.NoError(t, ep.Err())
+	require.Equal(t, 2, ep.Stats().Lanes)
+	require.Len(t, tcp.Lanes(ep.path), 1)
+	e.epMu.Lock()
+	n := len(e.endpoints) // the endpoint and its live lane
+	e.epMu.Unlock()
+	require.Equal(t, 2, n, "the failed lane is kept by the engine")
+	require.Len(t, e.EndpointStats(), 1)
+	select {
+	case <-lost:
+		t.Fatal("the endpoint's connection was closed")
+	default:
 	}
-	require.Empty(t, e.EndpointStats(), "a failed endpoint is kept as live")
+}
+
+// lineSignal is a log writer that closes seen at the first line
+// containing want.
+type lineSignal struct {
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *lineSignal) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
 }
 
 // acceptAcked accepts n connections on ln and answers each one's Hello,

@@ -20,7 +20,8 @@ import (
 // first one on a tie: a lone request takes the first connection, many
 // at once spread over them all. A descriptor list (StartList, list.go)
 // is cut into one group per lane. The peer serves lanes like any endpoint but does not
-// return them from Accept; a lane that fails fails its endpoint, and the
+// return them from Accept; a lane that fails fails its endpoint (but one
+// failing while the endpoint opens its lanes, which is dropped), and the
 // endpoint its lanes.
 
 // laneMin is the smallest transfer split over the lanes.
@@ -52,7 +53,10 @@ type lane struct {
 }
 
 // openLanes dials the extra connections of p. A lane that cannot be
-// opened is logged and done without: the endpoint works on fewer.
+// opened is logged and done without: the endpoint works on fewer. So is
+// one that fails before openLanes returns (p is not in use yet: no
+// transfer is on the lane), which is closed and dropped here; a lane
+// that fails later fails p (laneFailed).
 func (p *path) openLanes(ctx context.Context) {
 	log := p.env.Logger()
 	d, ok := p.env.(LaneDialer)
@@ -60,6 +64,10 @@ func (p *path) openLanes(ctx context.Context) {
 		log.Warn().Str("peer", p.c.Name()).Msg("extra TCP lanes not opened: the engine cannot dial them")
 		return
 	}
+	p.mu.Lock()
+	p.opening = true
+	p.mu.Unlock()
+	defer p.dropFailedLanes()
 	for i := 1; i < p.env.Config().TCPLanes; i++ {
 		slot := &laneSlot{parent: p}
 		lc, err := d.DialLane(context.WithValue(ctx, laneKey{}, slot), p.c)
@@ -84,6 +92,49 @@ func (p *path) openLanes(ctx context.Context) {
 			lc.Fail(failed)
 		}
 	}
+}
+
+// dropFailedLanes ends openLanes: the lanes that failed while p opened
+// them are taken out of p and closed; from now on a lane that fails
+// fails p.
+func (p *path) dropFailedLanes() {
+	p.mu.Lock()
+	p.opening = false
+	var kept, dropped []lane
+	for _, l := range p.lanes {
+		if l.p.dropped {
+			dropped = append(dropped, l)
+		} else {
+			kept = append(kept, l)
+		}
+	}
+	if len(dropped) > 0 {
+		p.lanes = kept
+		ps := make([]*path, len(kept))
+		for i, l := range kept {
+			ps[i] = l.p
+		}
+		p.laneSnap.Store(&ps)
+	}
+	p.mu.Unlock()
+	for _, l := range dropped {
+		closeCtrl(l.c) // not under p.mu: closing the lane fails it (laneFailed)
+	}
+}
+
+// laneFailed is lane l of p failing with err: it reports whether p
+// fails with it. Not while p opens its lanes (openLanes drops l then):
+// p is not in use yet, and works on fewer connections.
+func (p *path) laneFailed(l *path, err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.opening {
+		return true
+	}
+	l.dropped = true
+	log := p.env.Logger()
+	log.Warn().Err(err).Str("peer", p.c.Name()).Msg("extra TCP lane failed while its endpoint was opening its lanes: done without")
+	return false
 }
 
 // laneList is the paths of p's lanes.

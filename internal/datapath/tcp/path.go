@@ -35,8 +35,11 @@ type path struct {
 	// (the reader) and leaving (sendMem) through this connection.
 	in, out *stager
 
-	lanes  []lane // the extra connections of a dialed endpoint (set once, by Connect)
+	lanes  []lane // the extra connections of a dialed endpoint (set by Connect, openLanes)
 	parent *path  // a lane's endpoint
+	// opening: openLanes runs (p.mu); dropped: this lane failed then, and
+	// openLanes drops it (its parent's mu).
+	opening, dropped bool
 	// laneSnap is the paths of lanes, for Start to pick one without a
 	// lock; outstanding counts this connection's requests in progress.
 	laneSnap    atomic.Pointer[[]*path]
@@ -99,7 +102,8 @@ func (p *path) Sink() wire.DataSink { return p.route }
 func (p *path) Tick() {}
 
 // Failed records the endpoint's failure and fails its lanes (or the
-// endpoint it is a lane of).
+// endpoint it is a lane of, unless that one is still opening its lanes:
+// laneFailed).
 func (p *path) Failed(err error) {
 	p.mu.Lock()
 	p.failed = err
@@ -116,7 +120,7 @@ func (p *path) Failed(err error) {
 	if !errors.Is(err, gxerr.Closed) {
 		others = p.laneCtrls()
 	}
-	if p.parent != nil {
+	if p.parent != nil && p.parent.laneFailed(p, err) {
 		others = append(others, p.parent.c)
 	}
 	if len(others) > 0 {
