@@ -117,10 +117,14 @@ func (p *path) Failed(err error) {
 	// closed leaves its lanes to Closed, which closes them as it was (a
 	// Bye to the peer), once its reader has ended.
 	var others []datapath.Ctrl
-	if !errors.Is(err, gxerr.Closed) {
+	closed := errors.Is(err, gxerr.Closed)
+	if !closed {
 		others = p.laneCtrls()
 	}
-	if p.parent != nil && p.parent.laneFailed(p, err) {
+	// A lane closed (by its endpoint's end, or the engine's Close, which
+	// closes the endpoint itself) does not fail its endpoint: that would
+	// cut the endpoint's connection before its own Close sent a Bye.
+	if p.parent != nil && !closed && p.parent.laneFailed(p, err) {
 		others = append(others, p.parent.c)
 	}
 	if len(others) > 0 {
