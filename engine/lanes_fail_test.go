@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/datapath/tcp"
 )
 
 // TestLaneTransferEndsWithEndpointFailure: a Put on the lane of a TCP
@@ -50,6 +52,12 @@ func TestLaneTransferEndsWithEndpointFailure(t *testing.T) {
 	require.NoError(t, acc.Close()) // the peer closes: the endpoint fails
 	<-ep.Done()
 	require.ErrorIs(t, ep.Err(), ErrPeer)
+	// The lane fails with the endpoint, on a goroutine of the endpoint's
+	// failure: resumed before, the Put on the lane went out on it and
+	// could succeed.
+	for _, c := range tcp.Lanes(ep.path) {
+		<-c.Done()
+	}
 	close(resume)
 	for i := range 2 {
 		f := <-futs
