@@ -184,7 +184,10 @@ type Config struct {
 	// heartbeat, on every transport (each PeerTimeout/4; none when its
 	// PeerTimeout is negative; from an engine of before wire.CapUseReport
 	// only on a unix socket with message rings, and its RDMA use is
-	// then unseen). Default 60 s; at least 10 ms (New
+	// then unseen): keep this well above the peers' heartbeat interval
+	// (PeerTimeout/4, 2.5 s by default), or a peer using the endpoint
+	// only through such Puts is closed between two reports. Default
+	// 60 s; at least 10 ms (New
 	// refuses less with ErrInvalid); negative: never (an endpoint that
 	// has carried one request is never closed to make room, and sources
 	// that keep MaxPeers such endpoints lock newcomers out).
