@@ -174,6 +174,7 @@ type Agent struct {
 	peers     map[string]*Peer    // live cached peers by name
 	resolving map[string]*resolve // lookups in progress
 	pending   map[*pending]bool   // lookups and Connects in progress
+	forgets   forgetLog           // the Forgets so far (a retry's lookup checks them)
 	addrs     map[string]string   // side-channel addresses by name (Connect)
 	// addrOrder is addrs' names, the least recently Connected first;
 	// maxAddrs bounds the names kept whose peer is not cached (see

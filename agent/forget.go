@@ -39,6 +39,7 @@ func (a *Agent) Forget(name string) error {
 	for op := range a.pending {
 		op.forget(name)
 	}
+	a.forgets.add(name)
 	// A Peer that starts from now on looks the name up anew, not
 	// waiting for the lookup in flight (whose callers now fail).
 	_, looking := a.resolving[name]
@@ -107,3 +108,39 @@ func errForgotten(name string, inc uint64) error {
 }
 
 func forgottenCause() error { return fmt.Errorf("%w: %w", engine.ErrPeer, ErrForgotten) }
+
+// forgetLog counts the Forgets (a.mu guards it) and keeps the names of
+// the last ones, for a Write, Read or Notify whose peer proved stale when
+// dialed: its retry must not look up a name forgotten since it found
+// that peer (it would cache it again). Read by the lookup the retry
+// starts, not per transfer.
+type forgetLog struct {
+	seq  uint64                   // Forgets so far
+	last [forgetLogLen]forgotName // the last ones, at seq % forgetLogLen
+}
+
+const forgetLogLen = 16
+
+type forgotName struct {
+	name string
+	seq  uint64
+}
+
+func (f *forgetLog) add(name string) {
+	f.seq++
+	f.last[f.seq%forgetLogLen] = forgotName{name, f.seq}
+}
+
+// since reports whether name was forgotten after the first seq Forgets;
+// after more than forgetLogLen Forgets since, conservatively, yes.
+func (f *forgetLog) since(name string, seq uint64) bool {
+	if f.seq-seq > forgetLogLen {
+		return true
+	}
+	for _, e := range f.last {
+		if e.seq > seq && e.name == name {
+			return true
+		}
+	}
+	return false
+}

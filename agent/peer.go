@@ -51,6 +51,8 @@ type resolve struct {
 	// forgot: the name was forgotten during the lookup (its callers
 	// do not look it up again).
 	forgot bool
+	// seq: the Forgets that had run when it ended (forgetLog.seq).
+	seq uint64
 }
 
 func (a *Agent) newPeer(md meta.Metadata) *Peer {
@@ -137,6 +139,15 @@ func (p *Peer) wrap(err error) error {
 // known, meta.ErrUnavailable when the store cannot be reached,
 // engine.ErrCanceled or engine.ErrTimeout when ctx ended the lookup.
 func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
+	var seq uint64
+	return a.peer(ctx, name, false, &seq)
+}
+
+// peer is Peer; it sets *seq to the Forgets that had run when the peer
+// was found (forgetLog.seq). A retry (of a transfer or notification
+// whose peer, found at *seq, proved stale when dialed) looks the name
+// up only if it was not forgotten since: else it fails as forgotten.
+func (a *Agent) peer(ctx context.Context, name string, retry bool, seq *uint64) (*Peer, error) {
 	if ctx == nil {
 		return nil, invalid("nil context")
 	}
@@ -147,11 +158,16 @@ func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
 			return nil, engine.ErrClosed
 		}
 		if p := a.peers[name]; p != nil {
+			*seq = a.forgets.seq
 			a.mu.Unlock()
 			a.stats.cacheHits.Add(1)
 			return p, nil
 		}
 		r := a.resolving[name]
+		if r == nil && retry && a.forgets.since(name, *seq) {
+			a.mu.Unlock()
+			return nil, errForgotten(name, 0)
+		}
 		if r == nil {
 			r = &resolve{done: make(chan struct{})}
 			a.resolving[name] = r
@@ -166,6 +182,8 @@ func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
 			}
 			delete(a.pending, op)
 			r.forgot = op.forgotten(name)
+			r.seq = a.forgets.seq
+			*seq = r.seq
 			if r.err == nil && r.forgot {
 				// Forgotten once cached (Forget dropped it): not
 				// handed out either.
@@ -186,6 +204,7 @@ func (a *Agent) Peer(ctx context.Context, name string) (*Peer, error) {
 		select {
 		case <-r.done:
 			if r.err == nil {
+				*seq = r.seq
 				return r.p, nil
 			}
 			if r.forgot && !errors.Is(r.err, ErrForgotten) {

@@ -430,8 +430,9 @@ func (a *Agent) pollInbound() (Notification, bool) {
 // data. It blocks while the peer's queue, or this agent's share of it, is
 // full (ctx bounds the wait).
 func (a *Agent) Notify(ctx context.Context, peer string, msg []byte) error {
+	var seq uint64 // the Forgets run when the peer was found
 	for retried := false; ; retried = true {
-		p, err := a.Peer(ctx, peer)
+		p, err := a.peer(ctx, peer, retried, &seq)
 		if err != nil {
 			return err
 		}

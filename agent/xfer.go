@@ -144,8 +144,9 @@ func (a *Agent) Read(ctx context.Context, peer string, descs []Desc, opts ...Xfe
 }
 
 func (a *Agent) xfer(ctx context.Context, write bool, peer string, descs []Desc, opts []XferOption) *Xfer {
+	var seq uint64 // the Forgets run when the peer was found
 	for retried := false; ; retried = true {
-		p, err := a.Peer(ctx, peer)
+		p, err := a.peer(ctx, peer, retried, &seq)
 		if err != nil {
 			return failedXfer(len(descs), err)
 		}
