@@ -126,9 +126,10 @@ type Config struct {
 	// TCPLanes is the number of connections a TCP endpoint Dial opens;
 	// transfers of 4 MiB and more are split over them (default 2; 1: one
 	// connection; at most 64: New refuses more with ErrInvalid). An extra
-	// connection that cannot be opened, or fails while the Dial opens
-	// them, is logged and done without; one failing later fails its
-	// endpoint (transfers may be on it), with the failure's error.
+	// connection that cannot be opened, or fails before the Dial has
+	// made its endpoint, is logged and done without; one failing later
+	// fails its endpoint (transfers may be on it), with the failure's
+	// error.
 	TCPLanes int
 
 	// ClusterSecret, when set (at least 16 bytes, the same on every

@@ -68,14 +68,17 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		return nil, nil, err
 	}
 	ep.path = p
+	if h := e.hookPath.Load(); h != nil {
+		(*h)(p)
+	}
 	e.epMu.Lock()
 	switch {
 	case e.closed.Load():
 		err = ErrClosed
 	case ep.ch.Err() != nil:
-		// Failed already, by a lane the path opened that failed once
-		// Connect had opened them all (one failing before is dropped:
-		// tcp's laneFailed): not kept.
+		// Failed already (a lane the path opened that failed before
+		// the endpoint started does not fail it: tcp's laneFailed drops
+		// the lane): not kept.
 		err = ep.ch.Err()
 	default:
 		e.endpoints[ep] = struct{}{}
@@ -89,6 +92,9 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 		p.Failed(err)
 		p.Closed(err)
 		return nil, nil, err
+	}
+	if s, ok := p.(datapath.Starter); ok {
+		s.Started() // not under epMu either (tcp closes the lanes that failed)
 	}
 	return ep, ep.ch, nil
 }

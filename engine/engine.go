@@ -72,6 +72,9 @@ type Engine struct {
 	hookDrain atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls or starts
 	hookAlloc atomic.Pointer[func()] // tests: Alloc and Register run it once admitted
 
+	// tests: newEndpoint runs it once Connect made the data path.
+	hookPath atomic.Pointer[func(datapath.Path)]
+
 	ident        identity
 	lastVerified atomic.Pointer[wire.RemoteKey] // see verifyKey
 	epMu         sync.Mutex

@@ -278,6 +278,13 @@ type Path interface {
 	Bind(ctx context.Context, local Mem, k wire.RemoteKey, mapKey *wire.RemoteKey, deadline time.Time) (Bound, error)
 }
 
+// Starter is a Path told when its endpoint started: registered by the
+// engine, its channel running (called once, by the goroutine that made
+// the endpoint, before the endpoint is handed out; not if it failed first).
+type Starter interface {
+	Started()
+}
+
 // Bound is a prepared binding (see engine.Binding).
 type Bound interface {
 	// Do runs n Puts (put) or Gets; wait: return once they completed.

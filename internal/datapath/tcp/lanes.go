@@ -54,9 +54,9 @@ type lane struct {
 
 // openLanes dials the extra connections of p. A lane that cannot be
 // opened is logged and done without: the endpoint works on fewer. So is
-// one that fails before openLanes returns (p is not in use yet: no
-// transfer is on the lane), which is closed and dropped here; a lane
-// that fails later fails p (laneFailed).
+// one that fails before p's endpoint started (p is not in use yet: no
+// transfer is on the lane), which is closed and dropped then (Started);
+// a lane that fails later fails p (laneFailed).
 func (p *path) openLanes(ctx context.Context) {
 	log := p.env.Logger()
 	d, ok := p.env.(LaneDialer)
@@ -67,7 +67,6 @@ func (p *path) openLanes(ctx context.Context) {
 	p.mu.Lock()
 	p.opening = true
 	p.mu.Unlock()
-	defer p.dropFailedLanes()
 	for i := 1; i < p.env.Config().TCPLanes; i++ {
 		slot := &laneSlot{parent: p}
 		lc, err := d.DialLane(context.WithValue(ctx, laneKey{}, slot), p.c)
@@ -94,9 +93,12 @@ func (p *path) openLanes(ctx context.Context) {
 	}
 }
 
-// dropFailedLanes ends openLanes: the lanes that failed while p opened
-// them are taken out of p and closed; from now on a lane that fails
-// fails p.
+// Started is p's endpoint started (datapath.Starter).
+func (p *path) Started() { p.dropFailedLanes() }
+
+// dropFailedLanes ends p's opening (Started): the lanes that failed
+// since openLanes began are taken out of p and closed; from now on a
+// lane that fails fails p.
 func (p *path) dropFailedLanes() {
 	p.mu.Lock()
 	p.opening = false
@@ -123,8 +125,8 @@ func (p *path) dropFailedLanes() {
 }
 
 // laneFailed is lane l of p failing with err: it reports whether p
-// fails with it. Not while p opens its lanes (openLanes drops l then):
-// p is not in use yet, and works on fewer connections.
+// fails with it. Not before p's endpoint started (Started drops l
+// then): p is not in use yet, and works on fewer connections.
 func (p *path) laneFailed(l *path, err error) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -133,7 +135,7 @@ func (p *path) laneFailed(l *path, err error) bool {
 	}
 	l.dropped = true
 	log := p.env.Logger()
-	log.Warn().Err(err).Str("peer", p.c.Name()).Msg("extra TCP lane failed while its endpoint was opening its lanes: done without")
+	log.Warn().Err(err).Str("peer", p.c.Name()).Msg("extra TCP lane failed before its endpoint started: done without")
 	return false
 }
 

@@ -37,8 +37,9 @@ type path struct {
 
 	lanes  []lane // the extra connections of a dialed endpoint (set by Connect, openLanes)
 	parent *path  // a lane's endpoint
-	// opening: openLanes runs (p.mu); dropped: this lane failed then, and
-	// openLanes drops it (its parent's mu).
+	// opening: openLanes ran, the endpoint not started yet (p.mu);
+	// dropped: this lane failed then, and Started drops it (its
+	// parent's mu).
 	opening, dropped bool
 	// laneSnap is the paths of lanes, for Start to pick one without a
 	// lock; outstanding counts this connection's requests in progress.
@@ -102,7 +103,7 @@ func (p *path) Sink() wire.DataSink { return p.route }
 func (p *path) Tick() {}
 
 // Failed records the endpoint's failure and fails its lanes (or the
-// endpoint it is a lane of, unless that one is still opening its lanes:
+// endpoint it is a lane of, unless that one has not started yet:
 // laneFailed).
 func (p *path) Failed(err error) {
 	p.mu.Lock()
