@@ -112,6 +112,10 @@ type g3chan struct {
 	marks   []g3mark // doorbells announced through Doorbell, in order
 	taken   uint32   // MSQ_PI up to which the worker took work
 	tactive bool     // active, as bmu sees it (else taken is MSQ_CI's)
+	// released: the context let go of the register file (g3Release),
+	// which may be unmapped from then on; a Doorbell that found the
+	// channel before reads no register after it (set under bmu).
+	released bool
 
 	mu      sync.Mutex // guards what follows; held while a doorbell runs
 	active  bool       // MSQ mode programmed and seen
@@ -719,6 +723,13 @@ func (c *hctx) g3Release(keep bool) {
 	for i, g := range c.g3chans {
 		if g != nil {
 			c.bells[i].Store(nil)
+			// A Doorbell that found the channel before the Store reads
+			// its registers under bmu only, and none once released: it
+			// may still come (a user store to a mapped block is harmless
+			// at any time, RULES D12), and the file may be unmapped below.
+			g.bmu.Lock()
+			g.released = true
+			g.bmu.Unlock()
 			c.g3chans[i] = nil
 			if keep && g.maps > 0 {
 				c.g3kept = append(c.g3kept, g)

@@ -34,37 +34,55 @@ func (c *hctx) Doorbell(block []byte) {
 	for {
 		// gen is read before the look at the queue's state: a drop (a
 		// stop, a reset) after this read changes it, and mark then marks
-		// nothing; one before it is seen here as a stopped queue, or by
-		// MSQ_PI as software programmed it again.
+		// nothing; one before it is seen by mark as a stopped queue, or
+		// by MSQ_PI as software programmed it again.
 		gen := g.gen.Load()
-		if g.stopped() {
+		switch g.mark(gen) {
+		case bellMarked:
+			g.ringBell()
+			return
+		case bellStopped:
 			g.mu.Lock()
 			g.stopLocked()
 			g.mu.Unlock()
 			return
-		}
-		if g.mark(gen) {
-			g.ringBell()
+		case bellReleased:
 			return
 		}
 		// Dropped meanwhile: look again.
 	}
 }
 
-// mark marks the new MSQ_PI with the faults it draws, under bmu. gen was
-// read before the caller looked at the queue's state; false if a drop
-// came in between (a drop advances gen under bmu): the MSQ_PI read may
-// then be the dropped queue's, and its mark work that the channel,
-// programmed again, never reaches (counted submitted, never ended) or
-// was never given.
-func (g *g3chan) mark(gen uint64) bool {
+// What mark did.
+const (
+	bellMarked   = iota // announced (or nothing new): ring the worker
+	bellStopped         // software stopped the queue: drop its work
+	bellDropped         // a drop came after gen was read: look again
+	bellReleased        // the context released the register file
+)
+
+// mark looks at the queue's state and marks the new MSQ_PI with the
+// faults it draws, under bmu: the registers are read under it only, as
+// g3Release marks the channel released under it before the file may be
+// unmapped (a Doorbell racing the context's Close). gen was read before;
+// bellDropped if a drop came in between (a drop advances gen under bmu):
+// the MSQ_PI read may then be the dropped queue's, and its mark work that
+// the channel, programmed again, never reaches (counted submitted, never
+// ended) or was never given.
+func (g *g3chan) mark(gen uint64) int {
 	if g.markHook != nil {
 		g.markHook()
 	}
 	g.bmu.Lock()
 	defer g.bmu.Unlock()
+	if g.released {
+		return bellReleased
+	}
+	if g.stopped() {
+		return bellStopped
+	}
 	if g.gen.Load() != gen {
-		return false
+		return bellDropped
 	}
 	pi := g.load(gaudi3.RegMSQPI)
 	if pi != g.announcedLocked() {
@@ -75,7 +93,7 @@ func (g *g3chan) mark(gen uint64) bool {
 		g.c.d.st.submitted.Add(1)
 		g.marks = append(g.marks, m)
 	}
-	return true
+	return bellMarked
 }
 
 // ringBell wakes the channel's worker.

@@ -207,7 +207,7 @@ func TestGaudi3MarkedDoorbellRacingStopLeavesNoStaleMark(t *testing.T) {
 	rang := make(chan struct{})
 	go func() {
 		defer close(rang)
-		r.b.(*hctx).Doorbell(r.regs) // looks at the queue, then waits
+		r.b.(*hctx).Doorbell(r.regs) // reads gen, then waits
 	}()
 	<-paused
 	// Another goroutine stops the queue; the doorbell goes on meanwhile.

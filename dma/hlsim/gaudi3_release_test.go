@@ -1,6 +1,8 @@
 package hlsim
 
 import (
+	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,4 +105,50 @@ func TestRulesMappingsOutliveDeviceClose(t *testing.T) {
 			require.Zero(t, r.d.Stats().UserMappings, "nothing leaked")
 		})
 	}
+}
+
+// TestGaudi3DoorbellRacingCloseIsHarmless (D12): a store to a mapped
+// CH_A block, and so the Doorbell hint after it, is harmless whenever it
+// comes: the driver never unmaps the block under the user (the mapping
+// holds the context: hl_hw_block_mmap's hl_ctx_get, put in
+// hw_block_vm_close). Doorbell finds its channel without memMu; one
+// inside it when the context's Close unmapped the register file
+// (g3Release) read the unmapped file and faulted (SIGSEGV). "paused": a
+// Doorbell held between its look-up and its mark while Close runs;
+// "concurrent": doorbells rung in a loop while another goroutine closes.
+func TestGaudi3DoorbellRacingCloseIsHarmless(t *testing.T) {
+	t.Run("paused", func(t *testing.T) {
+		for i := 0; i < 20; i++ {
+			r := newG3Rig(t, Config{}, 2)
+			var once atomic.Bool
+			r.channel().markHook = func() {
+				if once.CompareAndSwap(false, true) {
+					_ = r.b.Close() // before the doorbell's mark
+				}
+			}
+			r.b.(*hctx).Doorbell(r.regs)
+			require.True(t, once.Load())
+			require.ErrorIs(t, r.b.(*hctx).usable(), os.ErrClosed)
+		}
+	})
+	t.Run("concurrent", func(t *testing.T) {
+		for i := 0; i < 50; i++ {
+			r := newG3Rig(t, Config{}, 2)
+			c, regs := r.b.(*hctx), r.regs
+			started, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				close(started)
+				for j := 0; j < 100_000 && c.usable() == nil; j++ {
+					c.Doorbell(regs)
+				}
+				for j := 0; j < 100; j++ {
+					c.Doorbell(regs) // after the Close too
+				}
+			}()
+			<-started
+			require.NoError(t, r.b.Close())
+			<-done
+		}
+	})
 }
