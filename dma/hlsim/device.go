@@ -257,6 +257,10 @@ type Device struct {
 	// it saw MSQ_PI move and before it takes the doorbell lock; atomic,
 	// as a test sets it while the worker polls.
 	pollHook atomic.Pointer[func()]
+	// testGrace, when set (tests: a fuzz target, which checks no timing),
+	// is the wait before a hard reset's kill instead of killGrace; set
+	// before the first reset.
+	testGrace time.Duration
 
 	mu        sync.Mutex // guards closed, ctx, open stats
 	closed    bool

@@ -154,8 +154,12 @@ func (d *Device) hardReset(c *hctx) {
 	d.st.resets.Add(1)
 	c.abortAll(nil)
 	if c.holdsFile() {
+		grace := killGrace
+		if d.testGrace > 0 {
+			grace = d.testGrace
+		}
 		select {
-		case <-time.After(killGrace):
+		case <-time.After(grace):
 		case <-d.quit:
 		}
 		d.mu.Lock()
