@@ -92,6 +92,10 @@ type hctx struct {
 	quit  chan struct{}
 	engWG sync.WaitGroup
 
+	// eachHook, when set (tests), runs in g3EachLocked after it read
+	// the channels.
+	eachHook func()
+
 	outMu    sync.Mutex
 	outcomes *outcomeStore // CS outcome store (CS_FLAGS_TIMESTAMP), made at the first push
 

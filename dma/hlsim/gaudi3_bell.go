@@ -151,7 +151,9 @@ func (g *g3chan) dropLocked(regs bool) {
 	g.bmu.Lock()
 	n += len(g.marks)
 	g.gen.Add(1) // a doorbell that looked before the drop marks nothing (mark)
-	if regs {
+	if regs && !g.released {
+		// A released file may be unmapped (a reset in the background
+		// racing the context's Close); the context let go of it.
 		clear(g.regs)
 	}
 	g.marks, g.tactive, g.taken = g.marks[:0], false, 0
@@ -171,6 +173,9 @@ func (c *hctx) g3EachLocked(f func(*g3chan)) {
 	c.memMu.RLock()
 	chans := c.g3chans
 	c.memMu.RUnlock()
+	if c.eachHook != nil {
+		c.eachHook()
+	}
 	for _, g := range chans {
 		if g != nil {
 			g.mu.Lock()

@@ -152,3 +152,28 @@ func TestGaudi3DoorbellRacingCloseIsHarmless(t *testing.T) {
 		}
 	})
 }
+
+// TestGaudi3ResetRacingCloseIsHarmless: a hard reset run in the
+// background (Device.Reset with no eventfd: hl_device_cond_reset, the
+// reset work) clears the channels' registers (g3Reset) while the
+// context's Close may release them; the reset cleared a register file
+// that g3Release had just unmapped (SIGSEGV, found by FuzzGaudi3Regs).
+// The reset is held after it read the channels while Close runs.
+func TestGaudi3ResetRacingCloseIsHarmless(t *testing.T) {
+	r := newG3Rig(t, Config{}, 2)
+	c := r.b.(*hctx)
+	var once atomic.Bool
+	paused, resume := make(chan struct{}), make(chan struct{})
+	c.eachHook = func() {
+		if once.CompareAndSwap(false, true) {
+			close(paused)
+			<-resume
+		}
+	}
+	go r.d.Reset() // the hard reset's g3Reset reads the channels first
+	<-paused
+	require.NoError(t, r.b.Close())
+	close(resume) // the reset clears the released channels
+	require.NoError(t, r.d.Close())
+	require.Equal(t, uint64(1), r.d.Stats().Resets)
+}
