@@ -563,7 +563,7 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 		}
 		now := time.Now()
 		l.noteActivityLocked(now)
-		seen, busy := l.withLanesLocked()
+		seen, busy := l.withLanesLocked(endpoints)
 		pick := pickBy(func(a *admitted) bool { return a.peer != nil && seen(a).IsZero() && !busy(a) }, nil)
 		if pick < 0 {
 			pick = pickBy(func(a *admitted) bool { return a.peer == nil }, nil)
@@ -618,18 +618,14 @@ type group struct {
 // cannot tell which endpoint a lane belongs to: the lanes' work in
 // flight counts for each endpoint of their engine, their activity only
 // for the engine's one endpoint (so that an engine keeping one lane
-// active does not keep its several endpoints busy). busy asks the peers
+// active does not keep its several endpoints busy). endpoints counts the
+// endpoints (not lanes) of each group, as admit has. busy asks the peers
 // once each.
-func (l *Listener[P]) withLanesLocked() (seen func(*admitted) time.Time, busy func(*admitted) bool) {
-	endpoints := make(map[group]int)
+func (l *Listener[P]) withLanesLocked(endpoints map[group]int) (seen func(*admitted) time.Time, busy func(*admitted) bool) {
 	laneSeen := make(map[group]time.Time)
 	var lanes []*admitted
 	for _, a := range l.peers {
-		g := group{a.engine, a.source}
-		switch {
-		case !a.lane:
-			endpoints[g]++
-		case a.peer != nil:
+		if g := (group{a.engine, a.source}); a.lane && a.peer != nil {
 			lanes = append(lanes, a)
 			if a.seen.After(laneSeen[g]) {
 				laneSeen[g] = a.seen
