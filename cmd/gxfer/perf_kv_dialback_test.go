@@ -49,8 +49,7 @@ func TestPerfAgentTargetDialsBackOnlyHelloSource(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tout, terr := serveTarget(t, ctx, "-tcp", "127.0.0.1:0")
-	taddr := waitOutput(t, tout, regexp.MustCompile(`# target t incarnation \S+ \| unix \S+ tcp (\S+) `), "the target did not start")[1]
+	tout, terr, taddr := tcpTarget(t, ctx)
 
 	p := kvParams{seed: 1, window: 1, blocks: 8, bsize: 8}
 	ol, otherHost := countingListener(t, "tcp", "127.0.0.2:0")
@@ -147,8 +146,7 @@ func TestPerfAgentTargetDialsNoUnixOfTCPRecord(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tout, terr := serveTarget(t, ctx, "-tcp", "127.0.0.1:0")
-	taddr := waitOutput(t, tout, regexp.MustCompile(`# target t incarnation \S+ \| unix \S+ tcp (\S+) `), "the target did not start")[1]
+	tout, terr, taddr := tcpTarget(t, ctx)
 
 	sock := filepath.Join(dir, "rec.sock")
 	a, peer := kvPeer(t, ctx, agent.Config{Name: "rec", Unix: sock, TCP: "127.0.0.1:0"}, taddr, "target", terr)
@@ -167,4 +165,13 @@ func TestPerfAgentTargetDialsNoUnixOfTCPRecord(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint8(kvWelcome), m.kind)
 	require.Zero(t, dialed.Load(), "the target dialed the unix socket a record fetched over TCP named:\n%s", tout.String())
+}
+
+// tcpTarget starts a target (serveTarget) listening on loopback TCP and
+// returns its outputs and its TCP address, once it printed it.
+func tcpTarget(t *testing.T, ctx context.Context) (tout, terr *syncBuffer, taddr string) {
+	t.Helper()
+	tout, terr = serveTarget(t, ctx, "-tcp", "127.0.0.1:0")
+	taddr = waitOutput(t, tout, regexp.MustCompile(`# target t incarnation \S+ \| unix \S+ tcp (\S+) `), "the target did not start")[1]
+	return tout, terr, taddr
 }
