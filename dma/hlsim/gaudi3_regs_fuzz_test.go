@@ -3,7 +3,6 @@ package hlsim
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -66,10 +65,12 @@ func FuzzGaudi3Regs(f *testing.F) {
 		if len(in) > 7*256 {
 			return
 		}
-		input := in
-		hang := time.AfterFunc(2*safety, func() { panic(fmt.Sprintf("FuzzGaudi3Regs: input %x hangs", input)) })
-		defer hang.Stop()
+		// A hang is reported before the fuzzing worker's limit (watchHang).
+		hang := watchHang(t, "FuzzGaudi3Regs", in)
+		defer hang.stop()
 		r := newG3Rig(t, Config{DRAMSize: 64 << 20}, 1)
+		hang.setUnblock(func() { _ = r.d.Close() })
+		r.hangBy = hang.deadline
 		// Most inputs end in a channel error and its hard reset; the
 		// kill's grace second (killGrace) would bound the target to a
 		// few inputs a second, and its length is not what it checks.

@@ -90,6 +90,7 @@ type rig struct {
 	g1     bool
 	g1Next uint64 // Gaudi1: next free physical DRAM address
 	info   hlsys.HwIPInfo
+	hangBy time.Time // a fuzz input in a worker: its hang watch's deadline, where fuzzAfter's waits end
 }
 
 func newRig(t testing.TB, cfg Config) *rig {

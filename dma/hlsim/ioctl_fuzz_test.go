@@ -66,12 +66,13 @@ func FuzzIoctl(f *testing.F) {
 		if len(in) < 2 || len(in) > 4096 {
 			return
 		}
-		// A hang is a defect too, which the fuzzer would not report: the
-		// worker dies instead, and the input is kept as a failure.
-		input := in
-		hang := time.AfterFunc(2*safety, func() { panic(fmt.Sprintf("FuzzIoctl: input %x hangs", input)) })
-		defer hang.Stop()
+		// A hang is a defect too, which the fuzzer would not report
+		// (watchHang).
+		hang := watchHang(t, "FuzzIoctl", in)
+		defer hang.stop()
 		h := newFuzzIoctl(t, fuzzConfig(in[0]))
+		hang.setUnblock(func() { _ = h.r.d.Close() })
+		h.r.hangBy = hang.deadline
 		in = in[1:]
 		for len(in) > 0 {
 			op := in[0]
@@ -381,6 +382,9 @@ func fuzzAfter(t *testing.T, r *rig) {
 	require.NoError(t, r.b.Close())
 	require.Zero(t, r.d.Stats().UserMappings, "the release left user mappings")
 	deadline := time.Now().Add(safety)
+	if !r.hangBy.IsZero() && r.hangBy.Before(deadline) {
+		deadline = r.hangBy
+	}
 	for r.d.status.Load() != hlsys.DeviceStatusOperational {
 		if time.Now().After(deadline) {
 			t.Fatalf("device status %d after the context's release", r.d.status.Load())
