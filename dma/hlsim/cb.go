@@ -2,6 +2,7 @@ package hlsim
 
 import (
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -15,6 +16,7 @@ type cbuf struct {
 	size       uint32 // cb->size: the requested size, at least PAGE_SIZE
 	mem        []byte // page-rounded; also the user's mmap
 	userMapped bool
+	unmapped   []bool // pages of the user mmap a partial Munmap removed (nil: none)
 	destroyed  bool
 	inUse      atomic.Int32 // jobs of CSs in flight that use it (usage_cnt)
 	waitRefs   atomic.Int32 // KERNEL_CQ waits reading it (their hl_cb_get); taken under memMu (read)
@@ -165,9 +167,16 @@ func (c *hctx) Mmap(offset int64, length int) ([]byte, error) {
 	return cb.mem[:length:length], nil
 }
 
-// Munmap implements hlsys.Backend. After the context's release it
-// undoes only the mappings a Device.Close left in place (teardown); others
-// are gone already (Close released them) and unmapping them is a no-op.
+// Munmap implements hlsys.Backend. As munmap(2) takes it, b must start
+// on a page (EINVAL) and its length is rounded up to pages; it may be
+// part of a mapping (RULES.md B10): munmap splits the vma and closes the
+// part removed, and the driver's close drops the mapping's reference only
+// once the closed parts add up to the whole (hl_mmap_mem_buf_vm_close's
+// real_mapped_size, hw_block_vm_close's mapped_size). The pages unmapped
+// stay readable here (the user's mapping is the emulator's memory).
+// After the context's release it undoes only the mappings a Device.Close
+// left in place (teardown); others are gone already (Close released them)
+// and unmapping them is a no-op.
 func (c *hctx) Munmap(b []byte) error {
 	if len(b) == 0 {
 		return unix.EINVAL
@@ -177,15 +186,31 @@ func (c *hctx) Munmap(b []byte) error {
 	if c.munmapBlock(b) {
 		return nil
 	}
-	cb := c.cbMmaps[&b[0]]
-	if c.memDead && (cb == nil || len(b) != len(cb.mem)) {
-		return nil
-	}
-	if cb == nil || len(b) != len(cb.mem) {
+	cb, off := c.cbMmapOf(b)
+	if cb == nil {
+		if c.memDead {
+			return nil
+		}
 		return unix.EINVAL
 	}
-	delete(c.cbMmaps, &b[0])
+	if off%pageSize != 0 {
+		return unix.EINVAL
+	}
+	pages := len(cb.mem) / pageSize
+	if cb.unmapped == nil {
+		cb.unmapped = make([]bool, pages)
+	}
+	for p := off / pageSize; p < (off+len(b)+pageSize-1)/pageSize; p++ {
+		cb.unmapped[p] = true
+	}
+	for _, gone := range cb.unmapped {
+		if !gone {
+			return nil // part of the mapping is left: it keeps the CB
+		}
+	}
+	delete(c.cbMmaps, &cb.mem[0])
 	cb.userMapped = false
+	cb.unmapped = nil
 	c.d.st.userMaps.Add(-1)
 	// hl_mmap_mem_buf_vm_close puts the mapping's reference: the last
 	// one (handle destroyed, or the context released) frees the CB.
@@ -193,6 +218,19 @@ func (c *hctx) Munmap(b []byte) error {
 		c.freeCB(cb)
 	}
 	return nil
+}
+
+// cbMmapOf returns the user-mapped CB whose mapping holds all of b, and
+// b's byte offset in it (memMu held).
+func (c *hctx) cbMmapOf(b []byte) (*cbuf, int) {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	for _, cb := range c.cbMmaps {
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(cb.mem)))
+		if p >= base && p-base+uintptr(len(b)) <= uintptr(len(cb.mem)) {
+			return cb, int(p - base)
+		}
+	}
+	return nil, 0
 }
 
 // putCB drops a wait's reference on cb; the last reference of a

@@ -219,19 +219,22 @@ func (c *hctx) mmapBlock(offset uint64, length int) ([]byte, error) {
 	return g.regs[:length:length], nil
 }
 
-// munmapBlock undoes mmapBlock (memMu held); false if b is no block. The
-// last unmap of a block a Device.Close left mapped (g3kept) frees its
-// register file, as hw_block_vm_close puts the context's last reference.
+// munmapBlock undoes mmapBlock (memMu held); false if b is no block. A
+// block is one page (gaudi3.ChASize), so any b from its start is the whole
+// mapping once munmap rounds its length up (hw_block_vm_close's
+// mapped_size reaches 0; RULES.md B10). The last unmap of a block a
+// Device.Close left mapped (g3kept) frees its register file, as
+// hw_block_vm_close puts the context's last reference.
 func (c *hctx) munmapBlock(b []byte) bool {
 	for _, g := range c.g3chans {
-		if g != nil && &g.regs[0] == &b[0] && len(b) == len(g.regs) && g.maps > 0 {
+		if g != nil && &g.regs[0] == &b[0] && len(b) <= len(g.regs) && g.maps > 0 {
 			g.maps--
 			c.d.st.userMaps.Add(-1)
 			return true
 		}
 	}
 	for i, g := range c.g3kept {
-		if &g.regs[0] == &b[0] && len(b) == len(g.regs) {
+		if &g.regs[0] == &b[0] && len(b) <= len(g.regs) {
 			g.maps--
 			c.d.st.userMaps.Add(-1)
 			if g.maps == 0 {

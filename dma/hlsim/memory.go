@@ -325,6 +325,7 @@ func (c *hctx) releaseMemory(keep bool) {
 func (c *hctx) releaseUserMaps() {
 	for _, cb := range c.cbMmaps {
 		cb.userMapped = false
+		cb.unmapped = nil
 		c.d.st.userMaps.Add(-1)
 		if cb.waitRefs.Load() == 0 && (cb.destroyed || c.memDead) {
 			c.freeCB(cb)
