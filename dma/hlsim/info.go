@@ -46,6 +46,18 @@ const (
 	sizeofHwIdleN = 40
 )
 
+// Layouts of the INFO outputs the emulator writes byte by byte (checked
+// against both headers by TestUAPIValues).
+const (
+	hwIdleBusyOff       = 4  // hl_info_hw_idle.busy_engines_mask (is_idle at 0)
+	sizeofResetCount    = 8  // hl_info_reset_count (hard_reset_cnt at 0)
+	sizeofOpenStats     = 24 // hl_open_stats_info (open_counter at 0)
+	openStatsPeriodOff  = 8  // last_open_period_ms
+	openStatsActiveOff  = 16 // is_compute_ctx_active
+	openStatsReleaseOff = 17 // compute_ctx_in_release
+	sizeofPageSizes     = 8  // hl_info_dev_memalloc_page_sizes (page_order_bitmask at 0)
+)
+
 // info serves HL_IOCTL_INFO.
 func (c *hctx) info(a *hlsys.InfoArgs) error {
 	op := a.Op
@@ -75,7 +87,7 @@ func (c *hctx) info(a *hlsys.InfoArgs) error {
 		if !anyBusy {
 			binary.LittleEndian.PutUint32(b[0:], 1)
 		}
-		binary.LittleEndian.PutUint32(b[4:], busy)
+		binary.LittleEndian.PutUint32(b[hwIdleBusyOff:], busy)
 		n := sizeofHwIdle
 		if c.d.newInfo {
 			n = sizeofHwIdleN
@@ -85,26 +97,26 @@ func (c *hctx) info(a *hlsys.InfoArgs) error {
 		s := hlsys.DeviceStatus{Status: c.d.status.Load()}
 		return c.infoOut(a, unsafe.Slice((*byte)(unsafe.Pointer(&s)), unsafe.Sizeof(s)))
 	case hlsys.InfoResetCount:
-		var b [8]byte
+		var b [sizeofResetCount]byte
 		binary.LittleEndian.PutUint32(b[0:], uint32(c.d.st.resets.Load()))
 		return c.infoOut(a, b[:])
 	case hlsys.InfoOpenStats:
-		var b [24]byte
+		var b [sizeofOpenStats]byte
 		c.d.mu.Lock()
 		binary.LittleEndian.PutUint64(b[0:], c.d.opens)
 		if !c.d.lastClose.IsZero() && c.d.lastClose.After(c.d.lastOpen) {
-			binary.LittleEndian.PutUint64(b[8:], uint64(c.d.lastClose.Sub(c.d.lastOpen).Milliseconds()))
+			binary.LittleEndian.PutUint64(b[openStatsPeriodOff:], uint64(c.d.lastClose.Sub(c.d.lastOpen).Milliseconds()))
 		}
 		if c.d.ctx != nil {
-			b[16] = 1
+			b[openStatsActiveOff] = 1
 			if c.d.ctx.state.Load() != ctxOpen {
-				b[17] = 1 // compute_ctx_in_release
+				b[openStatsReleaseOff] = 1
 			}
 		}
 		c.d.mu.Unlock()
 		return c.infoOut(a, b[:])
 	case infoDevMemAllocPageSizes:
-		var b [8]byte
+		var b [sizeofPageSizes]byte
 		binary.LittleEndian.PutUint64(b[:], c.pageSizeMask())
 		return c.infoOut(a, b[:])
 	case hlsys.InfoRegisterEventFD:
