@@ -54,7 +54,11 @@ type Backend interface {
 	Ioctl(req uintptr, arg unsafe.Pointer) error
 	// Mmap maps length bytes of the device file at offset (kernel CBs).
 	Mmap(offset int64, length int) ([]byte, error)
-	// Munmap undoes Mmap.
+	// Munmap undoes Mmap, of the whole mapping or of part of it as
+	// munmap(2) takes it (a page-aligned start, the length rounded up to
+	// pages; the driver keeps the CB or block until every part is gone).
+	// b must lie within one mapping Mmap returned that is not yet wholly
+	// unmapped (EINVAL otherwise); parts already unmapped are left alone.
 	Munmap(b []byte) error
 	// Close releases the device context, and undoes the Mmaps still in
 	// place (their memory must not be used after it).
@@ -74,7 +78,15 @@ type FDBackend struct {
 	num  Numbering
 
 	mu   sync.Mutex
-	maps map[*byte]int
+	maps []*fdMapping // the mappings not yet wholly unmapped
+}
+
+// fdMapping is one mapping Mmap made, and which of its pages Munmap has
+// unmapped since.
+type fdMapping struct {
+	base  *byte
+	pages int
+	gone  []bool
 }
 
 // OpenFD opens the compute node at path with O_RDWR|O_CLOEXEC. It returns
@@ -91,7 +103,7 @@ func OpenFD(path string) (*FDBackend, error) {
 		_ = unix.Close(raw)
 		return nil, err
 	}
-	return &FDBackend{f: f, path: path, num: NumberingForNode(path), maps: map[*byte]int{}}, nil
+	return &FDBackend{f: f, path: path, num: NumberingForNode(path)}, nil
 }
 
 // Ioctl implements Backend: an ioctl interrupted by a signal is issued
@@ -146,41 +158,100 @@ func restartEINTR(req uintptr, call func() unix.Errno) error {
 	}
 }
 
-// Mmap implements Backend.
+// Mmap implements Backend. It maps with unix.MmapPtr rather than
+// unix.Mmap: x/sys's Munmap takes only a whole mapping, and Munmap here
+// takes part of one, as the driver does.
 func (b *FDBackend) Mmap(offset int64, length int) ([]byte, error) {
 	raw := b.f.Int()
 	if raw < 0 {
 		return nil, os.ErrClosed
 	}
-	m, err := unix.Mmap(raw, offset, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if length <= 0 {
+		return nil, unix.EINVAL
+	}
+	p, err := unix.MmapPtr(raw, offset, nil, uintptr(length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	runtime.KeepAlive(b.f)
 	if err != nil {
 		return nil, err
 	}
+	ps := os.Getpagesize()
+	pages := (length + ps - 1) / ps
 	b.mu.Lock()
-	b.maps[&m[0]] = len(m)
+	b.maps = append(b.maps, &fdMapping{base: (*byte)(p), pages: pages, gone: make([]bool, pages)})
 	b.mu.Unlock()
-	return m, nil
+	return unsafe.Slice((*byte)(p), length), nil
 }
 
-// Munmap implements Backend.
+// Munmap implements Backend: it unmaps the pages of m's range that its
+// mapping still has (never a page given back before, which another
+// mapping may hold by now).
 func (b *FDBackend) Munmap(m []byte) error {
 	if len(m) == 0 {
 		return unix.EINVAL
 	}
+	ps := uintptr(os.Getpagesize())
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
 	b.mu.Lock()
-	delete(b.maps, &m[0])
-	b.mu.Unlock()
-	return unix.Munmap(m)
+	defer b.mu.Unlock()
+	for i, mp := range b.maps {
+		base := uintptr(unsafe.Pointer(mp.base))
+		if lo < base || lo-base+uintptr(len(m)) > uintptr(mp.pages)*ps {
+			continue
+		}
+		if (lo-base)%ps != 0 {
+			return unix.EINVAL
+		}
+		first := int((lo - base) / ps)
+		end := int((lo - base + uintptr(len(m)) + ps - 1) / ps)
+		if err := mp.unmap(first, end); err != nil {
+			return err
+		}
+		if mp.unmapped() {
+			b.maps = append(b.maps[:i], b.maps[i+1:]...)
+		}
+		return nil
+	}
+	return unix.EINVAL
+}
+
+// unmap unmaps the pages first..end-1 the mapping still has.
+func (mp *fdMapping) unmap(first, end int) error {
+	ps := os.Getpagesize()
+	for p := first; p < end; {
+		if mp.gone[p] {
+			p++
+			continue
+		}
+		q := p
+		for q < end && !mp.gone[q] {
+			q++
+		}
+		if err := unix.MunmapPtr(unsafe.Add(unsafe.Pointer(mp.base), p*ps), uintptr((q-p)*ps)); err != nil {
+			return err
+		}
+		for ; p < q; p++ {
+			mp.gone[p] = true
+		}
+	}
+	return nil
+}
+
+func (mp *fdMapping) unmapped() bool {
+	for _, g := range mp.gone {
+		if !g {
+			return false
+		}
+	}
+	return true
 }
 
 // Close unmaps anything still mapped and closes the node. Idempotent.
 func (b *FDBackend) Close() error {
 	b.mu.Lock()
-	for p, n := range b.maps {
-		_ = unix.Munmap(unsafe.Slice(p, n))
+	for _, mp := range b.maps {
+		_ = mp.unmap(0, mp.pages)
 	}
-	clear(b.maps)
+	b.maps = nil
 	b.mu.Unlock()
 	return b.f.Close()
 }

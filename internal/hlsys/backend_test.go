@@ -1,0 +1,95 @@
+package hlsys_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/gxfer/gxfer/internal/hlsys"
+)
+
+// mapped reports whether every page of b is mapped (madvise answers
+// ENOMEM for a range with a page not mapped).
+func mapped(b []byte) bool { return unix.Madvise(b, unix.MADV_NORMAL) == nil }
+
+// fileMapped reports whether the process maps any page of the file at
+// path (/proc/self/maps names the file of each mapping).
+func fileMapped(t *testing.T, path string) bool {
+	maps, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	return strings.Contains(string(maps), " "+path+"\n")
+}
+
+// TestFDBackendPartialMunmap: Munmap may take part of a mapping, as
+// munmap(2) does (the driver accepts it: hl_mmap_mem_buf_vm_close and
+// hw_block_vm_close count what is left; dma/hlsim RULES.md B10). Close
+// then unmaps exactly the pages still mapped: not the pages given back
+// (which by then may belong to another mapping), and all of the rest
+// (a mapping left behind holds the device file, so the driver would never
+// release the context). A regular file stands in for the device node.
+func TestFDBackendPartialMunmap(t *testing.T) {
+	ps := os.Getpagesize()
+	tests := []struct {
+		name  string
+		unmap [][3]int // Munmap of bytes [page a + byte c, page b), in order
+	}{
+		{"middle", [][3]int{{1, 2, 0}}},
+		{"first", [][3]int{{0, 1, 0}}},
+		{"last", [][3]int{{2, 3, 0}}},
+		{"middle then first", [][3]int{{1, 2, 0}, {0, 1, 0}}},
+		{"middle twice", [][3]int{{1, 2, 0}, {1, 2, 0}}},
+		{"middle, then all", [][3]int{{1, 2, 0}, {0, 3, 0}}},
+		{"one byte of the first page (rounded up)", [][3]int{{0, 0, 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "node")
+			require.NoError(t, os.WriteFile(path, make([]byte, 3*ps), 0o600))
+			b, err := hlsys.OpenFD(path)
+			require.NoError(t, err)
+			m, err := b.Mmap(0, 3*ps)
+			require.NoError(t, err)
+			gone := make([]bool, 3)
+			var others [][]byte
+			for _, r := range tt.unmap {
+				require.NoError(t, b.Munmap(m[r[0]*ps:r[1]*ps+r[2]]))
+				// Another mapping takes each page given back at once.
+				for p := r[0]; p*ps < r[1]*ps+r[2]; p++ {
+					if gone[p] {
+						continue
+					}
+					gone[p] = true
+					ptr, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&m[p*ps]), uintptr(ps), unix.PROT_READ|unix.PROT_WRITE,
+						unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
+					require.NoError(t, err, "page %d is still mapped", p)
+					o := unsafe.Slice((*byte)(ptr), ps)
+					t.Cleanup(func() { _ = unix.Munmap(o) })
+					others = append(others, o)
+				}
+			}
+			require.NoError(t, b.Close())
+			for _, o := range others {
+				require.True(t, mapped(o), "a page given back by Munmap was unmapped again")
+			}
+			require.False(t, fileMapped(t, path), "Close left part of the mapping mapped")
+		})
+	}
+	t.Run("not a mapping", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "node")
+		require.NoError(t, os.WriteFile(path, make([]byte, ps), 0o600))
+		b, err := hlsys.OpenFD(path)
+		require.NoError(t, err)
+		m, err := b.Mmap(0, ps)
+		require.NoError(t, err)
+		require.ErrorIs(t, b.Munmap(m[8:]), unix.EINVAL, "start not page aligned")
+		require.ErrorIs(t, b.Munmap(make([]byte, ps)), unix.EINVAL, "Go memory")
+		require.True(t, fileMapped(t, path))
+		require.NoError(t, b.Close())
+		require.False(t, fileMapped(t, path), "Close left the mapping mapped")
+	})
+}
