@@ -137,6 +137,12 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			c.finishOp(j, o, gxerr.New(gxerr.Timeout, "deadline passed while queued", nil))
 			continue
 		}
+		// A job's ctx may end while its ops fill several CSs (a large
+		// batch): those not yet in one are dropped, as queued ones are.
+		if j.Ctx != nil && j.Ctx.Err() != nil {
+			c.finishOp(j, o, gxerr.Ctx("copy dropped before it started", j.Ctx.Err()))
+			continue
+		}
 		if recErr != nil {
 			c.finishOp(j, o, recErr)
 			continue
