@@ -97,7 +97,7 @@ func (e *Engine) validate(dst, src Slice) error {
 	if dst.buf.loc.gaudi && copier.Overlaps(dst.cs(), src.cs()) {
 		return newErr(ErrInvalid, "overlapping ranges of one device buffer", nil)
 	}
-	return nil
+	return e.cp.CheckSize(dst.cs(), src.cs())
 }
 
 // checkCtx refuses a nil ctx (ErrInvalid) and one that has already ended

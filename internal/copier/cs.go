@@ -148,9 +148,7 @@ func (g *Device) processRefs(dir int, refs []ref) {
 			continue
 		}
 		if packets := rec.cs.Packets(o.n()); packets > capacity {
-			c.finishOp(j, o, gxerr.New(gxerr.Invalid, fmt.Sprintf(
-				"a %d-byte copy needs %d packets, more than one command submission holds (%d); raise Config.ChunkSize or CBSize",
-				o.n(), packets, capacity), nil))
+			c.finishOp(j, o, errTooLarge(o.n(), packets, capacity))
 			continue
 		}
 		if len(rec.items) >= limit || !rec.cs.Fits(o.n()) {
@@ -186,6 +184,51 @@ func (g *Device) processRefs(dir int, refs []ref) {
 	if rec != nil {
 		rec.submit()
 	}
+}
+
+// errTooLarge refuses a copy of n bytes that needs more LIN_DMA packets
+// than an empty command submission holds.
+func errTooLarge(n uint64, packets, capacity int) error {
+	return gxerr.New(gxerr.Invalid, fmt.Sprintf(
+		"a %d-byte copy needs %d packets, more than one command submission holds (%d); raise Config.ChunkSize or CBSize",
+		n, packets, capacity), nil)
+}
+
+// CheckSize refuses (ErrInvalid) a device copy that no command
+// submission of its device and direction can hold, or, between two
+// devices, whose staging chunks none can: the engine checks it with a
+// copy's other arguments, so that a batch holding one runs nothing
+// (processRefs would fail it only once the batch's other copies ran).
+// A direction whose CSs cannot be built at all is left to processRefs.
+func (c *Copier) CheckSize(dst, src Slice) error {
+	o := Op{Dst: dst, Src: src}
+	g, dir := route(&o)
+	if g == nil {
+		return nil
+	}
+	if !crossDevice(&o) {
+		return g.checkSize(dir, o.n())
+	}
+	n := min(o.n(), StageChunk)
+	err := g.checkSize(dirD2H, n)
+	if err == nil {
+		err = dst.M.Device.checkSize(dirH2D, n)
+	}
+	if err != nil {
+		return gxerr.New(gxerr.Invalid, fmt.Sprintf("a %d-byte copy between devices is staged in chunks of %d bytes", o.n(), n), err)
+	}
+	return nil
+}
+
+func (g *Device) checkSize(dir int, n uint64) error {
+	z := &g.sizer[dir]
+	if !z.ok {
+		return nil
+	}
+	if packets, capacity := z.b.Packets(n), z.b.Capacity(); packets > capacity {
+		return errTooLarge(n, packets, capacity)
+	}
+	return nil
 }
 
 // nextDeadline is the earliest deadline of the ops not yet ended.

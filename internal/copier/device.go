@@ -32,6 +32,13 @@ type Device struct {
 	queues [NumDirs]*queue.Queue[*Job]
 	sched  [NumDirs]atomic.Bool
 	dirQs  [NumDirs][]uint32 // the device queues (streams) of each direction
+	// sizer is an empty CS on each direction's queues (ok: one could be
+	// built), for CheckSize: its Capacity and Packets are those
+	// processRefs compares.
+	sizer [NumDirs]struct {
+		ok bool
+		b  dma.CSBuilder
+	}
 
 	HostMaps *memcache.Cache     // host range -> *dma.HostMapping
 	Exports  *memcache.Cache     // device range -> *dma.DMABuf
@@ -139,6 +146,10 @@ func (c *Copier) newDevice(d *dma.Device, sim *hlsim.Device, idx int) *Device {
 		g.queues[i] = queue.New[*Job](cfg.QueueDepth, c.mode)
 	}
 	g.dirQs = [NumDirs][]uint32{dirH2D: d.H2DQueues(), dirD2H: d.D2HQueues(), dirD2D: d.D2DQueues()}
+	for dir := range g.sizer {
+		z := &g.sizer[dir]
+		z.ok = d.InitCSBuilder(&z.b, dma.CSOptions{Queues: g.dirQs[dir], CBSize: cfg.CBSize, PieceSize: cfg.ChunkSize, NewCB: g.getCB}) == nil
+	}
 	g.HostMaps, _ = memcache.New(memcache.Config{
 		Registrar: hostMapper{g}, MaxRegions: cfg.RegMaxRegions, MaxBytes: cfg.RegMaxBytes,
 		Logger: g.log,
