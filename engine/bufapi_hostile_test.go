@@ -87,6 +87,10 @@ func TestBufAPIFreed(t *testing.T) {
 	}
 }
 
+// TestBufAPIOverlap: overlapping host ranges are copied as memmove does
+// (Copy and Batch, every kernel size); overlapping ranges of one Gaudi
+// buffer are refused with ErrInvalid (Copy, and a Batch as a whole), as
+// Copy's documentation says.
 func TestBufAPIOverlap(t *testing.T) {
 	e := newEngine(t, Config{EmulatedCount: 1})
 	for _, n := range []int{100, 4096, 64 << 10, 1 << 20, 8 << 20} {
@@ -120,6 +124,12 @@ func TestBufAPIOverlap(t *testing.T) {
 	g, err := e.Alloc(8192, Gaudi(0))
 	require.NoError(t, err)
 	require.ErrorIs(t, e.CopySync(context.Background(), g.Slice(0, 4096), g.Slice(1, 4096)), ErrInvalid)
+	bt := e.NewBatch()
+	bt.Copy(g.Slice(4096, 4096), g.Slice(0, 4096)) // adjacent: valid
+	bt.Copy(g.Slice(1, 4096), g.Slice(0, 4096))
+	f := bt.Submit(context.Background())
+	require.ErrorIs(t, f.Wait(context.Background()), ErrInvalid)
+	require.ErrorIs(t, f.Errs()[1], ErrInvalid)
 }
 
 func abs(x int) int {

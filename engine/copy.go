@@ -134,7 +134,10 @@ func acquirePair(dst, src Slice) error {
 // error, and its memory was never touched. Once in a command submission a
 // copy runs to its end, bounded only by its deadline option, if any. A
 // host-to-host copy run by a host worker is dropped the same way while it
-// is queued; one run in the caller is done on return.
+// is queued; one run in the caller is done on return. src and dst may
+// overlap in host memory (the copy is then a memmove); overlapping ranges
+// of one Gaudi buffer are refused with ErrInvalid (the DMA engines copy a
+// copy's pieces in no set order).
 func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Future {
 	if e.invalid() {
 		return resolved(errNoEngineMade)
@@ -204,7 +207,9 @@ func (e *Engine) copyInternal(dst, src Slice, deadline time.Time) *copier.Future
 // Batch collects copies to submit as one unit: host-to-host copies run in
 // Submit, device copies are coalesced into as few command submissions as
 // the limits allow. Copies in a batch are unordered with respect to each
-// other. A Batch may be reused after Submit (Reset is implied). A Batch is
+// other: where one's destination overlaps another's source or
+// destination, the content is undefined (each copy's own src and dst
+// follow Copy's rule). A Batch may be reused after Submit (Reset is implied). A Batch is
 // not safe for concurrent use: one goroutine adds to and submits it. A Batch is
 // made by Engine.NewBatch: Submit refuses a declared Batch{} (or a nil
 // *Batch) with ErrInvalid.
