@@ -119,6 +119,12 @@ func dialBack(m kvMsg, source string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("its TCP address %s is no IP address: not on its source %s, not dialed", m.tcp, source)
 	}
+	// IP:port, the port a number: SplitHostPort takes any port, and
+	// Connect dials an address with a "/" ("127.0.0.1:/x.sock") as a
+	// unix socket path.
+	if _, err := netip.ParseAddrPort(m.tcp); err != nil {
+		return "", fmt.Errorf("its TCP address %s is no IP:port (%v): not dialed", m.tcp, err)
+	}
 	ip = ip.WithZone("").Unmap()
 	src, err := netip.ParseAddr(source)
 	if err != nil { // an IPv6 /64
