@@ -54,6 +54,7 @@ import (
 	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -180,9 +181,21 @@ func parse(lib string, b []byte) (Info, error) {
 	return info, nil
 }
 
+// sysDevChar links each character device number to its sysfs device
+// (/sys/dev/char/MAJ:MIN).
+const sysDevChar = "/sys/dev/char"
+
+// habanalabs is the kernel driver behind Gaudi compute nodes.
+const habanalabs = "habanalabs"
+
 // CheckNode returns the device node fd names, and an error unless it is
 // an open habanalabs compute node (/dev/accel/accelN or /dev/hlN, a
-// character device).
+// character device). /dev/accel/accelN is the node of every DRM accel
+// driver (ivpu, qaic, amdxdna, ...): an accel node is taken only when
+// sysfs names habanalabs as the driver of its device
+// (/sys/dev/char/MAJ:MIN/device/driver), as dma.Discover requires; a
+// legacy /dev/hlN (the driver's own class) is refused only when sysfs
+// names another driver.
 func CheckNode(fd int) (string, error) {
 	if fd < 0 {
 		return "", fmt.Errorf("fd %d", fd)
@@ -200,6 +213,18 @@ func CheckNode(fd int) (string, error) {
 	}
 	if !nodeRE.MatchString(p) {
 		return "", fmt.Errorf("fd %d is %s", fd, p)
+	}
+	link := filepath.Join(sysDevChar, fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)), "device", "driver")
+	drv := ""
+	if l, err := os.Readlink(link); err == nil {
+		drv = filepath.Base(l)
+	}
+	switch {
+	case drv == habanalabs:
+	case drv != "":
+		return "", fmt.Errorf("fd %d is %s, a device of driver %s, not %s", fd, p, drv, habanalabs)
+	case strings.HasPrefix(p, "/dev/accel/"):
+		return "", fmt.Errorf("fd %d is %s, whose driver sysfs does not name (%s): every accel driver has such nodes", fd, p, link)
 	}
 	return p, nil
 }
