@@ -126,9 +126,15 @@ type attachPlan struct {
 // lies inside the allocation), the bytes are right, and the difference
 // PoolStart-MapVA is added to every registration offset. The cost: the
 // DMA-BUF also covers [MapVA, PoolStart), which an IPC peer given the fd
-// could register. (Those kernels also keep one exported_size per
-// allocation, which a later export of the same allocation by the runtime
-// overwrites; MRs registered before that keep their mapping.)
+// could register. Those kernels also keep one exported size per
+// allocation, set by its every export (export_dmabuf_from_addr), and map
+// each importer of any of its DMA-BUFs up to that size (hl_map_dmabuf): an
+// export of the same allocation after Attach (the runtime's, HCL's, a
+// per-tensor NIXL export) that is smaller than the pool's leaves MRs
+// registered afterwards on gxfer's DMA-BUF short of the pool's end (their
+// registration fails or maps fewer bytes); MRs registered before keep
+// their mapping. gxfer cannot prevent it; kernels 6.7+ map each DMA-BUF's
+// own size.
 //
 // The 6.1 API exports a Gaudi2 allocation by its ALLOC handle, which the
 // runtime does not lend: ErrNotSupported. Gaudi1 (no MMU) exports the

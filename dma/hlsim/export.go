@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -14,6 +15,9 @@ import (
 type exportRec struct {
 	dev, ino uint64
 	view     DMABufView
+	// mapped is the allocation's exported size on 6.3-6.6 (nil
+	// elsewhere): an importer maps up to it, at most view.Size (E7).
+	mapped *atomic.Uint64
 }
 
 // DMABufView is what a DMA-BUF importer (a NIC registering the fd with
@@ -40,8 +44,11 @@ type DMABufView struct {
 var ErrNotExported = errors.New("hlsim: fd is not a DMA-BUF exported by this device")
 
 // DMABufView returns the importer's view of fd, a DMA-BUF fd returned by
-// EXPORT_DMABUF_FD on this device. The fd is looked up by number (it must
-// be the number the export returned, still open on the same file).
+// EXPORT_DMABUF_FD on this device, as an importer mapping it now sees it
+// (ibv_reg_dmabuf_mr maps at registration). The fd is looked up by number
+// (it must be the number the export returned, still open on the same
+// file). On 6.3-6.6 a Gaudi2 view ends at the size of the allocation's
+// last export, if smaller than the dma-buf (RULES.md E7).
 func (d *Device) DMABufView(fd int) (DMABufView, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -53,7 +60,11 @@ func (d *Device) DMABufView(fd int) (DMABufView, error) {
 	if !ok || r.dev != st.Dev || r.ino != st.Ino {
 		return DMABufView{}, ErrNotExported
 	}
-	return r.view, nil
+	v := r.view
+	if r.mapped != nil {
+		v.Size = min(v.Size, r.mapped.Load())
+	}
+	return v, nil
 }
 
 // ReadAt reads len(p) bytes at dma-buf offset off of fd the way an
@@ -66,13 +77,13 @@ func (v DMABufView) ReadAt(fd int, p []byte, off uint64) (int, error) {
 	return unix.Pread(fd, p, int64(v.Start+off))
 }
 
-func (d *Device) recordExport(fd int, v DMABufView) {
+func (d *Device) recordExport(fd int, v DMABufView, mapped *atomic.Uint64) {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil {
 		return
 	}
 	d.expMu.Lock()
-	d.exports[fd] = exportRec{dev: st.Dev, ino: st.Ino, view: v}
+	d.exports[fd] = exportRec{dev: st.Dev, ino: st.Ino, view: v, mapped: mapped}
 	d.expMu.Unlock()
 }
 
@@ -86,9 +97,10 @@ func (c *hctx) export(a *hlsys.MemArgs) error {
 	d := c.d
 	flags := a.Flags
 	var (
-		fd   int
-		view DMABufView
-		err  error
+		fd     int
+		view   DMABufView
+		mapped *atomic.Uint64 // 6.3-6.6 Gaudi2: the allocation's exported size (E7)
+		err    error
 	)
 	if d.amap.gaudi2 {
 		var (
@@ -128,6 +140,14 @@ func (c *hctx) export(a *hlsys.MemArgs) error {
 				c.log.Debug().Uint64("size", size).Uint64("offset", off).Msg("EXPORT_DMABUF_FD: offset and size exceed the allocation")
 				return unix.EINVAL
 			}
+			if !d.exportFix {
+				// MEM66 export_dmabuf_from_addr, once the parameters
+				// are valid: phys_pg_pack->exported_size = size, which
+				// every importer of any dma-buf of the allocation then
+				// maps up to (E7).
+				al.exportedSize.Store(size)
+				mapped = &al.exportedSize
+			}
 		} else {
 			// 6.1: the handle; the whole allocation is exported, size ignored.
 			if al = c.allocs[a.U[0]]; al == nil {
@@ -141,6 +161,7 @@ func (c *hctx) export(a *hlsys.MemArgs) error {
 		if m != nil {
 			m.exported = true
 		}
+
 	} else {
 		addr, size := a.U[0], a.U[1]
 		if d.exportNew && a.U[2] != 0 {
@@ -161,7 +182,7 @@ func (c *hctx) export(a *hlsys.MemArgs) error {
 		}
 		view = DMABufView{Start: addr - base, Size: size}
 	}
-	d.recordExport(fd, view)
+	d.recordExport(fd, view, mapped)
 	setOut(a, uint64(uint32(int32(fd))))
 	return nil
 }

@@ -2,6 +2,7 @@ package hlsim
 
 import (
 	"strconv"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -20,6 +21,10 @@ type allocation struct {
 	mem      []byte
 	maps     int  // live MAPs of the handle
 	exported bool // a DMA-BUF of it was exported
+	// exportedSize is the size of its last export on 6.3-6.6, where
+	// the driver keeps one per allocation and maps every importer of
+	// any of its dma-bufs up to it (RULES.md E7).
+	exportedSize atomic.Uint64
 }
 
 func (al *allocation) release() {
