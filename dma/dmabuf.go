@@ -106,8 +106,11 @@ func exportOffsetHonored(api string, n hlsys.Numbering) bool {
 //     part of offset; Offset() is the remainder inside the first page.
 //   - Gaudi2/3, "addr+offset" API on 6.3-6.6: those drivers ignore the
 //     offset when they build the scatter list, so the export always starts
-//     at the allocation (kernel offset 0) and covers it up to the end of
-//     the wanted range; Offset() = offset.
+//     at the allocation (kernel offset 0); Offset() = offset. It covers
+//     the whole allocation (its page-aligned part, at least up to the end
+//     of the wanted range): those drivers also map every importer of any
+//     DMA-BUF of the allocation up to the size of its latest export, so
+//     exports of one allocation must all have one size.
 //   - Gaudi2/3, "6.1 handle" API: the whole allocation is exported by its
 //     handle (the driver ignores the size); Offset() = offset.
 //
@@ -203,7 +206,16 @@ func (d *Device) planExport(m *DeviceMem, offset, size uint64) (exportPlan, erro
 	}
 	start := offset - offset%pg // the page holding the first wanted byte
 	if d.model.hasDeviceMMU() && !d.ExportOffsetHonored() {
-		start = 0 // 6.3-6.6: never rely on the kernel's offset
+		// 6.3-6.6: never rely on the kernel's offset, and export the
+		// whole allocation: those drivers map every importer of any
+		// dma-buf of an allocation up to the size of its last export
+		// (export_dmabuf_from_addr sets phys_pg_pack->exported_size,
+		// hl_map_dmabuf maps up to it; hlsim RULES.md E7), so a smaller
+		// export of another range would cut this one short.
+		start = 0
+		if whole := m.allocSize - m.allocSize%pg; whole >= end {
+			end = whole
+		}
 	}
 	stop, ok := alignUp(end, pg)
 	if !ok || stop > m.allocSize {
