@@ -134,7 +134,10 @@ func acquirePair(dst, src Slice) error {
 // error, and its memory was never touched. Once in a command submission a
 // copy runs to its end, bounded only by its deadline option, if any. A
 // host-to-host copy run by a host worker is dropped the same way while it
-// is queued; one run in the caller is done on return. src and dst may
+// is queued, and a large one (over 1 MiB: copied in pieces) stops between
+// two pieces once ctx ends or its deadline passes while it runs, with
+// ErrCanceled or ErrTimeout, the content of dst then undefined; one run
+// in the caller is done on return. src and dst may
 // overlap in host memory (the copy is then a memmove); overlapping ranges
 // of one Gaudi buffer are refused with ErrInvalid (the DMA engines copy a
 // copy's pieces in no set order).

@@ -78,7 +78,7 @@ func (h *hostPath) drain() {
 					if hook := c.HookProcess.Load(); hook != nil {
 						(*hook)()
 					}
-					err = c.gatedHostCopy(o.Dst, o.Src)
+					err = c.gatedHostCopy(j, o.Dst, o.Src)
 				}
 				o.handed = true
 				jj, oo := j, o
@@ -112,15 +112,31 @@ func (c *Copier) CopyInline(dst, src Slice) bool {
 }
 
 // gatedHostCopy is HostCopy inside the close gate (a worker may outlive
-// Close's wait for the pool): ErrClosed once Close has begun.
-func (c *Copier) gatedHostCopy(dst, src Slice) error {
+// Close's wait for the pool): ErrClosed once Close has begun. A copy of
+// j, which has a deadline or a ctx that can end, large enough to be
+// copied in pieces (memcopy.CopyStop) stops between two pieces once its
+// deadline has passed (ErrTimeout) or its ctx has ended (ErrCanceled or
+// ErrTimeout); the content of dst is then undefined.
+func (c *Copier) gatedHostCopy(j *Job, dst, src Slice) error {
 	if !c.cfg.Gate.Enter() {
 		return gxerr.Closed
 	}
 	defer c.cfg.Gate.Exit()
 	c.cfg.Gate.Hook()
-	c.HostCopy(dst, src)
-	return nil
+	if j.Deadline.IsZero() && j.Ctx == nil {
+		c.HostCopy(dst, src)
+		return nil
+	}
+	stop := func() bool {
+		return (!j.Deadline.IsZero() && !time.Now().Before(j.Deadline)) || (j.Ctx != nil && j.Ctx.Err() != nil)
+	}
+	if c.cfg.HostCopy.CopyStop(dst.HostBytes(), src.HostBytes(), stop) == int(src.N) {
+		return nil
+	}
+	if !j.Deadline.IsZero() && !time.Now().Before(j.Deadline) {
+		return gxerr.New(gxerr.Timeout, "deadline passed during the copy: destination partly written", nil)
+	}
+	return gxerr.Ctx("copy stopped part way: destination partly written", j.Ctx.Err())
 }
 
 // HostCopy copies src to dst (memmove semantics) with Config.HostCopy:

@@ -294,7 +294,7 @@ func (c *Copier) Copy(dst, src []byte) int {
 		run(k, dst, src)
 		return n
 	}
-	split(k, dst, src, parts)
+	split(k, dst, src, parts, nil)
 	return n
 }
 
@@ -306,18 +306,25 @@ func (c *Copier) Copy(dst, src []byte) int {
 // copy's: its chunks together move as many bytes through the caches.
 // Helpers are plain goroutines, not a pool's tasks: a pool task (the
 // engine's host workers) waiting on other pool tasks could starve the pool.
-func split(k Kernel, dst, src []byte, parts int) {
+// stop, if not nil, is called after each chunk: once it returns true no
+// chunk starts. split returns the bytes copied (n unless stopped).
+func split(k Kernel, dst, src []byte, parts int, stop func() bool) int {
 	n := len(dst)
-	chunk := min(max(n/(parts*8), 512<<10), 4<<20) &^ 4095
-	var next atomic.Int64
+	chunk := chunkSize(n, parts)
+	var next, copied atomic.Int64
+	var stopped atomic.Bool
 	work := func() {
-		for {
+		for !stopped.Load() {
 			off := int(next.Add(int64(chunk))) - chunk
 			if off >= n {
 				return
 			}
 			end := min(off+chunk, n)
 			run(k, dst[off:end], src[off:end])
+			copied.Add(int64(end - off))
+			if stop != nil && stop() {
+				stopped.Store(true)
+			}
 		}
 	}
 	var wg sync.WaitGroup
@@ -327,7 +334,12 @@ func split(k Kernel, dst, src []byte, parts int) {
 	}
 	work()
 	wg.Wait()
+	return int(copied.Load())
 }
+
+// chunkSize is the piece of an n-byte copy split over parts: eight per
+// part, from 512 KiB to 4 MiB, whole pages.
+func chunkSize(n, parts int) int { return min(max(n/(parts*8), 512<<10), 4<<20) &^ 4095 }
 
 // overlaps reports whether two equally long non-empty slices share memory.
 func overlaps(a, b []byte) bool {
