@@ -236,11 +236,44 @@ func (b *Buffer) Free() error {
 // once, at Bind), while new operations on the buffer fail with ErrFreed.
 func (b *Buffer) Deregister() error { return b.Free() }
 
+// destroy releases the buffer's memory, once (later calls return nil at
+// once). It is counted before released is set, so that Close, whose own
+// destroy of a buffer found released set or who no longer found the
+// buffer in its books, waits for the release under way (waitDestroys).
 func (b *Buffer) destroy() error {
+	e := b.eng
+	e.destroyMu.Lock()
+	e.destroys++
+	e.destroyMu.Unlock()
+	defer e.destroyDone()
 	if !b.released.CompareAndSwap(false, true) {
 		return nil
 	}
-	return b.eng.destroyBuffer(b)
+	return e.destroyBuffer(b)
+}
+
+// destroyDone ends a destroy's count.
+func (e *Engine) destroyDone() {
+	e.destroyMu.Lock()
+	if e.destroys--; e.destroys == 0 {
+		e.destroyIdle.Broadcast()
+	}
+	e.destroyMu.Unlock()
+}
+
+// waitDestroys waits (Close, after it released the live buffers) until
+// no buffer release is under way; the test hook runs when it waits.
+func (e *Engine) waitDestroys() {
+	e.destroyMu.Lock()
+	defer e.destroyMu.Unlock()
+	if e.destroys > 0 {
+		e.destroyMu.Unlock()
+		e.onDrain()
+		e.destroyMu.Lock()
+	}
+	for e.destroys > 0 {
+		e.destroyIdle.Wait()
+	}
 }
 
 // Slice is a byte range of a Buffer, the unit of every transfer.

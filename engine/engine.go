@@ -69,8 +69,16 @@ type Engine struct {
 	// Close starts a task after that wait (on memory Close then frees).
 	// Its hook (tests) runs in an admitted start before the data path's.
 	starts    datapath.Gate
-	hookDrain atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls or starts
+	hookDrain atomic.Pointer[func()] // tests: Close runs it when it waits for admitted calls, starts or buffer releases
 	hookAlloc atomic.Pointer[func()] // tests: Alloc and Register run it once admitted
+	// tests: destroyBuffer runs it before (booked) and after it takes the
+	// buffer out of the engine's books, before it releases the memory.
+	hookDestroy atomic.Pointer[func(b *Buffer, booked bool)]
+	// destroys counts the buffer releases under way (Buffer.destroy):
+	// Close waits for them (waitDestroys) before it closes what they use.
+	destroyMu   sync.Mutex
+	destroyIdle sync.Cond // destroys reached 0
+	destroys    int
 
 	// tests: newEndpoint runs it once Connect made the data path.
 	hookPath atomic.Pointer[func(datapath.Path)]
@@ -126,6 +134,7 @@ func New(cfg Config) (_ *Engine, err error) {
 		listeners: map[*Listener]struct{}{},
 	}
 	e.gate.Init(&e.closed)
+	e.destroyIdle.L = &e.destroyMu
 	e.starts.Init(&e.closed)
 	e.closing, e.stopDialing = context.WithCancel(context.Background())
 	defer func() {
@@ -425,9 +434,15 @@ func (e *Engine) LookupDevice(dev int, addr uint64, n int) (Slice, error) {
 }
 
 func (e *Engine) destroyBuffer(b *Buffer) error {
+	if h := e.hookDestroy.Load(); h != nil {
+		(*h)(b, true)
+	}
 	e.mu.Lock()
 	delete(e.buffers, b.id)
 	e.mu.Unlock()
+	if h := e.hookDestroy.Load(); h != nil {
+		(*h)(b, false)
+	}
 	var errs []error
 	errs = append(errs, e.hooksFreeing(b))
 	switch {
@@ -459,7 +474,9 @@ func (e *Engine) destroyBuffer(b *Buffer) error {
 // that run on the caller's goroutine (small host-to-host Copy, a Batch's
 // host copies, Binding Put and Get over "unix") and host workers' copies
 // finish before any memory is released; those that start once Close has
-// begun fail with ErrClosed. Idempotent.
+// begun fail with ErrClosed. A buffer release under way when Close
+// begins (a Free, the last operation out of a freed buffer) ends before
+// Close returns. Idempotent.
 func (e *Engine) Close() error {
 	if e.invalid() {
 		return errNoEngineMade
@@ -518,6 +535,9 @@ func (e *Engine) Close() error {
 				errs = append(errs, err)
 			}
 		}
+		// Releases begun elsewhere (Free, the last operation out of a
+		// freed buffer) end before what they use is closed.
+		e.waitDestroys()
 		errs = append(errs, e.attach.detachAll()) // after the buffers' MRs
 		errs = append(errs, e.cp.CloseCaches())
 		errs = append(errs, e.transports.Finish())
