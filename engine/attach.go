@@ -58,6 +58,20 @@ type AttachConfig struct {
 // copied by the application's DeviceCopier. gxfer never frees that
 // memory, never closes the borrowed fd and submits nothing on it.
 //
+// Device resets are the runtime's to see, not gxfer's: in attached mode
+// the engine cannot be told of one without taking the runtime's events
+// from it (the driver keeps them per open file, which gxfer shares with
+// the runtime, and reading them clears them: events_info in
+// habanalabs_ioctl.c). The pool's DMA-BUF, and every RDMA memory region
+// made from it, keep the runtime's device context alive in the driver, as
+// any export does: call Detach when the runtime reports a reset, within
+// the driver's release watchdog (30 s), or the driver kills the process.
+// Until then operations on the attachment's buffers fail with what the
+// runtime's copier and the NIC report. Detach (and Engine.Close) waits
+// for the DeviceCopier's calls to return after cancelling their context:
+// a copier that ignores ctx holds them until its copy is done, as memory
+// is never released under a running copy.
+//
 // An Attachment not made by Engine.Attach (a declared Attachment{}, or a
 // nil *Attachment) refuses Register and Detach with ErrInvalid; its Stats
 // are zero and its Location is one no buffer can be at.
