@@ -106,7 +106,10 @@ func (l *Listener) Transport() TransportKind {
 
 // Accept returns the next endpoint a peer opened. It fails with
 // ErrClosed once the listener is closed, and with ErrCanceled or
-// ErrTimeout (wrapping ctx's error) when ctx ends first.
+// ErrTimeout (wrapping ctx's error) when ctx ends first. An endpoint that
+// ended before Accept took it (its peer closed it or went, the listener
+// closed it to make room) is skipped; one may still end at any time
+// after Accept returned it (see Endpoint.Done).
 func (l *Listener) Accept(ctx context.Context) (*Endpoint, error) {
 	if l.invalid() {
 		return nil, errNoListener

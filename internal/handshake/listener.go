@@ -220,7 +220,10 @@ func (l *Listener[P]) signal() {
 
 // Accept returns the next endpoint a peer opened: gxerr.Closed once the
 // listener is closed, gxerr.Canceled or Timeout (wrapping ctx's error)
-// when ctx ends first.
+// when ctx ends first. An endpoint that ended while it waited for Accept
+// (its peer closed it or went, it was closed to make room) is dropped,
+// not returned: Accept waits for a live one. One that ends just after
+// Accept took it is returned all the same (its Err says why).
 func (l *Listener[P]) Accept(ctx context.Context) (P, error) {
 	var zero P
 	for {
@@ -230,10 +233,13 @@ func (l *Listener[P]) Accept(ctx context.Context) (P, error) {
 		default:
 		}
 		l.qmu.Lock()
-		if len(l.queue) > 0 {
+		for len(l.queue) > 0 {
 			q := l.queue[0]
 			l.queue[0] = queued[P]{}
 			l.queue = l.queue[1:]
+			if q.peer != nil && q.peer.Err() != nil {
+				continue // ended meanwhile: let go of it
+			}
 			more := len(l.queue) > 0
 			l.qmu.Unlock()
 			if more {
