@@ -17,6 +17,20 @@ import (
 // peer, Config.MaxPeers) is failed once made; Accept must not hand it
 // out as a new endpoint.
 func TestEvictedWhileConnectingNotAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// releaseFirst: the evicted one's Connect ends before Accept
+		// takes the newer endpoint, with nothing ordering it after the
+		// eviction's look at the victim (admit read the victim's
+		// endpoint after it let go of the lock: a data race with its
+		// Connect's end).
+		releaseFirst bool
+	}{{"released after Accept", false}, {"released before Accept", true}} {
+		t.Run(tc.name, func(t *testing.T) { testEvictedWhileConnecting(t, tc.releaseFirst) })
+	}
+}
+
+func testEvictedWhileConnecting(t *testing.T, releaseFirst bool) {
 	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
 	entered, release := make(chan struct{}, 2), make(chan struct{})
 	var started atomic.Bool
@@ -35,10 +49,15 @@ func TestEvictedWhileConnectingNotAccepted(t *testing.T) {
 	<-entered                             // admitted, connecting
 	_, err = ds.dial(l, "unix", 0, false) // evicts the first: admitted, no endpoint yet
 	require.NoError(t, err)
+	if releaseFirst {
+		close(release)
+	}
 	a, err := l.Accept(context.Background())
 	require.NoError(t, err)
 	require.NoError(t, a.Err(), "the newer endpoint is up")
-	close(release)
+	if !releaseFirst {
+		close(release)
+	}
 	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	ev, err := l.Accept(short)

@@ -597,9 +597,12 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	}
 	a := &admitted{engine: hello.EngineID, lane: hello.Caps&wire.CapLane != 0, source: p.source}
 	l.peers = append(l.peers, a)
+	var ep Peer // the victim's endpoint, if made (read under mu: serve sets it)
+	if victim != nil {
+		ep = victim.peer
+	}
 	l.mu.Unlock()
-	if victim != nil && victim.peer != nil {
-		ep := victim.peer
+	if ep != nil {
 		why := "it made no request"
 		if idleFor > 0 {
 			why = fmt.Sprintf("idle for %v, nothing in flight; Config.PeerIdleEvict", idleFor.Round(time.Millisecond))
