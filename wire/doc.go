@@ -64,7 +64,8 @@
 //	ImportReply        the answer, with two fds attached (memfd or DMA-BUF, and its validity flag)
 //	Invalidate         the owner freed an allocation: importers drop cached mappings
 //	Data               bytes of a Put or Get on a transport without shared memory
-//	Bye                orderly close
+//	Bye                orderly close (with why, to a peer with CapByeReason, when the
+//	                   application did not close it: a listener making room for another peer)
 //	Auth               a step of the cluster-secret challenge-response between Hello and HelloAck
 //	Cancel             the requester abandons a Put or Get whose data travels in Data frames
 //	                   (sent only to a peer with CapCancel; no reply follows)

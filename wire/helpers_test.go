@@ -70,6 +70,8 @@ func sampleMessages() []Message {
 		&ImportReply{RequestID: 5, AllocID: 7, Generation: 3, Kind: FDMemfd, Size: 1 << 20},
 		&ImportReply{RequestID: 6, AllocID: 8, Generation: 1, Kind: FDDMABuf, FileOffset: 1 << 30, Size: 4096},
 		&Bye{},
+		&Bye{Reason: "closed to make room for another peer"},
+		&Bye{Reason: strings.Repeat("r", MaxErrorLen)},
 		&Heartbeat{},
 		&Heartbeat{Used: true},
 		&Data{RequestID: 1, Offset: 4096, Bytes: []byte("payload bytes")},

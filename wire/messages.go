@@ -661,29 +661,7 @@ func (m *ImportReply) DecodePayload(h Header, p []byte) error {
 	return nil
 }
 
-// ---------------------------------------------------------------- Bye, Data
-
-// Bye announces an orderly close: the sender sends nothing more. The
-// receiver purges what it cached from the peer.
-type Bye struct{}
-
-// Type returns TypeBye.
-func (m *Bye) Type() Type        { return TypeBye }
-func (m *Bye) requestID() uint64 { return 0 }
-
-// AppendPayload appends nothing: Bye has an empty payload.
-func (m *Bye) AppendPayload(b []byte) ([]byte, error) { return b, nil }
-
-// DecodePayload decodes a Bye.
-func (m *Bye) DecodePayload(h Header, p []byte) error {
-	if err := checkHeader(h, TypeBye, p); err != nil {
-		return err
-	}
-	if len(p) != 0 {
-		return malformed("Bye: %d trailing bytes", len(p))
-	}
-	return nil
-}
+// ---------------------------------------------------------------- Data (Bye: bye.go)
 
 // Data carries bytes of a Put or Get over a transport without shared
 // memory (TCP): Bytes belong at Offset of the request's range. Bytes

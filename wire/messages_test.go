@@ -197,7 +197,7 @@ func TestMalformed(t *testing.T) {
 		{"invalidate long", rawFrame(Header{Type: TypeInvalidate}, make([]byte, 17)), 0, ErrMalformed},
 		{"import reply size zero", rawFrame(Header{Type: TypeImportReply, RequestID: 1, NumFDs: 1},
 			append(make([]byte, 32), byte(FDMemfd), 0, 0, 0, 0, 0, 0, 0)), 0, ErrMalformed},
-		{"bye with payload", rawFrame(Header{Type: TypeBye}, []byte{0}), 0, ErrMalformed},
+		{"bye reason too long", rawFrame(Header{Type: TypeBye}, make([]byte, MaxErrorLen+1)), 0, ErrMalformed},
 		{"heartbeat flags zero", rawFrame(Header{Type: TypeHeartbeat}, []byte{0}), 0, ErrMalformed},
 		{"heartbeat unknown flag", rawFrame(Header{Type: TypeHeartbeat}, []byte{3}), 0, ErrMalformed},
 		{"heartbeat trailing", rawFrame(Header{Type: TypeHeartbeat}, []byte{1, 0}), 0, ErrMalformed},

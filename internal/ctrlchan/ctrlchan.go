@@ -23,7 +23,8 @@
 //   - failure: once, with the first error; pending replies get it, the
 //     path is told, Done closes;
 //   - Close: says goodbye, fails the channel, and returns once the reader,
-//     the writer and every request being served have ended.
+//     the writer and every request being served have ended; Evict (a
+//     listener making room, bye.go) says goodbye with why, then fails it.
 package ctrlchan
 
 import (
@@ -106,13 +107,14 @@ type Chan struct {
 	replyQ    []wire.Message // the reader's frames, sent by the writer or carried by a sender
 	replySig  chan struct{}
 	writerEnd chan struct{}
-	active    atomic.Bool  // the peer's traffic since the last TakeActivity (MarkActive)
-	used      atomic.Bool  // this side's operations since the writer's last report (MarkUsed)
-	unsent    atomic.Int64 // Serve replies waiting to be sent
-	msg       msgs         // application messages (msgs.go)
-	started   atomic.Bool  // Start ran: the reader runs until reader closes
-	closing   atomic.Bool  // Close began: the channel's end is ErrClosed
-	gone      *time.Timer  // mu: fails the channel goneGrace after a send found the peer gone
+	active    atomic.Bool           // the peer's traffic since the last TakeActivity (MarkActive)
+	used      atomic.Bool           // this side's operations since the writer's last report (MarkUsed)
+	unsent    atomic.Int64          // Serve replies waiting to be sent
+	msg       msgs                  // application messages (msgs.go)
+	started   atomic.Bool           // Start ran: the reader runs until reader closes
+	closing   atomic.Bool           // Close began: the channel's end is ErrClosed
+	evicting  atomic.Pointer[error] // Evict began: the channel's end is this (unless Close's)
+	gone      *time.Timer           // mu: fails the channel goneGrace after a send found the peer gone
 }
 
 // goneGrace bounds how long a channel whose send found the peer gone
@@ -482,6 +484,8 @@ func (c *Chan) Fail(err error) {
 			// Close began: whatever ends the channel now (the peer's
 			// answer to our Bye among them) is Close's doing.
 			err = closedErr()
+		} else if e := c.evicting.Load(); e != nil {
+			err = *e // Evict's doing, as for Close
 		}
 		c.mu.Lock()
 		c.failed = err
@@ -546,16 +550,7 @@ func (c *Chan) failLater(err error) bool {
 // A peer that reads waits no longer than its acknowledgements take.
 func (c *Chan) Close() error {
 	c.closing.Store(true)
-	sent := make(chan struct{})
-	var byeErr error
-	go func() { byeErr = c.c.Send(&wire.Bye{}); close(sent) }()
-	select {
-	case <-sent:
-		if byeErr == nil {
-			c.linger()
-		}
-	case <-time.After(200 * time.Millisecond):
-	}
+	sent := c.sayBye(&wire.Bye{})
 	c.Fail(closedErr())
 	<-sent
 	<-c.reader
@@ -783,7 +778,14 @@ func (c *Chan) dispatch(f wire.Frame) error {
 			c.MarkActive() // the peer used the endpoint without a frame (see writer)
 		}
 	case *wire.Bye:
-		c.Fail(c.PeerErr("peer closed the endpoint", nil))
+		if m.Reason == "" {
+			c.Fail(c.PeerErr("peer closed the endpoint", nil))
+			break
+		}
+		if c.cfg.Peer.Caps&wire.CapByeReason == 0 {
+			return errors.New("a Bye with a reason from a peer that did not announce it")
+		}
+		c.Fail(c.PeerErr(fmt.Sprintf("peer closed the endpoint: %q", m.Reason), nil))
 	default:
 		return fmt.Errorf("unexpected %v", f.Header.Type)
 	}

@@ -75,15 +75,16 @@ type Local struct {
 // HelloFor is the engine's Hello on a connection of kind: fd passing and
 // shared host memory (and message rings) on a unix socket, data frames
 // over TCP (and RDMA when offered); heartbeats (reporting use, see
-// wire.CapUseReport) and application messages on both.
+// wire.CapUseReport), application messages and Byes with a reason
+// (wire.CapByeReason) on both.
 func (l *Local) HelloFor(kind datapath.Kind, offerRDMA bool) wire.Hello {
 	h := l.Hello
-	h.Caps |= wire.CapHeartbeat | wire.CapUseReport | wire.CapMessages
+	h.Caps |= wire.CapHeartbeat | wire.CapUseReport | wire.CapMessages | wire.CapByeReason
 	if h.Caps&wire.CapFDPassing != 0 {
 		h.Caps |= wire.CapMsgRing
 	}
 	if kind == datapath.KindTCP {
-		h.Caps = tcp.Caps | wire.CapHeartbeat | wire.CapUseReport | wire.CapMessages
+		h.Caps = tcp.Caps | wire.CapHeartbeat | wire.CapUseReport | wire.CapMessages | wire.CapByeReason
 		if offerRDMA && l.RDMA {
 			h.Caps |= wire.CapRDMA
 		}
@@ -143,6 +144,10 @@ type Peer interface {
 	// closes it to make room then.
 	InFlight() bool
 	Fail(err error)
+	// Evict ends the endpoint, closed to make room for another peer
+	// (what says so, and why): its error is the peer error what, and
+	// the peer is told (see ctrlchan's Evict).
+	Evict(what string)
 	PeerErr(what string, cause error) error
 }
 

@@ -52,6 +52,7 @@ func (p *peer) Fail(err error) {
 		_ = p.wc.Close()
 	}
 }
+func (p *peer) Evict(what string)                      { p.Fail(p.PeerErr(what, nil)) }
 func (p *peer) PeerErr(what string, cause error) error { return gxerr.New(gxerr.Peer, what, cause) }
 
 // side is one engine's handshakes: the peers its Connect made.
@@ -259,8 +260,9 @@ func TestIdentity(t *testing.T) {
 func TestLocal(t *testing.T) {
 	l := &Local{Hello: wire.Hello{Caps: wire.CapFDPassing | wire.CapSharedHost}, RDMA: true, Secret: []byte("s"), PeerTimeout: 8 * time.Second}
 	h := l.HelloFor(datapath.KindIPC, true)
-	require.Equal(t, wire.CapFDPassing|wire.CapSharedHost|wire.CapHeartbeat|wire.CapUseReport|wire.CapMessages|wire.CapMsgRing, h.Caps)
+	require.Equal(t, wire.CapFDPassing|wire.CapSharedHost|wire.CapHeartbeat|wire.CapUseReport|wire.CapMessages|wire.CapMsgRing|wire.CapByeReason, h.Caps)
 	h = l.HelloFor(datapath.KindTCP, true)
+	require.NotZero(t, h.Caps&wire.CapByeReason)
 	require.NotZero(t, h.Caps&wire.CapUseReport, "an RDMA endpoint's use sends no frame: its heartbeats report it")
 	require.NotZero(t, h.Caps&wire.CapRDMA)
 	require.NotZero(t, h.Caps&wire.CapAuth)

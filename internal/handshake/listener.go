@@ -336,9 +336,8 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 	evicted := a.evicted
 	l.mu.Unlock()
 	if evicted { // chosen to make room while it was connecting: it made no request yet
-		err := peer.PeerErr("closed to make room for another peer (it made no request; Config.MaxPeers)", nil)
-		peer.Fail(err)
-		return zero, nil, hello, err // not handed to Accept: it is closed already
+		peer.Evict("closed to make room for another peer (it made no request; Config.MaxPeers)")
+		return zero, nil, hello, peer.Err() // not handed to Accept: it is closed already
 	}
 	return ep, peer, hello, nil
 }
@@ -608,7 +607,7 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 			why = fmt.Sprintf("idle for %v, nothing in flight; Config.PeerIdleEvict", idleFor.Round(time.Millisecond))
 		}
 		l.logs.warn().Str("peer", ep.Name()).Str("why", why).Msg("idle peer closed to make room (Config.MaxPeers, MaxPeersPerSource)")
-		ep.Fail(ep.PeerErr("closed to make room for another peer ("+why+"; Config.MaxPeers)", nil))
+		ep.Evict("closed to make room for another peer (" + why + "; Config.MaxPeers)")
 	}
 	return a, nil
 }

@@ -1,0 +1,105 @@
+package ctrlchan
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/datapath/dptest"
+	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/wire"
+)
+
+// rawPeer starts a channel whose peer announced caps on one end of an
+// in-memory connection; the other end is the peer's, raw. The channel is
+// closed (and env waited for) when the test ends.
+func rawPeer(t *testing.T, caps wire.Caps) (*Chan, *wire.Conn) {
+	t.Helper()
+	env := &dptest.Env{}
+	a, b := net.Pipe()
+	c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(a), wire.ConnConfig{}), Name: "peer", Peer: wire.Hello{Caps: caps}})
+	c.Start(&fakePath{c: c})
+	peer := wire.NewConn(wire.NewStreamTransport(b), wire.ConnConfig{})
+	t.Cleanup(func() {
+		_ = peer.Close()
+		require.NoError(t, c.Close())
+		env.Wait()
+	})
+	return c, peer
+}
+
+// TestEvictTellsThePeer: Evict (a listener closing the endpoint to make
+// room for another peer) says goodbye before it closes the connection,
+// with its reason to a peer that announced wire.CapByeReason and with an
+// empty Bye (which an older engine takes) to others; the channel's own
+// error is the eviction's, though the peer hangs up on the Bye. The
+// listener closed the connection without a word: its peer's error was
+// "connection lost".
+func TestEvictTellsThePeer(t *testing.T) {
+	const what = "closed to make room for another peer (it made no request; Config.MaxPeers)"
+	for _, tc := range []struct {
+		name   string
+		caps   wire.Caps
+		reason string
+	}{
+		{"older peer", 0, ""},
+		{"peer with CapByeReason", wire.CapByeReason, what},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, peer := rawPeer(t, tc.caps)
+			got := make(chan *wire.Bye, 1) // nil: no Bye came
+			go func() {                    // the peer reads until the Bye, then hangs up
+				defer close(got)
+				defer peer.Close()
+				for range 100 {
+					f, err := peer.Recv(context.Background())
+					if err != nil {
+						return
+					}
+					if f.Header.Type == wire.TypeBye {
+						var m wire.Bye
+						if f.Decode(&m) == nil {
+							got <- &m
+						}
+						return
+					}
+				}
+			}()
+			c.Evict(what)
+			bye := <-got
+			require.NotNil(t, bye, "the peer got no Bye")
+			require.Equal(t, tc.reason, bye.Reason)
+			<-c.Done()
+			require.ErrorIs(t, c.Err(), gxerr.Peer)
+			require.ErrorContains(t, c.Err(), what, "the eviction's error, not the peer's hang-up")
+		})
+	}
+}
+
+// TestByeReasonReceived: a Bye's reason is in the channel's error, from
+// a peer that announced wire.CapByeReason; from one that did not, a Bye
+// with a reason is malformed.
+func TestByeReasonReceived(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		caps   wire.Caps
+		reason string
+		want   string
+	}{
+		{"no reason", wire.CapByeReason, "", "peer closed the endpoint"},
+		{"reason", wire.CapByeReason, "closed to make room", `peer closed the endpoint: "closed to make room"`},
+		{"reason from a peer that did not announce it", 0, "closed to make room", "malformed frame"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, peer := rawPeer(t, tc.caps)
+			go func() { // net.Pipe: a Send waits for the reader
+				_ = peer.Send(&wire.Bye{Reason: tc.reason})
+			}()
+			<-c.Done()
+			require.ErrorIs(t, c.Err(), gxerr.Peer)
+			require.ErrorContains(t, c.Err(), tc.want)
+		})
+	}
+}
