@@ -3,6 +3,7 @@ package handshake
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,4 +66,43 @@ func testEvictedWhileConnecting(t *testing.T, releaseFirst bool) {
 		t.Fatalf("Accept returned the evicted endpoint (its error: %v)", ev.Err())
 	}
 	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+// TestAcceptSkipsEndpointBeingEvicted: an endpoint the listener is
+// closing to make room for a newcomer is not handed to Accept while its
+// Bye is on the way (ctrlchan's Evict waits for it, longer for a peer
+// that reads slowly, and fails the endpoint only then): it would fail
+// moments after Accept returned it. Accept waits for the newcomer.
+func TestAcceptSkipsEndpointBeingEvicted(t *testing.T) {
+	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
+	entered, hold := make(chan struct{}), make(chan struct{})
+	var enter, unhold sync.Once
+	release := func() { unhold.Do(func() { close(hold) }) }
+	defer release() // before the listener's Close (a Cleanup), which waits for the handshake
+	ls.onEvict = func() { enter.Do(func() { close(entered) }); <-hold }
+	l := ls.listen(t, "unix", 1, false)
+	_, err := ds.dial(l, "unix", 0, false) // idle: the one closed to make room
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return l.queueLen() == 1 }, 5*time.Second, time.Millisecond)
+	second := make(chan error, 1)
+	go func() {
+		_, err := ds.dial(l, "unix", 0, false)
+		second <- err
+	}()
+	<-entered
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = l.Accept(short)
+	if err == nil {
+		t.Fatal("Accept returned the endpoint being closed to make room")
+	}
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	release()
+	require.NoError(t, <-second)
+	ctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second) // a hang guard only
+	defer cancel2()
+	p, err := l.Accept(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Err())
+	require.Same(t, ls.all()[1], p, "the newcomer")
 }

@@ -34,6 +34,9 @@ type peer struct {
 	busy   atomic.Bool // InFlight
 	mu     sync.Mutex
 	err    error
+	// onEvict (optional) runs as Evict begins: a Bye on its way to a
+	// peer that reads slowly (ctrlchan's Evict waits for it).
+	onEvict func()
 }
 
 func (p *peer) Name() string       { return "peer " + p.hello.Name }
@@ -52,14 +55,20 @@ func (p *peer) Fail(err error) {
 		_ = p.wc.Close()
 	}
 }
-func (p *peer) Evict(what string)                      { p.Fail(p.PeerErr(what, nil)) }
+func (p *peer) Evict(what string) {
+	if p.onEvict != nil {
+		p.onEvict()
+	}
+	p.Fail(p.PeerErr(what, nil))
+}
 func (p *peer) PeerErr(what string, cause error) error { return gxerr.New(gxerr.Peer, what, cause) }
 
 // side is one engine's handshakes: the peers its Connect made.
 type side struct {
-	local *Local
-	mu    sync.Mutex
-	peers []*peer
+	local   *Local
+	onEvict func() // the peers' (set before the first connection)
+	mu      sync.Mutex
+	peers   []*peer
 }
 
 func newSide(t *testing.T, secret []byte, rdma bool) *side {
@@ -82,7 +91,7 @@ func (s *side) all() []*peer {
 }
 
 func (s *side) connect(_ context.Context, wc *wire.Conn, h wire.Hello, path datapath.Kind, addr string, dialer bool) (*peer, Peer, error) {
-	p := &peer{wc: wc, hello: h, path: path, addr: addr, dialer: dialer}
+	p := &peer{wc: wc, hello: h, path: path, addr: addr, dialer: dialer, onEvict: s.onEvict}
 	s.mu.Lock()
 	s.peers = append(s.peers, p)
 	s.mu.Unlock()

@@ -142,7 +142,7 @@ func (l *Listener[P]) loop() {
 		go func() {
 			defer wg.Done()
 			defer l.endHandshake(p)
-			ep, peer, hello, err := l.serve(p, t, cred, raddr)
+			ep, a, hello, err := l.serve(p, t, cred, raddr)
 			if err != nil {
 				// One that Close ended (its ctx canceled) is no peer's
 				// failure: not logged (nor one whose own deadline passed
@@ -155,7 +155,7 @@ func (l *Listener[P]) loop() {
 			if hello.Caps&wire.CapLane != 0 {
 				return // a lane of an endpoint already accepted: served only
 			}
-			l.enqueue(ep, peer)
+			l.enqueue(ep, a)
 		}()
 	}
 }
@@ -188,24 +188,35 @@ func (l *Listener[P]) noteActivityLocked(now time.Time) {
 	}
 }
 
-// queued is an endpoint waiting for Accept.
+// queued is an endpoint waiting for Accept, and its admission (whose
+// peer is the endpoint's).
 type queued[P any] struct {
-	ep   P
-	peer Peer
+	ep P
+	a  *admitted
+}
+
+// ended reports whether a queued endpoint has failed, or is being closed
+// to make room (admit chose it: it fails once its Bye is out, see
+// Peer.Evict).
+func (l *Listener[P]) ended(q queued[P]) bool {
+	l.mu.Lock()
+	evicted, peer := q.a.evicted, q.a.peer
+	l.mu.Unlock()
+	return evicted || peer.Err() != nil
 }
 
 // enqueue hands a new endpoint to Accept, dropping the queued ones that
-// failed since they were queued.
-func (l *Listener[P]) enqueue(ep P, peer Peer) {
+// ended since they were queued.
+func (l *Listener[P]) enqueue(ep P, a *admitted) {
 	l.qmu.Lock()
 	live := l.queue[:0]
 	for _, q := range l.queue {
-		if q.peer == nil || q.peer.Err() == nil {
+		if !l.ended(q) {
 			live = append(live, q)
 		}
 	}
 	clear(l.queue[len(live):])
-	l.queue = append(live, queued[P]{ep: ep, peer: peer})
+	l.queue = append(live, queued[P]{ep: ep, a: a})
 	l.qmu.Unlock()
 	l.signal()
 }
@@ -222,8 +233,9 @@ func (l *Listener[P]) signal() {
 // listener is closed, gxerr.Canceled or Timeout (wrapping ctx's error)
 // when ctx ends first. An endpoint that ended while it waited for Accept
 // (its peer closed it or went, it was closed to make room) is dropped,
-// not returned: Accept waits for a live one. One that ends just after
-// Accept took it is returned all the same (its Err says why).
+// not returned, as is one being closed to make room: Accept waits for a
+// live one. One that ends just after Accept took it is returned all the
+// same (its Err says why).
 func (l *Listener[P]) Accept(ctx context.Context) (P, error) {
 	var zero P
 	for {
@@ -237,7 +249,7 @@ func (l *Listener[P]) Accept(ctx context.Context) (P, error) {
 			q := l.queue[0]
 			l.queue[0] = queued[P]{}
 			l.queue = l.queue[1:]
-			if q.peer != nil && q.peer.Err() != nil {
+			if l.ended(q) {
 				continue // ended meanwhile: let go of it
 			}
 			more := len(l.queue) > 0
@@ -278,15 +290,16 @@ func (l *Listener[P]) Close() error {
 	return err
 }
 
-// serve is the listener's side of a connection's handshake.
-func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr string) (P, Peer, wire.Hello, error) {
+// serve is the listener's side of a connection's handshake: the
+// endpoint made, and its admission (see admitted).
+func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr string) (P, *admitted, wire.Hello, error) {
 	var zero P
 	local := l.cfg.Local
 	wc := wire.NewConn(t, local.ConnConfig(l.kind))
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
 	defer cancel()
 	var hello wire.Hello
-	fail := func(code wire.Status, err error) (P, Peer, wire.Hello, error) {
+	fail := func(code wire.Status, err error) (P, *admitted, wire.Hello, error) {
 		if code != wire.StatusOK {
 			_ = wc.Send(wire.NewError(0, code, err.Error()))
 		}
@@ -339,7 +352,7 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 		peer.Evict("closed to make room for another peer (it made no request; Config.MaxPeers)")
 		return zero, nil, hello, peer.Err() // not handed to Accept: it is closed already
 	}
-	return ep, peer, hello, nil
+	return ep, a, hello, nil
 }
 
 // admitted is one admitted peer: peer is nil until its endpoint is made;
