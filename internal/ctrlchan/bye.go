@@ -11,9 +11,10 @@ import (
 // the peer first, carrying what to a peer that announced
 // wire.CapByeReason (an empty one to others), so that the peer's error
 // says this side closed the endpoint, and why, rather than that the
-// connection was lost. It waits for the Bye as Close does, not for the
-// reader, the writer nor the requests being served. A channel that
-// failed already is left as it is.
+// connection was lost. It waits for the Bye as Close does, then for the
+// peer to hang up on it (see awaitHangUp), not for the reader, the
+// writer nor the requests being served. A channel that failed already is
+// left as it is.
 func (c *Chan) Evict(what string) {
 	if c.hasFailed.Load() {
 		return
@@ -24,23 +25,39 @@ func (c *Chan) Evict(what string) {
 	if c.cfg.Peer.Caps&wire.CapByeReason != 0 {
 		bye.Reason = what[:min(len(what), wire.MaxErrorLen)]
 	}
-	sent := c.sayBye(bye)
+	sent := c.sayBye(bye, c.awaitHangUp)
 	c.Fail(err)
 	<-sent
 }
 
-// sayBye sends m, and waits 200 ms at most for the send, then (TCP) for
-// the peer's host to acknowledge it (see linger): a peer that does not
-// read cannot hold Close or Evict. sent closes once the send has ended
+// awaitHangUp waits (closeLinger at most) for the peer to hang up on our
+// Bye, as an engine does: the reader has then read to the end of the
+// stream, and closing leaves none of the peer's frames unread. Closing a
+// socket with frames of the peer unread resets the connection: over TCP
+// the peer's kernel drops what it had not delivered yet, and on a unix
+// socket the peer reads the reset (ECONNRESET) before the Bye queued for
+// it.
+func (c *Chan) awaitHangUp() {
+	t := time.NewTimer(closeLinger)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+	}
+}
+
+// sayBye sends m, and waits 200 ms at most for the send, then, once it
+// is sent, runs then (linger, awaitHangUp): a peer that does not read
+// cannot hold Close or Evict long. sent closes once the send has ended
 // (the channel's failure, which closes the connection, ends it).
-func (c *Chan) sayBye(m *wire.Bye) (sent <-chan struct{}) {
+func (c *Chan) sayBye(m *wire.Bye, then func()) (sent <-chan struct{}) {
 	done := make(chan struct{})
 	var err error
 	go func() { err = c.c.Send(m); close(done) }()
 	select {
 	case <-done:
 		if err == nil {
-			c.linger()
+			then()
 		}
 	case <-time.After(200 * time.Millisecond):
 	}

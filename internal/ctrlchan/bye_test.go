@@ -2,7 +2,9 @@ package ctrlchan
 
 import (
 	"context"
+	"errors"
 	"net"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -102,4 +104,59 @@ func TestByeReasonReceived(t *testing.T) {
 			require.ErrorContains(t, c.Err(), tc.want)
 		})
 	}
+}
+
+// TestEvictByeNotReset: on a unix socket, Evict while frames of the peer
+// are still unread on our side (our reader lagging: held here) delivers
+// the Bye. Evict closed the socket right after the Bye, and closing a
+// unix socket with unread frames makes the peer's next read fail with
+// ECONNRESET before the Bye queued for it: the peer saw "connection
+// lost" (engine's TestEvictedPeerIsToldWhy failed so under load). Evict
+// now waits for the peer to hang up on the Bye first.
+func TestEvictByeNotReset(t *testing.T) {
+	ours, theirs := unixConns(t)
+	env := &dptest.Env{}
+	held, hold := make(chan struct{}), make(chan struct{})
+	var once, unhold sync.Once
+	release := func() { unhold.Do(func() { close(hold) }) }
+	// Our reader stops at the peer's first heartbeat until released.
+	p := &fakePath{handle: func(m wire.Message) (bool, error) {
+		if _, ok := m.(*wire.Heartbeat); ok {
+			once.Do(func() { close(held); <-hold })
+		}
+		return false, nil
+	}}
+	c := New(Config{Env: env, Conn: wire.NewConn(ours, wire.ConnConfig{}), Name: "peer", Peer: wire.Hello{Caps: wire.CapByeReason}})
+	p.c = c
+	c.Start(p)
+	t.Cleanup(func() {
+		release()
+		require.NoError(t, c.Close())
+		env.Wait()
+	})
+	peer := wire.NewConn(theirs, wire.ConnConfig{})
+	require.NoError(t, peer.Send(&wire.Heartbeat{}))
+	<-held
+	require.NoError(t, peer.Send(&wire.Heartbeat{})) // unread: our reader is held
+	got := make(chan error, 1)
+	go func() { // the peer reads up to the Bye, then hangs up, as an engine does
+		defer peer.Close()
+		for range 100 {
+			f, err := peer.Recv(context.Background())
+			if err != nil {
+				got <- err
+				return
+			}
+			if f.Header.Type == wire.TypeBye {
+				got <- nil
+				return
+			}
+		}
+		got <- errors.New("no Bye in 100 frames")
+	}()
+	c.Evict("closed to make room")
+	require.NoError(t, <-got, "the peer's read")
+	release()
+	<-c.Done()
+	require.ErrorContains(t, c.Err(), "closed to make room")
 }

@@ -550,7 +550,7 @@ func (c *Chan) failLater(err error) bool {
 // A peer that reads waits no longer than its acknowledgements take.
 func (c *Chan) Close() error {
 	c.closing.Store(true)
-	sent := c.sayBye(&wire.Bye{})
+	sent := c.sayBye(&wire.Bye{}, c.linger)
 	c.Fail(closedErr())
 	<-sent
 	<-c.reader
