@@ -3,6 +3,7 @@ package ctrlchan
 import (
 	"time"
 
+	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -62,4 +63,37 @@ func (c *Chan) sayBye(m *wire.Bye, then func()) (sent <-chan struct{}) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	return done
+}
+
+// closeLinger bounds how long Close waits for the peer to acknowledge
+// what was sent (see Close).
+const closeLinger = 500 * time.Millisecond
+
+// linger waits while the transport reports bytes the peer has not
+// acknowledged, until closeLinger has passed or the channel has failed
+// (the peer went: nothing more will be acknowledged). The reader keeps
+// reading meanwhile, so the peer is not held up by a full window of ours.
+// On a unix socket it waits for the peer to hang up (awaitHangUp).
+func (c *Chan) linger() {
+	if _, ok := c.c.Transport().(*ipc.Conn); ok {
+		c.awaitHangUp()
+		return
+	}
+	u, ok := c.c.Transport().(interface{ Unacked() (int, bool) })
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(closeLinger)
+	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		if n, ok := u.Unacked(); !ok || n == 0 || time.Now().After(deadline) {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-c.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -114,6 +114,25 @@ func TestByeReasonReceived(t *testing.T) {
 // lost" (engine's TestEvictedPeerIsToldWhy failed so under load). Evict
 // now waits for the peer to hang up on the Bye first.
 func TestEvictByeNotReset(t *testing.T) {
+	c := byeNotReset(t, func(c *Chan) { c.Evict("closed to make room") })
+	require.ErrorContains(t, c.Err(), "closed to make room")
+}
+
+// TestCloseByeNotReset: Close, as Evict (TestEvictByeNotReset): on a
+// unix socket the peer read a reset, not the Bye (nor what was queued
+// before it), when frames of the peer were unread on our side.
+func TestCloseByeNotReset(t *testing.T) {
+	closed := make(chan error, 1)
+	c := byeNotReset(t, func(c *Chan) { go func() { closed <- c.Close() }() })
+	require.NoError(t, <-closed)
+	require.ErrorIs(t, c.Err(), gxerr.Closed)
+}
+
+// byeNotReset starts a channel on a unix socket whose reader is held
+// with a frame of the peer unread behind, has end say goodbye, and checks
+// that the peer, reading up to the Bye and then hanging up as an engine
+// does, reads the Bye; it returns the channel once it has failed.
+func byeNotReset(t *testing.T, end func(c *Chan)) *Chan {
 	ours, theirs := unixConns(t)
 	env := &dptest.Env{}
 	held, hold := make(chan struct{}), make(chan struct{})
@@ -139,7 +158,7 @@ func TestEvictByeNotReset(t *testing.T) {
 	<-held
 	require.NoError(t, peer.Send(&wire.Heartbeat{})) // unread: our reader is held
 	got := make(chan error, 1)
-	go func() { // the peer reads up to the Bye, then hangs up, as an engine does
+	go func() { // the peer reads up to the Bye, then hangs up
 		defer peer.Close()
 		for range 100 {
 			f, err := peer.Recv(context.Background())
@@ -154,9 +173,9 @@ func TestEvictByeNotReset(t *testing.T) {
 		}
 		got <- errors.New("no Bye in 100 frames")
 	}()
-	c.Evict("closed to make room")
+	end(c)
 	require.NoError(t, <-got, "the peer's read")
 	release()
 	<-c.Done()
-	require.ErrorContains(t, c.Err(), "closed to make room")
+	return c
 }

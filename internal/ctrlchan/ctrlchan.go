@@ -547,7 +547,10 @@ func (c *Chan) failLater(err error) bool {
 // the peer's kernel has not acknowledged all that was sent: closing a
 // TCP socket with frames of the peer unread resets it, and the reset
 // drops what the kernel had not sent yet (the last messages, the Bye).
-// A peer that reads waits no longer than its acknowledgements take.
+// A peer that reads waits no longer than its acknowledgements take. On
+// a unix socket it waits (closeLinger at most) for the peer to hang up
+// on the Bye (awaitHangUp): closing it with frames of the peer unread
+// makes the peer read a reset before the Bye and what came before it.
 func (c *Chan) Close() error {
 	c.closing.Store(true)
 	sent := c.sayBye(&wire.Bye{}, c.linger)
@@ -561,34 +564,6 @@ func (c *Chan) Close() error {
 
 // closedErr is the channel's end once Close has begun.
 func closedErr() error { return gxerr.New(gxerr.Closed, "endpoint closed", nil) }
-
-// closeLinger bounds how long Close waits for the peer to acknowledge
-// what was sent (see Close).
-const closeLinger = 500 * time.Millisecond
-
-// linger waits while the transport reports bytes the peer has not
-// acknowledged, until closeLinger has passed or the channel has failed
-// (the peer went: nothing more will be acknowledged). The reader keeps
-// reading meanwhile, so the peer is not held up by a full window of ours.
-func (c *Chan) linger() {
-	u, ok := c.c.Transport().(interface{ Unacked() (int, bool) })
-	if !ok {
-		return
-	}
-	deadline := time.Now().Add(closeLinger)
-	for wait := 50 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
-		if n, ok := u.Unacked(); !ok || n == 0 || time.Now().After(deadline) {
-			return
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-c.done:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
 
 // QueueReply hands a frame the reader wants sent to the writer (or to
 // the next Put or Get this side sends, which carries it along).
