@@ -120,7 +120,9 @@ func (l *Listener) Accept(ctx context.Context) (*Endpoint, error) {
 	return l.hs.Accept(ctx)
 }
 
-// Close stops accepting; endpoints already open stay open. Idempotent.
+// Close stops accepting; endpoints already open stay open and served,
+// whether Accept took them or not (an owner serving without Accept may
+// close its listener to turn new peers away). Idempotent.
 func (l *Listener) Close() error {
 	if l.invalid() {
 		return errNoListener
