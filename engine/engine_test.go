@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,21 @@ func newEngine(t testing.TB, cfg Config) *Engine {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, e.Close()) })
 	return e
+}
+
+// listenLocal starts e's listener on network ("unix": a socket in a
+// temporary directory; "tcp": 127.0.0.1), closed when the test ends
+// (before e).
+func listenLocal(t testing.TB, e *Engine, network string) *Listener {
+	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "o.sock")
+	}
+	l, err := e.Listen(network, addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
 }
 
 func fill(b []byte, seed uint64) {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,13 +17,7 @@ func TestEvictedPeerIsToldWhy(t *testing.T) {
 		t.Run(network, func(t *testing.T) {
 			owner := newEngine(t, Config{Devices: DevicesNone, MaxPeers: 1, MaxPeersPerSource: 1})
 			user := newEngine(t, Config{Devices: DevicesNone, TCPLanes: 1}) // one connection: within MaxPeers 1
-			addr := "127.0.0.1:0"
-			if network == "unix" {
-				addr = filepath.Join(t.TempDir(), "o.sock")
-			}
-			l, err := owner.Listen(network, addr)
-			require.NoError(t, err)
-			defer l.Close()
+			l := listenLocal(t, owner, network)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a hang guard only
 			defer cancel()
 			first, err := user.Dial(ctx, network, l.Addr())

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,12 +18,7 @@ func TestListenerCloseLeavesEndpointsOpen(t *testing.T) {
 		t.Run(network, func(t *testing.T) {
 			owner := newEngine(t, Config{Devices: DevicesNone})
 			user := newEngine(t, Config{Devices: DevicesNone})
-			addr := "127.0.0.1:0"
-			if network == "unix" {
-				addr = filepath.Join(t.TempDir(), "o.sock")
-			}
-			l, err := owner.Listen(network, addr)
-			require.NoError(t, err)
+			l := listenLocal(t, owner, network)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a hang guard only
 			defer cancel()
 			buf, err := owner.Alloc(64, Host)

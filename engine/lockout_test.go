@@ -75,13 +75,7 @@ func TestRegressIdleConnectionsDoNotLockOut(t *testing.T) {
 				network, cfg.ClusterSecret = "tcp", []byte("the cluster's shared secret, 32B")
 			}
 			owner, peer := newEngine(t, cfg), newEngine(t, cfg)
-			addr := "127.0.0.1:0"
-			if network == "unix" {
-				addr = filepath.Join(t.TempDir(), "o.sock")
-			}
-			l, err := owner.Listen(network, addr)
-			require.NoError(t, err)
-			defer l.Close()
+			l := listenLocal(t, owner, network)
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,13 +21,7 @@ func TestMsgPeerIsNotIdle(t *testing.T) {
 		t.Run(network, func(t *testing.T) {
 			cfg := Config{Devices: DevicesNone, MaxPeers: 1, TCPLanes: 1}
 			owner, peer := newEngine(t, cfg), newEngine(t, cfg)
-			addr := "127.0.0.1:0"
-			if network == "unix" {
-				addr = filepath.Join(t.TempDir(), "o.sock")
-			}
-			l, err := owner.Listen(network, addr)
-			require.NoError(t, err)
-			defer l.Close()
+			l := listenLocal(t, owner, network)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			a, err := peer.Dial(ctx, network, l.Addr())

@@ -172,13 +172,7 @@ func TestRegressSlicedKeyCannotWiden(t *testing.T) {
 			ctx := context.Background()
 			cfg := Config{Devices: DevicesNone, Transport: TransportTCP}
 			owner, peer := newEngine(t, cfg), newEngine(t, cfg)
-			addr := "127.0.0.1:0"
-			if network == "unix" {
-				addr = filepath.Join(t.TempDir(), "o.sock")
-			}
-			l, err := owner.Listen(network, addr)
-			require.NoError(t, err)
-			defer l.Close()
+			l := listenLocal(t, owner, network)
 			ep, err := peer.Dial(ctx, network, l.Addr())
 			require.NoError(t, err)
 			defer ep.Close()
