@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -135,16 +134,8 @@ func TestCloseByeNotReset(t *testing.T) {
 func byeNotReset(t *testing.T, end func(c *Chan)) *Chan {
 	ours, theirs := unixConns(t)
 	env := &dptest.Env{}
-	held, hold := make(chan struct{}), make(chan struct{})
-	var once, unhold sync.Once
-	release := func() { unhold.Do(func() { close(hold) }) }
 	// Our reader stops at the peer's first heartbeat until released.
-	p := &fakePath{handle: func(m wire.Message) (bool, error) {
-		if _, ok := m.(*wire.Heartbeat); ok {
-			once.Do(func() { close(held); <-hold })
-		}
-		return false, nil
-	}}
+	p, held, release := heldAtHeartbeat()
 	c := New(Config{Env: env, Conn: wire.NewConn(ours, wire.ConnConfig{}), Name: "peer", Peer: wire.Hello{Caps: wire.CapByeReason}})
 	p.c = c
 	c.Start(p)

@@ -30,17 +30,9 @@ func TestCloseDeliversWhatWasSent(t *testing.T) {
 	ours, theirs := smallWindowPair(t)
 
 	env := &dptest.Env{}
-	held, hold := make(chan struct{}), make(chan struct{})
-	var once, unhold sync.Once
-	release := func() { unhold.Do(func() { close(hold) }) }
 	// Our reader stops at the peer's first heartbeat until released: the
 	// frames behind it stay unread in our socket.
-	p := &fakePath{handle: func(m wire.Message) (bool, error) {
-		if _, ok := m.(*wire.Heartbeat); ok {
-			once.Do(func() { close(held); <-hold })
-		}
-		return false, nil
-	}}
+	p, held, release := heldAtHeartbeat()
 	c := New(Config{Env: env, Conn: wire.NewConn(wire.NewStreamTransport(ours), wire.ConnConfig{}), Name: "peer", Peer: msgPeer})
 	p.c = c
 	c.Start(p)
@@ -176,4 +168,18 @@ func smallWindowPair(t *testing.T) (ours, theirs net.Conn) {
 	ours = <-accepted
 	require.NotNil(t, ours)
 	return ours, theirs
+}
+
+// heldAtHeartbeat is a path whose reader stops at the peer's first
+// heartbeat (held closes then) until release is called (idempotent).
+func heldAtHeartbeat() (p *fakePath, held <-chan struct{}, release func()) {
+	h, hold := make(chan struct{}), make(chan struct{})
+	var once, unhold sync.Once
+	p = &fakePath{handle: func(m wire.Message) (bool, error) {
+		if _, ok := m.(*wire.Heartbeat); ok {
+			once.Do(func() { close(h); <-hold })
+		}
+		return false, nil
+	}}
+	return p, h, func() { unhold.Do(func() { close(hold) }) }
 }
