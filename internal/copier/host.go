@@ -7,6 +7,7 @@ import (
 
 	"github.com/gxfer/gxfer/cq"
 	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/internal/memcopy"
 	"github.com/gxfer/gxfer/queue"
 )
 
@@ -123,20 +124,30 @@ func (c *Copier) gatedHostCopy(j *Job, dst, src Slice) error {
 	}
 	defer c.cfg.Gate.Exit()
 	c.cfg.Gate.Hook()
-	if j.Deadline.IsZero() && j.Ctx == nil {
+	return c.hostCopyStop(j.Ctx, dst, src, j.Deadline)
+}
+
+// hostCopyStop is HostCopy for a copy with a ctx (nil: none) or a
+// deadline (zero: none): one large enough to be copied in pieces
+// (memcopy.CopyStop, over 1 MiB) stops between two pieces once its
+// deadline has passed (ErrTimeout) or ctx has ended (ErrCanceled or
+// ErrTimeout), the content of dst then undefined. Smaller copies read no
+// clock (and allocate no stop function).
+func (c *Copier) hostCopyStop(ctx context.Context, dst, src Slice, deadline time.Time) error {
+	if (deadline.IsZero() && ctx == nil) || !memcopy.Pieces(int(src.N)) {
 		c.HostCopy(dst, src)
 		return nil
 	}
 	stop := func() bool {
-		return (!j.Deadline.IsZero() && !time.Now().Before(j.Deadline)) || (j.Ctx != nil && j.Ctx.Err() != nil)
+		return (!deadline.IsZero() && !time.Now().Before(deadline)) || (ctx != nil && ctx.Err() != nil)
 	}
 	if c.cfg.HostCopy.CopyStop(dst.HostBytes(), src.HostBytes(), stop) == int(src.N) {
 		return nil
 	}
-	if !j.Deadline.IsZero() && !time.Now().Before(j.Deadline) {
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		return gxerr.New(gxerr.Timeout, "deadline passed during the copy: destination partly written", nil)
 	}
-	return gxerr.Ctx("copy stopped part way: destination partly written", j.Ctx.Err())
+	return gxerr.Ctx("copy stopped part way: destination partly written", ctx.Err())
 }
 
 // HostCopy copies src to dst (memmove semantics) with Config.HostCopy:

@@ -171,7 +171,8 @@ func (c *Copier) Copy(ctx context.Context, f *Future, dst, src Slice, deadline t
 // devices) in one job pushed to one queue, so that the only step that can
 // fail (then nothing ran and the references are still the caller's) comes
 // before anything runs; then the host-to-host copies, run here. ctx, if it
-// can end, drops the device copies still queued when it ends.
+// can end, drops the device copies still queued when it ends, and stops a
+// large host-to-host copy part way (hostCopyStop), as the deadline does.
 func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline time.Time) error {
 	now := c.clock()
 	var dev *Job
@@ -205,9 +206,15 @@ func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline 
 	c.st.Submitted.Add(uint64(len(ops)))
 	// Host copies whose deadline has passed fail with ErrTimeout and copy
 	// nothing, as the device copies and host workers' copies do.
+	// A large one (copied in pieces) stops between two pieces once the
+	// deadline passes or ctx ends while it runs, as a host worker's does.
 	var expired error
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		expired = gxerr.New(gxerr.Timeout, "deadline passed before the copy started", nil)
+	}
+	var hostCtx context.Context
+	if ctx.Done() != nil {
+		hostCtx = ctx
 	}
 	for i := range host {
 		o := &host[i]
@@ -219,11 +226,15 @@ func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline 
 			continue
 		}
 		c.cfg.Gate.Hook()
-		c.HostCopy(o.Dst, o.Src)
+		err := c.hostCopyStop(hostCtx, o.Dst, o.Src, deadline)
 		c.release(o.Dst.M)
 		c.release(o.Src.M)
-		c.st.RecordInline(o.n())
-		f.Complete(o.Idx, nil)
+		if err != nil {
+			c.st.Record(c.clock()-now, o.n(), err)
+		} else {
+			c.st.RecordInline(o.n())
+		}
+		f.Complete(o.Idx, err)
 	}
 	return nil
 }

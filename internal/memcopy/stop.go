@@ -18,7 +18,7 @@ import (
 // source byte before it is overwritten, on one goroutine.
 func (c *Copier) CopyStop(dst, src []byte, stop func() bool) int {
 	n := min(len(dst), len(src))
-	if c == nil || stop == nil || n <= 2*chunkSize(n, 1) {
+	if c == nil || stop == nil || !Pieces(n) {
 		return c.Copy(dst, src)
 	}
 	dst, src = dst[:n], src[:n]
@@ -32,6 +32,10 @@ func (c *Copier) CopyStop(dst, src []byte, stop func() bool) int {
 	}
 	return split(k, dst, src, parts, stop)
 }
+
+// Pieces reports whether CopyStop copies n bytes in pieces, calling stop
+// between them (more than two chunks: over 1 MiB).
+func Pieces(n int) bool { return n > 2*chunkSize(n, 1) }
 
 // copyStopOverlap copies overlapping dst and src (equally long) chunk by
 // chunk with copy(): from the end when dst is above src (a chunk's writes
