@@ -85,11 +85,11 @@ type Copier struct {
 	log zerolog.Logger
 	st  *Counters
 
-	pool     *ants.Pool // drain tasks: never wait on other tasks
-	stageSem chan struct{}
-	stages   sync.WaitGroup // staging tasks
-	inline   inlineRuns     // device jobs processed on their callers' goroutines
-	runtime  sync.WaitGroup // copies handed to runtimes' copiers
+	pool    *ants.Pool     // drain tasks: never wait on other tasks
+	stageQ  stageQueue     // copies between devices waiting for a staging task
+	stages  sync.WaitGroup // copies between devices not ended
+	inline  inlineRuns     // device jobs processed on their callers' goroutines
+	runtime sync.WaitGroup // copies handed to runtimes' copiers
 	// rtCtx is the parent context of runtime copies, canceled by
 	// WaitRuntime once CloseGrace has passed.
 	rtCtx    context.Context
@@ -140,7 +140,7 @@ func New(cfg Config) (*Copier, error) {
 	if cfg.HostCopy == nil {
 		cfg.HostCopy = memcopy.New(memcopy.Config{ParallelMin: cfg.ParallelCopyMin})
 	}
-	c := &Copier{t0: time.Now(), cfg: cfg, log: cfg.Logger, mode: queue.Wait, st: cfg.Stats, stageSem: make(chan struct{}, stageTasks), Types: memcache.NewTypeCache()}
+	c := &Copier{t0: time.Now(), cfg: cfg, log: cfg.Logger, mode: queue.Wait, st: cfg.Stats, Types: memcache.NewTypeCache()}
 	if cfg.FailWhenFull {
 		c.mode = queue.FailFast
 	}
@@ -166,7 +166,7 @@ func (c *Copier) Device(i int) (*Device, error) {
 }
 
 // StageTasks is how many copies between devices are staged at a time.
-func (c *Copier) StageTasks() int { return cap(c.stageSem) }
+func (c *Copier) StageTasks() int { return stageTasks }
 
 // onPanic logs and counts a worker panic. Workers recover their own panics
 // (failing the operations they held); this is also the pool's handler.

@@ -127,10 +127,11 @@ func (g *Device) processRefs(dir int, refs []ref) {
 	if recErr == nil {
 		capacity = rec.cs.Capacity()
 	}
+	var cross []ref // copies between devices, staged through host memory
 	for _, rf := range refs {
 		j, o := rf.j, rf.o
 		if crossDevice(o) {
-			c.stage(j, o)
+			cross = append(cross, rf)
 			continue
 		}
 		if !j.Deadline.IsZero() && time.Now().After(j.Deadline) {
@@ -181,6 +182,7 @@ func (g *Device) processRefs(dir int, refs []ref) {
 		o.handed = true
 		rec.items = append(rec.items, csItem{j: j, o: o})
 	}
+	c.stage(cross)
 	if rec != nil {
 		rec.submit()
 	}

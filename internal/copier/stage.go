@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,57 +14,182 @@ import (
 // StageChunk is the bounce-buffer size for copies between two devices.
 const StageChunk = 4 << 20
 
-// stage hands a copy between two devices to a staging task: two pinned
-// host bounce buffers, the device-to-host DMA of chunk k+1 overlapping the
-// host-to-device DMA of chunk k. Tasks are goroutines bounded by a
-// semaphore taken inside them, so the worker handing them over never
-// blocks.
+// stage hands copies between two devices (refs: each job's ops next to
+// each other) to the staging tasks: two pinned host bounce buffers per
+// copy, the device-to-host DMA of chunk k+1 overlapping the host-to-device
+// DMA of chunk k. The copies wait in order in the staging queue, which at
+// most stageTasks goroutines run, so that the worker handing them over
+// never blocks and a batch of many copies starts no goroutine per copy.
+// The copies of one job share one timer (its deadline) and one watch of
+// its ctx: a copy still waiting when ctx ends, or its deadline passes,
+// ends at once (ErrCanceled or ErrTimeout), releasing its buffers.
 //
-// An op with a deadline ends with ErrTimeout at its deadline, but keeps
-// its buffers (and the task its bounce buffers) until the DMAs it started
-// have retired: the inner copies' futures resolve only then.
-func (c *Copier) stage(j *Job, o *Op) {
-	o.handed = true
-	var ended atomic.Bool
-	done := func(err error) {
-		if ended.CompareAndSwap(false, true) {
-			c.opDone(j, o, err)
+// A copy being staged ends with ErrTimeout at its deadline, but keeps its
+// buffers (and the task its bounce buffers) until the DMAs it started have
+// retired: the inner copies' futures resolve only then.
+func (c *Copier) stage(refs []ref) {
+	for len(refs) > 0 {
+		k := 1
+		for k < len(refs) && refs[k].j == refs[0].j {
+			k++
 		}
+		c.stageJob(refs[0].j, refs[:k])
+		refs = refs[k:]
 	}
-	var timer *time.Timer
+}
+
+// stageGroup is the copies between devices of one job handed to staging
+// together.
+type stageGroup struct {
+	c    *Copier
+	j    *Job
+	ops  []stagedOp
+	left atomic.Int32 // ops not ended: the last one stops the watches
+	// The job's deadline timer and ctx watch (context.AfterFunc's stop).
+	timer   atomic.Pointer[time.Timer]
+	ctxStop atomic.Pointer[func() bool]
+}
+
+// stagedOp is one copy of a stageGroup.
+type stagedOp struct {
+	g     *stageGroup
+	o     *Op
+	state atomic.Uint32 // stageWaiting, stageTaken or stageDropped
+	ended atomic.Bool   // its result is given (opDone)
+}
+
+const (
+	stageWaiting = iota
+	stageTaken   // a staging task runs it
+	stageDropped // ended while waiting
+)
+
+// stageQueue holds the copies waiting for a staging task, and counts the
+// tasks (goroutines) running, at most stageTasks.
+type stageQueue struct {
+	mu      sync.Mutex
+	waiting []*stagedOp
+	running int
+}
+
+// stageJob queues the copies (refs) of job j.
+func (c *Copier) stageJob(j *Job, refs []ref) {
+	g := &stageGroup{c: c, j: j, ops: make([]stagedOp, len(refs))}
+	for i, rf := range refs {
+		rf.o.handed = true
+		g.ops[i].g, g.ops[i].o = g, rf.o
+	}
+	g.left.Store(int32(len(refs)))
+	c.stages.Add(len(refs))
 	if !j.Deadline.IsZero() {
-		timer = time.AfterFunc(time.Until(j.Deadline), func() {
-			done(gxerr.New(gxerr.Timeout, "copy between devices: deadline passed", nil))
-		})
+		g.timer.Store(time.AfterFunc(time.Until(j.Deadline), func() {
+			g.end(gxerr.New(gxerr.Timeout, "copy between devices: deadline passed", nil), true)
+		}))
 	}
-	c.stages.Add(1)
-	go func() {
-		defer c.stages.Done()
-		var err error
-		defer func() {
-			if r := recover(); r != nil {
-				c.onPanic(r)
-				err = gxerr.New(gxerr.Panic, fmt.Sprint(r), nil)
-			}
-			if timer != nil {
-				timer.Stop()
-			}
-			c.opRelease(j, o)
-			done(err)
-		}()
-		ctx := j.Ctx
-		if ctx == nil {
-			ctx = context.Background()
+	if ctx := j.Ctx; ctx != nil {
+		stop := context.AfterFunc(ctx, func() {
+			g.end(gxerr.Ctx("copy between devices not started", ctx.Err()), false)
+		})
+		g.ctxStop.Store(&stop)
+	}
+	if g.left.Load() == 0 {
+		g.unwatch() // every op ended before the watches were stored
+	}
+	q := &c.stageQ
+	q.mu.Lock()
+	for i := range g.ops {
+		q.waiting = append(q.waiting, &g.ops[i])
+	}
+	start := min(stageTasks-q.running, len(q.waiting))
+	q.running += start
+	q.mu.Unlock()
+	for range start {
+		go c.stageRunner()
+	}
+}
+
+// end ends the group's copies still waiting with err, and, if all, gives
+// the others' result (their buffers kept until their DMAs retire).
+func (g *stageGroup) end(err error, all bool) {
+	for i := range g.ops {
+		s := &g.ops[i]
+		if s.state.CompareAndSwap(stageWaiting, stageDropped) {
+			g.c.finishStaged(s, err)
+		} else if all {
+			s.done(err)
 		}
-		select {
-		case c.stageSem <- struct{}{}:
-		case <-ctx.Done():
-			err = gxerr.Ctx("copy between devices not started", ctx.Err())
+	}
+}
+
+func (g *stageGroup) unwatch() {
+	if t := g.timer.Load(); t != nil {
+		t.Stop()
+	}
+	if stop := g.ctxStop.Load(); stop != nil {
+		(*stop)()
+	}
+}
+
+// done gives the op's result, once.
+func (s *stagedOp) done(err error) {
+	if s.ended.CompareAndSwap(false, true) {
+		s.g.c.opDone(s.g.j, s.o, err)
+	}
+}
+
+// finishStaged releases the op's buffers and gives its result (unless
+// given), once it no longer waits or runs.
+func (c *Copier) finishStaged(s *stagedOp, err error) {
+	c.opRelease(s.g.j, s.o)
+	s.done(err)
+	if s.g.left.Add(-1) == 0 {
+		s.g.unwatch()
+	}
+	c.stages.Done()
+}
+
+// stageRunner is a staging task: it runs the waiting copies in order until
+// none is left.
+func (c *Copier) stageRunner() {
+	q := &c.stageQ
+	for {
+		q.mu.Lock()
+		if len(q.waiting) == 0 {
+			q.waiting = nil
+			q.running--
+			q.mu.Unlock()
 			return
 		}
-		defer func() { <-c.stageSem }()
-		err = c.stageCopy(ctx, o, j.Deadline)
+		s := q.waiting[0]
+		q.waiting[0] = nil
+		q.waiting = q.waiting[1:]
+		q.mu.Unlock()
+		if s.state.CompareAndSwap(stageWaiting, stageTaken) {
+			c.runStaged(s)
+		}
+	}
+}
+
+// runStaged stages one copy.
+func (c *Copier) runStaged(s *stagedOp) {
+	var err error
+	defer func() {
+		if r := recover(); r != nil {
+			c.onPanic(r)
+			err = gxerr.New(gxerr.Panic, fmt.Sprint(r), nil)
+		}
+		c.finishStaged(s, err)
 	}()
+	j := s.g.j
+	ctx := j.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if ctx.Err() != nil {
+		err = gxerr.Ctx("copy between devices not started", ctx.Err())
+		return
+	}
+	err = c.stageCopy(ctx, s.o, j.Deadline)
 }
 
 // stageCopy moves o chunk by chunk. When opCtx ends, no further chunk is

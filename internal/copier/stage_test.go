@@ -1,0 +1,122 @@
+package copier
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/gxerr"
+)
+
+// stagingGoroutines counts the goroutines running or waiting in the
+// staging of copies between devices.
+func stagingGoroutines() int {
+	buf := make([]byte, 8<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range bytes.Split(buf, []byte("\n\ngoroutine ")) {
+		if bytes.Contains(g, []byte("internal/copier.(*Copier).stage")) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStageBoundsGoroutines: a batch of many small copies between two
+// devices stages at most StageTasks of them at a time, and starts no more
+// goroutines than that (it started one goroutine, and a timer, per copy,
+// all at once); the copies waiting for a turn keep their ctx and deadline
+// behaviour: they end at once when ctx ends or their deadline passes
+// (ErrCanceled, ErrTimeout), releasing their buffers, while the staged
+// ones are held; else every copy completes.
+func TestStageBoundsGoroutines(t *testing.T) {
+	const n, size = 256, 4096
+	for _, tc := range []struct {
+		name string
+		stop string // "cancel", "deadline" or "" (none)
+		want error
+	}{
+		{"complete", "", nil},
+		{"cancel", "cancel", gxerr.Canceled},
+		{"deadline", "deadline", gxerr.Timeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 2)
+			// The staged copies wait in AllocHost (their bounce buffers)
+			// until released.
+			release := make(chan struct{})
+			var once sync.Once
+			unblock := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(unblock) // before the rig's Stop
+			var allocs atomic.Int32
+			r.c.cfg.AllocHost = func(sz int) (*Mem, error) { // safe for concurrent use, unlike r.host
+				allocs.Add(1)
+				<-release
+				b := make([]byte, sz)
+				m := &Mem{Ptr: unsafe.Pointer(&b[0]), Addr: uint64(uintptr(unsafe.Pointer(&b[0]))), Size: uint64(sz), Owner: b, Refs: new(atomic.Uint64)}
+				return m, r.c.AddHost(m)
+			}
+			src, dst := r.gaudi(t, 0, n*size), r.gaudi(t, 1, n*size)
+			ops := make([]Op, n)
+			for i := range ops {
+				ops[i] = Op{Dst: Slice{M: dst, Off: uint64(i * size), N: size}, Src: Slice{M: src, Off: uint64(i * size), N: size}, Idx: i}
+			}
+			src.Refs.Add(n)
+			dst.Refs.Add(n)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var deadline time.Time
+			if tc.stop == "deadline" {
+				deadline = time.Now().Add(300 * time.Millisecond)
+			}
+			f := NewFuture(n)
+			inline := r.st.InlineSubmits.Load()
+			require.NoError(t, r.c.SubmitBatch(ctx, f, ops, deadline))
+			require.Equal(t, inline+1, r.st.InlineSubmits.Load(), "the batch was processed on this goroutine: every copy is staged")
+			tasks := r.c.StageTasks()
+			for i := 0; i < 10000 && int(allocs.Load()) < tasks; i++ {
+				time.Sleep(time.Millisecond)
+			}
+			require.Equal(t, tasks, int(allocs.Load()), "staged copies waiting in AllocHost")
+			require.LessOrEqual(t, stagingGoroutines(), tasks, "goroutines staging copies")
+			if tc.stop != "" {
+				if tc.stop == "cancel" {
+					cancel()
+				}
+				// The copies waiting for a turn end (bounded by 10 s),
+				// the staged ones still held.
+				held := uint64(tasks)
+				for i := 0; i < 10000 && src.Refs.Load() > held; i++ {
+					time.Sleep(time.Millisecond)
+				}
+				require.Equal(t, held, src.Refs.Load(), "copies waiting for a turn released their source")
+				require.Equal(t, held, dst.Refs.Load(), "copies waiting for a turn released their destination")
+				require.Equal(t, tasks, int(allocs.Load()), "no copy staged meanwhile")
+			}
+			unblock()
+			err := f.Wait(context.Background())
+			// A staged copy past its deadline keeps its buffers until its
+			// DMAs retire (bounded by 10 s).
+			for i := 0; i < 10000 && src.Refs.Load()+dst.Refs.Load() > 0; i++ {
+				time.Sleep(time.Millisecond)
+			}
+			require.Zero(t, src.Refs.Load())
+			require.Zero(t, dst.Refs.Load())
+			if tc.want == nil {
+				require.NoError(t, err)
+				require.Equal(t, uint64(n), r.st.Completed.Load())
+				return
+			}
+			for i, err := range f.Errs() {
+				require.ErrorIs(t, err, tc.want, "copy %d", i)
+			}
+		})
+	}
+}
