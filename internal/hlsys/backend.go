@@ -193,6 +193,10 @@ func (b *FDBackend) Munmap(m []byte) error {
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// The mapping holding m: the one whose page at m's start is still
+	// mapped, if any (a newer mapping may lie in a hole an older one's
+	// partial Munmap left, where the older one's page is given back).
+	pick, first, end := -1, 0, 0
 	for i, mp := range b.maps {
 		base := uintptr(unsafe.Pointer(mp.base))
 		if lo < base || lo-base+uintptr(len(m)) > uintptr(mp.pages)*ps {
@@ -201,17 +205,26 @@ func (b *FDBackend) Munmap(m []byte) error {
 		if (lo-base)%ps != 0 {
 			return unix.EINVAL
 		}
-		first := int((lo - base) / ps)
-		end := int((lo - base + uintptr(len(m)) + ps - 1) / ps)
-		if err := mp.unmap(first, end); err != nil {
-			return err
+		f := int((lo - base) / ps)
+		live := !mp.gone[f]
+		if pick < 0 || live {
+			pick, first, end = i, f, int((lo-base+uintptr(len(m))+ps-1)/ps)
 		}
-		if mp.unmapped() {
-			b.maps = append(b.maps[:i], b.maps[i+1:]...)
+		if live {
+			break
 		}
-		return nil
 	}
-	return unix.EINVAL
+	if pick < 0 {
+		return unix.EINVAL
+	}
+	mp := b.maps[pick]
+	if err := mp.unmap(first, end); err != nil {
+		return err
+	}
+	if mp.unmapped() {
+		b.maps = append(b.maps[:pick], b.maps[pick+1:]...)
+	}
+	return nil
 }
 
 // unmap unmaps the pages first..end-1 the mapping still has.

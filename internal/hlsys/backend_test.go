@@ -93,3 +93,37 @@ func TestFDBackendPartialMunmap(t *testing.T) {
 		require.False(t, fileMapped(t, path), "Close left the mapping mapped")
 	})
 }
+
+// TestFDBackendMunmapOfMappingInHole: the kernel may place a new Mmap in
+// the hole a partial Munmap left in an older mapping; Munmap of the new
+// mapping must unmap it (it found the older mapping first, whose page
+// there was given back, and left the new one mapped: the CB or block it
+// maps stayed referenced in the driver until Close), and leave the older
+// mapping's pages alone. The test maps pages until the kernel hands out
+// the hole (bounded; Close unmaps the others).
+func TestFDBackendMunmapOfMappingInHole(t *testing.T) {
+	ps := os.Getpagesize()
+	path := filepath.Join(t.TempDir(), "node")
+	require.NoError(t, os.WriteFile(path, make([]byte, 3*ps), 0o600))
+	b, err := hlsys.OpenFD(path)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Close()) }()
+	old, err := b.Mmap(0, 3*ps)
+	require.NoError(t, err)
+	hole := old[ps : 2*ps]
+	require.NoError(t, b.Munmap(hole))
+	var inHole []byte
+	for range 1024 {
+		m, err := b.Mmap(0, ps)
+		require.NoError(t, err)
+		if &m[0] == &hole[0] {
+			inHole = m
+			break
+		}
+	}
+	require.NotNil(t, inHole, "the kernel placed no new mapping in the hole")
+	require.True(t, mapped(inHole))
+	require.NoError(t, b.Munmap(inHole))
+	require.False(t, mapped(inHole), "Munmap left the mapping in the hole mapped")
+	require.True(t, mapped(old[:ps]) && mapped(old[2*ps:]), "Munmap unmapped the older mapping's pages")
+}
