@@ -576,3 +576,45 @@ func TestBindingPutNGetN(t *testing.T) {
 		require.NoError(t, p.free(ctx, id))
 	}
 }
+
+// chunkedStreamer is a fakeStreamer that chooses its own chunk.
+type chunkedStreamer struct {
+	fakeStreamer
+	chunk int
+}
+
+func (c *chunkedStreamer) StreamChunk(int) int { return c.chunk }
+
+func TestStreamLoopChunker(t *testing.T) {
+	p := Params{}.withDefaults()
+	for _, tc := range []struct {
+		chunk        int
+		limit, calls int64
+	}{
+		{chunk: 128, limit: 1000, calls: 8},
+		{chunk: 128, limit: 128, calls: 1},
+		{chunk: 0, limit: 3, calls: 3}, // at least one operation per call
+	} {
+		f := &chunkedStreamer{chunk: tc.chunk}
+		m, err := streamLoop(context.Background(), f, p, 64<<10, tc.limit, 0, nil, nil)
+		require.NoError(t, err)
+		require.Equal(t, tc.limit, m.msgs)
+		require.EqualValues(t, tc.calls, f.calls, "chunk %d", tc.chunk)
+	}
+}
+
+func TestRMAStreamChunk(t *testing.T) {
+	for _, tc := range []struct {
+		tr   engine.TransportKind
+		size int
+		want int
+	}{
+		{engine.TransportRDMA, 64 << 10, rdmaBindWindow}, // the binding's window per PutN
+		{engine.TransportRDMA, 16 << 20, rdmaBindWindow},
+		{engine.TransportRDMA, 8, 1024}, // streamChunk's when larger
+		{engine.TransportIPC, 64 << 10, 4},
+		{engine.TransportTCP, 64 << 10, 4},
+	} {
+		require.Equal(t, tc.want, rmaStreamChunk(tc.tr, tc.size), "%v %d", tc.tr, tc.size)
+	}
+}

@@ -456,8 +456,22 @@ func streamChunk(size int) int {
 	return max(1, min(1024, (256<<10)/max(size, 1)))
 }
 
+// chunker is a streamer that runs more operations per Stream call than
+// streamChunk says (see rmaWork.StreamChunk).
+type chunker interface {
+	StreamChunk(size int) int
+}
+
+// chunkFor is the operations per Stream call of w at size bytes.
+func chunkFor(w streamer, size int) int {
+	if c, ok := w.(chunker); ok {
+		return max(1, c.StreamChunk(size))
+	}
+	return streamChunk(size)
+}
+
 // streamLoop runs limit operations of w (or, when limit is 0, operations
-// for dur) in chunks of streamChunk(size), reading the clock once per
+// for dur) in chunks of chunkFor(w, size), reading the clock once per
 // chunk. Each latency sample is the time per operation over one chunk,
 // everything included (the clock and the recorder of the previous chunk
 // too): the samples' weighted mean is exactly wall time / operations.
@@ -466,7 +480,7 @@ func streamLoop(ctx context.Context, w streamer, p Params, size int, limit int64
 	if err != nil {
 		return m, err
 	}
-	k := int64(streamChunk(size))
+	k := int64(chunkFor(w, size))
 	durT, everyT := c.ticks(dur), c.ticks(p.ProgressEvery)
 	start := c.now()
 	now, lastProgress := start, start
