@@ -395,27 +395,9 @@ func (qp *QP) Post(wrs []WR) (int, error) {
 	sges := grow(qp.sSGE, nsge)[:0]
 	vw := qp.sWR[:0]
 	for i := range wrs {
-		w := &wrs[i]
-		start := len(sges)
-		for _, s := range w.Local {
-			if s.Len > 0 { // some HCAs read a 0 byte count as 2 GiB
-				sges = append(sges, verbs.SGE{Addr: s.MR.Addr() + s.Off, Length: uint32(s.Len), LKey: s.MR.LKey()})
-			}
-		}
-		f := verbs.SendSignaled
-		if w.Inline {
-			f |= verbs.SendInline
-		}
-		if w.Fence {
-			f |= verbs.SendFence
-		}
-		if w.Solicited {
-			f |= verbs.SendSolicited
-		}
-		vw = append(vw, verbs.SendWR{
-			ID: ids[i], Opcode: wrOpcode[w.Op], Flags: f, SGE: sges[start:len(sges):len(sges)],
-			Imm: w.Imm, RemoteAddr: w.Remote.Addr, RKey: w.Remote.RKey,
-		})
+		var v verbs.SendWR
+		v, sges = sendWR(&wrs[i], sges, ids[i])
+		vw = append(vw, v)
 	}
 	qp.sIDs, qp.sSGE = ids, sges
 	qp.sendOut.Add(int64(n))
@@ -432,6 +414,31 @@ func (qp *QP) Post(wrs []WR) (int, error) {
 	}
 	qp.sendCQ.posted()
 	return n, nil
+}
+
+// sendWR is w as the verbs binding posts it, with wr_id id; its segments
+// are appended to sges, which it returns.
+func sendWR(w *WR, sges []verbs.SGE, id uint64) (verbs.SendWR, []verbs.SGE) {
+	start := len(sges)
+	for _, s := range w.Local {
+		if s.Len > 0 { // some HCAs read a 0 byte count as 2 GiB
+			sges = append(sges, verbs.SGE{Addr: s.MR.Addr() + s.Off, Length: uint32(s.Len), LKey: s.MR.LKey()})
+		}
+	}
+	f := verbs.SendSignaled
+	if w.Inline {
+		f |= verbs.SendInline
+	}
+	if w.Fence {
+		f |= verbs.SendFence
+	}
+	if w.Solicited {
+		f |= verbs.SendSolicited
+	}
+	return verbs.SendWR{
+		ID: id, Opcode: wrOpcode[w.Op], Flags: f, SGE: sges[start:len(sges):len(sges)],
+		Imm: w.Imm, RemoteAddr: w.Remote.Addr, RKey: w.Remote.RKey,
+	}, sges
 }
 
 // PostRecv posts receive buffers (one cgo call), like Post.

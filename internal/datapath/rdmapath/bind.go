@@ -39,9 +39,10 @@ type Bound struct {
 	spin   time.Duration
 	oneP   bool // GOMAXPROCS was 1 at Bind
 
-	mu       sync.Mutex // one operation at a time
-	chain    []rdma.WR  // bindWindow copies of the work request
-	chainPut bool       // of a Put (else a Get)
+	mu       sync.Mutex        // one operation at a time
+	chain    []rdma.WR         // bindWindow copies of the work request
+	chainPut bool              // of a Put (else a Get)
+	prep     [2]*rdma.Prepared // the work request of a Get [0] and a Put [1], posted alone
 	closed   bool
 	ended    error // closed by the endpoint's end: its error
 	leftErr  error // closed by the endpoint's end: release's error, for Close
@@ -148,6 +149,9 @@ func (rb *Bound) wr(put bool) rdma.WR {
 
 // post posts k copies of the work request as one chain (mu held).
 func (rb *Bound) post(put bool, k int) error {
+	if k == 1 {
+		return rb.postOne(put)
+	}
 	if len(rb.chain) == 0 || rb.chainPut != put {
 		rb.chain = rb.chain[:0]
 		for range bindWindow {
@@ -161,6 +165,31 @@ func (rb *Bound) post(put bool, k int) error {
 		rb.cn.noteWrite(rb.remote, rb.seg.Len)
 	}
 	return err
+}
+
+// postOne posts the work request once (mu held): a Put's or Get's one
+// write or read, checked and built at its first post only.
+func (rb *Bound) postOne(put bool) error {
+	i := 0
+	if put {
+		i = 1
+	}
+	w := rb.prep[i]
+	if w == nil {
+		var err error
+		if w, err = rb.cn.qp.Prepare(rb.wr(put)); err != nil {
+			return rb.p.postErr(err)
+		}
+		rb.prep[i] = w
+	}
+	if err := rb.p.postPrepared(context.Background(), rb.cn, w, rb.cq); err != nil {
+		return err
+	}
+	rb.posted++
+	if put {
+		rb.cn.noteWrite(rb.remote, rb.seg.Len)
+	}
+	return nil
 }
 
 // waitFor waits until all but at most left of the posted work requests

@@ -155,6 +155,19 @@ func (p *Path) post(ctx context.Context, cn *conn, wrs []rdma.WR, held *rdma.CQ)
 	return posted, nil
 }
 
+// postPrepared is post of one prepared work request.
+func (p *Path) postPrepared(ctx context.Context, cn *conn, w *rdma.Prepared, held *rdma.CQ) error {
+	if _, err := p.takeCredits(ctx, cn, 1, held); err != nil {
+		return err
+	}
+	if err := cn.qp.PostPrepared(w); err != nil {
+		cn.put(1)
+		return p.postErr(err)
+	}
+	cn.wrs.Add(1)
+	return nil
+}
+
 // takeCredits takes between 1 and want send credits of cn, and as many
 // entries of its NIC's CQ (which every endpoint shares): the first of
 // each waiting for it if none is free (see post), the others only if
