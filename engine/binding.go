@@ -97,7 +97,11 @@ func (b *Binding) Get() error { return b.do(false, 1, true) }
 // ErrInvalid still). On an RDMA endpoint PutN returns
 // once the n writes are posted, up to 128 of them still in flight (the
 // next call, Put, Get, Flush or Close waits for them; an error of theirs
-// is returned by the call that sees it).
+// is returned by the call that sees it). To stream over RDMA, pass n of
+// 128 or more: while PutN runs it takes its completions itself, and at
+// its return those of the writes left in flight pass to the completion
+// queue's goroutine. On Soft-RoCE, 64 KiB writes streamed 4 per call
+// reached 0.88-0.92x ib_write_bw, 128 per call 0.95-1.03x.
 func (b *Binding) PutN(n int) error { return b.copyN(n, true) }
 
 // GetN runs n Gets back to back (see PutN).
