@@ -194,7 +194,7 @@ func (w *rmaWork) Stream(ctx context.Context, n int) error {
 // window in flight, whose completions then pass to the CQ's goroutine
 // until the next call polls them itself; with streamChunk's 4 calls per
 // window at 64 KiB, Soft-RoCE's put_bw read 0.88-0.92x ib_write_bw, with
-// the window per call 0.95-1.03x (docs/compare-all.md, session 31).
+// the window per call 0.95-1.03x (docs/rdma-rows.md).
 func (w *rmaWork) StreamChunk(size int) int {
 	return rmaStreamChunk(w.p.ep.Transport(), size)
 }
