@@ -174,11 +174,17 @@ func (c *hctx) Mmap(offset int64, length int) ([]byte, error) {
 // once the closed parts add up to the whole (hl_mmap_mem_buf_vm_close's
 // real_mapped_size, hw_block_vm_close's mapped_size). The pages unmapped
 // stay readable here (the user's mapping is the emulator's memory).
-// After the context's release it undoes only the mappings a Device.Close
-// left in place (teardown); others are gone already (Close released them)
-// and unmapping them is a no-op.
+// A range with no mapping in it (unmapped already, or never mapped)
+// answers 0 and changes nothing, as munmap(2) does (torvalds/linux
+// mm/vma.c do_vmi_munmap: no vma in the range, return 0); only a start
+// not page aligned or a length of 0 is EINVAL there. A range reaching
+// past TASK_SIZE (EINVAL too) cannot be a Go slice. Unlike munmap(2), a
+// range partly inside a mapping and partly outside it is EINVAL (not
+// modelled; RULES.md B10). After the context's release it undoes only the
+// mappings a Device.Close left in place (teardown); others are gone
+// already (Close released them) and unmapping them is a no-op.
 func (c *hctx) Munmap(b []byte) error {
-	if len(b) == 0 {
+	if len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%pageSize != 0 {
 		return unix.EINVAL
 	}
 	c.memMu.Lock()
@@ -188,13 +194,10 @@ func (c *hctx) Munmap(b []byte) error {
 	}
 	cb, off := c.cbMmapOf(b)
 	if cb == nil {
-		if c.memDead {
-			return nil
+		if c.overlapsMapping(b) {
+			return unix.EINVAL
 		}
-		return unix.EINVAL
-	}
-	if off%pageSize != 0 {
-		return unix.EINVAL
+		return nil
 	}
 	pages := len(cb.mem) / pageSize
 	if cb.unmapped == nil {
@@ -231,6 +234,33 @@ func (c *hctx) cbMmapOf(b []byte) (*cbuf, int) {
 		}
 	}
 	return nil, 0
+}
+
+// overlapsMapping reports whether b overlaps a user mapping of a CB or a
+// Gaudi3 block without lying within it (memMu held).
+func (c *hctx) overlapsMapping(b []byte) bool {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	hi := lo + uintptr(len(b))
+	over := func(m []byte) bool {
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+		return lo < base+uintptr(len(m)) && base < hi
+	}
+	for _, cb := range c.cbMmaps {
+		if over(cb.mem) {
+			return true
+		}
+	}
+	for _, g := range c.g3chans {
+		if g != nil && g.maps > 0 && over(g.regs) {
+			return true
+		}
+	}
+	for _, g := range c.g3kept {
+		if over(g.regs) {
+			return true
+		}
+	}
+	return false
 }
 
 // putCB drops a wait's reference on cb; the last reference of a

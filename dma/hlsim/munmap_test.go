@@ -2,6 +2,7 @@ package hlsim
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -70,4 +71,48 @@ func TestRulesPartialMunmapBlock(t *testing.T) {
 	require.ErrorIs(t, r.b.Munmap(r.regs[8:16]), unix.EINVAL, "start not page aligned")
 	require.NoError(t, r.b.Munmap(r.regs[:8]))
 	require.Equal(t, before-1, r.d.Stats().UserMappings)
+}
+
+// TestRulesMunmapNothingMapped (B10): munmap(2) of a range with no
+// mapping in it succeeds; only a start not page aligned or a length of 0
+// is EINVAL (torvalds/linux mm/vma.c do_vmi_munmap: vma_find finds no
+// vma, return 0). A CB mapping unmapped already, a piece of one unmapped
+// twice and memory that was never a mapping of the device all answer 0,
+// and nothing is unmapped.
+func TestRulesMunmapNothingMapped(t *testing.T) {
+	r := newRig(t, Config{Model: ModelGaudi2})
+	h, err := hlsys.CBCreate(r.b, 2*pageSize, 0)
+	require.NoError(t, err)
+	m, err := r.b.Mmap(int64(h), 2*pageSize)
+	require.NoError(t, err)
+	other := make([]byte, 2*pageSize)
+	aligned := other[pageSize-int(uintptr(unsafe.Pointer(&other[0]))%pageSize):][:pageSize]
+	tests := []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"never mapped", aligned, nil},
+		{"never mapped, start not page aligned", aligned[8:], unix.EINVAL},
+		{"length 0", m[:0], unix.EINVAL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.want == nil {
+				require.NoError(t, r.b.Munmap(tt.b))
+			} else {
+				require.ErrorIs(t, r.b.Munmap(tt.b), tt.want)
+			}
+			require.EqualValues(t, 1, r.d.Stats().UserMappings, "the CB mapping stays")
+		})
+	}
+	require.NoError(t, r.b.Munmap(m[pageSize:]))
+	require.NoError(t, r.b.Munmap(m[pageSize:]), "a piece unmapped again")
+	require.NoError(t, r.b.Munmap(m[:pageSize]))
+	require.Zero(t, r.d.Stats().UserMappings)
+	require.NoError(t, r.b.Munmap(m), "the whole mapping unmapped again")
+	require.NoError(t, r.b.Munmap(m[pageSize:]), "a piece of it unmapped again")
+	require.ErrorIs(t, r.b.Munmap(m[8:]), unix.EINVAL, "start not page aligned")
+	_, err = r.b.Mmap(int64(h), 2*pageSize)
+	require.NoError(t, err, "the CB can be mapped again")
 }

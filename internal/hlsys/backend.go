@@ -57,8 +57,12 @@ type Backend interface {
 	// Munmap undoes Mmap, of the whole mapping or of part of it as
 	// munmap(2) takes it (a page-aligned start, the length rounded up to
 	// pages; the driver keeps the CB or block until every part is gone).
-	// b must lie within one mapping Mmap returned that is not yet wholly
-	// unmapped (EINVAL otherwise); parts already unmapped are left alone.
+	// b must start on a page and not be empty (EINVAL otherwise), as
+	// munmap(2) requires; within one mapping Mmap returned, the parts
+	// already unmapped are left alone. A b that no mapping holds any more
+	// (or ever held) answers 0 and unmaps nothing, as munmap(2) answers 0
+	// for a range with no mapping in it; a b partly inside a mapping and
+	// partly outside it is EINVAL.
 	Munmap(b []byte) error
 	// Close releases the device context, and undoes the Mmaps still in
 	// place (their memory must not be used after it).
@@ -184,26 +188,31 @@ func (b *FDBackend) Mmap(offset int64, length int) ([]byte, error) {
 
 // Munmap implements Backend: it unmaps the pages of m's range that its
 // mapping still has (never a page given back before, which another
-// mapping may hold by now).
+// mapping may hold by now). A range that no mapping of the node holds
+// any more (or ever held) answers 0 and is left alone, as munmap(2)
+// answers 0 for a range with no mapping in it (torvalds/linux mm/vma.c
+// do_vmi_munmap) and as the emulator does (dma/hlsim RULES.md B10):
+// munmap(2) itself is not called there, since those pages may be Go
+// memory or another mapping by now.
 func (b *FDBackend) Munmap(m []byte) error {
-	if len(m) == 0 {
-		return unix.EINVAL
-	}
 	ps := uintptr(os.Getpagesize())
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+	if len(m) == 0 || lo%ps != 0 {
+		return unix.EINVAL // do_vmi_munmap: start not page aligned, length 0
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// The mapping holding m: the one whose page at m's start is still
 	// mapped, if any (a newer mapping may lie in a hole an older one's
 	// partial Munmap left, where the older one's page is given back).
-	pick, first, end := -1, 0, 0
+	pick, first, end, overlap := -1, 0, 0, false
 	for i, mp := range b.maps {
 		base := uintptr(unsafe.Pointer(mp.base))
 		if lo < base || lo-base+uintptr(len(m)) > uintptr(mp.pages)*ps {
+			if lo < base+uintptr(mp.pages)*ps && base < lo+uintptr(len(m)) {
+				overlap = true
+			}
 			continue
-		}
-		if (lo-base)%ps != 0 {
-			return unix.EINVAL
 		}
 		f := int((lo - base) / ps)
 		live := !mp.gone[f]
@@ -215,7 +224,10 @@ func (b *FDBackend) Munmap(m []byte) error {
 		}
 	}
 	if pick < 0 {
-		return unix.EINVAL
+		if overlap {
+			return unix.EINVAL // partly inside a mapping: not taken apart here
+		}
+		return nil
 	}
 	mp := b.maps[pick]
 	if err := mp.unmap(first, end); err != nil {

@@ -87,7 +87,7 @@ func TestFDBackendPartialMunmap(t *testing.T) {
 		m, err := b.Mmap(0, ps)
 		require.NoError(t, err)
 		require.ErrorIs(t, b.Munmap(m[8:]), unix.EINVAL, "start not page aligned")
-		require.ErrorIs(t, b.Munmap(make([]byte, ps)), unix.EINVAL, "Go memory")
+		require.NoError(t, b.Munmap(pageOf(make([]byte, 2*ps))), "Go memory: no mapping of the node, nothing unmapped")
 		require.True(t, fileMapped(t, path))
 		require.NoError(t, b.Close())
 		require.False(t, fileMapped(t, path), "Close left the mapping mapped")
@@ -128,4 +128,60 @@ func TestFDBackendMunmapOfMappingInHole(t *testing.T) {
 	require.NoError(t, b.Munmap(inHole))
 	require.False(t, mapped(inHole), "Munmap left the mapping in the hole mapped")
 	require.True(t, mapped(old[:ps]) && mapped(old[2*ps:]), "Munmap unmapped the older mapping's pages")
+}
+
+// pageOf returns the first whole page of b.
+func pageOf(b []byte) []byte {
+	ps := os.Getpagesize()
+	return b[ps-int(uintptr(unsafe.Pointer(&b[0]))%uintptr(ps)):][:ps]
+}
+
+// TestFDBackendMunmapNothingMapped: as munmap(2) (torvalds/linux
+// mm/vma.c do_vmi_munmap: no vma in the range, return 0) and as the
+// emulator (dma/hlsim RULES.md B10), Munmap of a range that no mapping of
+// the node holds any more answers 0, and gives nothing back to the
+// kernel (the pages may belong to another mapping by now); a start not
+// page aligned and a length of 0 stay EINVAL.
+func TestFDBackendMunmapNothingMapped(t *testing.T) {
+	ps := os.Getpagesize()
+	path := filepath.Join(t.TempDir(), "node")
+	require.NoError(t, os.WriteFile(path, make([]byte, 2*ps), 0o600))
+	b, err := hlsys.OpenFD(path)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, b.Close()) }()
+	m, err := b.Mmap(0, 2*ps)
+	require.NoError(t, err)
+	require.NoError(t, b.Munmap(m[ps:]))
+	require.NoError(t, b.Munmap(m[ps:]), "a piece unmapped again")
+	require.NoError(t, b.Munmap(m))
+	require.False(t, fileMapped(t, path))
+	tests := []struct {
+		name string
+		b    []byte
+		want error
+	}{
+		{"the whole mapping again", m, nil},
+		{"a piece of it again", m[ps:], nil},
+		{"start not page aligned", m[8:], unix.EINVAL},
+		{"length 0", m[:0], unix.EINVAL},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.want == nil {
+				require.NoError(t, b.Munmap(tt.b))
+			} else {
+				require.ErrorIs(t, b.Munmap(tt.b), tt.want)
+			}
+		})
+	}
+	// The pages given back, mapped again by someone else, are left alone.
+	ptr, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&m[0]), uintptr(ps), unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE)
+	if err != nil {
+		t.Skipf("the page is taken already: %v", err)
+	}
+	o := unsafe.Slice((*byte)(ptr), ps)
+	defer func() { _ = unix.Munmap(o) }()
+	require.NoError(t, b.Munmap(m[:ps]))
+	require.True(t, mapped(o), "Munmap unmapped another mapping")
 }
