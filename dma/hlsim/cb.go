@@ -9,12 +9,14 @@ import (
 	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
-// cbuf is a kernel command buffer: emulator-owned anonymous memory that
-// the user fills through Mmap and the emulator reads directly.
+// cbuf is a kernel command buffer: emulator-owned shared anonymous
+// memory that the user fills through Mmap and the emulator reads
+// directly.
 type cbuf struct {
 	id         uint64
 	size       uint32 // cb->size: the requested size, at least PAGE_SIZE
-	mem        []byte // page-rounded; also the user's mmap
+	mem        []byte // page-rounded, the emulator's (the driver's memory)
+	user       []byte // the user's mmap: a second mapping of mem's pages (nil: none)
 	userMapped bool
 	unmapped   []bool // pages of the user mmap a partial Munmap removed (nil: none)
 	destroyed  bool
@@ -161,10 +163,30 @@ func (c *hctx) Mmap(offset int64, length int) ([]byte, error) {
 	if cb == nil || cb.userMapped || length != len(cb.mem) {
 		return nil, unix.EINVAL
 	}
+	// The user's mapping is its own (the driver maps the CB's pages into
+	// the process, hl_cb_mmap), so that a munmap of it leaves the
+	// emulator's view alone and a touch of what it removed faults.
+	// mremap with old_size 0 maps a shared mapping's pages again.
+	p, err := unix.MremapPtr(unsafe.Pointer(&cb.mem[0]), 0, nil, uintptr(length), unix.MREMAP_MAYMOVE)
+	if err != nil {
+		return nil, unix.ENOMEM
+	}
+	cb.user = unsafe.Slice((*byte)(p), length)
 	cb.userMapped = true
-	c.cbMmaps[&cb.mem[0]] = cb
+	c.cbMmaps[&cb.user[0]] = cb
 	c.d.st.userMaps.Add(1)
-	return cb.mem[:length:length], nil
+	return cb.user, nil
+}
+
+// unmapUser ends the user's mapping of cb (memMu held): a touch of it
+// faults from here on.
+func (cb *cbuf) unmapUser() {
+	if cb.user != nil {
+		_ = unix.MunmapPtr(unsafe.Pointer(&cb.user[0]), uintptr(len(cb.user)))
+		cb.user = nil
+	}
+	cb.userMapped = false
+	cb.unmapped = nil
 }
 
 // Munmap implements hlsys.Backend. As munmap(2) takes it, b must start
@@ -172,8 +194,11 @@ func (c *hctx) Mmap(offset int64, length int) ([]byte, error) {
 // part of a mapping (RULES.md B10): munmap splits the vma and closes the
 // part removed, and the driver's close drops the mapping's reference only
 // once the closed parts add up to the whole (hl_mmap_mem_buf_vm_close's
-// real_mapped_size, hw_block_vm_close's mapped_size). The pages unmapped
-// stay readable here (the user's mapping is the emulator's memory).
+// real_mapped_size, hw_block_vm_close's mapped_size). A touch of a CB's
+// pages unmapped faults (they are made inaccessible at once and unmapped
+// with the rest, so that no other mapping lands in the hole); the pages
+// of a Gaudi3 block unmapped stay readable (the user's mapping of a
+// block is the emulator's register file).
 // A range with no mapping in it (unmapped already, or never mapped)
 // answers 0 and changes nothing, as munmap(2) does (torvalds/linux
 // mm/vma.c do_vmi_munmap: no vma in the range, return 0); only a start
@@ -199,21 +224,24 @@ func (c *hctx) Munmap(b []byte) error {
 		}
 		return nil
 	}
-	pages := len(cb.mem) / pageSize
+	pages := len(cb.user) / pageSize
 	if cb.unmapped == nil {
 		cb.unmapped = make([]bool, pages)
 	}
-	for p := off / pageSize; p < (off+len(b)+pageSize-1)/pageSize; p++ {
+	first, end := off/pageSize, (off+len(b)+pageSize-1)/pageSize
+	for p := first; p < end; p++ {
 		cb.unmapped[p] = true
 	}
 	for _, gone := range cb.unmapped {
 		if !gone {
-			return nil // part of the mapping is left: it keeps the CB
+			// Part of the mapping is left: it keeps the CB. The part
+			// removed faults from now on.
+			_ = unix.Mprotect(cb.user[first*pageSize:end*pageSize], unix.PROT_NONE)
+			return nil
 		}
 	}
-	delete(c.cbMmaps, &cb.mem[0])
-	cb.userMapped = false
-	cb.unmapped = nil
+	delete(c.cbMmaps, &cb.user[0])
+	cb.unmapUser()
 	c.d.st.userMaps.Add(-1)
 	// hl_mmap_mem_buf_vm_close puts the mapping's reference: the last
 	// one (handle destroyed, or the context released) frees the CB.
@@ -228,8 +256,8 @@ func (c *hctx) Munmap(b []byte) error {
 func (c *hctx) cbMmapOf(b []byte) (*cbuf, int) {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	for _, cb := range c.cbMmaps {
-		base := uintptr(unsafe.Pointer(unsafe.SliceData(cb.mem)))
-		if p >= base && p-base+uintptr(len(b)) <= uintptr(len(cb.mem)) {
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(cb.user)))
+		if p >= base && p-base+uintptr(len(b)) <= uintptr(len(cb.user)) {
 			return cb, int(p - base)
 		}
 	}
@@ -246,7 +274,7 @@ func (c *hctx) overlapsMapping(b []byte) bool {
 		return lo < base+uintptr(len(m)) && base < hi
 	}
 	for _, cb := range c.cbMmaps {
-		if over(cb.mem) {
+		if over(cb.user) {
 			return true
 		}
 	}

@@ -329,8 +329,7 @@ func (c *hctx) releaseMemory(keep bool) {
 // blocks a Device.Close left mapped (g3kept).
 func (c *hctx) releaseUserMaps() {
 	for _, cb := range c.cbMmaps {
-		cb.userMapped = false
-		cb.unmapped = nil
+		cb.unmapUser()
 		c.d.st.userMaps.Add(-1)
 		if cb.waitRefs.Load() == 0 && (cb.destroyed || c.memDead) {
 			c.freeCB(cb)
