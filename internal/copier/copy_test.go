@@ -3,6 +3,7 @@ package copier
 import (
 	"bytes"
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ type rig struct {
 	gate   datapath.Gate
 	closed atomic.Bool
 	st     Counters
+	refsMu sync.Mutex // refs is appended to by concurrent staged copies' AllocHost
 	refs   []*atomic.Uint64
 }
 
@@ -35,7 +37,7 @@ func newRigModel(t *testing.T, devices int, model string) *rig {
 		Logger: zerolog.Nop(), BaseLogger: zerolog.Nop(), Workers: 8, QueueDepth: 64, CBSize: 64 << 10,
 		MaxOpsPerCS: 1024, ChunkSize: 4 << 20, ParallelCopyMin: 4 << 20, CloseGrace: time.Second,
 		Gate: &r.gate, Stats: &r.st,
-		AllocHost: func(n int) (*Mem, error) { return r.host(t, n), nil },
+		AllocHost: r.hostMem,
 		FreeHost:  func(m *Mem) error { r.c.Forget(m); return nil },
 		Destroy:   func(*Mem) {},
 	})
@@ -54,14 +56,30 @@ func newRigModel(t *testing.T, devices int, model string) *rig {
 
 func (r *rig) mem(m *Mem) *Mem {
 	m.Refs = new(atomic.Uint64)
+	r.refsMu.Lock()
 	r.refs = append(r.refs, m.Refs)
+	r.refsMu.Unlock()
 	return m
 }
 
-func (r *rig) host(t *testing.T, n int) *Mem {
+// allRefs is the reference counts of every mem made so far.
+func (r *rig) allRefs() []*atomic.Uint64 {
+	r.refsMu.Lock()
+	defer r.refsMu.Unlock()
+	return append([]*atomic.Uint64(nil), r.refs...)
+}
+
+// hostMem makes n bytes of host memory; it is the Config.AllocHost of the
+// rig, safe for concurrent use (staging tasks call it at once).
+func (r *rig) hostMem(n int) (*Mem, error) {
 	b := make([]byte, n)
 	m := r.mem(&Mem{Ptr: unsafe.Pointer(&b[0]), Addr: uint64(uintptr(unsafe.Pointer(&b[0]))), Size: uint64(n), Owner: b})
-	require.NoError(t, r.c.AddHost(m))
+	return m, r.c.AddHost(m)
+}
+
+func (r *rig) host(t *testing.T, n int) *Mem {
+	m, err := r.hostMem(n)
+	require.NoError(t, err)
 	return m
 }
 
@@ -100,7 +118,7 @@ func TestCopyRoundTrip(t *testing.T) {
 	require.NoError(t, r.copy(ctx, d1, d0))
 	require.NoError(t, r.copy(ctx, out, d1))
 	require.True(t, bytes.Equal(src.Owner.([]byte), out.Owner.([]byte)))
-	for i, refs := range r.refs {
+	for i, refs := range r.allRefs() {
 		require.Zero(t, refs.Load(), "mem %d still referenced", i)
 	}
 	require.Equal(t, uint64(3), r.st.Completed.Load())

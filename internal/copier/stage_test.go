@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -56,12 +55,10 @@ func TestStageBoundsGoroutines(t *testing.T) {
 			unblock := func() { once.Do(func() { close(release) }) }
 			t.Cleanup(unblock) // before the rig's Stop
 			var allocs atomic.Int32
-			r.c.cfg.AllocHost = func(sz int) (*Mem, error) { // safe for concurrent use, unlike r.host
+			r.c.cfg.AllocHost = func(sz int) (*Mem, error) {
 				allocs.Add(1)
 				<-release
-				b := make([]byte, sz)
-				m := &Mem{Ptr: unsafe.Pointer(&b[0]), Addr: uint64(uintptr(unsafe.Pointer(&b[0]))), Size: uint64(sz), Owner: b, Refs: new(atomic.Uint64)}
-				return m, r.c.AddHost(m)
+				return r.hostMem(sz)
 			}
 			src, dst := r.gaudi(t, 0, n*size), r.gaudi(t, 1, n*size)
 			ops := make([]Op, n)
@@ -118,5 +115,36 @@ func TestStageBoundsGoroutines(t *testing.T) {
 				require.ErrorIs(t, err, tc.want, "copy %d", i)
 			}
 		})
+	}
+}
+
+// TestStageConcurrentCopies: copies between two devices staged at the
+// same time (a batch of more than one), their bounce buffers from the
+// rig's own AllocHost, carry their bytes and drop every reference. The
+// rig's AllocHost was not safe for concurrent use (the race detector
+// reported its list of references written by two staging tasks).
+func TestStageConcurrentCopies(t *testing.T) {
+	const n, size = 16, 64 << 10
+	r := newRig(t, 2)
+	ctx := context.Background()
+	in, out := r.host(t, n*size), r.host(t, n*size)
+	for i, b := 0, in.Owner.([]byte); i < len(b); i++ {
+		b[i] = byte(i*13 + i>>11)
+	}
+	d0, d1 := r.gaudi(t, 0, n*size), r.gaudi(t, 1, n*size)
+	require.NoError(t, r.copy(ctx, d0, in))
+	ops := make([]Op, n)
+	for i := range ops {
+		ops[i] = Op{Dst: Slice{M: d1, Off: uint64(i * size), N: size}, Src: Slice{M: d0, Off: uint64(i * size), N: size}, Idx: i}
+	}
+	d0.Refs.Add(n)
+	d1.Refs.Add(n)
+	f := NewFuture(n)
+	require.NoError(t, r.c.SubmitBatch(ctx, f, ops, time.Time{}))
+	require.NoError(t, f.Wait(ctx))
+	require.NoError(t, r.copy(ctx, out, d1))
+	require.True(t, bytes.Equal(in.Owner.([]byte), out.Owner.([]byte)), "bytes differ")
+	for i, refs := range r.allRefs() {
+		require.Zero(t, refs.Load(), "mem %d still referenced", i)
 	}
 }
