@@ -22,7 +22,8 @@ const StageChunk = 4 << 20
 // never blocks and a batch of many copies starts no goroutine per copy.
 // The copies of one job share one timer (its deadline) and one watch of
 // its ctx: a copy still waiting when ctx ends, or its deadline passes,
-// ends at once (ErrCanceled or ErrTimeout), releasing its buffers.
+// ends at once (ErrCanceled or ErrTimeout), releasing its buffers. One
+// taken once Stop has begun ends with ErrClosed, allocating nothing.
 //
 // A copy being staged ends with ErrTimeout at its deadline, but keeps its
 // buffers (and the task its bounce buffers) until the DMAs it started have
@@ -187,6 +188,13 @@ func (c *Copier) runStaged(s *stagedOp) {
 	}
 	if ctx.Err() != nil {
 		err = gxerr.Ctx("copy between devices not started", ctx.Err())
+		return
+	}
+	// Once Stop has begun the inner copies fail with ErrClosed: a copy
+	// still waiting then fails before it allocates its bounce buffers
+	// (every waiting copy allocated its two, only to fail).
+	if c.stopping.Load() {
+		err = gxerr.New(gxerr.Closed, "the engine closed before the copy between devices started", nil)
 		return
 	}
 	err = c.stageCopy(ctx, s.o, j.Deadline)

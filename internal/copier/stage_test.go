@@ -148,3 +148,65 @@ func TestStageConcurrentCopies(t *testing.T) {
 		require.Zero(t, refs.Load(), "mem %d still referenced", i)
 	}
 }
+
+// TestStageStopAllocatesNothing: copies between two devices still waiting
+// for a staging task when Stop begins end with ErrClosed without
+// allocating bounce buffers (each allocated its two, then failed with
+// ErrClosed on its first inner copy), and every bounce buffer allocated
+// (those of the copies being staged, held in AllocHost) is freed.
+func TestStageStopAllocatesNothing(t *testing.T) {
+	const size = 4096
+	r := newRig(t, 2)
+	tasks := r.c.StageTasks()
+	n := tasks + 8 // 8 copies wait behind the held ones
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the rig's Stop
+	var allocs, frees atomic.Int32
+	alloc, free := r.c.cfg.AllocHost, r.c.cfg.FreeHost
+	r.c.cfg.AllocHost = func(sz int) (*Mem, error) {
+		allocs.Add(1)
+		<-release
+		return alloc(sz)
+	}
+	r.c.cfg.FreeHost = func(m *Mem) error {
+		frees.Add(1)
+		return free(m)
+	}
+	src, dst := r.gaudi(t, 0, n*size), r.gaudi(t, 1, n*size)
+	ops := make([]Op, n)
+	for i := range ops {
+		ops[i] = Op{Dst: Slice{M: dst, Off: uint64(i * size), N: size}, Src: Slice{M: src, Off: uint64(i * size), N: size}, Idx: i}
+	}
+	src.Refs.Add(uint64(n))
+	dst.Refs.Add(uint64(n))
+	f := new(Future)
+	f.InitBatch(n)
+	require.NoError(t, r.c.SubmitBatch(context.Background(), f, ops, time.Time{}))
+	// Bounded by 10 s.
+	for i := 0; i < 10000 && int(allocs.Load()) < tasks; i++ {
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, tasks, int(allocs.Load()), "staged copies waiting in AllocHost")
+	stopped := make(chan struct{})
+	go func() {
+		r.c.Stop()
+		close(stopped)
+	}()
+	for i := 0; i < 10000 && !r.c.stopping.Load(); i++ {
+		time.Sleep(time.Millisecond)
+	}
+	require.True(t, r.c.stopping.Load(), "Stop began")
+	unblock()
+	<-stopped // Stop waits for every staged copy
+	// Resolved: the per-copy results are checked below.
+	_ = f.Wait(context.Background())
+	for i, err := range f.Errs()[tasks:] {
+		require.ErrorIs(t, err, gxerr.Closed, "waiting copy %d", tasks+i)
+	}
+	require.Equal(t, 2*tasks, int(allocs.Load()), "bounce buffers allocated: only the held copies' two each")
+	require.Equal(t, allocs.Load(), frees.Load(), "bounce buffers freed")
+	require.Zero(t, src.Refs.Load())
+	require.Zero(t, dst.Refs.Load())
+}
