@@ -73,7 +73,8 @@ func TestStageBoundsGoroutines(t *testing.T) {
 			if tc.stop == "deadline" {
 				deadline = time.Now().Add(300 * time.Millisecond)
 			}
-			f := NewFuture(n)
+			f := new(Future)
+			f.InitBatch(n) // per-copy results (Errs: nil for a plain future)
 			inline := r.st.InlineSubmits.Load()
 			require.NoError(t, r.c.SubmitBatch(ctx, f, ops, deadline))
 			require.Equal(t, inline+1, r.st.InlineSubmits.Load(), "the batch was processed on this goroutine: every copy is staged")
@@ -111,7 +112,9 @@ func TestStageBoundsGoroutines(t *testing.T) {
 				require.Equal(t, uint64(n), r.st.Completed.Load())
 				return
 			}
-			for i, err := range f.Errs() {
+			errs := f.Errs()
+			require.Len(t, errs, n)
+			for i, err := range errs {
 				require.ErrorIs(t, err, tc.want, "copy %d", i)
 			}
 		})
