@@ -285,7 +285,10 @@ func (c *Copier) Stop() {
 	}
 	c.failQueued(c.host.q, gxerr.Closed)
 	c.host.actor.Close()
-	// Staging tasks end once their inner copies have.
+	// Staging tasks end once their inner copies have. A worker that
+	// outlived the pool's release gets ErrClosed for a copy it stages
+	// from here on.
+	c.closeStaging()
 	c.stages.Wait()
 }
 
@@ -317,7 +320,6 @@ func (c *Copier) CloseDevices() error {
 		for c.devTasks.Load() > 0 {
 			time.Sleep(50 * time.Microsecond)
 		}
-		c.stages.Wait() // those the workers started since Stop's wait
 	}
 	return errors.Join(errs...)
 }

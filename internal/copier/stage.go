@@ -71,17 +71,40 @@ type stageQueue struct {
 	mu      sync.Mutex
 	waiting []*stagedOp
 	running int
+	// closed: Stop waits for the staged copies (Copier.stages); a copy
+	// queued after that ends with ErrClosed, never adding to the count
+	// Stop waits on (an Add racing with the Wait is a WaitGroup misuse).
+	closed bool
+}
+
+// closeStaging refuses the staged copies queued from now on (Stop, before
+// it waits for those queued before).
+func (c *Copier) closeStaging() {
+	c.stageQ.mu.Lock()
+	c.stageQ.closed = true
+	c.stageQ.mu.Unlock()
 }
 
 // stageJob queues the copies (refs) of job j.
 func (c *Copier) stageJob(j *Job, refs []ref) {
+	q := &c.stageQ
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		err := gxerr.New(gxerr.Closed, "the engine closed before the copy between devices started", nil)
+		for _, rf := range refs {
+			c.finishOp(j, rf.o, err)
+		}
+		return
+	}
+	c.stages.Add(len(refs))
+	q.mu.Unlock()
 	g := &stageGroup{c: c, j: j, ops: make([]stagedOp, len(refs))}
 	for i, rf := range refs {
 		rf.o.handed = true
 		g.ops[i].g, g.ops[i].o = g, rf.o
 	}
 	g.left.Store(int32(len(refs)))
-	c.stages.Add(len(refs))
 	if !j.Deadline.IsZero() {
 		g.timer.Store(time.AfterFunc(time.Until(j.Deadline), func() {
 			g.end(gxerr.New(gxerr.Timeout, "copy between devices: deadline passed", nil), true)
@@ -96,7 +119,6 @@ func (c *Copier) stageJob(j *Job, refs []ref) {
 	if g.left.Load() == 0 {
 		g.unwatch() // every op ended before the watches were stored
 	}
-	q := &c.stageQ
 	q.mu.Lock()
 	for i := range g.ops {
 		q.waiting = append(q.waiting, &g.ops[i])

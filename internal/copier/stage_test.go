@@ -213,3 +213,32 @@ func TestStageStopAllocatesNothing(t *testing.T) {
 	require.Zero(t, src.Refs.Load())
 	require.Zero(t, dst.Refs.Load())
 }
+
+// TestStageAfterStopRefused: a copy between devices staged once Stop has
+// waited for the staged copies (a worker that outlived the pool's release
+// stages one) ends with ErrClosed at once: it starts no staging task and
+// adds nothing to the count Stop waits on (an Add racing with that Wait
+// is a WaitGroup misuse).
+func TestStageAfterStopRefused(t *testing.T) {
+	const size = 4096
+	r := newRig(t, 2)
+	src, dst := r.gaudi(t, 0, size), r.gaudi(t, 1, size)
+	r.c.Stop()
+	src.Refs.Add(1)
+	dst.Refs.Add(1)
+	f := new(Future)
+	f.InitBatch(1)
+	j := &Job{Fut: f}
+	j.Ops = j.one[:]
+	j.Ops[0] = Op{Dst: Slice{M: dst, N: size}, Src: Slice{M: src, N: size}}
+	r.c.stage([]ref{{j: j, o: &j.Ops[0]}})
+	r.c.stageQ.mu.Lock()
+	running, waiting := r.c.stageQ.running, len(r.c.stageQ.waiting)
+	r.c.stageQ.mu.Unlock()
+	require.Zero(t, running, "no staging task started")
+	require.Zero(t, waiting, "nothing queued")
+	require.True(t, f.IsDone(), "the copy ended before stage returned")
+	require.ErrorIs(t, f.Errs()[0], gxerr.Closed)
+	require.Zero(t, src.Refs.Load())
+	require.Zero(t, dst.Refs.Load())
+}
