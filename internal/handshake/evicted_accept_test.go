@@ -72,37 +72,33 @@ func testEvictedWhileConnecting(t *testing.T, releaseFirst bool) {
 // closing to make room for a newcomer is not handed to Accept while its
 // Bye is on the way (ctrlchan's Evict waits for it, longer for a peer
 // that reads slowly, and fails the endpoint only then): it would fail
-// moments after Accept returned it. Accept waits for the newcomer.
+// moments after Accept returned it. Accept returns the newcomer, which
+// the eviction (off the newcomer's handshake) does not hold up.
 func TestAcceptSkipsEndpointBeingEvicted(t *testing.T) {
 	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
 	entered, hold := make(chan struct{}), make(chan struct{})
 	var enter, unhold sync.Once
 	release := func() { unhold.Do(func() { close(hold) }) }
-	defer release() // before the listener's Close (a Cleanup), which waits for the handshake
+	defer release() // before the listener's Close (a Cleanup), which waits for the eviction
 	ls.onEvict = func() { enter.Do(func() { close(entered) }); <-hold }
 	l := ls.listen(t, "unix", 1, false)
 	_, err := ds.dial(l, "unix", 0, false) // idle: the one closed to make room
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return l.queueLen() == 1 }, 5*time.Second, time.Millisecond)
-	second := make(chan error, 1)
-	go func() {
-		_, err := ds.dial(l, "unix", 0, false)
-		second <- err
-	}()
+	_, err = ds.dial(l, "unix", 0, false)
+	require.NoError(t, err)
 	<-entered
-	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	require.Eventually(t, func() bool { return len(ls.all()) == 2 }, 5*time.Second, time.Millisecond)
+	victim := ls.all()[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a hang guard only
 	defer cancel()
-	_, err = l.Accept(short)
-	if err == nil {
-		t.Fatal("Accept returned the endpoint being closed to make room")
-	}
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	release()
-	require.NoError(t, <-second)
-	ctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second) // a hang guard only
-	defer cancel2()
 	p, err := l.Accept(ctx)
 	require.NoError(t, err)
+	require.NoError(t, victim.Err(), "its eviction is still held")
+	if p == victim {
+		t.Fatal("Accept returned the endpoint being closed to make room")
+	}
 	require.NoError(t, p.Err())
 	require.Same(t, ls.all()[1], p, "the newcomer")
+	release()
 }

@@ -211,6 +211,7 @@ func TestMaxPeers(t *testing.T) {
 	ls.all()[1].active.Store(true)
 	_, err := ds.dial(l, "unix", 0, false)
 	require.NoError(t, err)
+	l.evictionsDone()
 	require.ErrorIs(t, first.Err(), gxerr.Peer, "the idle peer was closed")
 	require.Eventually(t, func() bool { return len(ls.all()) == 3 }, 5*time.Second, time.Millisecond)
 	ls.all()[2].active.Store(true)

@@ -87,6 +87,7 @@ func TestPeerIdleEvict(t *testing.T) {
 			}
 			time.Sleep(5 * idle) // idle for longer than PeerIdleEvict
 			_, err = other.dial(l, "unix", 0, false)
+			l.evictionsDone()
 			if !tt.evicted {
 				require.ErrorIs(t, err, gxerr.TooManyPeers)
 				require.NoError(t, ep.Err())
@@ -116,6 +117,7 @@ func TestPeerIdleEvictLongestIdle(t *testing.T) {
 	older.pulse.Store(true)
 	taken(t, older)
 	dialUntilIn(t, ds, l)
+	l.evictionsDone()
 	require.ErrorIs(t, newer.Err(), gxerr.Peer, "the endpoint idle the longest is closed")
 	require.NoError(t, older.Err())
 }

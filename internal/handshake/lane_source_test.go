@@ -64,6 +64,7 @@ func TestLanesSparedOnlyFromTheirEndpointsSource(t *testing.T) {
 			require.Eventually(t, func() bool { return len(ls.all()) == maxPeers }, 5*time.Second, time.Millisecond)
 
 			_, err = newcomer.dial(l, "tcp", datapath.KindTCP, false)
+			l.evictionsDone()
 			if tc.err != nil {
 				require.ErrorIs(t, err, tc.err)
 			} else {

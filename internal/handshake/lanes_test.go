@@ -47,6 +47,7 @@ func TestLanesSparedOnlyWithTheirEndpoint(t *testing.T) {
 			}
 
 			_, err := newcomer.dial(l, "tcp", datapath.KindTCP, false)
+			l.evictionsDone()
 			if tc.err != nil {
 				require.ErrorIs(t, err, tc.err)
 				for _, p := range ls.all() {
@@ -92,6 +93,7 @@ func TestLanesSparedPerEndpointBounded(t *testing.T) {
 	for i := range extra {
 		_, err := newcomer.dial(l, "tcp", datapath.KindTCP, false)
 		require.NoError(t, err, "newcomer %d: the lanes beyond the bound hold the listener's every slot", i)
+		l.evictionsDone()
 		require.ErrorIs(t, held[MaxLanes+i].Err(), gxerr.Peer, "the oldest lane beyond the bound was closed for newcomer %d", i)
 		for j, p := range held[:MaxLanes] {
 			require.NoError(t, p.Err(), "newcomer %d: the endpoint and its first MaxLanes-1 lanes stay up (%d)", i, j)

@@ -72,6 +72,9 @@ type Listener[P any] struct {
 	pending   []*pending
 	perSource map[string]int
 	peers     []*admitted // in admission order, MaxPeers at most
+	// Evictions of endpoints closed to make room, each on its own
+	// goroutine (see admit): Close waits for them.
+	evictions sync.WaitGroup
 }
 
 // Listen opens the socket and serves its connections until Close.
@@ -279,6 +282,8 @@ func (l *Listener[P]) Close() error {
 		l.cancel()
 		err = l.sock.close()
 		<-l.done // every handshake has ended: nothing is queued after
+		// nor is any eviction started (admit runs in handshakes).
+		l.evictions.Wait()
 		l.logs.flush()
 		// Accept returns none of the endpoints left: let go of them
 		// (they are served all the same).
@@ -613,6 +618,9 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 	if victim != nil {
 		ep = victim.peer
 	}
+	if ep != nil {
+		l.evictions.Add(1) // under mu, with the admission: a Wait ordered after it waits for the eviction
+	}
 	l.mu.Unlock()
 	if ep != nil {
 		why := "it made no request"
@@ -620,7 +628,14 @@ func (l *Listener[P]) admit(p *pending, hello wire.Hello) (*admitted, error) {
 			why = fmt.Sprintf("idle for %v, nothing in flight; Config.PeerIdleEvict", idleFor.Round(time.Millisecond))
 		}
 		l.logs.warn().Str("peer", ep.Name()).Str("why", why).Msg("idle peer closed to make room (Config.MaxPeers, MaxPeersPerSource)")
-		ep.Evict("closed to make room for another peer (" + why + "; Config.MaxPeers)")
+		// Off p's handshake: the victim's Evict waits for its Bye to
+		// be sent, then for it to hang up (ctrlchan's Evict), which is
+		// no business of p's. Its slot is free already (out of peers,
+		// and Accept skips it: evicted), and Close waits for it.
+		go func() {
+			defer l.evictions.Done()
+			ep.Evict("closed to make room for another peer (" + why + "; Config.MaxPeers)")
+		}()
 	}
 	return a, nil
 }

@@ -125,6 +125,7 @@ func TestMaxPeersPerSource(t *testing.T) {
 		var ack wire.HelloAck
 		require.NoError(t, f.DecodeOrError(&ack), "hostile endpoint %d", i)
 		// Admitted, so whatever was closed to make room is closed.
+		l.evictionsDone()
 		require.NoError(t, honest.Err(), "the honest idle endpoint was closed for hostile endpoint %d", i)
 	}
 }
@@ -178,6 +179,7 @@ func TestPeersPerSourceBound(t *testing.T) {
 			}
 			_, err = ds.dial(l, "tcp", datapath.KindTCP, false)
 			require.NoError(t, err, "a dialer from 127.0.0.1 is locked out by 127.0.0.2's endpoints")
+			l.evictionsDone()
 			live := 0
 			for _, p := range ls.all() {
 				if strings.HasPrefix(p.addr, "127.0.0.2:") && p.Err() == nil {
