@@ -61,6 +61,14 @@ func (c *Conn) Peer() Cred { return c.peer }
 // MaxFDsPerMsg returns the per-message descriptor limit.
 func (c *Conn) MaxFDsPerMsg() int { return c.maxFDs }
 
+// AwaitsHangUp reports true: one closing c after a last frame (a Bye)
+// should first wait for the peer to hang up. A unix socket has no
+// acknowledgements to wait for, and closing it with frames of the peer
+// unread makes the peer's next read fail with ECONNRESET before the
+// frames queued for it. A transport wrapping c says the same by
+// forwarding this method (ctrlchan asks the transport, not its type).
+func (c *Conn) AwaitsHangUp() bool { return true }
+
 // Send sends frame as one message, with fds attached (SCM_RIGHTS) in the
 // same sendmsg. It does not take ownership of fds: the kernel installs
 // duplicates in the peer, and the caller still owns (and closes) its own.

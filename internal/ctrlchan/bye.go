@@ -3,7 +3,6 @@ package ctrlchan
 import (
 	"time"
 
-	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -73,9 +72,11 @@ const closeLinger = 500 * time.Millisecond
 // acknowledged, until closeLinger has passed or the channel has failed
 // (the peer went: nothing more will be acknowledged). The reader keeps
 // reading meanwhile, so the peer is not held up by a full window of ours.
-// On a unix socket it waits for the peer to hang up (awaitHangUp).
+// On a transport that says so (a unix socket: ipc.Conn.AwaitsHangUp,
+// whose wrappers forward it) it waits for the peer to hang up
+// (awaitHangUp).
 func (c *Chan) linger() {
-	if _, ok := c.c.Transport().(*ipc.Conn); ok {
+	if h, ok := c.c.Transport().(interface{ AwaitsHangUp() bool }); ok && h.AwaitsHangUp() {
 		c.awaitHangUp()
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gxfer/gxfer/internal/datapath/dptest"
 	"github.com/gxfer/gxfer/internal/gxerr"
+	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -132,11 +133,32 @@ func TestCloseByeNotReset(t *testing.T) {
 // that the peer, reading up to the Bye and then hanging up as an engine
 // does, reads the Bye; it returns the channel once it has failed.
 func byeNotReset(t *testing.T, end func(c *Chan)) *Chan {
+	return byeNotResetOver(t, func(c *ipc.Conn) wire.Transport { return c }, end)
+}
+
+// wrappedIPC is a unix socket transport wrapped (as a user's transport
+// adding counters, say, would): its type is not *ipc.Conn.
+type wrappedIPC struct{ *ipc.Conn }
+
+// TestCloseByeNotResetWrapped: Close over a wrapped unix socket waits
+// for the peer to hang up as over the bare one (TestCloseByeNotReset):
+// the transport says it (ipc.Conn.AwaitsHangUp). linger recognised a
+// unix socket by its type, *ipc.Conn, so a wrapper lost the wait, and
+// the peer read a reset rather than the Bye.
+func TestCloseByeNotResetWrapped(t *testing.T) {
+	closed := make(chan error, 1)
+	c := byeNotResetOver(t, func(c *ipc.Conn) wire.Transport { return wrappedIPC{c} }, func(c *Chan) { go func() { closed <- c.Close() }() })
+	require.NoError(t, <-closed)
+	require.ErrorIs(t, c.Err(), gxerr.Closed)
+}
+
+// byeNotResetOver is byeNotReset with our side's socket wrapped by wrap.
+func byeNotResetOver(t *testing.T, wrap func(*ipc.Conn) wire.Transport, end func(c *Chan)) *Chan {
 	ours, theirs := unixConns(t)
 	env := &dptest.Env{}
 	// Our reader stops at the peer's first heartbeat until released.
 	p, held, release := heldAtHeartbeat()
-	c := New(Config{Env: env, Conn: wire.NewConn(ours, wire.ConnConfig{}), Name: "peer", Peer: wire.Hello{Caps: wire.CapByeReason}})
+	c := New(Config{Env: env, Conn: wire.NewConn(wrap(ours), wire.ConnConfig{}), Name: "peer", Peer: wire.Hello{Caps: wire.CapByeReason}})
 	p.c = c
 	c.Start(p)
 	t.Cleanup(func() {
