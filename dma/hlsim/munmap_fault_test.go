@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/gxfer/gxfer/internal/hlsys"
 )
 
 // sinkByte keeps touch's read from being dropped.
@@ -24,10 +22,7 @@ func touch(p *byte) error {
 // mmap. Once the whole mapping is unmapped, a touch of any of it faults.
 func TestRulesPartialMunmapFaults(t *testing.T) {
 	r := newRig(t, Config{Model: ModelGaudi2})
-	h, err := hlsys.CBCreate(r.b, 3*pageSize, 0)
-	require.NoError(t, err)
-	m, err := r.b.Mmap(int64(h), 3*pageSize)
-	require.NoError(t, err)
+	h, m := r.mappedCB(t, 3)
 	m[0], m[pageSize], m[2*pageSize] = 1, 2, 3
 	require.NoError(t, r.b.Munmap(m[pageSize:2*pageSize]))
 	require.Error(t, touch(&m[pageSize]), "the page unmapped")
@@ -40,7 +35,7 @@ func TestRulesPartialMunmapFaults(t *testing.T) {
 	for _, off := range []int{0, pageSize, 2 * pageSize} {
 		require.Error(t, touch(&m[off]), "offset %d after the whole mapping went", off)
 	}
-	m, err = r.b.Mmap(int64(h), 3*pageSize)
+	m, err := r.b.Mmap(int64(h), 3*pageSize)
 	require.NoError(t, err)
 	require.Equal(t, []byte{1, 2, 3, 4}, []byte{m[0], m[pageSize], m[2*pageSize], m[2*pageSize+1]},
 		"the CB kept its bytes")

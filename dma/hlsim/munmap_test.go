@@ -22,10 +22,7 @@ import (
 // pages; a piece unmapped again changes nothing.
 func TestRulesPartialMunmap(t *testing.T) {
 	r := newRig(t, Config{Model: ModelGaudi2})
-	h, err := hlsys.CBCreate(r.b, 3*pageSize, 0)
-	require.NoError(t, err)
-	m, err := r.b.Mmap(int64(h), 3*pageSize)
-	require.NoError(t, err)
+	h, m := r.mappedCB(t, 3)
 	m[0] = 7
 	require.EqualValues(t, 1, r.d.Stats().UserMappings)
 
@@ -33,7 +30,7 @@ func TestRulesPartialMunmap(t *testing.T) {
 	require.NoError(t, r.b.Munmap(m[pageSize:pageSize+10]), "the middle page (the length rounded up)")
 	require.NoError(t, r.b.Munmap(m[pageSize:2*pageSize]), "unmapped again: no change")
 	require.EqualValues(t, 1, r.d.Stats().UserMappings, "two pages are still mapped")
-	_, err = r.b.Mmap(int64(h), 3*pageSize)
+	_, err := r.b.Mmap(int64(h), 3*pageSize)
 	require.ErrorIs(t, err, unix.EINVAL, "still mapped to the user")
 	require.NoError(t, r.b.Munmap(m[:pageSize]))
 
@@ -81,10 +78,7 @@ func TestRulesPartialMunmapBlock(t *testing.T) {
 // and nothing is unmapped.
 func TestRulesMunmapNothingMapped(t *testing.T) {
 	r := newRig(t, Config{Model: ModelGaudi2})
-	h, err := hlsys.CBCreate(r.b, 2*pageSize, 0)
-	require.NoError(t, err)
-	m, err := r.b.Mmap(int64(h), 2*pageSize)
-	require.NoError(t, err)
+	h, m := r.mappedCB(t, 2)
 	other := make([]byte, 2*pageSize)
 	aligned := other[pageSize-int(uintptr(unsafe.Pointer(&other[0]))%pageSize):][:pageSize]
 	tests := []struct {
@@ -113,6 +107,16 @@ func TestRulesMunmapNothingMapped(t *testing.T) {
 	require.NoError(t, r.b.Munmap(m), "the whole mapping unmapped again")
 	require.NoError(t, r.b.Munmap(m[pageSize:]), "a piece of it unmapped again")
 	require.ErrorIs(t, r.b.Munmap(m[8:]), unix.EINVAL, "start not page aligned")
-	_, err = r.b.Mmap(int64(h), 2*pageSize)
+	_, err := r.b.Mmap(int64(h), 2*pageSize)
 	require.NoError(t, err, "the CB can be mapped again")
+}
+
+// mappedCB creates a kernel CB of pages pages and mmaps it whole.
+func (r *rig) mappedCB(t *testing.T, pages int) (uint64, []byte) {
+	t.Helper()
+	h, err := hlsys.CBCreate(r.b, uint32(pages*pageSize), 0)
+	require.NoError(t, err)
+	m, err := r.b.Mmap(int64(h), pages*pageSize)
+	require.NoError(t, err)
+	return h, m
 }

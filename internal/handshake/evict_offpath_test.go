@@ -15,18 +15,12 @@ import (
 // victim's Evict is still held. The listener's Close waits for that
 // Evict: when Close returns, the victim has been failed.
 func TestEvictOffNewcomersPath(t *testing.T) {
-	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
-	entered, hold := make(chan struct{}), make(chan struct{})
-	var enter, unhold sync.Once
-	release := func() { unhold.Do(func() { close(hold) }) }
-	defer release() // before the listener's Close (a Cleanup), which waits for the eviction
-	ls.onEvict = func() { enter.Do(func() { close(entered) }); <-hold }
-	l := ls.listen(t, "unix", 1, false)
-	_, err := ds.dial(l, "unix", 0, false) // idle: the one closed to make room
-	require.NoError(t, err)
+	h := holdEvictions(t)
+	defer h.release() // before the listener's Close (a Cleanup), which waits for the eviction
+	ls, ds, l, entered, release := h.ls, h.ds, h.l, h.entered, h.release
 	// The newcomer's Dial (bounded by 5 s, a hang guard) completes with
 	// the victim's Evict held.
-	_, err = ds.dial(l, "unix", 0, false)
+	_, err := ds.dial(l, "unix", 0, false)
 	require.NoError(t, err, "the newcomer waited for the victim's Evict")
 	<-entered
 	require.Eventually(t, func() bool { return len(ls.all()) == 2 }, 5*time.Second, time.Millisecond)
@@ -56,4 +50,28 @@ func (l *Listener[P]) evictionsDone() {
 	l.mu.Lock()
 	l.mu.Unlock() //nolint:staticcheck // an empty critical section: see above
 	l.evictions.Wait()
+}
+
+// evictionsHeld is a unix listener with room for one endpoint, whose
+// evictions wait in Evict until release, and ds's first endpoint on it
+// (idle: the one a newcomer's admission closes to make room). entered
+// closes as the first Evict begins. release is idempotent; callers defer
+// it before the listener's Close (a Cleanup, which waits for evictions).
+type evictionsHeld struct {
+	ls, ds  *side
+	l       *Listener[*peer]
+	entered chan struct{}
+	release func()
+}
+
+func holdEvictions(t *testing.T) *evictionsHeld {
+	h := &evictionsHeld{ls: newSide(t, nil, false), ds: newSide(t, nil, false), entered: make(chan struct{})}
+	hold := make(chan struct{})
+	var enter, unhold sync.Once
+	h.release = func() { unhold.Do(func() { close(hold) }) }
+	h.ls.onEvict = func() { enter.Do(func() { close(h.entered) }); <-hold }
+	h.l = h.ls.listen(t, "unix", 1, false)
+	_, err := h.ds.dial(h.l, "unix", 0, false)
+	require.NoError(t, err)
+	return h
 }

@@ -3,7 +3,6 @@ package handshake
 import (
 	"context"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,17 +74,11 @@ func testEvictedWhileConnecting(t *testing.T, releaseFirst bool) {
 // moments after Accept returned it. Accept returns the newcomer, which
 // the eviction (off the newcomer's handshake) does not hold up.
 func TestAcceptSkipsEndpointBeingEvicted(t *testing.T) {
-	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
-	entered, hold := make(chan struct{}), make(chan struct{})
-	var enter, unhold sync.Once
-	release := func() { unhold.Do(func() { close(hold) }) }
-	defer release() // before the listener's Close (a Cleanup), which waits for the eviction
-	ls.onEvict = func() { enter.Do(func() { close(entered) }); <-hold }
-	l := ls.listen(t, "unix", 1, false)
-	_, err := ds.dial(l, "unix", 0, false) // idle: the one closed to make room
-	require.NoError(t, err)
+	h := holdEvictions(t)
+	defer h.release() // before the listener's Close (a Cleanup), which waits for the eviction
+	ls, ds, l, entered, release := h.ls, h.ds, h.l, h.entered, h.release
 	require.Eventually(t, func() bool { return l.queueLen() == 1 }, 5*time.Second, time.Millisecond)
-	_, err = ds.dial(l, "unix", 0, false)
+	_, err := ds.dial(l, "unix", 0, false)
 	require.NoError(t, err)
 	<-entered
 	require.Eventually(t, func() bool { return len(ls.all()) == 2 }, 5*time.Second, time.Millisecond)
