@@ -39,23 +39,11 @@ func (qp *QP) PostPrepared(p *Prepared) error {
 	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	if qp.closing.Load() {
-		return ErrClosed
-	}
-	if int(qp.sendOut.Load())+1 > qp.cfg.MaxSend {
-		return fmt.Errorf("%w: send queue (%d in flight, depth %d)", ErrQueueFull, qp.sendOut.Load(), qp.cfg.MaxSend)
-	}
 	recs, ids := [1]slotRec{p.rec}, [1]uint64{}
-	if !qp.sendCQ.slots.alloc(recs[:], ids[:]) {
-		return fmt.Errorf("%w: CQ has %d work requests in flight", ErrQueueFull, qp.sendCQ.cfg.Size)
+	if err := qp.reserveSend(recs[:], ids[:]); err != nil {
+		return err
 	}
 	p.vw[0].ID = ids[0]
-	qp.sendOut.Add(1)
-	qp.outstanding.Add(1)
-	if _, err := qp.v.PostSend(p.vw[:]); err != nil {
-		qp.unpost(qp.sendCQ, ids[:], &qp.sendOut)
-		return fmt.Errorf("rdma: post send on QP %d: %w", qp.local.QPN, err)
-	}
-	qp.sendCQ.posted()
-	return nil
+	_, err := qp.sendReserved(p.vw[:], ids[:])
+	return err
 }

@@ -374,24 +374,17 @@ func (qp *QP) Post(wrs []WR) (int, error) {
 	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	if qp.closing.Load() {
-		return 0, ErrClosed
-	}
-	n := len(wrs)
-	if int(qp.sendOut.Load())+n > qp.cfg.MaxSend {
-		return 0, fmt.Errorf("%w: send queue (%d in flight, depth %d)", ErrQueueFull, qp.sendOut.Load(), qp.cfg.MaxSend)
-	}
 	recs := qp.sRecs[:0]
 	for i := range wrs {
 		recs = append(recs, slotRec{done: wrs[i].Done, qp: qp, op: wrs[i].Op})
 	}
-	ids := grow(qp.sIDs, n)
-	if !qp.sendCQ.slots.alloc(recs, ids) {
-		clear(recs)
-		return 0, fmt.Errorf("%w: CQ has %d work requests in flight", ErrQueueFull, qp.sendCQ.cfg.Size)
-	}
+	ids := grow(qp.sIDs, len(wrs))
+	err := qp.reserveSend(recs, ids)
 	clear(recs)
 	qp.sRecs = recs[:0]
+	if err != nil {
+		return 0, err
+	}
 	sges := grow(qp.sSGE, nsge)[:0]
 	vw := qp.sWR[:0]
 	for i := range wrs {
@@ -400,11 +393,36 @@ func (qp *QP) Post(wrs []WR) (int, error) {
 		vw = append(vw, v)
 	}
 	qp.sIDs, qp.sSGE = ids, sges
+	posted, err := qp.sendReserved(vw, ids)
+	clear(vw) // drop SGE references
+	qp.sWR = vw[:0]
+	return posted, err
+}
+
+// reserveSend takes room in the send queue and CQ slots for the work
+// requests recs describes, writing their wr_ids to ids: all or none (mu
+// held). A closing QP is ErrClosed, no room ErrQueueFull.
+func (qp *QP) reserveSend(recs []slotRec, ids []uint64) error {
+	if qp.closing.Load() {
+		return ErrClosed
+	}
+	if int(qp.sendOut.Load())+len(recs) > qp.cfg.MaxSend {
+		return fmt.Errorf("%w: send queue (%d in flight, depth %d)", ErrQueueFull, qp.sendOut.Load(), qp.cfg.MaxSend)
+	}
+	if !qp.sendCQ.slots.alloc(recs, ids) {
+		return fmt.Errorf("%w: CQ has %d work requests in flight", ErrQueueFull, qp.sendCQ.cfg.Size)
+	}
+	return nil
+}
+
+// sendReserved posts vw, whose wr_ids are ids from reserveSend, as one
+// chain (mu held). It returns how many were posted; those not posted
+// give their room and slots back.
+func (qp *QP) sendReserved(vw []verbs.SendWR, ids []uint64) (int, error) {
+	n := len(vw)
 	qp.sendOut.Add(int64(n))
 	qp.outstanding.Add(int64(n))
 	posted, err := qp.v.PostSend(vw)
-	clear(vw) // drop SGE references
-	qp.sWR = vw[:0]
 	if err != nil {
 		qp.unpost(qp.sendCQ, ids[posted:n], &qp.sendOut)
 		if posted > 0 {
