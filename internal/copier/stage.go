@@ -85,13 +85,19 @@ func (c *Copier) closeStaging() {
 	c.stageQ.mu.Unlock()
 }
 
+// errStageClosed is the error of a copy between devices that Stop ends
+// before it starts.
+func errStageClosed() error {
+	return gxerr.New(gxerr.Closed, "the engine closed before the copy between devices started", nil)
+}
+
 // stageJob queues the copies (refs) of job j.
 func (c *Copier) stageJob(j *Job, refs []ref) {
 	q := &c.stageQ
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		err := gxerr.New(gxerr.Closed, "the engine closed before the copy between devices started", nil)
+		err := errStageClosed()
 		for _, rf := range refs {
 			c.finishOp(j, rf.o, err)
 		}
@@ -216,7 +222,7 @@ func (c *Copier) runStaged(s *stagedOp) {
 	// still waiting then fails before it allocates its bounce buffers
 	// (every waiting copy allocated its two, only to fail).
 	if c.stopping.Load() {
-		err = gxerr.New(gxerr.Closed, "the engine closed before the copy between devices started", nil)
+		err = errStageClosed()
 		return
 	}
 	err = c.stageCopy(ctx, s.o, j.Deadline)
