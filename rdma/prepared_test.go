@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/verbs"
 	"github.com/gxfer/gxfer/rdma"
 )
 
@@ -51,7 +52,8 @@ func TestPostPrepared(t *testing.T) {
 
 // TestPrepareRefuses: Prepare checks what Post checks, and PostPrepared
 // refuses a work request prepared on another QP, a full send queue and a
-// closed QP, posting nothing.
+// closed QP or a freed request, posting nothing; Free and the QP's Close
+// free its C memory once.
 func TestPrepareRefuses(t *testing.T) {
 	e := newEnv(t, rdma.CQConfig{Manual: true})
 	cfg := e.qpConfig()
@@ -87,7 +89,24 @@ func TestPrepareRefuses(t *testing.T) {
 		e.cq.Progress()
 	}
 	require.NoError(t, col.wait(t, 1)[0].Err)
+
+	// Freed: its C memory goes once, and a post of it is ErrClosed.
+	live := verbs.Live().PreparedSends
+	f, err := a.Prepare(rdma.WR{Op: rdma.OpWrite, Local: []rdma.Seg{m.mr.Seg(0, 8)}, Remote: m.mr.Remote().At(4096), Done: col})
+	require.NoError(t, err)
+	require.Equal(t, live+1, verbs.Live().PreparedSends)
+	f.Free()
+	f.Free()
+	require.Equal(t, live, verbs.Live().PreparedSends)
+	require.ErrorIs(t, a.PostPrepared(f), rdma.ErrClosed)
+
+	// Closed: w's C memory goes with the QP, and nothing is posted.
 	require.NoError(t, a.Close())
+	require.Equal(t, live-1, verbs.Live().PreparedSends)
 	require.ErrorIs(t, a.PostPrepared(w), rdma.ErrClosed)
+	w.Free()
+	require.Equal(t, live-1, verbs.Live().PreparedSends)
+	_, err = a.Prepare(rdma.WR{Op: rdma.OpWrite, Local: []rdma.Seg{m.mr.Seg(0, 8)}, Remote: m.mr.Remote().At(4096), Done: col})
+	require.ErrorIs(t, err, rdma.ErrClosed)
 	assert.Empty(t, col, "nothing posted after Close")
 }

@@ -419,10 +419,22 @@ func (qp *QP) reserveSend(recs []slotRec, ids []uint64) error {
 // chain (mu held). It returns how many were posted; those not posted
 // give their room and slots back.
 func (qp *QP) sendReserved(vw []verbs.SendWR, ids []uint64) (int, error) {
-	n := len(vw)
+	qp.sendBegin(len(vw))
+	posted, err := qp.v.PostSend(vw)
+	return qp.sendEnd(ids, posted, err)
+}
+
+// sendBegin counts n work requests about to be posted (mu held).
+func (qp *QP) sendBegin(n int) {
 	qp.sendOut.Add(int64(n))
 	qp.outstanding.Add(int64(n))
-	posted, err := qp.v.PostSend(vw)
+}
+
+// sendEnd ends the post sendBegin counted of the work requests with
+// wr_ids ids, of which the first posted were: those not posted give their
+// room and slots back (mu held).
+func (qp *QP) sendEnd(ids []uint64, posted int, err error) (int, error) {
+	n := len(ids)
 	if err != nil {
 		qp.unpost(qp.sendCQ, ids[posted:n], &qp.sendOut)
 		if posted > 0 {

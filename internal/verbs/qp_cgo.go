@@ -57,6 +57,7 @@ type QP struct {
 	qpn        uint32
 	cap        QPCap
 	send, recv *arena
+	prepared   map[*PreparedSend]struct{} // send arena's mu
 }
 
 // CreateQP is ibv_create_qp; the created QP is in RESET.
@@ -339,6 +340,9 @@ func (qp *QP) Close() error {
 		return errnoErr("ibv_destroy_qp", syscall.Errno(rc))
 	}
 	qp.p = nil
+	for p := range qp.prepared {
+		p.free()
+	}
 	qp.send.free()
 	qp.recv.free()
 	live.qps.Add(-1)

@@ -480,10 +480,12 @@ type WC struct {
 // destroyed, process-wide. Tests use them to prove Close releases everything.
 type Counts struct {
 	Contexts, PDs, MRs, Channels, CQs, QPs int64
+	PreparedSends                          int64
 }
 
 var live struct {
 	contexts, pds, mrs, channels, cqs, qps atomic.Int64
+	preparedSends                          atomic.Int64
 }
 
 // Live returns the live object counts.
@@ -491,5 +493,6 @@ func Live() Counts {
 	return Counts{
 		Contexts: live.contexts.Load(), PDs: live.pds.Load(), MRs: live.mrs.Load(),
 		Channels: live.channels.Load(), CQs: live.cqs.Load(), QPs: live.qps.Load(),
+		PreparedSends: live.preparedSends.Load(),
 	}
 }

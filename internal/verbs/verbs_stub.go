@@ -85,3 +85,10 @@ func (qp *QP) Query(QPAttrMask) (QPAttr, error) { return QPAttr{}, errStub }
 func (qp *QP) PostSend([]SendWR) (int, error)   { return 0, errStub }
 func (qp *QP) PostRecv([]RecvWR) (int, error)   { return 0, errStub }
 func (qp *QP) Close() error                     { return nil }
+
+// PreparedSend is a send work request built once (never, in this build).
+type PreparedSend struct{}
+
+func (qp *QP) PrepareSend(SendWR) (*PreparedSend, error) { return nil, errStub }
+func (qp *QP) PostPrepared(*PreparedSend, uint64) error  { return errStub }
+func (p *PreparedSend) Free()                            {}

@@ -284,6 +284,10 @@ func (rb *Bound) flush() error {
 // close waits for the work requests in flight and releases the region.
 func (rb *Bound) close() error {
 	err := rb.flush()
+	for i, w := range rb.prep {
+		w.Free()
+		rb.prep[i] = nil
+	}
 	rb.cn.n.mrs.Put(rb.ref)
 	return err
 }
