@@ -267,11 +267,13 @@ func (b *Batch) Reset() {
 // and nothing is submitted. The future's Errs gives per-copy status. ctx
 // bounds the submission; when it ends, the batch's device copies not yet
 // in a command submission are dropped, as Copy's are (ErrCanceled or
-// ErrTimeout in Errs); its host-to-host copies run in Submit, and a large
-// one (over 1 MiB: copied in pieces) stops between two pieces once ctx
-// ends or the deadline option passes while it runs, as Copy's run by a
-// host worker does (ErrCanceled or ErrTimeout in Errs, the content of its
-// dst then undefined).
+// ErrTimeout in Errs); its host-to-host copies run in Submit, after the
+// device copies are queued: when ctx has ended or the deadline (the
+// option's or ctx's) has passed by then, they copy nothing (ErrCanceled or
+// ErrTimeout in Errs), and a large one (over 1 MiB: copied in pieces)
+// stops between two pieces once ctx ends or the deadline option passes
+// while it runs, as Copy's run by a host worker does (ErrCanceled or
+// ErrTimeout in Errs, the content of its dst then undefined).
 func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 	defer b.Reset()
 	if b == nil || b.e == nil {

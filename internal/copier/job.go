@@ -172,7 +172,10 @@ func (c *Copier) Copy(ctx context.Context, f *Future, dst, src Slice, deadline t
 // fail (then nothing ran and the references are still the caller's) comes
 // before anything runs; then the host-to-host copies, run here. ctx, if it
 // can end, drops the device copies still queued when it ends, and stops a
-// large host-to-host copy part way (hostCopyStop), as the deadline does.
+// large host-to-host copy part way (hostCopyStop), as the deadline does;
+// the host-to-host copies are not run at all when ctx has ended or a
+// deadline (deadline or ctx's) has passed once the device copies are
+// queued (notStarted).
 func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline time.Time) error {
 	now := c.clock()
 	var dev *Job
@@ -204,24 +207,30 @@ func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline 
 		}
 	}
 	c.st.Submitted.Add(uint64(len(ops)))
-	// Host copies whose deadline has passed fail with ErrTimeout and copy
-	// nothing, as the device copies and host workers' copies do.
-	// A large one (copied in pieces) stops between two pieces once the
-	// deadline passes or ctx ends while it runs, as a host worker's does.
+	// Host copies whose deadline (the option's or ctx's) has passed, or
+	// whose ctx has ended, by now fail with ErrTimeout or ErrCanceled and
+	// copy nothing, as the device copies and host workers' copies do;
+	// looked at once for the batch. A large one (copied in pieces) stops
+	// between two pieces once the deadline passes or ctx ends while it
+	// runs, as a host worker's does.
 	var expired error
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		expired = gxerr.New(gxerr.Timeout, "deadline passed before the copy started", nil)
+	if len(host) > 0 {
+		expired = notStarted(ctx, deadline)
 	}
 	var hostCtx context.Context
 	if ctx.Done() != nil {
 		hostCtx = ctx
+	}
+	var lat time.Duration
+	if expired != nil {
+		lat = c.clock() - now
 	}
 	for i := range host {
 		o := &host[i]
 		if expired != nil {
 			c.release(o.Dst.M)
 			c.release(o.Src.M)
-			c.st.Record(c.clock()-now, o.n(), expired)
+			c.st.Record(lat, o.n(), expired)
 			f.Complete(o.Idx, expired)
 			continue
 		}
@@ -235,6 +244,29 @@ func (c *Copier) SubmitBatch(ctx context.Context, f *Future, ops []Op, deadline 
 			c.st.RecordInline(o.n())
 		}
 		f.Complete(o.Idx, err)
+	}
+	return nil
+}
+
+// notStarted is the error of a copy about to start whose ctx has ended
+// (ErrCanceled or ErrTimeout, wrapping ctx's error) or whose deadline,
+// deadline or ctx's, has passed (ErrTimeout; for ctx's also before ctx's
+// own timer has fired); nil if none. It reads the clock only when there
+// is a deadline, once.
+func notStarted(ctx context.Context, deadline time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return gxerr.Ctx("copy dropped before it started", err)
+	}
+	d, ok := ctx.Deadline()
+	if !ok && deadline.IsZero() {
+		return nil
+	}
+	now := time.Now()
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return gxerr.New(gxerr.Timeout, "deadline passed before the copy started", nil)
+	}
+	if ok && !now.Before(d) {
+		return gxerr.Ctx("deadline passed before the copy started", context.DeadlineExceeded)
 	}
 	return nil
 }
