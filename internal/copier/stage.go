@@ -230,7 +230,9 @@ func (c *Copier) runStaged(s *stagedOp) {
 
 // stageCopy moves o chunk by chunk. When opCtx ends, no further chunk is
 // started: the chunks in flight finish, and the copy ends with ErrCanceled
-// or ErrTimeout (the destination holds the chunks done before).
+// or ErrTimeout (the destination holds the chunks done before). Once Stop
+// has begun likewise, with ErrClosed: the device queues, still open until
+// Stop closes them, would take the next chunk's inner copies.
 func (c *Copier) stageCopy(opCtx context.Context, o *Op, deadline time.Time) (err error) {
 	n := o.n()
 	bsz := min(n, StageChunk)
@@ -256,6 +258,14 @@ func (c *Copier) stageCopy(opCtx context.Context, o *Op, deadline time.Time) (er
 		m := min(bsz, n-off)
 		if err := opCtx.Err(); err != nil {
 			errs = append(errs, gxerr.Ctx("copy between devices stopped", err))
+			break
+		}
+		if c.stopping.Load() {
+			err := errStageClosed()
+			if off > 0 {
+				err = gxerr.New(gxerr.Closed, "the engine closed while the copy between devices ran: destination partly written", nil)
+			}
+			errs = append(errs, err)
 			break
 		}
 		if pend[k] != nil {
