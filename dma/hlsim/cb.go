@@ -1,6 +1,7 @@
 package hlsim
 
 import (
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -196,9 +197,9 @@ func (cb *cbuf) unmapUser() {
 // once the closed parts add up to the whole (hl_mmap_mem_buf_vm_close's
 // real_mapped_size, hw_block_vm_close's mapped_size). A touch of a CB's
 // pages unmapped faults (they are made inaccessible at once and unmapped
-// with the rest, so that no other mapping lands in the hole); the pages
-// of a Gaudi3 block unmapped stay readable (the user's mapping of a
-// block is the emulator's register file).
+// with the rest, so that no other mapping lands in the hole); so does a
+// touch of a Gaudi3 block's mapping once unmapped (each is a mapping of
+// its own of the register file's page, gaudi3_mmap.go).
 // A range with no mapping in it (unmapped already, or never mapped)
 // answers 0 and changes nothing, as munmap(2) does (torvalds/linux
 // mm/vma.c do_vmi_munmap: no vma in the range, return 0); only a start
@@ -278,14 +279,14 @@ func (c *hctx) overlapsMapping(b []byte) bool {
 			return true
 		}
 	}
-	for _, g := range c.g3chans {
-		if g != nil && g.maps > 0 && over(g.regs) {
-			return true
+	for _, g := range slices.Concat(c.g3chans[:], c.g3kept) {
+		if g == nil {
+			continue
 		}
-	}
-	for _, g := range c.g3kept {
-		if over(g.regs) {
-			return true
+		for _, v := range g.views {
+			if over(v) {
+				return true
+			}
 		}
 	}
 	return false

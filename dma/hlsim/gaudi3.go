@@ -94,9 +94,15 @@ const G3UserChannelMask = (1<<gaudi3.PDMAChannels - 1) &^ (1 << gaudi3.KDMAChann
 type g3chan struct {
 	c    *hctx
 	ch   int
-	regs []byte // the emulated register file: 4 KiB, also the user's mmap
-	maps int    // live user mmaps (memMu)
-	bell bell   // rung by Doorbell
+	regs []byte // the emulated register file: 4 KiB (the device's registers)
+	// views are the user's mmaps of the block (memMu): each a mapping of
+	// its own of regs' shared page (mmapBlock), as each mmap of the
+	// block is a vma of its own in the driver.
+	views [][]byte
+	// viewAddrs holds the views' first bytes, for Doorbell, which takes
+	// no memMu (replaced, never changed, under memMu).
+	viewAddrs atomic.Pointer[[]*byte]
+	bell      bell // rung by Doorbell
 	// gen counts the drops of the queue's work (a stop, a reset: advanced
 	// under bmu), for a doorbell to see one that came after it looked
 	// at the queue (see mark).
@@ -201,50 +207,6 @@ func (c *hctx) g3channel(ch int) (*g3chan, error) {
 	c.engWG.Add(1)
 	go g.run()
 	return g, nil
-}
-
-// mmapBlock maps a block handle (memMu held): the length must be the
-// block size (gaudi3_block_mmap, as the first reading describes it).
-func (c *hctx) mmapBlock(offset uint64, length int) ([]byte, error) {
-	id := (offset >> 12) &^ hlsys.MmapTypeBlock
-	if !c.d.amap.gaudi3 || id == 0 || id > gaudi3.PDMAChannels {
-		return nil, unix.EINVAL
-	}
-	g := c.g3chans[id-1]
-	if g == nil || length != gaudi3.ChASize {
-		return nil, unix.EINVAL
-	}
-	g.maps++
-	c.d.st.userMaps.Add(1)
-	return g.regs[:length:length], nil
-}
-
-// munmapBlock undoes mmapBlock (memMu held); false if b is no block. A
-// block is one page (gaudi3.ChASize), so any b from its start is the whole
-// mapping once munmap rounds its length up (hw_block_vm_close's
-// mapped_size reaches 0; RULES.md B10). The last unmap of a block a
-// Device.Close left mapped (g3kept) frees its register file, as
-// hw_block_vm_close puts the context's last reference.
-func (c *hctx) munmapBlock(b []byte) bool {
-	for _, g := range c.g3chans {
-		if g != nil && &g.regs[0] == &b[0] && len(b) <= len(g.regs) && g.maps > 0 {
-			g.maps--
-			c.d.st.userMaps.Add(-1)
-			return true
-		}
-	}
-	for i, g := range c.g3kept {
-		if &g.regs[0] == &b[0] && len(b) <= len(g.regs) {
-			g.maps--
-			c.d.st.userMaps.Add(-1)
-			if g.maps == 0 {
-				_ = unix.Munmap(g.regs)
-				c.g3kept = append(c.g3kept[:i], c.g3kept[i+1:]...)
-			}
-			return true
-		}
-	}
-	return false
 }
 
 func (g *g3chan) run() {
@@ -734,13 +696,11 @@ func (c *hctx) g3Release(keep bool) {
 			g.released = true
 			g.bmu.Unlock()
 			c.g3chans[i] = nil
-			if keep && g.maps > 0 {
+			if keep && len(g.views) > 0 {
 				c.g3kept = append(c.g3kept, g)
 				continue
 			}
-			c.d.st.userMaps.Add(-int64(g.maps))
-			g.maps = 0
-			_ = unix.Munmap(g.regs)
+			c.unmapBlock(g)
 		}
 	}
 }

@@ -21,13 +21,7 @@ func (c *hctx) Doorbell(block []byte) {
 	if len(block) == 0 || c.usable() != nil {
 		return
 	}
-	var g *g3chan
-	for i := range c.bells {
-		if x := c.bells[i].Load(); x != nil && &x.regs[0] == &block[0] {
-			g = x
-			break
-		}
-	}
+	g := c.bellOf(&block[0])
 	if g == nil {
 		return
 	}

@@ -337,9 +337,7 @@ func (c *hctx) releaseUserMaps() {
 	}
 	clear(c.cbMmaps)
 	for _, g := range c.g3kept {
-		c.d.st.userMaps.Add(-int64(g.maps))
-		g.maps = 0
-		_ = unix.Munmap(g.regs)
+		c.unmapBlock(g)
 	}
 	c.g3kept = nil
 }
