@@ -141,7 +141,8 @@ func (c *hctx) cbCreate(a *hlsys.CBArgs) error {
 
 // Mmap implements hlsys.Backend for kernel CBs: offset is the CB handle and
 // length must be exactly the CB size rounded up to a page. One live
-// mapping per CB. The returned bytes are the CB itself.
+// mapping per CB. The returned bytes are a mapping of the CB's pages of
+// their own (the CB stays the emulator's after a Munmap).
 func (c *hctx) Mmap(offset int64, length int) ([]byte, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
@@ -191,55 +192,62 @@ func (cb *cbuf) unmapUser() {
 }
 
 // Munmap implements hlsys.Backend. As munmap(2) takes it, b must start
-// on a page (EINVAL) and its length is rounded up to pages; it may be
-// part of a mapping (RULES.md B10): munmap splits the vma and closes the
-// part removed, and the driver's close drops the mapping's reference only
-// once the closed parts add up to the whole (hl_mmap_mem_buf_vm_close's
-// real_mapped_size, hw_block_vm_close's mapped_size). A touch of a CB's
-// pages unmapped faults (they are made inaccessible at once and unmapped
-// with the rest, so that no other mapping lands in the hole); so does a
-// touch of a Gaudi3 block's mapping once unmapped (each is a mapping of
-// its own of the register file's page, gaudi3_mmap.go).
-// A range with no mapping in it (unmapped already, or never mapped)
-// answers 0 and changes nothing, as munmap(2) does (torvalds/linux
-// mm/vma.c do_vmi_munmap: no vma in the range, return 0); only a start
-// not page aligned or a length of 0 is EINVAL there. A range reaching
-// past TASK_SIZE (EINVAL too) cannot be a Go slice. Unlike munmap(2), a
-// range partly inside a mapping and partly outside it is EINVAL (not
-// modelled; RULES.md B10). After the context's release it undoes only the
-// mappings a Device.Close left in place (teardown); others are gone
-// already (Close released them) and unmapping them is a no-op.
+// on a page (EINVAL) and its length is rounded up to pages; the range may
+// hold part of a mapping, several mappings, and pages that are no mapping
+// of the device (RULES.md B10; torvalds/linux mm/vma.c do_vmi_munmap,
+// do_vmi_align_munmap, vms_gather_munmap_vmas): every mapping of the
+// device it overlaps loses the pages in the range (its vma split and the
+// part inside closed), and the driver's close drops a mapping's
+// reference only once the closed parts add up to the whole
+// (hl_mmap_mem_buf_vm_close's real_mapped_size, hw_block_vm_close's
+// mapped_size). A touch of a CB's pages unmapped faults (they are made
+// inaccessible at once and unmapped with the rest, so that no other
+// mapping lands in the hole); so does a touch of a Gaudi3 block's
+// mapping once unmapped (each is a mapping of its own of the register
+// file's page, gaudi3_mmap.go). The pages of the range that are no
+// mapping of the device are left alone (munmap(2) would unmap them too;
+// here they may be Go memory), and a range with no mapping of the device
+// in it (unmapped already, or never mapped) answers 0 and changes
+// nothing; only a start not page aligned or a length of 0 is EINVAL, as
+// there. A range reaching past TASK_SIZE (EINVAL too) cannot be a Go
+// slice. After the context's release it undoes only the mappings a
+// Device.Close left in place (teardown); others are gone already (Close
+// released them) and unmapping them is a no-op.
 func (c *hctx) Munmap(b []byte) error {
-	if len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%pageSize != 0 {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if len(b) == 0 || lo%pageSize != 0 {
 		return unix.EINVAL
 	}
+	hi := lo + (uintptr(len(b))+pageSize-1)&^(pageSize-1)
 	c.memMu.Lock()
 	defer c.memMu.Unlock()
-	if c.munmapBlock(b) {
-		return nil
+	for _, cb := range c.cbMmaps {
+		c.munmapCB(cb, lo, hi)
 	}
-	cb, off := c.cbMmapOf(b)
-	if cb == nil {
-		if c.overlapsMapping(b) {
-			return unix.EINVAL
-		}
-		return nil
+	c.munmapBlocks(lo, hi)
+	return nil
+}
+
+// munmapCB unmaps the pages of cb's user mapping in [lo, hi), both page
+// aligned (memMu held).
+func (c *hctx) munmapCB(cb *cbuf, lo, hi uintptr) {
+	base := uintptr(unsafe.Pointer(&cb.user[0]))
+	end := base + uintptr(len(cb.user)) // page-rounded (Mmap)
+	if hi <= base || end <= lo {
+		return
 	}
-	pages := len(cb.user) / pageSize
+	first, last := int((max(lo, base)-base)/pageSize), int((min(hi, end)-base)/pageSize)
 	if cb.unmapped == nil {
-		cb.unmapped = make([]bool, pages)
+		cb.unmapped = make([]bool, len(cb.user)/pageSize)
 	}
-	first, end := off/pageSize, (off+len(b)+pageSize-1)/pageSize
-	for p := first; p < end; p++ {
+	for p := first; p < last; p++ {
 		cb.unmapped[p] = true
 	}
-	for _, gone := range cb.unmapped {
-		if !gone {
-			// Part of the mapping is left: it keeps the CB. The part
-			// removed faults from now on.
-			_ = unix.Mprotect(cb.user[first*pageSize:end*pageSize], unix.PROT_NONE)
-			return nil
-		}
+	if slices.Contains(cb.unmapped, false) {
+		// Part of the mapping is left: it keeps the CB. The part
+		// removed faults from now on.
+		_ = unix.Mprotect(cb.user[first*pageSize:last*pageSize], unix.PROT_NONE)
+		return
 	}
 	delete(c.cbMmaps, &cb.user[0])
 	cb.unmapUser()
@@ -249,47 +257,6 @@ func (c *hctx) Munmap(b []byte) error {
 	if (cb.destroyed || c.memDead) && cb.waitRefs.Load() == 0 {
 		c.freeCB(cb)
 	}
-	return nil
-}
-
-// cbMmapOf returns the user-mapped CB whose mapping holds all of b, and
-// b's byte offset in it (memMu held).
-func (c *hctx) cbMmapOf(b []byte) (*cbuf, int) {
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	for _, cb := range c.cbMmaps {
-		base := uintptr(unsafe.Pointer(unsafe.SliceData(cb.user)))
-		if p >= base && p-base+uintptr(len(b)) <= uintptr(len(cb.user)) {
-			return cb, int(p - base)
-		}
-	}
-	return nil, 0
-}
-
-// overlapsMapping reports whether b overlaps a user mapping of a CB or a
-// Gaudi3 block without lying within it (memMu held).
-func (c *hctx) overlapsMapping(b []byte) bool {
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	hi := lo + uintptr(len(b))
-	over := func(m []byte) bool {
-		base := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
-		return lo < base+uintptr(len(m)) && base < hi
-	}
-	for _, cb := range c.cbMmaps {
-		if over(cb.user) {
-			return true
-		}
-	}
-	for _, g := range slices.Concat(c.g3chans[:], c.g3kept) {
-		if g == nil {
-			continue
-		}
-		for _, v := range g.views {
-			if over(v) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // putCB drops a wait's reference on cb; the last reference of a

@@ -68,44 +68,45 @@ func (c *hctx) bellOf(p *byte) *g3chan {
 	return nil
 }
 
-// munmapBlock undoes mmapBlock (memMu held); false if b is no block
-// mapping. A block is one page, so any b from a view's start is the whole
-// view once munmap rounds its length up (hw_block_vm_close's mapped_size
-// reaches 0; RULES.md B10). The last unmap of a block a Device.Close left
-// mapped (g3kept) frees its register file, as hw_block_vm_close puts the
-// context's last reference.
-func (c *hctx) munmapBlock(b []byte) bool {
+// munmapBlocks unmaps the user's mappings of Gaudi3 blocks that overlap
+// [lo, hi), both page aligned (memMu held). A block is one page, so a
+// mapping that overlaps the range is in it whole (hw_block_vm_close's
+// mapped_size reaches 0, the mapping's context reference is put; RULES.md
+// B10). The last unmap of a block a Device.Close left mapped (g3kept)
+// frees its register file, as hw_block_vm_close puts the context's last
+// reference.
+func (c *hctx) munmapBlocks(lo, hi uintptr) {
 	for _, g := range c.g3chans {
-		if g != nil && g.dropView(b) {
-			c.d.st.userMaps.Add(-1)
-			return true
+		if g != nil {
+			c.d.st.userMaps.Add(-int64(g.dropViews(lo, hi)))
 		}
 	}
-	for i, g := range c.g3kept {
-		if g.dropView(b) {
-			c.d.st.userMaps.Add(-1)
-			if len(g.views) == 0 {
-				_ = unix.Munmap(g.regs)
-				c.g3kept = slices.Delete(c.g3kept, i, i+1)
-			}
-			return true
+	c.g3kept = slices.DeleteFunc(c.g3kept, func(g *g3chan) bool {
+		c.d.st.userMaps.Add(-int64(g.dropViews(lo, hi)))
+		if len(g.views) > 0 {
+			return false
 		}
-	}
-	return false
+		_ = unix.Munmap(g.regs)
+		return true
+	})
 }
 
-// dropView unmaps the view holding all of b, which starts at its start
-// (memMu held); false if there is none.
-func (g *g3chan) dropView(b []byte) bool {
-	for i, v := range g.views {
-		if &v[0] == &b[0] && len(b) <= len(v) {
-			_ = unix.MunmapPtr(unsafe.Pointer(&v[0]), uintptr(len(v)))
-			g.views = slices.Delete(g.views, i, i+1)
-			g.publishViews()
-			return true
+// dropViews unmaps g's views that overlap [lo, hi) and returns how many
+// (memMu held).
+func (g *g3chan) dropViews(lo, hi uintptr) int {
+	n := len(g.views)
+	g.views = slices.DeleteFunc(g.views, func(v []byte) bool {
+		base := uintptr(unsafe.Pointer(&v[0]))
+		if hi <= base || base+uintptr(len(v)) <= lo {
+			return false
 		}
+		_ = unix.MunmapPtr(unsafe.Pointer(&v[0]), uintptr(len(v)))
+		return true
+	})
+	if len(g.views) != n {
+		g.publishViews()
 	}
-	return false
+	return n - len(g.views)
 }
 
 // unmapBlock undoes the user's mappings of g's block and frees its
