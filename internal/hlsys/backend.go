@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -58,11 +59,13 @@ type Backend interface {
 	// munmap(2) takes it (a page-aligned start, the length rounded up to
 	// pages; the driver keeps the CB or block until every part is gone).
 	// b must start on a page and not be empty (EINVAL otherwise), as
-	// munmap(2) requires; within one mapping Mmap returned, the parts
-	// already unmapped are left alone. A b that no mapping holds any more
-	// (or ever held) answers 0 and unmaps nothing, as munmap(2) answers 0
-	// for a range with no mapping in it; a b partly inside a mapping and
-	// partly outside it is EINVAL.
+	// munmap(2) requires; as there, b may hold parts of several mappings
+	// and pages that are none of the device's: what of each mapping lies
+	// in b is unmapped, the parts already unmapped and the pages that are
+	// no mapping of the device are left alone (munmap(2) would unmap the
+	// latter too; here they may be Go memory). A b with no mapping of the
+	// device in it (unmapped already, or never mapped) answers 0 and
+	// unmaps nothing, as munmap(2) answers 0 for a range with no mapping.
 	Munmap(b []byte) error
 	// Close releases the device context, and undoes the Mmaps still in
 	// place (their memory must not be used after it).
@@ -186,57 +189,41 @@ func (b *FDBackend) Mmap(offset int64, length int) ([]byte, error) {
 	return unsafe.Slice((*byte)(p), length), nil
 }
 
-// Munmap implements Backend: it unmaps the pages of m's range that its
-// mapping still has (never a page given back before, which another
-// mapping may hold by now). A range that no mapping of the node holds
-// any more (or ever held) answers 0 and is left alone, as munmap(2)
-// answers 0 for a range with no mapping in it (torvalds/linux mm/vma.c
-// do_vmi_munmap) and as the emulator does (dma/hlsim RULES.md B10):
-// munmap(2) itself is not called there, since those pages may be Go
-// memory or another mapping by now.
+// Munmap implements Backend: as munmap(2) takes it, m must start on a
+// page (EINVAL) and its length is rounded up to pages, and the range may
+// hold part of a mapping, several mappings and pages that are no mapping
+// of the node (torvalds/linux mm/vma.c do_vmi_munmap, do_vmi_align_munmap,
+// vms_gather_munmap_vmas: every vma overlapping the range loses the part
+// inside it; dma/hlsim RULES.md B10). It unmaps, of every mapping Mmap
+// made, the pages in the range that the mapping still has: never a page
+// given back before (another mapping may hold it by now: if the node's,
+// its own entry covers it), nor a page of the range that is no mapping of
+// the node (munmap(2) would unmap it too, but in a Go process it may be
+// the runtime's memory). A range with none of the node's pages in it
+// (unmapped already, or never mapped) answers 0 and unmaps nothing, as
+// munmap(2) answers 0 for a range with no mapping in it.
 func (b *FDBackend) Munmap(m []byte) error {
 	ps := uintptr(os.Getpagesize())
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
 	if len(m) == 0 || lo%ps != 0 {
 		return unix.EINVAL // do_vmi_munmap: start not page aligned, length 0
 	}
+	hi := lo + (uintptr(len(m))+ps-1)&^(ps-1)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	// The mapping holding m: the one whose page at m's start is still
-	// mapped, if any (a newer mapping may lie in a hole an older one's
-	// partial Munmap left, where the older one's page is given back).
-	pick, first, end, overlap := -1, 0, 0, false
-	for i, mp := range b.maps {
+	var err error
+	b.maps = slices.DeleteFunc(b.maps, func(mp *fdMapping) bool {
 		base := uintptr(unsafe.Pointer(mp.base))
-		if lo < base || lo-base+uintptr(len(m)) > uintptr(mp.pages)*ps {
-			if lo < base+uintptr(mp.pages)*ps && base < lo+uintptr(len(m)) {
-				overlap = true
-			}
-			continue
+		end := base + uintptr(mp.pages)*ps
+		if hi <= base || end <= lo {
+			return false
 		}
-		f := int((lo - base) / ps)
-		live := !mp.gone[f]
-		if pick < 0 || live {
-			pick, first, end = i, f, int((lo-base+uintptr(len(m))+ps-1)/ps)
+		if e := mp.unmap(int((max(lo, base)-base)/ps), int((min(hi, end)-base)/ps)); e != nil && err == nil {
+			err = e
 		}
-		if live {
-			break
-		}
-	}
-	if pick < 0 {
-		if overlap {
-			return unix.EINVAL // partly inside a mapping: not taken apart here
-		}
-		return nil
-	}
-	mp := b.maps[pick]
-	if err := mp.unmap(first, end); err != nil {
-		return err
-	}
-	if mp.unmapped() {
-		b.maps = append(b.maps[:pick], b.maps[pick+1:]...)
-	}
-	return nil
+		return mp.unmapped()
+	})
+	return err
 }
 
 // unmap unmaps the pages first..end-1 the mapping still has.
