@@ -168,12 +168,16 @@
 // its exports are gone. If leases are unavailable (fs.leases-enable=0),
 // an export pins until the context closes.
 //
-// Kernel CBs are emulator-owned anonymous memory; Mmap returns that memory
-// itself (so a CB is usable only while its context is open: Close unmaps
-// it, as the real backend's Close does; a Device.Close leaves the user's
-// mappings of CBs and Gaudi3 blocks in place until Munmap or the
-// context's Close, as the driver's mappings hold their own references:
-// RULES.md D12).
+// Kernel CBs are emulator-owned shared anonymous memory, and a Gaudi3
+// block's registers an emulator-owned register file; Mmap returns a
+// mapping of their pages of its own, so that a Munmap (of part of a
+// mapping, or of a range over several: RULES.md B10) removes the user's
+// pages only, a touch of them faulting as on hardware, while the CB and
+// the registers stay the emulator's. A mapping is usable only while its
+// context is open: Close unmaps it, as the real backend's Close does; a
+// Device.Close leaves the user's mappings of CBs and Gaudi3 blocks in
+// place until Munmap or the context's Close, as the driver's mappings
+// hold their own references (RULES.md D12).
 //
 // # Reset and close
 //
