@@ -61,15 +61,7 @@ func TestStageStopRefusesNextChunk(t *testing.T) {
 	}
 	// Hold Stop after its start, before it closes the device queues.
 	r.c.re.wg.Add(1)
-	stopped := make(chan struct{})
-	go func() {
-		r.c.Stop()
-		close(stopped)
-	}()
-	for i := 0; i < 10000 && !r.c.stopping.Load(); i++ {
-		time.Sleep(time.Millisecond)
-	}
-	began := r.c.stopping.Load()
+	stopped, began := r.stopAsync()
 	submitted := calls.Load()
 	close(resume)
 	waitErr := f.Wait(context.Background())

@@ -192,15 +192,8 @@ func TestStageStopAllocatesNothing(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	require.Equal(t, tasks, int(allocs.Load()), "staged copies waiting in AllocHost")
-	stopped := make(chan struct{})
-	go func() {
-		r.c.Stop()
-		close(stopped)
-	}()
-	for i := 0; i < 10000 && !r.c.stopping.Load(); i++ {
-		time.Sleep(time.Millisecond)
-	}
-	require.True(t, r.c.stopping.Load(), "Stop began")
+	stopped, began := r.stopAsync()
+	require.True(t, began, "Stop began")
 	unblock()
 	<-stopped // Stop waits for every staged copy
 	// Resolved: the per-copy results are checked below.
@@ -241,4 +234,19 @@ func TestStageAfterStopRefused(t *testing.T) {
 	require.ErrorIs(t, f.Errs()[0], gxerr.Closed)
 	require.Zero(t, src.Refs.Load())
 	require.Zero(t, dst.Refs.Load())
+}
+
+// stopAsync runs the copier's Stop on a goroutine and waits (bounded)
+// until Stop has begun; stopped is closed once Stop returns, began
+// tells whether it began in time.
+func (r *rig) stopAsync() (stopped <-chan struct{}, began bool) {
+	done := make(chan struct{})
+	go func() {
+		r.c.Stop()
+		close(done)
+	}()
+	for i := 0; i < 10000 && !r.c.stopping.Load(); i++ {
+		time.Sleep(time.Millisecond)
+	}
+	return done, r.c.stopping.Load()
 }

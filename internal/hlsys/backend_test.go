@@ -102,28 +102,8 @@ func TestFDBackendPartialMunmap(t *testing.T) {
 // mapping's pages alone. The test maps pages until the kernel hands out
 // the hole (bounded; Close unmaps the others).
 func TestFDBackendMunmapOfMappingInHole(t *testing.T) {
+	b, old, inHole := mappingInHole(t)
 	ps := os.Getpagesize()
-	path := filepath.Join(t.TempDir(), "node")
-	require.NoError(t, os.WriteFile(path, make([]byte, 3*ps), 0o600))
-	b, err := hlsys.OpenFD(path)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, b.Close()) }()
-	old, err := b.Mmap(0, 3*ps)
-	require.NoError(t, err)
-	hole := old[ps : 2*ps]
-	require.NoError(t, b.Munmap(hole))
-	var inHole []byte
-	for range 1024 {
-		m, err := b.Mmap(0, ps)
-		require.NoError(t, err)
-		if &m[0] == &hole[0] {
-			inHole = m
-			break
-		}
-	}
-	if inHole == nil { // the kernel's placement is its own (another mapping may take the hole)
-		t.Skip("the kernel placed none of 1024 new mappings in the hole")
-	}
 	require.True(t, mapped(inHole))
 	require.NoError(t, b.Munmap(inHole))
 	require.False(t, mapped(inHole), "Munmap left the mapping in the hole mapped")
@@ -184,4 +164,32 @@ func TestFDBackendMunmapNothingMapped(t *testing.T) {
 	defer func() { _ = unix.Munmap(o) }()
 	require.NoError(t, b.Munmap(m[:ps]))
 	require.True(t, mapped(o), "Munmap unmapped another mapping")
+}
+
+// mappingInHole opens a backend on a 3-page node, maps it, unmaps the
+// middle page and maps single pages until the kernel places one in that
+// hole (bounded: skipped otherwise; the backend's Close, at the test's
+// end, unmaps the others). It returns the backend, the older mapping and
+// the one in its hole.
+func mappingInHole(t *testing.T) (b *hlsys.FDBackend, old, inHole []byte) {
+	ps := os.Getpagesize()
+	path := filepath.Join(t.TempDir(), "node")
+	require.NoError(t, os.WriteFile(path, make([]byte, 3*ps), 0o600))
+	b, err := hlsys.OpenFD(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, b.Close()) })
+	old, err = b.Mmap(0, 3*ps)
+	require.NoError(t, err)
+	hole := old[ps : 2*ps]
+	require.NoError(t, b.Munmap(hole))
+	for range 1024 {
+		m, err := b.Mmap(0, ps)
+		require.NoError(t, err)
+		if &m[0] == &hole[0] {
+			return b, old, m
+		}
+	}
+	// The kernel's placement is its own (another mapping may take the hole).
+	t.Skip("the kernel placed none of 1024 new mappings in the hole")
+	return nil, nil, nil
 }

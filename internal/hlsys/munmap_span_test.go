@@ -142,28 +142,8 @@ func fdLayOut(t *testing.T, b *hlsys.FDBackend, two, below, above bool) ([][]byt
 // Close. The test maps pages until the kernel hands out the hole
 // (bounded; skipped otherwise).
 func TestFDBackendMunmapOverMappingInHole(t *testing.T) {
+	b, old, inHole := mappingInHole(t)
 	ps := os.Getpagesize()
-	path := filepath.Join(t.TempDir(), "node")
-	require.NoError(t, os.WriteFile(path, make([]byte, 3*ps), 0o600))
-	b, err := hlsys.OpenFD(path)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, b.Close()) }()
-	old, err := b.Mmap(0, 3*ps)
-	require.NoError(t, err)
-	hole := old[ps : 2*ps]
-	require.NoError(t, b.Munmap(hole))
-	var inHole []byte
-	for range 1024 {
-		m, err := b.Mmap(0, ps)
-		require.NoError(t, err)
-		if &m[0] == &hole[0] {
-			inHole = m
-			break
-		}
-	}
-	if inHole == nil {
-		t.Skip("the kernel placed none of 1024 new mappings in the hole")
-	}
 	require.NoError(t, b.Munmap(old))
 	require.False(t, mapped(old[:ps]) || mapped(old[2*ps:]), "the older mapping's pages")
 	require.False(t, mapped(inHole), "the mapping in the hole is in the range too")
