@@ -45,13 +45,7 @@ func (qp *QP) PrepareSend(w SendWR) (*PreparedSend, error) {
 	}
 	c := (*C.struct_gxv_send_wr)(mem)
 	sges := unsafe.Slice((*C.struct_gxv_sge)(unsafe.Add(mem, wrSize)), len(w.SGE))
-	c.num_sge = C.int(len(w.SGE))
-	c.sg_list, _ = putSGEs(sges, 0, w.SGE)
-	c.opcode = C.uint32_t(w.Opcode)
-	c.send_flags = C.uint32_t(w.Flags)
-	c.imm_data = C.uint32_t(hton32(w.Imm))
-	c.wr.remote_addr = C.uint64_t(w.RemoteAddr)
-	c.wr.rkey = C.uint32_t(w.RKey)
+	putSendWR(c, &w, sges, 0)
 	p := &PreparedSend{qp: qp, wr: c}
 	if qp.prepared == nil {
 		qp.prepared = make(map[*PreparedSend]struct{})

@@ -227,6 +227,19 @@ func putSGEs(cs []C.struct_gxv_sge, si int, sges []SGE) (*C.struct_gxv_sge, int)
 	return first, si
 }
 
+// putSendWR writes w, but for its wr_id and next, into c, and its SGEs
+// into cs at si; it returns the next free SGE index.
+func putSendWR(c *C.struct_gxv_send_wr, w *SendWR, cs []C.struct_gxv_sge, si int) int {
+	c.num_sge = C.int(len(w.SGE))
+	c.sg_list, si = putSGEs(cs, si, w.SGE)
+	c.opcode = C.uint32_t(w.Opcode)
+	c.send_flags = C.uint32_t(w.Flags)
+	c.imm_data = C.uint32_t(hton32(w.Imm))
+	c.wr.remote_addr = C.uint64_t(w.RemoteAddr)
+	c.wr.rkey = C.uint32_t(w.RKey)
+	return si
+}
+
 // PostSend posts wrs as chains of work requests built in the QP's C arena:
 // one cgo call per up to 256 WRs. It returns how many were posted; on error
 // the WR at that index and all after it were not.
@@ -262,13 +275,7 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 			} else {
 				c.next = nil
 			}
-			c.num_sge = C.int(len(w.SGE))
-			c.sg_list, si = putSGEs(cs, si, w.SGE)
-			c.opcode = C.uint32_t(w.Opcode)
-			c.send_flags = C.uint32_t(w.Flags)
-			c.imm_data = C.uint32_t(hton32(w.Imm))
-			c.wr.remote_addr = C.uint64_t(w.RemoteAddr)
-			c.wr.rkey = C.uint32_t(w.RKey)
+			si = putSendWR(c, w, cs, si)
 		}
 		if r := int64(C.gxv_post_send(qp.p, &cw[0])); r != 0 {
 			return posted + int(uint32(r)), errnoErr("ibv_post_send", syscall.Errno(r>>32))
