@@ -251,8 +251,11 @@ type Device struct {
 	// non-operational.
 	beforeSchedule func()
 	// execHook, when set (tests), runs in a Gaudi3 channel's worker as it
-	// starts a doorbell's packets (the channel's mu held).
-	execHook func()
+	// starts a doorbell's packets (the channel's mu held); atomic, as the
+	// worker may find work by polling MSQ_PI, a store the race detector
+	// does not see (the register page is not Go memory), so nothing else
+	// orders the test's setting of it before the worker's read.
+	execHook atomic.Pointer[func()]
 	// pollHook, when set (tests), runs in a Gaudi3 channel's worker after
 	// it saw MSQ_PI move and before it takes the doorbell lock; atomic,
 	// as a test sets it while the worker polls.

@@ -417,8 +417,8 @@ func (g *g3chan) step() bool {
 		c.d.condReset(c, hlsys.NotifierDeviceReset, "injected abort on a PDMA channel")
 		return false
 	}
-	if c.d.execHook != nil {
-		c.d.execHook()
+	if h := c.d.execHook.Load(); h != nil {
+		(*h)()
 	}
 	start := c.d.dmaBegin()
 	incs, err := g.execute(end)

@@ -30,7 +30,7 @@ func TestGaudi3DoorbellKeepsFaultsForLaterWork(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, srcVA, dev := newG3CopyRig(t)
 			entered, release := make(chan struct{}), make(chan struct{})
-			r.d.execHook = stopOnce(entered, release)
+			r.d.setExecHook(stopOnce(entered, release))
 			r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
 			select {
 			case <-entered:
@@ -103,7 +103,7 @@ func TestGaudi3ChannelErrorAbortedOnce(t *testing.T) {
 func TestGaudi3DoorbellNotJoinedToLaterFault(t *testing.T) {
 	r, srcVA, dev := newG3CopyRig(t)
 	entered, release := make(chan struct{}), make(chan struct{})
-	r.d.execHook = stopOnce(entered, release)
+	r.d.setExecHook(stopOnce(entered, release))
 	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
 	select {
 	case <-entered:

@@ -371,7 +371,7 @@ func TestRulesGaudi3Ring(t *testing.T) {
 func TestGaudi3DoorbellDuringWork(t *testing.T) {
 	r, srcVA, dev := newG3CopyRig(t)
 	entered, release := make(chan struct{}), make(chan struct{})
-	r.d.execHook = stopOnce(entered, release)
+	r.d.setExecHook(stopOnce(entered, release))
 	r.post(r.lin(dev, srcVA, 4096, gaudi3.DirHostToDevice))
 	select {
 	case <-entered:
@@ -534,3 +534,6 @@ func TestRulesGaudi3OutOfTreeDriverOnly(t *testing.T) {
 		})
 	}
 }
+
+// setExecHook sets the Gaudi3 workers' execHook.
+func (d *Device) setExecHook(f func()) { d.execHook.Store(&f) }
