@@ -9,9 +9,11 @@ import (
 )
 
 // BenchmarkKernels: every kernel at every size, with the same source and
-// destination every time (hot: in cache when they fit) and with a new
-// pair every time from pools larger than the last-level cache (fresh: src
-// and dst come from memory). The kernels are interleaved: each iteration
+// destination every time (hot: in cache when they fit), the same pair
+// copied back to back for at least 16 MiB a batch (loop: a put_bw run's
+// steady state, which a short hot batch can miss), and with a new pair
+// every time from pools larger than the last-level cache (fresh: src and
+// dst come from memory). The kernels are interleaved: each iteration
 // times a batch of every kernel in turn (a batch is at least 256 KiB of
 // copies, so the clock's cost is negligible), so that a shared machine's
 // load falls on all of them alike. glibc's memcpy (through cgo) runs
@@ -36,14 +38,14 @@ func BenchmarkKernels(b *testing.B) {
 		}
 	}
 	ks = append(ks, kern{"glibc-memcpy", probe.Glibc})
-	for _, size := range []int{4 << 10, 64 << 10, 256 << 10, 1 << 20, 3 << 19, 2 << 20, 3 << 20, 4 << 20, 6 << 20, 8 << 20, 12 << 20, 16 << 20, 32 << 20, 48 << 20, 64 << 20} {
-		for _, fresh := range []bool{false, true} {
-			mode := "hot"
-			if fresh {
-				mode = "fresh"
-			}
+	for _, size := range []int{4 << 10, 16 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 3 << 19, 2 << 20, 3 << 20, 4 << 20, 6 << 20, 8 << 20, 12 << 20, 16 << 20, 32 << 20, 48 << 20, 64 << 20} {
+		for _, mode := range []string{"hot", "loop", "fresh"} {
+			fresh := mode == "fresh"
 			b.Run(fmt.Sprintf("size=%s/%s", FormatSize(size), mode), func(b *testing.B) {
 				batch := max(1, (256<<10)/size)
+				if mode == "loop" {
+					batch = max(1, (16<<20)/size)
+				}
 				slots := pool / size
 				best := make([]time.Duration, len(ks))
 				total := make([]time.Duration, len(ks))

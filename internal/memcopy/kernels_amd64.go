@@ -31,7 +31,17 @@ func detectCPU() CPU {
 		_, _, _, d7 := cpuid(7, 0)
 		fsrm = d7&(1<<4) != 0
 	}
-	return CPU{Vendor: string(v[:]), AVX2: cpu.X86.HasAVX2, ERMS: cpu.X86.HasERMS, FSRM: fsrm}
+	family := 0
+	if maxLeaf >= 1 {
+		a1, _, _, _ := cpuid(1, 0)
+		family = displayFamily(a1)
+	}
+	x := CPU{Vendor: string(v[:]), Family: family, AVX2: cpu.X86.HasAVX2, ERMS: cpu.X86.HasERMS, FSRM: fsrm}
+	if maxExt, _, _, _ := cpuid(0x8000_0000, 0); x.Vendor == "AuthenticAMD" && maxExt >= 0x8000_0005 {
+		_, _, ecx, _ := cpuid(0x8000_0005, 0) // AMD CPUID Specification: Fn8000_0005_ECX L1DcSize
+		x.L1D = int(ecx>>24) << 10
+	}
+	return x
 }
 
 // kernels available on this CPU.

@@ -58,7 +58,24 @@ func (k Kernel) String() string {
 // CPU is what the kernel choice needs to know of the processor.
 type CPU struct {
 	Vendor           string // CPUID vendor: "AuthenticAMD", "GenuineIntel"; "" off amd64
+	Family           int    // CPUID leaf 1 display family (base + extended); 0 off amd64
 	AVX2, ERMS, FSRM bool
+	// L1D is the L1 data cache size CPUID reports (AMD: Fn8000_0005 ECX
+	// bits 31-24, in KiB), 0 if unknown; the sysfs figure, when there
+	// is one, takes precedence (Machine.l1d).
+	L1D int
+}
+
+// displayFamily is the family of a CPUID leaf 1 EAX: the base family
+// (bits 8-11), plus the extended family (bits 20-27) when the base is 0xF
+// (Intel SDM vol. 2A, CPUID, "Processor Version Information"; AMD's
+// CPUID Specification, Fn0000_0001_EAX).
+func displayFamily(eax uint32) int {
+	f := int(eax>>8) & 0xF
+	if f == 0xF {
+		f += int(eax>>20) & 0xFF
+	}
+	return f
 }
 
 // Has says whether k runs on this CPU.
@@ -78,13 +95,38 @@ func (c CPU) GoNTFrom() int {
 	return 1 << 20
 }
 
-// repMovsNice is where Go itself prefers REP MOVS (Intel, ERMS, FSRM).
+// amdZen5 is AMD's family 0x1A (Zen 5).
+const amdZen5 = 0x1A
+
+// repMovsNice is where Go itself prefers REP MOVS (Intel, ERMS, FSRM;
+// runtime/cpuflags_amd64.go): REP MOVSB is the temporal kernel there.
 func (c CPU) repMovsNice() bool { return c.Vendor == "GenuineIntel" && c.ERMS && c.FSRM }
+
+// repMovsFast is an AMD CPU, from family 0x1A (Zen 5), with ERMS and
+// FSRM: REP MOVSB was measured there the fastest copy from where a
+// copy's source and destination outgrow the L1 data cache (1.7x copy()
+// at 32 KiB, 1.3x at 64 KiB) up to 64 MiB (1.06-1.4x avx2 from 1 MiB),
+// and copy() the fastest below (docs/copy-kernels.md, "AMD EPYC, family
+// 26"). On the AMD family 0x19 part measured (Zen 3) it was 0.86x avx2
+// at 1 MiB and 0.76x at 4 MiB, as glibc's rep_movsb_stop_threshold (the
+// L2 size on AMD) expects; family 0x19's Zen 4 models were not measured
+// and keep avx2.
+func (c CPU) repMovsFast() bool {
+	return c.Vendor == "AuthenticAMD" && c.Family >= amdZen5 && c.ERMS && c.FSRM
+}
 
 // Machine is a CPU and its cache hierarchy.
 type Machine struct {
 	CPU    CPU
 	Caches Caches // nil if sysfs had none
+}
+
+// l1d is the L1 data cache's size: sysfs's, else CPUID's, else 0.
+func (m Machine) l1d() int {
+	if c := m.Caches.Level(1); c.Size > 0 {
+		return c.Size
+	}
+	return m.CPU.L1D
 }
 
 // Detect reads this machine's CPU and caches (sysfs under "/").
@@ -132,8 +174,14 @@ func NewPolicy(m Machine, ntFrom int) Policy {
 		return Policy{Temporal: Go} // copy() throughout
 	}
 	p := Policy{Temporal: AVX2, TemporalFrom: m.CPU.GoNTFrom(), NTFrom: ntFrom}
-	if m.CPU.repMovsNice() { // what copy() does there, at any alignment
+	switch {
+	case m.CPU.repMovsNice(): // what copy() does below 1 MiB, at any alignment
 		p.Temporal = RepMovsb
+	case m.CPU.repMovsFast():
+		p.Temporal = RepMovsb
+		if l1 := m.l1d(); l1 > 0 { // from where source and destination outgrow the L1d
+			p.TemporalFrom = min(p.TemporalFrom, max(l1/2, 4096))
+		}
 	}
 	return p
 }
@@ -365,5 +413,8 @@ func (c *Copier) String() string {
 	for _, x := range c.m.Caches {
 		cs = append(cs, fmt.Sprintf("L%d %s/%d", x.Level, FormatSize(x.Size), x.Sharers))
 	}
-	return fmt.Sprintf("%s; %s [%s %s]; split over %d from %s", c.p, c.m.CPU.Vendor, strings.Join(feat, " "), strings.Join(cs, " "), c.workers, FormatSize(c.parMin))
+	if len(cs) == 0 && c.m.CPU.L1D > 0 {
+		cs = append(cs, fmt.Sprintf("L1d %s (cpuid)", FormatSize(c.m.CPU.L1D)))
+	}
+	return fmt.Sprintf("%s; %s family %#x [%s %s]; split over %d from %s", c.p, c.m.CPU.Vendor, c.m.CPU.Family, strings.Join(feat, " "), strings.Join(cs, " "), c.workers, FormatSize(c.parMin))
 }

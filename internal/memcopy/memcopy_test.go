@@ -80,8 +80,12 @@ func TestPolicy(t *testing.T) {
 	caches := func(llc, sharers int) Caches {
 		return Caches{{Level: 1, Size: 32 << 10, Sharers: 1}, {Level: 2, Size: 512 << 10, Sharers: 1}, {Level: 3, Size: llc, Sharers: sharers}}
 	}
-	amd := CPU{Vendor: "AuthenticAMD", AVX2: true, ERMS: true, FSRM: true}
-	intel := CPU{Vendor: "GenuineIntel", AVX2: true, ERMS: true, FSRM: true}
+	amd := CPU{Vendor: "AuthenticAMD", Family: 0x19, AVX2: true, ERMS: true, FSRM: true}
+	zen5 := CPU{Vendor: "AuthenticAMD", Family: 0x1A, AVX2: true, ERMS: true, FSRM: true}
+	zen5L1 := zen5
+	zen5L1.L1D = 48 << 10
+	zen5NoFSRM := CPU{Vendor: "AuthenticAMD", Family: 0x1A, AVX2: true, ERMS: true}
+	intel := CPU{Vendor: "GenuineIntel", Family: 6, AVX2: true, ERMS: true, FSRM: true}
 	intelNoFSRM := CPU{Vendor: "GenuineIntel", AVX2: true, ERMS: true}
 	for _, tc := range []struct {
 		name  string
@@ -98,6 +102,20 @@ func TestPolicy(t *testing.T) {
 			map[int]Kernel{512: Go, 1 << 20: AVX2, 1 << 30: AVX2}},
 		{"amd-small-llc", Machine{amd, caches(8<<20, 16)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 128 << 10},
 			map[int]Kernel{100 << 10: Go, 128 << 10: NonTemporal, 1 << 20: NonTemporal}},
+		{"amd-zen5", Machine{zen5, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 16 << 10, Temporal: RepMovsb, NTFrom: 4 << 20},
+			map[int]Kernel{16<<10 - 1: Go, 16 << 10: RepMovsb, 1 << 20: RepMovsb, 4 << 20: NonTemporal}},
+		{"amd-zen5-sysfs-l1-wins", Machine{zen5L1, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 16 << 10, Temporal: RepMovsb, NTFrom: 4 << 20},
+			map[int]Kernel{16 << 10: RepMovsb}},
+		{"amd-zen5-cpuid-l1", Machine{zen5L1, nil}, 0, Policy{TemporalFrom: 24 << 10, Temporal: RepMovsb},
+			map[int]Kernel{24<<10 - 1: Go, 24 << 10: RepMovsb, 1 << 30: RepMovsb}},
+		{"amd-zen5-no-l1", Machine{zen5, nil}, 0, Policy{TemporalFrom: 1 << 20, Temporal: RepMovsb},
+			map[int]Kernel{64 << 10: Go, 1 << 20: RepMovsb, 1 << 30: RepMovsb}},
+		{"amd-zen5-tiny-l1", Machine{CPU{Vendor: "AuthenticAMD", Family: 0x1A, AVX2: true, ERMS: true, FSRM: true, L1D: 2 << 10}, nil}, 0,
+			Policy{TemporalFrom: 4096, Temporal: RepMovsb}, map[int]Kernel{4095: Go, 4096: RepMovsb}},
+		{"amd-zen3-cpuid-l1", Machine{CPU{Vendor: "AuthenticAMD", Family: 0x19, AVX2: true, ERMS: true, FSRM: true, L1D: 32 << 10}, nil}, 0,
+			Policy{TemporalFrom: 1 << 20, Temporal: AVX2}, map[int]Kernel{64 << 10: Go, 1 << 20: AVX2}},
+		{"amd-zen5-no-fsrm", Machine{zen5NoFSRM, nil}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2},
+			map[int]Kernel{1 << 20: AVX2}},
 		{"intel-erms-fsrm", Machine{intel, caches(64<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: RepMovsb, NTFrom: 8 << 20},
 			map[int]Kernel{1<<20 - 1: Go, 1 << 20: RepMovsb, 8 << 20: NonTemporal}},
 		{"intel-no-fsrm", Machine{intelNoFSRM, caches(32<<20, 2)}, 0, Policy{TemporalFrom: 1 << 20, Temporal: AVX2, NTFrom: 4 << 20},
@@ -114,6 +132,25 @@ func TestPolicy(t *testing.T) {
 				require.Equal(t, k, p.Kernel(n), "size %d", n)
 			}
 			require.NotEmpty(t, p.String())
+		})
+	}
+}
+
+func TestDisplayFamily(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		eax  uint32
+		want int
+	}{
+		{"AMD EPYC 7763 (Zen 3)", 0x00A00F11, 0x19},
+		{"AMD EPYC 9004 (Zen 4)", 0x00A10F11, 0x19},
+		{"AMD Zen 5", 0x00B00F21, 0x1A},
+		{"AMD EPYC 7002 (Zen 2)", 0x00830F10, 0x17},
+		{"Intel Xeon (Sapphire Rapids)", 0x000806F8, 6},
+		{"extended family ignored below 0xF", 0x00F00611, 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, displayFamily(tc.eax))
 		})
 	}
 }
