@@ -74,3 +74,47 @@ func TestBatchCancelDropsCopiesNotYetInCS(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchRefusedWholeHasErrs: a batch refused as a whole before any
+// copy is looked at (its ctx already ended or nil, the engine closed)
+// resolves with one error per copy in Errs, every one the refusal, as a
+// batch refused by its queue does; it used to be a plain future whose
+// Errs was nil. An empty batch refused so stays a plain future.
+func TestBatchRefusedWholeHasErrs(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name  string
+		ctx   context.Context
+		close bool
+		want  error
+	}{
+		{"ctx canceled", canceled, false, ErrCanceled},
+		{"nil ctx", nil, false, ErrInvalid},
+		{"engine closed", context.Background(), true, ErrClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, Config{})
+			a, err := e.Alloc(8192, Host)
+			require.NoError(t, err)
+			b := e.NewBatch()
+			b.Copy(a.Slice(0, 4096), a.Slice(4096, 4096))
+			b.Copy(a.Slice(4096, 4096), a.Slice(0, 4096))
+			empty := e.NewBatch()
+			if tc.close {
+				require.NoError(t, e.Close())
+			}
+			f := b.Submit(tc.ctx)
+			require.True(t, f.IsDone())
+			require.ErrorIs(t, f.Err(), tc.want)
+			errs := f.Errs()
+			require.Len(t, errs, 2)
+			for i, err := range errs {
+				require.ErrorIs(t, err, tc.want, "copy %d", i)
+			}
+			f = empty.Submit(tc.ctx)
+			require.ErrorIs(t, f.Err(), tc.want)
+			require.Nil(t, f.Errs())
+		})
+	}
+}

@@ -112,3 +112,42 @@ func TestBatchHostCopiesAfterDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyInlineAfterCtxDeadline: a host-to-host Copy small enough to run
+// on the caller's goroutine, whose ctx's deadline has passed while ctx's
+// timer has not fired (Err still nil), ends with ErrTimeout and leaves
+// its destination untouched, as one with a passed Deadline option does.
+// Before the fix only ctx.Err and the option were looked at, in the
+// caller and then in the host worker the copy goes to, and it ran.
+func TestCopyInlineAfterCtxDeadline(t *testing.T) {
+	live, cancel := context.WithCancel(context.Background()) // a Done channel, as a ctx with a deadline has
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		opts []OpOption
+		want error // nil: the copy runs
+	}{
+		{"ctx deadline passed, timer not fired", pastDeadlineCtx{live}, nil, ErrTimeout},
+		{"option deadline passed", context.Background(), []OpOption{Deadline(time.Now().Add(-time.Second))}, ErrTimeout},
+		{"no deadline", context.Background(), nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t, Config{})
+			const n = 4096
+			src, err := e.Alloc(n, Host)
+			require.NoError(t, err)
+			dst, err := e.Alloc(n, Host)
+			require.NoError(t, err)
+			fill(src.Bytes(), 5)
+			err = e.Copy(tc.ctx, dst.All(), src.All(), tc.opts...).Wait(context.Background())
+			if tc.want == nil {
+				require.NoError(t, err)
+				require.Equal(t, src.Bytes(), dst.Bytes())
+				return
+			}
+			require.ErrorIs(t, err, tc.want)
+			require.Equal(t, make([]byte, n), dst.Bytes(), "the copy ran after its deadline")
+		})
+	}
+}

@@ -166,10 +166,11 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 		return resolved(err)
 	}
 	e.st.Submitted.Add(1)
-	// A copy whose deadline has passed is not run in the caller: the host
-	// worker fails it with ErrTimeout, as every path does.
+	// A copy whose deadline (the option's or ctx's) has passed is not run
+	// in the caller: the host worker fails it with ErrTimeout, as every
+	// path does.
 	deadline := e.opConfig(opts).deadline
-	if (deadline.IsZero() || time.Now().Before(deadline)) && e.cp.CopyInline(dst.cs(), src.cs()) {
+	if beforeDeadlines(ctx, deadline) && e.cp.CopyInline(dst.cs(), src.cs()) {
 		return e.resolved
 	}
 	f := newFuture(1)
@@ -264,7 +265,9 @@ func (b *Batch) Reset() {
 
 // Submit validates every copy and submits them all, or none: if any copy is
 // invalid the future resolves at once with that error (Errs tells which)
-// and nothing is submitted. The future's Errs gives per-copy status. ctx
+// and nothing is submitted; if the batch is refused as a whole (ctx
+// already ended or nil, the engine closed, a queue full) every entry of
+// Errs carries the refusal. The future's Errs gives per-copy status. ctx
 // bounds the submission; when it ends, the batch's device copies not yet
 // in a command submission are dropped, as Copy's are (ErrCanceled or
 // ErrTimeout in Errs); its host-to-host copies run in Submit, after the
@@ -280,14 +283,14 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 		return resolved(newErr(ErrInvalid, "batch not made by Engine.NewBatch", nil))
 	}
 	e := b.e
+	n := len(b.ops)
 	if err := checkCtx(ctx); err != nil {
-		return resolved(err)
+		return batchRefused(n, err)
 	}
 	if !e.enter() { // Close unmaps nothing while the call is in
-		return resolved(ErrClosed)
+		return batchRefused(n, ErrClosed)
 	}
 	defer e.exit()
-	n := len(b.ops)
 	if n == 0 {
 		return e.resolved
 	}
@@ -321,10 +324,26 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 	return f
 }
 
+// beforeDeadlines reports whether neither deadline nor ctx's has passed,
+// ctx's counted from its Deadline, before its timer may have fired; it
+// reads the clock only when there is a deadline.
+func beforeDeadlines(ctx context.Context, deadline time.Time) bool {
+	d, ok := ctx.Deadline()
+	if !ok && deadline.IsZero() {
+		return true
+	}
+	now := time.Now()
+	return (deadline.IsZero() || now.Before(deadline)) && (!ok || now.Before(d))
+}
+
 // batchRefused is the future of a batch whose submission as a whole
-// failed (a queue full, the engine closing): every copy carries err, none
-// is blamed for it.
+// failed (its ctx ended or nil, a queue full, the engine closing): every
+// copy carries err, none is blamed for it. An empty batch's is a plain
+// future with err.
 func batchRefused(n int, err error) *Future {
+	if n == 0 {
+		return resolved(err)
+	}
 	f := newBatchFuture(n)
 	err = fmt.Errorf("gxfer: batch not submitted: %w", err)
 	for i := range n {

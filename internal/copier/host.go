@@ -69,13 +69,8 @@ func (h *hostPath) drain() {
 			}
 			for i := range j.Ops {
 				o := &j.Ops[i]
-				var err error
-				switch {
-				case !j.Deadline.IsZero() && time.Now().After(j.Deadline):
-					err = gxerr.New(gxerr.Timeout, "deadline passed while queued", nil)
-				case j.Ctx != nil && j.Ctx.Err() != nil:
-					err = gxerr.Ctx("copy dropped before it started", j.Ctx.Err())
-				default:
+				err := jobNotStarted(j)
+				if err == nil {
 					if hook := c.HookProcess.Load(); hook != nil {
 						(*hook)()
 					}

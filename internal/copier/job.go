@@ -271,6 +271,18 @@ func notStarted(ctx context.Context, deadline time.Time) error {
 	return nil
 }
 
+// jobNotStarted is notStarted for an op of j: j's deadline, and j's ctx
+// when it has one (nil: a ctx that cannot end).
+func jobNotStarted(j *Job) error {
+	if j.Ctx != nil {
+		return notStarted(j.Ctx, j.Deadline)
+	}
+	if !j.Deadline.IsZero() && !time.Now().Before(j.Deadline) {
+		return gxerr.New(gxerr.Timeout, "deadline passed before the copy started", nil)
+	}
+	return nil
+}
+
 // dropCanceled ends the ops of a job whose ctx has ended, none of them yet
 // in a command submission (a device worker calls it on the jobs it pops),
 // with ErrCanceled or ErrTimeout: nothing touched their memory, and the
