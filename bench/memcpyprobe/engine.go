@@ -127,14 +127,14 @@ type engineRig struct {
 	dir      string // the peer's socket's
 }
 
-func newEngineRig(size, workers int) (_ *engineRig, err error) {
+func newEngineRig(size, workers, ntMin int) (_ *engineRig, err error) {
 	r := &engineRig{}
 	defer func() {
 		if err != nil {
 			r.close()
 		}
 	}()
-	if r.e, err = engine.New(engine.Config{Devices: engine.DevicesNone, CopyWorkers: workers}); err != nil {
+	if r.e, err = engine.New(engine.Config{Devices: engine.DevicesNone, CopyWorkers: workers, CopyNTMin: ntMin}); err != nil {
 		return nil, err
 	}
 	if r.src, err = r.e.Alloc(size, engine.Host); err != nil {
@@ -213,8 +213,8 @@ type figure struct {
 // the best probe configuration's, one core's the best 1-thread one's.
 // Each round prints one line in Go benchmark format (best-slice figures;
 // bench/compare-goals.py reads it) and a comment line with the means.
-func measureEngine(out io.Writer, size, threads, reps, slices, workers int) error {
-	r, err := newEngineRig(size, workers)
+func measureEngine(out io.Writer, size, threads, reps, slices, workers, ntMin int) error {
+	r, err := newEngineRig(size, workers, ntMin)
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}

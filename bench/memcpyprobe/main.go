@@ -50,18 +50,29 @@ func run(args []string, out, errw io.Writer) int {
 	reps := fs.Int("reps", 5, "-engine: rounds")
 	slices := fs.Int("slices", 20, "-engine: slices per round (each runs every measurement once)")
 	workers := fs.Int("workers", 0, "-engine: the engine's CopyWorkers (0: its default, GOMAXPROCS)")
+	ntMin := fs.String("ntmin", "0", "-engine: the engine's CopyNTMin, a size (0: its default, from the caches; -1: never non-temporal)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	n, err := bench.ParseSize(*size)
+	nt := 0
+	switch *ntMin {
+	case "0":
+	case "-1":
+		nt = -1
+	default:
+		if err == nil {
+			nt, err = bench.ParseSize(*ntMin)
+		}
+	}
 	if err != nil || n < 4096 || *threads < 1 || *dur <= 0 || *reps < 1 || *slices < 1 || *workers < 0 {
-		fmt.Fprintf(errw, "memcpyprobe: need -size >= 4KiB (got %q), -threads >= 1, -time > 0, -reps >= 1, -slices >= 1, -workers >= 0\n", *size)
+		fmt.Fprintf(errw, "memcpyprobe: need -size >= 4KiB (got %q), -threads >= 1, -time > 0, -reps >= 1, -slices >= 1, -workers >= 0, -ntmin a size or -1\n", *size)
 		return 2
 	}
 	m := memcopy.Detect()
-	fmt.Fprintf(out, "machine: %s\n", memcopy.New(memcopy.Config{Machine: &m, Workers: *workers}))
+	fmt.Fprintf(out, "machine: %s\n", memcopy.New(memcopy.Config{Machine: &m, Workers: *workers, NTFrom: nt}))
 	if *eng {
-		if err := measureEngine(out, n, *threads, *reps, *slices, *workers); err != nil {
+		if err := measureEngine(out, n, *threads, *reps, *slices, *workers, nt); err != nil {
 			fmt.Fprintln(errw, "memcpyprobe:", err)
 			return 1
 		}
