@@ -58,8 +58,11 @@ avx_tail:
 
 // func copyNT(dst, src unsafe.Pointer, n uintptr)
 // Non-temporal: the destination is first brought to a 32-byte boundary
-// (REP MOVSB), then 128 bytes per iteration are loaded (VMOVDQU, with a
-// PREFETCHNTA ahead) and stored with VMOVNTDQ, bypassing the caches; the
+// (REP MOVSB), then 128 bytes per iteration are loaded (VMOVDQU, with two
+// PREFETCHNTA 448 and 640 bytes ahead, the distances of the runtime's own
+// non-temporal loop, gobble_mem_fwd_loop in memmove_amd64.s: one at 512
+// was 0.7x copy() from memory on a Zen 5, docs/copy-kernels.md) and
+// stored with VMOVNTDQ, bypassing the caches; the
 // rest as in copyAVX2. SFENCE orders the weakly-ordered stores before
 // the return, so the copy is globally visible like an ordinary one.
 TEXT ·copyNT(SB), NOSPLIT, $0-24
@@ -78,7 +81,8 @@ TEXT ·copyNT(SB), NOSPLIT, $0-24
 	REP;	MOVSB
 	MOVQ	BX, CX
 nt_b128:
-	PREFETCHNTA	512(SI)
+	PREFETCHNTA	448(SI)
+	PREFETCHNTA	640(SI)
 	VMOVDQU	(SI), Y0
 	VMOVDQU	32(SI), Y1
 	VMOVDQU	64(SI), Y2
