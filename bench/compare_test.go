@@ -99,7 +99,13 @@ const (
  "gxfer_put_bw": {"1048576": {"-O 1": [500, 520], "-O 4": [1300, 1400]},
   "16777216": {"-O 1": [400, 420], "-O 4": [500, 530]}},
  "gxfer_put_lat_p50_us": [14.8, 15.0], "ucx_ucp_put_lat_p50_us": [17.2, 17.0]}`
-	rdmaLog = `kernel 6.1.0, 2 vCPU (TCG), device rxe0, GID 0; 2 rounds; gxfer -time 3s, put_bw -O 128; modes: event busy1
+	rdmaLog = `kernel 6.1.0, 2 vCPU (TCG), device rxe0, GID 0; 2 rounds (and 1 warm-up round not counted); gxfer -time 3s, put_bw -O 128; modes: event busy1
+=== warm-up round (printed, not counted)
+ib_write_bw -s 65536 -n 2000: 65536      2000             1.60               1.50               0.002861
+gxfer perf -x rdma -rdma-cq event -t put_bw -s 64K -O 128: 50.0 MB/s (5000 iterations, verified true)
+gxfer perf -x rdma -rdma-cq busy1 -t put_bw -s 64K -O 128: 50.0 MB/s (5000 iterations, verified true)
+ib_write_lat -s 8 -n 2000: 8       2000          10.00          50.00        20.00                 21.00           2.00             30.00                40.00
+gxfer perf -x rdma -rdma-cq event -t put_lat -s 8: median 200.0 us, avg 240.0 us, p99 400.0 us (2000 iterations, verified true)
 === round 1
 ib_write_bw -s 65536 -n 2000: 65536      2000             1.60               1.50               0.002861
 gxfer perf -x rdma -rdma-cq event -t put_bw -s 64K -O 128: 180.5 MB/s (5000 iterations, verified true)
