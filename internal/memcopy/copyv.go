@@ -1,7 +1,6 @@
 package memcopy
 
 import (
-	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -35,8 +34,8 @@ func (c *Copier) CopyV(dsts, srcs [][]byte) int {
 		return total
 	}
 	k := c.p.Kernel(total)
-	parts := min(c.workers, runtime.GOMAXPROCS(0))
-	if parts < 2 || total < c.parMin || anyOverlaps(dsts, srcs) {
+	parts := c.parts(total)
+	if parts < 2 || anyOverlaps(dsts, srcs) {
 		for i := range dsts {
 			c.runPiece(k, dsts[i], srcs[i])
 		}

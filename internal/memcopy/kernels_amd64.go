@@ -51,7 +51,7 @@ func (c CPU) has(k Kernel) bool {
 		return true
 	case AVX2, NonTemporal:
 		return c.AVX2
-	case RepMovsb:
+	case RepMovsb, RepMovsbPieces:
 		return true // REP MOVSB is always there; ERMS only makes it fast
 	}
 	return false
@@ -72,6 +72,10 @@ func run(k Kernel, dst, src []byte) {
 		copyNT(d, s, uintptr(n))
 	case RepMovsb:
 		copyRepMovsb(d, s, uintptr(n))
+	case RepMovsbPieces:
+		for off := 0; off < n; off += RepPiece {
+			copyRepMovsb(unsafe.Add(d, off), unsafe.Add(s, off), uintptr(min(RepPiece, n-off)))
+		}
 	default:
 		copy(dst, src)
 	}

@@ -36,10 +36,18 @@ const (
 	AVX2                      // 32-byte AVX2 loads and temporal stores
 	NonTemporal               // AVX2 loads, VMOVNTDQ stores, SFENCE
 	RepMovsb                  // REP MOVSB
+	// RepMovsbPieces is REP MOVSB in pieces of at most RepPiece bytes:
+	// a Zen 5's microcode stores one of 4 MiB or more non-temporally
+	// (docs/copy-kernels.md), the pieces stay under that.
+	RepMovsbPieces
 )
 
+// RepPiece is RepMovsbPieces' largest piece: measured temporal on a Zen
+// 5 up to a REP MOVSB of 3 MiB, non-temporal from 4 MiB.
+const RepPiece = 2 << 20
+
 // Kernels lists every kernel.
-func Kernels() []Kernel { return []Kernel{Go, AVX2, NonTemporal, RepMovsb} }
+func Kernels() []Kernel { return []Kernel{Go, AVX2, NonTemporal, RepMovsb, RepMovsbPieces} }
 
 func (k Kernel) String() string {
 	switch k {
@@ -51,6 +59,8 @@ func (k Kernel) String() string {
 		return "non-temporal"
 	case RepMovsb:
 		return "rep-movsb"
+	case RepMovsbPieces:
+		return "rep-movsb-2m"
 	}
 	return fmt.Sprintf("kernel(%d)", uint8(k))
 }
@@ -107,7 +117,8 @@ func (c CPU) repMovsNice() bool { return c.Vendor == "GenuineIntel" && c.ERMS &&
 // copy's source and destination outgrow the L1 data cache (1.7x copy()
 // at 32 KiB, 1.3x at 64 KiB) up to 64 MiB (1.06-1.4x avx2 from 1 MiB),
 // and copy() the fastest below (docs/copy-kernels.md, "AMD EPYC, family
-// 26"). On the AMD family 0x19 part measured (Zen 3) it was 0.86x avx2
+// 26"); one REP MOVSB of 4 MiB or more stores non-temporally there, so
+// the temporal kernel is RepMovsbPieces. On the AMD family 0x19 part measured (Zen 3) it was 0.86x avx2
 // at 1 MiB and 0.76x at 4 MiB, as glibc's rep_movsb_stop_threshold (the
 // L2 size on AMD) expects; family 0x19's Zen 4 models were not measured
 // and keep avx2.
@@ -151,15 +162,26 @@ type Policy struct {
 // (L3 * 3/4) switch later; on the AMD EPYC measured (docs/copy-kernels.md)
 // temporal and non-temporal tie at a quarter of the share (4 MiB) and
 // temporal loses 43% at 16 MiB, so 3/4 (12 MiB) would leave sizes where
-// it loses on the temporal side. 0 (never) without AVX2 or cache
-// information.
+// it loses on the temporal side. Without cache information: 0 (never),
+// except on a CPU whose temporal kernel is RepMovsbPieces (repMovsFast):
+// zen5NTFrom, where a Zen 5 guest without sysfs caches measured the
+// temporal copy ahead up to 12 MiB and behind from 16 MiB
+// (docs/copy-kernels.md). 0 without AVX2.
 func DefaultNTFrom(m Machine) int {
 	llc := m.Caches.LLC()
-	if !m.CPU.AVX2 || llc.Size == 0 {
+	switch {
+	case !m.CPU.AVX2:
+		return 0
+	case llc.Size == 0 && m.CPU.repMovsFast():
+		return zen5NTFrom
+	case llc.Size == 0:
 		return 0
 	}
 	return llc.Size / max(llc.Sharers, 1) / 4
 }
+
+// zen5NTFrom is DefaultNTFrom on a Zen 5 without cache information.
+const zen5NTFrom = 16 << 20
 
 // NewPolicy is the policy for m; ntFrom overrides DefaultNTFrom when not 0
 // (negative: never non-temporal).
@@ -178,7 +200,7 @@ func NewPolicy(m Machine, ntFrom int) Policy {
 	case m.CPU.repMovsNice(): // what copy() does below 1 MiB, at any alignment
 		p.Temporal = RepMovsb
 	case m.CPU.repMovsFast():
-		p.Temporal = RepMovsb
+		p.Temporal = RepMovsbPieces
 		if l1 := m.l1d(); l1 > 0 { // from where source and destination outgrow the L1d
 			p.TemporalFrom = min(p.TemporalFrom, max(l1/2, 4096))
 		}
@@ -337,13 +359,24 @@ func (c *Copier) Copy(dst, src []byte) int {
 	if overlaps(dst, src) {
 		return copy(dst, src)
 	}
-	parts := min(c.workers, runtime.GOMAXPROCS(0))
-	if parts < 2 || n < c.parMin {
+	parts := c.parts(n)
+	if parts < 2 {
 		run(k, dst, src)
 		return n
 	}
 	split(k, dst, src, parts, nil)
 	return n
+}
+
+// parts is how many goroutines an n-byte copy is split over: 1 below
+// ParallelMin, else Workers capped at GOMAXPROCS. GOMAXPROCS(0) takes the
+// scheduler's global lock, so it is read only for a copy that may split,
+// not on every put of a unix binding.
+func (c *Copier) parts(n int) int {
+	if c.workers < 2 || n < c.parMin {
+		return 1
+	}
+	return min(c.workers, runtime.GOMAXPROCS(0))
 }
 
 // split copies dst, src in chunks taken in turn by the caller and by

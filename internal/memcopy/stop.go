@@ -1,7 +1,6 @@
 package memcopy
 
 import (
-	"runtime"
 	"unsafe"
 )
 
@@ -26,11 +25,7 @@ func (c *Copier) CopyStop(dst, src []byte, stop func() bool) int {
 		return copyStopOverlap(dst, src, chunkSize(n, 1), stop)
 	}
 	k := c.p.Kernel(n)
-	parts := min(c.workers, runtime.GOMAXPROCS(0))
-	if parts < 2 || n < c.parMin {
-		parts = 1
-	}
-	return split(k, dst, src, parts, stop)
+	return split(k, dst, src, c.parts(n), stop)
 }
 
 // Pieces reports whether CopyStop copies n bytes in pieces, calling stop
