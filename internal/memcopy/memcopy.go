@@ -118,10 +118,10 @@ func (c CPU) repMovsNice() bool { return c.Vendor == "GenuineIntel" && c.ERMS &&
 // at 32 KiB, 1.3x at 64 KiB) up to 64 MiB (1.06-1.4x avx2 from 1 MiB),
 // and copy() the fastest below (docs/copy-kernels.md, "AMD EPYC, family
 // 26"); one REP MOVSB of 4 MiB or more stores non-temporally there, so
-// the temporal kernel is RepMovsbPieces. On the AMD family 0x19 part measured (Zen 3) it was 0.86x avx2
-// at 1 MiB and 0.76x at 4 MiB, as glibc's rep_movsb_stop_threshold (the
-// L2 size on AMD) expects; family 0x19's Zen 4 models were not measured
-// and keep avx2.
+// the temporal kernel is RepMovsbPieces. On the AMD family 0x19 part
+// measured (Zen 3) REP MOVSB was 0.86x avx2 at 1 MiB and 0.76x at 4 MiB,
+// as glibc's rep_movsb_stop_threshold (the L2 size on AMD) expects;
+// family 0x19's Zen 4 models were not measured and keep avx2.
 func (c CPU) repMovsFast() bool {
 	return c.Vendor == "AuthenticAMD" && c.Family >= amdZen5 && c.ERMS && c.FSRM
 }
