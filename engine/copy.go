@@ -170,7 +170,7 @@ func (e *Engine) Copy(ctx context.Context, dst, src Slice, opts ...OpOption) *Fu
 	// in the caller: the host worker fails it with ErrTimeout, as every
 	// path does.
 	deadline := e.opConfig(opts).deadline
-	if beforeDeadlines(ctx, deadline) && e.cp.CopyInline(dst.cs(), src.cs()) {
+	if e.cp.CopyInline(ctx, dst.cs(), src.cs(), deadline) {
 		return e.resolved
 	}
 	f := newFuture(1)
@@ -322,18 +322,6 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 		return batchRefused(n, err)
 	}
 	return f
-}
-
-// beforeDeadlines reports whether neither deadline nor ctx's has passed,
-// ctx's counted from its Deadline, before its timer may have fired; it
-// reads the clock only when there is a deadline.
-func beforeDeadlines(ctx context.Context, deadline time.Time) bool {
-	d, ok := ctx.Deadline()
-	if !ok && deadline.IsZero() {
-		return true
-	}
-	now := time.Now()
-	return (deadline.IsZero() || now.Before(deadline)) && (!ok || now.Before(d))
 }
 
 // batchRefused is the future of a batch whose submission as a whole

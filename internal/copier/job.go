@@ -274,13 +274,11 @@ func notStarted(ctx context.Context, deadline time.Time) error {
 // jobNotStarted is notStarted for an op of j: j's deadline, and j's ctx
 // when it has one (nil: a ctx that cannot end).
 func jobNotStarted(j *Job) error {
-	if j.Ctx != nil {
-		return notStarted(j.Ctx, j.Deadline)
+	ctx := j.Ctx
+	if ctx == nil {
+		ctx = context.Background()
 	}
-	if !j.Deadline.IsZero() && !time.Now().Before(j.Deadline) {
-		return gxerr.New(gxerr.Timeout, "deadline passed before the copy started", nil)
-	}
-	return nil
+	return notStarted(ctx, j.Deadline)
 }
 
 // dropCanceled ends the ops of a job whose ctx has ended, none of them yet
