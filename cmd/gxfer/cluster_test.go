@@ -244,7 +244,10 @@ func TestClusterNetns(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("needs the ip command (iproute2)")
 	}
-	const ttl = 2 * time.Second
+	// The lease TTL: long enough that an agent's keep-alives (one a third
+	// of it) reach etcd under a loaded CI machine with -race; at 2 s one
+	// lapsed once mid-transfer there and every peer dropped a0 as gone.
+	const ttl = 5 * time.Second
 	n := setupClusterNet(t)
 	srv := etcdtest.New(t)
 	fwd := forward(t, n.brIP+":0", strings.TrimPrefix(srv.URL(), "http://"))
