@@ -71,18 +71,24 @@ func (e *Engine) newEndpoint(ctx context.Context, c *wire.Conn, peer wire.Hello,
 	if h := e.hookPath.Load(); h != nil {
 		(*h)(p)
 	}
+	// A listener's: the endpoint counts as made from here, before it
+	// serves (its dialer may send requests already); refused, it was
+	// closed to make room meanwhile and tells the peer so (its channel
+	// failed, below).
+	if !dialer {
+		if err := handshake.Made(ctx, ep.ch); err != nil {
+			ep.ch.Evict(err.Error())
+		}
+	}
 	e.epMu.Lock()
-	switch {
-	case e.closed.Load():
+	if e.closed.Load() {
 		err = ErrClosed
-	case ep.ch.Err() != nil:
-		// Failed already (a lane the path opened that failed before
-		// the endpoint started does not fail it: tcp's laneFailed drops
-		// the lane): not kept.
-		err = ep.ch.Err()
-	default:
+	} else if err = ep.ch.Start(p); err == nil {
+		// Start refuses a channel failed already (evicted: above, or by
+		// the listener since Made), which is not kept. A lane the path
+		// opened that failed before does not fail it (tcp's laneFailed
+		// drops the lane).
 		e.endpoints[ep] = struct{}{}
-		ep.ch.Start(p)
 	}
 	e.epMu.Unlock()
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/handshake"
 	"github.com/gxfer/gxfer/ipc"
 	"github.com/gxfer/gxfer/wire"
@@ -166,18 +167,63 @@ func TestMaxPeersPerSourceRefuses(t *testing.T) {
 		require.NoError(t, ep.PutSync(ctx, src.All(), k))
 		busy = append(busy, ep)
 	}
-	// Both endpoints made on the owner's side (Accept returns them only
-	// then): a dialer may make requests before its listener has recorded
-	// the endpoint as made, and one not yet recorded is taken for one
-	// still connecting, which a newcomer may replace (a race left open,
-	// see the session 33 note); this test is about endpoints in use.
-	for range busy {
-		_, err := l.Accept(ctx)
-		require.NoError(t, err)
-	}
+	// No wait for the owner's Connect to return: the endpoints served a
+	// request, so they were recorded as made (handshake.Made) before, and
+	// neither is taken for one still connecting (it failed once in CI
+	// when the owner recorded them only once Connect returned).
 	_, err = peer.Dial(ctx, "unix", l.Addr())
 	require.ErrorIs(t, err, ErrTooManyPeers)
 	for _, ep := range busy {
 		require.NoError(t, ep.PutSync(ctx, src.All(), k))
 	}
+}
+
+// TestEvictedBeforeMadeNotStarted: an endpoint whose slot went to a
+// newcomer while the listener was making it (its data path up, not yet
+// recorded: handshake.Made) is not started: its dialer is told why (a
+// Bye), the owner neither keeps nor hands it out, and the newcomer works.
+func TestEvictedBeforeMadeNotStarted(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Devices: DevicesNone, MaxPeers: 1, MaxPeersPerSource: 1}
+	owner, peer := newEngine(t, cfg), newEngine(t, cfg)
+	entered, hold := make(chan struct{}), make(chan struct{})
+	var once, first sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	hook := func(datapath.Path) {
+		first.Do(func() { close(entered); <-hold })
+	}
+	owner.hookPath.Store(&hook)
+	l, err := owner.Listen("unix", filepath.Join(t.TempDir(), "o.sock"))
+	require.NoError(t, err)
+	defer l.Close()
+	defer release() // before the listener's Close, which waits for its handshakes
+
+	first1, err := peer.Dial(ctx, "unix", l.Addr())
+	require.NoError(t, err)
+	<-entered
+	second, err := peer.Dial(ctx, "unix", l.Addr()) // at the bound: the first, still connecting, makes room
+	require.NoError(t, err)
+	release()
+	select {
+	case <-first1.Done():
+	case <-time.After(10 * time.Second): // a hang guard only
+		t.Fatal("the endpoint evicted while it was being made is still up at its dialer")
+	}
+	require.ErrorIs(t, first1.Err(), ErrPeer)
+	require.ErrorContains(t, first1.Err(), "while it was connecting")
+	a, err := l.Accept(ctx)
+	require.NoError(t, err)
+	require.NoError(t, a.Err())
+	owner.epMu.Lock()
+	n := len(owner.endpoints)
+	owner.epMu.Unlock()
+	require.Equal(t, 1, n, "the owner keeps the newcomer only")
+
+	b, err := owner.Alloc(4096, Host)
+	require.NoError(t, err)
+	k, err := b.Export()
+	require.NoError(t, err)
+	src, err := peer.Alloc(4096, Host)
+	require.NoError(t, err)
+	require.NoError(t, second.PutSync(ctx, src.All(), k))
 }

@@ -147,9 +147,17 @@ func New(cfg Config) *Chan {
 	return c
 }
 
-// Start runs the reader and the writer, p being the channel's data path.
-func (c *Chan) Start(p datapath.Path) {
-	c.path = p
+// Start runs the reader and the writer, p being the channel's data path;
+// a channel failed already (Evict, Fail, before it started) is not
+// started: its error, p not taken (its Failed not called).
+func (c *Chan) Start(p datapath.Path) error {
+	c.mu.Lock()
+	if c.failed != nil {
+		c.mu.Unlock()
+		return c.failed
+	}
+	c.path = p // under mu: Fail and InFlight may run before Start
+	c.mu.Unlock()
 	var every time.Duration
 	if t := c.env.Config().PeerTimeout; t > 0 {
 		every = t / 4
@@ -171,6 +179,7 @@ func (c *Chan) Start(p datapath.Path) {
 		}
 		c.readLoop()
 	}()
+	return nil
 }
 
 func (c *Chan) Env() datapath.Env      { return c.env }
@@ -229,11 +238,12 @@ func (c *Chan) InFlight() bool {
 	c.backMu.Unlock()
 	c.mu.Lock()
 	pending := len(c.pending)
+	path := c.path
 	c.mu.Unlock()
 	if backlog > 0 || pending > 0 {
 		return true
 	}
-	p, ok := c.path.(interface{ InFlight() bool })
+	p, ok := path.(interface{ InFlight() bool })
 	return ok && p.InFlight()
 }
 
@@ -490,6 +500,7 @@ func (c *Chan) Fail(err error) {
 		c.mu.Lock()
 		c.failed = err
 		c.hasFailed.Store(true)
+		path := c.path // nil: not started, and Start will not take one
 		if c.gone != nil {
 			c.gone.Stop()
 		}
@@ -503,8 +514,8 @@ func (c *Chan) Fail(err error) {
 		}
 		c.msgFailed()
 		_ = c.c.Close()
-		if c.path != nil {
-			c.path.Failed(err)
+		if path != nil {
+			path.Failed(err)
 		}
 		for _, fn := range pend {
 			fn(wire.Frame{}, err)

@@ -3,6 +3,7 @@ package handshake
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gxfer/gxfer/internal/datapath"
+	"github.com/gxfer/gxfer/internal/gxerr"
 	"github.com/gxfer/gxfer/wire"
 )
 
@@ -94,4 +96,46 @@ func TestAcceptSkipsEndpointBeingEvicted(t *testing.T) {
 	require.NoError(t, p.Err())
 	require.Same(t, ls.all()[1], p, "the newcomer")
 	release()
+}
+
+// TestServingWhileConnectingNotEvicted: a listener's endpoint may serve
+// its dialer's requests before its Connect returns (the engine starts it
+// there, and the dialer may make requests once it has the ack). One that
+// did is not closed to make room as one still connecting (it was closed
+// so, "it made no request", before Connect told the listener it was made:
+// Made): a newcomer at the bound is refused, and the busy endpoint stays.
+func TestServingWhileConnectingNotEvicted(t *testing.T) {
+	ls, ds := newSide(t, nil, false), newSide(t, nil, false)
+	entered, hold := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	connect := func(ctx context.Context, wc *wire.Conn, h wire.Hello, path datapath.Kind, addr string, dialer bool) (*peer, Peer, error) {
+		p, pp, err := ls.connect(ctx, wc, h, path, addr, dialer)
+		if err == nil && !first.Swap(true) {
+			p.pulse.Store(true) // it served a request of its dialer's
+			close(entered)
+			<-hold
+		}
+		return p, pp, err
+	}
+	l, err := Listen(ListenConfig[*peer]{Local: ls.local, Network: "unix", Addr: filepath.Join(t.TempDir(), "l.sock"),
+		MaxPeers: 1, MaxPeersPerSource: 1, Connect: connect})
+	require.NoError(t, err)
+	defer l.Close()
+	defer release() // before the listener's Close, which waits for its handshakes
+
+	dialed := make(chan error, 1)
+	go func() { _, err := ds.dial(l, "unix", 0, false); dialed <- err }()
+	<-entered
+	require.NoError(t, <-dialed)
+	_, err = ds.dial(l, "unix", 0, false)
+	require.ErrorIs(t, err, gxerr.TooManyPeers, "the only endpoint served a request")
+	release()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // a hang guard only
+	defer cancel()
+	a, err := l.Accept(ctx)
+	require.NoError(t, err)
+	require.NoError(t, a.Err(), "the busy endpoint is up")
+	require.Same(t, ls.all()[0], a)
 }

@@ -153,8 +153,27 @@ type Peer interface {
 
 // Connect makes the endpoint P of a connection whose handshake is done;
 // its data path is of kind path. ctx bounds the path's setup; addr names
-// a TCP peer ("" on a unix socket).
+// a TCP peer ("" on a unix socket). A listener's Connect calls Made with
+// ctx once the endpoint exists, before it serves the peer's requests.
 type Connect[P any] func(ctx context.Context, wc *wire.Conn, peer wire.Hello, path datapath.Kind, addr string, dialer bool) (P, Peer, error)
+
+// madeKey is the context key of a listener's record of a Connect's
+// endpoint (see Made).
+type madeKey struct{}
+
+// Made tells the listener whose Connect ctx is that p, the endpoint being
+// made, exists: from then on it counts as an endpoint, so that one that
+// serves requests is never taken for one still connecting (no request
+// made, so closed first to make room: see Listener's admission). Call it
+// before p can serve a request. An error: the listener closed the
+// connection's slot to make room meanwhile, p must not serve (close it;
+// the error says why, for the peer). Nil for a dialer's ctx.
+func Made(ctx context.Context, p Peer) error {
+	if f, ok := ctx.Value(madeKey{}).(func(Peer) error); ok {
+		return f(p)
+	}
+	return nil
+}
 
 // DialConfig is a Dial's.
 type DialConfig struct {

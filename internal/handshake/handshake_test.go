@@ -90,8 +90,14 @@ func (s *side) all() []*peer {
 	return append([]*peer(nil), s.peers...)
 }
 
-func (s *side) connect(_ context.Context, wc *wire.Conn, h wire.Hello, path datapath.Kind, addr string, dialer bool) (*peer, Peer, error) {
+// connect makes a peer as the engine does: recorded by the listener
+// (Made) before it could serve, closed if its slot went meanwhile.
+func (s *side) connect(ctx context.Context, wc *wire.Conn, h wire.Hello, path datapath.Kind, addr string, dialer bool) (*peer, Peer, error) {
 	p := &peer{wc: wc, hello: h, path: path, addr: addr, dialer: dialer, onEvict: s.onEvict}
+	if err := Made(ctx, p); err != nil {
+		p.Fail(err)
+		return nil, nil, err
+	}
 	s.mu.Lock()
 	s.peers = append(s.peers, p)
 	s.mu.Unlock()

@@ -344,16 +344,17 @@ func (l *Listener[P]) serve(p *pending, t wire.Transport, cred *ipc.Cred, raddr 
 		l.forget(a)
 		return fail(wire.StatusOK, err)
 	}
-	ep, peer, err := l.cfg.Connect(ctx, wc, hello, pathFor(l.kind, ack.Accepted), raddr, false)
+	ep, peer, err := l.cfg.Connect(context.WithValue(ctx, madeKey{}, func(p Peer) error { return l.made(a, p) }), wc, hello, pathFor(l.kind, ack.Accepted), raddr, false)
 	if err != nil {
 		l.forget(a)
 		return ep, nil, hello, err
 	}
 	l.mu.Lock()
+	recorded := a.peer != nil // by Made: evicted since (if so) as any made endpoint
 	a.peer = peer
-	evicted := a.evicted
+	evicted := a.evicted && !recorded
 	l.mu.Unlock()
-	if evicted { // chosen to make room while it was connecting: it made no request yet
+	if evicted { // chosen to make room while it was connecting, and Connect did not call Made: it made no request yet
 		peer.Evict("closed to make room for another peer (it made no request; Config.MaxPeers)")
 		return zero, nil, hello, peer.Err() // not handed to Accept: it is closed already
 	}
@@ -384,6 +385,18 @@ type admitted struct {
 	lane    bool
 	evicted bool
 	seen    time.Time
+}
+
+// made records a's endpoint p as made (see Made): an error if a was
+// chosen to make room meanwhile.
+func (l *Listener[P]) made(a *admitted, p Peer) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if a.evicted {
+		return errors.New("closed to make room for another peer while it was connecting (it made no request; Config.MaxPeers)")
+	}
+	a.peer = p
+	return nil
 }
 
 // forget drops an admission whose endpoint was never made.
