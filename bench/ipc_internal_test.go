@@ -487,7 +487,7 @@ func (f *fakeStreamer) Stream(_ context.Context, n int) error {
 }
 
 func TestStreamChunk(t *testing.T) {
-	for size, want := range map[int]int{1: 1024, 8: 1024, 4 << 10: 64, 64 << 10: 4, 1 << 20: 1, 16 << 20: 1, 100 << 10: 2} {
+	for size, want := range map[int]int{1: 1024, 8: 1024, 4 << 10: 256, 64 << 10: 16, 256 << 10: 4, 1 << 20: 1, 16 << 20: 1, 100 << 10: 10} {
 		require.Equal(t, want, streamChunk(size), "size %d", size)
 	}
 }
@@ -612,8 +612,8 @@ func TestRMAStreamChunk(t *testing.T) {
 		{engine.TransportRDMA, 64 << 10, rdmaBindWindow}, // the binding's window per PutN
 		{engine.TransportRDMA, 16 << 20, rdmaBindWindow},
 		{engine.TransportRDMA, 8, 1024}, // streamChunk's when larger
-		{engine.TransportIPC, 64 << 10, 4},
-		{engine.TransportTCP, 64 << 10, 4},
+		{engine.TransportIPC, 64 << 10, 16},
+		{engine.TransportTCP, 64 << 10, 16},
 	} {
 		require.Equal(t, tc.want, rmaStreamChunk(tc.tr, tc.size), "%v %d", tc.tr, tc.size)
 	}
