@@ -165,8 +165,8 @@ type Policy struct {
 // it loses on the temporal side. Without cache information: 0 (never),
 // except on a CPU whose temporal kernel is RepMovsbPieces (repMovsFast):
 // zen5NTFrom, where a Zen 5 guest without sysfs caches measured the
-// temporal copy ahead up to 12 MiB and behind from 16 MiB
-// (docs/copy-kernels.md). 0 without AVX2.
+// crossover between 12 and 24 MiB (docs/copy-kernels.md). 0 without
+// AVX2.
 func DefaultNTFrom(m Machine) int {
 	llc := m.Caches.LLC()
 	switch {
@@ -180,8 +180,10 @@ func DefaultNTFrom(m Machine) int {
 	return llc.Size / max(llc.Sharers, 1) / 4
 }
 
-// zen5NTFrom is DefaultNTFrom on a Zen 5 without cache information.
-const zen5NTFrom = 16 << 20
+// zen5NTFrom is DefaultNTFrom on a Zen 5 without cache information: a
+// unix put_bw of 16 MiB stored temporally ran 1.05x its non-temporal
+// speed (3 of 3 interleaved rounds), one of 24 MiB 0.9x (2 of 2).
+const zen5NTFrom = 24 << 20
 
 // NewPolicy is the policy for m; ntFrom overrides DefaultNTFrom when not 0
 // (negative: never non-temporal).
