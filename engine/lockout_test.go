@@ -218,12 +218,7 @@ func TestEvictedBeforeMadeNotStarted(t *testing.T) {
 	n := len(owner.endpoints)
 	owner.epMu.Unlock()
 	require.Equal(t, 1, n, "the owner keeps the newcomer only")
-
-	b, err := owner.Alloc(4096, Host)
-	require.NoError(t, err)
-	k, err := b.Export()
-	require.NoError(t, err)
-	src, err := peer.Alloc(4096, Host)
-	require.NoError(t, err)
+	_, k := exported(t, owner, 4096, Host)
+	src, _ := exported(t, peer, 4096, Host)
 	require.NoError(t, second.PutSync(ctx, src.All(), k))
 }
