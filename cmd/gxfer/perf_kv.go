@@ -230,9 +230,19 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		}
 	}
 	watched := peerWatches{} // the peer each active initiator's watch is on
+	var end func(name string, why string)
 	watch := func(name string) {
+		if !active[name] { // it ended before its welcome was reported
+			return
+		}
 		p, err := t.a.Peer(rctx, name)
-		if err != nil || !active[name] { // (or it ended before its welcome was reported)
+		if err != nil {
+			// Gone already (its welcome went out a moment ago): no
+			// watch would ever report it, and the target would wait
+			// for it until -wait, or for good without one.
+			if rctx.Err() == nil {
+				end(name, fmt.Sprintf("gone before its end (%v)", err))
+			}
 			return
 		}
 		stopped, ok := watched.start(name, p)
@@ -293,7 +303,6 @@ func (t *kvTarget) run(ctx context.Context) (err error) {
 		}
 		ackWG.Wait()
 	}()
-	var end func(name string, why string)
 	acknowledge := func(name string, msg []byte) {
 		q, ok := ackers[name]
 		if !ok {
