@@ -94,10 +94,11 @@ func (h *hostPath) drain() {
 // CopyInline runs a host-to-host copy of at most Config.InlineHostMax
 // bytes, whose buffer references the caller holds, on the caller's
 // goroutine, already admitted by the close gate; false (nothing done):
-// the copy is not one, or it must not start (notStarted: ctx ended, or
-// deadline or ctx's passed), which Copy then reports as every path does.
+// the copy is not one, or it must not start (deadline or ctx's passed:
+// pastDeadline; the caller checked ctx.Err just before), which Copy then
+// reports as every path does.
 func (c *Copier) CopyInline(ctx context.Context, dst, src Slice, deadline time.Time) bool {
-	if dst.M.Gaudi || src.M.Gaudi || int(src.N) > c.cfg.InlineHostMax || notStarted(ctx, deadline) != nil {
+	if dst.M.Gaudi || src.M.Gaudi || int(src.N) > c.cfg.InlineHostMax || pastDeadline(ctx, deadline) != nil {
 		return false
 	}
 	c.cfg.Gate.Hook()

@@ -257,6 +257,13 @@ func notStarted(ctx context.Context, deadline time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return gxerr.Ctx("copy dropped before it started", err)
 	}
+	return pastDeadline(ctx, deadline)
+}
+
+// pastDeadline is notStarted's look at the deadlines only (deadline, and
+// ctx's before its timer may have fired), for a caller that has just
+// checked ctx.Err itself.
+func pastDeadline(ctx context.Context, deadline time.Time) error {
 	d, ok := ctx.Deadline()
 	if !ok && deadline.IsZero() {
 		return nil
