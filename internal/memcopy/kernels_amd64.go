@@ -14,6 +14,9 @@ func copyAVX2(dst, src unsafe.Pointer, n uintptr)
 func copyNT(dst, src unsafe.Pointer, n uintptr)
 
 //go:noescape
+func copyNTPages(dst, src unsafe.Pointer, n uintptr)
+
+//go:noescape
 func copyRepMovsb(dst, src unsafe.Pointer, n uintptr)
 
 func cpuid(leaf, sub uint32) (a, b, c, d uint32)
@@ -49,7 +52,7 @@ func (c CPU) has(k Kernel) bool {
 	switch k {
 	case Go:
 		return true
-	case AVX2, NonTemporal:
+	case AVX2, NonTemporal, NonTemporalPages:
 		return c.AVX2
 	case RepMovsb, RepMovsbPieces:
 		return true // REP MOVSB is always there; ERMS only makes it fast
@@ -70,6 +73,8 @@ func run(k Kernel, dst, src []byte) {
 		copyAVX2(d, s, uintptr(n))
 	case NonTemporal:
 		copyNT(d, s, uintptr(n))
+	case NonTemporalPages:
+		copyNTPages(d, s, uintptr(n))
 	case RepMovsb:
 		copyRepMovsb(d, s, uintptr(n))
 	case RepMovsbPieces:

@@ -40,6 +40,9 @@ const (
 	// a Zen 5's microcode stores one of 4 MiB or more non-temporally
 	// (docs/copy-kernels.md), the pieces stay under that.
 	RepMovsbPieces
+	// NonTemporalPages stores non-temporally, as NonTemporal, over four
+	// 4 KiB pages at once (glibc's large_memcpy_4x's access pattern).
+	NonTemporalPages
 )
 
 // RepPiece is RepMovsbPieces' largest piece: measured temporal on a Zen
@@ -47,7 +50,9 @@ const (
 const RepPiece = 2 << 20
 
 // Kernels lists every kernel.
-func Kernels() []Kernel { return []Kernel{Go, AVX2, NonTemporal, RepMovsb, RepMovsbPieces} }
+func Kernels() []Kernel {
+	return []Kernel{Go, AVX2, NonTemporal, RepMovsb, RepMovsbPieces, NonTemporalPages}
+}
 
 func (k Kernel) String() string {
 	switch k {
@@ -61,6 +66,8 @@ func (k Kernel) String() string {
 		return "rep-movsb"
 	case RepMovsbPieces:
 		return "rep-movsb-2m"
+	case NonTemporalPages:
+		return "non-temporal-4p"
 	}
 	return fmt.Sprintf("kernel(%d)", uint8(k))
 }
@@ -147,11 +154,13 @@ func Detect() Machine {
 }
 
 // Policy picks a kernel by copy size: copy() below TemporalFrom, Temporal
-// from there, NonTemporal from NTFrom (when not 0).
+// from there, NonTemporal (NonTemporalPages with NTPages) from NTFrom
+// (when not 0).
 type Policy struct {
 	TemporalFrom int
 	Temporal     Kernel
-	NTFrom       int // 0: never non-temporal
+	NTFrom       int  // 0: never non-temporal
+	NTPages      bool // the non-temporal kernel is NonTemporalPages
 }
 
 // DefaultNTFrom is the size from which the policy stores non-temporally on
@@ -201,6 +210,9 @@ func NewPolicy(m Machine, ntFrom int) Policy {
 	switch {
 	case m.CPU.repMovsNice(): // what copy() does below 1 MiB, at any alignment
 		p.Temporal = RepMovsb
+		// Measured on an Intel Xeon guest (docs/copy-kernels.md, session
+		// 35): from 4 MiB 1.6-1.9x NonTemporal, from memory and in cache.
+		p.NTPages = true
 	case m.CPU.repMovsFast():
 		p.Temporal = RepMovsbPieces
 		if l1 := m.l1d(); l1 > 0 { // from where source and destination outgrow the L1d
@@ -214,11 +226,19 @@ func NewPolicy(m Machine, ntFrom int) Policy {
 func (p Policy) Kernel(n int) Kernel {
 	switch {
 	case p.NTFrom > 0 && n >= p.NTFrom:
-		return NonTemporal
+		return p.nt()
 	case p.TemporalFrom > 0 && n >= p.TemporalFrom:
 		return p.Temporal
 	}
 	return Go
+}
+
+// nt is the policy's non-temporal kernel.
+func (p Policy) nt() Kernel {
+	if p.NTPages {
+		return NonTemporalPages
+	}
+	return NonTemporal
 }
 
 // String describes the policy ("go-copy <1 MiB, avx2 <4 MiB, non-temporal").
@@ -229,11 +249,11 @@ func (p Policy) String() string {
 	case p.TemporalFrom == 0 && p.NTFrom == 0:
 		return Go.String()
 	case p.NTFrom > 0 && (p.TemporalFrom == 0 || p.NTFrom <= p.TemporalFrom):
-		fmt.Fprintf(&b, "%s <%s, %s", Go, lim(p.NTFrom), NonTemporal)
+		fmt.Fprintf(&b, "%s <%s, %s", Go, lim(p.NTFrom), p.nt())
 	case p.NTFrom == 0:
 		fmt.Fprintf(&b, "%s <%s, %s", Go, lim(p.TemporalFrom), p.Temporal)
 	default:
-		fmt.Fprintf(&b, "%s <%s, %s <%s, %s", Go, lim(p.TemporalFrom), p.Temporal, lim(p.NTFrom), NonTemporal)
+		fmt.Fprintf(&b, "%s <%s, %s <%s, %s", Go, lim(p.TemporalFrom), p.Temporal, lim(p.NTFrom), p.nt())
 	}
 	return b.String()
 }
