@@ -77,6 +77,7 @@ func TestTCPCancelPut(t *testing.T) {
 			<-f.Done()
 			require.ErrorIs(t, f.Err(), ErrCanceled)
 			require.ErrorIs(t, f.Err(), context.Canceled)
+			require.Regexp(t, `(put|request) [0-9]+`, f.Err().Error(), "the error names the request")
 			sent := ep.Stats().BytesOut
 			require.Less(t, sent, uint64(total), "the Put went on to the end")
 			time.Sleep(50 * time.Millisecond)
@@ -319,6 +320,7 @@ func TestTCPGetCtxBoundsTheWait(t *testing.T) {
 	<-f.Done()
 	require.ErrorIs(t, f.Err(), ErrTimeout)
 	require.ErrorIs(t, f.Err(), context.DeadlineExceeded)
+	require.Regexp(t, `(get|request) [0-9]+`, f.Err().Error(), "the error names the request")
 	id := <-fo.gets
 	waitFor(t, "the Cancel", func() bool {
 		fo.mu.Lock()

@@ -48,10 +48,13 @@ type ConnConfig struct {
 	// buffer is this large, allocated by NewConn.
 	MaxFrame int
 	// ReadTimeout, if > 0, bounds each Recv (when the transport supports
-	// deadlines). A context deadline that comes first wins.
+	// deadlines) to between 7/8 of it and all of it: the deadline set
+	// for one Recv is kept for the next ones until it is an eighth of
+	// ReadTimeout short. A context deadline that comes first wins.
 	ReadTimeout time.Duration
 	// WriteTimeout, if > 0, bounds each Send (when the transport supports
-	// write deadlines).
+	// write deadlines) to between 7/8 of it and all of it, as ReadTimeout
+	// does Recv.
 	WriteTimeout time.Duration
 }
 
@@ -131,17 +134,19 @@ type Conn struct {
 
 	rmu     sync.Mutex
 	rbuf    []byte
-	rdlZero bool     // the transport's read deadline is known to be unset
-	vec     [][]byte // the reader's: where a routed payload goes
+	rdlZero bool      // the transport's read deadline is known to be unset
+	rdlAt   time.Time // the read deadline set from ReadTimeout alone, if that is the one set
+	vec     [][]byte  // the reader's: where a routed payload goes
 	// sink is RecvRouted's while it reads; routeFn is c.route, made once
 	// (a closure made per call would be allocated per frame).
 	sink    DataSink
 	routeFn func(head []byte, n int) ([][]byte, error)
 	sinkV   atomic.Pointer[DataSinkV]
 
-	wmu  chan struct{} // one send at a time (a semaphore: SendCtx may stop waiting)
-	wbuf []byte
-	wv   [][]byte // SendDataV's, under wmu (kept: a list's frame has 17 parts and more)
+	wmu   chan struct{} // one send at a time (a semaphore: SendCtx may stop waiting)
+	wdlAt time.Time     // the write deadline a send set from WriteTimeout (wmu)
+	wbuf  []byte
+	wv    [][]byte // SendDataV's, under wmu (kept: a list's frame has 17 parts and more)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -228,10 +233,8 @@ func (c *Conn) send(ctx context.Context, m Message, fds []*fd.FD) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("wire: send: %w", err)
 	}
-	if c.wto > 0 && c.wdl != nil {
-		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
-			return c.sendErr(err)
-		}
+	if err := c.armWriteDeadline(); err != nil {
+		return c.sendErr(err)
 	}
 	if ctx.Done() != nil && c.wdl != nil {
 		fired := make(chan struct{})
@@ -243,6 +246,7 @@ func (c *Conn) send(ctx context.Context, m Message, fds []*fd.FD) error {
 			if !stop() {
 				<-fired
 				_ = c.wdl.SetWriteDeadline(time.Time{}) // a later Send sets its own, if any
+				c.wdlAt = time.Time{}
 			}
 		}()
 	}
@@ -252,6 +256,25 @@ func (c *Conn) send(ctx context.Context, m Message, fds []*fd.FD) error {
 		}
 		return c.sendErr(err)
 	}
+	return nil
+}
+
+// armWriteDeadline sets the write deadline WriteTimeout from now, unless
+// the one a send set before is still at least 7/8 of it away: moving it
+// costs a timer update per frame (wmu held).
+func (c *Conn) armWriteDeadline() error {
+	if c.wto <= 0 || c.wdl == nil {
+		return nil
+	}
+	d := time.Now().Add(c.wto)
+	if !c.wdlAt.IsZero() && d.Sub(c.wdlAt) < c.wto/8 {
+		return nil
+	}
+	c.wdlAt = time.Time{}
+	if err := c.wdl.SetWriteDeadline(d); err != nil {
+		return err
+	}
+	c.wdlAt = d
 	return nil
 }
 
@@ -303,11 +326,20 @@ func (c *Conn) recv(ctx context.Context, read func(buf []byte) (int, bool, []*fd
 		if cd, ok := ctx.Deadline(); ok && (d.IsZero() || cd.Before(d)) {
 			d, ctxBound = cd, true
 		}
-		if !d.IsZero() || !c.rdlZero {
+		switch {
+		case !ctxBound && c.rto > 0 && !c.rdlAt.IsZero() && d.Sub(c.rdlAt) < c.rto/8:
+			// The deadline an earlier Recv set from ReadTimeout is still
+			// at least 7/8 of it away: moving it costs a timer update
+			// per frame, on the reader's path from one frame to the next.
+		case !d.IsZero() || !c.rdlZero:
 			// A failure here means the transport is closed or broken;
 			// its Recv below reports that.
 			err := c.rdl.SetReadDeadline(d)
 			c.rdlZero = err == nil && d.IsZero()
+			c.rdlAt = time.Time{}
+			if err == nil && !ctxBound && c.rto > 0 {
+				c.rdlAt = d
+			}
 		}
 		if ctx.Done() != nil {
 			fired := make(chan struct{})
@@ -318,7 +350,7 @@ func (c *Conn) recv(ctx context.Context, read func(buf []byte) (int, bool, []*fd
 			defer func() {
 				if !stop() {
 					<-fired
-					c.rdlZero = false
+					c.rdlZero, c.rdlAt = false, time.Time{}
 				}
 			}()
 		}

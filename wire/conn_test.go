@@ -364,3 +364,80 @@ func TestStreamTransportLargeFrame(t *testing.T) {
 	require.True(t, errors.Is(<-errc, nil))
 	require.Equal(t, data, d.Bytes)
 }
+
+// countingConn counts the deadlines set on a net.Conn.
+type countingConn struct {
+	net.Conn
+	mu          sync.Mutex
+	reads, writ int
+}
+
+func (c *countingConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *countingConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.writ++
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *countingConn) counts() (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads, c.writ
+}
+
+// TestConnTimeoutsArmedOnce: with ReadTimeout and WriteTimeout, frames
+// that follow each other well within an eighth of them do not move the
+// deadlines each time (a timer update per frame, on the path of every
+// small message); a Recv bounded by its ctx's earlier deadline arms its
+// own, and the next one ReadTimeout's again, not the expired one.
+func TestConnTimeoutsArmedOnce(t *testing.T) {
+	a, b := net.Pipe()
+	ca, cb := &countingConn{Conn: a}, &countingConn{Conn: b}
+	cfg := ConnConfig{ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	sa, sb := NewConn(NewStreamTransport(ca), cfg), NewConn(NewStreamTransport(cb), cfg)
+	t.Cleanup(func() {
+		_ = sa.Close()
+		_ = sb.Close()
+	})
+	const frames = 200
+	errc := make(chan error, 1)
+	go func() {
+		for i := range frames {
+			if err := sa.Send(&Invalidate{AllocID: uint64(i)}); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- sa.SendWithData(nil, 7, 0, []byte("data"))
+	}()
+	for i := range frames + 1 {
+		_, err := sb.Recv(context.Background())
+		require.NoError(t, err, "frame %d", i)
+	}
+	require.NoError(t, <-errc)
+	_, w := ca.counts()
+	r, _ := cb.counts()
+	require.LessOrEqual(t, w, 2, "write deadlines set for %d frames", frames+1)
+	require.LessOrEqual(t, r, 2, "read deadlines set for %d frames", frames+1)
+
+	// A ctx deadline before ReadTimeout's bounds that Recv alone.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	_, err := sb.Recv(ctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		errc <- sa.Send(&Bye{})
+	}()
+	f, err := sb.Recv(context.Background())
+	require.NoError(t, err, "the next Recv is bounded by ReadTimeout again")
+	require.Equal(t, TypeBye, f.Header.Type)
+	require.NoError(t, <-errc)
+}

@@ -248,10 +248,8 @@ func (c *Conn) dataHead(msgs []Message, reqID, off uint64, n int) ([]byte, error
 	b = Header{Version: Version, Type: TypeData, Length: uint32(8 + n), RequestID: reqID}.Append(b)
 	b = appendU64(b, off)
 	c.keepWriteBuf(b)
-	if c.wto > 0 && c.wdl != nil {
-		if err := c.wdl.SetWriteDeadline(time.Now().Add(c.wto)); err != nil {
-			return nil, c.sendErr(err)
-		}
+	if err := c.armWriteDeadline(); err != nil {
+		return nil, c.sendErr(err)
 	}
 	return b, nil
 }

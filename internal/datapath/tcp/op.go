@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,16 +81,18 @@ func (r *reqState) lastPart() bool {
 // watch abandons the request (what names it in errors) when ctx ends or
 // its deadline passes, unless it finished first.
 func (r *reqState) watch(ctx context.Context, deadline time.Time, what string, abandon func(error)) {
-	name := r.p.c.Name() + ": " + what + " " + fmt.Sprint(r.id)
+	// The name is made only when the request is abandoned: a request
+	// that finishes (nearly all) never needs it.
+	name := func() string { return r.p.c.Name() + ": " + what + " " + strconv.FormatUint(r.id, 10) }
 	r.mu.Lock()
 	if !r.finished && !deadline.IsZero() {
 		r.timer = time.AfterFunc(time.Until(deadline), func() {
-			abandon(gxerr.New(gxerr.Timeout, name, nil))
+			abandon(gxerr.New(gxerr.Timeout, name(), nil))
 		})
 	}
 	if !r.finished && ctx.Done() != nil {
 		r.stopCtx = context.AfterFunc(ctx, func() {
-			abandon(gxerr.Ctx(name, ctx.Err()))
+			abandon(gxerr.Ctx(name(), ctx.Err()))
 		})
 	}
 	r.mu.Unlock()

@@ -58,6 +58,12 @@ func (s *spinConn) Read(p []byte) (int, error) {
 		err   error
 		until time.Time
 	)
+	// Yield once before the first look: this reader has just handled a
+	// frame (landed bytes another goroutine of this process polls for,
+	// with one P on this thread's turn), or the socket was drained; a
+	// read now would most likely find nothing and delay that goroutine
+	// by a system call.
+	runtime.Gosched()
 	rerr := s.rc.Read(func(fd uintptr) bool {
 		for {
 			n, err = syscall.Read(int(fd), p)
