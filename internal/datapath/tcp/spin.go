@@ -16,6 +16,7 @@ type spinConn struct {
 	net.Conn
 	rc   syscall.RawConn
 	spin time.Duration
+	oneP bool // the process had one P when the connection was made
 }
 
 // SpinConn wraps c so that reads poll the socket for up to spin before
@@ -30,7 +31,7 @@ func SpinConn(c net.Conn, spin time.Duration) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &spinConn{Conn: c, rc: rc, spin: spin}
+	return &spinConn{Conn: c, rc: rc, spin: spin, oneP: runtime.GOMAXPROCS(0) == 1}
 }
 
 // SyscallConn is the socket's (syscall.Conn): wire.StreamTransport reads
@@ -63,12 +64,15 @@ func (s *spinConn) Read(p []byte) (int, error) {
 		until time.Time
 		looks int
 	)
-	// Yield once before the first look: this reader has just handled a
-	// frame (landed bytes another goroutine of this process polls for,
-	// with one P on this thread's turn), or the socket was drained; a
-	// read now would most likely find nothing and delay that goroutine
-	// by a system call.
-	runtime.Gosched()
+	if s.oneP {
+		// Yield once before the first look: this reader has just handled
+		// a frame (landed bytes that another goroutine of this process,
+		// sharing its one P, polls for), or the socket was drained; a
+		// read now would most likely find nothing and delay that
+		// goroutine by a system call. With more Ps that goroutine runs on
+		// another, and a yield would wake an idle P's thread.
+		runtime.Gosched()
+	}
 	rerr := s.rc.Read(func(fd uintptr) bool {
 		for {
 			n, err = syscall.Read(int(fd), p)
