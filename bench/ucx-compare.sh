@@ -18,7 +18,7 @@
 #     there, complete and visible to the peer (gxfer: Put of a held engine
 #     Binding, which also checks that the peer's buffer is still exported;
 #     UCT posix: uct_ep_put_bcopy, a memcpy into the peer's segment, and
-#     ucx_perftest reads the clock after each put, gxfer every 256 KiB or
+#     ucx_perftest reads the clock after each put, gxfer about every 1 MiB or
 #     1024 puts); both end with a flush (UCT posix: a store fence). The
 #     message rate (msg/s) counts those puts. put_lat times every round
 #     trip, both reading the clock once per round.
