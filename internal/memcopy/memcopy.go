@@ -211,7 +211,7 @@ func NewPolicy(m Machine, ntFrom int) Policy {
 	case m.CPU.repMovsNice(): // what copy() does below 1 MiB, at any alignment
 		p.Temporal = RepMovsb
 		// Measured on an Intel Xeon guest (docs/copy-kernels.md, session
-		// 35): from 4 MiB 1.6-1.9x NonTemporal, from memory and in cache.
+		// 35): from 4 MiB 1.5-2.0x NonTemporal, from memory and in cache.
 		p.NTPages = true
 	case m.CPU.repMovsFast():
 		p.Temporal = RepMovsbPieces
