@@ -3,6 +3,19 @@
 // Copy kernels (non-overlapping ranges only). Each takes dst, src
 // unsafe.Pointer and n uintptr; the Go wrappers check the CPU features.
 
+// ALIGN_DST(mask) copies the (mask+1 - DI&mask) & mask bytes that bring
+// the destination DI to a mask+1 boundary with REP MOVSB, advancing DI
+// and SI and leaving the bytes still to copy in CX (clobbers DX, BX).
+#define ALIGN_DST(mask) \
+	MOVQ	DI, DX; \
+	NEGQ	DX; \
+	ANDQ	$mask, DX; \
+	SUBQ	DX, CX; \
+	MOVQ	CX, BX; \
+	MOVQ	DX, CX; \
+	REP;	MOVSB; \
+	MOVQ	BX, CX
+
 // func copyAVX2(dst, src unsafe.Pointer, n uintptr)
 // 32-byte AVX2 loads and temporal stores, 256 bytes per iteration with
 // the source prefetched (PREFETCHT0) 1 KiB ahead, one line per 64 bytes
@@ -71,15 +84,7 @@ TEXT ·copyNT(SB), NOSPLIT, $0-24
 	MOVQ	n+16(FP), CX
 	CMPQ	CX, $256
 	JB	nt_small
-	// head: (32 - dst&31) & 31 bytes
-	MOVQ	DI, DX
-	NEGQ	DX
-	ANDQ	$31, DX
-	SUBQ	DX, CX
-	MOVQ	CX, BX
-	MOVQ	DX, CX
-	REP;	MOVSB
-	MOVQ	BX, CX
+	ALIGN_DST(31)
 nt_b128:
 	PREFETCHNTA	448(SI)
 	PREFETCHNTA	640(SI)
@@ -128,15 +133,7 @@ TEXT ·copyNTPages(SB), NOSPLIT, $0-24
 	MOVQ	n+16(FP), CX
 	CMPQ	CX, $32768
 	JB	ntp_rest
-	// head: (64 - dst&63) & 63 bytes
-	MOVQ	DI, DX
-	NEGQ	DX
-	ANDQ	$63, DX
-	SUBQ	DX, CX
-	MOVQ	CX, BX
-	MOVQ	DX, CX
-	REP;	MOVSB
-	MOVQ	BX, CX
+	ALIGN_DST(63)
 ntp_block:
 	MOVQ	$32, R8
 ntp_inner:
