@@ -260,14 +260,13 @@ func (c *Conn) send(ctx context.Context, m Message, fds []*fd.FD) error {
 }
 
 // armWriteDeadline sets the write deadline WriteTimeout from now, unless
-// the one a send set before is still at least 7/8 of it away: moving it
-// costs a timer update per frame (wmu held).
+// the one a send set before is kept (deadlineKept; wmu held).
 func (c *Conn) armWriteDeadline() error {
 	if c.wto <= 0 || c.wdl == nil {
 		return nil
 	}
 	d := time.Now().Add(c.wto)
-	if !c.wdlAt.IsZero() && d.Sub(c.wdlAt) < c.wto/8 {
+	if deadlineKept(c.wdlAt, d, c.wto) {
 		return nil
 	}
 	c.wdlAt = time.Time{}
@@ -276,6 +275,14 @@ func (c *Conn) armWriteDeadline() error {
 	}
 	c.wdlAt = d
 	return nil
+}
+
+// deadlineKept reports whether a deadline set earlier from timeout (set;
+// zero: none is) stands in for the one due at next: it is at most an
+// eighth of timeout earlier. Moving it would cost a timer update per
+// frame, on the path from one small message to the next.
+func deadlineKept(set, next time.Time, timeout time.Duration) bool {
+	return !set.IsZero() && next.Sub(set) < timeout/8
 }
 
 func (c *Conn) sendErr(err error) error {
@@ -327,10 +334,8 @@ func (c *Conn) recv(ctx context.Context, read func(buf []byte) (int, bool, []*fd
 			d, ctxBound = cd, true
 		}
 		switch {
-		case !ctxBound && c.rto > 0 && !c.rdlAt.IsZero() && d.Sub(c.rdlAt) < c.rto/8:
-			// The deadline an earlier Recv set from ReadTimeout is still
-			// at least 7/8 of it away: moving it costs a timer update
-			// per frame, on the reader's path from one frame to the next.
+		case !ctxBound && c.rto > 0 && deadlineKept(c.rdlAt, d, c.rto):
+			// The deadline an earlier Recv set from ReadTimeout stands.
 		case !d.IsZero() || !c.rdlZero:
 			// A failure here means the transport is closed or broken;
 			// its Recv below reports that.
