@@ -320,6 +320,9 @@ for s in SIZES:
     summary["iperf3"][s] = iperf[s]
     summary["gxfer_put_bw"][s] = {l: gw[l] for l in labels}
 table(rows)
+if any(s > IPERF_MAX_L for s in SIZES):
+    print("# above %s: iperf3 resends one %s buffer, which stays in cache; gxfer's put reads all SIZE bytes of its source"
+          % (size_name(IPERF_MAX_L), size_name(IPERF_MAX_L)))
 
 print()
 print("# latency, 8 B: p50 one-way (round trip / 2), us; gxfer perf put_lat -s 8 -time %gs vs ucx_perftest -t ucp_put_lat -s 8 -n %d (UCX_TLS=tcp)"
