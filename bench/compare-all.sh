@@ -7,6 +7,8 @@
 #             ucx_perftest posix/cma (put_bw, put_lat)
 #   tcp       bench/tcp-compare.sh: tcp between two network     root, ip, iperf3, ucx_perftest
 #             namespaces vs iperf3 and ucx_perftest over tcp
+#             (and nuttcp, a second bandwidth reference, when
+#             installed or installable)
 #   rdma      bench/rdma-compare.sh: rdma on Soft-RoCE in the   the VM testbed (testbed/rxe):
 #             QEMU VM vs ib_write_bw/ib_write_lat, rdmafloor    qemu and a built VM, or RDMA=1
 #   gaudi     engine BenchmarkGaudiOverhead (gaudi2 and gaudi3 models, batch 1 and 256)
@@ -148,7 +150,11 @@ if want tcp; then
 	elif [ -n "$m" ]; then
 		mark tcp skipped "not installed: $m"
 	else
-		run_script tcp tcp.log REPS="$REPS" OUT="$OUT/tcp" GXFER_BIN="$GXFER_BIN" \
+		# nuttcp is a second reference only: without it (and no
+		# installing), the part runs without that table.
+		nut=1
+		[ -z "$(missing nuttcp)" ] || can_install || nut=0
+		run_script tcp tcp.log REPS="$REPS" OUT="$OUT/tcp" GXFER_BIN="$GXFER_BIN" NUTTCP="$nut" \
 			${TCP_RUN_SEC:+RUN_SEC="$TCP_RUN_SEC"} ${TCP_IPERF_SEC:+IPERF_SEC="$TCP_IPERF_SEC"} \
 			${TCP_UCX_ITERS:+UCX_ITERS="$TCP_UCX_ITERS"} ${TCP_WINDOWS:+WINDOWS="$TCP_WINDOWS"} bash "$here/tcp-compare.sh"
 	fi

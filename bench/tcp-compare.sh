@@ -19,6 +19,11 @@
 #     like-for-like figure against iperf3's single stream. All are shown;
 #     the goal line uses the best configuration's median and says which.
 #     MB = 2^20 bytes (as gxfer), Gbit = 10^9 bits (as iperf3).
+#   * with NUTTCP=1 (default), a second reference beside the goal's:
+#     nuttcp -l SIZE -T IPERF_SEC (its one-shot server, --nofork -1, in A),
+#     which writes SIZE bytes per call from one SIZE buffer, so that at
+#     16 MiB its source is as large as gxfer's (iperf3 resends 1 MiB).
+#     Shown in its own table; the goals stay against iperf3.
 #   * latency, 8 bytes: gxfer perf put_lat (ping-pong: the client Puts into
 #     the server's buffer, the server polls its memory and Puts back;
 #     round trip / 2) against ucx_perftest's TCP put latency. In this UCX
@@ -33,13 +38,13 @@
 #     ratios against the goals: gxfer put_bw / iperf3 >= 0.9 at 1 MiB and
 #     16 MiB, gxfer put_lat / ucx p50 <= 1.2 at 8 B.
 #
-# Needs root (namespaces). Installs missing Debian packages iperf3 and
-# ucx-utils with apt-get, builds gxfer once with go build. Raw outputs are
+# Needs root (namespaces). Installs missing Debian packages iperf3,
+# ucx-utils and nuttcp (NUTTCP=1) with apt-get, builds gxfer once with go build. Raw outputs are
 # kept in $OUT (default: a new directory under /tmp).
 #
 # Usage: sudo bench/tcp-compare.sh          (about 30 s per repetition)
 # Environment: REPS=3 RUN_SEC=1 IPERF_SEC=3 CORE_SERVER=0 CORE_CLIENT=1
-#              WINDOWS="1 4" (gxfer put_bw -O values) LANES1=1 UCX_ITERS=20000
+#              WINDOWS="1 4" (gxfer put_bw -O values) LANES1=1 UCX_ITERS=20000 NUTTCP=1
 #              OUT=dir  GXFER_BIN=path (use this gxfer binary, no build)
 #              GXFER_FLAGS="..." (extra flags for both gxfer ends, e.g.
 #              "-tcp-spin 20us")
@@ -54,6 +59,7 @@ CORE_SERVER=${CORE_SERVER:-0}
 CORE_CLIENT=${CORE_CLIENT:-1}
 WINDOWS=${WINDOWS:-"1 4"}
 LANES1=${LANES1:-1}
+NUTTCP=${NUTTCP:-1}
 UCX_ITERS=${UCX_ITERS:-20000}
 GXFER_FLAGS=${GXFER_FLAGS:-}
 OUT=${OUT:-$(mktemp -d /tmp/tcp-compare.XXXXXX)}
@@ -68,6 +74,7 @@ check_cores
 need=()
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ucx_perftest >/dev/null || need+=(ucx-utils)
+[ "$NUTTCP" = 1 ] && ! command -v nuttcp >/dev/null && need+=(nuttcp)
 apt_install ${need[@]+"${need[@]}"}
 gxfer_binary
 
@@ -100,11 +107,11 @@ fi
 MTU=$(ip -n "$NS_A" -o link show "$VETH_A" | sed -n 's/.* mtu \([0-9]*\).*/\1/p')
 
 python3 - "$OUT" "$REPS" "$RUN_SEC" "$IPERF_SEC" "$CORE_SERVER" "$CORE_CLIENT" "$WINDOWS" "$UCX_ITERS" \
-	"$NS_A" "$NS_B" "$VETH_A" "$VETH_B" "$ADDR_A" "$ADDR_B" "$MTU" "$GXFER_FLAGS" "$LANES1" <<'PY'
+	"$NS_A" "$NS_B" "$VETH_A" "$VETH_B" "$ADDR_A" "$ADDR_B" "$MTU" "$GXFER_FLAGS" "$LANES1" "$NUTTCP" <<'PY'
 import json, os, random, statistics, subprocess, sys, time
 
 (out, reps, run_sec, iperf_sec, core_s, core_c, windows, ucx_iters,
- ns_a, ns_b, veth_a, veth_b, addr_a, addr_b, mtu, gx_flags, lanes1) = sys.argv[1:18]
+ ns_a, ns_b, veth_a, veth_b, addr_a, addr_b, mtu, gx_flags, lanes1, nuttcp) = sys.argv[1:19]
 reps, run_sec, iperf_sec, ucx_iters = int(reps), float(run_sec), int(iperf_sec), int(ucx_iters)
 windows = [int(w) for w in windows.split()]
 # gxfer put_bw configurations: (label, flags)
@@ -194,6 +201,23 @@ def run_iperf(size):
     bps = json.loads(cl.stdout)["end"]["sum_received"]["bits_per_second"]
     return {"gbits": bps / 1e9, "mbs": bps / 8 / MiB}
 
+def run_nuttcp(size):
+    """nuttcp -l size for iperf_sec s: its report's megabytes (2^20 bytes)
+    over its real_seconds."""
+    global port
+    port += 2  # control port, data port
+    srv = start(in_a("nuttcp", "--nofork", "-1", "-P", str(port), "-p", str(port + 1)), port, "nuttcp")
+    cmd = in_b("nuttcp", "-P", str(port), "-p", str(port + 1), "-l", str(size), "-T", str(iperf_sec), "-fparse", addr_a)
+    try:
+        cl = subprocess.run(cmd, capture_output=True, text=True, timeout=iperf_sec + 60)
+    finally:
+        sout = stop(srv)
+    save("nuttcp-%d" % size, " ".join(cmd) + "\n" + cl.stdout + cl.stderr + "\n--- server\n" + sout)
+    kv = dict(f.split("=", 1) for f in cl.stdout.split() if "=" in f)
+    if cl.returncode != 0 or "megabytes" not in kv or "real_seconds" not in kv:
+        raise RuntimeError("nuttcp failed (%s): %s" % (" ".join(cmd), (cl.stdout + cl.stderr).strip()[-500:]))
+    return float(kv["megabytes"]) / float(kv["real_seconds"])
+
 def gx_client(args, name):
     cmd = in_b(gxfer, "perf", "-devices", "none", "-x", "tcp:%s:%d" % (addr_a, port), "-json", *gx_flags, *args)
     cl = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -268,14 +292,18 @@ sys.stdout.flush()
 iperf = {}   # size -> [runs]
 gx = []      # [runs]
 ucx = []     # [p50 us]
+nut = {}     # size -> [MB/s]
 start_t = time.time()
 for rep in range(reps):
-    jobs = ["iperf", "gxfer", "ucx"]
-    jobs = jobs[rep % 3:] + jobs[:rep % 3]
+    jobs = ["iperf", "gxfer", "ucx"] + (["nuttcp"] if nuttcp == "1" else [])
+    jobs = jobs[rep % len(jobs):] + jobs[:rep % len(jobs)]
     for j in jobs:
         if j == "iperf":
             for s in SIZES:
                 iperf.setdefault(s, []).append(run_iperf(s))
+        elif j == "nuttcp":
+            for s in SIZES:
+                nut.setdefault(s, []).append(run_nuttcp(s))
         elif j == "gxfer":
             gx.append(run_gxfer())
         else:
@@ -323,6 +351,16 @@ table(rows)
 if any(s > IPERF_MAX_L for s in SIZES):
     print("# above %s: iperf3 resends one %s buffer, which stays in cache; gxfer's put reads all SIZE bytes of its source"
           % (size_name(IPERF_MAX_L), size_name(IPERF_MAX_L)))
+if nut:
+    print()
+    print("# second reference (not a goal): nuttcp -l SIZE -T %d, one write of SIZE bytes per call from one SIZE buffer; MB/s, median [min-max]" % iperf_sec)
+    nrows = [("size", "nuttcp MB/s", "gxfer best MB/s", "ratio")]
+    for s in SIZES:
+        bl = max(labels, key=lambda l: med([g["bw"][(l, s)] for g in gx]))
+        gb = [g["bw"][(bl, s)] for g in gx]
+        nrows.append((size_name(s), rng(nut[s], f0), "%s (%s)" % (rng(gb, f0), bl), "%.2f" % (med(gb) / med(nut[s]))))
+    table(nrows)
+    summary["nuttcp"] = nut
 
 print()
 print("# latency, 8 B: p50 one-way (round trip / 2), us; gxfer perf put_lat -s 8 -time %gs vs ucx_perftest -t ucp_put_lat -s 8 -n %d (UCX_TLS=tcp)"

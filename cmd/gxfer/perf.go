@@ -114,7 +114,7 @@ Examples:
   gxfer perf -plot perf.svg
   taskset -c 0 gxfer perf -server -x unix:/tmp/gx.sock -once &
   taskset -c 1 gxfer perf -x unix:/tmp/gx.sock -t put_lat,put_bw -s 8,4K,1M
-  bash bench/tcp-compare.sh   # tcp between two network namespaces vs iperf3 and ucx_perftest
+  bash bench/tcp-compare.sh   # tcp between two network namespaces vs iperf3 (and nuttcp) and ucx_perftest
   bash bench/compare-all.sh   # every comparison (UCX, iperf3, perftest, engine goals) and one table of issue 20's goals
   gxfer perf -server -x tcp:10.0.0.1:13337 -metrics 127.0.0.1:9464   # Prometheus scrapes :9464/metrics
 
