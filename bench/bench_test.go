@@ -7,6 +7,7 @@ import (
 	"errors"
 	"image/png"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,6 +198,10 @@ func TestRunWindowBatchDuration(t *testing.T) {
 		assert.Zero(t, r.Iterations%3, "whole batches in duration mode")
 		assert.EqualValues(t, r.Iterations/3, r.Submissions)
 		assert.True(t, r.Verified)
+		// The process's CPU time over the run, per iteration and in cores.
+		require.NotNil(t, r.CPU, r.Test)
+		assert.Positive(t, r.CPU.UserUs+r.CPU.SysUs, r.Test)
+		assert.Positive(t, r.CPU.Cores, r.Test)
 	}
 	require.NotEmpty(t, progress)
 	last := progress[len(progress)-1]
@@ -284,6 +289,7 @@ func TestReportFormats(t *testing.T) {
 	assert.Contains(t, out, "# transport: local | device: host (no Gaudi in this path; nothing emulated)")
 	assert.Contains(t, out, "MB = 2^20 bytes")
 	assert.Contains(t, out, "buffers allocated once per size and reused")
+	assert.Contains(t, out, "cpu(us)")
 
 	var js bytes.Buffer
 	require.NoError(t, rep.WriteJSON(&js))
@@ -299,6 +305,11 @@ func TestReportFormats(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rows, 1+len(rep.Results))
 	assert.Equal(t, bench.CSVHeader, rows[0])
+	cores := slices.Index(rows[0], "cpu_cores")
+	require.Positive(t, cores)
+	for _, row := range rows[1:] {
+		assert.NotEmpty(t, row[cores], "every measured result has its CPU time: %v", row)
+	}
 
 	var bf bytes.Buffer
 	require.NoError(t, rep.WriteBenchfmt(&bf))

@@ -307,6 +307,7 @@ var CSVHeader = []string{
 	"rtt_median_us", "rtt_p99_us", "bandwidth_mb_s", "msg_rate", "elapsed_s", "verified",
 	"goos", "goarch", "cpus",
 	"peer", "local", "remote", "peer_device", "peer_emulated",
+	"cpu_user_us", "cpu_sys_us", "cpu_cores",
 }
 
 // WriteCSV writes one header row and one row per result. Bandwidth is in
@@ -326,6 +327,11 @@ func (r *Report) WriteCSV(w io.Writer) error {
 			f(x.RoundTrip.Median), f(x.RoundTrip.P99), f(x.BandwidthMBs), f(x.MsgRate), f(x.ElapsedSec), strconv.FormatBool(x.Verified),
 			r.Env.GOOS, r.Env.GOARCH, strconv.Itoa(r.Env.CPUs),
 			x.Peer, string(x.Local), string(x.Remote), x.PeerDevice, strconv.FormatBool(x.PeerEmulated),
+		}
+		if c := x.CPU; c != nil {
+			row = append(row, f(c.UserUs), f(c.SysUs), f(c.Cores))
+		} else {
+			row = append(row, "", "", "")
 		}
 		if err := cw.Write(row); err != nil {
 			return err
@@ -569,7 +575,8 @@ func (t *TextWriter) header(x Result) {
 	} else {
 		t.printf("# buffers allocated once per size and reused across iterations; destination verified after each size\n")
 	}
-	cols := []string{"size", "iterations", "median(us)", "avg(us)", "p99(us)", "MB/s", "msg/s"}
+	t.printf("# cpu(us): this process's CPU time per iteration over the run, user+system, every thread (getrusage)\n")
+	cols := []string{"size", "iterations", "median(us)", "avg(us)", "p99(us)", "MB/s", "msg/s", "cpu(us)"}
 	if t.multi {
 		cols = append([]string{"run"}, cols...)
 	}
@@ -600,13 +607,22 @@ func (t *TextWriter) Write(x Result) error {
 	cells := []string{
 		FormatSize(x.Size), strconv.FormatInt(x.Iterations, 10),
 		usec(x.Latency.Median), usec(x.Latency.Avg), usec(x.Latency.P99),
-		strconv.FormatFloat(x.BandwidthMBs, 'f', 2, 64), strconv.FormatFloat(x.MsgRate, 'f', 0, 64),
+		strconv.FormatFloat(x.BandwidthMBs, 'f', 2, 64), strconv.FormatFloat(x.MsgRate, 'f', 0, 64), cpuCell(x.CPU),
 	}
 	if t.multi {
 		cells = append([]string{strconv.Itoa(x.Run)}, cells...)
 	}
 	t.row(cells)
 	return t.err
+}
+
+// cpuCell is a result's CPU time per iteration in the text table ("-"
+// where it was not read).
+func cpuCell(c *CPUUse) string {
+	if c == nil {
+		return "-"
+	}
+	return usec(c.UserUs + c.SysUs)
 }
 
 func usec(v float64) string {

@@ -189,6 +189,10 @@ type Result struct {
 	// peer's memory. Empty where the workload does not say.
 	Op       string `json:"op,omitempty"`
 	Verified bool   `json:"verified"`
+	// CPU is this process's CPU time over the measured run (getrusage:
+	// every thread, the engine's included), per iteration and in cores;
+	// nil where it could not be read.
+	CPU *CPUUse `json:"cpu,omitempty"`
 }
 
 // BytesPerSec is the bandwidth in bytes per second.
@@ -293,9 +297,13 @@ func measureOne(ctx context.Context, rs *runState, t Test, size, run int, frac f
 	}
 	rec := rs.rec
 	rec.kind = res.LatencyKind
+	cpu0, cpuOK := processCPU()
 	m, err := run1(int64(p.Iterations), p.Duration, rec, frac)
 	if err != nil {
 		return res, err
+	}
+	if cpu1, ok := processCPU(); ok && cpuOK {
+		res.CPU = cpuUse(cpu0, cpu1, m.msgs, m.elapsed)
 	}
 	if err := w.Verify(ctx); err != nil {
 		return res, err

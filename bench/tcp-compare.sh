@@ -247,6 +247,8 @@ def run_gxfer():
                 res["env"], res["peer_env"], res["notes"] = rep["env"], rep.get("peer_env"), rep["notes"]
             for r in rep["results"]:
                 res["bw"][(label, r["size"])] = r["bandwidth_mb_s"]
+                if r.get("cpu"):  # the client's CPU per put (binaries from session 36 on)
+                    res.setdefault("cpu", {})[(label, r["size"])] = r["cpu"]
         rep = gx_client(["-t", "put_lat", "-s", "8", "-time", "%gs" % run_sec, "-w", "2000"], "gxfer-put_lat-8")
         res["lat"] = rep["results"][0]["latency"]["median_us"]
     finally:
@@ -351,6 +353,18 @@ table(rows)
 if any(s > IPERF_MAX_L for s in SIZES):
     print("# above %s: iperf3 resends one %s buffer, which stays in cache; gxfer's put reads all SIZE bytes of its source"
           % (size_name(IPERF_MAX_L), size_name(IPERF_MAX_L)))
+if all(g.get("cpu") for g in gx):
+    print()
+    print("# gxfer client's CPU per put (this process, every thread: getrusage), median over the runs: user / system us, and cores busy")
+    crows = [("size",) + tuple("gxfer %s" % l for l in labels)]
+    for s in SIZES:
+        cells = []
+        for l in labels:
+            cs = [g["cpu"][(l, s)] for g in gx if (l, s) in g["cpu"]]
+            cells.append("%.1f / %.1f (%.2f)" % (med([c["user_us"] for c in cs]), med([c["sys_us"] for c in cs]),
+                                                 med([c["cores"] for c in cs])) if cs else "-")
+        crows.append((size_name(s),) + tuple(cells))
+    table(crows)
 if nut:
     print()
     print("# second reference (not a goal): nuttcp -l SIZE -T %d, one write of SIZE bytes per call from one SIZE buffer; MB/s, median [min-max]" % iperf_sec)

@@ -58,7 +58,8 @@ func TestPerfDefaultStyleRun(t *testing.T) {
 	}
 	assert.Equal(t, 4, strings.Count(out, "MB = 2^20 bytes"))
 	assert.Equal(t, 4, strings.Count(out, "median(us)"))
-	assert.Regexp(t, `(?m)^\s+8B\s+10\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+\d+\s*$`, out)
+	// size, iterations, median, avg, p99, MB/s, msg/s, cpu(us)
+	assert.Regexp(t, `(?m)^\s+8B\s+10\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+\d+\s+[0-9.]+\s*$`, out)
 	assert.Regexp(t, `(?m)^\s+4KiB\s+10\s`, out)
 }
 
