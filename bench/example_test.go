@@ -33,14 +33,17 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
+	// rep.WriteText(os.Stdout) prints the table; WriteJSON, WriteCSV,
+	// WriteBenchfmt and SavePlot give the other formats.
 	r := rep.Results[0]
 	fmt.Println(r.Test, bench.FormatSize(r.Size), r.Device, "emulated:", r.Emulated)
 	fmt.Println("iterations:", r.Iterations, "verified:", r.Verified, "moved bytes:", r.BandwidthMBs > 0)
-	// rep.WriteText(os.Stdout) prints the table; WriteJSON, WriteCSV,
-	// WriteBenchfmt and SavePlot give the other formats.
+	// r.CPU: this process's CPU time over the run, per iteration.
+	fmt.Println("CPU per copy measured:", r.CPU != nil && r.CPU.UserUs+r.CPU.SysUs > 0)
 	// Output:
 	// h2d 4KiB gaudi0 emulated: true
 	// iterations: 200 verified: true moved bytes: true
+	// CPU per copy measured: true
 }
 
 // Time something with the harness's clock, as bench/rdmafloor times its
