@@ -183,6 +183,17 @@ def stop(srv, timeout=10, term=False):
         srv.wait()
     return srv.stdout.read()
 
+def client_run(srv, cmd, name, timeout):
+    """Runs the client cmd against the server srv (started here), stops
+    the server, saves both outputs as name and returns the client's
+    CompletedProcess."""
+    try:
+        cl = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    finally:
+        sout = stop(srv)
+    save(name, " ".join(cmd) + "\n" + cl.stdout + cl.stderr + "\n--- server\n" + sout)
+    return cl
+
 IPERF_MAX_L = 1 << 20  # iperf3: "block size too large (maximum = 1048576 bytes)"
 
 def run_iperf(size):
@@ -191,11 +202,7 @@ def run_iperf(size):
     size = min(size, IPERF_MAX_L)
     srv = start(in_a("iperf3", "-s", "-1", "-B", addr_a, "-p", str(port)), port, "iperf3")
     cmd = in_b("iperf3", "-c", addr_a, "-p", str(port), "-t", str(iperf_sec), "-l", str(size), "-J")
-    try:
-        cl = subprocess.run(cmd, capture_output=True, text=True, timeout=iperf_sec + 60)
-    finally:
-        sout = stop(srv)
-    save("iperf3-%d" % size, " ".join(cmd) + "\n" + cl.stdout + cl.stderr + "\n--- server\n" + sout)
+    cl = client_run(srv, cmd, "iperf3-%d" % size, iperf_sec + 60)
     if cl.returncode != 0:
         raise RuntimeError("iperf3 failed (%s): %s" % (" ".join(cmd), cl.stderr.strip()[-500:]))
     bps = json.loads(cl.stdout)["end"]["sum_received"]["bits_per_second"]
@@ -208,11 +215,7 @@ def run_nuttcp(size):
     port += 2  # control port, data port
     srv = start(in_a("nuttcp", "--nofork", "-1", "-P", str(port), "-p", str(port + 1)), port, "nuttcp")
     cmd = in_b("nuttcp", "-P", str(port), "-p", str(port + 1), "-l", str(size), "-T", str(iperf_sec), "-fparse", addr_a)
-    try:
-        cl = subprocess.run(cmd, capture_output=True, text=True, timeout=iperf_sec + 60)
-    finally:
-        sout = stop(srv)
-    save("nuttcp-%d" % size, " ".join(cmd) + "\n" + cl.stdout + cl.stderr + "\n--- server\n" + sout)
+    cl = client_run(srv, cmd, "nuttcp-%d" % size, iperf_sec + 60)
     kv = dict(f.split("=", 1) for f in cl.stdout.split() if "=" in f)
     if cl.returncode != 0 or "megabytes" not in kv or "real_seconds" not in kv:
         raise RuntimeError("nuttcp failed (%s): %s" % (" ".join(cmd), (cl.stdout + cl.stderr).strip()[-500:]))
@@ -264,11 +267,7 @@ def run_ucx():
                 port, "ucx_perftest")
     cmd = ["ip", "netns", "exec", ns_b] + env_b + ["taskset", "-c", core_c, "ucx_perftest", addr_a, "-p", str(port),
                                                      "-t", "ucp_put_lat", "-s", "8", "-n", str(ucx_iters)]
-    try:
-        cl = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    finally:
-        sout = stop(srv)
-    save("ucx-ucp_put_lat-8", " ".join(cmd) + "\n" + cl.stdout + cl.stderr + "\n--- server\n" + sout)
+    cl = client_run(srv, cmd, "ucx-ucp_put_lat-8", 300)
     if cl.returncode != 0:
         raise RuntimeError("ucx_perftest failed (%s): %s" % (" ".join(cmd), cl.stderr.strip()[-500:]))
     for line in reversed(cl.stdout.splitlines()):
