@@ -54,6 +54,9 @@ type Server struct {
 
 	mu     sync.Mutex
 	active *session // the client being served
+	// freed is closed when active's slot is freed (made when a session
+	// takes it).
+	freed chan struct{}
 	// pending are the connections that have not said hello yet: they
 	// hold nothing (the one-client slot is taken at a hello), and Close
 	// ends them. At most maxPending of them, maxPendingPerSource from
@@ -77,7 +80,13 @@ type Server struct {
 	helloWait time.Duration
 	idleWait  time.Duration
 	maxBytes  int
+	// cleanupHook, when set (tests), runs as a session's cleanup begins.
+	cleanupHook func()
 }
+
+// leaveWait bounds how long a hello waits for the session of a client
+// that said bye to finish its cleanup (serveConn).
+const leaveWait = 5 * time.Second
 
 // Listen starts a perf server on eng: it creates the engine socket and the
 // control socket (ipc; a stale socket file, nothing listening, is
@@ -319,6 +328,27 @@ func (s *Server) serveConn(ctx context.Context, sess *session) (took bool, err e
 		_ = sess.c.Close()
 		return false, nil
 	}
+	if rerr == nil && first.Op == opHello && s.active != nil && s.active.leaving && !s.cfg.Once {
+		// The client being served said bye and has gone: its session is
+		// freeing what it held. A client that comes right after (the
+		// next command of a script) waits for that instead of being
+		// refused as if the server were busy.
+		freed := s.freed
+		s.mu.Unlock()
+		t := time.NewTimer(leaveWait)
+		select {
+		case <-freed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = sess.c.Close()
+			return false, nil
+		}
+	}
 	if rerr == nil && first.Op == opHello {
 		if busy := s.active; busy != nil || (s.cfg.Once && s.served) {
 			why := "it serves one client and is done"
@@ -332,6 +362,7 @@ func (s *Server) serveConn(ctx context.Context, sess *session) (took bool, err e
 			return false, nil
 		}
 		s.active, s.served, took = sess, true, true
+		s.freed = make(chan struct{})
 	}
 	s.mu.Unlock()
 	sess.first, sess.firstErr, sess.preread = first, rerr, true
@@ -339,6 +370,7 @@ func (s *Server) serveConn(ctx context.Context, sess *session) (took bool, err e
 	if took {
 		s.mu.Lock()
 		s.active = nil
+		close(s.freed)
 		if !sess.greeted {
 			// Never a client (a hello of another control version, or
 			// without a pid): -once still waits for one.
@@ -387,6 +419,7 @@ type session struct {
 	nextID   uint64
 	requests int
 	greeted  bool // the server accepted the client's hello: a -once server's one client
+	leaving  bool // the client said bye (under Server.mu)
 	resp     *responder
 	// preread: the first message (or the error reading it) was read
 	// before run (Server.serveConn).
@@ -443,6 +476,13 @@ func (ss *session) run(ctx context.Context) (err error) {
 			return errors.New(r.Error)
 		}
 		r := ss.handle(ctx, m)
+		if m.Op == opBye {
+			// Before the reply: once the client has it, it may be gone,
+			// and the next client's hello must find the slot being freed.
+			ss.s.mu.Lock()
+			ss.leaving = true
+			ss.s.mu.Unlock()
+		}
 		if err := ss.c.send(r, ctlTimeout); err != nil {
 			return err
 		}
@@ -459,6 +499,9 @@ func (ss *session) run(ctx context.Context) (err error) {
 }
 
 func (ss *session) cleanup() error {
+	if h := ss.s.cleanupHook; h != nil {
+		h()
+	}
 	var errs []error
 	if ss.resp != nil {
 		ss.resp.abort.Store(true)
