@@ -44,3 +44,28 @@ func cpuUse(from, to cpuTimes, iters int64, wall time.Duration) *CPUUse {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(iters) }
 	return &CPUUse{UserUs: us(user), SysUs: us(sys), Cores: float64(user+sys) / float64(wall)}
 }
+
+// CPUStamp is this process's CPU time at one moment (StartCPU), for
+// programs beside gxfer perf that report their CPU use as it does
+// (bench/tcpfloor).
+type CPUStamp struct {
+	t  cpuTimes
+	ok bool
+}
+
+// StartCPU reads this process's CPU time now.
+func StartCPU() CPUStamp {
+	t, ok := processCPU()
+	return CPUStamp{t: t, ok: ok}
+}
+
+// Use is the CPU time since s spread over iters iterations and wall time,
+// as Result.CPU; nil when getrusage failed or there is nothing to spread
+// it over.
+func (s CPUStamp) Use(iters int64, wall time.Duration) *CPUUse {
+	t, ok := processCPU()
+	if !ok || !s.ok {
+		return nil
+	}
+	return cpuUse(s.t, t, iters, wall)
+}

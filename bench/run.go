@@ -297,14 +297,12 @@ func measureOne(ctx context.Context, rs *runState, t Test, size, run int, frac f
 	}
 	rec := rs.rec
 	rec.kind = res.LatencyKind
-	cpu0, cpuOK := processCPU()
+	cpu0 := StartCPU()
 	m, err := run1(int64(p.Iterations), p.Duration, rec, frac)
 	if err != nil {
 		return res, err
 	}
-	if cpu1, ok := processCPU(); ok && cpuOK {
-		res.CPU = cpuUse(cpu0, cpu1, m.msgs, m.elapsed)
-	}
+	res.CPU = cpu0.Use(m.msgs, m.elapsed)
 	if err := w.Verify(ctx); err != nil {
 		return res, err
 	}

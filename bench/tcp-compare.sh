@@ -24,6 +24,13 @@
 #     which writes SIZE bytes per call from one SIZE buffer, so that at
 #     16 MiB its source is as large as gxfer's (iperf3 resends 1 MiB).
 #     Shown in its own table; the goals stay against iperf3.
+#   * with FLOOR=1 (default), the floor of the same exchange in Go:
+#     bench/tcpfloor (built here) -s SIZE -O <largest window> -time
+#     IPERF_SEC, gxfer's puts (1 MiB frames behind a header, one
+#     completion per put, one source and one destination buffer) over one
+#     plain Go socket, server in A and client in B as the others. Shown in
+#     its own table with its CPU per put: what gxfer adds to what any Go
+#     program pays here. Not a goal.
 #   * latency, 8 bytes: gxfer perf put_lat (ping-pong: the client Puts into
 #     the server's buffer, the server polls its memory and Puts back;
 #     round trip / 2) against ucx_perftest's TCP put latency. In this UCX
@@ -44,7 +51,7 @@
 #
 # Usage: sudo bench/tcp-compare.sh          (about 30 s per repetition)
 # Environment: REPS=3 RUN_SEC=1 IPERF_SEC=3 CORE_SERVER=0 CORE_CLIENT=1
-#              WINDOWS="1 4" (gxfer put_bw -O values) LANES1=1 UCX_ITERS=20000 NUTTCP=1
+#              WINDOWS="1 4" (gxfer put_bw -O values) LANES1=1 UCX_ITERS=20000 NUTTCP=1 FLOOR=1
 #              OUT=dir  GXFER_BIN=path (use this gxfer binary, no build)
 #              GXFER_FLAGS="..." (extra flags for both gxfer ends, e.g.
 #              "-tcp-spin 20us")
@@ -60,6 +67,7 @@ CORE_CLIENT=${CORE_CLIENT:-1}
 WINDOWS=${WINDOWS:-"1 4"}
 LANES1=${LANES1:-1}
 NUTTCP=${NUTTCP:-1}
+FLOOR=${FLOOR:-1}
 UCX_ITERS=${UCX_ITERS:-20000}
 GXFER_FLAGS=${GXFER_FLAGS:-}
 OUT=${OUT:-$(mktemp -d /tmp/tcp-compare.XXXXXX)}
@@ -77,6 +85,9 @@ command -v ucx_perftest >/dev/null || need+=(ucx-utils)
 [ "$NUTTCP" = 1 ] && ! command -v nuttcp >/dev/null && need+=(nuttcp)
 apt_install ${need[@]+"${need[@]}"}
 gxfer_binary
+if [ "$FLOOR" = 1 ]; then
+	(cd "$repo" && go build -o "$OUT/tcpfloor" ./bench/tcpfloor) || die "go build of bench/tcpfloor failed"
+fi
 
 # The namespaces and the veth pair: names of at most 15 bytes, with this
 # shell's pid so that concurrent runs do not collide.
@@ -107,11 +118,11 @@ fi
 MTU=$(ip -n "$NS_A" -o link show "$VETH_A" | sed -n 's/.* mtu \([0-9]*\).*/\1/p')
 
 python3 - "$OUT" "$REPS" "$RUN_SEC" "$IPERF_SEC" "$CORE_SERVER" "$CORE_CLIENT" "$WINDOWS" "$UCX_ITERS" \
-	"$NS_A" "$NS_B" "$VETH_A" "$VETH_B" "$ADDR_A" "$ADDR_B" "$MTU" "$GXFER_FLAGS" "$LANES1" "$NUTTCP" <<'PY'
+	"$NS_A" "$NS_B" "$VETH_A" "$VETH_B" "$ADDR_A" "$ADDR_B" "$MTU" "$GXFER_FLAGS" "$LANES1" "$NUTTCP" "$FLOOR" <<'PY'
 import json, os, random, statistics, subprocess, sys, time
 
 (out, reps, run_sec, iperf_sec, core_s, core_c, windows, ucx_iters,
- ns_a, ns_b, veth_a, veth_b, addr_a, addr_b, mtu, gx_flags, lanes1, nuttcp) = sys.argv[1:19]
+ ns_a, ns_b, veth_a, veth_b, addr_a, addr_b, mtu, gx_flags, lanes1, nuttcp, floor) = sys.argv[1:20]
 reps, run_sec, iperf_sec, ucx_iters = int(reps), float(run_sec), int(iperf_sec), int(ucx_iters)
 windows = [int(w) for w in windows.split()]
 # gxfer put_bw configurations: (label, flags)
@@ -221,6 +232,22 @@ def run_nuttcp(size):
         raise RuntimeError("nuttcp failed (%s): %s" % (" ".join(cmd), (cl.stdout + cl.stderr).strip()[-500:]))
     return float(kv["megabytes"]) / float(kv["real_seconds"])
 
+def run_floor(size):
+    """bench/tcpfloor -s size at the largest window for iperf_sec s: its
+    MB/s (2^20 bytes) and CPU per put."""
+    global port
+    port += 1
+    tf = os.path.join(out, "tcpfloor")
+    srv = start(in_a(tf, "-server", "-addr", "%s:%d" % (addr_a, port)), port, "tcpfloor")
+    cmd = in_b(tf, "-addr", "%s:%d" % (addr_a, port), "-s", str(size), "-O", str(max(windows)), "-time", "%ds" % iperf_sec)
+    cl = client_run(srv, cmd, "tcpfloor-%d" % size, iperf_sec + 60)
+    if cl.returncode != 0:
+        raise RuntimeError("tcpfloor failed (%s): %s" % (" ".join(cmd), (cl.stdout + cl.stderr).strip()[-500:]))
+    r = json.loads(cl.stdout)
+    if not r["verified"]:
+        raise RuntimeError("tcpfloor result not verified: %s" % r)
+    return {"mbs": r["bandwidth_mb_s"], "cpu": r["cpu"]}
+
 def gx_client(args, name):
     cmd = in_b(gxfer, "perf", "-devices", "none", "-x", "tcp:%s:%d" % (addr_a, port), "-json", *gx_flags, *args)
     cl = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -294,9 +321,10 @@ iperf = {}   # size -> [runs]
 gx = []      # [runs]
 ucx = []     # [p50 us]
 nut = {}     # size -> [MB/s]
+flo = {}     # size -> [{"mbs", "cpu"}]
 start_t = time.time()
 for rep in range(reps):
-    jobs = ["iperf", "gxfer", "ucx"] + (["nuttcp"] if nuttcp == "1" else [])
+    jobs = ["iperf", "gxfer", "ucx"] + (["nuttcp"] if nuttcp == "1" else []) + (["floor"] if floor == "1" else [])
     jobs = jobs[rep % len(jobs):] + jobs[:rep % len(jobs)]
     for j in jobs:
         if j == "iperf":
@@ -305,6 +333,9 @@ for rep in range(reps):
         elif j == "nuttcp":
             for s in SIZES:
                 nut.setdefault(s, []).append(run_nuttcp(s))
+        elif j == "floor":
+            for s in SIZES:
+                flo.setdefault(s, []).append(run_floor(s))
         elif j == "gxfer":
             gx.append(run_gxfer())
         else:
@@ -374,6 +405,22 @@ if nut:
         nrows.append((size_name(s), rng(nut[s], f0), "%s (%s)" % (rng(gb, f0), bl), "%.2f" % (med(gb) / med(nut[s]))))
     table(nrows)
     summary["nuttcp"] = nut
+if flo:
+    w = max(windows)
+    print()
+    print("# floor (not a goal): bench/tcpfloor -s SIZE -O %d -time %d, the same puts over one plain Go socket (1 MiB frames behind a header,"
+          " a completion per put); gxfer at -O %d over one connection, as the floor. CPU: the client's user / system us per put" % (w, iperf_sec, w))
+    like = "-O %d 1 conn" % w if lanes1 == "1" else "-O %d" % w
+    frows = [("size", "floor MB/s", "gxfer %s MB/s" % like, "ratio", "floor cpu us", "gxfer cpu us")]
+    for s in SIZES:
+        fm = [r["mbs"] for r in flo[s]]
+        gb = [g["bw"][(like, s)] for g in gx]
+        fc = [r["cpu"] for r in flo[s] if r["cpu"]]
+        gc = [g["cpu"][(like, s)] for g in gx if (like, s) in g.get("cpu", {})]
+        cpu = lambda cs: "%.1f / %.1f" % (med([c["user_us"] for c in cs]), med([c["sys_us"] for c in cs])) if cs else "-"
+        frows.append((size_name(s), rng(fm, f0), rng(gb, f0), "%.2f" % (med(gb) / med(fm)), cpu(fc), cpu(gc)))
+    table(frows)
+    summary["tcpfloor"] = flo
 
 print()
 print("# latency, 8 B: p50 one-way (round trip / 2), us; gxfer perf put_lat -s 8 -time %gs vs ucx_perftest -t ucp_put_lat -s 8 -n %d (UCX_TLS=tcp)"
