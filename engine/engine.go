@@ -45,7 +45,8 @@ type Engine struct {
 
 	// Tasks that wait on other work (requests to peers) run as goroutines
 	// bounded by semaphores taken inside them.
-	async sync.WaitGroup
+	async   sync.WaitGroup
+	workers workers // the goroutines of env.Go (workers.go)
 	// epLoops counts endpoint readers and writers, also of endpoints that
 	// failed and left endpoints: Close waits for them before it releases
 	// buffers (a reader may still be landing data).
@@ -126,6 +127,7 @@ func New(cfg Config) (_ *Engine, err error) {
 		return nil, newErr(ErrInvalid, "Config.IPCCache.Disabled: the IPC handle cache cannot be disabled (bound it with MaxRegions and MaxBytes)", nil)
 	}
 	e := &Engine{
+		workers:   newWorkers(),
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str("component", "engine").Logger(),
 		buffers:   map[uint64]*Buffer{},
@@ -515,6 +517,7 @@ func (e *Engine) Close() error {
 		// closed endpoints they end at once), so every task is counted.
 		e.starts.Drain(e.onDrain)
 		// Peer-request tasks end once their inner copies have.
+		e.stopWorkers()
 		e.async.Wait()
 		e.epLoops.Wait()
 		// Stop the devices before anything they may still touch is freed.

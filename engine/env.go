@@ -138,14 +138,6 @@ func (e *env) WrapHost(mem []byte, onDestroy func() error) (datapath.Buf, error)
 	return b.dp(), nil
 }
 
-func (e *env) Go(fn func()) {
-	e.async.Add(1)
-	go func() {
-		defer e.async.Done()
-		fn()
-	}()
-}
-
 // Enter admits a copy on the caller's goroutine (and runs the test hook
 // inside the gate, before the copy touches memory).
 func (e *env) Enter() bool {

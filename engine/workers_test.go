@@ -1,0 +1,93 @@
+package engine
+
+import (
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// waitIdle waits until n workers wait for a task.
+func waitIdle(t *testing.T, e *Engine, n int32) {
+	t.Helper()
+	require.Eventually(t, func() bool { return e.workers.idle.Load() == n }, 5*time.Second, time.Millisecond)
+}
+
+// TestWorkersReuse: tasks given one after the other run on one goroutine
+// (a worker that ended a task takes the next), each on a stack it grew
+// once; Close waits for a task that runs and then ends the idle workers.
+func TestWorkersReuse(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		tasks int
+	}{{"one", 1}, {"sequential", 50}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := New(Config{Devices: DevicesNone})
+			require.NoError(t, err)
+			ran := 0
+			for range tc.tasks {
+				done := make(chan struct{})
+				e.env().Go(func() { ran++; close(done) })
+				<-done
+				waitIdle(t, e, 1)
+			}
+			require.Equal(t, tc.tasks, ran)
+			require.EqualValues(t, 1, e.workers.started.Load(), "one goroutine ran every task")
+			release := make(chan struct{})
+			var ended bool
+			e.env().Go(func() { <-release; ended = true })
+			go func() { time.Sleep(50 * time.Millisecond); close(release) }()
+			require.NoError(t, e.Close())
+			require.True(t, ended, "Close waited for the running task")
+			require.Zero(t, workerGoroutines(), "no worker left after Close")
+		})
+	}
+}
+
+// TestWorkersBound: a burst of concurrent tasks leaves at most
+// maxIdleWorkers goroutines waiting; the rest end.
+func TestWorkersBound(t *testing.T) {
+	e := newEngine(t, Config{Devices: DevicesNone})
+	const n = maxIdleWorkers + 8
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	wg.Add(n)
+	for range n {
+		e.env().Go(func() { wg.Done(); <-release })
+	}
+	wg.Wait()
+	require.EqualValues(t, n, e.workers.started.Load())
+	close(release)
+	waitIdle(t, e, maxIdleWorkers)
+	require.Eventually(t, func() bool { return workerGoroutines() == maxIdleWorkers }, 5*time.Second, time.Millisecond)
+}
+
+// TestWorkersAfterClose: a task given after Close runs on a goroutine of
+// its own, which ends after it.
+func TestWorkersAfterClose(t *testing.T) {
+	e, err := New(Config{Devices: DevicesNone})
+	require.NoError(t, err)
+	require.NoError(t, e.Close())
+	require.Zero(t, workerGoroutines())
+	done := make(chan struct{})
+	e.env().Go(func() { close(done) })
+	<-done
+	require.Eventually(t, func() bool { return workerGoroutines() == 0 }, 5*time.Second, time.Millisecond)
+}
+
+// workerGoroutines counts the goroutines in env.work.
+func workerGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return strings.Count(string(buf), "engine.(*env).work(")
+}
