@@ -734,20 +734,28 @@ func (c *Chan) dispatch(f wire.Frame) error {
 		f.Payload = append([]byte(nil), f.Payload...)
 		fn(f, nil)
 		return nil
+	// A frame handed on by address is a copy made in its case (g), so that
+	// f stays on the stack: a reply, the frame a request waits for, costs
+	// no allocation.
 	case wire.TypeAppMsg:
-		return c.msgIn(&f)
+		g := f
+		return c.msgIn(&g)
 	case wire.TypeMsgCredit:
-		return c.creditIn(&f)
+		g := f
+		return c.creditIn(&g)
 	case wire.TypeMsgRing:
-		return c.ringIn(&f)
+		g := f
+		return c.ringIn(&g)
 	case wire.TypeMsgBell:
-		return c.bellIn(&f)
+		g := f
+		return c.bellIn(&g)
 	}
 	m, err := f.Message()
 	if err != nil {
 		return err
 	}
-	if ok, err := c.path.Handle(&f, m); ok || err != nil {
+	g := f
+	if ok, err := c.path.Handle(&g, m); ok || err != nil {
 		return err
 	}
 	switch m := m.(type) {

@@ -81,21 +81,27 @@ func (r *reqState) lastPart() bool {
 // watch abandons the request (what names it in errors) when ctx ends or
 // its deadline passes, unless it finished first.
 func (r *reqState) watch(ctx context.Context, deadline time.Time, what string, abandon func(error)) {
-	// The name is made only when the request is abandoned: a request
-	// that finishes (nearly all) never needs it.
-	name := func() string { return r.p.c.Name() + ": " + what + " " + strconv.FormatUint(r.id, 10) }
+	// The name is made only when the request is abandoned (a request
+	// that finishes, nearly all, never needs it), and the callbacks only
+	// when there is something to watch: a closure made here at every
+	// request would be allocated whether it is used or not.
 	r.mu.Lock()
 	if !r.finished && !deadline.IsZero() {
 		r.timer = time.AfterFunc(time.Until(deadline), func() {
-			abandon(gxerr.New(gxerr.Timeout, name(), nil))
+			abandon(gxerr.New(gxerr.Timeout, r.name(what), nil))
 		})
 	}
 	if !r.finished && ctx.Done() != nil {
 		r.stopCtx = context.AfterFunc(ctx, func() {
-			abandon(gxerr.Ctx(name(), ctx.Err()))
+			abandon(gxerr.Ctx(r.name(what), ctx.Err()))
 		})
 	}
 	r.mu.Unlock()
+}
+
+// name names the request in the error of its abandonment.
+func (r *reqState) name(what string) string {
+	return r.p.c.Name() + ": " + what + " " + strconv.FormatUint(r.id, 10)
 }
 
 // stop is the first half of abandoning the request: nothing more is sent,

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -17,6 +18,25 @@ type spinConn struct {
 	rc   syscall.RawConn
 	spin time.Duration
 	oneP bool // the process had one P when the connection was made
+
+	// One spinning Read at a time (a stream has one reader): its state
+	// lives here and rc.Read is given look, bound once, so that a Read
+	// allocates nothing (a closure over its locals would put each on the
+	// heap, at every frame header and reply read).
+	mu   sync.Mutex
+	r    spinRead
+	look func(fd uintptr) bool
+}
+
+// spinRead is a spinning Read's state: the buffer, what the last read
+// returned, the window's end and the looks since the clock was read.
+type spinRead struct {
+	p     []byte
+	n     int
+	err   error
+	until time.Time
+	looks int
+	spin  time.Duration
 }
 
 // SpinConn wraps c so that reads poll the socket for up to spin before
@@ -31,7 +51,9 @@ func SpinConn(c net.Conn, spin time.Duration) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &spinConn{Conn: c, rc: rc, spin: spin, oneP: runtime.GOMAXPROCS(0) == 1}
+	s := &spinConn{Conn: c, rc: rc, spin: spin, oneP: runtime.GOMAXPROCS(0) == 1}
+	s.look = s.r.look
+	return s
 }
 
 // SyscallConn is the socket's (syscall.Conn): wire.StreamTransport reads
@@ -58,12 +80,6 @@ func (s *spinConn) Read(p []byte) (int, error) {
 	if len(p) > spinMaxRead {
 		return s.Conn.Read(p)
 	}
-	var (
-		n     int
-		err   error
-		until time.Time
-		looks int
-	)
 	if s.oneP {
 		// Yield once before the first look: this reader has just handled
 		// a frame (landed bytes that another goroutine of this process,
@@ -73,36 +89,12 @@ func (s *spinConn) Read(p []byte) (int, error) {
 		// another, and a yield would wake an idle P's thread.
 		runtime.Gosched()
 	}
-	rerr := s.rc.Read(func(fd uintptr) bool {
-		for {
-			n, err = syscall.Read(int(fd), p)
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				// The clock is read at the first empty look and then
-				// every spinClockEvery looks (a read costs 50-100 ns in
-				// a VM, as much as the rest of a look without the
-				// system call): the window may run over by as many.
-				if looks%spinClockEvery == 0 {
-					now := time.Now()
-					if until.IsZero() {
-						until = now.Add(s.spin)
-					} else if !now.Before(until) {
-						until, looks = now.Add(s.spin), 0 // spin again after the next wakeup
-						return false
-					}
-				}
-				looks++
-				// Let the process's other goroutines run (the one
-				// polling for the data this reader lands, a writer):
-				// with one P, a spin that never yields starves them.
-				runtime.Gosched()
-				continue
-			}
-			return true
-		}
-	})
+	s.mu.Lock()
+	s.r = spinRead{p: p, spin: s.spin}
+	rerr := s.rc.Read(s.look)
+	n, err := s.r.n, s.r.err
+	s.r = spinRead{}
+	s.mu.Unlock()
 	if rerr != nil {
 		return 0, rerr
 	}
@@ -116,4 +108,38 @@ func (s *spinConn) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// look reads from the socket until it gets bytes or an error (true), or
+// the spin window ends with nothing to read (false: rc.Read then waits
+// in the netpoller and looks again).
+func (r *spinRead) look(fd uintptr) bool {
+	for {
+		r.n, r.err = syscall.Read(int(fd), r.p)
+		switch {
+		case r.err == syscall.EINTR:
+			continue
+		case r.err == syscall.EAGAIN:
+			// The clock is read at the first empty look and then every
+			// spinClockEvery looks (a read costs 50-100 ns in a VM, as
+			// much as the rest of a look without the system call): the
+			// window may run over by as many.
+			if r.looks%spinClockEvery == 0 {
+				now := time.Now()
+				if r.until.IsZero() {
+					r.until = now.Add(r.spin)
+				} else if !now.Before(r.until) {
+					r.until, r.looks = now.Add(r.spin), 0 // spin again after the next wakeup
+					return false
+				}
+			}
+			r.looks++
+			// Let the process's other goroutines run (the one polling
+			// for the data this reader lands, a writer): with one P, a
+			// spin that never yields starves them.
+			runtime.Gosched()
+			continue
+		}
+		return true
+	}
 }

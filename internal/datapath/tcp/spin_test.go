@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func TestSpinConn(t *testing.T) {
@@ -41,6 +42,26 @@ func TestSpinConn(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "ping", string(b))
 	}
+	// A read of bytes already there allocates nothing (a closure over
+	// the Read's locals would allocate each of them).
+	_, err = peer.Write(make([]byte, 4096))
+	require.NoError(t, err)
+	b := make([]byte, 4)
+	require.Eventually(t, func() bool { // all 4096 bytes arrived
+		rc, err := c.(*spinConn).Conn.(*net.TCPConn).SyscallConn()
+		require.NoError(t, err)
+		avail := 0
+		_ = rc.Control(func(fd uintptr) { avail, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+		return avail == 4096
+	}, 5*time.Second, time.Millisecond)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := io.ReadFull(c, b); err != nil {
+			panic(err)
+		}
+	})
+	require.Zero(t, allocs, "allocations per spinning Read")
+	_, err = io.ReadFull(c, make([]byte, 4096-4*101))
+	require.NoError(t, err)
 	// Deadlines still bound the wait.
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
 	_, err = c.Read(make([]byte, 1))
