@@ -49,7 +49,7 @@ func (e *env) work(fn func()) {
 	w := &e.workers
 	for {
 		fn()
-		fn = nil // nothing of the task stays reachable while it waits
+		fn = nil           // nothing of the task stays reachable while it waits
 		if w.stop == nil { // an Engine not made by New (tests)
 			return
 		}
