@@ -519,6 +519,7 @@ func (e *Engine) Close() error {
 		// Peer-request tasks end once their inner copies have.
 		e.stopWorkers()
 		e.async.Wait()
+		e.workers.live.Wait()
 		e.epLoops.Wait()
 		// Stop the devices before anything they may still touch is freed.
 		errs = append(errs, e.cp.CloseDevices())

@@ -9,7 +9,10 @@ package engine
 // session 37): the sender's user CPU per put 31.1 against 36.9 us, the
 // paired median of 16 alternations 5.2 us less.
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // maxIdleWorkers bounds the goroutines kept waiting for a task: a burst of
 // concurrent tasks leaves at most this many behind, each a parked
@@ -18,10 +21,11 @@ const maxIdleWorkers = 16
 
 // workers hands tasks to idle goroutines.
 type workers struct {
-	work    chan func()   // unbuffered: a send succeeds only into an idle worker
-	stop    chan struct{} // closed by Engine.Close before it waits for the workers
-	idle    atomic.Int32  // workers waiting on work
-	started atomic.Int64  // goroutines started (tests)
+	work    chan func()    // unbuffered: a send succeeds only into an idle worker
+	stop    chan struct{}  // closed by Engine.Close before it waits for the tasks
+	idle    atomic.Int32   // workers waiting on work
+	live    sync.WaitGroup // workers, running a task or waiting (Close waits)
+	started atomic.Int64   // goroutines started (tests)
 }
 
 func newWorkers() workers {
@@ -29,15 +33,17 @@ func newWorkers() workers {
 }
 
 // Go runs fn on a goroutine that Engine.Close waits for: an idle
-// worker's, else a new one's. e.async counts the workers, waiting ones
-// too: Close stops those (stopWorkers) before it waits.
+// worker's, else a new one's. e.async counts the tasks (a task's end is
+// its Done, whether its worker then waits or ends), workers.live the
+// workers.
 func (e *env) Go(fn func()) {
+	e.async.Add(1)
 	select {
 	case e.workers.work <- fn:
 		return
 	default:
 	}
-	e.async.Add(1)
+	e.workers.live.Add(1)
 	e.workers.started.Add(1)
 	go e.work(fn)
 }
@@ -45,11 +51,12 @@ func (e *env) Go(fn func()) {
 // work runs fn and then the tasks handed to it while it waits, until the
 // engine closes or enough others wait.
 func (e *env) work(fn func()) {
-	defer e.async.Done()
 	w := &e.workers
+	defer w.live.Done()
 	for {
 		fn()
-		fn = nil           // nothing of the task stays reachable while it waits
+		fn = nil // nothing of the task stays reachable while it waits
+		e.async.Done()
 		if w.stop == nil { // an Engine not made by New (tests)
 			return
 		}
@@ -68,6 +75,6 @@ func (e *env) work(fn func()) {
 }
 
 // stopWorkers ends the idle workers and makes the others end after their
-// task (Close, before it waits for e.async; a task given later runs on a
-// worker that ends after it).
+// task (Close, before it waits for the tasks and the workers; a task given
+// later runs on a worker that ends after it).
 func (e *Engine) stopWorkers() { close(e.workers.stop) }

@@ -18,7 +18,8 @@ func waitIdle(t *testing.T, e *Engine, n int32) {
 
 // TestWorkersReuse: tasks given one after the other run on one goroutine
 // (a worker that ended a task takes the next), each on a stack it grew
-// once; Close waits for a task that runs and then ends the idle workers.
+// once; an idle worker is not a task (e.async); Close waits for a task
+// that runs and then ends the idle workers.
 func TestWorkersReuse(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -36,6 +37,15 @@ func TestWorkersReuse(t *testing.T) {
 			}
 			require.Equal(t, tc.tasks, ran)
 			require.EqualValues(t, 1, e.workers.started.Load(), "one goroutine ran every task")
+			// e.async counts tasks, not the worker that waits for one:
+			// tests wait on it for a request's goroutine to end.
+			waited := make(chan struct{})
+			go func() { e.async.Wait(); close(waited) }()
+			select {
+			case <-waited:
+			case <-time.After(5 * time.Second):
+				t.Fatal("e.async.Wait blocked by an idle worker")
+			}
 			release := make(chan struct{})
 			var ended bool
 			e.env().Go(func() { <-release; ended = true })
