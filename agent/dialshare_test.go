@@ -11,22 +11,14 @@ import (
 	"github.com/gxfer/gxfer/agent/etcdmeta/etcdtest"
 	"github.com/gxfer/gxfer/agent/meta"
 	"github.com/gxfer/gxfer/engine"
+	"github.com/gxfer/gxfer/internal/testutil"
 )
 
 // parkedInConn counts the goroutines blocked in Peer.conn's wait for
 // another caller's dial (not dialing themselves).
 func parkedInConn() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
 	count := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
+	for _, g := range strings.Split(testutil.Stacks(), "\n\n") {
 		if strings.Contains(g, "[select") && strings.Contains(g, "agent.(*Peer).conn(") &&
 			!strings.Contains(g, "agent.(*Peer).dial(") {
 			count++

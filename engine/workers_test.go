@@ -1,13 +1,14 @@
 package engine
 
 import (
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gxfer/gxfer/internal/testutil"
 )
 
 // waitIdle waits until n workers wait for a task.
@@ -90,14 +91,5 @@ func TestWorkersAfterClose(t *testing.T) {
 
 // workerGoroutines counts the goroutines in env.work.
 func workerGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	return strings.Count(string(buf), "engine.(*env).work(")
+	return strings.Count(testutil.Stacks(), "engine.(*env).work(")
 }

@@ -1,7 +1,6 @@
 package etcdmeta
 
 import (
-	"runtime"
 	"strings"
 	"testing"
 
@@ -9,19 +8,13 @@ import (
 
 	"github.com/gxfer/gxfer/agent/etcdmeta/etcdtest"
 	"github.com/gxfer/gxfer/agent/meta"
+	"github.com/gxfer/gxfer/internal/testutil"
 )
 
 // storeGoroutines counts the goroutines the stores of this process run
 // (spawn's: watches and keep-alive loops).
 func storeGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "etcdmeta.(*Store).spawn.func1(")
-		}
-		buf = make([]byte, 2*len(buf))
-	}
+	return strings.Count(testutil.Stacks(), "etcdmeta.(*Store).spawn.func1(")
 }
 
 // TestInvalidNames: a name no record can have (meta's name rules: empty,

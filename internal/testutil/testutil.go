@@ -5,6 +5,7 @@ package testutil
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -66,4 +67,18 @@ func Main(m *testing.M) {
 		}
 	}
 	os.Exit(code)
+}
+
+// Stacks is every goroutine's stack (runtime.Stack with all set), the
+// buffer grown until they fit: for tests that look for goroutines parked
+// in a function.
+func Stacks() string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
