@@ -39,10 +39,11 @@ type sender struct {
 	v      net.Buffers
 	next   uint32 // the next put's id
 
-	done     chan struct{} // a completion each
-	readErr  error         // why done closed (set before)
-	verified bool          // the end's answer (set before done closes)
-	inflight int
+	done      chan struct{} // a completion each
+	readErr   error         // why done closed (set before)
+	verified  bool          // the end's answer (set before done closes)
+	inflight  int
+	completed int64 // completions taken
 }
 
 // put writes one put: its frames, each header and payload in one writev.
@@ -72,6 +73,7 @@ func (s *sender) complete() error {
 		return s.readErr
 	}
 	s.inflight--
+	s.completed++
 	return nil
 }
 
@@ -85,14 +87,13 @@ func (s *sender) submit() error {
 	return s.put()
 }
 
-func (s *sender) drain() (int64, error) {
-	n := int64(s.inflight)
+func (s *sender) drain() error {
 	for s.inflight > 0 {
 		if err := s.complete(); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // read takes the receiver's completions until the end's answer.
@@ -148,28 +149,24 @@ func sendRun(p params) (*result, error) {
 			return nil, err
 		}
 	}
-	if _, err := s.drain(); err != nil {
+	if err := s.drain(); err != nil {
 		return nil, err
 	}
 	if err := c.SetDeadline(time.Now().Add(p.dur + p.timeout)); err != nil {
 		return nil, err
 	}
-	var puts int64
+	base := s.completed
 	t0 := time.Now()
 	cpu := bench.StartCPU()
 	for time.Since(t0) < p.dur {
-		if s.inflight == s.window {
-			puts++
-		}
 		if err := s.submit(); err != nil {
 			return nil, err
 		}
 	}
-	n, err := s.drain()
-	if err != nil {
+	if err := s.drain(); err != nil {
 		return nil, err
 	}
-	puts += n
+	puts := s.completed - base
 	wall := time.Since(t0)
 	r := &result{Tool: "tcpfloor", Size: p.size, Window: p.window, Frame: maxFrame, Puts: puts, Seconds: wall.Seconds(),
 		CPU: cpu.Use(puts, wall), GoVersion: runtime.Version(), GOMAXPROCS: runtime.GOMAXPROCS(0)}
