@@ -127,7 +127,6 @@ func New(cfg Config) (_ *Engine, err error) {
 		return nil, newErr(ErrInvalid, "Config.IPCCache.Disabled: the IPC handle cache cannot be disabled (bound it with MaxRegions and MaxBytes)", nil)
 	}
 	e := &Engine{
-		workers:   newWorkers(),
 		cfg:       cfg,
 		log:       cfg.Logger.With().Str("component", "engine").Logger(),
 		buffers:   map[uint64]*Buffer{},
@@ -138,6 +137,7 @@ func New(cfg Config) (_ *Engine, err error) {
 	e.gate.Init(&e.closed)
 	e.destroyIdle.L = &e.destroyMu
 	e.starts.Init(&e.closed)
+	e.workers.init()
 	e.closing, e.stopDialing = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {

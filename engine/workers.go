@@ -28,8 +28,9 @@ type workers struct {
 	started atomic.Int64   // goroutines started (tests)
 }
 
-func newWorkers() workers {
-	return workers{work: make(chan func()), stop: make(chan struct{})}
+// init makes the channels (in place: workers holds a WaitGroup).
+func (w *workers) init() {
+	w.work, w.stop = make(chan func()), make(chan struct{})
 }
 
 // Go runs fn on a goroutine that Engine.Close waits for: an idle
