@@ -3,6 +3,7 @@ package engine
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,9 +13,9 @@ import (
 )
 
 // waitIdle waits until n workers wait for a task.
-func waitIdle(t *testing.T, e *Engine, n int32) {
+func waitIdle(t *testing.T, e *Engine, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return e.workers.idle.Load() == n }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return e.workers.idleCount() == n }, 5*time.Second, time.Millisecond)
 }
 
 // TestWorkersReuse: tasks given one after the other run on one goroutine
@@ -92,4 +93,42 @@ func TestWorkersAfterClose(t *testing.T) {
 // workerGoroutines counts the goroutines in env.work.
 func workerGoroutines() int {
 	return strings.Count(testutil.Stacks(), "engine.(*env).work(")
+}
+
+// TestWorkersStopRace: tasks given while Close ends the idle workers
+// (stopWorkers) each run once: a worker Go took off the idle list is never
+// one that stopWorkers ends, and no task is sent to an ended one. Then no
+// worker is left.
+func TestWorkersStopRace(t *testing.T) {
+	for round := range 20 {
+		e, err := New(Config{Devices: DevicesNone})
+		require.NoError(t, err)
+		// Workers idle first, for stopWorkers to end while tasks come.
+		var warm sync.WaitGroup
+		warm.Add(maxIdleWorkers)
+		for range maxIdleWorkers {
+			e.env().Go(func() { warm.Done(); warm.Wait() })
+		}
+		waitIdle(t, e, maxIdleWorkers)
+		const givers, each = 4, 50
+		var count atomic.Int64
+		var ran, gave sync.WaitGroup
+		ran.Add(givers * each)
+		gave.Add(givers)
+		for range givers {
+			go func() {
+				defer gave.Done()
+				for range each {
+					e.env().Go(func() { count.Add(1); ran.Done() })
+				}
+			}()
+		}
+		e.stopWorkers()
+		gave.Wait()
+		ran.Wait()
+		require.EqualValues(t, givers*each, count.Load(), "round %d", round)
+		require.Zero(t, e.workers.idleCount(), "round %d: a worker went idle after stopWorkers", round)
+		require.NoError(t, e.Close())
+		require.Zero(t, workerGoroutines(), "round %d", round)
+	}
 }
