@@ -243,9 +243,11 @@ func BenchmarkIPCBindingPutN(b *testing.B) {
 	}
 }
 
-// BenchmarkTCPPut: small PutSyncs into another engine's host buffer over
-// TCP (one lane): the round trip of a request, its Data frame and the
-// owner's Completion.
+// BenchmarkTCPPut: PutSyncs into another engine's host buffer over TCP
+// (one lane): the round trip of a request, its Data frame and the owner's
+// Completion. Small ones are sent from the caller's goroutine, 1 MiB ones
+// from a worker's (env.Go); ctx=cancel passes a context that can end,
+// which each request watches (ctxWatch), as a caller's usually can.
 //
 //	go test -run '^$' -bench TCPPut ./engine/
 func BenchmarkTCPPut(b *testing.B) { benchTCPPut(b, 1) }
@@ -262,13 +264,20 @@ func benchTCPPut(b *testing.B, lanes int) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	ctx := context.Background()
-	ep, err := user.Dial(ctx, "tcp", l.Addr(), WithTransport(TransportTCP))
+	ep, err := user.Dial(context.Background(), "tcp", l.Addr(), WithTransport(TransportTCP))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, n := range []int{8, 4 << 10} {
-		b.Run(fmt.Sprintf("size=%d", n), func(b *testing.B) {
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, tc := range []struct {
+		n    int
+		name string
+		ctx  context.Context
+	}{{8, "background", context.Background()}, {4 << 10, "background", context.Background()},
+		{8, "cancel", cctx}, {1 << 20, "background", context.Background()}, {1 << 20, "cancel", cctx}} {
+		n, ctx := tc.n, tc.ctx
+		b.Run(fmt.Sprintf("size=%d/ctx=%s", n, tc.name), func(b *testing.B) {
 			dst, _ := owner.Alloc(n, Host)
 			k, err := dst.Export()
 			if err != nil {

@@ -388,7 +388,7 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 			return
 		}
 	}
-	o.watch(ctx, o.deadline, "list request", o.abandon)
+	o.watch(ctx, o.deadline, "list request", o)
 	if o.put {
 		p.sendList(ctx, o)
 		return

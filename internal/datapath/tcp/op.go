@@ -42,9 +42,19 @@ type reqState struct {
 	err      error       // the whole request's
 	stopped  atomic.Bool // abandoned: send nothing more
 	timer    *time.Timer
-	stopCtx  func() bool
 	finished bool // both parts are done
+
+	// The context watch (the path's ctxWatch): watched while in it, the
+	// owner abandoned with what naming the request when the context ends.
+	watched bool
+	wn      ctxNode
+	owner   abandoner
+	what    string
 }
+
+// abandoner is a request abandoned when its context ends or its deadline
+// passes (op, listOp).
+type abandoner interface{ abandon(error) }
 
 // setErr keeps the request's first error.
 func (r *reqState) setErr(err error) {
@@ -67,36 +77,41 @@ func (r *reqState) lastPart() bool {
 	r.p.outstanding.Add(-1)
 	r.mu.Lock()
 	r.finished = true
-	timer, stopCtx := r.timer, r.stopCtx
+	timer, watched := r.timer, r.watched
 	r.mu.Unlock()
 	if timer != nil {
 		timer.Stop()
 	}
-	if stopCtx != nil {
-		stopCtx()
+	if watched {
+		r.p.ctxw.remove(&r.wn)
 	}
 	return true
 }
 
 // watch abandons the request (what names it in errors) when ctx ends or
 // its deadline passes, unless it finished first.
-func (r *reqState) watch(ctx context.Context, deadline time.Time, what string, abandon func(error)) {
+func (r *reqState) watch(ctx context.Context, deadline time.Time, what string, a abandoner) {
 	// The name is made only when the request is abandoned (a request
-	// that finishes, nearly all, never needs it), and the callbacks only
-	// when there is something to watch: a closure made here at every
-	// request would be allocated whether it is used or not.
+	// that finishes, nearly all, never needs it), and the timer's
+	// callback only when there is a deadline: a closure made here at
+	// every request would be allocated whether it is used or not. The
+	// context is watched with the path's other requests (ctxWatch).
 	r.mu.Lock()
 	if !r.finished && !deadline.IsZero() {
 		r.timer = time.AfterFunc(time.Until(deadline), func() {
-			abandon(gxerr.New(gxerr.Timeout, r.name(what), nil))
+			a.abandon(gxerr.New(gxerr.Timeout, r.name(what), nil))
 		})
 	}
 	if !r.finished && ctx.Done() != nil {
-		r.stopCtx = context.AfterFunc(ctx, func() {
-			abandon(gxerr.Ctx(r.name(what), ctx.Err()))
-		})
+		r.owner, r.what = a, what
+		r.watched = r.p.ctxw.add(ctx, &r.wn, r)
 	}
 	r.mu.Unlock()
+}
+
+// ctxEnded abandons the request: the context it watched ended.
+func (r *reqState) ctxEnded(ctx context.Context) {
+	r.owner.abandon(gxerr.Ctx(r.name(r.what), ctx.Err()))
 }
 
 // name names the request in the error of its abandonment.
@@ -223,7 +238,7 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 			return
 		}
 	}
-	o.watch(ctx, r.Deadline, "request", o.abandon)
+	o.watch(ctx, r.Deadline, "request", o)
 	if r.Put {
 		p.startPut(ctx, r.Deadline, o, req)
 		return

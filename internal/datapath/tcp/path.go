@@ -48,6 +48,8 @@ type path struct {
 	// staging counts the Data frames whose staging DMAs into local Gaudi
 	// memory run (see InFlight).
 	staging atomic.Int32
+	// ctxw watches the contexts of this connection's requests.
+	ctxw ctxWatch
 }
 
 var _ datapath.Path = (*path)(nil)
@@ -145,6 +147,7 @@ func (p *path) Closed(err error) {
 		err = gxerr.New(gxerr.Closed, "endpoint closed", nil)
 	}
 	p.abortRouting()
+	p.ctxw.close()
 	p.cancelInbound(err)
 	p.closeLanes(err)
 	p.in.Close()
