@@ -160,10 +160,13 @@ func (s *StreamTransport) RecvRouted(buf []byte, route func(head []byte, n int) 
 		if err != nil {
 			return 0, false, s.breakWith(truncated(err))
 		}
-		s.exact = int(l)-dataHeadSize >= streamReadAhead/2 && dst != nil
+		s.exact = 0
+		if int(l)-dataHeadSize >= streamReadAhead/2 && dst != nil {
+			s.exact = exactFrames
+		}
 		return dataHeadSize, true, nil
 	}
-	s.exact = false
+	s.exact = max(s.exact-1, 0)
 	if uint64(l) > uint64(len(buf)) {
 		return 0, false, s.breakWith(tooLarge(l, len(buf)))
 	}

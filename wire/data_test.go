@@ -6,7 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -195,4 +198,80 @@ func FuzzRecvRouted(f *testing.F) {
 			}
 		}
 	})
+}
+
+// aheadConn counts the bytes read through Read (the read-ahead; readv
+// goes through the raw socket, which SyscallConn hands out).
+type aheadConn struct {
+	net.Conn
+	read atomic.Int64
+}
+
+func (c *aheadConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+func (c *aheadConn) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
+}
+
+// TestRoutedDataNoReadAhead: on a socket, once a large payload was routed,
+// the frames a large put sends before its own payload (replies riding
+// along, its request) are read without reading ahead into that payload,
+// which then goes straight to its place with readv: only frame bytes pass
+// through the read-ahead buffer, whichever frames come first.
+func TestRoutedDataNoReadAhead(t *testing.T) {
+	const size = 1 << 20
+	for _, tc := range []struct {
+		name string
+		lead []Message // before each put's request
+	}{
+		{"request", nil},
+		{"replies and request", []Message{&Completion{RequestID: 7}, &Completion{RequestID: 8}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := tcpPair(t)
+			ab := &aheadConn{Conn: b}
+			ca, cb := NewConn(NewStreamTransport(a), ConnConfig{}), NewConn(NewStreamTransport(ab), ConnConfig{})
+			t.Cleanup(func() {
+				_ = ca.Close()
+				_ = cb.Close()
+			})
+			const puts = 4
+			src := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+			errc := make(chan error, 1)
+			go func() {
+				err := ca.SendData(100, 0, src) // a large payload first
+				for i := uint64(1); i <= puts && err == nil; i++ {
+					put := &Put{Request{RequestID: i, Key: testKey(), Length: size, Local: Local{Kind: LocalInline}}}
+					err = ca.SendWithData(append(append([]Message(nil), tc.lead...), put), i, 0, src)
+				}
+				errc <- err
+			}()
+			dst := make([]byte, size)
+			sink := func(id, off uint64, n int) ([]byte, error) { return dst[off : off+uint64(n)], nil }
+			frames := (puts + 1) + puts*(len(tc.lead)+1)
+			// Let the sender fill the socket: a reader that reads ahead
+			// then finds payload bytes behind each request.
+			time.Sleep(50 * time.Millisecond)
+			var first int64 // read ahead up to the first payload's end
+			for i := range frames {
+				f, err := cb.RecvRouted(context.Background(), sink)
+				require.NoError(t, err)
+				if f.Routed {
+					require.Equal(t, src, dst)
+					clear(dst)
+				}
+				if i == 0 {
+					first = ab.read.Load()
+				}
+			}
+			require.NoError(t, <-errc)
+			// After the first payload, each put's frames before its
+			// payload and its Data frame's head: well under a KiB a put.
+			require.Less(t, ab.read.Load()-first, int64(puts*1024), "bytes read ahead after the first payload")
+		})
+	}
 }
