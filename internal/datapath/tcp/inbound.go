@@ -35,6 +35,11 @@ type inbound struct {
 	err      error
 	final    error // err when done was set: what onDone gets (err may still be written after, by a late cancel)
 	onDone   func(error)
+
+	// A served Put's (putLanded): its path and its reply, kept here so
+	// that serving a Put allocates no closure and no message for them.
+	p    *path
+	comp wire.Completion
 }
 
 // finishLocked reports whether the transfer just finished (the caller

@@ -27,6 +27,12 @@ type op struct {
 	reqState
 	local datapath.Mem
 	c     datapath.Completer
+	// A Put's sending (sendPut): its request, and the context and
+	// deadline its wait for a staging buffer ends with. Kept here, a Put
+	// allocates no closure, request and message for its goroutine.
+	put      wire.Put
+	ctx      context.Context
+	deadline time.Time
 }
 
 // reqState is what a request of this path (op, listOp) keeps while it
@@ -260,27 +266,7 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 // staging buffer ends with ctx or at the deadline (abandon has then
 // resolved the Put: nothing of its memory is read yet).
 func (p *path) startPut(ctx context.Context, deadline time.Time, o *op, req wire.Request) {
-	send := func() {
-		sctx, cancel := datapath.WithDeadline(ctx, deadline)
-		defer cancel()
-		sent, err := p.sendMem(sctx, o.id, 0, o.local, &wire.Put{Request: req}, o.stopped.Load)
-		switch {
-		case errors.Is(err, errStopped):
-			// Abandoned (abandon completed the reply part with why).
-			// Nothing reads the local memory any more.
-			o.partDone(nil)
-			if sent > 0 { // the request went out with the first bytes
-				p.endPut(o.id, sent, o.local.Len)
-			}
-			return
-		case err != nil && !errors.Is(err, errSourceFailed):
-			// The stream is broken or the peer gone: no reply will
-			// come, and the endpoint's failure answers every request.
-			err = p.sendErr(err)
-			p.c.Fail(err)
-		}
-		o.partDone(err)
-	}
+	o.put, o.ctx, o.deadline = wire.Put{Request: req}, ctx, deadline
 	if !o.local.IsGaudi() && o.local.Len <= inlineMax {
 		// Sent from the caller's goroutine: inside the close gate, so
 		// Close (which closes the connection first) unmaps nothing that
@@ -290,11 +276,36 @@ func (p *path) startPut(ctx context.Context, deadline time.Time, o *op, req wire
 			o.partDone(gxerr.Closed)
 			return
 		}
-		send()
+		o.sendPut()
 		p.env.Exit()
 		return
 	}
-	p.env.Go(send)
+	p.env.Go(o.sendPut)
+}
+
+// sendPut sends the Put's request and bytes (startPut).
+func (o *op) sendPut() {
+	p := o.p
+	sctx, cancel := datapath.WithDeadline(o.ctx, o.deadline)
+	defer cancel()
+	sent, err := p.sendMem(sctx, o.id, 0, o.local, &o.put, o.stopped.Load)
+	o.ctx = nil // nothing of the caller's context stays with the op
+	switch {
+	case errors.Is(err, errStopped):
+		// Abandoned (abandon completed the reply part with why).
+		// Nothing reads the local memory any more.
+		o.partDone(nil)
+		if sent > 0 { // the request went out with the first bytes
+			p.endPut(o.id, sent, o.local.Len)
+		}
+		return
+	case err != nil && !errors.Is(err, errSourceFailed):
+		// The stream is broken or the peer gone: no reply will
+		// come, and the endpoint's failure answers every request.
+		err = p.sendErr(err)
+		p.c.Fail(err)
+	}
+	o.partDone(err)
 }
 
 // endPut tells the owner that a Put whose sending stopped after sent of

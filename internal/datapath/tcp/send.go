@@ -44,7 +44,17 @@ func (p *path) sendMem(ctx context.Context, id, base uint64, s datapath.Mem, fir
 		}
 		var err error
 		if off == 0 && first != nil {
-			err = conn.SendWithData(append(p.c.TakeReplies(), first), id, base, b)
+			// Replies waiting ride along; without any, the request alone
+			// goes from an array on the stack.
+			msgs := p.c.TakeReplies()
+			var one [1]wire.Message
+			if msgs == nil {
+				one[0] = first
+				msgs = one[:]
+			} else {
+				msgs = append(msgs, first)
+			}
+			err = conn.SendWithData(msgs, id, base, b)
 		} else {
 			err = conn.SendData(id, base+off, b)
 		}

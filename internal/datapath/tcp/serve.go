@@ -31,13 +31,18 @@ func (p *path) servePut(r wire.Request) error {
 			return err
 		}
 	} else {
-		in.dst = mine
-		in.onDone = func(err error) {
-			mine.B.Release()
-			p.answerLanded(in, &wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}, 1, err)
-		}
+		in.dst, in.p = mine, p
+		in.comp = wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
+		in.onDone = in.putLanded
 	}
 	return p.startInbound(in)
+}
+
+// putLanded answers a served Put whose bytes have landed (or failed to),
+// releasing its buffer.
+func (in *inbound) putLanded(err error) {
+	in.dst.B.Release()
+	in.p.answerLanded(in, &in.comp, 1, err)
 }
 
 // answerLanded queues the reply to a request whose bytes have landed (or
