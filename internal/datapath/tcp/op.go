@@ -198,6 +198,10 @@ func (r *reqState) replied(what string, err error) error {
 func (o *op) abandon(err error) {
 	if o.stop(err, o.p.cancelCap) {
 		o.partDone(err)
+		if o.p.puts.remove(o) {
+			// Still queued: nothing of its memory was read, nothing sent.
+			o.partDone(nil)
+		}
 	}
 }
 
@@ -262,9 +266,10 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 }
 
 // startPut sends a Put's request and bytes: on the caller's goroutine for
-// small host transfers, else on a goroutine of its own. The wait for a
-// staging buffer ends with ctx or at the deadline (abandon has then
-// resolved the Put: nothing of its memory is read yet).
+// small host transfers; larger host ones queue for the connection, sent in
+// order by one drain task (drainPuts); Gaudi ones on a goroutine of their
+// own. The wait for a staging buffer ends with ctx or at the deadline
+// (abandon has then resolved the Put: nothing of its memory is read yet).
 func (p *path) startPut(ctx context.Context, deadline time.Time, o *op, req wire.Request) {
 	o.put, o.ctx, o.deadline = wire.Put{Request: req}, ctx, deadline
 	if !o.local.IsGaudi() && o.local.Len <= inlineMax {
@@ -280,7 +285,29 @@ func (p *path) startPut(ctx context.Context, deadline time.Time, o *op, req wire
 		p.env.Exit()
 		return
 	}
-	p.env.Go(o.sendPut)
+	if o.local.IsGaudi() {
+		// Its own goroutine: it may wait for a staging buffer, which must
+		// not hold up the host Puts behind it.
+		p.env.Go(o.sendPut)
+		return
+	}
+	if p.puts.push(o) {
+		p.env.Go(p.drainPuts)
+	}
+}
+
+// drainPuts sends the queued host Puts one after the other, until none is
+// left: while puts keep the connection busy, each is sent without a
+// goroutine of its own to start and without waiting for the connection's
+// write lock behind the others.
+func (p *path) drainPuts() {
+	for {
+		o := p.puts.pop()
+		if o == nil {
+			return
+		}
+		o.sendPut()
+	}
 }
 
 // sendPut sends the Put's request and bytes (startPut).

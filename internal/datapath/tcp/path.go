@@ -50,6 +50,9 @@ type path struct {
 	staging atomic.Int32
 	// ctxw watches the contexts of this connection's requests.
 	ctxw ctxWatch
+	// puts: host Puts waiting for the connection, sent in order by one
+	// task at a time (drainPuts).
+	puts putQueue
 }
 
 var _ datapath.Path = (*path)(nil)

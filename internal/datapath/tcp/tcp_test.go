@@ -257,3 +257,32 @@ func TestMulti(t *testing.T) {
 	m.Complete(0, errors.New("second"))
 	require.EqualError(t, c.wait(t), "first")
 }
+
+// TestQueuedPutAbandoned: host Puts wait in the connection's queue behind
+// the one being sent; one abandoned there resolves at once with its
+// context's error, sending nothing, while the Put ahead of it is still
+// going out; the queue then goes on and the next Put lands whole.
+func TestQueuedPutAbandoned(t *testing.T) {
+	const big, small = 64 << 20, 1 << 20
+	a, b := pair(t, big, wire.CapCancel)
+	src := &hostBuf{mem: make([]byte, big)}
+	fillBytes(src.mem, 3)
+	first := newCompletion()
+	a.path.Start(context.Background(), datapath.Req{Put: true, Local: datapath.Mem{B: src, Len: big}, Key: hostKey(big)}, first)
+	ctx, cancel := context.WithCancel(context.Background())
+	queued := newCompletion()
+	a.path.Start(ctx, datapath.Req{Put: true, Local: datapath.Mem{B: src, Len: small}, Key: hostKey(small)}, queued)
+	require.Eventually(t, func() bool { return a.path.puts.waiting() == 1 }, 5*time.Second, time.Millisecond,
+		"the second Put waits behind the first")
+	cancel()
+	err := queued.wait(t)
+	require.ErrorIs(t, err, gxerr.Canceled)
+	require.Less(t, a.path.bytesOut.Load(), uint64(big), "resolved while the first Put was still going out")
+	require.Zero(t, a.path.puts.waiting())
+	require.NoError(t, first.wait(t))
+	last := newCompletion()
+	a.path.Start(context.Background(), datapath.Req{Put: true, Local: datapath.Mem{B: src, Len: small}, Key: hostKey(small)}, last)
+	require.NoError(t, last.wait(t))
+	require.Equal(t, uint64(big+small), a.path.bytesOut.Load(), "the abandoned Put sent nothing")
+	require.Equal(t, src.mem[:small], b.env.mem.mem[:small])
+}
