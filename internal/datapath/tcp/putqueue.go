@@ -34,8 +34,20 @@ func (pq *putQueue) pop() *op {
 	o := pq.q[pq.head]
 	pq.q[pq.head] = nil
 	pq.head++
+	if pq.head >= compactAt && 2*pq.head >= len(pq.q) {
+		// A queue that never empties (the pipeline always full) would
+		// otherwise grow its array by every Put pushed: move the waiting
+		// ones to the front.
+		n := copy(pq.q, pq.q[pq.head:])
+		clear(pq.q[n:])
+		pq.q, pq.head = pq.q[:n], 0
+	}
 	return o
 }
+
+// compactAt is how many Puts pop takes from the front of the array
+// before it moves the waiting ones down (when they are at most as many).
+const compactAt = 32
 
 // remove takes o out of the queue if it is still waiting there.
 func (pq *putQueue) remove(o *op) bool {
