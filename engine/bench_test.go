@@ -246,8 +246,9 @@ func BenchmarkIPCBindingPutN(b *testing.B) {
 // BenchmarkTCPPut: PutSyncs into another engine's host buffer over TCP
 // (one lane): the round trip of a request, its Data frame and the owner's
 // Completion. Small ones are sent from the caller's goroutine, 1 MiB ones
-// from a worker's (env.Go); ctx=cancel passes a context that can end,
-// which each request watches (ctxWatch), as a caller's usually can.
+// by the connection's drain task (env.Go); ctx=cancel passes a context
+// that can end, which each request watches (ctxWatch), as a caller's
+// usually can.
 //
 //	go test -run '^$' -bench TCPPut ./engine/
 func BenchmarkTCPPut(b *testing.B) { benchTCPPut(b, 1) }
