@@ -248,7 +248,8 @@ func BenchmarkIPCBindingPutN(b *testing.B) {
 // Completion. Small ones are sent from the caller's goroutine, 1 MiB ones
 // by the connection's drain task (env.Go); ctx=cancel passes a context
 // that can end, which each request watches (ctxWatch), as a caller's
-// usually can.
+// usually can; ctx=per-put makes a context for each Put and cancels it
+// after (the defer cancel() of a caller with a timeout per request).
 //
 //	go test -run '^$' -bench TCPPut ./engine/
 func BenchmarkTCPPut(b *testing.B) { benchTCPPut(b, 1) }
@@ -276,7 +277,7 @@ func benchTCPPut(b *testing.B, lanes int) {
 		name string
 		ctx  context.Context
 	}{{8, "background", context.Background()}, {4 << 10, "background", context.Background()},
-		{8, "cancel", cctx}, {1 << 20, "background", context.Background()}, {1 << 20, "cancel", cctx}} {
+		{8, "cancel", cctx}, {8, "per-put", nil}, {1 << 20, "background", context.Background()}, {1 << 20, "cancel", cctx}} {
 		n, ctx := tc.n, tc.ctx
 		b.Run(fmt.Sprintf("size=%d/ctx=%s", n, tc.name), func(b *testing.B) {
 			dst, _ := owner.Alloc(n, Host)
@@ -287,7 +288,15 @@ func benchTCPPut(b *testing.B, lanes int) {
 			src, _ := user.Alloc(n, Host)
 			b.SetBytes(int64(n))
 			for b.Loop() {
-				if err := ep.PutSync(ctx, src.All(), k); err != nil {
+				pctx, pcancel := ctx, context.CancelFunc(nil)
+				if ctx == nil { // a context per Put, ended after it
+					pctx, pcancel = context.WithCancel(context.Background())
+				}
+				err := ep.PutSync(pctx, src.All(), k)
+				if pcancel != nil {
+					pcancel()
+				}
+				if err != nil {
 					b.Fatal(err)
 				}
 			}

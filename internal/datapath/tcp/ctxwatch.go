@@ -15,25 +15,41 @@ import (
 // user time here (session 38, perf of a 1 MiB put_bw: 7% of the sender's
 // user time).
 //
-// An entry whose last request ends stays registered, for the next request
-// of the same context (a caller that passes one context to every request:
-// one registration for all). At most one such idle entry is kept: a
-// caller that makes a context per request leaves a trail of them, each
-// stopped when the next goes idle, which is the registration and stop per
-// request it paid before.
+// An entry whose last request ends may stay registered, for the next
+// request of the same context (a caller that passes one context to every
+// request: one registration for all). At most one such idle entry is
+// kept; another going idle stops it. Two patterns make keeping one a
+// loss, and then the entry is stopped at once, as each request's own
+// registration was before:
+//   - the request that leaves it last has another context than the one it
+//     was registered with (a context.WithValue child of it, say): the
+//     registration holds that context, and with it its values, for as long
+//     as it stays;
+//   - the caller ends each request's context after it (a context per
+//     request, canceled when the request returns): an idle registration
+//     then fires instead of being stopped, which costs a goroutine of the
+//     context package's, more than the stop. The watch counts idle
+//     entries that fired against idle entries that served a request again,
+//     and keeps none while the first are more.
 type ctxWatch struct {
 	mu     sync.Mutex
 	ents   map[<-chan struct{}]*ctxEnt
 	idle   *ctxEnt // registered, no request in it
 	closed bool    // the path ended: nothing is watched any more
+	// reused counts idle entries taken by a request, wasted idle entries
+	// whose context ended (their registration fired): keepIdle.
+	reused, wasted int
 
-	registered atomic.Int64 // context.AfterFunc calls (tests)
+	// For tests: context.AfterFunc calls, stops that kept the function
+	// from running, fire calls returned.
+	registered, stopped, fired atomic.Int64
 }
 
 // ctxEnt is one watched context: its registration and the requests that
 // watch it, in a list through their ctxNodes.
 type ctxEnt struct {
 	done <-chan struct{}
+	ctx  context.Context // the one registered (AfterFunc holds it too)
 	stop func() bool
 	head *ctxNode
 	n    int
@@ -65,7 +81,7 @@ func (w *ctxWatch) add(ctx context.Context, n *ctxNode, who ctxEnder) bool {
 		if w.ents == nil {
 			w.ents = map[<-chan struct{}]*ctxEnt{}
 		}
-		e = &ctxEnt{done: done}
+		e = &ctxEnt{done: done, ctx: ctx}
 		w.ents[done] = e
 		w.registered.Add(1)
 		// A context that has ended runs fire at once, on a goroutine of
@@ -74,6 +90,7 @@ func (w *ctxWatch) add(ctx context.Context, n *ctxNode, who ctxEnder) bool {
 	}
 	if w.idle == e {
 		w.idle = nil
+		w.count(&w.reused)
 	}
 	n.ent, n.ctx, n.who = e, ctx, who
 	n.prev, n.next = nil, e.head
@@ -87,7 +104,8 @@ func (w *ctxWatch) add(ctx context.Context, n *ctxNode, who ctxEnder) bool {
 
 // remove takes n out of its context's list (its request ended first); it
 // does nothing when the context's end already took it. An entry left
-// empty becomes the idle one, the previous idle one is stopped.
+// empty becomes the idle one, the previous idle one is stopped; or it is
+// stopped itself (see ctxWatch).
 func (w *ctxWatch) remove(n *ctxNode) {
 	w.mu.Lock()
 	e := n.ent
@@ -103,25 +121,50 @@ func (w *ctxWatch) remove(n *ctxNode) {
 	if n.next != nil {
 		n.next.prev = n.prev
 	}
+	last := n.ctx
 	n.ent, n.prev, n.next, n.ctx, n.who = nil, nil, nil, nil, nil
 	e.n--
 	var stop func() bool
 	if e.n == 0 && w.ents[e.done] == e {
-		old := w.idle
-		w.idle = e
-		if old != nil {
-			delete(w.ents, old.done)
-			stop = old.stop
+		drop := e
+		if w.reused >= w.wasted && sameCtx(last, e.ctx) {
+			drop, w.idle = w.idle, e
+		}
+		if drop != nil {
+			delete(w.ents, drop.done)
+			stop = drop.stop
 		}
 	}
 	w.mu.Unlock()
-	if stop != nil {
-		stop()
+	if stop != nil && stop() {
+		w.stopped.Add(1)
 	}
+}
+
+// count adds one to c (reused or wasted; w.mu held), halving both now and
+// then so that the last few hundred idle entries decide.
+func (w *ctxWatch) count(c *int) {
+	*c++
+	if *c >= 256 {
+		w.reused /= 2
+		w.wasted /= 2
+	}
+}
+
+// sameCtx reports whether a and b are the same context. A context type
+// that cannot be compared is taken for another.
+func sameCtx(a, b context.Context) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
 }
 
 // fire tells every request still in e that its context ended.
 func (w *ctxWatch) fire(e *ctxEnt) {
+	defer w.fired.Add(1)
 	w.mu.Lock()
 	if w.ents[e.done] != e {
 		w.mu.Unlock()
@@ -130,6 +173,7 @@ func (w *ctxWatch) fire(e *ctxEnt) {
 	delete(w.ents, e.done)
 	if w.idle == e {
 		w.idle = nil
+		w.count(&w.wasted)
 	}
 	type ended struct {
 		ctx context.Context
@@ -162,7 +206,9 @@ func (w *ctxWatch) close() {
 	w.idle = nil
 	w.mu.Unlock()
 	for _, stop := range stops {
-		stop()
+		if stop() {
+			w.stopped.Add(1)
+		}
 	}
 }
 
