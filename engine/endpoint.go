@@ -286,8 +286,10 @@ func waitSync(ctx context.Context, f *Future) error {
 // start runs a checked Put or Get on the endpoint's data path.
 func (ep *Endpoint) start(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {
 	r := datapath.Req{Put: put, Local: local.mem(), Key: remote.k}
-	if mk, ok := remote.mapKey(); ok {
-		r.MapKey = &mk
+	if k := &remote.k; (k.GrantOffset != 0 || k.GrantLen != k.Length) && remote.root != nil {
+		// A key granting the whole allocation itself is its own map key
+		// (datapath.Req.MapKey): none to copy onto the heap per request.
+		r.MapKey = remote.root // never written once made
 	}
 	if len(opts) > 0 || ep.e.cfg.OpTimeout > 0 {
 		r.Deadline = ep.e.opConfig(opts).deadline

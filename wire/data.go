@@ -52,6 +52,11 @@ type routedStream interface {
 func (s *StreamTransport) writeFramed(pre, body []byte, copyMax int) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	return s.writeFramedLocked(pre, body, copyMax)
+}
+
+// writeFramedLocked is writeFramed with wmu held.
+func (s *StreamTransport) writeFramedLocked(pre, body []byte, copyMax int) error {
 	if s.wbroken != nil {
 		return s.wbroken
 	}

@@ -36,6 +36,7 @@ type StreamTransport struct {
 	wbroken error
 	wv      net.Buffers // writev's, consumed by the write (kept: a net.Buffers passed on escapes)
 	wv2     [2][]byte   // writeFramed's two buffers
+	wpfx    [4]byte     // Send's length prefix
 
 	rmu  sync.Mutex
 	rhdr [4]byte
@@ -93,9 +94,12 @@ func (s *StreamTransport) Send(frame []byte, fds []*fd.FD) error {
 	if len(frame) == 0 || uint64(len(frame)) > math.MaxUint32 {
 		return invalid("stream frame of %d bytes", len(frame))
 	}
-	var pfx [4]byte
-	binary.LittleEndian.PutUint32(pfx[:], uint32(len(frame)))
-	return s.writeFramed(pfx[:], frame, streamCopyMax)
+	// The prefix is the transport's (wmu held): one on this stack would
+	// move to the heap, as writev keeps its vector in the transport.
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	binary.LittleEndian.PutUint32(s.wpfx[:], uint32(len(frame)))
+	return s.writeFramedLocked(s.wpfx[:], frame, streamCopyMax)
 }
 
 // Recv reads one length-prefixed frame into buf.

@@ -89,9 +89,9 @@ type Chan struct {
 	path datapath.Path
 
 	mu        sync.Mutex
-	pending   map[uint64]func(wire.Frame, error) // called once, never under mu
-	held      map[uint64]struct{}                // pending requests holding a slot
-	slots     chan struct{}                      // this side's requests outstanding (ExpectRequest)
+	pending   map[uint64]datapath.Replier // called once, never under mu
+	held      map[uint64]struct{}         // pending requests holding a slot
+	slots     chan struct{}               // this side's requests outstanding (ExpectRequest)
 	nextID    atomic.Uint64
 	parity    uint64 // of our request ids: 1 dialer, 0 acceptor
 	failed    error
@@ -115,6 +115,10 @@ type Chan struct {
 	closing   atomic.Bool           // Close began: the channel's end is ErrClosed
 	evicting  atomic.Pointer[error] // Evict began: the channel's end is this (unless Close's)
 	gone      *time.Timer           // mu: fails the channel goneGrace after a send found the peer gone
+	// handled is the frame dispatch hands the path (the reader's only):
+	// Handle does not keep it, and a copy of its own per frame would
+	// move to the heap.
+	handled wire.Frame
 }
 
 // goneGrace bounds how long a channel whose send found the peer gone
@@ -130,7 +134,7 @@ func New(cfg Config) *Chan {
 	}
 	c := &Chan{
 		cfg: cfg, env: cfg.Env, log: cfg.Env.Logger(), c: cfg.Conn,
-		pending:   map[uint64]func(wire.Frame, error){},
+		pending:   map[uint64]datapath.Replier{},
 		held:      map[uint64]struct{}{},
 		slots:     make(chan struct{}, MaxServing),
 		done:      make(chan struct{}),
@@ -264,7 +268,7 @@ func (c *Chan) Expect(id uint64, fn func(wire.Frame, error)) error {
 	if c.failed != nil {
 		return c.failed
 	}
-	c.pending[id] = fn
+	c.pending[id] = datapath.ReplyFunc(fn)
 	return nil
 }
 
@@ -273,7 +277,7 @@ func (c *Chan) Expect(id uint64, fn func(wire.Frame, error)) error {
 // all taken until ctx ends (its error is then ctx's) or the channel
 // fails. The slot is given back when the reply is delivered, the
 // registration forgotten, or the channel fails.
-func (c *Chan) ExpectRequest(ctx context.Context, id uint64, fn func(wire.Frame, error)) error {
+func (c *Chan) ExpectRequest(ctx context.Context, id uint64, r datapath.Replier) error {
 	if err := c.takeSlot(ctx); err != nil {
 		return err
 	}
@@ -284,7 +288,7 @@ func (c *Chan) ExpectRequest(ctx context.Context, id uint64, fn func(wire.Frame,
 		<-c.slots
 		return err
 	}
-	c.pending[id] = fn
+	c.pending[id] = r
 	c.held[id] = struct{}{}
 	c.mu.Unlock()
 	return nil
@@ -354,7 +358,12 @@ type reply struct {
 // channel's own once it failed).
 func (c *Chan) RoundTrip(ctx context.Context, id uint64, m wire.Message) (wire.Frame, error) {
 	ch := make(chan reply, 1)
-	if err := c.Expect(id, func(f wire.Frame, err error) { ch <- reply{f, err} }); err != nil {
+	if err := c.Expect(id, func(f wire.Frame, err error) {
+		// Kept past the call: its own copy of the payload, which
+		// aliases the connection's read buffer (datapath.Replier).
+		f.Payload = append([]byte(nil), f.Payload...)
+		ch <- reply{f, err}
+	}); err != nil {
 		return wire.Frame{}, err
 	}
 	if byCtx, _, err := c.sendCtx(ctx, m); err != nil {
@@ -505,7 +514,7 @@ func (c *Chan) Fail(err error) {
 			c.gone.Stop()
 		}
 		pend := c.pending
-		c.pending = map[uint64]func(wire.Frame, error){}
+		c.pending = map[uint64]datapath.Replier{}
 		slots := len(c.held)
 		clear(c.held)
 		c.mu.Unlock()
@@ -517,8 +526,8 @@ func (c *Chan) Fail(err error) {
 		if path != nil {
 			path.Failed(err)
 		}
-		for _, fn := range pend {
-			fn(wire.Frame{}, err)
+		for _, r := range pend {
+			r.Reply(wire.Frame{}, err)
 		}
 		if c.cfg.OnFail != nil {
 			c.cfg.OnFail(err)
@@ -602,6 +611,21 @@ func (c *Chan) TakeReplies() []wire.Message {
 	return q
 }
 
+// recycleReplies gives the writer's slice of sent replies back to the
+// queue, unless replies were queued meanwhile: a queue taken whole and
+// made again cost an allocation per reply.
+func (c *Chan) recycleReplies(q []wire.Message) {
+	if q == nil {
+		return
+	}
+	clear(q) // the sent messages are not kept alive by the queue's array
+	c.replyMu.Lock()
+	if c.replyQ == nil {
+		c.replyQ = q[:0]
+	}
+	c.replyMu.Unlock()
+}
+
 // replyNotSent fails the channel when a reply or heartbeat could not be
 // sent: the peer did not take it within the write timeout (the stream may
 // then be cut mid-frame), or the connection is gone. Going on would leave
@@ -644,12 +668,14 @@ func (c *Chan) writer(every time.Duration) {
 			// Let a goroutine that is about to send (the code answering
 			// the data just landed) go first and carry the replies.
 			runtime.Gosched()
-			for _, m := range c.TakeReplies() {
+			q := c.TakeReplies()
+			for _, m := range q {
 				if err := c.c.Send(m); err != nil {
 					c.replyNotSent(err)
 					return
 				}
 			}
+			c.recycleReplies(q)
 		case <-tick:
 			var beat wire.Message = hb
 			if report && c.used.Load() && c.used.Swap(false) {
@@ -719,7 +745,7 @@ func (c *Chan) dispatch(f wire.Frame) error {
 	switch f.Header.Type {
 	case wire.TypeCompletion, wire.TypeError, wire.TypeImportReply, wire.TypeListReply:
 		c.mu.Lock()
-		fn, ok := c.pending[f.Header.RequestID]
+		r, ok := c.pending[f.Header.RequestID]
 		delete(c.pending, f.Header.RequestID)
 		slot := c.unholdLocked(f.Header.RequestID)
 		c.mu.Unlock()
@@ -730,13 +756,12 @@ func (c *Chan) dispatch(f wire.Frame) error {
 			return f.CloseFDs() // a reply to a request we gave up on
 		}
 		// The payload aliases the connection's read buffer, which the next
-		// Recv overwrites: the waiter gets its own copy.
-		f.Payload = append([]byte(nil), f.Payload...)
-		fn(f, nil)
+		// Recv overwrites: a Replier that keeps it copies it.
+		r.Reply(f, nil)
 		return nil
 	// A frame handed on by address is a copy made in its case (g), so that
 	// f stays on the stack: a reply, the frame a request waits for, costs
-	// no allocation.
+	// no allocation (the path's frame is the channel's, handled).
 	case wire.TypeAppMsg:
 		g := f
 		return c.msgIn(&g)
@@ -754,8 +779,10 @@ func (c *Chan) dispatch(f wire.Frame) error {
 	if err != nil {
 		return err
 	}
-	g := f
-	if ok, err := c.path.Handle(&g, m); ok || err != nil {
+	c.handled = f
+	ok, err := c.path.Handle(&c.handled, m)
+	c.handled = wire.Frame{}
+	if ok || err != nil {
 		return err
 	}
 	switch m := m.(type) {

@@ -396,20 +396,22 @@ func TestRequestSlots(t *testing.T) {
 		if i == 0 {
 			first = id
 		}
-		require.NoError(t, c.ExpectRequest(context.Background(), id, func(_ wire.Frame, err error) { failed <- err }))
+		require.NoError(t, c.ExpectRequest(context.Background(), id, datapath.ReplyFunc(func(_ wire.Frame, err error) { failed <- err })))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	err := c.ExpectRequest(ctx, c.NewID(), func(wire.Frame, error) {})
+	err := c.ExpectRequest(ctx, c.NewID(), datapath.ReplyFunc(func(wire.Frame, error) {}))
 	require.ErrorIs(t, err, context.DeadlineExceeded, "no slot while MaxServing are outstanding")
 
 	// A Forget gives its slot back.
 	require.True(t, c.Forget(first))
-	require.NoError(t, c.ExpectRequest(context.Background(), c.NewID(), func(_ wire.Frame, err error) { failed <- err }))
+	require.NoError(t, c.ExpectRequest(context.Background(), c.NewID(), datapath.ReplyFunc(func(_ wire.Frame, err error) { failed <- err })))
 
 	// A waiter is woken by the failure.
 	waited := make(chan error, 1)
-	go func() { waited <- c.ExpectRequest(context.Background(), c.NewID(), func(wire.Frame, error) {}) }()
+	go func() {
+		waited <- c.ExpectRequest(context.Background(), c.NewID(), datapath.ReplyFunc(func(wire.Frame, error) {}))
+	}()
 	require.NoError(t, c.Close())
 	require.Error(t, <-waited)
 	for i := 0; i < MaxServing; i++ {

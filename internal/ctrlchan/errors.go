@@ -16,18 +16,24 @@ func (c *Chan) PeerErr(what string, cause error) error {
 
 // ReplyErr interprets a Completion or Error frame.
 func (c *Chan) ReplyErr(f wire.Frame) error {
+	if f.Header.Type == wire.TypeCompletion {
+		// The usual reply, decoded on the stack (Message puts it on
+		// the heap).
+		var m wire.Completion
+		if err := m.DecodePayload(f.Header, f.Payload); err != nil {
+			return c.PeerErr("reply", err)
+		}
+		if m.Status != wire.StatusOK {
+			return c.PeerErr("request failed", fmt.Errorf("status %v", m.Status))
+		}
+		return nil
+	}
 	msg, err := f.Message()
 	if err != nil {
 		return c.PeerErr("reply", err)
 	}
-	switch msg := msg.(type) {
-	case *wire.Completion:
-		if msg.Status != wire.StatusOK {
-			return c.PeerErr("request failed", fmt.Errorf("status %v", msg.Status))
-		}
-		return nil
-	case *wire.Error:
-		return c.Refusal("request refused", msg)
+	if m, ok := msg.(*wire.Error); ok {
+		return c.Refusal("request refused", m)
 	}
 	return c.PeerErr("unexpected reply", nil)
 }

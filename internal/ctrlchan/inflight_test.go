@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gxfer/gxfer/internal/datapath"
 	"github.com/gxfer/gxfer/internal/datapath/dptest"
 	"github.com/gxfer/gxfer/wire"
 )
@@ -34,7 +35,7 @@ func TestInFlight(t *testing.T) {
 		}},
 		{"awaiting a reply", func(t *testing.T, a *Chan) func() {
 			id := a.NewID()
-			require.NoError(t, a.ExpectRequest(context.Background(), id, func(wire.Frame, error) {}))
+			require.NoError(t, a.ExpectRequest(context.Background(), id, datapath.ReplyFunc(func(wire.Frame, error) {})))
 			return func() { a.Forget(id) }
 		}},
 	}

@@ -193,14 +193,15 @@ type Ctrl interface {
 	NewID() uint64
 	Ours(id uint64) bool
 	// Expect registers fn for the reply to request id: called once with
-	// the reply frame or the endpoint's failure, never under a lock. It
-	// fails if the endpoint has failed.
+	// the reply frame or the endpoint's failure, never under a lock (the
+	// frame's payload valid during the call only: see Replier). It fails
+	// if the endpoint has failed.
 	Expect(id uint64, fn func(f wire.Frame, err error)) error
 	// ExpectRequest is Expect for a request the peer serves: it first
 	// waits (until ctx ends or the endpoint fails) for one of the
 	// endpoint's slots for requests outstanding, given back with the
-	// reply, the Forget or the failure.
-	ExpectRequest(ctx context.Context, id uint64, fn func(f wire.Frame, err error)) error
+	// reply, the Forget or the failure. r takes the reply as Expect's fn.
+	ExpectRequest(ctx context.Context, id uint64, r Replier) error
 	// RequestSlot takes such a slot for a request sent with RoundTrip
 	// (which takes none); release gives it back, once.
 	RequestSlot(ctx context.Context) (release func(), err error)
@@ -241,11 +242,29 @@ type Req struct {
 	// Key names the peer's memory (its view the same length as Local).
 	Key wire.RemoteKey
 	// MapKey is a key granting the whole allocation Key was sliced from,
-	// when the caller holds one (nil else): shared memory can map it.
+	// when the caller holds one (nil else): shared memory can map it. It
+	// may be nil when Key itself grants the whole allocation (a path then
+	// maps with Key).
 	MapKey *wire.RemoteKey
 	// Deadline (zero: none) ends the operation with ErrTimeout.
 	Deadline time.Time
 }
+
+// Replier takes the reply to a request (Ctrl.ExpectRequest). A request's
+// own type implements it, so that registering costs no allocation (a
+// method value made per request would be one). The reply frame's payload
+// aliases the connection's read buffer, which the next frame overwrites:
+// valid during the call only, copied by a Replier that keeps it (as
+// Expect's fn).
+type Replier interface {
+	Reply(f wire.Frame, err error)
+}
+
+// ReplyFunc is a Replier that calls the function.
+type ReplyFunc func(f wire.Frame, err error)
+
+// Reply calls fn.
+func (fn ReplyFunc) Reply(f wire.Frame, err error) { fn(f, err) }
 
 // Path moves one endpoint's data. Its methods other than Start and Bind
 // are called by the endpoint's reader goroutine, which they must not
@@ -258,7 +277,9 @@ type Path interface {
 	// context's typed error.
 	Start(ctx context.Context, r Req, c Completer)
 	// Handle takes a frame of the peer that is this path's to handle (a
-	// request it serves, a path-specific message); false: not its.
+	// request it serves, a path-specific message); false: not its. f is
+	// valid only during the call (its payload aliases the connection's
+	// read buffer, and the frame is reused): m is the decoded message.
 	Handle(f *wire.Frame, m wire.Message) (bool, error)
 	// Sink routes Data frames arriving on the control connection (nil for
 	// a path whose bytes travel elsewhere); Landed follows each frame

@@ -42,7 +42,7 @@ func (c *fakeCtrl) Ours(id uint64) bool    { return id&1 == 1 }
 func (c *fakeCtrl) Expect(uint64, func(wire.Frame, error)) error {
 	return errors.New("fakeCtrl: Expect")
 }
-func (c *fakeCtrl) ExpectRequest(context.Context, uint64, func(wire.Frame, error)) error {
+func (c *fakeCtrl) ExpectRequest(context.Context, uint64, datapath.Replier) error {
 	return errors.New("fakeCtrl: ExpectRequest")
 }
 func (c *fakeCtrl) RequestSlot(context.Context) (func(), error) { return func() {}, nil }

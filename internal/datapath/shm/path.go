@@ -291,13 +291,13 @@ func (p *Path) request(ctx context.Context, r *datapath.Req, region datapath.Mem
 	}
 	ch := make(chan error, 1)
 	c := p.c
-	if err := c.ExpectRequest(ctx, req.RequestID, func(f wire.Frame, err error) {
+	if err := c.ExpectRequest(ctx, req.RequestID, datapath.ReplyFunc(func(f wire.Frame, err error) {
 		if err == nil {
 			err = c.ReplyErr(f)
 			_ = f.CloseFDs()
 		}
 		ch <- err
-	}); err != nil {
+	})); err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = gxerr.Ctx(p.name+": waiting for a request slot", err)
 		}

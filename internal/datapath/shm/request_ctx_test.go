@@ -50,10 +50,10 @@ type requestCtrl struct {
 }
 
 func (c *requestCtrl) NewID() uint64 { return 3 }
-func (c *requestCtrl) ExpectRequest(_ context.Context, id uint64, fn func(wire.Frame, error)) error {
+func (c *requestCtrl) ExpectRequest(_ context.Context, id uint64, r datapath.Replier) error {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	c.pending[id] = fn
+	c.pending[id] = r.Reply
 	return nil
 }
 

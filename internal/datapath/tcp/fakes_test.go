@@ -225,8 +225,8 @@ func (c *fakeCtrl) Expect(id uint64, fn func(wire.Frame, error)) error {
 	c.pending[id] = fn
 	return nil
 }
-func (c *fakeCtrl) ExpectRequest(_ context.Context, id uint64, fn func(wire.Frame, error)) error {
-	return c.Expect(id, fn)
+func (c *fakeCtrl) ExpectRequest(_ context.Context, id uint64, r datapath.Replier) error {
+	return c.Expect(id, r.Reply)
 }
 func (c *fakeCtrl) RequestSlot(context.Context) (func(), error) { return func() {}, nil }
 func (c *fakeCtrl) Forget(id uint64) bool {

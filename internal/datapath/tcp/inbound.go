@@ -34,13 +34,30 @@ type inbound struct {
 	done     bool
 	err      error
 	final    error // err when done was set: what onDone gets (err may still be written after, by a late cancel)
-	onDone   func(error)
+	// onDone is told once when the transfer finishes: the op whose Get
+	// it answers, or the inbound itself for a served Put (putLanded),
+	// neither an allocation as a method value would be.
+	onDone inboundDone
 
 	// A served Put's (putLanded): its path and its reply, kept here so
 	// that serving a Put allocates no closure and no message for them.
 	p    *path
 	comp wire.Completion
 }
+
+// inboundDone is what an inbound transfer tells when it finishes: err is
+// its outcome (nil: every byte landed).
+type inboundDone interface{ inboundDone(err error) }
+
+// doneFunc is an inboundDone that calls the function.
+type doneFunc func(error)
+
+func (f doneFunc) inboundDone(err error) { f(err) }
+
+// discardDone is the inboundDone of a refused Put's bytes: nothing to do.
+type discardDone struct{}
+
+func (discardDone) inboundDone(error) {}
 
 // finishLocked reports whether the transfer just finished (the caller
 // then calls onDone with err, outside the lock).
@@ -62,7 +79,7 @@ func (in *inbound) cancel(err error) {
 	fin := in.finishLocked()
 	in.mu.Unlock()
 	if fin {
-		in.onDone(in.final)
+		in.onDone.inboundDone(in.final)
 	}
 }
 
@@ -269,12 +286,12 @@ func (p *path) Landed() {
 			fin := in.finishLocked()
 			in.mu.Unlock()
 			if fin {
-				in.onDone(in.final)
+				in.onDone.inboundDone(in.final)
 			}
 		})
 	}
 	if fin {
-		in.onDone(in.final)
+		in.onDone.inboundDone(in.final)
 	}
 }
 
@@ -295,7 +312,7 @@ func (p *path) abortRouting() {
 		fin := in.finishLocked()
 		in.mu.Unlock()
 		if fin {
-			in.onDone(in.final)
+			in.onDone.inboundDone(in.final)
 		}
 	}
 }

@@ -31,7 +31,7 @@ func TestPathInFlight(t *testing.T) {
 			env := &fakeEnv{mem: &hostBuf{mem: make([]byte, 4096)}}
 			p := newPath(New(env), &fakeCtrl{env: env})
 			require.False(t, p.InFlight())
-			in := &inbound{id: 2, dst: datapath.Mem{B: env.mem, Len: 4096}, n: 4096, onDone: func(error) {}}
+			in := &inbound{id: 2, dst: datapath.Mem{B: env.mem, Len: 4096}, n: 4096, onDone: discardDone{}}
 			require.NoError(t, p.addInbound(in))
 			in.mu.Lock()
 			in.routing, in.dmas = tt.routing, tt.dmas

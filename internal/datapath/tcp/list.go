@@ -266,6 +266,9 @@ func (o *listOp) entryErr(i int, err error) {
 	o.mu.Unlock()
 }
 
+// inboundDone: the answer to a GetList has landed (partDone).
+func (o *listOp) inboundDone(err error) { o.partDone(err) }
+
 func (o *listOp) partDone(err error) {
 	o.setErr(err)
 	if !o.lastPart() {
@@ -297,9 +300,9 @@ func (o *listOp) partDone(err error) {
 	}
 }
 
-// onReply takes the owner's ListReply (or an Error refusing the whole
+// Reply takes the owner's ListReply (or an Error refusing the whole
 // request, or the endpoint's failure).
-func (o *listOp) onReply(f wire.Frame, err error) {
+func (o *listOp) Reply(f wire.Frame, err error) {
 	if err == nil {
 		err = o.takeReply(f)
 	}
@@ -368,9 +371,9 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 			end += m.Len
 			segs[i] = seg{end: end, dst: m}
 		}
-		o.in = &inbound{id: o.id, n: o.total, segs: segs, onDone: o.partDone}
+		o.in = &inbound{id: o.id, n: o.total, segs: segs, onDone: o}
 	}
-	if err := p.c.ExpectRequest(ctx, o.id, o.onReply); err != nil {
+	if err := p.c.ExpectRequest(ctx, o.id, o); err != nil {
 		o.release()
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = gxerr.Ctx(p.c.Name()+": waiting for a request slot", err)
@@ -398,7 +401,7 @@ func (p *path) startList(ctx context.Context, o *listOp) {
 	}
 	if err := p.c.Conn().Send(&wire.GetList{ListRequest: o.msg}); err != nil {
 		if p.c.Forget(o.id) {
-			o.onReply(wire.Frame{}, p.sendErr(err))
+			o.Reply(wire.Frame{}, p.sendErr(err))
 		}
 	}
 }

@@ -101,10 +101,10 @@ func (p *path) servePutList(r *wire.ListRequest) error {
 			ok++
 		}
 	}
-	in.onDone = func(err error) {
+	in.onDone = doneFunc(func(err error) {
 		release()
 		p.answerLanded(in, &wire.ListReply{RequestID: in.id, Statuses: sts, Message: msg}, ok, err)
-	}
+	})
 	return p.startInbound(in)
 }
 

@@ -149,6 +149,9 @@ func (r *reqState) stop(err error, cancel bool) bool {
 	return true
 }
 
+// inboundDone: the answer to a Get has landed (partDone).
+func (o *op) inboundDone(err error) { o.partDone(err) }
+
 func (o *op) partDone(err error) {
 	o.setErr(err)
 	if !o.lastPart() {
@@ -161,8 +164,9 @@ func (o *op) partDone(err error) {
 	o.c.Complete(0, err)
 }
 
-// onReply takes the owner's answer (or the endpoint's failure).
-func (o *op) onReply(f wire.Frame, err error) {
+// Reply takes the owner's answer (or the endpoint's failure): the
+// request's datapath.Replier.
+func (o *op) Reply(f wire.Frame, err error) {
 	if err == nil {
 		err = o.p.c.ReplyErr(f)
 	}
@@ -226,11 +230,11 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 	o.parts.Store(2)
 	req := wire.Request{RequestID: o.id, Key: r.Key, Length: local.Len, Local: wire.Local{Kind: wire.LocalInline}}
 	if !r.Put {
-		o.in = &inbound{id: o.id, dst: local, n: local.Len, onDone: o.partDone}
+		o.in = &inbound{id: o.id, dst: local, n: local.Len, onDone: o}
 	}
 	// Wait for one of the connection's request slots: beyond the peer's
 	// limit of requests in progress it would refuse them.
-	if err := p.c.ExpectRequest(ctx, o.id, o.onReply); err != nil {
+	if err := p.c.ExpectRequest(ctx, o.id, o); err != nil {
 		local.B.Release()
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			err = gxerr.Ctx(p.c.Name()+": waiting for a request slot", err)
@@ -260,7 +264,7 @@ func (p *path) start(ctx context.Context, r datapath.Req, c datapath.Completer) 
 		// No reply will come: take the registration back, if the
 		// endpoint's failure (or an abandon) has not already.
 		if p.c.Forget(o.id) {
-			o.onReply(wire.Frame{}, p.sendErr(err))
+			o.Reply(wire.Frame{}, p.sendErr(err))
 		}
 	}
 }
@@ -292,7 +296,7 @@ func (p *path) startPut(ctx context.Context, deadline time.Time, o *op, req wire
 		return
 	}
 	if p.puts.push(o) {
-		p.env.Go(p.drainPuts)
+		p.env.Go(p.drain)
 	}
 }
 

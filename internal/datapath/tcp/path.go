@@ -51,8 +51,10 @@ type path struct {
 	// ctxw watches the contexts of this connection's requests.
 	ctxw ctxWatch
 	// puts: host Puts waiting for the connection, sent in order by one
-	// task at a time (drainPuts).
-	puts putQueue
+	// task at a time (drainPuts, bound once in drain: a method value made
+	// at each start would cost an allocation).
+	puts  putQueue
+	drain func()
 }
 
 var _ datapath.Path = (*path)(nil)
@@ -60,6 +62,7 @@ var _ datapath.Path = (*path)(nil)
 func newPath(t *Transport, c datapath.Ctrl) *path {
 	p := &path{t: t, c: c, env: t.env, inbound: map[uint64]*inbound{}, serving: map[uint64]*atomic.Bool{},
 		in: newStager(t, t.in), out: newStager(t, t.out)}
+	p.drain = p.drainPuts
 	if conn := c.Conn(); conn != nil {
 		conn.SetDataSinkV(p.routeV)
 	}
@@ -81,7 +84,7 @@ func (p *path) Handle(f *wire.Frame, m wire.Message) (bool, error) {
 		if m.Local.Kind != wire.LocalInline {
 			return true, fmt.Errorf("request with local kind %d on the tcp transport", m.Local.Kind)
 		}
-		return true, p.servePut(m.Request)
+		return true, p.servePut(&m.Request)
 	case *wire.Get:
 		p.c.MarkActive()
 		if m.Local.Kind != wire.LocalInline {

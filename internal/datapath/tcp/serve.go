@@ -13,7 +13,9 @@ var errPeerCanceled = errors.New("canceled by the peer")
 
 // servePut starts landing a peer's Put (its bytes follow on the
 // connection). It answers a refusal at once; the bytes are then dropped.
-func (p *path) servePut(r wire.Request) error {
+// r is the decoded message's: by address, as a copy would move to the
+// heap (Lookup takes its key by address).
+func (p *path) servePut(r *wire.Request) error {
 	if p.c.Ours(r.RequestID) {
 		return fmt.Errorf("Put with request id %d of our parity", r.RequestID)
 	}
@@ -26,17 +28,20 @@ func (p *path) servePut(r wire.Request) error {
 	}
 	if st != wire.StatusOK {
 		in.discard = true
-		in.onDone = func(error) {}
+		in.onDone = discardDone{}
 		if err := p.c.QueueReply(wire.NewError(r.RequestID, st, msg)); err != nil {
 			return err
 		}
 	} else {
 		in.dst, in.p = mine, p
 		in.comp = wire.Completion{RequestID: r.RequestID, Status: wire.StatusOK}
-		in.onDone = in.putLanded
+		in.onDone = in
 	}
 	return p.startInbound(in)
 }
+
+// inboundDone is a served Put's inboundDone: putLanded.
+func (in *inbound) inboundDone(err error) { in.putLanded(err) }
 
 // putLanded answers a served Put whose bytes have landed (or failed to),
 // releasing its buffer.
@@ -71,7 +76,7 @@ func (p *path) startInbound(in *inbound) error {
 		fin := in.finishLocked()
 		in.mu.Unlock()
 		if fin {
-			in.onDone(nil)
+			in.onDone.inboundDone(nil)
 		}
 		return nil
 	}

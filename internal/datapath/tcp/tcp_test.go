@@ -123,7 +123,7 @@ func TestRoute(t *testing.T) {
 	c.path = p
 	issued := p.newID() // 3
 	dst := &hostBuf{mem: make([]byte, 16)}
-	in := &inbound{id: 2, dst: datapath.Mem{B: dst, Len: 16}, n: 16, onDone: func(error) {}}
+	in := &inbound{id: 2, dst: datapath.Mem{B: dst, Len: 16}, n: 16, onDone: discardDone{}}
 	require.NoError(t, p.addInbound(in))
 	require.Error(t, p.addInbound(in), "an id in progress")
 	for _, tc := range []struct {
@@ -170,7 +170,7 @@ func TestRegressInboundCanceledWhileRoutedFinishesOnAbort(t *testing.T) {
 	env := &fakeEnv{mem: &hostBuf{mem: make([]byte, 4096)}}
 	p := newPath(New(env), &fakeCtrl{env: env})
 	done := make(chan error, 1)
-	in := &inbound{id: 1, dst: datapath.Mem{B: env.mem, Len: 4096}, n: 4096, onDone: func(err error) { done <- err }}
+	in := &inbound{id: 1, dst: datapath.Mem{B: env.mem, Len: 4096}, n: 4096, onDone: doneFunc(func(err error) { done <- err })}
 	in.mu.Lock()
 	in.routing = true // the reader is in the middle of its Data frame
 	in.got = 1024
@@ -197,7 +197,7 @@ func TestServeCancel(t *testing.T) {
 	c := &fakeCtrl{env: env, pending: map[uint64]func(wire.Frame, error){}, done: make(chan struct{})}
 	p := newPath(New(env), c)
 	var ended error
-	in := &inbound{id: 3, dst: datapath.Mem{B: env.mem, Len: 64}, n: 64, onDone: func(err error) { ended = err }}
+	in := &inbound{id: 3, dst: datapath.Mem{B: env.mem, Len: 64}, n: 64, onDone: doneFunc(func(err error) { ended = err })}
 	require.NoError(t, p.addInbound(in))
 	_, err := p.route(3, 0, 16)
 	require.NoError(t, err)
@@ -280,6 +280,11 @@ func TestQueuedPutAbandoned(t *testing.T) {
 	require.Less(t, a.path.bytesOut.Load(), uint64(big), "resolved while the first Put was still going out")
 	require.Zero(t, a.path.puts.waiting())
 	require.NoError(t, first.wait(t))
+	require.Equal(t, src.mem, b.env.mem.mem[:big])
+	// The last Put lands what the first did not: the destination's first
+	// bytes cleared, and its source's changed.
+	clear(b.env.mem.mem[:small])
+	fillBytes(src.mem[:small], 5)
 	last := newCompletion()
 	a.path.Start(context.Background(), datapath.Req{Put: true, Local: datapath.Mem{B: src, Len: small}, Key: hostKey(small)}, last)
 	require.NoError(t, last.wait(t))
