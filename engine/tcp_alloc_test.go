@@ -21,14 +21,8 @@ import (
 // the reply queue made again after each take, the length prefix of a
 // frame sent with Send.
 func TestTCPPutAllocations(t *testing.T) {
-	owner := newEngine(t, Config{Devices: DevicesNone})
-	user := newEngine(t, Config{Devices: DevicesNone, TCPLanes: 1})
-	l, err := owner.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
+	user, owner, ep := tcpPair(t, 1)
 	ctx := context.Background()
-	ep, err := user.Dial(ctx, "tcp", l.Addr(), WithTransport(TransportTCP))
-	require.NoError(t, err)
 	for _, tc := range []struct {
 		n                  int
 		maxAllocs, maxRace float64
