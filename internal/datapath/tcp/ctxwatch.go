@@ -30,15 +30,17 @@ import (
 //     then fires instead of being stopped, which costs a goroutine of the
 //     context package's, more than the stop. The watch counts idle
 //     entries that fired against idle entries that served a request again,
-//     and keeps none while the first are more.
+//     and keeps none while the first are more, but one in probeEvery, so
+//     that a caller that turns to one context for all finds it kept again.
 type ctxWatch struct {
 	mu     sync.Mutex
 	ents   map[<-chan struct{}]*ctxEnt
 	idle   *ctxEnt // registered, no request in it
 	closed bool    // the path ended: nothing is watched any more
 	// reused counts idle entries taken by a request, wasted idle entries
-	// whose context ended (their registration fired): keepIdle.
-	reused, wasted int
+	// whose context ended (their registration fired), declined entries
+	// not kept idle because wasted was more (see remove).
+	reused, wasted, declined int
 
 	// For tests: context.AfterFunc calls, stops that kept the function
 	// from running, fire calls returned.
@@ -127,7 +129,7 @@ func (w *ctxWatch) remove(n *ctxNode) {
 	var stop func() bool
 	if e.n == 0 && w.ents[e.done] == e {
 		drop := e
-		if w.reused >= w.wasted && sameCtx(last, e.ctx) {
+		if sameCtx(last, e.ctx) && w.keepIdle() {
 			drop, w.idle = w.idle, e
 		}
 		if drop != nil {
@@ -140,6 +142,22 @@ func (w *ctxWatch) remove(n *ctxNode) {
 		w.stopped.Add(1)
 	}
 }
+
+// keepIdle reports whether an entry left without requests stays
+// registered (w.mu held): while idle entries were reused at least as often
+// as they fired, and one in probeEvery else.
+func (w *ctxWatch) keepIdle() bool {
+	if w.reused >= w.wasted {
+		return true
+	}
+	w.declined++
+	return w.declined%probeEvery == 0
+}
+
+// probeEvery: one in this many entries left without requests stays
+// registered even while idle entries fired more often than they were
+// reused (keepIdle).
+const probeEvery = 64
 
 // count adds one to c (reused or wasted; w.mu held), halving both now and
 // then so that the last few hundred idle entries decide.

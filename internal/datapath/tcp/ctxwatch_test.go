@@ -155,6 +155,26 @@ func TestCtxWatchIdlePolicy(t *testing.T) {
 			require.EqualValues(t, 20, w.registered.Load())
 			return 19, 1, 0
 		}},
+		{"one context after one per request", func(t *testing.T, w *ctxWatch) (int64, int64, int) {
+			// An idle entry fired: none is kept...
+			ctx0, cancel0 := context.WithCancel(context.Background())
+			e := newEnder()
+			require.True(t, w.add(ctx0, &e.n, e))
+			w.remove(&e.n)
+			cancel0()
+			require.Eventually(t, func() bool { return w.fired.Load() == 1 }, 5*time.Second, time.Millisecond)
+			// ...until the probe keeps one, which the caller's one
+			// context reuses: then they all are.
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			for range 4 * probeEvery {
+				e := newEnder()
+				require.True(t, w.add(ctx, &e.n, e))
+				w.remove(&e.n)
+			}
+			require.EqualValues(t, 1+probeEvery, w.registered.Load(), "registered until the probe, then kept")
+			return probeEvery - 1, 1, 1
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var w ctxWatch
