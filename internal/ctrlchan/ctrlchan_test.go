@@ -450,3 +450,34 @@ func TestReplyNotSentFailsChannel(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundTripReplyKept: the reply frame RoundTrip returns keeps its
+// payload after the reader has read the next frame into the connection's
+// buffer (a Replier's frame aliases it: RoundTrip copies it).
+func TestRoundTripReplyKept(t *testing.T) {
+	a, _, _, pb := pair(t, &dptest.Env{})
+	ctx := context.Background()
+	id1, id2 := a.NewID(), a.NewID()
+	second := make(chan error, 1)
+	require.NoError(t, a.ExpectRequest(ctx, id2, datapath.ReplyFunc(func(f wire.Frame, err error) {
+		if err == nil {
+			err = a.ReplyErr(f)
+		}
+		second <- err
+	})))
+	pb.handle = func(m wire.Message) (bool, error) {
+		if put, ok := m.(*wire.Put); ok && put.RequestID == id1 {
+			// Both queued before the writer runs: sent back to back.
+			if err := pb.c.QueueReply(wire.NewError(id1, wire.StatusRefused, "the first reply")); err != nil {
+				return true, err
+			}
+			return true, pb.c.QueueReply(wire.NewError(id2, wire.StatusRefused, "THE SECOND REPLY, LONGER"))
+		}
+		return false, nil
+	}
+	f, err := a.RoundTrip(ctx, id1, &wire.Put{Request: req(id1, wire.LocalInline)})
+	require.NoError(t, err)
+	require.ErrorContains(t, <-second, "THE SECOND REPLY")
+	err = a.ReplyErr(f)
+	require.ErrorContains(t, err, "the first reply")
+}
