@@ -467,7 +467,7 @@ func TestRoundTripReplyKept(t *testing.T) {
 	})))
 	pb.handle = func(m wire.Message) (bool, error) {
 		if put, ok := m.(*wire.Put); ok && put.RequestID == id1 {
-			// Both queued before the writer runs: sent back to back.
+			// The second reply is read after the first, into the same buffer.
 			if err := pb.c.QueueReply(wire.NewError(id1, wire.StatusRefused, "the first reply")); err != nil {
 				return true, err
 			}
