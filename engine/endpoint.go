@@ -285,12 +285,7 @@ func waitSync(ctx context.Context, f *Future) error {
 
 // start runs a checked Put or Get on the endpoint's data path.
 func (ep *Endpoint) start(ctx context.Context, put bool, local Slice, remote RemoteKey, opts []OpOption) *Future {
-	r := datapath.Req{Put: put, Local: local.mem(), Key: remote.k}
-	if k := &remote.k; (k.GrantOffset != 0 || k.GrantLen != k.Length) && remote.root != nil {
-		// A key granting the whole allocation itself is its own map key
-		// (datapath.Req.MapKey): none to copy onto the heap per request.
-		r.MapKey = remote.root // never written once made
-	}
+	r := datapath.Req{Put: put, Local: local.mem(), Key: remote.k, MapKey: remote.reqMapKey()}
 	if len(opts) > 0 || ep.e.cfg.OpTimeout > 0 {
 		r.Deadline = ep.e.opConfig(opts).deadline
 	}

@@ -85,16 +85,8 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 	for i := range n {
 		r := &reqs[i]
 		k := &remotes[i]
-		r.Put, r.Local, r.Key, r.Deadline = put, locals[i].mem(), k.k, deadline
+		r.Put, r.Local, r.Key, r.MapKey, r.Deadline = put, locals[i].mem(), k.k, k.reqMapKey(), deadline
 		total += r.Local.Len
-		switch { // mapKey's, without a copy on the heap per element
-		case k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length:
-			r.MapKey = &r.Key
-		case k.root != nil:
-			r.MapKey = k.root // never written once made
-		default:
-			r.MapKey = nil
-		}
 	}
 	if put {
 		ep.puts.Add(uint64(n))
@@ -109,9 +101,8 @@ func (ep *Endpoint) list(ctx context.Context, put bool, locals []Slice, remotes 
 		o.release()
 		return &o.Future
 	}
-	// Start promises nothing about what a request points at (its MapKey
-	// points into reqs) once it resolved: these requests are never
-	// reused.
+	// Start promises nothing about what a request points at once it
+	// resolved: these requests are never reused.
 	cs := make([]listElem, n)
 	for i := range n {
 		cs[i] = listElem{o: o, i: i}

@@ -85,6 +85,17 @@ func (k RemoteKey) mapKey() (wire.RemoteKey, bool) {
 	return k.k, false
 }
 
+// reqMapKey is a request's datapath.Req.MapKey: the key granting the
+// whole allocation when k is a narrower one sliced from it in this process,
+// nil else (a key granting all of it is its own map key: the paths map
+// with Req.Key then). No copy is made: root is never written once made.
+func (k *RemoteKey) reqMapKey() *wire.RemoteKey {
+	if k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length {
+		return nil
+	}
+	return k.root
+}
+
 // ParseRemoteKey parses the bytes of an exported key (untrusted input). A
 // key whose view is longer than an int holds is refused (ErrInvalid,
 // wrapping wire.ErrMalformed): no buffer is that long.
