@@ -67,6 +67,7 @@ func (s *StreamTransport) writeFramedLocked(pre, body []byte, copyMax int) error
 	if len(body) <= copyMax {
 		b := append(append(s.wbuf[:0], pre...), body...)
 		s.wbuf = b[:0]
+		raceSending([][]byte{b})
 		var m int
 		m, err = s.c.Write(b)
 		n = int64(m)
@@ -104,6 +105,7 @@ type BuffersWriter interface {
 func (s *StreamTransport) writev(v net.Buffers) (int64, error) {
 	s.wv = v
 	defer func() { s.wv = nil }()
+	raceSending(v)
 	if bw, ok := s.c.(BuffersWriter); ok {
 		return bw.WriteBuffers(&s.wv)
 	}

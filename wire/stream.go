@@ -157,7 +157,7 @@ func (s *StreamTransport) readFull(p []byte) (int, error) {
 		if s.exact > 0 {
 			ahead = s.rbuf[:max(len(rest), 4+dataHeadSize)]
 		}
-		m, err := s.c.Read(ahead)
+		m, err := s.read(ahead)
 		c := copy(rest, s.rbuf[:m])
 		s.rpos, s.rend = c, m
 		n += c
@@ -282,6 +282,9 @@ func (s *StreamTransport) readvFD(fd int, iov [][]byte) (int, error) {
 		n, err = 0, errno
 	}
 	raceWritten(v, n)
+	if n > 0 {
+		raceReceived()
+	}
 	clear(v) // (nothing kept reachable from here)
 	s.iovecs = v[:0]
 	return n, err
@@ -293,7 +296,7 @@ func (s *StreamTransport) readvFD(fd int, iov [][]byte) (int, error) {
 // frames then costs one system call per frame, not two).
 func (s *StreamTransport) readPayload(rest []byte) (int, error) {
 	if s.rc == nil {
-		return s.c.Read(rest)
+		return s.read(rest)
 	}
 	if s.rbuf == nil {
 		s.rbuf = make([]byte, streamReadAhead)
@@ -304,6 +307,15 @@ func (s *StreamTransport) readPayload(rest []byte) (int, error) {
 	if n > len(rest) {
 		s.rpos, s.rend = 0, n-len(rest)
 		return len(rest), nil
+	}
+	return n, err
+}
+
+// read is one Read of the connection.
+func (s *StreamTransport) read(p []byte) (int, error) {
+	n, err := s.c.Read(p)
+	if n > 0 {
+		raceReceived()
 	}
 	return n, err
 }
@@ -320,7 +332,7 @@ func (s *StreamTransport) discard(n int64) error {
 		s.rbuf = make([]byte, streamReadAhead)
 	}
 	for n > 0 {
-		m, err := s.c.Read(s.rbuf[:min(n, int64(len(s.rbuf)))])
+		m, err := s.read(s.rbuf[:min(n, int64(len(s.rbuf)))])
 		n -= int64(m)
 		if err != nil && n > 0 {
 			return fullErr(1, err)
