@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/internal/fd"
+	"github.com/gxfer/gxfer/internal/racesync"
 )
 
 // Conn is a connected unix SOCK_SEQPACKET socket whose peer's credentials
@@ -98,6 +99,7 @@ func (c *Conn) Send(frame []byte, fds []*fd.FD) error {
 		}
 		oob = unix.UnixRights(raws...)
 	}
+	racesync.Sending([][]byte{frame})
 	n, _, err := c.uc.WriteMsgUnix(frame, oob, nil)
 	runtime.KeepAlive(fds)
 	if err != nil {
@@ -131,6 +133,9 @@ func (c *Conn) Recv(buf []byte) (int, []*fd.FD, error) {
 		return 0, nil, ErrClosed
 	}
 	n, oobn, flags, _, err := c.uc.ReadMsgUnix(buf, c.oob)
+	if n > 0 {
+		racesync.Received()
+	}
 	fds, perr := parseRights(c.oob[:max(oobn, 0)])
 	if err != nil {
 		closeAll(fds)

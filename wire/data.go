@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gxfer/gxfer/internal/fd"
+	"github.com/gxfer/gxfer/internal/racesync"
 )
 
 // MaxDataPayload is the largest Data payload a stream receiver accepts
@@ -67,7 +68,7 @@ func (s *StreamTransport) writeFramedLocked(pre, body []byte, copyMax int) error
 	if len(body) <= copyMax {
 		b := append(append(s.wbuf[:0], pre...), body...)
 		s.wbuf = b[:0]
-		raceSending([][]byte{b})
+		racesync.Sending([][]byte{b})
 		var m int
 		m, err = s.c.Write(b)
 		n = int64(m)
@@ -105,7 +106,7 @@ type BuffersWriter interface {
 func (s *StreamTransport) writev(v net.Buffers) (int64, error) {
 	s.wv = v
 	defer func() { s.wv = nil }()
-	raceSending(v)
+	racesync.Sending(v)
 	if bw, ok := s.c.(BuffersWriter); ok {
 		return bw.WriteBuffers(&s.wv)
 	}

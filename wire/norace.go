@@ -4,8 +4,6 @@ package wire
 
 import "golang.org/x/sys/unix"
 
-// raceWritten, raceSending and raceReceived tell the race detector of a
-// stream's system calls (race.go); without it, nothing.
+// raceWritten tells the race detector of a system call's writes (race.go);
+// without it, nothing.
 func raceWritten([]unix.Iovec, int) {}
-func raceSending([][]byte)          {}
-func raceReceived()                 {}

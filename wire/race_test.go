@@ -14,7 +14,7 @@ import (
 // is ordered, for the race detector, before what its peer does once it
 // has read it, as the kernel orders them. A payload goes out with writev
 // and comes in with readv, neither of which tells the detector anything
-// by itself: without the stream's own ordering (race.go's ioSync) the
+// by itself: without the stream's own ordering (internal/racesync) the
 // receiver's read of note races with the sender's write and the test
 // fails with "race detected during execution of test". (A tcp Put's
 // landing looked unordered with the caller's earlier use of its

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gxfer/gxfer/internal/fd"
+	"github.com/gxfer/gxfer/internal/racesync"
 )
 
 // StreamTransport carries frames over a byte stream (TCP, a unix stream
@@ -283,7 +284,7 @@ func (s *StreamTransport) readvFD(fd int, iov [][]byte) (int, error) {
 	}
 	raceWritten(v, n)
 	if n > 0 {
-		raceReceived()
+		racesync.Received()
 	}
 	clear(v) // (nothing kept reachable from here)
 	s.iovecs = v[:0]
@@ -315,7 +316,7 @@ func (s *StreamTransport) readPayload(rest []byte) (int, error) {
 func (s *StreamTransport) read(p []byte) (int, error) {
 	n, err := s.c.Read(p)
 	if n > 0 {
-		raceReceived()
+		racesync.Received()
 	}
 	return n, err
 }
