@@ -276,7 +276,10 @@ func TestRegisterAndLookup(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	e := newEngine(t, Config{Emulator: EmulatorConfig{CSTimeout: 100 * time.Millisecond}})
+	// The CS timeout ends the hung CS below; well above what a loaded
+	// machine makes of a 1 MiB copy (at 100 ms the driver's TDR reset the
+	// device under a plain one in CI-like runs).
+	e := newEngine(t, Config{Emulator: EmulatorConfig{CSTimeout: 2 * time.Second}})
 	m, err := e.Emulator(0)
 	require.NoError(t, err)
 	sim := m.sim
@@ -446,7 +449,9 @@ func TestCancelWaitKeepsBuffer(t *testing.T) {
 	h, _ := e.Alloc(1<<20, Host)
 	d, _ := e.Alloc(1<<20, Gaudi(0))
 	fill(h.Bytes(), 3)
-	e.cp.Devs[0].Sim.DelayNextCS(1, 50*time.Millisecond)
+	// The completion is held long enough that the copy is surely still
+	// in flight at the checks below, however slow the machine.
+	e.cp.Devs[0].Sim.DelayNextCS(1, time.Second)
 	f := e.Copy(context.Background(), d.All(), h.All())
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

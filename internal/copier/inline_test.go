@@ -171,6 +171,11 @@ func TestInlineRunsClose(t *testing.T) {
 				closed <- struct{}{}
 			}()
 		}
+		if running > 0 {
+			// close has begun once it marked the state (a goroutine
+			// scheduled late on a loaded machine has not, 20 ms on).
+			require.Eventually(t, func() bool { return r.state.Load()&inlineClosed != 0 }, 5*time.Second, time.Millisecond)
+		}
 		for i := range running {
 			select {
 			case <-closed:
