@@ -15,7 +15,7 @@ import (
 // then went backwards (a Prometheus counter reset, a negative delta for
 // a caller taking differences of Stats).
 func TestDeviceStatsSurviveReopen(t *testing.T) {
-	e := newEngine(t, Config{Emulator: EmulatorConfig{Model: "gaudi2", CSTimeout: 100 * time.Millisecond}})
+	e := newEngine(t, Config{Emulator: EmulatorConfig{Model: "gaudi2", CSTimeout: 2 * time.Second}})
 	ctx := context.Background()
 	h, err := e.Alloc(1<<16, Host)
 	require.NoError(t, err)

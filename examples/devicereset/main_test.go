@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { testutil.Main(m) }
 
 func gaudi2() engine.Config {
 	return engine.Config{Devices: engine.DevicesEmulated,
-		Emulator: engine.EmulatorConfig{Model: "gaudi2", DRAMSize: 256 << 20, CSTimeout: 100 * time.Millisecond}}
+		Emulator: engine.EmulatorConfig{Model: "gaudi2", DRAMSize: 256 << 20, CSTimeout: time.Second}}
 }
 
 func TestRun(t *testing.T) {
