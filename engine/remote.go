@@ -73,11 +73,15 @@ type RemoteKey struct {
 	root *wire.RemoteKey
 }
 
+// grantsAll reports whether k grants the whole allocation (it is then
+// its own map key).
+func (k *RemoteKey) grantsAll() bool { return k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length }
+
 // mapKey is the key that imports the allocation (one granting all of it)
 // and true, or k's own key and false if there is none.
 func (k RemoteKey) mapKey() (wire.RemoteKey, bool) {
 	switch {
-	case k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length:
+	case k.grantsAll():
 		return k.k, true
 	case k.root != nil:
 		return *k.root, true
@@ -90,7 +94,7 @@ func (k RemoteKey) mapKey() (wire.RemoteKey, bool) {
 // nil else (a key granting all of it is its own map key: the paths map
 // with Req.Key then). No copy is made: root is never written once made.
 func (k *RemoteKey) reqMapKey() *wire.RemoteKey {
-	if k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length {
+	if k.grantsAll() {
 		return nil
 	}
 	return k.root
@@ -154,7 +158,7 @@ func (k RemoteKey) Slice(off, n int) RemoteKey {
 		return RemoteKey{k: k.k, err: newErr(ErrInvalid, "remote key range", err)}
 	}
 	root := k.root
-	if k.k.GrantOffset == 0 && k.k.GrantLen == k.k.Length {
+	if k.grantsAll() {
 		r := k.k
 		root = &r
 	}
