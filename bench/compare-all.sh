@@ -11,7 +11,8 @@
 #             installed or installable)
 #   rdma      bench/rdma-compare.sh: rdma on Soft-RoCE in the   the VM testbed (testbed/rxe):
 #             QEMU VM vs ib_write_bw/ib_write_lat, rdmafloor    qemu and a built VM, or RDMA=1
-#   gaudi     engine BenchmarkGaudiOverhead (gaudi2 and gaudi3 models, batch 1 and 256)
+#   gaudi     engine BenchmarkGaudiOverhead (gaudi2 and gaudi3 models, batch 1 and 256),
+#             alternated with dma BenchmarkGaudiFloor (the floor under batch 1)
 #   idle      engine BenchmarkIdleCPU (gaudi2 and gaudi3 models, 10 s per repetition each)
 #   memcache  memcache BenchmarkHit, 100k regions
 #   hostcopy  bench/memcpyprobe -engine: engine CopySync and a unix put
@@ -207,7 +208,33 @@ gobench() {
 		mark "$part" failed "see $OUT/bench-$part.txt"
 	fi
 }
-want gaudi && gobench gaudi engine '^BenchmarkGaudiOverhead$/^gaudi[23]$/^batch=(1|256)$' "$BENCHTIME_GAUDI"
+# gaudi: the engine's overhead and the floor under it (dma
+# BenchmarkGaudiFloor: the binding and the emulator alone), alternated
+# repetition by repetition.
+if want gaudi; then
+	echo
+	echo "## gaudi: go test -run '^\$' -bench GaudiOverhead (engine) and GaudiFloor (dma) -benchtime $BENCHTIME_GAUDI, alternated, $REPS repetitions"
+	gerr=
+	for pkg in engine dma; do
+		[ -x "$OUT/$pkg.test" ] || (cd "$repo" && go test -c -o "$OUT/$pkg.test" "./$pkg") >>"$OUT/gaudi.err" 2>&1 ||
+			gerr="go test -c ./$pkg failed (see $OUT/gaudi.err)"
+	done
+	: >"$OUT/bench-gaudi.txt"
+	for ((r = 1; r <= REPS && ${#gerr} == 0; r++)); do
+		(cd "$repo/engine" && "$OUT/engine.test" -test.run '^$' -test.bench '^BenchmarkGaudiOverhead$/^gaudi[23]$/^batch=(1|256)$' \
+			-test.benchtime "$BENCHTIME_GAUDI") >>"$OUT/bench-gaudi.txt" 2>>"$OUT/gaudi.err" &&
+			(cd "$repo/dma" && "$OUT/dma.test" -test.run '^$' -test.bench '^BenchmarkGaudiFloor$' \
+				-test.benchtime "$BENCHTIME_GAUDI") >>"$OUT/bench-gaudi.txt" 2>>"$OUT/gaudi.err" ||
+			gerr="see $OUT/bench-gaudi.txt and $OUT/gaudi.err"
+	done
+	if [ -z "$gerr" ]; then
+		grep -E '^Benchmark' "$OUT/bench-gaudi.txt"
+		mark gaudi ran
+	else
+		tail -5 "$OUT/bench-gaudi.txt" "$OUT/gaudi.err" | sed 's/^/#   /'
+		mark gaudi failed "$gerr"
+	fi
+fi
 want idle && gobench idle engine '^BenchmarkIdleCPU$' 1x
 want memcache && gobench memcache memcache '^BenchmarkHit$/^regions=100k$' "$BENCHTIME_MEMCACHE"
 if want hostcopy; then

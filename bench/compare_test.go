@@ -135,6 +135,9 @@ BenchmarkGaudiOverhead/gaudi2/batch=1-2         	     100	     17261 ns/op	     
 BenchmarkGaudiOverhead/gaudi2/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       700 overhead-ns/op
 BenchmarkGaudiOverhead/gaudi3/batch=1-2         	     100	     17261 ns/op	      3362 dma-ns/op	      3000 overhead-ns/op
 BenchmarkGaudiOverhead/gaudi3/batch=256-2       	     100	    824043 ns/op	      2109 dma-ns/op	       320 overhead-ns/op
+BenchmarkGaudiFloor/gaudi2-2         	     100	      3910 ns/op	      1674 dma-ns/op	      2236 overhead-ns/op
+BenchmarkGaudiFloor/gaudi3-2         	     100	      3581 ns/op	      2275 dma-ns/op	      1306 overhead-ns/op
+BenchmarkGaudiFloor/gaudi3-2         	     100	      3581 ns/op	      2275 dma-ns/op	      1200 overhead-ns/op
 PASS
 `
 	hostcopyBench = `BenchmarkHostCopyVsLimit/size=64MiB	20	  21427805 ns/op	         8.6 engine-GB/s	         0.6628 engine/limit	         0.7222 engine/onecore	         9.785 limit-GB/s	         8.8 onecore-GB/s	         6.057 put-GB/s	         0.6190 put/limit
@@ -212,6 +215,21 @@ func TestCompareGoals(t *testing.T) {
 			for goal, verdict := range tc.want {
 				r := findRow(t, rows, goal)
 				require.True(t, strings.HasPrefix(r.Verdict, verdict), "%s: verdict %q, want %q", goal, r.Verdict, verdict)
+			}
+			if tc.name == "all" {
+				// The floor under batch 1, per model; none under batch 256.
+				for goal, floor := range map[string]string{
+					"gaudi2: overhead per op, batch 1":   "dma BenchmarkGaudiFloor, alternated): 2236 [2236-2236] ns",
+					"gaudi3: overhead per op, batch 1":   "dma BenchmarkGaudiFloor, alternated): 1253 [1200-1306] ns",
+					"gaudi3: overhead per op, batch 256": "",
+				} {
+					note := findRow(t, rows, goal).Note
+					if floor == "" {
+						require.NotContains(t, note, "floor", goal)
+					} else {
+						require.Contains(t, note, floor, goal)
+					}
+				}
 			}
 			var js []goalRow
 			b, err := os.ReadFile(filepath.Join(dir, "goals.json"))

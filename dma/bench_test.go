@@ -2,6 +2,7 @@ package dma
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,8 +107,85 @@ func BenchmarkAddrKind(b *testing.B) {
 	}
 }
 
+// BenchmarkGaudiFloor is the floor under the engine's batch-1 overhead
+// (engine BenchmarkGaudiOverhead, issue 20): this binding and the
+// emulator with no engine at all. One command submission holding one
+// 4 KiB host-to-device copy, encoded and sealed once, is submitted
+// (SubmitUntil) and its completion polled (WaitCS with no timeout) on the
+// benchmark's goroutine without yielding, one after the other.
+// overhead-ns/op is, as the engine's, the wall time minus the emulated
+// DMA's active time: what any engine built on this package pays per copy
+// on this machine before it does anything of its own (the emulated
+// driver's CS and WAIT_CS ioctls on the gaudi2 model, the ring write and
+// the emulated queue manager's pickup and completion on gaudi3).
+//
+//	go test -run '^$' -bench GaudiFloor ./dma/
+func BenchmarkGaudiFloor(b *testing.B) {
+	for _, m := range []hlsim.Model{hlsim.ModelGaudi2, hlsim.ModelGaudi3} {
+		b.Run(strings.ToLower(m.String()), func(b *testing.B) {
+			d, sim := benchDeviceSim(b, m)
+			mem, err := d.AllocDevice(4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			host, err := AllocHostPages(4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer FreeHostPages(host)
+			hm, err := d.MapHostBytes(host)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var cs CSBuilder
+			if err := d.InitCSBuilder(&cs, CSOptions{Queues: d.H2DQueues()[:1], CBSize: 4096}); err != nil {
+				b.Fatal(err)
+			}
+			if err := cs.Reserve(); err != nil {
+				b.Fatal(err)
+			}
+			if err := cs.AddCopy(mem.Addr(), hm.DeviceAddr(), 4096); err != nil {
+				b.Fatal(err)
+			}
+			chunks, err := cs.Seal()
+			if err != nil {
+				b.Fatal(err)
+			}
+			st0 := sim.Stats()
+			n := 0
+			for b.Loop() {
+				seq, err := d.SubmitUntil(chunks, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for {
+					done, err := d.WaitCS(seq, 0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if done {
+						break
+					}
+				}
+				n++
+			}
+			active := sim.Stats().DMAActive - st0.DMAActive
+			perOp := func(t time.Duration) float64 { return float64(t.Nanoseconds()) / float64(n) }
+			b.ReportMetric(perOp(active), "dma-ns/op")
+			b.ReportMetric(perOp(b.Elapsed()-active), "overhead-ns/op")
+			cs.Release(func(cb *CB) { _ = cb.Close() })
+		})
+	}
+}
+
 // benchDevice opens an emulated device of model m for a benchmark.
 func benchDevice(b *testing.B, m hlsim.Model) *Device {
+	d, _ := benchDeviceSim(b, m)
+	return d
+}
+
+// benchDeviceSim is benchDevice with the emulator behind the device.
+func benchDeviceSim(b *testing.B, m hlsim.Model) (*Device, *hlsim.Device) {
 	b.Helper()
 	sim, err := hlsim.New(hlsim.Config{Model: m, DRAMSize: 64 << 20})
 	if err != nil {
@@ -119,5 +197,5 @@ func benchDevice(b *testing.B, m hlsim.Model) *Device {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = d.Close() })
-	return d
+	return d, sim
 }
