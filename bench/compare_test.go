@@ -265,4 +265,8 @@ func TestCompareAllQuick(t *testing.T) {
 		require.False(t, strings.HasPrefix(r.Verdict, "skipped"), "%+v\n%s", r, b)
 	}
 	require.False(t, strings.HasPrefix(findRow(t, rows, "engine CopySync >= 0.9x").Verdict, "skipped"), "%s", b)
+	// The gaudi part ran the engine's benchmark and the floor under it.
+	for _, m := range []string{"gaudi2", "gaudi3"} {
+		require.Contains(t, findRow(t, rows, m+": overhead per op, batch 1").Note, "dma BenchmarkGaudiFloor", "%s", b)
+	}
 }
