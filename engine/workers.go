@@ -5,7 +5,7 @@ package engine
 // instead of exiting, up to maxIdleWorkers of them: a new goroutine starts
 // on a small stack and grows it (copying it) on the first deep call, which
 // a send through the wire and the socket is, at every task; a kept one has
-// grown once. Measured on a TCP put_bw of 1 MiB (docs/compare-all.md,
+// grown once. Measured on a TCP put_bw of 1 MiB (docs/compare-history-36-40.md,
 // session 37): the sender's user CPU per put 31.1 against 36.9 us, the
 // paired median of 16 alternations 5.2 us less.
 
