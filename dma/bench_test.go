@@ -32,24 +32,12 @@ func BenchmarkCSRoundTrip(b *testing.B) {
 	for _, m := range []hlsim.Model{hlsim.ModelGaudi1, hlsim.ModelGaudi2} {
 		b.Run("model="+m.String(), func(b *testing.B) {
 			d := benchDevice(b, m)
-			mem, err := d.AllocDevice(4096)
-			if err != nil {
-				b.Fatal(err)
-			}
-			host, err := AllocHostPages(4096)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer FreeHostPages(host)
-			hm, err := d.MapHostBytes(host)
-			if err != nil {
-				b.Fatal(err)
-			}
+			dst, src := benchPair(b, d)
 			cb, err := d.NewCB(4096)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := cb.AddLinDMA(mem.Addr(), hm.DeviceAddr(), 4096); err != nil {
+			if err := cb.AddLinDMA(dst, src, 4096); err != nil {
 				b.Fatal(err)
 			}
 			if d.Model() != ModelGaudi1 {
@@ -131,19 +119,7 @@ func BenchmarkGaudiFloor(b *testing.B) {
 				b.Skip("needs two cores: the polling goroutine never yields to the emulated engine")
 			}
 			d, sim := benchDeviceSim(b, m)
-			mem, err := d.AllocDevice(4096)
-			if err != nil {
-				b.Fatal(err)
-			}
-			host, err := AllocHostPages(4096)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer FreeHostPages(host)
-			hm, err := d.MapHostBytes(host)
-			if err != nil {
-				b.Fatal(err)
-			}
+			dst, src := benchPair(b, d)
 			var cs CSBuilder
 			if err := d.InitCSBuilder(&cs, CSOptions{Queues: d.H2DQueues()[:1], CBSize: 4096}); err != nil {
 				b.Fatal(err)
@@ -151,7 +127,7 @@ func BenchmarkGaudiFloor(b *testing.B) {
 			if err := cs.Reserve(); err != nil {
 				b.Fatal(err)
 			}
-			if err := cs.AddCopy(mem.Addr(), hm.DeviceAddr(), 4096); err != nil {
+			if err := cs.AddCopy(dst, src, 4096); err != nil {
 				b.Fatal(err)
 			}
 			chunks, err := cs.Seal()
@@ -185,6 +161,26 @@ func BenchmarkGaudiFloor(b *testing.B) {
 			cs.Release(func(cb *CB) { _ = cb.Close() })
 		})
 	}
+}
+
+// benchPair is a 4 KiB copy's two ends on d: device memory (dst) and a
+// host page mapped into d (src), freed when the benchmark ends.
+func benchPair(b *testing.B, d *Device) (dst, src uint64) {
+	b.Helper()
+	mem, err := d.AllocDevice(4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	host, err := AllocHostPages(4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = FreeHostPages(host) })
+	hm, err := d.MapHostBytes(host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return mem.Addr(), hm.DeviceAddr()
 }
 
 // benchDevice opens an emulated device of model m for a benchmark.
