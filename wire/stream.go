@@ -282,7 +282,7 @@ func (s *StreamTransport) readvFD(fd int, iov [][]byte) (int, error) {
 	if errno != 0 {
 		n, err = 0, errno
 	}
-	raceWritten(v, n)
+	racesync.Written(v, n)
 	if n > 0 {
 		racesync.Received()
 	}

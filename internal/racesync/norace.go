@@ -2,7 +2,10 @@
 
 package racesync
 
-// Sending and Received tell the race detector what a message orders
-// (race.go); without it, nothing.
-func Sending([][]byte) {}
-func Received()        {}
+import "golang.org/x/sys/unix"
+
+// Sending, Received and Written tell the race detector what a message
+// orders and what a system call wrote (race.go); without it, nothing.
+func Sending([][]byte)          {}
+func Received()                 {}
+func Written([]unix.Iovec, int) {}
