@@ -186,21 +186,28 @@ if want rdma; then
 fi
 
 # ------------------------------------------------------------ go benchmarks
+# testbin PART PKG: builds PKG's test binary once, as $OUT/PKG.test
+# (errors in $OUT/PART.err); fails when it cannot.
+testbin() {
+	local bin
+	bin="$OUT/$(basename "$2").test"
+	[ -x "$bin" ] || (cd "$repo" && go test -c -o "$bin" "./$2") >>"$OUT/$1.err" 2>&1
+}
+# benchrun PKG BENCH BENCHTIME COUNT: PKG's benchmarks from its test
+# binary, run in PKG's directory as go test runs them.
+benchrun() {
+	(cd "$repo/$1" && "$OUT/$(basename "$1").test" -test.run '^$' -test.bench "$2" -test.benchtime "$3" -test.count "$4")
+}
 # gobench PART PKG BENCH BENCHTIME: go test -bench in PKG, REPS runs
 # (-count), output in $OUT/bench-PART.txt; the test binary is built once
 # per package.
 gobench() {
-	local part=$1 pkg=$2 bench=$3 bt=$4 bin
-	bin="$OUT/$(basename "$pkg").test"
+	local part=$1 pkg=$2 bench=$3 bt=$4
 	echo
 	echo "## $part: go test -run '^\$' -bench '$bench' -benchtime $bt -count $REPS ./$pkg/"
-	if [ ! -x "$bin" ]; then
-		(cd "$repo" && go test -c -o "$bin" "./$pkg") >"$OUT/$part.err" 2>&1 ||
-			{ tail -5 "$OUT/$part.err" | sed 's/^/#   /'; mark "$part" failed "go test -c ./$pkg failed (see $OUT/$part.err)"; return; }
-	fi
-	# The test binary runs in its package's directory, as go test does.
-	if (cd "$repo/$pkg" && "$bin" -test.run '^$' -test.bench "$bench" -test.benchtime "$bt" -test.count "$REPS") \
-		>"$OUT/bench-$part.txt" 2>"$OUT/$part.err"; then
+	testbin "$part" "$pkg" ||
+		{ tail -5 "$OUT/$part.err" | sed 's/^/#   /'; mark "$part" failed "go test -c ./$pkg failed (see $OUT/$part.err)"; return; }
+	if benchrun "$pkg" "$bench" "$bt" "$REPS" >"$OUT/bench-$part.txt" 2>"$OUT/$part.err"; then
 		grep -E '^Benchmark' "$OUT/bench-$part.txt"
 		mark "$part" ran
 	else
@@ -215,16 +222,11 @@ if want gaudi; then
 	echo
 	echo "## gaudi: go test -run '^\$' -bench GaudiOverhead (engine) and GaudiFloor (dma) -benchtime $BENCHTIME_GAUDI, alternated, $REPS repetitions"
 	gerr=
-	for pkg in engine dma; do
-		[ -x "$OUT/$pkg.test" ] || (cd "$repo" && go test -c -o "$OUT/$pkg.test" "./$pkg") >>"$OUT/gaudi.err" 2>&1 ||
-			gerr="go test -c ./$pkg failed (see $OUT/gaudi.err)"
-	done
+	testbin gaudi engine && testbin gaudi dma || gerr="go test -c failed (see $OUT/gaudi.err)"
 	: >"$OUT/bench-gaudi.txt"
 	for ((r = 1; r <= REPS && ${#gerr} == 0; r++)); do
-		(cd "$repo/engine" && "$OUT/engine.test" -test.run '^$' -test.bench '^BenchmarkGaudiOverhead$/^gaudi[23]$/^batch=(1|256)$' \
-			-test.benchtime "$BENCHTIME_GAUDI") >>"$OUT/bench-gaudi.txt" 2>>"$OUT/gaudi.err" &&
-			(cd "$repo/dma" && "$OUT/dma.test" -test.run '^$' -test.bench '^BenchmarkGaudiFloor$' \
-				-test.benchtime "$BENCHTIME_GAUDI") >>"$OUT/bench-gaudi.txt" 2>>"$OUT/gaudi.err" ||
+		benchrun engine '^BenchmarkGaudiOverhead$/^gaudi[23]$/^batch=(1|256)$' "$BENCHTIME_GAUDI" 1 >>"$OUT/bench-gaudi.txt" 2>>"$OUT/gaudi.err" &&
+			benchrun dma '^BenchmarkGaudiFloor$' "$BENCHTIME_GAUDI" 1 >>"$OUT/bench-gaudi.txt" 2>>"$OUT/gaudi.err" ||
 			gerr="see $OUT/bench-gaudi.txt and $OUT/gaudi.err"
 	done
 	if [ -z "$gerr" ]; then
