@@ -157,6 +157,19 @@ func (b *Buffer) hostBytes() []byte {
 // Slice returns the n bytes at offset off. An invalid range yields a Slice
 // whose use fails with ErrInvalid.
 func (b *Buffer) Slice(off, n int) Slice {
+	// A valid range returns its Slice as one composite literal: the
+	// compiler then writes the result once, where building it in a
+	// variable first made it copy the struct with loads that straddle the
+	// stores just made (a store-forwarding stall: a third of the time
+	// that building a 256-copy batch took, measured with pprof -disasm).
+	if b != nil && off >= 0 && n >= 0 && uint64(off) <= b.size && uint64(n) <= b.size-uint64(off) {
+		return Slice{buf: b, off: uint64(off), n: uint64(n)}
+	}
+	return b.badSlice(off, n)
+}
+
+// badSlice is Slice of an invalid range: its use fails with the reason.
+func (b *Buffer) badSlice(off, n int) Slice {
 	s := Slice{buf: b, off: uint64(off), n: uint64(n)}
 	switch {
 	case b == nil:
@@ -179,21 +192,27 @@ func (b *Buffer) All() Slice {
 }
 
 // acquire counts an operation in flight; it fails once the buffer is freed.
-func (b *Buffer) acquire() error {
+func (b *Buffer) acquire() error { return b.acquireN(1) }
+
+// acquireN counts n operations in flight at once (none if it fails).
+func (b *Buffer) acquireN(n uint64) error {
 	for {
 		s := b.state.Load()
 		if s&freedBit != 0 {
 			return newErr(ErrFreed, fmt.Sprintf("buffer %d (%s)", b.id, b.loc), nil)
 		}
-		if b.state.CompareAndSwap(s, s+1) {
+		if b.state.CompareAndSwap(s, s+n) {
 			return nil
 		}
 	}
 }
 
 // release ends an operation; the last one out of a freed buffer frees it.
-func (b *Buffer) release() {
-	if b.state.Add(^uint64(0)) == freedBit {
+func (b *Buffer) release() { b.releaseN(1) }
+
+// releaseN ends n operations counted by acquire or acquireN.
+func (b *Buffer) releaseN(n uint64) {
+	if b.state.Add(-n) == freedBit {
 		b.destroy()
 	}
 }

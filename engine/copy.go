@@ -75,10 +75,11 @@ func (e *Engine) validateSlice(s Slice) error {
 
 // validatePair checks both slices of a copy and their lengths.
 func (e *Engine) validatePair(dst, src Slice) error {
-	for _, s := range []Slice{dst, src} {
-		if err := e.validateSlice(s); err != nil {
-			return err
-		}
+	if err := e.validateSlice(dst); err != nil {
+		return err
+	}
+	if err := e.validateSlice(src); err != nil {
+		return err
 	}
 	if dst.n != src.n {
 		return newErr(ErrInvalid, fmt.Sprintf("length mismatch: dst %d, src %d", dst.n, src.n), nil)
@@ -240,7 +241,6 @@ func (b *Batch) Copy(dst, src Slice) int {
 		return -1
 	}
 	b.ops = append(b.ops, batchOp{dst: dst, src: src})
-	b.cps = append(b.cps, copier.Op{Idx: len(b.cps)})
 	return len(b.ops) - 1
 }
 
@@ -301,27 +301,73 @@ func (b *Batch) Submit(ctx context.Context, opts ...OpOption) *Future {
 			return batchInvalid(n, i, err)
 		}
 	}
-	for i := range b.ops {
-		if err := acquirePair(b.ops[i].dst, b.ops[i].src); err != nil {
-			for k := 0; k < i; k++ {
-				b.ops[k].dst.buf.release()
-				b.ops[k].src.buf.release()
-			}
-			return batchInvalid(n, i, err)
-		}
+	if i, err := acquireOps(b.ops); err != nil {
+		return batchInvalid(n, i, err)
 	}
+	b.cps = b.cps[:0]
 	for i := range b.ops {
-		b.cps[i].Dst, b.cps[i].Src = b.ops[i].dst.cs(), b.ops[i].src.cs()
+		b.cps = append(b.cps, copier.Op{Dst: b.ops[i].dst.cs(), Src: b.ops[i].src.cs(), Idx: i})
 	}
 	// A batch is never submitted half-way (see copier.SubmitBatch).
 	if err := e.cp.SubmitBatch(ctx, &f.f, b.cps, e.opConfig(opts).deadline); err != nil {
-		for i := range b.ops {
-			b.ops[i].dst.buf.release()
-			b.ops[i].src.buf.release()
-		}
+		releaseRuns(b.ops, (*batchOp).dstBuf)
+		releaseRuns(b.ops, (*batchOp).srcBuf)
 		return batchRefused(n, err)
 	}
 	return f
+}
+
+// acquireOps counts each copy of ops against its two buffers, as
+// acquirePair does, with one atomic update per run of consecutive copies
+// on one buffer (a batch mostly repeats its buffers: 512 updates of two
+// shared counters became two for a 256-copy batch). On a freed buffer it
+// holds nothing and returns the index of the first copy of the run that
+// failed.
+func acquireOps(ops []batchOp) (int, error) {
+	if i, err := acquireRuns(ops, (*batchOp).dstBuf); err != nil {
+		return i, err
+	}
+	if i, err := acquireRuns(ops, (*batchOp).srcBuf); err != nil {
+		releaseRuns(ops, (*batchOp).dstBuf)
+		return i, err
+	}
+	return 0, nil
+}
+
+func (o *batchOp) dstBuf() *Buffer { return o.dst.buf }
+func (o *batchOp) srcBuf() *Buffer { return o.src.buf }
+
+// eachRun calls f with each run of consecutive ops whose buf is the same
+// buffer (its first index and length) until f fails, and returns f's
+// error with the run's first index.
+func eachRun(ops []batchOp, buf func(*batchOp) *Buffer, f func(b *Buffer, n uint64) error) (int, error) {
+	start := 0
+	for i := 1; i <= len(ops); i++ {
+		b := buf(&ops[start])
+		if i < len(ops) && buf(&ops[i]) == b {
+			continue
+		}
+		if err := f(b, uint64(i-start)); err != nil {
+			return start, err
+		}
+		start = i
+	}
+	return 0, nil
+}
+
+// acquireRuns acquires buf(op) for every op, a run at a time; on a freed
+// buffer it releases what it took and returns the failed run's first op.
+func acquireRuns(ops []batchOp, buf func(*batchOp) *Buffer) (int, error) {
+	i, err := eachRun(ops, buf, (*Buffer).acquireN)
+	if err != nil {
+		releaseRuns(ops[:i], buf)
+	}
+	return i, err
+}
+
+// releaseRuns releases what acquireRuns took for ops.
+func releaseRuns(ops []batchOp, buf func(*batchOp) *Buffer) {
+	_, _ = eachRun(ops, buf, func(b *Buffer, n uint64) error { b.releaseN(n); return nil })
 }
 
 // batchRefused is the future of a batch whose submission as a whole

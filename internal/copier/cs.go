@@ -512,30 +512,69 @@ func (r *csRec) retire(err error) {
 	r.releaseHeld()
 	// The successful ops of one job are recorded and completed together
 	// (one latency reading, one update of the future): a batch's CS ends
-	// many of them at once.
+	// many of them at once. Their buffer references are dropped together
+	// too (rel), each before its op completes.
 	var run doneRun
+	var rel relRuns
 	for i := range r.items {
 		it := &r.items[i]
 		if c.cfg.RegCacheOff {
 			r.g.uncache(it.o)
 		}
-		c.opRelease(it.j, it.o)
+		if it.j.Internal {
+			c.opRelease(it.j, it.o)
+		} else {
+			rel.add(c, 0, it.o.Dst.M)
+			rel.add(c, 1, it.o.Src.M)
+		}
 		if it.done {
 			continue
 		}
 		it.done = true
 		if err != nil || it.j.Internal {
+			rel.flush(c)
 			c.opDone(it.j, it.o, err)
 			continue
 		}
 		if run.j != it.j {
+			rel.flush(c)
 			run.flush(c)
 			run = doneRun{j: it.j}
 		}
 		run.n++
 		run.bytes += it.o.n()
 	}
+	rel.flush(c)
 	run.flush(c)
+}
+
+// relRuns drops the buffer references of a CS's copies with one atomic
+// update per run of consecutive copies on the same buffer, for each of
+// the two roles (0: destination, 1: source), as copier.release does one
+// at a time.
+type relRuns [2]struct {
+	m *Mem
+	n uint64
+}
+
+func (r *relRuns) add(c *Copier, role int, m *Mem) {
+	if r[role].m != m {
+		r.flushRole(c, role)
+		r[role].m = m
+	}
+	r[role].n++
+}
+
+func (r *relRuns) flushRole(c *Copier, role int) {
+	if x := &r[role]; x.m != nil {
+		c.releaseN(x.m, x.n)
+		x.m, x.n = nil, 0
+	}
+}
+
+func (r *relRuns) flush(c *Copier) {
+	r.flushRole(c, 0)
+	r.flushRole(c, 1)
 }
 
 // doneRun is a run of successful ops of one job ending together.

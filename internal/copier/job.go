@@ -329,8 +329,12 @@ func (c *Copier) opRelease(j *Job, o *Op) {
 }
 
 // release drops a copy's reference to m.
-func (c *Copier) release(m *Mem) {
-	if m.Refs.Add(^uint64(0)) == FreedBit {
+func (c *Copier) release(m *Mem) { c.releaseN(m, 1) }
+
+// releaseN drops n copies' references to m; the last one out of a freed
+// buffer destroys it.
+func (c *Copier) releaseN(m *Mem, n uint64) {
+	if m.Refs.Add(-n) == FreedBit {
 		c.cfg.Destroy(m)
 	}
 }
