@@ -337,9 +337,9 @@ func acquireOps(ops []batchOp) (int, error) {
 func (o *batchOp) dstBuf() *Buffer { return o.dst.buf }
 func (o *batchOp) srcBuf() *Buffer { return o.src.buf }
 
-// eachRun calls f with each run of consecutive ops whose buf is the same
-// buffer (its first index and length) until f fails, and returns f's
-// error with the run's first index.
+// eachRun calls f with the buffer and the length of each run of
+// consecutive ops whose buf is that buffer, until f fails, and returns
+// f's error with the failed run's first index.
 func eachRun(ops []batchOp, buf func(*batchOp) *Buffer, f func(b *Buffer, n uint64) error) (int, error) {
 	start := 0
 	for i := 1; i <= len(ops); i++ {
