@@ -341,16 +341,15 @@ func (o *batchOp) srcBuf() *Buffer { return o.src.buf }
 // consecutive ops whose buf is that buffer, until f fails, and returns
 // f's error with the failed run's first index.
 func eachRun(ops []batchOp, buf func(*batchOp) *Buffer, f func(b *Buffer, n uint64) error) (int, error) {
-	start := 0
-	for i := 1; i <= len(ops); i++ {
-		b := buf(&ops[start])
-		if i < len(ops) && buf(&ops[i]) == b {
-			continue
+	for start := 0; start < len(ops); {
+		b, end := buf(&ops[start]), start+1
+		for end < len(ops) && buf(&ops[end]) == b {
+			end++
 		}
-		if err := f(b, uint64(i-start)); err != nil {
+		if err := f(b, uint64(end-start)); err != nil {
 			return start, err
 		}
-		start = i
+		start = end
 	}
 	return 0, nil
 }
